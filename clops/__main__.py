@@ -1,0 +1,101 @@
+"""Command line: ``python -m clops info`` lists devices and capabilities; ``python -m clops demo``
+runs a short computation on the default device and checks it against numpy."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def info(probe: bool = True) -> int:
+    import clops
+    from clops.runtime import discovery
+
+    devs = clops.devices()
+    if not devs:
+        print(discovery.NO_PLATFORM_HELP)
+        return 1
+    default = clops.device()
+    print(f"clops {clops.__version__}: {len(devs)} OpenCL device(s); default {default.selector}")
+    for d in devs:
+        c = d.caps
+        mark = "*" if d is default else " "
+        print(f"{mark} {d.selector:<16} {d.name}")
+        print(f"    platform        {d.platform_version}")
+        print(f"    backend         {d.backend} ({c.vendor}), driver {c.driver}")
+        print(f"    compute units   {c.compute_units}, max work-group {c.max_work_group}")
+        print(f"    memory          {_fmt_bytes(c.global_mem)} global, "
+              f"{_fmt_bytes(c.max_alloc)} max allocation, {_fmt_bytes(c.local_mem)} local")
+        flags = [f"fp64={'yes' if c.fp64 else 'no'}",
+                 f"subgroups={'yes' if c.subgroups else 'no'}"]
+        if probe:
+            flags.append(f"builds={'yes' if d.probe('builds') else 'NO'}")
+            flags.append(f"fp16-runs={'yes' if d.probe('fp16') else 'no'}")
+            flags.append(f"nvidia-ptx={'yes' if d.probe('nvidia_ptx') else 'no'}")
+        print(f"    capabilities    {', '.join(flags)}")
+    return 0
+
+
+def demo() -> int:
+    import numpy as np
+
+    import clops
+
+    dev = clops.device()
+    print(f"device: {dev}")
+    if hasattr(clops, "asarray"):
+        xp = clops
+        rng = np.random.default_rng(0)
+        a, b, c = (rng.standard_normal((1024, 1024), dtype=np.float32) for _ in range(3))
+        t0 = time.perf_counter()
+        out = (xp.asarray(a) * xp.asarray(b) + xp.asarray(c)).sum(axis=1)
+        got = np.asarray(out)
+        dt = time.perf_counter() - t0
+        ref = (a * b + c).sum(axis=1)
+        ok = np.allclose(got, ref, rtol=1e-4, atol=1e-3)
+        print(f"(a*b + c).sum(axis=1) on 1024x1024 float32: {'matches numpy' if ok else 'WRONG'}"
+              f" ({dt * 1e3:.1f} ms including build)")
+        return 0 if ok else 1
+    # Runtime-only demo: a kernel through the program cache and the pool.
+    src = "__kernel void axpy(float a, __global const float *x, __global float *y)" \
+          "{ size_t i = get_global_id(0); y[i] = a * x[i] + y[i]; }"
+    k = dev.build(src).axpy
+    x = np.arange(1 << 16, dtype=np.float32)
+    y = np.ones_like(x)
+    bx, by = dev.alloc(x.nbytes), dev.alloc(y.nbytes)
+    dev.write(bx, x)
+    dev.write(by, y)
+    dev.launch(k, (x.size,), None, [np.float32(2), bx, by], reads=[bx], writes=[by])
+    out = np.empty_like(y)
+    dev.read(out, by)
+    ok = np.array_equal(out, 2 * x + y)
+    print(f"axpy on {x.size} floats: {'matches numpy' if ok else 'WRONG'}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clops", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd")
+    p_info = sub.add_parser("info", help="list OpenCL devices and their capabilities")
+    p_info.add_argument("--no-probe", action="store_true", help="skip compile-and-run probes")
+    sub.add_parser("demo", help="run a short computation on the default device")
+    args = parser.parse_args(argv)
+    if args.cmd == "info":
+        return info(probe=not args.no_probe)
+    if args.cmd == "demo":
+        return demo()
+    parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

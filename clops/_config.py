@@ -1,0 +1,72 @@
+"""Configuration: every CLOPS_* environment flag is read here and nowhere else."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30,
+          "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """Parse a byte count such as ``"1048576"``, ``"512MB"`` or ``"1.5 GiB"``.
+
+    >>> parse_bytes("512MB")
+    536870912
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    if m is None or m.group(2).upper() not in _UNITS:
+        raise ValueError(
+            f"cannot read {text!r} as a byte count: write a number of bytes, "
+            "optionally with a unit (K, KB, MB, MiB, GB, GiB), e.g. '512MB'"
+        )
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+@dataclass(frozen=True)
+class Config:
+    device: str | None
+    debug: int
+    memory_limit: int | None
+    disk_cache: bool
+    providers: str | None
+    test_devices: str | None
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer") from None
+
+
+def read() -> Config:
+    """Read the environment now (tests may change it and call this again)."""
+    limit = os.environ.get("CLOPS_MEMORY_LIMIT")
+    return Config(
+        device=os.environ.get("CLOPS_DEVICE") or None,
+        debug=_int("CLOPS_DEBUG", 0),
+        memory_limit=parse_bytes(limit) if limit else None,
+        disk_cache=os.environ.get("CLOPS_DISK_CACHE", "1") not in ("0", "false", "no"),
+        providers=os.environ.get("CLOPS_PROVIDERS") or None,
+        test_devices=os.environ.get("CLOPS_TEST_DEVICES") or None,
+    )
+
+
+CONFIG = read()
+
+
+def debug_level() -> int:
+    return CONFIG.debug
+
+
+def reload() -> Config:
+    global CONFIG
+    CONFIG = read()
+    return CONFIG

@@ -1,0 +1,464 @@
+"""Runtime, devices: ``CLDevice`` (context, queues, pool, program cache, capability probe) and
+the tracked launch and copy paths that every kernel and transfer of clops goes through."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+from .. import _config
+from . import discovery, profiler
+from .events import Event
+from .pool import Buffer, BufferPool
+from .program import ProgramCache
+
+_PROBE_LOCK = threading.Lock()
+
+
+def cache_dir() -> str:
+    d = os.environ.get("CLOPS_CACHE_DIR")
+    if not d:
+        import platformdirs
+
+        d = platformdirs.user_cache_dir("clops")
+    return d
+
+
+@dataclass(frozen=True)
+class DeviceCaps:
+    """What a device can do, probed once and cached on disk per device and driver."""
+
+    name: str
+    vendor: str
+    platform: str
+    driver: str
+    opencl_version: str
+    kind: str
+    compute_units: int
+    global_mem: int
+    max_alloc: int
+    local_mem: int
+    max_work_group: int
+    max_work_item_sizes: tuple[int, ...]
+    preferred_vector_width_float: int
+    fp64: bool
+    fp16_extension: bool
+    subgroups: bool
+    extensions: tuple[str, ...]
+    address_bits: int
+    unified_memory: bool
+    # Run-time probes (compile and run a small kernel); None means not yet probed.
+    fp16: bool | None = None
+    nvidia_ptx: bool | None = None
+    builds: bool | None = None
+
+
+_FP16_PROBE = r"""
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+__kernel void probe(__global const half4 *a, __global half4 *out) {
+    size_t i = get_global_id(0);
+    half4 x = a[i];
+    out[i] = fma(x, x, (half4)(1.0h)) * (half)0.5h;
+}
+"""
+
+_PTX_PROBE = r"""
+__kernel void probe(__global uint *out) {
+    uint lane;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    out[get_global_id(0)] = lane;
+}
+"""
+
+_BUILD_PROBE = "__kernel void probe(__global float *a) { a[get_global_id(0)] += 1.0f; }"
+
+# Run in a child process: a driver that crashes on half vectors takes only the child down.
+_FP16_CHILD = r"""
+import sys, numpy as np, pyopencl as cl
+p, d = int(sys.argv[1]), int(sys.argv[2])
+dev = cl.get_platforms()[p].get_devices()[d]
+ctx = cl.Context([dev]); q = cl.CommandQueue(ctx)
+src = sys.stdin.read()
+prg = cl.Program(ctx, src).build(cache_dir=False)
+a = np.linspace(-2, 2, 64).astype(np.float16)
+out = np.empty_like(a)
+mf = cl.mem_flags
+ba = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=a)
+bo = cl.Buffer(ctx, mf.WRITE_ONLY, a.nbytes)
+prg.probe(q, (16,), None, ba, bo); cl.enqueue_copy(q, out, bo); q.finish()
+ref = ((a.astype(np.float32) ** 2 + 1) * 0.5).astype(np.float16)
+print("ok" if np.allclose(out, ref, rtol=1e-2, atol=1e-2) else "wrong")
+"""
+
+
+class CLQueue:
+    """A command queue of a device. In-order unless asked otherwise; always profiling-capable."""
+
+    __slots__ = ("device", "cl_queue", "in_order", "index")
+
+    def __init__(self, device: CLDevice, out_of_order: bool = False, index: int = 0) -> None:
+        props = cl.command_queue_properties.PROFILING_ENABLE
+        if out_of_order:
+            props |= cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
+        try:
+            q = cl.CommandQueue(device.context, device.cl_device, properties=props)
+        except cl.Error as e:
+            if not out_of_order:
+                raise
+            raise RuntimeError(
+                f"{device.name} does not support out-of-order queues ({e}); use several "
+                "in-order queues instead (device.create_queue())") from None
+        self.device = device
+        self.cl_queue = q
+        self.in_order = not out_of_order
+        self.index = index
+
+    def marker(self, wait_for: Sequence[Event] = ()) -> Event:
+        """An event that completes when ``wait_for`` (or, if empty, everything before) has."""
+        evs = [e.cl_event for e in wait_for if e.cl_event is not None]
+        return Event(cl.enqueue_marker(self.cl_queue, wait_for=evs or None), self)
+
+    def barrier(self, wait_for: Sequence[Event] = ()) -> Event:
+        """Later commands on this queue wait for ``wait_for`` (or for everything before)."""
+        evs = [e.cl_event for e in wait_for if e.cl_event is not None]
+        return Event(cl.enqueue_barrier(self.cl_queue, wait_for=evs or None), self)
+
+    def flush(self) -> None:
+        self.cl_queue.flush()
+
+    def finish(self) -> None:
+        self.cl_queue.finish()
+
+    def __repr__(self) -> str:
+        kind = "in-order" if self.in_order else "out-of-order"
+        return f"<clops.CLQueue {kind} #{self.index} on {self.device.name}>"
+
+
+def _wait_list(wait_for: Sequence[Any]) -> list[cl.Event]:
+    out = []
+    for e in wait_for:
+        ev = e.cl_event if isinstance(e, Event) else e
+        if ev is not None:
+            out.append(ev)
+    return out
+
+
+class CLDevice:
+    """One OpenCL device with its own context, default in-order queue, buffer pool and
+    program cache.
+
+    >>> dev = clops.device("cpu")
+    >>> dev.caps.fp64
+    True
+    """
+
+    def __init__(self, entry: discovery.DeviceEntry, selector: str) -> None:
+        self.entry = entry
+        self.cl_device: cl.Device = entry.device
+        self.platform_name: str = entry.platform.name
+        self.platform_version: str = entry.platform.version
+        self.driver_version: str = entry.device.driver_version
+        self.name: str = entry.device.name.strip()
+        self.kind = entry.kind
+        self.backend = entry.backend
+        self.selector = selector
+        self.context = cl.Context([self.cl_device])
+        self.queues: list[CLQueue] = []
+        self.queue = self.create_queue()
+        self.pool = BufferPool(self, _config.CONFIG.memory_limit)
+        # NVIDIA's driver caches builds on disk itself.
+        disk = _config.CONFIG.disk_cache and entry.backend != "nvidia"
+        self.programs = ProgramCache(self, os.path.join(cache_dir(), "programs") if disk else None)
+
+    # -- capabilities ----------------------------------------------------------------------------
+    def _static_caps(self) -> DeviceCaps:
+        d = self.cl_device
+        exts = tuple(sorted(d.extensions.split()))
+        return DeviceCaps(
+            name=self.name, vendor=d.vendor.strip(), platform=self.platform_name,
+            driver=self.driver_version, opencl_version=d.version, kind=self.kind,
+            compute_units=d.max_compute_units, global_mem=d.global_mem_size,
+            max_alloc=d.max_mem_alloc_size, local_mem=d.local_mem_size,
+            max_work_group=d.max_work_group_size,
+            max_work_item_sizes=tuple(d.max_work_item_sizes),
+            preferred_vector_width_float=d.preferred_vector_width_float,
+            fp64="cl_khr_fp64" in exts or bool(getattr(d, "double_fp_config", 0)),
+            fp16_extension="cl_khr_fp16" in exts,
+            subgroups="cl_khr_subgroups" in exts or "cl_intel_subgroups" in exts,
+            extensions=exts, address_bits=d.address_bits,
+            unified_memory=bool(d.host_unified_memory),
+        )
+
+    @cached_property
+    def caps(self) -> DeviceCaps:
+        base = self._static_caps()
+        saved = _load_probes().get(self.key, {})
+        fields = {k: saved[k] for k in ("fp16", "nvidia_ptx", "builds") if k in saved}
+        return DeviceCaps(**{**asdict(base), **fields})
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}|{self.platform_version}|{self.driver_version}"
+
+    def probe(self, what: str) -> bool:
+        """Run (once per device and driver, remembered on disk) a compile-and-run probe:
+        ``"fp16"``, ``"nvidia_ptx"`` or ``"builds"``."""
+        known = getattr(self.caps, what)
+        if known is not None:
+            return bool(known)
+        with _PROBE_LOCK:
+            result = {"fp16": self._probe_fp16, "nvidia_ptx": self._probe_ptx,
+                      "builds": self._probe_builds}[what]()
+            self.__dict__["caps"] = DeviceCaps(**{**asdict(self.caps), what: result})
+            probes = _load_probes()
+            probes.setdefault(self.key, {})[what] = result
+            _save_probes(probes)
+        return result
+
+    def _platform_device_index(self) -> tuple[int, int]:
+        for pi, p in enumerate(cl.get_platforms()):
+            for di, d in enumerate(p.get_devices()):
+                if d.int_ptr == self.cl_device.int_ptr:
+                    return pi, di
+        raise LookupError(self.name)
+
+    def _probe_fp16(self) -> bool:
+        pi, di = self._platform_device_index()
+        try:
+            res = subprocess.run([sys.executable, "-c", _FP16_CHILD, str(pi), str(di)],
+                                 input=_FP16_PROBE, capture_output=True, text=True, timeout=120)
+        except (subprocess.TimeoutExpired, OSError):
+            return False
+        return res.returncode == 0 and res.stdout.strip() == "ok"
+
+    def _probe_ptx(self) -> bool:
+        if self.backend != "nvidia":
+            return False
+        try:
+            prg = cl.Program(self.context, _PTX_PROBE).build(cache_dir=False)  # type: ignore
+            out = np.full(64, 99, np.uint32)
+            buf = cl.Buffer(self.context, cl.mem_flags.WRITE_ONLY, out.nbytes)
+            prg.probe(self.queue.cl_queue, (64,), (64,), buf)
+            cl.enqueue_copy(self.queue.cl_queue, out, buf)
+            return bool((out == np.arange(64) % 32).all())
+        except cl.Error:
+            return False
+
+    def _probe_builds(self) -> bool:
+        try:
+            prg = cl.Program(self.context, _BUILD_PROBE).build(cache_dir=False)  # type: ignore
+            a = np.zeros(4, np.float32)
+            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
+                            hostbuf=a)
+            prg.probe(self.queue.cl_queue, (4,), None, buf)
+            cl.enqueue_copy(self.queue.cl_queue, a, buf)
+            return bool((a == 1).all())
+        except cl.Error:
+            return False
+
+    # -- queues ------------------------------------------------------------------------------------
+    def create_queue(self, out_of_order: bool = False) -> CLQueue:
+        """A new queue on this device's context (in-order unless ``out_of_order``)."""
+        q = CLQueue(self, out_of_order, index=len(self.queues))
+        self.queues.append(q)
+        return q
+
+    def synchronize(self) -> None:
+        for q in self.queues:
+            q.finish()
+
+    # -- memory ------------------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> Buffer:
+        return self.pool.alloc(nbytes)
+
+    def memory_stats(self) -> dict[str, Any]:
+        return self.pool.stats.as_dict()
+
+    # -- programs ----------------------------------------------------------------------------------
+    def build(self, source: str, options: Sequence[str] = ()) -> cl.Program:
+        return self.programs.build(source, tuple(options))
+
+    # -- tracked launches and copies ---------------------------------------------------------------
+    def launch(self, kernel: cl.Kernel, global_size: Sequence[int],
+               local_size: Sequence[int] | None, args: Sequence[Any],
+               reads: Sequence[Buffer] = (), writes: Sequence[Buffer] = (),
+               queue: CLQueue | None = None, wait_for: Sequence[Any] = (),
+               name: str | None = None) -> Event:
+        """Enqueue ``kernel`` after the last writes of ``reads`` and the last writes and reads of
+        ``writes`` (plus ``wait_for``); record the new event on those buffers."""
+        q = queue or self.queue
+        deps = _wait_list(wait_for) if wait_for else []
+        for b in reads:
+            lw = b.last_write
+            if lw is not None and not (lw[1] is q and q.in_order):
+                deps.append(lw[0])
+        for b in writes:
+            deps.extend(b.write_deps(q))
+        kernel.set_args(*[a.mem if isinstance(a, Buffer) else a for a in args])
+        ev = cl.enqueue_nd_range_kernel(q.cl_queue, kernel, global_size, local_size,
+                                        wait_for=deps or None)
+        for b in reads:
+            b.mark_read(ev, q)
+        for b in writes:
+            b.mark_write(ev, q)
+        if profiler.ACTIVE:
+            profiler.record(name or kernel.function_name, "kernel", self.name, ev,
+                            queue=q.index, global_size=list(global_size))
+        return Event(ev, q)
+
+    def write(self, buf: Buffer, host: np.ndarray, offset: int = 0,
+              queue: CLQueue | None = None, wait_for: Sequence[Any] = (),
+              blocking: bool = False) -> Event:
+        """Host -> device copy into ``buf`` at byte ``offset``. Non-blocking by default: keep
+        ``host`` alive and unchanged until the event completes (the event holds it)."""
+        q = queue or self.queue
+        deps = _wait_list(wait_for) + buf.write_deps(q)
+        host = np.ascontiguousarray(host)
+        ev = cl.enqueue_copy(q.cl_queue, buf.mem, host, dst_offset=offset,
+                             is_blocking=blocking, wait_for=deps or None)
+        buf.mark_write(ev, q)
+        if profiler.ACTIVE:
+            profiler.record("host_to_device", "copy", self.name, ev, host.nbytes, q.index)
+        return Event(ev, q)
+
+    def read(self, host: np.ndarray, buf: Buffer, offset: int = 0,
+             queue: CLQueue | None = None, wait_for: Sequence[Any] = (),
+             blocking: bool = True) -> Event:
+        """Device -> host copy from ``buf`` at byte ``offset`` into the contiguous ``host``."""
+        q = queue or self.queue
+        deps = _wait_list(wait_for) + buf.read_deps(q)
+        if host.nbytes == 0:
+            return Event(None, q)
+        ev = cl.enqueue_copy(q.cl_queue, host, buf.mem, src_offset=offset,
+                             is_blocking=blocking, wait_for=deps or None)
+        buf.mark_read(ev, q)
+        if profiler.ACTIVE:
+            profiler.record("device_to_host", "copy", self.name, ev, host.nbytes, q.index)
+        return Event(ev, q)
+
+    def copy(self, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0,
+             src_offset: int = 0, queue: CLQueue | None = None,
+             wait_for: Sequence[Any] = ()) -> Event:
+        """Device -> device copy."""
+        q = queue or self.queue
+        if nbytes == 0:
+            return Event(None, q)
+        deps = _wait_list(wait_for) + src.read_deps(q) + dst.write_deps(q)
+        ev = cl.enqueue_copy(q.cl_queue, dst.mem, src.mem, byte_count=nbytes,
+                             src_offset=src_offset, dst_offset=dst_offset,
+                             wait_for=deps or None)
+        src.mark_read(ev, q)
+        dst.mark_write(ev, q)
+        if profiler.ACTIVE:
+            profiler.record("device_to_device", "copy", self.name, ev, 2 * nbytes, q.index)
+        return Event(ev, q)
+
+    def __repr__(self) -> str:
+        return f"<clops.CLDevice {self.selector!r}: {self.name} ({self.platform_version})>"
+
+    def __str__(self) -> str:
+        return f"{self.selector} ({self.name})"
+
+
+# -- probes on disk -------------------------------------------------------------------------------
+def _probe_path() -> str:
+    return os.path.join(cache_dir(), "probes.json")
+
+
+def _load_probes() -> dict[str, dict[str, Any]]:
+    try:
+        with open(_probe_path()) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_probes(data: dict[str, dict[str, Any]]) -> None:
+    path = _probe_path()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+# -- selection --------------------------------------------------------------------------------
+_DEVICES: dict[int, CLDevice] = {}
+_DEFAULT: CLDevice | None = None
+_LOCK = threading.Lock()
+
+
+def _canonical_selector(entry: discovery.DeviceEntry) -> str:
+    same_kind = [e for e in discovery.entries() if e.kind == entry.kind]
+    return f"opencl:{entry.kind}:{same_kind.index(entry)}"
+
+
+def _wrap(entry: discovery.DeviceEntry) -> CLDevice:
+    key = entry.device.int_ptr
+    with _LOCK:
+        dev = _DEVICES.get(key)
+        if dev is None:
+            dev = _DEVICES[key] = CLDevice(entry, _canonical_selector(entry))
+    return dev
+
+
+def devices() -> list[CLDevice]:
+    """Every OpenCL device present, GPUs first."""
+    return [_wrap(e) for e in discovery.entries()]
+
+
+def device(selector: str | CLDevice | None = None) -> CLDevice:
+    """Pick a device: a selector string ``[backend][:kind][:index]`` (``"gpu"``, ``"cpu:0"``,
+    ``"nvidia"``, ``"pocl"``), else ``CLOPS_DEVICE``, else the first GPU, else the CPU.
+
+    >>> clops.device("cpu").kind
+    'cpu'
+    """
+    global _DEFAULT
+    if isinstance(selector, CLDevice):
+        return selector
+    if selector is None:
+        if _DEFAULT is not None:
+            return _DEFAULT
+        env = _config.CONFIG.device
+        if env:
+            _DEFAULT = _pick(discovery.select(env))
+        else:
+            _DEFAULT = _pick(discovery.select(""))
+        return _DEFAULT
+    if not isinstance(selector, str):
+        raise TypeError(f"device selector must be a string or CLDevice, got {type(selector)}")
+    return _pick(discovery.select(selector))
+
+
+def _pick(matches: list[discovery.DeviceEntry]) -> CLDevice:
+    # The first match that can build and run a kernel (a broken driver is skipped, e.g. a PoCL
+    # whose LLVM does not know this CPU). A selector with one match is taken as is.
+    if len(matches) == 1:
+        return _wrap(matches[0])
+    for e in matches:
+        dev = _wrap(e)
+        if dev.probe("builds"):
+            return dev
+    return _wrap(matches[0])
+
+
+def set_default_device(selector: str | CLDevice | None) -> CLDevice | None:
+    """Make ``selector`` the default device (``None``: back to automatic choice)."""
+    global _DEFAULT
+    _DEFAULT = None if selector is None else device(selector)
+    return _DEFAULT

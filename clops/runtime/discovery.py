@@ -1,0 +1,227 @@
+"""Runtime, discovery: finds OpenCL platforms (registering a lone vendor driver if needed)
+and turns selector strings such as ``"gpu:1"`` or ``"pocl"`` into devices."""
+
+from __future__ import annotations
+
+import ctypes.util
+import glob
+import os
+import tempfile
+from dataclasses import dataclass
+
+import pyopencl as cl
+
+# Vendor driver libraries that are often installed without an ICD file (containers that mount
+# the driver but not /etc/OpenCL/vendors). Name in the ICD file -> selector name.
+_VENDOR_LIBRARIES = {
+    "libnvidia-opencl.so.1": "nvidia",
+    "libamdocl64.so": "amd",
+    "libigdrcl.so": "intel",
+    "libpocl.so.2": "pocl",
+}
+_LIBRARY_DIRS = [
+    "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/nvidia/lib64",
+    "/usr/local/nvidia/lib", "/usr/lib/aarch64-linux-gnu", "/opt/rocm/lib",
+]
+
+# Keywords of the backend part of a selector, matched against platform and device vendor names.
+BACKEND_KEYWORDS = {
+    "nvidia": ("nvidia",),
+    "amd": ("amd", "advanced micro devices"),
+    "intel": ("intel",),
+    "pocl": ("portable computing language", "pocl"),
+    "qualcomm": ("qualcomm",),
+    "apple": ("apple",),
+    "rusticl": ("rusticl", "mesa"),
+}
+KINDS = {"gpu": cl.device_type.GPU, "cpu": cl.device_type.CPU,
+         "accelerator": cl.device_type.ACCELERATOR}
+
+
+class DeviceNotFoundError(LookupError):
+    """No OpenCL device matches a selector."""
+
+
+@dataclass(frozen=True)
+class DeviceEntry:
+    platform: cl.Platform
+    device: cl.Device
+    kind: str  # "gpu" | "cpu" | "accelerator"
+    backend: str  # one of BACKEND_KEYWORDS, or "opencl"
+
+    def describe(self) -> str:
+        return f"{self.backend}:{self.kind} {self.device.name.strip()} ({self.platform.version})"
+
+
+def _find_vendor_libraries() -> list[str]:
+    found = []
+    for lib in _VENDOR_LIBRARIES:
+        if lib == "libpocl.so.2":
+            continue
+        for d in _LIBRARY_DIRS:
+            if os.path.exists(os.path.join(d, lib)):
+                found.append(lib)
+                break
+        else:
+            if ctypes.util.find_library(lib.split(".so")[0].removeprefix("lib")):
+                found.append(lib)
+    return found
+
+
+def _registered_icds() -> list[str]:
+    vendors = os.environ.get("OCL_ICD_VENDORS") or "/etc/OpenCL/vendors"
+    if os.path.isfile(vendors):
+        return [vendors]
+    return glob.glob(os.path.join(vendors, "*.icd"))
+
+
+def _register_unlisted_drivers() -> str | None:
+    """Before the loader's first call: if a vendor driver is installed but no ICD file names it,
+    write ICD files (keeping the registered ones) into a private folder and point the loader at
+    it. Returns the folder, or None when nothing was missing."""
+    registered = _registered_icds()
+    named = set()
+    for path in registered:
+        try:
+            with open(path) as f:
+                named.add(os.path.basename(f.read().strip()))
+        except OSError:
+            pass
+    missing = [lib for lib in _find_vendor_libraries() if lib not in named]
+    if not missing:
+        return None
+    folder = tempfile.mkdtemp(prefix="clops-icd-")
+    for path in registered:
+        with open(path) as src, open(os.path.join(folder, os.path.basename(path)), "w") as dst:
+            dst.write(src.read())
+    for lib in missing:
+        with open(os.path.join(folder, f"clops-{_VENDOR_LIBRARIES[lib]}.icd"), "w") as f:
+            f.write(lib + "\n")
+    os.environ["OCL_ICD_VENDORS"] = folder
+    return folder
+
+
+_ENTRIES: list[DeviceEntry] | None = None
+
+
+def _backend_of(platform: cl.Platform, device: cl.Device) -> str:
+    # The platform decides first: PoCL on an AMD CPU is "pocl", not "amd".
+    for text in (f"{platform.name} {platform.vendor}".lower(), device.vendor.lower()):
+        for backend, words in BACKEND_KEYWORDS.items():
+            if any(w in text for w in words):
+                return backend
+    return "opencl"
+
+
+def _kind_of(device: cl.Device) -> str:
+    t = device.type
+    if t & cl.device_type.GPU:
+        return "gpu"
+    if t & cl.device_type.CPU:
+        return "cpu"
+    return "accelerator"
+
+
+def _platforms() -> list[cl.Platform]:
+    try:
+        return list(cl.get_platforms())
+    except cl.Error:
+        return []
+
+
+NO_PLATFORM_HELP = """\
+no OpenCL platform was found.
+  - For a CPU device, install PoCL: `apt-get install pocl-opencl-icd` (Debian/Ubuntu) or
+    `pip install pocl-binary-distribution`.
+  - For an NVIDIA GPU whose driver is installed but not registered, write an ICD file:
+        mkdir -p ~/.clops-icd && echo /usr/lib/libnvidia-opencl.so.1 > ~/.clops-icd/nvidia.icd
+        export OCL_ICD_VENDORS=~/.clops-icd
+  - `clinfo` lists what the OpenCL loader sees."""
+
+
+def entries(refresh: bool = False) -> list[DeviceEntry]:
+    """Every OpenCL device of every platform, GPUs first, in a stable order."""
+    global _ENTRIES
+    if _ENTRIES is not None and not refresh:
+        return _ENTRIES
+    if _ENTRIES is None and "OCL_ICD_VENDORS" not in os.environ:
+        _register_unlisted_drivers()
+    found: list[DeviceEntry] = []
+    for p in _platforms():
+        try:
+            devs = p.get_devices()
+        except cl.Error:
+            continue
+        for d in devs:
+            found.append(DeviceEntry(p, d, _kind_of(d), _backend_of(p, d)))
+    order = {"gpu": 0, "accelerator": 1, "cpu": 2}
+    # Newer platform versions first within a kind: with two PoCLs installed, the newer wins.
+    found.sort(key=lambda e: (order[e.kind], _version_key(e.platform.version)))
+    _ENTRIES = found
+    return found
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    nums = []
+    for tok in version.replace("+", " ").replace("-", " ").split():
+        parts = tok.split(".")
+        if all(p.isdigit() for p in parts) and len(parts) >= 2:
+            nums.extend(-int(p) for p in parts)
+    return tuple(nums)
+
+
+def parse_selector(selector: str) -> tuple[str | None, str | None, int | None]:
+    """``"[backend][:kind][:index]"`` -> (backend, kind, index); every part is optional.
+
+    >>> parse_selector("opencl:gpu:1")
+    ('opencl', 'gpu', 1)
+    """
+    backend = kind = None
+    index = None
+    for raw in selector.strip().lower().split(":"):
+        part = raw.strip()
+        if not part:
+            continue
+        if part.isdigit():
+            if index is not None:
+                raise ValueError(f"selector {selector!r} names two indices")
+            index = int(part)
+        elif part in KINDS:
+            if kind is not None:
+                raise ValueError(f"selector {selector!r} names two device kinds")
+            kind = part
+        elif part == "opencl" or part in BACKEND_KEYWORDS:
+            if backend is not None:
+                raise ValueError(f"selector {selector!r} names two backends")
+            backend = part
+        else:
+            raise ValueError(
+                f"selector {selector!r}: unknown part {part!r}; use [backend][:kind][:index] with "
+                f"backend in {['opencl', *BACKEND_KEYWORDS]}, kind in {list(KINDS)}, index >= 0"
+            )
+    return backend, kind, index
+
+
+def listing() -> str:
+    es = entries()
+    if not es:
+        return "  (none)"
+    return "\n".join(f"  {i}: {e.describe()}" for i, e in enumerate(es))
+
+
+def select(selector: str) -> list[DeviceEntry]:
+    """The devices that match ``selector``, best first; raises with the list of devices."""
+    backend, kind, index = parse_selector(selector)
+    es = entries()
+    if not es:
+        raise DeviceNotFoundError(NO_PLATFORM_HELP)
+    matches = [e for e in es if (backend in (None, "opencl") or e.backend == backend)
+               and (kind is None or e.kind == kind)]
+    if index is not None:
+        matches = matches[index:index + 1]
+    if not matches:
+        raise DeviceNotFoundError(
+            f"no OpenCL device matches selector {selector!r}. Devices present:\n{listing()}\n"
+            "Select one with e.g. 'gpu', 'cpu', 'gpu:1', 'nvidia', 'pocl' or 'opencl:cpu:0'."
+        )
+    return matches

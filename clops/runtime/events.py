@@ -1,0 +1,164 @@
+"""Runtime, events: a completion handle for enqueued work that can be waited on, polled, turned
+into a ``concurrent.futures.Future`` or awaited in asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+import pyopencl as cl
+
+_COMPLETE = cl.command_execution_status.COMPLETE
+
+
+class _Watcher:
+    """One background thread that waits on events whose callbacks cannot be registered (or are
+    known to be unreliable on a driver) and resolves their futures in order."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
+        self._todo: list[tuple[cl.Event, Callable[[], None]]] = []
+        self._thread: threading.Thread | None = None
+
+    def add(self, event: cl.Event, callback: Callable[[], None]) -> None:
+        with self._cv:
+            self._todo.append((event, callback))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="clops-events", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._todo:
+                    if not self._cv.wait(timeout=5.0):
+                        self._thread = None
+                        return
+                event, callback = self._todo.pop(0)
+            try:
+                event.wait()
+            finally:
+                callback()
+
+
+_WATCHER = _Watcher()
+# Drivers whose completion callbacks are not to be trusted get the watcher instead.
+CALLBACKS_UNRELIABLE: set[str] = set()
+
+
+def _resolve(future: concurrent.futures.Future[Any], value: Any) -> None:
+    if not future.done():
+        try:
+            future.set_result(value() if callable(value) else value)
+        except BaseException as e:  # noqa: BLE001 - handed to the future's owner
+            future.set_exception(e)
+
+
+class Event:
+    """Completion of enqueued device work.
+
+    >>> ev = clops.device().queue.marker()
+    >>> ev.wait(); ev.done
+    True
+    """
+
+    __slots__ = ("cl_event", "queue", "_future")
+
+    def __init__(self, cl_event: cl.Event | None, queue: Any = None) -> None:
+        self.cl_event = cl_event
+        self.queue = queue  # the CLQueue it was enqueued on, for flushing
+        self._future: concurrent.futures.Future[Any] | None = None
+
+    def wait(self) -> Event:
+        if self.cl_event is not None:
+            self.cl_event.wait()
+        return self
+
+    @property
+    def done(self) -> bool:
+        if self.cl_event is None:
+            return True
+        status = self.cl_event.command_execution_status
+        if status < 0:
+            raise RuntimeError(f"device work failed with OpenCL status {status}")
+        return status == _COMPLETE
+
+    def future(self, value: Any = None) -> concurrent.futures.Future[Any]:
+        """A future that completes with ``value`` (or ``value()``, called then) once the device
+        work is done. The queue is flushed so that the work really starts."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if self.cl_event is None:
+            _resolve(fut, value)
+            return fut
+        when_done(self, lambda: _resolve(fut, value))
+        return fut
+
+    def __await__(self) -> Generator[Any, None, Event]:
+        yield from asyncio.wrap_future(self.future()).__await__()
+        return self
+
+    def profile_ns(self) -> tuple[int, int, int]:
+        """(queued, start, end) device timestamps in ns; needs a profiling queue."""
+        p = self.cl_event.profile
+        return p.queued, p.start, p.end
+
+    def __repr__(self) -> str:
+        return f"<clops.Event {'done' if self.done else 'pending'}>"
+
+
+def when_done(event: Event, callback: Callable[[], None]) -> None:
+    """Call ``callback`` (on some thread) once ``event`` completes."""
+    ev = event.cl_event
+    if ev is None:
+        callback()
+        return
+    platform = event.queue.device.platform_name if event.queue is not None else ""
+    fired = threading.Event()
+
+    def once(_status: int = 0) -> None:
+        if not fired.is_set():
+            fired.set()
+            callback()
+
+    if platform in CALLBACKS_UNRELIABLE:
+        _WATCHER.add(ev, once)
+    else:
+        try:
+            ev.set_callback(_COMPLETE, once)
+        except (cl.Error, AttributeError):
+            _WATCHER.add(ev, once)
+    # NOTE: without a flush, some drivers never submit the command and the callback never fires.
+    if event.queue is not None:
+        event.queue.flush()
+
+
+def wait_all(events: Iterable[Event | None]) -> None:
+    evs = [e.cl_event for e in events if e is not None and e.cl_event is not None]
+    if evs:
+        cl.wait_for_events(evs)
+
+
+def gather(*events: Event) -> concurrent.futures.Future[list[Event]]:
+    """One future for several events."""
+    fut: concurrent.futures.Future[list[Event]] = concurrent.futures.Future()
+    remaining = [len(events)]
+    lock = threading.Lock()
+    if not events:
+        fut.set_result([])
+        return fut
+
+    def one() -> None:
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last:
+            _resolve(fut, list(events))
+
+    for e in events:
+        when_done(e, one)
+    return fut

