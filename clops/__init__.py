@@ -17,4 +17,8 @@ from .runtime import (
     synchronize,
 )
 
+from .array.api import *  # noqa: F403  (the Array API namespace)
+from .array.api import __all__ as _array_all
+
 __version__ = "0.1.0"
+__array_api_version__ = "2024.12"

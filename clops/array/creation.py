@@ -1,0 +1,299 @@
+"""Array layer, creation functions: asarray from host data, and arrays made on the device
+(empty, zeros, ones, full, arange, linspace, eye, tril/triu, meshgrid, *_like)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import runtime
+from ..graph import dtypes as _dt
+from ..graph import ir
+from ..graph.dtypes import DType
+from ..graph.ir import View, prod
+from .elementwise import _check_device_dtype, broadcast_node
+from .tensor import Tensor
+
+
+def _device(device: Any) -> runtime.CLDevice:
+    return runtime.device(device)
+
+
+def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(shape, int | np.integer):
+        shape = (int(shape),)
+    out = tuple(int(n) for n in shape)
+    if any(n < 0 for n in out):
+        raise ValueError(f"negative dimension in shape {out}")
+    return out
+
+
+def _host_dtype(arr: np.ndarray, from_python: bool) -> DType:
+    if arr.dtype == np.float64 and from_python:
+        return _dt.float32
+    if arr.dtype == np.complex128 and from_python:
+        return _dt.complex64
+    if arr.dtype.kind in "OUS":
+        raise TypeError(f"cannot make a tensor from {arr.dtype} data; give numbers")
+    return _dt.to_dtype(arr.dtype)
+
+
+def to_host_bits(arr: np.ndarray, d: DType) -> np.ndarray:
+    """Host array in the dtype's storage format (bfloat16 as rounded uint16 bits)."""
+    if d.name == "bfloat16":
+        f = np.ascontiguousarray(arr, dtype=np.float32)
+        u = f.view(np.uint32).astype(np.uint64)
+        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+        bits = u.astype(np.uint16)
+        bits[np.isnan(f)] = 0x7FC0
+        return bits
+    if d.kind == "b":
+        return np.ascontiguousarray(arr, dtype=np.uint8)
+    return np.ascontiguousarray(arr, dtype=d.np)
+
+
+def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | None = None
+            ) -> Tensor:
+    """A tensor from a Tensor, numpy array, Python scalar, nested sequence or buffer.
+
+    >>> clops.asarray([1, 2, 3]).dtype
+    clops.int64
+    """
+    if isinstance(obj, Tensor):
+        d = _dt.to_dtype(dtype) if dtype is not None else obj.dtype
+        dev = _device(device) if device is not None else obj.device
+        out = obj
+        if dev is not obj.device:
+            out = obj.to_device(dev)
+        if d != out.dtype:
+            if copy is False:
+                raise ValueError("asarray: a dtype change needs a copy, but copy=False")
+            from .manipulation import astype
+
+            return astype(out, d)
+        if copy:
+            return Tensor(ir.ew("identity", [out._node.resolve()], out.dtype), out.device)
+        return out
+    if copy is False:
+        raise ValueError("asarray: host data cannot be used without a copy (copy=False); "
+                         "clops tensors live in device memory")
+    dev = _device(device)
+    if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
+        obj = np.from_dlpack(obj)
+    from_python = not isinstance(obj, np.ndarray | np.generic)
+    if from_python and _nested_has_tensor(obj):
+        obj = _nested_to_host(obj)
+    if isinstance(obj, bool | int) and not isinstance(obj, np.generic) and dtype is None:
+        d = _dt.bool_ if isinstance(obj, bool) else _dt.int64
+        arr = np.asarray(obj, dtype=d.np)
+    else:
+        try:
+            arr = np.asarray(obj)
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"cannot make a tensor from {type(obj).__name__}: {e}") from None
+        d = _dt.to_dtype(dtype) if dtype is not None else _host_dtype(arr, from_python)
+        if from_python and d.is_int and arr.dtype.kind in "iu":
+            info = np.iinfo(d.np)
+            if arr.size and (arr.min() < info.min or arr.max() > info.max):
+                raise OverflowError(f"values do not fit {d}")
+    _check_device_dtype(dev, d)
+    if d.name == "bfloat16" or arr.dtype != d.np:
+        if d.kind in "iu" and arr.dtype.kind == "c":
+            raise TypeError(f"cannot convert complex data to {d}")
+    host = to_host_bits(arr, d)
+    buf = dev.alloc(host.nbytes)
+    if host.nbytes:
+        dev.write(buf, host)
+    return Tensor(ir.load(buf, View.contiguous(arr.shape), d), dev)
+
+
+def _nested_has_tensor(obj: Any) -> bool:
+    if isinstance(obj, Tensor):
+        return True
+    if isinstance(obj, list | tuple):
+        return any(_nested_has_tensor(o) for o in obj)
+    return False
+
+
+def _nested_to_host(obj: Any) -> Any:
+    if isinstance(obj, Tensor):
+        return obj.to_numpy()
+    if isinstance(obj, list | tuple):
+        return [_nested_to_host(o) for o in obj]
+    return obj
+
+
+def _dtype_or(dtype: Any, default: DType) -> DType:
+    return _dt.to_dtype(dtype) if dtype is not None else default
+
+
+def empty(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) -> Tensor:
+    """An uninitialized tensor (memory from the pool)."""
+    dev = _device(device)
+    d = _dtype_or(dtype, _dt.float32)
+    _check_device_dtype(dev, d)
+    s = _shape(shape)
+    buf = dev.alloc(prod(s) * d.itemsize)
+    return Tensor(ir.load(buf, View.contiguous(s), d), dev)
+
+
+def full(shape: int | Sequence[int], fill_value: Any, *, dtype: Any = None,
+         device: Any = None) -> Tensor:
+    """A tensor of ``fill_value`` (computed on the device)."""
+    dev = _device(device)
+    if dtype is None:
+        if isinstance(fill_value, Tensor):
+            d = fill_value.dtype
+        elif isinstance(fill_value, bool):
+            d = _dt.bool_
+        elif isinstance(fill_value, int):
+            d = _dt.int64
+        elif isinstance(fill_value, float):
+            d = _dt.float32
+        elif isinstance(fill_value, complex):
+            d = _dt.complex64
+        else:
+            d = _dt.to_dtype(np.asarray(fill_value).dtype)
+    else:
+        d = _dt.to_dtype(dtype)
+    _check_device_dtype(dev, d)
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    if d.is_int and not isinstance(fill_value, bool):
+        info = np.iinfo(d.np)
+        if isinstance(fill_value, int) and not info.min <= fill_value <= info.max:
+            raise OverflowError(f"fill value {fill_value} does not fit {d}")
+    out = Tensor(ir.ew("identity", [ir.const(fill_value, d, _shape(shape))], d), dev)
+    return out.realize()
+
+
+def zeros(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) -> Tensor:
+    d = _dtype_or(dtype, _dt.float32)
+    return full(shape, False if d.kind == "b" else 0, dtype=d, device=device)
+
+
+def ones(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) -> Tensor:
+    d = _dtype_or(dtype, _dt.float32)
+    return full(shape, True if d.kind == "b" else 1, dtype=d, device=device)
+
+
+def empty_like(x: Tensor, /, *, dtype: Any = None, device: Any = None) -> Tensor:
+    return empty(x.shape, dtype=dtype or x.dtype, device=device or x.device)
+
+
+def zeros_like(x: Tensor, /, *, dtype: Any = None, device: Any = None) -> Tensor:
+    return zeros(x.shape, dtype=dtype or x.dtype, device=device or x.device)
+
+
+def ones_like(x: Tensor, /, *, dtype: Any = None, device: Any = None) -> Tensor:
+    return ones(x.shape, dtype=dtype or x.dtype, device=device or x.device)
+
+
+def full_like(x: Tensor, /, fill_value: Any, *, dtype: Any = None, device: Any = None
+              ) -> Tensor:
+    return full(x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device)
+
+
+def arange(start: Any, /, stop: Any = None, step: Any = 1, *, dtype: Any = None,
+           device: Any = None) -> Tensor:
+    """``start, start + step, ...`` below ``stop``, computed on the device."""
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ValueError("arange: step must not be 0")
+    is_float = any(isinstance(v, float) for v in (start, stop, step))
+    d = _dtype_or(dtype, _dt.float32 if is_float else _dt.int64)
+    n = max(0, math.ceil((stop - start) / step))
+    dev = _device(device)
+    _check_device_dtype(dev, d)
+    md = d if d.kind in "fc" else _dt.int64
+    idx = ir.cast(ir.iota(0, (n,), _dt.int64), md)
+    node = ir.ew("add", [ir.ew("multiply", [idx, ir.const(step, md, (n,))], md),
+                         ir.const(start, md, (n,))], md)
+    return Tensor(ir.cast(node, d), dev).realize()
+
+
+def linspace(start: Any, stop: Any, /, num: int, *, dtype: Any = None, device: Any = None,
+             endpoint: bool = True) -> Tensor:
+    """``num`` evenly spaced values from ``start`` to ``stop``."""
+    is_c = isinstance(start, complex) or isinstance(stop, complex)
+    d = _dtype_or(dtype, _dt.complex64 if is_c else _dt.float32)
+    if num < 0:
+        raise ValueError("linspace: num must be >= 0")
+    dev = _device(device)
+    _check_device_dtype(dev, d)
+    div = (num - 1) if endpoint else num
+    step = (stop - start) / div if div > 0 else 0
+    md = d
+    idx = ir.cast(ir.iota(0, (num,), _dt.int64), md)
+    node = ir.ew("add", [ir.ew("multiply", [idx, ir.const(step, md, (num,))], md),
+                         ir.const(start, md, (num,))], md)
+    out = Tensor(ir.cast(node, d), dev).realize()
+    if endpoint and num > 1:
+        out[num - 1] = stop  # exact end point
+    return out
+
+
+def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = None,
+        device: Any = None) -> Tensor:
+    """Ones on the ``k``-th diagonal."""
+    m = n_rows if n_cols is None else n_cols
+    d = _dtype_or(dtype, _dt.float32)
+    dev = _device(device)
+    shape = (n_rows, m)
+    i = ir.iota(0, shape, _dt.int64)
+    j = ir.iota(1, shape, _dt.int64)
+    cond = ir.ew("equal", [ir.ew("add", [i, ir.const(k, _dt.int64, shape)], _dt.int64), j],
+                 _dt.bool_)
+    return Tensor(ir.cast(cond, d), dev).realize()
+
+
+def _tri(x: Tensor, k: int, lower: bool) -> Tensor:
+    if x.ndim < 2:
+        raise ValueError("tril/triu need at least 2 dims")
+    shape = x.shape
+    i = ir.iota(x.ndim - 2, shape, _dt.int64)
+    j = ir.iota(x.ndim - 1, shape, _dt.int64)
+    ik = ir.ew("add", [i, ir.const(k, _dt.int64, shape)], _dt.int64)
+    cond = ir.ew("greater_equal" if lower else "less_equal", [ik, j], _dt.bool_)
+    zero = ir.const(0, x.dtype, shape)
+    return Tensor(ir.ew("where", [cond, x._node.resolve(), zero], x.dtype), x.device)
+
+
+def tril(x: Tensor, /, *, k: int = 0) -> Tensor:
+    return _tri(x, k, True)
+
+
+def triu(x: Tensor, /, *, k: int = 0) -> Tensor:
+    return _tri(x, k, False)
+
+
+def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor]:
+    """Coordinate grids (views with zero strides; no copies)."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError("meshgrid: indexing must be 'xy' or 'ij'")
+    if not arrays:
+        return []
+    for a in arrays:
+        if a.ndim != 1:
+            raise ValueError("meshgrid takes 1-d tensors")
+    dts = {a.dtype for a in arrays}
+    if len(dts) > 1:
+        raise TypeError("meshgrid: all inputs must have one dtype")
+    sizes = [a.shape[0] for a in arrays]
+    if indexing == "xy" and len(arrays) >= 2:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+    out = []
+    nd = len(arrays)
+    for i, a in enumerate(arrays):
+        ax = i
+        if indexing == "xy" and nd >= 2 and i < 2:
+            ax = 1 - i
+        shp = [1] * nd
+        shp[ax] = a.shape[0]
+        node = ir.movement(a._node.resolve(), lambda v, s=tuple(shp): v.reshape(s))
+        out.append(Tensor(broadcast_node(node, tuple(sizes)), a.device))
+    return out

@@ -1,0 +1,116 @@
+"""Array layer, indexing: basic indexing (integers, slices with any step, ``...``, ``None``) as
+views without copies, and ``__setitem__`` that writes into the viewed memory in place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..graph import ir
+from .tensor import Tensor
+
+
+def _expand_key(key: Any, ndim: int) -> list[Any]:
+    if not isinstance(key, tuple):
+        key = (key,)
+    n_ell = sum(1 for k in key if k is Ellipsis)
+    if n_ell > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if consumed > ndim:
+        raise IndexError(f"too many indices: {consumed} for a tensor of {ndim} dims")
+    out: list[Any] = []
+    for k in key:
+        if k is Ellipsis:
+            out.extend([slice(None)] * (ndim - consumed))
+        else:
+            out.append(k)
+    if not n_ell:
+        out.extend([slice(None)] * (ndim - consumed))
+    return out
+
+
+def is_basic(key: Any) -> bool:
+    keys = key if isinstance(key, tuple) else (key,)
+    for k in keys:
+        if k is None or k is Ellipsis or isinstance(k, slice):
+            continue
+        if isinstance(k, bool):
+            return False
+        if isinstance(k, int) or (isinstance(k, Tensor) and k.ndim == 0 and k.dtype.is_int):
+            continue
+        if hasattr(k, "__index__") and not isinstance(k, Tensor):
+            continue
+        return False
+    return True
+
+
+def basic_view(x: Tensor, key: Any) -> Tensor:
+    keys = _expand_key(key, x.ndim)
+    node = x._node.resolve()
+    # First the integer and slice parts, as one slice plus axis removals; then Nones.
+    dim = 0
+    starts, stops, steps, drop, newaxes = [], [], [], [], []
+    out_pos = 0
+    for k in keys:
+        if k is None:
+            newaxes.append(out_pos)
+            out_pos += 1
+            continue
+        n = x.shape[dim]
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            starts.append(start)
+            stops.append(stop)
+            steps.append(step)
+            out_pos += 1
+        else:
+            i = int(k.__index__()) if not isinstance(k, Tensor) else int(k)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
+            i %= n
+            starts.append(i)
+            stops.append(i + 1)
+            steps.append(1)
+            drop.append(dim)
+        dim += 1
+    node = ir.movement(node, lambda v: v.slice(starts, stops, steps))
+    if drop or newaxes:
+        kept = [n for i, n in enumerate(node.shape) if i not in drop]
+        for p in newaxes:
+            kept.insert(p, 1)
+        shape = tuple(kept)
+        node = ir.movement(node, lambda v: v.reshape(shape))
+    return Tensor(node, x.device)
+
+
+def getitem(x: Tensor, key: Any) -> Tensor:
+    if is_basic(key):
+        return basic_view(x, key)
+    from . import advanced_indexing
+
+    return advanced_indexing.getitem(x, key)
+
+
+def setitem(x: Tensor, key: Any, value: Any) -> None:
+    from .creation import asarray
+    from .elementwise import broadcast_node
+    from .manipulation import astype
+
+    if not is_basic(key):
+        from . import advanced_indexing
+
+        advanced_indexing.setitem(x, key, value)
+        return
+    x.realize()
+    target = basic_view(x, key)
+    if isinstance(value, bool | int | float | complex):
+        target._assign(Tensor(ir.const(value, x.dtype, target.shape), x.device))
+        return
+    if not isinstance(value, Tensor):
+        value = asarray(value, dtype=x.dtype, device=x.device)
+    if value.device is not x.device:
+        raise ValueError(f"setitem: value is on {value.device}, the tensor on {x.device}")
+    if value.dtype != x.dtype:
+        value = astype(value, x.dtype)
+    node = broadcast_node(value._node.resolve(), target.shape)
+    target._assign(Tensor(node, x.device))

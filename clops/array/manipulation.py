@@ -1,0 +1,178 @@
+"""Array layer, manipulation: views without copies (reshape, permute_dims, broadcast_to,
+expand_dims, squeeze, flip, matrix_transpose) and astype."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..graph import dtypes as _dt
+from ..graph import ir
+from ..graph.ir import prod
+from .elementwise import _check_device_dtype, broadcast_node, broadcast_shapes
+from .tensor import Tensor
+
+
+def normalize_axis(axis: int, ndim: int) -> int:
+    if not -ndim <= axis < max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
+        raise IndexError(f"axis {axis} is out of bounds for a tensor of {ndim} dims")
+    return axis % ndim if ndim else 0
+
+
+def normalize_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, int):
+        axis = (axis,)
+    out = tuple(normalize_axis(a, ndim) for a in axis)
+    if len(set(out)) != len(out):
+        raise ValueError(f"repeated axis in {axis}")
+    return out
+
+
+def reshape(x: Tensor, /, shape: Sequence[int], *, copy: bool | None = None) -> Tensor:
+    """The same elements in a new shape (a view when the strides allow it)."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = [int(n) for n in shape]
+    if shape.count(-1) > 1:
+        raise ValueError("reshape: only one dimension may be -1")
+    if -1 in shape:
+        known = prod([n for n in shape if n != -1])
+        if known == 0 or x.size % known:
+            raise ValueError(f"cannot reshape {x.shape} into {tuple(shape)}")
+        shape[shape.index(-1)] = x.size // known
+    new = tuple(shape)
+    if prod(new) != x.size:
+        raise ValueError(f"cannot reshape a tensor of shape {x.shape} ({x.size} elements) "
+                         f"into {new}")
+    node = x._node.resolve()
+    if copy is False and node.op == "load" and node.arg[1].reshape(new) is None:
+        raise ValueError("reshape with copy=False: these strides need a copy")
+    out = Tensor(ir.movement(node, lambda v: v.reshape(new)), x.device)
+    if copy:
+        out = Tensor(ir.ew("identity", [out._node.resolve()], x.dtype), x.device)
+    return out
+
+
+def permute_dims(x: Tensor, /, axes: Sequence[int]) -> Tensor:
+    axes = tuple(normalize_axis(a, x.ndim) for a in axes)
+    if sorted(axes) != list(range(x.ndim)):
+        raise ValueError(f"permute_dims: {axes} is not a permutation of {x.ndim} axes")
+    return x._move(lambda v: v.permute(axes))
+
+
+def matrix_transpose(x: Tensor, /) -> Tensor:
+    return x.mT
+
+
+def broadcast_to(x: Tensor, /, shape: Sequence[int]) -> Tensor:
+    shape = tuple(int(n) for n in shape)
+    if broadcast_shapes(x.shape, shape) != shape:
+        raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
+    return Tensor(broadcast_node(x._node.resolve(), shape), x.device)
+
+
+def broadcast_arrays(*arrays: Tensor) -> list[Tensor]:
+    shape = broadcast_shapes(*(a.shape for a in arrays))
+    return [broadcast_to(a, shape) for a in arrays]
+
+
+def expand_dims(x: Tensor, /, axis: int | Sequence[int] = 0) -> Tensor:
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    nd = x.ndim + len(axes)
+    norm = sorted(normalize_axis(a, nd) for a in axes)
+    if len(set(norm)) != len(norm):
+        raise ValueError(f"expand_dims: repeated axis in {axis}")
+    shape = list(x.shape)
+    for a in norm:
+        shape.insert(a, 1)
+    return reshape(x, shape)
+
+
+def squeeze(x: Tensor, /, axis: int | Sequence[int]) -> Tensor:
+    axes = normalize_axes(axis, x.ndim)
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ValueError(f"squeeze: axis {a} has size {x.shape[a]}, not 1")
+    return reshape(x, [n for i, n in enumerate(x.shape) if i not in axes])
+
+
+def flip(x: Tensor, /, *, axis: int | Sequence[int] | None = None) -> Tensor:
+    axes = normalize_axes(axis, x.ndim)
+
+    def fn(v: ir.View) -> ir.View:
+        starts = [n - 1 if i in axes else 0 for i, n in enumerate(v.shape)]
+        stops = [-1 if i in axes else n for i, n in enumerate(v.shape)]
+        steps = [-1 if i in axes else 1 for i in range(len(v.shape))]
+        return v.slice(starts, stops, steps)
+
+    return x._move(fn)
+
+
+def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Tensor:
+    d = _dt.to_dtype(dtype)
+    if device is not None:
+        x = x.to_device(device)
+    _check_device_dtype(x.device, d)
+    if d == x.dtype:
+        if not copy:
+            return x
+        return Tensor(ir.ew("identity", [x._node.resolve()], d), x.device)
+    if x.dtype.kind == "c" and d.kind != "c" and d.kind != "b":
+        raise TypeError(f"astype: {x.dtype} to {d} would drop the imaginary part; take "
+                        "clops.real() first")
+    return Tensor(ir.cast(x._node.resolve(), d), x.device)
+
+
+def concat(arrays: Sequence[Tensor] | tuple[Tensor, ...], /, *, axis: int | None = 0
+           ) -> Tensor:
+    """Join tensors along an existing axis (``axis=None``: flattened). One copy kernel per
+    input, each writing its slab of the output."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("concat needs at least one tensor")
+    if axis is None:
+        arrays = [reshape(a, (-1,)) for a in arrays]
+        axis = 0
+    nd = arrays[0].ndim
+    if nd == 0:
+        raise ValueError("concat: 0-d tensors cannot be joined; use stack")
+    ax = normalize_axis(axis, nd)
+    dtype = arrays[0].dtype
+    for a in arrays[1:]:
+        if a.ndim != nd:
+            raise ValueError("concat: all tensors must have the same number of dims")
+        if a.device is not arrays[0].device:
+            raise ValueError("concat: tensors are on different devices")
+        dtype = _dt.promote_types(dtype, a.dtype)
+        for i in range(nd):
+            if i != ax and a.shape[i] != arrays[0].shape[i]:
+                raise ValueError(f"concat: shapes {arrays[0].shape} and {a.shape} differ "
+                                 f"outside axis {ax}")
+    from .creation import empty
+
+    shape = list(arrays[0].shape)
+    shape[ax] = sum(a.shape[ax] for a in arrays)
+    out = empty(shape, dtype=dtype, device=arrays[0].device)
+    pos = 0
+    for a in arrays:
+        n = a.shape[ax]
+        if n:
+            key = tuple(slice(pos, pos + n) if i == ax else slice(None) for i in range(nd))
+            out[key] = astype(a, dtype, copy=False)
+        pos += n
+    return out
+
+
+def stack(arrays: Sequence[Tensor] | tuple[Tensor, ...], /, *, axis: int = 0) -> Tensor:
+    """Join tensors of one shape along a new axis."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("stack needs at least one tensor")
+    nd = arrays[0].ndim + 1
+    ax = normalize_axis(axis, nd)
+    for a in arrays[1:]:
+        if a.shape != arrays[0].shape:
+            raise ValueError(f"stack: shapes {arrays[0].shape} and {a.shape} differ")
+    return concat([expand_dims(a, axis=ax) for a in arrays], axis=ax)

@@ -1,0 +1,447 @@
+"""Array layer, Tensor: device memory from the pool plus shape, strides, offset, dtype and
+device. Operations record lazy graph nodes; values are computed when needed."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import runtime
+from ..compiler import realize as _realize
+from ..graph import dtypes as _dt
+from ..graph import ir
+from ..graph.dtypes import DType
+from ..graph.ir import Node, View, prod
+
+# Graph depth past which an op realizes its result at once (bounds kernel size and memory).
+MAX_DEPTH = 256
+
+# Tensors whose value is still a lazy graph; consulted before a buffer is written in place, so
+# that pending readers of the old contents are computed first.
+_PENDING: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+
+def _reads_buffer(node: Node, buf: Any, seen: set[int] | None = None) -> bool:
+    seen = set() if seen is None else seen
+    stack = [node]
+    while stack:
+        n = stack.pop().resolve()
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        if n.op == "load":
+            if n.arg[0] is buf:
+                return True
+        else:
+            stack.extend(n.srcs)
+    return False
+
+
+class Tensor:
+    """An n-dimensional array on an OpenCL device (the Array API's array object).
+
+    >>> x = clops.asarray([[1.0, 2.0], [3.0, 4.0]])
+    >>> (x * 2).sum(axis=1)
+    Tensor([ 6., 14.], dtype=float32, device=opencl:cpu:0)
+    """
+
+    __slots__ = ("_node", "device", "__weakref__")
+    __array_priority__ = 100
+
+    def __init__(self, node: Node, device: runtime.CLDevice) -> None:
+        self._node = node
+        self.device = device
+        if node.op != "load":
+            _PENDING[id(self)] = self
+            if node.depth > MAX_DEPTH:
+                self.realize()
+
+    # -- construction ------------------------------------------------------------------------------
+    @staticmethod
+    def _from_buffer(buffer: runtime.Buffer, shape: Sequence[int], dtype: Any,
+                     device: runtime.CLDevice, strides: Sequence[int] | None = None,
+                     offset: int = 0) -> Tensor:
+        """Wrap an existing pooled buffer (strides and offset in elements)."""
+        shape = tuple(int(n) for n in shape)
+        v = View(shape, tuple(strides) if strides is not None else
+                 ir.contiguous_strides(shape), int(offset))
+        return Tensor(ir.load(buffer, v, _dt.to_dtype(dtype)), device)
+
+    # -- basic attributes --------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._node.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self._node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._node.shape)
+
+    @property
+    def size(self) -> int:
+        return prod(self._node.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # -- realization -------------------------------------------------------------------------------
+    def realize(self) -> Tensor:
+        """Compute the pending graph of this tensor (asynchronously) and return it."""
+        realize(self)
+        return self
+
+    @property
+    def _load(self) -> Node:
+        n = self._node.resolve()
+        if n.op != "load":
+            self.realize()
+            n = self._node.resolve()
+        return n
+
+    @property
+    def buffer(self) -> runtime.Buffer:
+        return self._load.arg[0]
+
+    @property
+    def offset(self) -> int:
+        """Offset of the first element in the buffer, in elements."""
+        return self._load.arg[1].offset
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Strides in elements (may be 0 for broadcast axes and negative for flips)."""
+        return self._load.arg[1].strides
+
+    @property
+    def is_contiguous(self) -> bool:
+        v = self._load.arg[1]
+        return v.is_contiguous
+
+    def contiguous(self) -> Tensor:
+        """A C-contiguous tensor with the same values (this one, if it already is)."""
+        n = self._load
+        if n.arg[1].is_contiguous:
+            return self
+        out = Tensor(ir.ew("identity", [n], n.dtype), self.device)
+        return out.realize()
+
+    # -- host transfer -----------------------------------------------------------------------------
+    def to_numpy(self) -> np.ndarray:
+        """Copy to a new numpy array (waits for the device). bfloat16 comes back as float32."""
+        t = self.contiguous()
+        n = t._load
+        buf, v = n.arg
+        d = self.dtype
+        host = np.empty(self.shape, dtype=d.np)
+        if host.size:
+            self.device.read(host, buf, v.offset * d.itemsize)
+        if d.name == "bfloat16":
+            return (host.astype(np.uint32) << 16).view(np.float32)
+        if d.kind == "b":
+            return host.astype(bool)
+        return host
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        a = self.to_numpy()
+        return a.astype(dtype) if dtype is not None else a
+
+    def item(self) -> Any:
+        if self.size != 1:
+            raise ValueError(f"only a tensor of one element converts to a Python scalar, "
+                             f"this one has shape {self.shape}")
+        return self.to_numpy().reshape(()).item()
+
+    def __bool__(self) -> bool:
+        return bool(self.item())
+
+    def __int__(self) -> int:
+        if self.dtype.kind == "c":
+            raise TypeError("int() of a complex tensor")
+        return int(self.item())
+
+    def __float__(self) -> float:
+        if self.dtype.kind == "c":
+            raise TypeError("float() of a complex tensor")
+        return float(self.item())
+
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
+    def __index__(self) -> int:
+        if not self.dtype.is_int:
+            raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
+        return int(self.item())
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.to_numpy(), separator=", ", prefix="Tensor(")
+        return f"Tensor({body}, dtype={self.dtype.name}, device={self.device.selector})"
+
+    __str__ = __repr__
+
+    def to_device(self, device: Any, /, *, stream: Any = None) -> Tensor:
+        """This tensor on another device (a copy through the host when the device differs)."""
+        dev = runtime.device(device)
+        if dev is self.device:
+            return self
+        from .creation import asarray
+
+        return asarray(self.to_numpy() if self.dtype.name != "bfloat16" else
+                       self.to_numpy(), dtype=self.dtype, device=dev)
+
+    # -- views -------------------------------------------------------------------------------------
+    def _move(self, fn: Any) -> Tensor:
+        return Tensor(ir.movement(self._node.resolve(), fn), self.device)
+
+    def reshape(self, shape: Sequence[int], /, *, copy: bool | None = None) -> Tensor:
+        from .manipulation import reshape
+
+        return reshape(self, shape, copy=copy)
+
+    def permute_dims(self, axes: Sequence[int]) -> Tensor:
+        from .manipulation import permute_dims
+
+        return permute_dims(self, axes)
+
+    @property
+    def T(self) -> Tensor:
+        if self.ndim != 2:
+            raise ValueError(f".T needs a 2-d tensor, this one has {self.ndim} dims; use "
+                             "permute_dims or matrix_transpose")
+        return self._move(lambda v: v.permute((1, 0)))
+
+    @property
+    def mT(self) -> Tensor:
+        if self.ndim < 2:
+            raise ValueError(".mT needs at least 2 dims")
+        axes = tuple(range(self.ndim - 2)) + (self.ndim - 1, self.ndim - 2)
+        return self._move(lambda v: v.permute(axes))
+
+    def __getitem__(self, key: Any) -> Tensor:
+        from .indexing import getitem
+
+        return getitem(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        from .indexing import setitem
+
+        setitem(self, key, value)
+
+    def _assign(self, value: Tensor) -> None:
+        """Write ``value`` (same shape) into this tensor's memory, in place."""
+        dst = self._load
+        buf, v = dst.arg
+        node = value._node.resolve()
+        # The right-hand side is computed before any element is written: if it reads this
+        # buffer through another view, compute it into a temporary first.
+        if node.op != "load" or node.arg[0] is buf:
+            if _reads_buffer(node, buf) and not (node.op == "load" and node.arg[1] == v):
+                if node.op == "load":
+                    node = ir.ew("identity", [node], node.dtype)
+                tmp = Tensor(node, self.device).realize()
+                node = tmp._node.resolve()
+        _flush_readers(buf, exclude=value)
+        _realize.realize([(node, buf, v)], self.device)
+
+    # -- Array API protocol ------------------------------------------------------------------------
+    def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
+        if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12"):
+            raise ValueError(f"api_version {api_version!r} is not supported; use '2024.12'")
+        import clops
+
+        return clops
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        from .interop import dlpack_device
+
+        return dlpack_device(self)
+
+    def __dlpack__(self, /, *, stream: Any = None, max_version: Any = None,
+                   dl_device: Any = None, copy: bool | None = None) -> Any:
+        from .interop import dlpack
+
+        return dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                      copy=copy)
+
+    # -- events and futures ------------------------------------------------------------------------
+    def ready(self) -> runtime.Event:
+        """An event that completes when this tensor's value is computed."""
+        buf = self.buffer
+        lw = buf.last_write
+        return runtime.Event(lw[0] if lw else None, lw[1] if lw else None)
+
+    def to_host_async(self) -> Any:
+        """A ``concurrent.futures.Future`` of the numpy value; awaitable through asyncio with
+        ``await asyncio.wrap_future(...)`` or ``await t.numpy_async()``."""
+        from .interop import to_host_future
+
+        return to_host_future(self)
+
+    async def numpy_async(self) -> np.ndarray:
+        import asyncio
+
+        return await asyncio.wrap_future(self.to_host_async())
+
+    def __await__(self) -> Any:
+        return self.numpy_async().__await__()
+
+
+def _flush_readers(buf: Any, exclude: Tensor | None = None) -> None:
+    """Compute every pending tensor that reads ``buf`` (before it is overwritten)."""
+    pend = [t for t in list(_PENDING.values()) if t is not exclude and t._node.resolve().op != "load"]
+    todo = [t for t in pend if _reads_buffer(t._node, buf)]
+    if todo:
+        realize(*todo)
+
+
+def realize(*tensors: Tensor) -> None:
+    """Compute the pending graphs of ``tensors`` together (shared work once, kernels fused
+    across outputs where they have one shape)."""
+    by_dev: dict[int, list[Tensor]] = {}
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"realize takes tensors, not {type(t).__name__}")
+        if t._node.resolve().op != "load":
+            by_dev.setdefault(id(t.device), []).append(t)
+    for ts in by_dev.values():
+        dev = ts[0].device
+        targets = []
+        finish = []
+        for t in ts:
+            node = t._node.resolve()
+            # A pure reshape of a computed node: compute the node, reshape its buffer.
+            if node.op == "view" and node.arg.offset == 0 and node.arg.is_contiguous and \
+                    prod(node.arg.shape) == prod(node.srcs[0].shape):
+                src = node.srcs[0].resolve()
+                targets.append((src, None, None))
+                finish.append((t, src, node.shape))
+            else:
+                targets.append((node, None, None))
+                finish.append((t, node, None))
+        _realize.realize(targets, dev)
+        for t, src, shape in finish:
+            done = src.resolve()
+            if shape is not None:
+                buf, v = done.arg
+                nv = v.reshape(shape)
+                assert nv is not None
+                done = ir.load(buf, nv, done.dtype)
+                t._node.realized = done
+            t._node = done
+            _PENDING.pop(id(t), None)
+
+
+def _binop(name: str, reflected: bool = False) -> Any:
+    def method(self: Tensor, other: Any) -> Tensor:
+        from . import elementwise
+
+        fn = getattr(elementwise, name)
+        if reflected:
+            return fn(other, self)
+        return fn(self, other)
+
+    method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    return method
+
+
+_OPS = {
+    "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
+    "floordiv": "floor_divide", "mod": "remainder", "pow": "pow", "and": "bitwise_and",
+    "or": "bitwise_or", "xor": "bitwise_xor", "lshift": "bitwise_left_shift",
+    "rshift": "bitwise_right_shift",
+}
+for _py, _fn in _OPS.items():
+    setattr(Tensor, f"__{_py}__", _binop(_fn))
+    setattr(Tensor, f"__r{_py}__", _binop(_fn, reflected=True))
+
+    def _inplace(self: Tensor, other: Any, _fn: str = _fn) -> Tensor:
+        from . import elementwise
+
+        res = getattr(elementwise, _fn)(self, other)
+        if res.shape != self.shape:
+            raise ValueError(f"in-place {_fn} would change the shape {self.shape} to "
+                             f"{res.shape}")
+        if res.dtype != self.dtype:
+            raise TypeError(f"in-place {_fn} of {self.dtype} with {res.dtype} would change "
+                            "the dtype; the Array API does not allow that")
+        self._assign(res)
+        return self
+
+    setattr(Tensor, f"__i{_py}__", _inplace)
+
+for _py, _fn in {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
+                 "gt": "greater", "ge": "greater_equal"}.items():
+    setattr(Tensor, f"__{_py}__", _binop(_fn))
+
+
+def _unary(name: str) -> Any:
+    def method(self: Tensor) -> Tensor:
+        from . import elementwise
+
+        return getattr(elementwise, name)(self)
+
+    return method
+
+
+Tensor.__neg__ = _unary("negative")  # type: ignore[attr-defined]
+Tensor.__pos__ = _unary("positive")  # type: ignore[attr-defined]
+Tensor.__abs__ = _unary("abs")  # type: ignore[attr-defined]
+Tensor.__invert__ = _unary("bitwise_invert")  # type: ignore[attr-defined]
+Tensor.__hash__ = None  # type: ignore[assignment]
+
+
+def _matmul(self: Tensor, other: Any) -> Tensor:
+    from .linalg_core import matmul
+
+    return matmul(self, other)
+
+
+def _rmatmul(self: Tensor, other: Any) -> Tensor:
+    from .linalg_core import matmul
+
+    return matmul(other, self)
+
+
+def _imatmul(self: Tensor, other: Any) -> Tensor:
+    from .linalg_core import matmul
+
+    res = matmul(self, other)
+    if res.shape != self.shape or res.dtype != self.dtype:
+        raise ValueError(f"in-place matmul would change {self.shape} to {res.shape}")
+    self._assign(res)
+    return self
+
+
+Tensor.__matmul__ = _matmul  # type: ignore[attr-defined]
+Tensor.__rmatmul__ = _rmatmul  # type: ignore[attr-defined]
+Tensor.__imatmul__ = _imatmul  # type: ignore[attr-defined]
+
+
+def _method(module: str, fn: str) -> Any:
+    def method(self: Tensor, *args: Any, **kwargs: Any) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(f"clops.array.{module}"), fn)(self, *args, **kwargs)
+
+    method.__name__ = fn
+    method.__doc__ = f"``clops.{fn.rstrip('_')}(self, ...)`` as a method."
+    return method
+
+
+# Convenience methods in the manner of numpy and PyTorch (the Array API needs only functions).
+for _m, _fns in {"statistics": ["sum", "mean", "max", "min", "std", "var", "all", "any"],
+                 "manipulation": ["astype", "flip", "squeeze"]}.items():
+    for _f in _fns:
+        setattr(Tensor, _f, _method(_m, _f))
+Tensor.prod = _method("statistics", "prod_")  # type: ignore[attr-defined]

@@ -1,0 +1,204 @@
+"""Compiler, lowering: turns a scheduled kernel into a structural program (SSA instructions with
+numbered leaves) plus its launch arguments. The instructions are the cache key: values, sizes,
+strides and offsets are arguments, so a new shape or constant reuses the built program."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..graph.dtypes import DType
+from ..graph.ir import Node, View, prod
+from .schedule import KernelItem, is_expand_back, storage_dtype
+
+INT32_LIMIT = 2**31 - 1
+
+
+@dataclass
+class Lowered:
+    """What rendering and launching need. ``key`` is everything that shapes the source."""
+
+    key: tuple[Any, ...]
+    # runtime values, in argument order
+    leaf_buffers: list[Any] = field(default_factory=list)
+    leaf_views: list[View] = field(default_factory=list)
+    view_args: list[tuple[View, tuple[int, ...]]] = field(default_factory=list)
+    const_values: list[tuple[Any, DType]] = field(default_factory=list)
+    out_buffers: list[Any] = field(default_factory=list)
+    out_views: list[View] = field(default_factory=list)
+    full: tuple[int, ...] = ()
+    raxes: tuple[int, ...] = ()
+    chunks: int = 1
+    flat: bool = False
+    wide: bool = False
+    names: list[str] = field(default_factory=list)
+
+
+class _Lowerer:
+    def __init__(self, item: KernelItem) -> None:
+        self.item = item
+        self.rank = len(item.full)
+        self.leaves: dict[tuple[int, View, str], int] = {}
+        self.leaf_list: list[tuple[Any, View, DType]] = []
+        self.views: list[tuple[View, tuple[int, ...]]] = []
+        self.consts: list[tuple[Any, DType]] = []
+        self.nval = 0
+        self.nctx = 1  # ctx 0: the kernel index (rank = len(full))
+        self.ctx_rank = {0: self.rank}
+        # regions: list of (kind, instrs); reduce regions first (dependency order), then outputs
+        self.reduce_regions: list[tuple[Any, ...]] = []
+        self.red_of: dict[int, int] = {}  # reduce node id -> reduce slot
+        self.memo: dict[tuple[int, int, int], int] = {}
+        self.region = 0
+        self.cur: list[tuple[Any, ...]] = []
+        self.names: list[str] = []
+
+    def val(self) -> int:
+        self.nval += 1
+        return self.nval - 1
+
+    def emit(self, ins: tuple[Any, ...]) -> int:
+        v = self.val()
+        self.cur.append((v, *ins))
+        return v
+
+    def leaf(self, buf: Any, v: View, dtype: DType) -> int:
+        key = (id(buf), v, dtype.name)
+        slot = self.leaves.get(key)
+        if slot is None:
+            slot = self.leaves[key] = len(self.leaf_list)
+            self.leaf_list.append((buf, v, dtype))
+        return slot
+
+    def expr(self, node: Node, ctx: int) -> int:
+        node = node.resolve()
+        mk = (self.region, node.id, ctx)
+        got = self.memo.get(mk)
+        if got is not None:
+            return got
+        op = node.op
+        if op == "load":
+            buf, v = node.arg
+            out = self.emit(("load", self.leaf(buf, v, node.dtype), ctx, node.dtype.name))
+        elif op == "const":
+            self.consts.append((node.arg, node.dtype))
+            out = self.emit(("const", len(self.consts) - 1, node.dtype.name))
+        elif op == "iota":
+            out = self.emit(("iota", node.arg, ctx, node.dtype.name))
+        elif op == "ew":
+            srcs = tuple(self.expr(s, ctx) for s in node.srcs)
+            kinds = tuple(s.resolve().dtype.name for s in node.srcs)
+            out = self.emit(("ew", node.arg, srcs, kinds, node.dtype.name))
+            if len(self.names) < 4 and node.arg not in self.names:
+                self.names.append(node.arg)
+        elif op == "cast":
+            src = self.expr(node.srcs[0], ctx)
+            out = self.emit(("cast", src, node.srcs[0].resolve().dtype.name, node.dtype.name))
+        elif op == "view":
+            src = node.srcs[0].resolve()
+            v: View = node.arg
+            if src.op == "reduce" and is_expand_back(v, src) and src.id in self.red_of:
+                out = self.emit(("red", self.red_of[src.id]))
+            elif src.op == "reduce" and src.id in self.red_of:
+                raise AssertionError("a fused reduction is read through a non-broadcast view")
+            else:
+                self.views.append((v, src.shape))
+                nctx = self.nctx
+                self.nctx += 1
+                self.ctx_rank[nctx] = len(src.shape)
+                self.cur.append((-1, "ctx", nctx, len(self.views) - 1, ctx, len(v.shape),
+                                 len(src.shape)))
+                out = self.expr(src, nctx)
+        elif op == "reduce":
+            out = self.emit(("red", self.reduction(node)))
+        else:
+            raise NotImplementedError(op)
+        self.memo[mk] = out
+        return out
+
+    def reduction(self, node: Node) -> int:
+        slot = self.red_of.get(node.id)
+        if slot is not None:
+            return slot
+        # Lower the body into its own region (nested reductions first, by recursion).
+        saved_cur, saved_region = self.cur, self.region
+        self.cur = []
+        self.region = 1000 + len(self.reduce_regions) + len(self.red_of)
+        body = self.expr(node.srcs[0], 0)
+        instrs = tuple(self.cur)
+        self.cur, self.region = saved_cur, saved_region
+        slot = len(self.reduce_regions)
+        op = node.arg[0]
+        acc = storage_dtype(node.dtype).name
+        self.reduce_regions.append((op, acc, node.srcs[0].resolve().dtype.name, body, instrs))
+        self.red_of[node.id] = slot
+        if op not in self.names:
+            self.names.append(op)
+        return slot
+
+
+def lower(item: KernelItem, device: Any) -> Lowered:
+    lw = _Lowerer(item)
+    outs = []
+    for o in item.outputs:
+        root = o.node.resolve()
+        if item.chunks > 1:
+            # stage 1 of a split reduction: the root is the reduction itself
+            v = lw.val()
+            lw.cur.append((v, "red", lw.reduction(root)))
+            outs.append((v, o.node.dtype.name))
+            continue
+        if root.op == "reduce" and item.raxes and root.shape != item.full:
+            val = lw.emit(("red", lw.reduction(root)))
+        else:
+            val = lw.expr(root, 0)
+        outs.append((val, o.node.dtype.name))
+    out_instrs = tuple(lw.cur)
+
+    full = item.full
+    total = prod(full)
+    leaf_views = [v for _, v, _ in lw.leaf_list]
+    wide = total > INT32_LIMIT
+    for buf, v, dt in lw.leaf_list:
+        lo, hi = v.extent()
+        if hi > INT32_LIMIT or lo < -INT32_LIMIT:
+            wide = True
+    for o in item.outputs:
+        if o.view.extent()[1] > INT32_LIMIT:
+            wide = True
+    # Flat layout: every leaf and output is contiguous over the kernel shape, no index math.
+    flat = (not item.raxes and lw.nctx == 1 and
+            all(v.shape == full and v.is_contiguous for v in leaf_views) and
+            all(o.view.is_contiguous for o in item.outputs) and
+            not any(ins[1] == "iota" for ins in out_instrs if len(ins) > 1))
+    key = (
+        "k", len(full), item.raxes, item.chunks > 1, item.reduced_out, flat, wide,
+        tuple((dt.name, len(v.shape)) for _, v, dt in lw.leaf_list),
+        tuple((len(v.shape), len(s)) for v, s in lw.views),
+        tuple(dt.name for _, dt in lw.consts),
+        tuple(lw.reduce_regions), out_instrs, tuple(outs),
+        tuple(len(o.view.shape) for o in item.outputs),
+    )
+    return Lowered(
+        key=key, leaf_buffers=[b for b, _, _ in lw.leaf_list], leaf_views=leaf_views,
+        view_args=lw.views, const_values=lw.consts,
+        out_buffers=[o.buffer for o in item.outputs], out_views=[o.view for o in item.outputs],
+        full=full, raxes=item.raxes, chunks=item.chunks, flat=flat, wide=wide,
+        names=lw.names,
+    )
+
+
+def scalar_arg(value: Any, dtype: DType) -> Any:
+    """A constant as a kernel argument of the dtype's math type."""
+    if dtype.kind == "c":
+        c = complex(value)
+        npd = np.dtype([("x", np.float32), ("y", np.float32)]) if dtype.name == "complex64" \
+            else np.dtype([("x", np.float64), ("y", np.float64)])
+        return np.array((c.real, c.imag), dtype=npd)
+    if dtype.name in ("float16", "bfloat16"):
+        return np.float32(value)
+    if dtype.kind == "b":
+        return np.int32(bool(value))
+    return dtype.np.type(value)

@@ -1,0 +1,116 @@
+"""Compiler, realize: schedule pending nodes, look each kernel up by structure (render and build
+only on a miss), and launch it through the runtime with sizes, strides and offsets as args."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+import numpy as np
+
+from .. import _config
+from ..graph.ir import Node, View, contiguous_strides, prod
+from .lower import Lowered, lower, scalar_arg
+from .render import Renderer
+from .schedule import KernelItem, schedule
+
+_RENDERER = Renderer()
+# (device id, structural key, local size) -> (pyopencl Kernel, name)
+_KERNELS: dict[tuple[int, tuple[Any, ...], int], tuple[Any, str]] = {}
+STATS = {"launches": 0}
+
+
+def _kernel_name(lw: Lowered) -> str:
+    base = "_".join(lw.names) or "copy"
+    return "k_" + re.sub(r"[^a-zA-Z0-9_]", "", base)[:40]
+
+
+def _local_size(device: Any, lw: Lowered) -> int:
+    if not lw.raxes:
+        return 0
+    if device.kind == "cpu":
+        return 1  # PERF: PoCL runs one serial row per work-item fastest; barriers cost
+    rn = prod([lw.full[i] for i in lw.raxes])
+    if lw.chunks > 1:
+        rn = -(-rn // lw.chunks)
+    L = 32
+    while L < rn and L < 256:
+        L *= 2
+    return min(L, device.caps.max_work_group)
+
+
+def run_item(item: KernelItem, device: Any) -> None:
+    if _config.CONFIG.debug >= 2:
+        outs = ", ".join(f"{o.node.dtype.name}{list(o.view.shape)}" for o in item.outputs)
+        print(f"[clops] schedule: kernel over {list(item.full)} reduce axes {list(item.raxes)}"
+              f"{' chunks ' + str(item.chunks) if item.chunks > 1 else ''} -> {outs}",
+              file=sys.stderr)
+    lw = lower(item, device)
+    L = _local_size(device, lw)
+    ck = (id(device), lw.key, L)
+    hit = _KERNELS.get(ck)
+    if hit is None:
+        name = _kernel_name(lw)
+        src = _RENDERER.render(lw.key, L, name)
+        if _config.CONFIG.debug >= 1:
+            print(f"[clops] kernel {name}:\n{src}", file=sys.stderr)
+        prog = device.build(src)
+        hit = _KERNELS[ck] = (getattr(prog, name), name)
+    kernel, name = hit
+    launch(device, kernel, name, lw, L)
+
+
+def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
+    I = np.int64 if lw.wide else np.int32
+    args: list[Any] = []
+    flat = lw.flat
+    for buf, v in zip(lw.out_buffers, lw.out_views):
+        args += [buf, I(v.offset)]
+        if not flat:
+            args += [I(s) for s in v.strides]
+    for buf, v in zip(lw.leaf_buffers, lw.leaf_views):
+        args += [buf, I(v.offset)]
+        if not flat:
+            args += [I(s) for s in v.strides]
+    for v, src_shape in lw.view_args:
+        args.append(I(v.offset))
+        args += [I(s) for s in v.strides]
+        args += [I(n) for n in src_shape]
+        args += [I(p) for p in contiguous_strides(src_shape)]
+    for value, dt in lw.const_values:
+        args.append(scalar_arg(value, dt))
+    full = lw.full
+    if not flat:
+        args += [I(n) for n in full]
+    if lw.raxes:
+        rows = prod([n for i, n in enumerate(full) if i not in lw.raxes])
+        rn = prod([full[i] for i in lw.raxes])
+        args += [I(rows), I(rn)]
+        if lw.chunks > 1:
+            chunk = -(-rn // lw.chunks)
+            args += [I(lw.chunks), I(chunk)]
+            rows *= lw.chunks
+        if rows == 0:
+            return
+        gsize, lsize = (rows * L,), (L,)
+    else:
+        total = prod(full)
+        if total == 0:
+            return
+        args.append(I(total))
+        if device.kind == "cpu":
+            gsize, lsize = (total,), None
+        else:
+            wg = min(256, device.caps.max_work_group)
+            gsize, lsize = (-(-total // wg) * wg,), (wg,)
+    if _config.CONFIG.debug >= 1:
+        print(f"[clops] launch {name} global={gsize} local={lsize}", file=sys.stderr)
+    STATS["launches"] += 1
+    device.launch(kernel, gsize, lsize, args, reads=lw.leaf_buffers, writes=lw.out_buffers,
+                  name=name)
+
+
+def realize(targets: list[tuple[Node, Any, View | None]], device: Any) -> None:
+    """Compute ``targets`` (node, destination buffer or None, destination view or None)."""
+    schedule(targets, device, lambda item: run_item(item, device))

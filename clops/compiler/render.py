@@ -1,0 +1,318 @@
+"""Compiler, renderer: structural kernels (from lowering) to OpenCL C source. The backend seam:
+a renderer for another language subclasses ``Renderer`` and changes the class attributes and
+the few methods that spell loads, stores, indices and barriers."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from ..graph import dtypes
+from . import cl_ops
+
+RENDER_STATS = {"renders": 0}
+
+
+def _prelude() -> str:
+    return resources.files("clops.compiler").joinpath("cl/prelude.cl").read_text()
+
+
+class Renderer:
+    """OpenCL C. Class attributes name the language's spellings."""
+
+    kernel_prefix = "__kernel void"
+    global_ptr = "__global"
+    local_decl = "__local"
+    gid = "get_global_id(0)"
+    group_id = "get_group_id(0)"
+    local_id = "get_local_id(0)"
+    barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+    fp64_pragma = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#define CLOPS_FP64 1\n"
+
+    def __init__(self) -> None:
+        self._prelude: str | None = None
+
+    # -- types -------------------------------------------------------------------------------------
+    @staticmethod
+    def dt(name: str) -> dtypes.DType:
+        return dtypes.BY_NAME[name]
+
+    def math(self, name: str) -> str:
+        return self.dt(name).math
+
+    def load_expr(self, name: str, ptr: str, addr: str) -> str:
+        d = self.dt(name)
+        if d.name == "float16":
+            return f"vload_half({addr}, {ptr})"
+        if d.name == "bfloat16":
+            return f"clops_bf16_load({ptr}[{addr}])"
+        if d.kind == "b":
+            return f"(int)({ptr}[{addr}] != 0)"
+        return f"{ptr}[{addr}]"
+
+    def store_stmt(self, name: str, ptr: str, addr: str, val: str) -> str:
+        d = self.dt(name)
+        if d.name == "float16":
+            return f"vstore_half_rte({val}, {addr}, {ptr});"
+        if d.name == "bfloat16":
+            return f"{ptr}[{addr}] = clops_bf16_store({val});"
+        if d.kind == "b":
+            return f"{ptr}[{addr}] = (uchar)({val} != 0);"
+        return f"{ptr}[{addr}] = ({d.cl})({val});"
+
+    def storage_ptr_type(self, name: str) -> str:
+        d = self.dt(name)
+        return d.cl
+
+    def cast_expr(self, src: str, frm: str, to: str) -> str:
+        a, b = self.dt(frm), self.dt(to)
+        if a.kind == "c" and b.kind == "c":
+            return f"convert_{b.math}({src})"
+        if b.kind == "b":
+            return f"(int)({src}.x != 0 || {src}.y != 0)" if a.kind == "c" else \
+                f"(int)({src} != 0)"
+        if b.kind == "c":
+            real = "double" if b.name == "complex128" else "float"
+            return f"({b.math})(({real})({src}), ({real})0)"
+        if a.kind == "c":
+            return f"({b.math})({src}.x)"
+        return f"({b.math})({src})"
+
+    # -- the kernel --------------------------------------------------------------------------------
+    def render(self, key: tuple[Any, ...], local_size: int, name: str) -> str:
+        RENDER_STATS["renders"] += 1
+        (_, rank, raxes, chunked, reduced_out, flat, wide, leaves, views, consts, reductions,
+         out_instrs, outs, out_ranks) = key
+        idx = "long" if wide else "int"
+        self.idx = idx
+        self.rank = rank
+        self.leaves = leaves
+        self.flat = flat
+        self._types: dict[int, str] = {}
+        self._ctx_ranks: dict[int, int] = {0: rank}
+        self._red_types: dict[int, str] = {}
+        args: list[str] = []
+        for k, ((_, oname), orank) in enumerate(zip(outs, out_ranks)):
+            args.append(f"{self.global_ptr} {self.storage_ptr_type(oname)} *out{k}")
+            args.append(f"{idx} oo{k}")
+            if not flat:
+                args += [f"{idx} os{k}_{j}" for j in range(orank)]
+        for k, (lname, lrank) in enumerate(leaves):
+            args.append(f"{self.global_ptr} const {self.storage_ptr_type(lname)} *b{k}")
+            args.append(f"{idx} o{k}")
+            if not flat:
+                args += [f"{idx} s{k}_{j}" for j in range(lrank)]
+        for v, (vrank, srank) in enumerate(views):
+            args.append(f"{idx} vo{v}")
+            args += [f"{idx} vs{v}_{j}" for j in range(vrank)]
+            args += [f"{idx} vq{v}_{d}" for d in range(srank)]
+            args += [f"{idx} vp{v}_{d}" for d in range(srank)]
+        for k, cname in enumerate(consts):
+            args.append(f"{self.math(cname)} c{k}")
+        if not flat:
+            args += [f"{idx} n{j}" for j in range(rank)]
+        args.append(f"{idx} total")
+        if raxes:
+            args.append(f"{idx} rn")
+        if chunked:
+            args += [f"{idx} nchunks", f"{idx} chunk"]
+
+        body: list[str] = []
+        if not raxes:
+            body.append(f"{idx} gid = ({idx}){self.gid};")
+            body.append("if (gid >= total) return;")
+            if not flat:
+                body += self._unravel("gid", list(range(rank)))
+            body += self._instrs(out_instrs)
+            body += self._stores(outs, out_ranks)
+        else:
+            body += self._row_kernel(raxes, chunked, reduced_out, reductions, out_instrs, outs,
+                                     out_ranks, local_size)
+        uses_fp64 = any(n in ("float64", "complex128") for n in _names_in(key))
+        head = self.fp64_pragma if uses_fp64 else ""
+        if self._prelude is None:
+            self._prelude = _prelude()
+        src = head + self._prelude + "\n"
+        src += f"{self.kernel_prefix} {name}(\n    " + ",\n    ".join(args) + ")\n{\n"
+        src += "\n".join("    " + line for line in body) + "\n}\n"
+        return src
+
+    def _unravel(self, var: str, axes: list[int], prefix: str = "i") -> list[str]:
+        """Split ``var`` into the indices of ``axes`` (row-major over n{axis})."""
+        if not axes:
+            return []
+        lines = [f"{self.idx} t_{var} = {var};"]
+        for j in reversed(axes[1:]):
+            lines.append(f"{self.idx} {prefix}{j} = t_{var} % n{j}; t_{var} /= n{j};")
+        lines.append(f"{self.idx} {prefix}{axes[0]} = t_{var};")
+        return lines
+
+    def _addr(self, ctx: int, rank: int, offs: str, stride: str) -> str:
+        names = self._ctx_names(ctx, rank)
+        terms = [offs] + [f"{n}*{stride}{j}" for j, n in enumerate(names)]
+        return " + ".join(terms)
+
+    def _ctx_names(self, ctx: int, rank: int) -> list[str]:
+        return [f"i{j}" for j in range(rank)] if ctx == 0 else \
+            [f"x{ctx}_{d}" for d in range(rank)]
+
+    def _instrs(self, instrs: tuple[tuple[Any, ...], ...]) -> list[str]:
+        out: list[str] = []
+        types, ctx_ranks = self._types, self._ctx_ranks
+        for ins in instrs:
+            v, op = ins[0], ins[1]
+            if op == "ctx":
+                _, _, nctx, vslot, parent, vrank, srank = ins
+                ctx_ranks[nctx] = srank
+                pn = self._ctx_names(parent, vrank)
+                lin = " + ".join([f"vo{vslot}"] + [f"{n}*vs{vslot}_{j}" for j, n in enumerate(pn)])
+                out.append(f"{self.idx} l{nctx} = {lin};")
+                for d in range(srank):
+                    e = f"l{nctx} / vp{vslot}_{d}" if d < srank - 1 else f"l{nctx}"
+                    e = f"({e}) % vq{vslot}_{d}" if d > 0 else e
+                    out.append(f"{self.idx} x{nctx}_{d} = {e};")
+                continue
+            if op == "load":
+                _, _, slot, ctx, dname = ins
+                if self.flat:
+                    addr = f"o{slot} + gid"
+                else:
+                    addr = self._addr(ctx, self.leaves[slot][1], f"o{slot}", f"s{slot}_")
+                expr = self.load_expr(dname, f"b{slot}", addr)
+                t = self.math(dname)
+            elif op == "const":
+                _, _, slot, dname = ins
+                expr, t = f"c{slot}", self.math(dname)
+            elif op == "iota":
+                _, _, axis, ctx, dname = ins
+                names = self._ctx_names(ctx, ctx_ranks[ctx])
+                expr, t = f"({self.math(dname)}){names[axis]}", self.math(dname)
+            elif op == "ew":
+                _, _, fn, srcs, kinds, dname = ins
+                expr, t = self._ew(fn, srcs, kinds, dname), self.math(dname)
+            elif op == "cast":
+                _, _, src, frm, to = ins
+                expr, t = self.cast_expr(f"v{src}", frm, to), self.math(to)
+            elif op == "red":
+                _, _, slot = ins
+                expr, t = f"red{slot}", self._red_types[slot]
+            else:
+                raise NotImplementedError(op)
+            types[v] = t
+            out.append(f"{t} v{v} = {expr};")
+        return out
+
+    def _ew(self, fn: str, srcs: tuple[int, ...], kinds: tuple[str, ...], dname: str) -> str:
+        res = self.dt(dname)
+        if fn == "where":
+            operand = self.dt(kinds[1])
+            names = {"c": f"v{srcs[0]}", "a": f"v{srcs[1]}", "b": f"v{srcs[2]}"}
+        else:
+            operand = self.dt(kinds[0])
+            names = dict(zip("abc", (f"v{s}" for s in srcs)))
+        cat = cl_ops.category(operand.kind)
+        if cat == "c" and fn in cl_ops.COMPLEX_SPECIAL:
+            fn = cl_ops.COMPLEX_SPECIAL[fn]
+        table = cl_ops.EW.get(fn)
+        if table is None or cat not in table:
+            raise TypeError(f"{fn} is not defined for {operand.name} in the OpenCL renderer")
+        real = "double" if operand.name in ("complex128", "float64") else "float"
+        lo, hi = cl_ops.INT_LIMITS.get(operand.math, ("0", "0"))
+        return table[cat].format(T=res.math, R=real, BITS=operand.bits, MIN=lo, MAX=hi,
+                                 **names)
+
+    def _stores(self, outs: tuple[tuple[int, str], ...], out_ranks: tuple[int, ...]) -> list[str]:
+        lines = []
+        for k, ((val, oname), orank) in enumerate(zip(outs, out_ranks)):
+            addr = f"oo{k} + gid" if self.flat else self._addr(0, orank, f"oo{k}", f"os{k}_")
+            lines.append(self.store_stmt(oname, f"out{k}", addr, f"v{val}"))
+        return lines
+
+    def _row_kernel(self, raxes: tuple[int, ...], chunked: bool, reduced_out: bool,
+                    reductions: tuple[Any, ...], out_instrs: tuple[Any, ...],
+                    outs: tuple[Any, ...], out_ranks: tuple[int, ...], L: int) -> list[str]:
+        idx = self.idx
+        rank = self.rank
+        other = [j for j in range(rank) if j not in raxes]
+        lines = []
+        if chunked:
+            lines.append(f"{idx} g = ({idx}){self.group_id};")
+            lines.append(f"{idx} row = g / nchunks, ck = g % nchunks;")
+            lines.append(f"{idx} rbeg = ck * chunk, rend = min(rn, rbeg + chunk);")
+        else:
+            lines.append(f"{idx} row = ({idx}){self.group_id};")
+            lines.append(f"{idx} rbeg = 0, rend = rn;")
+        lines.append(f"{idx} lid = ({idx}){self.local_id};" if L > 1 else f"{idx} lid = 0;")
+        lines.append("if (row >= total) return;")
+        lines += self._unravel("row", other)
+        for j in raxes:
+            lines.append(f"{idx} i{j} = 0;")
+        for slot, (op, acc, src_name, body, instrs) in enumerate(reductions):
+            accd = self.dt(acc)
+            at = accd.math
+            self._red_types[slot] = at
+            cat = cl_ops.category(accd.kind)
+            lo, hi = cl_ops.INT_LIMITS.get(at, ("0", "0"))
+            ident = cl_ops.REDUCE_IDENTITY[op][cat].format(T=at, MIN=lo, MAX=hi)
+            comb = cl_ops.REDUCE_COMBINE[op][cat]
+            if L > 1:
+                lines.append(f"{self.local_decl} {at} scratch{slot}[{L}];")
+            lines.append(f"{at} red{slot};")
+            lines.append("{")
+            lines.append(f"    {at} acc = ({at})({ident});")
+            lines.append(f"    for ({idx} r = rbeg + lid; r < rend; r += {L}) {{")
+            inner = self._unravel_r(raxes)
+            inner += self._instrs(instrs)
+            src_t = self._types[body]
+            val = f"v{body}" if src_t == at else f"({at})(v{body})"
+            inner.append("acc = " + comb.format(a="acc", b=val, T=at) + ";")
+            lines += ["        " + s for s in inner]
+            lines.append("    }")
+            if L > 1:
+                lines.append(f"    scratch{slot}[lid] = acc;")
+                lines.append(f"    {self.barrier}")
+                lines.append(f"    for (int s = {L // 2}; s > 0; s >>= 1) {{")
+                lines.append(f"        if (lid < s) scratch{slot}[lid] = " + comb.format(
+                    a=f"scratch{slot}[lid]", b=f"scratch{slot}[lid + s]", T=at) + ";")
+                lines.append(f"        {self.barrier}")
+                lines.append("    }")
+                lines.append(f"    red{slot} = scratch{slot}[0];")
+            else:
+                lines.append(f"    red{slot} = acc;")
+            lines.append("}")
+        for j in raxes:
+            lines.append(f"i{j} = 0;")
+        if chunked:
+            lines.append(f"i{raxes[0]} = ck;")
+        if reduced_out or chunked:
+            lines.append("if (lid == 0) {")
+            lines += ["    " + s for s in self._instrs(out_instrs)]
+            lines += ["    " + s for s in self._stores(outs, out_ranks)]
+            lines.append("}")
+        else:
+            lines.append(f"for ({idx} r = lid; r < rn; r += {L}) {{")
+            inner = self._unravel_r(raxes)
+            inner += self._instrs(out_instrs)
+            inner += self._stores(outs, out_ranks)
+            lines += ["    " + s for s in inner]
+            lines.append("}")
+        return lines
+
+    def _unravel_r(self, raxes: tuple[int, ...]) -> list[str]:
+        lines = [f"{self.idx} t_r = r;"]
+        for j in reversed(raxes[1:]):
+            lines.append(f"i{j} = t_r % n{j}; t_r /= n{j};")
+        lines.append(f"i{raxes[0]} = t_r;")
+        return lines
+
+
+def _names_in(obj: Any) -> set[str]:
+    out: set[str] = set()
+    stack = [obj]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, tuple):
+            stack.extend(x)
+        elif isinstance(x, str):
+            out.add(x)
+    return out

@@ -1,0 +1,224 @@
+"""Compiler, scheduler: splits the pending graph into kernels. Elementwise, cast and movement
+nodes fuse into their consumer; a reduction fuses into the kernel that consumes it when it is
+over that kernel's row axes, so ``(a*b + c).sum(axis=1)``, softmax and RMSNorm are one kernel
+each. Everything else is materialized into a buffer first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from collections.abc import Callable
+from typing import Any
+
+from ..graph import dtypes
+from ..graph.ir import Node, Shape, View, load, prod
+
+# Nodes fused into one kernel before an intermediate is forced into a buffer.
+MAX_FUSED_NODES = 400
+
+
+@dataclass
+class Output:
+    node: Node
+    buffer: Any  # runtime Buffer
+    view: View  # where in the buffer (elements), shape == node.shape
+
+
+@dataclass
+class KernelItem:
+    """One kernel: iterate ``full`` (rows = index over non-``raxes`` axes), compute the fused
+    reductions of each row, then write ``outputs`` (all of one shape: ``full``, or ``full``
+    with ``raxes`` set to 1)."""
+
+    full: Shape
+    raxes: tuple[int, ...]
+    outputs: list[Output]
+    # Split reduction: the single fused reduction is computed in ``chunks`` parts per row.
+    chunks: int = 1
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def reduced_out(self) -> bool:
+        return bool(self.raxes) and self.outputs[0].node.shape != self.full
+
+
+def is_expand_back(v: View, red: Node) -> bool:
+    """Is view ``v`` (over ``red``'s row-major space) the broadcast of a keepdims reduction back
+    over its reduced axes?"""
+    op, axes = red.arg
+    src_shape = red.srcs[0].shape
+    if v.shape != src_shape or v.offset != 0:
+        return False
+    cs = View.contiguous(red.shape).strides
+    for i, (n, st) in enumerate(zip(v.shape, v.strides)):
+        if i in axes:
+            if st != 0 and n != 1:
+                return False
+        elif n != 1 and st != cs[i]:
+            return False
+    return True
+
+
+class _Analysis:
+    """Finds the kernel shape of a root and the nodes that must be materialized first."""
+
+    def __init__(self, root: Node) -> None:
+        self.root = root
+        self.full: Shape | None = None
+        self.raxes: tuple[int, ...] = ()
+        self.materialize: list[Node] = []
+        self._seen: set[tuple[int, str]] = set()
+        self.count = 0
+
+    def run(self) -> None:
+        r = self.root
+        if r.op == "reduce":
+            self.full, self.raxes = r.srcs[0].shape, r.arg[1]
+            self.walk(r.srcs[0], "full")
+        else:
+            self.walk(r, "out")
+        if self.full is None:
+            self.full, self.raxes = r.shape, ()
+
+    def _mat(self, n: Node) -> None:
+        if all(m is not n for m in self.materialize):
+            self.materialize.append(n)
+
+    def _claim(self, full: Shape, axes: tuple[int, ...]) -> bool:
+        if self.full is None:
+            self.full, self.raxes = full, axes
+            return True
+        return self.full == full and self.raxes == axes
+
+    def walk(self, node: Node, ctx: str) -> None:
+        node = node.resolve()
+        key = (node.id, ctx)
+        if key in self._seen or node.op in ("load", "const", "iota"):
+            return
+        self._seen.add(key)
+        self.count += 1
+        if self.count > MAX_FUSED_NODES and node is not self.root:
+            self._mat(node)
+            return
+        if node.op in ("ew", "cast"):
+            for s in node.srcs:
+                self.walk(s, ctx)
+        elif node.op == "view":
+            src = node.srcs[0].resolve()
+            if src.op == "reduce" and ctx in ("out", "full") and is_expand_back(node.arg, src):
+                ok = ctx == "full" or self.root.shape == node.shape
+                if ok and self._claim(src.srcs[0].shape, src.arg[1]):
+                    self.walk(src.srcs[0], "full")
+                    return
+                self._mat(src)
+                return
+            if src.op == "reduce":
+                self._mat(src)
+                return
+            self.walk(src, "other")
+        elif node.op == "reduce":
+            if ctx == "out" and node.shape == self.root.shape and \
+                    self._claim(node.srcs[0].shape, node.arg[1]):
+                self.walk(node.srcs[0], "full")
+                return
+            self._mat(node)
+        else:
+            raise NotImplementedError(f"cannot schedule node op {node.op!r}")
+
+
+def storage_dtype(d: dtypes.DType) -> dtypes.DType:
+    """The dtype partial results are kept in (the math type of half and bfloat16)."""
+    return dtypes.float32 if d.name in ("float16", "bfloat16") else d
+
+
+Runner = Callable[[KernelItem], None]
+
+
+def schedule(targets: list[tuple[Node, Any, View | None]], device: Any, run: Runner) -> None:
+    """Compute each target node into its buffer: ``run`` is called on each kernel in launch
+    order (it lowers and launches it at once, so that later kernels see earlier results as
+    loads). A target with no buffer gets a new contiguous one; computed nodes are marked
+    realized."""
+    _schedule(targets, device, run)
+
+
+def _new_output(node: Node, device: Any) -> Output:
+    buf = device.alloc(prod(node.shape) * node.dtype.itemsize)
+    return Output(node, buf, View.contiguous(node.shape))
+
+
+def _schedule(targets: list[tuple[Node, Any, View | None]], device: Any, run: Runner) -> None:
+    groups: dict[tuple[Shape, tuple[int, ...], Shape], list[Output]] = {}
+    for node, buf, v in targets:
+        n = node.resolve()
+        if n.op == "load" and buf is None:
+            continue
+        a = _Analysis(n)
+        a.run()
+        if a.materialize:
+            _schedule([(m, None, None) for m in a.materialize], device, run)
+            a = _Analysis(n)  # the materialized nodes are loads now
+            a.run()
+        out = _new_output(n, device) if buf is None else Output(n, buf, v or View.contiguous(
+            n.shape))
+        assert a.full is not None
+        groups.setdefault((a.full, a.raxes, n.shape), []).append(out)
+    for (full, raxes, _), outs in groups.items():
+        item = KernelItem(full, raxes, outs)
+        _maybe_split(item, device, run)
+        run(item)
+        for o in outs:
+            if o.node.op != "load" and o.view == View.contiguous(o.node.shape):
+                o.node.realized = load(o.buffer, o.view, o.node.dtype)
+
+
+def _single_reduce(item: KernelItem) -> Node | None:
+    """The one reduction of a reduced-output kernel with one output, if that is what it is."""
+    if len(item.outputs) != 1 or not item.reduced_out:
+        return None
+    found: list[Node] = []
+    seen: set[int] = set()
+
+    def walk(n: Node, inside: bool) -> None:
+        n = n.resolve()
+        if n.id in seen:
+            return
+        seen.add(n.id)
+        if n.op == "reduce":
+            found.append(n)
+        for s in n.srcs:
+            walk(s, inside or n.op == "reduce")
+
+    walk(item.outputs[0].node, False)
+    return found[0] if len(found) == 1 else None
+
+
+def _maybe_split(item: KernelItem, device: Any, run: Runner) -> None:
+    """Few long rows: compute the reduction in chunks first (stage 1, its own kernel), so that
+    every compute unit works; the item then reduces the chunks (stage 2)."""
+    rows = prod([n for i, n in enumerate(item.full) if i not in item.raxes])
+    rn = prod([item.full[i] for i in item.raxes])
+    cu = device.caps.compute_units
+    want = 4 * cu if device.kind == "cpu" else 2 * cu
+    if rn < 8192 or rows >= want:
+        return
+    red = _single_reduce(item)
+    if red is None or red.arg[0] not in ("sum", "prod", "max", "min", "any", "all"):
+        return
+    chunks = min(max(want // max(rows, 1), 2), rn // 2048)
+    if chunks < 2:
+        return
+    op, axes = red.arg
+    # Partials: the reduced shape with the first reduced axis holding the chunks.
+    pshape = tuple(chunks if i == axes[0] else n for i, n in enumerate(red.shape))
+    pdtype = storage_dtype(red.dtype)
+    pbuf = device.alloc(prod(pshape) * pdtype.itemsize)
+    pnode = Node("reduce", red.srcs, red.arg, pdtype, red.shape)
+    stage1 = KernelItem(item.full, item.raxes, [Output(pnode, pbuf, View.contiguous(pshape))],
+                        chunks=chunks)
+    run(stage1)
+    from ..graph.ir import reduce as mk_reduce
+
+    stage2 = mk_reduce(op, load(pbuf, View.contiguous(pshape), pdtype), axes, red.dtype)
+    red.realized = stage2
+    # Re-derive the item over the partials.
+    item.full = pshape

@@ -1,0 +1,227 @@
+"""Graph, IR: immutable lazy nodes (load, const, iota, elementwise, cast, reduce, view) and the
+strided views that movement ops produce without copying."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .dtypes import DType
+
+Shape = tuple[int, ...]
+
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def prod(xs: Sequence[int]) -> int:
+    return math.prod(xs)
+
+
+@dataclass(frozen=True)
+class View:
+    """Maps an index of ``shape`` to ``offset + sum(i_k * strides_k)`` in a linear space (a
+    buffer's elements, or the row-major index space of a lazy node)."""
+
+    shape: Shape
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    @staticmethod
+    def contiguous(shape: Sequence[int], offset: int = 0) -> View:
+        return View(tuple(shape), contiguous_strides(shape), offset)
+
+    @property
+    def is_contiguous(self) -> bool:
+        return all(st == c for st, c, n in zip(self.strides, contiguous_strides(self.shape),
+                                                self.shape) if n != 1)
+
+    def permute(self, axes: Sequence[int]) -> View:
+        return View(tuple(self.shape[a] for a in axes), tuple(self.strides[a] for a in axes),
+                    self.offset)
+
+    def expand(self, shape: Sequence[int]) -> View:
+        """Broadcast to ``shape`` (same rank; size-1 axes get stride 0)."""
+        return View(tuple(shape), tuple(0 if n != m else st for n, m, st in
+                                        zip(shape, self.shape, self.strides)), self.offset)
+
+    def slice(self, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int]) -> View:
+        """Per-axis python-slice semantics, with already normalized start/stop/step."""
+        off = self.offset
+        shape, strides = [], []
+        for st, start, stop, step in zip(self.strides, starts, stops, steps):
+            n = len(range(start, stop, step))
+            if n > 0:
+                off += start * st
+            shape.append(n)
+            strides.append(st * step)
+        return View(tuple(shape), tuple(strides), off)
+
+    def index(self, axis: int, i: int) -> View:
+        """Select one index along ``axis`` (the axis disappears)."""
+        return View(self.shape[:axis] + self.shape[axis + 1:],
+                    self.strides[:axis] + self.strides[axis + 1:],
+                    self.offset + i * self.strides[axis])
+
+    def reshape(self, shape: Sequence[int]) -> View | None:
+        """The same elements under a new shape, if expressible with strides (else None)."""
+        shape = tuple(shape)
+        if prod(shape) != prod(self.shape):
+            return None
+        if prod(shape) == 0:
+            return View.contiguous(shape, self.offset)
+        # Drop size-1 axes, then match groups of old axes to groups of new axes.
+        old = [(n, st) for n, st in zip(self.shape, self.strides) if n != 1]
+        new_strides: list[int] = []
+        oi = 0
+        new_nz = [n for n in shape if n != 1]
+        ni = 0
+        out_nz: list[int] = []
+        while ni < len(new_nz):
+            if oi >= len(old):
+                return None
+            # take old axes until their product equals the product of the new axes taken
+            o_prod, n_prod = old[oi][0], new_nz[ni]
+            o_end, n_end = oi + 1, ni + 1
+            while o_prod != n_prod:
+                if o_prod < n_prod:
+                    if o_end >= len(old):
+                        return None
+                    o_prod *= old[o_end][0]
+                    o_end += 1
+                else:
+                    if n_end >= len(new_nz):
+                        return None
+                    n_prod *= new_nz[n_end]
+                    n_end += 1
+            # the old group must be mergeable (row-major chained strides)
+            for k in range(oi, o_end - 1):
+                if old[k][1] != old[k + 1][1] * old[k + 1][0]:
+                    return None
+            st = old[o_end - 1][1]
+            group: list[int] = []
+            for n in reversed(new_nz[ni:n_end]):
+                group.append(st)
+                st *= n
+            out_nz.extend(reversed(group))
+            oi, ni = o_end, n_end
+        it = iter(out_nz)
+        for n in shape:
+            new_strides.append(0 if n == 1 else next(it))
+        return View(shape, tuple(new_strides), self.offset)
+
+    def extent(self) -> tuple[int, int]:
+        """Lowest and highest linear index touched (for bounds and index-width checks)."""
+        if prod(self.shape) == 0:
+            return self.offset, self.offset
+        lo = hi = self.offset
+        for n, st in zip(self.shape, self.strides):
+            if st > 0:
+                hi += (n - 1) * st
+            else:
+                lo += (n - 1) * st
+        return lo, hi
+
+
+_ids = itertools.count()
+
+
+class Node:
+    """One lazy value. ``op`` is one of:
+
+    - ``load``: a realized buffer; ``arg`` = (Buffer, View in elements of that buffer)
+    - ``const``: a scalar broadcast to ``shape``; ``arg`` = the Python value
+    - ``iota``: the index along axis ``arg`` (int64)
+    - ``ew``: elementwise function ``arg`` (a name of the function table) of ``srcs``
+    - ``cast``: ``srcs[0]`` converted to ``dtype``
+    - ``reduce``: ``arg`` = (op, axes); ``shape`` keeps the reduced axes as size 1
+    - ``view``: ``arg`` = View over the row-major index space of ``srcs[0]``
+    """
+
+    __slots__ = ("op", "srcs", "arg", "dtype", "shape", "id", "realized", "depth",
+                 "__weakref__")
+
+    def __init__(self, op: str, srcs: tuple[Node, ...], arg: Any, dtype: DType,
+                 shape: Shape) -> None:
+        self.op = op
+        self.srcs = srcs
+        self.arg = arg
+        self.dtype = dtype
+        self.shape = shape
+        self.id = next(_ids)
+        self.realized: Node | None = None  # a load node once computed
+        self.depth: int = 1 + max((s.depth for s in srcs), default=0)
+
+    def resolve(self) -> Node:
+        """This node, or the load node it was realized into."""
+        n = self
+        while n.realized is not None:
+            n = n.realized
+        return n
+
+    @property
+    def is_load(self) -> bool:
+        return self.op == "load"
+
+    def __repr__(self) -> str:
+        return f"<Node {self.op} {self.arg if self.op != 'load' else ''} {self.dtype.name} " \
+               f"{self.shape}>"
+
+
+def load(buffer: Any, view: View, dtype: DType) -> Node:
+    return Node("load", (), (buffer, view), dtype, view.shape)
+
+
+def const(value: Any, dtype: DType, shape: Shape = ()) -> Node:
+    return Node("const", (), value, dtype, tuple(shape))
+
+
+def iota(axis: int, shape: Shape, dtype: DType) -> Node:
+    return Node("iota", (), axis, dtype, tuple(shape))
+
+
+def ew(fn: str, srcs: Sequence[Node], dtype: DType) -> Node:
+    shape = srcs[0].shape
+    for s in srcs[1:]:
+        if s.shape != shape:
+            raise ValueError(f"elementwise {fn}: shapes {[x.shape for x in srcs]} differ "
+                             "(broadcast first)")
+    return Node("ew", tuple(srcs), fn, dtype, shape)
+
+
+def cast(src: Node, dtype: DType) -> Node:
+    if src.dtype == dtype:
+        return src
+    return Node("cast", (src,), None, dtype, src.shape)
+
+
+def reduce(op: str, src: Node, axes: Sequence[int], dtype: DType | None = None) -> Node:
+    axes = tuple(sorted(set(axes)))
+    shape = tuple(1 if i in axes else n for i, n in enumerate(src.shape))
+    return Node("reduce", (src,), (op, axes), dtype or src.dtype, shape)
+
+
+def movement(src: Node, fn: Callable[[View], View | None]) -> Node:
+    """Apply a movement (a function on Views: permute, expand, slice, reshape...) to ``src``.
+    On a load or a view it changes the strides in place of a new node; where a reshape is not
+    expressible with strides, a new view node indexes ``src``'s row-major space."""
+    if src.op in ("load", "view"):
+        v = fn(src.arg[1] if src.op == "load" else src.arg)
+        if v is not None:
+            if src.op == "load":
+                return load(src.arg[0], v, src.dtype)
+            return Node("view", src.srcs, v, src.dtype, v.shape)
+    base = fn(View.contiguous(src.shape))
+    if base is None:
+        raise ValueError(f"movement of shape {src.shape} is not expressible")
+    if src.op == "const":
+        return const(src.arg, src.dtype, base.shape)
+    return Node("view", (src,), base, src.dtype, base.shape)
