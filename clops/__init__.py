@@ -19,6 +19,7 @@ from .runtime import (
 
 from .array.api import *  # noqa: F403  (the Array API namespace)
 from .array.api import __all__ as _array_all
+from .compiler.jit import jit
 
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"

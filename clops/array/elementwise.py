@@ -61,6 +61,9 @@ TABLE: dict[str, tuple[int, str, str]] = {
 }
 
 
+_KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
 def default_float(device: runtime.CLDevice | None = None) -> DType:
     return _dt.float32
 
@@ -140,7 +143,11 @@ def _operands(args: tuple[Any, ...], fn: str) -> tuple[list[ir.Node], runtime.CL
                 info = __import__("numpy").iinfo(sd.np)
                 if not info.min <= a <= info.max:
                     raise OverflowError(f"{fn}: Python int {a} does not fit {sd}")
-            dtype = _dt.promote_types(dtype, sd) if sd != dtype else dtype
+            # A scalar of a higher kind (float next to int, say) sets the dtype, as numpy does.
+            if _KIND_RANK[sd.kind] > _KIND_RANK[dtype.kind]:
+                dtype = sd
+            elif sd != dtype:
+                dtype = _dt.promote_types(dtype, sd)
             nodes.append(ir.const(a, sd))
     shape = broadcast_shapes(*(n.shape for n in nodes if n is not None))
     out = []

@@ -140,6 +140,9 @@ class Tensor:
     # -- host transfer -----------------------------------------------------------------------------
     def to_numpy(self) -> np.ndarray:
         """Copy to a new numpy array (waits for the device). bfloat16 comes back as float32."""
+        from ..compiler.jit import check_not_recording
+
+        check_not_recording("reading a tensor to the host")
         t = self.contiguous()
         n = t._load
         buf, v = n.arg
@@ -322,7 +325,8 @@ def realize(*tensors: Tensor) -> None:
             node = t._node.resolve()
             # A pure reshape of a computed node: compute the node, reshape its buffer.
             if node.op == "view" and node.arg.offset == 0 and node.arg.is_contiguous and \
-                    prod(node.arg.shape) == prod(node.srcs[0].shape):
+                    prod(node.arg.shape) == prod(node.srcs[0].shape) and \
+                    node.srcs[0].resolve().op != "load":
                 src = node.srcs[0].resolve()
                 targets.append((src, None, None))
                 finish.append((t, src, node.shape))

@@ -57,7 +57,7 @@ EW.update({
     "logaddexp": {"f": "(isnan({a}) || isnan({b}) ? {a} + {b} : {a} == {b} ? {a} + "
                        "log(({T})2) : fmax({a}, {b}) + log1p(exp(-fabs({a} - {b}))))"},
     # floor division and remainder with Python's signs; integer x // 0 gives 0, not a trap
-    "floor_divide": {"f": "floor({a} / {b})",
+    "floor_divide": {"f": "ffloordiv_{T}({a}, {b})",
                      "i": "({b} == 0 ? ({T})0 : ({T})({a} / {b} - (({a} % {b} != 0) && "
                           "(({a} < 0) != ({b} < 0)))))",
                      "u": "({b} == 0 ? ({T})0 : ({T})({a} / {b}))"},

@@ -52,6 +52,7 @@ class _Lowerer:
         self.red_of: dict[int, int] = {}  # reduce node id -> reduce slot
         self.memo: dict[tuple[int, int, int], int] = {}
         self.region = 0
+        self.nregions = 0
         self.cur: list[tuple[Any, ...]] = []
         self.names: list[str] = []
 
@@ -99,8 +100,14 @@ class _Lowerer:
         elif op == "view":
             src = node.srcs[0].resolve()
             v: View = node.arg
-            if src.op == "reduce" and is_expand_back(v, src) and src.id in self.red_of:
-                out = self.emit(("red", self.red_of[src.id]))
+            item = self.item
+            if item.raxes and is_expand_back(v, src, item.full, item.raxes):
+                # per-row value broadcast back: evaluate src with the reduced axes at 0
+                nctx = self.nctx
+                self.nctx += 1
+                self.ctx_rank[nctx] = self.rank
+                self.cur.append((-1, "rowctx", nctx))
+                out = self.expr(src, nctx)
             elif src.op == "reduce" and src.id in self.red_of:
                 raise AssertionError("a fused reduction is read through a non-broadcast view")
             else:
@@ -125,7 +132,8 @@ class _Lowerer:
         # Lower the body into its own region (nested reductions first, by recursion).
         saved_cur, saved_region = self.cur, self.region
         self.cur = []
-        self.region = 1000 + len(self.reduce_regions) + len(self.red_of)
+        self.nregions += 1
+        self.region = self.nregions
         body = self.expr(node.srcs[0], 0)
         instrs = tuple(self.cur)
         self.cur, self.region = saved_cur, saved_region
@@ -150,7 +158,7 @@ def lower(item: KernelItem, device: Any) -> Lowered:
             lw.cur.append((v, "red", lw.reduction(root)))
             outs.append((v, o.node.dtype.name))
             continue
-        if root.op == "reduce" and item.raxes and root.shape != item.full:
+        if root.op == "reduce" and item.reduced_out:
             val = lw.emit(("red", lw.reduction(root)))
         else:
             val = lw.expr(root, 0)

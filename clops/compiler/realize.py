@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _config
 from ..graph.ir import Node, View, contiguous_strides, prod
+from . import jit
 from .lower import Lowered, lower, scalar_arg
 from .render import Renderer
 from .schedule import KernelItem, schedule
@@ -55,8 +56,7 @@ def run_item(item: KernelItem, device: Any) -> None:
         src = _RENDERER.render(lw.key, L, name)
         if _config.CONFIG.debug >= 1:
             print(f"[clops] kernel {name}:\n{src}", file=sys.stderr)
-        prog = device.build(src)
-        hit = _KERNELS[ck] = (getattr(prog, name), name)
+        hit = _KERNELS[ck] = (device.kernel(src, name), name)
     kernel, name = hit
     launch(device, kernel, name, lw, L)
 
@@ -107,6 +107,9 @@ def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
     if _config.CONFIG.debug >= 1:
         print(f"[clops] launch {name} global={gsize} local={lsize}", file=sys.stderr)
     STATS["launches"] += 1
+    if jit.RECORDING:
+        jit.RECORDING[-1].append((kernel, gsize, lsize, args, list(lw.leaf_buffers),
+                                  list(lw.out_buffers), name))
     device.launch(kernel, gsize, lsize, args, reads=lw.leaf_buffers, writes=lw.out_buffers,
                   name=name)
 

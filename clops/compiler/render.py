@@ -91,6 +91,8 @@ class Renderer:
         self._types: dict[int, str] = {}
         self._ctx_ranks: dict[int, int] = {0: rank}
         self._red_types: dict[int, str] = {}
+        self._row_ctx: set[int] = set()
+        self._raxes = raxes
         args: list[str] = []
         for k, ((_, oname), orank) in enumerate(zip(outs, out_ranks)):
             args.append(f"{self.global_ptr} {self.storage_ptr_type(oname)} *out{k}")
@@ -153,6 +155,8 @@ class Renderer:
         return " + ".join(terms)
 
     def _ctx_names(self, ctx: int, rank: int) -> list[str]:
+        if ctx in self._row_ctx:
+            return ["0" if j in self._raxes else f"i{j}" for j in range(rank)]
         return [f"i{j}" for j in range(rank)] if ctx == 0 else \
             [f"x{ctx}_{d}" for d in range(rank)]
 
@@ -161,6 +165,10 @@ class Renderer:
         types, ctx_ranks = self._types, self._ctx_ranks
         for ins in instrs:
             v, op = ins[0], ins[1]
+            if op == "rowctx":
+                self._row_ctx.add(ins[2])
+                ctx_ranks[ins[2]] = self.rank
+                continue
             if op == "ctx":
                 _, _, nctx, vslot, parent, vrank, srank = ins
                 ctx_ranks[nctx] = srank

@@ -32,30 +32,41 @@ class KernelItem:
     full: Shape
     raxes: tuple[int, ...]
     outputs: list[Output]
+    # Outputs hold one value per row (decided by the graph's structure, not by sizes).
+    reduced_out: bool = False
     # Split reduction: the single fused reduction is computed in ``chunks`` parts per row.
     chunks: int = 1
     meta: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def reduced_out(self) -> bool:
-        return bool(self.raxes) and self.outputs[0].node.shape != self.full
 
-
-def is_expand_back(v: View, red: Node) -> bool:
-    """Is view ``v`` (over ``red``'s row-major space) the broadcast of a keepdims reduction back
-    over its reduced axes?"""
-    op, axes = red.arg
-    src_shape = red.srcs[0].shape
-    if v.shape != src_shape or v.offset != 0:
+def is_expand_back(v: View, src: Node, full: Shape, raxes: tuple[int, ...]) -> bool:
+    """Is view ``v`` (over ``src``'s row-major space) the broadcast of a row-level value (shape
+    ``full`` with ``raxes`` set to 1) back over the rows of a kernel of shape ``full``?"""
+    if v.shape != full or v.offset != 0 or len(src.shape) != len(full):
         return False
-    cs = View.contiguous(red.shape).strides
-    for i, (n, st) in enumerate(zip(v.shape, v.strides)):
-        if i in axes:
-            if st != 0 and n != 1:
+    cs = View.contiguous(src.shape).strides
+    for a, (n, st) in enumerate(zip(v.shape, v.strides)):
+        if a in raxes:
+            if src.shape[a] != 1 or (st != 0 and n != 1):
                 return False
-        elif n != 1 and st != cs[i]:
+        elif src.shape[a] != n or (n != 1 and st != cs[a]):
             return False
     return True
+
+
+def _first_reduce(node: Node) -> Node | None:
+    """A reduction reachable from ``node`` through elementwise ops and casts only."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop().resolve()
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        if n.op == "reduce":
+            return n
+        if n.op in ("ew", "cast"):
+            stack.extend(n.srcs)
+    return None
 
 
 class _Analysis:
@@ -66,6 +77,7 @@ class _Analysis:
         self.full: Shape | None = None
         self.raxes: tuple[int, ...] = ()
         self.materialize: list[Node] = []
+        self.reduced_out = False
         self._seen: set[tuple[int, str]] = set()
         self.count = 0
 
@@ -73,6 +85,7 @@ class _Analysis:
         r = self.root
         if r.op == "reduce":
             self.full, self.raxes = r.srcs[0].shape, r.arg[1]
+            self.reduced_out = True
             self.walk(r.srcs[0], "full")
         else:
             self.walk(r, "out")
@@ -89,6 +102,22 @@ class _Analysis:
             return True
         return self.full == full and self.raxes == axes
 
+    def row_view(self, v: View, src: Node, ctx: str) -> bool:
+        """Can view ``v`` of ``src`` be evaluated per row (a broadcast back over the kernel's
+        reduced axes)? Claims the kernel shape from a reduction inside ``src`` if unset."""
+        if ctx == "other":
+            return False
+        if self.full is not None:
+            return bool(self.raxes) and (ctx != "out" or self.root.shape == self.full) and \
+                is_expand_back(v, src, self.full, self.raxes)
+        red = _first_reduce(src)
+        if red is None or self.root.shape != v.shape:
+            return False
+        full, axes = red.srcs[0].shape, red.arg[1]
+        if full == v.shape and is_expand_back(v, src, full, axes):
+            return self._claim(full, axes)
+        return False
+
     def walk(self, node: Node, ctx: str) -> None:
         node = node.resolve()
         key = (node.id, ctx)
@@ -104,23 +133,21 @@ class _Analysis:
                 self.walk(s, ctx)
         elif node.op == "view":
             src = node.srcs[0].resolve()
-            if src.op == "reduce" and ctx in ("out", "full") and is_expand_back(node.arg, src):
-                ok = ctx == "full" or self.root.shape == node.shape
-                if ok and self._claim(src.srcs[0].shape, src.arg[1]):
-                    self.walk(src.srcs[0], "full")
-                    return
+            if self.row_view(node.arg, src, ctx):
+                self.walk(src, "row")
+            elif src.op == "reduce":
                 self._mat(src)
-                return
-            if src.op == "reduce":
-                self._mat(src)
-                return
-            self.walk(src, "other")
+            else:
+                self.walk(src, "other")
         elif node.op == "reduce":
-            if ctx == "out" and node.shape == self.root.shape and \
-                    self._claim(node.srcs[0].shape, node.arg[1]):
+            src_shape, axes = node.srcs[0].shape, node.arg[1]
+            if ctx == "out" and node.shape == self.root.shape and self._claim(src_shape, axes):
+                self.reduced_out = True
                 self.walk(node.srcs[0], "full")
-                return
-            self._mat(node)
+            elif ctx == "row" and self.full == src_shape and self.raxes == axes:
+                self.walk(node.srcs[0], "full")
+            else:
+                self._mat(node)
         else:
             raise NotImplementedError(f"cannot schedule node op {node.op!r}")
 
@@ -147,7 +174,7 @@ def _new_output(node: Node, device: Any) -> Output:
 
 
 def _schedule(targets: list[tuple[Node, Any, View | None]], device: Any, run: Runner) -> None:
-    groups: dict[tuple[Shape, tuple[int, ...], Shape], list[Output]] = {}
+    groups: dict[tuple[Shape, tuple[int, ...], Shape, bool], list[Output]] = {}
     for node, buf, v in targets:
         n = node.resolve()
         if n.op == "load" and buf is None:
@@ -161,9 +188,9 @@ def _schedule(targets: list[tuple[Node, Any, View | None]], device: Any, run: Ru
         out = _new_output(n, device) if buf is None else Output(n, buf, v or View.contiguous(
             n.shape))
         assert a.full is not None
-        groups.setdefault((a.full, a.raxes, n.shape), []).append(out)
-    for (full, raxes, _), outs in groups.items():
-        item = KernelItem(full, raxes, outs)
+        groups.setdefault((a.full, a.raxes, n.shape, a.reduced_out), []).append(out)
+    for (full, raxes, _, reduced), outs in groups.items():
+        item = KernelItem(full, raxes, outs, reduced_out=reduced)
         _maybe_split(item, device, run)
         run(item)
         for o in outs:
@@ -214,7 +241,7 @@ def _maybe_split(item: KernelItem, device: Any, run: Runner) -> None:
     pbuf = device.alloc(prod(pshape) * pdtype.itemsize)
     pnode = Node("reduce", red.srcs, red.arg, pdtype, red.shape)
     stage1 = KernelItem(item.full, item.raxes, [Output(pnode, pbuf, View.contiguous(pshape))],
-                        chunks=chunks)
+                        reduced_out=True, chunks=chunks)
     run(stage1)
     from ..graph.ir import reduce as mk_reduce
 

@@ -41,6 +41,16 @@ inline R fremainder_##R(R a, R b) {                                             
     R r = fmod(a, b);                                                                    \
     if (r != 0 && ((r < 0) != (b < 0))) r += b;                                          \
     return r == 0 ? copysign((R)0, b) : r;                                               \
+}                                                                                        \
+inline R ffloordiv_##R(R a, R b) {                                                       \
+    /* floor(a / b) computed from fmod, exact where a / b rounds up across an integer */  \
+    if (b == 0) return a / b;                                                            \
+    R m = fmod(a, b);                                                                    \
+    R d = (a - m) / b;                                                                   \
+    if (m != 0 && ((b < 0) != (m < 0))) d -= 1;                                          \
+    if (d == 0) return copysign((R)0, a / b);                                            \
+    R f = floor(d);                                                                      \
+    return (d - f > (R)0.5) ? f + 1 : f;                                                 \
 }
 
 CLOPS_DEF_COMPLEX(float, float2)
