@@ -159,6 +159,29 @@ def _operands(args: tuple[Any, ...], fn: str) -> tuple[list[ir.Node], runtime.CL
     return out, dev, dtype
 
 
+def _is_squeeze(n: ir.Node) -> bool:
+    """A view that only drops or adds size-1 axes of a computed node (as keepdims=False does)."""
+    if n.op != "view" or n.srcs[0].resolve().op == "load":
+        return False
+    v = n.arg
+    src = n.srcs[0].shape
+    return v.offset == 0 and v.is_contiguous and \
+        [d for d in v.shape if d != 1] == [d for d in src if d != 1]
+
+
+def lifted(nodes: list[ir.Node], make: Any) -> ir.Node:
+    """Build ``make(nodes)`` at the unsqueezed shape of a squeezed operand, then squeeze the
+    result: reductions keep their reduced axes through elementwise chains, so the chain fuses
+    into the reduction's kernel (``tanh(x @ w + b)`` is one kernel)."""
+    sq = next((n for n in nodes if _is_squeeze(n)), None)
+    if sq is None:
+        return make(nodes)
+    shape, full = sq.shape, sq.srcs[0].shape
+    ins = [sq.srcs[0] if n is sq else ir.movement(n, lambda v: v.reshape(full)) for n in nodes]
+    out = make(ins)
+    return ir.movement(out, lambda v: v.reshape(shape))
+
+
 def apply(fn: str, *args: Any) -> Tensor:
     """Apply table function ``fn`` with broadcasting and promotion."""
     arity, cat, result = TABLE[fn]
@@ -182,7 +205,7 @@ def apply(fn: str, *args: Any) -> Tensor:
         return Tensor(nodes[0], dev)
     if fn in ("real",) and dtype.kind != "c":
         return Tensor(nodes[0], dev)
-    return Tensor(ir.ew(fn, nodes, rd), dev)
+    return Tensor(lifted(nodes, lambda ns: ir.ew(fn, ns, rd)), dev)
 
 
 def where(condition: Tensor, x1: Any, x2: Any, /) -> Tensor:
@@ -199,7 +222,7 @@ def where(condition: Tensor, x1: Any, x2: Any, /) -> Tensor:
     c = broadcast_node(ir.cast(condition._node.resolve(), _dt.bool_), shape)
     a = broadcast_node(ir.cast(nodes[0], dtype), shape)
     b = broadcast_node(ir.cast(nodes[1], dtype), shape)
-    return Tensor(ir.ew("where", [c, a, b], dtype), dev)
+    return Tensor(lifted([c, a, b], lambda ns: ir.ew("where", ns, dtype)), dev)
 
 
 def _make(fn: str) -> Any:

@@ -72,8 +72,9 @@ def _first_reduce(node: Node) -> Node | None:
 class _Analysis:
     """Finds the kernel shape of a root and the nodes that must be materialized first."""
 
-    def __init__(self, root: Node) -> None:
+    def __init__(self, root: Node, boundaries: set[int] | None = None) -> None:
         self.root = root
+        self.boundaries = boundaries or set()
         self.full: Shape | None = None
         self.raxes: tuple[int, ...] = ()
         self.materialize: list[Node] = []
@@ -125,7 +126,8 @@ class _Analysis:
             return
         self._seen.add(key)
         self.count += 1
-        if self.count > MAX_FUSED_NODES and node is not self.root:
+        if node.id in self.boundaries or (self.count > MAX_FUSED_NODES and node is not
+                                          self.root):
             self._mat(node)
             return
         if node.op in ("ew", "cast"):
@@ -174,20 +176,25 @@ def _new_output(node: Node, device: Any) -> Output:
 
 
 def _schedule(targets: list[tuple[Node, Any, View | None]], device: Any, run: Runner) -> None:
-    groups: dict[tuple[Shape, tuple[int, ...], Shape, bool], list[Output]] = {}
-    for node, buf, v in targets:
-        n = node.resolve()
-        if n.op == "load" and buf is None:
-            continue
-        a = _Analysis(n)
+    todo = [(node.resolve(), buf, v) for node, buf, v in targets]
+    todo = [(n, buf, v) for n, buf, v in todo if not (n.op == "load" and buf is None)]
+    # A target inside another target's graph is computed first and read, not recomputed.
+    ids = {n.id for n, _, _ in todo}
+    for n, _, _ in todo:
+        a = _Analysis(n, boundaries=ids - {n.id})
         a.run()
         if a.materialize:
             _schedule([(m, None, None) for m in a.materialize], device, run)
-            a = _Analysis(n)  # the materialized nodes are loads now
-            a.run()
+    groups: dict[tuple[Shape, tuple[int, ...], Shape, bool], list[Output]] = {}
+    for node, buf, v in todo:
+        n = node.resolve()
+        if n.op == "load" and buf is None:
+            continue  # computed above, as a dependency of another target
+        a = _Analysis(n)
+        a.run()
+        assert not a.materialize and a.full is not None
         out = _new_output(n, device) if buf is None else Output(n, buf, v or View.contiguous(
             n.shape))
-        assert a.full is not None
         groups.setdefault((a.full, a.raxes, n.shape, a.reduced_out), []).append(out)
     for (full, raxes, _, reduced), outs in groups.items():
         item = KernelItem(full, raxes, outs, reduced_out=reduced)

@@ -1,0 +1,90 @@
+"""Rendering without a device: lowered kernels become OpenCL C with the right loads, stores,
+index widths and reduction trees. Buffers here are stand-ins; nothing is built or launched."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from clops.compiler.lower import lower
+from clops.compiler.render import Renderer
+from clops.compiler.schedule import KernelItem, Output
+from clops.graph import dtypes as dt
+from clops.graph import ir
+from clops.graph.ir import View
+
+
+class FakeBuffer:
+    """Stands in for a device buffer: lowering only needs its identity."""
+
+
+def _render(item: KernelItem, local: int = 1) -> str:
+    lw = lower(item, SimpleNamespace(kind="cpu"))
+    return Renderer().render(lw.key, local, "k_test")
+
+
+def _load(shape, dtype=dt.float32, view=None):
+    return ir.load(FakeBuffer(), view or View.contiguous(shape), dtype)
+
+
+def test_flat_elementwise_has_no_index_math():
+    a, b = _load((64,)), _load((64,))
+    n = ir.ew("add", [ir.ew("multiply", [a, b], dt.float32), a], dt.float32)
+    src = _render(KernelItem((64,), (), [Output(n, FakeBuffer(), View.contiguous((64,)))]))
+    assert "b0[o0 + gid]" in src and "%" not in src.split("__kernel")[1]
+    assert "int gid" in src
+
+
+def test_strided_and_broadcast_loads_use_strides():
+    a = _load((4, 5))
+    b = ir.movement(_load((5,)), lambda v: v.reshape((1, 5)).expand((4, 5)))
+    n = ir.ew("subtract", [ir.movement(a, lambda v: v.permute((1, 0)).permute((1, 0))), b],
+              dt.float32)
+    out = Output(n, FakeBuffer(), View((4, 5), (1, 4), 0))  # a transposed destination
+    src = _render(KernelItem((4, 5), (), [out]))
+    assert "s1_0" in src and "os0_1" in src and "t_gid % n1" in src
+
+
+def test_half_and_bfloat16_are_storage_types():
+    h = _load((8,), dt.float16)
+    bf = _load((8,), dt.bfloat16)
+    n = ir.ew("add", [ir.cast(h, dt.float32), ir.cast(bf, dt.float32)], dt.float32)
+    n = ir.cast(n, dt.float16)
+    src = _render(KernelItem((8,), (), [Output(n, FakeBuffer(), View.contiguous((8,)))]))
+    assert "vload_half(" in src and "clops_bf16_load(" in src and "vstore_half_rte(" in src
+    assert "__global const half" in src
+
+
+def test_wide_indices_past_two_to_the_31():
+    big = (3, 2**30)
+    n = ir.ew("negative", [_load(big)], dt.float32)
+    src = _render(KernelItem(big, (), [Output(n, FakeBuffer(), View.contiguous(big))]))
+    assert "long gid" in src and "int gid" not in src
+
+
+def test_reduction_with_local_tree_and_fused_epilogue():
+    x = _load((16, 128))
+    red = ir.reduce("sum", ir.ew("multiply", [x, x], dt.float32), (1,))
+    root = ir.ew("sqrt", [red], dt.float32)
+    item = KernelItem((16, 128), (1,), [Output(root, FakeBuffer(), View.contiguous((16, 1)))],
+                      reduced_out=True)
+    src = _render(item, local=64)
+    assert "__local float scratch0[64]" in src and "barrier(CLK_LOCAL_MEM_FENCE)" in src
+    assert "sqrt(" in src and "get_group_id(0)" in src
+
+
+def test_complex_and_fp64_pragma():
+    c = _load((4,), dt.complex128)
+    n = ir.ew("multiply", [c, c], dt.complex128)
+    src = _render(KernelItem((4,), (), [Output(n, FakeBuffer(), View.contiguous((4,)))]))
+    assert "cl_khr_fp64" in src and "double2" in src
+
+
+def test_same_structure_same_key_new_shape():
+    def key(shape):
+        a = _load(shape)
+        n = ir.ew("exp", [a], dt.float32)
+        return lower(KernelItem(shape, (), [Output(n, FakeBuffer(), View.contiguous(shape))]),
+                     SimpleNamespace(kind="cpu")).key
+
+    assert key((3, 4)) == key((100, 7))
+    assert key((3, 4)) != key((3, 4, 5))
