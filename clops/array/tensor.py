@@ -302,7 +302,8 @@ class Tensor:
 
 def _flush_readers(buf: Any, exclude: Tensor | None = None) -> None:
     """Compute every pending tensor that reads ``buf`` (before it is overwritten)."""
-    pend = [t for t in list(_PENDING.values()) if t is not exclude and t._node.resolve().op != "load"]
+    pend = [t for t in list(_PENDING.values())
+            if t is not exclude and t._node.resolve().op != "load"]
     todo = [t for t in pend if _reads_buffer(t._node, buf)]
     if todo:
         realize(*todo)

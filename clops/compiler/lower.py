@@ -169,7 +169,7 @@ def lower(item: KernelItem, device: Any) -> Lowered:
     total = prod(full)
     leaf_views = [v for _, v, _ in lw.leaf_list]
     wide = total > INT32_LIMIT
-    for buf, v, dt in lw.leaf_list:
+    for v in leaf_views:
         lo, hi = v.extent()
         if hi > INT32_LIMIT or lo < -INT32_LIMIT:
             wide = True
@@ -183,11 +183,11 @@ def lower(item: KernelItem, device: Any) -> Lowered:
             not any(ins[1] == "iota" for ins in out_instrs if len(ins) > 1))
     key = (
         "k", len(full), item.raxes, item.chunks > 1, item.reduced_out, flat, wide,
-        tuple((dt.name, len(v.shape)) for _, v, dt in lw.leaf_list),
+        tuple((dt.name, len(v.shape), _unit_last(v)) for _, v, dt in lw.leaf_list),
         tuple((len(v.shape), len(s)) for v, s in lw.views),
         tuple(dt.name for _, dt in lw.consts),
         tuple(lw.reduce_regions), out_instrs, tuple(outs),
-        tuple(len(o.view.shape) for o in item.outputs),
+        tuple((len(o.view.shape), _unit_last(o.view)) for o in item.outputs),
     )
     return Lowered(
         key=key, leaf_buffers=[b for b, _, _ in lw.leaf_list], leaf_views=leaf_views,
@@ -196,6 +196,12 @@ def lower(item: KernelItem, device: Any) -> Lowered:
         full=full, raxes=item.raxes, chunks=item.chunks, flat=flat, wide=wide,
         names=lw.names,
     )
+
+
+def _unit_last(v: View) -> bool:
+    """Layout class of an operand: unit stride on its last axis (lets the renderer drop a
+    multiply and the device compiler vectorize)."""
+    return bool(v.shape) and v.strides[-1] == 1
 
 
 def scalar_arg(value: Any, dtype: DType) -> Any:

@@ -31,7 +31,7 @@ def _local_size(device: Any, lw: Lowered) -> int:
     if not lw.raxes:
         return 0
     if device.kind == "cpu":
-        return 1  # PERF: PoCL runs one serial row per work-item fastest; barriers cost
+        return 1  # PERF: on PoCL a serial row per work-item with unrolled accumulators wins
     rn = prod([lw.full[i] for i in lw.raxes])
     if lw.chunks > 1:
         rn = -(-rn // lw.chunks)

@@ -28,6 +28,7 @@ class Renderer:
     local_id = "get_local_id(0)"
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     fp64_pragma = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#define CLOPS_FP64 1\n"
+    unroll = 8  # accumulators of a serial (one work-item) reduction
 
     def __init__(self) -> None:
         self._prelude: str | None = None
@@ -94,12 +95,12 @@ class Renderer:
         self._row_ctx: set[int] = set()
         self._raxes = raxes
         args: list[str] = []
-        for k, ((_, oname), orank) in enumerate(zip(outs, out_ranks)):
+        for k, ((_, oname), (orank, _)) in enumerate(zip(outs, out_ranks)):
             args.append(f"{self.global_ptr} {self.storage_ptr_type(oname)} *out{k}")
             args.append(f"{idx} oo{k}")
             if not flat:
                 args += [f"{idx} os{k}_{j}" for j in range(orank)]
-        for k, (lname, lrank) in enumerate(leaves):
+        for k, (lname, lrank, _) in enumerate(leaves):
             args.append(f"{self.global_ptr} const {self.storage_ptr_type(lname)} *b{k}")
             args.append(f"{idx} o{k}")
             if not flat:
@@ -149,9 +150,14 @@ class Renderer:
         lines.append(f"{self.idx} {prefix}{axes[0]} = t_{var};")
         return lines
 
-    def _addr(self, ctx: int, rank: int, offs: str, stride: str) -> str:
+    def _addr(self, ctx: int, rank: int, offs: str, stride: str, unit_last: bool = False
+              ) -> str:
         names = self._ctx_names(ctx, rank)
-        terms = [offs] + [f"{n}*{stride}{j}" for j, n in enumerate(names)]
+        terms = [offs]
+        for j, n in enumerate(names):
+            if n == "0":
+                continue
+            terms.append(n if unit_last and j == rank - 1 else f"{n}*{stride}{j}")
         return " + ".join(terms)
 
     def _ctx_names(self, ctx: int, rank: int) -> list[str]:
@@ -185,7 +191,8 @@ class Renderer:
                 if self.flat:
                     addr = f"o{slot} + gid"
                 else:
-                    addr = self._addr(ctx, self.leaves[slot][1], f"o{slot}", f"s{slot}_")
+                    _, lrank, unit = self.leaves[slot]
+                    addr = self._addr(ctx, lrank, f"o{slot}", f"s{slot}_", unit)
                 expr = self.load_expr(dname, f"b{slot}", addr)
                 t = self.math(dname)
             elif op == "const":
@@ -231,8 +238,9 @@ class Renderer:
 
     def _stores(self, outs: tuple[tuple[int, str], ...], out_ranks: tuple[int, ...]) -> list[str]:
         lines = []
-        for k, ((val, oname), orank) in enumerate(zip(outs, out_ranks)):
-            addr = f"oo{k} + gid" if self.flat else self._addr(0, orank, f"oo{k}", f"os{k}_")
+        for k, ((val, oname), (orank, unit)) in enumerate(zip(outs, out_ranks)):
+            addr = f"oo{k} + gid" if self.flat else self._addr(0, orank, f"oo{k}", f"os{k}_",
+                                                                unit)
             lines.append(self.store_stmt(oname, f"out{k}", addr, f"v{val}"))
         return lines
 
@@ -255,7 +263,7 @@ class Renderer:
         lines += self._unravel("row", other)
         for j in raxes:
             lines.append(f"{idx} i{j} = 0;")
-        for slot, (op, acc, src_name, body, instrs) in enumerate(reductions):
+        for slot, (op, acc, _src, body, instrs) in enumerate(reductions):
             accd = self.dt(acc)
             at = accd.math
             self._red_types[slot] = at
@@ -268,14 +276,32 @@ class Renderer:
             lines.append(f"{at} red{slot};")
             lines.append("{")
             lines.append(f"    {at} acc = ({at})({ident});")
-            lines.append(f"    for ({idx} r = rbeg + lid; r < rend; r += {L}) {{")
-            inner = self._unravel_r(raxes)
-            inner += self._instrs(instrs)
-            src_t = self._types[body]
-            val = f"v{body}" if src_t == at else f"({at})(v{body})"
-            inner.append("acc = " + comb.format(a="acc", b=val, T=at) + ";")
-            lines += ["        " + s for s in inner]
-            lines.append("    }")
+            if L == 1:
+                # PERF: independent accumulators over unrolled steps let a CPU compiler
+                # vectorize the loads and combines (a single chain of adds cannot be).
+                U = self.unroll
+                lines.append(f"    {at} " + ", ".join(f"acc{u} = ({at})({ident})"
+                                                        for u in range(U)) + ";")
+                lines.append(f"    {idx} r = rbeg;")
+                lines.append(f"    for (; r + {U} <= rend; r += {U}) {{")
+                for u in range(U):
+                    lines.append("        {")
+                    step = self._reduce_step(raxes, instrs, body, at, comb, f"acc{u}",
+                                             f"r + {u}")
+                    lines += ["            " + s for s in step]
+                    lines.append("        }")
+                lines.append("    }")
+                lines.append("    for (; r < rend; r++) {")
+                lines += ["        " + s for s in self._reduce_step(raxes, instrs, body, at,
+                                                                    comb, "acc", "r")]
+                lines.append("    }")
+                for u in range(U):
+                    lines.append("    acc = " + comb.format(a="acc", b=f"acc{u}", T=at) + ";")
+            else:
+                lines.append(f"    for ({idx} r = rbeg + lid; r < rend; r += {L}) {{")
+                lines += ["        " + s for s in self._reduce_step(raxes, instrs, body, at,
+                                                                    comb, "acc", "r")]
+                lines.append("    }")
             if L > 1:
                 lines.append(f"    scratch{slot}[lid] = acc;")
                 lines.append(f"    {self.barrier}")
@@ -306,8 +332,16 @@ class Renderer:
             lines.append("}")
         return lines
 
-    def _unravel_r(self, raxes: tuple[int, ...]) -> list[str]:
-        lines = [f"{self.idx} t_r = r;"]
+    def _reduce_step(self, raxes: tuple[int, ...], instrs: tuple[Any, ...], body: int, at: str,
+                     comb: str, acc: str, r: str) -> list[str]:
+        lines = self._unravel_r(raxes, r)
+        lines += self._instrs(instrs)
+        val = f"v{body}" if self._types[body] == at else f"({at})(v{body})"
+        lines.append(f"{acc} = " + comb.format(a=acc, b=val, T=at) + ";")
+        return lines
+
+    def _unravel_r(self, raxes: tuple[int, ...], r: str = "r") -> list[str]:
+        lines = [f"{self.idx} t_r = {r};"]
         for j in reversed(raxes[1:]):
             lines.append(f"i{j} = t_r % n{j}; t_r /= n{j};")
         lines.append(f"i{raxes[0]} = t_r;")

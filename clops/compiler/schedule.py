@@ -5,8 +5,8 @@ each. Everything else is materialized into a buffer first."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..graph import dtypes

@@ -1,0 +1,163 @@
+"""Generated kernels against their peers, same device, same run: the fused chain
+``a*b + c*d - e*0.5``, ``sum`` and row softmax, each beside numpy, a hand-written pyopencl
+kernel (the chain) and the device's copy bandwidth (the ceiling).
+
+    python bench/bench_compiler.py [--device SEL] [--n 16777216] [--repeat 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pyopencl as cl
+
+import clops
+
+HAND_CHAIN = """
+__kernel void chain(__global const float *a, __global const float *b, __global const float *c,
+                    __global const float *d, __global const float *e, __global float *out) {
+    size_t i = get_global_id(0);
+    out[i] = a[i] * b[i] + c[i] * d[i] - e[i] * 0.5f;
+}
+"""
+COPY = """
+__kernel void copy(__global const float4 *src, __global float4 *dst) {
+    size_t i = get_global_id(0);
+    dst[i] = src[i];
+}
+"""
+
+
+def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--device", default=None)
+    p.add_argument("--n", type=int, default=1 << 24)
+    p.add_argument("--rows", type=int, default=4096)
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--json", default="bench/results/compiler.json")
+    args = p.parse_args(argv)
+    dev = clops.device(args.device)
+    q = dev.queue.cl_queue
+    n = args.n
+    rng = np.random.default_rng(0)
+    host = [rng.standard_normal(n, dtype=np.float32) for _ in range(5)]
+    a, b, c, d, e = (clops.asarray(x, device=dev) for x in host)
+    clops.synchronize()
+    rows = []
+
+    def add(name: str, nbytes: int, t: float, peer: str, tpeer: float, ceiling: float) -> None:
+        gbs = nbytes / t / 1e9
+        rows.append({"bench": name, "ms": t * 1e3, "GB/s": gbs, "peer": peer,
+                     "peer_ms": tpeer * 1e3, "speedup_vs_peer": tpeer / t,
+                     "fraction_of_copy_bw": gbs / ceiling})
+
+    # Device ceiling: a float4 copy kernel.
+    src = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, n * 4)
+    dst = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, n * 4)
+    copy_k = cl.Program(dev.context, COPY).build().copy
+
+    def copy_run() -> None:
+        copy_k(q, (n // 4,), None, src, dst)
+        q.finish()
+
+    t_copy = median_seconds(copy_run, args.repeat)
+    copy_bw = 2 * n * 4 / t_copy / 1e9
+
+    # 1. fused chain: clops vs numpy vs a hand-written kernel
+    def clops_chain() -> None:
+        (a * b + c * d - e * 0.5).realize()
+        dev.queue.finish()
+
+    hand = cl.Program(dev.context, HAND_CHAIN).build().chain
+    out = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, n * 4)
+    bufs = [x.buffer.mem for x in (a, b, c, d, e)]
+
+    def hand_chain() -> None:
+        hand(q, (n,), None, *bufs, out)
+        q.finish()
+
+    ha, hb, hc, hd, he = host
+
+    def numpy_chain() -> None:
+        ha * hb + hc * hd - he * np.float32(0.5)
+
+    got = np.asarray(a * b + c * d - e * 0.5)
+    assert np.allclose(got, ha * hb + hc * hd - he * np.float32(0.5), atol=1e-5)
+    t_clops = median_seconds(clops_chain, args.repeat)
+    t_hand = median_seconds(hand_chain, args.repeat)
+    t_np = median_seconds(numpy_chain, args.repeat)
+    add("chain a*b+c*d-e*0.5 (clops)", 6 * n * 4, t_clops, "numpy", t_np, copy_bw)
+    rows[-1]["vs_hand_kernel"] = t_hand / t_clops
+    add("chain (hand pyopencl kernel)", 6 * n * 4, t_hand, "numpy", t_np, copy_bw)
+
+    # 2. sum of n floats
+    def clops_sum() -> None:
+        a.sum().realize()
+        dev.queue.finish()
+
+    assert abs(float(a.sum()) - float(ha.astype(np.float64).sum())) < 1e-3 * n ** 0.5
+    add("sum (clops)", n * 4, median_seconds(clops_sum, args.repeat), "numpy",
+        median_seconds(lambda: ha.sum(), args.repeat), copy_bw)
+
+    # 3. row softmax
+    r = args.rows
+    xs = rng.standard_normal((r, r), dtype=np.float32)
+    x = clops.asarray(xs, device=dev)
+
+    def softmax(t: clops.Tensor) -> clops.Tensor:
+        ex = clops.exp(t - clops.max(t, axis=-1, keepdims=True))
+        return ex / clops.sum(ex, axis=-1, keepdims=True)
+
+    def np_softmax() -> None:
+        ex = np.exp(xs - xs.max(-1, keepdims=True))
+        ex / ex.sum(-1, keepdims=True)
+
+    def clops_softmax() -> None:
+        softmax(x).realize()
+        dev.queue.finish()
+
+    with clops.profile() as prof:
+        ref = np.asarray(softmax(x))
+    ex = np.exp(xs - xs.max(-1, keepdims=True))
+    assert np.allclose(ref, ex / ex.sum(-1, keepdims=True), atol=1e-6)
+    add(f"softmax {r}x{r} (clops, {prof.kernel_count} kernel)", 2 * r * r * 4,
+        median_seconds(clops_softmax, max(3, args.repeat // 4)), "numpy",
+        median_seconds(np_softmax, max(3, args.repeat // 4)), copy_bw)
+
+    print(f"device: {dev.name} ({dev.platform_version}); copy ceiling {copy_bw:.1f} GB/s "
+          f"(median of {args.repeat})")
+    print(f"| {'benchmark':<36} | {'ms':>8} | {'GB/s':>7} | {'peer':>6} | {'peer ms':>8} "
+          f"| {'x peer':>6} | {'of copy bw':>10} |")
+    print("|" + "|".join("-" * w for w in (38, 10, 9, 8, 10, 8, 12)) + "|")
+    for row in rows:
+        print(f"| {row['bench']:<36} | {row['ms']:>8.2f} | {row['GB/s']:>7.1f} | "
+              f"{row['peer']:>6} | {row['peer_ms']:>8.2f} | {row['speedup_vs_peer']:>6.2f} | "
+              f"{row['fraction_of_copy_bw']:>10.2f} |")
+    print(f"chain vs hand kernel: {rows[0]['vs_hand_kernel']:.2f}x")
+    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump({"device": dev.name, "platform": dev.platform_version, "copy_GBps": copy_bw,
+                   "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
