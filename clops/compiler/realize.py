@@ -32,12 +32,8 @@ def _local_size(device: Any, lw: Lowered) -> int:
         return 0
     if device.kind == "cpu":
         return 1  # PERF: on PoCL a serial row per work-item with unrolled accumulators wins
-    rn = prod([lw.full[i] for i in lw.raxes])
-    if lw.chunks > 1:
-        rn = -(-rn // lw.chunks)
-    L = 32
-    while L < rn and L < 256:
-        L *= 2
+    # One work-group size for every shape, so a new shape never needs a new program.
+    L = 256
     return min(L, device.caps.max_work_group)
 
 

@@ -3,13 +3,14 @@ the tracked launch and copy paths that every kernel and transfer of clops goes t
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -23,6 +24,7 @@ from .pool import Buffer, BufferPool
 from .program import ProgramCache
 
 _PROBE_LOCK = threading.Lock()
+_COMPLETE = cl.command_execution_status.COMPLETE
 
 
 def cache_dir() -> str:
@@ -107,11 +109,13 @@ class CLQueue:
     __slots__ = ("device", "cl_queue", "in_order", "index")
 
     def __init__(self, device: CLDevice, out_of_order: bool = False, index: int = 0) -> None:
-        props = cl.command_queue_properties.PROFILING_ENABLE
+        props: int = cl.command_queue_properties.PROFILING_ENABLE
         if out_of_order:
             props |= cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
         try:
-            q = cl.CommandQueue(device.context, device.cl_device, properties=props)
+            # The stubs type the flags as an enum; pyopencl takes (and its constants are) ints.
+            q = cl.CommandQueue(device.context, device.cl_device,
+                                properties=props)  # type: ignore[arg-type]
         except cl.Error as e:
             if not out_of_order:
                 raise
@@ -145,7 +149,7 @@ class CLQueue:
 
 
 def _wait_list(wait_for: Sequence[Any]) -> list[cl.Event]:
-    out = []
+    out: list[cl.Event] = []
     for e in wait_for:
         ev = e.cl_event if isinstance(e, Event) else e
         if ev is not None:
@@ -174,10 +178,18 @@ class CLDevice:
         self.selector = selector
         self.context = cl.Context([self.cl_device])
         self.queues: list[CLQueue] = []
+        self._queue_lock = threading.Lock()
+        # NOTE: set_args and enqueue are two driver calls on one shared kernel object; a second
+        # thread launching the same kernel in between would run with the other thread's args.
+        self._launch_lock = threading.Lock()
+        self._host_copies: collections.deque[cl.Event] = collections.deque()
+        self._host_copies_scan_at = 256
+        self._host_copies_lock = threading.Lock()
         self.queue = self.create_queue()
         self.pool = BufferPool(self, _config.CONFIG.memory_limit)
         # NVIDIA's driver caches builds on disk itself.
         disk = _config.CONFIG.disk_cache and entry.backend != "nvidia"
+        self._kernels: dict[tuple[str, tuple[str, ...], str], cl.Kernel] = {}
         self.programs = ProgramCache(self, os.path.join(cache_dir(), "programs") if disk else None)
 
     # -- capabilities ----------------------------------------------------------------------------
@@ -202,9 +214,9 @@ class CLDevice:
     @cached_property
     def caps(self) -> DeviceCaps:
         base = self._static_caps()
-        saved = _load_probes().get(self.key, {})
+        saved: dict[str, Any] = _load_probes().get(self.key, {})
         fields = {k: saved[k] for k in ("fp16", "nvidia_ptx", "builds") if k in saved}
-        return DeviceCaps(**{**asdict(base), **fields})
+        return replace(base, **fields)
 
     @property
     def key(self) -> str:
@@ -219,7 +231,8 @@ class CLDevice:
         with _PROBE_LOCK:
             result = {"fp16": self._probe_fp16, "nvidia_ptx": self._probe_ptx,
                       "builds": self._probe_builds}[what]()
-            self.__dict__["caps"] = DeviceCaps(**{**asdict(self.caps), what: result})
+            update: dict[str, Any] = {what: result}
+            self.__dict__["caps"] = replace(self.caps, **update)
             probes = _load_probes()
             probes.setdefault(self.key, {})[what] = result
             _save_probes(probes)
@@ -269,13 +282,34 @@ class CLDevice:
     # -- queues ------------------------------------------------------------------------------------
     def create_queue(self, out_of_order: bool = False) -> CLQueue:
         """A new queue on this device's context (in-order unless ``out_of_order``)."""
-        q = CLQueue(self, out_of_order, index=len(self.queues))
-        self.queues.append(q)
+        with self._queue_lock:
+            q = CLQueue(self, out_of_order, index=len(self.queues))
+            self.queues.append(q)
         return q
 
     def synchronize(self) -> None:
         for q in self.queues:
             q.finish()
+        with self._host_copies_lock:
+            self._host_copies.clear()  # all complete now: dropping them cannot block
+
+    def _keep_until_done(self, event: cl.Event) -> None:
+        """Hold a non-blocking host copy's event until the copy is complete.
+
+        NOTE: pyopencl's event for such a copy guards the host array and, when its last
+        reference goes, waits for the copy without releasing the GIL. Dependency tracking
+        drops events as soon as newer work supersedes them, which would stall the host there
+        (forever, behind a user event). Held here, an event is dropped only once complete."""
+        with self._host_copies_lock:
+            held = self._host_copies
+            while held and held[0].command_execution_status == _COMPLETE:
+                held.popleft()
+            held.append(event)
+            if len(held) > self._host_copies_scan_at:
+                # The oldest is still pending (a long queue, or another queue): sweep them all.
+                live = [e for e in held if e.command_execution_status != _COMPLETE]
+                self._host_copies = collections.deque(live)
+                self._host_copies_scan_at = max(256, 2 * len(live))
 
     # -- memory ------------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> Buffer:
@@ -287,6 +321,15 @@ class CLDevice:
     # -- programs ----------------------------------------------------------------------------------
     def build(self, source: str, options: Sequence[str] = ()) -> cl.Program:
         return self.programs.build(source, tuple(options))
+
+    def kernel(self, source: str, name: str, options: Sequence[str] = ()) -> cl.Kernel:
+        """A kernel object of a (cached) program; one object per (source, options, name).
+        NOTE: a kernel object holds its arguments, so launches set them each time."""
+        key = (source, tuple(options), name)
+        k = self._kernels.get(key)
+        if k is None:
+            k = self._kernels[key] = cl.Kernel(self.build(source, options), name)
+        return k
 
     # -- tracked launches and copies ---------------------------------------------------------------
     def launch(self, kernel: cl.Kernel, global_size: Sequence[int],
@@ -304,17 +347,41 @@ class CLDevice:
                 deps.append(lw[0])
         for b in writes:
             deps.extend(b.write_deps(q))
-        kernel.set_args(*[a.mem if isinstance(a, Buffer) else a for a in args])
-        ev = cl.enqueue_nd_range_kernel(q.cl_queue, kernel, global_size, local_size,
-                                        wait_for=deps or None)
+        cl_args = [a.mem if isinstance(a, Buffer) else a for a in args]
+        gsize = tuple(global_size)
+        lsize = tuple(local_size) if local_size is not None else None
+        with self._launch_lock:
+            kernel.set_args(*cl_args)
+            ev = cl.enqueue_nd_range_kernel(q.cl_queue, kernel, gsize, lsize,
+                                            wait_for=deps or None)
         for b in reads:
             b.mark_read(ev, q)
         for b in writes:
             b.mark_write(ev, q)
         if profiler.ACTIVE:
             profiler.record(name or kernel.function_name, "kernel", self.name, ev,
-                            queue=q.index, global_size=list(global_size))
+                            queue=q.index, global_size=list(gsize))
         return Event(ev, q)
+
+    def enqueue_prepared(self, launches: Sequence[tuple[cl.Kernel, Sequence[int],
+                                                        Sequence[int] | None, str]],
+                         queue: CLQueue | None = None) -> None:
+        """Enqueue kernels whose arguments are already set, in order, with no dependency
+        tracking: for launch plans that own their buffers on one in-order queue (a decode
+        step is then only its enqueues)."""
+        q = queue or self.queue
+        if not q.in_order:
+            raise ValueError("prepared launches need an in-order queue")
+        cq = q.cl_queue
+        enqueue = cl.enqueue_nd_range_kernel
+        if profiler.ACTIVE:
+            for kernel, g, l, name in launches:
+                ev = enqueue(cq, kernel, g, l)
+                profiler.record(name or kernel.function_name, "kernel", self.name, ev,
+                                queue=q.index, global_size=list(g))
+            return
+        for kernel, g, l, _ in launches:
+            enqueue(cq, kernel, g, l)
 
     def write(self, buf: Buffer, host: np.ndarray, offset: int = 0,
               queue: CLQueue | None = None, wait_for: Sequence[Any] = (),
@@ -322,10 +389,14 @@ class CLDevice:
         """Host -> device copy into ``buf`` at byte ``offset``. Non-blocking by default: keep
         ``host`` alive and unchanged until the event completes (the event holds it)."""
         q = queue or self.queue
-        deps = _wait_list(wait_for) + buf.write_deps(q)
         host = np.ascontiguousarray(host)
+        if host.nbytes == 0:
+            return Event(None, q)  # OpenCL rejects zero-byte copies
+        deps = _wait_list(wait_for) + buf.write_deps(q)
         ev = cl.enqueue_copy(q.cl_queue, buf.mem, host, dst_offset=offset,
                              is_blocking=blocking, wait_for=deps or None)
+        if not blocking:
+            self._keep_until_done(ev)
         buf.mark_write(ev, q)
         if profiler.ACTIVE:
             profiler.record("host_to_device", "copy", self.name, ev, host.nbytes, q.index)
@@ -336,11 +407,13 @@ class CLDevice:
              blocking: bool = True) -> Event:
         """Device -> host copy from ``buf`` at byte ``offset`` into the contiguous ``host``."""
         q = queue or self.queue
-        deps = _wait_list(wait_for) + buf.read_deps(q)
         if host.nbytes == 0:
-            return Event(None, q)
+            return Event(None, q)  # OpenCL rejects zero-byte copies
+        deps = _wait_list(wait_for) + buf.read_deps(q)
         ev = cl.enqueue_copy(q.cl_queue, host, buf.mem, src_offset=offset,
                              is_blocking=blocking, wait_for=deps or None)
+        if not blocking:
+            self._keep_until_done(ev)
         buf.mark_read(ev, q)
         if profiler.ACTIVE:
             profiler.record("device_to_host", "copy", self.name, ev, host.nbytes, q.index)

@@ -1,0 +1,42 @@
+// Elementwise activations and softmax, float32.
+
+inline float silu(float v) { return v / (1.0f + exp(-v)); }
+
+// tanh form of GELU, as GPT-2 style models use it.
+inline float gelu_tanh(float v) {
+    return 0.5f * v * (1.0f + tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+}
+
+// Exact GELU via erf.
+inline float gelu_erf(float v) { return 0.5f * v * (1.0f + erf(v * 0.7071067811865476f)); }
+
+// h[m, f] = act(gu[m, f]) * gu[m, F + f]: the gated MLP of Llama (act = SiLU) after a fused
+// gate/up projection. Work geometry: global (F, M).
+__kernel void glu(__global float *h, __global const float *gu, int F, int act) {
+    const int f = get_global_id(0), m = get_global_id(1);
+    __global const float *r = gu + (size_t)m * 2 * F;
+    float g = r[f];
+    float a = act == 0 ? silu(g) : act == 1 ? gelu_tanh(g) : gelu_erf(g);
+    h[(size_t)m * F + f] = a * r[F + f];
+}
+
+// y = act(x) over n contiguous values (act 0 SiLU, 1 GELU tanh, 2 GELU erf).
+__kernel void unary(__global float *y, __global const float *x, int x_off, int n, int act) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    float v = x[x_off + i];
+    y[i] = act == 0 ? silu(v) : act == 1 ? gelu_tanh(v) : gelu_erf(v);
+}
+
+// Row softmax over the last axis (rows K long). Work geometry: global (M).
+__kernel void softmax(__global float *y, __global const float *x, int x_off, int K) {
+    const int m = get_global_id(0);
+    __global const float *xr = x + x_off + (size_t)m * K;
+    __global float *yr = y + (size_t)m * K;
+    float mx = -INFINITY;
+    for (int k = 0; k < K; ++k) mx = fmax(mx, xr[k]);
+    float s = 0.0f;
+    for (int k = 0; k < K; ++k) { float e = exp(xr[k] - mx); yr[k] = e; s += e; }
+    float inv = 1.0f / s;
+    for (int k = 0; k < K; ++k) yr[k] *= inv;
+}

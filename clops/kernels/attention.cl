@@ -1,0 +1,172 @@
+// Rotary embeddings, the KV cache, and scaled-dot-product attention (causal, grouped-query).
+//
+//   HEAD_DIM  D, a multiple of 4
+//   ROPE_NEOX 1: rotate split halves (i, i + D/2) as Hugging Face Llama/Qwen2 do;
+//             0: rotate adjacent pairs (2i, 2i + 1) as GGUF llama weights expect
+//
+// The KV cache of a layer is k[KV][max_seq][D] and v[KV][max_seq][D], float32.
+// state[0] is the position of the first row of the current batch, on the device, so that a
+// decode step needs no argument changed from the host.
+
+#ifndef ROPE_NEOX
+#define ROPE_NEOX 1
+#endif
+#define D4 (HEAD_DIM / 4)
+
+inline int2 pair_index(int i) {
+#if ROPE_NEOX
+    return (int2)(i, i + HEAD_DIM / 2);
+#else
+    return (int2)(2 * i, 2 * i + 1);
+#endif
+}
+
+inline float2 rotate(float a, float b, float ang) {
+    float c, s = sincos(ang, &c);
+    return (float2)(a * c - b * s, a * s + b * c);
+}
+
+// After the fused QKV projection: rotate q and k, write q to q_out [M][H][D] and k, v into the
+// cache at their positions. qkv rows are [q (H*D) | k (KV*D) | v (KV*D)], ld_qkv apart.
+// Work geometry: global (D/2, H + 2*KV, M).
+__kernel void rope_store(__global float *q_out, __global const float *qkv, int ld_qkv,
+                         __global float *kc, __global float *vc, __global const int *state,
+                         __global const float *inv_freq, int H, int KV, int max_seq) {
+    const int i = get_global_id(0), h = get_global_id(1), m = get_global_id(2);
+    const int pos = state[0] + m;
+    __global const float *row = qkv + (size_t)m * ld_qkv;
+    const int2 p = pair_index(i);
+    if (h < H + KV) {
+        __global const float *src = row + h * HEAD_DIM;
+        float2 r = rotate(src[p.x], src[p.y], (float)pos * inv_freq[i]);
+        __global float *dst = h < H ? q_out + ((size_t)m * H + h) * HEAD_DIM
+                                    : kc + ((size_t)(h - H) * max_seq + pos) * HEAD_DIM;
+        dst[p.x] = r.x;
+        dst[p.y] = r.y;
+    } else {
+        const int kvh = h - H - KV;
+        __global const float *src = row + (H + KV + kvh) * HEAD_DIM;
+        __global float *dst = vc + ((size_t)kvh * max_seq + pos) * HEAD_DIM;
+        dst[2 * i] = src[2 * i];
+        dst[2 * i + 1] = src[2 * i + 1];
+    }
+}
+
+// In-place rotation of x [M][heads][D] (rows ld apart) at positions pos[m].
+// Work geometry: global (D/2, heads, M).
+__kernel void rope(__global float *x, int x_off, int ld, __global const int *pos,
+                   __global const float *inv_freq) {
+    const int i = get_global_id(0), h = get_global_id(1), m = get_global_id(2);
+    __global float *v = x + x_off + (size_t)m * ld + h * HEAD_DIM;
+    const int2 p = pair_index(i);
+    float2 r = rotate(v[p.x], v[p.y], (float)pos[m] * inv_freq[i]);
+    v[p.x] = r.x;
+    v[p.y] = r.y;
+}
+
+// Decode, one query row, split over the KV length (flash-decoding): work-item (s, h) attends
+// to positions [s*chunk, (s+1)*chunk) and leaves its unnormalized output, running max and sum
+// in part [H][S][D + 2]. Work geometry: global (S, H).
+__kernel void attn_decode(__global float *part, __global const float *q,
+                          __global const float *kc, __global const float *vc,
+                          __global const int *state, int max_seq, int chunk, int n_rep,
+                          float scale) {
+    const int s = get_global_id(0), h = get_global_id(1), S = get_global_size(0);
+    const int L = state[0] + 1;
+    __global float *out = part + ((size_t)h * S + s) * (HEAD_DIM + 2);
+    const int j0 = s * chunk, j1 = min(L, j0 + chunk);
+    if (j0 >= L) {
+        out[HEAD_DIM] = -INFINITY;
+        out[HEAD_DIM + 1] = 0.0f;
+        return;
+    }
+    const int kvh = h / n_rep;
+    float4 qv[D4], acc[D4];
+    for (int d = 0; d < D4; ++d) {
+        qv[d] = vload4(d, q + h * HEAD_DIM) * scale;
+        acc[d] = (float4)(0.0f);
+    }
+    float mx = -INFINITY, l = 0.0f;
+    __global const float *kb = kc + (size_t)kvh * max_seq * HEAD_DIM;
+    __global const float *vb = vc + (size_t)kvh * max_seq * HEAD_DIM;
+    for (int j = j0; j < j1; ++j) {
+        float4 t = (float4)(0.0f);
+        for (int d = 0; d < D4; ++d) t = mad(qv[d], vload4(d, kb + (size_t)j * HEAD_DIM), t);
+        float sc = t.x + t.y + t.z + t.w;
+        float nm = fmax(mx, sc);
+        float corr = exp(mx - nm), e = exp(sc - nm);
+        l = l * corr + e;
+        for (int d = 0; d < D4; ++d)
+            acc[d] = mad((float4)(e), vload4(d, vb + (size_t)j * HEAD_DIM), acc[d] * corr);
+        mx = nm;
+    }
+    for (int d = 0; d < D4; ++d) vstore4(acc[d], d, out);
+    out[HEAD_DIM] = mx;
+    out[HEAD_DIM + 1] = l;
+}
+
+// Combine the splits of attn_decode: out [H][D]. Work geometry: global (D, H).
+__kernel void attn_combine(__global float *out, __global const float *part,
+                           __global const int *state, int chunk, int S) {
+    const int d = get_global_id(0), h = get_global_id(1);
+    const int L = state[0] + 1;
+    const int n = min(S, (L + chunk - 1) / chunk);
+    __global const float *p = part + (size_t)h * S * (HEAD_DIM + 2);
+    float mx = -INFINITY;
+    for (int s = 0; s < n; ++s) mx = fmax(mx, p[s * (HEAD_DIM + 2) + HEAD_DIM]);
+    float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < n; ++s) {
+        __global const float *ps = p + s * (HEAD_DIM + 2);
+        float w = exp(ps[HEAD_DIM] - mx);
+        num += w * ps[d];
+        den += w * ps[HEAD_DIM + 1];
+    }
+    out[h * HEAD_DIM + d] = num / den;
+}
+
+// Many query rows (prefill, or attention over given tensors): work-item (m, h) attends with an
+// online softmax to keys [0, state[0] + pos_add + m] when causal, else to [0, n_keys).
+// q rows are ld_q apart with heads D apart; k/v heads kv_stride apart, positions D apart;
+// out [M][H][D]. Work geometry: global (M, H).
+__kernel void attn_prefill(__global float *out, __global const float *q, int q_off, int ld_q,
+                           __global const float *kc, __global const float *vc, int k_off,
+                           int v_off, int kv_stride, __global const int *state, int pos_add,
+                           int causal, int n_keys, int n_rep, float scale) {
+    const int m = get_global_id(0), h = get_global_id(1), H = get_global_size(1);
+    const int kvh = h / n_rep;
+    const int L = causal ? min(n_keys, state[0] + pos_add + m + 1) : n_keys;
+    float4 qv[D4], acc[D4];
+    __global const float *qr = q + q_off + (size_t)m * ld_q + h * HEAD_DIM;
+    for (int d = 0; d < D4; ++d) {
+        qv[d] = vload4(d, qr) * scale;
+        acc[d] = (float4)(0.0f);
+    }
+    float mx = -INFINITY, l = 0.0f;
+    __global const float *kb = kc + k_off + (size_t)kvh * kv_stride;
+    __global const float *vb = vc + v_off + (size_t)kvh * kv_stride;
+    for (int j = 0; j < L; ++j) {
+        float4 t = (float4)(0.0f);
+        for (int d = 0; d < D4; ++d) t = mad(qv[d], vload4(d, kb + (size_t)j * HEAD_DIM), t);
+        float sc = t.x + t.y + t.z + t.w;
+        float nm = fmax(mx, sc);
+        float corr = exp(mx - nm), e = exp(sc - nm);
+        l = l * corr + e;
+        for (int d = 0; d < D4; ++d)
+            acc[d] = mad((float4)(e), vload4(d, vb + (size_t)j * HEAD_DIM), acc[d] * corr);
+        mx = nm;
+    }
+    __global float *o = out + ((size_t)m * H + h) * HEAD_DIM;
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int d = 0; d < D4; ++d) vstore4(acc[d] * inv, d, o);
+}
+
+// Write k, v rows [M][KV][D] into the cache at positions pos0 + m. Work geometry: (D, KV, M).
+__kernel void kv_store(__global float *kc, __global float *vc, __global const float *k,
+                       int k_off, __global const float *v, int v_off, int pos0, int max_seq) {
+    const int d = get_global_id(0), h = get_global_id(1), m = get_global_id(2);
+    const int KV = get_global_size(1);
+    const size_t src = ((size_t)m * KV + h) * HEAD_DIM + d;
+    const size_t dst = ((size_t)h * max_seq + pos0 + m) * HEAD_DIM + d;
+    kc[dst] = k[k_off + src];
+    vc[dst] = v[v_off + src];
+}

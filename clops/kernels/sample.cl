@@ -1,0 +1,179 @@
+// Choosing the next token on the device: repetition penalty, temperature, min-p, top-k, top-p
+// and a seeded counter-based random draw, or argmax when temperature <= 0. One work-group of
+// NT work-items (a power of two) does it all; only the token id leaves the device.
+//
+// The chosen id goes to tokens[state[0] + advance], seen[id] is set (for the penalty), and
+// state[0] moves on by advance, so the next decode step finds its input on the device.
+
+#ifndef NT
+#define NT 64
+#endif
+
+inline uint fmix32(uint h) {
+    h ^= h >> 16; h *= 0x85ebca6bu;
+    h ^= h >> 13; h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+
+// A uniform float in [0, 1) from (seed, counter): the same pair always gives the same draw.
+inline float uniform01(uint seed, uint counter) {
+    uint h = fmix32(seed ^ fmix32(counter * 0x9E3779B9u + 0x7f4a7c15u));
+    h = fmix32(h + seed * 0x632be5abu);
+    return (float)(h >> 8) * (1.0f / 16777216.0f);
+}
+
+// Order-preserving map of a float to an unsigned key.
+inline uint fkey(float f) {
+    uint u = as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+inline float penalized(__global const float *lg, __global const uchar *seen, int v,
+                       float penalty) {
+    float l = lg[v];
+    if (penalty != 1.0f && seen[v]) l = l > 0.0f ? l / penalty : l * penalty;
+    return l;
+}
+
+inline float reduce_sum(float v, __local float *red, int lid) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = NT / 2; s > 0; s >>= 1) {
+        if (lid < s) red[lid] += red[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return red[0];
+}
+
+inline uint reduce_count(uint v, __local uint *red, int lid) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = NT / 2; s > 0; s >>= 1) {
+        if (lid < s) red[lid] += red[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return red[0];
+}
+
+// Work geometry: global (NT), local (NT).
+__kernel void sample(__global int *tokens, __global int *state, __global uchar *seen,
+                     __global const float *logits, int l_off, __global float *z, int V,
+                     int advance, float temperature, int top_k, float top_p, float min_p,
+                     float penalty, uint seed) {
+    __local float redf[NT];
+    __local int redi[NT];
+    __local uint redu[NT];
+    __local int chosen;
+    const int lid = get_local_id(0);
+    __global const float *lg = logits + l_off;
+
+    // Argmax (first index on ties) of the penalized logits, kept in z for the later passes.
+    float best = -INFINITY;
+    int bi = V;
+    const float invt = temperature > 0.0f ? 1.0f / temperature : 1.0f;
+    for (int v = lid; v < V; v += NT) {
+        float l = penalized(lg, seen, v, penalty) * invt;
+        z[v] = l;
+        if (l > best || (l == best && v < bi)) { best = l; bi = v; }
+    }
+    redf[lid] = best;
+    redi[lid] = bi;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = NT / 2; s > 0; s >>= 1) {
+        if (lid < s) {
+            float o = redf[lid + s];
+            int oi = redi[lid + s];
+            if (o > redf[lid] || (o == redf[lid] && oi < redi[lid])) {
+                redf[lid] = o;
+                redi[lid] = oi;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float zmax = redf[0];
+    if (lid == 0) chosen = min(redi[0], V - 1);
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+
+    if (temperature > 0.0f && zmax > -INFINITY) {
+        // Keep z >= thr: thr starts at min-p's bound, then rises for top-k and top-p.
+        uint thr = 0u;
+        if (min_p > 0.0f) thr = fkey(zmax + log(min_p));
+        if (top_k > 0 && top_k < V) {
+            uint t = 0u;
+            for (int bit = 31; bit >= 0; --bit) {
+                uint cand = t | (1u << bit);
+                uint c = 0u;
+                for (int v = lid; v < V; v += NT) c += fkey(z[v]) >= cand;
+                if (reduce_count(c, redu, lid) >= (uint)top_k) t = cand;
+            }
+            thr = max(thr, t);
+        }
+        if (top_p < 1.0f) {
+            float zs = 0.0f;
+            for (int v = lid; v < V; v += NT) {
+                float zv = z[v];
+                if (fkey(zv) >= thr) zs += exp(zv - zmax);
+            }
+            const float target = top_p * reduce_sum(zs, redf, lid);
+            uint t = thr;
+            for (int bit = 31; bit >= 0; --bit) {
+                uint cand = t | (1u << bit);
+                if (cand <= t) continue;
+                float s = 0.0f;
+                for (int v = lid; v < V; v += NT) {
+                    float zv = z[v];
+                    if (fkey(zv) >= cand) s += exp(zv - zmax);
+                }
+                if (reduce_sum(s, redf, lid) >= target) t = cand;
+            }
+            thr = max(thr, t);
+        }
+        // Draw: contiguous chunks per work-item, an exclusive scan of their masses, then the
+        // work-item whose chunk holds u walks it.
+        const int C = (V + NT - 1) / NT;
+        const int c0 = lid * C, c1 = min(V, c0 + C);
+        float mass = 0.0f;
+        for (int v = c0; v < c1; ++v) {
+            float zv = z[v];
+            if (fkey(zv) >= thr) mass += exp(zv - zmax);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        redf[lid] = mass;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid == 0) {
+            float run = 0.0f;
+            for (int i = 0; i < NT; ++i) { float t = redf[i]; redf[i] = run; run += t; }
+            redf[0] = 0.0f;
+            // the total travels to every work-item as the bits of redi[0]
+            redi[0] = as_int(run);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const float total = as_float(redi[0]);
+        const float u = uniform01(seed, (uint)state[0]) * total;
+        const float lo = redf[lid];
+        if (mass > 0.0f && u >= lo && u < lo + mass) {
+            float run = lo;
+            int pick = -1;
+            for (int v = c0; v < c1; ++v) {
+                float zv = z[v];
+                if (fkey(zv) >= thr) {
+                    pick = v;
+                    run += exp(zv - zmax);
+                    if (run > u) break;
+                }
+            }
+            if (pick >= 0) chosen = pick;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) {
+        const int tok = chosen;
+        const int at = state[0] + advance;
+        tokens[at] = tok;
+        seen[tok] = 1;
+        state[0] = at;
+    }
+}

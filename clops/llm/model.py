@@ -1,0 +1,447 @@
+"""llm, model: a Llama-family decoder (llama, qwen2) on one device. Weights stay in their file's
+format (quantized ones quantized); activations and the KV cache are preallocated; prefill and
+decode are recorded once as launch plans, so a decode step is only its enqueues, and sampling
+runs on the device so that only the chosen token id comes back."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..kernels import Launch, LaunchPlan
+from ..nn import launchers as K
+from ..nn.quant import DeviceWeight, PackedWeight, concat
+from ..runtime import CLDevice
+from ..runtime.pool import Buffer
+from .config import ModelConfig
+from .tokenizer import TextTokenizer
+from .weights import WeightSource
+
+# Sampler argument positions in the sample kernel (see nn.launchers.sample).
+_SAMPLE_ARGS = {"temperature": 8, "top_k": 9, "top_p": 10, "min_p": 11, "penalty": 12,
+                "seed": 13}
+_END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>")
+
+
+@dataclass
+class GenerationStats:
+    """Timings of the last ``generate`` call."""
+
+    prompt_tokens: int = 0
+    prefill_s: float = 0.0
+    new_tokens: int = 0
+    decode_s: float = 0.0
+
+    @property
+    def prefill_tps(self) -> float:
+        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        # the first new token comes out of the prefill; the rest are decode steps
+        steps = max(self.new_tokens - 1, 0)
+        return steps / self.decode_s if self.decode_s > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (f"prefill {self.prompt_tokens} tokens in {self.prefill_s * 1e3:.0f} ms "
+                f"({self.prefill_tps:.1f} tok/s); decode {max(self.new_tokens - 1, 0)} tokens "
+                f"in {self.decode_s * 1e3:.0f} ms ({self.decode_tps:.1f} tok/s)")
+
+
+@dataclass
+class _Parts:
+    """A projection as one or more weights writing column ranges of one output."""
+
+    parts: list[tuple[DeviceWeight, int, Buffer | None]]
+    n: int
+
+
+class _Layer:
+    attn_norm: Buffer
+    ffn_norm: Buffer
+    qkv: _Parts
+    o: DeviceWeight
+    gate_up: _Parts
+    down: DeviceWeight
+    k_cache: Buffer
+    v_cache: Buffer
+
+
+def _upload(dev: CLDevice, arr: np.ndarray) -> Buffer:
+    arr = np.ascontiguousarray(arr)
+    buf = dev.alloc(max(arr.nbytes, 4))
+    dev.write(buf, arr, blocking=True)
+    return buf
+
+
+class Model:
+    """A loaded model. Use ``clops.llm.load`` to make one.
+
+    >>> model = clops.llm.load()
+    >>> "".join(model.generate("What's Oxygen?", max_new_tokens=8))
+    """
+
+    def __init__(self, config: ModelConfig, source: WeightSource, tokenizer: TextTokenizer,
+                 device: CLDevice, max_seq_len: int | None = None, chunk: int = 128,
+                 progress: bool = True) -> None:
+        self.config = cfg = config
+        self.tokenizer = tokenizer
+        self.device = device
+        self.source_path = source.path
+        self.max_seq = int(min(max_seq_len or 4096, cfg.context_length or 4096))
+        self.chunk = int(max(1, min(chunk, self.max_seq)))
+        self.stats = GenerationStats()
+        self._load_weights(source, progress)
+        self._alloc()
+        self._plans: dict[tuple[int, str, bool], LaunchPlan] = {}
+        self._sampler: dict[str, Any] = {}
+
+    # -- loading -----------------------------------------------------------------------------
+    def _load_weights(self, src: WeightSource, progress: bool) -> None:
+        cfg, dev = self.config, self.device
+        for name in ("embed", "out_norm"):
+            src.need(name)
+        names = ["embed", "out_norm", "output"] + [
+            f"blk.{i}.{k}" for i in range(cfg.n_layers)
+            for k in ("attn_norm", "q", "k", "v", "o", "q_bias", "k_bias", "v_bias",
+                      "ffn_norm", "gate", "up", "down")]
+        total = sum(src.nbytes(n) for n in names)
+        bar = _progress(total, f"weights -> {dev.name[:40]}", progress)
+
+        def mat(name: str) -> PackedWeight:
+            p = src.matrix(name)
+            bar.update(src.nbytes(name))
+            return p
+
+        def vec(name: str) -> Buffer:
+            v = src.vector(name).astype(np.float32)
+            bar.update(src.nbytes(name))
+            return _upload(dev, v)
+
+        emb = mat("embed")
+        if emb.n != cfg.vocab_size or emb.k != cfg.dim:
+            raise ValueError(f"{src.path}: token embedding is [{emb.n}, {emb.k}], expected "
+                             f"[{cfg.vocab_size}, {cfg.dim}]")
+        self.embed = DeviceWeight(dev, emb)
+        self.out_norm = vec("out_norm")
+        self.output = DeviceWeight(dev, mat("output")) if src.has("output") else self.embed
+        freq = cfg.inv_freq()
+        if src.has("rope_freqs") and cfg.rope_freq_factors is None:
+            cfg.rope_freq_factors = src.vector("rope_freqs")
+            freq = cfg.inv_freq()
+        self.inv_freq = _upload(dev, freq)
+        H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.layers: list[_Layer] = []
+        for i in range(cfg.n_layers):
+            p = f"blk.{i}."
+            ly = _Layer()
+            ly.attn_norm = vec(p + "attn_norm")
+            ly.ffn_norm = vec(p + "ffn_norm")
+            qkv = [mat(p + "q"), mat(p + "k"), mat(p + "v")]
+            want = [H * D, KV * D, KV * D]
+            for w, n, what in zip(qkv, want, "qkv"):
+                if (w.n, w.k) != (n, cfg.dim):
+                    raise ValueError(f"{src.path}: layer {i} {what} weight is [{w.n}, {w.k}], "
+                                     f"expected [{n}, {cfg.dim}]")
+            biases = None
+            if cfg.qkv_bias and src.has(p + "q_bias"):
+                biases = [src.vector(p + s) for s in ("q_bias", "k_bias", "v_bias")]
+            ly.qkv = self._fuse(qkv, biases)
+            ly.o = DeviceWeight(dev, mat(p + "o"))
+            gu = [mat(p + "gate"), mat(p + "up")]
+            ly.gate_up = self._fuse(gu, None)
+            ly.down = DeviceWeight(dev, mat(p + "down"))
+            self.layers.append(ly)
+        bar.close()
+
+    def _fuse(self, parts: list[PackedWeight], biases: list[np.ndarray] | None) -> _Parts:
+        dev = self.device
+        n = sum(p.n for p in parts)
+        fused = concat(parts)
+        if fused is not None:
+            b = _upload(dev, np.concatenate(biases).astype(np.float32)) if biases else None
+            return _Parts([(DeviceWeight(dev, fused), 0, b)], n)
+        out, off = [], 0
+        for j, p in enumerate(parts):
+            b = _upload(dev, biases[j].astype(np.float32)) if biases else None
+            out.append((DeviceWeight(dev, p), off, b))
+            off += p.n
+        return _Parts(out, n)
+
+    def _alloc(self) -> None:
+        cfg, dev, C = self.config, self.device, self.chunk
+        H, KV, D, F = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim
+        f4 = 4
+        self.x = dev.alloc(C * cfg.dim * f4)
+        self.xn = dev.alloc(C * cfg.dim * f4)
+        self.qkv = dev.alloc(C * (H + 2 * KV) * D * f4)
+        self.q = dev.alloc(C * H * D * f4)
+        self.attn = dev.alloc(C * H * D * f4)
+        self.gu = dev.alloc(C * 2 * F * f4)
+        self.h = dev.alloc(C * F * f4)
+        self.logits_buf = dev.alloc(C * cfg.vocab_size * f4)
+        self.z = dev.alloc(cfg.vocab_size * f4)
+        self.part = dev.alloc(K.part_nbytes(dev, self.max_seq, H, D))
+        self.state = _upload(dev, np.zeros(4, np.int32))
+        self.tokens = _upload(dev, np.zeros(self.max_seq + 2, np.int32))
+        self.seen = _upload(dev, np.zeros(cfg.vocab_size, np.uint8))
+        cache = KV * self.max_seq * D * f4
+        for ly in self.layers:
+            ly.k_cache = dev.alloc(cache)
+            ly.v_cache = dev.alloc(cache)
+
+    # -- plans -------------------------------------------------------------------------------
+    def _plan(self, m: int, logits: str, sample: bool) -> LaunchPlan:
+        """Launches for m rows at positions state[0].. : logits "last", "all" or "none"."""
+        key = (m, logits, sample)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        cfg, dev = self.config, self.device
+        H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
+        n_qkv = (H + 2 * KV) * D
+        scale = 1.0 / math.sqrt(D)
+        plan = LaunchPlan(dev)
+        add = plan.add
+        add(K.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
+        for i, ly in enumerate(self.layers):
+            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, m, dim, cfg.norm_eps))
+            for w, off, b in ly.qkv.parts:
+                add(K.matmul(dev, self.qkv, off, n_qkv, self.xn, 0, dim, w, m, bias=b,
+                             name=f"qkv.{i}"))
+            add(K.rope_store(dev, self.q, self.qkv, n_qkv, ly.k_cache, ly.v_cache, self.state,
+                             self.inv_freq, m, H, KV, D, self.max_seq, cfg.rope_neox))
+            if m == 1:
+                for ln in K.attn_decode(dev, self.attn, self.part, self.q, ly.k_cache,
+                                        ly.v_cache, self.state, H, KV, D, self.max_seq, scale):
+                    add(ln)
+            else:
+                add(K.attn_prefill(dev, self.attn, self.q, 0, H * D, ly.k_cache, ly.v_cache,
+                                   0, 0, self.max_seq * D, self.state, 0, True, self.max_seq,
+                                   m, H, KV, D, scale))
+            add(K.matmul(dev, self.x, 0, dim, self.attn, 0, H * D, ly.o, m, accum=True,
+                         name=f"o.{i}"))
+            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, m, dim, cfg.norm_eps))
+            for w, off, b in ly.gate_up.parts:
+                add(K.matmul(dev, self.gu, off, 2 * F, self.xn, 0, dim, w, m, bias=b,
+                             name=f"gate_up.{i}"))
+            add(K.glu(dev, self.h, self.gu, m, F))
+            add(K.matmul(dev, self.x, 0, dim, self.h, 0, F, ly.down, m, accum=True,
+                         name=f"down.{i}"))
+        V = cfg.vocab_size
+        if logits == "last":
+            add(K.rmsnorm(dev, self.xn, self.x, (m - 1) * dim, dim, self.out_norm, 1, dim,
+                          cfg.norm_eps))
+            add(K.matmul(dev, self.logits_buf, 0, V, self.xn, 0, dim, self.output, 1,
+                         name="lm_head"))
+        elif logits == "all":
+            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, self.out_norm, m, dim, cfg.norm_eps))
+            add(K.matmul(dev, self.logits_buf, 0, V, self.xn, 0, dim, self.output, m,
+                         name="lm_head"))
+        if sample:
+            s = self._sampler or _sampler_defaults()
+            add(K.sample(dev, self.tokens, self.state, self.seen, self.logits_buf, 0, self.z, V,
+                         m, s["temperature"], s["top_k"], s["top_p"], s["min_p"],
+                         s["penalty"], s["seed"]))
+        self._plans[key] = plan
+        return plan
+
+    def _set_sampler(self, **params: Any) -> None:
+        if params == self._sampler:
+            return
+        self._sampler = params
+        for (_, _, sample), plan in self._plans.items():
+            if sample:
+                _apply_sampler(plan.launches[-1], plan, params)
+
+    # -- running ---------------------------------------------------------------------------------
+    def _start(self, ids: Sequence[int]) -> None:
+        """Reset the sequence to ``ids`` (positions 0..n-1 on the device)."""
+        n = len(ids)
+        if n == 0:
+            raise ValueError("the prompt is empty: give at least one token")
+        if n > self.max_seq:
+            raise ValueError(f"{n} prompt tokens do not fit the context of {self.max_seq} "
+                             "(raise max_seq_len in clops.llm.load)")
+        ids_arr = np.asarray(ids, dtype=np.int64)
+        if ids_arr.min() < 0 or ids_arr.max() >= self.config.vocab_size:
+            raise ValueError(f"token ids must lie in [0, {self.config.vocab_size})")
+        dev = self.device
+        dev.write(self.tokens, ids_arr.astype(np.int32), blocking=True)
+        seen = np.zeros(self.config.vocab_size, np.uint8)
+        seen[ids_arr] = 1
+        dev.write(self.seen, seen, blocking=True)
+
+    def _set_pos(self, pos: int) -> None:
+        self.device.write(self.state, np.array([pos, 0, 0, 0], np.int32), blocking=True)
+
+    def _prefill(self, n: int, logits: str, sample: bool) -> Iterator[tuple[int, int]]:
+        """Run the prompt (already in the tokens buffer) in chunks; yields (start, rows) after
+        each chunk has been enqueued."""
+        for s in range(0, n, self.chunk):
+            m = min(self.chunk, n - s)
+            last = s + m == n
+            self._set_pos(s)
+            self._plan(m, logits if (last or logits == "all") else "none",
+                       sample and last).replay()
+            yield s, m
+
+    def logits(self, ids: Sequence[int]) -> np.ndarray:
+        """Next-token logits at every position of ``ids``: float32 ``[len(ids), vocab]``."""
+        self._start(ids)
+        V = self.config.vocab_size
+        out = np.empty((len(ids), V), np.float32)
+        for s, m in self._prefill(len(ids), "all", False):
+            self.device.read(out[s:s + m], self.logits_buf)
+        return out
+
+    def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 128,
+                     temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                     min_p: float = 0.0, repetition_penalty: float = 1.0,
+                     seed: int | None = None,
+                     stop_ids: Sequence[int] = ()) -> Iterator[int]:
+        """New token ids after ``ids``, one at a time as they are chosen."""
+        if max_new_tokens <= 0:
+            return
+        if seed is None:
+            seed = int.from_bytes(np.random.default_rng().bytes(4), "little")
+        self._set_sampler(temperature=float(temperature), top_k=int(top_k),
+                          top_p=float(top_p), min_p=float(min_p),
+                          penalty=float(repetition_penalty), seed=int(seed) & 0xFFFFFFFF)
+        dev = self.device
+        st = self.stats = GenerationStats(prompt_tokens=len(ids))
+        t0 = time.perf_counter()
+        self._start(ids)
+        for _ in self._prefill(len(ids), "last", True):
+            pass
+        budget = min(max_new_tokens, self.max_seq - len(ids))
+        if budget <= 0:
+            return
+        decode = self._plan(1, "last", True)
+        pos = len(ids)
+        produced = 0
+        stops = set(stop_ids)
+        host = np.empty(1, np.int32)
+        ev = dev.read(host, self.tokens, pos * 4, blocking=False)
+        t1 = None
+        while True:
+            # PERF: the next step is enqueued before this token is waited for, so the host's
+            # work on a token overlaps the device's work on the next one.
+            if produced + 1 < budget:
+                decode.replay()
+            ev.wait()
+            tok = int(host[0])
+            produced += 1
+            if t1 is None:
+                t1 = time.perf_counter()
+                st.prefill_s = t1 - t0
+            st.new_tokens = produced
+            st.decode_s = time.perf_counter() - t1
+            if tok in stops:
+                return
+            yield tok
+            if produced >= budget:
+                return
+            pos += 1
+            host = np.empty(1, np.int32)
+            ev = dev.read(host, self.tokens, pos * 4, blocking=False)
+
+    def generate(self, prompt: str | list[dict[str, str]], max_new_tokens: int = 128,
+                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                 min_p: float = 0.0, repetition_penalty: float = 1.0, seed: int | None = None,
+                 stop: Sequence[str] = (), chat: bool = False) -> Iterator[str]:
+        """Stream the continuation of ``prompt`` as text pieces.
+
+        ``chat=True`` (or a list of messages) renders the model's chat template first.
+        ``temperature=0`` is greedy; ``seed`` makes sampling repeatable.
+
+        >>> for piece in model.generate("What's Oxygen?", max_new_tokens=32):
+        ...     print(piece, end="")
+        """
+        tok = self.tokenizer
+        stop_ids = list(tok.eos_ids)
+        if chat or isinstance(prompt, list):
+            messages = prompt if isinstance(prompt, list) else [
+                {"role": "user", "content": prompt}]
+            text = tok.apply_chat_template(messages, add_generation_prompt=True)
+            bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else None
+            ids = tok.encode(text, add_special_tokens=not (bos and text.startswith(bos)))
+            for t in _END_OF_TURN:
+                tid = tok.backend.token_to_id(t)
+                if tid is not None:
+                    stop_ids.append(tid)
+        else:
+            ids = tok.encode(str(prompt), add_special_tokens=True)
+        stops = [s for s in stop if s]
+        hold = max((len(s) for s in stops), default=1) - 1
+        out_ids: list[int] = []
+        sent = 0
+        text = ""
+        for t in self.generate_ids(ids, max_new_tokens, temperature, top_k, top_p, min_p,
+                                   repetition_penalty, seed, stop_ids):
+            out_ids.append(t)
+            text = tok.decode(out_ids)
+            if text.endswith("\ufffd"):
+                continue  # an incomplete UTF-8 sequence: wait for the next token
+            cut = _find_stop(text, stops)
+            if cut is not None:
+                if cut > sent:
+                    yield text[sent:cut]
+                return
+            safe = len(text) - hold
+            if safe > sent:
+                yield text[sent:safe]
+                sent = safe
+        if len(text) > sent:
+            cut = _find_stop(text, stops)
+            end = cut if cut is not None else len(text)
+            if end > sent:
+                yield text[sent:end]
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"<clops.llm.Model {c.arch} {c.n_layers} layers, dim {c.dim}, vocab "
+                f"{c.vocab_size} on {self.device.name}>")
+
+
+def _find_stop(text: str, stops: list[str]) -> int | None:
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(found) if found else None
+
+
+def _sampler_defaults() -> dict[str, Any]:
+    return {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "penalty": 1.0,
+            "seed": 0}
+
+
+def _apply_sampler(launch: Launch, plan: LaunchPlan, params: dict[str, Any]) -> None:
+    idx = plan.launches.index(launch)
+    conv = {"temperature": np.float32, "top_k": np.int32, "top_p": np.float32,
+            "min_p": np.float32, "penalty": np.float32, "seed": np.uint32}
+    for key, pos in _SAMPLE_ARGS.items():
+        plan.set_scalar(idx, pos, conv[key](params[key]))
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    if not enabled:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, leave=False,
+                file=sys.stderr, disable=None)

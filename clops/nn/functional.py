@@ -1,0 +1,291 @@
+"""nn, functional ops on clops Tensors: each realizes its inputs, launches one hand-written kernel
+(``clops/kernels``) and returns a new float32 Tensor. Quantized weights are ``DeviceWeight``s
+(``clops.nn.quantized``) and stay quantized on the device."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import array as _array  # noqa: F401 - makes sure the Tensor layer is loaded
+from ..array.tensor import Tensor
+from ..runtime import CLDevice
+from . import launchers as L
+from .quant import DeviceWeight, PackedWeight, pack_float, pack_ggml
+
+
+def _api() -> Any:
+    import clops
+
+    return clops
+
+
+def _f32(x: Tensor) -> Tensor:
+    """Realized, C-contiguous, float32."""
+    xp = _api()
+    if x.dtype.name != "float32":
+        x = xp.astype(x, xp.float32)
+    return x.contiguous().realize()
+
+
+def _empty(shape: tuple[int, ...], device: CLDevice, dtype: Any = None) -> Tensor:
+    xp = _api()
+    return xp.empty(shape, dtype=dtype or xp.float32, device=device)
+
+
+def _rows(x: Tensor) -> tuple[int, int]:
+    k = x.shape[-1] if x.ndim else 1
+    return (x.size // k if k else 0), k
+
+
+def quantized(weight: np.ndarray | Tensor, fmt: str = "f32", device: CLDevice | None = None,
+              ggml_type: int | None = None, shape: tuple[int, int] | None = None
+              ) -> DeviceWeight:
+    """A weight for ``linear``/``embedding`` on the device: a float matrix ``[n, k]`` stored as
+    ``fmt`` ("f32", "f16", "bf16"), or the raw bytes of a GGML tensor (``ggml_type``, with
+    ``shape=(n, k)``), kept quantized.
+
+    >>> w = clops.nn.quantized(raw_bytes, ggml_type=8, shape=(576, 576))   # Q8_0
+    """
+    import clops
+
+    dev = clops.device(device if device is not None else getattr(weight, "device", None))
+    arr = np.asarray(weight)
+    packed: PackedWeight
+    if ggml_type is not None:
+        if shape is None:
+            raise ValueError("a GGML tensor needs shape=(n, k)")
+        packed = pack_ggml(arr, ggml_type, *shape)
+    else:
+        packed = pack_float(arr, fmt)
+    return DeviceWeight(dev, packed)
+
+
+def linear(x: Tensor, weight: DeviceWeight | Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight.T + bias`` over the last axis of ``x``; ``weight`` is ``[out, in]`` (a Tensor
+    of float32/float16/bfloat16, or a quantized ``DeviceWeight``).
+
+    >>> y = clops.nn.linear(x, w)          # x [..., 576], w [1536, 576] -> y [..., 1536]
+    """
+    if isinstance(weight, Tensor):
+        fmt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(weight.dtype.name)
+        if fmt is None:
+            raise TypeError(f"linear weight of dtype {weight.dtype.name}: use float32, float16 "
+                            "or bfloat16, or a quantized weight")
+        host = np.asarray(weight.contiguous())
+        weight = DeviceWeight(weight.device, pack_float(host, fmt))
+    x = _f32(x)
+    m, k = _rows(x)
+    if k != weight.k:
+        raise ValueError(f"linear: x has {k} features, weight [{weight.n}, {weight.k}] "
+                         f"expects {weight.k}")
+    dev = x.device
+    out = _empty((*x.shape[:-1], weight.n), dev)
+    b = None
+    if bias is not None:
+        b = _f32(bias)
+        if b.size != weight.n:
+            raise ValueError(f"linear: bias of {b.size} values for {weight.n} outputs")
+    if m:
+        ln = L.matmul(dev, out.buffer, out.offset, weight.n, x.buffer, x.offset, k, weight, m,
+                      bias=None if b is None else b.buffer)
+        if b is not None and b.offset:
+            raise ValueError("linear: bias must start at its buffer's beginning")
+        ln.run(dev)
+    return out
+
+
+def embedding(ids: Tensor, weight: DeviceWeight) -> Tensor:
+    """Rows ``weight[ids]`` as float32 ``[*ids.shape, k]`` (quantized tables dequantized)."""
+    xp = _api()
+    dev = weight.device
+    flat = xp.astype(ids, xp.int32).contiguous().realize() if ids.dtype.name != "int32" \
+        else ids.contiguous().realize()
+    m = flat.size
+    out = _empty((*ids.shape, weight.k), dev)
+    if m:
+        # NOTE: the kernel reads ids[state[0] + i]; state carries the tensor's offset
+        state = xp.asarray(np.array([flat.offset, 0], np.int32), device=dev).realize()
+        L.embedding(dev, out.buffer, flat.buffer, state.buffer, weight, m).run(dev)
+    return out
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    """``x / sqrt(mean(x**2, -1) + eps) * weight``."""
+    x, w = _f32(x), _f32(weight)
+    m, k = _rows(x)
+    out = _empty(x.shape, x.device)
+    L.rmsnorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w), m, k, eps).run(x.device)
+    return out
+
+
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last axis."""
+    x, w, b = _f32(x), _f32(weight), _f32(bias)
+    m, k = _rows(x)
+    out = _empty(x.shape, x.device)
+    L.layernorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w), _at0(b), m, k,
+                eps).run(x.device)
+    return out
+
+
+def _at0(t: Tensor) -> Any:
+    if t.offset:
+        t = _api().asarray(np.asarray(t), device=t.device).realize()
+    return t.buffer
+
+
+def _unary(x: Tensor, act: str) -> Tensor:
+    x = _f32(x)
+    out = _empty(x.shape, x.device)
+    if x.size:
+        L.unary(x.device, out.buffer, x.buffer, x.offset, x.size, act).run(x.device)
+    return out
+
+
+def silu(x: Tensor) -> Tensor:
+    """``x * sigmoid(x)``."""
+    return _unary(x, "silu")
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """GELU, exact (erf) or ``approximate="tanh"``."""
+    return _unary(x, "gelu_tanh" if approximate == "tanh" else "gelu")
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """Softmax over ``axis`` (computed over the last axis; others are moved there)."""
+    xp = _api()
+    nd = x.ndim
+    axis = axis % nd
+    if axis != nd - 1:
+        perm = [i for i in range(nd) if i != axis] + [axis]
+        inv = list(np.argsort(perm))
+        return xp.permute_dims(softmax(xp.permute_dims(x, perm)), inv)
+    x = _f32(x)
+    m, k = _rows(x)
+    out = _empty(x.shape, x.device)
+    if m:
+        L.softmax(x.device, out.buffer, x.buffer, x.offset, m, k).run(x.device)
+    return out
+
+
+def rope_frequencies(head_dim: int, theta: float = 10000.0,
+                     scaling: dict[str, Any] | None = None) -> np.ndarray:
+    """Rotary inverse frequencies ``[head_dim/2]`` (float32), with ``scaling`` as in a Hugging
+    Face config (``{"rope_type": "llama3", "factor": 8.0, ...}`` or ``"linear"``)."""
+    from ..llm.config import ModelConfig
+
+    cfg = ModelConfig("llama", 1, 32, 1, 1, head_dim, 32, 1, 1e-5, theta, True, 1,
+                      rope_scaling=scaling)
+    return cfg.inv_freq()
+
+
+def rope(x: Tensor, positions: Tensor | np.ndarray | list[int], theta: float = 10000.0,
+         layout: str = "split", scaling: dict[str, Any] | None = None) -> Tensor:
+    """Rotary position embedding of ``x [tokens, heads, head_dim]`` at ``positions [tokens]``.
+    ``layout="split"`` rotates halves (i, i + D/2), Hugging Face style; ``"adjacent"`` rotates
+    pairs (2i, 2i + 1)."""
+    if layout not in ("split", "adjacent"):
+        raise ValueError(f"rope layout {layout!r}: 'split' or 'adjacent'")
+    xp = _api()
+    dev = x.device
+    m, heads, d = x.shape
+    # a fresh copy: the kernel rotates in place
+    out = xp.astype(x, xp.float32, copy=True).contiguous().realize()
+    if out.offset:
+        out = xp.asarray(np.asarray(out), device=dev).realize()
+    pos = xp.asarray(np.asarray(positions, dtype=np.int32).reshape(m), device=dev).realize()
+    freq = xp.asarray(rope_frequencies(d, theta, scaling), device=dev).realize()
+    L.rope(dev, out.buffer, 0, heads * d, pos.buffer, freq.buffer, m, heads, d,
+           layout == "split").run(dev)
+    return out
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True,
+                                 scale: float | None = None) -> Tensor:
+    """Attention of ``q [Lq, H, D]`` over ``k, v [Lk, KV, D]`` (grouped-query when KV < H).
+    Causal masking aligns the last query with the last key."""
+    xp = _api()
+    lq, h, d = q.shape
+    lk, kv, _ = k.shape
+    if h % kv:
+        raise ValueError(f"{h} query heads do not group over {kv} key/value heads")
+    dev = q.device
+    qf = _f32(q)
+    kt = _f32(xp.permute_dims(k, (1, 0, 2)))  # the kernel walks [KV][Lk][D]
+    vt = _f32(xp.permute_dims(v, (1, 0, 2)))
+    out = _empty((lq, h, d), dev)
+    state = xp.asarray(np.zeros(2, np.int32), device=dev).realize()
+    sc = 1.0 / math.sqrt(d) if scale is None else scale
+    L.attn_prefill(dev, out.buffer, qf.buffer, qf.offset, h * d, kt.buffer, vt.buffer,
+                   kt.offset, vt.offset, lk * d, state.buffer, lk - lq, causal, lk, lq, h, kv,
+                   d, sc).run(dev)
+    return out
+
+
+class KVCache:
+    """Preallocated keys and values of one attention layer: ``[kv_heads, max_seq, head_dim]``
+    each, float32, filled by ``append`` and read by ``attend``.
+
+    >>> cache = clops.nn.KVCache(kv_heads=3, head_dim=64, max_seq=2048)
+    >>> out = cache.attend(q, k, v)     # appends k, v at the current length, then attends
+    """
+
+    def __init__(self, kv_heads: int, head_dim: int, max_seq: int,
+                 device: CLDevice | str | None = None) -> None:
+        import clops
+
+        self.device = dev = clops.device(device)
+        self.kv_heads, self.head_dim, self.max_seq = kv_heads, head_dim, max_seq
+        self.k = _empty((kv_heads, max_seq, head_dim), dev)
+        self.v = _empty((kv_heads, max_seq, head_dim), dev)
+        self.length = 0
+        self._part = dev.alloc(L.part_nbytes(dev, max_seq, 1, head_dim) * 64)
+        self._parts_for: dict[int, Any] = {}
+
+    def append(self, k: Tensor, v: Tensor) -> None:
+        """Store ``k, v [M, kv_heads, head_dim]`` at positions ``length .. length + M - 1``."""
+        from ..kernels import Launch, kernel
+
+        m = k.shape[0]
+        if self.length + m > self.max_seq:
+            raise ValueError(f"KV cache full: {self.length} + {m} > {self.max_seq}")
+        kf, vf = _f32(k), _f32(v)
+        dev = self.device
+        knl = kernel(dev, "attention", "kv_store", HEAD_DIM=self.head_dim)
+        args = [self.k.buffer, self.v.buffer, kf.buffer, np.int32(kf.offset), vf.buffer,
+                np.int32(vf.offset), np.int32(self.length), np.int32(self.max_seq)]
+        Launch(knl, (self.head_dim, self.kv_heads, m), None, args, [kf.buffer, vf.buffer],
+               [self.k.buffer, self.v.buffer], "kv_store").run(dev)
+        self.length += m
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, scale: float | None = None) -> Tensor:
+        """Append ``k, v`` then attend causally with ``q [M, H, D]``: one row takes the
+        split-KV decode path, several the prefill path."""
+        xp = _api()
+        self.append(k, v)
+        dev = self.device
+        m, h, d = q.shape
+        qf = _f32(q)
+        out = _empty((m, h, d), dev)
+        sc = 1.0 / math.sqrt(d) if scale is None else scale
+        pos0 = self.length - m
+        state = xp.asarray(np.array([pos0, 0], np.int32), device=dev).realize()
+        if m == 1:
+            if qf.offset:
+                qf = xp.asarray(np.asarray(qf), device=dev).realize()
+            need = L.part_nbytes(dev, self.max_seq, h, d)
+            if self._part.nbytes < need:
+                self._part = dev.alloc(need)
+            for ln in L.attn_decode(dev, out.buffer, self._part, qf.buffer, self.k.buffer,
+                                    self.v.buffer, state.buffer, h, self.kv_heads, d,
+                                    self.max_seq, sc):
+                ln.run(dev)
+        else:
+            L.attn_prefill(dev, out.buffer, qf.buffer, qf.offset, h * d, self.k.buffer,
+                           self.v.buffer, 0, 0, self.max_seq * d, state.buffer, 0, True,
+                           self.max_seq, m, h, self.kv_heads, d, sc).run(dev)
+        return out

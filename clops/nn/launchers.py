@@ -1,0 +1,186 @@
+"""nn, launchers: each function describes one launch of a hand-written kernel on runtime
+Buffers (element offsets and row strides as arguments) and picks its geometry from the
+device's capabilities. ``functional`` runs them at once; ``llm`` records them into plans."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..kernels import Launch, kernel
+from ..runtime import CLDevice
+from ..runtime.pool import Buffer
+from .quant import DeviceWeight
+
+i32, f32 = np.int32, np.float32
+
+
+def is_cpu(dev: CLDevice) -> bool:
+    return dev.kind == "cpu"
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << max(0, int(n).bit_length() - 1)
+
+
+def matmul_geometry(dev: CLDevice, m: int, k: int) -> tuple[int, int]:
+    """(TM, LSIZE): rows of x per work-item and work-items per output column."""
+    if is_cpu(dev):
+        # PERF: on CPUs one work-item walks a whole row; TM rows of x reuse each dequantized
+        # group from registers (prefill).
+        return (1 if m == 1 else 8), 1
+    groups = max(1, k // 32)
+    lsize = min(64, _pow2_at_most(dev.caps.max_work_group), 1 << (groups - 1).bit_length())
+    return (1 if m == 1 else 4), max(lsize, 1)
+
+
+def matmul_rows(dev: CLDevice, n: int) -> int:
+    """Output columns per work-item: on CPUs enough to make work-items long, while leaving
+    several per core."""
+    if not is_cpu(dev):
+        return 1
+    target = max(1, n // (dev.caps.compute_units * 16))
+    return min(ROWS_MAX, _pow2_at_most(target))
+
+
+ROWS_MAX = 2
+
+
+def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
+           w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
+           name: str = "matmul") -> Launch:
+    """y[i, j] (+)= x[i, :] . w[j, :] (+ bias[j]) for i < m, j < w.n."""
+    tm, ls = matmul_geometry(dev, m, w.k)
+    rows = matmul_rows(dev, w.n) if ls == 1 and m == 1 else 1
+    knl = kernel(dev, "matmul", "matmul", TM=tm, LSIZE=ls, ROWS=rows,
+                 HAS_BIAS=int(bias is not None), ACCUM=int(accum), **w.defines)
+    args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
+            bias if bias is not None else w.scales, i32(m), i32(w.n), i32(w.k)]
+    reads = [x, w.data, w.scales] + ([bias] if bias is not None else []) + ([y] if accum else [])
+    tiles = math.ceil(m / tm)
+    # PERF: on CPUs one work-item per group: PoCL would otherwise vectorize across
+    # work-items, turning each one's contiguous row loads into gathers.
+    # (prefill tiles measured faster with the driver's choice)
+    local = (ls, 1) if ls > 1 or m == 1 else None
+    return Launch(knl, (math.ceil(w.n / rows) * ls, tiles), local, args, reads, [y], name)
+
+
+def embedding(dev: CLDevice, out: Buffer, tokens: Buffer, state: Buffer, w: DeviceWeight,
+              m: int) -> Launch:
+    """out[i, :] = w[tokens[state[0] + i], :] for i < m."""
+    knl = kernel(dev, "matmul", "embedding", **w.defines)
+    args = [out, tokens, state, w.data, w.scales, i32(w.k), i32(w.n)]
+    return Launch(knl, (w.k // 32, m), None, args, [tokens, state, w.data, w.scales], [out],
+                  "embedding")
+
+
+def _row_lsize(dev: CLDevice, k: int) -> int:
+    if is_cpu(dev):
+        return 1
+    return min(256, _pow2_at_most(dev.caps.max_work_group), _pow2_at_most(max(k // 4, 1)))
+
+
+def rmsnorm(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, w: Buffer, m: int,
+            k: int, eps: float) -> Launch:
+    ls = _row_lsize(dev, k)
+    knl = kernel(dev, "norm", "rmsnorm", LSIZE=ls)
+    return Launch(knl, (m * ls,), (ls,), [y, x, i32(x_off), i32(ldx), w, i32(k), f32(eps)],
+                  [x, w], [y], "rmsnorm")
+
+
+def layernorm(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, w: Buffer, b: Buffer,
+              m: int, k: int, eps: float) -> Launch:
+    ls = _row_lsize(dev, k)
+    knl = kernel(dev, "norm", "layernorm", LSIZE=ls)
+    return Launch(knl, (m * ls,), (ls,),
+                  [y, x, i32(x_off), i32(ldx), w, b, i32(k), f32(eps)], [x, w, b], [y],
+                  "layernorm")
+
+
+ACTS = {"silu": 0, "gelu_tanh": 1, "gelu": 2}
+
+
+def glu(dev: CLDevice, h: Buffer, gu: Buffer, m: int, f: int, act: str = "silu") -> Launch:
+    knl = kernel(dev, "activation", "glu")
+    return Launch(knl, (f, m), None, [h, gu, i32(f), i32(ACTS[act])], [gu], [h], "glu")
+
+
+def unary(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, n: int, act: str) -> Launch:
+    knl = kernel(dev, "activation", "unary")
+    return Launch(knl, (n,), None, [y, x, i32(x_off), i32(n), i32(ACTS[act])], [x], [y], act)
+
+
+def softmax(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, m: int, k: int) -> Launch:
+    knl = kernel(dev, "activation", "softmax")
+    return Launch(knl, (m,), None, [y, x, i32(x_off), i32(k)], [x], [y], "softmax")
+
+
+def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffer, vc: Buffer,
+               state: Buffer, inv_freq: Buffer, m: int, n_heads: int, n_kv: int, head_dim: int,
+               max_seq: int, neox: bool) -> Launch:
+    knl = kernel(dev, "attention", "rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
+    args = [q_out, qkv, i32(ld_qkv), kc, vc, state, inv_freq, i32(n_heads), i32(n_kv),
+            i32(max_seq)]
+    return Launch(knl, (head_dim // 2, n_heads + 2 * n_kv, m), None, args,
+                  [qkv, state, inv_freq], [q_out, kc, vc], "rope_store")
+
+
+def rope(dev: CLDevice, x: Buffer, x_off: int, ld: int, pos: Buffer, inv_freq: Buffer, m: int,
+         heads: int, head_dim: int, neox: bool) -> Launch:
+    knl = kernel(dev, "attention", "rope", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
+    return Launch(knl, (head_dim // 2, heads, m), None, [x, i32(x_off), i32(ld), pos, inv_freq],
+                  [x, pos, inv_freq], [x], "rope")
+
+
+def decode_chunk(dev: CLDevice, max_seq: int, n_heads: int) -> tuple[int, int]:
+    """(chunk, splits) of the split-KV decode attention: enough work-items to fill the device
+    at full length, chunks no shorter than 32 positions."""
+    want = max(1, (dev.caps.compute_units * (4 if is_cpu(dev) else 32)) // max(n_heads, 1))
+    chunk = max(32, math.ceil(max_seq / want))
+    return chunk, math.ceil(max_seq / chunk)
+
+
+def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer, vc: Buffer,
+                state: Buffer, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
+                scale: float) -> list[Launch]:
+    """Attention of one query row over the cache: split over positions, then combined."""
+    chunk, splits = decode_chunk(dev, max_seq, n_heads)
+    k1 = kernel(dev, "attention", "attn_decode", HEAD_DIM=head_dim)
+    k2 = kernel(dev, "attention", "attn_combine", HEAD_DIM=head_dim)
+    a1 = [part, q, kc, vc, state, i32(max_seq), i32(chunk), i32(n_heads // n_kv), f32(scale)]
+    a2 = [out, part, state, i32(chunk), i32(splits)]
+    return [Launch(k1, (splits, n_heads), None, a1, [q, kc, vc, state], [part], "attn_decode"),
+            Launch(k2, (head_dim, n_heads), None, a2, [part, state], [out], "attn_combine")]
+
+
+def part_nbytes(dev: CLDevice, max_seq: int, n_heads: int, head_dim: int) -> int:
+    _, splits = decode_chunk(dev, max_seq, n_heads)
+    return n_heads * splits * (head_dim + 2) * 4
+
+
+def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, kc: Buffer,
+                 vc: Buffer, k_off: int, v_off: int, kv_stride: int, state: Buffer,
+                 pos_add: int, causal: bool, n_keys: int, m: int, n_heads: int, n_kv: int,
+                 head_dim: int, scale: float) -> Launch:
+    knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim)
+    args = [out, q, i32(q_off), i32(ld_q), kc, vc, i32(k_off), i32(v_off), i32(kv_stride),
+            state, i32(pos_add), i32(int(causal)), i32(n_keys), i32(n_heads // n_kv),
+            f32(scale)]
+    return Launch(knl, (m, n_heads), None, args, [q, kc, vc, state], [out], "attn_prefill")
+
+
+def sample_lsize(dev: CLDevice) -> int:
+    return 16 if is_cpu(dev) else min(256, _pow2_at_most(dev.caps.max_work_group))
+
+
+def sample(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logits: Buffer,
+           l_off: int, z: Buffer, vocab: int, advance: int, temperature: float, top_k: int,
+           top_p: float, min_p: float, penalty: float, seed: int) -> Launch:
+    nt = sample_lsize(dev)
+    knl = kernel(dev, "sample", "sample", NT=nt)
+    args = [tokens, state, seen, logits, i32(l_off), z, i32(vocab), i32(advance),
+            f32(temperature), i32(top_k), f32(top_p), f32(min_p), f32(penalty),
+            np.uint32(seed & 0xFFFFFFFF)]
+    return Launch(knl, (nt,), (nt,), args, [logits, state, seen], [tokens, state, seen, z],
+                  "sample")

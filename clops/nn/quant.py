@@ -1,0 +1,216 @@
+"""nn, weight formats: float and GGUF block-quantized weights repacked (on the host, with numpy)
+into the layouts the matmul and embedding kernels read, and uploaded to the device still
+quantized.
+
+Device formats (``kernels/matmul.cl`` spells out the layouts):
+
+- ``f32``, ``f16``, ``bf16``: row-major ``[N, K]``.
+- ``q4``: 4-bit values, a (scale, min) pair per 32; from Q4_0, Q4_1 (half scales, exact) and
+  Q4_K (float scales: the 6-bit sub-scales times the super-block scale, exact).
+- ``q8``: int8 values, a scale per 32 (Q8_0, half) or per 16 (Q6_K, float; its 6-bit values less
+  32 fit in int8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..runtime import CLDevice
+from ..runtime.pool import Buffer
+
+# GGML type ids (the numbers are the file format's) and their block sizes in values and bytes.
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q4_1, GGML_Q8_0 = 0, 1, 2, 3, 8
+GGML_Q4_K, GGML_Q6_K, GGML_BF16 = 12, 14, 30
+BLOCKS: dict[int, tuple[int, int]] = {
+    GGML_Q4_0: (32, 18), GGML_Q4_1: (32, 20), GGML_Q8_0: (32, 34),
+    GGML_Q4_K: (256, 144), GGML_Q6_K: (256, 210),
+}
+FLOATS: dict[int, str] = {GGML_F32: "f32", GGML_F16: "f16", GGML_BF16: "bf16"}
+SUPPORTED = set(BLOCKS) | set(FLOATS)
+WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4}
+
+
+class UnsupportedFormatError(ValueError):
+    """A tensor is stored in a type clops cannot compute with."""
+
+
+@dataclass
+class PackedWeight:
+    """A 2-D weight ``[n, k]`` (row n is output n) in one of the device formats, on the host."""
+
+    fmt: str
+    n: int
+    k: int
+    data: np.ndarray
+    scales: np.ndarray | None = None  # q4: [n, k/32, 2]; q8: [n, k/group]
+    group: int = 32
+
+    @property
+    def scale_half(self) -> bool:
+        return self.scales is not None and self.scales.dtype == np.float16
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes + (0 if self.scales is None else self.scales.nbytes)
+
+    def dequantize(self) -> np.ndarray:
+        """The float32 values ``[n, k]`` (for tests and host-side references)."""
+        if self.fmt == "f32":
+            return self.data.astype(np.float32)
+        if self.fmt == "f16":
+            return self.data.view(np.float16).astype(np.float32)
+        if self.fmt == "bf16":
+            return (self.data.astype(np.uint32) << 16).view(np.float32)
+        assert self.scales is not None
+        sc = self.scales.astype(np.float32)
+        if self.fmt == "q4":
+            b = self.data.reshape(self.n, self.k // 32, 16)
+            q = np.concatenate([b & 15, b >> 4], axis=-1).astype(np.float32)
+            return (q * sc[..., :1] + sc[..., 1:]).reshape(self.n, self.k)
+        q = self.data.astype(np.float32).reshape(self.n, self.k // self.group, self.group)
+        return (q * sc[..., None]).reshape(self.n, self.k)
+
+
+def pack_float(w: np.ndarray, fmt: str = "f32") -> PackedWeight:
+    """A float weight ``[n, k]`` (any float numpy dtype; bf16 as uint16 bits) in ``fmt``."""
+    if w.ndim != 2:
+        raise ValueError(f"a weight must be 2-D, got shape {w.shape}")
+    n, k = w.shape
+    if k % 32:
+        raise ValueError(f"the inner size of a weight must be a multiple of 32, got {k}")
+    if fmt == "bf16":
+        data = w if w.dtype == np.uint16 else _to_bf16(w.astype(np.float32))
+    elif fmt == "f16":
+        data = w.astype(np.float16).view(np.uint16)
+    elif fmt == "f32":
+        data = w.astype(np.float32)
+    else:
+        raise ValueError(f"unknown float format {fmt!r}")
+    return PackedWeight(fmt, n, k, np.ascontiguousarray(data))
+
+
+def _to_bf16(x: np.ndarray) -> np.ndarray:
+    u = x.view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+
+
+def _f16(raw: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(raw).view(np.float16)
+
+
+def _nibbles_to_q4(v: np.ndarray) -> np.ndarray:
+    """Values ``[..., 32]`` in 0..15 -> bytes ``[..., 16]``: byte j = v[j] | v[j+16] << 4."""
+    return (v[..., :16] | (v[..., 16:] << 4)).astype(np.uint8)
+
+
+def pack_ggml(raw: np.ndarray, ggml_type: int, n: int, k: int) -> PackedWeight:
+    """Repack the bytes of a GGML tensor with ``n`` rows of ``k`` values."""
+    if ggml_type in FLOATS:
+        dt = {GGML_F32: np.float32, GGML_F16: np.float16, GGML_BF16: np.uint16}[ggml_type]
+        return pack_float(np.asarray(raw).view(dt).reshape(n, k), FLOATS[ggml_type])
+    if ggml_type not in BLOCKS:
+        raise UnsupportedFormatError(
+            f"GGML type {ggml_type} is not supported; supported quantizations are Q4_0, Q4_1, "
+            "Q8_0, Q4_K, Q6_K and F32/F16/BF16")
+    bs, bb = BLOCKS[ggml_type]
+    if k % bs:
+        raise ValueError(f"rows of {k} values do not split into blocks of {bs}")
+    b = np.ascontiguousarray(raw, dtype=np.uint8).reshape(n, k // bs, bb)
+    if ggml_type == GGML_Q8_0:
+        d = _f16(b[..., :2]).reshape(n, k // 32)
+        q = b[..., 2:].view(np.int8).reshape(n, k)
+        return PackedWeight("q8", n, k, np.ascontiguousarray(q), d.copy(), 32)
+    if ggml_type in (GGML_Q4_0, GGML_Q4_1):
+        d = _f16(b[..., :2]).reshape(n, k // 32)
+        if ggml_type == GGML_Q4_0:
+            m = (d.astype(np.float32) * -8.0).astype(np.float16)
+            qs = b[..., 2:]
+        else:
+            m = _f16(b[..., 2:4]).reshape(n, k // 32)
+            qs = b[..., 4:]
+        sm = np.stack([d, m], axis=-1)
+        return PackedWeight("q4", n, k, np.ascontiguousarray(qs).reshape(n, k // 2), sm, 32)
+    if ggml_type == GGML_Q4_K:
+        return _pack_q4_k(b, n, k)
+    return _pack_q6_k(b, n, k)
+
+
+def _pack_q4_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    nb = k // 256
+    d = _f16(b[..., 0:2]).astype(np.float32)  # [n, nb, 1]
+    dmin = _f16(b[..., 2:4]).astype(np.float32)
+    s = b[..., 4:16].astype(np.uint8)  # 12 bytes of packed 6-bit scales and mins
+    sc = np.empty((n, nb, 8), np.uint8)
+    mn = np.empty((n, nb, 8), np.uint8)
+    sc[..., :4] = s[..., 0:4] & 63
+    mn[..., :4] = s[..., 4:8] & 63
+    sc[..., 4:] = (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)
+    mn[..., 4:] = (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)
+    qs = b[..., 16:].reshape(n, nb, 4, 32)  # 4 chunks of 64 values: low nibbles, then high
+    vals = np.stack([qs & 15, qs >> 4], axis=3).reshape(n, nb, 8, 32)
+    packed = _nibbles_to_q4(vals).reshape(n, k // 2)
+    scale = d * sc.astype(np.float32)
+    mins = -(dmin * mn.astype(np.float32))
+    sm = np.stack([scale, mins], axis=-1).reshape(n, k // 32, 2).astype(np.float32)
+    return PackedWeight("q4", n, k, np.ascontiguousarray(packed), sm, 32)
+
+
+def _pack_q6_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    nb = k // 256
+    ql = b[..., 0:128].reshape(n, nb, 2, 64)
+    qh = b[..., 128:192].reshape(n, nb, 2, 32)
+    sc = b[..., 192:208].view(np.int8).astype(np.float32)  # [n, nb, 16]
+    d = _f16(b[..., 208:210]).astype(np.float32)  # [n, nb, 1]
+    lo = np.concatenate([ql[..., :32] & 15, ql[..., 32:] & 15, ql[..., :32] >> 4,
+                         ql[..., 32:] >> 4], axis=-1)  # [n, nb, 2, 128]
+    hi = np.concatenate([qh & 3, (qh >> 2) & 3, (qh >> 4) & 3, (qh >> 6) & 3], axis=-1)
+    q = (lo | (hi << 4)).astype(np.int16) - 32
+    scales = (d * sc).reshape(n, k // 16).astype(np.float32)
+    return PackedWeight("q8", n, k, q.astype(np.int8).reshape(n, k), scales, 16)
+
+
+def concat(parts: list[PackedWeight]) -> PackedWeight | None:
+    """Stack weights along the output axis (fused QKV, gate/up) when they share one format;
+    None when they do not (the caller then launches them separately into one output)."""
+    first = parts[0]
+    for p in parts[1:]:
+        if (p.fmt, p.k, p.group, p.scale_half, p.data.dtype) != (
+                first.fmt, first.k, first.group, first.scale_half, first.data.dtype):
+            return None
+    data = np.concatenate([p.data for p in parts], axis=0)
+    scales = None
+    if first.scales is not None:
+        scales = np.concatenate([p.scales for p in parts], axis=0)  # type: ignore[misc]
+    return PackedWeight(first.fmt, sum(p.n for p in parts), first.k, data, scales, first.group)
+
+
+class DeviceWeight:
+    """A packed weight on a device: its value buffer, its scale buffer, and the compile-time
+    parameters of the kernels that read it."""
+
+    def __init__(self, device: CLDevice, packed: PackedWeight) -> None:
+        self.device = device
+        self.fmt, self.n, self.k, self.group = packed.fmt, packed.n, packed.k, packed.group
+        self.scale_half = packed.scale_half
+        self.data = _upload(device, packed.data)
+        # kernels take a scale pointer even for float weights; a tiny buffer stands in
+        sc = packed.scales if packed.scales is not None else np.zeros(1, np.float32)
+        self.scales = _upload(device, sc)
+        self.nbytes = packed.nbytes
+
+    @property
+    def defines(self) -> dict[str, Any]:
+        return {"WFMT": WFMT[self.fmt], "SCALE_HALF": int(self.scale_half), "QGROUP": self.group}
+
+    def __repr__(self) -> str:
+        return f"<clops.nn.DeviceWeight {self.fmt} [{self.n}, {self.k}]>"
+
+
+def _upload(device: CLDevice, arr: np.ndarray) -> Buffer:
+    arr = np.ascontiguousarray(arr)
+    buf = device.alloc(max(arr.nbytes, 4))
+    device.write(buf, arr, blocking=True)
+    return buf

@@ -1,0 +1,101 @@
+"""The on-device sampler: argmax, and draws whose frequencies follow the filtered distribution
+(temperature, top-k, top-p, min-p, repetition penalty), repeatable by seed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clops.nn import launchers as L
+
+DRAWS = 3000
+
+
+def _draw(device, logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, penalty=1.0,
+          seed=1, seen=None, draws=DRAWS):
+    v = logits.size
+    dev = device
+
+    def up(a):
+        b = dev.alloc(max(a.nbytes, 4))
+        dev.write(b, a, blocking=True)
+        return b
+
+    tokens = up(np.zeros(draws + 2, np.int32))
+    state = up(np.zeros(4, np.int32))
+    seen_b = up(np.zeros(v, np.uint8) if seen is None else seen.astype(np.uint8))
+    lg = up(logits.astype(np.float32))
+    z = dev.alloc(v * 4)
+    ln = L.sample(dev, tokens, state, seen_b, lg, 0, z, v, 1, temperature, top_k, top_p,
+                  min_p, penalty, seed)
+    for _ in range(draws):
+        ln.run(dev)
+        if penalty == 1.0 and seen is None:
+            continue
+        dev.write(seen_b, np.zeros(v, np.uint8) if seen is None else seen.astype(np.uint8),
+                  blocking=True)
+    out = np.empty(draws + 2, np.int32)
+    dev.read(out, tokens)
+    return out[1:draws + 1]
+
+
+def _freq(ids, v):
+    return np.bincount(ids, minlength=v) / ids.size
+
+
+LOGITS = np.array([2.0, 1.0, 0.5, 3.0, -1.0, 0.0, 2.5, -3.0, 1.5, 0.2] * 3, np.float32)
+LOGITS[10:] -= 2.0
+
+
+def _softmax(x):
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def test_greedy_is_first_argmax(device):
+    lg = np.zeros(1000, np.float32)
+    lg[[17, 500]] = 5.0
+    ids = _draw(device, lg, temperature=0.0, draws=3)
+    assert (ids == 17).all()
+
+
+def test_temperature_top_k(device):
+    p = _softmax(LOGITS / 0.7)
+    keep = np.nonzero(LOGITS >= np.sort(LOGITS)[-5])[0]  # ties with the 5th stay
+    want = np.zeros_like(p)
+    want[keep] = p[keep] / p[keep].sum()
+    got = _freq(_draw(device, LOGITS, temperature=0.7, top_k=5), LOGITS.size)
+    assert got[np.setdiff1d(np.arange(LOGITS.size), keep)].sum() == 0
+    np.testing.assert_allclose(got, want, atol=0.035)
+
+
+def test_top_p_and_min_p(device):
+    p = _softmax(LOGITS)
+    order = np.argsort(-p)
+    n = int(np.searchsorted(np.cumsum(p[order]), 0.6) + 1)
+    keep = order[:n]
+    got = _freq(_draw(device, LOGITS, top_p=0.6), LOGITS.size)
+    assert set(np.nonzero(got)[0]) <= set(keep)
+    want = np.zeros_like(p)
+    want[keep] = p[keep] / p[keep].sum()
+    np.testing.assert_allclose(got, want, atol=0.035)
+    got = _freq(_draw(device, LOGITS, min_p=0.3), LOGITS.size)
+    assert set(np.nonzero(got)[0]) <= set(np.nonzero(p >= 0.3 * p.max())[0])
+
+
+def test_repetition_penalty_and_seed(device):
+    lg = np.array([3.0, 2.9, -1.0, 0.5], np.float32)
+    seen = np.array([1, 0, 0, 0])
+    assert (_draw(device, lg, temperature=0.0, penalty=1.3, seen=seen, draws=2) == 1).all()
+    a = _draw(device, LOGITS, seed=5, draws=50)
+    b = _draw(device, LOGITS, seed=5, draws=50)
+    c = _draw(device, LOGITS, seed=6, draws=50)
+    assert (a == b).all() and (a != c).any()
+
+
+@pytest.mark.parametrize("v", [49152])
+def test_large_vocabulary_top_k(device, v):
+    rng = np.random.default_rng(0)
+    lg = rng.standard_normal(v).astype(np.float32) * 3
+    ids = _draw(device, lg, temperature=1.0, top_k=20, draws=200)
+    assert set(ids) <= set(np.argsort(-lg)[:20])

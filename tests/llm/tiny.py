@@ -1,0 +1,69 @@
+"""Tiny random Llama and Qwen2 models made with transformers and saved as safetensors
+directories, for tests that compare clops with transformers on PyTorch CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+VOCAB = 320
+
+
+def save_tokenizer(path: str) -> None:
+    """A word-level tokenizer.json over VOCAB tokens (the tests feed ids directly)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {f"w{i}": i for i in range(VOCAB - 3)}
+    vocab.update({"<unk>": VOCAB - 3, "<s>": VOCAB - 2, "</s>": VOCAB - 1})
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True,
+                   "chat_template": "{% for m in messages %}{{ m['content'] }} {% endfor %}"}, f)
+
+
+def make_model(path: str, arch: str = "llama", tied: bool = False, dtype: str = "float32",
+               rope_scaling: bool = False, seed: int = 0):
+    """Save a random model to ``path``; returns the float32 transformers model to compare with
+    (its weights rounded through ``dtype`` like the saved ones)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  rms_norm_eps=1e-5, tie_word_embeddings=tied)
+    if arch == "llama":
+        rope: dict = {"rope_type": "default", "rope_theta": 10000.0}
+        if rope_scaling:
+            rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 16}
+        cfg = LlamaConfig(**common, head_dim=16, rope_parameters=rope)
+        model = LlamaForCausalLM(cfg)
+    else:
+        cfg = Qwen2Config(**common, rope_parameters={"rope_type": "default",
+                                                     "rope_theta": 1000000.0})
+        model = Qwen2ForCausalLM(cfg)
+    with torch.no_grad():
+        for p in model.parameters():  # larger than the default init: errors would show
+            p.normal_(0.0, 0.2)
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+    model.to(getattr(torch, dtype)).save_pretrained(path, safe_serialization=True)
+    save_tokenizer(path)
+    # NOTE: reloaded rather than cast back, so that buffers such as the rotary frequencies
+    # are float32 again (a cast round trip would leave them rounded)
+    cls = type(model)
+    return cls.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def hf_logits(model, ids: list[int]) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float().numpy()

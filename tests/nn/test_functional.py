@@ -1,0 +1,163 @@
+"""clops.nn ops against numpy references, on float and GGUF-quantized weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+from gguf import quants
+
+import clops
+import clops.nn as nn
+
+RNG = np.random.default_rng(0)
+
+
+def _t(a, device):
+    return clops.asarray(np.ascontiguousarray(a), device=device)
+
+
+def _random_k_quant(t: Q, n: int, k: int) -> np.ndarray:
+    """Random bytes of a K-quant tensor with sane super-block scales (no quantizer in gguf)."""
+    bs, bb = {Q.Q4_K: (256, 144), Q.Q6_K: (256, 210)}[t]
+    raw = RNG.integers(0, 256, (n, k // bs, bb), dtype=np.uint8)
+    scale = np.frombuffer(np.full(n * k // bs * 2, 0.01, np.float16).tobytes(), np.uint8)
+    if t == Q.Q4_K:
+        raw[..., 0:4] = scale.reshape(n, k // bs, 4)
+    else:
+        raw[..., 208:210] = scale[: n * k // bs * 2].reshape(n, k // bs, 2)
+    return raw.reshape(n, -1)
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])
+@pytest.mark.parametrize("m", [1, 5, 19])
+def test_linear_quantized(device, kind, m):
+    t = Q[kind]
+    n, k = 48, 512
+    if t in (Q.Q4_K, Q.Q6_K):
+        raw = _random_k_quant(t, n, k)
+    else:
+        raw = quants.quantize(RNG.standard_normal((n, k)).astype(np.float32), t)
+    w_ref = quants.dequantize(raw, t).reshape(n, k)
+    w = nn.quantized(raw, ggml_type=int(t), shape=(n, k), device=device)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    got = np.asarray(nn.linear(_t(x, device), w, _t(b, device)))
+    want = x @ w_ref.T + b
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_linear_float(device, dtype):
+    x = RNG.standard_normal((2, 3, 64)).astype(np.float32)
+    w = RNG.standard_normal((40, 64)).astype(np.float32)
+    wt = clops.astype(_t(w, device), getattr(clops, dtype))
+    w_used = np.asarray(wt).astype(np.float32)
+    got = np.asarray(nn.linear(_t(x, device), wt))
+    np.testing.assert_allclose(got, x @ w_used.T, rtol=1e-4, atol=1e-4)
+
+
+def test_embedding_quantized(device):
+    raw = quants.quantize(RNG.standard_normal((100, 64)).astype(np.float32), Q.Q8_0)
+    table = nn.quantized(raw, ggml_type=int(Q.Q8_0), shape=(100, 64), device=device)
+    ids = np.array([[3, 99], [0, 42]], np.int32)
+    got = np.asarray(nn.embedding(_t(ids, device), table))
+    want = quants.dequantize(raw, Q.Q8_0).reshape(100, 64)[ids]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_norms_and_activations(device):
+    x = RNG.standard_normal((7, 96)).astype(np.float32) * 3 + 1
+    w = RNG.standard_normal(96).astype(np.float32)
+    b = RNG.standard_normal(96).astype(np.float32)
+    xt = _t(x, device)
+    rms = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(np.asarray(nn.rms_norm(xt, _t(w, device), 1e-6)), rms,
+                               rtol=1e-5, atol=1e-5)
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    ln = (x - mu) / np.sqrt(var + 1e-5) * w + b
+    np.testing.assert_allclose(np.asarray(nn.layer_norm(xt, _t(w, device), _t(b, device))),
+                               ln, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(nn.silu(xt)), x / (1 + np.exp(-x)), rtol=1e-5,
+                               atol=1e-6)
+    from math import erf, pi, sqrt
+
+    gelu = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / sqrt(2))))(x)
+    np.testing.assert_allclose(np.asarray(nn.gelu(xt)), gelu, rtol=1e-4, atol=1e-5)
+    tanh = 0.5 * x * (1 + np.tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))
+    np.testing.assert_allclose(np.asarray(nn.gelu(xt, approximate="tanh")), tanh, rtol=1e-4,
+                               atol=1e-5)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(nn.softmax(xt)), e / e.sum(-1, keepdims=True),
+                               rtol=1e-5, atol=1e-7)
+    e0 = np.exp(x - x.max(0, keepdims=True))
+    np.testing.assert_allclose(np.asarray(nn.softmax(xt, axis=0)), e0 / e0.sum(0, keepdims=True),
+                               rtol=1e-5, atol=1e-7)
+
+
+def _rope_ref(x, pos, inv, layout):
+    out = x.copy()
+    ang = pos[:, None].astype(np.float32) * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    d = x.shape[-1]
+    if layout == "split":
+        a, b = x[..., : d // 2], x[..., d // 2:]
+        out[..., : d // 2], out[..., d // 2:] = a * c - b * s, a * s + b * c
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]
+        out[..., 0::2], out[..., 1::2] = a * c - b * s, a * s + b * c
+    return out
+
+
+@pytest.mark.parametrize("layout", ["split", "adjacent"])
+def test_rope(device, layout):
+    x = RNG.standard_normal((5, 3, 32)).astype(np.float32)
+    pos = np.array([0, 1, 7, 100, 2000], np.int32)
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    inv = nn.rope_frequencies(32, 500000.0, scaling)
+    base = (1.0 / 500000.0 ** (np.arange(0, 32, 2) / 32)).astype(np.float32)
+    assert inv[0] == pytest.approx(base[0]) and inv[-1] == pytest.approx(base[-1] / 8)
+    got = np.asarray(nn.rope(_t(x, device), pos, 500000.0, layout, scaling))
+    np.testing.assert_allclose(got, _rope_ref(x, pos, inv, layout), rtol=1e-4, atol=1e-4)
+
+
+def _attn_ref(q, k, v, causal):
+    lq, h, d = q.shape
+    lk, kv, _ = k.shape
+    rep = h // kv
+    out = np.zeros_like(q)
+    for i in range(h):
+        s = q[:, i] @ k[:, i // rep].T / np.sqrt(d)
+        if causal:
+            s = np.where(np.arange(lk)[None, :] <= np.arange(lq)[:, None] + lk - lq, s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        out[:, i] = (p / p.sum(-1, keepdims=True)) @ v[:, i // rep]
+    return out
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_sdpa_grouped_query(device, causal):
+    q = RNG.standard_normal((6, 4, 16)).astype(np.float32)
+    k = RNG.standard_normal((9, 2, 16)).astype(np.float32)
+    v = RNG.standard_normal((9, 2, 16)).astype(np.float32)
+    got = np.asarray(nn.scaled_dot_product_attention(_t(q, device), _t(k, device),
+                                                     _t(v, device), causal=causal))
+    np.testing.assert_allclose(got, _attn_ref(q, k, v, causal), rtol=1e-4, atol=1e-5)
+
+
+def test_kv_cache_prefill_then_decode(device):
+    h, kv, d, n = 6, 2, 32, 300
+    q = RNG.standard_normal((n, h, d)).astype(np.float32)
+    k = RNG.standard_normal((n, kv, d)).astype(np.float32)
+    v = RNG.standard_normal((n, kv, d)).astype(np.float32)
+    cache = nn.KVCache(kv, d, max_seq=512, device=device)
+    first = np.asarray(cache.attend(_t(q[:250], device), _t(k[:250], device),
+                                    _t(v[:250], device)))
+    np.testing.assert_allclose(first, _attn_ref(q[:250], k[:250], v[:250], True), rtol=1e-4,
+                               atol=1e-5)
+    for i in range(250, n):  # decode: one row at a time, split over the KV length
+        got = np.asarray(cache.attend(_t(q[i:i + 1], device), _t(k[i:i + 1], device),
+                                      _t(v[i:i + 1], device)))
+        want = _attn_ref(q[: i + 1], k[: i + 1], v[: i + 1], True)[-1:]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
