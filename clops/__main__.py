@@ -57,7 +57,7 @@ def demo() -> int:
         rng = np.random.default_rng(0)
         a, b, c = (rng.standard_normal((1024, 1024), dtype=np.float32) for _ in range(3))
         t0 = time.perf_counter()
-        out = (xp.asarray(a) * xp.asarray(b) + xp.asarray(c)).sum(axis=1)
+        out = xp.sum(xp.asarray(a) * xp.asarray(b) + xp.asarray(c), axis=1)
         got = np.asarray(out)
         dt = time.perf_counter() - t0
         ref = (a * b + c).sum(axis=1)
@@ -75,9 +75,9 @@ def demo() -> int:
     dev.write(bx, x)
     dev.write(by, y)
     dev.launch(k, (x.size,), None, [np.float32(2), bx, by], reads=[bx], writes=[by])
-    out = np.empty_like(y)
-    dev.read(out, by)
-    ok = np.array_equal(out, 2 * x + y)
+    result = np.empty_like(y)
+    dev.read(result, by)
+    ok = np.array_equal(result, 2 * x + y)
     print(f"axpy on {x.size} floats: {'matches numpy' if ok else 'WRONG'}")
     return 0 if ok else 1
 

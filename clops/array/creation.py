@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -46,8 +47,8 @@ def to_host_bits(arr: np.ndarray, d: DType) -> np.ndarray:
     if d.name == "bfloat16":
         f = np.ascontiguousarray(arr, dtype=np.float32)
         u = f.view(np.uint32).astype(np.uint64)
-        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-        bits = u.astype(np.uint16)
+        bits = ((u + np.uint64(0x7FFF) + ((u >> np.uint64(16)) & np.uint64(1)))
+                >> np.uint64(16)).astype(np.uint16)
         bits[np.isnan(f)] = 0x7FC0
         return bits
     if d.kind == "b":
@@ -294,6 +295,7 @@ def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor]:
             ax = 1 - i
         shp = [1] * nd
         shp[ax] = a.shape[0]
-        node = ir.movement(a._node.resolve(), lambda v, s=tuple(shp): v.reshape(s))
+        node = ir.movement(a._node.resolve(), functools.partial(View.reshape,
+                                                                 shape=tuple(shp)))
         out.append(Tensor(broadcast_node(node, tuple(sizes)), a.device))
     return out

@@ -3,6 +3,7 @@ they take and the dtype they return; broadcasting and promotion (Python scalars 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .. import runtime
@@ -227,6 +228,7 @@ def where(condition: Tensor, x1: Any, x2: Any, /) -> Tensor:
 
 def _make(fn: str) -> Any:
     arity = TABLE[fn][0]
+    f: Callable[..., Tensor]
     if arity == 1:
         def f1(x: Tensor, /) -> Tensor:
             return apply(fn, x)

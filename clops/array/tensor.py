@@ -300,6 +300,207 @@ class Tensor:
         return self.numpy_async().__await__()
 
 
+    # -- operators (the Array API's, each a lazy elementwise node) -------------------------------
+    def _ew(self, fn: str, *args: Any) -> Tensor:
+        from . import elementwise
+
+        return elementwise.apply(fn, *args)
+
+    def __add__(self, other: Any, /) -> Tensor:
+        return self._ew("add", self, other)
+
+    def __radd__(self, other: Any, /) -> Tensor:
+        return self._ew("add", other, self)
+
+    def __iadd__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("add", self, other), "add")
+
+    def __sub__(self, other: Any, /) -> Tensor:
+        return self._ew("subtract", self, other)
+
+    def __rsub__(self, other: Any, /) -> Tensor:
+        return self._ew("subtract", other, self)
+
+    def __isub__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("subtract", self, other), "subtract")
+
+    def __mul__(self, other: Any, /) -> Tensor:
+        return self._ew("multiply", self, other)
+
+    def __rmul__(self, other: Any, /) -> Tensor:
+        return self._ew("multiply", other, self)
+
+    def __imul__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("multiply", self, other), "multiply")
+
+    def __truediv__(self, other: Any, /) -> Tensor:
+        return self._ew("divide", self, other)
+
+    def __rtruediv__(self, other: Any, /) -> Tensor:
+        return self._ew("divide", other, self)
+
+    def __itruediv__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("divide", self, other), "divide")
+
+    def __floordiv__(self, other: Any, /) -> Tensor:
+        return self._ew("floor_divide", self, other)
+
+    def __rfloordiv__(self, other: Any, /) -> Tensor:
+        return self._ew("floor_divide", other, self)
+
+    def __ifloordiv__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("floor_divide", self, other), "floor_divide")
+
+    def __mod__(self, other: Any, /) -> Tensor:
+        return self._ew("remainder", self, other)
+
+    def __rmod__(self, other: Any, /) -> Tensor:
+        return self._ew("remainder", other, self)
+
+    def __imod__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("remainder", self, other), "remainder")
+
+    def __pow__(self, other: Any, /) -> Tensor:
+        return self._ew("pow", self, other)
+
+    def __rpow__(self, other: Any, /) -> Tensor:
+        return self._ew("pow", other, self)
+
+    def __ipow__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("pow", self, other), "pow")
+
+    def __and__(self, other: Any, /) -> Tensor:
+        return self._ew("bitwise_and", self, other)
+
+    def __rand__(self, other: Any, /) -> Tensor:
+        return self._ew("bitwise_and", other, self)
+
+    def __iand__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("bitwise_and", self, other), "bitwise_and")
+
+    def __or__(self, other: Any, /) -> Tensor:
+        return self._ew("bitwise_or", self, other)
+
+    def __ror__(self, other: Any, /) -> Tensor:
+        return self._ew("bitwise_or", other, self)
+
+    def __ior__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("bitwise_or", self, other), "bitwise_or")
+
+    def __xor__(self, other: Any, /) -> Tensor:
+        return self._ew("bitwise_xor", self, other)
+
+    def __rxor__(self, other: Any, /) -> Tensor:
+        return self._ew("bitwise_xor", other, self)
+
+    def __ixor__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("bitwise_xor", self, other), "bitwise_xor")
+
+    def __lshift__(self, other: Any, /) -> Tensor:
+        return self._ew("bitwise_left_shift", self, other)
+
+    def __rlshift__(self, other: Any, /) -> Tensor:
+        return self._ew("bitwise_left_shift", other, self)
+
+    def __ilshift__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("bitwise_left_shift", self, other), "bitwise_left_shift")
+
+    def __rshift__(self, other: Any, /) -> Tensor:
+        return self._ew("bitwise_right_shift", self, other)
+
+    def __rrshift__(self, other: Any, /) -> Tensor:
+        return self._ew("bitwise_right_shift", other, self)
+
+    def __irshift__(self, other: Any, /) -> Tensor:
+        return self._inplace(self._ew("bitwise_right_shift", self, other), "bitwise_right_shift")
+
+    def __eq__(self, other: Any, /) -> Tensor:  # type: ignore[override]
+        return self._ew("equal", self, other)
+
+    def __ne__(self, other: Any, /) -> Tensor:  # type: ignore[override]
+        return self._ew("not_equal", self, other)
+
+    def __lt__(self, other: Any, /) -> Tensor:  # type: ignore[override]
+        return self._ew("less", self, other)
+
+    def __le__(self, other: Any, /) -> Tensor:  # type: ignore[override]
+        return self._ew("less_equal", self, other)
+
+    def __gt__(self, other: Any, /) -> Tensor:  # type: ignore[override]
+        return self._ew("greater", self, other)
+
+    def __ge__(self, other: Any, /) -> Tensor:  # type: ignore[override]
+        return self._ew("greater_equal", self, other)
+
+    def __neg__(self, /) -> Tensor:
+        return self._ew("negative", self)
+
+    def __pos__(self, /) -> Tensor:
+        return self._ew("positive", self)
+
+    def __abs__(self, /) -> Tensor:
+        return self._ew("abs", self)
+
+    def __invert__(self, /) -> Tensor:
+        return self._ew("bitwise_invert", self)
+
+    def __matmul__(self, other: Any, /) -> Tensor:
+        from .linalg_core import matmul
+
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: Any, /) -> Tensor:
+        from .linalg_core import matmul
+
+        return matmul(other, self)
+
+    def __imatmul__(self, other: Any, /) -> Tensor:
+        return self._inplace(self.__matmul__(other), "matmul")
+
+    def _inplace(self, res: Tensor, fn: str) -> Tensor:
+        if res.shape != self.shape:
+            raise ValueError(f"in-place {fn} would change the shape {self.shape} to "
+                             f"{res.shape}")
+        if res.dtype != self.dtype:
+            raise TypeError(f"in-place {fn} of {self.dtype} would give {res.dtype}; the "
+                            "Array API does not allow an in-place dtype change")
+        self._assign(res)
+        return self
+
+    # -- convenience methods in the manner of numpy and PyTorch ------------------------------------
+    def sum(self, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
+        from . import statistics
+
+        return statistics.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def prod(self, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
+        from . import statistics
+
+        return statistics.prod_(self, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    def mean(self, *, axis: Any = None, keepdims: bool = False) -> Tensor:
+        from . import statistics
+
+        return statistics.mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, *, axis: Any = None, keepdims: bool = False) -> Tensor:
+        from . import statistics
+
+        return statistics.max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, *, axis: Any = None, keepdims: bool = False) -> Tensor:
+        from . import statistics
+
+        return statistics.min(self, axis=axis, keepdims=keepdims)
+
+    def astype(self, dtype: Any, /, *, copy: bool = True) -> Tensor:
+        from .manipulation import astype
+
+        return astype(self, dtype, copy=copy)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def _flush_readers(buf: Any, exclude: Tensor | None = None) -> None:
     """Compute every pending tensor that reads ``buf`` (before it is overwritten)."""
     pend = [t for t in list(_PENDING.values())
@@ -320,8 +521,8 @@ def realize(*tensors: Tensor) -> None:
             by_dev.setdefault(id(t.device), []).append(t)
     for ts in by_dev.values():
         dev = ts[0].device
-        targets = []
-        finish = []
+        targets: list[tuple[Node, Any, View | None]] = []
+        finish: list[tuple[Tensor, Node, tuple[int, ...] | None]] = []
         for t in ts:
             node = t._node.resolve()
             # A pure reshape of a computed node: compute the node, reshape its buffer.
@@ -345,108 +546,3 @@ def realize(*tensors: Tensor) -> None:
                 t._node.realized = done
             t._node = done
             _PENDING.pop(id(t), None)
-
-
-def _binop(name: str, reflected: bool = False) -> Any:
-    def method(self: Tensor, other: Any) -> Tensor:
-        from . import elementwise
-
-        fn = getattr(elementwise, name)
-        if reflected:
-            return fn(other, self)
-        return fn(self, other)
-
-    method.__name__ = f"__{'r' if reflected else ''}{name}__"
-    return method
-
-
-_OPS = {
-    "add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide",
-    "floordiv": "floor_divide", "mod": "remainder", "pow": "pow", "and": "bitwise_and",
-    "or": "bitwise_or", "xor": "bitwise_xor", "lshift": "bitwise_left_shift",
-    "rshift": "bitwise_right_shift",
-}
-for _py, _fn in _OPS.items():
-    setattr(Tensor, f"__{_py}__", _binop(_fn))
-    setattr(Tensor, f"__r{_py}__", _binop(_fn, reflected=True))
-
-    def _inplace(self: Tensor, other: Any, _fn: str = _fn) -> Tensor:
-        from . import elementwise
-
-        res = getattr(elementwise, _fn)(self, other)
-        if res.shape != self.shape:
-            raise ValueError(f"in-place {_fn} would change the shape {self.shape} to "
-                             f"{res.shape}")
-        if res.dtype != self.dtype:
-            raise TypeError(f"in-place {_fn} of {self.dtype} with {res.dtype} would change "
-                            "the dtype; the Array API does not allow that")
-        self._assign(res)
-        return self
-
-    setattr(Tensor, f"__i{_py}__", _inplace)
-
-for _py, _fn in {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
-                 "gt": "greater", "ge": "greater_equal"}.items():
-    setattr(Tensor, f"__{_py}__", _binop(_fn))
-
-
-def _unary(name: str) -> Any:
-    def method(self: Tensor) -> Tensor:
-        from . import elementwise
-
-        return getattr(elementwise, name)(self)
-
-    return method
-
-
-Tensor.__neg__ = _unary("negative")  # type: ignore[attr-defined]
-Tensor.__pos__ = _unary("positive")  # type: ignore[attr-defined]
-Tensor.__abs__ = _unary("abs")  # type: ignore[attr-defined]
-Tensor.__invert__ = _unary("bitwise_invert")  # type: ignore[attr-defined]
-Tensor.__hash__ = None  # type: ignore[assignment]
-
-
-def _matmul(self: Tensor, other: Any) -> Tensor:
-    from .linalg_core import matmul
-
-    return matmul(self, other)
-
-
-def _rmatmul(self: Tensor, other: Any) -> Tensor:
-    from .linalg_core import matmul
-
-    return matmul(other, self)
-
-
-def _imatmul(self: Tensor, other: Any) -> Tensor:
-    from .linalg_core import matmul
-
-    res = matmul(self, other)
-    if res.shape != self.shape or res.dtype != self.dtype:
-        raise ValueError(f"in-place matmul would change {self.shape} to {res.shape}")
-    self._assign(res)
-    return self
-
-
-Tensor.__matmul__ = _matmul  # type: ignore[attr-defined]
-Tensor.__rmatmul__ = _rmatmul  # type: ignore[attr-defined]
-Tensor.__imatmul__ = _imatmul  # type: ignore[attr-defined]
-
-
-def _method(module: str, fn: str) -> Any:
-    def method(self: Tensor, *args: Any, **kwargs: Any) -> Any:
-        import importlib
-
-        return getattr(importlib.import_module(f"clops.array.{module}"), fn)(self, *args, **kwargs)
-
-    method.__name__ = fn
-    method.__doc__ = f"``clops.{fn.rstrip('_')}(self, ...)`` as a method."
-    return method
-
-
-# Convenience methods in the manner of numpy and PyTorch (the Array API needs only functions).
-for _m, _fns in {"statistics": ["sum", "mean", "max", "min", "std", "var", "all", "any"],
-                 "manipulation": ["astype", "flip", "squeeze"]}.items():
-    for _f in _fns:
-        setattr(Tensor, _f, _method(_m, _f))
-Tensor.prod = _method("statistics", "prod_")  # type: ignore[attr-defined]

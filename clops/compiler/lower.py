@@ -98,26 +98,26 @@ class _Lowerer:
             src = self.expr(node.srcs[0], ctx)
             out = self.emit(("cast", src, node.srcs[0].resolve().dtype.name, node.dtype.name))
         elif op == "view":
-            src = node.srcs[0].resolve()
-            v: View = node.arg
+            vsrc = node.srcs[0].resolve()
+            vw: View = node.arg
             item = self.item
-            if item.raxes and is_expand_back(v, src, item.full, item.raxes):
+            if item.raxes and is_expand_back(vw, vsrc, item.full, item.raxes):
                 # per-row value broadcast back: evaluate src with the reduced axes at 0
                 nctx = self.nctx
                 self.nctx += 1
                 self.ctx_rank[nctx] = self.rank
                 self.cur.append((-1, "rowctx", nctx))
-                out = self.expr(src, nctx)
-            elif src.op == "reduce" and src.id in self.red_of:
+                out = self.expr(vsrc, nctx)
+            elif vsrc.op == "reduce" and vsrc.id in self.red_of:
                 raise AssertionError("a fused reduction is read through a non-broadcast view")
             else:
-                self.views.append((v, src.shape))
+                self.views.append((vw, vsrc.shape))
                 nctx = self.nctx
                 self.nctx += 1
-                self.ctx_rank[nctx] = len(src.shape)
-                self.cur.append((-1, "ctx", nctx, len(self.views) - 1, ctx, len(v.shape),
-                                 len(src.shape)))
-                out = self.expr(src, nctx)
+                self.ctx_rank[nctx] = len(vsrc.shape)
+                self.cur.append((-1, "ctx", nctx, len(self.views) - 1, ctx, len(vw.shape),
+                                 len(vsrc.shape)))
+                out = self.expr(vsrc, nctx)
         elif op == "reduce":
             out = self.emit(("red", self.reduction(node)))
         else:
@@ -169,8 +169,8 @@ def lower(item: KernelItem, device: Any) -> Lowered:
     total = prod(full)
     leaf_views = [v for _, v, _ in lw.leaf_list]
     wide = total > INT32_LIMIT
-    for v in leaf_views:
-        lo, hi = v.extent()
+    for lv in leaf_views:
+        lo, hi = lv.extent()
         if hi > INT32_LIMIT or lo < -INT32_LIMIT:
             wide = True
     for o in item.outputs:

@@ -52,7 +52,7 @@ def run_item(item: KernelItem, device: Any) -> None:
         src = _RENDERER.render(lw.key, L, name)
         if _config.CONFIG.debug >= 1:
             print(f"[clops] kernel {name}:\n{src}", file=sys.stderr)
-        hit = _KERNELS[ck] = (device.kernel(src, name), name)
+        hit = _KERNELS[ck] = (device.kernel(src, name, arg_types=_RENDERER.arg_types), name)
     kernel, name = hit
     launch(device, kernel, name, lw, L)
 

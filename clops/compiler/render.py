@@ -7,6 +7,8 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
+import numpy as np
+
 from ..graph import dtypes
 from . import cl_ops
 
@@ -131,6 +133,7 @@ class Renderer:
         else:
             body += self._row_kernel(raxes, chunked, reduced_out, reductions, out_instrs, outs,
                                      out_ranks, local_size)
+        self.arg_types = [_arg_dtype(a) for a in args]
         uses_fp64 = any(n in ("float64", "complex128") for n in _names_in(key))
         head = self.fp64_pragma if uses_fp64 else ""
         if self._prelude is None:
@@ -236,7 +239,7 @@ class Renderer:
         return table[cat].format(T=res.math, R=real, BITS=operand.bits, MIN=lo, MAX=hi,
                                  **names)
 
-    def _stores(self, outs: tuple[tuple[int, str], ...], out_ranks: tuple[int, ...]) -> list[str]:
+    def _stores(self, outs: tuple[tuple[int, str], ...], out_ranks: tuple[Any, ...]) -> list[str]:
         lines = []
         for k, ((val, oname), (orank, unit)) in enumerate(zip(outs, out_ranks)):
             addr = f"oo{k} + gid" if self.flat else self._addr(0, orank, f"oo{k}", f"os{k}_",
@@ -246,7 +249,7 @@ class Renderer:
 
     def _row_kernel(self, raxes: tuple[int, ...], chunked: bool, reduced_out: bool,
                     reductions: tuple[Any, ...], out_instrs: tuple[Any, ...],
-                    outs: tuple[Any, ...], out_ranks: tuple[int, ...], L: int) -> list[str]:
+                    outs: tuple[Any, ...], out_ranks: tuple[Any, ...], L: int) -> list[str]:
         idx = self.idx
         rank = self.rank
         other = [j for j in range(rank) if j not in raxes]
@@ -346,6 +349,20 @@ class Renderer:
             lines.append(f"i{j} = t_r % n{j}; t_r /= n{j};")
         lines.append(f"i{raxes[0]} = t_r;")
         return lines
+
+
+_C_SCALARS = {"char": "int8", "short": "int16", "int": "int32", "long": "int64",
+              "uchar": "uint8", "ushort": "uint16", "uint": "uint32", "ulong": "uint64",
+              "float": "float32", "double": "float64"}
+
+
+def _arg_dtype(decl: str) -> Any:
+    """numpy dtype of a scalar kernel argument (None for pointers and vector types), so the
+    launch path can pack arguments without inspecting them."""
+    if "*" in decl:
+        return None
+    name = _C_SCALARS.get(decl.split()[0])
+    return np.dtype(name) if name else None
 
 
 def _names_in(obj: Any) -> set[str]:

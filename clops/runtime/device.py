@@ -18,7 +18,7 @@ import numpy as np
 import pyopencl as cl
 
 from .. import _config
-from . import discovery, profiler
+from . import discovery, profiler, streams
 from .events import Event
 from .pool import Buffer, BufferPool
 from .program import ProgramCache
@@ -287,6 +287,22 @@ class CLDevice:
             self.queues.append(q)
         return q
 
+    # Device fission lives in fission.py; these two methods only forward to it.
+    def create_sub_devices(self, n: int | None = None, **how: Any) -> list[CLDevice]:
+        """Split this device into sub-devices (see ``fission.create_sub_devices``).
+
+        >>> subs = clops.device("cpu").create_sub_devices(2)
+        """
+        from .fission import create_sub_devices
+
+        return create_sub_devices(self, n, **how)
+
+    def partition_support(self) -> dict[str, Any]:
+        """How this device can be partitioned (see ``fission.partition_support``)."""
+        from .fission import partition_support
+
+        return partition_support(self)
+
     def synchronize(self) -> None:
         for q in self.queues:
             q.finish()
@@ -322,13 +338,19 @@ class CLDevice:
     def build(self, source: str, options: Sequence[str] = ()) -> cl.Program:
         return self.programs.build(source, tuple(options))
 
-    def kernel(self, source: str, name: str, options: Sequence[str] = ()) -> cl.Kernel:
+    def kernel(self, source: str, name: str, options: Sequence[str] = (),
+               arg_types: Sequence[Any] | None = None) -> cl.Kernel:
         """A kernel object of a (cached) program; one object per (source, options, name).
+        ``arg_types`` (numpy dtypes of scalar arguments, None for buffers) makes setting
+        arguments about 100 times cheaper.
         NOTE: a kernel object holds its arguments, so launches set them each time."""
         key = (source, tuple(options), name)
         k = self._kernels.get(key)
         if k is None:
-            k = self._kernels[key] = cl.Kernel(self.build(source, options), name)
+            k = cl.Kernel(self.build(source, options), name)
+            if arg_types is not None:
+                k.set_scalar_arg_dtypes(list(arg_types))
+            self._kernels[key] = k
         return k
 
     # -- tracked launches and copies ---------------------------------------------------------------
@@ -339,7 +361,7 @@ class CLDevice:
                name: str | None = None) -> Event:
         """Enqueue ``kernel`` after the last writes of ``reads`` and the last writes and reads of
         ``writes`` (plus ``wait_for``); record the new event on those buffers."""
-        q = queue or self.queue
+        q = queue or streams.current_queue(self)  # the stream block's queue, if any
         deps = _wait_list(wait_for) if wait_for else []
         for b in reads:
             lw = b.last_write
@@ -388,7 +410,7 @@ class CLDevice:
               blocking: bool = False) -> Event:
         """Host -> device copy into ``buf`` at byte ``offset``. Non-blocking by default: keep
         ``host`` alive and unchanged until the event completes (the event holds it)."""
-        q = queue or self.queue
+        q = queue or streams.current_queue(self)  # the stream block's queue, if any
         host = np.ascontiguousarray(host)
         if host.nbytes == 0:
             return Event(None, q)  # OpenCL rejects zero-byte copies
@@ -406,7 +428,7 @@ class CLDevice:
              queue: CLQueue | None = None, wait_for: Sequence[Any] = (),
              blocking: bool = True) -> Event:
         """Device -> host copy from ``buf`` at byte ``offset`` into the contiguous ``host``."""
-        q = queue or self.queue
+        q = queue or streams.current_queue(self)  # the stream block's queue, if any
         if host.nbytes == 0:
             return Event(None, q)  # OpenCL rejects zero-byte copies
         deps = _wait_list(wait_for) + buf.read_deps(q)
@@ -423,7 +445,7 @@ class CLDevice:
              src_offset: int = 0, queue: CLQueue | None = None,
              wait_for: Sequence[Any] = ()) -> Event:
         """Device -> device copy."""
-        q = queue or self.queue
+        q = queue or streams.current_queue(self)  # the stream block's queue, if any
         if nbytes == 0:
             return Event(None, q)
         deps = _wait_list(wait_for) + src.read_deps(q) + dst.write_deps(q)

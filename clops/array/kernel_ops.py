@@ -1,0 +1,139 @@
+"""Array layer, hand-written kernel operations on tensors: prepares contiguous operands through
+the lazy graph (casts and index arithmetic fuse there), launches the kernels of
+``clops.kernels.array_kernels`` and wraps their buffers as tensors. Data-dependent sizes read
+back one count, nothing more."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..graph import dtypes as _dt
+from ..graph import ir
+from ..graph.dtypes import DType
+from ..graph.ir import View, prod
+from ..kernels import array_kernels as ak
+from .tensor import Tensor
+
+
+def contiguous(x: Tensor, dtype: DType | None = None) -> Tensor:
+    """``x`` (cast to ``dtype``) realized into a C-contiguous buffer (no copy if it is one)."""
+    node = x._node.resolve()
+    if dtype is not None and dtype != x.dtype:
+        node = ir.cast(node, dtype)
+    elif node.op == "load" and node.arg[1].is_contiguous:
+        return x
+    elif node.op == "load" or node.op == "view" or node.op == "const":
+        node = ir.ew("identity", [node], node.dtype)
+    out = Tensor(node, x.device).realize()
+    if not out._load.arg[1].is_contiguous:
+        out = Tensor(ir.ew("identity", [out._load], out.dtype), x.device).realize()
+    return out
+
+
+def kernel_dtype(d: DType) -> DType:
+    """The dtype a kernel works in: half types in float32, bool as uint8."""
+    if d.name in ("float16", "bfloat16"):
+        return _dt.float32
+    if d.kind == "b":
+        return _dt.uint8
+    return d
+
+
+def new(shape: Sequence[int], dtype: DType, device: object) -> Tensor:
+    shape = tuple(int(n) for n in shape)
+    buf = device.alloc(max(prod(shape), 1) * dtype.itemsize)  # type: ignore[attr-defined]
+    return Tensor(ir.load(buf, View.contiguous(shape), dtype), device)  # type: ignore[arg-type]
+
+
+def wrap(buf: object, shape: Sequence[int], dtype: DType, device: object,
+         strides: Sequence[int] | None = None, offset: int = 0) -> Tensor:
+    return Tensor._from_buffer(buf, shape, dtype, device, strides, offset)  # type: ignore
+
+
+def read_int(t: Tensor, index: int) -> int:
+    """One element of a contiguous int64 tensor, read back to the host (a count)."""
+    host = np.empty(1, dtype=np.int64)
+    t.device.read(host, t.buffer, (t.offset + index) * 8)
+    return int(host[0])
+
+
+def gather_flat(x: Tensor, offsets: Tensor) -> Tensor:
+    """``x``'s elements at element offsets (relative to ``x``'s first element in its buffer,
+    through its strides) given by the int64 tensor ``offsets``; result has its shape."""
+    x = x.realize()
+    off = contiguous(offsets, _dt.int64)
+    out = new(offsets.shape, x.dtype, x.device)
+    ak.gather(x.device, x.dtype.itemsize, out.buffer, 0, x.buffer, x.offset, off.buffer,
+              off.offset, off.size)
+    return out
+
+
+def scatter_flat(x: Tensor, offsets: Tensor, values: Tensor) -> None:
+    """Write ``values`` (shape of ``offsets``) into ``x``'s memory at ``offsets`` (in place)."""
+    from .tensor import _flush_readers
+
+    x = x.realize()
+    off = contiguous(offsets, _dt.int64)
+    val = contiguous(values, x.dtype)
+    _flush_readers(x.buffer, exclude=x)
+    ak.scatter(x.device, x.dtype.itemsize, x.buffer, x.offset, val.buffer, val.offset,
+               off.buffer, off.offset, off.size)
+
+
+def scan_last(x: Tensor, op: str, dtype: DType, include_initial: bool = False) -> Tensor:
+    """Inclusive scan over the last axis of ``x`` in ``dtype`` (a new contiguous tensor)."""
+    kd = kernel_dtype(dtype)
+    n = x.shape[-1] if x.ndim else 1
+    rows = prod(x.shape[:-1]) if x.ndim else 1
+    src = contiguous(x, kd)
+    shape = tuple(x.shape[:-1]) + (n + (1 if include_initial else 0),)
+    out = new(shape, kd, x.device)
+    ak.scan(x.device, kd, op, src.buffer, src.offset, out.buffer, 0, rows, n, include_initial)
+    if kd != dtype:
+        out = Tensor(ir.cast(out._node.resolve(), dtype), x.device)
+    return out
+
+
+def sort_last(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
+    """Stable sort over the last axis: (sorted values in ``x``'s dtype, int64 indices)."""
+    kd = kernel_dtype(x.dtype)
+    n = x.shape[-1]
+    rows = prod(x.shape[:-1])
+    src = contiguous(x, kd)
+    keys, idx, P = ak.sort(x.device, kd, src.buffer, src.offset, rows, n, descending)
+    strides = tuple(st * P for st in ir.contiguous_strides(x.shape[:-1])) + (1,)
+    k = wrap(keys, x.shape, kd, x.device, strides)
+    i = wrap(idx, x.shape, _dt.int64, x.device, strides)
+    if kd != x.dtype:
+        k = Tensor(ir.cast(k._node.resolve(), x.dtype), x.device)
+    return k, i
+
+
+def flat_nonzero(flags: Tensor) -> Tensor:
+    """Flat (row-major) positions of the true elements of a bool tensor, as int64 (reads the
+    count back to size the result)."""
+    f = contiguous(flags, _dt.bool_)
+    n = f.size
+    if n == 0:
+        return new((0,), _dt.int64, flags.device)
+    pos = scan_last(Tensor(ir.movement(f._node.resolve(), lambda v: v.reshape((n,))),
+                           f.device), "sum", _dt.int64)
+    count = read_int(pos, n - 1)
+    out = new((count,), _dt.int64, flags.device)
+    ak.compact_index(flags.device, out.buffer, f.buffer, f.offset, pos.buffer, pos.offset, n)
+    return out
+
+
+def searchsorted_flat(a: Tensor, v: Tensor, right: bool) -> Tensor:
+    """Insertion points (int64, shape of ``v``) of ``v`` in the sorted 1-d ``a``."""
+    d = _dt.promote_types(a.dtype, v.dtype) if a.dtype != v.dtype else a.dtype
+    kd = kernel_dtype(d)
+    aa = a if a.dtype == kd else contiguous(a, kd)
+    aa = aa.realize()
+    vv = contiguous(v, kd)
+    out = new(v.shape, _dt.int64, a.device)
+    ak.searchsorted(a.device, kd, aa.buffer, aa.offset, aa.strides[0] if aa.ndim else 1,
+                    aa.shape[0], vv.buffer, vv.offset, out.buffer, vv.size, right)
+    return out

@@ -1,0 +1,115 @@
+"""Array layer, searching: argmax/argmin (one fused kernel each: the extreme, then the first
+index holding it), nonzero (a scan and a compaction kernel), searchsorted (binary search
+kernel), count_nonzero and where."""
+
+from __future__ import annotations
+
+from ..graph import dtypes as _dt
+from ..graph import ir
+from .elementwise import apply, where
+from .kernel_ops import flat_nonzero, searchsorted_flat
+from .manipulation import normalize_axis, reshape
+from .statistics import sum as _sum
+from .tensor import Tensor
+
+__all__ = ["argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "where"]
+
+
+def _arg_extreme(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
+    if x.dtype.kind == "c":
+        raise TypeError(f"arg{op} is not defined for complex tensors")
+    src_t = x
+    if axis is None:
+        src_t = reshape(x, (-1,))
+        ax = 0
+    else:
+        ax = normalize_axis(axis, x.ndim)
+    if src_t.ndim == 0:
+        src_t = reshape(src_t, (1,))
+    if src_t.shape[ax] == 0:
+        raise ValueError(f"arg{op} of an empty axis")
+    src = src_t._node.resolve()
+    shape = src.shape
+    m = ir.reduce(op, src, (ax,))
+    mb = ir.movement(m, lambda v: v.expand(shape))
+    cond = ir.ew("equal", [src, mb], _dt.bool_)
+    if x.dtype.kind == "f":
+        cond = ir.ew("logical_or", [cond, ir.ew("isnan", [src], _dt.bool_)], _dt.bool_)
+    idx = ir.iota(ax, shape, _dt.int64)
+    sel = ir.ew("where", [cond, idx, ir.const(shape[ax], _dt.int64, shape)], _dt.int64)
+    red = Tensor(ir.reduce("min", sel, (ax,), _dt.int64), x.device)
+    if keepdims:
+        return reshape(red, (1,) * x.ndim) if axis is None else red
+    out_shape = () if axis is None else tuple(n for i, n in enumerate(x.shape) if i != ax)
+    return reshape(red, out_shape)
+
+
+def argmax(x: Tensor, /, *, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the first maximum (NaN counts as the maximum), over the flattened tensor when
+    ``axis`` is None.
+
+    >>> clops.argmax(clops.asarray([1, 5, 5])).item()
+    1
+    """
+    return _arg_extreme("max", x, axis, keepdims)
+
+
+def argmin(x: Tensor, /, *, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the first minimum (NaN counts as the minimum).
+
+    >>> clops.argmin(clops.asarray([3, 1, 1])).item()
+    1
+    """
+    return _arg_extreme("min", x, axis, keepdims)
+
+
+def count_nonzero(x: Tensor, /, *, axis: int | tuple[int, ...] | None = None,
+                  keepdims: bool = False) -> Tensor:
+    """Number of nonzero elements over ``axis`` (int64).
+
+    >>> clops.count_nonzero(clops.asarray([0, 1, 2])).item()
+    2
+    """
+    return _sum(apply("not_equal", x, False if x.dtype.kind == "b" else 0), axis=axis,
+                keepdims=keepdims, dtype=_dt.int64)
+
+
+def nonzero(x: Tensor, /) -> tuple[Tensor, ...]:
+    """Indices of the nonzero elements, one int64 tensor per axis (the count is read back to
+    size them).
+
+    >>> clops.nonzero(clops.asarray([0, 3, 0, 4]))[0]
+    Tensor([1, 3], dtype=int64, device=opencl:cpu:0)
+    """
+    if x.ndim == 0:
+        raise ValueError("nonzero of a 0-d tensor is not defined; use nonzero(x[None])")
+    flags = apply("not_equal", x, False if x.dtype.kind == "b" else 0)
+    flat = flat_nonzero(flags)
+    if x.ndim == 1:
+        return (flat,)
+    out = []
+    strides = ir.contiguous_strides(x.shape)
+    for n, st in zip(x.shape, strides):
+        out.append(apply("remainder", apply("floor_divide", flat, st), n).realize())
+    return tuple(out)
+
+
+def searchsorted(x1: Tensor, x2: Tensor, /, *, side: str = "left", sorter: Tensor | None = None
+                 ) -> Tensor:
+    """Indices where ``x2``'s elements would be inserted in the sorted 1-d ``x1`` to keep it
+    sorted (NaN is the largest value).
+
+    >>> clops.searchsorted(clops.asarray([1.0, 2.0, 3.0]), clops.asarray([2.5]))
+    Tensor([2], dtype=int64, device=opencl:cpu:0)
+    """
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', not {side!r}")
+    if x1.ndim != 1:
+        raise ValueError("searchsorted: x1 must be 1-d")
+    if x1.dtype.kind == "c" or x2.dtype.kind == "c":
+        raise TypeError("searchsorted is not defined for complex tensors")
+    if sorter is not None:
+        from .advanced_indexing import take
+
+        x1 = take(x1, sorter)
+    return searchsorted_flat(x1, x2, side == "right")
