@@ -14,6 +14,8 @@ from ..graph.ir import Node, View, prod
 from .schedule import KernelItem, is_expand_back, storage_dtype
 
 INT32_LIMIT = 2**31 - 1
+# Elements per work-item of contiguous elementwise kernels, by device kind.
+VECTOR_WIDTH = {"cpu": 8, "gpu": 4}
 
 
 @dataclass
@@ -31,7 +33,7 @@ class Lowered:
     full: tuple[int, ...] = ()
     raxes: tuple[int, ...] = ()
     chunks: int = 1
-    flat: bool = False
+    flat: int = 0  # 0: index math; 1: one element per work-item; n: n-wide vectors
     wide: bool = False
     names: list[str] = field(default_factory=list)
 
@@ -177,10 +179,19 @@ def lower(item: KernelItem, device: Any) -> Lowered:
         if o.view.extent()[1] > INT32_LIMIT:
             wide = True
     # Flat layout: every leaf and output is contiguous over the kernel shape, no index math.
-    flat = (not item.raxes and lw.nctx == 1 and
-            all(v.shape == full and v.is_contiguous for v in leaf_views) and
-            all(o.view.is_contiguous for o in item.outputs) and
-            not any(ins[1] == "iota" for ins in out_instrs if len(ins) > 1))
+    flat = int(not item.raxes and lw.nctx == 1 and
+               all(v.shape == full and v.is_contiguous for v in leaf_views) and
+               all(o.view.is_contiguous for o in item.outputs) and
+               not any(ins[1] == "iota" for ins in out_instrs if len(ins) > 1))
+    if flat:
+        # Vector loads and stores: VEC elements per work-item when every operand is aligned
+        # to VEC elements (a layout class: part of the key, like contiguity).
+        vec = VECTOR_WIDTH.get(device.kind, 4)
+        dts = [dt for _, _, dt in lw.leaf_list] + [o.node.dtype for o in item.outputs]
+        if vec > 1 and total % vec == 0 and all(dt.kind != "c" for dt in dts) and \
+                all(v.offset % vec == 0 for v in leaf_views) and \
+                all(o.view.offset % vec == 0 for o in item.outputs):
+            flat = vec
     key = (
         "k", len(full), item.raxes, item.chunks > 1, item.reduced_out, flat, wide,
         tuple((dt.name, len(v.shape), _unit_last(v)) for _, v, dt in lw.leaf_list),

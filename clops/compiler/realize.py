@@ -94,6 +94,8 @@ def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
         total = prod(full)
         if total == 0:
             return
+        if flat > 1:
+            total //= flat  # work-items, each on a vector of `flat` elements
         args.append(I(total))
         if device.kind == "cpu":
             gsize, lsize = (total,), None

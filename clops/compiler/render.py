@@ -96,6 +96,7 @@ class Renderer:
         self._red_types: dict[int, str] = {}
         self._row_ctx: set[int] = set()
         self._raxes = raxes
+        self._comp: int | None = None
         args: list[str] = []
         for k, ((_, oname), (orank, _)) in enumerate(zip(outs, out_ranks)):
             args.append(f"{self.global_ptr} {self.storage_ptr_type(oname)} *out{k}")
@@ -123,7 +124,9 @@ class Renderer:
             args += [f"{idx} nchunks", f"{idx} chunk"]
 
         body: list[str] = []
-        if not raxes:
+        if flat > 1:
+            body += self._vector_body(flat, leaves, out_instrs, outs)
+        elif not raxes:
             body.append(f"{idx} gid = ({idx}){self.gid};")
             body.append("if (gid >= total) return;")
             if not flat:
@@ -142,6 +145,59 @@ class Renderer:
         src += f"{self.kernel_prefix} {name}(\n    " + ",\n    ".join(args) + ")\n{\n"
         src += "\n".join("    " + line for line in body) + "\n}\n"
         return src
+
+    def _vec_component(self, name: str, comp: str) -> str:
+        d = self.dt(name)
+        if d.name == "bfloat16":
+            return f"clops_bf16_load({comp})"
+        if d.kind == "b":
+            return f"(int)({comp} != 0)"
+        return comp
+
+    def _vector_body(self, n: int, leaves: tuple[Any, ...], instrs: tuple[Any, ...],
+                     outs: tuple[Any, ...]) -> list[str]:
+        """Contiguous elementwise kernel: ``n`` elements per work-item through vector loads
+        and stores; the scalar expression is repeated per component."""
+        idx = self.idx
+        lines = [f"{idx} gid = ({idx}){self.gid};", "if (gid >= total) return;",
+                 f"{idx} base = gid * {n};"]
+        used = {ins[2] for ins in instrs if len(ins) > 2 and ins[1] == "load"}
+        for k, (lname, _, _) in enumerate(leaves):
+            if k not in used:
+                continue
+            d = self.dt(lname)
+            if d.name == "float16":
+                lines.append(f"float{n} lv{k} = vload_half{n}(0, b{k} + o{k} + base);")
+            else:
+                lines.append(f"{d.cl}{n} lv{k} = vload{n}(0, b{k} + o{k} + base);")
+        for k, (_, oname) in enumerate(outs):
+            d = self.dt(oname)
+            vt = "float" if d.name == "float16" else d.cl
+            lines.append(f"{vt}{n} sv{k};")
+        for c in range(n):
+            self._comp = c
+            block = self._instrs(instrs)
+            for k, (val, oname) in enumerate(outs):
+                d = self.dt(oname)
+                comp = f"sv{k}.s{c:x}"
+                if d.name == "bfloat16":
+                    block.append(f"{comp} = clops_bf16_store(v{val});")
+                elif d.kind == "b":
+                    block.append(f"{comp} = (uchar)(v{val} != 0);")
+                elif d.name == "float16":
+                    block.append(f"{comp} = v{val};")
+                else:
+                    block.append(f"{comp} = ({d.cl})(v{val});")
+            lines.append("{")
+            lines += ["    " + b for b in block]
+            lines.append("}")
+        self._comp = None
+        for k, (_, oname) in enumerate(outs):
+            if self.dt(oname).name == "float16":
+                lines.append(f"vstore_half{n}_rte(sv{k}, 0, out{k} + oo{k} + base);")
+            else:
+                lines.append(f"vstore{n}(sv{k}, 0, out{k} + oo{k} + base);")
+        return lines
 
     def _unravel(self, var: str, axes: list[int], prefix: str = "i") -> list[str]:
         """Split ``var`` into the indices of ``axes`` (row-major over n{axis})."""
@@ -191,6 +247,12 @@ class Renderer:
                 continue
             if op == "load":
                 _, _, slot, ctx, dname = ins
+                if self._comp is not None:
+                    expr, t = self._vec_component(dname, f"lv{slot}.s{self._comp:x}"), \
+                        self.math(dname)
+                    types[v] = t
+                    out.append(f"{t} v{v} = {expr};")
+                    continue
                 if self.flat:
                     addr = f"o{slot} + gid"
                 else:

@@ -27,11 +27,19 @@ def _load(shape, dtype=dt.float32, view=None):
 
 
 def test_flat_elementwise_has_no_index_math():
-    a, b = _load((64,)), _load((64,))
+    a, b = _load((63,)), _load((63,))
     n = ir.ew("add", [ir.ew("multiply", [a, b], dt.float32), a], dt.float32)
-    src = _render(KernelItem((64,), (), [Output(n, FakeBuffer(), View.contiguous((64,)))]))
+    src = _render(KernelItem((63,), (), [Output(n, FakeBuffer(), View.contiguous((63,)))]))
     assert "b0[o0 + gid]" in src and "%" not in src.split("__kernel")[1]
     assert "int gid" in src
+
+
+def test_contiguous_aligned_elementwise_uses_vector_loads_and_stores():
+    a, h = _load((64,)), _load((64,), dt.float16)
+    n = ir.cast(ir.ew("add", [a, ir.cast(h, dt.float32)], dt.float32), dt.float16)
+    src = _render(KernelItem((64,), (), [Output(n, FakeBuffer(), View.contiguous((64,)))]))
+    assert "vload8(0, b0 + o0 + base)" in src and "vload_half8(0, b1 + o1 + base)" in src
+    assert "vstore_half8_rte(sv0, 0, out0 + oo0 + base)" in src
 
 
 def test_strided_and_broadcast_loads_use_strides():
@@ -45,11 +53,11 @@ def test_strided_and_broadcast_loads_use_strides():
 
 
 def test_half_and_bfloat16_are_storage_types():
-    h = _load((8,), dt.float16)
-    bf = _load((8,), dt.bfloat16)
+    h = _load((7,), dt.float16)
+    bf = _load((7,), dt.bfloat16)
     n = ir.ew("add", [ir.cast(h, dt.float32), ir.cast(bf, dt.float32)], dt.float32)
     n = ir.cast(n, dt.float16)
-    src = _render(KernelItem((8,), (), [Output(n, FakeBuffer(), View.contiguous((8,)))]))
+    src = _render(KernelItem((7,), (), [Output(n, FakeBuffer(), View.contiguous((7,)))]))
     assert "vload_half(" in src and "clops_bf16_load(" in src and "vstore_half_rte(" in src
     assert "__global const half" in src
 
