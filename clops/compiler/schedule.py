@@ -180,18 +180,25 @@ def _schedule(targets: list[tuple[Node, Any, View | None]], device: Any, run: Ru
     todo = [(n, buf, v) for n, buf, v in todo if not (n.op == "load" and buf is None)]
     # A target inside another target's graph is computed first and read, not recomputed.
     ids = {n.id for n, _, _ in todo}
+    first: dict[int, _Analysis] = {}
+    materialized = False
     for n, _, _ in todo:
         a = _Analysis(n, boundaries=ids - {n.id})
         a.run()
+        first[n.id] = a
         if a.materialize:
+            materialized = True
             _schedule([(m, None, None) for m in a.materialize], device, run)
     groups: dict[tuple[Shape, tuple[int, ...], Shape, bool], list[Output]] = {}
     for node, buf, v in todo:
         n = node.resolve()
         if n.op == "load" and buf is None:
             continue  # computed above, as a dependency of another target
-        a = _Analysis(n)
-        a.run()
+        if materialized or n.id not in first:
+            a = _Analysis(n)  # what was materialized above is a load now
+            a.run()
+        else:
+            a = first[n.id]
         assert not a.materialize and a.full is not None
         out = _new_output(n, device) if buf is None else Output(n, buf, v or View.contiguous(
             n.shape))
