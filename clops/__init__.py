@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from . import linalg  # noqa: E402  (the Array API linalg extension)
+from .array.api import *  # noqa: F403  (the Array API namespace)
+from .array.api import __all__ as _array_all
+from .compiler.jit import jit
 from .runtime import (
     BuildError,
     CLDevice,
@@ -17,9 +21,37 @@ from .runtime import (
     synchronize,
 )
 
-from .array.api import *  # noqa: F403  (the Array API namespace)
-from .array.api import __all__ as _array_all
-from .compiler.jit import jit
-
 __version__ = "0.1.0"
 __array_api_version__ = "2024.12"
+
+# -- asynchronous programming model: streams, transfers, fission, custom kernels, native interop
+from . import native, random  # noqa: E402
+from .custom import (  # noqa: E402
+    CustomKernel,
+    ElementwiseKernel,
+    ReductionKernel,
+    ScanKernel,
+    kernel,
+)
+from .native import from_pyopencl, native_call, to_pyopencl  # noqa: E402
+from .runtime import Buffer, gather, wait_all, when_done  # noqa: E402
+from .runtime.fission import FissionError  # noqa: E402
+from .runtime.interop import keepalive, local_memory  # noqa: E402
+from .runtime.streams import current_queue, stream, use_queue  # noqa: E402
+from .transfer import from_host_async, to_host_future  # noqa: E402
+
+
+def __getattr__(name: str) -> object:
+    # The fft extension is imported on first use (it brings its providers with it).
+    if name == "fft":
+        import importlib
+
+        try:
+            mod = importlib.import_module(".fft", __name__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.fft":
+                raise
+            raise AttributeError("clops.fft is not available in this installation") from e
+        globals()["fft"] = mod
+        return mod
+    raise AttributeError(f"module 'clops' has no attribute {name!r}")

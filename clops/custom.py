@@ -1,0 +1,545 @@
+"""Custom kernels: OpenCL C from Python, launched on clops tensors with dependency tracking,
+and builders of elementwise, reduction and scan kernels from C expressions.
+
+Argument convention of ``clops.kernel``: every ``Tensor`` argument fills TWO kernel
+parameters, its buffer and its element offset: ``__global T *x, long x_off`` (the offset's type
+is whatever integer type the kernel declares). Strides are the kernel's business; pass
+``t.strides`` as scalars if it needs them. A ``Buffer`` or pyopencl buffer fills one pointer
+parameter, ``clops.local_memory(nbytes)`` one ``__local`` parameter, and a Python or numpy
+scalar one scalar parameter, converted to the type the kernel declares.
+
+Tracking: a tensor passed to a ``__global const`` parameter counts as read, any other as read
+and written; ``reads=``/``writes=`` override that (arguments named in neither count as read).
+``#include "clops/philox.cl"`` pulls in the Philox counter-based RNG (see ``clops.random``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import runtime
+from .array.tensor import Tensor, _flush_readers
+from .graph import dtypes as _dt
+from .graph import ir
+from .graph.ir import View
+from .runtime import interop, streams
+
+_KERNELS_DIR = Path(__file__).parent / "random"
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)[>"][ \t]*$', re.M)
+
+# OpenCL C scalar types -> numpy.
+_SCALARS = {
+    "char": np.int8, "uchar": np.uint8, "unsigned char": np.uint8, "short": np.int16,
+    "ushort": np.uint16, "unsigned short": np.uint16, "int": np.int32, "uint": np.uint32,
+    "unsigned int": np.uint32, "unsigned": np.uint32, "long": np.int64, "ulong": np.uint64,
+    "unsigned long": np.uint64, "size_t": np.uint64, "ptrdiff_t": np.int64,
+    "float": np.float32, "double": np.float64, "half": np.float16,
+}
+_QUALIFIERS = {"__global", "global", "__local", "local", "__constant", "constant", "__private",
+               "private", "const", "restrict", "__restrict", "volatile", "__read_only",
+               "__write_only", "read_only", "write_only"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter as declared."""
+
+    name: str
+    type: str  # base type, qualifiers removed ("float", "uint")
+    pointer: bool
+    space: str  # "global" | "local" | "constant" | "private"
+    const: bool
+
+    @property
+    def np_type(self) -> Any:
+        return _SCALARS.get(self.type)
+
+
+def _strip_comments(src: str) -> str:
+    src = re.sub(r"/\*.*?\*/", " ", src, flags=re.S)
+    return re.sub(r"//[^\n]*", "", src)
+
+
+def expand_includes(source: str) -> str:
+    """Replace ``#include "clops/<file>.cl"`` with the file (so the program cache sees it)."""
+
+    def sub(m: re.Match[str]) -> str:
+        path = _KERNELS_DIR / m.group(1)
+        if not path.exists():
+            raise FileNotFoundError(f"#include: clops has no {m.group(1)}; available: "
+                                    f"{sorted(p.name for p in _KERNELS_DIR.glob('*.cl'))}")
+        return path.read_text()
+
+    return _INCLUDE.sub(sub, source)
+
+
+def parse_params(decl: str) -> list[Param]:
+    """Parameters of a C parameter list.
+
+    >>> [p.name for p in parse_params("__global const float *x, float a")]
+    ['x', 'a']
+    """
+    out = []
+    depth, cur, parts = 0, "", []
+    for ch in decl:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    for part in parts:
+        text = part.strip()
+        if not text or text == "void":
+            continue
+        m = re.match(r"(.*?)([A-Za-z_]\w*)\s*(\[\s*\])?$", text, re.S)
+        if m is None:
+            raise ValueError(f"cannot read kernel parameter {text!r}")
+        head, name = m.group(1), m.group(2)
+        pointer = "*" in head or m.group(3) is not None
+        words = re.findall(r"[A-Za-z_]\w*", head)
+        space = "private"
+        for w in words:
+            if w.lstrip("_") in ("global", "local", "constant"):
+                space = w.lstrip("_")
+        if "*" in head:  # ``const float *p`` points at constant data; ``float *const p`` not
+            const = "const" in words and head.find("const") < head.find("*")
+        else:
+            const = "const" in words
+        base = " ".join(w for w in words if w not in _QUALIFIERS)
+        out.append(Param(name, base, pointer, space, bool(const)))
+    return out
+
+
+def kernel_params(source: str, name: str) -> list[Param]:
+    """The parameters of kernel ``name`` in ``source``."""
+    src = _strip_comments(source)
+    m = re.search(r"(?:__kernel|\bkernel)\s+(?:__attribute__\s*\(\(.*?\)\)\s*)?void\s+"
+                  + re.escape(name) + r"\s*\(", src, re.S)
+    if m is None:
+        raise ValueError(f"no kernel named {name!r} in the source")
+    i, depth = m.end(), 1
+    j = i
+    while depth and j < len(src):
+        depth += {"(": 1, ")": -1}.get(src[j], 0)
+        j += 1
+    return parse_params(src[i:j - 1])
+
+
+def _scalar(value: Any, p: Param) -> Any:
+    t = p.np_type
+    if t is None:
+        if isinstance(value, np.generic | np.ndarray):
+            return value  # a vector or struct type: the caller gives the exact bytes
+        raise TypeError(f"parameter {p.name} has type {p.type}: pass a numpy value of that "
+                        "layout (clops converts only scalar types)")
+    if isinstance(value, Tensor):
+        raise TypeError(f"parameter {p.name} is a scalar {p.type}, got a Tensor")
+    return t(value)
+
+
+class CustomKernel:
+    """An OpenCL C kernel launched on clops tensors (see the module docstring for the argument
+    convention). Built once per device, on first launch.
+
+    >>> k = clops.kernel('''
+    ... __kernel void axpy(float a, __global const float *x, long xo, __global float *y, long yo)
+    ... { size_t i = get_global_id(0); y[yo + i] += a * x[xo + i]; }''', "axpy")
+    >>> ev = k(x.size, None, 2.0, x, y)       # y += 2 x, after whatever last wrote x and y
+    """
+
+    def __init__(self, source: str, name: str, options: Sequence[str] = ()) -> None:
+        self.source = expand_includes(source)
+        self.name = name
+        self.options = tuple(options)
+        self.params = kernel_params(self.source, name)
+
+    def _bind(self, args: Sequence[Any]) -> tuple[list[Any], list[tuple[Any, bool]], list[Any]]:
+        """Kernel arguments, tracked (buffer, const) pairs, and the tensors among the args."""
+        params = self.params
+        out: list[Any] = []
+        tracked: list[tuple[Any, bool]] = []
+        tensors: list[Any] = []
+        pi = 0
+        for ai, a in enumerate(args):
+            if pi >= len(params):
+                raise TypeError(self._arity_error(args, f"argument {ai} has no parameter left"))
+            p = params[pi]
+            if isinstance(a, Tensor):
+                if not p.pointer or p.space not in ("global", "constant"):
+                    raise TypeError(f"{self.name}: a Tensor (argument {ai}) goes to a __global "
+                                    f"pointer and an offset, but parameter {p.name} is "
+                                    f"{p.type}{' *' if p.pointer else ''}")
+                if pi + 1 >= len(params) or params[pi + 1].pointer or \
+                        params[pi + 1].np_type is None or params[pi + 1].type in ("float",
+                                                                                  "double",
+                                                                                  "half"):
+                    raise TypeError(f"{self.name}: Tensor argument {ai} needs an integer offset "
+                                    f"parameter after {p.name} (e.g. 'long {p.name}_off')")
+                buf = a.buffer
+                out += [buf, params[pi + 1].np_type(a.offset)]
+                tracked.append((buf, p.const or p.space == "constant"))
+                tensors.append(a)
+                pi += 2
+                continue
+            if isinstance(a, runtime.Buffer):
+                if not p.pointer:
+                    raise TypeError(f"{self.name}: a Buffer goes to a pointer parameter, "
+                                    f"{p.name} is {p.type}")
+                out.append(a)
+                tracked.append((a, p.const or p.space == "constant"))
+            elif interop.is_local_memory(a) or interop.is_cl_buffer(a) or a is None:
+                out.append(a)
+            else:
+                if p.pointer:
+                    raise TypeError(f"{self.name}: parameter {p.name} is a pointer; pass a "
+                                    f"Tensor or Buffer, not {type(a).__name__}")
+                out.append(_scalar(a, p))
+            pi += 1
+        if pi != len(params):
+            raise TypeError(self._arity_error(args, f"parameters from {params[pi].name} on "
+                                                    "were not given"))
+        return out, tracked, tensors
+
+    def _arity_error(self, args: Sequence[Any], why: str) -> str:
+        sig = ", ".join(f"{p.type}{' *' if p.pointer else ''} {p.name}" for p in self.params)
+        return (f"{self.name}({sig}): {why}; got {len(args)} arguments (each Tensor fills two "
+                "parameters: the pointer and its offset)")
+
+    def __call__(self, global_size: int | Sequence[int], local_size: int | Sequence[int] | None,
+                 *args: Any, wait_for: Sequence[Any] = (), depends: Sequence[Any] = (),
+                 reads: Sequence[Any] | None = None, writes: Sequence[Any] | None = None,
+                 queue: runtime.CLQueue | None = None, device: Any = None,
+                 name: str | None = None) -> runtime.Event:
+        """Enqueue the kernel; returns its event (``depends`` is an alias of ``wait_for``)."""
+        cl_args, tracked, tensors = self._bind(args)
+        dev = _device_of(tensors, device, queue, self.name)
+        q = queue or streams.current_queue(dev)
+        if reads is None and writes is None:
+            r_bufs = [b for b, const in tracked if const]
+            w_bufs = [b for b, const in tracked if not const]
+        else:
+            w_bufs = [_as_buffer(x) for x in (writes or ())]
+            r_bufs = [_as_buffer(x) for x in (reads or ())]
+            named = {id(b) for b in w_bufs + r_bufs}
+            r_bufs += [b for b, _ in tracked if id(b) not in named]
+        w_bufs = _unique(w_bufs)
+        wids = {id(b) for b in w_bufs}
+        r_bufs = [b for b in _unique(r_bufs) if id(b) not in wids]
+        for b in w_bufs:
+            _flush_readers(b)  # lazy tensors that read the old contents are computed first
+        gsize = (global_size,) if isinstance(global_size, int | np.integer) else global_size
+        lsize = (local_size,) if isinstance(local_size, int | np.integer) else local_size
+        k = dev.kernel(self.source, self.name, self.options)
+        return dev.launch(k, tuple(int(g) for g in gsize),
+                          tuple(int(x) for x in lsize) if lsize is not None else None,
+                          cl_args, reads=r_bufs, writes=w_bufs, queue=q,
+                          wait_for=interop.wait_list([*wait_for, *depends]),
+                          name=name or self.name)
+
+    def __repr__(self) -> str:
+        return f"<clops.CustomKernel {self.name} ({len(self.params)} parameters)>"
+
+
+def _as_buffer(x: Any) -> runtime.Buffer:
+    if isinstance(x, Tensor):
+        return x.buffer
+    if isinstance(x, runtime.Buffer):
+        return x
+    raise TypeError(f"reads/writes take Tensors or Buffers, not {type(x).__name__}")
+
+
+def _unique(bufs: list[Any]) -> list[Any]:
+    seen: set[int] = set()
+    out = []
+    for b in bufs:
+        if id(b) not in seen:
+            seen.add(id(b))
+            out.append(b)
+    return out
+
+
+def _device_of(tensors: Sequence[Tensor], device: Any, queue: Any, what: str) -> Any:
+    dev = None
+    if tensors:
+        dev = tensors[0].device
+        for t in tensors[1:]:
+            if t.device is not dev:
+                raise ValueError(f"{what}: tensors are on different devices ({dev} and "
+                                 f"{t.device}); move one with .to_device()")
+    for other in (runtime.device(device) if device is not None else None,
+                  queue.device if queue is not None else None):
+        if other is not None:
+            if dev is not None and other is not dev:
+                raise ValueError(f"{what}: tensors are on {dev}, but {other} was asked for")
+            dev = other
+    return dev if dev is not None else runtime.device()
+
+
+def kernel(source: str, name: str, options: Sequence[str] = ()) -> CustomKernel:
+    """A custom kernel from OpenCL C (built per device on first launch).
+
+    >>> k = clops.kernel("__kernel void fill(__global float *x, long o, float v)"
+    ...                  "{ x[o + get_global_id(0)] = v; }", "fill")
+    >>> x = clops.empty(8); k(8, None, x, 3.0).wait()
+    """
+    return CustomKernel(source, name, options)
+
+
+# -- builders --------------------------------------------------------------------------------------
+def _expand_pointer_params(arguments: str) -> tuple[list[Param], str, str]:
+    """User parameters -> (params, parameter list with base+offset per pointer, prologue that
+    makes each pointer name point at its first element)."""
+    params = parse_params(arguments)
+    decl, prologue = [], []
+    for p in params:
+        if p.name == "n" or p.name == "i":
+            raise ValueError("'n' and 'i' are reserved in generated kernels (length, index)")
+        if p.pointer:
+            if p.space != "global":
+                raise ValueError(f"builder argument {p.name}: only __global pointers")
+            c = "const " if p.const else ""
+            decl.append(f"__global {c}{p.type} *{p.name}__base, long {p.name}__off")
+            prologue.append(f"    __global {c}{p.type} *{p.name} = {p.name}__base + "
+                            f"{p.name}__off;")
+        else:
+            decl.append(f"{p.type} {p.name}")
+    return params, ", ".join(decl), "\n".join(prologue)
+
+
+def _work_size(dev: Any, n: int) -> tuple[int, int | None]:
+    """Global size (grid-stride loops cover the rest) and local size for ``n`` items."""
+    cu = dev.caps.compute_units
+    if dev.kind == "cpu":
+        return max(1, min(n, cu * 64)), None
+    L = min(256, dev.caps.max_work_group)
+    groups = max(1, min(-(-n // L), cu * 16))
+    return groups * L, L
+
+
+def _tensor_args(params: list[Param], args: Sequence[Any], what: str) -> list[Any]:
+    if len(args) != len(params):
+        names = ", ".join(p.name for p in params)
+        raise TypeError(f"{what} takes {len(params)} arguments ({names}), got {len(args)}")
+    out = []
+    for p, a in zip(params, args):
+        if p.pointer:
+            if not isinstance(a, Tensor):
+                raise TypeError(f"{what}: argument {p.name} must be a Tensor")
+            if not a.is_contiguous:
+                if not p.const:
+                    raise ValueError(f"{what}: {p.name} is written and must be contiguous")
+                a = a.contiguous()
+        out.append(a)
+    return out
+
+
+def _length(params: list[Param], args: Sequence[Any], n: int | None, what: str) -> int:
+    if n is not None:
+        return int(n)
+    sizes = [int(a.size) for p, a in zip(params, args) if p.pointer]
+    if sizes:
+        return max(sizes)  # NOTE: the largest, so that 0-d scalars on the device may come first
+    raise TypeError(f"{what}: no tensor argument to take the length from; pass n=")
+
+
+class ElementwiseKernel:
+    """A kernel that runs a C statement for every index ``i`` < ``n`` (``n`` is the size of the
+    largest tensor argument unless given). Pointer arguments are contiguous tensors, indexed
+    from their first element.
+
+    >>> lin = clops.ElementwiseKernel("float a, __global const float *x, __global float *y",
+    ...                               "y[i] = a * x[i] + y[i]", "axpy")
+    >>> ev = lin(2.0, x, y)
+    """
+
+    def __init__(self, arguments: str, operation: str, name: str = "elementwise",
+                 preamble: str = "", options: Sequence[str] = ()) -> None:
+        self.params, decl, prologue = _expand_pointer_params(arguments)
+        self.name = name
+        src = (f"{preamble}\n__kernel void {name}({decl}, long n) {{\n{prologue}\n"
+               f"    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {{\n"
+               f"        {operation};\n    }}\n}}\n")
+        self.kernel = CustomKernel(src, name, options)
+
+    def __call__(self, *args: Any, n: int | None = None, wait_for: Sequence[Any] = (),
+                 depends: Sequence[Any] = (), queue: runtime.CLQueue | None = None,
+                 device: Any = None) -> runtime.Event:
+        targs = _tensor_args(self.params, args, self.name)
+        count = _length(self.params, targs, n, self.name)
+        tensors = [a for a in targs if isinstance(a, Tensor)]
+        dev = _device_of(tensors, device, queue, self.name)
+        if count == 0:
+            return runtime.Event(None, queue)
+        g, local = _work_size(dev, count)
+        return self.kernel(g, local, *targs, np.int64(count), wait_for=[*wait_for, *depends],
+                           queue=queue, device=dev)
+
+
+def _c_type(dtype: Any) -> _dt.DType:
+    d = _dt.BY_NAME.get(dtype) if isinstance(dtype, str) and dtype in _dt.BY_NAME else None
+    if d is None and isinstance(dtype, str):
+        inv = {v: k for k, v in _SCALARS.items()}
+        if dtype in _SCALARS:
+            d = _dt.to_dtype(np.dtype(_SCALARS[dtype]))
+        elif dtype in inv:
+            d = _dt.to_dtype(np.dtype(dtype))
+    if d is None:
+        d = _dt.to_dtype(dtype)
+    if d.cl != d.math or d.kind in "cb":
+        raise TypeError(f"builders compute in {d}'s storage type; use a type OpenCL C computes "
+                        "in directly (int32, int64, uint32, float32, float64, ...)")
+    return d
+
+
+class ReductionKernel:
+    """Reduce ``map_expr`` (a C expression of ``i`` and the arguments) over ``i`` < ``n`` with
+    ``reduce_expr`` (of ``a`` and ``b``, associative, with ``neutral``) into a 0-d tensor.
+
+    >>> dot = clops.ReductionKernel("float", "0", "a + b", "x[i] * y[i]",
+    ...                             "__global const float *x, __global const float *y")
+    >>> dot(x, y)          # a 0-d Tensor, computed on the device
+    """
+
+    def __init__(self, dtype_out: Any, neutral: str, reduce_expr: str, map_expr: str,
+                 arguments: str, name: str = "reduce", preamble: str = "",
+                 options: Sequence[str] = ()) -> None:
+        self.dtype = _c_type(dtype_out)
+        self.params, decl, prologue = _expand_pointer_params(arguments)
+        self.name = name
+        T = self.dtype.cl
+        common = (f"{preamble}\n"
+                  f"inline {T} {name}__reduce({T} a, {T} b) {{ return ({reduce_expr}); }}\n")
+        tree = (f"    __local {T} scratch__[GROUP_SIZE];\n"
+                "    int lid = get_local_id(0);\n"
+                "    scratch__[lid] = acc;\n    barrier(CLK_LOCAL_MEM_FENCE);\n"
+                "    for (int s = GROUP_SIZE / 2; s > 0; s >>= 1) {\n"
+                f"        if (lid < s) scratch__[lid] = {name}__reduce(scratch__[lid], "
+                "scratch__[lid + s]);\n"
+                "        barrier(CLK_LOCAL_MEM_FENCE);\n    }\n")
+        loop = ("#if CHUNKED\n"
+                "    long chunk = (n + get_global_size(0) - 1) / get_global_size(0);\n"
+                "    long lo = get_global_id(0) * chunk, hi = min(n, lo + chunk);\n"
+                "    for (long i = lo; i < hi; i++) {\n"
+                "#else\n"
+                "    for (long i = get_global_id(0); i < n; i += get_global_size(0)) {\n"
+                "#endif\n")
+        self.source = (
+            common
+            + f"__kernel void {name}_stage1({decl}, long n, __global {T} *partial__, "
+              "long partial_off__) {\n"
+            + prologue + f"\n    {T} acc = ({T})({neutral});\n" + loop
+            + f"        acc = {name}__reduce(acc, ({T})({map_expr}));\n    }}\n" + tree
+            + "    if (lid == 0) partial__[partial_off__ + get_group_id(0)] = scratch__[0];\n}\n"
+            + f"__kernel void {name}_stage2(__global const {T} *x, long x_off, long n, "
+              f"__global {T} *out__, long out_off__) {{\n"
+            + f"    x += x_off;\n    {T} acc = ({T})({neutral});\n" + loop
+            + f"        acc = {name}__reduce(acc, x[i]);\n    }}\n" + tree
+            + "    if (lid == 0) out__[out_off__] = scratch__[0];\n}\n")
+        self.options = tuple(options)
+        self._by_options: dict[tuple[str, ...], tuple[CustomKernel, CustomKernel]] = {}
+
+    def _stages(self, opts: tuple[str, ...]) -> tuple[CustomKernel, CustomKernel]:
+        ks = self._by_options.get(opts)
+        if ks is None:
+            ks = self._by_options[opts] = (
+                CustomKernel(self.source, f"{self.name}_stage1", opts),
+                CustomKernel(self.source, f"{self.name}_stage2", opts))
+        return ks
+
+    def __call__(self, *args: Any, n: int | None = None, wait_for: Sequence[Any] = (),
+                 depends: Sequence[Any] = (), queue: runtime.CLQueue | None = None,
+                 device: Any = None, return_event: bool = False) -> Any:
+        targs = _tensor_args(self.params, args, self.name)
+        count = _length(self.params, targs, n, self.name)
+        tensors = [a for a in targs if isinstance(a, Tensor)]
+        dev = _device_of(tensors, device, queue, self.name)
+        cpu = dev.kind == "cpu"
+        L = 1 if cpu else 1 << (min(256, dev.caps.max_work_group).bit_length() - 1)
+        opts = (*self.options, f"-DGROUP_SIZE={L}", f"-DCHUNKED={int(cpu)}")
+        groups = max(1, min(-(-count // L), dev.caps.compute_units * (8 if cpu else 16)))
+        d = self.dtype
+        partial = _new_tensor(dev, (groups,), d)
+        out = _new_tensor(dev, (), d)
+        s1, s2 = self._stages(opts)
+        s1(groups * L, L, *targs, np.int64(count), partial, wait_for=[*wait_for, *depends],
+           queue=queue, device=dev)
+        ev = s2(L, L, partial, np.int64(groups), out, queue=queue, device=dev)
+        return (out, ev) if return_event else out
+
+
+def _new_tensor(dev: Any, shape: tuple[int, ...], d: _dt.DType) -> Tensor:
+    buf = dev.alloc(max(1, ir.prod(shape)) * d.itemsize)
+    return Tensor(ir.load(buf, View.contiguous(shape), d), dev)
+
+
+class ScanKernel:
+    """A prefix scan: ``item`` is ``scan_expr`` (of ``a`` and ``b``, associative, with
+    ``neutral``) over ``input_expr`` for indices 0..``i`` inclusive, ``prev_item`` the same
+    exclusive; ``output_statement`` stores them (in the spirit of PyOpenCL's
+    ``GenericScanKernel``).
+
+    >>> cumsum = clops.ScanKernel("float", "__global const float *x, __global float *y",
+    ...                           "x[i]", "a + b", "y[i] = item", "0")
+    >>> ev = cumsum(x, y)
+    """
+
+    def __init__(self, dtype: Any, arguments: str, input_expr: str, scan_expr: str,
+                 output_statement: str, neutral: str, name: str = "scan", preamble: str = "",
+                 options: Sequence[str] = ()) -> None:
+        self.dtype = _c_type(dtype)
+        self.params, decl, prologue = _expand_pointer_params(arguments)
+        self.name = name
+        T = self.dtype.cl
+        # PERF: each work-item scans one contiguous chunk serially (three passes: chunk totals,
+        # a serial scan of the totals, the chunks again from their offsets). Simple and exact
+        # on every device; a work-group scan would be faster on GPUs.
+        chunk = ("    long chunk = (n + get_global_size(0) - 1) / get_global_size(0);\n"
+                 "    long lo = get_global_id(0) * chunk, hi = min(n, lo + chunk);\n")
+        self.source = (
+            f"{preamble}\n"
+            f"inline {T} {name}__scan({T} a, {T} b) {{ return ({scan_expr}); }}\n"
+            f"__kernel void {name}_totals({decl}, long n, __global {T} *totals__, long t_off) {{\n"
+            f"{prologue}\n{chunk}    {T} acc = ({T})({neutral});\n"
+            f"    for (long i = lo; i < hi; i++) acc = {name}__scan(acc, ({T})({input_expr}));\n"
+            "    totals__[t_off + get_global_id(0)] = acc;\n}\n"
+            f"__kernel void {name}_offsets(__global {T} *totals__, long t_off, long m) {{\n"
+            f"    totals__ += t_off;\n    {T} run = ({T})({neutral});\n"
+            f"    for (long g = 0; g < m; g++) {{ {T} t = totals__[g]; totals__[g] = run; "
+            f"run = {name}__scan(run, t); }}\n}}\n"
+            f"__kernel void {name}_final({decl}, long n, __global const {T} *totals__, "
+            "long t_off) {\n"
+            f"{prologue}\n{chunk}    {T} prev_item = totals__[t_off + get_global_id(0)];\n"
+            f"    for (long i = lo; i < hi; i++) {{\n"
+            f"        {T} item = {name}__scan(prev_item, ({T})({input_expr}));\n"
+            f"        {output_statement};\n        prev_item = item;\n    }}\n}}\n")
+        self.kernels = tuple(CustomKernel(self.source, f"{name}_{part}", options)
+                             for part in ("totals", "offsets", "final"))
+
+    def __call__(self, *args: Any, n: int | None = None, wait_for: Sequence[Any] = (),
+                 depends: Sequence[Any] = (), queue: runtime.CLQueue | None = None,
+                 device: Any = None) -> runtime.Event:
+        targs = _tensor_args(self.params, args, self.name)
+        count = _length(self.params, targs, n, self.name)
+        tensors = [a for a in targs if isinstance(a, Tensor)]
+        dev = _device_of(tensors, device, queue, self.name)
+        if count == 0:
+            return runtime.Event(None, queue)
+        cu = dev.caps.compute_units
+        groups = max(1, min(count, cu * 4 if dev.kind == "cpu" else cu * 64))
+        totals = _new_tensor(dev, (groups,), self.dtype)
+        k1, k2, k3 = self.kernels
+        k1(groups, None, *targs, np.int64(count), totals, wait_for=[*wait_for, *depends],
+           reads=tensors, writes=[totals], queue=queue, device=dev)
+        k2(1, None, totals, np.int64(groups), queue=queue, device=dev)
+        return k3(groups, None, *targs, np.int64(count), totals, queue=queue, device=dev)
