@@ -162,7 +162,7 @@ def entries(refresh: bool = False) -> list[DeviceEntry]:
 
 
 def _version_key(version: str) -> tuple[int, ...]:
-    nums = []
+    nums: list[int] = []
     for tok in version.replace("+", " ").replace("-", " ").split():
         parts = tok.split(".")
         if all(p.isdigit() for p in parts) and len(parts) >= 2:

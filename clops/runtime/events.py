@@ -42,8 +42,12 @@ class _Watcher:
                 event, callback = self._todo.pop(0)
             try:
                 event.wait()
-            finally:
+            except cl.Error:
+                pass  # a failed command is still finished; its owner sees the status
+            try:
                 callback()
+            except Exception:  # noqa: BLE001 - one bad callback must not stop the others
+                pass
 
 
 _WATCHER = _Watcher()
@@ -104,6 +108,8 @@ class Event:
 
     def profile_ns(self) -> tuple[int, int, int]:
         """(queued, start, end) device timestamps in ns; needs a profiling queue."""
+        if self.cl_event is None:
+            raise ValueError("this event stands for no device work and has no timestamps")
         p = self.cl_event.profile
         return p.queued, p.start, p.end
 
@@ -138,9 +144,17 @@ def when_done(event: Event, callback: Callable[[], None]) -> None:
 
 
 def wait_all(events: Iterable[Event | None]) -> None:
+    """Wait for every event (``None`` and work-less events are skipped), on any devices."""
     evs = [e.cl_event for e in events if e is not None and e.cl_event is not None]
-    if evs:
+    if not evs:
+        return
+    try:
         cl.wait_for_events(evs)
+    except cl.LogicError:
+        # One clWaitForEvents call takes events of one context only: events of several
+        # devices are waited for one at a time.
+        for ev in evs:
+            ev.wait()
 
 
 def gather(*events: Event) -> concurrent.futures.Future[list[Event]]:

@@ -122,7 +122,9 @@ class BufferPool:
         self.device = device
         self.context = device.context
         self.limit = limit
-        self._lock = threading.Lock()
+        # NOTE: reentrant because a Buffer's __del__ (run by the garbage collector on whatever
+        # allocation triggers it, possibly one made while this lock is held) gives back here.
+        self._lock = threading.RLock()
         self._free: dict[int, list[tuple[cl.Buffer, Dep | None, list[Dep]]]] = {}
         self.stats = MemoryStats(limit=limit)
 
@@ -132,57 +134,74 @@ class BufferPool:
         size = size_class(max(nbytes, 1))
         with self._lock:
             bucket = self._free.get(size)
-            if bucket:
-                mem, lw, reads = bucket.pop()
-                st = self.stats
+            entry = bucket.pop() if bucket else None
+            st = self.stats
+            if entry is not None:
                 st.cached -= size
                 st.in_use += size
                 st.hits += 1
-                return Buffer(mem, nbytes, size, self, lw, reads)
-            self.stats.misses += 1
-        mem = self._create(size, nbytes)
-        with self._lock:
-            st = self.stats
-            st.in_use += size
-            st.peak = max(st.peak, st.in_use + st.cached)
+            else:
+                st.misses += 1
+        if entry is not None:
+            mem, lw, reads = entry
+            return Buffer(mem, nbytes, size, self, lw, reads)
+        mem, size = self._create(size, nbytes)
         return Buffer(mem, nbytes, size, self)
 
     def _fits(self, size: int) -> bool:
         st = self.stats
         return self.limit is None or st.in_use + st.cached + size <= self.limit
 
-    def _create(self, size: int, nbytes: int) -> cl.Buffer:
+    def _reserve(self, size: int) -> bool:
+        # Counted before the driver call, so that two threads cannot both pass the limit.
+        with self._lock:
+            if not self._fits(size):
+                return False
+            st = self.stats
+            st.in_use += size
+            st.peak = max(st.peak, st.in_use + st.cached)
+            return True
+
+    def _create(self, size: int, nbytes: int) -> tuple[cl.Buffer, int]:
+        """A new driver buffer of ``size`` bytes (or of ``nbytes``, see below), counted as in
+        use; returns it with the size it really has."""
         max_alloc = self.device.caps.max_alloc
-        if size > max_alloc and nbytes <= max_alloc:
-            size = nbytes  # a request just under the device's cap is not rounded past it
         if nbytes > max_alloc:
             raise MemoryError(
                 f"cannot allocate {nbytes} bytes on {self.device.name}: the device's largest "
                 f"single allocation is {max_alloc} bytes; split the array")
+        if size > max_alloc:
+            size = nbytes  # a request just under the device's cap is not rounded past it
+        released = 0
+        error: Exception | None = None
         for attempt in range(2):
-            if self._fits(size):
+            if self._reserve(size):
                 try:
-                    mem = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
-                    return mem
+                    return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size), size
                 except (cl.MemoryError, cl.RuntimeError, cl.LogicError) as e:
-                    if attempt == 1:
-                        raise self._oom(nbytes, f" ({e})") from e
+                    with self._lock:
+                        self.stats.in_use -= size
+                    error = e
             if attempt == 0:
-                self.empty()  # free the cache and retry once
-        raise self._oom(nbytes, "")
+                released = self.empty()  # free the cache and retry once
+        why = f" ({error})" if error is not None else ""
+        raise self._oom(nbytes, released, why) from error
 
-    def _oom(self, nbytes: int, why: str) -> MemoryError:
+    def _oom(self, nbytes: int, released: int, why: str) -> MemoryError:
         st = self.stats
         lim = f", limit {st.limit} bytes (CLOPS_MEMORY_LIMIT)" if st.limit is not None else ""
         return MemoryError(
             f"out of device memory on {self.device.name}: requested {nbytes} bytes, "
-            f"{st.in_use} bytes in use, {st.cached} bytes cached{lim}{why}. The cache was "
-            "emptied and the allocation retried; free tensors or raise the limit.")
+            f"{st.in_use} bytes in use, {st.cached + released} bytes cached{lim}{why}. "
+            f"The cache ({released} bytes) was emptied and the allocation retried; free "
+            "tensors or raise the limit.")
 
     def _give_back(self, buf: Buffer) -> None:
         with self._lock:
             st = self.stats
             st.in_use -= buf.size
+            if buf.size != size_class(buf.size):
+                return  # an odd size (clamped to the device's cap): no size class can reuse it
             if self.limit is not None and st.in_use + st.cached + buf.size > self.limit:
                 return  # over the limit: let the driver have it back
             st.cached += buf.size
@@ -192,10 +211,12 @@ class BufferPool:
         """Release every cached buffer to the driver; returns the bytes released."""
         with self._lock:
             freed = self.stats.cached
-            pending = [ev for bucket in self._free.values() for _, lw, rs in bucket
-                       for ev in ([lw[0]] if lw else []) + [r[0] for r in rs]]
-            self._free.clear()
+            held, self._free = self._free, {}
             self.stats.cached = 0
+        pending = [ev for bucket in held.values() for _, lw, rs in bucket
+                   for ev in ([lw[0]] if lw else []) + [r[0] for r in rs]]
         if pending:
-            cl.wait_for_events(pending)  # the driver may not free memory the device still uses
+            # The driver may not free memory the device still uses: wait, then release.
+            cl.wait_for_events(pending)
+        held.clear()
         return freed

@@ -58,7 +58,8 @@ class Profiler:
                 rec.queued_ns, rec.start_ns, rec.end_ns = p.queued, p.start, p.end
             except cl.Error:
                 pass  # a queue without profiling: the record keeps zeros
-            self._records.append(rec)
+        with _LOCK:
+            self._records.extend(rec for rec, _ in pending)
 
     @property
     def records(self) -> list[Record]:
@@ -91,14 +92,26 @@ class Profiler:
     def to_chrome_trace(self, path: str) -> None:
         """Write a Chrome trace (opens in Perfetto or chrome://tracing)."""
         recs = self.records
-        t0 = min((r.start_ns for r in recs if r.start_ns), default=0)
-        events = []
+        t0 = min((r.queued_ns or r.start_ns for r in recs if r.start_ns), default=0)
+        # Trace viewers want numeric process and thread ids; names go in metadata events.
+        pids: dict[str, int] = {}
+        threads: set[tuple[int, int]] = set()
+        events: list[dict[str, Any]] = []
         for r in recs:
+            if r.device not in pids:
+                pids[r.device] = len(pids) + 1
+                events.append({"name": "process_name", "ph": "M", "pid": pids[r.device],
+                               "tid": 0, "args": {"name": r.device}})
+            pid = pids[r.device]
+            if (pid, r.queue) not in threads:
+                threads.add((pid, r.queue))
+                events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": r.queue,
+                               "args": {"name": f"queue {r.queue}"}})
             events.append({
-                "name": r.name, "cat": r.kind, "ph": "X", "pid": r.device,
-                "tid": f"queue {r.queue}", "ts": (r.start_ns - t0) / 1e3,
-                "dur": max(r.duration_ns, 0) / 1e3,
-                "args": {"bytes": r.bytes, "queued_us": (r.queued_ns - t0) / 1e3, **r.extra},
+                "name": r.name, "cat": r.kind, "ph": "X", "pid": pid, "tid": r.queue,
+                "ts": max(r.start_ns - t0, 0) / 1e3, "dur": max(r.duration_ns, 0) / 1e3,
+                "args": {"bytes": r.bytes, "queued_us": max(r.queued_ns - t0, 0) / 1e3,
+                         **r.extra},
             })
         with open(path, "w") as f:
             json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f)

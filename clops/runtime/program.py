@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import threading
+import warnings
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -32,17 +33,38 @@ class BuildError(RuntimeError):
             f"{excerpt(source, error_lines(self.log))}\n--- compiler log ---\n{self.log}")
 
 
+# Where logs put the line, most specific first: ``<source>:12:5: error: ...`` (clang-based
+# drivers, NVIDIA, Intel), ``error: /tmp/x.cl:12:5: ...`` (PoCL puts the word first), and
+# ``..., line 12: error`` (EDG-style front ends).
+_LOCATIONS = (
+    re.compile(r"(\d+):\d+:\s*(?:fatal\s+)?error"),
+    re.compile(r":(\d+):\d+:"),
+    re.compile(r"\bline (\d+)"),
+)
+
+
 def error_lines(log: str) -> list[int]:
-    """Line numbers the compiler log points at (``<source>:12:5: error: ...`` and similar)."""
-    found = [int(m.group(1)) for m in re.finditer(r":(\d+):\d+:\s*(?:fatal )?error", log)]
-    if not found:
-        found = [int(m.group(1)) for m in re.finditer(r"line (\d+)", log)]
+    """Line numbers of the errors a compiler log points at.
+
+    >>> error_lines("<source>:12:5: error: use of undeclared identifier 'x'")
+    [12]
+    """
+    found: list[int] = []
+    for text in log.splitlines():
+        if "error" not in text.lower() or "error generated" in text or "errors generated" in text:
+            continue
+        for pattern in _LOCATIONS:
+            m = pattern.search(text)
+            if m is not None:
+                found.append(int(m.group(1)))
+                break
     return sorted(set(found))
 
 
 def excerpt(source: str, lines: list[int], context: int = 3) -> str:
     src = source.splitlines()
     width = len(str(len(src)))
+    lines = [n for n in lines if 1 <= n <= len(src)]  # a log may point into an included file
     if not lines:
         show = range(1, len(src) + 1) if len(src) <= 60 else range(1, 61)
     else:
@@ -111,18 +133,23 @@ class ProgramCache:
             prog.build(options=list(options), devices=[dev], cache_dir=False)  # type: ignore[arg-type]
         except cl.Error as e:
             try:
-                log = prog.get_build_info(dev, cl.program_build_info.LOG)
+                with warnings.catch_warnings():
+                    # pyopencl warns when it has no program object left to ask (drivers it
+                    # does not trust to cache); the log is then in the error's text.
+                    warnings.simplefilter("ignore")
+                    log = str(prog.get_build_info(dev, cl.program_build_info.LOG))
             except cl.Error:
                 log = str(e)
             raise BuildError(self.device.name, source, options, log or str(e)) from None
         if path is not None:
             try:
-                binary = prog.get_info(cl.program_info.BINARIES)[0]
-                if binary:
+                binaries = prog.get_info(cl.program_info.BINARIES)
+                built = binaries[0] if isinstance(binaries, list) and binaries else None
+                if built:
                     os.makedirs(self.disk_dir or ".", exist_ok=True)
                     tmp = f"{path}.{os.getpid()}.tmp"
                     with open(tmp, "wb") as f:
-                        f.write(binary)
+                        f.write(built)
                     os.replace(tmp, path)
             except (OSError, cl.Error):
                 pass

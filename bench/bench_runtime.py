@@ -1,0 +1,136 @@
+"""Runtime overheads: the host cost of a kernel launch through ``CLDevice.launch`` beside raw
+pyopencl enqueues of the same kernel, and buffer-pool alloc/free beside creating ``cl.Buffer``s,
+measured in the same run. Medians; a markdown table on stdout and bench/results/runtime.json.
+
+    python bench/bench_runtime.py [--device SEL] [--quick]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+from _common import arg_parser, device_info, markdown_table, median_seconds, write_json
+
+import clops
+
+TINY = "__kernel void tiny(__global float *x) { x[get_global_id(0)] += 1.0f; }"
+GLOBAL = (64,)
+SIZES = [("4 KiB", 4 << 10), ("1 MiB", 1 << 20), ("64 MiB", 64 << 20)]
+
+
+def bench_launch(dev: clops.CLDevice, number: int, repeat: int) -> list[dict[str, Any]]:
+    prg = dev.build(TINY)
+    k_clops, k_raw = cl.Kernel(prg, "tiny"), cl.Kernel(prg, "tiny")
+    buf = dev.alloc(4096)
+    dev.write(buf, np.zeros(1024, np.float32), blocking=True)
+    q = dev.queue
+    cq = q.cl_queue
+    finish = q.finish
+    enqueue = cl.enqueue_nd_range_kernel
+
+    def clops_tracked() -> None:
+        dev.launch(k_clops, GLOBAL, None, [buf], writes=[buf])
+
+    def clops_untracked() -> None:
+        dev.launch(k_clops, GLOBAL, None, [buf])
+
+    def raw_preset() -> None:
+        enqueue(cq, k_raw, GLOBAL, None)
+
+    def raw_call() -> None:
+        k_raw(cq, GLOBAL, None, buf.mem)
+
+    k_raw.set_args(buf.mem)
+
+    def time_it(fn: Any, n: int = number) -> float:
+        return median_seconds(fn, number=n, repeat=repeat, after=finish)
+
+    t_tracked = time_it(clops_tracked)
+    t_untracked = time_it(clops_untracked)
+    k_raw.set_args(buf.mem)
+    t_preset = time_it(raw_preset)
+    t_call = time_it(raw_call)
+    k_raw.set_args(buf.mem)
+    n_wait = max(10, number // 20)
+    t_clops_wait = time_it(lambda: dev.launch(k_clops, GLOBAL, None, [buf], writes=[buf]).wait(),
+                           n_wait)
+    t_raw_wait = time_it(lambda: enqueue(cq, k_raw, GLOBAL, None).wait(), n_wait)
+    finish()
+    return [
+        _row("enqueue tiny kernel (tracked: reads/writes)", t_tracked,
+             "enqueue_nd_range_kernel, args preset", t_preset),
+        _row("enqueue tiny kernel (untracked)", t_untracked,
+             "enqueue_nd_range_kernel, args preset", t_preset),
+        _row("enqueue tiny kernel, setting args", t_tracked,
+             "kernel(queue, size, None, buf)", t_call),
+        _row("enqueue tiny kernel + wait", t_clops_wait,
+             "enqueue_nd_range_kernel + wait", t_raw_wait),
+    ]
+
+
+def bench_pool(dev: clops.CLDevice, repeat: int, quick: bool) -> list[dict[str, Any]]:
+    ctx = dev.context
+    rw = cl.mem_flags.READ_WRITE
+    cq = dev.queue.cl_queue
+    one = np.zeros(1, np.float32)
+    rows = []
+    for label, n in SIZES[:2] if quick else SIZES:
+        if n > dev.caps.max_alloc:
+            continue
+        dev.alloc(n)  # put one buffer of this class in the cache: the loop measures reuse
+
+        def pool_alloc_free(n: int = n) -> None:
+            dev.alloc(n)  # dropped at once: back to the pool
+
+        def raw_create_release(n: int = n) -> None:
+            cl.Buffer(ctx, rw, n).release()
+
+        def pool_touch(n: int = n) -> None:
+            b = dev.alloc(n)
+            dev.write(b, one, blocking=True)
+
+        def raw_touch(n: int = n) -> None:
+            # Some drivers allocate on first use: a one-element write makes the cost show.
+            b = cl.Buffer(ctx, rw, n)
+            cl.enqueue_copy(cq, b, one, is_blocking=True)
+            b.release()
+
+        rows.append(_row(f"alloc + free {label}", median_seconds(pool_alloc_free, repeat=repeat),
+                         "cl.Buffer + release", median_seconds(raw_create_release,
+                                                               repeat=repeat)))
+        rows.append(_row(f"alloc + 4-byte write + free {label}",
+                         median_seconds(pool_touch, repeat=repeat),
+                         "cl.Buffer + 4-byte write + release",
+                         median_seconds(raw_touch, repeat=repeat)))
+    return rows
+
+
+def _row(case: str, clops_s: float, peer: str, peer_s: float) -> dict[str, Any]:
+    return {"case": case, "clops_us": clops_s * 1e6, "peer": f"pyopencl {peer}",
+            "peer_us": peer_s * 1e6, "clops_over_peer": clops_s / peer_s}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arg_parser(__doc__.splitlines()[0] if __doc__ else None).parse_args(argv)
+    dev = clops.device(args.device)
+    repeat = 5 if args.quick else 15
+    number = 300 if args.quick else 2000
+    print(f"device: {dev.selector} ({dev.name}, {dev.platform_version.split('  ')[0]})")
+    rows = bench_launch(dev, number, repeat) + bench_pool(dev, repeat, args.quick)
+    print(markdown_table(
+        ["case", "clops µs", "peer", "peer µs", "clops / peer"],
+        [[r["case"], r["clops_us"], r["peer"], r["peer_us"], r["clops_over_peer"]]
+         for r in rows]))
+    path = write_json("runtime", {"device": device_info(dev), "repeat": repeat,
+                                  "launches_per_sample": number, "statistic": "median",
+                                  "results": rows})
+    print(f"\nwritten to {os.path.relpath(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
