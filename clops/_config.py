@@ -62,6 +62,11 @@ def read() -> Config:
 CONFIG = read()
 
 
+def cache_dir() -> str | None:
+    """``CLOPS_CACHE_DIR``, read when asked (tests point it at temporary folders)."""
+    return os.environ.get("CLOPS_CACHE_DIR") or None
+
+
 def debug_level() -> int:
     return CONFIG.debug
 

@@ -28,7 +28,8 @@ _COMPLETE = cl.command_execution_status.COMPLETE
 
 
 def cache_dir() -> str:
-    d = os.environ.get("CLOPS_CACHE_DIR")
+    """Where program binaries and probe results are kept (``CLOPS_CACHE_DIR``)."""
+    d = _config.cache_dir()
     if not d:
         import platformdirs
 
@@ -397,16 +398,19 @@ class CLDevice:
             raise ValueError("prepared launches need an in-order queue")
         cq = q.cl_queue
         enqueue = cl.enqueue_nd_range_kernel
-        if profiler.ACTIVE:
-            for kernel, g, l, name in launches:
-                # Sizes are passed as the plan holds them (tuples, for speed); the stubs
-                # want tuple types where any sequence works.
-                ev = enqueue(cq, kernel, g, l)  # type: ignore[arg-type]
-                profiler.record(name or kernel.function_name, "kernel", self.name, ev,
-                                queue=q.index, global_size=list(g))
-            return
-        for kernel, g, l, _ in launches:
-            enqueue(cq, kernel, g, l)  # type: ignore[arg-type]
+        # The plan's kernel objects are its own, but hold the launch lock anyway so that no
+        # other thread's launch interleaves with a half-enqueued step.
+        with self._launch_lock:
+            if profiler.ACTIVE:
+                for kernel, g, l, name in launches:
+                    # Sizes are passed as the plan holds them (tuples, for speed); the stubs
+                    # want tuple types where any sequence works.
+                    ev = enqueue(cq, kernel, g, l)  # type: ignore[arg-type]
+                    profiler.record(name or kernel.function_name, "kernel", self.name, ev,
+                                    queue=q.index, global_size=list(g))
+                return
+            for kernel, g, l, _ in launches:
+                enqueue(cq, kernel, g, l)  # type: ignore[arg-type]
 
     def write(self, buf: Buffer, host: np.ndarray, offset: int = 0,
               queue: CLQueue | None = None, wait_for: Sequence[Any] = (),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes.util
 import glob
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -90,13 +91,23 @@ def _register_unlisted_drivers() -> str | None:
     missing = [lib for lib in _find_vendor_libraries() if lib not in named]
     if not missing:
         return None
-    folder = tempfile.mkdtemp(prefix="clops-icd-")
+    files: dict[str, str] = {}
     for path in registered:
-        with open(path) as src, open(os.path.join(folder, os.path.basename(path)), "w") as dst:
-            dst.write(src.read())
+        with open(path) as src:
+            files[os.path.basename(path)] = src.read()
     for lib in missing:
-        with open(os.path.join(folder, f"clops-{_VENDOR_LIBRARIES[lib]}.icd"), "w") as f:
-            f.write(lib + "\n")
+        files[f"clops-{_VENDOR_LIBRARIES[lib]}.icd"] = lib + "\n"
+    # One folder per set of ICD files, reused by every later process (no litter).
+    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
+    folder = os.path.join(tempfile.gettempdir(), f"clops-icd-{os.getuid()}-{digest}")
+    os.makedirs(folder, exist_ok=True)
+    for name, text in files.items():
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
     os.environ["OCL_ICD_VENDORS"] = folder
     return folder
 

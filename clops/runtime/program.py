@@ -6,12 +6,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import threading
 import warnings
 from collections import Counter
 from typing import TYPE_CHECKING
 
 import pyopencl as cl
+
+from .. import _config
 
 if TYPE_CHECKING:
     from .device import CLDevice
@@ -130,7 +133,15 @@ class ProgramCache:
         STATS["builds"] += 1
         prog = cl.Program(ctx, source)
         try:
-            prog.build(options=list(options), devices=[dev], cache_dir=False)  # type: ignore[arg-type]
+            with warnings.catch_warnings(record=True) as notes:
+                # A driver's remarks on a successful build (NVIDIA prints some) are not the
+                # user's concern; CLOPS_DEBUG shows them.
+                warnings.simplefilter("always", cl.CompilerWarning)
+                prog.build(options=list(options), devices=[dev],
+                           cache_dir=False)  # type: ignore[arg-type]
+            if notes and _config.CONFIG.debug >= 1:
+                for n in notes:
+                    print(f"[clops] compiler output: {n.message}", file=sys.stderr)
         except cl.Error as e:
             try:
                 with warnings.catch_warnings():
