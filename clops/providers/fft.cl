@@ -1,0 +1,131 @@
+// Providers, FFT fallback: mixed-radix Stockham passes (radix 2, 4 and a generic radix up to
+// MAX_RADIX), Bluestein's chirp steps for sizes with a large prime factor, and the Hermitian
+// extension that turns a half spectrum into a full one. Rows of length n, one row per batch.
+//
+// Built with -D CT=float2 -D RT=float (or double2/double with -D USE_FP64).
+
+#ifdef USE_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
+#define MAX_RADIX 32
+
+inline CT cmul(CT a, CT b) {
+    return (CT)(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+
+// w^t for w = exp(-2 pi i / n), from the table (conjugated for the inverse transform).
+inline CT root(__global const CT *tw, long t, int inverse) {
+    CT w = tw[t];
+    if (inverse) w.y = -w.y;
+    return w;
+}
+
+// One pass: work item j of n/R takes v[r] = src[j + r n/R] (r < R), multiplies by the twiddles
+// of its sub-transform of length ns*R, does an R-point DFT and writes the results ns apart, so
+// that after the last pass the output is in natural order (no bit reversal).
+inline void stockham_pass(const int R, __global CT *dst, long dst_off, __global const CT *src,
+                          long src_off, __global const CT *tw, long n, long ns, int inverse,
+                          RT scale) {
+    long j = get_global_id(0);
+    long nr = n / R;
+    if (j >= nr) return;
+    long b = get_global_id(1);
+    src += src_off + b * n;
+    dst += dst_off + b * n;
+    long k = j % ns;
+    long step = n / (ns * R);
+    CT v[MAX_RADIX];
+    CT out[MAX_RADIX];
+    v[0] = src[j];
+    for (int r = 1; r < R; ++r) {
+        v[r] = cmul(src[j + r * nr], root(tw, r * k * step, inverse));
+    }
+    if (R == 2) {
+        out[0] = v[0] + v[1];
+        out[1] = v[0] - v[1];
+    } else if (R == 4) {
+        CT a0 = v[0] + v[2], a1 = v[0] - v[2], a2 = v[1] + v[3], d = v[1] - v[3];
+        // a3 = d * (-i) forward, d * (+i) inverse
+        CT a3 = inverse ? (CT)(-d.y, d.x) : (CT)(d.y, -d.x);
+        out[0] = a0 + a2;
+        out[2] = a0 - a2;
+        out[1] = a1 + a3;
+        out[3] = a1 - a3;
+    } else {
+        long unit = n / R;
+        for (int q = 0; q < R; ++q) {
+            CT acc = v[0];
+            for (int r = 1; r < R; ++r) {
+                acc += cmul(v[r], root(tw, ((r * q) % R) * unit, inverse));
+            }
+            out[q] = acc;
+        }
+    }
+    long base = (j / ns) * ns * R + k;
+    for (int q = 0; q < R; ++q) {
+        dst[base + q * ns] = out[q] * scale;
+    }
+}
+
+#define PASS_ARGS __global CT *dst, long dst_off, __global const CT *src, long src_off, \
+                  __global const CT *tw, long n, long ns, int inverse, RT scale
+#define PASS_CALL dst, dst_off, src, src_off, tw, n, ns, inverse, scale
+
+__kernel void fft_pass2(PASS_ARGS) { stockham_pass(2, PASS_CALL); }
+__kernel void fft_pass3(PASS_ARGS) { stockham_pass(3, PASS_CALL); }
+__kernel void fft_pass4(PASS_ARGS) { stockham_pass(4, PASS_CALL); }
+__kernel void fft_pass5(PASS_ARGS) { stockham_pass(5, PASS_CALL); }
+__kernel void fft_pass7(PASS_ARGS) { stockham_pass(7, PASS_CALL); }
+__kernel void fft_passn(PASS_ARGS, int radix) { stockham_pass(radix, PASS_CALL); }
+
+// Bluestein, step 1: a[b, k] = x[b, k] * chirp[k] for k < n, 0 up to m (the padded length).
+__kernel void bluestein_pre(__global CT *a, __global const CT *x, long x_off,
+                            __global const CT *chirp, long n, long m) {
+    long k = get_global_id(0);
+    long b = get_global_id(1);
+    if (k >= m) return;
+    a[b * m + k] = k < n ? cmul(x[x_off + b * n + k], chirp[k]) : (CT)(0, 0);
+}
+
+// Bluestein, step 2: the spectrum of a times the spectrum of the chirp filter.
+__kernel void pointwise_mul(__global CT *c, __global const CT *filt, long m) {
+    long k = get_global_id(0);
+    long b = get_global_id(1);
+    if (k >= m) return;
+    c[b * m + k] = cmul(c[b * m + k], filt[k]);
+}
+
+// Bluestein, step 3: y[b, k] = c[b, k] * chirp[k] * scale for k < n.
+__kernel void bluestein_post(__global CT *y, long y_off, __global const CT *c,
+                             __global const CT *chirp, long n, long m, RT scale) {
+    long k = get_global_id(0);
+    long b = get_global_id(1);
+    if (k >= n) return;
+    y[y_off + b * n + k] = cmul(c[b * m + k], chirp[k]) * scale;
+}
+
+// dst[b, k] = src[b, k] for k <= n/2, conj(src[b, n - k]) above: the full spectrum of a real
+// signal from its half (src rows have m = n/2 + 1 entries).
+__kernel void hermitian_extend(__global CT *dst, __global const CT *src, long src_off, long n,
+                               long m) {
+    long k = get_global_id(0);
+    long b = get_global_id(1);
+    if (k >= n) return;
+    CT v;
+    if (k < m) {
+        v = src[src_off + b * m + k];
+    } else {
+        v = src[src_off + b * m + (n - k)];
+        v.y = -v.y;
+    }
+    dst[b * n + k] = v;
+}
+
+// Zero the imaginary parts of the DC term and (n even) the Nyquist term of each half spectrum
+// (rows of m = n/2 + 1), which a real inverse transform ignores, in place.
+__kernel void hermitian_clean(__global CT *x, long off, long n, long m) {
+    long b = get_global_id(0);
+    x[off + b * m].y = 0;
+    if ((n & 1) == 0) x[off + b * m + n / 2].y = 0;
+}

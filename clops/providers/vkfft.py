@@ -1,0 +1,249 @@
+"""Providers, VkFFT: complex and real FFTs through pyvkfft's OpenCL backend, on clops' context
+and queue. Plans (one per queue, transform, batch, length, dtype, normalization) are kept in a
+small LRU. Without pyvkfft the provider reports itself unavailable and ``clops.fft`` runs on
+clops' own kernels (:mod:`clops.providers.stockham`).
+
+Operands are contiguous rows (batch, n); an offset is passed as an OpenCL sub-buffer when it
+is a multiple of the device's base address alignment, else the rows are first copied on the
+device.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyopencl as cl
+
+from . import layout, stockham
+from .base import Operand, OpSpec, Provider, ProviderError, guarded_call, queue_of
+
+if TYPE_CHECKING:
+    from ..runtime.device import CLDevice, CLQueue
+    from ..runtime.events import Event
+
+_NP = {"float32": np.float32, "float64": np.float64, "complex64": np.complex64,
+       "complex128": np.complex128}
+_MAX_PLANS = 32
+
+
+class _DeviceArray:
+    """The few attributes of a ``pyopencl.array.Array`` that pyvkfft reads, over a clops
+    buffer (or sub-buffer)."""
+
+    def __init__(self, data: cl.MemoryObject, shape: tuple[int, ...], dtype: str,
+                 queue: cl.CommandQueue) -> None:
+        self.data = data
+        self.shape = shape
+        self.dtype = np.dtype(_NP[dtype])
+        self.queue = queue
+        self.size = math.prod(shape)
+        self.ndim = len(shape)
+        self.nbytes = self.size * self.dtype.itemsize
+        self.strides = tuple(s * self.dtype.itemsize for s in
+                             layout.contiguous_strides(shape))
+
+
+class VkFFTProvider(Provider):
+    """VkFFT behind ``clops.fft``: ``fft`` (complex), ``rfft`` (real to complex) and ``irfft``
+    (complex to real), each over the rows of a (batch, n) operand.
+
+    >>> clops.providers.get("vkfft").fft(dev, x, y, inverse=True, scale=1 / n)
+    """
+
+    name = "vkfft"
+    description = "VkFFT (pyvkfft, OpenCL backend): complex and real FFTs"
+    _needs = {"complex128": ("cl_khr_fp64",)}
+    _rows = "contiguous rows (batch, n); offsets aligned to the device's base address alignment"
+    specs = (
+        OpSpec("fft", frozenset({"complex64", "complex128"}), _rows, _needs),
+        OpSpec("rfft", frozenset({"complex64", "complex128"}), _rows, _needs),
+        OpSpec("irfft", frozenset({"complex64", "complex128"}), _rows, _needs),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._vk: Any = None
+        self._plans: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._plan_lock = threading.Lock()
+
+    def load(self) -> None:
+        try:
+            import pyvkfft.config
+            import pyvkfft.opencl as vk
+        except ImportError as e:
+            raise ImportError(
+                f"pyvkfft is not installed or its OpenCL backend did not build ({e}); "
+                "install it with VKFFT_BACKEND=opencl pip install pyvkfft (needs the OpenCL "
+                "headers and ICD loader, e.g. opencl-headers and ocl-icd-opencl-dev)") from None
+        pyvkfft.config.WARN_OPENCL_QUEUE_MISMATCH = False
+        self._vk = vk
+        # NOTE: plans are freed before interpreter shutdown tears pyvkfft's module down.
+        atexit.register(self.free_plans)
+        self.version = getattr(vk, "vkfft_version", lambda: "?")()
+
+    def cannot_shape(self, op: str, shape_key: tuple[int, ...]) -> str | None:
+        if shape_key[-1] < 2:
+            return "VkFFT needs a transform length of at least 2"
+        return None
+
+    # -- layout ---------------------------------------------------------------------------------
+    def accepts(self, op: str, role: str, operand: Operand) -> bool:
+        if not operand.is_contiguous:
+            return False
+        if operand.offset == 0:
+            return True
+        align = _base_align(operand)
+        return operand.byte_offset % align == 0
+
+    def _array(self, op: Operand, q: CLQueue, shape: tuple[int, ...]) -> _DeviceArray:
+        mem: cl.MemoryObject = op.buffer.mem
+        if op.offset:
+            mem = mem.get_sub_region(op.byte_offset, op.nbytes)  # type: ignore[attr-defined]
+        return _DeviceArray(mem, shape, op.dtype, q.cl_queue)
+
+    def free_plans(self) -> None:
+        """Release every cached VkFFT plan."""
+        with self._plan_lock:
+            self._plans.clear()
+
+    def _plan(self, q: CLQueue, r2c: bool, batch: int, n: int, dtype: str, norm: int) -> Any:
+        key = (q.cl_queue.int_ptr, r2c, batch, n, dtype, norm)
+        with self._plan_lock:
+            app = self._plans.get(key)
+            if app is not None:
+                self._plans.move_to_end(key)
+                return app
+        shape = (batch, n) if batch > 1 else (n,)
+        np_dtype = _NP[layout.REAL_OF[dtype]] if r2c else _NP[dtype]
+        try:
+            app = self._vk.VkFFTApp(shape, np_dtype, queue=q.cl_queue, ndim=1, inplace=False,
+                                    norm=norm, r2c=r2c)
+        except Exception as e:  # noqa: BLE001 - pyvkfft raises plain RuntimeErrors
+            raise ProviderError(f"VkFFT could not plan a length-{n} {dtype} transform of "
+                                f"{batch} rows: {e}") from e
+        with self._plan_lock:
+            self._plans[key] = app
+            while len(self._plans) > _MAX_PLANS:
+                self._plans.popitem(last=False)
+        return app
+
+    # -- ops ----------------------------------------------------------------------------------
+    def fft(self, device: CLDevice, x: Operand, y: Operand, *, inverse: bool = False,
+            scale: float = 1.0, queue: CLQueue | None = None) -> Event:
+        """Complex FFT of each row of ``x`` (batch, n) into ``y``; ``scale`` multiplies the
+        result (``1/n`` gives numpy's inverse)."""
+        batch, n = _rows(x)
+        if x.shape != y.shape or x.dtype != y.dtype:
+            raise ValueError(f"fft: {x} and {y} differ in shape or dtype")
+        return self._transform(device, "fft", x, y, batch, n, inverse, scale, queue)
+
+    def rfft(self, device: CLDevice, x: Operand, y: Operand, *, scale: float = 1.0,
+             queue: CLQueue | None = None) -> Event:
+        """Real-to-complex FFT: ``x`` (batch, n) float, ``y`` (batch, n//2+1) complex."""
+        batch, n = _rows(x)
+        if y.size != batch * (n // 2 + 1):
+            raise ValueError(f"rfft: output {y.shape} should be ({batch}, {n // 2 + 1})")
+        return self._transform(device, "rfft", x, y, batch, n, False, scale, queue)
+
+    def irfft(self, device: CLDevice, x: Operand, y: Operand, *, scale: float = 1.0,
+              queue: CLQueue | None = None) -> Event:
+        """Complex-to-real inverse FFT: ``x`` (batch, n//2+1) complex, ``y`` (batch, n)
+        float."""
+        batch, n = _rows(y)
+        if x.size != batch * (n // 2 + 1):
+            raise ValueError(f"irfft: input {x.shape} should be ({batch}, {n // 2 + 1})")
+        return self._transform(device, "irfft", x, y, batch, n, True, scale, queue)
+
+    def _transform(self, device: CLDevice, op: str, x: Operand, y: Operand, batch: int, n: int,
+                   inverse: bool, scale: float, queue: CLQueue | None) -> Event:
+        if self._vk is None:
+            why = self.unavailable_reason()
+            if why is not None:
+                raise ProviderError(f"vkfft is unavailable: {why}")
+        q = queue_of(device, queue)
+        if batch == 0 or n == 0:
+            return q.marker()
+        if n == 1:  # VkFFT plans no length-1 transform; it is a copy
+            return stockham.run(op, device, x, y, inverse=inverse, scale=scale, queue=q)
+        cdt = y.dtype if op == "fft" or op == "rfft" else x.dtype
+        half = n // 2 + 1
+        x_shape = (batch, half) if op == "irfft" else (batch, n)
+        y_shape = (batch, half) if op == "rfft" else (batch, n)
+        if op == "irfft":
+            # NOTE: a private copy: numpy ignores the imaginary parts of the DC and Nyquist
+            # terms and VkFFT does not, so they are zeroed first (and VkFFT's C2R may write
+            # to its input).
+            x = layout.contiguous(device, x, queue=q)
+            stockham.hermitian_clean(device, x, n, queue=q)
+        elif not self.accepts(op, "x", x) or x.buffer is y.buffer:
+            x = layout.contiguous(device, x, queue=q)
+        target = y
+        if not self.accepts(op, "y", y):
+            y = layout.empty(device, y.shape, y.dtype)
+        # NOTE: VkFFT's own normalization (norm=1) divides the inverse by n; any other scale is
+        # a separate pass over the output.
+        norm = 1 if inverse and math.isclose(scale, 1.0 / n, rel_tol=1e-12) else 0
+        extra = 1.0 if norm == 1 else scale
+        app = self._plan(q, op != "fft", batch, n, cdt, norm)
+        src = self._array(x, q, x_shape if batch > 1 else x_shape[1:])
+        dst = self._array(y, q, y_shape if batch > 1 else y_shape[1:])
+
+        def enqueue(qq: CLQueue) -> None:
+            try:
+                if inverse:
+                    app.ifft(src, dst, queue=qq.cl_queue)
+                else:
+                    app.fft(src, dst, queue=qq.cl_queue)
+            except Exception as e:  # noqa: BLE001 - pyvkfft raises plain RuntimeErrors
+                raise ProviderError(f"VkFFT {op} of {batch}x{n} {cdt} failed on "
+                                    f"{device.name}: {e}") from e
+            return None
+
+        nbytes = x.nbytes + y.nbytes
+        ev = guarded_call(device, enqueue, reads=[x.buffer], writes=[y.buffer], queue=q,
+                          name=f"vkfft.{op}", provider=self.name, op=op, nbytes=nbytes,
+                          flops=stockham.flops(n, batch))
+        if extra != 1.0:
+            ev = layout.scale(device, y, extra, queue=q)
+        if y is not target:
+            ev = layout.copy(device, y, target, queue=q)
+        return ev
+
+    # -- cost ---------------------------------------------------------------------------------
+    def estimate(self, op: str, device: CLDevice, dtype: str, shape_key: tuple[int, ...]) -> float:
+        """Seconds: two passes over the data at a guessed bandwidth, plus the launch."""
+        batch, n = shape_key
+        nbytes = 2 * batch * n * layout.ITEMSIZE[dtype]
+        bw = 1e12 if device.kind == "gpu" else 20e9
+        return 20e-6 + 2 * nbytes / bw
+
+    def scratch_call(self, op: str, device: CLDevice, dtype: str,
+                     shape_key: tuple[int, ...]) -> Callable[[], Event]:
+        batch, n = shape_key
+        real = layout.REAL_OF[dtype]
+        shapes = {"fft": ((batch, n), dtype, (batch, n), dtype),
+                  "rfft": ((batch, n), real, (batch, n // 2 + 1), dtype),
+                  "irfft": ((batch, n // 2 + 1), dtype, (batch, n), real)}[op]
+        x = layout.empty(device, shapes[0], shapes[1])
+        device.write(x.buffer, np.zeros(x.nbytes, np.uint8))
+        y = layout.empty(device, shapes[2], shapes[3])
+        return lambda: self.run(op, device, x, y)
+
+
+def _rows(op: Operand) -> tuple[int, int]:
+    if op.ndim == 1:
+        return 1, op.shape[0]
+    if op.ndim != 2:
+        raise ValueError(f"FFT operands are (batch, n); got shape {op.shape}")
+    return op.shape[0], op.shape[1]
+
+
+def _base_align(op: Operand) -> int:
+    dev = op.buffer.mem.context.devices[0]
+    return max(int(dev.mem_base_addr_align) // 8, 1)
