@@ -20,6 +20,9 @@ import pyopencl as cl
 
 import clops
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import device_ms, torch_cuda, torch_ms  # noqa: E402
+
 HAND_CHAIN = """
 __kernel void chain(__global const float *a, __global const float *b, __global const float *c,
                     __global const float *d, __global const float *e, __global float *out) {
@@ -63,6 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     clops.synchronize()
     rows = []
 
+    def dev_time(row: dict, fn: Callable[[], object], nbytes: int,
+                 torch_peer: float | None) -> None:
+        """Device time of the clops kernels alone (profiled), beside PyTorch's on the GPU."""
+        dms, _ = device_ms(dev, fn, args.repeat)
+        row.update(device_ms=dms, device_GBps=nbytes / dms / 1e6,
+                   device_of_copy_bw=nbytes / dms / 1e6 / copy_dev_bw)
+        if torch_peer is not None:
+            row.update(torch_ms=torch_peer, device_vs_torch=torch_peer / dms)
+
     def add(name: str, nbytes: int, t: float, peer: str, tpeer: float, ceiling: float) -> None:
         gbs = nbytes / t / 1e9
         rows.append({"bench": name, "ms": t * 1e3, "GB/s": gbs, "peer": peer,
@@ -80,6 +92,20 @@ def main(argv: list[str] | None = None) -> int:
 
     t_copy = median_seconds(copy_run, args.repeat)
     copy_bw = 2 * n * 4 / t_copy / 1e9
+    # the same on device time (kernel start to end, no host round trip), over 4x the bytes
+    big = 4 * n * 4
+    bsrc, bdst = dev.alloc(big), dev.alloc(big)
+    dev.write(bsrc, np.ones(big // 4, np.float32), blocking=True)
+    copy_dk = dev.kernel(COPY, "copy")
+    cms, _ = device_ms(dev, lambda: dev.launch(copy_dk, (big // 16,), None, [bsrc, bdst],
+                                               reads=[bsrc], writes=[bdst]), args.repeat)
+    copy_dev_bw = 2 * big / cms / 1e6
+    torch = torch_cuda() if dev.kind != "cpu" else None
+    tt: dict = {}
+    if torch is not None:
+        ta, tb, tc, td, te = (torch.from_numpy(x).cuda() for x in host)
+        tt["chain"] = torch_ms(torch, lambda: ta * tb + tc * td - te * 0.5, args.repeat)
+        tt["sum"] = torch_ms(torch, lambda: ta.sum(), args.repeat)
 
     # 1. fused chain: clops vs numpy vs a hand-written kernel
     def clops_chain() -> None:
@@ -106,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     t_np = median_seconds(numpy_chain, args.repeat)
     add("chain a*b+c*d-e*0.5 (clops)", 6 * n * 4, t_clops, "numpy", t_np, copy_bw)
     rows[-1]["vs_hand_kernel"] = t_hand / t_clops
+    dev_time(rows[-1], lambda: (a * b + c * d - e * 0.5).realize(), 6 * n * 4, tt.get("chain"))
     add("chain (hand pyopencl kernel)", 6 * n * 4, t_hand, "numpy", t_np, copy_bw)
 
     # 2. sum of n floats
@@ -116,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     assert abs(float(a.sum()) - float(ha.astype(np.float64).sum())) < 1e-3 * n ** 0.5
     add("sum (clops)", n * 4, median_seconds(clops_sum, args.repeat), "numpy",
         median_seconds(lambda: ha.sum(), args.repeat), copy_bw)
+    dev_time(rows[-1], lambda: a.sum().realize(), n * 4, tt.get("sum"))
 
     # 3. row softmax
     r = args.rows
@@ -141,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     add(f"softmax {r}x{r} (clops, {prof.kernel_count} kernel)", 2 * r * r * 4,
         median_seconds(clops_softmax, max(3, args.repeat // 4)), "numpy",
         median_seconds(np_softmax, max(3, args.repeat // 4)), copy_bw)
+    if torch is not None:
+        tx = torch.from_numpy(xs).cuda()
+        tt["softmax"] = torch_ms(torch, lambda: torch.softmax(tx, -1), args.repeat)
+    dev_time(rows[-1], lambda: softmax(x).realize(), 2 * r * r * 4, tt.get("softmax"))
 
     print(f"device: {dev.name} ({dev.platform_version}); copy ceiling {copy_bw:.1f} GB/s "
           f"(median of {args.repeat})")
@@ -152,9 +184,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['peer']:>6} | {row['peer_ms']:>8.2f} | {row['speedup_vs_peer']:>6.2f} | "
               f"{row['fraction_of_copy_bw']:>10.2f} |")
     print(f"chain vs hand kernel: {rows[0]['vs_hand_kernel']:.2f}x")
+    print(f"device time (profiled kernels), copy ceiling {copy_dev_bw:.0f} GB/s:")
+    for row in rows:
+        if "device_ms" in row:
+            peer = (f", PyTorch {row['torch_ms']:.3f} ms ({row['device_vs_torch']:.2f}x)"
+                    if "torch_ms" in row else "")
+            print(f"  {row['bench']:<36} {row['device_ms']:.3f} ms, {row['device_GBps']:.0f} GB/s,"
+                  f" {row['device_of_copy_bw']:.2f} of copy{peer}")
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"device": dev.name, "platform": dev.platform_version, "copy_GBps": copy_bw,
+                   "copy_device_GBps": copy_dev_bw,
                    "rows": rows}, f, indent=1)
     return 0
 

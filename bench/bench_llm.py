@@ -1,8 +1,13 @@
-"""Benchmark: prefill and decode tokens/s of SmolLM2-135M-Instruct (GGUF) with clops on an OpenCL
-device, beside transformers on PyTorch CPU (same dequantized weights) and llama.cpp's Python
-binding when it is installed, in the same run. Prints a table and writes JSON.
+"""Benchmark: prefill and decode tokens/s of an LLM with clops on an OpenCL device, beside
+Hugging Face transformers (eager) on PyTorch in the same run: on the same GPU in float16 when
+PyTorch sees one, else on the CPU; and llama.cpp's Python binding when it is installed. Reports
+the kernels enqueued per decode token, the host time to enqueue them, and how busy the device is
+during decode. Prints a table and writes JSON.
 
-    python bench/bench_llm.py [--device cpu] [--prompt-tokens 128] [--new-tokens 64]
+    python bench/bench_llm.py [-m model.gguf | --shape llama-3.2-1b] [--device gpu]
+
+``--shape llama-3.2-1b`` makes a Llama-3.2-1B-shaped model with random float16 weights (saved as
+safetensors in a temporary folder) and runs both engines on it.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -25,23 +32,71 @@ TEXT = ("Oxygen is the chemical element with the symbol O and atomic number 8. I
         "of the chalcogen group in the periodic table, a highly reactive nonmetal, and an "
         "oxidizing agent that readily forms oxides with most elements. ")
 
+LLAMA_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                                 "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                 "original_max_position_embeddings": 8192})
+
+
+def make_llama_1b(path: str) -> None:
+    """A Llama-3.2-1B-shaped model with random float16 weights and a word-level tokenizer."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    where = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(where):
+        model = LlamaForCausalLM(LlamaConfig(**LLAMA_1B)).to(torch.float16)
+    model.save_pretrained(path, safe_serialization=True)
+    v = LLAMA_1B["vocab_size"]
+    vocab = {f"w{i}": i for i in range(v - 3)}
+    vocab.update({"<unk>": v - 3, "<s>": v - 2, "</s>": v - 1})
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True}, f)
+    del model
+
 
 def bench_clops(path: str, device: str | None, ids: list[int], new: int) -> dict:
     model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False)
     list(model.generate_ids(ids, max_new_tokens=4, stop_ids=[]))  # builds kernels once
-    list(model.generate_ids(ids, max_new_tokens=new, stop_ids=[]))
-    st = model.stats
-    # how long the host takes to enqueue one decode step (the step itself runs on the device)
+    runs = []
+    for _ in range(3):
+        list(model.generate_ids(ids, max_new_tokens=new, stop_ids=[]))
+        runs.append((model.stats.prefill_tps, model.stats.decode_tps))
+    prefill_tps = statistics.median(r[0] for r in runs)
+    decode_tps = statistics.median(r[1] for r in runs)
+    dev = model.device
+    # how long the host takes to enqueue one decode step, and the device time of one step
     plan = model._plan(1, "last", True)
-    model.device.synchronize()
+    dev.synchronize()
     t0 = time.perf_counter()
     for _ in range(20):
         plan.replay()
     enqueue = (time.perf_counter() - t0) / 20
-    model.device.synchronize()
-    return {"name": f"clops ({model.device.name[:30]})", "prefill_tps": st.prefill_tps,
-            "decode_tps": st.decode_tps, "launches_per_step": len(plan.launches),
-            "enqueue_ms_per_step": enqueue * 1e3}
+    dev.synchronize()
+    with clops.profile() as prof:
+        for _ in range(10):
+            plan.replay()
+        dev.synchronize()
+    ks = prof.kernels()
+    busy_ms = sum(r.duration_ns for r in ks) / 10 / 1e6
+    span_ms = (max(r.end_ns for r in ks) - min(r.start_ns for r in ks)) / 10 / 1e6
+    step_ms = 1e3 / decode_tps
+    by_name: dict[str, float] = {}
+    for r in ks:
+        key = r.name.split(".")[0]
+        by_name[key] = by_name.get(key, 0.0) + r.duration_ns / 10 / 1e3
+    return {"name": f"clops ({dev.name[:30]})", "prefill_tps": prefill_tps,
+            "decode_tps": decode_tps, "launches_per_step": len(plan.launches),
+            "enqueue_ms_per_step": enqueue * 1e3, "device_ms_per_step": busy_ms,
+            "device_span_ms_per_step": span_ms, "gpu_busy": busy_ms / step_ms,
+            "kernel_us_per_step": dict(sorted(by_name.items(), key=lambda kv: -kv[1]))}
 
 
 def _hf_from_gguf(path: str):
@@ -90,24 +145,45 @@ def _hf_from_gguf(path: str):
 
 
 def bench_torch(path: str, ids: list[int], new: int) -> dict | None:
+    """transformers eager: float16 on the GPU when PyTorch sees one, else float32 on the CPU."""
     try:
         import torch
+        from transformers import AutoModelForCausalLM
     except ImportError:
         return None
-    model = _hf_from_gguf(path)
-    x = torch.tensor([ids])
+    cuda = torch.cuda.is_available()
+    dtype = torch.float16 if cuda else torch.float32
+    if path.endswith(".gguf"):
+        model = _hf_from_gguf(path)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype,
+                                                     attn_implementation="eager")
+    model = model.to("cuda" if cuda else "cpu", dtype=dtype).eval()
+    model.config._attn_implementation = "eager"
+    x = torch.tensor([ids], device=model.device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def timed(fn) -> float:
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        return time.perf_counter() - t0
+
     with torch.no_grad():
         model(x)
-        t0 = time.perf_counter()
-        model(x)
-        prefill = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        model.generate(x, max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                       pad_token_id=0)
-        total = time.perf_counter() - t0
+        model.generate(x, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+        prefill = statistics.median(timed(lambda: model(x)) for _ in range(3))
+        total = statistics.median(
+            timed(lambda: model.generate(x, max_new_tokens=new, min_new_tokens=new,
+                                         do_sample=False, pad_token_id=0)) for _ in range(3))
     decode = max(total - prefill, 1e-9)
-    return {"name": f"transformers {torch.__version__} CPU ({torch.get_num_threads()} threads)",
-            "prefill_tps": len(ids) / prefill, "decode_tps": (new - 1) / decode}
+    where = torch.cuda.get_device_name() if cuda else f"CPU ({torch.get_num_threads()} threads)"
+    name = f"transformers eager, torch {torch.__version__}, {str(dtype)[6:]}, {where}"
+    model.to("cpu")
+    if cuda:
+        torch.cuda.empty_cache()
+    return {"name": name, "prefill_tps": len(ids) / prefill, "decode_tps": (new - 1) / decode}
 
 
 def bench_llama_cpp(path: str, ids: list[int], new: int) -> dict | None:
@@ -129,33 +205,54 @@ def bench_llama_cpp(path: str, ids: list[int], new: int) -> dict | None:
             "decode_tps": new / max(total - prefill, 1e-9)}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("-m", "--model", default=None)
+    ap.add_argument("--shape", choices=["llama-3.2-1b"], default=None,
+                    help="a model of this shape with random float16 weights")
     ap.add_argument("--device", default=None)
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--json", default="bench_llm.json")
+    ap.add_argument("--json", default="bench/results/llm.json")
     ap.add_argument("--no-peers", action="store_true", help="measure clops only")
-    args = ap.parse_args()
-    path = args.model or clops.llm.default_model_path()
-    tok = clops.llm.load(path, device=args.device, max_seq_len=64, progress=False).tokenizer
-    ids = (tok.encode(TEXT * 20))[: args.prompt_tokens]
+    args = ap.parse_args(argv)
+    tmp = None
+    if args.shape:
+        tmp = tempfile.TemporaryDirectory()
+        path, label = tmp.name, "Llama-3.2-1B shape, random float16 weights"
+        make_llama_1b(path)
+        rng = np.random.default_rng(0)
+        ids = [int(i) for i in rng.integers(0, LLAMA_1B["vocab_size"] - 3, args.prompt_tokens)]
+    else:
+        path = args.model or clops.llm.default_model_path()
+        label = os.path.basename(path)
+        tok = clops.llm.load(path, device=args.device, max_seq_len=64, progress=False).tokenizer
+        ids = (tok.encode(TEXT * 20))[: args.prompt_tokens]
     rows = [bench_clops(path, args.device, ids, args.new_tokens)]
     if not args.no_peers:
         rows += [r for r in (bench_torch(path, ids, args.new_tokens),
                              bench_llama_cpp(path, ids, args.new_tokens)) if r]
-    print(f"SmolLM2-135M-Instruct ({os.path.basename(path)}), {len(ids)} prompt tokens, "
-          f"{args.new_tokens} new tokens, {platform.processor() or platform.machine()}")
-    print(f"{'engine':<52} {'prefill tok/s':>14} {'decode tok/s':>13}")
+    print(f"{label}, {len(ids)} prompt tokens, {args.new_tokens} new tokens, "
+          f"{platform.processor() or platform.machine()}")
+    print(f"{'engine':<64} {'prefill tok/s':>14} {'decode tok/s':>13}")
     for r in rows:
-        print(f"{r['name']:<52} {r['prefill_tps']:>14.1f} {r['decode_tps']:>13.1f}")
+        print(f"{r['name']:<64} {r['prefill_tps']:>14.1f} {r['decode_tps']:>13.1f}")
     c = rows[0]
     print(f"clops decode step: {c['launches_per_step']} launches, "
-          f"{c['enqueue_ms_per_step']:.2f} ms to enqueue from Python")
+          f"{c['enqueue_ms_per_step']:.2f} ms to enqueue from Python, "
+          f"{c['device_ms_per_step']:.2f} ms of kernels, device busy {c['gpu_busy']:.0%}")
+    print("kernel us per step: " + ", ".join(f"{k} {v:.0f}"
+                                            for k, v in c["kernel_us_per_step"].items()))
+    if len(rows) > 1:
+        print(f"decode vs {rows[1]['name']}: {c['decode_tps'] / rows[1]['decode_tps']:.2f}x")
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
-        json.dump({"prompt_tokens": len(ids), "new_tokens": args.new_tokens, "rows": rows}, f,
-                  indent=1)
+        json.dump({"bench": "llm", "model": label, "prompt_tokens": len(ids),
+                   "new_tokens": args.new_tokens, "rows": rows}, f, indent=1)
+    print(f"wrote {args.json}")
+    if tmp is not None:
+        tmp.cleanup()
     return 0
 
 

@@ -50,10 +50,11 @@ def _normalized(idx: Tensor, n: int) -> Tensor:
 
 
 def _plan(x: Tensor, key: Any) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[int, ...],
-                                        list[int], list[int]]:
+                                        list[int], list[int], bool]:
     """Split ``key`` into a basic view of ``x`` and integer-array indices on its axes.
     Returns (view, [(view axis, index)], output shape, output axes of the index dims,
-    output axis of every other view axis (-1 for indexed ones))."""
+    output axis of every other view axis (-1 for indexed ones), whether the indices can
+    repeat)."""
     from .indexing import basic_view
 
     keys = list(key) if isinstance(key, tuple) else [key]
@@ -71,6 +72,7 @@ def _plan(x: Tensor, key: Any) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[
         keys += [slice(None)] * (x.ndim - used)
     basic: list[Any] = []
     adv: list[tuple[int, Tensor]] = []
+    masked: list[Tensor] = []  # indices made from boolean masks (never repeat)
     vax = 0
     xdim = 0
     for k in keys:
@@ -94,6 +96,7 @@ def _plan(x: Tensor, key: Any) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[
             from .searching import nonzero
 
             for c in nonzero(k):
+                masked.append(c)
                 basic.append(slice(None))
                 adv.append((vax, c))
                 vax += 1
@@ -129,7 +132,8 @@ def _plan(x: Tensor, key: Any) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[
     for a, t in adv:
         if vshape[a] == 0 and t.size:
             raise IndexError(f"index out of bounds for axis {a} of size 0")
-    return view, adv, tuple(out_shape), badv, out_of
+    repeats = any(all(t is not m for m in masked) and t.size > 1 for _, t in adv)
+    return view, adv, tuple(out_shape), badv, out_of, repeats
 
 
 def _int0(k: Any, x: Tensor) -> Tensor:
@@ -166,14 +170,14 @@ def _offsets(view: Tensor, adv: list[tuple[int, Tensor]], out_shape: tuple[int, 
 
 def getitem(x: Tensor, key: Any) -> Tensor:
     """``x[key]`` with integer arrays and boolean masks (a copy)."""
-    view, adv, out_shape, badv, out_of = _plan(x, key)
+    x.realize()  # gather straight from x's memory (its view needs no copy first)
+    view, adv, out_shape, badv, out_of, _ = _plan(x, key)
     if not adv:
         return view
     from .creation import empty
 
     if int(np.prod(out_shape)) == 0:
         return empty(out_shape, dtype=x.dtype, device=x.device)
-    x.realize()
     return gather_flat(view.realize(), _offsets(view, adv, out_shape, badv, out_of))
 
 
@@ -191,7 +195,8 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
                 v = asarray(value, dtype=x.dtype, device=x.device)
             x._assign(_where_keep(m, v, x))
             return
-    view, adv, out_shape, badv, out_of = _plan(x, key)
+    x.realize()  # the view below must be over x's memory, not over its pending graph
+    view, adv, out_shape, badv, out_of, repeats = _plan(x, key)
     if int(np.prod(out_shape)) == 0:
         return
     if not isinstance(value, Tensor):
@@ -200,7 +205,9 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
         value = Tensor(ir.cast(value._node.resolve(), x.dtype), x.device)
     value = broadcast_to(value, out_shape)
     x.realize()
-    scatter_flat(view.realize(), _offsets(view, adv, out_shape, badv, out_of), value)
+    # Indices from masks never repeat; user integer arrays may (then the last write wins).
+    scatter_flat(view.realize(), _offsets(view, adv, out_shape, badv, out_of), value,
+                 unique=not repeats)
 
 
 def _where_keep(mask: Tensor, value: Tensor, x: Tensor) -> Tensor:

@@ -23,6 +23,7 @@ from ..graph.dtypes import (
 )
 from ..graph.dtypes import bool_ as bool  # noqa: A001
 from . import elementwise as _ew
+from .advanced_indexing import take, take_along_axis
 from .creation import (
     arange,
     asarray,
@@ -40,8 +41,10 @@ from .creation import (
     zeros,
     zeros_like,
 )
+from .data_types import __array_namespace_info__, can_cast, finfo, iinfo, isdtype, result_type
 from .elementwise import clip, where
-from .linalg_core import matmul
+from .interop import from_dlpack
+from .linalg_core import matmul, tensordot, vecdot
 from .manipulation import (
     astype,
     broadcast_arrays,
@@ -50,12 +53,32 @@ from .manipulation import (
     expand_dims,
     flip,
     matrix_transpose,
+    moveaxis,
     permute_dims,
+    repeat,
     reshape,
+    roll,
     squeeze,
     stack,
+    tile,
+    unstack,
 )
-from .statistics import all, any, max, mean, min, std, sum, var
+from .searching import argmax, argmin, count_nonzero, nonzero, searchsorted
+from .set_functions import unique_all, unique_counts, unique_inverse, unique_values
+from .sorting import argsort, sort
+from .statistics import (
+    all,
+    any,
+    cumulative_prod,
+    cumulative_sum,
+    diff,
+    max,
+    mean,
+    min,
+    std,
+    sum,
+    var,
+)
 from .statistics import prod_ as prod
 from .tensor import Tensor, realize
 
@@ -69,6 +92,11 @@ for _name in _ew.TABLE:
     globals()[_name] = getattr(_ew, _name)
 
 __all__ = [
+    "__array_namespace_info__", "argmax", "argmin", "argsort", "can_cast", "count_nonzero",
+    "cumulative_prod", "cumulative_sum", "diff", "finfo", "from_dlpack", "iinfo", "isdtype",
+    "moveaxis", "nonzero", "repeat", "result_type", "roll", "searchsorted", "sort", "take",
+    "take_along_axis", "tensordot", "tile", "unique_all",
+    "unique_counts", "unique_inverse", "unique_values", "unstack", "vecdot",
     "DType", "Tensor", "all", "any", "arange", "asarray", "astype", "bfloat16", "bool",
     "broadcast_arrays", "broadcast_to", "clip", "complex64", "complex128", "concat", "e",
     "empty", "empty_like", "expand_dims", "eye", "flip", "float16", "float32", "float64", "full",

@@ -78,6 +78,15 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | 
         if copy:
             return Tensor(ir.ew("identity", [out._node.resolve()], out.dtype), out.device)
         return out
+    from .interop import from_pyopencl, is_pyopencl_array
+
+    if is_pyopencl_array(obj):
+        out = from_pyopencl(obj, device)
+        if dtype is not None and _dt.to_dtype(dtype) != out.dtype:
+            from .manipulation import astype
+
+            return astype(out, dtype)
+        return asarray(out, copy=copy) if copy else out
     if copy is False:
         raise ValueError("asarray: host data cannot be used without a copy (copy=False); "
                          "clops tensors live in device memory")

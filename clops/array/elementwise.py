@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as _np
+
 from .. import runtime
 from ..graph import dtypes as _dt
 from ..graph import ir
@@ -136,6 +138,8 @@ def _operands(args: tuple[Any, ...], fn: str) -> tuple[list[ir.Node], runtime.CL
         dtype = _dt.promote_types(dtype, t.dtype)
     nodes: list[ir.Node | None] = []
     for a in args:
+        if isinstance(a, _np.generic) or (isinstance(a, _np.ndarray) and a.ndim == 0):
+            a = a.item()  # numpy scalars combine as the Python scalars they hold
         if isinstance(a, Tensor):
             nodes.append(a._node.resolve())
         else:

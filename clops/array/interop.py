@@ -58,3 +58,46 @@ def to_host_future(t: Tensor) -> concurrent.futures.Future[np.ndarray]:
         return host.astype(bool) if d.kind == "b" else host
 
     return ev.future(value)
+
+
+def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Tensor:
+    """A tensor from any DLPack producer (numpy, PyTorch, ...): the host data is copied to the
+    device (``copy=False`` cannot be honoured and raises BufferError).
+
+    >>> clops.from_dlpack(np.arange(3.0, dtype=np.float32))
+    Tensor([0., 1., 2.], dtype=float32, device=opencl:cpu:0)
+    """
+    from .creation import asarray
+
+    if isinstance(x, Tensor):
+        return asarray(x, device=device, copy=copy)
+    if copy is False:
+        raise BufferError("from_dlpack: host memory cannot be used by an OpenCL device "
+                          "without a copy (copy=False)")
+    if not hasattr(x, "__dlpack__"):
+        raise TypeError(f"from_dlpack: {type(x).__name__} does not implement __dlpack__")
+    try:
+        host = np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError):
+        host = np.from_dlpack(x, device="cpu")
+    return asarray(np.array(host, copy=True), dtype=host.dtype, device=device)
+
+
+def is_pyopencl_array(obj: Any) -> bool:
+    return hasattr(obj, "base_data") and hasattr(obj, "queue") and hasattr(obj, "strides")
+
+
+
+def from_pyopencl(a: Any, device: Any = None) -> Tensor:
+    """A tensor over a ``pyopencl.array.Array``'s memory, without a copy (``clops.native``)."""
+    from .. import native
+
+    return native.from_pyopencl(a, device)
+
+
+def to_pyopencl(t: Tensor) -> Any:
+    """A ``pyopencl.array.Array`` over this tensor's memory, without a copy
+    (``clops.native``)."""
+    from .. import native
+
+    return native.to_pyopencl(t)

@@ -17,6 +17,14 @@ from ..kernels import array_kernels as ak
 from .tensor import Tensor
 
 
+def no_jit(what: str) -> None:
+    """Hand-written kernels are launched outside the generated-code path that ``clops.jit``
+    captures: refuse them inside a captured function rather than replay without them."""
+    from ..compiler.jit import check_not_recording
+
+    check_not_recording(what)
+
+
 def contiguous(x: Tensor, dtype: DType | None = None) -> Tensor:
     """``x`` (cast to ``dtype``) realized into a C-contiguous buffer (no copy if it is one)."""
     node = x._node.resolve()
@@ -54,6 +62,7 @@ def wrap(buf: object, shape: Sequence[int], dtype: DType, device: object,
 
 def read_int(t: Tensor, index: int) -> int:
     """One element of a contiguous int64 tensor, read back to the host (a count)."""
+    no_jit("reading a count to the host")
     host = np.empty(1, dtype=np.int64)
     t.device.read(host, t.buffer, (t.offset + index) * 8)
     return int(host[0])
@@ -62,6 +71,7 @@ def read_int(t: Tensor, index: int) -> int:
 def gather_flat(x: Tensor, offsets: Tensor) -> Tensor:
     """``x``'s elements at element offsets (relative to ``x``'s first element in its buffer,
     through its strides) given by the int64 tensor ``offsets``; result has its shape."""
+    no_jit("integer-array indexing (gather kernel)")
     x = x.realize()
     off = contiguous(offsets, _dt.int64)
     out = new(offsets.shape, x.dtype, x.device)
@@ -70,20 +80,30 @@ def gather_flat(x: Tensor, offsets: Tensor) -> Tensor:
     return out
 
 
-def scatter_flat(x: Tensor, offsets: Tensor, values: Tensor) -> None:
-    """Write ``values`` (shape of ``offsets``) into ``x``'s memory at ``offsets`` (in place)."""
+def scatter_flat(x: Tensor, offsets: Tensor, values: Tensor, unique: bool = True) -> None:
+    """Write ``values`` (shape of ``offsets``) into ``x``'s memory at ``offsets`` (in place).
+    Offsets that may repeat (``unique`` False) are sorted first, so that the last write wins
+    as in numpy, on every device."""
+    no_jit("integer-array assignment (scatter kernel)")
     from .tensor import _flush_readers
 
     x = x.realize()
     off = contiguous(offsets, _dt.int64)
     val = contiguous(values, x.dtype)
+    n = off.size
     _flush_readers(x.buffer, exclude=x)
-    ak.scatter(x.device, x.dtype.itemsize, x.buffer, x.offset, val.buffer, val.offset,
-               off.buffer, off.offset, off.size)
+    if unique or n < 2:
+        ak.scatter(x.device, x.dtype.itemsize, x.buffer, x.offset, val.buffer, val.offset,
+                   off.buffer, off.offset, n)
+        return
+    keys, perm, _ = ak.sort(x.device, _dt.int64, off.buffer, off.offset, 1, n, False)
+    ak.scatter_last(x.device, x.dtype.itemsize, x.buffer, x.offset, val.buffer, val.offset,
+                    keys, perm, n)
 
 
 def scan_last(x: Tensor, op: str, dtype: DType, include_initial: bool = False) -> Tensor:
     """Inclusive scan over the last axis of ``x`` in ``dtype`` (a new contiguous tensor)."""
+    no_jit("a cumulative sum or product (scan kernel)")
     kd = kernel_dtype(dtype)
     n = x.shape[-1] if x.ndim else 1
     rows = prod(x.shape[:-1]) if x.ndim else 1
@@ -98,6 +118,7 @@ def scan_last(x: Tensor, op: str, dtype: DType, include_initial: bool = False) -
 
 def sort_last(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
     """Stable sort over the last axis: (sorted values in ``x``'s dtype, int64 indices)."""
+    no_jit("sorting (sort kernel)")
     kd = kernel_dtype(x.dtype)
     n = x.shape[-1]
     rows = prod(x.shape[:-1])
@@ -114,6 +135,7 @@ def sort_last(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
 def flat_nonzero(flags: Tensor) -> Tensor:
     """Flat (row-major) positions of the true elements of a bool tensor, as int64 (reads the
     count back to size the result)."""
+    no_jit("nonzero (scan and compaction kernels)")
     f = contiguous(flags, _dt.bool_)
     n = f.size
     if n == 0:
@@ -128,6 +150,7 @@ def flat_nonzero(flags: Tensor) -> Tensor:
 
 def searchsorted_flat(a: Tensor, v: Tensor, right: bool) -> Tensor:
     """Insertion points (int64, shape of ``v``) of ``v`` in the sorted 1-d ``a``."""
+    no_jit("searchsorted (search kernel)")
     d = _dt.promote_types(a.dtype, v.dtype) if a.dtype != v.dtype else a.dtype
     kd = kernel_dtype(d)
     aa = a if a.dtype == kd else contiguous(a, kd)

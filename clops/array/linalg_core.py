@@ -4,6 +4,7 @@ it is faster."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..graph import dtypes as _dt
@@ -23,6 +24,14 @@ def matmul(x1: Any, x2: Any, /) -> Tensor:
     dtype = _dt.promote_types(x1.dtype, x2.dtype)
     if dtype.kind == "b":
         raise TypeError("matmul is not defined for bool tensors")
+    # -- GPU GEMM (clops/kernels/gemm.py): large float32/float16 products; None otherwise --
+    from ..kernels import gemm as _gemm
+    from .creation import empty
+
+    fast = _gemm.matmul(x1, x2, dtype, lambda s, d, dev: empty(s, dtype=d, device=dev))
+    if fast is not None:
+        return fast
+    # -- generated kernel ---------------------------------------------------------------------
     a = ir.cast(x1._node.resolve(), dtype)
     b = ir.cast(x2._node.resolve(), dtype)
     a_vec, b_vec = x1.ndim == 1, x2.ndim == 1
@@ -48,3 +57,72 @@ def matmul(x1: Any, x2: Any, /) -> Tensor:
         shape = shape[:-1]
     out = ir.movement(red, lambda v: v.reshape(shape))
     return Tensor(out, x1.device)
+
+
+def tensordot(x1: Tensor, x2: Tensor, /, *,
+              axes: int | tuple[Sequence[int], Sequence[int]] = 2) -> Tensor:
+    """Sum of products over the last ``axes`` dims of ``x1`` and the first of ``x2`` (or the
+    given pairs of axes); one fused multiply-reduce.
+
+    >>> clops.tensordot(clops.ones((2, 3)), clops.ones((3, 4)), axes=1).shape
+    (2, 4)
+    """
+    from .manipulation import normalize_axis, permute_dims, reshape
+
+    if isinstance(axes, int):
+        if axes < 0:
+            raise ValueError("tensordot: axes must be >= 0")
+        a1 = list(range(x1.ndim - axes, x1.ndim))
+        a2 = list(range(axes))
+    else:
+        a1 = [normalize_axis(a, x1.ndim) for a in axes[0]]
+        a2 = [normalize_axis(a, x2.ndim) for a in axes[1]]
+    if len(a1) != len(a2):
+        raise ValueError("tensordot: the two axis lists differ in length")
+    for i, j in zip(a1, a2):
+        if x1.shape[i] != x2.shape[j] and x1.shape[i] != 1 and x2.shape[j] != 1:
+            raise ValueError(f"tensordot: axis {i} of x1 ({x1.shape[i]}) and axis {j} of x2 "
+                             f"({x2.shape[j]}) differ")
+    dtype = _dt.promote_types(x1.dtype, x2.dtype)
+    free1 = [a for a in range(x1.ndim) if a not in a1]
+    free2 = [a for a in range(x2.ndim) if a not in a2]
+    # x1 -> free1 + contracted + (1,)*len(free2); x2 -> (1,)*len(free1) + contracted + free2
+    p1 = permute_dims(x1, free1 + a1)
+    p2 = permute_dims(x2, a2 + free2)
+    k = len(a1)
+    s1 = p1.shape + (1,) * len(free2)
+    s2 = (1,) * len(free1) + p2.shape
+    n1 = ir.cast(reshape(p1, s1)._node.resolve(), dtype)
+    n2 = ir.cast(reshape(p2, s2)._node.resolve(), dtype)
+    full = broadcast_shapes(s1, s2)
+    prod_node = ir.ew("multiply", [broadcast_node(n1, full), broadcast_node(n2, full)], dtype)
+    out_shape = tuple(x1.shape[a] for a in free1) + tuple(x2.shape[a] for a in free2)
+    if k == 0:
+        return Tensor(prod_node, x1.device)
+    raxes = tuple(range(len(free1), len(free1) + k))
+    red = ir.reduce("sum", prod_node, raxes, dtype)
+    return Tensor(ir.movement(red, lambda v: v.reshape(out_shape)), x1.device)
+
+
+def vecdot(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
+    """Dot product of vectors along ``axis`` (the first argument conjugated), broadcasting the
+    other dims; one fused kernel.
+
+    >>> clops.vecdot(clops.asarray([1.0, 2.0]), clops.asarray([3.0, 4.0])).item()
+    11.0
+    """
+    from .elementwise import apply
+    from .statistics import sum as _sum
+
+    if x1.ndim == 0 or x2.ndim == 0:
+        raise ValueError("vecdot needs at least 1-d tensors")
+    if axis >= 0:
+        raise ValueError("vecdot: axis must be negative (counted from the end)")
+    shape = broadcast_shapes(x1.shape, x2.shape)
+    if -axis > len(shape):
+        raise ValueError(f"vecdot: axis {axis} out of range")
+    if x1.shape[axis] != x2.shape[axis]:
+        raise ValueError(f"vecdot: sizes {x1.shape[axis]} and {x2.shape[axis]} along axis "
+                         f"{axis} differ")
+    a = apply("conj", x1) if x1.dtype.kind == "c" else x1
+    return _sum(apply("multiply", a, x2), axis=axis)

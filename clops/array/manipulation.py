@@ -176,3 +176,128 @@ def stack(arrays: Sequence[Tensor] | tuple[Tensor, ...], /, *, axis: int = 0) ->
         if a.shape != arrays[0].shape:
             raise ValueError(f"stack: shapes {arrays[0].shape} and {a.shape} differ")
     return concat([expand_dims(a, axis=ax) for a in arrays], axis=ax)
+
+
+def moveaxis(x: Tensor, source: int | Sequence[int], destination: int | Sequence[int], /
+             ) -> Tensor:
+    """Move axes to new positions (a view).
+
+    >>> clops.moveaxis(clops.zeros((2, 3, 4)), 0, -1).shape
+    (3, 4, 2)
+    """
+    src = normalize_axes(source, x.ndim)
+    dst = normalize_axes(destination, x.ndim)
+    if len(src) != len(dst):
+        raise ValueError("moveaxis: source and destination need the same number of axes")
+    order = [a for a in range(x.ndim) if a not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return permute_dims(x, order)
+
+
+def unstack(x: Tensor, /, *, axis: int = 0) -> tuple[Tensor, ...]:
+    """Views of ``x`` split along ``axis``.
+
+    >>> len(clops.unstack(clops.zeros((3, 2))))
+    3
+    """
+    if x.ndim == 0:
+        raise ValueError("unstack needs at least 1 dim")
+    ax = normalize_axis(axis, x.ndim)
+    return tuple(x[(slice(None),) * ax + (i,)] for i in range(x.shape[ax]))
+
+
+def roll(x: Tensor, /, shift: int | tuple[int, ...], *,
+         axis: int | tuple[int, ...] | None = None) -> Tensor:
+    """Shift elements along axes, wrapping around (flattened when ``axis`` is None).
+
+    >>> clops.roll(clops.asarray([1, 2, 3]), 1)
+    Tensor([3, 1, 2], dtype=int64, device=opencl:cpu:0)
+    """
+    if axis is None:
+        if not isinstance(shift, int):
+            shift = sum(shift)
+        return reshape(roll(reshape(x, (-1,)), shift, axis=0), x.shape)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    shifts = (shift,) * len(axes) if isinstance(shift, int) else tuple(shift)
+    if len(shifts) != len(axes):
+        raise ValueError("roll: shift and axis must have the same length")
+    out = x
+    for a, s in zip(axes, shifts):
+        ax = normalize_axis(a, x.ndim)
+        n = x.shape[ax]
+        if n == 0:
+            continue
+        s %= n
+        if s == 0:
+            continue
+        pre = (slice(None),) * ax
+        out = concat([out[pre + (slice(n - s, None),)], out[pre + (slice(0, n - s),)]],
+                     axis=ax)
+    if out is x:
+        out = Tensor(ir.ew("identity", [x._node.resolve()], x.dtype), x.device)
+    return out
+
+
+def _interleave(x: Tensor, ax: int, r: int, before: bool) -> Tensor:
+    """Repeat along ``ax``: each element ``r`` times (``before`` False) or the whole axis
+    ``r`` times (``before`` True); a broadcast view reshaped, computed lazily."""
+    shape = list(x.shape)
+    n = shape[ax]
+    ins = ax if before else ax + 1
+    s1 = shape[:ins] + [1] + shape[ins:]
+    s2 = list(s1)
+    s2[ins] = r
+    t = broadcast_to(reshape(x, s1), s2)
+    shape[ax] = n * r
+    return reshape(t, shape)
+
+
+def repeat(x: Tensor, repeats: int | Tensor, /, *, axis: int | None = None) -> Tensor:
+    """Repeat each element ``repeats`` times (an int, or one count per element) along
+    ``axis`` (flattened when None).
+
+    >>> clops.repeat(clops.asarray([1, 2]), 2)
+    Tensor([1, 1, 2, 2], dtype=int64, device=opencl:cpu:0)
+    """
+    if axis is None:
+        x = reshape(x, (-1,))
+        axis = 0
+    ax = normalize_axis(axis, x.ndim)
+    if isinstance(repeats, int):
+        if repeats < 0:
+            raise ValueError("repeat: repeats must be >= 0")
+        return _interleave(x, ax, repeats, False)
+    if not isinstance(repeats, Tensor) or repeats.dtype.kind not in "iu":
+        raise TypeError("repeat: repeats must be an int or an integer tensor")
+    n = x.shape[ax]
+    if repeats.ndim == 0 or repeats.shape == (1,):
+        return _interleave(x, ax, int(reshape(repeats, ()).item()), False)
+    if repeats.shape != (n,):
+        raise ValueError(f"repeat: {repeats.shape[0]} counts for an axis of size {n}")
+    from .advanced_indexing import take
+    from .creation import arange
+    from .kernel_ops import read_int, scan_last, searchsorted_flat
+
+    cum = scan_last(repeats, "sum", _dt.int64)
+    total = read_int(cum, n - 1) if n else 0
+    pos = searchsorted_flat(cum, arange(total, device=x.device), True)
+    return take(x, pos, axis=ax)
+
+
+def tile(x: Tensor, repetitions: tuple[int, ...], /) -> Tensor:
+    """``x`` repeated ``repetitions[i]`` times along each axis.
+
+    >>> clops.tile(clops.asarray([1, 2]), (2,))
+    Tensor([1, 2, 1, 2], dtype=int64, device=opencl:cpu:0)
+    """
+    reps = tuple(int(r) for r in repetitions)
+    nd = max(len(reps), x.ndim)
+    reps = (1,) * (nd - len(reps)) + reps
+    out = reshape(x, (1,) * (nd - x.ndim) + x.shape)
+    for ax, r in enumerate(reps):
+        if r != 1:
+            out = _interleave(out, ax, r, True)
+    if out is x:
+        out = Tensor(ir.ew("identity", [x._node.resolve()], x.dtype), x.device)
+    return out

@@ -39,7 +39,7 @@ def _sum_dtype(x: Tensor, dtype: Any) -> _dt.DType:
 def _reduce(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: _dt.DType) -> Tensor:
     axes = normalize_axes(axis, x.ndim)
     src = ir.cast(x._node.resolve(), dtype)
-    if x.ndim == 0:
+    if x.ndim == 0 or not axes:  # axis=(): nothing is reduced
         return Tensor(ir.ew("identity", [src], dtype), x.device)
     return _finish(x, ir.reduce(op, src, axes, dtype), axes, keepdims)
 
@@ -60,7 +60,7 @@ def max(x: Tensor, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
     """Maximum over ``axis`` (NaN propagates)."""
     if x.dtype.kind == "c":
         raise TypeError("max is not defined for complex tensors")
-    if x.size == 0 or builtins.any(x.shape[a] == 0 for a in normalize_axes(axis, x.ndim)):
+    if builtins.any(x.shape[a] == 0 for a in normalize_axes(axis, x.ndim)):
         raise ValueError("max of an empty axis has no identity; give a non-empty tensor")
     return _reduce("max", x, axis, keepdims, x.dtype)
 
@@ -69,7 +69,7 @@ def min(x: Tensor, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
     """Minimum over ``axis`` (NaN propagates)."""
     if x.dtype.kind == "c":
         raise TypeError("min is not defined for complex tensors")
-    if x.size == 0 or builtins.any(x.shape[a] == 0 for a in normalize_axes(axis, x.ndim)):
+    if builtins.any(x.shape[a] == 0 for a in normalize_axes(axis, x.ndim)):
         raise ValueError("min of an empty axis has no identity; give a non-empty tensor")
     return _reduce("min", x, axis, keepdims, x.dtype)
 
@@ -94,7 +94,7 @@ def mean(x: Tensor, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
     axes = normalize_axes(axis, x.ndim)
     n = prod([x.shape[a] for a in axes])
     src = x._node.resolve()
-    if x.ndim == 0:
+    if x.ndim == 0 or not axes:
         return Tensor(ir.ew("identity", [src], x.dtype), x.device)
     red = ir.reduce("sum", src, axes, x.dtype)
     div = ir.ew("divide", [red, ir.const(float(n) if n else float("nan"), x.dtype, red.shape)],
@@ -109,9 +109,11 @@ def var(x: Tensor, /, *, axis: Axis = None, correction: int | float = 0.0,
     axes = normalize_axes(axis, x.ndim)
     n = prod([x.shape[a] for a in axes])
     src = x._node.resolve()
-    if x.ndim == 0:
-        src = ir.movement(src, lambda v: v.reshape((1,)))
-        axes = (0,)
+    if x.ndim == 0 or not axes:  # each element alone: 0 / (1 - correction)
+        shp = src.shape
+        src = ir.movement(src, lambda v: v.reshape(shp + (1,)))
+        axes = (len(shp),)
+        n = 1
     red = ir.reduce("sum", src, axes, x.dtype)
     mu = ir.ew("divide", [red, ir.const(float(n), x.dtype, red.shape)], x.dtype)
     mu_b = ir.movement(mu, lambda v: v.expand(src.shape))
@@ -126,8 +128,8 @@ def var(x: Tensor, /, *, axis: Axis = None, correction: int | float = 0.0,
     denom = n - correction
     out = ir.ew("divide", [ss, ir.const(float(denom) if denom > 0 else float("nan"), rd,
                                          ss.shape)], rd)
-    if x.ndim == 0:
-        return Tensor(ir.movement(out, lambda v: v.reshape(())), x.device)
+    if x.ndim == 0 or axes == (x.ndim,):
+        return Tensor(ir.movement(out, lambda v: v.reshape(x.shape)), x.device)
     return _finish(x, out, axes, keepdims)
 
 
@@ -136,3 +138,65 @@ def std(x: Tensor, /, *, axis: Axis = None, correction: int | float = 0.0,
     """Standard deviation (square root of ``var``)."""
     v = var(x, axis=axis, correction=correction, keepdims=keepdims)
     return Tensor(ir.ew("sqrt", [v._node.resolve()], v.dtype), x.device)
+
+
+def _cumulative(op: str, x: Tensor, axis: int | None, dtype: Any, include_initial: bool
+                ) -> Tensor:
+    from .kernel_ops import scan_last
+    from .manipulation import moveaxis, normalize_axis
+
+    if axis is None:
+        if x.ndim > 1:
+            raise ValueError(f"cumulative_{op}: axis is required for a tensor of {x.ndim} dims")
+        axis = 0
+    if x.ndim == 0:
+        raise ValueError(f"cumulative_{op} needs at least 1 dim")
+    ax = normalize_axis(axis, x.ndim)
+    d = _sum_dtype(x, dtype)
+    xt = moveaxis(x, ax, -1) if ax != x.ndim - 1 else x
+    out = scan_last(xt, op, d, include_initial)
+    return moveaxis(out, -1, ax) if ax != x.ndim - 1 else out
+
+
+def cumulative_sum(x: Tensor, /, *, axis: int | None = None, dtype: Any = None,
+                   include_initial: bool = False) -> Tensor:
+    """Running sums along ``axis`` (a scan kernel), with the accumulation dtypes of ``sum``.
+
+    >>> clops.cumulative_sum(clops.asarray([1, 2, 3]))
+    Tensor([1, 3, 6], dtype=int64, device=opencl:cpu:0)
+    """
+    return _cumulative("sum", x, axis, dtype, include_initial)
+
+
+def cumulative_prod(x: Tensor, /, *, axis: int | None = None, dtype: Any = None,
+                    include_initial: bool = False) -> Tensor:
+    """Running products along ``axis``.
+
+    >>> clops.cumulative_prod(clops.asarray([1, 2, 3]))
+    Tensor([1, 2, 6], dtype=int64, device=opencl:cpu:0)
+    """
+    return _cumulative("prod", x, axis, dtype, include_initial)
+
+
+def diff(x: Tensor, /, *, axis: int = -1, n: int = 1, prepend: Tensor | None = None,
+         append: Tensor | None = None) -> Tensor:
+    """``n``-th discrete difference along ``axis`` (``prepend``/``append`` joined first).
+
+    >>> clops.diff(clops.asarray([1, 4, 9]))
+    Tensor([3, 5], dtype=int64, device=opencl:cpu:0)
+    """
+    from .elementwise import apply
+    from .manipulation import concat, normalize_axis
+
+    if x.ndim == 0:
+        raise ValueError("diff needs at least 1 dim")
+    if n < 0:
+        raise ValueError("diff: n must be >= 0")
+    ax = normalize_axis(axis, x.ndim)
+    parts = [p for p in (prepend, x, append) if p is not None]
+    out = concat(parts, axis=ax) if len(parts) > 1 else x
+    pre = (slice(None),) * ax
+    for _ in range(n):
+        fn = "not_equal" if out.dtype.kind == "b" else "subtract"
+        out = apply(fn, out[pre + (slice(1, None),)], out[pre + (slice(None, -1),)])
+    return out

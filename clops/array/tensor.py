@@ -231,12 +231,12 @@ class Tensor:
         axes = tuple(range(self.ndim - 2)) + (self.ndim - 1, self.ndim - 2)
         return self._move(lambda v: v.permute(axes))
 
-    def __getitem__(self, key: Any) -> Tensor:
+    def __getitem__(self, key: Any, /) -> Tensor:
         from .indexing import getitem
 
         return getitem(self, key)
 
-    def __setitem__(self, key: Any, value: Any) -> None:
+    def __setitem__(self, key: Any, value: Any, /) -> None:
         from .indexing import setitem
 
         setitem(self, key, value)
@@ -276,6 +276,12 @@ class Tensor:
 
         return dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
                       copy=copy)
+
+    def to_pyopencl(self) -> Any:
+        """A ``pyopencl.array.Array`` over this tensor's memory (no copy)."""
+        from .interop import to_pyopencl
+
+        return to_pyopencl(self)
 
     # -- events and futures ------------------------------------------------------------------------
     def ready(self) -> runtime.Event:

@@ -162,7 +162,8 @@ _C_FORMS = {
            "(cos(2*{a}.x) + cosh(2*{a}.y)))",
     "asinh": _ASINH.replace("{z}", "{a}"),
     "asin": _mul_i_neg(_ASINH.replace("{z}", _IZ)),
-    "acos": "(({T})(M_PI_2_F, 0) - " + _mul_i_neg(_ASINH.replace("{z}", _IZ)) + ")",
+    "acos": "(({T})(({R})1.5707963267948966, 0) - " +
+            _mul_i_neg(_ASINH.replace("{z}", _IZ)) + ")",
     "acosh": "clog_{R}({a} + ({T})("
              "csqrt_{R}(({T})({a}.x + 1, {a}.y)).x*csqrt_{R}(({T})({a}.x - 1, {a}.y)).x - "
              "csqrt_{R}(({T})({a}.x + 1, {a}.y)).y*csqrt_{R}(({T})({a}.x - 1, {a}.y)).y, "

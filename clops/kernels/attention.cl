@@ -105,6 +105,71 @@ __kernel void attn_decode(__global float *part, __global const float *q,
     out[HEAD_DIM + 1] = l;
 }
 
+#ifdef CHUNK
+// attn_decode for GPUs: a work-group of D work-items per (split, head) and CHUNK positions.
+// Scores go one position per work-item, the softmax of the chunk through local memory, then
+// the value sum one dimension per work-item (coalesced rows). Same output as attn_decode.
+// Work geometry: global (S * D, H), local (D, 1).
+__kernel void attn_decode_wg(__global float *part, __global const float *q,
+                             __global const float *kc, __global const float *vc,
+                             __global const int *state, int max_seq, int chunk, int n_rep,
+                             float scale) {
+    __local float qs[HEAD_DIM], p[CHUNK], red[HEAD_DIM];
+    const int t = get_local_id(0), s = get_group_id(0), h = get_global_id(1);
+    const int S = get_num_groups(0);
+    const int L = state[0] + 1;
+    __global float *out = part + ((size_t)h * S + s) * (HEAD_DIM + 2);
+    const int j0 = s * CHUNK, n = min(L - j0, CHUNK);
+    if (n <= 0) {  // the same for the whole work-group
+        if (t == 0) {
+            out[HEAD_DIM] = -INFINITY;
+            out[HEAD_DIM + 1] = 0.0f;
+        }
+        return;
+    }
+    const int kvh = h / n_rep;
+    qs[t] = q[h * HEAD_DIM + t] * scale;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global const float *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
+    __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
+    float mx = -INFINITY;
+    for (int j = t; j < n; j += HEAD_DIM) {
+        float4 a = (float4)(0.0f);
+        for (int d = 0; d < D4; ++d) a = mad(vload4(d, kb + (size_t)j * HEAD_DIM), vload4(d, qs), a);
+        const float sc = a.x + a.y + a.z + a.w;
+        p[j] = sc;
+        mx = fmax(mx, sc);
+    }
+    red[t] = mx;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
+        if (t < o) red[t] = fmax(red[t], red[t + o]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    mx = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float l = 0.0f;
+    for (int j = t; j < n; j += HEAD_DIM) {
+        const float e = exp(p[j] - mx);
+        p[j] = e;
+        l += e;
+    }
+    red[t] = l;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
+        if (t < o) red[t] += red[t + o];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float acc = 0.0f;
+    for (int j = 0; j < n; ++j) acc = mad(p[j], vb[(size_t)j * HEAD_DIM + t], acc);
+    out[t] = acc;
+    if (t == 0) {
+        out[HEAD_DIM] = mx;
+        out[HEAD_DIM + 1] = red[0];
+    }
+}
+#endif
+
 // Combine the splits of attn_decode: out [H][D]. Work geometry: global (D, H).
 __kernel void attn_combine(__global float *out, __global const float *part,
                            __global const int *state, int chunk, int S) {

@@ -8,13 +8,23 @@
 //   TM     rows of x per work-item: the dequantized weights are reused TM times from registers
 //   LSIZE  work-items that split K for one output column (1 on CPUs; 32..128 on GPUs)
 //   ROWS   output columns per work-item, one after another (CPUs: fewer, longer work-items)
+//   NCOL   output columns per work-group (GPUs), each by its own team of LSIZE work-items
+//   USE_SHFL  1: teams (LSIZE <= 32, warp-aligned) reduce with NVIDIA PTX shfl.sync, no barrier
+//   CHUNKED   1 (GPUs): work-item i of a team takes 16-byte chunks i, i + LSIZE, ... of the row
+//             (consecutive work-items read consecutive bytes), read through aligned vector
+//             pointers; 0: 32-value groups (CPUs: long contiguous runs per work-item)
+//   X_ALIGNED 1: x_off and ldx are multiples of 4 (x read as float4)
+//   CPT    output columns per team (CHUNKED): each x chunk is loaded once for CPT columns
+//   XMODE  (CHUNKED) 0: x; 1: RMSNorm(x) * nw (eps) folded in; 2: silu(gate) * up of rows
+//          [gate (K) | up (K)] folded in (ldx >= 2K)
 //   HAS_BIAS, ACCUM  add bias[n]; add into y instead of overwriting (residual connections)
 //
 // Layouts (row n of W is K values, K a multiple of 32):
 //   q4: qs uchar[N][K/2]; in each 32-value group, byte j holds value j (low nibble) and value
 //       j+16 (high nibble). sm: (scale, min) pairs per group, value = q * scale + min.
 //   q8: qs char[N][K]; sc: one scale per QGROUP values, value = q * scale.
-// Work geometry: global (ceil(N / ROWS) * LSIZE, ceil(M / TM)), local (LSIZE, 1).
+// Work geometry: global (ceil(N / ROWS) * LSIZE, ceil(M / TM)), local (LSIZE, 1); on GPUs
+// global (ceil(N / (NCOL * CPT)) * NCOL * LSIZE, ceil(M / TM)), local (NCOL * LSIZE, 1).
 
 #ifndef TM
 #define TM 1
@@ -27,6 +37,27 @@
 #endif
 #ifndef ROWS
 #define ROWS 1
+#endif
+#ifndef NCOL
+#define NCOL 1
+#endif
+#ifndef USE_SHFL
+#define USE_SHFL 0
+#endif
+#ifndef CHUNKED
+#define CHUNKED 0
+#endif
+#ifndef X_ALIGNED
+#define X_ALIGNED 0
+#endif
+#ifndef CPT
+#define CPT 1
+#endif
+#ifndef XMODE
+#define XMODE 0
+#endif
+#if XMODE && !CHUNKED
+#error "XMODE needs CHUNKED"
 #endif
 
 #if SCALE_HALF
@@ -86,21 +117,140 @@ inline void load_group(__global const W_T *W, __global const SCALE_T *S, int K, 
 #endif
 }
 
+#if USE_SHFL
+// Sum over the LSIZE lanes of a team (butterfly within aligned groups of LSIZE lanes).
+inline float team_sum(float v) {
+    for (int o = LSIZE / 2; o > 0; o >>= 1) {
+        uint t;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                     : "=r"(t) : "r"(as_uint(v)), "r"(o));
+        v += as_float(t);
+    }
+    return v;
+}
+#endif
+
+#if CHUNKED
+// Values per 16-byte chunk of a weight row.
+#if WFMT == 0
+#define VPC 4
+#elif WFMT == 1 || WFMT == 2
+#define VPC 8
+#elif WFMT == 3
+#define VPC 32
+#else
+#define VPC 16
+#endif
+
+// x rows start at multiples of 4 floats (X_ALIGNED): 16-byte loads; else element loads
+#if X_ALIGNED
+#define X4(p, i) (*((__global const float4 *)(p) + (i)))
+#else
+#define X4(p, i) vload4((i), (p))
+#endif
+// The x the weights meet (XMODE): x; x * nw (RMSNorm folded in, the 1/rms scale applied to the
+// sums); silu(x[k]) * x[K + k] (the GLU of a [gate | up] row folded in)
+inline float4 silu4(float4 v) { return v / (1.0f + exp(-v)); }
+#if XMODE == 1
+#define XC4(p, i) (X4(p, i) * X4(nw, i))
+#elif XMODE == 2
+#define XC4(p, i) (silu4(X4(p, i)) * X4((p) + K, i))
+#else
+#define XC4(p, i) X4(p, i)
+#endif
+#define X8(p, i) ((float8)(XC4(p, 2 * (i)), XC4(p, 2 * (i) + 1)))
+#define X16(p, i) ((float16)(X8(p, 2 * (i)), X8(p, 2 * (i) + 1)))
+
+inline float hsum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+
+// PERF: bytes to floats through the bits of 2^23 + q (a byte move, an or and a subtraction),
+// not int-to-float conversions, which run at a fraction of the FMA rate on GPUs.
+inline float16 u8_to_float16(uchar16 q) {
+    return as_float16(convert_uint16(q) | (uint16)0x4B000000u) - 8388608.0f;
+}
+inline float hsum8(float8 v) { return hsum4(v.lo + v.hi); }
+inline float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
+
+// x[c*VPC .. c*VPC+VPC) . W[n, same]: one 16-byte aligned load of weights.
+inline float chunk_dot(__global const W_T *W, __global const SCALE_T *S, int K, int n, int c,
+                       __global const float *xr, __global const float *nw) {
+#if WFMT == 0
+    const float4 w = *((__global const float4 *)(W + (size_t)n * K) + c);
+    return hsum4(w * XC4(xr, c));
+#elif WFMT == 1 || WFMT == 2
+    const uint4 u = *((__global const uint4 *)(W + (size_t)n * K) + c);
+#if WFMT == 1
+    const float8 w = vload_half8(0, (const __private half *)&u);
+#else
+    const uint8 b = (uint8)(u.x << 16, u.x & 0xffff0000u, u.y << 16, u.y & 0xffff0000u,
+                            u.z << 16, u.z & 0xffff0000u, u.w << 16, u.w & 0xffff0000u);
+    const float8 w = as_float8(b);
+#endif
+    return hsum8(w * X8(xr, c));
+#elif WFMT == 3
+    const size_t gi = (size_t)n * (K / 32) + c;
+    const uchar16 q = *((__global const uchar16 *)W + gi);
+#if SCALE_HALF
+    const float2 dm = vload_half2(gi, S);
+#else
+    const float2 dm = vload2(gi, S);
+#endif
+    const float d = dm.x, mn = dm.y;
+    const float16 xl = X16(xr, 2 * c), xh = X16(xr, 2 * c + 1);
+    const float16 a = u8_to_float16(q & (uchar16)15) * xl + u8_to_float16(q >> (uchar16)4) * xh;
+    return d * hsum16(a) + mn * hsum16(xl + xh);
+#else
+    const size_t base = (size_t)n * K + c * 16;
+    const uchar16 q = *((__global const uchar16 *)(W + base)) ^ (uchar16)0x80;  // q + 128
+    return LOAD_SCALE(S, base / QGROUP) * hsum16((u8_to_float16(q) - 128.0f) * X16(xr, c));
+#endif
+}
+#endif
+
+// Output columns n .. n + CPT - 1 (those < N) of rows m0 .. m0 + TM - 1, by a team of LSIZE
+// work-items (lid is this one's place in it). Partial sums r[i * CPT + j].
+#define RN (TM * CPT)
+#if XMODE == 1
+#define RN2 (RN + TM)  // and the sums of squares of the x rows
+#else
+#define RN2 RN
+#endif
 inline void matmul_column(__global float *y, int y_off, int ldy,
                           __global const float *x, int x_off, int ldx,
                           __global const W_T *W, __global const SCALE_T *S,
                           __global const float *bias, int M, int N, int K, int n, int lid,
-                          __local float *red) {
+                          __local float *red, __global const float *nw, float eps) {
     const int m0 = get_global_id(1) * TM;
-    const int groups = K / 32;
-    float4 acc[TM];
-    for (int i = 0; i < TM; ++i) acc[i] = (float4)(0.0f);
     __global const float *xr[TM];
     for (int i = 0; i < TM; ++i) xr[i] = x + x_off + (size_t)min(m0 + i, M - 1) * ldx;
+    float r[RN2];
+    for (int i = 0; i < RN2; ++i) r[i] = 0.0f;
 
+#if CHUNKED
+    // columns past N (last team of the last group) compute column N - 1 and store nothing
+    int nn[CPT];
+    for (int j = 0; j < CPT; ++j) nn[j] = min(n + j, N - 1);
+    // PERF: each x chunk is read once for the CPT columns (the loads are shared)
+#pragma unroll 2
+    for (int c = lid; c < K / VPC; c += LSIZE)
+        for (int i = 0; i < TM; ++i) {
+#pragma unroll
+            for (int j = 0; j < CPT; ++j)
+                r[i * CPT + j] += chunk_dot(W, S, K, nn[j], c, xr[i], nw);
+#if XMODE == 1
+            for (int q = 0; q < VPC / 4; ++q) {
+                const float4 v = X4(xr[i], c * (VPC / 4) + q);
+                r[RN + i] += dot(v, v);
+            }
+#endif
+        }
+#else
+    const int groups = K / 32, nc = min(n, N - 1);
+    float4 acc[TM];
+    for (int i = 0; i < TM; ++i) acc[i] = (float4)(0.0f);
     for (int g = lid; g < groups; g += LSIZE) {
         float4 w[8];
-        load_group(W, S, K, n, g, w);
+        load_group(W, S, K, nc, g, w);
         for (int i = 0; i < TM; ++i) {
             __global const float *xp = xr[i] + g * 32;
             float4 a = acc[i];
@@ -108,49 +258,71 @@ inline void matmul_column(__global float *y, int y_off, int ldy,
             acc[i] = a;
         }
     }
-    float r[TM];
     for (int i = 0; i < TM; ++i) r[i] = acc[i].x + acc[i].y + acc[i].z + acc[i].w;
+#endif
 
-#if LSIZE > 1
-    for (int i = 0; i < TM; ++i) red[i * LSIZE + lid] = r[i];
+#if USE_SHFL
+    for (int i = 0; i < RN2; ++i) r[i] = team_sum(r[i]);
+    if (lid != 0) return;
+#elif LSIZE > 1
+    // NOTE: every work-item of the group reaches these barriers (out-of-range columns too).
+    for (int i = 0; i < RN2; ++i) red[i * LSIZE + lid] = r[i];
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = LSIZE / 2; s > 0; s >>= 1) {
         if (lid < s)
-            for (int i = 0; i < TM; ++i) red[i * LSIZE + lid] += red[i * LSIZE + lid + s];
+            for (int i = 0; i < RN2; ++i) red[i * LSIZE + lid] += red[i * LSIZE + lid + s];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (lid != 0) return;
-    for (int i = 0; i < TM; ++i) r[i] = red[i * LSIZE];
+    for (int i = 0; i < RN2; ++i) r[i] = red[i * LSIZE];
+#endif
+#if XMODE == 1
+    for (int i = 0; i < TM; ++i) {
+        const float inv = rsqrt(r[RN + i] / K + eps);
+        for (int j = 0; j < CPT; ++j) r[i * CPT + j] *= inv;
+    }
 #endif
 
+    for (int j = 0; j < CPT; ++j) {
+        if (n + j >= N) return;
 #if HAS_BIAS
-    const float b = bias[n];
+        const float b = bias[n + j];
 #else
-    const float b = 0.0f;
+        const float b = 0.0f;
 #endif
-    for (int i = 0; i < TM; ++i) {
-        if (m0 + i >= M) break;
-        __global float *yp = y + y_off + (size_t)(m0 + i) * ldy + n;
+        for (int i = 0; i < TM; ++i) {
+            if (m0 + i >= M) break;
+            __global float *yp = y + y_off + (size_t)(m0 + i) * ldy + n + j;
 #if ACCUM
-        *yp += r[i] + b;
+            *yp += r[i * CPT + j] + b;
 #else
-        *yp = r[i] + b;
+            *yp = r[i * CPT + j] + b;
 #endif
+        }
     }
 }
 
 __kernel void matmul(__global float *y, int y_off, int ldy,
                      __global const float *x, int x_off, int ldx,
                      __global const W_T *W, __global const SCALE_T *S,
-                     __global const float *bias, int M, int N, int K) {
-    __local float red[TM * LSIZE];
+                     __global const float *bias, int M, int N, int K,
+                     __global const float *nw, float eps) {
+    __local float red[RN2 * LSIZE * NCOL];
     // NOTE: from the global id, so that with LSIZE 1 the driver may pick any local size.
     const int c = get_global_id(0) / LSIZE;
     const int lid = get_global_id(0) % LSIZE;
+#if NCOL > 1
+    __local float *team = red + (get_local_id(0) / LSIZE) * RN2 * LSIZE;
+#else
+    __local float *team = red;
+#endif
     for (int r = 0; r < ROWS; ++r) {
-        const int n = c * ROWS + r;
-        if (n >= N) return;
-        matmul_column(y, y_off, ldy, x, x_off, ldx, W, S, bias, M, N, K, n, lid, red);
+        const int n = (c * ROWS + r) * CPT;
+#if NCOL == 1
+        if (n >= N) return;  // the whole work-group
+#endif
+        matmul_column(y, y_off, ldy, x, x_off, ldx, W, S, bias, M, N, K, n, lid, team, nw,
+                      eps);
     }
 }
 

@@ -59,8 +59,9 @@ inline uint reduce_count(uint v, __local uint *red, int lid) {
 }
 
 // Work geometry: global (NT), local (NT).
-__kernel void sample(__global int *tokens, __global int *state, __global uchar *seen,
-                     __global const float *logits, int l_off, __global float *z, int V,
+__kernel void sample(__global int *tokens, __global int *state, __global uchar *restrict seen,
+                     __global const float *restrict logits, int l_off,
+                     __global float *restrict z, int V,
                      int advance, float temperature, int top_k, float top_p, float min_p,
                      float penalty, uint seed) {
     __local float redf[NT];
@@ -74,10 +75,19 @@ __kernel void sample(__global int *tokens, __global int *state, __global uchar *
     float best = -INFINITY;
     int bi = V;
     const float invt = temperature > 0.0f ? 1.0f / temperature : 1.0f;
-    for (int v = lid; v < V; v += NT) {
-        float l = penalized(lg, seen, v, penalty) * invt;
-        z[v] = l;
-        if (l > best || (l == best && v < bi)) { best = l; bi = v; }
+    if (temperature > 0.0f) {
+        for (int v = lid; v < V; v += NT) {
+            float l = penalized(lg, seen, v, penalty) * invt;
+            z[v] = l;
+            if (l > best || (l == best && v < bi)) { best = l; bi = v; }
+        }
+    } else {
+        // PERF: greedy needs no z; without its stores the loads of many steps overlap
+#pragma unroll 4
+        for (int v = lid; v < V; v += NT) {
+            float l = penalized(lg, seen, v, penalty);
+            if (l > best || (l == best && v < bi)) { best = l; bi = v; }
+        }
     }
     redf[lid] = best;
     redi[lid] = bi;

@@ -210,11 +210,17 @@ class Model:
         plan = LaunchPlan(dev)
         add = plan.add
         add(K.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
+        # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them
+        # (fewer launches per token); xin is what the matmuls after a norm read
+        fuse = K.fused_prologues(dev)
+        xin = self.x if fuse else self.xn
         for i, ly in enumerate(self.layers):
-            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, m, dim, cfg.norm_eps))
+            norm = (ly.attn_norm, cfg.norm_eps) if fuse else None
+            if not fuse:
+                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, m, dim, cfg.norm_eps))
             for w, off, b in ly.qkv.parts:
-                add(K.matmul(dev, self.qkv, off, n_qkv, self.xn, 0, dim, w, m, bias=b,
-                             name=f"qkv.{i}"))
+                add(K.matmul(dev, self.qkv, off, n_qkv, xin, 0, dim, w, m, bias=b,
+                             name=f"qkv.{i}", norm=norm))
             add(K.rope_store(dev, self.q, self.qkv, n_qkv, ly.k_cache, ly.v_cache, self.state,
                              self.inv_freq, m, H, KV, D, self.max_seq, cfg.rope_neox))
             if m == 1:
@@ -227,23 +233,33 @@ class Model:
                                    m, H, KV, D, scale))
             add(K.matmul(dev, self.x, 0, dim, self.attn, 0, H * D, ly.o, m, accum=True,
                          name=f"o.{i}"))
-            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, m, dim, cfg.norm_eps))
+            norm = (ly.ffn_norm, cfg.norm_eps) if fuse else None
+            if not fuse:
+                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, m, dim, cfg.norm_eps))
             for w, off, b in ly.gate_up.parts:
-                add(K.matmul(dev, self.gu, off, 2 * F, self.xn, 0, dim, w, m, bias=b,
-                             name=f"gate_up.{i}"))
-            add(K.glu(dev, self.h, self.gu, m, F))
-            add(K.matmul(dev, self.x, 0, dim, self.h, 0, F, ly.down, m, accum=True,
-                         name=f"down.{i}"))
+                add(K.matmul(dev, self.gu, off, 2 * F, xin, 0, dim, w, m, bias=b,
+                             name=f"gate_up.{i}", norm=norm))
+            if fuse:
+                add(K.matmul(dev, self.x, 0, dim, self.gu, 0, 2 * F, ly.down, m, accum=True,
+                             name=f"down.{i}", glu=True))
+            else:
+                add(K.glu(dev, self.h, self.gu, m, F))
+                add(K.matmul(dev, self.x, 0, dim, self.h, 0, F, ly.down, m, accum=True,
+                             name=f"down.{i}"))
         V = cfg.vocab_size
+        norm = (self.out_norm, cfg.norm_eps) if fuse else None
         if logits == "last":
-            add(K.rmsnorm(dev, self.xn, self.x, (m - 1) * dim, dim, self.out_norm, 1, dim,
-                          cfg.norm_eps))
-            add(K.matmul(dev, self.logits_buf, 0, V, self.xn, 0, dim, self.output, 1,
-                         name="lm_head"))
+            if not fuse:
+                add(K.rmsnorm(dev, self.xn, self.x, (m - 1) * dim, dim, self.out_norm, 1, dim,
+                              cfg.norm_eps))
+            add(K.matmul(dev, self.logits_buf, 0, V, xin, (m - 1) * dim if fuse else 0, dim,
+                         self.output, 1, name="lm_head", norm=norm))
         elif logits == "all":
-            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, self.out_norm, m, dim, cfg.norm_eps))
-            add(K.matmul(dev, self.logits_buf, 0, V, self.xn, 0, dim, self.output, m,
-                         name="lm_head"))
+            if not fuse:
+                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, self.out_norm, m, dim,
+                              cfg.norm_eps))
+            add(K.matmul(dev, self.logits_buf, 0, V, xin, 0, dim, self.output, m,
+                         name="lm_head", norm=norm))
         if sample:
             s = self._sampler or _sampler_defaults()
             add(K.sample(dev, self.tokens, self.state, self.seen, self.logits_buf, 0, self.z, V,

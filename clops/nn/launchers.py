@@ -24,15 +24,47 @@ def _pow2_at_most(n: int) -> int:
     return 1 << max(0, int(n).bit_length() - 1)
 
 
-def matmul_geometry(dev: CLDevice, m: int, k: int) -> tuple[int, int]:
+# values per 16-byte chunk of a weight row, by format (matmul.cl CHUNKED)
+CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16}
+
+
+def matmul_geometry(dev: CLDevice, m: int, k: int, fmt: str = "q4") -> tuple[int, int]:
     """(TM, LSIZE): rows of x per work-item and work-items per output column."""
     if is_cpu(dev):
         # PERF: on CPUs one work-item walks a whole row; TM rows of x reuse each dequantized
         # group from registers (prefill).
         return (1 if m == 1 else 8), 1
-    groups = max(1, k // 32)
-    lsize = min(64, _pow2_at_most(dev.caps.max_work_group), 1 << (groups - 1).bit_length())
+    # PERF: a team of at most a warp per output column, one 16-byte chunk of the row per
+    # work-item and step (coalesced); several teams share a work-group (matmul_columns).
+    chunks = max(1, k // CHUNK_VALUES[fmt])
+    lsize = min(32, _pow2_at_most(dev.caps.max_work_group), 1 << (chunks - 1).bit_length())
     return (1 if m == 1 else 4), max(lsize, 1)
+
+
+GPU_GROUP = 256
+
+
+def matmul_columns(dev: CLDevice, lsize: int, n: int = 1 << 30, cpt: int = 1) -> int:
+    """Teams (of ``lsize`` work-items, ``cpt`` output columns each) per work-group on GPUs:
+    up to GPU_GROUP work-items, while leaving two work-groups per compute unit."""
+    if is_cpu(dev) or lsize == 1:
+        return 1
+    most = max(1, min(GPU_GROUP, dev.caps.max_work_group) // lsize)
+    fill = max(1, n // (cpt * 2 * dev.caps.compute_units))
+    return min(most, _pow2_at_most(fill))
+
+
+def matmul_cpt(dev: CLDevice, m: int, n: int, fmt: str) -> int:
+    """Output columns per team on GPUs (one decode row): each x chunk serves them all."""
+    if is_cpu(dev) or m != 1:
+        return 1
+    # PERF: but at least ~2048 teams (warps), enough loads in flight for the memory system
+    return min(4 if fmt in ("q4", "q8") else 2, _pow2_at_most(max(1, n // 2048)))
+
+
+def use_shfl(dev: CLDevice, lsize: int) -> bool:
+    """Reduce teams with NVIDIA's warp shuffle (inline PTX) where the probe finds it."""
+    return 1 < lsize <= 32 and not is_cpu(dev) and dev.probe("nvidia_ptx")
 
 
 def matmul_rows(dev: CLDevice, n: int) -> int:
@@ -47,23 +79,48 @@ def matmul_rows(dev: CLDevice, n: int) -> int:
 ROWS_MAX = 2
 
 
+def fused_prologues(dev: CLDevice) -> bool:
+    """Whether ``matmul`` takes ``norm=`` and ``glu=`` on this device (GPU kernels only)."""
+    return not is_cpu(dev)
+
+
 def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
            w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
-           name: str = "matmul") -> Launch:
-    """y[i, j] (+)= x[i, :] . w[j, :] (+ bias[j]) for i < m, j < w.n."""
-    tm, ls = matmul_geometry(dev, m, w.k)
+           name: str = "matmul", norm: tuple[Buffer, float] | None = None,
+           glu: bool = False) -> Launch:
+    """y[i, j] (+)= x[i, :] . w[j, :] (+ bias[j]) for i < m, j < w.n.
+
+    Where ``fused_prologues(dev)``: ``norm=(weight, eps)`` puts RMSNorm(x) * weight in place
+    of x, and ``glu=True`` puts silu(x[i, :k]) * x[i, k:2k] (rows [gate | up]) in place of x,
+    saving the launch (and the round trip through memory) of the norm or the GLU."""
+    if (norm is not None or glu) and not fused_prologues(dev):
+        raise ValueError("matmul: norm= and glu= need a GPU (see fused_prologues)")
+    if norm is not None and glu:
+        raise ValueError("matmul: norm= and glu= do not go together")
+    tm, ls = matmul_geometry(dev, m, w.k, w.fmt)
     rows = matmul_rows(dev, w.n) if ls == 1 and m == 1 else 1
-    knl = kernel(dev, "matmul", "matmul", TM=tm, LSIZE=ls, ROWS=rows,
+    cpt = matmul_cpt(dev, m, w.n, w.fmt)
+    ncol = matmul_columns(dev, ls, w.n, cpt)
+    knl = kernel(dev, "matmul", "matmul", TM=tm, LSIZE=ls, ROWS=rows, NCOL=ncol,
+                 USE_SHFL=int(use_shfl(dev, ls)), CHUNKED=int(not is_cpu(dev)),
+                 X_ALIGNED=int(not is_cpu(dev) and x_off % 4 == 0 and ldx % 4 == 0),
+                 CPT=cpt, XMODE=1 if norm is not None else 2 if glu else 0,
                  HAS_BIAS=int(bias is not None), ACCUM=int(accum), **w.defines)
     args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
-            bias if bias is not None else w.scales, i32(m), i32(w.n), i32(w.k)]
+            bias if bias is not None else w.scales, i32(m), i32(w.n), i32(w.k),
+            norm[0] if norm is not None else w.scales, f32(norm[1] if norm is not None else 0)]
     reads = [x, w.data, w.scales] + ([bias] if bias is not None else []) + ([y] if accum else [])
+    if norm is not None:
+        reads.append(norm[0])
     tiles = math.ceil(m / tm)
     # PERF: on CPUs one work-item per group: PoCL would otherwise vectorize across
     # work-items, turning each one's contiguous row loads into gathers.
     # (prefill tiles measured faster with the driver's choice)
-    local = (ls, 1) if ls > 1 or m == 1 else None
-    return Launch(knl, (math.ceil(w.n / rows) * ls, tiles), local, args, reads, [y], name)
+    local = (ls * ncol, 1) if ls > 1 or m == 1 else None
+    cols = math.ceil(w.n / rows) if ncol == 1 else math.ceil(w.n / ncol) * ncol
+    if cpt > 1:
+        cols = math.ceil(w.n / (ncol * cpt)) * ncol
+    return Launch(knl, (cols * ls, tiles), local, args, reads, [y], name)
 
 
 def embedding(dev: CLDevice, out: Buffer, tokens: Buffer, state: Buffer, w: DeviceWeight,
@@ -136,7 +193,11 @@ def rope(dev: CLDevice, x: Buffer, x_off: int, ld: int, pos: Buffer, inv_freq: B
 def decode_chunk(dev: CLDevice, max_seq: int, n_heads: int) -> tuple[int, int]:
     """(chunk, splits) of the split-KV decode attention: enough work-items to fill the device
     at full length, chunks no shorter than 32 positions."""
-    want = max(1, (dev.caps.compute_units * (4 if is_cpu(dev) else 32)) // max(n_heads, 1))
+    if not is_cpu(dev):
+        # GPUs: work-groups of CHUNK positions (attn_decode_wg); empty ones exit at once
+        chunk = max(64, 1 << (math.ceil(max_seq / 128) - 1).bit_length())
+        return chunk, math.ceil(max_seq / chunk)
+    want = max(1, (dev.caps.compute_units * 4) // max(n_heads, 1))
     chunk = max(32, math.ceil(max_seq / want))
     return chunk, math.ceil(max_seq / chunk)
 
@@ -146,11 +207,16 @@ def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer,
                 scale: float) -> list[Launch]:
     """Attention of one query row over the cache: split over positions, then combined."""
     chunk, splits = decode_chunk(dev, max_seq, n_heads)
-    k1 = kernel(dev, "attention", "attn_decode", HEAD_DIM=head_dim)
-    k2 = kernel(dev, "attention", "attn_combine", HEAD_DIM=head_dim)
     a1 = [part, q, kc, vc, state, i32(max_seq), i32(chunk), i32(n_heads // n_kv), f32(scale)]
     a2 = [out, part, state, i32(chunk), i32(splits)]
-    return [Launch(k1, (splits, n_heads), None, a1, [q, kc, vc, state], [part], "attn_decode"),
+    if is_cpu(dev) or head_dim > dev.caps.max_work_group or head_dim & (head_dim - 1):
+        k1 = kernel(dev, "attention", "attn_decode", HEAD_DIM=head_dim)
+        g1, l1 = (splits, n_heads), None
+    else:
+        k1 = kernel(dev, "attention", "attn_decode_wg", HEAD_DIM=head_dim, CHUNK=chunk)
+        g1, l1 = (splits * head_dim, n_heads), (head_dim, 1)
+    k2 = kernel(dev, "attention", "attn_combine", HEAD_DIM=head_dim)
+    return [Launch(k1, g1, l1, a1, [q, kc, vc, state], [part], "attn_decode"),
             Launch(k2, (head_dim, n_heads), None, a2, [part, state], [out], "attn_combine")]
 
 
@@ -171,7 +237,7 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
 
 
 def sample_lsize(dev: CLDevice) -> int:
-    return 16 if is_cpu(dev) else min(256, _pow2_at_most(dev.caps.max_work_group))
+    return 16 if is_cpu(dev) else min(512, _pow2_at_most(dev.caps.max_work_group))
 
 
 def sample(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logits: Buffer,

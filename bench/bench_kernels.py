@@ -1,0 +1,219 @@
+"""Benchmark: the hand-written kernels against their peers, same device, same run: GEMM
+(float32 and float16, clops.matmul) beside PyTorch (TF32 off) or numpy; GEMV of float16, Q8_0,
+Q4_0 and Q4_1 weights (one decode row) beside the copy bandwidth; attention decode and prefill
+beside PyTorch's scaled_dot_product_attention. Prints a table and writes JSON.
+
+    python bench/bench_kernels.py [--device gpu] [--size 4096] [--json bench/results/kernels.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from common import copy_ceiling, device_ms, environment, table, torch_cuda, torch_ms, write_json  # noqa: E402
+from standin_gguf import _random_blocks  # noqa: E402
+
+import clops  # noqa: E402
+import clops.nn as nn  # noqa: E402
+from clops.kernels import gemm as G  # noqa: E402
+from clops.nn import launchers as L  # noqa: E402
+
+GGML = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
+
+
+def rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def bench_gemm(dev, size: int, dtype: str, torch, repeat: int) -> list[dict]:
+    rng = np.random.default_rng(0)
+    m = n = k = size
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    ta = clops.asarray(a, device=dev).realize()
+    tb = clops.asarray(b, device=dev).realize()
+    flops = 2.0 * m * n * k
+    rows = []
+    variants = [("clops.matmul", lambda: clops.matmul(ta, tb).realize())]
+    tc = clops.empty((m, n), dtype=getattr(clops, dtype), device=dev).realize()
+    for d in (16, 32):
+        if dev.kind == "cpu" or (d == G.TILED_DEPTH and not G.use_mma(dev, dtype)):
+            continue
+
+        def portable(d=d) -> None:
+            G.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer, tb.offset,
+                   n, m, n, k, dtype, portable=True, tiled_depth=d)
+        variants.append((f"portable kernel, depth {d}", portable))
+    peer_ms, peer = None, "numpy"
+    ref = None
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        xa, xb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        peer_ms = torch_ms(torch, lambda: xa @ xb, repeat)
+        peer = "PyTorch" + (" (TF32 off)" if dtype == "float32" else "")
+        ref = (xa.double() @ xb.double()).cpu().numpy() if size <= 4096 else None
+    elif size <= 2048:
+        t0 = time.perf_counter()
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        peer_ms = (time.perf_counter() - t0) * 1e3
+        peer = "numpy (float64 reference)"
+    for label, fn in variants:
+        ms, wall = device_ms(dev, fn, repeat)
+        err = None
+        if ref is not None and label == "clops.matmul":
+            err = rel_err(np.asarray(clops.matmul(ta, tb)), ref)
+        rows.append({"kernel": f"GEMM {dtype} {m}^3 ({label})", "ms": ms, "wall_ms": wall,
+                     "tflops": flops / ms / 1e9, "peer": peer, "peer_ms": peer_ms,
+                     "peer_tflops": flops / peer_ms / 1e9 if peer_ms else None,
+                     "x_peer": peer_ms / ms if peer_ms else None, "rel_err": err})
+    return rows
+
+
+def _weight(dev, kind: str, n: int, k: int):
+    rng = np.random.default_rng(1)
+    if kind == "f16":
+        return nn.quantized(rng.standard_normal((n, k)).astype(np.float32) * 0.05, fmt="f16",
+                            device=dev)
+    bsize = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[kind]
+    raw = np.frombuffer(_random_blocks(kind, n * k // 32 * bsize, rng), np.uint8)
+    return nn.quantized(raw.reshape(n, -1), ggml_type=GGML[kind], shape=(n, k), device=dev)
+
+
+def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, torch, repeat: int) -> dict:
+    w = _weight(dev, kind, n, k)
+    x = clops.asarray(np.random.default_rng(2).standard_normal((1, k)).astype(np.float32),
+                      device=dev).realize()
+    y = clops.empty((1, n), dtype=clops.float32, device=dev).realize()
+    ln = L.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, w, 1)
+    ms, wall = device_ms(dev, lambda: ln.run(dev), repeat)
+    nbytes = w.nbytes + 4 * (n + k)
+    row = {"kernel": f"GEMV {kind} {n}x{k}", "ms": ms, "wall_ms": wall, "gbps": nbytes / ms / 1e6,
+           "of_copy": nbytes / ms / 1e6 / ceiling}
+    if torch is not None:
+        wt = torch.randn(n, k, device="cuda", dtype=torch.float16)
+        xt = torch.randn(1, k, device="cuda", dtype=torch.float16)
+        pm = torch_ms(torch, lambda: torch.nn.functional.linear(xt, wt), repeat)
+        row.update(peer="PyTorch float16 GEMV", peer_ms=pm,
+                   peer_gbps=(2 * n * k) / pm / 1e6)
+    return row
+
+
+def bench_attention(dev, torch, repeat: int, ceiling: float) -> list[dict]:
+    rows = []
+    h, kv, d = 32, 8, 64
+    for L_ctx in (1024, 4096):
+        max_seq = L_ctx
+        rng = np.random.default_rng(3)
+        kc = rng.standard_normal((kv, max_seq, d)).astype(np.float32)
+        vc = rng.standard_normal((kv, max_seq, d)).astype(np.float32)
+        q = rng.standard_normal((h, d)).astype(np.float32)
+        tk, tv, tq = (clops.asarray(a, device=dev).realize() for a in (kc, vc, q))
+        out = clops.empty((h, d), dtype=clops.float32, device=dev).realize()
+        part = dev.alloc(L.part_nbytes(dev, max_seq, h, d))
+        state = clops.asarray(np.array([L_ctx - 1, 0], np.int32), device=dev).realize()
+        lns = L.attn_decode(dev, out.buffer, part, tq.buffer, tk.buffer, tv.buffer,
+                            state.buffer, h, kv, d, max_seq, 1 / math.sqrt(d))
+
+        def run(lns=lns) -> None:
+            for ln in lns:
+                ln.run(dev)
+        ms, wall = device_ms(dev, run, repeat)
+        # reference
+        kr, vr = np.repeat(kc, h // kv, 0), np.repeat(vc, h // kv, 0)
+        s = np.einsum("hd,hld->hl", q, kr) / math.sqrt(d)
+        p = np.exp(s - s.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        err = rel_err(np.asarray(out), np.einsum("hl,hld->hd", p, vr))
+        nbytes = 2 * kv * L_ctx * d * 4
+        row = {"kernel": f"attention decode H{h}/KV{kv} D{d} L{L_ctx}", "ms": ms,
+               "wall_ms": wall, "gbps": nbytes / ms / 1e6, "of_copy": nbytes / ms / 1e6 / ceiling,
+               "rel_err": err}
+        if torch is not None:
+            sdpa = torch.nn.functional.scaled_dot_product_attention
+            qt = torch.from_numpy(q).cuda().view(1, h, 1, d)
+            kt = torch.from_numpy(kc).cuda().view(1, kv, max_seq, d)
+            vt = torch.from_numpy(vc).cuda().view(1, kv, max_seq, d)
+            pm = torch_ms(torch, lambda qt=qt, kt=kt, vt=vt, f=sdpa: f(qt, kt, vt, enable_gqa=True),
+                          repeat)
+            row.update(peer="PyTorch SDPA float32", peer_ms=pm, x_peer=pm / ms)
+        rows.append(row)
+    # prefill: causal attention over a prompt
+    m = 512
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((m, h, d)).astype(np.float32)
+    k = rng.standard_normal((m, kv, d)).astype(np.float32)
+    v = rng.standard_normal((m, kv, d)).astype(np.float32)
+    tq, tk, tv = (clops.asarray(a, device=dev).realize() for a in (q, k, v))
+    fn = lambda: nn.scaled_dot_product_attention(tq, tk, tv, causal=True).realize()  # noqa: E731
+    ms, wall = device_ms(dev, fn, repeat)
+    row = {"kernel": f"attention prefill causal M{m} H{h}/KV{kv} D{d}", "ms": ms, "wall_ms": wall,
+           "tflops": 2 * 2 * m * m / 2 * h * d / ms / 1e9}
+    if torch is not None:
+        F = torch.nn.functional
+        qt = torch.from_numpy(q).cuda().permute(1, 0, 2)[None]
+        kt = torch.from_numpy(k).cuda().permute(1, 0, 2)[None]
+        vt = torch.from_numpy(v).cuda().permute(1, 0, 2)[None]
+        pm = torch_ms(torch, lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True,
+                                                                   enable_gqa=True), repeat)
+        row.update(peer="PyTorch SDPA float32", peer_ms=pm, x_peer=pm / ms)
+    rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--size", type=int, default=None, help="GEMM size (4096 on GPUs)")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--json", default="bench/results/kernels.json")
+    ap.add_argument("--only", default="copy,gemm,gemv,attention")
+    a = ap.parse_args(argv)
+    dev = clops.device(a.device)
+    gpu = dev.kind != "cpu"
+    torch = torch_cuda() if gpu else None
+    only = set(a.only.split(","))
+    size = a.size or (4096 if gpu else 512)
+    env = environment(dev)
+    ceil = copy_ceiling(dev, (1 << 28) if gpu else (1 << 26), a.repeat)
+    print(f"device: {env['device']} ({env['platform']}, driver {env['driver']}); "
+          f"copy {ceil['gbps']:.0f} GB/s" + (f", PyTorch copy {ceil['torch_gbps']:.0f} GB/s"
+                                            if "torch_gbps" in ceil else ""))
+    rows: list[dict] = []
+    if "gemv" in only:
+        shapes = [(8192, 2048), (2048, 8192), (32768, 2048)] if gpu else [(1536, 576),
+                                                                           (2048, 2048)]
+        for kind in ("f16", "Q8_0", "Q4_0", "Q4_1"):
+            for n, k in shapes:
+                rows.append(bench_gemv(dev, n, k, kind, ceil["gbps"], torch, a.repeat))
+    if "attention" in only:
+        rows += bench_attention(dev, torch, a.repeat, ceil["gbps"])
+    # NOTE: last, so that a kernel fault (which ends the OpenCL context) loses nothing else
+    if "gemm" in only:
+        for dtype in ("float32", "float16"):
+            try:
+                rows += bench_gemm(dev, size, dtype, torch, max(5, a.repeat // 2))
+            except Exception as e:  # noqa: BLE001 - report and keep what was measured
+                print(f"GEMM {dtype}: {type(e).__name__}: {e}")
+                rows.append({"kernel": f"GEMM {dtype} {size}^3", "ms": float("nan"),
+                             "error": str(e)})
+                break
+    print(table(rows, [("kernel", "kernel", ""), ("ms", "ms", ".4f"), ("tflops", "TFLOP/s", ".1f"),
+                       ("gbps", "GB/s", ".0f"), ("of_copy", "of copy", ".2f"),
+                       ("peer", "peer", ""), ("peer_ms", "peer ms", ".4f"),
+                       ("x_peer", "x peer", ".2f"), ("rel_err", "rel err", ".1e")]))
+    write_json(a.json, {"bench": "kernels", "env": env, "ceiling": ceil, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

