@@ -2,10 +2,10 @@
 diagonals, traces, outer and cross products and matrix powers are computed on the device
 (fused kernels); so are cholesky, qr, solve, inv, det and slogdet for real floating-point
 matrices (Householder, LU and Cholesky kernels, ``kernels/linalg.cl``). The iterative
-decompositions (svd, svdvals, eigh, eigvalsh, and pinv and matrix_rank built on svd), and
-complex inputs to the others, copy the operand to the host, compute with numpy (LAPACK) and
-copy the results back: one transfer each way; results are device tensors of the input's
-dtype."""
+decompositions svd, svdvals, eigh, eigvalsh (and pinv, matrix_rank built on svd) run on the
+device as Jacobi methods, except for a few large matrices on a GPU. Complex inputs, and
+those large matrices, copy the operand to the host, compute with numpy (LAPACK) and copy the
+results back: one transfer each way; results are device tensors of the input's dtype."""
 
 from __future__ import annotations
 
@@ -404,6 +404,21 @@ def qr(x: Tensor, /, *, mode: str = "reduced") -> QRResult:
     return QRResult(qt, r)
 
 
+# Jacobi eigh/svd use one work-group per matrix: on GPUs a few large matrices go to LAPACK on
+# the host instead (PERF: 512 x 512 eigh took 4 s as one work-group on an H100).
+JACOBI_MAX_GPU = 256
+
+
+def _jacobi(x: Tensor) -> bool:
+    """Compute eigh/svd of ``x`` on the device?"""
+    if not _on_device(x) or 0 in x.shape[-2:]:
+        return False
+    n = min(x.shape[-2:])
+    batch = int(np.prod(x.shape[:-2]))
+    return x.device.kind == "cpu" or n <= JACOBI_MAX_GPU or \
+        batch >= x.device.caps.compute_units
+
+
 def _eps(d: _dt.DType) -> float:
     return float(np.finfo(d.np).eps)
 
@@ -433,14 +448,15 @@ def _eigh_device(x: Tensor) -> tuple[Tensor, Tensor]:
 
 def eigh(x: Tensor, /) -> EighResult:
     """Eigenvalues (ascending) and eigenvectors (columns) of symmetric/Hermitian matrices, from
-    their lower triangle. Real inputs on the device (cyclic Jacobi: eigenvectors may differ
-    from LAPACK's by sign); complex ones on the host.
+    their lower triangle. Real inputs on the device (cyclic Jacobi, one work-group per matrix:
+    eigenvectors may differ from LAPACK's by sign); complex ones, and on GPUs a few matrices
+    larger than ``JACOBI_MAX_GPU``, on the host.
 
     >>> clops.linalg.eigh(clops.eye(2)).eigenvalues
     Tensor([1., 1.], dtype=float32, device=opencl:cpu:0)
     """
     _float_input(x, "eigh", square=True)
-    if not _on_device(x):
+    if not _jacobi(x):
         w, v = np.linalg.eigh(_host(x))
         return EighResult(_dev(w, x, _dt.real_of(x.dtype)), _dev(v, x))
     return EighResult(*_eigh_device(x))
@@ -453,7 +469,7 @@ def eigvalsh(x: Tensor, /) -> Tensor:
     Tensor([3., 3.], dtype=float32, device=opencl:cpu:0)
     """
     _float_input(x, "eigvalsh", square=True)
-    if not _on_device(x):
+    if not _jacobi(x):
         return _dev(np.linalg.eigvalsh(_host(x)), x, _dt.real_of(x.dtype))
     return _eigh_device(x)[0]
 
@@ -504,14 +520,15 @@ def _svd_device(x: Tensor, want_uv: bool, full: bool) -> tuple[Tensor, Tensor, T
 
 def svd(x: Tensor, /, *, full_matrices: bool = True) -> SVDResult:
     """Singular value decomposition ``x = U @ diag(S) @ Vh``, S descending. Real inputs on
-    the device (one-sided Jacobi; singular vectors may differ from LAPACK's by sign); complex
-    ones on the host.
+    the device (one-sided Jacobi, one work-group per matrix; singular vectors may differ from
+    LAPACK's by sign); complex ones, and on GPUs a few matrices larger than
+    ``JACOBI_MAX_GPU``, on the host.
 
     >>> clops.linalg.svd(clops.eye(2)).S
     Tensor([1., 1.], dtype=float32, device=opencl:cpu:0)
     """
     _float_input(x, "svd")
-    if not _on_device(x) or 0 in x.shape[-2:]:
+    if not _jacobi(x):
         u, s, vh = np.linalg.svd(_host(x), full_matrices=full_matrices)
         return SVDResult(_dev(u, x), _dev(s, x, _dt.real_of(x.dtype)), _dev(vh, x))
     return SVDResult(*_svd_device(x, True, full_matrices))
@@ -524,7 +541,7 @@ def svdvals(x: Tensor, /) -> Tensor:
     Tensor([2., 2.], dtype=float32, device=opencl:cpu:0)
     """
     _float_input(x, "svdvals")
-    if not _on_device(x) or 0 in x.shape[-2:]:
+    if not _jacobi(x):
         return _dev(np.linalg.svd(_host(x), compute_uv=False), x, _dt.real_of(x.dtype))
     return _svd_device(x, False, False)[1]
 
@@ -537,7 +554,7 @@ def pinv(x: Tensor, /, *, rtol: float | Tensor | None = None) -> Tensor:
     0.5
     """
     _float_input(x, "pinv")
-    if not _on_device(x) or 0 in x.shape[-2:]:
+    if not _jacobi(x):
         a = _host(x)
         tol: Any = rtol
         if rtol is None:
@@ -570,7 +587,7 @@ def matrix_rank(x: Tensor, /, *, rtol: float | Tensor | None = None) -> Tensor:
     3
     """
     _float_input(x, "matrix_rank")
-    if not _on_device(x) or 0 in x.shape[-2:]:
+    if not _jacobi(x):
         s_h = np.linalg.svd(_host(x), compute_uv=False)
         if rtol is None:
             tol = s_h.max(axis=-1, keepdims=True, initial=0) * max(x.shape[-2:]) * \

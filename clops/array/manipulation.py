@@ -78,7 +78,7 @@ def broadcast_arrays(*arrays: Tensor) -> list[Tensor]:
     return [broadcast_to(a, shape) for a in arrays]
 
 
-def expand_dims(x: Tensor, /, axis: int | Sequence[int] = 0) -> Tensor:
+def expand_dims(x: Tensor, /, *, axis: int | Sequence[int] = 0) -> Tensor:
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     nd = x.ndim + len(axes)
     norm = sorted(normalize_axis(a, nd) for a in axes)
