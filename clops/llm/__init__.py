@@ -71,8 +71,8 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
         tcfg = tokenizer.load_hf_tokenizer_config(os.path.join(path, "tokenizer_config.json"))
         jinja = os.path.join(path, "chat_template.jinja")
         if "chat_template" not in tcfg and os.path.exists(jinja):
-            with open(jinja, encoding="utf-8") as f:
-                tcfg["chat_template"] = f.read()
+            with open(jinja, encoding="utf-8") as fh:
+                tcfg["chat_template"] = fh.read()
         tok = tokenizer.from_tokenizer_json(tj, tcfg)
         if not tok.eos_ids and isinstance(config.get("eos_token_id"), int):
             tok.eos_ids = [config["eos_token_id"]]

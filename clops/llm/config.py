@@ -136,14 +136,14 @@ def from_hf(config: dict[str, Any], source: str) -> ModelConfig:
     scaling = config.get("rope_scaling") or None
     if scaling is None and rope.get("rope_type", "default") != "default":
         scaling = rope
-    theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
+    theta = config.get("rope_theta") or rope.get("rope_theta") or 10000.0
     cfg = ModelConfig(
         arch=arch, n_layers=int(_get(config, "num_hidden_layers", source)), dim=dim,
         n_heads=n_heads, n_kv_heads=int(config.get("num_key_value_heads") or n_heads),
         head_dim=int(config.get("head_dim") or dim // n_heads),
         ffn_dim=int(_get(config, "intermediate_size", source)),
         vocab_size=int(_get(config, "vocab_size", source)),
-        norm_eps=float(config.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
+        norm_eps=float(config.get("rms_norm_eps") or 1e-6), rope_theta=float(theta),
         rope_neox=True, context_length=int(config.get("max_position_embeddings", 2048)),
         tied_embeddings=bool(config.get("tie_word_embeddings", False)),
         qkv_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),

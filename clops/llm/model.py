@@ -388,8 +388,8 @@ class Model:
             text = tok.apply_chat_template(messages, add_generation_prompt=True)
             bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else None
             ids = tok.encode(text, add_special_tokens=not (bos and text.startswith(bos)))
-            for t in _END_OF_TURN:
-                tid = tok.backend.token_to_id(t)
+            for marker in _END_OF_TURN:
+                tid = tok.backend.token_to_id(marker)
                 if tid is not None:
                     stop_ids.append(tid)
         else:
@@ -438,8 +438,9 @@ def _sampler_defaults() -> dict[str, Any]:
 
 def _apply_sampler(launch: Launch, plan: LaunchPlan, params: dict[str, Any]) -> None:
     idx = plan.launches.index(launch)
-    conv = {"temperature": np.float32, "top_k": np.int32, "top_p": np.float32,
-            "min_p": np.float32, "penalty": np.float32, "seed": np.uint32}
+    conv: dict[str, Any] = {"temperature": np.float32, "top_k": np.int32,
+                            "top_p": np.float32, "min_p": np.float32, "penalty": np.float32,
+                            "seed": np.uint32}
     for key, pos in _SAMPLE_ARGS.items():
         plan.set_scalar(idx, pos, conv[key](params[key]))
 

@@ -118,7 +118,7 @@ def _spm_merges(tokens: list[str], scores: Sequence[float]) -> list[tuple[str, s
     """BPE merges implied by a SentencePiece vocabulary: every split of a piece into two pieces
     that are themselves in the vocabulary, best merged-piece score first."""
     index = {t: i for i, t in enumerate(tokens)}
-    found = []
+    found: list[tuple[float, int, int, int, str, str]] = []
     for piece, score in zip(tokens, scores):
         local = []
         for cut in range(1, len(piece)):
@@ -169,7 +169,7 @@ def from_gguf_metadata(meta: dict[str, Any], source: str = "GGUF file") -> TextT
 def _gguf_byte_level(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
     spell = byte_alphabet()
     alphabet = set(spell.values())
-    vocab = {}
+    vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         key = t if set(t) <= alphabet else "".join(spell[b] for b in t.encode("utf-8"))
         vocab.setdefault(key, i)
@@ -190,7 +190,7 @@ def _gguf_byte_level(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
 
 def _gguf_sentencepiece(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
     scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
-    vocab = {}
+    vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
     merges = meta.get("tokenizer.ggml.merges")
