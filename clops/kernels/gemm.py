@@ -19,8 +19,9 @@ TILE = 128
 GROUP = 256
 # PERF: below this many multiply-adds the generated kernel's one launch is as fast.
 MIN_MACS = 1 << 24
-# depth of the portable kernel's tiles (16 or 32)
+# depth of the tiles: portable kernel (16 or 32), tensor-core kernel (32 or 64)
 TILED_DEPTH = 16
+MMA_DEPTH = 64
 
 _DT = {"float32": 0, "float16": 1}
 
@@ -35,7 +36,7 @@ def _mma_builds(dev: CLDevice) -> bool:
     ok = dev.__dict__.get("_clops_mma_ok")
     if ok is None:
         try:
-            kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1)
+            kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1, MDEPTH=MMA_DEPTH)
             ok = True
         except Exception:  # noqa: BLE001 - a driver without these PTX forms: portable path
             ok = False
@@ -44,7 +45,7 @@ def _mma_builds(dev: CLDevice) -> bool:
 
 
 def depth(dev: CLDevice, dtype: str) -> int:
-    return 32 if use_mma(dev, dtype) else TILED_DEPTH
+    return MMA_DEPTH if use_mma(dev, dtype) else TILED_DEPTH
 
 
 def supports(dev: CLDevice, dtype: str, m: int, n: int, k: int, offsets: tuple[int, ...],
@@ -63,12 +64,13 @@ def supports(dev: CLDevice, dtype: str, m: int, n: int, k: int, offsets: tuple[i
 def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, lda: int,
          b: Buffer, b_off: int, ldb: int, m: int, n: int, k: int, dtype: str = "float32",
          batch: int = 1, strides: tuple[int, int, int] = (0, 0, 0),
-         portable: bool = False, tiled_depth: int | None = None) -> Event:
+         portable: bool = False, tiled_depth: int | None = None,
+         mma_depth: int | None = None) -> Event:
     """C[i] = A[i] @ B[i] for i < batch (row-major; ``strides`` are the batch strides of C, A,
     B in elements). ``portable`` skips the tensor-core kernel."""
     mma = not portable and use_mma(dev, dtype)
     if mma:
-        knl = kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1)
+        knl = kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1, MDEPTH=mma_depth or MMA_DEPTH)
     else:
         knl = kernel(dev, "gemm", "gemm_tiled", DT=_DT[dtype], DEPTH=tiled_depth or TILED_DEPTH)
     i32, i64 = np.int32, np.int64

@@ -163,10 +163,22 @@ inline float4 silu4(float4 v) { return v / (1.0f + exp(-v)); }
 
 inline float hsum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
 
-// PERF: bytes to floats through the bits of 2^23 + q (a byte move, an or and a subtraction),
-// not int-to-float conversions, which run at a fraction of the FMA rate on GPUs.
-inline float16 u8_to_float16(uchar16 q) {
-    return as_float16(convert_uint16(q) | (uint16)0x4B000000u) - 8388608.0f;
+// PERF: quantized values become floats by placing their bits in the mantissa of 1.0 (a shift
+// and an and-or each), not by int-to-float conversions, which run at a fraction of the FMA rate
+// on GPUs; the offset (the 1.0s) is taken out of each chunk's sum.
+// 1 + q / 16 for the low (nib_lo) or high (nib_hi) nibbles of the 16 bytes in w, in byte order:
+// a shift and an and-or per value.
+#define NIB(v, sh) (as_float(0x3F800000u | ((sh) >= 0 ? (v) << (sh) : (v) >> -(sh)) & 0x00780000u))
+#define NIB4(v, s0) (float4)(NIB(v, s0), NIB(v, (s0) - 8), NIB(v, (s0) - 16), NIB(v, (s0) - 24))
+#define BYT(v, sh) (as_float(0x3F800000u | ((sh) >= 0 ? (v) << (sh) : (v) >> -(sh)) & 0x007F8000u))
+#define BYT4(v) (float4)(BYT(v, 15), BYT(v, 7), BYT(v, -1), BYT(v, -9))
+inline float16 byte_f(uint4 w) { return (float16)(BYT4(w.x), BYT4(w.y), BYT4(w.z), BYT4(w.w)); }
+
+inline float16 nib_lo(uint4 w) {
+    return (float16)(NIB4(w.x, 19), NIB4(w.y, 19), NIB4(w.z, 19), NIB4(w.w, 19));
+}
+inline float16 nib_hi(uint4 w) {
+    return (float16)(NIB4(w.x, 15), NIB4(w.y, 15), NIB4(w.z, 15), NIB4(w.w, 15));
 }
 inline float hsum8(float8 v) { return hsum4(v.lo + v.hi); }
 inline float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
@@ -189,7 +201,7 @@ inline float chunk_dot(__global const W_T *W, __global const SCALE_T *S, int K, 
     return hsum8(w * X8(xr, c));
 #elif WFMT == 3
     const size_t gi = (size_t)n * (K / 32) + c;
-    const uchar16 q = *((__global const uchar16 *)W + gi);
+    const uint4 q = *((__global const uint4 *)W + gi);
 #if SCALE_HALF
     const float2 dm = vload_half2(gi, S);
 #else
@@ -197,12 +209,18 @@ inline float chunk_dot(__global const W_T *W, __global const SCALE_T *S, int K, 
 #endif
     const float d = dm.x, mn = dm.y;
     const float16 xl = X16(xr, 2 * c), xh = X16(xr, 2 * c + 1);
-    const float16 a = u8_to_float16(q & (uchar16)15) * xl + u8_to_float16(q >> (uchar16)4) * xh;
-    return d * hsum16(a) + mn * hsum16(xl + xh);
+    // value j (low nibble of byte j) meets xl[j], value j + 16 (high nibble) meets xh[j];
+    // nibbles become 1 + q / 16 (q placed in the mantissa): sum q x = 16 (sum f x - sum x)
+    const float16 a = nib_lo(q) * xl + nib_hi(q) * xh;
+    const float sx = hsum16(xl + xh);
+    return d * 16.0f * (hsum16(a) - sx) + mn * sx;
 #else
     const size_t base = (size_t)n * K + c * 16;
-    const uchar16 q = *((__global const uchar16 *)(W + base)) ^ (uchar16)0x80;  // q + 128
-    return LOAD_SCALE(S, base / QGROUP) * hsum16((u8_to_float16(q) - 128.0f) * X16(xr, c));
+    // bytes become f = 1 + (q + 128) / 256 (placed in the mantissa): sum q x = 256 sum f x
+    // - 384 sum x
+    const uint4 u = *((__global const uint4 *)(W + base)) ^ (uint4)0x80808080u;
+    const float16 xv = X16(xr, c);
+    return LOAD_SCALE(S, base / QGROUP) * (256.0f * hsum16(byte_f(u) * xv) - 384.0f * hsum16(xv));
 #endif
 }
 #endif
