@@ -15,7 +15,7 @@ from .schedule import KernelItem, is_expand_back, storage_dtype
 
 INT32_LIMIT = 2**31 - 1
 # Elements per work-item of contiguous elementwise kernels, by device kind.
-VECTOR_WIDTH = {"cpu": 8, "gpu": 4}
+VECTOR_WIDTH = {"cpu": 4, "gpu": 4}
 
 
 @dataclass
@@ -199,6 +199,9 @@ def lower(item: KernelItem, device: Any) -> Lowered:
         tuple(dt.name for _, dt in lw.consts),
         tuple(lw.reduce_regions), out_instrs, tuple(outs),
         tuple((len(o.view.shape), _unit_last(o.view)) for o in item.outputs),
+        # Bounds check on the flat index: GPUs launch whole work-groups past the end; CPUs
+        # launch exactly (and PERF: an early return keeps PoCL from vectorizing).
+        device.kind != "cpu",
     )
     return Lowered(
         key=key, leaf_buffers=[b for b, _, _ in lw.leaf_list], leaf_views=leaf_views,

@@ -85,7 +85,9 @@ class Renderer:
     def render(self, key: tuple[Any, ...], local_size: int, name: str) -> str:
         RENDER_STATS["renders"] += 1
         (_, rank, raxes, chunked, reduced_out, flat, wide, leaves, views, consts, reductions,
-         out_instrs, outs, out_ranks) = key
+         out_instrs, outs, out_ranks, guard) = key
+        check = ["if (gid >= total) return;"] if guard else []
+        self._check = check
         idx = "long" if wide else "int"
         self.idx = idx
         self.rank = rank
@@ -128,7 +130,7 @@ class Renderer:
             body += self._vector_body(flat, leaves, out_instrs, outs)
         elif not raxes:
             body.append(f"{idx} gid = ({idx}){self.gid};")
-            body.append("if (gid >= total) return;")
+            body += check
             if not flat:
                 body += self._unravel("gid", list(range(rank)))
             body += self._instrs(out_instrs)
@@ -159,7 +161,7 @@ class Renderer:
         """Contiguous elementwise kernel: ``n`` elements per work-item through vector loads
         and stores; the scalar expression is repeated per component."""
         idx = self.idx
-        lines = [f"{idx} gid = ({idx}){self.gid};", "if (gid >= total) return;",
+        lines = [f"{idx} gid = ({idx}){self.gid};", *self._check,
                  f"{idx} base = gid * {n};"]
         used = {ins[2] for ins in instrs if len(ins) > 2 and ins[1] == "load"}
         for k, (lname, _, _) in enumerate(leaves):

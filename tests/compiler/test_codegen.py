@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from clops.compiler.lower import lower
+from clops.compiler.lower import VECTOR_WIDTH, lower
 from clops.compiler.render import Renderer
 from clops.compiler.schedule import KernelItem, Output
 from clops.graph import dtypes as dt
@@ -38,8 +38,10 @@ def test_contiguous_aligned_elementwise_uses_vector_loads_and_stores():
     a, h = _load((64,)), _load((64,), dt.float16)
     n = ir.cast(ir.ew("add", [a, ir.cast(h, dt.float32)], dt.float32), dt.float16)
     src = _render(KernelItem((64,), (), [Output(n, FakeBuffer(), View.contiguous((64,)))]))
-    assert "vload8(0, b0 + o0 + base)" in src and "vload_half8(0, b1 + o1 + base)" in src
-    assert "vstore_half8_rte(sv0, 0, out0 + oo0 + base)" in src
+    w = VECTOR_WIDTH["cpu"]
+    assert f"vload{w}(0, b0 + o0 + base)" in src and f"vload_half{w}(0, b1 + o1 + base)" in src
+    assert f"vstore_half{w}_rte(sv0, 0, out0 + oo0 + base)" in src
+    assert "return;" not in src  # CPUs launch exactly: no bounds check to block vectorizing
 
 
 def test_strided_and_broadcast_loads_use_strides():
@@ -67,6 +69,13 @@ def test_wide_indices_past_two_to_the_31():
     n = ir.ew("negative", [_load(big)], dt.float32)
     src = _render(KernelItem(big, (), [Output(n, FakeBuffer(), View.contiguous(big))]))
     assert "long gid" in src and "int gid" not in src
+
+
+def test_gpu_kernels_check_bounds():
+    n = ir.ew("negative", [_load((5, 3))], dt.float32)
+    lw = lower(KernelItem((5, 3), (), [Output(n, FakeBuffer(), View.contiguous((5, 3)))]),
+               SimpleNamespace(kind="gpu"))
+    assert "if (gid >= total) return;" in Renderer().render(lw.key, 1, "k_test")
 
 
 def test_reduction_with_local_tree_and_fused_epilogue():
