@@ -12,6 +12,9 @@ from ..graph import ir
 from .elementwise import broadcast_node, broadcast_shapes
 from .tensor import Tensor
 
+# Multiply-adds (roughly) from which a vendor library may take a product.
+PROVIDER_MIN_WORK = 1 << 21
+
 
 def matmul(x1: Any, x2: Any, /) -> Tensor:
     """Matrix product with broadcasting over leading (batch) dims (Array API ``matmul``)."""
@@ -31,6 +34,16 @@ def matmul(x1: Any, x2: Any, /) -> Tensor:
     fast = _gemm.matmul(x1, x2, dtype, lambda s, d, dev: empty(s, dtype=d, device=dev))
     if fast is not None:
         return fast
+    # -- vendor library (clops.providers: CLBlast) for large products, by measured cost -------
+    # Small products stay generated: they fuse with their producers and consumers.
+    k_dim = x1.shape[-1]
+    work = (x1.size // max(k_dim, 1)) * (x2.size // max(k_dim, 1)) * k_dim if k_dim else 0
+    if work >= PROVIDER_MIN_WORK:
+        from ..providers import dispatch
+
+        provided = dispatch.matmul(x1, x2)
+        if provided is not None:
+            return provided
     # -- generated kernel ---------------------------------------------------------------------
     a = ir.cast(x1._node.resolve(), dtype)
     b = ir.cast(x2._node.resolve(), dtype)
