@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pyopencl as cl
-from _common import arg_parser, device_info, markdown_table, median_seconds, write_json
+from common import arg_parser, device_info, markdown_table, median_seconds, write_result
 
 import clops
 
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         ["case", "clops µs", "peer", "peer µs", "clops / peer"],
         [[r["case"], r["clops_us"], r["peer"], r["peer_us"], r["clops_over_peer"]]
          for r in rows]))
-    path = write_json("runtime", {"device": device_info(dev), "repeat": repeat,
+    path = write_result("runtime", {"device": device_info(dev), "repeat": repeat,
                                   "launches_per_sample": number, "statistic": "median",
                                   "results": rows})
     print(f"\nwritten to {os.path.relpath(path)}")
