@@ -100,48 +100,11 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int) -> dict
 
 
 def _hf_from_gguf(path: str):
-    import torch
-    from gguf import GGUFReader
-    from gguf.quants import dequantize
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """The test suite's reference: transformers' Llama holding the GGUF's dequantized weights."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from tests.llm.reference import hf_model_from_gguf
 
-    r = GGUFReader(path)
-
-    def m(k):
-        return r.fields[k].contents()
-
-    nh, nkv = int(m("llama.attention.head_count")), int(m("llama.attention.head_count_kv"))
-    cfg = LlamaConfig(vocab_size=int(m("llama.vocab_size")),
-                      hidden_size=int(m("llama.embedding_length")),
-                      intermediate_size=int(m("llama.feed_forward_length")),
-                      num_hidden_layers=int(m("llama.block_count")), num_attention_heads=nh,
-                      num_key_value_heads=nkv,
-                      rms_norm_eps=float(m("llama.attention.layer_norm_rms_epsilon")),
-                      rope_theta=float(m("llama.rope.freq_base")), tie_word_embeddings=True)
-    cfg.rope_parameters = {"rope_type": "default", "rope_theta": float(m("llama.rope.freq_base"))}
-    top = {"token_embd.weight": "model.embed_tokens.weight",
-           "output_norm.weight": "model.norm.weight"}
-    per = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-           "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-           "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-           "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
-    sd = {}
-    for t in r.tensors:
-        w = dequantize(t.data, t.tensor_type).astype(np.float32)
-        w = w.reshape([int(s) for s in reversed(t.shape.tolist())])
-        if t.name in top:
-            sd[top[t.name]] = w
-            continue
-        _, i, kind, _ = t.name.split(".")
-        if kind in ("attn_q", "attn_k"):  # back to split-halves rotary order
-            h = nh if kind == "attn_q" else nkv
-            w = w.reshape(h, w.shape[0] // h // 2, 2, -1).swapaxes(1, 2).reshape(w.shape)
-        sd[f"model.layers.{i}.{per[kind]}.weight"] = w
-    model = LlamaForCausalLM(cfg).eval()
-    model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()},
-                          strict=False)
-    model.tie_weights()
-    return model
+    return hf_model_from_gguf(path)
 
 
 def bench_torch(path: str, ids: list[int], new: int) -> dict | None:
