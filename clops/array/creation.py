@@ -110,9 +110,8 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | 
             if arr.size and (arr.min() < info.min or arr.max() > info.max):
                 raise OverflowError(f"values do not fit {d}")
     _check_device_dtype(dev, d)
-    if d.name == "bfloat16" or arr.dtype != d.np:
-        if d.kind in "iu" and arr.dtype.kind == "c":
-            raise TypeError(f"cannot convert complex data to {d}")
+    if d.kind in "iub" and arr.dtype.kind == "c":
+        raise TypeError(f"cannot convert complex data to {d}")
     host = to_host_bits(arr, d)
     buf = dev.alloc(host.nbytes)
     if host.nbytes:

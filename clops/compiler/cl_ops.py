@@ -5,8 +5,8 @@ operands (already in temporaries, so they may repeat), ``{T}`` is the result's m
 
 from __future__ import annotations
 
-# category: "f" float math (float/double), "i" signed int, "u" unsigned int, "b" bool (as int),
-# "c" complex (float2/double2). A missing category means the function does not take it.
+# Categories are DType.kind: "f" float math (float/double), "i" signed int, "u" unsigned int,
+# "b" bool (as int), "c" complex (float2/double2). A missing one: the function does not take it.
 _F_UNARY = ["exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "sin", "cos", "tan", "asin",
             "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "ceil", "floor",
             "trunc"]
@@ -129,10 +129,6 @@ INT_LIMITS = {
     "uchar": ("0", "UCHAR_MAX"), "ushort": ("0", "USHRT_MAX"), "uint": ("0", "UINT_MAX"),
     "ulong": ("0", "ULONG_MAX"),
 }
-
-
-def category(kind: str) -> str:
-    return {"b": "b", "i": "i", "u": "u", "f": "f", "c": "c"}[kind]
 
 
 # -- complex forms of the transcendental functions (z = x + iy in {a}; {T} complex, {R} real) --

@@ -292,7 +292,7 @@ class Renderer:
         else:
             operand = self.dt(kinds[0])
             names = dict(zip("abc", (f"v{s}" for s in srcs)))
-        cat = cl_ops.category(operand.kind)
+        cat = operand.kind
         if cat == "c" and fn in cl_ops.COMPLEX_SPECIAL:
             fn = cl_ops.COMPLEX_SPECIAL[fn]
         table = cl_ops.EW.get(fn)
@@ -334,7 +334,7 @@ class Renderer:
             accd = self.dt(acc)
             at = accd.math
             self._red_types[slot] = at
-            cat = cl_ops.category(accd.kind)
+            cat = accd.kind
             lo, hi = cl_ops.INT_LIMITS.get(at, ("0", "0"))
             ident = cl_ops.REDUCE_IDENTITY[op][cat].format(T=at, MIN=lo, MAX=hi)
             comb = cl_ops.REDUCE_COMBINE[op][cat]

@@ -6,7 +6,7 @@ each. Everything else is materialized into a buffer first."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..graph import dtypes
@@ -36,7 +36,6 @@ class KernelItem:
     reduced_out: bool = False
     # Split reduction: the single fused reduction is computed in ``chunks`` parts per row.
     chunks: int = 1
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def is_expand_back(v: View, src: Node, full: Shape, raxes: tuple[int, ...]) -> bool:
@@ -219,7 +218,7 @@ def _single_reduce(item: KernelItem) -> Node | None:
     found: list[Node] = []
     seen: set[int] = set()
 
-    def walk(n: Node, inside: bool) -> None:
+    def walk(n: Node) -> None:
         n = n.resolve()
         if n.id in seen:
             return
@@ -227,9 +226,9 @@ def _single_reduce(item: KernelItem) -> Node | None:
         if n.op == "reduce":
             found.append(n)
         for s in n.srcs:
-            walk(s, inside or n.op == "reduce")
+            walk(s)
 
-    walk(item.outputs[0].node, False)
+    walk(item.outputs[0].node)
     return found[0] if len(found) == 1 else None
 
 
