@@ -49,6 +49,23 @@ def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 2) -> fl
     return statistics.median(times)
 
 
+def interleaved_medians(fns: list[Callable[[], object]], repeat: int,
+                        warmup: int = 2) -> list[float]:
+    """Median seconds of each function, sampled in turns (a, b, c, a, b, c, ...) so that all of
+    them see the same drifting machine; a shared VM's memory bandwidth moves by tens of percent
+    from one second to the next."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--device", default=None)
@@ -127,9 +144,8 @@ def main(argv: list[str] | None = None) -> int:
 
     got = np.asarray(a * b + c * d - e * 0.5)
     assert np.allclose(got, ha * hb + hc * hd - he * np.float32(0.5), atol=1e-5)
-    t_clops = median_seconds(clops_chain, args.repeat)
-    t_hand = median_seconds(hand_chain, args.repeat)
-    t_np = median_seconds(numpy_chain, args.repeat)
+    t_clops, t_hand, t_np = interleaved_medians([clops_chain, hand_chain, numpy_chain],
+                                                args.repeat)
     add("chain a*b+c*d-e*0.5 (clops)", 6 * n * 4, t_clops, "numpy", t_np, copy_bw)
     rows[-1]["vs_hand_kernel"] = t_hand / t_clops
     dev_time(rows[-1], lambda: (a * b + c * d - e * 0.5).realize(), 6 * n * 4, tt.get("chain"))
@@ -141,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         dev.queue.finish()
 
     assert abs(float(a.sum()) - float(ha.astype(np.float64).sum())) < 1e-3 * n ** 0.5
-    add("sum (clops)", n * 4, median_seconds(clops_sum, args.repeat), "numpy",
-        median_seconds(lambda: ha.sum(), args.repeat), copy_bw)
+    t_sum, t_np_sum = interleaved_medians([clops_sum, lambda: ha.sum()], args.repeat)
+    add("sum (clops)", n * 4, t_sum, "numpy", t_np_sum, copy_bw)
     dev_time(rows[-1], lambda: a.sum().realize(), n * 4, tt.get("sum"))
 
     # 3. row softmax
@@ -166,9 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         ref = np.asarray(softmax(x))
     ex = np.exp(xs - xs.max(-1, keepdims=True))
     assert np.allclose(ref, ex / ex.sum(-1, keepdims=True), atol=1e-6)
-    add(f"softmax {r}x{r} (clops, {prof.kernel_count} kernel)", 2 * r * r * 4,
-        median_seconds(clops_softmax, max(3, args.repeat // 4)), "numpy",
-        median_seconds(np_softmax, max(3, args.repeat // 4)), copy_bw)
+    t_sm, t_np_sm = interleaved_medians([clops_softmax, np_softmax], max(3, args.repeat // 4))
+    add(f"softmax {r}x{r} (clops, {prof.kernel_count} kernel)", 2 * r * r * 4, t_sm, "numpy",
+        t_np_sm, copy_bw)
     if torch is not None:
         tx = torch.from_numpy(xs).cuda()
         tt["softmax"] = torch_ms(torch, lambda: torch.softmax(tx, -1), args.repeat)

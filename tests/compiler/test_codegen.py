@@ -37,21 +37,13 @@ def test_flat_elementwise_has_no_index_math():
 def test_contiguous_aligned_elementwise_uses_vector_loads_and_stores():
     a, h = _load((64,)), _load((64,), dt.float16)
     n = ir.cast(ir.ew("add", [a, ir.cast(h, dt.float32)], dt.float32), dt.float16)
-    src = _render(KernelItem((64,), (), [Output(n, FakeBuffer(), View.contiguous((64,)))]))
-    w = VECTOR_WIDTH["cpu"]
+    item = KernelItem((64,), (), [Output(n, FakeBuffer(), View.contiguous((64,)))])
+    w = VECTOR_WIDTH["gpu"]
+    src = Renderer().render(lower(item, SimpleNamespace(kind="gpu")).key, 1, "k_test")
     assert f"vload{w}(0, b0 + o0 + base)" in src and f"vload_half{w}(0, b1 + o1 + base)" in src
     assert f"vstore_half{w}_rte(sv0, 0, out0 + oo0 + base)" in src
-    assert "return;" not in src  # CPUs launch exactly: no bounds check to block vectorizing
-
-
-def test_strided_and_broadcast_loads_use_strides():
-    a = _load((4, 5))
-    b = ir.movement(_load((5,)), lambda v: v.reshape((1, 5)).expand((4, 5)))
-    n = ir.ew("subtract", [ir.movement(a, lambda v: v.permute((1, 0)).permute((1, 0))), b],
-              dt.float32)
-    out = Output(n, FakeBuffer(), View((4, 5), (1, 4), 0))  # a transposed destination
-    src = _render(KernelItem((4, 5), (), [out]))
-    assert "s1_0" in src and "os0_1" in src and "t_gid % n1" in src
+    # CPUs launch exactly: no bounds check (an early return keeps PoCL from vectorizing)
+    assert "return;" not in _render(item)
 
 
 def test_half_and_bfloat16_are_storage_types():
