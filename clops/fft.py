@@ -223,28 +223,27 @@ def _axes_sizes(x: Tensor, s: Sequence[int] | None, axes: Sequence[int] | None
     return axes_l, sizes
 
 
-def fftn(x: Tensor, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
-         norm: str = "backward") -> Tensor:
-    """n-dimensional discrete Fourier transform over ``axes`` (all by default)."""
+def _c2c_n(x: Tensor, s: Sequence[int] | None, axes: Sequence[int] | None, norm: str,
+           inverse: bool) -> Tensor:
     axes_l, sizes = _axes_sizes(x, s, axes)
     out = x
     for ax, n in zip(reversed(axes_l), reversed(sizes)):
-        out = _c2c(out, n, ax, norm, inverse=False)
+        out = _c2c(out, n, ax, norm, inverse=inverse)
     if not axes_l:
         out = out.astype(_complex_dtype(x.dtype))
     return out
+
+
+def fftn(x: Tensor, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
+         norm: str = "backward") -> Tensor:
+    """n-dimensional discrete Fourier transform over ``axes`` (all by default)."""
+    return _c2c_n(x, s, axes, norm, inverse=False)
 
 
 def ifftn(x: Tensor, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
           norm: str = "backward") -> Tensor:
     """n-dimensional inverse discrete Fourier transform."""
-    axes_l, sizes = _axes_sizes(x, s, axes)
-    out = x
-    for ax, n in zip(reversed(axes_l), reversed(sizes)):
-        out = _c2c(out, n, ax, norm, inverse=True)
-    if not axes_l:
-        out = out.astype(_complex_dtype(x.dtype))
-    return out
+    return _c2c_n(x, s, axes, norm, inverse=True)
 
 
 def rfftn(x: Tensor, /, *, s: Sequence[int] | None = None, axes: Sequence[int] | None = None,
