@@ -211,3 +211,17 @@ def scale(device: CLDevice, y: Operand, factor: float, queue: CLQueue | None = N
         return queue_of(device, queue).marker()
     return device.launch(kern, (total,), None, [y.buffer, np.int64(y.offset), f, np.int64(total)],
                          writes=[y.buffer], queue=queue, name="scale")
+
+
+def fft_scratch(device: CLDevice, op: str, dtype: str,
+                shape_key: tuple[int, ...]) -> tuple[Operand, Operand]:
+    """Zeroed input and empty output operands of an FFT ``op`` over ``shape_key`` (batch, n),
+    for timing a call."""
+    batch, n = shape_key
+    real = REAL_OF[dtype]
+    shapes = {"fft": ((batch, n), dtype, (batch, n), dtype),
+              "rfft": ((batch, n), real, (batch, n // 2 + 1), dtype),
+              "irfft": ((batch, n // 2 + 1), dtype, (batch, n), real)}[op]
+    x = empty(device, shapes[0], shapes[1])
+    device.write(x.buffer, np.zeros(x.nbytes, np.uint8))
+    return x, empty(device, shapes[2], shapes[3])

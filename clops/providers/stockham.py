@@ -289,14 +289,7 @@ def run(op: str, device: CLDevice, x: Operand, y: Operand, *, inverse: bool = Fa
 def scratch_call(op: str, device: CLDevice, dtype: str,
                  shape_key: tuple[int, ...]) -> Callable[[], Event]:
     """A call of ``op`` on zeroed scratch buffers of ``shape_key`` (batch, n), for timing."""
-    batch, n = shape_key
-    real = layout.REAL_OF[dtype]
-    shapes = {"fft": ((batch, n), dtype, (batch, n), dtype),
-              "rfft": ((batch, n), real, (batch, n // 2 + 1), dtype),
-              "irfft": ((batch, n // 2 + 1), dtype, (batch, n), real)}[op]
-    x = layout.empty(device, shapes[0], shapes[1])
-    device.write(x.buffer, np.zeros(x.nbytes, np.uint8))
-    y = layout.empty(device, shapes[2], shapes[3])
+    x, y = layout.fft_scratch(device, op, dtype, shape_key)
     return lambda: run(op, device, x, y)
 
 

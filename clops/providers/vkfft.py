@@ -225,14 +225,7 @@ class VkFFTProvider(Provider):
 
     def scratch_call(self, op: str, device: CLDevice, dtype: str,
                      shape_key: tuple[int, ...]) -> Callable[[], Event]:
-        batch, n = shape_key
-        real = layout.REAL_OF[dtype]
-        shapes = {"fft": ((batch, n), dtype, (batch, n), dtype),
-                  "rfft": ((batch, n), real, (batch, n // 2 + 1), dtype),
-                  "irfft": ((batch, n // 2 + 1), dtype, (batch, n), real)}[op]
-        x = layout.empty(device, shapes[0], shapes[1])
-        device.write(x.buffer, np.zeros(x.nbytes, np.uint8))
-        y = layout.empty(device, shapes[2], shapes[3])
+        x, y = layout.fft_scratch(device, op, dtype, shape_key)
         return lambda: self.run(op, device, x, y)
 
 
