@@ -43,7 +43,9 @@ def _host_dtype(arr: np.ndarray, from_python: bool) -> DType:
 
 
 def to_host_bits(arr: np.ndarray, d: DType) -> np.ndarray:
-    """Host array in the dtype's storage format (bfloat16 as rounded uint16 bits)."""
+    """A private host array in the dtype's storage format (bfloat16 as rounded uint16 bits).
+    Never a view of ``arr``: uploads are asynchronous, and the caller may change ``arr`` as soon
+    as they return."""
     if d.name == "bfloat16":
         f = np.ascontiguousarray(arr, dtype=np.float32)
         u = f.view(np.uint32).astype(np.uint64)
@@ -52,8 +54,8 @@ def to_host_bits(arr: np.ndarray, d: DType) -> np.ndarray:
         bits[np.isnan(f)] = 0x7FC0
         return bits
     if d.kind == "b":
-        return np.ascontiguousarray(arr, dtype=np.uint8)
-    return np.ascontiguousarray(arr, dtype=d.np)
+        return np.array(arr, dtype=np.uint8, order="C", copy=True)
+    return np.array(arr, dtype=d.np, order="C", copy=True)
 
 
 def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | None = None

@@ -116,3 +116,13 @@ def test_mixed_devices_error():
     b = clops.asarray([1.0], device=devs[1])
     with pytest.raises(ValueError, match="different devices"):
         a + b
+
+
+def test_asarray_copies_before_returning(device):
+    # the upload is asynchronous: changing the source right away must not reach the device
+    for _ in range(20):
+        h = np.random.default_rng(1).standard_normal(4096).astype(np.float32)
+        ref = h.copy()
+        t = clops.asarray(h, device=device)
+        h[:] = 0
+        np.testing.assert_array_equal(np.asarray(t), ref)
