@@ -327,6 +327,16 @@ def _work_size(dev: Any, n: int) -> tuple[int, int | None]:
     return groups * L, L
 
 
+def _bind(params: Any, args: Sequence[Any], n: int | None, device: Any,
+          queue: runtime.CLQueue | None, name: str) -> tuple[list[Any], int, Any]:
+    """A builder call's arguments checked against its parameters, the element count and the
+    device they run on."""
+    targs = _tensor_args(params, args, name)
+    count = _length(params, targs, n, name)
+    tensors = [a for a in targs if isinstance(a, Tensor)]
+    return targs, count, _device_of(tensors, device, queue, name)
+
+
 def _tensor_args(params: list[Param], args: Sequence[Any], what: str) -> list[Any]:
     if len(args) != len(params):
         names = ", ".join(p.name for p in params)
@@ -375,10 +385,7 @@ class ElementwiseKernel:
     def __call__(self, *args: Any, n: int | None = None, wait_for: Sequence[Any] = (),
                  depends: Sequence[Any] = (), queue: runtime.CLQueue | None = None,
                  device: Any = None) -> runtime.Event:
-        targs = _tensor_args(self.params, args, self.name)
-        count = _length(self.params, targs, n, self.name)
-        tensors = [a for a in targs if isinstance(a, Tensor)]
-        dev = _device_of(tensors, device, queue, self.name)
+        targs, count, dev = _bind(self.params, args, n, device, queue, self.name)
         if count == 0:
             return runtime.Event(None, queue)
         g, local = _work_size(dev, count)
@@ -460,10 +467,7 @@ class ReductionKernel:
     def __call__(self, *args: Any, n: int | None = None, wait_for: Sequence[Any] = (),
                  depends: Sequence[Any] = (), queue: runtime.CLQueue | None = None,
                  device: Any = None, return_event: bool = False) -> Any:
-        targs = _tensor_args(self.params, args, self.name)
-        count = _length(self.params, targs, n, self.name)
-        tensors = [a for a in targs if isinstance(a, Tensor)]
-        dev = _device_of(tensors, device, queue, self.name)
+        targs, count, dev = _bind(self.params, args, n, device, queue, self.name)
         cpu = dev.kind == "cpu"
         L = 1 if cpu else 1 << (min(256, dev.caps.max_work_group).bit_length() - 1)
         opts = (*self.options, f"-DGROUP_SIZE={L}", f"-DCHUNKED={int(cpu)}")
@@ -529,10 +533,7 @@ class ScanKernel:
     def __call__(self, *args: Any, n: int | None = None, wait_for: Sequence[Any] = (),
                  depends: Sequence[Any] = (), queue: runtime.CLQueue | None = None,
                  device: Any = None) -> runtime.Event:
-        targs = _tensor_args(self.params, args, self.name)
-        count = _length(self.params, targs, n, self.name)
-        tensors = [a for a in targs if isinstance(a, Tensor)]
-        dev = _device_of(tensors, device, queue, self.name)
+        targs, count, dev = _bind(self.params, args, n, device, queue, self.name)
         if count == 0:
             return runtime.Event(None, queue)
         cu = dev.caps.compute_units
@@ -540,6 +541,7 @@ class ScanKernel:
         totals = _new_tensor(dev, (groups,), self.dtype)
         k1, k2, k3 = self.kernels
         k1(groups, None, *targs, np.int64(count), totals, wait_for=[*wait_for, *depends],
-           reads=tensors, writes=[totals], queue=queue, device=dev)
+           reads=[a for a in targs if isinstance(a, Tensor)], writes=[totals], queue=queue,
+           device=dev)
         k2(1, None, totals, np.int64(groups), queue=queue, device=dev)
         return k3(groups, None, *targs, np.int64(count), totals, queue=queue, device=dev)

@@ -105,11 +105,16 @@ def _result(x: Tensor, out: Operand, others: tuple[int, ...], axis: int) -> Tens
     return dispatch.tensor(out.with_shape(tuple(final_shape), tuple(final_strides), 0), x.device)
 
 
-def _c2c(x: Tensor, n: int | None, axis: int, norm: str, inverse: bool) -> Tensor:
+def _checked_axis(x: Tensor, axis: int) -> tuple[Tensor, int]:
+    """The checked tensor and its normalized transform axis."""
     x = _check(x)
     if x.ndim == 0:
         raise ValueError("FFTs need at least a 1-d tensor")
-    ax = _axis(axis, x.ndim)
+    return x, _axis(axis, x.ndim)
+
+
+def _c2c(x: Tensor, n: int | None, axis: int, norm: str, inverse: bool) -> Tensor:
+    x, ax = _checked_axis(x, axis)
     n = x.shape[ax] if n is None else int(n)
     if n < 1:
         raise ValueError(f"invalid number of FFT points {n}; it must be at least 1")
@@ -123,10 +128,7 @@ def _c2c(x: Tensor, n: int | None, axis: int, norm: str, inverse: bool) -> Tenso
 
 
 def _r2c(x: Tensor, n: int | None, axis: int, norm: str, conj: bool = False) -> Tensor:
-    x = _check(x)
-    if x.ndim == 0:
-        raise ValueError("FFTs need at least a 1-d tensor")
-    ax = _axis(axis, x.ndim)
+    x, ax = _checked_axis(x, axis)
     n = x.shape[ax] if n is None else int(n)
     if n < 1:
         raise ValueError(f"invalid number of FFT points {n}; it must be at least 1")
@@ -145,10 +147,7 @@ def _r2c(x: Tensor, n: int | None, axis: int, norm: str, conj: bool = False) -> 
 
 
 def _c2r(x: Tensor, n: int | None, axis: int, norm: str, conj: bool = False) -> Tensor:
-    x = _check(x)
-    if x.ndim == 0:
-        raise ValueError("FFTs need at least a 1-d tensor")
-    ax = _axis(axis, x.ndim)
+    x, ax = _checked_axis(x, axis)
     n = 2 * (x.shape[ax] - 1) if n is None else int(n)
     if n < 1:
         raise ValueError(f"invalid number of data points {n} for an inverse real FFT; pass n")
