@@ -168,6 +168,142 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
         out[HEAD_DIM + 1] = red[0];
     }
 }
+
+// One element of a head's row rotated at position pos (what rope_store writes at t).
+inline float rope_elem(__global const float *src, int t, int pos, __global const float *inv_freq) {
+#if ROPE_NEOX
+    const int i = t < HEAD_DIM / 2 ? t : t - HEAD_DIM / 2;
+    const int a = i, b = i + HEAD_DIM / 2;
+#else
+    const int i = t >> 1;
+    const int a = 2 * i, b = 2 * i + 1;
+#endif
+    float c, s = sincos((float)pos * inv_freq[i], &c);
+    return t == a ? src[a] * c - src[b] * s : src[a] * s + src[b] * c;
+}
+
+#ifndef COMBINE
+#define COMBINE 0
+#endif
+#ifndef PTX_FENCE
+#define PTX_FENCE 0
+#endif
+// A device-wide fence between a work-group's partial and the counter that announces it.
+#if PTX_FENCE
+#define GLOBAL_FENCE() asm volatile("membar.gl;" ::: "memory")
+#else
+#define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
+#endif
+
+// Decode attention of one row straight from the QKV projection: rope_store, attn_decode_wg
+// and (COMBINE) attn_combine in one launch. Each work-group rotates its head's q itself; the
+// work-group whose chunk holds the new position (the last one) rotates k, uses the new k and v
+// from local memory and registers, and the first head of each KV group stores them in the
+// cache. With COMBINE the work-groups of a head count themselves in count[h] (zero between
+// launches) and the last to finish combines the partials into out [H][D]; a head whose
+// positions fit one chunk writes out directly. Without COMBINE every work-group leaves its
+// partial, as attn_decode_wg does, for attn_combine.
+// Work geometry: global (S * D, H), local (D, 1).
+__kernel void attn_decode_rope(__global float *out, __global float *part, __global int *count,
+                               __global const float *qkv, __global float *kc,
+                               __global float *vc, __global const int *state,
+                               __global const float *inv_freq, int max_seq, int n_rep, int H,
+                               int KV, float scale) {
+    __local float qs[HEAD_DIM], kn[HEAD_DIM], p[CHUNK], red[HEAD_DIM];
+    __local int last;
+    const int t = get_local_id(0), s = get_group_id(0), h = get_global_id(1);
+    const int S = get_num_groups(0);
+    const int pos = state[0], L = pos + 1;
+    const int active = (L + CHUNK - 1) / CHUNK;  // work-groups with positions
+    const int j0 = s * CHUNK, n = min(L - j0, CHUNK);
+    if (n <= 0) return;  // the same for the whole work-group
+    const int kvh = h / n_rep;
+    const bool tail = s == active - 1;  // its chunk ends with the new position
+    qs[t] = rope_elem(qkv + h * HEAD_DIM, t, pos, inv_freq) * scale;
+    float vn = 0.0f;
+    if (tail) {
+        const float kr = rope_elem(qkv + (H + kvh) * HEAD_DIM, t, pos, inv_freq);
+        vn = qkv[(H + KV + kvh) * HEAD_DIM + t];
+        kn[t] = kr;
+        if (h == kvh * n_rep) {
+            const size_t at = ((size_t)kvh * max_seq + pos) * HEAD_DIM + t;
+            kc[at] = kr;
+            vc[at] = vn;
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global const float *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
+    __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
+    const int nc = tail ? n - 1 : n;  // positions read from the cache
+    float mx = -INFINITY;
+    for (int j = t; j < n; j += HEAD_DIM) {
+        float4 a = (float4)(0.0f);
+        if (j < nc) {
+            for (int d = 0; d < D4; ++d) a = mad(vload4(d, kb + (size_t)j * HEAD_DIM), vload4(d, qs), a);
+        } else {
+            for (int d = 0; d < D4; ++d) a = mad(vload4(d, kn), vload4(d, qs), a);
+        }
+        const float sc = a.x + a.y + a.z + a.w;
+        p[j] = sc;
+        mx = fmax(mx, sc);
+    }
+    red[t] = mx;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
+        if (t < o) red[t] = fmax(red[t], red[t + o]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    mx = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float l = 0.0f;
+    for (int j = t; j < n; j += HEAD_DIM) {
+        const float e = exp(p[j] - mx);
+        p[j] = e;
+        l += e;
+    }
+    red[t] = l;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
+        if (t < o) red[t] += red[t + o];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    l = red[0];
+    float acc = 0.0f;
+    for (int j = 0; j < nc; ++j) acc = mad(p[j], vb[(size_t)j * HEAD_DIM + t], acc);
+    if (tail) acc = mad(p[n - 1], vn, acc);
+#if COMBINE
+    if (active == 1) {
+        out[h * HEAD_DIM + t] = acc / l;
+        return;
+    }
+#endif
+    __global float *pp = part + ((size_t)h * S + s) * (HEAD_DIM + 2);
+    pp[t] = acc;
+    if (t == 0) {
+        pp[HEAD_DIM] = mx;
+        pp[HEAD_DIM + 1] = l;
+    }
+#if COMBINE
+    GLOBAL_FENCE();
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (t == 0) last = atomic_inc(count + h) == active - 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!last) return;
+    GLOBAL_FENCE();
+    // volatile: the partials of other work-groups, read past any cached copy
+    volatile __global const float *ph = part + (size_t)h * S * (HEAD_DIM + 2);
+    float gm = -INFINITY;
+    for (int i = 0; i < active; ++i) gm = fmax(gm, ph[i * (HEAD_DIM + 2) + HEAD_DIM]);
+    float num = 0.0f, den = 0.0f;
+    for (int i = 0; i < active; ++i) {
+        const float w = exp(ph[i * (HEAD_DIM + 2) + HEAD_DIM] - gm);
+        num += w * ph[i * (HEAD_DIM + 2) + t];
+        den += w * ph[i * (HEAD_DIM + 2) + HEAD_DIM + 1];
+    }
+    out[h * HEAD_DIM + t] = num / den;
+    if (t == 0) atomic_xchg(count + h, 0);
+#endif
+}
 #endif
 
 // Combine the splits of attn_decode: out [H][D]. Work geometry: global (D, H).

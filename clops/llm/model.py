@@ -188,6 +188,7 @@ class Model:
         self.logits_buf = dev.alloc(C * cfg.vocab_size * f4)
         self.z = dev.alloc(cfg.vocab_size * f4)
         self.part = dev.alloc(K.part_nbytes(dev, self.max_seq, H, D))
+        self.count = _upload(dev, np.zeros(H, np.int32))  # attn_decode_rope's, left zero
         self.state = _upload(dev, np.zeros(4, np.int32))
         self.tokens = _upload(dev, np.zeros(self.max_seq + 2, np.int32))
         self.seen = _upload(dev, np.zeros(cfg.vocab_size, np.uint8))
@@ -221,16 +222,27 @@ class Model:
             for w, off, b in ly.qkv.parts:
                 add(K.matmul(dev, self.qkv, off, n_qkv, xin, 0, dim, w, m, bias=b,
                              name=f"qkv.{i}", norm=norm))
-            add(K.rope_store(dev, self.q, self.qkv, n_qkv, ly.k_cache, ly.v_cache, self.state,
-                             self.inv_freq, m, H, KV, D, self.max_seq, cfg.rope_neox))
-            if m == 1:
-                for ln in K.attn_decode(dev, self.attn, self.part, self.q, ly.k_cache,
-                                        ly.v_cache, self.state, H, KV, D, self.max_seq, scale):
+            if m == 1 and K.fused_decode(dev, D):
+                # PERF: rotation, cache store, attention and (where the device allows) the
+                # split combine in one launch instead of four
+                for ln in K.attn_decode_rope(dev, self.attn, self.part, self.count, self.qkv,
+                                             ly.k_cache, ly.v_cache, self.state,
+                                             self.inv_freq, H, KV, D, self.max_seq, scale,
+                                             cfg.rope_neox):
                     add(ln)
             else:
-                add(K.attn_prefill(dev, self.attn, self.q, 0, H * D, ly.k_cache, ly.v_cache,
-                                   0, 0, self.max_seq * D, self.state, 0, True, self.max_seq,
-                                   m, H, KV, D, scale))
+                add(K.rope_store(dev, self.q, self.qkv, n_qkv, ly.k_cache, ly.v_cache,
+                                 self.state, self.inv_freq, m, H, KV, D, self.max_seq,
+                                 cfg.rope_neox))
+                if m == 1:
+                    for ln in K.attn_decode(dev, self.attn, self.part, self.q, ly.k_cache,
+                                            ly.v_cache, self.state, H, KV, D, self.max_seq,
+                                            scale):
+                        add(ln)
+                else:
+                    add(K.attn_prefill(dev, self.attn, self.q, 0, H * D, ly.k_cache,
+                                       ly.v_cache, 0, 0, self.max_seq * D, self.state, 0, True,
+                                       self.max_seq, m, H, KV, D, scale))
             add(K.matmul(dev, self.x, 0, dim, self.attn, 0, H * D, ly.o, m, accum=True,
                          name=f"o.{i}"))
             norm = (ly.ffn_norm, cfg.norm_eps) if fuse else None

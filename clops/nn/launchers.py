@@ -220,6 +220,50 @@ def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer,
             Launch(k2, (head_dim, n_heads), None, a2, [part, state], [out], "attn_combine")]
 
 
+def fused_decode(dev: CLDevice, head_dim: int) -> bool:
+    """Whether decode attention runs as attn_decode_rope (rotation, cache store and attention
+    in one launch): GPUs, with a work-group of head_dim work-items."""
+    return (not is_cpu(dev) and head_dim <= dev.caps.max_work_group
+            and head_dim & (head_dim - 1) == 0)
+
+
+def decode_combines(dev: CLDevice) -> bool:
+    """Whether the last work-group of a head may combine the others' partials in the same
+    launch: where a device-wide fence is known to order them (NVIDIA through PTX; PoCL's CPU
+    threads share coherent memory). Elsewhere attn_combine runs as its own launch."""
+    return is_cpu(dev) or dev.probe("nvidia_ptx")
+
+
+def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qkv: Buffer,
+                     kc: Buffer, vc: Buffer, state: Buffer, inv_freq: Buffer, n_heads: int,
+                     n_kv: int, head_dim: int, max_seq: int, scale: float, neox: bool,
+                     chunk: int | None = None, combine: bool | None = None) -> list[Launch]:
+    """Decode attention of one row straight from the QKV projection ``qkv`` ([q | k | v] of
+    the row at position state[0], before rotation): rotates q and k, stores k and v in the
+    cache and attends, in one launch where ``decode_combines`` (``count``: n_heads int32,
+    zero, left zero), else two. ``out`` is [H][D]."""
+    if chunk is None:
+        chunk, splits = decode_chunk(dev, max_seq, n_heads)
+    else:
+        splits = math.ceil(max_seq / chunk)
+    if combine is None:
+        combine = decode_combines(dev)
+    ptx = combine and not is_cpu(dev) and dev.probe("nvidia_ptx")
+    k1 = kernel(dev, "attention", "attn_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
+                ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx))
+    a1 = [out, part, count, qkv, kc, vc, state, inv_freq, i32(max_seq),
+          i32(n_heads // n_kv), i32(n_heads), i32(n_kv), f32(scale)]
+    launches = [Launch(k1, (splits * head_dim, n_heads), (head_dim, 1), a1,
+                       [qkv, kc, vc, state, inv_freq, count],
+                       [out, part, kc, vc, count], "attn_decode")]
+    if not combine:
+        k2 = kernel(dev, "attention", "attn_combine", HEAD_DIM=head_dim)
+        launches.append(Launch(k2, (head_dim, n_heads), None,
+                               [out, part, state, i32(chunk), i32(splits)], [part, state],
+                               [out], "attn_combine"))
+    return launches
+
+
 def part_nbytes(dev: CLDevice, max_seq: int, n_heads: int, head_dim: int) -> int:
     _, splits = decode_chunk(dev, max_seq, n_heads)
     return n_heads * splits * (head_dim + 2) * 4

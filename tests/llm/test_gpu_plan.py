@@ -16,12 +16,18 @@ import clops.nn.launchers as launchers  # noqa: E402
 from .tiny import VOCAB, hf_logits, make_model  # noqa: E402
 
 
+@pytest.mark.parametrize("combine", [True, False])
 @pytest.mark.parametrize("case", [dict(arch="llama"), dict(arch="qwen2", dtype="float16",
                                                              tied=True)])
-def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case):
+def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, combine):
     import torch
 
     monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    # decode attention in one launch (combine: the last work-group combines the splits) or
+    # two; chunks of 8 positions, so that the generated steps span several
+    monkeypatch.setattr(launchers, "decode_combines", lambda dev: combine)
+    monkeypatch.setattr(launchers, "decode_chunk", lambda dev, max_seq, n_heads:
+                        (8, -(-max_seq // 8)))
     ref = make_model(str(tmp_path), **case)
     model = clops.llm.load(str(tmp_path), device=device, max_seq_len=256, progress=False)
     ids = np.random.default_rng(2).integers(0, VOCAB, 40).tolist()

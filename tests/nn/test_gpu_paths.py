@@ -82,3 +82,69 @@ def test_matmul_fused_norm_and_glu(device, gpu_geometry, fmt, m):
             xin = gate / (1 + np.exp(-gate)) * up
         ln.run(device)
         np.testing.assert_allclose(np.asarray(y), xin @ w_used.T, rtol=2e-4, atol=2e-4)
+
+
+def _rope_ref(x: np.ndarray, pos: int, inv_freq: np.ndarray, neox: bool) -> np.ndarray:
+    """x [heads, D] rotated at ``pos``, as the model's rope_store does."""
+    d = x.shape[-1]
+    ang = np.float32(pos) * inv_freq
+    c, s = np.cos(ang), np.sin(ang)
+    out = x.copy()
+    a, b = (slice(0, d // 2), slice(d // 2, d)) if neox else (slice(0, d, 2), slice(1, d, 2))
+    out[:, a] = x[:, a] * c - x[:, b] * s
+    out[:, b] = x[:, a] * s + x[:, b] * c
+    return out
+
+
+@pytest.mark.parametrize("combine", [True, False])
+@pytest.mark.parametrize("neox", [True, False])
+def test_attn_decode_rope_steps(device, combine, neox):
+    # decode steps through the one-launch attention: rotation of q and k, the cache store of
+    # the new row, attention over chunks of 16 positions (1, 2 and several chunks active,
+    # boundaries included) and the combine, by the last work-group or by attn_combine; the
+    # head counters must be left at zero for the next step
+    h, kv, d, max_seq, chunk = 6, 2, 32, 96, 16
+    rng = np.random.default_rng(5)
+    inv_freq = (1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
+    dev = device
+    kc, vc = (dev.alloc(kv * max_seq * d * 4) for _ in range(2))
+    for c in (kc, vc):  # positions the steps skip hold zeros, as in the reference
+        dev.write(c, np.zeros(kv * max_seq * d, np.float32), blocking=True)
+    out = dev.alloc(h * d * 4)
+    part = dev.alloc(h * (max_seq // chunk) * (d + 2) * 4)
+    count = dev.alloc(h * 4)
+    dev.write(count, np.zeros(h, np.int32), blocking=True)
+    state = dev.alloc(16)
+    qkv = dev.alloc((h + 2 * kv) * d * 4)
+    ifq = dev.alloc(inv_freq.nbytes)
+    dev.write(ifq, inv_freq, blocking=True)
+    keys = np.zeros((max_seq, kv, d), np.float32)
+    vals = np.zeros((max_seq, kv, d), np.float32)
+    scale = 1 / np.sqrt(d)
+    for pos in [0, 1, 15, 16, 17, 31, 32, 33, 50, 80, 95]:
+        row = rng.standard_normal((h + 2 * kv) * d).astype(np.float32)
+        q = _rope_ref(row[:h * d].reshape(h, d), pos, inv_freq, neox)
+        keys[pos] = _rope_ref(row[h * d:(h + kv) * d].reshape(kv, d), pos, inv_freq, neox)
+        vals[pos] = row[(h + kv) * d:].reshape(kv, d)
+        dev.write(qkv, row, blocking=True)
+        dev.write(state, np.array([pos, 0, 0, 0], np.int32), blocking=True)
+        for ln in launchers.attn_decode_rope(dev, out, part, count, qkv, kc, vc, state, ifq, h,
+                                             kv, d, max_seq, float(scale), neox, chunk=chunk,
+                                             combine=combine):
+            ln.run(dev)
+        got = np.empty((h, d), np.float32)
+        dev.read(got, out, blocking=True)
+        kr = np.repeat(keys[:pos + 1], h // kv, axis=1)  # [L, h, d]
+        vr = np.repeat(vals[:pos + 1], h // kv, axis=1)
+        s = np.einsum("hd,lhd->hl", q.astype(np.float64), kr) * scale
+        p = np.exp(s - s.max(1, keepdims=True))
+        want = np.einsum("hl,lhd->hd", p / p.sum(1, keepdims=True), vr)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"pos {pos}")
+        cached = np.empty((kv, max_seq, d), np.float32)
+        dev.read(cached, kc, blocking=True)
+        np.testing.assert_allclose(cached[:, pos], keys[pos], rtol=1e-5, atol=1e-6)
+        dev.read(cached, vc, blocking=True)
+        np.testing.assert_array_equal(cached[:, pos], vals[pos])
+        left = np.empty(h, np.int32)
+        dev.read(left, count, blocking=True)
+        assert not left.any(), "the head counters must be zero after each step"
