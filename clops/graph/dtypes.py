@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+_PY_SCALAR_TYPES = (bool, int, float, complex)
+
 
 @dataclass(frozen=True, eq=False)
 class DType:
@@ -29,6 +31,10 @@ class DType:
             return self.name == other.name
         if isinstance(other, str):
             return self.name == other
+        # NOTE: np.dtype(None) and np.dtype(float) are float64, but a dtype must not equal
+        # None or a Python scalar type (`dtype == None` is how callers test "no dtype given").
+        if other is None or any(other is t for t in _PY_SCALAR_TYPES):
+            return False
         try:
             return self.name != "bfloat16" and np.dtype(other) == self.np  # type: ignore
         except TypeError:
