@@ -67,6 +67,11 @@ def cache_dir() -> str | None:
     return os.environ.get("CLOPS_CACHE_DIR") or None
 
 
+def raw_enqueue() -> bool:
+    """``CLOPS_RAW_ENQUEUE`` (default on): launch plans replay on GPUs without events."""
+    return os.environ.get("CLOPS_RAW_ENQUEUE", "1") not in ("0", "false", "no")
+
+
 def debug_level() -> int:
     return CONFIG.debug
 

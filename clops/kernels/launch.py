@@ -74,7 +74,7 @@ class LaunchPlan:
     device: CLDevice
     launches: list[Launch] = field(default_factory=list)
     _ready: bool = False
-    _prepared: list[Any] = field(default_factory=list)
+    _prepared: Any = None
 
     def add(self, launch: Launch) -> None:
         self.launches.append(launch)
@@ -83,8 +83,8 @@ class LaunchPlan:
     def _prepare(self) -> None:
         for ln in self.launches:
             ln.kernel.set_args(*[a.mem if isinstance(a, Buffer) else a for a in ln.args])
-        self._prepared = [(ln.kernel, ln.global_size, ln.local_size, ln.name)
-                          for ln in self.launches]
+        self._prepared = self.device.prepare_launches(
+            [(ln.kernel, ln.global_size, ln.local_size, ln.name) for ln in self.launches])
         self._ready = True
 
     def replay(self) -> None:

@@ -1,0 +1,58 @@
+"""Event-free replay of prepared launches (the GPU decode path), forced on the test device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clops.runtime import rawenqueue
+from clops.runtime.device import PreparedLaunches
+
+SRC = """
+__kernel void axpb(__global float *y, __global const float *x, float a, float b) {
+    const size_t i = get_global_id(0) + get_global_id(1) * get_global_size(0);
+    y[i] = a * x[i] + b;
+}
+"""
+
+pytestmark = pytest.mark.skipif(not rawenqueue.available(),
+                                reason="no OpenCL loader reachable through ctypes")
+
+
+def _plan(device, n):
+    x, y, z = (device.alloc(n * 4) for _ in range(3))
+    host = np.arange(n, dtype=np.float32)
+    device.write(x, host, blocking=True)
+    k1 = device.kernel(SRC, "axpb")
+    import pyopencl as cl
+
+    k1 = cl.Kernel(k1.program, "axpb")  # own argument slots per launch
+    k2 = cl.Kernel(k1.program, "axpb")
+    k1.set_args(y.mem, x.mem, np.float32(2), np.float32(1))
+    k2.set_args(z.mem, y.mem, np.float32(3), np.float32(-1))  # reads what k1 wrote
+    items = [(k1, (n,), None, "first"), (k2, (n // 4, 4), (1, 1), "second")]
+    return host, z, items
+
+
+def test_event_free_replay_runs_in_order(device):
+    n = 1024
+    host, z, items = _plan(device, n)
+    prepared = PreparedLaunches([(k, g, l, nm) for k, g, l, nm in items],
+                                rawenqueue.prepare(items))
+    for _ in range(3):  # replays leave the same result
+        device.enqueue_prepared(prepared)
+    out = np.empty(n, np.float32)
+    device.read(out, z, blocking=True)
+    np.testing.assert_array_equal(out, 3 * (2 * host + 1) - 1)
+
+
+def test_event_free_replay_error_names_the_launch(device):
+    big = 2 * device.caps.max_work_group  # a work-group larger than the device allows
+    n = max(1024, big)
+    _, _, items = _plan(device, n)
+    k2 = items[1][0]
+    bad = [items[0], (k2, (big,), (big,), "second")]
+    prepared = PreparedLaunches(bad, rawenqueue.prepare(bad))
+    with pytest.raises(RuntimeError, match=r"axpb \(launch 1 of the plan\)"):
+        device.enqueue_prepared(prepared)
+    device.synchronize()
