@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -116,7 +117,7 @@ class PreparedLaunches:
 class CLQueue:
     """A command queue of a device. In-order unless asked otherwise; always profiling-capable."""
 
-    __slots__ = ("device", "cl_queue", "in_order", "index")
+    __slots__ = ("device", "cl_queue", "in_order", "index", "__weakref__")
 
     def __init__(self, device: CLDevice, out_of_order: bool = False, index: int = 0) -> None:
         props: int = cl.command_queue_properties.PROFILING_ENABLE
@@ -187,7 +188,10 @@ class CLDevice:
         self.backend = entry.backend
         self.selector = selector
         self.context = cl.Context([self.cl_device])
-        self.queues: list[CLQueue] = []
+        # NOTE: queues other than the default one are held weakly: one that its creator drops
+        # goes (pending work still completes; buffers hold the queues of their last events)
+        self._queues: dict[int, weakref.ref[CLQueue]] = {}
+        self._queue_count = 0
         self._queue_lock = threading.Lock()
         # NOTE: set_args and enqueue are two driver calls on one shared kernel object; a second
         # thread launching the same kernel in between would run with the other thread's args.
@@ -291,11 +295,26 @@ class CLDevice:
 
     # -- queues ------------------------------------------------------------------------------------
     def create_queue(self, out_of_order: bool = False) -> CLQueue:
-        """A new queue on this device's context (in-order unless ``out_of_order``)."""
+        """A new queue on this device's context (in-order unless ``out_of_order``); it lasts as
+        long as its creator holds it."""
         with self._queue_lock:
-            q = CLQueue(self, out_of_order, index=len(self.queues))
-            self.queues.append(q)
+            q = CLQueue(self, out_of_order, index=self._queue_count)
+            self._queue_count += 1
+            self._queues[q.index] = weakref.ref(q, self._forget_queue)
         return q
+
+    def _forget_queue(self, ref: weakref.ref[CLQueue]) -> None:
+        with self._queue_lock:
+            for i, r in list(self._queues.items()):
+                if r is ref:
+                    del self._queues[i]
+
+    @property
+    def queues(self) -> list[CLQueue]:
+        """The live queues of this device, the default one first."""
+        with self._queue_lock:
+            refs = list(self._queues.values())
+        return [q for q in (r() for r in refs) if q is not None]
 
     # Device fission lives in fission.py; these two methods only forward to it.
     def create_sub_devices(self, n: int | None = None, **how: Any) -> list[CLDevice]:
