@@ -17,13 +17,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import pyopencl as cl
-
 from .. import _config
-from ..runtime import profiler
+from ..runtime import interop, profiler
 from ..runtime.events import Event
 
 if TYPE_CHECKING:
+    from ..runtime import NativeEvent
     from ..runtime.device import CLDevice, CLQueue
     from ..runtime.pool import Buffer
 
@@ -288,7 +287,7 @@ class _Span:
     """What the profiler reads of an event, for work between two markers (a library that
     returns no event): it starts when the first marker ends and ends when the second does."""
 
-    def __init__(self, first: cl.Event, last: cl.Event) -> None:
+    def __init__(self, first: NativeEvent, last: NativeEvent) -> None:
         self.first, self.last = first, last
 
     def wait(self) -> None:
@@ -303,7 +302,7 @@ class _Span:
 
 
 # -- the guarded call -------------------------------------------------------------------------
-def guarded_call(device: CLDevice, enqueue: Callable[[CLQueue], cl.Event | None], *,
+def guarded_call(device: CLDevice, enqueue: Callable[[CLQueue], NativeEvent | None], *,
                  reads: Iterable[Buffer] = (), writes: Iterable[Buffer] = (),
                  queue: CLQueue | None = None, name: str, provider: str, op: str,
                  nbytes: int = 0, flops: float = 0.0, wait_for: Sequence[Event] = ()) -> Event:
@@ -318,7 +317,7 @@ def guarded_call(device: CLDevice, enqueue: Callable[[CLQueue], cl.Event | None]
     q = queue_of(device, queue)
     reads = list(reads)
     writes = list(writes)
-    deps: list[cl.Event] = [e.cl_event for e in wait_for if e.cl_event is not None]
+    deps: list[NativeEvent] = [e.cl_event for e in wait_for if e.cl_event is not None]
     for b in reads:
         deps.extend(b.read_deps(q))
     for b in writes:
@@ -327,16 +326,17 @@ def guarded_call(device: CLDevice, enqueue: Callable[[CLQueue], cl.Event | None]
         seen: set[int] = set()
         unique = []
         for dep in deps:
-            if dep.int_ptr not in seen:
-                seen.add(dep.int_ptr)
+            handle = interop.event_handle(dep)
+            if handle not in seen:
+                seen.add(handle)
                 unique.append(dep)
-        cl.enqueue_barrier(q.cl_queue, wait_for=unique)
-    before = cl.enqueue_marker(q.cl_queue) if profiler.ACTIVE else None
+        interop.enqueue_barrier(q, wait_for=unique)
+    before = interop.enqueue_marker(q) if profiler.ACTIVE else None
     ev = enqueue(q)
     timed: Any = ev
     if ev is None:
         # NOTE: a marker with no wait list completes after everything enqueued before it.
-        ev = cl.enqueue_marker(q.cl_queue)
+        ev = interop.enqueue_marker(q)
         timed = _Span(before, ev) if before is not None else ev
     for b in reads:
         b.mark_read(ev, q)

@@ -21,12 +21,13 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyopencl as cl
 
+from ..runtime import interop
 from . import layout
 from .base import Operand, OpSpec, Provider, ProviderError, guarded_call, queue_of
 
 if TYPE_CHECKING:
+    from ..runtime import NativeEvent
     from ..runtime.device import CLDevice, CLQueue
     from ..runtime.events import Event
 
@@ -126,7 +127,8 @@ def _fits(op: Operand, ld: int, transposed: bool) -> bool:
     batch = sum((n - 1) * s for n, s in zip(op.shape[:-2], op.strides[:-2]))
     if batch < 0 or op.offset < 0:
         return False
-    return (op.offset + batch + ld * stored_rows) * op.itemsize <= op.buffer.mem.size
+    end = (op.offset + batch + ld * stored_rows) * op.itemsize
+    return end <= interop.buffer_mem_size(op.buffer)
 
 
 def _t(op: Operand) -> Operand:
@@ -201,8 +203,8 @@ class CLBlastProvider(Provider):
         fn = self._fn(routine, dtype)
         symbol = _SYMBOLS[routine].format(p=_PRECISION[dtype][0])
 
-        def enqueue(q: CLQueue) -> cl.Event | None:
-            qptr = ctypes.c_void_p(q.cl_queue.int_ptr)
+        def enqueue(q: CLQueue) -> NativeEvent | None:
+            qptr = ctypes.c_void_p(interop.queue_handle(q))
             evptr = ctypes.c_void_p(0)
             status = fn(*args, ctypes.byref(qptr), ctypes.byref(evptr))
             if status != 0:
@@ -212,7 +214,7 @@ class CLBlastProvider(Provider):
                     f"{[a for a in args if isinstance(a, int | float)]}")
             if not evptr.value:
                 return None
-            return cl.Event.from_int_ptr(evptr.value, retain=False)
+            return interop.event_from_handle(evptr.value, retain=False)
 
         nbytes = sum(o.nbytes for o in list(reads) + list(writes))
         return guarded_call(device, enqueue, reads=[o.buffer for o in reads],
@@ -291,7 +293,7 @@ class CLBlastProvider(Provider):
         n = b.shape[-1]
         head = [_ROW_MAJOR, _TRANS if ta else _NO_TRANS, _TRANS if tb else _NO_TRANS, m, n, k]
         al, be = _scalar(dtype, alpha), _scalar(dtype, beta)
-        mems = [ctypes.c_void_p(o.buffer.mem.int_ptr) for o in (a, b, c)]
+        mems = [ctypes.c_void_p(interop.buffer_handle(o.buffer)) for o in (a, b, c)]
         bshape = c.shape[:-2]
         count = math.prod(bshape)
         strides = [_collapse_batch(bshape, o.strides[:-2]) for o in (a, b, c)]
@@ -343,11 +345,12 @@ class CLBlastProvider(Provider):
                 layout.zero(device, y, queue=queue)
             trans, lda = _matrix(a)  # type: ignore[misc]
             rows, cols = (n, m) if trans else (m, n)
+            mem_a, mem_x, mem_y = (ctypes.c_void_p(interop.buffer_handle(o.buffer))
+                                   for o in (a, x, y))
             args = [_ROW_MAJOR, _TRANS if trans else _NO_TRANS, rows, cols,
-                    _scalar(dtype, alpha), ctypes.c_void_p(a.buffer.mem.int_ptr), a.offset, lda,
-                    ctypes.c_void_p(x.buffer.mem.int_ptr), x.offset, max(x.strides[0], 1),
-                    _scalar(dtype, beta), ctypes.c_void_p(y.buffer.mem.int_ptr), y.offset,
-                    max(y.strides[0], 1)]
+                    _scalar(dtype, alpha), mem_a, a.offset, lda,
+                    mem_x, x.offset, max(x.strides[0], 1),
+                    _scalar(dtype, beta), mem_y, y.offset, max(y.strides[0], 1)]
             ev = self._call(device, "gemv", dtype, args, reads=[a, x], writes=[y], queue=queue,
                             flops=2.0 * m * n)
         if y is not target:
@@ -358,10 +361,9 @@ class CLBlastProvider(Provider):
     def estimate(self, op: str, device: CLDevice, dtype: str, shape_key: tuple[int, ...]) -> float:
         """Seconds from a roofline guess: peak FMA rate from compute units and clock, half of
         it reached, plus the launch."""
-        d = device.cl_device
         lanes = 128 if device.kind == "gpu" else 2 * max(device.caps.preferred_vector_width_float,
                                                          4)
-        peak = device.caps.compute_units * max(d.max_clock_frequency, 100) * 1e6 * 2 * lanes
+        peak = device.caps.compute_units * max(interop.clock_mhz(device), 100) * 1e6 * 2 * lanes
         if op == "gemv":
             m, n = shape_key[-2:]
             flops = 2.0 * m * n

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pyopencl as cl
 
+from ..runtime import interop
 from .base import ITEMSIZE, Operand, contiguous_strides, queue_of
 
 if TYPE_CHECKING:
+    from ..runtime import Kernel
     from ..runtime.device import CLDevice, CLQueue
     from ..runtime.events import Event
 
@@ -99,15 +100,9 @@ def _convert(vdst: str, vsrc: str, dst: str, src: str, conj: bool, real_part: bo
     return "" if vdst == vsrc else f"(({vdst})(V))"
 
 
-_KERNELS: dict[tuple[int, str, tuple[str, ...]], cl.Kernel] = {}
-
-
-def _kernel(device: CLDevice, name: str, options: tuple[str, ...]) -> cl.Kernel:
-    key = (id(device), name, options)
-    kern = _KERNELS.get(key)
-    if kern is None:
-        kern = _KERNELS[key] = cl.Kernel(device.build(_source(), options), name)
-    return kern
+def _kernel(device: CLDevice, name: str, options: tuple[str, ...]) -> Kernel:
+    """The kernel ``name`` of ``layout.cl`` built with ``options`` (cached by the device)."""
+    return device.kernel(_source(), name, options)
 
 
 def _collapse(shape: list[int], dst: list[int], src: list[int], rot: list[int],
@@ -167,7 +162,7 @@ def copy(device: CLDevice, src: Operand, dst: Operand, *, rot: Sequence[int] | N
     ro, va = [0] * pad + ro, [1] * pad + va
 
     def l8(v: list[int]) -> np.ndarray:
-        return cl.cltypes.make_long8(*v)  # type: ignore[attr-defined,no-any-return]
+        return interop.vector_arg("long", v)
 
     kern = _kernel(device, "strided_copy", _options(dst.dtype, src.dtype, conj, real_part))
     args = [dst.buffer, np.int64(dst.offset), src.buffer, np.int64(src.offset), l8(s), l8(dstr),

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pyopencl as cl
 
 from . import layout
 from .base import Operand, measure, queue_of
 
 if TYPE_CHECKING:
+    from ..runtime import Kernel
     from ..runtime.device import CLDevice, CLQueue
     from ..runtime.events import Event
     from ..runtime.pool import Buffer
@@ -80,17 +80,11 @@ class _Plan:
 
 
 _PLANS: dict[tuple[int, int, str], _Plan] = {}
-_KERNELS: dict[tuple[int, str, str], cl.Kernel] = {}
-
-
-def _kernel(device: CLDevice, dtype: str, name: str) -> cl.Kernel:
-    key = (id(device), dtype, name)
-    kern = _KERNELS.get(key)
-    if kern is None:
-        opts = ("-D CT=float2", "-D RT=float") if dtype == "complex64" else \
-            ("-D CT=double2", "-D RT=double", "-D USE_FP64")
-        kern = _KERNELS[key] = cl.Kernel(device.build(_source(), opts), name)
-    return kern
+def _kernel(device: CLDevice, dtype: str, name: str) -> Kernel:
+    """The kernel ``name`` of ``fft.cl`` for ``dtype`` (cached by the device)."""
+    opts = ("-D CT=float2", "-D RT=float") if dtype == "complex64" else \
+        ("-D CT=double2", "-D RT=double", "-D USE_FP64")
+    return device.kernel(_source(), name, opts)
 
 
 def _upload(device: CLDevice, values: np.ndarray, dtype: str) -> Buffer:

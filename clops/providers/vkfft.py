@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyopencl as cl
 
+from ..runtime import interop
 from . import layout, stockham
 from .base import Operand, OpSpec, Provider, ProviderError, guarded_call, queue_of
 
@@ -36,8 +36,7 @@ class _DeviceArray:
     """The few attributes of a ``pyopencl.array.Array`` that pyvkfft reads, over a clops
     buffer (or sub-buffer)."""
 
-    def __init__(self, data: cl.MemoryObject, shape: tuple[int, ...], dtype: str,
-                 queue: cl.CommandQueue) -> None:
+    def __init__(self, data: Any, shape: tuple[int, ...], dtype: str, queue: Any) -> None:
         self.data = data
         self.shape = shape
         self.dtype = np.dtype(_NP[dtype])
@@ -102,9 +101,9 @@ class VkFFTProvider(Provider):
         return operand.byte_offset % align == 0
 
     def _array(self, op: Operand, q: CLQueue, shape: tuple[int, ...]) -> _DeviceArray:
-        mem: cl.MemoryObject = op.buffer.mem
+        mem: Any = op.buffer.mem
         if op.offset:
-            mem = mem.get_sub_region(op.byte_offset, op.nbytes)  # type: ignore[attr-defined]
+            mem = interop.sub_buffer(op.buffer, op.byte_offset, op.nbytes)
         return _DeviceArray(mem, shape, op.dtype, q.cl_queue)
 
     def free_plans(self) -> None:
@@ -113,7 +112,7 @@ class VkFFTProvider(Provider):
             self._plans.clear()
 
     def _plan(self, q: CLQueue, r2c: bool, batch: int, n: int, dtype: str, norm: int) -> Any:
-        key = (q.cl_queue.int_ptr, r2c, batch, n, dtype, norm)
+        key = (interop.queue_handle(q), r2c, batch, n, dtype, norm)
         with self._plan_lock:
             app = self._plans.get(key)
             if app is not None:
@@ -238,5 +237,4 @@ def _rows(op: Operand) -> tuple[int, int]:
 
 
 def _base_align(op: Operand) -> int:
-    dev = op.buffer.mem.context.devices[0]
-    return max(int(dev.mem_base_addr_align) // 8, 1)
+    return interop.base_addr_align(op.buffer)

@@ -8,6 +8,7 @@ from typing import Any
 from .device import CLDevice, CLQueue, DeviceCaps, device, devices, set_default_device
 from .discovery import DeviceNotFoundError, parse_selector
 from .events import Event, gather, wait_all, when_done
+from .interop import Kernel, NativeEvent
 from .pool import Buffer, BufferPool, size_class
 from .profiler import Profiler, Record, profile
 from .program import STATS as BUILD_STATS
@@ -15,9 +16,9 @@ from .program import BuildError
 
 __all__ = [
     "BUILD_STATS", "Buffer", "BufferPool", "BuildError", "CLDevice", "CLQueue", "DeviceCaps",
-    "DeviceNotFoundError", "Event", "Profiler", "Record", "device", "devices", "empty_cache",
-    "gather", "memory_stats", "parse_selector", "profile", "set_default_device", "size_class",
-    "synchronize", "wait_all", "when_done",
+    "DeviceNotFoundError", "Event", "Kernel", "NativeEvent", "Profiler", "Record", "device",
+    "devices", "empty_cache", "gather", "memory_stats", "parse_selector", "profile",
+    "set_default_device", "size_class", "synchronize", "wait_all", "when_done",
 ]
 
 

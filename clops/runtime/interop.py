@@ -1,14 +1,17 @@
-"""Runtime, interop: the pyopencl-facing pieces of custom kernels and native extensions: raw
-handles as integers, foreign events and buffers wrapped for dependency tracking, local-memory
-arguments, and objects kept alive until an event completes."""
+"""Runtime, interop: the pyopencl-facing pieces of custom kernels, native extensions and vendor
+libraries (providers): raw handles as integers, native events from handles, markers and barriers
+with wait lists, foreign events and buffers wrapped for dependency tracking, sub-buffers, vector
+and local-memory arguments, and objects kept alive until an event completes."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
+import numpy as np
 import pyopencl as cl
+import pyopencl.cltypes as cltypes
 
 from .events import Event, when_done
 from .pool import Buffer
@@ -17,6 +20,12 @@ if TYPE_CHECKING:
     from .device import CLDevice, CLQueue
 
 COMPLETE = cl.command_execution_status.COMPLETE
+
+# Names for type annotations outside the runtime (re-exported by ``clops.runtime``).
+Kernel: TypeAlias = cl.Kernel
+"""A kernel object, as ``CLDevice.kernel`` returns it."""
+NativeEvent: TypeAlias = cl.Event
+"""A driver event: what ``Event.cl_event`` holds and what buffers record as their dependencies."""
 
 
 def local_memory(nbytes: int) -> Any:
@@ -137,3 +146,86 @@ def kept_count() -> int:
     """How many keepalive holds are pending (for tests)."""
     with _KEPT_LOCK:
         return len(_KEPT)
+
+
+# -- providers: native handles, events, markers and barriers --------------------------------------
+def buffer_handle(buf: Buffer) -> int:
+    """The ``cl_mem`` of a buffer as an integer (for a C library's ``void*`` argument)."""
+    return int(buf.mem.int_ptr)
+
+
+def buffer_mem_size(buf: Buffer) -> int:
+    """Bytes of the driver allocation under ``buf`` (may exceed ``buf.nbytes``)."""
+    return int(buf.mem.size)
+
+
+def sub_buffer(buf: Buffer, offset: int, nbytes: int) -> Any:
+    """A native sub-buffer of ``nbytes`` bytes at byte ``offset`` of ``buf`` (untracked: the
+    caller tracks ``buf``). ``offset`` must be a multiple of :func:`base_addr_align`."""
+    return buf.mem.get_sub_region(int(offset), int(nbytes))
+
+
+def base_addr_align(buf: Buffer) -> int:
+    """The alignment in bytes (at least 1) that a sub-buffer's offset in ``buf`` needs: the
+    base address alignment of the first device of the buffer's context."""
+    dev = buf.mem.context.devices[0]
+    return max(int(dev.mem_base_addr_align) // 8, 1)
+
+
+def queue_handle(queue: CLQueue | ForeignQueue) -> int:
+    """The ``cl_command_queue`` of a queue as an integer."""
+    return int(queue.cl_queue.int_ptr)
+
+
+def event_handle(event: Event | cl.Event) -> int:
+    """The ``cl_event`` of an event (a clops ``Event`` or a native one) as an integer; 0 for a
+    clops ``Event`` with no native event."""
+    ev = event.cl_event if isinstance(event, Event) else event
+    return 0 if ev is None else int(ev.int_ptr)
+
+
+def event_from_handle(handle: int, retain: bool = False) -> cl.Event:
+    """A native event from an integer ``cl_event``. By default it takes over the reference the
+    handle holds (a library's output event, released when the object goes); ``retain=True``
+    adds a reference of its own instead (the caller keeps and releases its handle)."""
+    return cl.Event.from_int_ptr(int(handle), retain=retain)
+
+
+def enqueue_marker(queue: CLQueue | ForeignQueue, wait_for: Sequence[Any] = ()) -> cl.Event:
+    """A native marker event on ``queue`` that completes when ``wait_for`` (clops events, native
+    events or integer handles) has, or, when it is empty, after all work enqueued before it.
+    Unlike ``CLQueue.marker`` it returns the native event, as buffers record it."""
+    evs = wait_list(wait_for) if wait_for else None
+    return cl.enqueue_marker(queue.cl_queue, wait_for=evs or None)
+
+
+def enqueue_barrier(queue: CLQueue | ForeignQueue, wait_for: Sequence[Any] = ()) -> cl.Event:
+    """A native barrier on ``queue``: later commands on it wait for ``wait_for`` (clops events,
+    native events or integer handles), or, when it is empty, for all work enqueued before it.
+    For libraries that take no wait list: the barrier goes before their call."""
+    evs = wait_list(wait_for) if wait_for else None
+    return cl.enqueue_barrier(queue.cl_queue, wait_for=evs or None)
+
+
+# -- providers: kernel arguments and device facts ----------------------------------------------
+_VECTOR_WIDTHS = (2, 3, 4, 8, 16)
+
+
+def vector_arg(ctype: str, values: Sequence[Any]) -> np.ndarray:
+    """An OpenCL vector kernel argument (``long8``, ``float4``...) from its components.
+
+    >>> vector_arg("long", [1, 2, 3, 4, 5, 6, 7, 8])  # a long8
+    """
+    n = len(values)
+    if n not in _VECTOR_WIDTHS:
+        raise ValueError(f"an OpenCL vector has {_VECTOR_WIDTHS} components, not {n}")
+    make = getattr(cltypes, f"make_{ctype}{n}", None)
+    if make is None:
+        raise ValueError(f"no OpenCL vector type {ctype}{n}")
+    out: np.ndarray = make(*values)
+    return out
+
+
+def clock_mhz(device: CLDevice) -> int:
+    """The device's maximum clock frequency in MHz, as its driver reports it."""
+    return int(device.cl_device.max_clock_frequency)
