@@ -18,6 +18,19 @@ INT32_LIMIT = 2**31 - 1
 # vectorizes across work-items; explicit vectors measured 15-20% slower there.
 VECTOR_WIDTH = {"cpu": 1, "gpu": 4}
 
+# Reductions on GPUs: work-items per row (a row kernel's local size). One size for every shape,
+# so that a new shape never needs a new program.
+GPU_ROW_LOCAL = 256
+# Split reductions (stage 1): local size, and work-groups per compute unit to launch in all.
+# PERF (H100): 4 x 512 = 2048 work-items per unit, the most it holds: occupancy, not the unit
+# count, hides the memory latency; fewer partials keep stage 2 short (~5 us of 35 at 2^24).
+GPU_SPLIT_LOCAL = 512
+GPU_SPLIT_GROUPS_PER_CU = 4
+# Row values a work-item keeps in registers between the passes over a row (softmax: max, sum,
+# write). PERF (H100, 256 work-items, float4): 16 covers rows up to 4096; 32 made rows of 1024
+# slower (0.65 vs 0.89 of copy bandwidth: the unused steps still cost registers).
+ROW_CACHE_ELEMS = 16
+
 
 @dataclass
 class Lowered:
@@ -35,6 +48,7 @@ class Lowered:
     raxes: tuple[int, ...] = ()
     chunks: int = 1
     flat: int = 0  # 0: index math; 1: one element per work-item; n: n-wide vectors
+    vrow: int = 0  # row kernels: n-wide vector loads along contiguous, aligned rows
     wide: bool = False
     names: list[str] = field(default_factory=list)
 
@@ -203,15 +217,64 @@ def lower(item: KernelItem, device: Any) -> Lowered:
         # Bounds check on the flat index: GPUs launch whole work-groups past the end; CPUs
         # launch exactly (and PERF: an early return keeps PoCL from vectorizing).
         device.kind != "cpu",
+        *_row_class(item, lw, out_instrs, device),
     )
     return Lowered(
         key=key, leaf_buffers=[b for b, _, _ in lw.leaf_list], leaf_views=leaf_views,
         view_args=lw.views, const_values=lw.consts,
         out_buffers=[o.buffer for o in item.outputs], out_views=[o.view for o in item.outputs],
         full=full, raxes=item.raxes, chunks=item.chunks, flat=flat, wide=wide,
-        names=lw.names,
+        names=lw.names, vrow=key[-3],
     )
 
+
+def _row_class(item: KernelItem, lw: _Lowerer, out_instrs: tuple[Any, ...], device: Any
+               ) -> tuple[int, int, bool]:
+    """Layout and capability classes of a row (reduction) kernel on a GPU, all part of the key:
+    (vector width along the rows, register cache steps per work-item, warp shuffles)."""
+    if not item.raxes or device.kind == "cpu":
+        return 0, 0, False
+    full, raxes, rank = item.full, item.raxes, len(item.full)
+    regions = [ins for _, _, _, _, ins in lw.reduce_regions]
+    every = [i for r in regions for i in r] + list(out_instrs)
+    if any(len(i) > 1 and i[1] in ("ctx", "iota") for i in every):
+        vec = 0  # views and indices need index math per element
+    else:
+        vec = VECTOR_WIDTH.get(device.kind, 4)
+    slots = sorted({i[2] for i in every if len(i) > 1 and i[1] == "load" and i[3] == 0})
+    rn = prod([full[a] for a in raxes])
+    if vec > 1:
+        # Vector class: rows are the trailing axes; every operand read along the row is
+        # contiguous over the kernel shape and aligned to the width, like ``flat``.
+        views = [lw.leaf_list[k][1] for k in slots]
+        dts = [lw.leaf_list[k][2] for k in slots]
+        row_out = not item.reduced_out and item.chunks == 1
+        if row_out:
+            views += [o.view for o in item.outputs]
+            dts += [o.node.dtype for o in item.outputs]
+        ok = raxes == tuple(range(rank - len(raxes), rank)) and rn % vec == 0 and \
+            all(v.shape == full and v.is_contiguous and v.offset % vec == 0 for v in views) \
+            and all(dt.kind != "c" for dt in dts)
+        vec = vec if ok else 0
+    else:
+        vec = 0
+    # Register cache: rows read more than once (softmax: max, sum, write) keep the values of
+    # the first pass when the row fits (checked at run time; the slow path stays).
+    passes = sum(any(len(i) > 1 and i[1] == "load" and i[3] == 0 for i in r) for r in regions)
+    if not item.reduced_out:
+        passes += any(len(i) > 1 and i[1] == "load" and i[3] == 0 for i in out_instrs)
+    cache = 0
+    if ROW_CACHE_ELEMS and item.chunks == 1 and passes >= 2 and slots:
+        cache = max(1, ROW_CACHE_ELEMS // (max(vec, 1) * len(slots)))
+    shfl = _nvidia_ptx(device)
+    return vec, cache, shfl
+
+
+def _nvidia_ptx(device: Any) -> bool:
+    """NVIDIA inline PTX (warp shuffles), by the runtime's capability probe (run once per
+    device and driver, then read from its caps)."""
+    probe = getattr(device, "probe", None)
+    return bool(probe("nvidia_ptx")) if probe is not None else False
 
 def _unit_last(v: View) -> bool:
     """Layout class of an operand: unit stride on its last axis (lets the renderer drop a

@@ -12,7 +12,7 @@ import numpy as np
 from .. import _config
 from ..graph.ir import Node, View, contiguous_strides, prod
 from . import jit
-from .lower import Lowered, lower, scalar_arg
+from .lower import GPU_ROW_LOCAL, GPU_SPLIT_LOCAL, Lowered, lower, scalar_arg
 from .render import Renderer
 from .schedule import KernelItem, schedule
 
@@ -32,12 +32,9 @@ def _local_size(device: Any, lw: Lowered) -> int:
         return 0
     if device.kind == "cpu":
         return 1  # PERF: on PoCL a serial row per work-item with unrolled accumulators wins
-    # One work-group size for every shape, so a new shape never needs a new program.
-    L = 256
-    if lw.chunks > 1:
-        # PERF: split reductions (few long rows) run one work-group per chunk, a couple per
-        # compute unit: larger groups keep enough loads in flight to reach memory bandwidth.
-        L = 1024
+    # One work-group size for every shape, so a new shape never needs a new program; split
+    # reductions (stage 1) launch GPU_SPLIT_GROUPS_PER_CU groups of their size per unit.
+    L = GPU_SPLIT_LOCAL if lw.chunks > 1 else GPU_ROW_LOCAL
     return min(L, device.caps.max_work_group)
 
 
@@ -89,6 +86,8 @@ def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
         args += [I(rows), I(rn)]
         if lw.chunks > 1:
             chunk = -(-rn // lw.chunks)
+            if lw.vrow:
+                chunk = -(-chunk // lw.vrow) * lw.vrow  # chunks start aligned to the vectors
             args += [I(lw.chunks), I(chunk)]
             rows *= lw.chunks
         if rows == 0:

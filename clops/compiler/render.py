@@ -14,6 +14,21 @@ from . import cl_ops
 
 RENDER_STATS = {"renders": 0}
 
+# NVIDIA warp shuffles (inline PTX), by accumulator type; only rendered for devices whose
+# capability probe found inline PTX (the local-memory tree is the portable finish).
+SHFL_FUNCS = {"float": "clops_shfl_xor_f", "int": "clops_shfl_xor_i", "uint": "clops_shfl_xor_u"}
+SHFL_HELPERS = """
+inline uint clops_shfl_xor_u(uint v, int o) {
+    uint t;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(t) : "r"(v), "r"(o));
+    return t;
+}
+inline int clops_shfl_xor_i(int v, int o) { return as_int(clops_shfl_xor_u(as_uint(v), o)); }
+inline float clops_shfl_xor_f(float v, int o) {
+    return as_float(clops_shfl_xor_u(as_uint(v), o));
+}
+"""
+
 
 def _prelude() -> str:
     return resources.files("clops.compiler").joinpath("cl/prelude.cl").read_text()
@@ -31,6 +46,7 @@ class Renderer:
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     fp64_pragma = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#define CLOPS_FP64 1\n"
     unroll = 8  # accumulators of a serial (one work-item) reduction
+    group_unroll = 4  # accumulators (steps in flight) per work-item of a work-group reduction
 
     def __init__(self) -> None:
         self._prelude: str | None = None
@@ -85,7 +101,7 @@ class Renderer:
     def render(self, key: tuple[Any, ...], local_size: int, name: str) -> str:
         RENDER_STATS["renders"] += 1
         (_, rank, raxes, chunked, reduced_out, flat, wide, leaves, views, consts, reductions,
-         out_instrs, outs, out_ranks, guard) = key
+         out_instrs, outs, out_ranks, guard, vrow, cache, shfl) = key
         check = ["if (gid >= total) return;"] if guard else []
         self._check = check
         idx = "long" if wide else "int"
@@ -99,6 +115,12 @@ class Renderer:
         self._row_ctx: set[int] = set()
         self._raxes = raxes
         self._comp: int | None = None
+        self.vrow, self.cache = vrow, cache
+        self.shfl = shfl and local_size % 32 == 0 and local_size >= 32
+        self._vec_name: dict[int, str] = {}  # vector (or cached value) of a leaf at this step
+        self._cache_k: int | None = None  # register cache step being rendered (None: off)
+        self._filled: set[int] = set()  # leaves whose cache holds this step's values
+        self._uses_shfl = False
         args: list[str] = []
         for k, ((_, oname), (orank, _)) in enumerate(zip(outs, out_ranks)):
             args.append(f"{self.global_ptr} {self.storage_ptr_type(oname)} *out{k}")
@@ -144,6 +166,8 @@ class Renderer:
         if self._prelude is None:
             self._prelude = _prelude()
         src = head + self._prelude + "\n"
+        if self._uses_shfl:
+            src += SHFL_HELPERS
         src += f"{self.kernel_prefix} {name}(\n    " + ",\n    ".join(args) + ")\n{\n"
         src += "\n".join("    " + line for line in body) + "\n}\n"
         return src
@@ -172,34 +196,15 @@ class Renderer:
                 lines.append(f"float{n} lv{k} = vload_half{n}(0, b{k} + o{k} + base);")
             else:
                 lines.append(f"{d.cl}{n} lv{k} = vload{n}(0, b{k} + o{k} + base);")
-        for k, (_, oname) in enumerate(outs):
-            d = self.dt(oname)
-            vt = "float" if d.name == "float16" else d.cl
-            lines.append(f"{vt}{n} sv{k};")
+        lines += self._sv_decls(outs, n)
         for c in range(n):
             self._comp = c
-            block = self._instrs(instrs)
-            for k, (val, oname) in enumerate(outs):
-                d = self.dt(oname)
-                comp = f"sv{k}.s{c:x}"
-                if d.name == "bfloat16":
-                    block.append(f"{comp} = clops_bf16_store(v{val});")
-                elif d.kind == "b":
-                    block.append(f"{comp} = (uchar)(v{val} != 0);")
-                elif d.name == "float16":
-                    block.append(f"{comp} = v{val};")
-                else:
-                    block.append(f"{comp} = ({d.cl})(v{val});")
+            block = self._instrs(instrs) + self._sv_component(outs, c)
             lines.append("{")
             lines += ["    " + b for b in block]
             lines.append("}")
         self._comp = None
-        for k, (_, oname) in enumerate(outs):
-            if self.dt(oname).name == "float16":
-                lines.append(f"vstore_half{n}_rte(sv{k}, 0, out{k} + oo{k} + base);")
-            else:
-                lines.append(f"vstore{n}(sv{k}, 0, out{k} + oo{k} + base);")
-        return lines
+        return lines + self._sv_stores(outs, n)
 
     def _unravel(self, var: str, axes: list[int], prefix: str = "i") -> list[str]:
         """Split ``var`` into the indices of ``axes`` (row-major over n{axis})."""
@@ -249,11 +254,22 @@ class Renderer:
                 continue
             if op == "load":
                 _, _, slot, ctx, dname = ins
-                if self._comp is not None:
-                    expr, t = self._vec_component(dname, f"lv{slot}.s{self._comp:x}"), \
+                if self._comp is not None and ctx == 0:
+                    vec = self._vec_name.get(slot, f"lv{slot}")
+                    expr, t = self._vec_component(dname, f"{vec}.s{self._comp:x}"), \
                         self.math(dname)
                     types[v] = t
                     out.append(f"{t} v{v} = {expr};")
+                    continue
+                if self._cache_k is not None and ctx == 0:
+                    t = self.math(dname)
+                    cname = f"c{slot}_{self._cache_k}"
+                    if slot not in self._filled:
+                        _, lrank, unit = self.leaves[slot]
+                        addr = self._addr(ctx, lrank, f"o{slot}", f"s{slot}_", unit)
+                        out.append(f"{cname} = {self.load_expr(dname, f'b{slot}', addr)};")
+                    types[v] = t
+                    out.append(f"{t} v{v} = {cname};")
                     continue
                 if self.flat:
                     addr = f"o{slot} + gid"
@@ -330,56 +346,43 @@ class Renderer:
         lines += self._unravel("row", other)
         for j in raxes:
             lines.append(f"{idx} i{j} = 0;")
+        if L == 1:
+            return lines + self._serial_rows(raxes, chunked, reduced_out, reductions,
+                                             out_instrs, outs, out_ranks)
+        return lines + self._group_rows(raxes, chunked, reduced_out, reductions, out_instrs,
+                                        outs, out_ranks, L)
+
+    def _serial_rows(self, raxes: tuple[int, ...], chunked: bool, reduced_out: bool,
+                     reductions: tuple[Any, ...], out_instrs: tuple[Any, ...],
+                     outs: tuple[Any, ...], out_ranks: tuple[Any, ...]) -> list[str]:
+        """One work-item per row (CPUs)."""
+        idx = self.idx
+        lines: list[str] = []
         for slot, (op, acc, _src, body, instrs) in enumerate(reductions):
-            accd = self.dt(acc)
-            at = accd.math
-            self._red_types[slot] = at
-            cat = accd.kind
-            lo, hi = cl_ops.INT_LIMITS.get(at, ("0", "0"))
-            ident = cl_ops.REDUCE_IDENTITY[op][cat].format(T=at, MIN=lo, MAX=hi)
-            comb = cl_ops.REDUCE_COMBINE[op][cat]
-            if L > 1:
-                lines.append(f"{self.local_decl} {at} scratch{slot}[{L}];")
+            at, ident, comb = self._red_setup(slot, op, acc)
             lines.append(f"{at} red{slot};")
             lines.append("{")
             lines.append(f"    {at} acc = ({at})({ident});")
-            if L == 1:
-                # PERF: independent accumulators over unrolled steps let a CPU compiler
-                # vectorize the loads and combines (a single chain of adds cannot be).
-                U = self.unroll
-                lines.append(f"    {at} " + ", ".join(f"acc{u} = ({at})({ident})"
-                                                        for u in range(U)) + ";")
-                lines.append(f"    {idx} r = rbeg;")
-                lines.append(f"    for (; r + {U} <= rend; r += {U}) {{")
-                for u in range(U):
-                    lines.append("        {")
-                    step = self._reduce_step(raxes, instrs, body, at, comb, f"acc{u}",
-                                             f"r + {u}")
-                    lines += ["            " + s for s in step]
-                    lines.append("        }")
-                lines.append("    }")
-                lines.append("    for (; r < rend; r++) {")
-                lines += ["        " + s for s in self._reduce_step(raxes, instrs, body, at,
-                                                                    comb, "acc", "r")]
-                lines.append("    }")
-                for u in range(U):
-                    lines.append("    acc = " + comb.format(a="acc", b=f"acc{u}", T=at) + ";")
-            else:
-                lines.append(f"    for ({idx} r = rbeg + lid; r < rend; r += {L}) {{")
-                lines += ["        " + s for s in self._reduce_step(raxes, instrs, body, at,
-                                                                    comb, "acc", "r")]
-                lines.append("    }")
-            if L > 1:
-                lines.append(f"    scratch{slot}[lid] = acc;")
-                lines.append(f"    {self.barrier}")
-                lines.append(f"    for (int s = {L // 2}; s > 0; s >>= 1) {{")
-                lines.append(f"        if (lid < s) scratch{slot}[lid] = " + comb.format(
-                    a=f"scratch{slot}[lid]", b=f"scratch{slot}[lid + s]", T=at) + ";")
-                lines.append(f"        {self.barrier}")
-                lines.append("    }")
-                lines.append(f"    red{slot} = scratch{slot}[0];")
-            else:
-                lines.append(f"    red{slot} = acc;")
+            # PERF: independent accumulators over unrolled steps let a CPU compiler
+            # vectorize the loads and combines (a single chain of adds cannot be).
+            U = self.unroll
+            lines.append(f"    {at} " + ", ".join(f"acc{u} = ({at})({ident})"
+                                                    for u in range(U)) + ";")
+            lines.append(f"    {idx} r = rbeg;")
+            lines.append(f"    for (; r + {U} <= rend; r += {U}) {{")
+            for u in range(U):
+                lines.append("        {")
+                step = self._reduce_step(raxes, instrs, body, at, comb, f"acc{u}", f"r + {u}")
+                lines += ["            " + s for s in step]
+                lines.append("        }")
+            lines.append("    }")
+            lines.append("    for (; r < rend; r++) {")
+            lines += ["        " + s for s in self._reduce_step(raxes, instrs, body, at,
+                                                                comb, "acc", "r")]
+            lines.append("    }")
+            for u in range(U):
+                lines.append("    acc = " + comb.format(a="acc", b=f"acc{u}", T=at) + ";")
+            lines.append(f"    red{slot} = acc;")
             lines.append("}")
         for j in raxes:
             lines.append(f"i{j} = 0;")
@@ -391,12 +394,289 @@ class Renderer:
             lines += ["    " + s for s in self._stores(outs, out_ranks)]
             lines.append("}")
         else:
-            lines.append(f"for ({idx} r = lid; r < rn; r += {L}) {{")
+            lines.append(f"for ({idx} r = lid; r < rn; r += 1) {{")
             inner = self._unravel_r(raxes)
             inner += self._instrs(out_instrs)
             inner += self._stores(outs, out_ranks)
             lines += ["    " + s for s in inner]
             lines.append("}")
+        return lines
+
+    def _red_setup(self, slot: int, op: str, acc: str) -> tuple[str, str, str]:
+        """(accumulator type, identity, combine template) of reduction ``slot``."""
+        accd = self.dt(acc)
+        at = accd.math
+        self._red_types[slot] = at
+        cat = accd.kind
+        lo, hi = cl_ops.INT_LIMITS.get(at, ("0", "0"))
+        ident = cl_ops.REDUCE_IDENTITY[op][cat].format(T=at, MIN=lo, MAX=hi)
+        return at, ident, cl_ops.REDUCE_COMBINE[op][cat]
+
+    @staticmethod
+    def _row_slots(instrs: tuple[Any, ...]) -> list[int]:
+        """Leaves a region loads along the row (context 0), in order."""
+        out: list[int] = []
+        for ins in instrs:
+            if len(ins) > 1 and ins[1] == "load" and ins[3] == 0 and ins[2] not in out:
+                out.append(ins[2])
+        return out
+
+    def _group_rows(self, raxes: tuple[int, ...], chunked: bool, reduced_out: bool,
+                    reductions: tuple[Any, ...], out_instrs: tuple[Any, ...],
+                    outs: tuple[Any, ...], out_ranks: tuple[Any, ...], L: int) -> list[str]:
+        """One work-group of ``L`` work-items per row (or chunk of a row): strided, unrolled
+        (and on contiguous rows vector) loads, a register cache of the row between passes when
+        it fits, and a tree (or warp shuffle) finish per reduction."""
+        idx = self.idx
+        V = self.vrow or 1
+        lines: list[str] = []
+        if self.vrow:
+            lines.append(f"{idx} rowbase = row * rn;")
+        setups = []
+        for slot, (op, acc, _src, _body, _instrs) in enumerate(reductions):
+            at, ident, comb = self._red_setup(slot, op, acc)
+            setups.append((at, ident, comb))
+            n = L // 32 if self._shfl_ok(at) else L
+            lines.append(f"{self.local_decl} {at} scratch{slot}[{n}];")
+            lines.append(f"{at} red{slot};")
+        row_out = not (reduced_out or chunked)
+
+        def passes(cached: bool) -> list[str]:
+            out: list[str] = []
+            for slot, (_op, _acc, _src, body, instrs) in enumerate(reductions):
+                at, ident, comb = setups[slot]
+                out += self._group_reduce(slot, body, instrs, at, ident, comb, raxes, L,
+                                          cached)
+            for j in raxes:
+                out.append(f"i{j} = 0;")
+            if chunked:
+                out.append(f"i{raxes[0]} = ck;")
+            if not row_out:
+                out.append("if (lid == 0) {")
+                out += ["    " + s for s in self._instrs(out_instrs)]
+                out += ["    " + s for s in self._stores(outs, out_ranks)]
+                out.append("}")
+                return out
+            if cached:
+                for k in range(self.cache):
+                    out.append("{")
+                    out.append(f"    {idx} r = lid * {V} + {k * L * V};")
+                    out.append("    if (r < rn) {")
+                    out += ["        " + s for s in self._row_out_step(
+                        raxes, out_instrs, outs, out_ranks, "r", k)]
+                    out.append("    }")
+                    out.append("}")
+            else:
+                out.append(f"for ({idx} r = lid * {V}; r < rn; r += {L * V}) {{")
+                out += ["    " + s for s in self._row_out_step(raxes, out_instrs, outs,
+                                                                 out_ranks, "r", None)]
+                out.append("}")
+            return out
+
+        if self.cache and not chunked:
+            slots: list[int] = []
+            for *_, instrs in reductions:
+                slots += [s for s in self._row_slots(instrs) if s not in slots]
+            if row_out:
+                slots += [s for s in self._row_slots(out_instrs) if s not in slots]
+            lines.append(f"if (rend - rbeg <= {self.cache * L * V}) {{")
+            lines.append("    // the row fits in registers: read it once, every load in flight")
+            for s in slots:
+                vt = self._vec_type(self.leaves[s][0]) if self.vrow else \
+                    self.math(self.leaves[s][0])
+                lines.append(f"    {vt} " + ", ".join(f"c{s}_{k}" for k in range(self.cache))
+                             + ";")
+            for k in range(self.cache):
+                lines.append("    {")
+                lines.append(f"        {idx} r = rbeg + lid * {V} + {k * L * V};")
+                lines.append("        if (r < rend) {")
+                lines += ["            " + s for s in self._prefetch(raxes, slots, k)]
+                lines.append("        }")
+                lines.append("    }")
+            self._filled = set(slots)
+            lines += ["    " + s for s in passes(True)]
+            self._filled = set()
+            lines.append("} else {")
+            lines += ["    " + s for s in passes(False)]
+            lines.append("}")
+        else:
+            lines += passes(False)
+        return lines
+
+    def _prefetch(self, raxes: tuple[int, ...], slots: list[int], k: int) -> list[str]:
+        """Load the row element(s) at ``r`` of each leaf into register cache step ``k``."""
+        if self.vrow:
+            lines = [f"{self.idx} base = rowbase + r;"]
+            return lines + [f"c{s}_{k} = {self._vec_load(self.leaves[s][0], s)};"
+                            for s in slots]
+        lines = self._unravel_r(raxes)
+        for s in slots:
+            name, lrank, unit = self.leaves[s]
+            addr = self._addr(0, lrank, f"o{s}", f"s{s}_", unit)
+            lines.append(f"c{s}_{k} = {self.load_expr(name, f'b{s}', addr)};")
+        return lines
+
+    def _vec_type(self, name: str) -> str:
+        d = self.dt(name)
+        return f"float{self.vrow}" if d.name == "float16" else f"{d.cl}{self.vrow}"
+
+    def _vec_load(self, name: str, slot: int) -> str:
+        if self.dt(name).name == "float16":
+            return f"vload_half{self.vrow}(0, b{slot} + o{slot} + base)"
+        return f"vload{self.vrow}(0, b{slot} + o{slot} + base)"
+
+    def _vec_loads(self, instrs: tuple[Any, ...], k: int | None) -> list[str]:
+        """Vector loads at ``base`` of the leaves ``instrs`` read along the row (into the
+        register cache at step ``k``, or from it when an earlier pass filled it)."""
+        lines = []
+        for s in self._row_slots(instrs):
+            name = self.leaves[s][0]
+            if k is None:
+                lines.append(f"{self._vec_type(name)} lv{s} = {self._vec_load(name, s)};")
+                self._vec_name[s] = f"lv{s}"
+            else:
+                if s not in self._filled:
+                    lines.append(f"c{s}_{k} = {self._vec_load(name, s)};")
+                self._vec_name[s] = f"c{s}_{k}"
+        return lines
+
+    def _group_step(self, raxes: tuple[int, ...], instrs: tuple[Any, ...], body: int, at: str,
+                    comb: str, acc: str, pos: str, k: int | None) -> list[str]:
+        """Accumulate the row element(s) at ``pos`` into ``acc``."""
+        if not self.vrow:
+            self._cache_k = k
+            lines = self._reduce_step(raxes, instrs, body, at, comb, acc, pos)
+            self._cache_k = None
+            return lines
+        lines = [f"{self.idx} base = rowbase + {pos};"]
+        lines += self._vec_loads(instrs, k)
+        for c in range(self.vrow):
+            self._comp = c
+            block = self._instrs(instrs)
+            val = f"v{body}" if self._types[body] == at else f"({at})(v{body})"
+            block.append(f"{acc} = " + comb.format(a=acc, b=val, T=at) + ";")
+            lines += ["{"] + ["    " + b for b in block] + ["}"]
+        self._comp = None
+        return lines
+
+    def _group_reduce(self, slot: int, body: int, instrs: tuple[Any, ...], at: str, ident: str,
+                      comb: str, raxes: tuple[int, ...], L: int, cached: bool) -> list[str]:
+        idx = self.idx
+        V = self.vrow or 1
+        lines = ["{", f"    {at} acc = ({at})({ident});"]
+        if cached:
+            for k in range(self.cache):
+                lines.append("    {")
+                lines.append(f"        {idx} r = rbeg + lid * {V} + {k * L * V};")
+                lines.append("        if (r < rend) {")
+                lines += ["            " + s for s in self._group_step(
+                    raxes, instrs, body, at, comb, "acc", "r", k)]
+                lines.append("        }")
+                lines.append("    }")
+        else:
+            # PERF: independent accumulators over unrolled strided steps: several loads in
+            # flight per work-item, each step coalesced across the work-group.
+            U = self.group_unroll
+            lines.append(f"    {at} " + ", ".join(f"acc{u} = ({at})({ident})"
+                                                    for u in range(U)) + ";")
+            lines.append(f"    {idx} r = rbeg + lid * {V};")
+            lines.append(f"    for (; r + {(U - 1) * L * V} < rend; r += {U * L * V}) {{")
+            for u in range(U):
+                lines.append("        {")
+                lines += ["            " + s for s in self._group_step(
+                    raxes, instrs, body, at, comb, f"acc{u}", f"r + {u * L * V}", None)]
+                lines.append("        }")
+            lines.append("    }")
+            lines.append(f"    for (; r < rend; r += {L * V}) {{")
+            lines += ["        " + s for s in self._group_step(raxes, instrs, body, at, comb,
+                                                               "acc", "r", None)]
+            lines.append("    }")
+            for u in range(U):
+                lines.append("    acc = " + comb.format(a="acc", b=f"acc{u}", T=at) + ";")
+        lines += ["    " + s for s in self._finish(slot, at, comb, L)]
+        lines.append("}")
+        return lines
+
+    def _shfl_ok(self, at: str) -> bool:
+        return self.shfl and at in SHFL_FUNCS
+
+    def _finish(self, slot: int, at: str, comb: str, L: int) -> list[str]:
+        """Combine the work-group's accumulators into ``red{slot}``, seen by every work-item."""
+        sc = f"scratch{slot}"
+        if self._shfl_ok(at):
+            # NVIDIA: butterfly shuffles within each warp of 32, one barrier, then every warp
+            # combines the per-warp values itself (each lane ends with the total).
+            self._uses_shfl = True
+            fn, nw = SHFL_FUNCS[at], L // 32
+            # Every lane of the warp must reach each shuffle: take it before the combine
+            # (a combine may name its operand twice, once in a conditional).
+            step = (f"{{ {at} o = {fn}(acc, s); acc = "
+                    + comb.format(a="acc", b="o", T=at) + "; }")
+            lines = [f"for (int s = 16; s > 0; s >>= 1) {step}",
+                     f"if ((lid & 31) == 0) {sc}[lid >> 5] = acc;", self.barrier,
+                     f"acc = {sc}[lid & {nw - 1}];"]
+            if nw > 1:
+                lines.append(f"for (int s = {nw // 2}; s > 0; s >>= 1) {step}")
+            lines.append(f"red{slot} = acc;")
+            return lines
+        return [f"{sc}[lid] = acc;", self.barrier,
+                f"for (int s = {L // 2}; s > 0; s >>= 1) {{",
+                f"    if (lid < s) {sc}[lid] = " + comb.format(
+                    a=f"{sc}[lid]", b=f"{sc}[lid + s]", T=at) + ";",
+                f"    {self.barrier}", "}", f"red{slot} = {sc}[0];"]
+
+    def _row_out_step(self, raxes: tuple[int, ...], out_instrs: tuple[Any, ...],
+                      outs: tuple[Any, ...], out_ranks: tuple[Any, ...], pos: str,
+                      k: int | None) -> list[str]:
+        """Compute and store the outputs of the row element(s) at ``pos``."""
+        if not self.vrow:
+            self._cache_k = k
+            lines = self._unravel_r(raxes, pos)
+            lines += self._instrs(out_instrs)
+            lines += self._stores(outs, out_ranks)
+            self._cache_k = None
+            return lines
+        n = self.vrow
+        lines = [f"{self.idx} base = rowbase + {pos};"]
+        lines += self._vec_loads(out_instrs, k)
+        lines += self._sv_decls(outs, n)
+        for c in range(n):
+            self._comp = c
+            block = self._instrs(out_instrs) + self._sv_component(outs, c)
+            lines += ["{"] + ["    " + b for b in block] + ["}"]
+        self._comp = None
+        return lines + self._sv_stores(outs, n)
+
+    def _sv_decls(self, outs: tuple[Any, ...], n: int) -> list[str]:
+        lines = []
+        for k, (_, oname) in enumerate(outs):
+            d = self.dt(oname)
+            vt = "float" if d.name == "float16" else d.cl
+            lines.append(f"{vt}{n} sv{k};")
+        return lines
+
+    def _sv_component(self, outs: tuple[Any, ...], c: int) -> list[str]:
+        block = []
+        for k, (val, oname) in enumerate(outs):
+            d = self.dt(oname)
+            comp = f"sv{k}.s{c:x}"
+            if d.name == "bfloat16":
+                block.append(f"{comp} = clops_bf16_store(v{val});")
+            elif d.kind == "b":
+                block.append(f"{comp} = (uchar)(v{val} != 0);")
+            elif d.name == "float16":
+                block.append(f"{comp} = v{val};")
+            else:
+                block.append(f"{comp} = ({d.cl})(v{val});")
+        return block
+
+    def _sv_stores(self, outs: tuple[Any, ...], n: int) -> list[str]:
+        lines = []
+        for k, (_, oname) in enumerate(outs):
+            if self.dt(oname).name == "float16":
+                lines.append(f"vstore_half{n}_rte(sv{k}, 0, out{k} + oo{k} + base);")
+            else:
+                lines.append(f"vstore{n}(sv{k}, 0, out{k} + oo{k} + base);")
         return lines
 
     def _reduce_step(self, raxes: tuple[int, ...], instrs: tuple[Any, ...], body: int, at: str,

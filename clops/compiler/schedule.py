@@ -237,8 +237,12 @@ def _maybe_split(item: KernelItem, device: Any, run: Runner) -> None:
     every compute unit works; the item then reduces the chunks (stage 2)."""
     rows = prod([n for i, n in enumerate(item.full) if i not in item.raxes])
     rn = prod([item.full[i] for i in item.raxes])
+    from .lower import GPU_SPLIT_GROUPS_PER_CU
+
     cu = device.caps.compute_units
-    want = 4 * cu if device.kind == "cpu" else 2 * cu
+    # Work-groups to launch in all. CPUs: a few per core. GPUs: enough to fill every compute
+    # unit with work-items (occupancy, not core count, hides the memory latency).
+    want = 4 * cu if device.kind == "cpu" else GPU_SPLIT_GROUPS_PER_CU * cu
     if rn < 8192 or rows >= want:
         return
     red = _single_reduce(item)

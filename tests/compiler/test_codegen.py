@@ -97,3 +97,64 @@ def test_same_structure_same_key_new_shape():
 
     assert key((3, 4)) == key((100, 7))
     assert key((3, 4)) != key((3, 4, 5))
+
+
+def _softmax_item(shape):
+    """Row softmax over the last axis as the scheduler fuses it: one kernel, two reductions."""
+    x = _load(shape)
+    ax = len(shape) - 1
+
+    def back(red):  # the per-row value (reduced axis kept, size 1) broadcast over the row
+        strides = tuple(0 if a == ax else st
+                        for a, st in enumerate(View.contiguous(red.shape).strides))
+        return ir.Node("view", (red,), View(shape, strides, 0), red.dtype, shape)
+
+    ex = ir.ew("exp", [ir.ew("subtract", [x, back(ir.reduce("max", x, (ax,)))], dt.float32)],
+               dt.float32)
+    out = ir.ew("divide", [ex, back(ir.reduce("sum", ex, (ax,)))], dt.float32)
+    return KernelItem(shape, (ax,), [Output(out, FakeBuffer(), View.contiguous(shape))])
+
+
+def _gpu(ptx=False):
+    return SimpleNamespace(kind="gpu", probe=lambda what: ptx and what == "nvidia_ptx")
+
+
+def test_gpu_row_reduction_vector_loads_unrolled():
+    x = _load((16, 4096))
+    item = KernelItem((16, 4096), (1,), [Output(ir.reduce("sum", x, (1,)), FakeBuffer(),
+                                                View.contiguous((16, 1)))], reduced_out=True)
+    lw = lower(item, _gpu())
+    assert lw.vrow == VECTOR_WIDTH["gpu"]
+    src = Renderer().render(lw.key, 256, "k_test")
+    w = VECTOR_WIDTH["gpu"]
+    assert f"vload{w}(0, b0 + o0 + base)" in src and "acc3" in src
+    # portable finish: the local-memory tree, no inline PTX
+    assert "shfl" not in src and "scratch0[256]" in src
+
+
+def test_gpu_softmax_caches_the_row_and_keeps_the_slow_path():
+    lw = lower(_softmax_item((8, 1024)), _gpu())
+    src = Renderer().render(lw.key, 256, "k_test")
+    assert "if (rend - rbeg <=" in src and "} else {" in src
+    assert "c0_0 = vload4(0, b0 + o0 + base);" in src
+    # loaded once per cache step, all before the first use
+    assert src.count("c0_0 = vload4") == 1
+    assert "vstore4(sv0, 0, out0 + oo0 + base);" in src
+
+
+def test_gpu_shuffle_finish_only_with_the_ptx_capability():
+    nv = Renderer().render(lower(_softmax_item((8, 1024)), _gpu(ptx=True)).key, 256, "k")
+    assert "shfl.sync.bfly.b32" in nv and "scratch0[8]" in nv
+    # every lane reaches the shuffle: it is never an operand of a (conditional) combine
+    assert "float o = clops_shfl_xor_f(acc, s);" in nv and "? acc : clops_shfl" not in nv
+    cpu = _render(_softmax_item((8, 1024)), local=1)
+    assert "shfl" not in cpu and "barrier" not in cpu
+
+
+def test_gpu_reduction_keys_are_independent_of_sizes():
+    def key(shape):
+        return lower(_softmax_item(shape), _gpu()).key
+
+    assert key((8, 1024)) == key((3, 4096)) == key((1000, 64))
+    # an odd row length is another layout class (no vectors), still one key for all of them
+    assert key((8, 1023)) == key((5, 7)) != key((8, 1024))
