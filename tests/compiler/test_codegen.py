@@ -31,7 +31,11 @@ def test_flat_elementwise_has_no_index_math():
     n = ir.ew("add", [ir.ew("multiply", [a, b], dt.float32), a], dt.float32)
     src = _render(KernelItem((63,), (), [Output(n, FakeBuffer(), View.contiguous((63,)))]))
     assert "b0[o0 + gid]" in src and "%" not in src.split("__kernel")[1]
-    assert "int gid" in src
+    # CPUs index flat kernels in 64 bits (PoCL vectorizes long offset + gid, not int)
+    assert "long gid" in src
+    lw = lower(KernelItem((63,), (), [Output(n, FakeBuffer(), View.contiguous((63,)))]),
+               SimpleNamespace(kind="gpu", probe=lambda what: False))
+    assert "int gid" in Renderer().render(lw.key, 64, "k_test")
 
 
 def test_contiguous_aligned_elementwise_uses_vector_loads_and_stores():
