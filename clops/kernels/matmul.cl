@@ -18,13 +18,22 @@
 //   XMODE  (CHUNKED) 0: x; 1: RMSNorm(x) * nw (eps) folded in; 2: silu(gate) * up of rows
 //          [gate (K) | up (K)] folded in (ldx >= 2K)
 //   HAS_BIAS, ACCUM  add bias[n]; add into y instead of overwriting (residual connections)
+//   QX     1 (CHUNKED, TM 1, q4/q8 weights: one decode row): int8 activations. Each work-group
+//          first quantizes x (after XMODE) into local memory, int8 with a scale per 32 values
+//          (the scheme of GGML's q8_1), then every 16-byte chunk of weights meets it through
+//          int32 dot products of 4 bytes (DP4A: NVIDIA PTX dp4a; 0: plain OpenCL C), and each
+//          chunk's int sum meets the float scales once. QK: K (sizes the local x), UNR: chunks
+//          per column each work-item loads before using them (bytes in flight), CB: blocks of
+//          NCOL * CPT columns per work-group (one after another: x quantized once for them),
+//          PIPE: 1 to load a step ahead
 //
 // Layouts (row n of W is K values, K a multiple of 32):
 //   q4: qs uchar[N][K/2]; in each 32-value group, byte j holds value j (low nibble) and value
 //       j+16 (high nibble). sm: (scale, min) pairs per group, value = q * scale + min.
 //   q8: qs char[N][K]; sc: one scale per QGROUP values, value = q * scale.
 // Work geometry: global (ceil(N / ROWS) * LSIZE, ceil(M / TM)), local (LSIZE, 1); on GPUs
-// global (ceil(N / (NCOL * CPT)) * NCOL * LSIZE, ceil(M / TM)), local (NCOL * LSIZE, 1).
+// global (ceil(N / (NCOL * CPT)) * NCOL * LSIZE, ceil(M / TM)), local (NCOL * LSIZE, 1); QX:
+// global (ceil(N / (CB * NCOL * CPT)) * NCOL * LSIZE, 1).
 
 #ifndef TM
 #define TM 1
@@ -58,6 +67,24 @@
 #endif
 #if XMODE && !CHUNKED
 #error "XMODE needs CHUNKED"
+#endif
+#ifndef QX
+#define QX 0
+#endif
+#ifndef DP4A
+#define DP4A 0
+#endif
+#ifndef UNR
+#define UNR 2
+#endif
+#ifndef CB
+#define CB 1
+#endif
+#ifndef PIPE
+#define PIPE 0
+#endif
+#if QX && !(CHUNKED && TM == 1 && WFMT >= 3 && ROWS == 1)
+#error "QX needs CHUNKED, TM 1, ROWS 1 and q4/q8 weights"
 #endif
 
 #if SCALE_HALF
@@ -225,14 +252,60 @@ inline float chunk_dot(__global const W_T *W, __global const SCALE_T *S, int K, 
 }
 #endif
 
-// Output columns n .. n + CPT - 1 (those < N) of rows m0 .. m0 + TM - 1, by a team of LSIZE
-// work-items (lid is this one's place in it). Partial sums r[i * CPT + j].
+// Partial sums r[i * CPT + j] of rows m0 + i, columns n + j.
 #define RN (TM * CPT)
 #if XMODE == 1
 #define RN2 (RN + TM)  // and the sums of squares of the x rows
 #else
 #define RN2 RN
 #endif
+// Reduce the partial sums r over the team (lid: place in it), then the team's first
+// work-item stores columns n .. n + CPT - 1 of rows m0 ..
+// NOTE: no early return: the int8 path calls this in a loop, every work-item of the group
+// reaching the barriers of the local-memory reduction each time.
+inline void finish(float *r, __global float *y, int y_off, int ldy, __global const float *bias,
+                   int M, int N, int K, int n, int m0, int lid, __local float *red, float eps) {
+#if USE_SHFL
+    for (int i = 0; i < RN2; ++i) r[i] = team_sum(r[i]);
+#elif LSIZE > 1
+    for (int i = 0; i < RN2; ++i) red[i * LSIZE + lid] = r[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = LSIZE / 2; s > 0; s >>= 1) {
+        if (lid < s)
+            for (int i = 0; i < RN2; ++i) red[i * LSIZE + lid] += red[i * LSIZE + lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    // (only work-item 0 reads red[i * LSIZE], which only it writes: no barrier before reuse)
+    for (int i = 0; i < RN2; ++i) r[i] = red[i * LSIZE];
+#endif
+    if (lid != 0) return;
+#if XMODE == 1
+    for (int i = 0; i < TM; ++i) {
+        const float inv = rsqrt(r[RN + i] / K + eps);
+        for (int j = 0; j < CPT; ++j) r[i * CPT + j] *= inv;
+    }
+#endif
+    for (int j = 0; j < CPT; ++j) {
+        if (n + j >= N) return;
+#if HAS_BIAS
+        const float b = bias[n + j];
+#else
+        const float b = 0.0f;
+#endif
+        for (int i = 0; i < TM; ++i) {
+            if (m0 + i >= M) break;
+            __global float *yp = y + y_off + (size_t)(m0 + i) * ldy + n + j;
+#if ACCUM
+            *yp += r[i * CPT + j] + b;
+#else
+            *yp = r[i * CPT + j] + b;
+#endif
+        }
+    }
+}
+
+// Output columns n .. n + CPT - 1 (those < N) of rows m0 .. m0 + TM - 1, by a team of LSIZE
+// work-items (lid is this one's place in it).
 inline void matmul_column(__global float *y, int y_off, int ldy,
                           __global const float *x, int x_off, int ldx,
                           __global const W_T *W, __global const SCALE_T *S,
@@ -279,46 +352,250 @@ inline void matmul_column(__global float *y, int y_off, int ldy,
     for (int i = 0; i < TM; ++i) r[i] = acc[i].x + acc[i].y + acc[i].z + acc[i].w;
 #endif
 
-#if USE_SHFL
-    for (int i = 0; i < RN2; ++i) r[i] = team_sum(r[i]);
-    if (lid != 0) return;
-#elif LSIZE > 1
-    // NOTE: every work-item of the group reaches these barriers (out-of-range columns too).
-    for (int i = 0; i < RN2; ++i) red[i * LSIZE + lid] = r[i];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = LSIZE / 2; s > 0; s >>= 1) {
-        if (lid < s)
-            for (int i = 0; i < RN2; ++i) red[i * LSIZE + lid] += red[i * LSIZE + lid + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid != 0) return;
-    for (int i = 0; i < RN2; ++i) r[i] = red[i * LSIZE];
-#endif
-#if XMODE == 1
-    for (int i = 0; i < TM; ++i) {
-        const float inv = rsqrt(r[RN + i] / K + eps);
-        for (int j = 0; j < CPT; ++j) r[i * CPT + j] *= inv;
-    }
+    finish(r, y, y_off, ldy, bias, M, N, K, n, m0, lid, red, eps);
+}
+
+#if QX
+// ---- int8 activations (one decode row) ----
+#define NB (QK / 32)  // 32-value blocks of x
+// Local int8 x, 16 values per uint4: q4 chunks (one block) meet half 0 (values 0..15, the low
+// nibbles) and half 1 (values 16..31, the high nibbles) of their block, kept in two planes so
+// that a warp's 16-byte reads of consecutive blocks hit consecutive banks; q8 chunks (16
+// values) meet the 16 values in the same place of the row.
+#if WFMT == 3
+#define XQI(b, h) ((h) * NB + (b))
+#else
+#define XQI(b, h) (2 * (b) + (h))
 #endif
 
-    for (int j = 0; j < CPT; ++j) {
-        if (n + j >= N) return;
-#if HAS_BIAS
-        const float b = bias[n + j];
+// c + the dot product of the 4 signed bytes of a and of b
+#if DP4A
+inline int dot4(uint a, uint b, int c) {
+    int d;
+    asm volatile("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
 #else
-        const float b = 0.0f;
+inline int dot4(uint a, uint b, int c) {
+    const int4 p = convert_int4(as_char4(a)) * convert_int4(as_char4(b));
+    return c + (p.x + p.y) + (p.z + p.w);
+}
 #endif
-        for (int i = 0; i < TM; ++i) {
-            if (m0 + i >= M) break;
-            __global float *yp = y + y_off + (size_t)(m0 + i) * ldy + n + j;
-#if ACCUM
-            *yp += r[i * CPT + j] + b;
+
+// The work-group quantizes x (after XMODE) into xq, xs: per block of 32 values
+// q = round(v * 127 / amax), (dx, dx * sum q) with dx = amax / 127 (so v ~ q * dx). Returns this
+// work-item's part of the sum of squares of the raw x (XMODE 1).
+#define NT (LSIZE * NCOL)  // work-items per group
+inline float4 x_in(__global const float *xr, __global const float *nw, int K, int i,
+                   float *ssq) {
+#if XMODE == 1
+    const float4 raw = X4(xr, i);
+    *ssq += dot(raw, raw);
+    return raw * X4(nw, i);
 #else
-            *yp = r[i * CPT + j] + b;
+    return XC4(xr, i);
 #endif
+}
+#if USE_SHFL && NT % 32 == 0
+// PERF: 8 work-items per block, one float4 each (a warp reads 512 consecutive bytes); the
+// block's amax and sum of q over the 8 by warp shuffles
+inline float shfl_xor(float v, int o) {
+    uint t;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                 : "=r"(t) : "r"(as_uint(v)), "r"(o));
+    return as_float(t);
+}
+#define XPASS ((NB * 8 + NT - 1) / NT)  // float4s of x per work-item
+#define XG (XPASS < 8 ? XPASS : 8)
+inline float quantize_x(__global const float *xr, __global const float *nw, int K,
+                        __local uint4 *xq, __local float2 *xs) {
+    float ssq = 0.0f;
+    const int t = get_local_id(0), l = t & 7;
+    // NOTE: the same trip count for every work-item (full-warp shuffles). PERF: the loads of
+    // up to 8 passes are issued before any is used (one memory latency, not 8)
+    for (int p0 = 0; p0 < XPASS; p0 += XG) {
+        float4 v[XG];
+#pragma unroll
+        for (int g = 0; g < XG; ++g) {
+            const int i = (p0 + g) * NT + t;
+            v[g] = p0 + g < XPASS && i < NB * 8 ? x_in(xr, nw, K, i, &ssq) : (float4)(0.0f);
+        }
+#pragma unroll
+        for (int g = 0; g < XG; ++g) {
+            const int i = (p0 + g) * NT + t, b = i >> 3;
+            const float4 a4 = fabs(v[g]);
+            float amax = fmax(fmax(a4.x, a4.y), fmax(a4.z, a4.w));
+            amax = fmax(amax, shfl_xor(amax, 1));
+            amax = fmax(amax, shfl_xor(amax, 2));
+            amax = fmax(amax, shfl_xor(amax, 4));
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            const int4 q = convert_int4_sat_rte(v[g] * inv);
+            float sq = (float)((q.x + q.y) + (q.z + q.w));  // exact: |sum| <= 32 * 127
+            sq += shfl_xor(sq, 1);
+            sq += shfl_xor(sq, 2);
+            sq += shfl_xor(sq, 4);
+            if (p0 + g < XPASS && i < NB * 8) {
+                ((__local uint *)xq)[XQI(b, l >> 2) * 4 + (l & 3)] =
+                    as_uint(convert_char4_sat(q));
+                const float dx = amax / 127.0f;
+                if (l == 0) xs[b] = (float2)(dx, dx * sq);
+            }
+        }
+    }
+    return ssq;
+}
+#else
+// Work-item t quantizes blocks t, t + NT, ...
+inline float quantize_x(__global const float *xr, __global const float *nw, int K,
+                        __local uint4 *xq, __local float2 *xs) {
+    float ssq = 0.0f;
+    for (int b = get_local_id(0); b < NB; b += NT) {
+        float4 v[8];
+        float4 amax4 = (float4)(0.0f);
+        for (int j = 0; j < 8; ++j) {
+            v[j] = x_in(xr, nw, K, b * 8 + j, &ssq);
+            amax4 = fmax(amax4, fabs(v[j]));
+        }
+        const float amax = fmax(fmax(amax4.x, amax4.y), fmax(amax4.z, amax4.w));
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int4 sq = (int4)(0);
+        uint u[8];
+        for (int j = 0; j < 8; ++j) {
+            const int4 q = convert_int4_sat_rte(v[j] * inv);
+            sq += q;
+            u[j] = as_uint(convert_char4_sat(q));
+        }
+        xq[XQI(b, 0)] = (uint4)(u[0], u[1], u[2], u[3]);
+        xq[XQI(b, 1)] = (uint4)(u[4], u[5], u[6], u[7]);
+        const float dx = amax / 127.0f;
+        xs[b] = (float2)(dx, dx * (float)((sq.x + sq.y) + (sq.z + sq.w)));
+    }
+    return ssq;
+}
+#endif
+
+// The 16-byte chunk c of row n of W (wq) and its scales (ws: q4 (scale, min); q8 scale).
+#if WFMT == 3
+#define WS_T float2
+#if SCALE_HALF
+#define LOAD_WS(n, c) vload_half2((size_t)(n) * NB + (c), S)
+#else
+#define LOAD_WS(n, c) vload2((size_t)(n) * NB + (c), S)
+#endif
+#else
+#define WS_T float
+#define LOAD_WS(n, c) LOAD_SCALE(S, ((size_t)(n) * QK + (c) * 16) / QGROUP)
+#endif
+#define LOAD_WQ(n, c) (*((__global const uint4 *)W + (size_t)(n) * (QK / VPC) + (c)))
+
+#define NCH (QK / VPC)                                 // chunks per row
+#define STEPS ((NCH + LSIZE * UNR - 1) / (LSIZE * UNR))  // per column block
+// Load step t (of the team's CB * STEPS) of work-item lid: UNR chunks of CPT columns.
+inline void load_step(int t, int lid, int n_first, int N, __global const W_T *W,
+                      __global const SCALE_T *S, uint4 wq[UNR][CPT], WS_T ws[UNR][CPT]) {
+    const int c0 = lid + (t % STEPS) * LSIZE * UNR, n0 = n_first + (t / STEPS) * (NCOL * CPT);
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) {
+        const int c = c0 + u * LSIZE;
+        if (c < NCH)
+#pragma unroll
+            for (int j = 0; j < CPT; ++j) {
+                const int nj = min(n0 + j, N - 1);
+                wq[u][j] = LOAD_WQ(nj, c);
+                ws[u][j] = LOAD_WS(nj, c);
+            }
+    }
+}
+
+// One team's output columns: CB blocks of CPT columns, n_first + b * NCOL * CPT + j; in each,
+// chunks lid, lid + LSIZE, ... of the rows, UNR of them per column loaded at once. PIPE 1: the
+// next step's loads are issued before this step's arithmetic (twice the registers).
+inline void gemv_q(__global float *y, int y_off, __global const float *x, int x_off,
+                   __global const W_T *W, __global const SCALE_T *S, __global const float *bias,
+                   int N, int K, int n_first, int lid, __local float *red,
+                   __global const float *nw, float eps, __local uint4 *xq, __local float2 *xs,
+                   __local float *ssq) {
+    __global const float *xr = x + x_off;
+    uint4 wq[UNR][CPT];
+    WS_T ws[UNR][CPT];
+    // PERF: the first weights are on their way while the work-group quantizes x
+    load_step(0, lid, n_first, N, W, S, wq, ws);
+    const float part = quantize_x(xr, nw, K, xq, xs);
+#if XMODE == 1
+    ssq[get_local_id(0)] = part;
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float x_ss = 0.0f;
+#if XMODE == 1
+    for (int i = lid; i < NT; i += LSIZE) x_ss += ssq[i];
+#endif
+    float r[RN2];
+    for (int i = 0; i < RN; ++i) r[i] = 0.0f;
+    for (int t = 0; t < CB * STEPS; ++t) {
+#if PIPE
+        uint4 wn[UNR][CPT];
+        WS_T sn[UNR][CPT];
+        if (t + 1 < CB * STEPS) load_step(t + 1, lid, n_first, N, W, S, wn, sn);
+#endif
+        const int c0 = lid + (t % STEPS) * LSIZE * UNR;
+#pragma unroll
+        for (int u = 0; u < UNR; ++u) {
+            const int c = c0 + u * LSIZE;
+            if (c >= NCH) break;
+#if WFMT == 3
+            const uint4 xl = xq[XQI(c, 0)], xh = xq[XQI(c, 1)];
+            const float2 xd = xs[c];
+#pragma unroll
+            for (int j = 0; j < CPT; ++j) {
+                const uint4 q = wq[u][j];
+                const uint m = 0x0F0F0F0Fu;
+                int s = dot4(q.x & m, xl.x, 0);
+                s = dot4(q.y & m, xl.y, s);
+                s = dot4(q.z & m, xl.z, s);
+                s = dot4(q.w & m, xl.w, s);
+                s = dot4((q.x >> 4) & m, xh.x, s);
+                s = dot4((q.y >> 4) & m, xh.y, s);
+                s = dot4((q.z >> 4) & m, xh.z, s);
+                s = dot4((q.w >> 4) & m, xh.w, s);
+                // sum (q d + mn) (xq dx) = d dx sum q xq + mn dx sum xq
+                r[j] = fma(ws[u][j].x * xd.x, (float)s, fma(ws[u][j].y, xd.y, r[j]));
+            }
+#else
+            const uint4 xv = xq[c];
+            const float dx = xs[c / 2].x;
+#pragma unroll
+            for (int j = 0; j < CPT; ++j) {
+                const uint4 q = wq[u][j];
+                int s = dot4(q.x, xv.x, 0);
+                s = dot4(q.y, xv.y, s);
+                s = dot4(q.z, xv.z, s);
+                s = dot4(q.w, xv.w, s);
+                r[j] = fma(ws[u][j] * dx, (float)s, r[j]);
+            }
+#endif
+        }
+#if PIPE
+#pragma unroll
+        for (int u = 0; u < UNR; ++u)
+#pragma unroll
+            for (int j = 0; j < CPT; ++j) {
+                wq[u][j] = wn[u][j];
+                ws[u][j] = sn[u][j];
+            }
+#else
+        if (t + 1 < CB * STEPS) load_step(t + 1, lid, n_first, N, W, S, wq, ws);
+#endif
+        if (t % STEPS == STEPS - 1) {  // the end of a column block
+#if XMODE == 1
+            r[RN] = x_ss;
+#endif
+            finish(r, y, y_off, 0, bias, 1, N, K, n_first + (t / STEPS) * (NCOL * CPT), 0, lid,
+                   red, eps);
+            for (int i = 0; i < RN; ++i) r[i] = 0.0f;
         }
     }
 }
+#endif
 
 __kernel void matmul(__global float *y, int y_off, int ldy,
                      __global const float *x, int x_off, int ldx,
@@ -333,6 +610,19 @@ __kernel void matmul(__global float *y, int y_off, int ldy,
     __local float *team = red + (get_local_id(0) / LSIZE) * RN2 * LSIZE;
 #else
     __local float *team = red;
+#endif
+#if QX
+    __local uint4 xq[QK / 16];
+    __local float2 xs[NB];
+#if XMODE == 1
+    __local float ssq[LSIZE * NCOL];
+#else
+    __local float *ssq = red;
+#endif
+    // NOTE: no early exit: every work-item reaches the barrier after the quantization of x
+    const int n_first = (get_group_id(0) * CB * NCOL + get_local_id(0) / LSIZE) * CPT;
+    gemv_q(y, y_off, x, x_off, W, S, bias, N, K, n_first, lid, team, nw, eps, xq, xs, ssq);
+    return;
 #endif
     for (int r = 0; r < ROWS; ++r) {
         const int n = (c * ROWS + r) * CPT;

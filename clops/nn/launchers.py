@@ -79,6 +79,43 @@ def matmul_rows(dev: CLDevice, n: int) -> int:
 ROWS_MAX = 2
 
 
+def int8_activations(dev: CLDevice, m: int, fmt: str, k: int) -> bool:
+    """Whether one decode row meets q4/q8 weights as int8 (matmul.cl QX): x quantized per 32
+    values in the kernel's prologue, int8 dot products (NVIDIA's dp4a).
+
+    PERF: the float path's dequantization (a few integer ops and an FMA per weight) held the
+    H100 to 0.14..0.64 of its copy bandwidth; dp4a does 4 weights per instruction. Other GPUs
+    keep the float path until measured (the kernel's plain-C dot4 runs anywhere), CPUs too
+    (PoCL's float path is vectorized; the int8 path is not faster there)."""
+    if m != 1 or fmt not in ("q4", "q8") or is_cpu(dev):
+        return False
+    # int8 x, (dx, dx * sum q) per 32 and the reduction scratch in local memory
+    if k + k // 4 + 8 * GPU_GROUP > dev.caps.local_mem:
+        return False
+    return dev.probe("nvidia_ptx")
+
+
+# Tuning hook for bench sweeps (None: the launcher's choice): (LSIZE, NCOL, CPT, UNR, CB, PIPE)
+# of the int8 path.
+QX_OVERRIDE: tuple[int, int, int, int, int, int] | None = None
+
+
+def qx_geometry(dev: CLDevice, n: int, k: int,
+                fmt: str) -> tuple[int, int, int, int, int, int]:
+    """(LSIZE, NCOL, CPT, UNR, CB, PIPE) of the int8 decode path (matmul.cl QX)."""
+    if QX_OVERRIDE is not None:
+        return QX_OVERRIDE
+    # PERF (H100, N 2048..32768, K 2048..8192): half-warp teams, 16 per work-group, one column
+    # each, 4 chunks per work-item in flight and the next 4 loading meanwhile; for q4 and large
+    # N, consecutive column blocks per work-group (x quantized once for them, ~512 groups):
+    # 0.92 of copy at 32768x2048 against 0.80 with one. q8 measured best with one.
+    _, ls = matmul_geometry(dev, 1, k, fmt)
+    ls = min(ls, 16)
+    ncol = max(1, min(GPU_GROUP, dev.caps.max_work_group) // ls)
+    cb = min(4, _pow2_at_most(max(1, n // 8192))) if fmt == "q4" else 1
+    return ls, ncol, 1, 4, cb, 1
+
+
 def fused_prologues(dev: CLDevice) -> bool:
     """Whether ``matmul`` takes ``norm=`` and ``glu=`` on this device (GPU kernels only)."""
     return not is_cpu(dev)
@@ -101,7 +138,13 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     rows = matmul_rows(dev, w.n) if ls == 1 and m == 1 else 1
     cpt = matmul_cpt(dev, m, w.n, w.fmt)
     ncol = matmul_columns(dev, ls, w.n, cpt)
-    knl = kernel(dev, "matmul", "matmul", TM=tm, LSIZE=ls, ROWS=rows, NCOL=ncol,
+    qx: dict[str, int] = {}
+    cb = 1
+    if int8_activations(dev, m, w.fmt, w.k):
+        ls, ncol, cpt, unr, cb, pipe = qx_geometry(dev, w.n, w.k, w.fmt)
+        qx = {"QX": 1, "QK": w.k, "UNR": unr, "CB": cb, "PIPE": pipe,
+              "DP4A": int(dev.probe("nvidia_ptx"))}
+    knl = kernel(dev, "matmul", "matmul", TM=tm, LSIZE=ls, ROWS=rows, NCOL=ncol, **qx,
                  USE_SHFL=int(use_shfl(dev, ls)), CHUNKED=int(not is_cpu(dev)),
                  X_ALIGNED=int(not is_cpu(dev) and x_off % 4 == 0 and ldx % 4 == 0),
                  CPT=cpt, XMODE=1 if norm is not None else 2 if glu else 0,
@@ -118,8 +161,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     # (prefill tiles measured faster with the driver's choice)
     local = (ls * ncol, 1) if ls > 1 or m == 1 else None
     cols = math.ceil(w.n / rows) if ncol == 1 else math.ceil(w.n / ncol) * ncol
-    if cpt > 1:
-        cols = math.ceil(w.n / (ncol * cpt)) * ncol
+    if cpt > 1 or cb > 1:
+        cols = math.ceil(w.n / (ncol * cpt * cb)) * ncol
     return Launch(knl, (cols * ls, tiles), local, args, reads, [y], name)
 
 

@@ -11,21 +11,41 @@ import clops.nn as nn
 import clops.nn.launchers as launchers
 
 from . import test_functional as tf
+from .test_functional import q8_1_activations
 
 
-@pytest.fixture(params=["cpt1", "cpt4"])
+@pytest.fixture(params=["cpt1", "cpt4", "int8", "int8-cpt4", "int8-cb3"])
 def gpu_geometry(monkeypatch, request):
     monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
-    if request.param == "cpt4":  # several output columns per team, as for large layers
+    if request.param.endswith("cpt4"):  # several output columns per team, as for large layers
         monkeypatch.setattr(launchers, "matmul_cpt",
                             lambda dev, m, n, fmt: (4 if fmt in ("q4", "q8") else 2)
                             if m == 1 else 1)
+    if request.param.startswith("int8"):
+        # the int8-activation decode path (matmul.cl QX), with the plain-C dot product where
+        # the device has no NVIDIA PTX; one or several chunks per column in flight (UNR),
+        # loads a step ahead (PIPE), several column blocks per work-group (CB)
+        monkeypatch.setattr(launchers, "int8_activations",
+                            lambda dev, m, fmt, k: m == 1 and fmt in ("q4", "q8"))
+        geom = launchers.qx_geometry
+        unr, cb, pipe = {"int8": (1, 1, 0), "int8-cpt4": (3, 1, 1),
+                         "int8-cb3": (2, 3, 1)}[request.param]
+        monkeypatch.setattr(launchers, "qx_geometry",
+                            lambda dev, n, k, fmt: geom(dev, n, k, fmt)[:3] + (unr, cb, pipe))
 
 
-@pytest.mark.parametrize("kind", ["Q8_0", "Q4_1", "Q6_K"])
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])
 @pytest.mark.parametrize("m", [1, 5])
 def test_linear_quantized_gpu_geometry(device, gpu_geometry, kind, m):
     tf.test_linear_quantized(device, kind, m)
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_1"])
+@pytest.mark.parametrize("n,k", [(37, 96), (130, 64), (33, 2048)])
+def test_linear_quantized_ragged_gpu_geometry(device, gpu_geometry, kind, n, k):
+    # output counts not multiples of the columns per team or work-group; rows of fewer chunks
+    # than a team has work-items, or a number of chunks no multiple of LSIZE * UNR
+    tf.test_linear_quantized(device, kind, 1, n=n, k=k)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -81,7 +101,14 @@ def test_matmul_fused_norm_and_glu(device, gpu_geometry, fmt, m):
             gate, up = x[:, :k], x[:, k:]
             xin = gate / (1 + np.exp(-gate)) * up
         ln.run(device)
-        np.testing.assert_allclose(np.asarray(y), xin @ w_used.T, rtol=2e-4, atol=2e-4)
+        got = np.asarray(y)
+        if fmt == "q8" and launchers.int8_activations(device, m, "q8", k):
+            # int8 activations: x after the norm (up to its scalar 1 / rms) or the GLU is what
+            # is quantized
+            want = q8_1_activations(xin) @ w_used.T.astype(np.float64)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        else:
+            np.testing.assert_allclose(got, xin @ w_used.T, rtol=2e-4, atol=2e-4)
 
 
 def _rope_ref(x: np.ndarray, pos: int, inv_freq: np.ndarray, neox: bool) -> np.ndarray:
