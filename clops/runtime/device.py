@@ -76,11 +76,17 @@ __kernel void probe(__global const half4 *a, __global half4 *out) {
 }
 """
 
+# The PTX forms the NVIDIA paths use outside the tensor-core GEMM (which has its own fallback):
+# %laneid, shfl.sync (sm_30, PTX 6.0) and dp4a (sm_61).
 _PTX_PROBE = r"""
 __kernel void probe(__global uint *out) {
-    uint lane;
+    uint lane, other, one = 1, ones = 0x01010101u, zero = 0;
+    int dot;
     asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
-    out[get_global_id(0)] = lane;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                 : "=r"(other) : "r"(lane), "r"(one));
+    asm volatile("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(dot) : "r"(lane), "r"(ones), "r"(zero));
+    out[get_global_id(0)] = other * 100 + (uint)dot;
 }
 """
 
@@ -238,7 +244,8 @@ class CLDevice:
 
     def probe(self, what: str) -> bool:
         """Run (once per device and driver, remembered on disk) a compile-and-run probe:
-        ``"fp16"``, ``"nvidia_ptx"`` or ``"builds"``."""
+        ``"fp16"``, ``"nvidia_ptx"`` (inline PTX with %laneid, shfl.sync and dp4a: NVIDIA's
+        driver on sm_61 or newer) or ``"builds"``."""
         known = getattr(self.caps, what)
         if known is not None:
             return bool(known)
@@ -277,7 +284,8 @@ class CLDevice:
             buf = cl.Buffer(self.context, cl.mem_flags.WRITE_ONLY, out.nbytes)
             prg.probe(self.queue.cl_queue, (64,), (64,), buf)
             cl.enqueue_copy(self.queue.cl_queue, out, buf)
-            return bool((out == np.arange(64) % 32).all())
+            lane = np.arange(64) % 32
+            return bool((out == (lane ^ 1) * 100 + lane).all())
         except cl.Error:
             return False
 
@@ -523,7 +531,8 @@ class CLDevice:
 
 # -- probes on disk -------------------------------------------------------------------------------
 def _probe_path() -> str:
-    return os.path.join(cache_dir(), "probes.json")
+    # v2: the nvidia_ptx probe also checks shfl.sync and dp4a
+    return os.path.join(cache_dir(), "probes-v2.json")
 
 
 def _load_probes() -> dict[str, dict[str, Any]]:
