@@ -50,10 +50,11 @@ def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 2) -> fl
 
 
 def interleaved_medians(fns: list[Callable[[], object]], repeat: int,
-                        warmup: int = 2) -> list[float]:
+                        warmup: int = 2, samples: list[list[float]] | None = None
+                        ) -> list[float]:
     """Median seconds of each function, sampled in turns (a, b, c, a, b, c, ...) so that all of
     them see the same drifting machine; a shared VM's memory bandwidth moves by tens of percent
-    from one second to the next."""
+    from one second to the next. ``samples`` receives each function's times, round by round."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -63,7 +64,15 @@ def interleaved_medians(fns: list[Callable[[], object]], repeat: int,
             t0 = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - t0)
+    if samples is not None:
+        samples.extend(times)
     return [statistics.median(ts) for ts in times]
+
+
+def paired_ratio(num: list[float], den: list[float]) -> float:
+    """Median over rounds of num[i] / den[i]: two contenders timed back to back see the same
+    machine, so the ratio of each round's pair drifts far less than either time."""
+    return statistics.median(a / b for a, b in zip(num, den))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,10 +153,12 @@ def main(argv: list[str] | None = None) -> int:
 
     got = np.asarray(a * b + c * d - e * 0.5)
     assert np.allclose(got, ha * hb + hc * hd - he * np.float32(0.5), atol=1e-5)
+    chain_samples: list[list[float]] = []
     t_clops, t_hand, t_np = interleaved_medians([clops_chain, hand_chain, numpy_chain],
-                                                args.repeat)
+                                                args.repeat, samples=chain_samples)
     add("chain a*b+c*d-e*0.5 (clops)", 6 * n * 4, t_clops, "numpy", t_np, copy_bw)
-    rows[-1]["vs_hand_kernel"] = t_hand / t_clops
+    rows[-1]["vs_hand_kernel"] = paired_ratio(chain_samples[1], chain_samples[0])
+    rows[-1]["vs_numpy_paired"] = paired_ratio(chain_samples[2], chain_samples[0])
     dev_time(rows[-1], lambda: (a * b + c * d - e * 0.5).realize(), 6 * n * 4, tt.get("chain"))
     add("chain (hand pyopencl kernel)", 6 * n * 4, t_hand, "numpy", t_np, copy_bw)
 
@@ -160,6 +171,27 @@ def main(argv: list[str] | None = None) -> int:
     t_sum, t_np_sum = interleaved_medians([clops_sum, lambda: ha.sum()], args.repeat)
     add("sum (clops)", n * 4, t_sum, "numpy", t_np_sum, copy_bw)
     dev_time(rows[-1], lambda: a.sum().realize(), n * 4, tt.get("sum"))
+    if dev.kind != "cpu":
+        # PERF: 2^24 floats are 64 MB, about 25 us on an H100, where the fixed cost of a launch
+        # and of the second stage weighs; the same sum over the copy ceiling's 4n floats
+        # shows the bandwidth the reduction itself reaches.
+        big_h = np.ones(4 * n, np.float32)
+        big_a = clops.asarray(big_h, device=dev)
+        assert float(big_a.sum()) == 4 * n
+
+        def clops_big_sum() -> None:
+            big_a.sum().realize()
+            dev.queue.finish()
+
+        t_bsum, t_np_bsum = interleaved_medians([clops_big_sum, lambda: big_h.sum()],
+                                                args.repeat)
+        add(f"sum of {4 * n} (clops)", 4 * n * 4, t_bsum, "numpy", t_np_bsum, copy_bw)
+        tbig = None
+        if torch is not None:
+            tb = torch.ones(4 * n, device="cuda")
+            tbig = torch_ms(torch, lambda: tb.sum(), args.repeat)
+        dev_time(rows[-1], lambda: big_a.sum().realize(), 4 * n * 4, tbig)
+        del big_a
 
     # 3. row softmax
     r = args.rows

@@ -133,8 +133,9 @@ def render(out: str) -> str:
         peer = rows[1] if len(rows) > 1 else None
         lines.append(
             f"| LLM decode, {d['model']}, batch 1 | {c['decode_tps']:.0f} tok/s "
-            f"({c['launches_per_step']} kernels/token, {c['enqueue_ms_per_step']:.1f} ms to "
-            f"enqueue them, device busy {c['gpu_busy']:.0%}) | "
+            f"({c['launches_per_step']} kernels/token; per token {c['enqueue_ms_per_step']:.2f} "
+            f"ms to enqueue them, {c['device_ms_per_step']:.2f} ms of kernels (profiled), "
+            f"{1e3 / c['decode_tps']:.2f} ms in all) | "
             f"{peer['name'] if peer else ''} | "
             f"{_f(peer['decode_tps'] if peer else None, '.0f')} tok/s | "
             f"{_f(c['decode_tps'] / peer['decode_tps'] if peer else None, '.2f')}x | |")
