@@ -54,14 +54,12 @@ def bench_gemm(dev, size: int, dtype: str, torch, repeat: int) -> list[dict]:
                    n, m, n, k, dtype, portable=True, tiled_depth=d)
         variants.append((f"portable kernel, depth {d}", portable))
     if G.use_mma(dev, dtype):
-        for d in (32, 64):
-            if d == G.MMA_DEPTH:
-                continue
+        for d in (32, 64):  # the older tensor-core kernel (plain loads, no cp.async)
 
             def mma(d=d) -> None:
                 G.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer,
                        tb.offset, n, m, n, k, dtype, mma_depth=d)
-            variants.append((f"tensor cores, depth {d}", mma))
+            variants.append((f"tensor cores, gemm_mma depth {d}", mma))
     peer_ms, peer = None, "numpy"
     ref = None
     if torch is not None:

@@ -22,6 +22,12 @@ MIN_MACS = 1 << 24
 # depth of the tiles: portable kernel (16 or 32), tensor-core kernel (32 or 64)
 TILED_DEPTH = 16
 MMA_DEPTH = 64
+# gemm_mma_async tile shapes, preferred first: block BM x BN, warp WM x WN, depth BK, STAGES
+# local tiles, RASTER tile rows per launch-order band. The first that divides the product runs;
+# the last (128 x 128, depth 32) divides every product ``supports`` takes.
+MMA_CONFIGS: list[dict[str, int]] = [
+    dict(BM=128, BN=128, WM=64, WN=64, BK=32, STAGES=3, RASTER=8),
+]
 
 _DT = {"float32": 0, "float16": 1}
 
@@ -36,7 +42,7 @@ def _mma_builds(dev: CLDevice) -> bool:
     ok = dev.__dict__.get("_clops_mma_ok")
     if ok is None:
         try:
-            kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1, MDEPTH=MMA_DEPTH)
+            kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1, MDEPTH=32)
             ok = True
         except Exception:  # noqa: BLE001 - a driver without these PTX forms: portable path
             ok = False
@@ -44,8 +50,29 @@ def _mma_builds(dev: CLDevice) -> bool:
     return ok
 
 
+def _async_kernel(dev: CLDevice, cfg: dict[str, int]) -> Any | None:
+    """gemm_mma_async for ``cfg``, or None where it does not build (no cp.async / ldmatrix:
+    the older gemm_mma runs instead)."""
+    key = "_clops_mma_async_" + "_".join(f"{k}{v}" for k, v in sorted(cfg.items()))
+    knl = dev.__dict__.get(key)
+    if knl is None:
+        try:
+            knl = kernel(dev, "gemm", "gemm_mma_async", DT=1, USE_MMA=1, USE_MMA_ASYNC=1, **cfg)
+        except Exception:  # noqa: BLE001 - a driver without these PTX forms
+            knl = False
+        dev.__dict__[key] = knl
+    return knl or None
+
+
+def _mma_config(m: int, n: int, k: int) -> dict[str, int]:
+    for cfg in MMA_CONFIGS:
+        if m % cfg["BM"] == 0 and n % cfg["BN"] == 0 and k % cfg["BK"] == 0:
+            return cfg
+    return dict(BM=TILE, BN=TILE, WM=64, WN=64, BK=32, STAGES=3, RASTER=8)
+
+
 def depth(dev: CLDevice, dtype: str) -> int:
-    return MMA_DEPTH if use_mma(dev, dtype) else TILED_DEPTH
+    return 32 if use_mma(dev, dtype) else TILED_DEPTH
 
 
 def supports(dev: CLDevice, dtype: str, m: int, n: int, k: int, offsets: tuple[int, ...],
@@ -65,20 +92,30 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
          b: Buffer, b_off: int, ldb: int, m: int, n: int, k: int, dtype: str = "float32",
          batch: int = 1, strides: tuple[int, int, int] = (0, 0, 0),
          portable: bool = False, tiled_depth: int | None = None,
-         mma_depth: int | None = None) -> Event:
+         mma_depth: int | None = None, mma_config: dict[str, int] | None = None) -> Event:
     """C[i] = A[i] @ B[i] for i < batch (row-major; ``strides`` are the batch strides of C, A,
-    B in elements). ``portable`` skips the tensor-core kernel."""
+    B in elements). ``portable`` skips the tensor-core kernels; ``mma_depth`` picks the older
+    ``gemm_mma`` at that depth, ``mma_config`` a tile shape of ``gemm_mma_async``."""
     mma = not portable and use_mma(dev, dtype)
-    if mma:
-        knl = kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1, MDEPTH=mma_depth or MMA_DEPTH)
-    else:
+    bm, bn, group, name = TILE, TILE, GROUP, "gemm"
+    knl = None
+    if mma and mma_depth is None:
+        cfg = mma_config or _mma_config(m, n, k)
+        knl = _async_kernel(dev, cfg)
+        if knl is not None:
+            bm, bn, name = cfg["BM"], cfg["BN"], "gemm_mma"
+            group = bm // cfg["WM"] * (bn // cfg["WN"]) * 32
+    if knl is None and mma:
+        d = mma_depth or (MMA_DEPTH if k % MMA_DEPTH == 0 else 32)
+        knl, name = kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1, MDEPTH=d), "gemm_mma"
+    if knl is None:
         knl = kernel(dev, "gemm", "gemm_tiled", DT=_DT[dtype], DEPTH=tiled_depth or TILED_DEPTH)
     i32, i64 = np.int32, np.int64
     args: list[Any] = [c, i32(c_off), i32(ldc), i64(strides[0]), a, i32(a_off), i32(lda),
                        i64(strides[1]), b, i32(b_off), i32(ldb), i64(strides[2]), i32(m),
                        i32(n), i32(k)]
-    return dev.launch(knl, (n // TILE * GROUP, m // TILE, batch), (GROUP, 1, 1), args,
-                      reads=[a, b], writes=[c], name="gemm_mma" if mma else "gemm")
+    return dev.launch(knl, (n // bn * group, m // bm, batch), (group, 1, 1), args,
+                      reads=[a, b], writes=[c], name=name)
 
 
 def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:

@@ -44,6 +44,34 @@ def test_gemm_tensor_cores(device):
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
 
 
+@pytest.mark.parametrize("m,n,k,batch", [(256, 384, 96, 2), (384, 256, 32, 1),
+                                         (256, 512, 1024, 1)])
+@pytest.mark.parametrize("variant", ["auto", "sync", "wide", "tall"])
+def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
+    # both tensor-core kernels, batched, K of 1 to 32 tiles, tile shapes that divide or not
+    if not gemm.use_mma(device, "float16"):
+        pytest.skip("no NVIDIA inline PTX on this device")
+    kw: dict = {"sync": {"mma_depth": 32},
+                "wide": {"mma_config": dict(BM=128, BN=256, WM=64, WN=64, BK=32, STAGES=2,
+                                            RASTER=8)},
+                "tall": {"mma_config": dict(BM=256, BN=128, WM=64, WN=64, BK=32, STAGES=2,
+                                            RASTER=4)}}.get(variant, {})
+    cfg = kw.get("mma_config")
+    if cfg and (m % cfg["BM"] or n % cfg["BN"]):
+        pytest.skip("tile shape does not divide the product")
+    a = RNG.standard_normal((batch, m, k)).astype(np.float16)
+    b = RNG.standard_normal((batch, k, n)).astype(np.float16)
+    ta = clops.asarray(a, device=device).realize()
+    tb = clops.asarray(b, device=device).realize()
+    tc = clops.empty((batch, m, n), dtype=clops.float16, device=device)
+    assert gemm.supports(device, "float16", m, n, k, (ta.offset, tb.offset), (), force=True)
+    gemm.gemm(device, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer, tb.offset, n,
+              m, n, k, "float16", batch, (m * n, m * k, k * n), **kw)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    got = np.asarray(tc).astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+
+
 def test_matmul_dispatch(device):
     # CPUs and small products keep the generated kernel; the result is the same either way
     a = RNG.standard_normal((128, 256)).astype(np.float32)
