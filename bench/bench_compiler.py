@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         a.sum().realize()
         dev.queue.finish()
 
-    assert abs(float(a.sum()) - float(ha.astype(np.float64).sum())) < 1e-3 * n ** 0.5
+    # float32 sums in chunks: within 1e-5 of the float64 sum of magnitudes (tens of ulps)
+    ref_sum = ha.astype(np.float64)
+    assert abs(float(a.sum()) - ref_sum.sum()) < 1e-5 * np.abs(ref_sum).sum()
     t_sum, t_np_sum = interleaved_medians([clops_sum, lambda: ha.sum()], args.repeat)
     add("sum (clops)", n * 4, t_sum, "numpy", t_np_sum, copy_bw)
     dev_time(rows[-1], lambda: a.sum().realize(), n * 4, tt.get("sum"))
