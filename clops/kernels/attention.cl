@@ -106,6 +106,32 @@ __kernel void attn_decode(__global float *part, __global const float *q,
 }
 
 #ifdef CHUNK
+// The softmax numerators of a chunk's scores p[0, n), in place: exp(p - max), by the HEAD_DIM
+// work-items of a group, each bringing the max of the scores it wrote. Returns (max, sum).
+inline float2 chunk_softmax(__local float *p, __local float *red, int t, int n, float mx) {
+    red[t] = mx;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
+        if (t < o) red[t] = fmax(red[t], red[t + o]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    mx = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float l = 0.0f;
+    for (int j = t; j < n; j += HEAD_DIM) {
+        const float e = exp(p[j] - mx);
+        p[j] = e;
+        l += e;
+    }
+    red[t] = l;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
+        if (t < o) red[t] += red[t + o];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return (float2)(mx, red[0]);
+}
+
 // attn_decode for GPUs: a work-group of D work-items per (split, head) and CHUNK positions.
 // Scores go one position per work-item, the softmax of the chunk through local memory, then
 // the value sum one dimension per work-item (coalesced rows). Same output as attn_decode.
@@ -140,32 +166,13 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
         p[j] = sc;
         mx = fmax(mx, sc);
     }
-    red[t] = mx;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
-        if (t < o) red[t] = fmax(red[t], red[t + o]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    mx = red[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float l = 0.0f;
-    for (int j = t; j < n; j += HEAD_DIM) {
-        const float e = exp(p[j] - mx);
-        p[j] = e;
-        l += e;
-    }
-    red[t] = l;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
-        if (t < o) red[t] += red[t + o];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    const float2 ms = chunk_softmax(p, red, t, n, mx);
     float acc = 0.0f;
     for (int j = 0; j < n; ++j) acc = mad(p[j], vb[(size_t)j * HEAD_DIM + t], acc);
     out[t] = acc;
     if (t == 0) {
-        out[HEAD_DIM] = mx;
-        out[HEAD_DIM + 1] = red[0];
+        out[HEAD_DIM] = ms.x;
+        out[HEAD_DIM + 1] = ms.y;
     }
 }
 
@@ -247,27 +254,9 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
         p[j] = sc;
         mx = fmax(mx, sc);
     }
-    red[t] = mx;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
-        if (t < o) red[t] = fmax(red[t], red[t + o]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    mx = red[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float l = 0.0f;
-    for (int j = t; j < n; j += HEAD_DIM) {
-        const float e = exp(p[j] - mx);
-        p[j] = e;
-        l += e;
-    }
-    red[t] = l;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
-        if (t < o) red[t] += red[t + o];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    l = red[0];
+    const float2 ms = chunk_softmax(p, red, t, n, mx);
+    mx = ms.x;
+    const float l = ms.y;
     float acc = 0.0f;
     for (int j = 0; j < nc; ++j) acc = mad(p[j], vb[(size_t)j * HEAD_DIM + t], acc);
     if (tail) acc = mad(p[n - 1], vn, acc);
