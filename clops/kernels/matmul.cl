@@ -9,7 +9,8 @@
 //   LSIZE  work-items that split K for one output column (1 on CPUs; 32..128 on GPUs)
 //   ROWS   output columns per work-item, one after another (CPUs: fewer, longer work-items)
 //   NCOL   output columns per work-group (GPUs), each by its own team of LSIZE work-items
-//   USE_SHFL  1: teams (LSIZE <= 32, warp-aligned) reduce with NVIDIA PTX shfl.sync, no barrier
+//   USE_SHFL  1: teams (LSIZE <= 32, warp-aligned) reduce with NVIDIA PTX shfl.sync, no barrier;
+//             teams of several whole warps (QX) then add their warps' sums in local memory
 //   CHUNKED   1 (GPUs): work-item i of a team takes 16-byte chunks i, i + LSIZE, ... of the row
 //             (consecutive work-items read consecutive bytes), read through aligned vector
 //             pointers; 0: 32-value groups (CPUs: long contiguous runs per work-item)
@@ -145,9 +146,11 @@ inline void load_group(__global const W_T *W, __global const SCALE_T *S, int K, 
 }
 
 #if USE_SHFL
-// Sum over the LSIZE lanes of a team (butterfly within aligned groups of LSIZE lanes).
+// Sum over the LSIZE lanes of a team (butterfly within aligned groups of LSIZE lanes); teams of
+// more than a warp: over each warp of the team (finish adds the warps' sums).
+#define WLANES (LSIZE < 32 ? LSIZE : 32)
 inline float team_sum(float v) {
-    for (int o = LSIZE / 2; o > 0; o >>= 1) {
+    for (int o = WLANES / 2; o > 0; o >>= 1) {
         uint t;
         asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
                      : "=r"(t) : "r"(as_uint(v)), "r"(o));
@@ -267,6 +270,19 @@ inline void finish(float *r, __global float *y, int y_off, int ldy, __global con
                    int M, int N, int K, int n, int m0, int lid, __local float *red, float eps) {
 #if USE_SHFL
     for (int i = 0; i < RN2; ++i) r[i] = team_sum(r[i]);
+#if LSIZE > 32
+    // the team's warps: lane 0 of each leaves its sums in red, work-item 0 adds them up
+    if ((lid & 31) == 0)
+        for (int i = 0; i < RN2; ++i) red[i * (LSIZE / 32) + (lid >> 5)] = r[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0)
+        for (int i = 0; i < RN2; ++i) {
+            float s = 0.0f;
+            for (int w = 0; w < LSIZE / 32; ++w) s += red[i * (LSIZE / 32) + w];
+            r[i] = s;
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);  // before the next column block's sums overwrite red
+#endif
 #elif LSIZE > 1
     for (int i = 0; i < RN2; ++i) red[i * LSIZE + lid] = r[i];
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -597,7 +613,13 @@ inline void gemv_q(__global float *y, int y_off, __global const float *x, int x_
 }
 #endif
 
-__kernel void matmul(__global float *y, int y_off, int ldy,
+// QX: the group's size is fixed (NVIDIA: registers budgeted for it; groups of up to 1024).
+#if QX
+#define MATMUL_ATTR __attribute__((reqd_work_group_size(LSIZE * NCOL, 1, 1)))
+#else
+#define MATMUL_ATTR
+#endif
+__kernel MATMUL_ATTR void matmul(__global float *y, int y_off, int ldy,
                      __global const float *x, int x_off, int ldx,
                      __global const W_T *W, __global const SCALE_T *S,
                      __global const float *bias, int M, int N, int K,

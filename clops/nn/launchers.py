@@ -89,8 +89,9 @@ def int8_activations(dev: CLDevice, m: int, fmt: str, k: int) -> bool:
     (PoCL's float path is vectorized; the int8 path is not faster there)."""
     if m != 1 or fmt not in ("q4", "q8") or is_cpu(dev):
         return False
-    # int8 x, (dx, dx * sum q) per 32 and the reduction scratch in local memory
-    if k + k // 4 + 8 * GPU_GROUP > dev.caps.local_mem:
+    # int8 x, (dx, dx * sum q) per 32 and the reduction scratch in local memory (qx_geometry's
+    # groups of 2 * GPU_GROUP; its wider ones check for themselves)
+    if _qx_local_bytes(k, 1, 2 * GPU_GROUP, 1) > dev.caps.local_mem:
         return False
     return dev.probe("nvidia_ptx")
 
@@ -100,20 +101,44 @@ def int8_activations(dev: CLDevice, m: int, fmt: str, k: int) -> bool:
 QX_OVERRIDE: tuple[int, int, int, int, int, int] | None = None
 
 
+def _qx_local_bytes(k: int, ls: int, ncol: int, cpt: int) -> int:
+    """Local memory of the int8 path: int8 x, (dx, dx * sum q) per 32, the reduction scratch
+    (with the sums of squares of XMODE 1) and the per-work-item sums of squares."""
+    return k + k // 4 + 4 * (cpt + 2) * ls * ncol
+
+
 def qx_geometry(dev: CLDevice, n: int, k: int,
                 fmt: str) -> tuple[int, int, int, int, int, int]:
     """(LSIZE, NCOL, CPT, UNR, CB, PIPE) of the int8 decode path (matmul.cl QX)."""
     if QX_OVERRIDE is not None:
         return QX_OVERRIDE
-    # PERF (H100, N 2048..32768, K 2048..8192): half-warp teams, 16 per work-group, one column
-    # each, 4 chunks per work-item in flight and the next 4 loading meanwhile; for q4 and large
-    # N, consecutive column blocks per work-group (x quantized once for them, ~512 groups):
-    # 0.92 of copy at 32768x2048 against 0.80 with one. q8 measured best with one.
+    nch = max(1, k // CHUNK_VALUES[fmt])
+    most = _pow2_at_most(min(1024, dev.caps.max_work_group))
+    # PERF (H100): few output columns of long rows (2048x8192: 128 groups of 256 left the SMs
+    # a group each, 8 warps, with 8..16 chunks per work-item one after another): groups of
+    # 1024, 16 columns each (~ one per SM), the rows split over 64 (q8) or 128 (q4, 2 columns
+    # per team) work-items; their warps' sums meet in local memory. 0.55 -> 0.69 of copy
+    # (q8), 0.37 -> 0.42 (q4) against 28 other geometries.
+    if n < 32 * dev.caps.compute_units and most >= 1024:
+        cpt = 2 if fmt == "q4" else 1
+        ls = 1024 * cpt // 16
+        unr = min(4, nch // ls)
+        # (at least 4 chunks per work-item, as measured: K >= 4096 (q8), 8192 (q4))
+        if nch * cpt >= 4 * ls and _qx_local_bytes(k, ls, 1024 // ls, cpt) <= dev.caps.local_mem:
+            return ls, 1024 // ls, cpt, unr, 1, int(nch > ls * unr)
+    # PERF (H100, N 8192..32768, K 2048): half-warp teams, one column each, 4 chunks per
+    # work-item in flight and (several steps) the next 4 loading meanwhile. q8: 16 teams per
+    # group. q4: 32 teams per group and for large N consecutive column blocks per group (x
+    # quantized once for them, ~256 groups): 32768x2048 0.97 -> 1.12 of copy against 16 teams
+    # with 4 blocks (0.80 with one); q8 measured best with one block of 16 teams.
     _, ls = matmul_geometry(dev, 1, k, fmt)
     ls = min(ls, 16)
-    ncol = max(1, min(GPU_GROUP, dev.caps.max_work_group) // ls)
+    group = 2 * GPU_GROUP if fmt == "q4" and n >= 8192 else GPU_GROUP
+    ncol = max(1, min(group, dev.caps.max_work_group) // ls)
     cb = min(4, _pow2_at_most(max(1, n // 8192))) if fmt == "q4" else 1
-    return ls, ncol, 1, 4, cb, 1
+    unr = 4
+    steps = -(-nch // (ls * unr)) * cb
+    return ls, ncol, 1, unr, cb, int(steps > 1)
 
 
 def fused_prologues(dev: CLDevice) -> bool:
@@ -144,8 +169,10 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         ls, ncol, cpt, unr, cb, pipe = qx_geometry(dev, w.n, w.k, w.fmt)
         qx = {"QX": 1, "QK": w.k, "UNR": unr, "CB": cb, "PIPE": pipe,
               "DP4A": int(dev.probe("nvidia_ptx"))}
+    # (the int8 path's teams of more than a warp add up their warps' shuffled sums)
+    shfl = use_shfl(dev, ls) or bool(qx and ls > 32 and use_shfl(dev, 32))
     knl = kernel(dev, "matmul", "matmul", TM=tm, LSIZE=ls, ROWS=rows, NCOL=ncol, **qx,
-                 USE_SHFL=int(use_shfl(dev, ls)), CHUNKED=int(not is_cpu(dev)),
+                 USE_SHFL=int(shfl), CHUNKED=int(not is_cpu(dev)),
                  X_ALIGNED=int(not is_cpu(dev) and x_off % 4 == 0 and ldx % 4 == 0),
                  CPT=cpt, XMODE=1 if norm is not None else 2 if glu else 0,
                  HAS_BIAS=int(bias is not None), ACCUM=int(accum), **w.defines)

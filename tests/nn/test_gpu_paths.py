@@ -14,7 +14,7 @@ from . import test_functional as tf
 from .test_functional import q8_1_activations
 
 
-@pytest.fixture(params=["cpt1", "cpt4", "int8", "int8-cpt4", "int8-cb3"])
+@pytest.fixture(params=["cpt1", "cpt4", "int8", "int8-cpt4", "int8-cb3", "int8-wide"])
 def gpu_geometry(monkeypatch, request):
     monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
     if request.param.endswith("cpt4"):  # several output columns per team, as for large layers
@@ -28,6 +28,12 @@ def gpu_geometry(monkeypatch, request):
         monkeypatch.setattr(launchers, "int8_activations",
                             lambda dev, m, fmt, k: m == 1 and fmt in ("q4", "q8"))
         geom = launchers.qx_geometry
+        if request.param == "int8-wide":
+            # teams of more than a warp (their warps' sums meet in local memory on NVIDIA),
+            # two columns each, groups of 512 work-items
+            monkeypatch.setattr(launchers, "qx_geometry",
+                                lambda dev, n, k, fmt: (64, 8, 2, 2, 2, 1))
+            return
         unr, cb, pipe = {"int8": (1, 1, 0), "int8-cpt4": (3, 1, 1),
                          "int8-cb3": (2, 3, 1)}[request.param]
         monkeypatch.setattr(launchers, "qx_geometry",
