@@ -54,15 +54,40 @@ def test_logits_match_reference(model, reference):
     assert err < 2e-3 * np.abs(want).max(), err
 
 
-def test_greedy_continuation_of_oxygen(model, reference):
+@pytest.fixture(scope="module")
+def greedy_reference(model, reference):
     import torch
 
     ids = model.tokenizer.encode("What's Oxygen?", add_special_tokens=True)
-    got = list(model.generate_ids(ids, max_new_tokens=32, stop_ids=[]))
     with torch.no_grad():
         out = reference.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
                                  eos_token_id=None, pad_token_id=0)
-    assert got == out[0, len(ids):].tolist()
+    return ids, out[0, len(ids):].tolist()
+
+
+def test_greedy_continuation_of_oxygen(model, greedy_reference):
+    ids, want = greedy_reference
+    assert list(model.generate_ids(ids, max_new_tokens=32, stop_ids=[])) == want
+
+
+def test_greedy_continuation_with_int8_activations(device, greedy_reference, monkeypatch):
+    # the GPU decode plan with the quantized matmuls on int8 activations (as NVIDIA runs them,
+    # through dp4a; here the plain-C dot products): the same 32 greedy tokens
+    import clops.nn.launchers as launchers
+
+    taken = []
+
+    def int8(dev, m, fmt, k):
+        taken.append(m == 1 and fmt in ("q4", "q8"))
+        return taken[-1]
+
+    monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(launchers, "int8_activations", int8)
+    gpu_model = clops.llm.load(GGUF_PATH, device=device, max_seq_len=256, progress=False)
+    gpu_model._plan(1, "last", True)
+    assert sum(taken) >= 30  # the matmuls of every layer
+    ids, want = greedy_reference
+    assert list(gpu_model.generate_ids(ids, max_new_tokens=32, stop_ids=[])) == want
 
 
 def test_generate_text_and_stats(model):
