@@ -560,7 +560,7 @@ def pinv(x: Tensor, /, *, rtol: float | Tensor | None = None) -> Tensor:
         if rtol is None:
             tol = max(x.shape[-2:]) * np.finfo(a.dtype).eps
         elif isinstance(rtol, Tensor):
-            tol = rtol.to_numpy()[..., None]
+            tol = rtol.to_numpy()  # numpy adds the trailing axis itself
         return _dev(np.linalg.pinv(a, rtol=tol), x)
     u, s, vh = _svd_device(x, True, False)
     cut = apply("multiply", _max(s, axis=-1, keepdims=True), _rtol(x, rtol))

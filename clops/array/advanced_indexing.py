@@ -90,7 +90,9 @@ def _plan(x: Tensor, key: Any) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[
                 vax += 1
                 continue
             want = x.shape[xdim:xdim + k.ndim]
-            if k.shape != want:
+            # NOTE: a zero-size mask dimension selects nothing (the conformance suite takes it
+            # as valid; numpy raises)
+            if len(want) != k.ndim or any(ks not in (ws, 0) for ks, ws in zip(k.shape, want)):
                 raise IndexError(f"boolean index of shape {k.shape} does not match the "
                                  f"indexed dims {want}")
             from .searching import nonzero

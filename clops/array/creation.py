@@ -107,6 +107,15 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | 
         except (ValueError, TypeError) as e:
             raise TypeError(f"cannot make a tensor from {type(obj).__name__}: {e}") from None
         d = _dt.to_dtype(dtype) if dtype is not None else _host_dtype(arr, from_python)
+        if from_python and d.kind in "iu" and arr.dtype.kind in "fO":
+            # NOTE: Python ints past int64 beside others infer float64 (or object), which loses
+            # digits: convert the Python values to the integer dtype directly
+            try:
+                arr = np.asarray(obj, dtype=d.np)
+            except OverflowError:
+                raise OverflowError(f"values do not fit {d}") from None
+            except (ValueError, TypeError):
+                pass
         if from_python and d.is_int and arr.dtype.kind in "iu":
             info = np.iinfo(d.np)
             if arr.size and (arr.min() < info.min or arr.max() > info.max):
@@ -239,9 +248,22 @@ def linspace(start: Any, stop: Any, /, num: int, *, dtype: Any = None, device: A
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0
     md = d
+    if d.kind in "iub":
+        # NOTE: integer results: exact integer steps in 64-bit integers (unsigned arithmetic wraps,
+        # so a negative uint64 step is its residue); otherwise floats, floored (as numpy 2)
+        span = stop - start
+        if isinstance(start, int) and isinstance(stop, int) and (div == 0 or span % div == 0):
+            md = _dt.uint64 if d.name == "uint64" else _dt.int64
+            step = (span // div if div > 0 else 0) % 2**64
+            if md is _dt.int64 and step >= 2**63:
+                step -= 2**64
+        else:
+            md = _dt.float64 if dev.caps.fp64 else _dt.float32
     idx = ir.cast(ir.iota(0, (num,), _dt.int64), md)
     node = ir.ew("add", [ir.ew("multiply", [idx, ir.const(step, md, (num,))], md),
                          ir.const(start, md, (num,))], md)
+    if d.kind in "iub" and md.kind == "f":
+        node = ir.ew("floor", [node], md)
     out = Tensor(ir.cast(node, d), dev).realize()
     if endpoint and num > 1:
         out[num - 1] = stop  # exact end point
@@ -255,6 +277,7 @@ def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = N
     d = _dtype_or(dtype, _dt.float32)
     dev = _device(device)
     shape = (n_rows, m)
+    k = _clamp_diagonal(k, shape)
     i = ir.iota(0, shape, _dt.int64)
     j = ir.iota(1, shape, _dt.int64)
     cond = ir.ew("equal", [ir.ew("add", [i, ir.const(k, _dt.int64, shape)], _dt.int64), j],
@@ -262,10 +285,17 @@ def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = N
     return Tensor(ir.cast(cond, d), dev).realize()
 
 
+def _clamp_diagonal(k: int, shape: tuple[int, ...]) -> int:
+    """A diagonal offset brought into [-rows, cols]: every offset beyond selects what those
+    do, and the clamped one fits the int64 kernel argument (k may be any Python int)."""
+    return max(-shape[-2], min(int(k), shape[-1]))
+
+
 def _tri(x: Tensor, k: int, lower: bool) -> Tensor:
     if x.ndim < 2:
         raise ValueError("tril/triu need at least 2 dims")
     shape = x.shape
+    k = _clamp_diagonal(k, shape)
     i = ir.iota(x.ndim - 2, shape, _dt.int64)
     j = ir.iota(x.ndim - 1, shape, _dt.int64)
     ik = ir.ew("add", [i, ir.const(k, _dt.int64, shape)], _dt.int64)

@@ -138,4 +138,6 @@ def vecdot(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
         raise ValueError(f"vecdot: sizes {x1.shape[axis]} and {x2.shape[axis]} along axis "
                          f"{axis} differ")
     a = apply("conj", x1) if x1.dtype.kind == "c" else x1
-    return _sum(apply("multiply", a, x2), axis=axis)
+    prod = apply("multiply", a, x2)
+    # NOTE: the promoted input dtype, not sum's widened default (uint8 stays uint8)
+    return _sum(prod, axis=axis, dtype=prod.dtype)

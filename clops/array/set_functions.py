@@ -31,12 +31,23 @@ class UniqueInverseResult(NamedTuple):
     inverse_indices: Tensor
 
 
+def _sorted_complex(flat: Tensor) -> tuple[Tensor, Tensor]:
+    """Complex values in lexicographic (real, imaginary) order, and the permutation: a stable
+    sort by the imaginary parts, then a stable sort of those by the real parts."""
+    from .advanced_indexing import take
+
+    _, by_imag = sort_last(apply("imag", flat), False)
+    _, by_real = sort_last(take(apply("real", flat), by_imag), False)
+    perm = take(by_imag, by_real)
+    return take(flat, perm), perm
+
+
 def _runs(x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(sorted values, sort permutation, run-start flags, run starts) of flattened ``x``."""
-    if x.dtype.kind == "c":
-        raise TypeError("unique is not defined for complex tensors here (no total order)")
     flat = reshape(x, (-1,))
-    vals, perm = sort_last(flat, False)
+    # NOTE: complex values have no natural order; any order that makes equal values neighbours
+    # will do (the standard leaves the order of the unique values unspecified)
+    vals, perm = _sorted_complex(flat) if x.dtype.kind == "c" else sort_last(flat, False)
     n = flat.size
     flags = new((n,), _dt.bool_, x.device)
     if n:

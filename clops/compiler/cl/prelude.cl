@@ -16,8 +16,8 @@ inline C cexp_##R(C a) {                                                        
     /* C99 Annex G special values; exp(x) overflowing with a finite result: two halves */ \
     if (a.y == 0) return (C)(exp(a.x), a.y);                                             \
     if (isinf(a.x)) {                                                                    \
-        if (a.x < 0)                                                                     \
-            return isfinite(a.y) ? (C)(0 * cos(a.y), 0 * sin(a.y)) : (C)(0, copysign((R)0, a.y)); \
+        if (a.x < 0) return isfinite(a.y) ? (C)(0 * cos(a.y), 0 * sin(a.y))              \
+                                          : (C)(0, copysign((R)0, a.y));                 \
         if (!isfinite(a.y)) return (C)(a.x, NAN);                                        \
         return (C)(a.x * cos(a.y), a.x * sin(a.y));                                      \
     }                                                                                    \
@@ -39,6 +39,9 @@ inline C clog_##R(C a) {                                                        
     /* near |z| = 1: log|z| = log1p((u - 1)(u + 1) + v^2) / 2, u >= v the magnitudes */    \
     R h = hypot(a.x, a.y), u = fmax(fabs(a.x), fabs(a.y)), v = fmin(fabs(a.x), fabs(a.y)); \
     R re = (h > (R)0.5 && h < 2) ? log1p((u - 1) * (u + 1) + v * v) / 2 : log(h);         \
+    if (h < (R)1.0842021724855044e-19) /* subnormal parts: |z| 2^64, then - 64 log 2 */   \
+        re = log(hypot(u * (R)18446744073709551616.0, v * (R)18446744073709551616.0))     \
+             - (R)44.3614195558365;                                                      \
     return (C)(re, atan2(a.y, a.x));                                                     \
 }                                                                                        \
 inline C clog1p_##R(C a) {                                                               \
@@ -172,7 +175,9 @@ inline C catanh_##R(C a) {                                                      
             R h = hypot(x, y);                                                           \
             re = x / h / h; im = (R)1.5707963267948966;                                  \
         } else {                                                                         \
-            re = log1p(4 * x / d) / 4;                                                   \
+            /* near z = 1, 4x/d may overflow: log1p(4x/d) = log(4x) - 2 log|1 - z| there */ \
+            re = (4 * x > d * (R)1e10) ? (log(4 * x) - 2 * log(hypot(1 - x, y))) / 4     \
+                                       : log1p(4 * x / d) / 4;                           \
             im = atan2(2 * y, (1 - x) * (1 + x) - y * y) / 2;                            \
         }                                                                                \
     }                                                                                    \
