@@ -281,6 +281,7 @@ def _nvidia_ptx(device: Any) -> bool:
     probe = getattr(device, "probe", None)
     return bool(probe("nvidia_ptx")) if probe is not None else False
 
+
 def _unit_last(v: View) -> bool:
     """Layout class of an operand: unit stride on its last axis (lets the renderer drop a
     multiply and the device compiler vectorize)."""
