@@ -21,7 +21,7 @@ import pyopencl as cl
 import clops
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_ms, torch_cuda, torch_ms  # noqa: E402
+from common import device_ms, same_size_copy_ms, torch_cuda, torch_ms  # noqa: E402
 
 HAND_CHAIN = """
 __kernel void chain(__global const float *a, __global const float *b, __global const float *c,
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         """Device time of the clops kernels alone (profiled), beside PyTorch's on the GPU."""
         dms, _ = device_ms(dev, fn, args.repeat)
         row.update(device_ms=dms, device_GBps=nbytes / dms / 1e6,
-                   device_of_copy_bw=nbytes / dms / 1e6 / copy_dev_bw)
+                   device_of_copy_bw=nbytes / dms / 1e6 / copy_dev_bw,
+                   device_of_same_size_copy=same_size_copy_ms(dev, nbytes, args.repeat) / dms)
         if torch_peer is not None:
             row.update(torch_ms=torch_peer, device_vs_torch=torch_peer / dms)
 

@@ -18,7 +18,16 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from common import copy_ceiling, device_ms, environment, table, torch_cuda, torch_ms, write_json  # noqa: E402
+from common import (  # noqa: E402
+    copy_ceiling,
+    device_ms,
+    environment,
+    same_size_copy_ms,
+    table,
+    torch_cuda,
+    torch_ms,
+    write_json,
+)
 from standin_gguf import _random_blocks  # noqa: E402
 
 import clops  # noqa: E402
@@ -106,7 +115,8 @@ def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, torch, repeat: in
     ms, wall = device_ms(dev, lambda: ln.run(dev), repeat)
     nbytes = w.nbytes + 4 * (n + k)
     row = {"kernel": f"GEMV {kind} {n}x{k}", "ms": ms, "wall_ms": wall, "gbps": nbytes / ms / 1e6,
-           "of_copy": nbytes / ms / 1e6 / ceiling}
+           "of_copy": nbytes / ms / 1e6 / ceiling,
+           "of_same_size_copy": same_size_copy_ms(dev, nbytes, repeat) / ms}
     if torch is not None:
         wt = torch.randn(n, k, device="cuda", dtype=torch.float16)
         xt = torch.randn(1, k, device="cuda", dtype=torch.float16)
@@ -218,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
     print(table(rows, [("kernel", "kernel", ""), ("ms", "ms", ".4f"), ("tflops", "TFLOP/s", ".1f"),
                        ("gbps", "GB/s", ".0f"), ("of_copy", "of copy", ".2f"),
+                       ("of_same_size_copy", "of same-size copy", ".2f"),
                        ("peer", "peer", ""), ("peer_ms", "peer ms", ".4f"),
                        ("x_peer", "x peer", ".2f"), ("rel_err", "rel err", ".1e")]))
     write_json(a.json, {"bench": "kernels", "env": env, "ceiling": ceil, "rows": rows})

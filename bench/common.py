@@ -108,6 +108,23 @@ def copy_ceiling(dev: clops.CLDevice, nbytes: int = 1 << 28, repeat: int = 20) -
     return out
 
 
+def same_size_copy_ms(dev: clops.CLDevice, moved: int, repeat: int = 20) -> float:
+    """Device ms of the float4 copy kernel moving ``moved`` bytes in all (half read, half
+    written): the ceiling at that size. Small transfers do not reach the large copy's
+    bandwidth (a kernel has a fixed cost: ~6 us of profiled time on an H100), so a kernel's
+    time over this one is the fraction of copy bandwidth it reaches at its own size."""
+    knl = dev.kernel(COPY, "copy")
+    half = max(16, moved // 2 // 16 * 16)
+    a, b = dev.alloc(half), dev.alloc(half)
+    n = half // 16
+
+    def run() -> None:
+        dev.launch(knl, (n,), None, [a, b], reads=[a], writes=[b], name="copy")
+
+    ms, _ = device_ms(dev, run, repeat)
+    return ms
+
+
 def environment(dev: clops.CLDevice) -> dict:
     env = {"device": dev.name, "driver": getattr(dev, "driver_version", ""),
            "platform": getattr(dev, "platform_name", ""),

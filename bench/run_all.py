@@ -99,8 +99,10 @@ def render(out: str) -> str:
     if comp:
         for r in comp["rows"]:
             if "device_ms" in r:  # device time of the kernels; wall time beside it
+                same = (f"; {r['device_of_same_size_copy']:.2f} of a same-size copy"
+                        if "device_of_same_size_copy" in r else "")
                 fig = (f"{r['device_GBps']:.0f} GB/s ({r['device_ms']:.3f} ms; wall "
-                       f"{r['ms']:.3f} ms)")
+                       f"{r['ms']:.3f} ms{same})")
                 of_copy = r["device_of_copy_bw"]
             else:
                 fig, of_copy = f"{r['GB/s']:.0f} GB/s ({r['ms']:.3f} ms)", \
@@ -118,7 +120,9 @@ def render(out: str) -> str:
                 pf = (_flops(r["peer_tflops"]) if r.get("peer_tflops")
                       else f"{_f(r.get('peer_ms'), '.3f')} ms")
             else:
-                fig = f"{r.get('gbps', 0):.0f} GB/s ({r['ms']:.4f} ms)"
+                same = (f"; {r['of_same_size_copy']:.2f} of a same-size copy"
+                        if "of_same_size_copy" in r else "")
+                fig = f"{r.get('gbps', 0):.0f} GB/s ({r['ms']:.4f} ms{same})"
                 pf = (f"{r['peer_gbps']:.0f} GB/s" if r.get("peer_gbps")
                       else f"{_f(r.get('peer_ms'), '.4f')} ms")
             ratio = r.get("x_peer")
