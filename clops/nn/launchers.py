@@ -272,22 +272,28 @@ def decode_chunk(dev: CLDevice, max_seq: int, n_heads: int) -> tuple[int, int]:
     return chunk, math.ceil(max_seq / chunk)
 
 
+def _attn_combine(dev: CLDevice, out: Buffer, part: Buffer, state: Buffer, head_dim: int,
+                  n_heads: int, chunk: int, splits: int) -> Launch:
+    """The combine of a split decode attention's partials into out [H][D]."""
+    knl = kernel(dev, "attention", "attn_combine", HEAD_DIM=head_dim)
+    return Launch(knl, (head_dim, n_heads), None, [out, part, state, i32(chunk), i32(splits)],
+                  [part, state], [out], "attn_combine")
+
+
 def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer, vc: Buffer,
                 state: Buffer, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
                 scale: float) -> list[Launch]:
     """Attention of one query row over the cache: split over positions, then combined."""
     chunk, splits = decode_chunk(dev, max_seq, n_heads)
     a1 = [part, q, kc, vc, state, i32(max_seq), i32(chunk), i32(n_heads // n_kv), f32(scale)]
-    a2 = [out, part, state, i32(chunk), i32(splits)]
-    if is_cpu(dev) or head_dim > dev.caps.max_work_group or head_dim & (head_dim - 1):
+    if not fused_decode(dev, head_dim):  # no work-group of head_dim work-items: one per split
         k1 = kernel(dev, "attention", "attn_decode", HEAD_DIM=head_dim)
         g1, l1 = (splits, n_heads), None
     else:
         k1 = kernel(dev, "attention", "attn_decode_wg", HEAD_DIM=head_dim, CHUNK=chunk)
         g1, l1 = (splits * head_dim, n_heads), (head_dim, 1)
-    k2 = kernel(dev, "attention", "attn_combine", HEAD_DIM=head_dim)
     return [Launch(k1, g1, l1, a1, [q, kc, vc, state], [part], "attn_decode"),
-            Launch(k2, (head_dim, n_heads), None, a2, [part, state], [out], "attn_combine")]
+            _attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits)]
 
 
 def fused_decode(dev: CLDevice, head_dim: int) -> bool:
@@ -327,10 +333,7 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
                        [qkv, kc, vc, state, inv_freq, count],
                        [out, part, kc, vc, count], "attn_decode")]
     if not combine:
-        k2 = kernel(dev, "attention", "attn_combine", HEAD_DIM=head_dim)
-        launches.append(Launch(k2, (head_dim, n_heads), None,
-                               [out, part, state, i32(chunk), i32(splits)], [part, state],
-                               [out], "attn_combine"))
+        launches.append(_attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits))
     return launches
 
 

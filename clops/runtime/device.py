@@ -111,6 +111,13 @@ print("ok" if np.allclose(out, ref, rtol=1e-2, atol=1e-2) else "wrong")
 """
 
 
+def _launch_items(launches: Sequence[tuple[cl.Kernel, Sequence[int], Sequence[int] | None, str]]
+                  ) -> list[tuple[cl.Kernel, tuple[int, ...], tuple[int, ...] | None, str]]:
+    """Launches with their sizes as tuples (what pyopencl's enqueue takes fastest)."""
+    return [(k, tuple(g), tuple(loc) if loc is not None else None, name)
+            for k, g, loc, name in launches]
+
+
 @dataclass
 class PreparedLaunches:
     """Launches ready for ``CLDevice.enqueue_prepared``: (kernel, global, local, name) and,
@@ -429,8 +436,7 @@ class CLDevice:
         """Launches (kernel with its arguments set, global size, local size, name) made ready
         for ``enqueue_prepared``: on GPUs they are also converted for the event-free enqueue
         (``rawenqueue``), which halves the host cost of an enqueue on NVIDIA's driver."""
-        items = [(k, tuple(g), tuple(loc) if loc is not None else None, name)
-                 for k, g, loc, name in launches]
+        items = _launch_items(launches)
         raw = None
         if self.kind != "cpu" and _config.raw_enqueue() and rawenqueue.available():
             raw = rawenqueue.prepare(items)
@@ -447,9 +453,7 @@ class CLDevice:
         if not q.in_order:
             raise ValueError("prepared launches need an in-order queue")
         if not isinstance(launches, PreparedLaunches):
-            launches = PreparedLaunches(
-                [(k, tuple(g), tuple(loc) if loc is not None else None, name)
-                 for k, g, loc, name in launches], None)
+            launches = PreparedLaunches(_launch_items(launches), None)
         cq = q.cl_queue
         # The plan's kernel objects are its own, but hold the launch lock anyway so that no
         # other thread's launch interleaves with a half-enqueued step.
