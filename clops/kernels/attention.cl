@@ -64,6 +64,24 @@ __kernel void rope(__global float *x, int x_off, int ld, __global const int *pos
     v[p.y] = r.y;
 }
 
+// One query row (qv, scaled) against keys and values kb, vb at positions [j0, j1) (rows
+// HEAD_DIM apart) with an online softmax: acc gathers the weighted values, *mx and *l the
+// running max and sum of the weights.
+inline void attend(const float4 *qv, float4 *acc, float *mx, float *l,
+                   __global const float *kb, __global const float *vb, int j0, int j1) {
+    for (int j = j0; j < j1; ++j) {
+        float4 t = (float4)(0.0f);
+        for (int d = 0; d < D4; ++d) t = mad(qv[d], vload4(d, kb + (size_t)j * HEAD_DIM), t);
+        const float sc = t.x + t.y + t.z + t.w;
+        const float nm = fmax(*mx, sc);
+        const float corr = exp(*mx - nm), e = exp(sc - nm);
+        *l = *l * corr + e;
+        for (int d = 0; d < D4; ++d)
+            acc[d] = mad((float4)(e), vload4(d, vb + (size_t)j * HEAD_DIM), acc[d] * corr);
+        *mx = nm;
+    }
+}
+
 // Decode, one query row, split over the KV length (flash-decoding): work-item (s, h) attends
 // to positions [s*chunk, (s+1)*chunk) and leaves its unnormalized output, running max and sum
 // in part [H][S][D + 2]. Work geometry: global (S, H).
@@ -87,19 +105,8 @@ __kernel void attn_decode(__global float *part, __global const float *q,
         acc[d] = (float4)(0.0f);
     }
     float mx = -INFINITY, l = 0.0f;
-    __global const float *kb = kc + (size_t)kvh * max_seq * HEAD_DIM;
-    __global const float *vb = vc + (size_t)kvh * max_seq * HEAD_DIM;
-    for (int j = j0; j < j1; ++j) {
-        float4 t = (float4)(0.0f);
-        for (int d = 0; d < D4; ++d) t = mad(qv[d], vload4(d, kb + (size_t)j * HEAD_DIM), t);
-        float sc = t.x + t.y + t.z + t.w;
-        float nm = fmax(mx, sc);
-        float corr = exp(mx - nm), e = exp(sc - nm);
-        l = l * corr + e;
-        for (int d = 0; d < D4; ++d)
-            acc[d] = mad((float4)(e), vload4(d, vb + (size_t)j * HEAD_DIM), acc[d] * corr);
-        mx = nm;
-    }
+    attend(qv, acc, &mx, &l, kc + (size_t)kvh * max_seq * HEAD_DIM,
+           vc + (size_t)kvh * max_seq * HEAD_DIM, j0, j1);
     for (int d = 0; d < D4; ++d) vstore4(acc[d], d, out);
     out[HEAD_DIM] = mx;
     out[HEAD_DIM + 1] = l;
@@ -332,19 +339,8 @@ __kernel void attn_prefill(__global float *out, __global const float *q, int q_o
         acc[d] = (float4)(0.0f);
     }
     float mx = -INFINITY, l = 0.0f;
-    __global const float *kb = kc + k_off + (size_t)kvh * kv_stride;
-    __global const float *vb = vc + v_off + (size_t)kvh * kv_stride;
-    for (int j = 0; j < L; ++j) {
-        float4 t = (float4)(0.0f);
-        for (int d = 0; d < D4; ++d) t = mad(qv[d], vload4(d, kb + (size_t)j * HEAD_DIM), t);
-        float sc = t.x + t.y + t.z + t.w;
-        float nm = fmax(mx, sc);
-        float corr = exp(mx - nm), e = exp(sc - nm);
-        l = l * corr + e;
-        for (int d = 0; d < D4; ++d)
-            acc[d] = mad((float4)(e), vload4(d, vb + (size_t)j * HEAD_DIM), acc[d] * corr);
-        mx = nm;
-    }
+    attend(qv, acc, &mx, &l, kc + k_off + (size_t)kvh * kv_stride,
+           vc + v_off + (size_t)kvh * kv_stride, 0, L);
     __global float *o = out + ((size_t)m * H + h) * HEAD_DIM;
     float inv = l > 0.0f ? 1.0f / l : 0.0f;
     for (int d = 0; d < D4; ++d) vstore4(acc[d] * inv, d, o);

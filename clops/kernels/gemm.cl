@@ -133,6 +133,23 @@ inline void mma16816(float *d, const uint *a, uint b0, uint b1) {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// gemm_mma's global loads of the A and B tiles at pa, pb into registers ra, rb: A chunk
+// c = tid + 256 l is row c / ACH at k (c % ACH) * 8; B chunk c is rows 2 (c >> 4) and
+// 2 (c >> 4) + 1 at n (c & 15) * 8.
+#define MMA_LOAD_TILES()                                                                   \
+    do {                                                                                   \
+        _Pragma("unroll") for (int l = 0; l < NA; ++l) {                                   \
+            const int c = tid + 256 * l;                                                   \
+            ra[l] = *(__global const uint4 *)(pa + (size_t)(c / ACH) * lda + (c % ACH) * 8); \
+        }                                                                                  \
+        _Pragma("unroll") for (int l = 0; l < NB; ++l) {                                   \
+            const int c = tid + 256 * l;                                                   \
+            __global const ushort *q = pb + (size_t)(2 * (c >> 4)) * ldb + (c & 15) * 8;   \
+            rb[2 * l] = *(__global const uint4 *)q;                                        \
+            rb[2 * l + 1] = *(__global const uint4 *)(q + ldb);                            \
+        }                                                                                  \
+    } while (0)
+
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
 void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
               __global const half *A, int a_off, int lda, long a_bstride,
@@ -151,23 +168,10 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
     __global const ushort *Ag = (__global const ushort *)A + a_off + bz * a_bstride;
     __global const ushort *Bg = (__global const ushort *)B + b_off + bz * b_bstride;
     C += c_off + bz * c_bstride;
-    // loads of 8 halves: A chunk c = tid + 256 l is row c / ACH at k (c % ACH) * 8; B chunk
-    // c is rows 2 (c >> 4), 2 (c >> 4) + 1 at n (c & 15) * 8
     __global const ushort *pa = Ag + (size_t)m0 * lda;
     __global const ushort *pb = Bg + n0;
     uint4 ra[NA], rb[2 * NB];
-#pragma unroll
-    for (int l = 0; l < NA; ++l) {
-        const int c = tid + 256 * l;
-        ra[l] = *(__global const uint4 *)(pa + (size_t)(c / ACH) * lda + (c % ACH) * 8);
-    }
-#pragma unroll
-    for (int l = 0; l < NB; ++l) {
-        const int c = tid + 256 * l;
-        __global const ushort *q = pb + (size_t)(2 * (c >> 4)) * ldb + (c & 15) * 8;
-        rb[2 * l] = *(__global const uint4 *)q;
-        rb[2 * l + 1] = *(__global const uint4 *)(q + ldb);
-    }
+    MMA_LOAD_TILES();
 
     float acc[4][4][4];
     for (int i = 0; i < 4; ++i)
@@ -195,18 +199,7 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
         if (k0 + MDEPTH < K) {  // the next tiles, in flight during this one's arithmetic
             pa += MDEPTH;
             pb += (size_t)MDEPTH * ldb;
-#pragma unroll
-            for (int l = 0; l < NA; ++l) {
-                const int c = tid + 256 * l;
-                ra[l] = *(__global const uint4 *)(pa + (size_t)(c / ACH) * lda + (c % ACH) * 8);
-            }
-#pragma unroll
-            for (int l = 0; l < NB; ++l) {
-                const int c = tid + 256 * l;
-                __global const ushort *q = pb + (size_t)(2 * (c >> 4)) * ldb + (c & 15) * 8;
-                rb[2 * l] = *(__global const uint4 *)q;
-                rb[2 * l + 1] = *(__global const uint4 *)(q + ldb);
-            }
+            MMA_LOAD_TILES();
         }
 #pragma unroll
         for (int kk = 0; kk < MDEPTH; kk += 16) {

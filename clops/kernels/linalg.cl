@@ -185,6 +185,17 @@ inline void round_pair(int N, int r, int i, int *p, int *q)
     *q = max(a, b);
 }
 
+// The Givens rotation (c, s) of count pairs (a[k step + i], a[k step + j]), k < count: two
+// columns of a row-major matrix (step = its row length) or two rows (step 1).
+inline void rotate_pairs(__global T *a, long step, long i, long j, int count, T c, T s)
+{
+    for (int k = 0; k < count; k++) {
+        T x = a[k * step + i], y = a[k * step + j];
+        a[k * step + i] = c * x - s * y;
+        a[k * step + j] = s * x + c * y;
+    }
+}
+
 // W (n x n, from A's lower triangle) is diagonalized in place; V accumulates the rotations.
 // rot: scratch of N floats per matrix (cosine and sine of each pair of a round).
 __kernel void eigh_jacobi(__global const T *A, const long a_off, __global T *W, __global T *V,
@@ -241,15 +252,8 @@ __kernel void eigh_jacobi(__global const T *A, const long a_off, __global T *W, 
                 round_pair(N, r, i, &p, &q);
                 T c = cs[2 * i], s = cs[2 * i + 1];
                 if (q >= n || s == 0) continue;
-                for (int k = 0; k < n; k++) {
-                    T x = w[(long)k * n + p], y = w[(long)k * n + q];
-                    w[(long)k * n + p] = c * x - s * y;
-                    w[(long)k * n + q] = s * x + c * y;
-                    x = v[(long)k * n + p];
-                    y = v[(long)k * n + q];
-                    v[(long)k * n + p] = c * x - s * y;
-                    v[(long)k * n + q] = s * x + c * y;
-                }
+                rotate_pairs(w, n, p, q, n, c, s);  // columns p, q of W and of V
+                rotate_pairs(v, n, p, q, n, c, s);
             }
             barrier(CLK_GLOBAL_MEM_FENCE);
             for (int i = lid; i < N / 2; i += L) {
@@ -257,11 +261,7 @@ __kernel void eigh_jacobi(__global const T *A, const long a_off, __global T *W, 
                 round_pair(N, r, i, &p, &q);
                 T c = cs[2 * i], s = cs[2 * i + 1];
                 if (q >= n || s == 0) continue;
-                for (int k = 0; k < n; k++) {
-                    T x = w[(long)p * n + k], y = w[(long)q * n + k];
-                    w[(long)p * n + k] = c * x - s * y;
-                    w[(long)q * n + k] = s * x + c * y;
-                }
+                rotate_pairs(w, 1, (long)p * n, (long)q * n, n, c, s);  // rows p, q of W
             }
             barrier(CLK_GLOBAL_MEM_FENCE);
         }
@@ -304,16 +304,8 @@ __kernel void svd_jacobi(__global const T *A, const long a_off, const long rs, c
                 T zeta = (be - al) / (2 * ga);
                 T t = (zeta >= 0 ? (T)1 : (T)-1) / (fabs(zeta) + sqrt(1 + zeta * zeta));
                 T c = 1 / sqrt(1 + t * t), s = c * t;
-                for (int k = 0; k < m; k++) {
-                    T x = u[(long)k * n + p], y = u[(long)k * n + q];
-                    u[(long)k * n + p] = c * x - s * y;
-                    u[(long)k * n + q] = s * x + c * y;
-                }
-                for (int k = 0; k < n; k++) {
-                    T x = v[(long)k * n + p], y = v[(long)k * n + q];
-                    v[(long)k * n + p] = c * x - s * y;
-                    v[(long)k * n + q] = s * x + c * y;
-                }
+                rotate_pairs(u, n, p, q, m, c, s);  // columns p, q of U (m rows) and of V
+                rotate_pairs(v, n, p, q, n, c, s);
             }
             barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
         }

@@ -36,27 +36,20 @@ inline float penalized(__global const float *lg, __global const uchar *seen, int
     return l;
 }
 
-inline float reduce_sum(float v, __local float *red, int lid) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    red[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = NT / 2; s > 0; s >>= 1) {
-        if (lid < s) red[lid] += red[lid + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
+// The work-group's sum of v (NT work-items) through red, for float and uint.
+#define REDUCE_ADD(NAME, T)                                      \
+    inline T NAME(T v, __local T *red, int lid) {                \
+        barrier(CLK_LOCAL_MEM_FENCE);                            \
+        red[lid] = v;                                            \
+        barrier(CLK_LOCAL_MEM_FENCE);                            \
+        for (int s = NT / 2; s > 0; s >>= 1) {                   \
+            if (lid < s) red[lid] += red[lid + s];               \
+            barrier(CLK_LOCAL_MEM_FENCE);                        \
+        }                                                        \
+        return red[0];                                           \
     }
-    return red[0];
-}
-
-inline uint reduce_count(uint v, __local uint *red, int lid) {
-    barrier(CLK_LOCAL_MEM_FENCE);
-    red[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = NT / 2; s > 0; s >>= 1) {
-        if (lid < s) red[lid] += red[lid + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    return red[0];
-}
+REDUCE_ADD(reduce_sum, float)
+REDUCE_ADD(reduce_count, uint)
 
 // Work geometry: global (NT), local (NT).
 __kernel void sample(__global int *tokens, __global int *state, __global uchar *restrict seen,
