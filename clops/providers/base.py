@@ -8,7 +8,9 @@ element offset, a shape and element strides) and a device, and returns a clops `
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import sys
 import threading
 import time
@@ -57,6 +59,13 @@ def dtype_name(dtype: Any) -> str:
 
     return np.dtype(dtype).name
 
+
+
+@functools.cache
+def source(name: str) -> str:
+    """The text of the OpenCL source ``clops/providers/<name>``, read once."""
+    with open(os.path.join(os.path.dirname(__file__), name)) as f:
+        return f.read()
 
 @dataclass(frozen=True)
 class Operand:

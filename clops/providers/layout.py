@@ -5,14 +5,13 @@ here goes through the host."""
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..runtime import interop
-from .base import ITEMSIZE, Operand, contiguous_strides, queue_of
+from .base import ITEMSIZE, Operand, contiguous_strides, queue_of, source
 
 if TYPE_CHECKING:
     from ..runtime import Kernel
@@ -20,8 +19,6 @@ if TYPE_CHECKING:
     from ..runtime.events import Event
 
 MAX_DIMS = 8
-_SOURCE_PATH = os.path.join(os.path.dirname(__file__), "layout.cl")
-_SOURCE: str | None = None
 
 # dtype name -> (OpenCL C value type, real component type)
 CL_TYPES: dict[str, tuple[str, str]] = {
@@ -36,14 +33,6 @@ COMPLEX_OF = {"float32": "complex64", "float64": "complex128", "float16": "compl
               "complex64": "complex64", "complex128": "complex128"}
 REAL_OF = {"complex64": "float32", "complex128": "float64", "float32": "float32",
            "float64": "float64", "float16": "float32"}
-
-
-def _source() -> str:
-    global _SOURCE
-    if _SOURCE is None:
-        with open(_SOURCE_PATH) as f:
-            _SOURCE = f.read()
-    return _SOURCE
 
 
 def _is_complex(dtype: str) -> bool:
@@ -102,7 +91,7 @@ def _convert(vdst: str, vsrc: str, dst: str, src: str, conj: bool, real_part: bo
 
 def _kernel(device: CLDevice, name: str, options: tuple[str, ...]) -> Kernel:
     """The kernel ``name`` of ``layout.cl`` built with ``options`` (cached by the device)."""
-    return device.kernel(_source(), name, options)
+    return device.kernel(source("layout.cl"), name, options)
 
 
 def _collapse(shape: list[int], dst: list[int], src: list[int], rot: list[int],
@@ -220,3 +209,12 @@ def fft_scratch(device: CLDevice, op: str, dtype: str,
     x = empty(device, shapes[0], shapes[1])
     device.write(x.buffer, np.zeros(x.nbytes, np.uint8))
     return x, empty(device, shapes[2], shapes[3])
+
+
+def fft_rows(op: Operand) -> tuple[int, int]:
+    """(batch, n) of an FFT operand: (n,) or (batch, n)."""
+    if op.ndim == 1:
+        return 1, op.shape[0]
+    if op.ndim != 2:
+        raise ValueError(f"FFT operands are (batch, n); got shape {op.shape}")
+    return op.shape[0], op.shape[1]

@@ -11,7 +11,6 @@ complex, ``rfft`` (batch, n) real -> (batch, n//2+1) complex, ``irfft`` (batch, 
 from __future__ import annotations
 
 import math
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import layout
-from .base import Operand, measure, queue_of
+from .base import Operand, measure, queue_of, source
 
 if TYPE_CHECKING:
     from ..runtime import Kernel
@@ -30,18 +29,8 @@ if TYPE_CHECKING:
 
 MAX_RADIX = 32
 _SPECIAL = (2, 3, 4, 5, 7)
-_SOURCE_PATH = os.path.join(os.path.dirname(__file__), "fft.cl")
-_SOURCE: str | None = None
 _NP_COMPLEX = {"complex64": np.complex64, "complex128": np.complex128}
 _LOCK = threading.RLock()
-
-
-def _source() -> str:
-    global _SOURCE
-    if _SOURCE is None:
-        with open(_SOURCE_PATH) as f:
-            _SOURCE = f.read()
-    return _SOURCE
 
 
 def radices(n: int) -> list[int] | None:
@@ -84,7 +73,7 @@ def _kernel(device: CLDevice, dtype: str, name: str) -> Kernel:
     """The kernel ``name`` of ``fft.cl`` for ``dtype`` (cached by the device)."""
     opts = ("-D CT=float2", "-D RT=float") if dtype == "complex64" else \
         ("-D CT=double2", "-D RT=double", "-D USE_FP64")
-    return device.kernel(_source(), name, opts)
+    return device.kernel(source("fft.cl"), name, opts)
 
 
 def _upload(device: CLDevice, values: np.ndarray, dtype: str) -> Buffer:
@@ -131,14 +120,6 @@ def _make_plan(device: CLDevice, n: int, dtype: str) -> _Plan:
     return _Plan(n, dtype, None, None, m, sub, (chirps[0], chirps[1]), (filts[0], filts[1]))
 
 
-def _rows(op: Operand) -> tuple[int, int]:
-    if op.ndim == 1:
-        return 1, op.shape[0]
-    if op.ndim != 2:
-        raise ValueError(f"FFT operands are (batch, n); got shape {op.shape}")
-    return op.shape[0], op.shape[1]
-
-
 def _check(op: Operand, what: str) -> None:
     if not op.is_contiguous:
         raise ValueError(f"FFT {what} must be contiguous (batch, n); got strides {op.strides}")
@@ -148,7 +129,7 @@ def fft(device: CLDevice, x: Operand, y: Operand, *, inverse: bool = False, scal
         queue: CLQueue | None = None) -> Event:
     """Complex FFT of each row of ``x`` into ``y`` (both contiguous (batch, n), same dtype);
     ``x`` is left as it was. The inverse is unnormalized: pass ``scale=1/n`` for numpy's."""
-    batch, n = _rows(x)
+    batch, n = layout.fft_rows(x)
     _check(x, "input")
     _check(y, "output")
     if x.shape != y.shape or x.dtype != y.dtype:
@@ -223,7 +204,7 @@ def _bluestein(device: CLDevice, p: _Plan, x: Operand, y: Operand, batch: int, i
 def rfft(device: CLDevice, x: Operand, y: Operand, *, scale: float = 1.0,
          queue: CLQueue | None = None) -> Event:
     """Real-to-complex FFT: ``x`` (batch, n) float, ``y`` (batch, n//2+1) complex."""
-    batch, n = _rows(x)
+    batch, n = layout.fft_rows(x)
     _check(x, "input")
     cdt = layout.COMPLEX_OF[x.dtype]
     full = layout.contiguous(device, x.with_shape((batch, n), (n, 1)), cdt, queue=queue)
@@ -239,7 +220,7 @@ def irfft(device: CLDevice, x: Operand, y: Operand, *, scale: float = 1.0,
     """Complex-to-real inverse FFT: ``x`` (batch, n//2+1) complex, ``y`` (batch, n) float.
     Unnormalized like :func:`fft`; the imaginary parts of the DC and Nyquist terms are
     ignored."""
-    batch, n = _rows(y)
+    batch, n = layout.fft_rows(y)
     _check(x, "input")
     _check(y, "output")
     half = n // 2 + 1
@@ -262,7 +243,7 @@ def hermitian_clean(device: CLDevice, x: Operand, n: int,
                     queue: CLQueue | None = None) -> Event:
     """Zero, in place, the imaginary parts of the DC and Nyquist terms of the half spectra in
     ``x`` (batch, n//2+1), which numpy's ``irfft`` ignores and some libraries do not."""
-    batch, half = _rows(x)
+    batch, half = layout.fft_rows(x)
     return device.launch(_kernel(device, x.dtype, "hermitian_clean"), (batch,), None,
                          [x.buffer, np.int64(x.offset), np.int64(n), np.int64(half)],
                          writes=[x.buffer], queue=queue, name="fft_hermitian_clean")

@@ -137,7 +137,7 @@ class VkFFTProvider(Provider):
             scale: float = 1.0, queue: CLQueue | None = None) -> Event:
         """Complex FFT of each row of ``x`` (batch, n) into ``y``; ``scale`` multiplies the
         result (``1/n`` gives numpy's inverse)."""
-        batch, n = _rows(x)
+        batch, n = layout.fft_rows(x)
         if x.shape != y.shape or x.dtype != y.dtype:
             raise ValueError(f"fft: {x} and {y} differ in shape or dtype")
         return self._transform(device, "fft", x, y, batch, n, inverse, scale, queue)
@@ -145,7 +145,7 @@ class VkFFTProvider(Provider):
     def rfft(self, device: CLDevice, x: Operand, y: Operand, *, scale: float = 1.0,
              queue: CLQueue | None = None) -> Event:
         """Real-to-complex FFT: ``x`` (batch, n) float, ``y`` (batch, n//2+1) complex."""
-        batch, n = _rows(x)
+        batch, n = layout.fft_rows(x)
         if y.size != batch * (n // 2 + 1):
             raise ValueError(f"rfft: output {y.shape} should be ({batch}, {n // 2 + 1})")
         return self._transform(device, "rfft", x, y, batch, n, False, scale, queue)
@@ -154,7 +154,7 @@ class VkFFTProvider(Provider):
               queue: CLQueue | None = None) -> Event:
         """Complex-to-real inverse FFT: ``x`` (batch, n//2+1) complex, ``y`` (batch, n)
         float."""
-        batch, n = _rows(y)
+        batch, n = layout.fft_rows(y)
         if x.size != batch * (n // 2 + 1):
             raise ValueError(f"irfft: input {x.shape} should be ({batch}, {n // 2 + 1})")
         return self._transform(device, "irfft", x, y, batch, n, True, scale, queue)
@@ -226,14 +226,6 @@ class VkFFTProvider(Provider):
                      shape_key: tuple[int, ...]) -> Callable[[], Event]:
         x, y = layout.fft_scratch(device, op, dtype, shape_key)
         return lambda: self.run(op, device, x, y)
-
-
-def _rows(op: Operand) -> tuple[int, int]:
-    if op.ndim == 1:
-        return 1, op.shape[0]
-    if op.ndim != 2:
-        raise ValueError(f"FFT operands are (batch, n); got shape {op.shape}")
-    return op.shape[0], op.shape[1]
 
 
 def _base_align(op: Operand) -> int:
