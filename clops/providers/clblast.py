@@ -235,6 +235,19 @@ class CLBlastProvider(Provider):
             return all(s != 0 or n == 1 for s, n in zip(batch_st, operand.shape[:-2]))
         return True
 
+    def _readable(self, op: str, role: str, t: Operand, device: Any, queue: Any) -> Operand:
+        """``t``, or a contiguous copy where the library does not take its layout."""
+        return t if self.accepts(op, role, t) else layout.contiguous(device, t, queue=queue)
+
+    def _writable(self, op: str, role: str, t: Operand, beta: float, device: Any,
+                  queue: Any) -> Operand:
+        """``t``, or a contiguous stand-in the library can write (holding t's values where
+        ``beta`` reads them); the caller copies it back."""
+        if self.accepts(op, role, t):
+            return t
+        return layout.contiguous(device, t, queue=queue) if beta != 0 else \
+            layout.empty(device, t.shape, t.dtype)
+
     # -- ops ----------------------------------------------------------------------------------
     def gemm(self, device: CLDevice, a: Operand, b: Operand, c: Operand, *, alpha: float = 1.0,
              beta: float = 0.0, queue: CLQueue | None = None) -> Event:
@@ -248,19 +261,14 @@ class CLBlastProvider(Provider):
         """``c[i] = alpha * a[i] @ b[i] + beta * c[i]`` over equal batch dims (..., M, K),
         (..., K, N), (..., M, N); inputs may broadcast over the batch with stride 0."""
         _check_mm(a, b, c, None)
-        dtype = c.dtype
         if not self.accepts("gemm", "c", c) and self.accepts("gemm", "c", _t(c)):
             # c column-major: c^T = b^T a^T is row-major, no copy needed
             return self.gemm_batched(device, _t(b), _t(a), _t(c), alpha=alpha, beta=beta,
                                      queue=queue)
-        if not self.accepts("gemm", "a", a):
-            a = layout.contiguous(device, a, queue=queue)
-        if not self.accepts("gemm", "b", b):
-            b = layout.contiguous(device, b, queue=queue)
+        a = self._readable("gemm", "a", a, device, queue)
+        b = self._readable("gemm", "b", b, device, queue)
         target = c
-        if not self.accepts("gemm", "c", c):
-            c = layout.contiguous(device, c, queue=queue) if beta != 0 else \
-                layout.empty(device, c.shape, dtype)
+        c = self._writable("gemm", "c", c, beta, device, queue)
         m, k = a.shape[-2:]
         n = b.shape[-1]
         batch_shape = c.shape[:-2]
@@ -325,14 +333,10 @@ class CLBlastProvider(Provider):
         if len({a.dtype, x.dtype, y.dtype}) != 1:
             raise TypeError(f"gemv: dtypes {a.dtype}, {x.dtype}, {y.dtype} differ")
         dtype = y.dtype
-        if not self.accepts("gemv", "a", a):
-            a = layout.contiguous(device, a, queue=queue)
-        if not self.accepts("gemv", "x", x):
-            x = layout.contiguous(device, x, queue=queue)
+        a = self._readable("gemv", "a", a, device, queue)
+        x = self._readable("gemv", "x", x, device, queue)
         target = y
-        if not self.accepts("gemv", "y", y):
-            y = layout.contiguous(device, y, queue=queue) if beta != 0 else \
-                layout.empty(device, y.shape, dtype)
+        y = self._writable("gemv", "y", y, beta, device, queue)
         m, n = a.shape
         if m == 0:
             return queue_of(device, queue).marker()
