@@ -19,11 +19,15 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 
 from common import (  # noqa: E402
+    back_to_back_ms,
+    copies_for,
+    copy_calls,
     copy_ceiling,
     device_ms,
     environment,
     same_size_copy_ms,
     table,
+    torch_back_to_back_ms,
     torch_cuda,
     torch_ms,
     write_json,
@@ -33,6 +37,7 @@ from standin_gguf import _random_blocks  # noqa: E402
 import clops  # noqa: E402
 import clops.nn as nn  # noqa: E402
 from clops.kernels import gemm as G  # noqa: E402
+from clops.kernels.launch import LaunchPlan  # noqa: E402
 from clops.nn import launchers as L  # noqa: E402
 
 GGML = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
@@ -106,7 +111,8 @@ def _weight(dev, kind: str, n: int, k: int):
     return nn.quantized(raw.reshape(n, -1), ggml_type=GGML[kind], shape=(n, k), device=dev)
 
 
-def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, torch, repeat: int) -> dict:
+def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, b2b_ceiling: float, torch,
+               repeat: int) -> dict:
     w = _weight(dev, kind, n, k)
     x = clops.asarray(np.random.default_rng(2).standard_normal((1, k)).astype(np.float32),
                       device=dev).realize()
@@ -117,12 +123,29 @@ def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, torch, repeat: in
     row = {"kernel": f"GEMV {kind} {n}x{k}", "ms": ms, "wall_ms": wall, "gbps": nbytes / ms / 1e6,
            "of_copy": nbytes / ms / 1e6 / ceiling,
            "of_same_size_copy": same_size_copy_ms(dev, nbytes, repeat) / ms}
+    # Back to back, as in a decode step: launch plans (no events) over copies of the weights
+    # that do not fit in the caches together, beside copy kernels of the same bytes.
+    copies = copies_for(w.nbytes)
+    plans = []
+    for i in range(copies):
+        wi = w if i == 0 else _weight(dev, kind, n, k)
+        plan = LaunchPlan(dev)
+        plan.add(L.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, wi, 1))
+        plans.append((plan, wi))
+    b2b = back_to_back_ms(dev, [lambda p=p: p.replay() for p, _ in plans])
+    row.update(b2b_ms=b2b, b2b_gbps=nbytes / b2b / 1e6, b2b_of_copy=nbytes / b2b / 1e6 / b2b_ceiling,
+               b2b_of_same_size_copy=back_to_back_ms(dev, copy_calls(dev, nbytes, copies)) / b2b,
+               weight_copies=copies)
+    del plans
     if torch is not None:
-        wt = torch.randn(n, k, device="cuda", dtype=torch.float16)
+        wts = [torch.randn(n, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
         xt = torch.randn(1, k, device="cuda", dtype=torch.float16)
-        pm = torch_ms(torch, lambda: torch.nn.functional.linear(xt, wt), repeat)
+        F = torch.nn.functional
+        pm = torch_ms(torch, lambda: F.linear(xt, wts[0]), repeat)
+        pb = torch_back_to_back_ms(torch, [lambda t=t: F.linear(xt, t) for t in wts])
         row.update(peer="PyTorch float16 GEMV, same shape", peer_ms=pm,
-                   peer_gbps=(2 * n * k) / pm / 1e6)
+                   peer_gbps=(2 * n * k) / pm / 1e6, peer_b2b_ms=pb,
+                   peer_b2b_gbps=(2 * n * k) / pb / 1e6)
     return row
 
 
@@ -213,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                            (2048, 2048)]
         for kind in ("f16", "Q8_0", "Q4_0", "Q4_1"):
             for n, k in shapes:
-                rows.append(bench_gemv(dev, n, k, kind, ceil["gbps"], torch, a.repeat))
+                rows.append(bench_gemv(dev, n, k, kind, ceil["gbps"], ceil["b2b_gbps"], torch,
+                                       a.repeat))
     if "attention" in only:
         rows += bench_attention(dev, torch, a.repeat, ceil["gbps"])
     # NOTE: last, so that a kernel fault (which ends the OpenCL context) loses nothing else
@@ -229,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, [("kernel", "kernel", ""), ("ms", "ms", ".4f"), ("tflops", "TFLOP/s", ".1f"),
                        ("gbps", "GB/s", ".0f"), ("of_copy", "of copy", ".2f"),
                        ("of_same_size_copy", "of same-size copy", ".2f"),
+                       ("b2b_ms", "back-to-back ms", ".4f"), ("b2b_of_copy", "b2b of copy", ".2f"),
+                       ("b2b_of_same_size_copy", "b2b of same-size copy", ".2f"),
                        ("peer", "peer", ""), ("peer_ms", "peer ms", ".4f"),
                        ("x_peer", "x peer", ".2f"), ("rel_err", "rel err", ".1e")]))
     write_json(a.json, {"bench": "kernels", "env": env, "ceiling": ceil, "rows": rows})

@@ -6,11 +6,11 @@
 //   SCALE_HALF  1: q4/q8 scales are stored as half (exact for Q4_0/Q4_1/Q8_0), 0: as float
 //   QGROUP 32 or 16 (q8 only: Q6_K has a scale per 16 values)
 //   TM     rows of x per work-item: the dequantized weights are reused TM times from registers
-//   LSIZE  work-items that split K for one output column (1 on CPUs; 32..128 on GPUs)
+//   LSIZE  work-items that split K for one output column (1 on CPUs; up to 256 on GPUs)
 //   ROWS   output columns per work-item, one after another (CPUs: fewer, longer work-items)
 //   NCOL   output columns per work-group (GPUs), each by its own team of LSIZE work-items
 //   USE_SHFL  1: teams (LSIZE <= 32, warp-aligned) reduce with NVIDIA PTX shfl.sync, no barrier;
-//             teams of several whole warps (QX) then add their warps' sums in local memory
+//             teams of several whole warps then add their warps' sums in local memory
 //   CHUNKED   1 (GPUs): work-item i of a team takes 16-byte chunks i, i + LSIZE, ... of the row
 //             (consecutive work-items read consecutive bytes), read through aligned vector
 //             pointers; 0: 32-value groups (CPUs: long contiguous runs per work-item)

@@ -34,11 +34,21 @@ def matmul_geometry(dev: CLDevice, m: int, k: int, fmt: str = "q4") -> tuple[int
         # PERF: on CPUs one work-item walks a whole row; TM rows of x reuse each dequantized
         # group from registers (prefill).
         return (1 if m == 1 else 8), 1
-    # PERF: a team of at most a warp per output column, one 16-byte chunk of the row per
+    # PERF: a team of work-items per output column, one 16-byte chunk of the row per
     # work-item and step (coalesced); several teams share a work-group (matmul_columns).
+    # Prefill tiles and quantized rows: teams of at most a warp. One decode row of float
+    # weights: a whole work-group per column (DECODE_FLOAT_TEAM), so that enough chunks are in
+    # flight when the layer has few, long rows (H100, f16, event-free: 2048x8192 took 19.7 us
+    # with warps, 14.7 us with teams of 256 = 0.99 of a copy of its bytes; 8192x2048 16.0 ->
+    # 14.1 us; 2048x2048 7.7 -> 6.1 us; 128256x2048 172.7 -> 168.4 us).
     chunks = max(1, k // CHUNK_VALUES[fmt])
-    lsize = min(32, _pow2_at_most(dev.caps.max_work_group), 1 << (chunks - 1).bit_length())
+    team = DECODE_FLOAT_TEAM if m == 1 and fmt in FLOAT_FORMATS else 32
+    lsize = min(team, _pow2_at_most(dev.caps.max_work_group), 1 << (chunks - 1).bit_length())
     return (1 if m == 1 else 4), max(lsize, 1)
+
+
+FLOAT_FORMATS = ("f32", "f16", "bf16")
+DECODE_FLOAT_TEAM = 256
 
 
 GPU_GROUP = 256
@@ -58,13 +68,20 @@ def matmul_cpt(dev: CLDevice, m: int, n: int, fmt: str) -> int:
     """Output columns per team on GPUs (one decode row): each x chunk serves them all."""
     if is_cpu(dev) or m != 1:
         return 1
+    if fmt in FLOAT_FORMATS:
+        # PERF (H100, teams of a work-group): 4 columns per team measured best or within 5%
+        # of best from 2048 to 128256 columns; fewer where that leaves under two work-groups
+        # per compute unit
+        return min(4, _pow2_at_most(max(1, n // (2 * dev.caps.compute_units))))
     # PERF: but at least ~2048 teams (warps), enough loads in flight for the memory system
-    return min(4 if fmt in ("q4", "q8") else 2, _pow2_at_most(max(1, n // 2048)))
+    return min(4, _pow2_at_most(max(1, n // 2048)))
 
 
 def use_shfl(dev: CLDevice, lsize: int) -> bool:
-    """Reduce teams with NVIDIA's warp shuffle (inline PTX) where the probe finds it."""
-    return 1 < lsize <= 32 and not is_cpu(dev) and dev.probe("nvidia_ptx")
+    """Reduce teams with NVIDIA's warp shuffle (inline PTX) where the probe finds it: teams
+    of up to a warp, or of whole warps (whose sums then meet in local memory)."""
+    return 1 < lsize and (lsize <= 32 or lsize % 32 == 0) and not is_cpu(dev) and \
+        dev.probe("nvidia_ptx")
 
 
 def matmul_rows(dev: CLDevice, n: int) -> int:
@@ -169,8 +186,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         ls, ncol, cpt, unr, cb, pipe = qx_geometry(dev, w.n, w.k, w.fmt)
         qx = {"QX": 1, "QK": w.k, "UNR": unr, "CB": cb, "PIPE": pipe,
               "DP4A": int(dev.probe("nvidia_ptx"))}
-    # (the int8 path's teams of more than a warp add up their warps' shuffled sums)
-    shfl = use_shfl(dev, ls) or bool(qx and ls > 32 and use_shfl(dev, 32))
+    # (teams of several warps add up their warps' shuffled sums in local memory)
+    shfl = use_shfl(dev, ls)
     knl = kernel(dev, "matmul", "matmul", TM=tm, LSIZE=ls, ROWS=rows, NCOL=ncol, **qx,
                  USE_SHFL=int(shfl), CHUNKED=int(not is_cpu(dev)),
                  X_ALIGNED=int(not is_cpu(dev) and x_off % 4 == 0 and ldx % 4 == 0),
