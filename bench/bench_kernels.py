@@ -133,7 +133,8 @@ def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, b2b_ceiling: floa
         plan.add(L.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, wi, 1))
         plans.append((plan, wi))
     b2b = back_to_back_ms(dev, [lambda p=p: p.replay() for p, _ in plans])
-    row.update(b2b_ms=b2b, b2b_gbps=nbytes / b2b / 1e6, b2b_of_copy=nbytes / b2b / 1e6 / b2b_ceiling,
+    row.update(b2b_ms=b2b, b2b_gbps=nbytes / b2b / 1e6,
+               b2b_of_copy=nbytes / b2b / 1e6 / b2b_ceiling,
                b2b_of_same_size_copy=back_to_back_ms(dev, copy_calls(dev, nbytes, copies)) / b2b,
                weight_copies=copies)
     del plans

@@ -161,8 +161,8 @@ def back_to_back_ms(dev: clops.CLDevice, calls: Sequence[Callable[[], object]],
 
 def back_to_back(dev: clops.CLDevice, calls: Sequence[Callable[[], object]],
                  count: int = 64, repeat: int = 5) -> tuple[float, float]:
-    """(Median device ms, median host ms to enqueue) per call when ``count`` calls (taken in turn from ``calls``) run back to
-    back, measured without per-kernel events.
+    """(Median device ms, median host ms to enqueue) per call when ``count`` calls (taken in
+    turn from ``calls``) run back to back, measured without per-kernel events.
 
     The device first runs a busy loop long enough for the host to enqueue every call behind
     it; the wall time to the end, less the busy loop's own, is the calls' device time. No
