@@ -51,6 +51,8 @@ class Lowered:
     vrow: int = 0  # row kernels: n-wide vector loads along contiguous, aligned rows
     wide: bool = False
     names: list[str] = field(default_factory=list)
+    # one-kernel split reductions: (counter, final buffer, final view)
+    combine: tuple[Any, Any, View] | None = None
 
 
 class _Lowerer:
@@ -213,7 +215,11 @@ def lower(item: KernelItem, device: Any) -> Lowered:
         # the chain a*b+c*d-e*0.5 ran at 0.84-0.88 of a hand kernel, 0.98 with long.
         wide = True
     key = (
-        "k", len(full), item.raxes, item.chunks > 1, item.reduced_out, flat, wide,
+        "k", len(full), item.raxes,
+        # split: 1, or the final dtype where the last work-group finishes the row (combine)
+        (("combine", item.combine.node.dtype.name) if item.combine is not None
+         else int(item.chunks > 1)),
+        item.reduced_out, flat, wide,
         tuple((dt.name, len(v.shape), _unit_last(v)) for _, v, dt in lw.leaf_list),
         tuple((len(v.shape), len(s)) for v, s in lw.views),
         tuple(dt.name for _, dt in lw.consts),
@@ -230,6 +236,8 @@ def lower(item: KernelItem, device: Any) -> Lowered:
         out_buffers=[o.buffer for o in item.outputs], out_views=[o.view for o in item.outputs],
         full=full, raxes=item.raxes, chunks=item.chunks, flat=flat, wide=wide,
         names=lw.names, vrow=key[-3],
+        combine=(item.counter, item.combine.buffer, item.combine.view)
+        if item.combine is not None else None,
     )
 
 

@@ -90,6 +90,9 @@ def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
                 chunk = -(-chunk // lw.vrow) * lw.vrow  # chunks start aligned to the vectors
             args += [I(lw.chunks), I(chunk)]
             rows *= lw.chunks
+            if lw.combine is not None:
+                counter, fbuf, fview = lw.combine
+                args += [counter, fbuf, I(fview.offset)]
         if rows == 0:
             return
         gsize, lsize = (rows * L,), (L,)
@@ -108,11 +111,13 @@ def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
     if _config.CONFIG.debug >= 1:
         print(f"[clops] launch {name} global={gsize} local={lsize}", file=sys.stderr)
     STATS["launches"] += 1
+    writes = list(lw.out_buffers)
+    if lw.combine is not None:
+        writes += [lw.combine[0], lw.combine[1]]
     if jit.RECORDING:
-        jit.RECORDING[-1].append((kernel, gsize, lsize, args, list(lw.leaf_buffers),
-                                  list(lw.out_buffers), name))
-    device.launch(kernel, gsize, lsize, args, reads=lw.leaf_buffers, writes=lw.out_buffers,
-                  name=name)
+        jit.RECORDING[-1].append((kernel, gsize, lsize, args, list(lw.leaf_buffers), writes,
+                                  name))
+    device.launch(kernel, gsize, lsize, args, reads=lw.leaf_buffers, writes=writes, name=name)
 
 
 def realize(targets: list[tuple[Node, Any, View | None]], device: Any) -> None:

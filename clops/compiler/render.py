@@ -146,6 +146,11 @@ class Renderer:
             args.append(f"{idx} rn")
         if chunked:
             args += [f"{idx} nchunks", f"{idx} chunk"]
+        self._combine = chunked[1] if isinstance(chunked, tuple) else None
+        if self._combine is not None:
+            args += [f"{self.global_ptr} int *count",
+                     f"{self.global_ptr} {self.storage_ptr_type(self._combine)} *fin",
+                     f"{idx} fo"]
 
         body: list[str] = []
         if flat > 1:
@@ -439,6 +444,8 @@ class Renderer:
             n = L // 32 if self._shfl_ok(at) else L
             lines.append(f"{self.local_decl} {at} scratch{slot}[{n}];")
             lines.append(f"{at} red{slot};")
+        if self._combine is not None:
+            lines.append(f"{self.local_decl} int last_group;")
         row_out = not (reduced_out or chunked)
 
         def passes(cached: bool) -> list[str]:
@@ -456,6 +463,8 @@ class Renderer:
                 out += ["    " + s for s in self._instrs(out_instrs)]
                 out += ["    " + s for s in self._stores(outs, out_ranks)]
                 out.append("}")
+                if self._combine is not None:
+                    out += self._combine_parts(reductions[0], outs[0][1], setups[0], L)
                 return out
             if cached:
                 for k in range(self.cache):
@@ -501,6 +510,32 @@ class Renderer:
             lines.append("}")
         else:
             lines += passes(False)
+        return lines
+
+    def _combine_parts(self, reduction: tuple[Any, ...], part: str,
+                       setup: tuple[str, str, str], L: int) -> list[str]:
+        """One-kernel split reduction of one row: each work-group has stored its part (at
+        out0[oo0 + chunk]); the last one to announce it on ``count`` adds up all the parts,
+        stores the result at fin[fo] and sets ``count`` back to zero for the next kernel."""
+        at, ident, comb = setup
+        fence = "asm volatile(\"membar.gl;\" ::: \"memory\");" if self.shfl else \
+            "mem_fence(CLK_GLOBAL_MEM_FENCE);"
+        acc_name, final = reduction[1], str(self._combine)
+        load = self.load_expr(part, "out0", "oo0 + j")
+        val = load if self.math(part) == at else f"({at})({load})"
+        lines = ["// the last work-group to finish adds up the parts (no second kernel)",
+                 "if (lid == 0) {",
+                 f"    {fence}  // this group's part, before the count that announces it",
+                 "    last_group = atomic_inc(count) == nchunks - 1;", "}",
+                 self.barrier, "if (last_group) {", f"    {fence}",
+                 "    {", f"        {at} acc = ({at})({ident});",
+                 f"        for ({self.idx} j = lid; j < nchunks; j += {L}) acc = "
+                 + comb.format(a="acc", b=val, T=at) + ";"]
+        lines += ["        " + s for s in self._finish(0, at, comb, L)]
+        cast = self.cast_expr("red0", acc_name, final)
+        lines += ["    }", "    if (lid == 0) {",
+                  "        " + self.store_stmt(final, "fin", "fo", cast),
+                  "        *count = 0;", "    }", "}"]
         return lines
 
     def _prefetch(self, raxes: tuple[int, ...], slots: list[int], k: int) -> list[str]:
