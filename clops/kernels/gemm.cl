@@ -9,6 +9,8 @@
 //                   read by ldmatrix; tile shapes are compile-time parameters (see below). Needs
 //                   sm_80 PTX (cp.async); H100: 4 warps of 64x64, 128x128 tiles, depth 32,
 //                   3 stages ran 4096^3 at 370 TFLOP/s (PyTorch 700).
+//   gemm_nt_mma     C (float32) = A B^T on tensor cores, B a linear layer's [N][K] weight: the
+//                   products of an LLM prompt's rows (see its comment below).
 //   gemm_mma        the same instructions without cp.async / ldmatrix (plain loads through
 //                   registers): 8 warps, each a 64x32 tile of the 128x128 tile, depth MDEPTH; the
 //                   fallback where gemm_mma_async does not build (227 TFLOP/s on the H100).
@@ -234,6 +236,122 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
             vstore_half2((float2)(acc[i][j][0], acc[i][j][1]), 0, C + (size_t)row * ldc + col);
             vstore_half2((float2)(acc[i][j][2], acc[i][j][3]), 0,
                          C + (size_t)(row + 8) * ldc + col);
+        }
+}
+
+// gemm_nt_mma: C[m, n] (+)= sum_k A[m, k] B[n, k] (+ bias[n]) for m < M: float16 A [M][K] and
+// B [N][K] (a linear layer's weight as stored), float32 C at c_off with rows ldc apart. The B
+// fragments of mma.sync's "col" operand are pairs along k, so both tiles are kept [row][k] in
+// local memory and read the same way. A work-group of 4 warps computes a 64x64 tile of C, each
+// warp 32x32; depth 32; the next tiles are read into registers during this one's arithmetic.
+// Needs N % 64 == 0, K % 32 == 0, 16-byte aligned rows of A and B; rows of A past M read as 0.
+// Work geometry: global (N / 64 * 128, ceil(M / 64)), local (128, 1).
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef ACCUM
+#define ACCUM 0
+#endif
+#define NTT 64           // rows and columns of the tile of C
+#define NTK 32           // depth of the A and B tiles
+#define NTR (NTK + 8)    // halves per local row: 80 bytes, so fragment reads hit all banks
+
+__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
+void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, int lda,
+                 __global const half *B, int ldb, __global const float *bias, int M, int N,
+                 int K) {
+    __local ushort As[NTT * NTR] __attribute__((aligned(16)));  // As[m][k]
+    __local ushort Bs[NTT * NTR] __attribute__((aligned(16)));  // Bs[n][k]
+    const int tid = get_local_id(0);
+    const int lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+    const int m0 = get_group_id(1) * NTT, n0 = get_group_id(0) * NTT;
+    // this work-item's two 16-byte chunks of each tile: row c / 4, halves (c % 4) * 8 + 0..7
+    __global const uint4 *pa[2], *pb[2];
+    bool in_m[2];
+    int at[2];
+#pragma unroll
+    for (int l = 0; l < 2; ++l) {
+        const int c = tid + 128 * l, r = c >> 2, col = (c & 3) * 8;
+        in_m[l] = m0 + r < M;
+        pa[l] = (__global const uint4 *)((__global const ushort *)A +
+                                         (size_t)min(m0 + r, M - 1) * lda + col);
+        pb[l] = (__global const uint4 *)((__global const ushort *)B + (size_t)(n0 + r) * ldb +
+                                         col);
+        at[l] = r * NTR + col;
+    }
+    uint4 ra[2], rb[2];
+#pragma unroll
+    for (int l = 0; l < 2; ++l) {
+        ra[l] = in_m[l] ? pa[l][0] : (uint4)(0u);
+        rb[l] = pb[l][0];
+    }
+    float acc[2][4][4];
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 4; ++j)
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+    for (int k0 = 0; k0 < K; k0 += NTK) {
+#pragma unroll
+        for (int l = 0; l < 2; ++l) {
+            *(__local uint4 *)&As[at[l]] = ra[l];
+            *(__local uint4 *)&Bs[at[l]] = rb[l];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (k0 + NTK < K) {  // 16-byte chunks: NTK / 8 of them per tile row and step
+#pragma unroll
+            for (int l = 0; l < 2; ++l) {
+                ra[l] = in_m[l] ? pa[l][(k0 + NTK) / 8] : (uint4)(0u);
+                rb[l] = pb[l][(k0 + NTK) / 8];
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < NTK; kk += 16) {
+            uint a[2][4], b[4][2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                __local const ushort *r0 = &As[(wm + i * 16 + g) * NTR + kk + 2 * t];
+                __local const ushort *r1 = r0 + 8 * NTR;
+                a[i][0] = *(__local const uint *)r0;
+                a[i][1] = *(__local const uint *)r1;
+                a[i][2] = *(__local const uint *)(r0 + 8);
+                a[i][3] = *(__local const uint *)(r1 + 8);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {  // k-pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of column g
+                __local const ushort *r = &Bs[(wn + j * 8 + g) * NTR + kk + 2 * t];
+                b[j][0] = *(__local const uint *)r;
+                b[j][1] = *(__local const uint *)(r + 8);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) mma16816(acc[i][j], a[i], b[j][0], b[j][1]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    C += c_off;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int row = m0 + wm + i * 16 + g, col = n0 + wn + j * 8 + 2 * t;
+#if HAS_BIAS
+            const float2 bv = vload2(0, bias + col);
+#else
+            const float2 bv = (float2)(0.0f);
+#endif
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                if (row + 8 * h >= M) continue;
+                __global float *p = C + (size_t)(row + 8 * h) * ldc + col;
+                float2 v = (float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]) + bv;
+#if ACCUM
+                v += vload2(0, p);
+#endif
+                vstore2(v, 0, p);
+            }
         }
 }
 #ifdef USE_MMA_ASYNC

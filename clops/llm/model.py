@@ -190,6 +190,8 @@ class Model:
         self.part = dev.alloc(K.part_nbytes(dev, self.max_seq, H, D))
         self.count = _upload(dev, np.zeros(H, np.int32))  # attn_decode_rope's, left zero
         self.state = _upload(dev, np.zeros(4, np.int32))
+        # float16 rows for the tensor-core products of a prompt (launchers.linear)
+        self.xh = dev.alloc(K.half_scratch_nbytes(C, max(cfg.dim, F, H * D)))
         self.tokens = _upload(dev, np.zeros(self.max_seq + 2, np.int32))
         self.seen = _upload(dev, np.zeros(cfg.vocab_size, np.uint8))
         cache = KV * self.max_seq * D * f4
@@ -210,6 +212,11 @@ class Model:
         scale = 1.0 / math.sqrt(D)
         plan = LaunchPlan(dev)
         add = plan.add
+
+        def mm(*args: Any, **kw: Any) -> None:
+            for ln in K.linear(*args, scratch=self.xh, **kw):
+                add(ln)
+
         add(K.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
         # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them
         # (fewer launches per token); xin is what the matmuls after a norm read
@@ -220,8 +227,8 @@ class Model:
             if not fuse:
                 add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, m, dim, cfg.norm_eps))
             for w, off, b in ly.qkv.parts:
-                add(K.matmul(dev, self.qkv, off, n_qkv, xin, 0, dim, w, m, bias=b,
-                             name=f"qkv.{i}", norm=norm))
+                mm(dev, self.qkv, off, n_qkv, xin, 0, dim, w, m, bias=b,
+                             name=f"qkv.{i}", norm=norm)
             if m == 1 and K.fused_decode(dev, D):
                 # PERF: rotation, cache store, attention and (where the device allows) the
                 # split combine in one launch instead of four
@@ -243,35 +250,35 @@ class Model:
                     add(K.attn_prefill(dev, self.attn, self.q, 0, H * D, ly.k_cache,
                                        ly.v_cache, 0, 0, self.max_seq * D, self.state, 0, True,
                                        self.max_seq, m, H, KV, D, scale))
-            add(K.matmul(dev, self.x, 0, dim, self.attn, 0, H * D, ly.o, m, accum=True,
-                         name=f"o.{i}"))
+            mm(dev, self.x, 0, dim, self.attn, 0, H * D, ly.o, m, accum=True,
+                         name=f"o.{i}")
             norm = (ly.ffn_norm, cfg.norm_eps) if fuse else None
             if not fuse:
                 add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, m, dim, cfg.norm_eps))
             for w, off, b in ly.gate_up.parts:
-                add(K.matmul(dev, self.gu, off, 2 * F, xin, 0, dim, w, m, bias=b,
-                             name=f"gate_up.{i}", norm=norm))
+                mm(dev, self.gu, off, 2 * F, xin, 0, dim, w, m, bias=b,
+                             name=f"gate_up.{i}", norm=norm)
             if fuse:
-                add(K.matmul(dev, self.x, 0, dim, self.gu, 0, 2 * F, ly.down, m, accum=True,
-                             name=f"down.{i}", glu=True))
+                mm(dev, self.x, 0, dim, self.gu, 0, 2 * F, ly.down, m, accum=True,
+                             name=f"down.{i}", glu=True)
             else:
                 add(K.glu(dev, self.h, self.gu, m, F))
-                add(K.matmul(dev, self.x, 0, dim, self.h, 0, F, ly.down, m, accum=True,
-                             name=f"down.{i}"))
+                mm(dev, self.x, 0, dim, self.h, 0, F, ly.down, m, accum=True,
+                             name=f"down.{i}")
         V = cfg.vocab_size
         norm = (self.out_norm, cfg.norm_eps) if fuse else None
         if logits == "last":
             if not fuse:
                 add(K.rmsnorm(dev, self.xn, self.x, (m - 1) * dim, dim, self.out_norm, 1, dim,
                               cfg.norm_eps))
-            add(K.matmul(dev, self.logits_buf, 0, V, xin, (m - 1) * dim if fuse else 0, dim,
-                         self.output, 1, name="lm_head", norm=norm))
+            mm(dev, self.logits_buf, 0, V, xin, (m - 1) * dim if fuse else 0, dim,
+                         self.output, 1, name="lm_head", norm=norm)
         elif logits == "all":
             if not fuse:
                 add(K.rmsnorm(dev, self.xn, self.x, 0, dim, self.out_norm, m, dim,
                               cfg.norm_eps))
-            add(K.matmul(dev, self.logits_buf, 0, V, xin, 0, dim, self.output, m,
-                         name="lm_head", norm=norm))
+            mm(dev, self.logits_buf, 0, V, xin, 0, dim, self.output, m,
+                         name="lm_head", norm=norm)
         if sample:
             s = self._sampler or _sampler_defaults()
             add(K.sample(dev, self.tokens, self.state, self.seen, self.logits_buf, 0, self.z, V,

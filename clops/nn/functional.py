@@ -89,11 +89,11 @@ def linear(x: Tensor, weight: DeviceWeight | Tensor, bias: Tensor | None = None)
         if b.size != weight.n:
             raise ValueError(f"linear: bias of {b.size} values for {weight.n} outputs")
     if m:
-        ln = L.matmul(dev, out.buffer, out.offset, weight.n, x.buffer, x.offset, k, weight, m,
-                      bias=None if b is None else b.buffer)
         if b is not None and b.offset:
             raise ValueError("linear: bias must start at its buffer's beginning")
-        ln.run(dev)
+        for ln in L.linear(dev, out.buffer, out.offset, weight.n, x.buffer, x.offset, k,
+                           weight, m, bias=None if b is None else b.buffer):
+            ln.run(dev)
     return out
 
 

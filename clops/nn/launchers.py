@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ..kernels import Launch, kernel
+from ..kernels import gemm as _gemm
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from .quant import DeviceWeight
@@ -208,6 +209,62 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     if cpt > 1 or cb > 1:
         cols = math.ceil(w.n / (ncol * cpt * cb)) * ncol
     return Launch(knl, (cols * ls, tiles), local, args, reads, [y], name)
+
+
+# PERF: from this many rows a float16 weight's product runs on tensor cores (a float16 copy of
+# the rows, then gemm_nt_mma) instead of the generated tiles: a prompt's projections.
+TENSOR_CORE_ROWS = 16
+
+
+def tensor_core_rows(dev: CLDevice, m: int, w: DeviceWeight) -> bool:
+    """Whether ``linear`` runs these m rows through ``gemm.cl``'s ``gemm_nt_mma``: float16
+    weights with n % 64 == 0 and k % 32 == 0, on a GPU whose tensor cores the PTX probe found."""
+    return (m >= TENSOR_CORE_ROWS and w.fmt == "f16" and w.n % 64 == 0 and w.k % 32 == 0
+            and not is_cpu(dev) and _gemm.use_mma(dev, "float16"))
+
+
+def half_scratch_nbytes(m: int, k: int) -> int:
+    """Bytes of the float16 rows ``linear`` stages for m rows of k features."""
+    return m * k * 2
+
+
+def half_rows(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, k: int, m: int,
+              norm: tuple[Buffer, float] | None = None, glu: bool = False) -> Launch:
+    """y[i, :k] = float16 of x's row i, or of RMSNorm(row) * weight (``norm=(weight, eps)``),
+    or of silu(row[:k]) * row[k:2k] (``glu``)."""
+    if norm is not None and glu:
+        raise ValueError("half_rows: norm= and glu= do not go together")
+    ls = _row_lsize(dev, k)
+    knl = kernel(dev, "norm", "half_rows", LSIZE=ls,
+                 MODE=1 if norm is not None else 2 if glu else 0)
+    nw = norm[0] if norm is not None else x
+    return Launch(knl, (m * ls,), (ls,), [y, x, i32(x_off), i32(ldx), nw, i32(k),
+                                          f32(norm[1] if norm is not None else 0.0)],
+                  [x] + ([norm[0]] if norm is not None else []), [y], "half_rows")
+
+
+def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
+           w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
+           name: str = "matmul", norm: tuple[Buffer, float] | None = None, glu: bool = False,
+           scratch: Buffer | None = None) -> list[Launch]:
+    """The launches of ``matmul``'s product (same arguments): that one kernel, or where
+    ``tensor_core_rows`` holds, the rows to float16 (norm or GLU applied on the way) into
+    ``scratch`` (allocated here when missing or too small) and a tensor-core product."""
+    if not tensor_core_rows(dev, m, w):
+        return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, name, norm, glu)]
+    k = w.k
+    if scratch is None or scratch.nbytes < half_scratch_nbytes(m, k):
+        scratch = dev.alloc(half_scratch_nbytes(m, k))
+    first = half_rows(dev, scratch, x, x_off, ldx, k, m, norm, glu)
+    first.name = name + ".f16"
+    knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, HAS_BIAS=int(bias is not None),
+                 ACCUM=int(accum))
+    reads = [scratch, w.data] + ([bias] if bias is not None else []) + ([y] if accum else [])
+    second = Launch(knl, (w.n // 64 * 128, math.ceil(m / 64)), (128, 1),
+                    [y, i32(y_off), i32(ldy), scratch, i32(k), w.data, i32(k),
+                     bias if bias is not None else w.data, i32(m), i32(w.n), i32(k)],
+                    reads, [y], name)
+    return [first, second]
 
 
 def embedding(dev: CLDevice, out: Buffer, tokens: Buffer, state: Buffer, w: DeviceWeight,

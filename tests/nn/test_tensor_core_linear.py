@@ -1,0 +1,131 @@
+"""The tensor-core route of ``launchers.linear`` (float16 weights, many rows: a prompt's
+projections): the float16 staging of the rows on every device, and the ``gemm_nt_mma`` product
+against numpy where the device has NVIDIA tensor cores."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import clops
+import clops.nn as nn
+import clops.nn.launchers as L
+from clops.nn.quant import DeviceWeight, pack_float
+
+RNG = np.random.default_rng(7)
+
+
+def _upload(dev, a):
+    a = np.ascontiguousarray(a)
+    buf = dev.alloc(max(a.nbytes, 4))
+    dev.write(buf, a, blocking=True)
+    return buf
+
+
+def _read(dev, buf, shape, dtype):
+    out = np.empty(shape, dtype)
+    dev.read(out, buf)
+    return out
+
+
+def _silu(v):
+    return v / (1 + np.exp(-v))
+
+
+@pytest.mark.parametrize("mode", ["plain", "norm", "glu"])
+def test_half_rows(device, mode, m=5, k=96):
+    """The float16 rows the tensor-core product reads: a copy, RMSNorm * weight, or the GLU."""
+    dev = clops.device(device)
+    width = 2 * k if mode == "glu" else k
+    ld = width + 8  # rows apart by more than they hold, at an offset
+    x = (RNG.standard_normal((m, ld)) * 3).astype(np.float32)
+    w = RNG.standard_normal(k).astype(np.float32)
+    xb, wb = _upload(dev, np.concatenate([np.zeros(4, np.float32), x.ravel()])), _upload(dev, w)
+    y = dev.alloc(L.half_scratch_nbytes(m, k))
+    norm = (wb, 1e-5) if mode == "norm" else None
+    L.half_rows(dev, y, xb, 4, ld, k, m, norm=norm, glu=mode == "glu").run(dev)
+    got = _read(dev, y, (m, k), np.float16).astype(np.float32)
+    rows = x[:, :width]
+    if mode == "norm":
+        want = rows / np.sqrt((rows * rows).mean(-1, keepdims=True) + 1e-5) * w
+    elif mode == "glu":
+        want = _silu(rows[:, :k]) * rows[:, k:]
+    else:
+        want = rows
+    # float16 rounding: half an ulp, 2^-11 of the value
+    np.testing.assert_allclose(got, want.astype(np.float16).astype(np.float32), rtol=2e-3,
+                               atol=1e-6)
+
+
+def test_routing(device):
+    """Which products take tensor cores: float16 weights, enough rows, tile-sized n and k."""
+    dev = clops.device(device)
+    f16 = DeviceWeight(dev, pack_float(np.zeros((128, 64), np.float32), "f16"))
+    f32 = DeviceWeight(dev, pack_float(np.zeros((128, 64), np.float32), "f32"))
+    odd = DeviceWeight(dev, pack_float(np.zeros((96, 64), np.float32), "f16"))
+    assert not L.tensor_core_rows(dev, L.TENSOR_CORE_ROWS - 1, f16)
+    assert not L.tensor_core_rows(dev, 64, f32)
+    assert not L.tensor_core_rows(dev, 64, odd)
+    mma = L.tensor_core_rows(dev, 64, f16)
+    assert mma == (not L.is_cpu(dev) and L._gemm.use_mma(dev, "float16"))
+    assert len(L.linear(dev, dev.alloc(64 * 128 * 4), 0, 128, dev.alloc(64 * 64 * 4), 0, 64,
+                        f16, 64)) == (2 if mma else 1)
+
+
+def _tensor_cores(dev):
+    w = DeviceWeight(dev, pack_float(np.zeros((64, 32), np.float32), "f16"))
+    if not L.tensor_core_rows(dev, 64, w):
+        pytest.skip(f"{dev.name}: no tensor-core product (needs NVIDIA PTX mma.sync)")
+
+
+@pytest.mark.parametrize("m,n,k", [(16, 64, 32), (37, 192, 96), (64, 128, 256),
+                                   (130, 64, 512), (128, 320, 64)])
+@pytest.mark.parametrize("mode", ["plain", "bias", "accum", "norm", "glu"])
+def test_linear_tensor_cores(device, m, n, k, mode):
+    """y (+)= f16(prologue(x)) @ w.T (+ b) against numpy from the same float16 values; rows past
+    a tile of 64 and outputs at an offset with a wider row stride."""
+    dev = clops.device(device)
+    _tensor_cores(dev)
+    width = 2 * k if mode == "glu" else k
+    x = RNG.standard_normal((m, width)).astype(np.float32)
+    w = (RNG.standard_normal((n, k)) / np.sqrt(k)).astype(np.float16)
+    b = RNG.standard_normal(n).astype(np.float32)
+    nw = RNG.standard_normal(k).astype(np.float32)
+    dw = DeviceWeight(dev, pack_float(w, "f16"))
+    ldy, y_off = n + 64, 32
+    y0 = RNG.standard_normal((m, ldy)).astype(np.float32)
+    yb, xb = _upload(dev, np.concatenate([np.zeros(y_off, np.float32), y0.ravel()])), \
+        _upload(dev, x)
+    norm = (_upload(dev, nw), 1e-6) if mode == "norm" else None
+    launches = L.linear(dev, yb, y_off, ldy, xb, 0, width, dw, m,
+                        bias=_upload(dev, b) if mode == "bias" else None,
+                        accum=mode == "accum", norm=norm, glu=mode == "glu")
+    assert [ln.kernel.function_name for ln in launches] == ["half_rows", "gemm_nt_mma"]
+    for ln in launches:
+        ln.run(dev)
+    got = _read(dev, yb, (y_off + m * ldy,), np.float32)[y_off:].reshape(m, ldy)
+    if mode == "norm":
+        a = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * nw
+    elif mode == "glu":
+        a = _silu(x[:, :k]) * x[:, k:]
+    else:
+        a = x
+    want = a.astype(np.float16).astype(np.float64) @ w.astype(np.float64).T
+    if mode == "bias":
+        want += b
+    if mode == "accum":
+        want += y0[:, :n]
+    np.testing.assert_allclose(got[:, :n], want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+    np.testing.assert_array_equal(got[:, n:], y0[:, n:])  # past n: untouched
+
+
+def test_nn_linear_tensor_cores(device):
+    """``clops.nn.linear`` with a float16 weight over many rows takes the same route."""
+    dev = clops.device(device)
+    _tensor_cores(dev)
+    x = RNG.standard_normal((3, 40, 128)).astype(np.float32)
+    w = RNG.standard_normal((256, 128)).astype(np.float32)
+    wt = clops.astype(clops.asarray(w, device=dev), clops.float16)
+    got = np.asarray(nn.linear(clops.asarray(x, device=dev), wt))
+    want = x.astype(np.float16).astype(np.float64) @ w.astype(np.float16).astype(np.float64).T
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
