@@ -214,7 +214,8 @@ class Model:
         add = plan.add
 
         def mm(*args: Any, **kw: Any) -> None:
-            for ln in K.linear(*args, scratch=self.xh, **kw):
+            kw["scratch"] = self.xh
+            for ln in K.linear(*args, **kw):
                 add(ln)
 
         add(K.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
