@@ -95,10 +95,17 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int) -> dict
     # The larger bounds decode; profiled kernel times above include ~3 us of event cost each.
     free_ms, free_enqueue_ms = back_to_back(dev, [plan.replay], count=4)
     step_ms = 1e3 / decode_tps
-    by_name: dict[str, float] = {}
-    for r in ks:
-        key = r.name.split(".")[0]
-        by_name[key] = by_name.get(key, 0.0) + r.duration_ns / 10 / 1e3
+    by_name = _by_name(ks, 10)
+    # the prompt's kernels (one chunk of the plan, profiled)
+    model._start(ids)
+    model._set_pos(0)
+    chunk = model._plan(min(len(ids), model.chunk), "last", True)
+    chunk.replay()
+    dev.synchronize()
+    with clops.profile() as prof:
+        chunk.replay()
+        dev.synchronize()
+    prompt = _by_name(prof.kernels(), 1)
     return {"name": f"clops ({dev.name[:30]})", "prefill_tps": prefill_tps,
             "decode_tps": decode_tps, "launches_per_step": len(plan.launches),
             "enqueue_ms_per_step": enqueue * 1e3, "device_ms_per_step": busy_ms,
@@ -106,7 +113,17 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int) -> dict
             "device_ms_per_step_no_events": free_ms,
             "enqueue_ms_per_step_no_events": free_enqueue_ms,
             "bound": "device" if free_ms >= free_enqueue_ms else "host",
-            "kernel_us_per_step": dict(sorted(by_name.items(), key=lambda kv: -kv[1]))}
+            "kernel_us_per_step": by_name,
+            "prompt_chunk_rows": min(len(ids), model.chunk), "prompt_chunk_kernel_us": prompt}
+
+
+def _by_name(records, steps: int) -> dict[str, float]:
+    """Kernel microseconds per step, by the first part of the launch name, largest first."""
+    out: dict[str, float] = {}
+    for r in records:
+        key = r.name.split(".")[0]
+        out[key] = out.get(key, 0.0) + r.duration_ns / steps / 1e3
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def _hf_from_gguf(path: str):
@@ -220,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{c['device_ms_per_step_no_events']:.2f} ms on the device: {c['bound']}-bound")
     print("kernel us per step: " + ", ".join(f"{k} {v:.0f}"
                                             for k, v in c["kernel_us_per_step"].items()))
+    print(f"kernel us per prompt chunk of {c['prompt_chunk_rows']} rows: "
+          + ", ".join(f"{k} {v:.0f}" for k, v in c["prompt_chunk_kernel_us"].items()))
     if len(rows) > 1:
         print(f"decode vs {rows[1]['name']}: {c['decode_tps'] / rows[1]['decode_tps']:.2f}x")
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

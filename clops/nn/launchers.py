@@ -256,7 +256,7 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     if scratch is None or scratch.nbytes < half_scratch_nbytes(m, k):
         scratch = dev.alloc(half_scratch_nbytes(m, k))
     first = half_rows(dev, scratch, x, x_off, ldx, k, m, norm, glu)
-    first.name = name + ".f16"
+    first.name = "half_rows." + name
     knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, HAS_BIAS=int(bias is not None),
                  ACCUM=int(accum))
     reads = [scratch, w.data] + ([bias] if bias is not None else []) + ([y] if accum else [])
