@@ -346,6 +346,81 @@ __kernel void attn_prefill(__global float *out, __global const float *q, int q_o
     for (int d = 0; d < D4; ++d) vstore4(acc[d] * inv, d, o);
 }
 
+#ifdef PREFILL_WG
+// attn_prefill for GPUs, the same output: a work-group of 128 work-items per 16 query rows of
+// a head. Tiles of 32 keys and values go through local memory once for the 16 rows. Work-item
+// (r, c) of the 16 x 8 serves row r: its scores at positions c, c + 8, .. of each tile, and the
+// dimensions c * DPT .. c * DPT + DPT - 1 of the output, with an online softmax across tiles.
+// Needs HEAD_DIM % 8 == 0. Work geometry: global (ceil(M / 16) * 128, H), local (128, 1).
+#define PQ 16
+#define PK 32
+#define DPT (HEAD_DIM / 8)
+#define KROW (HEAD_DIM + 4)  // 8 rows read at once (one per c) fall in different banks
+__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
+void attn_prefill_wg(__global float *out, __global const float *q, int q_off, int ld_q,
+                     __global const float *kc, __global const float *vc, int k_off, int v_off,
+                     int kv_stride, __global const int *state, int pos_add, int causal,
+                     int n_keys, int n_rep, float scale, int M) {
+    __local float qs[PQ * HEAD_DIM] __attribute__((aligned(16)));
+    __local float ks[PK * KROW] __attribute__((aligned(16)));
+    __local float vs[PK * HEAD_DIM] __attribute__((aligned(16)));
+    __local float ps[PQ * PK];
+    const int t = get_local_id(0), r = t >> 3, c = t & 7;
+    const int h = get_group_id(1), H = get_num_groups(1);
+    const int m0 = get_group_id(0) * PQ, m = m0 + r;
+    const int base = state[0] + pos_add;
+    // keys [0, lm) for row m; [0, lmax) for the group
+    const int lm = m >= M ? 0 : causal ? min(n_keys, base + m + 1) : n_keys;
+    const int lmax = causal ? min(n_keys, base + min(m0 + PQ, M)) : n_keys;
+    for (int i = t; i < PQ * HEAD_DIM; i += 128) {
+        const int rr = i / HEAD_DIM, d = i % HEAD_DIM;
+        qs[i] = m0 + rr < M ? q[q_off + (size_t)(m0 + rr) * ld_q + h * HEAD_DIM + d] * scale
+                            : 0.0f;
+    }
+    __global const float *kb = kc + k_off + (size_t)(h / n_rep) * kv_stride;
+    __global const float *vb = vc + v_off + (size_t)(h / n_rep) * kv_stride;
+    float acc[DPT];
+    for (int d = 0; d < DPT; ++d) acc[d] = 0.0f;
+    float mx = -INFINITY, l = 0.0f;
+    for (int j0 = 0; j0 < lmax; j0 += PK) {
+        barrier(CLK_LOCAL_MEM_FENCE);  // the last tile is used up (and the q tile written)
+        for (int i = t; i < PK * HEAD_DIM; i += 128) {
+            const int jj = i / HEAD_DIM, d = i % HEAD_DIM;
+            const bool in = j0 + jj < lmax;
+            ks[jj * KROW + d] = in ? kb[(size_t)(j0 + jj) * HEAD_DIM + d] : 0.0f;
+            vs[i] = in ? vb[(size_t)(j0 + jj) * HEAD_DIM + d] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int u = 0; u < PK / 8; ++u) {
+            const int jj = c + 8 * u;
+            float4 a = (float4)(0.0f);
+            for (int d = 0; d < D4; ++d)
+                a = mad(vload4(d, qs + r * HEAD_DIM), vload4(d, ks + jj * KROW), a);
+            ps[r * PK + jj] = j0 + jj < lm ? (a.x + a.y) + (a.z + a.w) : -INFINITY;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float tmax = -INFINITY;
+        for (int jj = 0; jj < PK; ++jj) tmax = fmax(tmax, ps[r * PK + jj]);
+        const float nm = fmax(mx, tmax);
+        if (nm == -INFINITY) continue;  // nothing to attend yet (no barrier below this)
+        const float corr = exp(mx - nm);
+        float sum = 0.0f;
+        for (int d = 0; d < DPT; ++d) acc[d] *= corr;
+        for (int jj = 0; jj < PK; ++jj) {
+            const float e = exp(ps[r * PK + jj] - nm);
+            sum += e;
+            for (int d = 0; d < DPT; ++d) acc[d] = mad(e, vs[jj * HEAD_DIM + c * DPT + d], acc[d]);
+        }
+        l = l * corr + sum;
+        mx = nm;
+    }
+    if (m >= M) return;
+    __global float *o = out + ((size_t)m * H + h) * HEAD_DIM + c * DPT;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int d = 0; d < DPT; ++d) o[d] = acc[d] * inv;
+}
+#endif
+
 // Write k, v rows [M][KV][D] into the cache at positions pos0 + m. Work geometry: (D, KV, M).
 __kernel void kv_store(__global float *kc, __global float *vc, __global const float *k,
                        int k_off, __global const float *v, int v_off, int pos0, int max_seq) {

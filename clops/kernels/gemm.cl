@@ -244,13 +244,19 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
 // fragments of mma.sync's "col" operand are pairs along k, so both tiles are kept [row][k] in
 // local memory and read the same way. A work-group of 4 warps computes a 64x64 tile of C, each
 // warp 32x32; depth 32; the next tiles are read into registers during this one's arithmetic.
-// Needs N % 64 == 0, K % 32 == 0, 16-byte aligned rows of A and B; rows of A past M read as 0.
-// Work geometry: global (N / 64 * 128, ceil(M / 64)), local (128, 1).
+// SPLIT > 1: work-group z of the grid takes the z-th of SPLIT equal slices of K and adds its
+// sums into C (red.global.add: C must hold its start, zeros or the accumulated value; the first
+// slice adds the bias), so that products of few tiles and long K still fill the device.
+// Needs N % 64 == 0, (K / SPLIT) % 32 == 0, 16-byte aligned rows of A and B; rows of A past M
+// read as 0. Work geometry: global (N / 64 * 128, ceil(M / 64), SPLIT), local (128, 1, 1).
 #ifndef HAS_BIAS
 #define HAS_BIAS 0
 #endif
 #ifndef ACCUM
 #define ACCUM 0
+#endif
+#ifndef SPLIT
+#define SPLIT 1
 #endif
 #define NTT 64           // rows and columns of the tile of C
 #define NTK 32           // depth of the A and B tiles
@@ -267,6 +273,11 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, 
     const int g = lane >> 2, t = lane & 3;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
     const int m0 = get_group_id(1) * NTT, n0 = get_group_id(0) * NTT;
+#if SPLIT > 1
+    K /= SPLIT;  // this group's slice of the depth
+    A += (size_t)get_group_id(2) * K;
+    B += (size_t)get_group_id(2) * K;
+#endif
     // this work-item's two 16-byte chunks of each tile: row c / 4, halves (c % 4) * 8 + 0..7
     __global const uint4 *pa[2], *pb[2];
     bool in_m[2];
@@ -338,7 +349,8 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, 
         for (int j = 0; j < 4; ++j) {
             const int row = m0 + wm + i * 16 + g, col = n0 + wn + j * 8 + 2 * t;
 #if HAS_BIAS
-            const float2 bv = vload2(0, bias + col);
+            const float2 bv = SPLIT == 1 || get_group_id(2) == 0 ? vload2(0, bias + col)
+                                                                 : (float2)(0.0f);
 #else
             const float2 bv = (float2)(0.0f);
 #endif
@@ -347,10 +359,16 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, 
                 if (row + 8 * h >= M) continue;
                 __global float *p = C + (size_t)(row + 8 * h) * ldc + col;
                 float2 v = (float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]) + bv;
+#if SPLIT > 1
+                asm volatile("red.global.add.f32 [%0], %1;" :: "l"((ulong)p), "f"(v.x) : "memory");
+                asm volatile("red.global.add.f32 [%0], %1;" :: "l"((ulong)(p + 1)), "f"(v.y)
+                             : "memory");
+#else
 #if ACCUM
                 v += vload2(0, p);
 #endif
                 vstore2(v, 0, p);
+#endif
             }
         }
 }

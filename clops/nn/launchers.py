@@ -229,18 +229,34 @@ def half_scratch_nbytes(m: int, k: int) -> int:
 
 
 def half_rows(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, k: int, m: int,
-              norm: tuple[Buffer, float] | None = None, glu: bool = False) -> Launch:
+              norm: tuple[Buffer, float] | None = None, glu: bool = False,
+              zero: tuple[Buffer, int, int, int] | None = None) -> Launch:
     """y[i, :k] = float16 of x's row i, or of RMSNorm(row) * weight (``norm=(weight, eps)``),
-    or of silu(row[:k]) * row[k:2k] (``glu``)."""
+    or of silu(row[:k]) * row[k:2k] (``glu``); ``zero=(z, z_off, ldz, n)`` also zeroes
+    z[i, :n] (rows ldz apart from z_off)."""
     if norm is not None and glu:
         raise ValueError("half_rows: norm= and glu= do not go together")
     ls = _row_lsize(dev, k)
     knl = kernel(dev, "norm", "half_rows", LSIZE=ls,
-                 MODE=1 if norm is not None else 2 if glu else 0)
+                 MODE=1 if norm is not None else 2 if glu else 0, ZERO=int(zero is not None))
     nw = norm[0] if norm is not None else x
+    z, z_off, ldz, zn = zero if zero is not None else (y, 0, 0, 0)
     return Launch(knl, (m * ls,), (ls,), [y, x, i32(x_off), i32(ldx), nw, i32(k),
-                                          f32(norm[1] if norm is not None else 0.0)],
-                  [x] + ([norm[0]] if norm is not None else []), [y], "half_rows")
+                                          f32(norm[1] if norm is not None else 0.0), z,
+                                          i32(z_off), i32(ldz), i32(zn)],
+                  [x] + ([norm[0]] if norm is not None else []),
+                  [y] + ([z] if zero is not None else []), "half_rows")
+
+
+def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
+    """Slices of k for ``gemm_nt_mma`` (a power of two): enough work-groups for two per compute
+    unit, slices of at least 512."""
+    tiles = math.ceil(m / 64) * (n // 64)
+    split = 1
+    while (tiles * split < 2 * dev.caps.compute_units and k % (64 * split) == 0
+           and k // (2 * split) >= 512):
+        split *= 2
+    return split
 
 
 def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
@@ -255,12 +271,18 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     k = w.k
     if scratch is None or scratch.nbytes < half_scratch_nbytes(m, k):
         scratch = dev.alloc(half_scratch_nbytes(m, k))
-    first = half_rows(dev, scratch, x, x_off, ldx, k, m, norm, glu)
+    # PERF: few tiles of C over a long k (Llama-3.2-1B's o and down projections of a prompt
+    # chunk: 64 tiles, k 2048 and 8192) split k: the slices add into y, zeroed first unless
+    # the product accumulates
+    split = tensor_core_split(dev, m, w.n, k)
+    zero = (y, y_off, ldy, w.n) if split > 1 and not accum else None
+    first = half_rows(dev, scratch, x, x_off, ldx, k, m, norm, glu, zero)
     first.name = "half_rows." + name
     knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, HAS_BIAS=int(bias is not None),
-                 ACCUM=int(accum))
-    reads = [scratch, w.data] + ([bias] if bias is not None else []) + ([y] if accum else [])
-    second = Launch(knl, (w.n // 64 * 128, math.ceil(m / 64)), (128, 1),
+                 ACCUM=int(accum), SPLIT=split)
+    reads = [scratch, w.data] + ([bias] if bias is not None else []) + (
+        [y] if accum or split > 1 else [])
+    second = Launch(knl, (w.n // 64 * 128, math.ceil(m / 64), split), (128, 1, 1),
                     [y, i32(y_off), i32(ldy), scratch, i32(k), w.data, i32(k),
                      bias if bias is not None else w.data, i32(m), i32(w.n), i32(k)],
                     reads, [y], name)
@@ -420,11 +442,19 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
                  vc: Buffer, k_off: int, v_off: int, kv_stride: int, state: Buffer,
                  pos_add: int, causal: bool, n_keys: int, m: int, n_heads: int, n_kv: int,
                  head_dim: int, scale: float) -> Launch:
-    knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim)
     args = [out, q, i32(q_off), i32(ld_q), kc, vc, i32(k_off), i32(v_off), i32(kv_stride),
             state, i32(pos_add), i32(int(causal)), i32(n_keys), i32(n_heads // n_kv),
             f32(scale)]
-    return Launch(knl, (m, n_heads), None, args, [q, kc, vc, state], [out], "attn_prefill")
+    reads = [q, kc, vc, state]
+    if not is_cpu(dev) and head_dim % 8 == 0:
+        # PERF: GPUs: 16 rows per work-group share each tile of keys and values through local
+        # memory (a work-item per row and head walked every key alone: 0.5 ms a layer for 128
+        # rows of Llama-3.2-1B on an H100)
+        knl = kernel(dev, "attention", "attn_prefill_wg", HEAD_DIM=head_dim, PREFILL_WG=1)
+        return Launch(knl, (math.ceil(m / 16) * 128, n_heads), (128, 1), args + [i32(m)],
+                      reads, [out], "attn_prefill")
+    knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim)
+    return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
 
 
 def sample_lsize(dev: CLDevice) -> int:

@@ -63,6 +63,29 @@ def test_kv_cache_gpu_geometry(device, gpu_geometry):
     tf.test_kv_cache_prefill_then_decode(device)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("lq,lk,d", [(6, 9, 16), (37, 37, 64), (16, 80, 32), (40, 20, 8)])
+def test_sdpa_gpu_geometry(device, causal, lq, lk, d):
+    """The work-group prefill attention (attn_prefill_wg): query rows past a group of 16, keys
+    past a tile of 32, more queries than keys (early rows attend to nothing when causal)."""
+    import clops.nn.launchers as launchers
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    try:
+        rng = np.random.default_rng(lq * lk)
+        q = rng.standard_normal((lq, 4, d)).astype(np.float32)
+        k = rng.standard_normal((lk, 2, d)).astype(np.float32)
+        v = rng.standard_normal((lk, 2, d)).astype(np.float32)
+        got = np.asarray(nn.scaled_dot_product_attention(tf._t(q, device), tf._t(k, device),
+                                                         tf._t(v, device), causal=causal))
+    finally:
+        monkeypatch.undo()
+    with np.errstate(invalid="ignore"):
+        want = tf._attn_ref(q, k, v, causal)
+    # rows with no key to attend (lq > lk, causal) come out as zeros, as from attn_prefill
+    np.testing.assert_allclose(got, np.nan_to_num(want, nan=0.0), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("n", [37, 130])
 def test_linear_ragged_columns_gpu_geometry(device, gpu_geometry, n):
     # output counts that are not multiples of the columns per team or per work-group

@@ -43,8 +43,15 @@ def test_half_rows(device, mode, m=5, k=96):
     xb, wb = _upload(dev, np.concatenate([np.zeros(4, np.float32), x.ravel()])), _upload(dev, w)
     y = dev.alloc(L.half_scratch_nbytes(m, k))
     norm = (wb, 1e-5) if mode == "norm" else None
-    L.half_rows(dev, y, xb, 4, ld, k, m, norm=norm, glu=mode == "glu").run(dev)
+    z0 = RNG.standard_normal((m, 12)).astype(np.float32)
+    zb = _upload(dev, np.concatenate([np.ones(2, np.float32), z0.ravel()]))
+    L.half_rows(dev, y, xb, 4, ld, k, m, norm=norm, glu=mode == "glu",
+                zero=(zb, 2, 12, 10)).run(dev)
     got = _read(dev, y, (m, k), np.float16).astype(np.float32)
+    z = _read(dev, zb, (2 + m * 12,), np.float32)
+    np.testing.assert_array_equal(z[:2], 1.0)
+    np.testing.assert_array_equal(z[2:].reshape(m, 12)[:, :10], 0.0)  # zeroed for a split
+    np.testing.assert_array_equal(z[2:].reshape(m, 12)[:, 10:], z0[:, 10:])
     rows = x[:, :width]
     if mode == "norm":
         want = rows / np.sqrt((rows * rows).mean(-1, keepdims=True) + 1e-5) * w
@@ -72,6 +79,17 @@ def test_routing(device):
                         f16, 64)) == (2 if mma else 1)
 
 
+def test_split(device):
+    """Long k over few tiles of C is split into power-of-two slices of at least 512."""
+    dev = clops.device(device)
+    cu = dev.caps.compute_units
+    assert L.tensor_core_split(dev, 128, 64 * 2 * cu, 8192) == 1  # enough tiles already
+    s = L.tensor_core_split(dev, 16, 64, 8192)
+    assert s == min(8, 1 << (2 * cu - 1).bit_length())  # slices of 1024 at most 8
+    assert L.tensor_core_split(dev, 16, 64, 1024) == 2
+    assert L.tensor_core_split(dev, 16, 64, 96) == 1
+
+
 def _tensor_cores(dev):
     w = DeviceWeight(dev, pack_float(np.zeros((64, 32), np.float32), "f16"))
     if not L.tensor_core_rows(dev, 64, w):
@@ -79,11 +97,13 @@ def _tensor_cores(dev):
 
 
 @pytest.mark.parametrize("m,n,k", [(16, 64, 32), (37, 192, 96), (64, 128, 256),
-                                   (130, 64, 512), (128, 320, 64)])
+                                   (130, 64, 512), (128, 320, 64), (37, 128, 2048),
+                                   (100, 64, 1024)])
 @pytest.mark.parametrize("mode", ["plain", "bias", "accum", "norm", "glu"])
 def test_linear_tensor_cores(device, m, n, k, mode):
     """y (+)= f16(prologue(x)) @ w.T (+ b) against numpy from the same float16 values; rows past
-    a tile of 64 and outputs at an offset with a wider row stride."""
+    a tile of 64, outputs at an offset with a wider row stride, and k split into slices (the
+    last two shapes)."""
     dev = clops.device(device)
     _tensor_cores(dev)
     width = 2 * k if mode == "glu" else k
