@@ -85,7 +85,7 @@ def test_split(device):
     cu = dev.caps.compute_units
     assert L.tensor_core_split(dev, 128, 64 * 2 * cu, 8192) == 1  # enough tiles already
     s = L.tensor_core_split(dev, 16, 64, 8192)
-    assert s == min(8, 1 << (2 * cu - 1).bit_length())  # slices of 1024 at most 8
+    assert s == min(16, 1 << (2 * cu - 1).bit_length())  # slices of 512 at the least
     assert L.tensor_core_split(dev, 16, 64, 1024) == 2
     assert L.tensor_core_split(dev, 16, 64, 96) == 1
 
