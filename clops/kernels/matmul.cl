@@ -671,3 +671,14 @@ __kernel void embedding(__global float *out, __global const int *tokens,
     __global float *o = out + (size_t)m * K + g * 32;
     for (int j = 0; j < 8; ++j) vstore4(w[j], j, o);
 }
+
+// W dequantized to float16 rows [N][K] (any WFMT): the B operand of gemm.cl's gemm_nt_mma for a
+// prompt's rows. Work geometry: global (K / 32, N).
+__kernel void dequant_half(__global half *out, __global const W_T *W, __global const SCALE_T *S,
+                           int K) {
+    const int g = get_global_id(0), n = get_global_id(1);
+    float4 w[8];
+    load_group(W, S, K, n, g, w);
+    __global half *o = out + (size_t)n * K + g * 32;
+    for (int j = 0; j < 8; ++j) vstore_half4(w[j], j, o);
+}

@@ -192,6 +192,12 @@ class Model:
         self.state = _upload(dev, np.zeros(4, np.int32))
         # float16 rows for the tensor-core products of a prompt (launchers.linear)
         self.xh = dev.alloc(K.half_scratch_nbytes(C, max(cfg.dim, F, H * D)))
+        # and float16 copies of the layers' weights in other formats (the largest one's size;
+        # too small for the output projection, which keeps the matmul kernel)
+        mats = [w for ly in self.layers for w in
+                [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]]
+        big = max((w.n * w.k * 2 for w in mats if w.fmt != "f16"), default=0)
+        self.wh = dev.alloc(max(big, 4) if not K.is_cpu(dev) else 4)
         self.tokens = _upload(dev, np.zeros(self.max_seq + 2, np.int32))
         self.seen = _upload(dev, np.zeros(cfg.vocab_size, np.uint8))
         cache = KV * self.max_seq * D * f4
@@ -214,7 +220,7 @@ class Model:
         add = plan.add
 
         def mm(*args: Any, **kw: Any) -> None:
-            kw["scratch"] = self.xh
+            kw["scratch"], kw["wscratch"] = self.xh, self.wh
             for ln in K.linear(*args, **kw):
                 add(ln)
 

@@ -211,16 +211,25 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     return Launch(knl, (cols * ls, tiles), local, args, reads, [y], name)
 
 
-# PERF: from this many rows a float16 weight's product runs on tensor cores (a float16 copy of
-# the rows, then gemm_nt_mma) instead of the generated tiles: a prompt's projections.
+# PERF: from this many rows a product runs on tensor cores (float16 copies of the rows and,
+# unless float16 already, of the weight, then gemm_nt_mma) instead of the matmul kernel's row
+# tiles: a prompt's projections.
 TENSOR_CORE_ROWS = 16
 
 
 def tensor_core_rows(dev: CLDevice, m: int, w: DeviceWeight) -> bool:
-    """Whether ``linear`` runs these m rows through ``gemm.cl``'s ``gemm_nt_mma``: float16
-    weights with n % 64 == 0 and k % 32 == 0, on a GPU whose tensor cores the PTX probe found."""
-    return (m >= TENSOR_CORE_ROWS and w.fmt == "f16" and w.n % 64 == 0 and w.k % 32 == 0
+    """Whether ``linear`` can run these m rows through ``gemm.cl``'s ``gemm_nt_mma``: float16,
+    bfloat16 or block-quantized weights (float32 ones keep their precision on the matmul
+    kernel) with n % 64 == 0 and k % 32 == 0, on a GPU whose tensor cores the PTX probe found."""
+    return (m >= TENSOR_CORE_ROWS and w.fmt != "f32" and w.n % 64 == 0 and w.k % 32 == 0
             and not is_cpu(dev) and _gemm.use_mma(dev, "float16"))
+
+
+def dequant_half(dev: CLDevice, out: Buffer, w: DeviceWeight) -> Launch:
+    """out [n][k] = w as float16 (any format)."""
+    knl = kernel(dev, "matmul", "dequant_half", **w.defines)
+    return Launch(knl, (w.k // 32, w.n), None, [out, w.data, w.scales, i32(w.k)],
+                  [w.data, w.scales], [out], "dequant_half")
 
 
 def half_scratch_nbytes(m: int, k: int) -> int:
@@ -262,13 +271,24 @@ def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
 def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
            w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None, glu: bool = False,
-           scratch: Buffer | None = None) -> list[Launch]:
+           scratch: Buffer | None = None, wscratch: Buffer | None = None) -> list[Launch]:
     """The launches of ``matmul``'s product (same arguments): that one kernel, or where
     ``tensor_core_rows`` holds, the rows to float16 (norm or GLU applied on the way) into
-    ``scratch`` (allocated here when missing or too small) and a tensor-core product."""
-    if not tensor_core_rows(dev, m, w):
-        return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, name, norm, glu)]
+    ``scratch`` (allocated here when missing or too small), a weight not in float16 to
+    float16 into ``wscratch`` (allocated here when missing; too small: the matmul kernel
+    runs), and a tensor-core product."""
     k = w.k
+    wneed = w.n * k * 2 if w.fmt != "f16" else 0
+    if not tensor_core_rows(dev, m, w) or (wscratch is not None and wscratch.nbytes < wneed):
+        return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, name, norm, glu)]
+    out: list[Launch] = []
+    b_half = w.data
+    if wneed:
+        if wscratch is None:
+            wscratch = dev.alloc(wneed)
+        out.append(dequant_half(dev, wscratch, w))
+        out[-1].name = "dequant_half." + name
+        b_half = wscratch
     if scratch is None or scratch.nbytes < half_scratch_nbytes(m, k):
         scratch = dev.alloc(half_scratch_nbytes(m, k))
     # PERF: few tiles of C over a long k (Llama-3.2-1B's o and down projections of a prompt
@@ -280,13 +300,13 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     first.name = "half_rows." + name
     knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, HAS_BIAS=int(bias is not None),
                  ACCUM=int(accum), SPLIT=split)
-    reads = [scratch, w.data] + ([bias] if bias is not None else []) + (
+    reads = [scratch, b_half] + ([bias] if bias is not None else []) + (
         [y] if accum or split > 1 else [])
     second = Launch(knl, (w.n // 64 * 128, math.ceil(m / 64), split), (128, 1, 1),
-                    [y, i32(y_off), i32(ldy), scratch, i32(k), w.data, i32(k),
-                     bias if bias is not None else w.data, i32(m), i32(w.n), i32(k)],
+                    [y, i32(y_off), i32(ldy), scratch, i32(k), b_half, i32(k),
+                     bias if bias is not None else b_half, i32(m), i32(w.n), i32(k)],
                     reads, [y], name)
-    return [first, second]
+    return out + [first, second]
 
 
 def embedding(dev: CLDevice, out: Buffer, tokens: Buffer, state: Buffer, w: DeviceWeight,

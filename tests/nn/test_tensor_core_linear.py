@@ -149,3 +149,63 @@ def test_nn_linear_tensor_cores(device):
     got = np.asarray(nn.linear(clops.asarray(x, device=dev), wt))
     want = x.astype(np.float16).astype(np.float64) @ w.astype(np.float16).astype(np.float64).T
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+
+
+def _ggml_weight(dev, kind, n, k):
+    from gguf import GGMLQuantizationType as Q
+    from gguf import quants
+
+    from .test_functional import _random_k_quant
+    t = Q[kind]
+    if t in (Q.Q4_K, Q.Q6_K):
+        raw = _random_k_quant(t, n, k)
+    else:
+        raw = quants.quantize(RNG.standard_normal((n, k)).astype(np.float32), t)
+    return nn.quantized(raw, ggml_type=int(t), shape=(n, k), device=dev), \
+        quants.dequantize(raw, t).reshape(n, k)
+
+
+def _weight(dev, kind, n, k):
+    """A weight of a GGML type or bfloat16 on dev, and its float32 values."""
+    if kind != "bf16":
+        return _ggml_weight(dev, kind, n, k)
+    w = nn.quantized(RNG.standard_normal((n, k)).astype(np.float32), "bf16", device=dev)
+    bits = _read(dev, w.data, (n, k), np.uint16)
+    return w, (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+KINDS = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"]
+
+
+@pytest.mark.parametrize("kind", KINDS + ["bf16"])
+def test_dequant_half(device, kind, n=24, k=512):
+    """The float16 copy of a weight that a prompt's tensor-core product reads."""
+    dev = clops.device(device)
+    w, ref = _weight(dev, kind, n, k)
+    out = dev.alloc(n * k * 2)
+    L.dequant_half(dev, out, w).run(dev)
+    got = _read(dev, out, (n, k), np.float16)
+    np.testing.assert_array_equal(got, ref.astype(np.float16))
+
+
+@pytest.mark.parametrize("kind", KINDS + ["bf16"])
+def test_linear_tensor_cores_quantized(device, kind, m=37, n=128, k=512):
+    """Block-quantized and bfloat16 weights: a float16 copy of the weight, then the same
+    product; a weight scratch too small keeps the matmul kernel."""
+    dev = clops.device(device)
+    _tensor_cores(dev)
+    w, ref = _weight(dev, kind, n, k)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    xb, yb = _upload(dev, x), dev.alloc(m * n * 4)
+    launches = L.linear(dev, yb, 0, n, xb, 0, k, w, m)
+    assert [ln.kernel.function_name for ln in launches] == \
+        ["dequant_half", "half_rows", "gemm_nt_mma"]
+    for ln in launches:
+        ln.run(dev)
+    got = _read(dev, yb, (m, n), np.float32)
+    want = x.astype(np.float16).astype(np.float64) @ \
+        ref.astype(np.float16).astype(np.float64).T
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+    small = dev.alloc(n * k * 2 - 2)
+    assert [ln.kernel.function_name for ln in
+            L.linear(dev, yb, 0, n, xb, 0, k, w, m, wscratch=small)] == ["matmul"]
