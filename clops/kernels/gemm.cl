@@ -112,6 +112,31 @@ void gemm_tiled(__global IN_T *C, int c_off, int ldc, long c_bstride,
     }
 }
 
+// HAS_BIAS, ACCUM (split_sum, gemm_nt_mma): add bias[n]; add into C instead of overwriting.
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef ACCUM
+#define ACCUM 0
+#endif
+// C[m, n] (+)= sum over s < S, in order, of P[s][m][n] (+ bias[n]): the slices of a split
+// gemm_nt_mma, P [S][M][N]. Work geometry: global (N, M).
+__kernel void split_sum(__global float *C, int c_off, int ldc, __global const float *P, int S,
+                        __global const float *bias) {
+    const int n = get_global_id(0), m = get_global_id(1);
+    const int N = get_global_size(0), M = get_global_size(1);
+    float v = 0.0f;
+    for (int s = 0; s < S; ++s) v += P[((size_t)s * M + m) * N + n];
+#if HAS_BIAS
+    v += bias[n];
+#endif
+    __global float *c = C + c_off + (size_t)m * ldc + n;
+#if ACCUM
+    v += *c;
+#endif
+    *c = v;
+}
+
 #ifdef USE_MMA
 #ifndef MDEPTH
 #define MDEPTH 32
@@ -244,17 +269,11 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
 // fragments of mma.sync's "col" operand are pairs along k, so both tiles are kept [row][k] in
 // local memory and read the same way. A work-group of 4 warps computes a 64x64 tile of C, each
 // warp 32x32; depth 32; the next tiles are read into registers during this one's arithmetic.
-// SPLIT > 1: work-group z of the grid takes the z-th of SPLIT equal slices of K and adds its
-// sums into C (red.global.add: C must hold its start, zeros or the accumulated value; the first
-// slice adds the bias), so that products of few tiles and long K still fill the device.
+// SPLIT > 1: work-group z of the grid takes the z-th of SPLIT equal slices of K and writes its
+// sums to C + z * c_split (no bias, no accumulation; split_sum adds the slices up in order, so
+// that results repeat exactly), so that products of few tiles and long K still fill the device.
 // Needs N % 64 == 0, (K / SPLIT) % 32 == 0, 16-byte aligned rows of A and B; rows of A past M
 // read as 0. Work geometry: global (N / 64 * 128, ceil(M / 64), SPLIT), local (128, 1, 1).
-#ifndef HAS_BIAS
-#define HAS_BIAS 0
-#endif
-#ifndef ACCUM
-#define ACCUM 0
-#endif
 #ifndef SPLIT
 #define SPLIT 1
 #endif
@@ -265,7 +284,7 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, int lda,
                  __global const half *B, int ldb, __global const float *bias, int M, int N,
-                 int K) {
+                 int K, long c_split) {
     __local ushort As[NTT * NTR] __attribute__((aligned(16)));  // As[m][k]
     __local ushort Bs[NTT * NTR] __attribute__((aligned(16)));  // Bs[n][k]
     const int tid = get_local_id(0);
@@ -274,9 +293,10 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, 
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
     const int m0 = get_group_id(1) * NTT, n0 = get_group_id(0) * NTT;
 #if SPLIT > 1
-    K /= SPLIT;  // this group's slice of the depth
+    K /= SPLIT;  // this group's slice of the depth, and of the partial sums
     A += (size_t)get_group_id(2) * K;
     B += (size_t)get_group_id(2) * K;
+    C += get_group_id(2) * c_split;
 #endif
     // this work-item's two 16-byte chunks of each tile: row c / 4, halves (c % 4) * 8 + 0..7
     __global const uint4 *pa[2], *pb[2];
@@ -348,9 +368,8 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, 
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int row = m0 + wm + i * 16 + g, col = n0 + wn + j * 8 + 2 * t;
-#if HAS_BIAS
-            const float2 bv = SPLIT == 1 || get_group_id(2) == 0 ? vload2(0, bias + col)
-                                                                 : (float2)(0.0f);
+#if HAS_BIAS && SPLIT == 1
+            const float2 bv = vload2(0, bias + col);
 #else
             const float2 bv = (float2)(0.0f);
 #endif
@@ -359,16 +378,10 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, 
                 if (row + 8 * h >= M) continue;
                 __global float *p = C + (size_t)(row + 8 * h) * ldc + col;
                 float2 v = (float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]) + bv;
-#if SPLIT > 1
-                asm volatile("red.global.add.f32 [%0], %1;" :: "l"((ulong)p), "f"(v.x) : "memory");
-                asm volatile("red.global.add.f32 [%0], %1;" :: "l"((ulong)(p + 1)), "f"(v.y)
-                             : "memory");
-#else
-#if ACCUM
+#if ACCUM && SPLIT == 1
                 v += vload2(0, p);
 #endif
                 vstore2(v, 0, p);
-#endif
             }
         }
 }

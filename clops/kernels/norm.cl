@@ -65,21 +65,12 @@ __kernel void layernorm(__global float *y, __global const float *x, int x_off, i
 // y[m, :] = float16 of a row of x, with a prologue: MODE 0 none, 1 RMSNorm (as rmsnorm, weight
 // w), 2 silu(x[m, k]) * x[m, K + k] (rows [gate | up] of a gated MLP). The float16 rows feed
 // tensor-core products (gemm.cl gemm_nt_mma). y rows are K apart.
-// ZERO: also zero z[m, :zn] (z rows ldz apart from z_off), the output that a split product
-// then adds into.
 #ifndef MODE
 #define MODE 0
 #endif
-#ifndef ZERO
-#define ZERO 0
-#endif
 __kernel void half_rows(__global half *y, __global const float *x, int x_off, int ldx,
-                        __global const float *w, int K, float eps, __global float *z, int z_off,
-                        int ldz, int zn) {
+                        __global const float *w, int K, float eps) {
     const int m = get_global_id(0) / LSIZE, lid = get_global_id(0) % LSIZE;
-#if ZERO
-    for (int k = lid; k < zn; k += LSIZE) z[z_off + (size_t)m * ldz + k] = 0.0f;
-#endif
     __global const float *xr = x + x_off + (size_t)m * ldx;
     __global half *yr = y + (size_t)m * K;
 #if MODE == 1

@@ -198,6 +198,8 @@ class Model:
                 [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]]
         big = max((w.n * w.k * 2 for w in mats if w.fmt != "f16"), default=0)
         self.wh = dev.alloc(max(big, 4) if not K.is_cpu(dev) else 4)
+        # and the partial sums of the products split over k (for full chunks)
+        self.ph = dev.alloc(max([K.split_nbytes(dev, C, w) for w in mats] + [4]))
         self.tokens = _upload(dev, np.zeros(self.max_seq + 2, np.int32))
         self.seen = _upload(dev, np.zeros(cfg.vocab_size, np.uint8))
         cache = KV * self.max_seq * D * f4
@@ -220,7 +222,7 @@ class Model:
         add = plan.add
 
         def mm(*args: Any, **kw: Any) -> None:
-            kw["scratch"], kw["wscratch"] = self.xh, self.wh
+            kw["scratch"], kw["wscratch"], kw["pscratch"] = self.xh, self.wh, self.ph
             for ln in K.linear(*args, **kw):
                 add(ln)
 

@@ -238,23 +238,18 @@ def half_scratch_nbytes(m: int, k: int) -> int:
 
 
 def half_rows(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, k: int, m: int,
-              norm: tuple[Buffer, float] | None = None, glu: bool = False,
-              zero: tuple[Buffer, int, int, int] | None = None) -> Launch:
+              norm: tuple[Buffer, float] | None = None, glu: bool = False) -> Launch:
     """y[i, :k] = float16 of x's row i, or of RMSNorm(row) * weight (``norm=(weight, eps)``),
-    or of silu(row[:k]) * row[k:2k] (``glu``); ``zero=(z, z_off, ldz, n)`` also zeroes
-    z[i, :n] (rows ldz apart from z_off)."""
+    or of silu(row[:k]) * row[k:2k] (``glu``)."""
     if norm is not None and glu:
         raise ValueError("half_rows: norm= and glu= do not go together")
     ls = _row_lsize(dev, k)
     knl = kernel(dev, "norm", "half_rows", LSIZE=ls,
-                 MODE=1 if norm is not None else 2 if glu else 0, ZERO=int(zero is not None))
+                 MODE=1 if norm is not None else 2 if glu else 0)
     nw = norm[0] if norm is not None else x
-    z, z_off, ldz, zn = zero if zero is not None else (y, 0, 0, 0)
     return Launch(knl, (m * ls,), (ls,), [y, x, i32(x_off), i32(ldx), nw, i32(k),
-                                          f32(norm[1] if norm is not None else 0.0), z,
-                                          i32(z_off), i32(ldz), i32(zn)],
-                  [x] + ([norm[0]] if norm is not None else []),
-                  [y] + ([z] if zero is not None else []), "half_rows")
+                                          f32(norm[1] if norm is not None else 0.0)],
+                  [x] + ([norm[0]] if norm is not None else []), [y], "half_rows")
 
 
 def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
@@ -268,15 +263,25 @@ def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
     return split
 
 
+def split_nbytes(dev: CLDevice, m: int, w: DeviceWeight) -> int:
+    """Bytes of the partial sums ``linear`` keeps for m rows of w's product (0: no split)."""
+    if not tensor_core_rows(dev, m, w):
+        return 0
+    split = tensor_core_split(dev, m, w.n, w.k)
+    return split * m * w.n * 4 if split > 1 else 0
+
+
 def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
            w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None, glu: bool = False,
-           scratch: Buffer | None = None, wscratch: Buffer | None = None) -> list[Launch]:
+           scratch: Buffer | None = None, wscratch: Buffer | None = None,
+           pscratch: Buffer | None = None) -> list[Launch]:
     """The launches of ``matmul``'s product (same arguments): that one kernel, or where
     ``tensor_core_rows`` holds, the rows to float16 (norm or GLU applied on the way) into
-    ``scratch`` (allocated here when missing or too small), a weight not in float16 to
-    float16 into ``wscratch`` (allocated here when missing; too small: the matmul kernel
-    runs), and a tensor-core product."""
+    ``scratch``, a weight not in float16 to float16 into ``wscratch`` (too small: the matmul
+    kernel runs instead), a tensor-core product, and for a product split over k the sum of its
+    slices' partial sums (kept in ``pscratch``). Scratch buffers missing or too small (but
+    ``wscratch``) are allocated here."""
     k = w.k
     wneed = w.n * k * 2 if w.fmt != "f16" else 0
     if not tensor_core_rows(dev, m, w) or (wscratch is not None and wscratch.nbytes < wneed):
@@ -291,22 +296,35 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         b_half = wscratch
     if scratch is None or scratch.nbytes < half_scratch_nbytes(m, k):
         scratch = dev.alloc(half_scratch_nbytes(m, k))
+    out.append(half_rows(dev, scratch, x, x_off, ldx, k, m, norm, glu))
+    out[-1].name = "half_rows." + name
     # PERF: few tiles of C over a long k (Llama-3.2-1B's o and down projections of a prompt
-    # chunk: 64 tiles, k 2048 and 8192) split k: the slices add into y, zeroed first unless
-    # the product accumulates
+    # chunk: 64 tiles, k 2048 and 8192) split k; the slices' sums are added up in order by
+    # split_sum (no atomics: the same prompt gives the same logits every time)
     split = tensor_core_split(dev, m, w.n, k)
-    zero = (y, y_off, ldy, w.n) if split > 1 and not accum else None
-    first = half_rows(dev, scratch, x, x_off, ldx, k, m, norm, glu, zero)
-    first.name = "half_rows." + name
-    knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, HAS_BIAS=int(bias is not None),
-                 ACCUM=int(accum), SPLIT=split)
+    flags = {"HAS_BIAS": int(bias is not None), "ACCUM": int(accum)}
+    bias_arg = bias if bias is not None else b_half
+    if split > 1:
+        need = split_nbytes(dev, m, w)
+        if pscratch is None or pscratch.nbytes < need:
+            pscratch = dev.alloc(need)
+        c, c_off, ldc = pscratch, 0, w.n
+    else:
+        c, c_off, ldc = y, y_off, ldy
+    knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, SPLIT=split, **flags)
     reads = [scratch, b_half] + ([bias] if bias is not None else []) + (
-        [y] if accum or split > 1 else [])
-    second = Launch(knl, (w.n // 64 * 128, math.ceil(m / 64), split), (128, 1, 1),
-                    [y, i32(y_off), i32(ldy), scratch, i32(k), b_half, i32(k),
-                     bias if bias is not None else b_half, i32(m), i32(w.n), i32(k)],
-                    reads, [y], name)
-    return out + [first, second]
+        [y] if accum and split == 1 else [])
+    out.append(Launch(knl, (w.n // 64 * 128, math.ceil(m / 64), split), (128, 1, 1),
+                      [c, i32(c_off), i32(ldc), scratch, i32(k), b_half, i32(k), bias_arg,
+                       i32(m), i32(w.n), i32(k), np.int64(m * w.n)], reads, [c], name))
+    if split > 1:
+        assert pscratch is not None
+        knl = kernel(dev, "gemm", "split_sum", **flags)
+        out.append(Launch(knl, (w.n, m), None, [y, i32(y_off), i32(ldy), pscratch, i32(split),
+                                                bias_arg],
+                          [pscratch] + ([bias] if bias is not None else []) +
+                          ([y] if accum else []), [y], "split_sum." + name))
+    return out
 
 
 def embedding(dev: CLDevice, out: Buffer, tokens: Buffer, state: Buffer, w: DeviceWeight,

@@ -43,15 +43,8 @@ def test_half_rows(device, mode, m=5, k=96):
     xb, wb = _upload(dev, np.concatenate([np.zeros(4, np.float32), x.ravel()])), _upload(dev, w)
     y = dev.alloc(L.half_scratch_nbytes(m, k))
     norm = (wb, 1e-5) if mode == "norm" else None
-    z0 = RNG.standard_normal((m, 12)).astype(np.float32)
-    zb = _upload(dev, np.concatenate([np.ones(2, np.float32), z0.ravel()]))
-    L.half_rows(dev, y, xb, 4, ld, k, m, norm=norm, glu=mode == "glu",
-                zero=(zb, 2, 12, 10)).run(dev)
+    L.half_rows(dev, y, xb, 4, ld, k, m, norm=norm, glu=mode == "glu").run(dev)
     got = _read(dev, y, (m, k), np.float16).astype(np.float32)
-    z = _read(dev, zb, (2 + m * 12,), np.float32)
-    np.testing.assert_array_equal(z[:2], 1.0)
-    np.testing.assert_array_equal(z[2:].reshape(m, 12)[:, :10], 0.0)  # zeroed for a split
-    np.testing.assert_array_equal(z[2:].reshape(m, 12)[:, 10:], z0[:, 10:])
     rows = x[:, :width]
     if mode == "norm":
         want = rows / np.sqrt((rows * rows).mean(-1, keepdims=True) + 1e-5) * w
@@ -90,6 +83,29 @@ def test_split(device):
     assert L.tensor_core_split(dev, 16, 64, 96) == 1
 
 
+@pytest.mark.parametrize("bias,accum", [(False, False), (True, False), (True, True)])
+def test_split_sum(device, bias, accum, s=3, m=5, n=40):
+    """The slices of a split product added up in order, into rows of y at an offset."""
+    from clops.kernels import kernel
+    from clops.kernels.launch import Launch
+
+    dev = clops.device(device)
+    p = RNG.standard_normal((s, m, n)).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    ldy, off = n + 3, 2
+    y0 = RNG.standard_normal(off + m * ldy).astype(np.float32)
+    yb, pb, bb = _upload(dev, y0), _upload(dev, p), _upload(dev, b)
+    knl = kernel(dev, "gemm", "split_sum", HAS_BIAS=int(bias), ACCUM=int(accum))
+    Launch(knl, (n, m), None, [yb, np.int32(off), np.int32(ldy), pb, np.int32(s), bb],
+           [pb, bb], [yb]).run(dev)
+    got = _read(dev, yb, y0.shape, np.float32)
+    want = y0.copy()
+    rows = want[off:].reshape(m, ldy)
+    total = (p[0] + p[1]) + p[2] + (b if bias else 0)
+    rows[:, :n] = rows[:, :n] + total if accum else total
+    np.testing.assert_array_equal(got, want)
+
+
 def _tensor_cores(dev):
     w = DeviceWeight(dev, pack_float(np.zeros((64, 32), np.float32), "f16"))
     if not L.tensor_core_rows(dev, 64, w):
@@ -102,8 +118,8 @@ def _tensor_cores(dev):
 @pytest.mark.parametrize("mode", ["plain", "bias", "accum", "norm", "glu"])
 def test_linear_tensor_cores(device, m, n, k, mode):
     """y (+)= f16(prologue(x)) @ w.T (+ b) against numpy from the same float16 values; rows past
-    a tile of 64, outputs at an offset with a wider row stride, and k split into slices (the
-    last two shapes)."""
+    a tile of 64, outputs at an offset with a wider row stride, and k split into slices added up
+    by split_sum (the last two shapes on an H100)."""
     dev = clops.device(device)
     _tensor_cores(dev)
     width = 2 * k if mode == "glu" else k
@@ -120,7 +136,10 @@ def test_linear_tensor_cores(device, m, n, k, mode):
     launches = L.linear(dev, yb, y_off, ldy, xb, 0, width, dw, m,
                         bias=_upload(dev, b) if mode == "bias" else None,
                         accum=mode == "accum", norm=norm, glu=mode == "glu")
-    assert [ln.kernel.function_name for ln in launches] == ["half_rows", "gemm_nt_mma"]
+    names = ["half_rows", "gemm_nt_mma"]
+    if L.tensor_core_split(dev, m, n, k) > 1:
+        names.append("split_sum")
+    assert [ln.kernel.function_name for ln in launches] == names
     for ln in launches:
         ln.run(dev)
     got = _read(dev, yb, (y_off + m * ldy,), np.float32)[y_off:].reshape(m, ldy)
