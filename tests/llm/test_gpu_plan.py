@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 import clops.llm  # noqa: E402
 import clops.nn.launchers as launchers  # noqa: E402
 
-from .tiny import VOCAB, hf_logits, make_model  # noqa: E402
+from .tiny import VOCAB, hf_logits, logit_tolerance, make_model  # noqa: E402
 
 
 @pytest.mark.parametrize("combine", [True, False])
@@ -32,7 +32,7 @@ def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, comb
     model = clops.llm.load(str(tmp_path), device=device, max_seq_len=256, progress=False)
     ids = np.random.default_rng(2).integers(0, VOCAB, 40).tolist()
     got, want = model.logits(ids), hf_logits(ref, ids)
-    assert np.abs(got - want).max() / np.abs(want).max() < 2e-5
+    assert np.abs(got - want).max() / np.abs(want).max() < logit_tolerance(model)
     prompt = [5, 17, 42, 7, 99, 3]
     toks = list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.0, stop_ids=[]))
     with torch.no_grad():
