@@ -160,6 +160,15 @@ inline void mma16816(float *d, const uint *a, uint b0, uint b1) {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The A fragment of mma16816 from a local [row][k] tile with rows ld halves apart, p at row g
+// and k-pair 2t of the fragment: rows g and g + 8, k-pairs 2t and 2t + 8.
+inline void frag_a(uint *a, __local const ushort *p, int ld) {
+    a[0] = *(__local const uint *)p;
+    a[1] = *(__local const uint *)(p + 8 * ld);
+    a[2] = *(__local const uint *)(p + 8);
+    a[3] = *(__local const uint *)(p + 8 * ld + 8);
+}
+
 // gemm_mma's global loads of the A and B tiles at pa, pb into registers ra, rb: A chunk
 // c = tid + 256 l is row c / ACH at k (c % ACH) * 8; B chunk c is rows 2 (c >> 4) and
 // 2 (c >> 4) + 1 at n (c & 15) * 8.
@@ -232,14 +241,8 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
         for (int kk = 0; kk < MDEPTH; kk += 16) {
             uint a[4][4], b[4][2];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                __local const ushort *r0 = &As[(wm + i * 16 + g) * MROW + kk + 2 * t];
-                __local const ushort *r1 = r0 + 8 * MROW;
-                a[i][0] = *(__local const uint *)r0;
-                a[i][1] = *(__local const uint *)r1;
-                a[i][2] = *(__local const uint *)(r0 + 8);
-                a[i][3] = *(__local const uint *)(r1 + 8);
-            }
+            for (int i = 0; i < 4; ++i)
+                frag_a(a[i], As + (wm + i * 16 + g) * MROW + kk + 2 * t, MROW);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {  // k-pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of column g
                 __local const uint *r = &Bs[(kk / 2 + t) * BROW + wn + j * 8 + g];
@@ -341,14 +344,8 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, 
         for (int kk = 0; kk < NTK; kk += 16) {
             uint a[2][4], b[4][2];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                __local const ushort *r0 = &As[(wm + i * 16 + g) * NTR + kk + 2 * t];
-                __local const ushort *r1 = r0 + 8 * NTR;
-                a[i][0] = *(__local const uint *)r0;
-                a[i][1] = *(__local const uint *)r1;
-                a[i][2] = *(__local const uint *)(r0 + 8);
-                a[i][3] = *(__local const uint *)(r1 + 8);
-            }
+            for (int i = 0; i < 2; ++i)
+                frag_a(a[i], As + (wm + i * 16 + g) * NTR + kk + 2 * t, NTR);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {  // k-pairs (2t, 2t + 1) and (2t + 8, 2t + 9) of column g
                 __local const ushort *r = &Bs[(wn + j * 8 + g) * NTR + kk + 2 * t];
