@@ -237,7 +237,7 @@ class Model:
                 add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, m, dim, cfg.norm_eps))
             for w, off, b in ly.qkv.parts:
                 mm(dev, self.qkv, off, n_qkv, xin, 0, dim, w, m, bias=b,
-                             name=f"qkv.{i}", norm=norm)
+                   name=f"qkv.{i}", norm=norm)
             if m == 1 and K.fused_decode(dev, D):
                 # PERF: rotation, cache store, attention and (where the device allows) the
                 # split combine in one launch instead of four
@@ -260,20 +260,20 @@ class Model:
                                        ly.v_cache, 0, 0, self.max_seq * D, self.state, 0, True,
                                        self.max_seq, m, H, KV, D, scale))
             mm(dev, self.x, 0, dim, self.attn, 0, H * D, ly.o, m, accum=True,
-                         name=f"o.{i}")
+               name=f"o.{i}")
             norm = (ly.ffn_norm, cfg.norm_eps) if fuse else None
             if not fuse:
                 add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, m, dim, cfg.norm_eps))
             for w, off, b in ly.gate_up.parts:
                 mm(dev, self.gu, off, 2 * F, xin, 0, dim, w, m, bias=b,
-                             name=f"gate_up.{i}", norm=norm)
+                   name=f"gate_up.{i}", norm=norm)
             if fuse:
                 mm(dev, self.x, 0, dim, self.gu, 0, 2 * F, ly.down, m, accum=True,
-                             name=f"down.{i}", glu=True)
+                   name=f"down.{i}", glu=True)
             else:
                 add(K.glu(dev, self.h, self.gu, m, F))
                 mm(dev, self.x, 0, dim, self.h, 0, F, ly.down, m, accum=True,
-                             name=f"down.{i}")
+                   name=f"down.{i}")
         V = cfg.vocab_size
         norm = (self.out_norm, cfg.norm_eps) if fuse else None
         if logits == "last":
@@ -281,13 +281,13 @@ class Model:
                 add(K.rmsnorm(dev, self.xn, self.x, (m - 1) * dim, dim, self.out_norm, 1, dim,
                               cfg.norm_eps))
             mm(dev, self.logits_buf, 0, V, xin, (m - 1) * dim if fuse else 0, dim,
-                         self.output, 1, name="lm_head", norm=norm)
+               self.output, 1, name="lm_head", norm=norm)
         elif logits == "all":
             if not fuse:
                 add(K.rmsnorm(dev, self.xn, self.x, 0, dim, self.out_norm, m, dim,
                               cfg.norm_eps))
             mm(dev, self.logits_buf, 0, V, xin, 0, dim, self.output, m,
-                         name="lm_head", norm=norm)
+               name="lm_head", norm=norm)
         if sample:
             s = self._sampler or _sampler_defaults()
             add(K.sample(dev, self.tokens, self.state, self.seen, self.logits_buf, 0, self.z, V,

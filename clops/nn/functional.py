@@ -67,6 +67,10 @@ def linear(x: Tensor, weight: DeviceWeight | Tensor, bias: Tensor | None = None)
     """``x @ weight.T + bias`` over the last axis of ``x``; ``weight`` is ``[out, in]`` (a Tensor
     of float32/float16/bfloat16, or a quantized ``DeviceWeight``).
 
+    On GPUs with tensor cores (NVIDIA, found by the PTX probe), 16 or more rows times a weight
+    not in float32 run as a float16 product with float32 sums, as a float16 matmul in PyTorch
+    does: x is rounded to float16 first. Elsewhere x stays float32.
+
     >>> y = clops.nn.linear(x, w)          # x [..., 576], w [1536, 576] -> y [..., 1536]
     """
     if isinstance(weight, Tensor):
