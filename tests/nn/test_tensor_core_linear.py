@@ -32,6 +32,16 @@ def _silu(v):
     return v / (1 + np.exp(-v))
 
 
+def _prologue(rows, mode, k, w, eps):
+    """What the product reads of ``rows``: RMSNorm * w ("norm"), the GLU of [gate | up] halves
+    of 2k ("glu"), or the rows themselves."""
+    if mode == "norm":
+        return rows / np.sqrt((rows * rows).mean(-1, keepdims=True) + eps) * w
+    if mode == "glu":
+        return _silu(rows[:, :k]) * rows[:, k:]
+    return rows
+
+
 @pytest.mark.parametrize("mode", ["plain", "norm", "glu"])
 def test_half_rows(device, mode, m=5, k=96):
     """The float16 rows the tensor-core product reads: a copy, RMSNorm * weight, or the GLU."""
@@ -45,13 +55,7 @@ def test_half_rows(device, mode, m=5, k=96):
     norm = (wb, 1e-5) if mode == "norm" else None
     L.half_rows(dev, y, xb, 4, ld, k, m, norm=norm, glu=mode == "glu").run(dev)
     got = _read(dev, y, (m, k), np.float16).astype(np.float32)
-    rows = x[:, :width]
-    if mode == "norm":
-        want = rows / np.sqrt((rows * rows).mean(-1, keepdims=True) + 1e-5) * w
-    elif mode == "glu":
-        want = _silu(rows[:, :k]) * rows[:, k:]
-    else:
-        want = rows
+    want = _prologue(x[:, :width], mode, k, w, 1e-5)
     # float16 rounding: half an ulp, 2^-11 of the value
     np.testing.assert_allclose(got, want.astype(np.float16).astype(np.float32), rtol=2e-3,
                                atol=1e-6)
@@ -143,12 +147,7 @@ def test_linear_tensor_cores(device, m, n, k, mode):
     for ln in launches:
         ln.run(dev)
     got = _read(dev, yb, (y_off + m * ldy,), np.float32)[y_off:].reshape(m, ldy)
-    if mode == "norm":
-        a = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * nw
-    elif mode == "glu":
-        a = _silu(x[:, :k]) * x[:, k:]
-    else:
-        a = x
+    a = _prologue(x, mode, k, nw, 1e-6)
     want = a.astype(np.float16).astype(np.float64) @ w.astype(np.float64).T
     if mode == "bias":
         want += b
