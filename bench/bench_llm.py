@@ -13,6 +13,7 @@ safetensors in a temporary folder) and runs both engines on it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -93,7 +94,16 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int) -> dict
     # Without events: the device time of a step when steps run back to back, and the host's
     # time to enqueue one while the device is busy (so that a full queue never throttles it).
     # The larger bounds decode; profiled kernel times above include ~3 us of event cost each.
-    free_ms, free_enqueue_ms = back_to_back(dev, [plan.replay], count=4)
+    # Where the device records command buffers, the plan replays as one enqueue; the
+    # per-kernel enqueues are measured beside it.
+    prepared = plan._prepared
+    paths = {"per-kernel enqueues": dataclasses.replace(prepared, recorded=None)}
+    if prepared.recorded is not None:
+        paths["command buffer"] = prepared
+    replay = {name: back_to_back(dev, [lambda p=p: dev.enqueue_prepared(p)], count=4)
+              for name, p in paths.items()}
+    path = "command buffer" if prepared.recorded is not None else "per-kernel enqueues"
+    free_ms, free_enqueue_ms = replay[path]
     step_ms = 1e3 / decode_tps
     by_name = _by_name(ks, 10)
     # the prompt's kernels (one chunk of the plan, profiled)
@@ -113,6 +123,9 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int) -> dict
             "device_ms_per_step_no_events": free_ms,
             "enqueue_ms_per_step_no_events": free_enqueue_ms,
             "bound": "device" if free_ms >= free_enqueue_ms else "host",
+            "replay": path,
+            "replay_paths": {k: {"device_ms": v[0], "enqueue_ms": v[1]}
+                             for k, v in replay.items()},
             "kernel_us_per_step": by_name,
             "prompt_chunk_rows": min(len(ids), model.chunk), "prompt_chunk_kernel_us": prompt}
 
@@ -234,7 +247,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{c['enqueue_ms_per_step']:.2f} ms to enqueue from Python, "
           f"{c['device_ms_per_step']:.2f} ms of kernels, device busy {c['gpu_busy']:.0%}; "
           f"without events {c['enqueue_ms_per_step_no_events']:.2f} ms to enqueue, "
-          f"{c['device_ms_per_step_no_events']:.2f} ms on the device: {c['bound']}-bound")
+          f"{c['device_ms_per_step_no_events']:.2f} ms on the device: {c['bound']}-bound "
+          f"(replayed by {c['replay']})")
+    for name, v in c["replay_paths"].items():
+        print(f"  {name}: {v['enqueue_ms']:.3f} ms to enqueue a step, "
+              f"{v['device_ms']:.3f} ms on the device")
     print("kernel us per step: " + ", ".join(f"{k} {v:.0f}"
                                             for k, v in c["kernel_us_per_step"].items()))
     print(f"kernel us per prompt chunk of {c['prompt_chunk_rows']} rows: "

@@ -156,6 +156,11 @@ def render(out: str) -> str:
             free_enq = f"{c['enqueue_ms_per_step_no_events']:.2f}"
             free_dev = f"{c['device_ms_per_step_no_events']:.2f}"
             bound = f", {c['bound']}-bound"
+            if "replay" in c:
+                bound += f", replayed by {c['replay']}"
+                other = c["replay_paths"].get("per-kernel enqueues")
+                if c["replay"] == "command buffer" and other:
+                    bound += f" (per-kernel enqueues: {other['enqueue_ms']:.2f} ms)"
         else:
             free_enq = f"{c['enqueue_ms_per_step']:.2f}"
             free_dev = f"{c['device_ms_per_step']:.2f} (profiled)"

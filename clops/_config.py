@@ -72,6 +72,12 @@ def raw_enqueue() -> bool:
     return os.environ.get("CLOPS_RAW_ENQUEUE", "1") not in ("0", "false", "no")
 
 
+def command_buffers() -> bool:
+    """``CLOPS_COMMAND_BUFFERS`` (default on): launch plans are recorded into command buffers
+    where the device has ``cl_khr_command_buffer``, so that a replay is one enqueue."""
+    return os.environ.get("CLOPS_COMMAND_BUFFERS", "1") not in ("0", "false", "no")
+
+
 def debug_level() -> int:
     return CONFIG.debug
 

@@ -67,8 +67,9 @@ class Launch:
 class LaunchPlan:
     """A fixed list of launches on one in-order queue, with arguments set once.
 
-    ``replay()`` costs one enqueue per launch and nothing else: sizes, positions and sampling
-    parameters that change between steps live in device buffers the kernels read.
+    ``replay()`` costs one enqueue per launch and nothing else, or one enqueue in all where the
+    device records command buffers: sizes, positions and sampling parameters that change
+    between steps live in device buffers the kernels read.
     """
 
     device: CLDevice
@@ -98,6 +99,8 @@ class LaunchPlan:
         ln = self.launches[index]
         ln.args[position] = value
         ln.kernel.set_arg(position, value.mem if isinstance(value, Buffer) else value)
+        if self._prepared is not None and self._prepared.recorded is not None:
+            self._ready = False  # a recording holds the arguments it was made with
 
 
 def i32(v: int) -> np.int32:

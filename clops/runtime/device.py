@@ -19,7 +19,7 @@ import numpy as np
 import pyopencl as cl
 
 from .. import _config
-from . import discovery, profiler, rawenqueue, streams
+from . import cmdbuf, discovery, profiler, rawenqueue, streams
 from .events import Event
 from .pool import Buffer, BufferPool
 from .program import ProgramCache
@@ -120,11 +120,13 @@ def _launch_items(launches: Sequence[tuple[cl.Kernel, Sequence[int], Sequence[in
 
 @dataclass
 class PreparedLaunches:
-    """Launches ready for ``CLDevice.enqueue_prepared``: (kernel, global, local, name) and,
-    where the event-free path is used, their ctypes form."""
+    """Launches ready for ``CLDevice.enqueue_prepared``: (kernel, global, local, name), where
+    the event-free path is used their ctypes form, and where the device records command
+    buffers, the recording (on the device's default queue)."""
 
     items: list[tuple[cl.Kernel, tuple[int, ...], tuple[int, ...] | None, str]]
     raw: list[Any] | None
+    recorded: cmdbuf.CommandBuffer | None = None
 
 
 class CLQueue:
@@ -435,12 +437,22 @@ class CLDevice:
                          ) -> PreparedLaunches:
         """Launches (kernel with its arguments set, global size, local size, name) made ready
         for ``enqueue_prepared``: on GPUs they are also converted for the event-free enqueue
-        (``rawenqueue``), which halves the host cost of an enqueue on NVIDIA's driver."""
+        (``rawenqueue``), which halves the host cost of an enqueue on NVIDIA's driver; where
+        the device has ``cl_khr_command_buffer`` they are recorded once, so that a replay is
+        one enqueue (``cmdbuf``). A recording the driver refuses leaves the other paths."""
         items = _launch_items(launches)
         raw = None
         if self.kind != "cpu" and _config.raw_enqueue() and rawenqueue.available():
             raw = rawenqueue.prepare(items)
-        return PreparedLaunches(items, raw)
+        recorded = None
+        if items and cmdbuf.support(self.queue.cl_queue)[0]:
+            try:
+                recorded = cmdbuf.CommandBuffer(self.queue.cl_queue,
+                                                [(k, g, loc) for k, g, loc, _ in items])
+            except RuntimeError as e:
+                if _config.debug_level():
+                    print(f"clops: launches not recorded ({e})", file=sys.stderr)
+        return PreparedLaunches(items, raw, recorded)
 
     def enqueue_prepared(self, launches: PreparedLaunches | Sequence[
                              tuple[cl.Kernel, Sequence[int], Sequence[int] | None, str]],
@@ -465,6 +477,9 @@ class CLDevice:
                     ev = cl.enqueue_nd_range_kernel(cq, kernel, g, l)  # type: ignore[arg-type]
                     profiler.record(name or kernel.function_name, "kernel", self.name, ev,
                                     queue=q.index, global_size=list(g))
+                return
+            if launches.recorded is not None and launches.recorded.queue is cq:
+                launches.recorded.enqueue()
                 return
             if launches.raw is not None:
                 rawenqueue.enqueue(cq, launches.raw)

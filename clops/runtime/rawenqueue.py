@@ -21,7 +21,7 @@ from typing import Any
 import pyopencl as cl
 
 
-def _loaded_opencl_library() -> str | None:
+def loaded_opencl_library() -> str | None:
     """Path of the libOpenCL that this process has mapped (pyopencl's), on Linux."""
     if not sys.platform.startswith("linux"):
         return None
@@ -41,7 +41,7 @@ def _enqueue_function() -> Any | None:
     """ctypes ``clEnqueueNDRangeKernel`` of pyopencl's loader, or None where it is not found."""
     import pyopencl._cl  # noqa: F401 - maps the loader into the process
 
-    path = _loaded_opencl_library() or ctypes.util.find_library("OpenCL")
+    path = loaded_opencl_library() or ctypes.util.find_library("OpenCL")
     if path is None:
         return None
     try:
