@@ -18,7 +18,7 @@ def _fmt_bytes(n: int) -> str:
 
 def info(probe: bool = True) -> int:
     import clops
-    from clops.runtime import discovery
+    from clops.runtime import cmdbuf, discovery
 
     devs = clops.devices()
     if not devs:
@@ -42,6 +42,8 @@ def info(probe: bool = True) -> int:
             flags.append(f"fp16-runs={'yes' if d.probe('fp16') else 'no'}")
             flags.append(f"nvidia-ptx={'yes' if d.probe('nvidia_ptx') else 'no'}")
         print(f"    capabilities    {', '.join(flags)}")
+        recorded, why = cmdbuf.support(d.queue.cl_queue)
+        print(f"    launch plans    {'one command buffer a replay' if recorded else why}")
     return 0
 
 

@@ -24,6 +24,11 @@ def test_info() -> None:
         assert d.selector in out and d.name in out
     assert out.count("capabilities") == len(clops.devices())
     assert "builds=yes" in out
+    from clops.runtime import cmdbuf
+
+    for d in clops.devices():  # how each device replays launch plans
+        ok, why = cmdbuf.support(d.queue.cl_queue)
+        assert ("one command buffer a replay" if ok else why) in out
 
 
 def test_info_without_probes() -> None:
