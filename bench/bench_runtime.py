@@ -1,5 +1,6 @@
 """Runtime overheads: the host cost of a kernel launch through ``CLDevice.launch`` beside raw
-pyopencl enqueues of the same kernel, and buffer-pool alloc/free beside creating ``cl.Buffer``s,
+pyopencl enqueues of the same kernel, of replaying a launch plan (kernel by kernel, event-free,
+or as one command buffer), and buffer-pool alloc/free beside creating ``cl.Buffer``s,
 measured in the same run. Medians; a markdown table on stdout and bench/results/runtime.json.
 
     python bench/bench_runtime.py [--device SEL] [--quick]
@@ -72,6 +73,58 @@ def bench_launch(dev: clops.CLDevice, number: int, repeat: int) -> list[dict[str
     ]
 
 
+def bench_plan_replay(dev: clops.CLDevice, repeat: int, launches: int = 100
+                      ) -> list[dict[str, Any]]:
+    """Host cost of replaying a plan of ``launches`` tiny kernels (arguments preset, three
+    buffers each, as a decode step's kernels have): kernel by kernel through pyopencl, through
+    the event-free ctypes path, and as one command buffer where the device records them; on
+    the device's queue (profiling-capable, as every clops queue) and on one without
+    profiling, to see what profiling costs an enqueue."""
+    from clops.runtime import cmdbuf, rawenqueue
+
+    src = ("__kernel void tiny3(__global float *x, __global const float *a, "
+           "__global const float *b) { x[get_global_id(0)] += a[0] * b[0]; }")
+    prg = dev.build(src)
+    bufs = [dev.alloc(4096) for _ in range(3)]
+    for b in bufs:
+        dev.write(b, np.ones(1024, np.float32), blocking=True)
+    kernels = []
+    for _ in range(launches):
+        k = cl.Kernel(prg, "tiny3")
+        k.set_args(*[b.mem for b in bufs])
+        kernels.append(k)
+    plain = cl.CommandQueue(dev.context, dev.cl_device)
+    queues = {"profiling queue": dev.queue.cl_queue, "queue without profiling": plain}
+    items = [(k, GLOBAL, None, "tiny3") for k in kernels]
+    enqueue = cl.enqueue_nd_range_kernel
+    rows: list[dict[str, Any]] = []
+    per = {}
+    for qname, cq in queues.items():
+        def per_kernel(cq: Any = cq) -> None:
+            for k in kernels:
+                enqueue(cq, k, GLOBAL, None)
+
+        per[qname] = median_seconds(per_kernel, number=20, repeat=repeat, after=cq.finish)
+        if rawenqueue.available():
+            raw = rawenqueue.prepare(items)
+            t = median_seconds(lambda cq=cq, raw=raw: rawenqueue.enqueue(cq, raw), number=20,
+                               repeat=repeat, after=cq.finish)
+            rows.append(_row(f"replay {launches} launches, event-free ctypes ({qname})", t,
+                             f"enqueue_nd_range_kernel x{launches}", per[qname]))
+        if cmdbuf.support(cq)[0]:
+            rec = cmdbuf.CommandBuffer(cq, [(k, GLOBAL, None) for k in kernels])
+            t = median_seconds(rec.enqueue, number=20, repeat=repeat, after=cq.finish)
+            rows.append(_row(f"replay {launches} launches, one command buffer ({qname})", t,
+                             f"enqueue_nd_range_kernel x{launches}", per[qname]))
+            rec.release()
+    rows.append(_row(f"replay {launches} launches kernel by kernel, queue without profiling",
+                     per["queue without profiling"],
+                     f"enqueue_nd_range_kernel x{launches}, profiling queue",
+                     per["profiling queue"]))
+    plain.finish()
+    return rows
+
+
 def bench_pool(dev: clops.CLDevice, repeat: int, quick: bool) -> list[dict[str, Any]]:
     ctx = dev.context
     rw = cl.mem_flags.READ_WRITE
@@ -120,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     repeat = 5 if args.quick else 15
     number = 300 if args.quick else 2000
     print(f"device: {dev.selector} ({dev.name}, {dev.platform_version.split('  ')[0]})")
-    rows = bench_launch(dev, number, repeat) + bench_pool(dev, repeat, args.quick)
+    rows = (bench_launch(dev, number, repeat) + bench_plan_replay(dev, repeat)
+            + bench_pool(dev, repeat, args.quick))
     print(markdown_table(
         ["case", "clops µs", "peer", "peer µs", "clops / peer"],
         [[r["case"], r["clops_us"], r["peer"], r["peer_us"], r["clops_over_peer"]]

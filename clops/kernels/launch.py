@@ -67,31 +67,42 @@ class Launch:
 class LaunchPlan:
     """A fixed list of launches on one in-order queue, with arguments set once.
 
-    ``replay()`` costs one enqueue per launch and nothing else, or one enqueue in all where the
-    device records command buffers: sizes, positions and sampling parameters that change
-    between steps live in device buffers the kernels read.
+    ``replay()`` costs one enqueue per launch and nothing else: sizes, positions and sampling
+    parameters that change between steps live in device buffers the kernels read. From the
+    second replay on, where the device records command buffers, a replay is one enqueue in all
+    (a plan replayed once, such as a prompt of a length not seen again, is never recorded).
     """
 
     device: CLDevice
     launches: list[Launch] = field(default_factory=list)
     _ready: bool = False
     _prepared: Any = None
+    _replays: int = 0
 
     def add(self, launch: Launch) -> None:
         self.launches.append(launch)
         self._ready = False
 
-    def _prepare(self) -> None:
+    def _prepare(self, record: bool) -> None:
         for ln in self.launches:
             ln.kernel.set_args(*[a.mem if isinstance(a, Buffer) else a for a in ln.args])
         self._prepared = self.device.prepare_launches(
-            [(ln.kernel, ln.global_size, ln.local_size, ln.name) for ln in self.launches])
+            [(ln.kernel, ln.global_size, ln.local_size, ln.name) for ln in self.launches],
+            record=record)
         self._ready = True
+
+    @property
+    def recorded(self) -> bool:
+        """Whether replays go through one command buffer."""
+        return self._ready and self._prepared.recorded is not None
 
     def replay(self) -> None:
         """Enqueue every launch in order on the device's default queue."""
         if not self._ready:
-            self._prepare()
+            self._prepare(record=self._replays > 0)
+        elif self._replays == 1:
+            self._prepare(record=True)
+        self._replays += 1
         self.device.enqueue_prepared(self._prepared)
 
     def set_scalar(self, index: int, position: int, value: Any) -> None:

@@ -433,19 +433,20 @@ class CLDevice:
         return Event(ev, q)
 
     def prepare_launches(self, launches: Sequence[tuple[cl.Kernel, Sequence[int],
-                                                        Sequence[int] | None, str]]
-                         ) -> PreparedLaunches:
+                                                        Sequence[int] | None, str]],
+                         record: bool = True) -> PreparedLaunches:
         """Launches (kernel with its arguments set, global size, local size, name) made ready
         for ``enqueue_prepared``: on GPUs they are also converted for the event-free enqueue
         (``rawenqueue``), which halves the host cost of an enqueue on NVIDIA's driver; where
-        the device has ``cl_khr_command_buffer`` they are recorded once, so that a replay is
-        one enqueue (``cmdbuf``). A recording the driver refuses leaves the other paths."""
+        the device has ``cl_khr_command_buffer`` and ``record`` holds, they are recorded once,
+        so that a replay is one enqueue (``cmdbuf``). A recording the driver refuses leaves
+        the other paths."""
         items = _launch_items(launches)
         raw = None
         if self.kind != "cpu" and _config.raw_enqueue() and rawenqueue.available():
             raw = rawenqueue.prepare(items)
         recorded = None
-        if items and cmdbuf.support(self.queue.cl_queue)[0]:
+        if record and items and cmdbuf.support(self.queue.cl_queue)[0]:
             try:
                 recorded = cmdbuf.CommandBuffer(self.queue.cl_queue,
                                                 [(k, g, loc) for k, g, loc, _ in items])
