@@ -118,6 +118,7 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int) -> dict
     prompt = _by_name(prof.kernels(), 1)
     return {"name": f"clops ({dev.name[:30]})", "prefill_tps": prefill_tps,
             "decode_tps": decode_tps, "launches_per_step": len(plan.launches),
+            "enqueues_per_step": 1 if prepared.recorded is not None else len(plan.launches),
             "enqueue_ms_per_step": enqueue * 1e3, "device_ms_per_step": busy_ms,
             "device_span_ms_per_step": span_ms, "gpu_busy": busy_ms / step_ms,
             "device_ms_per_step_no_events": free_ms,
@@ -243,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r['name']:<64} {r['prefill_tps']:>14.1f} {r['decode_tps']:>13.1f}")
     c = rows[0]
-    print(f"clops decode step: {c['launches_per_step']} launches, "
+    print(f"clops decode step: {c['launches_per_step']} launches in "
+          f"{c['enqueues_per_step']} enqueue(s), "
           f"{c['enqueue_ms_per_step']:.2f} ms to enqueue from Python, "
           f"{c['device_ms_per_step']:.2f} ms of kernels, device busy {c['gpu_busy']:.0%}; "
           f"without events {c['enqueue_ms_per_step_no_events']:.2f} ms to enqueue, "

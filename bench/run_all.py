@@ -167,7 +167,8 @@ def render(out: str) -> str:
             bound = ""
         lines.append(
             f"| LLM decode, {d['model']}, batch 1 | {c['decode_tps']:.0f} tok/s "
-            f"({c['launches_per_step']} kernels/token; per token {free_enq} "
+            f"({c['launches_per_step']} kernels/token"
+            f"{', 1 enqueue' if c.get('enqueues_per_step') == 1 else ''}; per token {free_enq} "
             f"ms to enqueue them, {free_dev} ms on the device{bound}, "
             f"{1e3 / c['decode_tps']:.2f} ms in all) | "
             f"{peer['name'] if peer else ''} | "
