@@ -190,14 +190,17 @@ class Model:
         self.part = dev.alloc(K.part_nbytes(dev, self.max_seq, H, D))
         self.count = _upload(dev, np.zeros(H, np.int32))  # attn_decode_rope's, left zero
         self.state = _upload(dev, np.zeros(4, np.int32))
-        # float16 rows for the tensor-core products of a prompt (launchers.linear)
-        self.xh = dev.alloc(K.half_scratch_nbytes(C, max(cfg.dim, F, H * D)))
-        # and float16 copies of the layers' weights in other formats (the largest one's size;
-        # too small for the output projection, which keeps the matmul kernel)
+        # float16 rows for the tensor-core products of a prompt (launchers.linear), where the
+        # device has them
         mats = [w for ly in self.layers for w in
                 [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]]
-        big = max((w.n * w.k * 2 for w in mats if w.fmt != "f16"), default=0)
-        self.wh = dev.alloc(max(big, 4) if not K.is_cpu(dev) else 4)
+        tc = [w for w in mats if K.tensor_core_rows(dev, C, w)]
+        rows_tc = tc or K.tensor_core_rows(dev, C, self.output)
+        self.xh = dev.alloc(K.half_scratch_nbytes(C, max(cfg.dim, F, H * D)) if rows_tc else 4)
+        # and float16 copies of the layers' weights in other formats (the largest one's size;
+        # too small for the output projection, which keeps the matmul kernel)
+        big = max((w.n * w.k * 2 for w in tc if w.fmt != "f16"), default=0)
+        self.wh = dev.alloc(max(big, 4))
         # and the partial sums of the products split over k (for full chunks)
         self.ph = dev.alloc(max([K.split_nbytes(dev, C, w) for w in mats] + [4]))
         self.tokens = _upload(dev, np.zeros(self.max_seq + 2, np.int32))
