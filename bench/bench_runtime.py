@@ -9,12 +9,22 @@ measured in the same run. Medians; a markdown table on stdout and bench/results/
 from __future__ import annotations
 
 import os
+import statistics
 import sys
+import time
 from typing import Any
 
 import numpy as np
 import pyopencl as cl
-from common import arg_parser, device_info, markdown_table, median_seconds, write_result
+from common import (
+    SPIN,
+    arg_parser,
+    device_info,
+    markdown_table,
+    median_seconds,
+    spinner,
+    write_result,
+)
 
 import clops
 
@@ -117,12 +127,65 @@ def bench_plan_replay(dev: clops.CLDevice, repeat: int, launches: int = 100
             rows.append(_row(f"replay {launches} launches, one command buffer ({qname})", t,
                              f"enqueue_nd_range_kernel x{launches}", per[qname]))
             rec.release()
+    # the device's side: a launch's time back to back, with and without an event, per queue
+    dev_s = {(qname, ev): _device_s_per_launch(dev, cq, kernels, ev)
+              for qname, cq in queues.items() for ev in (True, False)}
+    for qname in queues:
+        rows.append(_row(f"device time of a launch back to back, no event ({qname})",
+                         dev_s[qname, False], "enqueue_nd_range_kernel (an event per launch)",
+                         dev_s[qname, True]))
     rows.append(_row(f"replay {launches} launches kernel by kernel, queue without profiling",
                      per["queue without profiling"],
                      f"enqueue_nd_range_kernel x{launches}, profiling queue",
                      per["profiling queue"]))
     plain.finish()
     return rows
+
+
+def _device_s_per_launch(dev: clops.CLDevice, cq: Any, kernels: list[Any], events: bool,
+                          repeat: int = 5) -> float:
+    """Device seconds per launch of ``kernels`` enqueued back to back on ``cq`` behind a
+    busy loop (so that the host's enqueues never hold the device up); with pyopencl's event
+    per launch, or through the event-free path."""
+    from clops.runtime import rawenqueue
+
+    if not events and not rawenqueue.available():
+        return float("nan")
+    _, _, ns_per_step = spinner(dev)
+    spin = cl.Kernel(dev.build(SPIN), "spin")
+    sbuf = dev.alloc(64)
+    dev.write(sbuf, np.zeros(16, np.float32), blocking=True)
+    raw = rawenqueue.prepare([(k, GLOBAL, None, "") for k in kernels]) if not events else None
+    enqueue = cl.enqueue_nd_range_kernel
+
+    def launches() -> None:
+        if raw is not None:
+            rawenqueue.enqueue(cq, raw)
+        else:
+            for k in kernels:
+                enqueue(cq, k, GLOBAL, None)
+
+    def busy(ms: float) -> None:
+        spin.set_args(sbuf.mem, np.int32(int(ms * 1e6 / ns_per_step)))
+        enqueue(cq, spin, (1,), (1,))
+
+    cq.finish()
+    t0 = time.perf_counter()
+    launches()
+    lead = 2 * (time.perf_counter() - t0) * 1e3 + 1.0
+    cq.finish()
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        busy(lead)
+        cq.finish()
+        base = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        busy(lead)
+        launches()
+        cq.finish()
+        out.append((time.perf_counter() - t0 - base) / len(kernels))
+    return statistics.median(out)
 
 
 def bench_pool(dev: clops.CLDevice, repeat: int, quick: bool) -> list[dict[str, Any]]:

@@ -137,7 +137,7 @@ __kernel void spin(__global float *a, int n) {
 _SPINNERS: dict[int, tuple[Any, Any, float]] = {}
 
 
-def _spinner(dev: clops.CLDevice) -> tuple[Any, Any, float]:
+def spinner(dev: clops.CLDevice) -> tuple[Any, Any, float]:
     """(kernel, buffer, ns per loop step) of a one-work-item busy loop on ``dev``."""
     got = _SPINNERS.get(id(dev))
     if got is None:
@@ -171,7 +171,7 @@ def back_to_back(dev: clops.CLDevice, calls: Sequence[Callable[[], object]],
     back to back in 2.0 us without events, 5.0 us with them). The calls should enqueue
     without events (launch plans do, outside ``clops.profile``). Rotating several copies of
     the operands in ``calls`` keeps them out of the caches, as in a model's layers."""
-    knl, buf, ns_per_step = _spinner(dev)
+    knl, buf, ns_per_step = spinner(dev)
 
     def spin(ms: float) -> float:
         """Wall seconds of a busy loop of ``ms`` alone."""
