@@ -70,7 +70,8 @@ class LaunchPlan:
     ``replay()`` costs one enqueue per launch and nothing else: sizes, positions and sampling
     parameters that change between steps live in device buffers the kernels read. From the
     second replay on, where the device records command buffers, a replay is one enqueue in all
-    (a plan replayed once, such as a prompt of a length not seen again, is never recorded).
+    (a plan replayed once, such as a prompt of a length not seen again, or of one launch, is
+    never recorded).
     """
 
     device: CLDevice
@@ -98,9 +99,10 @@ class LaunchPlan:
 
     def replay(self) -> None:
         """Enqueue every launch in order on the device's default queue."""
+        # a single launch gains nothing from a recording
         if not self._ready:
-            self._prepare(record=self._replays > 0)
-        elif self._replays == 1:
+            self._prepare(record=self._replays > 0 and len(self.launches) > 1)
+        elif self._replays == 1 and len(self.launches) > 1:
             self._prepare(record=True)
         self._replays += 1
         self.device.enqueue_prepared(self._prepared)
