@@ -72,10 +72,18 @@ def raw_enqueue() -> bool:
     return os.environ.get("CLOPS_RAW_ENQUEUE", "1") not in ("0", "false", "no")
 
 
-def command_buffers() -> bool:
-    """``CLOPS_COMMAND_BUFFERS`` (default on): launch plans are recorded into command buffers
-    where the device has ``cl_khr_command_buffer``, so that a replay is one enqueue."""
-    return os.environ.get("CLOPS_COMMAND_BUFFERS", "1") not in ("0", "false", "no")
+def command_buffers() -> str:
+    """``CLOPS_COMMAND_BUFFERS``: "auto" (unset; launch plans of GPUs and other accelerators
+    are recorded into command buffers where the device has ``cl_khr_command_buffer``), "1" (of
+    every such device, CPUs too) or "0" (never)."""
+    raw = os.environ.get("CLOPS_COMMAND_BUFFERS", "").strip().lower()
+    if raw in ("", "auto"):
+        return "auto"
+    if raw in ("0", "false", "no", "off"):
+        return "off"
+    if raw in ("1", "true", "yes", "on"):
+        return "on"
+    raise ValueError(f"CLOPS_COMMAND_BUFFERS={raw!r}: use 0, 1 or auto")
 
 
 def debug_level() -> int:

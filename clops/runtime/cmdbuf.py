@@ -126,11 +126,16 @@ def _support(device_ptr: int, platform_ptr: int, extensions: str, queue_props: i
 
 
 def support(queue: cl.CommandQueue) -> tuple[bool, str]:
-    """Whether launch plans on ``queue`` can be recorded into command buffers, and if not, why
-    (``CLOPS_COMMAND_BUFFERS=0`` turns them off)."""
-    if not _config.command_buffers():
-        return False, "CLOPS_COMMAND_BUFFERS is off"
+    """Whether launch plans on ``queue`` can be recorded into command buffers, and if not, why.
+    ``CLOPS_COMMAND_BUFFERS``: unset, GPUs and other accelerators only (on CPUs the host's
+    enqueues bound nothing, and PoCL's recordings cost it more host time than its plain
+    enqueues); ``1`` CPUs too; ``0`` none."""
+    mode = _config.command_buffers()
+    if mode == "off":
+        return False, "CLOPS_COMMAND_BUFFERS=0"
     dev = queue.device
+    if mode == "auto" and dev.type & cl.device_type.CPU:
+        return False, "kernel-by-kernel enqueues on CPUs (CLOPS_COMMAND_BUFFERS=1 records them)"
     ok, _, why = _support(dev.int_ptr, dev.platform.int_ptr, dev.extensions,
                           int(queue.properties))
     return ok, why

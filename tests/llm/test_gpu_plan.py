@@ -23,6 +23,8 @@ def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, comb
     import torch
 
     monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    # and the decode step replayed as one command buffer, as GPUs do where they can
+    monkeypatch.setenv("CLOPS_COMMAND_BUFFERS", "1")
     # decode attention in one launch (combine: the last work-group combines the splits) or
     # two; chunks of 8 positions, so that the generated steps span several
     monkeypatch.setattr(launchers, "decode_combines", lambda dev: combine)
@@ -34,7 +36,17 @@ def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, comb
     got, want = model.logits(ids), hf_logits(ref, ids)
     assert np.abs(got - want).max() / np.abs(want).max() < logit_tolerance(model)
     prompt = [5, 17, 42, 7, 99, 3]
+    sampled = list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.9, seed=7,
+                                      stop_ids=[]))
     toks = list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.0, stop_ids=[]))
+    decode = model._plan(1, "last", True)
+    from clops.runtime import cmdbuf
+
+    assert decode.recorded == cmdbuf.support(device.queue.cl_queue)[0]
+    # the sampler's settings changed twice; the recording follows them (drivers that capture
+    # arguments when recording need the new recording; PoCL reads them at each enqueue)
+    assert list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.9, seed=7,
+                                   stop_ids=[])) == sampled
     with torch.no_grad():
         out = ref.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
                            eos_token_id=None, pad_token_id=0)

@@ -19,7 +19,8 @@ __kernel void fold(__global int *z, __global const int *y, int a) {
 
 
 @pytest.fixture
-def recordable(device):
+def recordable(device, monkeypatch):
+    monkeypatch.setenv("CLOPS_COMMAND_BUFFERS", "1")  # CPUs too
     ok, why = cmdbuf.support(device.queue.cl_queue)
     if not ok:
         pytest.skip(why)
@@ -79,9 +80,10 @@ def test_plan_replays_through_one_recording_and_rerecords_changed_arguments(reco
         plan.replay()
     assert plan.recorded
     np.testing.assert_array_equal(_read(device, z, n), _expected(3))
+    first = plan._prepared.recorded
     plan.set_scalar(0, 1, np.int32(5))  # y += 5 from now on
     plan.replay()
-    assert plan.recorded
+    assert plan.recorded and plan._prepared.recorded is not first  # recorded again
     y3, z3 = 3, _expected(3)
     np.testing.assert_array_equal(_read(device, y, n), y3 + 5)
     np.testing.assert_array_equal(_read(device, z, n), 2 * z3 + y3 + 5)
@@ -105,7 +107,7 @@ def test_refused_recording_names_the_launch(recordable):
 def test_switched_off_by_the_environment(device, monkeypatch):
     monkeypatch.setenv("CLOPS_COMMAND_BUFFERS", "0")
     ok, why = cmdbuf.support(device.queue.cl_queue)
-    assert not ok and "CLOPS_COMMAND_BUFFERS" in why
+    assert not ok and "CLOPS_COMMAND_BUFFERS=0" in why
     n = 64
     _, z, k1, k2 = _kernels(device, n)
     prepared = device.prepare_launches([(k1, (n,), None, "bump"), (k2, (n,), None, "fold")])
@@ -114,9 +116,20 @@ def test_switched_off_by_the_environment(device, monkeypatch):
     np.testing.assert_array_equal(_read(device, z, n), _expected(1))
 
 
-def test_devices_without_the_extension_say_why(device):
+def test_devices_without_the_extension_say_why(device, monkeypatch):
+    monkeypatch.setenv("CLOPS_COMMAND_BUFFERS", "1")
     ok, why = cmdbuf.support(device.queue.cl_queue)
     has = cmdbuf.EXTENSION in device.caps.extensions
     assert ok or why
     if not has:
         assert not ok and cmdbuf.EXTENSION in why
+
+
+def test_unset_records_on_accelerators_only(device, monkeypatch):
+    monkeypatch.delenv("CLOPS_COMMAND_BUFFERS", raising=False)
+    ok, why = cmdbuf.support(device.queue.cl_queue)
+    if device.kind == "cpu":
+        assert not ok and "CLOPS_COMMAND_BUFFERS=1" in why
+    monkeypatch.setenv("CLOPS_COMMAND_BUFFERS", "sometimes")
+    with pytest.raises(ValueError, match="CLOPS_COMMAND_BUFFERS"):
+        cmdbuf.support(device.queue.cl_queue)
