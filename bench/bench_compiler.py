@@ -225,6 +225,22 @@ def main(argv: list[str] | None = None) -> int:
         tt["softmax"] = torch_ms(torch, lambda: torch.softmax(tx, -1), args.repeat)
     dev_time(rows[-1], lambda: softmax(x).realize(), 2 * r * r * 4, tt.get("softmax"))
 
+    # 4. column sums (a reduction over the leading axis)
+    def clops_colsum() -> None:
+        clops.sum(x, axis=0).realize()
+        dev.queue.finish()
+
+    with clops.profile() as prof:
+        got = np.asarray(clops.sum(x, axis=0))
+    assert np.allclose(got, xs.astype(np.float64).sum(0), rtol=1e-4, atol=1e-3)
+    t_cs, t_np_cs = interleaved_medians([clops_colsum, lambda: xs.sum(0)],
+                                        max(3, args.repeat // 4))
+    add(f"sum axis 0 {r}x{r} (clops, {prof.kernel_count} kernels)", r * r * 4, t_cs, "numpy",
+        t_np_cs, copy_bw)
+    if torch is not None:
+        tt["colsum"] = torch_ms(torch, lambda: tx.sum(0), args.repeat)
+    dev_time(rows[-1], lambda: clops.sum(x, axis=0).realize(), r * r * 4, tt.get("colsum"))
+
     print(f"device: {dev.name} ({dev.platform_version}); copy ceiling {copy_bw:.1f} GB/s "
           f"(median of {args.repeat})")
     print(f"| {'benchmark':<36} | {'ms':>8} | {'GB/s':>7} | {'peer':>6} | {'peer ms':>8} "

@@ -3,6 +3,7 @@ only on a miss), and launch it through the runtime with sizes, strides and offse
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from typing import Any
@@ -12,7 +13,15 @@ import numpy as np
 from .. import _config
 from ..graph.ir import Node, View, contiguous_strides, prod
 from . import jit
-from .lower import GPU_ROW_LOCAL, GPU_SPLIT_LOCAL, Lowered, lower, scalar_arg
+from .lower import (
+    CPU_COL_LOCAL,
+    GPU_COL_LOCAL,
+    GPU_ROW_LOCAL,
+    GPU_SPLIT_LOCAL,
+    Lowered,
+    lower,
+    scalar_arg,
+)
 from .render import Renderer
 from .schedule import KernelItem, schedule
 
@@ -30,8 +39,10 @@ def _kernel_name(lw: Lowered) -> str:
 def _local_size(device: Any, lw: Lowered) -> int:
     if not lw.raxes:
         return 0
-    if device.kind == "cpu":
-        return 1  # PERF: on PoCL a serial row per work-item with unrolled accumulators wins
+    if device.kind == "cpu" or lw.col:
+        # PERF: on PoCL a serial row per work-item with unrolled accumulators wins; the
+        # column layout is the same body over adjacent outputs (launch() groups them)
+        return 1
     # One work-group size for every shape, so a new shape never needs a new program; split
     # reductions (stage 1) launch GPU_SPLIT_GROUPS_PER_CU groups of their size per unit.
     L = GPU_SPLIT_LOCAL if lw.chunks > 1 else GPU_ROW_LOCAL
@@ -84,6 +95,7 @@ def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
         rows = prod([n for i, n in enumerate(full) if i not in lw.raxes])
         rn = prod([full[i] for i in lw.raxes])
         args += [I(rows), I(rn)]
+        total_rows = rows
         if lw.chunks > 1:
             chunk = -(-rn // lw.chunks)
             if lw.vrow:
@@ -95,7 +107,16 @@ def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
                 args += [counter, fbuf, I(fview.offset)]
         if rows == 0:
             return
-        gsize, lsize = (rows * L,), (L,)
+        if lw.col and device.kind == "cpu":
+            # exactly (the kernel has no bounds check), in groups that divide the outputs of
+            # a chunk: the group's work-items step through their loops together
+            wg = math.gcd(total_rows, CPU_COL_LOCAL)
+            gsize, lsize = (rows,), (wg,)
+        elif lw.col:
+            wg = min(GPU_COL_LOCAL, device.caps.max_work_group)
+            gsize, lsize = (-(-rows // wg) * wg,), (wg,)
+        else:
+            gsize, lsize = (rows * L,), (L,)
     else:
         total = prod(full)
         if total == 0:

@@ -101,7 +101,7 @@ class Renderer:
     def render(self, key: tuple[Any, ...], local_size: int, name: str) -> str:
         RENDER_STATS["renders"] += 1
         (_, rank, raxes, chunked, reduced_out, flat, wide, leaves, views, consts, reductions,
-         out_instrs, outs, out_ranks, guard, vrow, cache, shfl) = key
+         out_instrs, outs, out_ranks, guard, vrow, cache, shfl, col) = key
         check = ["if (gid >= total) return;"] if guard else []
         self._check = check
         idx = "long" if wide else "int"
@@ -115,7 +115,7 @@ class Renderer:
         self._row_ctx: set[int] = set()
         self._raxes = raxes
         self._comp: int | None = None
-        self.vrow, self.cache = vrow, cache
+        self.vrow, self.cache, self.col = vrow, cache, col
         self.shfl = shfl and local_size % 32 == 0 and local_size >= 32
         self._vec_name: dict[int, str] = {}  # vector (or cached value) of a leaf at this step
         self._cache_k: int | None = None  # register cache step being rendered (None: off)
@@ -339,7 +339,19 @@ class Renderer:
         rank = self.rank
         other = [j for j in range(rank) if j not in raxes]
         lines = []
-        if chunked:
+        if self.col:
+            # column layout: a work-item per output element (and chunk), adjacent work-items
+            # on adjacent elements; the launch rounds the work-items up to whole groups
+            lines.append(f"{idx} g = ({idx}){self.gid};")
+            if chunked:
+                lines.append(f"{idx} row = g % total, ck = g / total;")
+                if self._check:  # GPUs run whole groups past the end; CPUs launch exactly
+                    lines.append("if (ck >= nchunks) return;")
+                lines.append(f"{idx} rbeg = ck * chunk, rend = min(rn, rbeg + chunk);")
+            else:
+                lines.append(f"{idx} row = g;")
+                lines.append(f"{idx} rbeg = 0, rend = rn;")
+        elif chunked:
             lines.append(f"{idx} g = ({idx}){self.group_id};")
             lines.append(f"{idx} row = g / nchunks, ck = g % nchunks;")
             lines.append(f"{idx} rbeg = ck * chunk, rend = min(rn, rbeg + chunk);")
@@ -347,7 +359,10 @@ class Renderer:
             lines.append(f"{idx} row = ({idx}){self.group_id};")
             lines.append(f"{idx} rbeg = 0, rend = rn;")
         lines.append(f"{idx} lid = ({idx}){self.local_id};" if L > 1 else f"{idx} lid = 0;")
-        lines.append("if (row >= total) return;")
+        if self._check or not self.col:
+            # PERF: no early return in a CPU's column layout (launched exactly): PoCL then
+            # runs the work-items of a group as vector lanes
+            lines.append("if (row >= total) return;")
         lines += self._unravel("row", other)
         for j in raxes:
             lines.append(f"{idx} i{j} = 0;")
@@ -360,20 +375,33 @@ class Renderer:
     def _serial_rows(self, raxes: tuple[int, ...], chunked: bool, reduced_out: bool,
                      reductions: tuple[Any, ...], out_instrs: tuple[Any, ...],
                      outs: tuple[Any, ...], out_ranks: tuple[Any, ...]) -> list[str]:
-        """One work-item per row (CPUs)."""
+        """One work-item per row (CPUs), or per output of a column layout."""
         idx = self.idx
         lines: list[str] = []
+        # PERF: PoCL runs a kernel's work-items one after another around the whole body, so a
+        # column's loop runs alone, a load per row (a 4096x4096 column sum took 64 ms, numpy
+        # 3.4). A barrier in the loop makes it run each step across the group's work-items,
+        # adjacent outputs as vector lanes (5.3 ms with 16 work-items a group). The loop
+        # bounds are the same for the whole group (launch() keeps groups inside a chunk).
+        lockstep = self.col and not self._check
+        sync = ["    barrier(CLK_LOCAL_MEM_FENCE);"] if lockstep else []
         for slot, (op, acc, _src, body, instrs) in enumerate(reductions):
             at, ident, comb = self._red_setup(slot, op, acc)
             lines.append(f"{at} red{slot};")
             lines.append("{")
             lines.append(f"    {at} acc = ({at})({ident});")
-            # PERF: independent accumulators over unrolled steps let a CPU compiler
-            # vectorize the loads and combines (a single chain of adds cannot be).
-            lines += self._unrolled_accumulate(
-                at, ident, comb, self.unroll, "rbeg", 1,
-                lambda a, pos, instrs=instrs, body=body, at=at, comb=comb: self._reduce_step(
-                    raxes, instrs, body, at, comb, a, pos))
+            if lockstep:
+                lines.append(f"    for ({idx} r = rbeg; r < rend; r++) {{")
+                lines += ["    " + s for s in self._reduce_step(raxes, instrs, body, at, comb,
+                                                                 "acc", "r")]
+                lines += ["    " + s for s in sync] + ["    }"]
+            else:
+                # PERF: independent accumulators over unrolled steps let a CPU compiler
+                # vectorize the loads and combines (a single chain of adds cannot be).
+                lines += self._unrolled_accumulate(
+                    at, ident, comb, self.unroll, "rbeg", 1,
+                    lambda a, pos, instrs=instrs, body=body, at=at, comb=comb:
+                    self._reduce_step(raxes, instrs, body, at, comb, a, pos))
             lines.append(f"    red{slot} = acc;")
             lines.append("}")
         for j in raxes:
@@ -390,7 +418,7 @@ class Renderer:
             inner = self._unravel_r(raxes)
             inner += self._instrs(out_instrs)
             inner += self._stores(outs, out_ranks)
-            lines += ["    " + s for s in inner]
+            lines += ["    " + s for s in inner] + sync
             lines.append("}")
         return lines
 

@@ -243,20 +243,42 @@ def _maybe_split(item: KernelItem, device: Any, run: Runner) -> bool:
     kernel): returns True when the item is done."""
     rows = prod([n for i, n in enumerate(item.full) if i not in item.raxes])
     rn = prod([item.full[i] for i in item.raxes])
-    from .lower import GPU_SPLIT_GROUPS_PER_CU
+    from . import lower as L
 
     cu = device.caps.compute_units
+    if L.column_layout(item, device):
+        # a work-item per output element: split the reduced axes until the work-items fill
+        # every compute unit, and the parts again while they are long (each work-item of a
+        # stage reads its part in order: a short part keeps every stage short)
+        chunks = min(L.column_items(device) // max(rows, 1), rn // L.GPU_COL_MIN_CHUNK)
+        if device.kind == "cpu" and rn < 8192:
+            return False  # a CPU needs few groups: short columns are not worth a second kernel
+        red = _single_reduce(item)
+        if chunks < 2 or red is None or red.arg[0] not in _SPLIT_OPS:
+            return False
+        return _split(item, red, chunks, device, run) or _maybe_split(item, device, run)
     # Work-groups to launch in all. CPUs: a few per core. GPUs: enough to fill every compute
     # unit with work-items (occupancy, not core count, hides the memory latency).
-    want = 4 * cu if device.kind == "cpu" else GPU_SPLIT_GROUPS_PER_CU * cu
+    want = 4 * cu if device.kind == "cpu" else L.GPU_SPLIT_GROUPS_PER_CU * cu
     if rn < 8192 or rows >= want:
         return False
     red = _single_reduce(item)
-    if red is None or red.arg[0] not in ("sum", "prod", "max", "min", "any", "all"):
+    if red is None or red.arg[0] not in _SPLIT_OPS:
         return False
     chunks = min(max(want // max(rows, 1), 2), rn // 2048)
     if chunks < 2:
         return False
+    return _split(item, red, chunks, device, run)
+
+
+_SPLIT_OPS = ("sum", "prod", "max", "min", "any", "all")
+
+
+def _split(item: KernelItem, red: Node, chunks: int, device: Any, run: Runner) -> bool:
+    """Stage 1 of ``item``'s single reduction in ``chunks`` parts per row (run now); the item
+    is left to reduce the parts (stage 2), or, for one row finished by stage 1's last
+    work-group, done (returns True)."""
+    rows = prod([n for i, n in enumerate(item.full) if i not in item.raxes])
     op, axes = red.arg
     # Partials: the reduced shape with the first reduced axis holding the chunks.
     pshape = tuple(chunks if i == axes[0] else n for i, n in enumerate(red.shape))

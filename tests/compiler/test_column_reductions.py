@@ -1,0 +1,129 @@
+"""Reductions over leading axes (column sums): a work-item per output element, adjacent
+work-items on adjacent outputs, the reduced axes split into parts while they are long; on CPUs
+a group's work-items step through the loop together. The GPU path is forced on whatever device
+the tests use (``gpu_path``), the CPU path runs where the device is a CPU; against numpy."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import clops
+from clops.compiler import realize as R
+from clops.compiler.lower import lower
+from clops.compiler.schedule import KernelItem, Output
+from clops.graph import dtypes as dt
+from clops.graph import ir
+from clops.graph.ir import View
+
+
+@pytest.fixture
+def gpu_path(device, monkeypatch):
+    """The device taken for a GPU by the compiler."""
+    if device.kind == "cpu":
+        monkeypatch.setattr(device, "kind", "gpu")
+    R._KERNELS.clear()
+    yield device
+    R._KERNELS.clear()
+
+
+class _Buf:
+    pass
+
+
+def _sum_item(shape, axes, view=None):
+    a = ir.load(_Buf(), view or View.contiguous(shape), dt.float32)
+    red = ir.reduce("sum", a, axes, dt.float32)
+    return KernelItem(shape, axes, [Output(red, _Buf(), View.contiguous(red.shape))],
+                      reduced_out=True)
+
+
+GPU = SimpleNamespace(kind="gpu", probe=lambda what: False)
+
+
+def test_layout_is_chosen_by_axes_and_strides():
+    assert lower(_sum_item((512, 64), (0,)), GPU).col
+    assert lower(_sum_item((8, 16, 64), (0, 1)), GPU).col
+    assert not lower(_sum_item((512, 64), (1,)), GPU).col  # rows: a work-group each
+    assert lower(_sum_item((512, 64), (0,)), SimpleNamespace(kind="cpu")).col  # CPUs too
+    assert lower(_sum_item((512, 3), (0,)), GPU).col  # structural: any number of outputs
+    # a transposed operand: adjacent outputs are far apart in memory, rows are contiguous
+    t = View.contiguous((64, 512)).permute((1, 0))
+    assert not lower(_sum_item((512, 64), (0,), t), GPU).col
+
+
+def _launches(fn):
+    before = R.STATS["launches"]
+    out = fn()
+    return out, R.STATS["launches"] - before
+
+
+@pytest.mark.parametrize("shape,axis,split", [((4096, 300), 0, True), ((50, 40), 0, False),
+                                                ((33, 17, 64), (0, 1), True)])
+def test_column_sums_split_while_long(gpu_path, shape, axis, split):
+    a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    x = clops.asarray(a, device=gpu_path).realize()
+    got, n = _launches(lambda: np.asarray(clops.sum(x, axis=axis)))
+    np.testing.assert_allclose(got, a.sum(axis=axis, dtype=np.float64), rtol=1e-4, atol=1e-4)
+    # parts of at least GPU_COL_MIN_CHUNK reduced elements: 50 stay whole
+    assert (n >= 2) if split else (n == 1)
+
+
+_OPS = {"sum": (clops.sum, np.sum), "max": (clops.max, np.max), "min": (clops.min, np.min),
+        "prod": (clops.prod, np.prod), "mean": (clops.mean, np.mean),
+        "any": (clops.any, np.any), "all": (clops.all, np.all)}
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # the fixture holds
+@given(rows=st.integers(1, 700), cols=st.integers(1, 90), lead=st.integers(1, 3),
+       op=st.sampled_from(sorted(_OPS)), dtype=st.sampled_from(["float32", "int32", "float16"]),
+       both=st.booleans(), seed=st.integers(0, 2**16))
+def test_leading_axis_reductions_match_numpy(gpu_path, rows, cols, lead, op, dtype, both,
+                                             seed):
+    rng = np.random.default_rng(seed)
+    shape = (lead, rows, cols)
+    if op == "mean" and dtype == "int32":
+        dtype = "float32"  # the Array API's mean takes floats only
+    if op == "prod":
+        a = rng.choice([1, -1, 1, 1], shape).astype(dtype)
+    elif op in ("any", "all"):
+        a = (rng.random(shape) < 0.97).astype(dtype)
+    else:
+        a = (rng.standard_normal(shape) * 10).astype(dtype)
+    axis = (0, 1) if both else 1
+    fn, ref = _OPS[op]
+    got = np.asarray(fn(clops.asarray(a, device=gpu_path), axis=axis))
+    if op in ("sum", "mean"):
+        want = ref(a.astype(np.float64), axis=axis)
+        tol = 2e-2 if dtype == "float16" else 1e-4
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol,
+                                   atol=tol * np.sqrt(rows * lead) * 10)
+    else:
+        np.testing.assert_array_equal(got, ref(a, axis=axis))
+
+
+def test_outputs_along_the_columns(gpu_path):
+    # not a reduced output: each column normalized by its own max and sum (softmax over axis 0)
+    a = np.random.default_rng(3).standard_normal((700, 96)).astype(np.float32)
+    x = clops.asarray(a, device=gpu_path)
+    m = clops.max(x, axis=0, keepdims=True)
+    e = clops.exp(x - m)
+    got = np.asarray(e / clops.sum(e, axis=0, keepdims=True))
+    ea = np.exp(a - a.max(0, keepdims=True))
+    np.testing.assert_allclose(got, ea / ea.sum(0, keepdims=True), rtol=1e-5, atol=1e-7)
+    centered = np.asarray(x - clops.mean(x, axis=0))
+    np.testing.assert_allclose(centered, a - a.mean(0), rtol=1e-5, atol=1e-5)
+
+
+def test_transposed_and_strided_operands(gpu_path):
+    a = np.random.default_rng(4).standard_normal((300, 200)).astype(np.float32)
+    x = clops.asarray(a, device=gpu_path)
+    np.testing.assert_allclose(np.asarray(clops.sum(x.T, axis=0)), a.T.sum(0), rtol=1e-4,
+                               atol=1e-4)
+    np.testing.assert_allclose(np.asarray(clops.sum(x[::3, 1::2], axis=0)),
+                               a[::3, 1::2].sum(0), rtol=1e-4, atol=1e-4)
