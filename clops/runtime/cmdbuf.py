@@ -14,7 +14,6 @@ recording, or ``CLOPS_COMMAND_BUFFERS=0`` leaves the plan on per-kernel enqueues
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import weakref
 from collections.abc import Sequence
@@ -61,26 +60,10 @@ class _Api:
 
 
 @functools.cache
-def _loader() -> Any | None:
-    import pyopencl._cl  # noqa: F401 - maps the loader into the process
-
-    path = rawenqueue.loaded_opencl_library() or ctypes.util.find_library("OpenCL")
-    if path is None:
-        return None
-    try:
-        return ctypes.CDLL(path)
-    except OSError:
-        return None
-
-
-@functools.cache
 def _api(platform_ptr: int) -> _Api | None:
-    lib = _loader()
-    if lib is None:
-        return None
-    try:
-        lookup = lib.clGetExtensionFunctionAddressForPlatform
-    except AttributeError:
+    lib = rawenqueue.loader()
+    lookup = getattr(lib, "clGetExtensionFunctionAddressForPlatform", None) if lib else None
+    if lookup is None:
         return None
     lookup.restype = _vp
     lookup.argtypes = [_vp, ctypes.c_char_p]
@@ -94,7 +77,7 @@ def _api(platform_ptr: int) -> _Api | None:
 
 
 def _device_ulong(device: cl.Device, param: int) -> int | None:
-    lib = _loader()
+    lib = rawenqueue.loader()
     if lib is None:
         return None
     fn = lib.clGetDeviceInfo

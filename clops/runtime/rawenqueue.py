@@ -37,16 +37,25 @@ def loaded_opencl_library() -> str | None:
 
 
 @functools.cache
-def _enqueue_function() -> Any | None:
-    """ctypes ``clEnqueueNDRangeKernel`` of pyopencl's loader, or None where it is not found."""
+def loader() -> Any | None:
+    """The OpenCL loader pyopencl uses, through ctypes (None where it is not found)."""
     import pyopencl._cl  # noqa: F401 - maps the loader into the process
 
     path = loaded_opencl_library() or ctypes.util.find_library("OpenCL")
     if path is None:
         return None
     try:
-        fn = ctypes.CDLL(path).clEnqueueNDRangeKernel
-    except (OSError, AttributeError):
+        return ctypes.CDLL(path)
+    except OSError:
+        return None
+
+
+@functools.cache
+def _enqueue_function() -> Any | None:
+    """ctypes ``clEnqueueNDRangeKernel`` of pyopencl's loader, or None where it is not found."""
+    lib = loader()
+    fn = getattr(lib, "clEnqueueNDRangeKernel", None) if lib is not None else None
+    if fn is None:
         return None
     fn.restype = ctypes.c_int32
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p,
