@@ -75,6 +75,10 @@ def paired_ratio(num: list[float], den: list[float]) -> float:
     return statistics.median(a / b for a, b in zip(num, den))
 
 
+def _kernels(n: int) -> str:
+    return f"{n} kernel" + ("" if n == 1 else "s")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--device", default=None)
@@ -218,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     ex = np.exp(xs - xs.max(-1, keepdims=True))
     assert np.allclose(ref, ex / ex.sum(-1, keepdims=True), atol=1e-6)
     t_sm, t_np_sm = interleaved_medians([clops_softmax, np_softmax], max(3, args.repeat // 4))
-    add(f"softmax {r}x{r} (clops, {prof.kernel_count} kernel)", 2 * r * r * 4, t_sm, "numpy",
+    add(f"softmax {r}x{r} (clops, {_kernels(prof.kernel_count)})", 2 * r * r * 4, t_sm, "numpy",
         t_np_sm, copy_bw)
     if torch is not None:
         tx = torch.from_numpy(xs).cuda()
@@ -235,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     assert np.allclose(got, xs.astype(np.float64).sum(0), rtol=1e-4, atol=1e-3)
     t_cs, t_np_cs = interleaved_medians([clops_colsum, lambda: xs.sum(0)],
                                         max(3, args.repeat // 4))
-    add(f"sum axis 0 {r}x{r} (clops, {prof.kernel_count} kernels)", r * r * 4, t_cs, "numpy",
+    add(f"sum axis 0 {r}x{r} (clops, {_kernels(prof.kernel_count)})", r * r * 4, t_cs, "numpy",
         t_np_cs, copy_bw)
     if torch is not None:
         tt["colsum"] = torch_ms(torch, lambda: tx.sum(0), args.repeat)
