@@ -34,7 +34,8 @@ ROW_CACHE_ELEMS = 16
 # work-item per output element, adjacent work-items on adjacent elements, so that every step of
 # the loop over the reduced axes reads a contiguous run. (On GPUs a work-group per output
 # element reads one element of each row: a 32-byte sector for 4 bytes. On PoCL a work-item per
-# group walked a column alone, a 4096x4096 column sum in 68 ms, numpy 3.6; now 5.6.)
+# group walked a column alone: a 4096x4096 column sum in 68 ms, numpy 3.6; now 4.3, and
+# 100000x64 in 71 ms, now 1.7, numpy 1.9.)
 # Work-items per group, per GPU compute unit to launch in all (the reduced axes are split into
 # chunks until there are that many), and the fewest reduced elements per chunk.
 GPU_COL_LOCAL = 128

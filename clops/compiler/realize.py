@@ -91,11 +91,13 @@ def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
     full = lw.full
     if not flat:
         args += [I(n) for n in full]
+    gsize: tuple[int, ...]
+    lsize: tuple[int, ...] | None
     if lw.raxes:
         rows = prod([n for i, n in enumerate(full) if i not in lw.raxes])
         rn = prod([full[i] for i in lw.raxes])
         args += [I(rows), I(rn)]
-        total_rows = rows
+        outputs = rows
         if lw.chunks > 1:
             chunk = -(-rn // lw.chunks)
             if lw.vrow:
@@ -107,14 +109,16 @@ def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
                 args += [counter, fbuf, I(fview.offset)]
         if rows == 0:
             return
-        if lw.col and device.kind == "cpu":
-            # exactly (the kernel has no bounds check), in groups that divide the outputs of
-            # a chunk: the group's work-items step through their loops together
-            wg = math.gcd(total_rows, CPU_COL_LOCAL)
-            gsize, lsize = (rows,), (wg,)
-        elif lw.col:
-            wg = min(GPU_COL_LOCAL, device.caps.max_work_group)
-            gsize, lsize = (-(-rows // wg) * wg,), (wg,)
+        if lw.col:
+            # a work-item per output (the first axis) and chunk (the second). CPUs launch
+            # exactly (the kernel has no bounds check) in groups that divide the outputs: the
+            # group's work-items step through their loops together
+            if device.kind == "cpu":
+                wg = math.gcd(outputs, CPU_COL_LOCAL)
+                gsize, lsize = (outputs, lw.chunks), (wg, 1)
+            else:
+                wg = min(GPU_COL_LOCAL, device.caps.max_work_group)
+                gsize, lsize = (-(-outputs // wg) * wg, lw.chunks), (wg, 1)
         else:
             gsize, lsize = (rows * L,), (L,)
     else:

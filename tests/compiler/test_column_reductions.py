@@ -56,6 +56,19 @@ def test_layout_is_chosen_by_axes_and_strides():
     assert not lower(_sum_item((512, 64), (0,), t), GPU).col
 
 
+def test_rendered_forms():
+    from clops.compiler.render import Renderer
+
+    cpu = Renderer().render(lower(_sum_item((512, 64), (0,)), SimpleNamespace(kind="cpu")).key,
+                            1, "k_test")
+    # CPUs: the global id is the output (consecutive lanes), the loop steps the whole group
+    # together, and the exact launch needs no bounds check
+    assert "row = (long)get_global_id(0)" in cpu and "barrier(CLK_LOCAL_MEM_FENCE)" in cpu
+    assert "row >= total" not in cpu and "%" not in cpu.split("__kernel")[1]
+    gpu = Renderer().render(lower(_sum_item((512, 64), (0,)), GPU).key, 1, "k_test")
+    assert "row >= total" in gpu and "barrier" not in gpu.split("__kernel")[1]
+
+
 def _launches(fn):
     before = R.STATS["launches"]
     out = fn()
