@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -480,8 +481,16 @@ class CLDevice:
                                     queue=q.index, global_size=list(g))
                 return
             if launches.recorded is not None and launches.recorded.queue is cq:
-                launches.recorded.enqueue()
-                return
+                try:
+                    launches.recorded.enqueue()
+                    return
+                except RuntimeError as e:
+                    # nothing was enqueued: these launches go kernel by kernel from now on
+                    launches.recorded = None
+                    warnings.warn(f"clops: a recorded launch plan failed to enqueue ({e}); "
+                                  "it replays kernel by kernel from now on "
+                                  "(CLOPS_COMMAND_BUFFERS=0 skips recording)", RuntimeWarning,
+                                  stacklevel=2)
             if launches.raw is not None:
                 rawenqueue.enqueue(cq, launches.raw)
                 return

@@ -133,3 +133,20 @@ def test_unset_records_on_accelerators_only(device, monkeypatch):
     monkeypatch.setenv("CLOPS_COMMAND_BUFFERS", "sometimes")
     with pytest.raises(ValueError, match="CLOPS_COMMAND_BUFFERS"):
         cmdbuf.support(device.queue.cl_queue)
+
+
+def test_a_failed_enqueue_falls_back_to_kernel_by_kernel(recordable, monkeypatch):
+    device, n = recordable, 64
+    _, z, k1, k2 = _kernels(device, n)
+    prepared = device.prepare_launches([(k1, (n,), None, "bump"), (k2, (n,), None, "fold")])
+    assert prepared.recorded is not None
+
+    def refuse() -> None:
+        raise RuntimeError("clEnqueueCommandBufferKHR failed: OUT_OF_RESOURCES")
+
+    monkeypatch.setattr(prepared.recorded, "enqueue", refuse)
+    with pytest.warns(RuntimeWarning, match="kernel by kernel"):
+        device.enqueue_prepared(prepared)
+    assert prepared.recorded is None
+    device.enqueue_prepared(prepared)
+    np.testing.assert_array_equal(_read(device, z, n), _expected(2))
