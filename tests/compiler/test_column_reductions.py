@@ -140,3 +140,14 @@ def test_transposed_and_strided_operands(gpu_path):
                                atol=1e-4)
     np.testing.assert_allclose(np.asarray(clops.sum(x[::3, 1::2], axis=0)),
                                a[::3, 1::2].sum(0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(10_000, 40), (9_000, 7), (12_000, 3, 5)])
+def test_long_narrow_columns_on_the_device_as_it_is(device, shape):
+    # few outputs, long columns: split into parts on CPUs too (lanes of a group step together)
+    a = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    x = clops.asarray(a, device=device).realize()
+    got, n = _launches(lambda: np.asarray(clops.sum(x, axis=0)))
+    np.testing.assert_allclose(got, a.sum(0, dtype=np.float64), rtol=1e-4, atol=1e-3)
+    assert n >= 2
+    np.testing.assert_array_equal(np.asarray(clops.max(x, axis=0)), a.max(0))
