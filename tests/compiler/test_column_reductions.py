@@ -21,16 +21,6 @@ from clops.graph import ir
 from clops.graph.ir import View
 
 
-@pytest.fixture
-def gpu_path(device, monkeypatch):
-    """The device taken for a GPU by the compiler."""
-    if device.kind == "cpu":
-        monkeypatch.setattr(device, "kind", "gpu")
-    R._KERNELS.clear()
-    yield device
-    R._KERNELS.clear()
-
-
 class _Buf:
     pass
 

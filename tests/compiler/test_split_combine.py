@@ -11,16 +11,6 @@ from clops.compiler import realize as R
 from clops.compiler import schedule as S
 
 
-@pytest.fixture
-def gpu_path(device, monkeypatch):
-    """The device taken for a GPU by the compiler (work-group rows, split reductions)."""
-    if device.kind == "cpu":
-        monkeypatch.setattr(device, "kind", "gpu")
-    R._KERNELS.clear()
-    yield device
-    R._KERNELS.clear()
-
-
 def _kernels(fn):
     before = R.STATS["launches"]
     out = fn()
