@@ -231,7 +231,9 @@ def _row(case: str, clops_s: float, peer: str, peer_s: float) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = arg_parser(__doc__.splitlines()[0] if __doc__ else None).parse_args(argv)
+    ap = arg_parser(__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--json", default=None, help="where to write (bench/results/runtime.json)")
+    args = ap.parse_args(argv)
     dev = clops.device(args.device)
     repeat = 5 if args.quick else 15
     number = 300 if args.quick else 2000
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
          for r in rows]))
     path = write_result("runtime", {"device": device_info(dev), "repeat": repeat,
                                   "launches_per_sample": number, "statistic": "median",
-                                  "results": rows})
+                                  "results": rows}, args.json)
     print(f"\nwritten to {os.path.relpath(path)}")
     return 0
 

@@ -354,9 +354,10 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(out)
 
 
-def write_result(name: str, payload: dict[str, Any]) -> str:
-    """Write ``payload`` (plus when and where it ran) to ``bench/results/<name>.json``."""
-    path = os.path.join(RESULTS_DIR, f"{name}.json")
+def write_result(name: str, payload: dict[str, Any], path: str | None = None) -> str:
+    """Write ``payload`` (plus when and where it ran) to ``path``, by default
+    ``bench/results/<name>.json``."""
+    path = path or os.path.join(RESULTS_DIR, f"{name}.json")
     write_json(path, {"benchmark": name, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                       "host": platform.node(), "python": platform.python_version(), **payload})
     return path

@@ -41,6 +41,9 @@ def run(a: argparse.Namespace) -> None:
     if "kernels" in want:
         _run([os.path.join(HERE, "bench_kernels.py"), *dev, "--json",
               os.path.join(out, "kernels.json")], log)
+    if "runtime" in want:
+        _run([os.path.join(HERE, "bench_runtime.py"), *dev, "--json",
+              os.path.join(out, "runtime_gpu.json" if a.device else "runtime.json")], log)
     if "llm" in want:
         model = a.model
         if model is None:
@@ -148,6 +151,12 @@ def render(out: str) -> str:
                     f"{_f(r.get('peer_b2b_gbps'), '.0f') + ' GB/s' if pb else ''} | "
                     f"{_f(pb / r['b2b_ms'] if pb else None, '.2f')}{'x' if pb else ''} | "
                     f"{r['b2b_of_copy']:.2f} |")
+    runtime = _load(out, "runtime_gpu.json")
+    for r in (runtime or {}).get("results", []):
+        # the host's side of replaying a launch plan, and what an event costs the device
+        if r["case"].startswith(("replay", "device time")):
+            lines.append(f"| {r['case']} | {r['clops_us']:.1f} µs | {r['peer']} | "
+                         f"{r['peer_us']:.1f} µs | {r['clops_over_peer']:.2f}x | |")
     for d in llms:
         rows = d["rows"]
         c = rows[0]
@@ -202,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="GGUF for the LLM benchmark (SmolLM2)")
     ap.add_argument("--model-label", default=None, help="its name in the results")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
-    ap.add_argument("--only", default="compiler,kernels,llm")
+    ap.add_argument("--only", default="compiler,kernels,runtime,llm")
     ap.add_argument("--no-1b", action="store_true", help="skip the Llama-3.2-1B-shaped model")
     ap.add_argument("--readme", default=None, help="README.md whose bench section to replace")
     ap.add_argument("--render-only", action="store_true")
