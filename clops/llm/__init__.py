@@ -41,9 +41,16 @@ def default_model_path() -> str:
 
 
 def load(path: str | None = None, device: CLDevice | str | None = None,
-         max_seq_len: int | None = None, progress: bool = True) -> Model:
+         max_seq_len: int | None = None, progress: bool = True,
+         float16_copies: bool | None = None) -> Model:
     """Load a model: a ``.gguf`` file, or a directory with ``config.json``, ``*.safetensors``
     and ``tokenizer.json``; ``None`` is the bundled SmolLM2-135M-Instruct.
+
+    On GPUs whose tensor cores take a prompt's products, weights in other formats than
+    float16 (quantized, bfloat16) are converted to float16 for them. ``float16_copies``:
+    ``None`` keeps the converted copies where they take at most a fifth of the device's
+    memory, ``True`` always keeps them, ``False`` never (each prompt chunk converts the
+    weights again, in a scratch buffer of the largest one's size).
 
     >>> model = clops.llm.load(device="cpu")
     >>> model.tokenizer.encode("Hello")
@@ -77,8 +84,10 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
         if not tok.eos_ids and isinstance(config.get("eos_token_id"), int):
             tok.eos_ids = [config["eos_token_id"]]
         source = SafetensorsSource(path, tensors)
-        return Model(cfg, source, tok, dev, max_seq_len, progress=progress)
+        return Model(cfg, source, tok, dev, max_seq_len, progress=progress,
+                     float16_copies=float16_copies)
     f = GGUFFile(path)
     cfg = cfgmod.from_gguf(f.metadata, set(f.tensors), path)
     tok = tokenizer.from_gguf_metadata(f.metadata, path)
-    return Model(cfg, GGUFSource(f), tok, dev, max_seq_len, progress=progress)
+    return Model(cfg, GGUFSource(f), tok, dev, max_seq_len, progress=progress,
+                 float16_copies=float16_copies)

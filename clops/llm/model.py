@@ -26,6 +26,9 @@ from .weights import WeightSource
 # Sampler argument positions in the sample kernel (see nn.launchers.sample).
 _SAMPLE_ARGS = {"temperature": 8, "top_k": 9, "top_p": 10, "min_p": 11, "penalty": 12,
                 "seed": 13}
+# Float16 copies of the weights for a prompt's tensor-core products are kept when they take
+# at most this fraction of the device's memory (clops.llm.load's float16_copies).
+HALF_COPIES_FRACTION = 0.2
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>")
 
 
@@ -89,7 +92,7 @@ class Model:
 
     def __init__(self, config: ModelConfig, source: WeightSource, tokenizer: TextTokenizer,
                  device: CLDevice, max_seq_len: int | None = None, chunk: int = 128,
-                 progress: bool = True) -> None:
+                 progress: bool = True, float16_copies: bool | None = None) -> None:
         self.config = cfg = config
         self.tokenizer = tokenizer
         self.device = device
@@ -98,7 +101,7 @@ class Model:
         self.chunk = int(max(1, min(chunk, self.max_seq)))
         self.stats = GenerationStats()
         self._load_weights(source, progress)
-        self._alloc()
+        self._alloc(float16_copies)
         self._plans: dict[tuple[int, str, bool], LaunchPlan] = {}
         self._sampler: dict[str, Any] = {}
 
@@ -174,7 +177,7 @@ class Model:
             off += p.n
         return _Parts(out, n)
 
-    def _alloc(self) -> None:
+    def _alloc(self, float16_copies: bool | None = None) -> None:
         cfg, dev, C = self.config, self.device, self.chunk
         H, KV, D, F = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim
         f4 = 4
@@ -197,9 +200,22 @@ class Model:
         tc = [w for w in mats if K.tensor_core_rows(dev, C, w)]
         rows_tc = tc or K.tensor_core_rows(dev, C, self.output)
         self.xh = dev.alloc(K.half_scratch_nbytes(C, max(cfg.dim, F, H * D)) if rows_tc else 4)
-        # and float16 copies of the layers' weights in other formats (the largest one's size;
-        # too small for the output projection, which keeps the matmul kernel)
-        big = max((w.n * w.k * 2 for w in tc if w.fmt != "f16"), default=0)
+        # and float16 copies of the layers' weights in other formats: kept (converted once,
+        # here), or converted for each prompt chunk into a scratch of the largest one's size
+        # (too small for the output projection, which then keeps the matmul kernel)
+        convert = [w for w in tc if w.fmt != "f16"]
+        total = sum(w.n * w.k * 2 for w in convert)
+        keep = float16_copies if float16_copies is not None else \
+            total <= HALF_COPIES_FRACTION * dev.caps.global_mem
+        big = 0
+        for w in convert:
+            if keep:
+                # PERF: a SmolLM2 prompt chunk of 128 rows spent 2.07 ms converting its
+                # weights (H100), about 40% of the chunk
+                w.half = dev.alloc(w.n * w.k * 2)
+                K.dequant_half(dev, w.half, w).run(dev)
+            else:
+                big = max(big, w.n * w.k * 2)
         self.wh = dev.alloc(max(big, 4))
         # and the partial sums of the products split over k (for full chunks)
         self.ph = dev.alloc(max([K.split_nbytes(dev, C, w) for w in mats] + [4]))

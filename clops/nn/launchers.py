@@ -279,15 +279,16 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     """The launches of ``matmul``'s product (same arguments): that one kernel, or where
     ``tensor_core_rows`` holds, the rows to float16 (norm or GLU applied on the way) into
     ``scratch``, a weight not in float16 to float16 into ``wscratch`` (too small: the matmul
-    kernel runs instead), a tensor-core product, and for a product split over k the sum of its
-    slices' partial sums (kept in ``pscratch``). Scratch buffers missing or too small (but
-    ``wscratch``) are allocated here."""
+    kernel runs instead) unless it keeps a float16 copy (``w.half``), a tensor-core product,
+    and for a product split over k the sum of its slices' partial sums (kept in
+    ``pscratch``). Scratch buffers missing or too small (but ``wscratch``) are allocated
+    here."""
     k = w.k
-    wneed = w.n * k * 2 if w.fmt != "f16" else 0
+    wneed = w.n * k * 2 if w.fmt != "f16" and w.half is None else 0
     if not tensor_core_rows(dev, m, w) or (wscratch is not None and wscratch.nbytes < wneed):
         return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, name, norm, glu)]
     out: list[Launch] = []
-    b_half = w.data
+    b_half = w.half if w.half is not None else w.data
     if wneed:
         if wscratch is None:
             wscratch = dev.alloc(wneed)

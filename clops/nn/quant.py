@@ -200,6 +200,9 @@ class DeviceWeight:
         sc = packed.scales if packed.scales is not None else np.zeros(1, np.float32)
         self.scales = _upload(device, sc)
         self.nbytes = packed.nbytes
+        # a float16 copy [n][k] for tensor-core products, where its owner keeps one
+        # (launchers.linear then converts nothing)
+        self.half: Buffer | None = None
 
     @property
     def defines(self) -> dict[str, Any]:
