@@ -65,7 +65,7 @@ class Lowered:
     names: list[str] = field(default_factory=list)
     # one-kernel split reductions: (counter, final buffer, final view)
     combine: tuple[Any, Any, View] | None = None
-    col: bool = False  # a reduction over leading axes, a work-item per output (GPUs)
+    col: bool = False  # a reduction over leading axes, a work-item per output
 
 
 class _Lowerer:

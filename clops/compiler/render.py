@@ -382,9 +382,9 @@ class Renderer:
         # column's loop runs alone, a load per row (a 4096x4096 column sum took 64 ms, numpy
         # 3.4). A barrier in the loop makes it run each step across the group's work-items,
         # adjacent outputs as vector lanes (5.3 ms with 16 work-items a group). The loop
-        # bounds are the same for the whole group (launch() keeps groups inside a chunk).
+        # bounds are the same for the whole group (a chunk is the launch's second axis).
         lockstep = self.col and not self._check
-        sync = ["    barrier(CLK_LOCAL_MEM_FENCE);"] if lockstep else []
+        sync = ["    " + self.barrier] if lockstep else []
         for slot, (op, acc, _src, body, instrs) in enumerate(reductions):
             at, ident, comb = self._red_setup(slot, op, acc)
             lines.append(f"{at} red{slot};")
