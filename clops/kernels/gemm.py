@@ -1,8 +1,9 @@
 """Kernels, GEMM: launches of ``gemm.cl`` on runtime Buffers (row-major, element offsets, row and
 batch strides), and the choice between its NVIDIA tensor-core kernel and the portable one.
 
-``clops.matmul`` hands large float32/float16 products on GPUs here (``supports``); everything
-else stays on the generated kernels.
+``clops.matmul`` hands large float32/float16 products on GPUs here (``supports``), and float32
+products on CPUs (``cpu_supports``, ``gemm_cpu.cl``); everything else stays on the generated
+kernels.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ MMA_CONFIGS: list[dict[str, int]] = [
 ]
 
 _DT = {"float32": 0, "float16": 1}
+# CPUs (gemm_cpu.cl): float32 products from this many multiply-adds (below, the generated
+# kernel's fusion with its neighbours is worth more), n a multiple of the 16-wide vectors.
+CPU_MIN_MACS = 1 << 18
+CPU_COLS = 16
 
 
 def use_mma(dev: CLDevice, dtype: str) -> bool:
@@ -118,17 +123,54 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
                       reads=[a, b], writes=[c], name=name)
 
 
+def cpu_supports(dev: CLDevice, dtype: str, m: int, n: int, k: int) -> bool:
+    """Whether ``gemm_cpu`` takes this product: a CPU, float32, n a multiple of 16, enough
+    work."""
+    return (dev.kind == "cpu" and dtype == "float32" and n % CPU_COLS == 0 and m > 0
+            and k > 0 and m * n * k >= CPU_MIN_MACS)
+
+
+def _row_tile(m: int) -> int:
+    """Rows of C per work-item of ``gemm_cpu``: the largest of 8, 4, 2, 1 that divides m."""
+    return next(r for r in (8, 4, 2, 1) if m % r == 0)
+
+
+def gemm_cpu(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, lda: int,
+             b: Buffer, b_off: int, ldb: int, m: int, n: int, k: int, batch: int = 1,
+             strides: tuple[int, int, int] = (0, 0, 0)) -> Event:
+    """``gemm`` on a CPU (``gemm_cpu.cl``; float32, n % 16 == 0)."""
+    if n % CPU_COLS:
+        raise ValueError(f"gemm_cpu: n = {n} is not a multiple of {CPU_COLS}")
+    rm = _row_tile(m)
+    knl = kernel(dev, "gemm_cpu", "gemm_cpu", RM=rm)
+    i32, i64 = np.int32, np.int64
+    args: list[Any] = [c, i32(c_off), i32(ldc), i64(strides[0]), a, i32(a_off), i32(lda),
+                       i64(strides[1]), b, i32(b_off), i32(ldb), i64(strides[2]), i32(k)]
+    return dev.launch(knl, (m // rm, n // CPU_COLS, batch), (1, 1, 1), args, reads=[a, b],
+                      writes=[c], name="gemm_cpu")
+
+
 def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
-    """``x1 @ x2`` through ``gemm`` when it takes these operands (Tensors of ``dtype``, 2-D, or
-    3-D with equal batches), else ``None``. ``empty(shape, dtype, device)`` makes the result."""
+    """``x1 @ x2`` through ``gemm`` (GPUs) or ``gemm_cpu`` (CPUs) when it takes these operands
+    (Tensors of ``dtype``, 2-D, or 3-D with equal batches), else ``None``.
+    ``empty(shape, dtype, device)`` makes the result."""
     dev = x1.device
-    if dev.kind == "cpu" or dtype.name not in _DT or x1.dtype != dtype or x2.dtype != dtype:
+    if dtype.name not in _DT or x1.dtype != dtype or x2.dtype != dtype:
         return None
     if x1.ndim != x2.ndim or x1.ndim not in (2, 3) or x1.shape[:-2] != x2.shape[:-2]:
         return None
     (m, k), (k2, n) = x1.shape[-2:], x2.shape[-2:]
     if k != k2:
         return None
+    if dev.kind == "cpu":
+        if not cpu_supports(dev, dtype.name, m, n, k):
+            return None
+        a, b = x1.contiguous(), x2.contiguous()
+        batch = x1.shape[0] if x1.ndim == 3 else 1
+        out = empty((*x1.shape[:-2], m, n), dtype, dev)
+        gemm_cpu(dev, out.buffer, out.offset, n, a.buffer, a.offset, k, b.buffer, b.offset, n,
+                 m, n, k, batch, (m * n, m * k, k * n))
+        return out
     if not supports(dev, dtype.name, m, n, k, (), ()):
         return None
     a, b = x1.contiguous(), x2.contiguous()

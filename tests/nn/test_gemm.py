@@ -1,5 +1,6 @@
-"""The hand-written GEMM (clops/kernels/gemm.cl): its portable kernel on every device, for
-float32 and float16, plain and batched, against numpy; and clops.matmul's choice of it."""
+"""The hand-written GEMMs: gemm.cl's portable kernel on every device, for float32 and float16,
+plain and batched, and its tensor-core kernels where NVIDIA PTX runs; gemm_cpu.cl (CPUs) on the
+device as it is; all against numpy; and clops.matmul's choice of them."""
 
 from __future__ import annotations
 
@@ -73,9 +74,66 @@ def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
 
 
 def test_matmul_dispatch(device):
-    # CPUs and small products keep the generated kernel; the result is the same either way
+    # small products keep the generated kernel; the result is the same either way
     a = RNG.standard_normal((128, 256)).astype(np.float32)
     b = RNG.standard_normal((256, 128)).astype(np.float32)
     got = np.asarray(clops.matmul(clops.asarray(a, device=device), clops.asarray(b, device=device)))
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
     assert not gemm.supports(device, "float32", 100, 128, 128, (), (), force=True)
+
+
+def _names(fn):
+    with clops.profile() as prof:
+        out = fn()
+        clops.synchronize()
+    return out, [r.name for r in prof.kernels()]
+
+
+@pytest.mark.parametrize("m,n,k,batch", [(64, 64, 64, 1), (100, 48, 300, 1), (7, 96, 513, 2),
+                                         (258, 32, 1, 1), (33, 16, 4096, 3)])
+def test_gemm_cpu_shapes(device, m, n, k, batch):
+    # every row tile (8, 4, 2, 1), k of one to thousands, batches; strided and offset operands
+    # (made contiguous first)
+    a = RNG.standard_normal((batch, m + 3, k + 2)).astype(np.float32)
+    b = RNG.standard_normal((batch, n, k)).astype(np.float32)
+    ta = clops.asarray(a, device=device)[:, 3:, 2:]
+    tb = clops.asarray(b, device=device).mT  # (batch, k, n), transposed
+    if batch == 1:
+        ta, tb = ta[0], tb[0]
+    ts = ta.mT.mT  # the same view
+    got, names = _names(lambda: np.asarray(clops.matmul(ts, tb)))
+    want = a[:, 3:, 2:].astype(np.float64) @ b.transpose(0, 2, 1).astype(np.float64)
+    want = want[0] if batch == 1 else want
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    taken = gemm.cpu_supports(device, "float32", m, n, k)
+    assert ("gemm_cpu" in names) == taken
+    if device.kind == "cpu":
+        assert taken == (m * n * k >= gemm.CPU_MIN_MACS)
+
+
+def test_gemm_cpu_special_values(device):
+    if device.kind != "cpu":
+        pytest.skip("gemm_cpu runs on CPUs")
+    m, n, k = 64, 64, 64
+    a = RNG.standard_normal((m, k)).astype(np.float32)
+    b = RNG.standard_normal((k, n)).astype(np.float32)
+    a[3, 5], a[7, :] = np.inf, np.nan
+    b[:, 9] = 0.0
+    b[2, 11] = -np.inf
+    got, names = _names(lambda: np.asarray(clops.matmul(clops.asarray(a, device=device),
+                                                        clops.asarray(b, device=device))))
+    assert "gemm_cpu" in names
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = a @ b
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    fin = np.isfinite(want)
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-3)
+
+
+def test_gemm_cpu_refuses_ragged_columns(device):
+    assert not gemm.cpu_supports(device, "float32", 64, 40, 64)  # n % 16
+    assert not gemm.cpu_supports(device, "float64", 64, 64, 64)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        t = clops.zeros((8, 8), device=device).realize()
+        gemm.gemm_cpu(device, t.buffer, 0, 8, t.buffer, 0, 8, t.buffer, 0, 8, 8, 8, 8)
