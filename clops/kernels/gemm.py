@@ -2,8 +2,8 @@
 batch strides), and the choice between its NVIDIA tensor-core kernel and the portable one.
 
 ``clops.matmul`` hands large float32/float16 products on GPUs here (``supports``), and float32
-products on CPUs (``cpu_supports``, ``gemm_cpu.cl``); everything else stays on the generated
-kernels.
+and float64 products on CPUs (``cpu_supports``, ``gemm_cpu.cl``); everything else stays on the
+generated kernels.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ MMA_CONFIGS: list[dict[str, int]] = [
 ]
 
 _DT = {"float32": 0, "float16": 1}
-# CPUs (gemm_cpu.cl): float32 products from this many multiply-adds (below, the generated
-# kernel's fusion with its neighbours is worth more), n a multiple of the 16-wide vectors.
+# CPUs (gemm_cpu.cl): float32 and float64 products from this many multiply-adds (below, the
+# generated kernel's fusion with its neighbours is worth more), n a multiple of the vectors'
+# width (16 floats, 8 doubles).
 CPU_MIN_MACS = 1 << 18
-CPU_COLS = 16
+CPU_COLS = {"float32": 16, "float64": 8}
 
 
 def use_mma(dev: CLDevice, dtype: str) -> bool:
@@ -124,10 +125,11 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
 
 
 def cpu_supports(dev: CLDevice, dtype: str, m: int, n: int, k: int) -> bool:
-    """Whether ``gemm_cpu`` takes this product: a CPU, float32, n a multiple of 16, enough
-    work."""
-    return (dev.kind == "cpu" and dtype == "float32" and n % CPU_COLS == 0 and m > 0
-            and k > 0 and m * n * k >= CPU_MIN_MACS)
+    """Whether ``gemm_cpu`` takes this product: a CPU, float32 (n a multiple of 16) or float64
+    where the device has it (n a multiple of 8), enough work."""
+    if dev.kind != "cpu" or dtype not in CPU_COLS or (dtype == "float64" and not dev.caps.fp64):
+        return False
+    return n % CPU_COLS[dtype] == 0 and m > 0 and k > 0 and m * n * k >= CPU_MIN_MACS
 
 
 def _row_tile(m: int) -> int:
@@ -137,16 +139,19 @@ def _row_tile(m: int) -> int:
 
 def gemm_cpu(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, lda: int,
              b: Buffer, b_off: int, ldb: int, m: int, n: int, k: int, batch: int = 1,
-             strides: tuple[int, int, int] = (0, 0, 0)) -> Event:
-    """``gemm`` on a CPU (``gemm_cpu.cl``; float32, n % 16 == 0)."""
-    if n % CPU_COLS:
-        raise ValueError(f"gemm_cpu: n = {n} is not a multiple of {CPU_COLS}")
+             strides: tuple[int, int, int] = (0, 0, 0), dtype: str = "float32") -> Event:
+    """``gemm`` on a CPU (``gemm_cpu.cl``; float32 with n % 16 == 0, float64 with n % 8)."""
+    if dtype not in CPU_COLS:
+        raise ValueError(f"gemm_cpu: {dtype} is not float32 or float64")
+    w = CPU_COLS[dtype]
+    if n % w:
+        raise ValueError(f"gemm_cpu: n = {n} is not a multiple of {w} ({dtype})")
     rm = _row_tile(m)
-    knl = kernel(dev, "gemm_cpu", "gemm_cpu", RM=rm)
+    knl = kernel(dev, "gemm_cpu", "gemm_cpu", RM=rm, DT=int(dtype == "float64"))
     i32, i64 = np.int32, np.int64
     args: list[Any] = [c, i32(c_off), i32(ldc), i64(strides[0]), a, i32(a_off), i32(lda),
                        i64(strides[1]), b, i32(b_off), i32(ldb), i64(strides[2]), i32(k)]
-    return dev.launch(knl, (m // rm, n // CPU_COLS, batch), (1, 1, 1), args, reads=[a, b],
+    return dev.launch(knl, (m // rm, n // w, batch), (1, 1, 1), args, reads=[a, b],
                       writes=[c], name="gemm_cpu")
 
 
@@ -155,7 +160,8 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
     (Tensors of ``dtype``, 2-D, or 3-D with equal batches), else ``None``.
     ``empty(shape, dtype, device)`` makes the result."""
     dev = x1.device
-    if dtype.name not in _DT or x1.dtype != dtype or x2.dtype != dtype:
+    if x1.dtype != dtype or x2.dtype != dtype or dtype.name not in (
+            CPU_COLS if dev.kind == "cpu" else _DT):
         return None
     if x1.ndim != x2.ndim or x1.ndim not in (2, 3) or x1.shape[:-2] != x2.shape[:-2]:
         return None
@@ -169,7 +175,7 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
         batch = x1.shape[0] if x1.ndim == 3 else 1
         out = empty((*x1.shape[:-2], m, n), dtype, dev)
         gemm_cpu(dev, out.buffer, out.offset, n, a.buffer, a.offset, k, b.buffer, b.offset, n,
-                 m, n, k, batch, (m * n, m * k, k * n))
+                 m, n, k, batch, (m * n, m * k, k * n), dtype.name)
         return out
     if not supports(dev, dtype.name, m, n, k, (), ()):
         return None

@@ -89,13 +89,16 @@ def _names(fn):
     return out, [r.name for r in prof.kernels()]
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("m,n,k,batch", [(64, 64, 64, 1), (100, 48, 300, 1), (7, 96, 513, 2),
-                                         (258, 32, 1, 1), (33, 16, 4096, 3)])
-def test_gemm_cpu_shapes(device, m, n, k, batch):
+                                         (258, 32, 1, 1), (33, 16, 4096, 3), (40, 24, 600, 1)])
+def test_gemm_cpu_shapes(device, m, n, k, batch, dtype):
     # every row tile (8, 4, 2, 1), k of one to thousands, batches; strided and offset operands
-    # (made contiguous first)
-    a = RNG.standard_normal((batch, m + 3, k + 2)).astype(np.float32)
-    b = RNG.standard_normal((batch, n, k)).astype(np.float32)
+    # (made contiguous first); n a multiple of 8 but not 16 (float64 only)
+    if dtype == "float64" and not device.caps.fp64:
+        pytest.skip("no float64 on this device")
+    a = RNG.standard_normal((batch, m + 3, k + 2)).astype(dtype)
+    b = RNG.standard_normal((batch, n, k)).astype(dtype)
     ta = clops.asarray(a, device=device)[:, 3:, 2:]
     tb = clops.asarray(b, device=device).mT  # (batch, k, n), transposed
     if batch == 1:
@@ -104,11 +107,12 @@ def test_gemm_cpu_shapes(device, m, n, k, batch):
     got, names = _names(lambda: np.asarray(clops.matmul(ts, tb)))
     want = a[:, 3:, 2:].astype(np.float64) @ b.transpose(0, 2, 1).astype(np.float64)
     want = want[0] if batch == 1 else want
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
-    taken = gemm.cpu_supports(device, "float32", m, n, k)
+    tol = 1e-4 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.sqrt(k))
+    taken = gemm.cpu_supports(device, dtype, m, n, k)
     assert ("gemm_cpu" in names) == taken
     if device.kind == "cpu":
-        assert taken == (m * n * k >= gemm.CPU_MIN_MACS)
+        assert taken == (m * n * k >= gemm.CPU_MIN_MACS and n % gemm.CPU_COLS[dtype] == 0)
 
 
 def test_gemm_cpu_special_values(device):
@@ -133,7 +137,7 @@ def test_gemm_cpu_special_values(device):
 
 def test_gemm_cpu_refuses_ragged_columns(device):
     assert not gemm.cpu_supports(device, "float32", 64, 40, 64)  # n % 16
-    assert not gemm.cpu_supports(device, "float64", 64, 64, 64)
+    assert not gemm.cpu_supports(device, "float16", 64, 64, 64)
     with pytest.raises(ValueError, match="multiple of 16"):
         t = clops.zeros((8, 8), device=device).realize()
         gemm.gemm_cpu(device, t.buffer, 0, 8, t.buffer, 0, 8, t.buffer, 0, 8, 8, 8, 8)
