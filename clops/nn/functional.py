@@ -69,7 +69,9 @@ def linear(x: Tensor, weight: DeviceWeight | Tensor, bias: Tensor | None = None)
 
     On GPUs with tensor cores (NVIDIA, found by the PTX probe), 16 or more rows times a weight
     not in float32 run as a float16 product with float32 sums, as a float16 matmul in PyTorch
-    does: x is rounded to float16 first. Elsewhere x stays float32.
+    does: x is rounded to float16 first. Elsewhere x stays float32. A Tensor weight is read
+    where it is, on the device: ``x @ weight.T`` through ``clops.matmul`` (any sizes), or the
+    tensor-core product above.
 
     >>> y = clops.nn.linear(x, w)          # x [..., 576], w [1536, 576] -> y [..., 1536]
     """
@@ -78,8 +80,28 @@ def linear(x: Tensor, weight: DeviceWeight | Tensor, bias: Tensor | None = None)
         if fmt is None:
             raise TypeError(f"linear weight of dtype {weight.dtype.name}: use float32, float16 "
                             "or bfloat16, or a quantized weight")
-        host = np.asarray(weight.contiguous())
-        weight = DeviceWeight(weight.device, pack_float(host, fmt))
+        if weight.ndim != 2:
+            raise ValueError(f"linear: the weight must be [out, in], got shape {weight.shape}")
+        x = _f32(x)
+        n, k = weight.shape
+        if (x.shape[-1] if x.ndim else 1) != k:
+            raise ValueError(f"linear: x has {x.shape[-1] if x.ndim else 1} features, weight "
+                             f"[{n}, {k}] expects {k}")
+        dw = None
+        if fmt != "f32" and k % 32 == 0:
+            w = weight.contiguous().realize()
+            if w.offset == 0:
+                dw = DeviceWeight.from_buffer(w.device, w.buffer, fmt, n, k, keep=w)
+        if dw is None or not L.tensor_core_rows(x.device, _rows(x)[0], dw):
+            xp = _api()
+            y = xp.matmul(x, xp.astype(weight, xp.float32).mT)
+            if bias is not None:
+                bv = _f32(bias)
+                if bv.size != n:
+                    raise ValueError(f"linear: bias of {bv.size} values for {n} outputs")
+                y = y + xp.reshape(bv, (n,))
+            return y.realize()
+        weight = dw
     x = _f32(x)
     m, k = _rows(x)
     if k != weight.k:

@@ -203,6 +203,27 @@ class DeviceWeight:
         # a float16 copy [n][k] for tensor-core products, where its owner keeps one
         # (launchers.linear then converts nothing)
         self.half: Buffer | None = None
+        self._keep: Any = None  # what owns ``data`` when the weight reads it in place
+
+    @classmethod
+    def from_buffer(cls, device: CLDevice, buffer: Buffer, fmt: str, n: int, k: int,
+                    keep: Any = None) -> DeviceWeight:
+        """A float weight ``[n, k]`` (``fmt`` "f32", "f16" or "bf16") read in place from a
+        row-major device buffer, with no copy; ``keep`` (the tensor that owns the buffer)
+        stays alive with the weight."""
+        if fmt not in ("f32", "f16", "bf16"):
+            raise ValueError(f"from_buffer takes float formats, not {fmt!r}")
+        if k % 32:
+            raise ValueError(f"the inner size of a weight must be a multiple of 32, got {k}")
+        w = cls.__new__(cls)
+        w.device, w.fmt, w.n, w.k, w.group = device, fmt, n, k, 32
+        w.scale_half = False
+        w.data = buffer
+        w.scales = _upload(device, np.zeros(1, np.float32))
+        w.nbytes = n * k * (4 if fmt == "f32" else 2)
+        w.half = None
+        w._keep = keep
+        return w
 
     @property
     def defines(self) -> dict[str, Any]:

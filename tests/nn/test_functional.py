@@ -85,6 +85,31 @@ def test_linear_float(device, dtype):
     np.testing.assert_allclose(got, x @ w_used.T, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("m,n,k", [(1, 7, 100), (37, 48, 64), (300, 64, 256)])
+def test_linear_tensor_weight_any_size(device, dtype, m, n, k, monkeypatch):
+    # a Tensor weight is read on the device (never copied to the host), with any inner size
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    w = RNG.standard_normal((n, k)).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    wt = clops.astype(_t(w, device), getattr(clops, dtype)).realize()
+    w_used = np.asarray(wt).astype(np.float32)
+    xt, bt = _t(x, device).realize(), _t(b, device).realize()
+
+    def no_host_copy(*a, **kw):
+        raise AssertionError("linear read a weight back to the host")
+
+    monkeypatch.setattr(clops.Tensor, "__array__", no_host_copy)
+    y = nn.linear(xt, wt, bt)
+    monkeypatch.undo()
+    got = np.asarray(y)
+    np.testing.assert_allclose(got, x @ w_used.T + b, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    with pytest.raises(ValueError, match="features"):
+        nn.linear(_t(x[:, :-1], device), wt)
+    with pytest.raises(ValueError, match="bias of"):
+        nn.linear(xt, wt, _t(b[:-1], device))
+
+
 def test_embedding_quantized(device):
     raw = quants.quantize(RNG.standard_normal((100, 64)).astype(np.float32), Q.Q8_0)
     table = nn.quantized(raw, ggml_type=int(Q.Q8_0), shape=(100, 64), device=device)
