@@ -148,6 +148,13 @@ def _real_stderr(config: pytest.Config) -> IO[str]:
     return _REAL_STDERR
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _REAL_STDERR
+    if _REAL_STDERR is not None and _REAL_STDERR is not sys.stderr:
+        _REAL_STDERR.close()  # the duplicate of the terminal's stderr made for the gates
+    _REAL_STDERR = None
+
+
 @pytest.fixture
 def gate(device: clops.CLDevice, request: pytest.FixtureRequest) -> Iterator[Gate]:
     """A closed ``Gate`` on ``device``; opened at teardown too, so that a failing test never
