@@ -23,6 +23,7 @@ import pyopencl as cl
 
 from .. import _config
 from . import rawenqueue
+from .rawenqueue import error_name
 
 EXTENSION = "cl_khr_command_buffer"
 
@@ -116,12 +117,16 @@ def support(queue: cl.CommandQueue) -> tuple[bool, str]:
     mode = _config.command_buffers()
     if mode == "off":
         return False, "CLOPS_COMMAND_BUFFERS=0"
-    dev = queue.device
-    if mode == "auto" and dev.type & cl.device_type.CPU:
+    if mode == "auto" and queue.device.type & cl.device_type.CPU:
         return False, "kernel-by-kernel enqueues on CPUs (CLOPS_COMMAND_BUFFERS=1 records them)"
-    ok, _, why = _support(dev.int_ptr, dev.platform.int_ptr, dev.extensions,
-                          int(queue.properties))
+    ok, _, why = _queue_support(queue)
     return ok, why
+
+
+def _queue_support(queue: cl.CommandQueue) -> tuple[bool, bool, str]:
+    """``_support`` for ``queue``'s device and properties."""
+    dev = queue.device
+    return _support(dev.int_ptr, dev.platform.int_ptr, dev.extensions, int(queue.properties))
 
 
 def _geometry_problem(kernel: cl.Kernel, device: cl.Device, g: Sequence[int],
@@ -165,8 +170,7 @@ class CommandBuffer:
                  launches: Sequence[tuple[cl.Kernel, Sequence[int], Sequence[int] | None]]
                  ) -> None:
         dev = queue.device
-        ok, simultaneous, why = _support(dev.int_ptr, dev.platform.int_ptr, dev.extensions,
-                                         int(queue.properties))
+        ok, simultaneous, why = _queue_support(queue)
         if not ok:
             raise RuntimeError(f"no command buffers here: {why}")
         api = _api(dev.platform.int_ptr)
@@ -202,7 +206,7 @@ class CommandBuffer:
             else None
         h = api.create(1, queues, props, ctypes.byref(err))
         if err.value or not h:
-            raise RuntimeError(f"clCreateCommandBufferKHR failed: {_name(err.value)}")
+            raise RuntimeError(f"clCreateCommandBufferKHR failed: {error_name(err.value)}")
         # each command waits for the one before it: the plan's order, whatever the queue
         prev, point = _u32(0), _u32(0)
         for i, (k, gs, ls) in enumerate(self._keep):
@@ -212,12 +216,12 @@ class CommandBuffer:
             if rc:
                 api.release(h)
                 raise RuntimeError(f"clCommandNDRangeKernelKHR failed for {k.function_name} "
-                                   f"(launch {i}): {_name(rc)}")
+                                   f"(launch {i}): {error_name(rc)}")
             prev.value = point.value
         rc = api.finalize(h)
         if rc:
             api.release(h)
-            raise RuntimeError(f"clFinalizeCommandBufferKHR failed: {_name(rc)}")
+            raise RuntimeError(f"clFinalizeCommandBufferKHR failed: {error_name(rc)}")
         return int(h)
 
     def _pending(self, h: int) -> bool:
@@ -234,7 +238,7 @@ class CommandBuffer:
             h = self._free_copy()
         rc = self._api.enqueue(0, None, h, 0, None, None)
         if rc:
-            raise RuntimeError(f"clEnqueueCommandBufferKHR failed: {_name(rc)}; nothing of "
+            raise RuntimeError(f"clEnqueueCommandBufferKHR failed: {error_name(rc)}; nothing of "
                                "this step was enqueued")
 
     def _free_copy(self) -> int:
@@ -257,12 +261,3 @@ class CommandBuffer:
 
     def release(self) -> None:
         self._finalizer()
-
-
-_ERRORS = {getattr(cl.status_code, n): n for n in dir(cl.status_code) if n.isupper()}
-_ERRORS.update({-1138: "INVALID_COMMAND_BUFFER_KHR", -1139: "INVALID_SYNC_POINT_WAIT_LIST_KHR",
-                -1140: "INCOMPATIBLE_COMMAND_QUEUE_KHR"})
-
-
-def _name(rc: int) -> str:
-    return str(_ERRORS.get(rc, rc))

@@ -84,6 +84,14 @@ def prepare(launches: Sequence[tuple[cl.Kernel, Sequence[int], Sequence[int] | N
 
 
 _ERRORS = {getattr(cl.status_code, n): n for n in dir(cl.status_code) if n.isupper()}
+# cl_khr_command_buffer's codes, which pyopencl does not name
+_ERRORS.update({-1138: "INVALID_COMMAND_BUFFER_KHR", -1139: "INVALID_SYNC_POINT_WAIT_LIST_KHR",
+                -1140: "INCOMPATIBLE_COMMAND_QUEUE_KHR"})
+
+
+def error_name(rc: int) -> str:
+    """The name of an OpenCL status code (the number itself where it has none)."""
+    return str(_ERRORS.get(rc, rc))
 
 
 def enqueue(queue: cl.CommandQueue, raw: Sequence[_Raw]) -> None:
@@ -97,4 +105,4 @@ def enqueue(queue: cl.CommandQueue, raw: Sequence[_Raw]) -> None:
         if rc:
             raise RuntimeError(
                 f"clEnqueueNDRangeKernel failed for {kernel.function_name} (launch {i} of the "
-                f"plan): {_ERRORS.get(rc, rc)}; the launches before it were enqueued")
+                f"plan): {error_name(rc)}; the launches before it were enqueued")
