@@ -9,20 +9,17 @@ measured in the same run. Medians; a markdown table on stdout and bench/results/
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
 from typing import Any
 
 import numpy as np
 import pyopencl as cl
 from common import (
-    SPIN,
     arg_parser,
+    back_to_back,
     device_info,
     markdown_table,
     median_seconds,
-    spinner,
     write_result,
 )
 
@@ -142,19 +139,14 @@ def bench_plan_replay(dev: clops.CLDevice, repeat: int, launches: int = 100
     return rows
 
 
-def _device_s_per_launch(dev: clops.CLDevice, cq: Any, kernels: list[Any], events: bool,
-                          repeat: int = 5) -> float:
-    """Device seconds per launch of ``kernels`` enqueued back to back on ``cq`` behind a
-    busy loop (so that the host's enqueues never hold the device up); with pyopencl's event
-    per launch, or through the event-free path."""
+def _device_s_per_launch(dev: clops.CLDevice, cq: Any, kernels: list[Any], events: bool
+                         ) -> float:
+    """Device seconds per launch of ``kernels`` enqueued back to back on ``cq`` (``back_to_back``
+    on that queue); with pyopencl's event per launch, or through the event-free path."""
     from clops.runtime import rawenqueue
 
     if not events and not rawenqueue.available():
         return float("nan")
-    _, _, ns_per_step = spinner(dev)
-    spin = cl.Kernel(dev.build(SPIN), "spin")
-    sbuf = dev.alloc(64)
-    dev.write(sbuf, np.zeros(16, np.float32), blocking=True)
     raw = rawenqueue.prepare([(k, GLOBAL, None, "") for k in kernels]) if not events else None
     enqueue = cl.enqueue_nd_range_kernel
 
@@ -165,27 +157,8 @@ def _device_s_per_launch(dev: clops.CLDevice, cq: Any, kernels: list[Any], event
             for k in kernels:
                 enqueue(cq, k, GLOBAL, None)
 
-    def busy(ms: float) -> None:
-        spin.set_args(sbuf.mem, np.int32(int(ms * 1e6 / ns_per_step)))
-        enqueue(cq, spin, (1,), (1,))
-
-    cq.finish()
-    t0 = time.perf_counter()
-    launches()
-    lead = 2 * (time.perf_counter() - t0) * 1e3 + 1.0
-    cq.finish()
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        busy(lead)
-        cq.finish()
-        base = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        busy(lead)
-        launches()
-        cq.finish()
-        out.append((time.perf_counter() - t0 - base) / len(kernels))
-    return statistics.median(out)
+    ms, _ = back_to_back(dev, [launches], count=1, queue=cq)
+    return ms / 1e3 / len(kernels)
 
 
 def bench_pool(dev: clops.CLDevice, repeat: int, quick: bool) -> list[dict[str, Any]]:

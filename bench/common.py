@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import pyopencl as cl
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -86,8 +87,6 @@ def torch_ms(torch: Any, fn: Callable[[], object], repeat: int = 20, warmup: int
 def copy_ceiling(dev: clops.CLDevice, nbytes: int = 1 << 28, repeat: int = 20) -> dict:
     """Copy bandwidth (bytes read + written per second) of a float4 copy kernel on ``dev``, and
     of PyTorch's device copy when there is a CUDA GPU."""
-    import pyopencl as cl
-
     knl = dev.kernel(COPY, "copy")
     a, b = dev.alloc(nbytes), dev.alloc(nbytes)
     dev.write(a, np.ones(nbytes // 4, np.float32), blocking=True)
@@ -106,7 +105,6 @@ def copy_ceiling(dev: clops.CLDevice, nbytes: int = 1 << 28, repeat: int = 20) -
         y = torch.empty_like(x)
         tms = torch_ms(torch, lambda: y.copy_(x), repeat)
         out.update(torch_ms=tms, torch_gbps=2 * nbytes / tms / 1e6)
-    del cl
     return out
 
 
@@ -160,7 +158,7 @@ def back_to_back_ms(dev: clops.CLDevice, calls: Sequence[Callable[[], object]],
 
 
 def back_to_back(dev: clops.CLDevice, calls: Sequence[Callable[[], object]],
-                 count: int = 64, repeat: int = 5) -> tuple[float, float]:
+                 count: int = 64, repeat: int = 5, queue: Any = None) -> tuple[float, float]:
     """(Median device ms, median host ms to enqueue) per call when ``count`` calls (taken in
     turn from ``calls``) run back to back, measured without per-kernel events.
 
@@ -170,37 +168,49 @@ def back_to_back(dev: clops.CLDevice, calls: Sequence[Callable[[], object]],
     event adds ~3 us of device time to its kernel (measured on an H100: an empty kernel runs
     back to back in 2.0 us without events, 5.0 us with them). The calls should enqueue
     without events (launch plans do, outside ``clops.profile``). Rotating several copies of
-    the operands in ``calls`` keeps them out of the caches, as in a model's layers."""
+    the operands in ``calls`` keeps them out of the caches, as in a model's layers.
+
+    ``queue`` (a pyopencl queue the calls enqueue on): the busy loop runs there, and the
+    device's queues are not waited for."""
     knl, buf, ns_per_step = spinner(dev)
+    finish = dev.synchronize if queue is None else queue.finish
+
+    def busy(ms: float) -> None:
+        steps = np.int32(int(ms * 1e6 / ns_per_step))
+        if queue is None:
+            dev.launch(knl, (1,), (1,), [buf, steps], writes=[buf])
+        else:
+            knl.set_args(buf.mem, steps)
+            cl.enqueue_nd_range_kernel(queue, knl, (1,), (1,))
 
     def spin(ms: float) -> float:
         """Wall seconds of a busy loop of ``ms`` alone."""
-        dev.synchronize()
+        finish()
         t0 = time.perf_counter()
-        dev.launch(knl, (1,), (1,), [buf, np.int32(int(ms * 1e6 / ns_per_step))], writes=[buf])
-        dev.synchronize()
+        busy(ms)
+        finish()
         return time.perf_counter() - t0
 
     for c in calls:  # warm: kernels built, plans prepared
         c()
-    dev.synchronize()
+    finish()
     t0 = time.perf_counter()
     for i in range(count):
         calls[i % len(calls)]()
     host_ms = (time.perf_counter() - t0) * 1e3
-    dev.synchronize()
+    finish()
     lead = 2 * host_ms + 1.0  # the busy loop outlasts the enqueues
     out: list[float] = []
     host: list[float] = []
     while len(out) < repeat:
         base = spin(lead)
-        dev.synchronize()
+        finish()
         t0 = time.perf_counter()
-        dev.launch(knl, (1,), (1,), [buf, np.int32(int(lead * 1e6 / ns_per_step))], writes=[buf])
+        busy(lead)
         for i in range(count):
             calls[i % len(calls)]()
         enqueued = time.perf_counter() - t0
-        dev.synchronize()
+        finish()
         total = time.perf_counter() - t0
         if enqueued > 0.8 * base:  # the host fell behind: a longer busy loop, again
             if lead > 200:
@@ -246,8 +256,6 @@ def copy_calls(dev: clops.CLDevice, moved: int, copies: int = 1) -> list[Callabl
     ``clops.profile``): the copy ceiling at that size for ``back_to_back_ms``."""
     half = max(16, moved // 2 // 16 * 16)
     calls = []
-    import pyopencl as cl
-
     for _ in range(copies):
         knl = cl.Kernel(dev.build(COPY, ()), "copy")  # its own argument slots
         a, b = dev.alloc(half), dev.alloc(half)
