@@ -244,13 +244,12 @@ def lower(item: KernelItem, device: Any) -> Lowered:
         device.kind != "cpu",
         *row_class,
     )
-    col = key[-1]
     return Lowered(
         key=key, leaf_buffers=[b for b, _, _ in lw.leaf_list], leaf_views=leaf_views,
         view_args=lw.views, const_values=lw.consts,
         out_buffers=[o.buffer for o in item.outputs], out_views=[o.view for o in item.outputs],
         full=full, raxes=item.raxes, chunks=item.chunks, flat=flat, wide=wide,
-        names=lw.names, vrow=key[-4], col=col,
+        names=lw.names, vrow=row_class[0], col=row_class[3],
         combine=(item.counter, item.combine.buffer, item.combine.view)
         if item.combine is not None else None,
     )
