@@ -42,6 +42,9 @@ GPU_COL_LOCAL = 128
 CPU_COL_LOCAL = 16  # PERF (PoCL, 4096x4096 column sum): 16 work-items 5.3 ms, 64 22, 256 16
 GPU_COL_ITEMS_PER_CU = 2048
 GPU_COL_MIN_CHUNK = 32
+# Columns shorter than this are never split on GPUs: a second kernel (and its build, the first
+# time a shape needs one) costs more than a work-item reading the column alone.
+GPU_COL_MIN_SPLIT = 256
 
 
 @dataclass

@@ -251,8 +251,8 @@ def _maybe_split(item: KernelItem, device: Any, run: Runner) -> bool:
         # every compute unit, and the parts again while they are long (each work-item of a
         # stage reads its part in order: a short part keeps every stage short)
         chunks = min(L.column_items(device) // max(rows, 1), rn // L.GPU_COL_MIN_CHUNK)
-        if device.kind == "cpu" and rn < 8192:
-            return False  # a CPU needs few groups: short columns are not worth a second kernel
+        if rn < (8192 if device.kind == "cpu" else L.GPU_COL_MIN_SPLIT):
+            return False  # short columns are not worth a second kernel (a CPU needs few groups)
         red = _single_reduce(item)
         if chunks < 2 or red is None or red.arg[0] not in _SPLIT_OPS:
             return False

@@ -76,6 +76,29 @@ def test_column_sums_split_while_long(gpu_path, shape, axis, split):
     assert (n >= 2) if split else (n == 1)
 
 
+def test_new_shapes_render_nothing_within_a_plan(gpu_path):
+    # shapes are launch arguments: short columns stay one kernel (a GPU_COL_MIN_SPLIT rule, not
+    # a new layout), and a split's two kernels are rendered once, for its first shape
+    from clops.compiler import render
+
+    def run(*shape):
+        a = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        got = np.asarray((clops.tanh(clops.asarray(a, device=gpu_path)) * 3).sum(axis=0))
+        np.testing.assert_allclose(got, (np.tanh(a) * 3).sum(0), rtol=1e-4, atol=1e-3)
+
+    run(9, 5)
+    r0 = render.RENDER_STATS["renders"]
+    for shape in [(3, 2), (17, 11), (1, 40), (64, 3), (255, 7)]:
+        run(*shape)
+    assert render.RENDER_STATS["renders"] == r0
+    run(4096, 3)
+    r1 = render.RENDER_STATS["renders"]
+    assert r1 == r0 + 2  # stage 1 over the parts, stage 2 over the partial sums
+    for shape in [(1000, 5), (3000, 40)]:
+        run(*shape)
+    assert render.RENDER_STATS["renders"] == r1
+
+
 _OPS = {"sum": (clops.sum, np.sum), "max": (clops.max, np.max), "min": (clops.min, np.min),
         "prod": (clops.prod, np.prod), "mean": (clops.mean, np.mean),
         "any": (clops.any, np.any), "all": (clops.all, np.all)}
