@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import linalg  # noqa: E402  (the Array API linalg extension)
 from .array.api import *  # noqa: F403  (the Array API namespace)
 from .array.api import __all__ as _array_all
-from .compiler.jit import jit
+from .array.jit import JitError, jit
 from .runtime import (
     BuildError,
     CLDevice,
@@ -41,7 +41,16 @@ from .runtime.streams import current_queue, stream, use_queue  # noqa: E402
 from .transfer import from_host_async, to_host_future  # noqa: E402
 
 
+_LAZY = ("llm", "nn", "providers")  # subpackages imported on first use: clops.llm.load()
+
+
 def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        mod = importlib.import_module(f".{name}", __name__)
+        globals()[name] = mod
+        return mod
     # The fft extension is imported on first use (it brings its providers with it).
     if name == "fft":
         import importlib

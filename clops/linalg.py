@@ -236,10 +236,9 @@ def _on_device(x: Tensor) -> bool:
 
 def _lu(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(LU factors in a new contiguous tensor, pivots, row-swap counts) of square ``x``."""
-    from .array.kernel_ops import contiguous, new, no_jit
+    from .array.kernel_ops import contiguous, new
     from .kernels import array_kernels as ak
 
-    no_jit("an LU factorization (linalg kernel)")
     n = x.shape[-1]
     batch = int(np.prod(x.shape[:-2]))
     lu = new(x.shape, x.dtype, x.device)
@@ -277,10 +276,9 @@ def cholesky(x: Tensor, /, *, upper: bool = False) -> Tensor:
         if upper:
             L = np.conj(np.swapaxes(L, -1, -2))
         return _dev(L, x)
-    from .array.kernel_ops import contiguous, new, no_jit
+    from .array.kernel_ops import contiguous, new
     from .kernels import array_kernels as ak
 
-    no_jit("a Cholesky factorization (linalg kernel)")
     src = contiguous(x)
     out = new(x.shape, x.dtype, x.device)
     ak.cholesky(x.device, x.dtype, src.buffer, src.offset, out.buffer,
@@ -387,10 +385,9 @@ def qr(x: Tensor, /, *, mode: str = "reduced") -> QRResult:
         q, r = np.linalg.qr(_host(x), mode=mode)  # type: ignore[call-overload]
         return QRResult(_dev(q, x), _dev(r, x))
     from .array.creation import triu
-    from .array.kernel_ops import contiguous, new, no_jit
+    from .array.kernel_ops import contiguous, new
     from .kernels import array_kernels as ak
 
-    no_jit("a QR factorization (linalg kernel)")
     m, n = x.shape[-2:]
     k = min(m, n)
     qc = m if mode == "complete" else k
@@ -425,11 +422,10 @@ def _eps(d: _dt.DType) -> float:
 
 def _eigh_device(x: Tensor) -> tuple[Tensor, Tensor]:
     from .array.advanced_indexing import take_along_axis
-    from .array.kernel_ops import contiguous, new, no_jit
+    from .array.kernel_ops import contiguous, new
     from .array.sorting import argsort
     from .kernels import array_kernels as ak
 
-    no_jit("an eigendecomposition (linalg kernel)")
     n = x.shape[-1]
     src = contiguous(x)
     w = new(x.shape, x.dtype, x.device)
@@ -477,11 +473,10 @@ def eigvalsh(x: Tensor, /) -> Tensor:
 def _svd_device(x: Tensor, want_uv: bool, full: bool) -> tuple[Tensor, Tensor, Tensor]:
     """(U, S, Vh) of real ``x`` by one-sided Jacobi (U and Vh None-like when not wanted)."""
     from .array.advanced_indexing import take_along_axis
-    from .array.kernel_ops import contiguous, new, no_jit
+    from .array.kernel_ops import contiguous, new
     from .array.sorting import argsort
     from .kernels import array_kernels as ak
 
-    no_jit("a singular value decomposition (linalg kernel)")
     M, N = x.shape[-2:]
     batch = x.shape[:-2]
     wide = M < N

@@ -95,9 +95,9 @@ def _plan(x: Tensor, key: Any) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[
             if len(want) != k.ndim or any(ks not in (ws, 0) for ks, ws in zip(k.shape, want)):
                 raise IndexError(f"boolean index of shape {k.shape} does not match the "
                                  f"indexed dims {want}")
-            from .searching import nonzero
+            from .searching import nonzero_of
 
-            for c in nonzero(k):
+            for c in nonzero_of(k, "indexing with a boolean mask"):
                 masked.append(c)
                 basic.append(slice(None))
                 adv.append((vax, c))

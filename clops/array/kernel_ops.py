@@ -14,15 +14,14 @@ from ..graph import ir
 from ..graph.dtypes import DType
 from ..graph.ir import View, prod
 from ..kernels import array_kernels as ak
+from ..runtime import plan as _plan
 from .tensor import Tensor
 
 
-def no_jit(what: str) -> None:
-    """Hand-written kernels are launched outside the generated-code path that ``clops.jit``
-    captures: refuse them inside a captured function rather than replay without them."""
-    from ..compiler.jit import check_not_recording
-
-    check_not_recording(what)
+def data_dependent(what: str) -> None:
+    """``what`` sizes its result by values read back from the device: ``clops.jit`` cannot
+    replay that (it refuses, naming the op)."""
+    _plan.refuse(f"{what}, whose result's shape depends on the data")
 
 
 def contiguous(x: Tensor, dtype: DType | None = None) -> Tensor:
@@ -60,9 +59,10 @@ def wrap(buf: object, shape: Sequence[int], dtype: DType, device: object,
     return Tensor._from_buffer(buf, shape, dtype, device, strides, offset)  # type: ignore
 
 
-def read_int(t: Tensor, index: int) -> int:
-    """One element of a contiguous int64 tensor, read back to the host (a count)."""
-    no_jit("reading a count to the host")
+def read_int(t: Tensor, index: int, what: str) -> int:
+    """One element of a contiguous int64 tensor, read back to the host (the count that sizes
+    the result of ``what``)."""
+    data_dependent(what)
     host = np.empty(1, dtype=np.int64)
     t.device.read(host, t.buffer, (t.offset + index) * 8)
     return int(host[0])
@@ -71,7 +71,6 @@ def read_int(t: Tensor, index: int) -> int:
 def gather_flat(x: Tensor, offsets: Tensor) -> Tensor:
     """``x``'s elements at element offsets (relative to ``x``'s first element in its buffer,
     through its strides) given by the int64 tensor ``offsets``; result has its shape."""
-    no_jit("integer-array indexing (gather kernel)")
     x = x.realize()
     off = contiguous(offsets, _dt.int64)
     out = new(offsets.shape, x.dtype, x.device)
@@ -84,7 +83,6 @@ def scatter_flat(x: Tensor, offsets: Tensor, values: Tensor, unique: bool = True
     """Write ``values`` (shape of ``offsets``) into ``x``'s memory at ``offsets`` (in place).
     Offsets that may repeat (``unique`` False) are sorted first, so that the last write wins
     as in numpy, on every device."""
-    no_jit("integer-array assignment (scatter kernel)")
     from .tensor import _flush_readers
 
     x = x.realize()
@@ -103,7 +101,6 @@ def scatter_flat(x: Tensor, offsets: Tensor, values: Tensor, unique: bool = True
 
 def scan_last(x: Tensor, op: str, dtype: DType, include_initial: bool = False) -> Tensor:
     """Inclusive scan over the last axis of ``x`` in ``dtype`` (a new contiguous tensor)."""
-    no_jit("a cumulative sum or product (scan kernel)")
     kd = kernel_dtype(dtype)
     n = x.shape[-1] if x.ndim else 1
     rows = prod(x.shape[:-1]) if x.ndim else 1
@@ -118,7 +115,6 @@ def scan_last(x: Tensor, op: str, dtype: DType, include_initial: bool = False) -
 
 def sort_last(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
     """Stable sort over the last axis: (sorted values in ``x``'s dtype, int64 indices)."""
-    no_jit("sorting (sort kernel)")
     kd = kernel_dtype(x.dtype)
     n = x.shape[-1]
     rows = prod(x.shape[:-1])
@@ -132,17 +128,16 @@ def sort_last(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
     return k, i
 
 
-def flat_nonzero(flags: Tensor) -> Tensor:
+def flat_nonzero(flags: Tensor, what: str = "nonzero") -> Tensor:
     """Flat (row-major) positions of the true elements of a bool tensor, as int64 (reads the
     count back to size the result)."""
-    no_jit("nonzero (scan and compaction kernels)")
     f = contiguous(flags, _dt.bool_)
     n = f.size
     if n == 0:
         return new((0,), _dt.int64, flags.device)
     pos = scan_last(Tensor(ir.movement(f._node.resolve(), lambda v: v.reshape((n,))),
                            f.device), "sum", _dt.int64)
-    count = read_int(pos, n - 1)
+    count = read_int(pos, n - 1, what)
     out = new((count,), _dt.int64, flags.device)
     ak.compact_index(flags.device, out.buffer, f.buffer, f.offset, pos.buffer, pos.offset, n)
     return out
@@ -150,7 +145,6 @@ def flat_nonzero(flags: Tensor) -> Tensor:
 
 def searchsorted_flat(a: Tensor, v: Tensor, right: bool) -> Tensor:
     """Insertion points (int64, shape of ``v``) of ``v`` in the sorted 1-d ``a``."""
-    no_jit("searchsorted (search kernel)")
     d = _dt.promote_types(a.dtype, v.dtype) if a.dtype != v.dtype else a.dtype
     kd = kernel_dtype(d)
     aa = a if a.dtype == kd else contiguous(a, kd)

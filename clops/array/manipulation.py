@@ -280,7 +280,7 @@ def repeat(x: Tensor, repeats: int | Tensor, /, *, axis: int | None = None) -> T
     from .kernel_ops import read_int, scan_last, searchsorted_flat
 
     cum = scan_last(repeats, "sum", _dt.int64)
-    total = read_int(cum, n - 1) if n else 0
+    total = read_int(cum, n - 1, "repeat with a tensor of counts") if n else 0
     pos = searchsorted_flat(cum, arange(total, device=x.device), True)
     return take(x, pos, axis=ax)
 

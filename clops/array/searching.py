@@ -81,10 +81,15 @@ def nonzero(x: Tensor, /) -> tuple[Tensor, ...]:
     >>> clops.nonzero(clops.asarray([0, 3, 0, 4]))[0]
     Tensor([1, 3], dtype=int64, device=opencl:cpu:0)
     """
+    return nonzero_of(x, "nonzero")
+
+
+def nonzero_of(x: Tensor, what: str) -> tuple[Tensor, ...]:
+    """``nonzero(x)`` for ``what`` (named where ``clops.jit`` refuses it)."""
     if x.ndim == 0:
         raise ValueError("nonzero of a 0-d tensor is not defined; use nonzero(x[None])")
     flags = apply("not_equal", x, False if x.dtype.kind == "b" else 0)
-    flat = flat_nonzero(flags)
+    flat = flat_nonzero(flags, what)
     if x.ndim == 1:
         return (flat,)
     out = []

@@ -54,7 +54,7 @@ def _runs(x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         flags[0] = True
         if n > 1:
             flags[1:] = apply("not_equal", vals[1:], vals[:-1])
-    starts = flat_nonzero(flags)
+    starts = flat_nonzero(flags, "unique (the number of distinct values)")
     return vals, perm, flags, starts
 
 

@@ -15,6 +15,7 @@ from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.dtypes import DType
 from ..graph.ir import Node, View, prod
+from ..runtime import plan as _plan
 
 # Graph depth past which an op realizes its result at once (bounds kernel size and memory).
 MAX_DEPTH = 256
@@ -140,9 +141,7 @@ class Tensor:
     # -- host transfer -----------------------------------------------------------------------------
     def to_numpy(self) -> np.ndarray:
         """Copy to a new numpy array (waits for the device). bfloat16 comes back as float32."""
-        from ..compiler.jit import check_not_recording
-
-        check_not_recording("reading a tensor to the host")
+        _plan.refuse("a read of a tensor to the host")
         t = self.contiguous()
         n = t._load
         buf, v = n.arg

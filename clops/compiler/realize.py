@@ -12,7 +12,6 @@ import numpy as np
 
 from .. import _config
 from ..graph.ir import Node, View, contiguous_strides, prod
-from . import jit
 from .lower import (
     CPU_COL_LOCAL,
     GPU_COL_LOCAL,
@@ -139,9 +138,6 @@ def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
     writes = list(lw.out_buffers)
     if lw.combine is not None:
         writes += [lw.combine[0], lw.combine[1]]
-    if jit.RECORDING:
-        jit.RECORDING[-1].append((kernel, gsize, lsize, args, list(lw.leaf_buffers), writes,
-                                  name))
     device.launch(kernel, gsize, lsize, args, reads=lw.leaf_buffers, writes=writes, name=name)
 
 

@@ -11,7 +11,9 @@ import numpy as np
 
 from .. import array as _array  # noqa: F401 - makes sure the Tensor layer is loaded
 from ..array.tensor import Tensor
+from ..graph import ir
 from ..runtime import CLDevice
+from ..runtime import plan as _plan
 from . import launchers as L
 from .quant import DeviceWeight, PackedWeight, pack_float, pack_ggml
 
@@ -142,8 +144,9 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     """``x / sqrt(mean(x**2, -1) + eps) * weight``."""
     x, w = _f32(x), _f32(weight)
     m, k = _rows(x)
+    _check_norm_params("rms_norm", k, weight=w)
     out = _empty(x.shape, x.device)
-    L.rmsnorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w), m, k, eps).run(x.device)
+    L.rmsnorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w).buffer, m, k, eps).run(x.device)
     return out
 
 
@@ -151,16 +154,25 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Te
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last axis."""
     x, w, b = _f32(x), _f32(weight), _f32(bias)
     m, k = _rows(x)
+    _check_norm_params("layer_norm", k, weight=w, bias=b)
     out = _empty(x.shape, x.device)
-    L.layernorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w), _at0(b), m, k,
+    L.layernorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w).buffer, _at0(b).buffer, m, k,
                 eps).run(x.device)
     return out
 
 
-def _at0(t: Tensor) -> Any:
+def _check_norm_params(fn: str, k: int, **params: Tensor) -> None:
+    for what, t in params.items():
+        if t.shape != (k,):
+            raise ValueError(f"{fn}: x has {k} features on its last axis, {what} has shape "
+                             f"{t.shape}; it must be ({k},)")
+
+
+def _at0(t: Tensor) -> Tensor:
+    """``t`` (realized, contiguous) at the start of its own buffer: a device copy if not."""
     if t.offset:
-        t = _api().asarray(np.asarray(t), device=t.device).realize()
-    return t.buffer
+        t = Tensor(ir.ew("identity", [t._load], t.dtype), t.device).realize()
+    return t
 
 
 def _unary(x: Tensor, act: str) -> Tensor:
@@ -220,10 +232,11 @@ def rope(x: Tensor, positions: Tensor | np.ndarray | list[int], theta: float = 1
     dev = x.device
     m, heads, d = x.shape
     # a fresh copy: the kernel rotates in place
-    out = xp.astype(x, xp.float32, copy=True).contiguous().realize()
-    if out.offset:
-        out = xp.asarray(np.asarray(out), device=dev).realize()
-    pos = xp.asarray(np.asarray(positions, dtype=np.int32).reshape(m), device=dev).realize()
+    out = _at0(xp.astype(x, xp.float32, copy=True).contiguous().realize())
+    if isinstance(positions, Tensor):  # read where it is (no trip to the host)
+        pos = _at0(xp.astype(xp.reshape(positions, (m,)), xp.int32).contiguous().realize())
+    else:
+        pos = xp.asarray(np.asarray(positions, dtype=np.int32).reshape(m), device=dev)
     freq = xp.asarray(rope_frequencies(d, theta, scaling), device=dev).realize()
     L.rope(dev, out.buffer, 0, heads * d, pos.buffer, freq.buffer, m, heads, d,
            layout == "split").run(dev)
@@ -276,6 +289,8 @@ class KVCache:
         """Store ``k, v [M, kv_heads, head_dim]`` at positions ``length .. length + M - 1``."""
         from ..kernels import Launch, kernel
 
+        _plan.refuse("KVCache.append (its length is Python state that a replay would not "
+                     "advance; clops.llm's decode plans replay a cache)")
         m = k.shape[0]
         if self.length + m > self.max_seq:
             raise ValueError(f"KV cache full: {self.length} + {m} > {self.max_seq}")
@@ -301,8 +316,7 @@ class KVCache:
         pos0 = self.length - m
         state = xp.asarray(np.array([pos0, 0], np.int32), device=dev).realize()
         if m == 1:
-            if qf.offset:
-                qf = xp.asarray(np.asarray(qf), device=dev).realize()
+            qf = _at0(qf)
             need = L.part_nbytes(dev, self.max_seq, h, d)
             if self._part.nbytes < need:
                 self._part = dev.alloc(need)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import _config
-from ..runtime import interop, profiler
+from ..runtime import interop, plan, profiler
 from ..runtime.events import Event
 
 if TYPE_CHECKING:
@@ -265,6 +265,11 @@ def measure(call: Callable[[], Any], device: CLDevice, repeats: int = 3,
     """Seconds one ``call()`` takes once warm: one untimed call (builds, plans), then the best
     of ``repeats`` timed ones (fewer when a call is slower than ``budget_s``), each from enqueue
     to the queue's finish. Use the same function for both sides of a comparison."""
+    with plan.paused():  # measuring is not part of a function clops.jit captures
+        return _measure(call, device, repeats, budget_s)
+
+
+def _measure(call: Callable[[], Any], device: CLDevice, repeats: int, budget_s: float) -> float:
     call()
     device.synchronize()
     best = math.inf
@@ -323,6 +328,10 @@ def guarded_call(device: CLDevice, enqueue: Callable[[CLQueue], NativeEvent | No
     returns the library's event, or ``None`` when it gives none (a marker then stands for its
     work). After: the event is recorded on the buffers and in the profiler.
     """
+    if plan._ACTIVE[0]:
+        # a library's enqueue cannot be replayed alone: providers run as whole recorded steps
+        # (``plan.call``, as ``dispatch`` does)
+        plan.refuse(f"a {provider} {op} call made outside a recorded provider step")
     q = queue_of(device, queue)
     reads = list(reads)
     writes = list(writes)

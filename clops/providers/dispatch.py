@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import _config
+from ..runtime import plan
 from . import layout, stockham
 from .base import Operand, ProviderError, measure, queue_of
 from .registry import choose
@@ -137,15 +138,15 @@ def _run_matmul(provider: Any, op: str, x1: Tensor, x2: Tensor) -> Tensor:
     if op == "gemv":
         if x2.ndim == 1:
             y = layout.empty(dev, (x1.shape[0],), dt)
-            provider.gemv(dev, a, b, y)
+            _call(provider, "gemv", dev, a, b, y)
         else:  # x1 @ M = M^T @ x1
             bt = b.with_shape((b.shape[1], b.shape[0]), (b.strides[1], b.strides[0]))
             y = layout.empty(dev, (x2.shape[1],), dt)
-            provider.gemv(dev, bt, a, y)
+            _call(provider, "gemv", dev, bt, a, y)
         return tensor(y, dev)
     if op == "gemm":
         c = layout.empty(dev, (x1.shape[0], x2.shape[1]), dt)
-        provider.gemm(dev, a, b, c)
+        _call(provider, "gemm", dev, a, b, c)
         return tensor(c, dev)
     # batched: vectors become matrices, batch dims broadcast with stride 0
     if a.ndim == 1:
@@ -157,13 +158,20 @@ def _run_matmul(provider: Any, op: str, x1: Tensor, x2: Tensor) -> Tensor:
     b = _broadcast(b, batch)
     m, n = a.shape[-2], b.shape[-1]
     c = layout.empty(dev, batch + (m, n), dt)
-    provider.gemm_batched(dev, a, b, c)
+    _call(provider, "gemm_batched", dev, a, b, c)
     shape = batch + (m, n)
     if x1.ndim == 1:
         shape = batch + (n,)
     elif x2.ndim == 1:
         shape = batch + (m,)
     return tensor(c.with_shape(shape, layout.contiguous_strides(shape)), dev)
+
+
+def _call(provider: Any, op: str, dev: CLDevice, *operands: Operand, **params: Any) -> Any:
+    """``provider.run(op, ...)`` as one step of the launch seam: ``clops.jit`` records it whole
+    and calls it again on a replay's buffers (the last operand is the one written)."""
+    return plan.call(provider.run, op, dev, *operands, writes=[operands[-1].buffer],
+                     name=f"{provider.name} {op}", **params)
 
 
 def _broadcast(op: Operand, batch: tuple[int, ...]) -> Operand:
@@ -196,9 +204,17 @@ def fft_rows(op: str, device: CLDevice, x: Operand, y: Operand, *, inverse: bool
     if op == "fft":
         kw["inverse"] = inverse
     if provider is not None:
-        try:
-            return provider.run(op, device, x, y, **kw)  # type: ignore[no-any-return]
-        except ProviderError as e:
-            if _config.CONFIG.debug >= 1:
-                print(f"clops: {e}; running clops' own FFT kernels instead", file=sys.stderr)
+        return plan.call(_provider_fft, provider, op, device, x, y, writes=[y.buffer],  # type: ignore[no-any-return]
+                         name=f"{provider.name} {op}", **kw)
+    return stockham.run(op, device, x, y, queue=queue_of(device), **kw)
+
+
+def _provider_fft(provider: Any, op: str, device: CLDevice, x: Operand, y: Operand,
+                  **kw: Any) -> Event:
+    """The provider's FFT, or clops' own kernels where the provider fails at run time."""
+    try:
+        return provider.run(op, device, x, y, **kw)  # type: ignore[no-any-return]
+    except ProviderError as e:
+        if _config.CONFIG.debug >= 1:
+            print(f"clops: {e}; running clops' own FFT kernels instead", file=sys.stderr)
     return stockham.run(op, device, x, y, queue=queue_of(device), **kw)

@@ -1,5 +1,6 @@
 """Runtime, devices: ``CLDevice`` (context, queues, pool, program cache, capability probe) and
-the tracked launch and copy paths that every kernel and transfer of clops goes through."""
+the tracked launch and copy paths that every kernel and transfer of clops goes through (the
+seam of ``plan.py``: capture, dependency tracking and the profiler hook in there)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import numpy as np
 import pyopencl as cl
 
 from .. import _config
-from . import cmdbuf, discovery, profiler, rawenqueue, streams
+from . import cmdbuf, discovery, plan, profiler, rawenqueue, streams
 from .events import Event
 from .pool import Buffer, BufferPool
 from .program import ProgramCache
@@ -376,7 +377,10 @@ class CLDevice:
 
     # -- memory ------------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> Buffer:
-        return self.pool.alloc(nbytes)
+        buf = self.pool.alloc(nbytes)
+        if plan._ACTIVE[0]:
+            plan.note_alloc(buf)  # a jit replay allocates its own
+        return buf
 
     def memory_stats(self) -> dict[str, Any]:
         return self.pool.stats.as_dict()
@@ -408,6 +412,10 @@ class CLDevice:
                name: str | None = None) -> Event:
         """Enqueue ``kernel`` after the last writes of ``reads`` and the last writes and reads of
         ``writes`` (plus ``wait_for``); record the new event on those buffers."""
+        if plan._ACTIVE[0]:
+            plan.record(self, plan.Launch(kernel, tuple(global_size), None if local_size is None
+                                    else tuple(local_size), list(args), tuple(reads),
+                                    tuple(writes), name or "", queue))
         q = queue or streams.current_queue(self)  # the stream block's queue, if any
         deps = _wait_list(wait_for) if wait_for else []
         for b in reads:
@@ -507,6 +515,8 @@ class CLDevice:
         host = np.ascontiguousarray(host)
         if host.nbytes == 0:
             return Event(None, q)  # OpenCL rejects zero-byte copies
+        if plan._ACTIVE[0]:
+            plan.record(self, plan.Write(buf, host.copy(), offset, queue))
         deps = _wait_list(wait_for) + buf.write_deps(q)
         ev = cl.enqueue_copy(q.cl_queue, buf.mem, host, dst_offset=offset,
                              is_blocking=blocking, wait_for=deps or None)
@@ -521,6 +531,8 @@ class CLDevice:
              queue: CLQueue | None = None, wait_for: Sequence[Any] = (),
              blocking: bool = True) -> Event:
         """Device -> host copy from ``buf`` at byte ``offset`` into the contiguous ``host``."""
+        if plan._ACTIVE[0]:
+            plan.refuse("a read of device memory to the host")
         q = queue or streams.current_queue(self)  # the stream block's queue, if any
         if host.nbytes == 0:
             return Event(None, q)  # OpenCL rejects zero-byte copies
@@ -541,6 +553,8 @@ class CLDevice:
         q = queue or streams.current_queue(self)  # the stream block's queue, if any
         if nbytes == 0:
             return Event(None, q)
+        if plan._ACTIVE[0]:
+            plan.record(self, plan.Copy(dst, src, nbytes, dst_offset, src_offset, queue))
         deps = _wait_list(wait_for) + src.read_deps(q) + dst.write_deps(q)
         ev = cl.enqueue_copy(q.cl_queue, dst.mem, src.mem, byte_count=nbytes,
                              src_offset=src_offset, dst_offset=dst_offset,

@@ -147,6 +147,11 @@ def test_norms_and_activations(device):
     ln = (x - mu) / np.sqrt(var + 1e-5) * w + b
     np.testing.assert_allclose(np.asarray(nn.layer_norm(xt, _t(w, device), _t(b, device))),
                                ln, rtol=1e-4, atol=1e-4)
+    # parameters of another size were read out of bounds: refused, naming both sizes
+    with pytest.raises(ValueError, match="96 features.*weight has shape \\(95,\\)"):
+        nn.rms_norm(xt, _t(w[1:], device))
+    with pytest.raises(ValueError, match="bias has shape \\(97,\\)"):
+        nn.layer_norm(xt, _t(w, device), _t(np.ones(97, np.float32), device))
     np.testing.assert_allclose(np.asarray(nn.silu(xt)), x / (1 + np.exp(-x)), rtol=1e-5,
                                atol=1e-6)
     from math import erf, pi, sqrt

@@ -1,0 +1,320 @@
+"""Runtime, the launch seam: the commands clops enqueues (``Launch``, ``Copy``, ``Write``, a
+provider ``Call``), ``LaunchPlan`` (launches replayed with their arguments set once) and
+``Capture``, the recording that ``clops.jit`` replays.
+
+Every enqueue clops makes goes through one of ``CLDevice.launch`` / ``copy`` / ``write`` /
+``read`` (generated kernels, hand kernels, custom kernels, transfers), ``LaunchPlan.replay``
+(the LLM's decode and prompt steps) or ``providers.base.guarded_call`` (vendor libraries). Each
+of them hooks the capture in here, once: a launch, copy or host-to-device write is recorded; a
+device-to-host read, or a provider call that is not recorded as a whole ``Call``, is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .pool import Buffer
+
+if TYPE_CHECKING:
+    from .device import CLDevice, CLQueue
+    from .events import Event
+
+
+class JitError(RuntimeError):
+    """A ``clops.jit`` function did something a replay could not repeat (read a value back to
+    the host, made a shape that depends on the data, ...). The message names the op."""
+
+
+# -- the commands ---------------------------------------------------------------------------------
+Sub = Callable[[Any], Any]  # a buffer of the capture -> the buffer of this replay
+
+
+@dataclass
+class Launch:
+    """One kernel launch: what it runs, over what geometry, on which buffers."""
+
+    kernel: Any
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    args: list[Any]
+    reads: Sequence[Buffer] = ()
+    writes: Sequence[Buffer] = ()
+    name: str = ""
+    queue: CLQueue | None = None
+
+    def run(self, dev: CLDevice, queue: CLQueue | None = None,
+            wait_for: Sequence[Any] = ()) -> Event:
+        """Enqueue now through the device's tracked launch path."""
+        return dev.launch(self.kernel, self.global_size, self.local_size, self.args,
+                          reads=self.reads, writes=self.writes, queue=queue or self.queue,
+                          wait_for=wait_for, name=self.name or None)
+
+    def replay(self, dev: CLDevice, sub: Sub) -> None:
+        dev.launch(self.kernel, self.global_size, self.local_size, [sub(a) for a in self.args],
+                   reads=[sub(b) for b in self.reads], writes=[sub(b) for b in self.writes],
+                   queue=self.queue, name=self.name or None)
+
+
+@dataclass
+class Copy:
+    """A device-to-device copy of ``nbytes``."""
+
+    dst: Buffer
+    src: Buffer
+    nbytes: int
+    dst_offset: int = 0
+    src_offset: int = 0
+    queue: CLQueue | None = None
+
+    @property
+    def writes(self) -> tuple[Buffer]:
+        return (self.dst,)
+
+    def replay(self, dev: CLDevice, sub: Sub) -> None:
+        dev.copy(sub(self.dst), sub(self.src), self.nbytes, self.dst_offset, self.src_offset,
+                 queue=self.queue)
+
+
+@dataclass
+class Write:
+    """A host-to-device copy of data fixed at capture (a constant the function made)."""
+
+    buf: Buffer
+    host: np.ndarray
+    offset: int = 0
+    queue: CLQueue | None = None
+
+    @property
+    def writes(self) -> tuple[Buffer]:
+        return (self.buf,)
+
+    def replay(self, dev: CLDevice, sub: Sub) -> None:
+        dev.write(sub(self.buf), self.host, self.offset, queue=self.queue)
+
+
+@dataclass
+class Call:
+    """A call replayed as a whole (a vendor library's op): ``fn(*args, **kwargs)`` with the
+    buffers inside the arguments (also inside dataclasses, tuples, lists and dicts) replaced."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    writes: Sequence[Buffer] = ()
+    name: str = ""
+
+    def replay(self, dev: CLDevice | None, sub: Sub) -> None:
+        call(self.fn, *map_buffers(self.args, sub), writes=map_buffers(self.writes, sub),
+             name=self.name, **map_buffers(self.kwargs, sub))
+
+
+Step = Launch | Copy | Write | Call
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Stands for a buffer that each replay gives anew: an argument's (``"in"``) or a fresh
+    output's (``"out"``)."""
+
+    kind: str
+    index: int
+
+
+def map_buffers(obj: Any, sub: Sub) -> Any:
+    """``obj`` with every ``Buffer`` (or ``Slot``) in it replaced by ``sub(buffer)``."""
+    if isinstance(obj, Buffer | Slot):
+        return sub(obj)
+    if isinstance(obj, tuple):
+        return tuple(map_buffers(o, sub) for o in obj)
+    if isinstance(obj, list):
+        return [map_buffers(o, sub) for o in obj]
+    if isinstance(obj, dict):
+        return {k: map_buffers(v, sub) for k, v in obj.items()}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changed = {f.name: map_buffers(getattr(obj, f.name), sub)
+                   for f in dataclasses.fields(obj) if f.init}
+        return dataclasses.replace(obj, **changed)
+    return obj
+
+
+def buffers_in(obj: Any) -> list[Buffer]:
+    """Every ``Buffer`` inside ``obj`` (as ``map_buffers`` finds them)."""
+    found: list[Buffer] = []
+
+    def note(b: Buffer) -> Buffer:
+        found.append(b)
+        return b
+
+    map_buffers(obj, note)
+    return found
+
+
+# -- capture --------------------------------------------------------------------------------------
+class Capture:
+    """What a function enqueued, in order, while it ran once (``with capture() as cap:``).
+
+    ``allocated`` holds the buffers allocated meanwhile (a replay makes its own outputs; every
+    other buffer is the same memory on every replay). A step that cannot be recorded refuses
+    the capture: ``strict`` raises ``JitError`` at once, otherwise ``refused`` says what and the
+    rest of the run goes on uncaptured (eager)."""
+
+    def __init__(self, strict: bool = True) -> None:
+        self.steps: list[tuple[CLDevice | None, Step]] = []
+        self.allocated: weakref.WeakSet[Buffer] = weakref.WeakSet()
+        self.strict = strict
+        self.refused: str | None = None
+
+    def add(self, device: CLDevice | None, step: Step) -> None:
+        if self.refused is None:
+            self.steps.append((device, step))
+
+    def refuse(self, what: str) -> None:
+        if self.refused is not None:
+            return
+        msg = (f"clops.jit cannot capture {what}: a replay could not repeat it. Keep the "
+               "function on the device (return tensors and read them after the call), with "
+               "shapes that depend only on the arguments' shapes")
+        if self.strict:
+            raise JitError(msg)
+        self.refused = what
+        self.steps.clear()
+
+
+class _State(threading.local):
+    def __init__(self) -> None:
+        self.captures: list[Capture] = []
+        self.paused = 0
+
+
+_STATE = _State()
+_ACTIVE = [0]  # captures open on any thread: the seam's hot path tests this first
+
+
+def active() -> list[Capture]:
+    """The captures recording this thread's enqueues now (innermost last; none while paused)."""
+    if not _ACTIVE[0]:
+        return []
+    st = _STATE
+    return st.captures if st.captures and not st.paused else []
+
+
+def record(device: CLDevice | None, step: Step) -> None:
+    for cap in active():
+        cap.add(device, step)
+
+
+def refuse(what: str) -> None:
+    """Called where an enqueue cannot be replayed: refuses every capture open here."""
+    for cap in active():
+        cap.refuse(what)
+
+
+def note_alloc(buf: Buffer) -> None:
+    for cap in active():
+        cap.allocated.add(buf)
+
+
+@contextlib.contextmanager
+def capture(strict: bool = True) -> Iterator[Capture]:
+    """Record this thread's enqueues (nested captures each record them all)."""
+    cap = Capture(strict)
+    st = _STATE
+    st.captures.append(cap)
+    _ACTIVE[0] += 1
+    try:
+        yield cap
+    finally:
+        _ACTIVE[0] -= 1
+        st.captures.remove(cap)
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Work that is not part of the captured function (measuring a provider, say)."""
+    st = _STATE
+    st.paused += 1
+    try:
+        yield
+    finally:
+        st.paused -= 1
+
+
+def call(fn: Callable[..., Any], *args: Any, writes: Sequence[Buffer] = (), name: str = "",
+         **kwargs: Any) -> Any:
+    """Run ``fn(*args, **kwargs)`` now; where a capture is open, record it as one ``Call`` step
+    (a replay calls it again on its own buffers) instead of the enqueues it makes."""
+    caps = active()
+    if not caps:
+        return fn(*args, **kwargs)
+    step = Call(fn, args, kwargs, tuple(writes), name)
+    for cap in caps:
+        cap.add(None, step)
+    with paused():
+        return fn(*args, **kwargs)
+
+
+# -- launch plans ---------------------------------------------------------------------------------
+@dataclass
+class LaunchPlan:
+    """A fixed list of launches on one in-order queue, with arguments set once.
+
+    ``replay()`` costs one enqueue per launch and nothing else: sizes, positions and sampling
+    parameters that change between steps live in device buffers the kernels read. From the
+    second replay on, where the device records command buffers, a replay is one enqueue in all
+    (a plan replayed once, such as a prompt of a length not seen again, or of one launch, is
+    never recorded). A plan owns its buffers: its launches are not dependency-tracked; inside
+    a capture they are recorded (and replayed) one by one, tracked.
+    """
+
+    device: CLDevice
+    launches: list[Launch] = field(default_factory=list)
+    _ready: bool = False
+    _prepared: Any = None
+    _replays: int = 0
+
+    def add(self, launch: Launch) -> None:
+        self.launches.append(launch)
+        self._ready = False
+
+    def _prepare(self, record: bool) -> None:
+        for ln in self.launches:
+            ln.kernel.set_args(*[a.mem if isinstance(a, Buffer) else a for a in ln.args])
+        self._prepared = self.device.prepare_launches(
+            [(ln.kernel, ln.global_size, ln.local_size, ln.name) for ln in self.launches],
+            record=record)
+        self._ready = True
+
+    @property
+    def recorded(self) -> bool:
+        """Whether replays go through one command buffer."""
+        return self._ready and self._prepared.recorded is not None
+
+    def replay(self) -> None:
+        """Enqueue every launch in order on the device's default queue."""
+        if active():
+            for ln in self.launches:
+                ln.run(self.device, queue=self.device.queue)
+            return
+        # a single launch gains nothing from a recording
+        if not self._ready:
+            self._prepare(record=self._replays > 0 and len(self.launches) > 1)
+        elif self._replays == 1 and len(self.launches) > 1:
+            self._prepare(record=True)
+        self._replays += 1
+        self.device.enqueue_prepared(self._prepared)
+
+    def set_scalar(self, index: int, position: int, value: Any) -> None:
+        """Change one argument of one launch (for values fixed per call, not per step)."""
+        ln = self.launches[index]
+        ln.args[position] = value
+        ln.kernel.set_arg(position, value.mem if isinstance(value, Buffer) else value)
+        if self._prepared is not None and self._prepared.recorded is not None:
+            self._ready = False  # a recording holds the arguments it was made with
