@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import clops
 from clops import JitError
@@ -311,3 +313,56 @@ def test_lazy_work_from_before_the_call_is_not_replayed(device):
     pending = x * 5  # lazy, reads x's memory
     f(x)
     np.testing.assert_array_equal(np.asarray(pending), [5, 5, 5, 5])
+
+
+# -- random compositions of Array API ops ---------------------------------------------------------
+# Each op maps (x, y) of shape (n, n) to a new x of that shape, values kept moderate.
+_STEPS = {
+    "tanh": lambda x, y: clops.tanh(x),
+    "sin": lambda x, y: clops.sin(x),
+    "abs": lambda x, y: clops.abs(x),
+    "neg": lambda x, y: -x,
+    "add": lambda x, y: x + y,
+    "mul": lambda x, y: x * y,
+    "max": lambda x, y: clops.maximum(x, y),
+    "where": lambda x, y: clops.where(x > 0, x, y),
+    "matmul": lambda x, y: (x @ y) / x.shape[0],
+    "transpose": lambda x, y: x.mT,
+    "flip": lambda x, y: clops.flip(x, axis=0),
+    "roll": lambda x, y: clops.roll(x, 3, axis=1),
+    "center": lambda x, y: x - clops.mean(x, axis=0, keepdims=True),
+    "scale": lambda x, y: x / (clops.max(clops.abs(x), axis=1, keepdims=True) + 1),
+    "softmax": lambda x, y: clops.nn.softmax(x),
+    "cumsum": lambda x, y: clops.cumulative_sum(x, axis=1) / x.shape[1],
+    "sort": lambda x, y: clops.sort(x, axis=1),
+    "concat_slice": lambda x, y: clops.concat([x, y], axis=0)[::2],
+    "setitem": lambda x, y: _set_row(x, y),
+    "fft": lambda x, y: clops.real(clops.fft.fft(clops.astype(x, clops.complex64))) / x.shape[1],
+}
+
+
+def _set_row(x, y):
+    x = clops.asarray(x, copy=True)
+    x[1] = y[0]
+    return x
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(steps=st.lists(st.sampled_from(sorted(_STEPS)), min_size=1, max_size=5),
+       n=st.sampled_from([8, 64]), seed=st.integers(0, 2**16))
+def test_random_compositions_jit_equals_eager(device, steps, n, seed):
+    def fn(x, y):
+        for s in steps:
+            x = _STEPS[s](x, y)
+        return x, clops.sum(x, axis=0)
+
+    jitted = clops.jit(fn)
+    rng = np.random.default_rng(seed)
+    for call in range(3):
+        a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+        got = jitted(clops.asarray(a, device=device), clops.asarray(b, device=device))
+        want = fn(clops.asarray(a, device=device), clops.asarray(b, device=device))
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5,
+                                       equal_nan=True, err_msg=f"{steps}: call {call}")

@@ -1,0 +1,86 @@
+"""The launch seam (runtime/plan.py): every enqueue passes CLDevice's tracked launch and copy
+paths, prepared launch plans, or the providers' guarded call; the compiler does not reach up
+into the array layer. Source is read with ``ast``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+
+import clops
+from clops.runtime import plan
+
+ROOT = Path(clops.__file__).parent
+# Where enqueue functions may be called: the seam itself (device.py, any), the staging buffers'
+# host mappings, the event markers and barriers of interop, and the providers' guarded call
+# (which orders a library's work with them).
+ENQUEUERS = {"runtime/device.py": None, "runtime/staging.py": {"enqueue_map_buffer"},
+             "runtime/interop.py": {"enqueue_marker", "enqueue_barrier"},
+             "providers/base.py": {"enqueue_marker", "enqueue_barrier"}}
+
+
+def _enqueue_calls(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) \
+                else ""
+            if name.startswith("enqueue_") and name != "enqueue_prepared":  # clops' own
+                out.add(name)
+    return out
+
+
+def test_only_the_seam_calls_pyopencls_enqueues():
+    bad = []
+    for p in sorted(ROOT.rglob("*.py")):
+        rel = p.relative_to(ROOT).as_posix()
+        calls = _enqueue_calls(p)
+        allowed = ENQUEUERS.get(rel, set())
+        if allowed is None:
+            continue
+        extra = calls - allowed
+        if extra:
+            bad.append(f"{rel}: {sorted(extra)}")
+    assert not bad, "enqueue outside the launch seam:\n" + "\n".join(bad)
+
+
+def test_the_compiler_does_not_import_the_array_layer():
+    bad = []
+    for p in sorted((ROOT / "compiler").rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                mod = ("." * node.level) + (node.module or "")
+                if mod.startswith("..array") or mod.startswith("clops.array") or \
+                        (mod == ".." and any(a.name in ("array", "Tensor") for a in node.names)):
+                    bad.append(f"{p.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not bad, "\n".join(bad)
+
+
+def test_capture_records_launches_copies_and_writes_and_refuses_reads(device):
+    a = device.alloc(64)
+    b = device.alloc(64)
+    with plan.capture() as cap:
+        device.write(a, np.arange(16, dtype=np.float32))
+        device.copy(b, a, 64)
+        c = device.alloc(64)
+    kinds = [type(step).__name__ for _, step in cap.steps]
+    assert kinds == ["Write", "Copy"] and c in cap.allocated and a not in cap.allocated
+    host = np.empty(16, np.float32)
+    try:
+        with plan.capture():
+            device.read(host, b)
+    except plan.JitError as e:
+        assert "read of device memory to the host" in str(e)
+    else:
+        raise AssertionError("a read inside a capture must be refused")
+    with plan.capture(strict=False) as cap:
+        device.read(host, b)  # goes on, eagerly; the capture is void
+    assert cap.refused and not cap.steps
+    np.testing.assert_array_equal(host, np.arange(16))
+    with plan.capture() as cap, plan.paused():
+        device.copy(a, b, 64)
+    assert not cap.steps
