@@ -40,7 +40,6 @@ from .runtime.interop import keepalive, local_memory  # noqa: E402
 from .runtime.streams import current_queue, stream, use_queue  # noqa: E402
 from .transfer import from_host_async, to_host_future  # noqa: E402
 
-
 _LAZY = ("llm", "nn", "providers")  # subpackages imported on first use: clops.llm.load()
 
 

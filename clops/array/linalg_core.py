@@ -27,6 +27,12 @@ def matmul(x1: Any, x2: Any, /) -> Tensor:
     dtype = _dt.promote_types(x1.dtype, x2.dtype)
     if dtype.kind == "b":
         raise TypeError("matmul is not defined for bool tensors")
+    # -- a vendor library that CLOPS_PROVIDERS forces (+NAME) takes every product it can -----
+    from ..providers import dispatch
+
+    forced = dispatch.forced_matmul(x1, x2)
+    if forced is not None:
+        return forced
     # -- GPU GEMM (clops/kernels/gemm.py): large float32/float16 products; None otherwise --
     from ..kernels import gemm as _gemm
     from .creation import empty
@@ -39,8 +45,6 @@ def matmul(x1: Any, x2: Any, /) -> Tensor:
     k_dim = x1.shape[-1]
     work = (x1.size // max(k_dim, 1)) * (x2.size // max(k_dim, 1)) * k_dim if k_dim else 0
     if work >= PROVIDER_MIN_WORK:
-        from ..providers import dispatch
-
         provided = dispatch.matmul(x1, x2)
         if provided is not None:
             return provided

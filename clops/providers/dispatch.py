@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _config
 from ..runtime import plan
-from . import layout, stockham
+from . import layout, registry, stockham
 from .base import Operand, ProviderError, measure, queue_of
 from .registry import choose
 
@@ -114,6 +114,21 @@ def matmul(x1: Tensor, x2: Tensor, *,
         def generated_cost() -> float:
             return _generated_matmul_cost(x1.shape, x2.shape, dt, dev)
     provider = choose(op, dev, dt, key, generated_cost)
+    if provider is None:
+        return None
+    return _run_matmul(provider, op, x1, x2)
+
+
+def forced_matmul(x1: Tensor, x2: Tensor) -> Tensor | None:
+    """``x1 @ x2`` through a provider that ``CLOPS_PROVIDERS`` forces (``+NAME``), at any size
+    and ahead of clops' own GEMM kernels; ``None`` when none is forced or capable."""
+    if _generated_only() or x1.device is not x2.device:
+        return None
+    plan_ = _matmul_plan(x1, x2)
+    if plan_ is None:
+        return None
+    op, key = plan_
+    provider = registry.forced(op, x1.device, x1.dtype.name, key)
     if provider is None:
         return None
     return _run_matmul(provider, op, x1, x2)

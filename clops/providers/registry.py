@@ -264,6 +264,17 @@ def capable(op: str, device: CLDevice, dtype: str,
     return out
 
 
+def forced(op: str, device: CLDevice, dtype: Any, shape_key: Iterable[int]) -> Provider | None:
+    """The provider ``CLOPS_PROVIDERS`` forces (``+NAME``) for ``op`` here, if one is capable:
+    it takes the op at any size, ahead of clops' own kernels."""
+    from .base import dtype_name
+
+    for p, mode in capable(op, device, dtype_name(dtype), tuple(int(n) for n in shape_key)):
+        if mode == FORCE:
+            return p
+    return None
+
+
 def choose(op: str, device: CLDevice, dtype: Any, shape_key: Iterable[int],
            generated_cost: Callable[[], float] | None = None) -> Provider | None:
     """The provider to run ``op`` with, or ``None`` for the generated kernel.

@@ -127,3 +127,22 @@ def test_denied(device, clops_env):
     clops_env(CLOPS_PROVIDERS="-clblast")
     x = clops.asarray(rand(8, 8), device=device)
     assert dispatch.matmul(x, x) is None
+
+
+@needs_clblast
+@pytest.mark.parametrize("m,n,k", [(8, 8, 8), (3, 5, 2), (256, 256, 256)])
+def test_forced_provider_takes_every_product_it_can(device, clops_env, m, n, k):
+    # +clblast: small products (under the threshold that keeps them generated) and products
+    # clops' own GEMM kernels would take (gemm_cpu on CPUs: 256^3) all go to CLBlast
+    clops_env(CLOPS_PROVIDERS="+clblast")
+    a, b = rand(m, k), rand(k, n)
+    x, y = clops.asarray(a, device=device), clops.asarray(b, device=device)
+    with clops.profile() as prof:
+        got = np.asarray(clops.matmul(x, y))
+    calls = [r for r in prof.records if r.kind == "provider" and r.extra["provider"] == "clblast"]
+    assert len(calls) == 1
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+    clops_env(CLOPS_PROVIDERS="clblast")  # allowed, not forced: small ones stay generated
+    with clops.profile() as prof:
+        np.asarray(clops.matmul(x, y) if m * n * k < 1 << 21 else x + 0)
+    assert not [r for r in prof.records if r.kind == "provider"]
