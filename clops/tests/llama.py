@@ -1,0 +1,11 @@
+"""CLI alias: ``python3 -m clops.tests.llama -p "What's Oxygen?" -n 32`` is
+``python -m clops.llama`` (the seed's spelling of the LLM command)."""
+
+from __future__ import annotations
+
+import sys
+
+from ..llama import main
+
+if __name__ == "__main__":
+    sys.exit(main())
