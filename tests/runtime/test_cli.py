@@ -64,3 +64,12 @@ def test_seed_spelling_of_the_llm_command(device: CLDevice) -> None:
     for res in outs:
         assert res.returncode == 0, res.stdout + res.stderr
     assert outs[0].stdout == outs[1].stdout and outs[0].stdout.strip()
+
+
+def test_subpackages_are_attributes_of_clops() -> None:
+    code = ("import sys, clops; assert 'clops.llm' not in sys.modules; "
+            "print(callable(clops.llm.load), callable(clops.nn.linear), "
+            "callable(clops.providers.report))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and res.stdout.split() == ["True"] * 3, res.stderr

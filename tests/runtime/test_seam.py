@@ -13,12 +13,10 @@ import clops
 from clops.runtime import plan
 
 ROOT = Path(clops.__file__).parent
-# Where enqueue functions may be called: the seam itself (device.py, any), the staging buffers'
-# host mappings, the event markers and barriers of interop, and the providers' guarded call
-# (which orders a library's work with them).
-ENQUEUERS = {"runtime/device.py": None, "runtime/staging.py": {"enqueue_map_buffer"},
-             "runtime/interop.py": {"enqueue_marker", "enqueue_barrier"},
-             "providers/base.py": {"enqueue_marker", "enqueue_barrier"}}
+# Where work may be enqueued (kernels, copies, fills, maps): the seam itself (device.py), and
+# the staging buffers' host mappings. Markers and barriers order work and may be anywhere.
+ENQUEUERS = {"runtime/device.py": None, "runtime/staging.py": {"enqueue_map_buffer"}}
+ORDERING = {"enqueue_marker", "enqueue_barrier", "enqueue_wait_for_events"}
 
 
 def _enqueue_calls(path: Path) -> set[str]:
@@ -29,7 +27,8 @@ def _enqueue_calls(path: Path) -> set[str]:
             f = node.func
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) \
                 else ""
-            if name.startswith("enqueue_") and name != "enqueue_prepared":  # clops' own
+            if name.startswith("enqueue_") and name != "enqueue_prepared" and \
+                    name not in ORDERING:  # enqueue_prepared: CLDevice's own, for plans
                 out.add(name)
     return out
 
