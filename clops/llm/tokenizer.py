@@ -1,15 +1,17 @@
 """llm, tokenizer: a ``tokenizers.Tokenizer`` from a ``tokenizer.json`` or rebuilt from GGUF
-metadata (byte-level BPE for ``gpt2`` vocabularies, SentencePiece-style BPE with byte fallback
-for ``llama`` ones), plus the chat template of the model."""
+metadata (byte-level BPE for ``gpt2`` vocabularies, SentencePiece BPE with byte fallback for
+``llama`` ones), plus the chat template of the model."""
 
 from __future__ import annotations
 
 import functools
+import heapq
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 # Token types in GGUF metadata (llama.cpp's numbering).
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = (
@@ -56,8 +58,11 @@ class TextTokenizer:
     """
 
     def __init__(self, backend: Tokenizer, bos_id: int | None, eos_ids: Sequence[int],
-                 add_bos: bool, chat_template: str | None) -> None:
+                 add_bos: bool, chat_template: str | None,
+                 encoder: Callable[[str], list[int]] | None = None) -> None:
         self.backend = backend
+        # text -> ids where the backend's own model cannot do it exactly (SentencePiece BPE)
+        self.encoder = encoder
         self.bos_id = bos_id
         self.eos_ids = [i for i in eos_ids if i is not None]
         self.add_bos = add_bos
@@ -69,7 +74,10 @@ class TextTokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Token ids of ``text``; BOS is prepended only when asked and the model wants it."""
-        ids = self.backend.encode(text, add_special_tokens=False).ids
+        if self.encoder is not None:
+            ids = self.encoder(text)
+        else:
+            ids = self.backend.encode(text, add_special_tokens=False).ids
         if add_special_tokens and self.add_bos and self.bos_id is not None:
             ids = [self.bos_id] + ids
         return ids
@@ -114,25 +122,6 @@ def from_tokenizer_json(path: str, config: dict[str, Any] | None = None) -> Text
                          cfg.get("chat_template"))
 
 
-def _spm_merges(tokens: list[str], scores: Sequence[float]) -> list[tuple[str, str]]:
-    """BPE merges implied by a SentencePiece vocabulary: every split of a piece into two pieces
-    that are themselves in the vocabulary, best merged-piece score first."""
-    index = {t: i for i, t in enumerate(tokens)}
-    found: list[tuple[float, int, int, int, str, str]] = []
-    for piece, score in zip(tokens, scores):
-        local = []
-        for cut in range(1, len(piece)):
-            left, right = piece[:cut], piece[cut:]
-            if left in index and right in index:
-                local.append((index[left], index[right], left, right))
-        local.sort()
-        found.extend((-float(score), len(left), len(right), n, left, right)
-                     for n, (_, _, left, right) in enumerate(local))
-    # stable on ties, like the order the pieces were listed in
-    found.sort(key=lambda f: (f[0], f[1], f[2]))
-    return [(f[4], f[5]) for f in found]
-
-
 def from_gguf_metadata(meta: dict[str, Any], source: str = "GGUF file") -> TextTokenizer:
     """A tokenizer from the ``tokenizer.ggml.*`` metadata of a GGUF file."""
     kind = meta.get("tokenizer.ggml.model")
@@ -140,10 +129,12 @@ def from_gguf_metadata(meta: dict[str, Any], source: str = "GGUF file") -> TextT
     if not isinstance(tokens, list) or not tokens:
         raise ValueError(f"{source}: no tokenizer vocabulary (tokenizer.ggml.tokens)")
     types = meta.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens)
+    encoder = None
     if kind == "gpt2":
         backend, is_byte_level = _gguf_byte_level(meta, tokens), True
     elif kind == "llama":
         backend, is_byte_level = _gguf_sentencepiece(meta, tokens), False
+        encoder = SentencePieceBPE(meta, tokens, types).encode
     else:
         raise ValueError(f"{source}: tokenizer model {kind!r} is not supported (gpt2, llama)")
     alphabet = set(byte_alphabet().values())
@@ -163,7 +154,7 @@ def from_gguf_metadata(meta: dict[str, Any], source: str = "GGUF file") -> TextT
     eos_ids = [e for e in (eos, eot) if isinstance(e, int) and 0 <= e < len(tokens)]
     add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", kind == "llama"))
     return TextTokenizer(backend, bos if isinstance(bos, int) else None, eos_ids, add_bos,
-                         meta.get("tokenizer.chat_template"))
+                         meta.get("tokenizer.chat_template"), encoder)
 
 
 def _gguf_byte_level(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
@@ -189,28 +180,143 @@ def _gguf_byte_level(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
 
 
 def _gguf_sentencepiece(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
-    scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+    """The vocabulary, special tokens and decoder of a ``llama`` vocabulary. Its BPE model has
+    no merges: ids come from :class:`SentencePieceBPE`, which a merge table cannot express (it
+    merges by piece score, also through characters that are not pieces themselves)."""
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
-    merges = meta.get("tokenizer.ggml.merges")
-    if merges:
-        pairs = [tuple(m.split(" ", 1)) for m in merges]
-    else:
-        pairs = _spm_merges(tokens, scores)
     unk = meta.get("tokenizer.ggml.unknown_token_id")
     unk_tok = tokens[unk] if isinstance(unk, int) and 0 <= unk < len(tokens) else None
-    bpe = models.BPE(vocab=vocab, merges=pairs, unk_token=unk_tok, fuse_unk=True,
-                     byte_fallback=True)
-    tk = Tokenizer(bpe)
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=unk_tok, fuse_unk=True,
+                              byte_fallback=True))
     prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
-    tk.pre_tokenizer = pre_tokenizers.Metaspace(
-        replacement="\u2581", prepend_scheme="first" if prefix else "never", split=False)
+    # what the encoder does to the text, for the backend's own encode (coarse: no merges)
+    norm = [normalizers.Prepend("\u2581")] if prefix else []
+    tk.normalizer = normalizers.Sequence(norm + [normalizers.Replace(" ", "\u2581")])
     steps = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
     if prefix:
         steps.append(decoders.Strip(content=" ", left=1, right=0))
     tk.decoder = decoders.Sequence(steps)
     return tk
+
+
+class SentencePieceBPE:
+    """Text -> ids the way the ``sentencepiece`` library encodes with a BPE model (llama's
+    ``tokenizer.model``: add_dummy_prefix, no whitespace removal, byte fallback), as llama.cpp's
+    SPM tokenizer does too (but for unused pieces, which llama.cpp emits as they are).
+
+    Spaces become U+2581 and every text fragment at the start or after a special or
+    user-defined token gets one in front, even one that already starts with a space. The text
+    starts as one symbol per character; the adjacent pair whose concatenation is the
+    best-scoring piece (leftmost on ties) is merged until no pair forms a piece, characters that
+    are not pieces included. Symbols that are unused pieces are split back into what they were
+    merged from; other unused pieces and symbols that are not pieces become their UTF-8 byte
+    tokens (``<0xAB>``), or one unknown token per run where those are missing.
+    """
+
+    def __init__(self, meta: dict[str, Any], tokens: list[str], types: Sequence[int]) -> None:
+        raw = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+        self.scores = [float(x) for x in raw]
+        self.add_prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
+        self.pieces: dict[str, int] = {}  # what merges may form (sentencepiece's pieces_)
+        added: dict[str, int] = {}
+        first: dict[str, int] = {}
+        for i, (t, ty) in enumerate(zip(tokens, types)):
+            first.setdefault(t, i)
+            if ty in (TOKEN_NORMAL, TOKEN_USER_DEFINED, TOKEN_UNUSED):
+                self.pieces.setdefault(t, i)
+            if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED) and t:
+                added.setdefault(t, i)
+        self.unused = {i for i, ty in enumerate(types) if ty == TOKEN_UNUSED}
+        self.byte_ids = [first.get(f"<0x{b:02X}>") for b in range(256)]
+        unk = meta.get("tokenizer.ggml.unknown_token_id")
+        if not (isinstance(unk, int) and 0 <= unk < len(tokens)):
+            unk = next((i for i, ty in enumerate(types) if ty == TOKEN_UNKNOWN), None)
+        self.unk_id: int | None = unk
+        # Character pairs inside some piece: no merge crosses a boundary between two others,
+        # so the text is encoded in independent (and cached) stretches cut there.
+        self.bigrams = {p[k:k + 2] for p in self.pieces for k in range(len(p) - 1)}
+        self.added = added
+        # special tokens are matched in the raw text first, longest first (like transformers)
+        self.added_re = (re.compile("|".join(re.escape(t) for t in
+                                             sorted(added, key=len, reverse=True)))
+                         if added else None)
+        self._stretch = functools.lru_cache(maxsize=1 << 16)(self._merge)
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        pos, after_special = 0, True
+        if self.added_re is not None:
+            for m in self.added_re.finditer(text):
+                if m.start() > pos:
+                    self._fragment(text[pos:m.start()], after_special, out)
+                out.append(self.added[m.group()])
+                pos, after_special = m.end(), True
+        if pos < len(text):
+            self._fragment(text[pos:], after_special, out)
+        return out
+
+    def _fragment(self, text: str, prefix: bool, out: list[int]) -> None:
+        s = ("\u2581" if prefix and self.add_prefix else "") + text.replace(" ", "\u2581")
+        start, n0 = 0, len(out)
+        for k in range(1, len(s) + 1):
+            if k == len(s) or s[k - 1:k + 1] not in self.bigrams:
+                out.extend(self._stretch(s[start:k]))
+                start = k
+        if self.unk_id is not None:  # one unknown token per run, like sentencepiece
+            unk = self.unk_id
+            out[n0:] = [t for j, t in enumerate(out[n0:], n0)
+                        if not (t == unk and j > n0 and out[j - 1] == unk)]
+
+    def _merge(self, s: str) -> tuple[int, ...]:
+        sym = list(s)
+        nxt = list(range(1, len(sym) + 1))
+        prv = list(range(-1, len(sym) - 1))
+        heap: list[tuple[float, int, int, str]] = []
+        rev: dict[str, tuple[str, str]] = {}
+
+        def pair(left: int, right: int) -> None:
+            if left < 0 or right >= len(sym):
+                return
+            piece = sym[left] + sym[right]
+            i = self.pieces.get(piece)
+            if i is not None:
+                heapq.heappush(heap, (-self.scores[i], left, right, piece))
+                if i in self.unused:
+                    rev[piece] = (sym[left], sym[right])
+
+        for k in range(len(sym) - 1):
+            pair(k, k + 1)
+        while heap:
+            _, left, right, piece = heapq.heappop(heap)
+            if not sym[left] or not sym[right] or len(sym[left]) + len(sym[right]) != len(piece):
+                continue  # stale: one side was merged since
+            sym[left], sym[right] = piece, ""
+            nxt[left] = nxt[right]
+            if nxt[left] < len(sym):
+                prv[nxt[left]] = left
+            pair(prv[left], left)
+            pair(left, nxt[left])
+        out: list[int] = []
+        for piece in sym:
+            if piece:
+                self._emit(piece, rev, out)
+        return tuple(out)
+
+    def _emit(self, piece: str, rev: dict[str, tuple[str, str]], out: list[int]) -> None:
+        i = self.pieces.get(piece)
+        if i is not None and i in self.unused and piece in rev:
+            for part in rev[piece]:
+                self._emit(part, rev, out)
+        elif i is not None and i not in self.unused:
+            out.append(i)
+        else:  # not a piece, or an unused one that was not merged: unknown
+            ids = [self.byte_ids[b] for b in piece.encode("utf-8")]
+            if all(b is not None for b in ids):
+                out.extend(b for b in ids if b is not None)
+            elif self.unk_id is not None:
+                out.append(self.unk_id)
 
 
 def load_hf_tokenizer_config(path: str) -> dict[str, Any]:
