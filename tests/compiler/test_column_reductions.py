@@ -65,14 +65,15 @@ def _launches(fn):
     return out, R.STATS["launches"] - before
 
 
-@pytest.mark.parametrize("shape,axis,split", [((4096, 300), 0, True), ((50, 40), 0, False),
-                                                ((33, 17, 64), (0, 1), True)])
+@pytest.mark.parametrize("shape,axis,split", [((10000, 300), 0, True), ((50, 40), 0, False),
+                                                ((4096, 300), 0, False),
+                                                ((33, 257, 64), (0, 1), True)])
 def test_column_sums_split_while_long(gpu_path, shape, axis, split):
     a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     x = clops.asarray(a, device=gpu_path).realize()
     got, n = _launches(lambda: np.asarray(clops.sum(x, axis=axis)))
     np.testing.assert_allclose(got, a.sum(axis=axis, dtype=np.float64), rtol=1e-4, atol=1e-4)
-    # parts of at least GPU_COL_MIN_CHUNK reduced elements: 50 stay whole
+    # columns of at least GPU_COL_MIN_SPLIT reduced elements are split, shorter ones not
     assert (n >= 2) if split else (n == 1)
 
 
@@ -88,13 +89,13 @@ def test_new_shapes_render_nothing_within_a_plan(gpu_path):
 
     run(9, 5)
     r0 = render.RENDER_STATS["renders"]
-    for shape in [(3, 2), (17, 11), (1, 40), (64, 3), (255, 7)]:
+    for shape in [(3, 2), (17, 11), (1, 40), (64, 3), (4000, 7)]:
         run(*shape)
     assert render.RENDER_STATS["renders"] == r0
-    run(4096, 3)
+    run(9000, 3)
     r1 = render.RENDER_STATS["renders"]
     assert r1 == r0 + 2  # stage 1 over the parts, stage 2 over the partial sums
-    for shape in [(1000, 5), (3000, 40)]:
+    for shape in [(10000, 5), (12000, 40)]:
         run(*shape)
     assert render.RENDER_STATS["renders"] == r1
 

@@ -143,6 +143,10 @@ def test_sentencepiece_bpe_matches_sentencepiece_on_random_vocabularies():
     that are no pieces, and no byte fallback (one unknown token per run)."""
     rng = random.Random(1234)
     alphabet = "ab \u2581c\u00e9\u65e5"
+    spm = pytest.importorskip("sentencepiece")
+    # NOTE: sentencepiece 0.2.2 emits an unused piece as itself where there is no byte
+    # fallback; 0.2.3 (and clops) split it back or give <unk>. Older versions: no unused pieces.
+    p_unused = 0.15 if tuple(int(v) for v in spm.__version__.split(".")[:3]) >= (0, 2, 3) else 0
     for _ in range(80):
         byte_fallback = rng.random() < 0.7
         pieces = sorted({"".join(rng.choice(alphabet.replace(" ", "")) for _ in
@@ -153,7 +157,7 @@ def test_sentencepiece_bpe_matches_sentencepiece_on_random_vocabularies():
         tied = rng.random() < 0.4
         scores = [0.0] * len(head) + [float(rng.randint(-3, 0)) if tied else -float(i)
                                       for i in range(len(pieces))]
-        types = [2, 3, 3] + [6] * (len(head) - 3) + [5 if rng.random() < 0.15 else 1
+        types = [2, 3, 3] + [6] * (len(head) - 3) + [5 if rng.random() < p_unused else 1
                                                        for _ in pieces]
         tokens = head + pieces
         sp = _spm_processor(tokens, scores, types, byte_fallback)
