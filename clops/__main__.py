@@ -4,6 +4,7 @@ runs a short computation on the default device and checks it against numpy."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -91,12 +92,19 @@ def main(argv: list[str] | None = None) -> int:
     p_info.add_argument("--no-probe", action="store_true", help="skip compile-and-run probes")
     sub.add_parser("demo", help="run a short computation on the default device")
     args = parser.parse_args(argv)
-    if args.cmd == "info":
-        return info(probe=not args.no_probe)
-    if args.cmd == "demo":
-        return demo()
-    parser.print_help()
-    return 0
+    commands = {"info": lambda: info(probe=not args.no_probe), "demo": demo}
+    if args.cmd not in commands:
+        parser.print_help()
+        return 0
+    try:
+        return commands[args.cmd]()
+    except (LookupError, ValueError) as e:  # CLOPS_DEVICE names no device, or a bad selector
+        message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -129,7 +129,6 @@ def _capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, An
     ins: dict[int, int] = {}
     for i, t in enumerate(tensors):
         ins.setdefault(id(t.buffer), i)
-    written = {id(b) for _, step in cap.steps for b in step.writes}
     fresh: dict[int, int] = {}
     out_allocs: list[tuple[Any, int]] = []
     outputs: list[tuple[Any, View, Any, Any]] = []
@@ -138,8 +137,8 @@ def _capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, An
         src: Any = buf
         if id(buf) in ins:
             src = Slot("in", ins[id(buf)])
-        elif buf in cap.allocated and id(buf) in written:
-            # made by the call: each replay writes a new one (earlier results stay valid)
+        elif buf in cap.allocated:
+            # made by the call: each replay makes a new one (earlier results stay valid)
             if id(buf) not in fresh:
                 fresh[id(buf)] = len(out_allocs)
                 out_allocs.append((t.device, buf.nbytes))

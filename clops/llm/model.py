@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +106,11 @@ class Model:
         self._alloc(float16_copies)
         self._plans: dict[tuple[int, str, bool], LaunchPlan] = {}
         self._sampler: dict[str, Any] = {}
+        # NOTE: the buffers above, the KV cache and the plans hold one sequence: a generation
+        # or logits call holds the model until it ends (three threads sharing a model without
+        # this got wrong text for 8 of 12 generations, and no error)
+        self._lock = threading.Lock()
+        self._holder: int | None = None
 
     # -- loading -----------------------------------------------------------------------------
     def _load_weights(self, src: WeightSource, progress: bool) -> None:
@@ -324,6 +331,22 @@ class Model:
                 _apply_sampler(plan.launches[-1], plan, params)
 
     # -- running ---------------------------------------------------------------------------------
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the model for one call: other threads wait; this thread, already holding it
+        (an unfinished ``generate`` iterator), gets an error rather than waiting forever."""
+        me = threading.get_ident()
+        if self._holder == me:
+            raise RuntimeError(
+                "this model is already generating in this thread (an unfinished generate() "
+                "iterator): finish or close() that iterator first, or load a second model")
+        with self._lock:
+            self._holder = me
+            try:
+                yield
+            finally:
+                self._holder = None
+
     def _start(self, ids: Sequence[int]) -> None:
         """Reset the sequence to ``ids`` (positions 0..n-1 on the device)."""
         n = len(ids)
@@ -357,12 +380,13 @@ class Model:
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:
         """Next-token logits at every position of ``ids``: float32 ``[len(ids), vocab]``."""
-        self._start(ids)
-        V = self.config.vocab_size
-        out = np.empty((len(ids), V), np.float32)
-        for s, m in self._prefill(len(ids), "all", False):
-            self.device.read(out[s:s + m], self.logits_buf)
-        return out
+        with self._exclusive():
+            self._start(ids)
+            V = self.config.vocab_size
+            out = np.empty((len(ids), V), np.float32)
+            for s, m in self._prefill(len(ids), "all", False):
+                self.device.read(out[s:s + m], self.logits_buf)
+            return out
 
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 128,
                      temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
@@ -370,50 +394,56 @@ class Model:
                      seed: int | None = None,
                      stop_ids: Sequence[int] = ()) -> Iterator[int]:
         """New token ids after ``ids``, one at a time as they are chosen."""
-        if max_new_tokens <= 0:
-            return
-        if seed is None:
-            seed = int.from_bytes(np.random.default_rng().bytes(4), "little")
-        self._set_sampler(temperature=float(temperature), top_k=int(top_k),
-                          top_p=float(top_p), min_p=float(min_p),
-                          penalty=float(repetition_penalty), seed=int(seed) & 0xFFFFFFFF)
-        dev = self.device
-        st = self.stats = GenerationStats(prompt_tokens=len(ids))
-        t0 = time.perf_counter()
-        self._start(ids)
-        for _ in self._prefill(len(ids), "last", True):
-            pass
-        budget = min(max_new_tokens, self.max_seq - len(ids))
-        if budget <= 0:
-            return
-        decode = self._plan(1, "last", True)
-        pos = len(ids)
-        produced = 0
-        stops = set(stop_ids)
-        host = np.empty(1, np.int32)
-        ev = dev.read(host, self.tokens, pos * 4, blocking=False)
-        t1 = None
-        while True:
-            # PERF: the next step is enqueued before this token is waited for, so the host's
-            # work on a token overlaps the device's work on the next one.
-            if produced + 1 < budget:
-                decode.replay()
-            ev.wait()
-            tok = int(host[0])
-            produced += 1
-            if t1 is None:
-                t1 = time.perf_counter()
-                st.prefill_s = t1 - t0
-            st.new_tokens = produced
-            st.decode_s = time.perf_counter() - t1
-            if tok in stops:
+        with self._exclusive():
+            if max_new_tokens <= 0:
                 return
-            yield tok
-            if produced >= budget:
+            if seed is None:
+                seed = int.from_bytes(np.random.default_rng().bytes(4), "little")
+            temperature = float(temperature)
+            if not math.isfinite(temperature) or temperature < 0:
+                raise ValueError(f"temperature must be 0 (greedy) or positive, got {temperature}")
+            if temperature < 1e-6:
+                temperature = 0.0  # greedy is its limit; 1/temperature overflows float32
+            self._set_sampler(temperature=temperature, top_k=int(top_k),
+                              top_p=float(top_p), min_p=float(min_p),
+                              penalty=float(repetition_penalty), seed=int(seed) & 0xFFFFFFFF)
+            dev = self.device
+            st = self.stats = GenerationStats(prompt_tokens=len(ids))
+            t0 = time.perf_counter()
+            self._start(ids)
+            for _ in self._prefill(len(ids), "last", True):
+                pass
+            budget = min(max_new_tokens, self.max_seq - len(ids))
+            if budget <= 0:
                 return
-            pos += 1
+            decode = self._plan(1, "last", True)
+            pos = len(ids)
+            produced = 0
+            stops = set(stop_ids)
             host = np.empty(1, np.int32)
             ev = dev.read(host, self.tokens, pos * 4, blocking=False)
+            t1 = None
+            while True:
+                # PERF: the next step is enqueued before this token is waited for, so the host's
+                # work on a token overlaps the device's work on the next one.
+                if produced + 1 < budget:
+                    decode.replay()
+                ev.wait()
+                tok = int(host[0])
+                produced += 1
+                if t1 is None:
+                    t1 = time.perf_counter()
+                    st.prefill_s = t1 - t0
+                st.new_tokens = produced
+                st.decode_s = time.perf_counter() - t1
+                if tok in stops:
+                    return
+                yield tok
+                if produced >= budget:
+                    return
+                pos += 1
+                host = np.empty(1, np.int32)
+                ev = dev.read(host, self.tokens, pos * 4, blocking=False)
 
     def generate(self, prompt: str | list[dict[str, str]], max_new_tokens: int = 128,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,

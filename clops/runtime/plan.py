@@ -196,6 +196,7 @@ class _State(threading.local):
 
 _STATE = _State()
 _ACTIVE = [0]  # captures open on any thread: the seam's hot path tests this first
+_ACTIVE_LOCK = threading.Lock()
 
 
 def active() -> list[Capture]:
@@ -228,11 +229,13 @@ def capture(strict: bool = True) -> Iterator[Capture]:
     cap = Capture(strict)
     st = _STATE
     st.captures.append(cap)
-    _ACTIVE[0] += 1
+    with _ACTIVE_LOCK:
+        _ACTIVE[0] += 1
     try:
         yield cap
     finally:
-        _ACTIVE[0] -= 1
+        with _ACTIVE_LOCK:
+            _ACTIVE[0] -= 1
         st.captures.remove(cap)
 
 

@@ -371,3 +371,10 @@ def test_random_compositions_jit_equals_eager(device, steps, n, seed):
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5,
                                        equal_nan=True, err_msg=f"{steps}: call {call}")
+
+
+def test_outputs_made_by_the_call_are_new_every_call(device):
+    f = clops.jit(lambda x: (clops.empty(3, device=x.device), x + 1))
+    x = clops.asarray(np.zeros(3, np.float32), device=device)
+    (e1, _), (e2, _) = f(x), f(x)
+    assert e1.buffer is not e2.buffer

@@ -44,6 +44,15 @@ def test_demo(device: CLDevice) -> None:
     assert "matches numpy" in res.stdout and "WRONG" not in res.stdout
 
 
+def test_a_device_that_is_not_there_is_one_line_not_a_traceback() -> None:
+    for cmd in ("info", "demo"):
+        res = _run(cmd, env={"CLOPS_DEVICE": "cpu:99"})
+        assert res.returncode == 2, res.stdout + res.stderr
+        lines = res.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("python -m clops: error: no OpenCL "
+                                                       "device matches"), res.stderr
+
+
 def test_no_command_prints_help() -> None:
     res = _run()
     assert res.returncode == 0
