@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import _config
-from ..runtime import profiler
+from ..runtime import cachefiles, profiler
 from .base import Provider
 
 if TYPE_CHECKING:
@@ -180,30 +180,24 @@ def _costs() -> dict[str, dict[str, float]]:
         _COSTS = {}
         if _config.CONFIG.disk_cache:
             try:
-                with open(_cache_path()) as f:
-                    data = json.load(f)
-                if isinstance(data, dict):
-                    _COSTS = {k: {n: float(s) for n, s in v.items()} for k, v in data.items()
-                              if isinstance(v, dict)}
-            except (OSError, ValueError, TypeError, AttributeError):
-                pass
+                data = json.loads(cachefiles.read_file(_cache_path(), 1 << 24))
+            except (OSError, ValueError, RecursionError):  # missing, a pipe, garbage
+                data = {}
+            # entry by entry: a bad one (a list, a string cost) is dropped, not the table
+            for k, v in (data.items() if isinstance(data, dict) else ()):
+                if isinstance(k, str) and isinstance(v, dict):
+                    _COSTS[k] = {n: float(c) for n, c in v.items()
+                                 if isinstance(n, str) and type(c) in (int, float)}
     return _COSTS
 
 
 def _save() -> None:
     if not _config.CONFIG.disk_cache or _COSTS is None:
         return
-    path = _cache_path()
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            # NOTE: json has no infinity; a failed measurement is stored as a huge number.
-            json.dump({k: {n: (s if math.isfinite(s) else 1e30) for n, s in v.items()}
-                       for k, v in _COSTS.items()}, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    # NOTE: json has no infinity; a failed measurement is stored as a huge number.
+    text = json.dumps({k: {n: (c if math.isfinite(c) else 1e30) for n, c in v.items()}
+                       for k, v in _COSTS.items()}, indent=1, sort_keys=True)
+    cachefiles.write_file(_cache_path(), text.encode())
 
 
 def clear_choices(disk: bool = False) -> None:

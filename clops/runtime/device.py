@@ -21,7 +21,7 @@ import numpy as np
 import pyopencl as cl
 
 from .. import _config
-from . import cmdbuf, discovery, plan, profiler, rawenqueue, streams
+from . import cachefiles, cmdbuf, discovery, plan, profiler, rawenqueue, streams
 from .events import Event
 from .pool import Buffer, BufferPool
 from .program import ProgramCache
@@ -32,12 +32,7 @@ _COMPLETE = cl.command_execution_status.COMPLETE
 
 def cache_dir() -> str:
     """Where program binaries and probe results are kept (``CLOPS_CACHE_DIR``)."""
-    d = _config.cache_dir()
-    if not d:
-        import platformdirs
-
-        d = platformdirs.user_cache_dir("clops")
-    return d
+    return cachefiles.root()
 
 
 @dataclass(frozen=True)
@@ -580,23 +575,23 @@ def _probe_path() -> str:
 
 def _load_probes() -> dict[str, dict[str, Any]]:
     try:
-        with open(_probe_path()) as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+        data = json.loads(cachefiles.read_file(_probe_path(), 1 << 20))
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError, RecursionError):  # CacheEntryError is a ValueError
+        data = {}
+    # Each device's entry is kept only as a table of probe name -> bool; anything else (a list,
+    # "yes", garbage) is dropped, so that the probe runs again, and the file is rewritten.
+    clean = {key: {k: v for k, v in entry.items() if isinstance(k, str) and type(v) is bool}
+             for key, entry in (data.items() if isinstance(data, dict) else ())
+             if isinstance(key, str) and isinstance(entry, dict)}
+    if clean != data:
+        _save_probes(clean)
+    return clean
 
 
 def _save_probes(data: dict[str, dict[str, Any]]) -> None:
-    path = _probe_path()
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    cachefiles.write_file(_probe_path(), json.dumps(data, indent=1).encode())
 
 
 # -- selection --------------------------------------------------------------------------------

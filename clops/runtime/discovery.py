@@ -1,16 +1,24 @@
-"""Runtime, discovery: finds OpenCL platforms (registering a lone vendor driver if needed)
-and turns selector strings such as ``"gpu:1"`` or ``"pocl"`` into devices."""
+"""Runtime, discovery: finds OpenCL platforms (registering a lone vendor driver if needed, and
+pointing PoCL's kernel cache into clops' cache folder) and turns selector strings such as
+``"gpu:1"`` or ``"pocl"`` into devices."""
 
 from __future__ import annotations
 
+import atexit
 import ctypes.util
 import glob
 import hashlib
 import os
+import shutil
+import stat
 import tempfile
+import warnings
 from dataclasses import dataclass
 
 import pyopencl as cl
+
+from .. import _config
+from . import cachefiles
 
 # Vendor driver libraries that are often installed without an ICD file (containers that mount
 # the driver but not /etc/OpenCL/vendors). Name in the ICD file -> selector name.
@@ -97,19 +105,69 @@ def _register_unlisted_drivers() -> str | None:
             files[os.path.basename(path)] = src.read()
     for lib in missing:
         files[f"clops-{_VENDOR_LIBRARIES[lib]}.icd"] = lib + "\n"
-    # One folder per set of ICD files, reused by every later process (no litter).
-    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
-    folder = os.path.join(tempfile.gettempdir(), f"clops-icd-{os.getuid()}-{digest}")
-    os.makedirs(folder, exist_ok=True)
-    for name, text in files.items():
-        path = os.path.join(folder, name)
-        if not os.path.exists(path):
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
+    try:
+        folder = _icd_folder(files)
+    except OSError as e:
+        warnings.warn(f"clops: {e}; the OpenCL loader sees only the registered drivers, not "
+                      f"{', '.join(missing)}", RuntimeWarning, stacklevel=3)
+        return None
     os.environ["OCL_ICD_VENDORS"] = folder
     return folder
+
+
+def icd_folder_path(files: dict[str, str]) -> str:
+    """Where the ICD folder for ``files`` goes: one per set of files, under the cache folder,
+    so that later processes reuse it (no litter)."""
+    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
+    return os.path.join(cachefiles.root(), "icd", digest)
+
+
+def _icd_folder(files: dict[str, str]) -> str:
+    """A folder holding exactly ``files``, that no other user can have chosen or can change: the
+    loader loads every library an ICD file in it names. Made private (0700, ours, no links) under
+    the cache folder, else a fresh temporary folder; the files are written anew each time."""
+    try:
+        folder = cachefiles.private_dir(icd_folder_path(files))
+    except OSError as e:  # UnsafeDirectoryError too
+        warnings.warn(f"clops: the ICD folder in the cache folder cannot be used ({e}); using a "
+                      "temporary one for this process", RuntimeWarning, stacklevel=3)
+        folder = tempfile.mkdtemp(prefix="clops-icd-")
+        atexit.register(shutil.rmtree, folder, True)
+    for name in os.listdir(folder):
+        # Anything else would be read by the loader too (e.g. left by an older clops); another
+        # process's temporary files (".NAME.*.tmp", which the loader skips) are left to it.
+        if name not in files and not (name.startswith(".") and name.endswith(".tmp")):
+            path = os.path.join(folder, name)
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+    for name, text in files.items():
+        if not cachefiles.write_file(os.path.join(folder, name), text.encode()):
+            raise OSError(f"cannot write the ICD file {name} into {folder}: make the cache "
+                          "folder (CLOPS_CACHE_DIR) writable, or set OCL_ICD_VENDORS yourself")
+    return folder
+
+
+def _point_pocl_cache() -> None:
+    """Before the loader's first call: PoCL keeps its compiled kernels in POCL_CACHE_DIR
+    (default ~/.cache/pocl); put them in clops' cache folder, or, with CLOPS_DISK_CACHE=0, in a
+    temporary folder removed at exit, PoCL's cache off. A POCL_* the user set is kept."""
+    if not _config.CONFIG.disk_cache:
+        os.environ.setdefault("POCL_KERNEL_CACHE", "0")
+    if "POCL_CACHE_DIR" in os.environ:
+        return
+    if _config.CONFIG.disk_cache:
+        folder = os.path.join(cachefiles.root(), "pocl")
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError:
+            return  # PoCL then uses its own default
+    else:
+        # PoCL still writes while it builds (and leaves empty temporary files behind).
+        folder = tempfile.mkdtemp(prefix="clops-pocl-")
+        atexit.register(shutil.rmtree, folder, True)
+    os.environ["POCL_CACHE_DIR"] = folder
 
 
 _ENTRIES: list[DeviceEntry] | None = None
@@ -155,8 +213,10 @@ def entries(refresh: bool = False) -> list[DeviceEntry]:
     global _ENTRIES
     if _ENTRIES is not None and not refresh:
         return _ENTRIES
-    if _ENTRIES is None and "OCL_ICD_VENDORS" not in os.environ:
-        _register_unlisted_drivers()
+    if _ENTRIES is None:
+        _point_pocl_cache()
+        if "OCL_ICD_VENDORS" not in os.environ:
+            _register_unlisted_drivers()
     found: list[DeviceEntry] = []
     for p in _platforms():
         try:

@@ -1,5 +1,6 @@
-"""Runtime, programs: builds OpenCL C with an in-memory cache and an on-disk binary cache, and
-turns build failures into errors that show the numbered source and the compiler log."""
+"""Runtime, programs: builds OpenCL C with an in-memory cache and an on-disk binary cache (each
+entry checked before its binary reaches the driver), and turns build failures into errors that
+show the numbered source and the compiler log."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from typing import TYPE_CHECKING
 import pyopencl as cl
 
 from .. import _config
+from . import cachefiles
 
 if TYPE_CHECKING:
     from .device import CLDevice
 
-# Counted for tests and benchmarks: "builds" (compiler runs), "disk_hits", "memory_hits".
+# Counted for tests and benchmarks: "builds" (compiler runs), "disk_hits", "memory_hits" and
+# "disk_refused" (cache entries that failed a check and were rebuilt).
 STATS: Counter[str] = Counter()
 
 
@@ -94,13 +97,17 @@ class ProgramCache:
         self._mem: dict[tuple[str, tuple[str, ...]], cl.Program] = {}
         self._lock = threading.Lock()
 
-    def _key(self, source: str, options: tuple[str, ...]) -> str:
+    def _identity(self) -> dict[str, str]:
+        """What a binary is tied to besides its source: device, platform and driver."""
         d = self.device
+        return {"device": d.name, "platform": d.platform_version, "driver": d.driver_version}
+
+    def _key(self, source: str, options: tuple[str, ...]) -> str:
         h = hashlib.sha256()
-        for part in (source, "\0".join(options), d.name, d.platform_version, d.driver_version):
+        for part in (source, "\0".join(options), *self._identity().values()):
             h.update(part.encode())
             h.update(b"\x01")
-        return h.hexdigest()[:40]
+        return h.hexdigest()
 
     def build(self, source: str, options: tuple[str, ...] = ()) -> cl.Program:
         key = (source, options)
@@ -116,22 +123,56 @@ class ProgramCache:
         return prog
 
     def _load_or_build(self, source: str, options: tuple[str, ...]) -> cl.Program:
-        ctx, dev = self.device.context, self.device.cl_device
-        path = None
+        path = expect = None
         if self.disk_dir is not None:
-            path = os.path.join(self.disk_dir, self._key(source, options) + ".bin")
-            if os.path.exists(path):
-                try:
-                    with open(path, "rb") as f:
-                        binary = f.read()
-                    prog = cl.Program(ctx, [dev], [binary])
-                    prog.build(options=list(options), devices=[dev])
-                    STATS["disk_hits"] += 1
-                    return prog
-                except (OSError, cl.Error):
-                    pass  # a stale or truncated binary: build from source below
+            key = self._key(source, options)
+            path = os.path.join(self.disk_dir, key[:40] + ".bin")
+            expect = dict(self._identity(), key=key)
+            prog = self._load(path, expect, options)
+            if prog is not None:
+                STATS["disk_hits"] += 1
+                return prog
+        prog = self._compile(source, options)
+        if path is not None and expect is not None:
+            self._store(path, expect, prog)
+        return prog
+
+    def _load(self, path: str, expect: dict[str, str], options: tuple[str, ...]
+              ) -> cl.Program | None:
+        """The program of the cache entry at ``path``, or None when there is none or it fails a
+        check (length, sha256, key, device, driver): a damaged binary can crash a driver, so
+        nothing unchecked is handed to one. A refused entry is rewritten after the build."""
+        try:
+            data = cachefiles.read_file(path)
+        except FileNotFoundError:
+            return None
+        except (OSError, cachefiles.CacheEntryError) as e:
+            self._refused(path, str(e))
+            return None
+        try:
+            _, binary = cachefiles.unpack_entry(data, expect)
+        except cachefiles.CacheEntryError as e:
+            self._refused(path, str(e))
+            return None
+        dev = self.device.cl_device
+        try:
+            prog = cl.Program(self.device.context, [dev], [binary])
+            prog.build(options=list(options), devices=[dev])
+        except cl.Error as e:  # e.g. a driver that no longer takes its own older binaries
+            self._refused(path, f"the driver refused the binary: {e}")
+            return None
+        return prog
+
+    def _refused(self, path: str, why: str) -> None:
+        STATS["disk_refused"] += 1
+        if _config.CONFIG.debug >= 1:
+            print(f"[clops] program cache entry {path} not used ({why}); building from source",
+                  file=sys.stderr)
+
+    def _compile(self, source: str, options: tuple[str, ...]) -> cl.Program:
+        dev = self.device.cl_device
         STATS["builds"] += 1
-        prog = cl.Program(ctx, source)
+        prog = cl.Program(self.device.context, source)
         try:
             with warnings.catch_warnings(record=True) as notes:
                 # A driver's remarks on a successful build (NVIDIA prints some) are not the
@@ -152,19 +193,16 @@ class ProgramCache:
             except cl.Error:
                 log = str(e)
             raise BuildError(self.device.name, source, options, log or str(e)) from None
-        if path is not None:
-            try:
-                binaries = prog.get_info(cl.program_info.BINARIES)
-                built = binaries[0] if isinstance(binaries, list) and binaries else None
-                if built:
-                    os.makedirs(self.disk_dir or ".", exist_ok=True)
-                    tmp = f"{path}.{os.getpid()}.tmp"
-                    with open(tmp, "wb") as f:
-                        f.write(built)
-                    os.replace(tmp, path)
-            except (OSError, cl.Error):
-                pass
         return prog
+
+    def _store(self, path: str, meta: dict[str, str], prog: cl.Program) -> None:
+        try:
+            binaries = prog.get_info(cl.program_info.BINARIES)
+        except cl.Error:
+            return
+        built = binaries[0] if isinstance(binaries, list) and binaries else None
+        if built and len(built) < cachefiles.MAX_FILE_BYTES - (64 << 10):
+            cachefiles.write_file(path, cachefiles.pack_entry(meta, bytes(built)))
 
     def clear(self) -> None:
         with self._lock:

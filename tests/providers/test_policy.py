@@ -147,3 +147,24 @@ def test_choice_printed_under_debug_and_in_profiler(device, fake, clops_env, cap
     assert "provider choice: gemm float32 [8x8x8]" in err and "fake" in err
     marks = [r for r in prof.records if r.kind == "marker" and r.name.startswith("choose")]
     assert marks and marks[0].extra["choice"] == "fake"
+
+
+def test_a_damaged_cost_table_is_read_entry_by_entry(tmp_path, clops_env, monkeypatch):
+    import json
+    import os
+
+    from clops.providers import registry
+
+    clops_env(CLOPS_CACHE_DIR=str(tmp_path), CLOPS_DISK_CACHE="1")
+    path = tmp_path / "providers.json"
+    path.write_text(json.dumps({"a": [1], "b": {"clblast": "x", "generated": 1.5}, "c": 3}))
+    monkeypatch.setattr(registry, "_COSTS", None)
+    assert registry._costs() == {"b": {"generated": 1.5}}
+    for bad in ("[1, 2]", "{{{", "[" * 100000):
+        path.write_text(bad)
+        monkeypatch.setattr(registry, "_COSTS", None)
+        assert registry._costs() == {}
+    path.unlink()
+    os.mkfifo(path)  # a pipe there must not block the reader
+    monkeypatch.setattr(registry, "_COSTS", None)
+    assert registry._costs() == {}
