@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import linalg  # noqa: E402  (the Array API linalg extension)
+from . import _config, linalg  # noqa: E402  (linalg: the Array API linalg extension)
 from .array.api import *  # noqa: F403  (the Array API namespace)
 from .array.api import __all__ as _array_all
 from .array.jit import JitError, jit
@@ -12,6 +12,7 @@ from .runtime import (
     CLQueue,
     DeviceNotFoundError,
     Event,
+    context,
     device,
     devices,
     empty_cache,
@@ -22,7 +23,9 @@ from .runtime import (
 )
 
 __version__ = "0.1.0"
-__array_api_version__ = "2024.12"
+# NOTE: ``__array_api_version__`` is not a global: __getattr__ below reads it from the
+# configuration (CLOPS_ARRAY_API_VERSION: "2024.12", the default, or "2025.12"), so that
+# clops._config.reload() switches it as array-api-strict's flags do.
 
 # -- asynchronous programming model: streams, transfers, fission, custom kernels, native interop
 from . import native, random  # noqa: E402
@@ -33,7 +36,7 @@ from .custom import (  # noqa: E402
     ScanKernel,
     kernel,
 )
-from .native import from_pyopencl, native_call, to_pyopencl  # noqa: E402
+from .native import from_pyopencl, get_include, native_call, to_pyopencl  # noqa: E402
 from .runtime import Buffer, gather, wait_all, when_done  # noqa: E402
 from .runtime.fission import FissionError  # noqa: E402
 from .runtime.interop import keepalive, local_memory  # noqa: E402
@@ -44,6 +47,8 @@ _LAZY = ("llm", "nn", "providers")  # subpackages imported on first use: clops.l
 
 
 def __getattr__(name: str) -> object:
+    if name == "__array_api_version__":
+        return _config.CONFIG.array_api_version
     if name in _LAZY:
         import importlib
 

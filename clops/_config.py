@@ -34,6 +34,7 @@ class Config:
     disk_cache: bool
     providers: str | None
     test_devices: str | None
+    array_api_version: str
 
 
 def _int(name: str, default: int) -> int:
@@ -46,6 +47,22 @@ def _int(name: str, default: int) -> int:
         raise ValueError(f"{name}={raw!r} is not an integer") from None
 
 
+# The Array API versions clops.__array_api_version__ may report (CLOPS_ARRAY_API_VERSION picks
+# one; the default is the first). Where versions differ (2025.12 returns tuples from meshgrid,
+# broadcast_arrays and devices(), where 2024.12 returns lists), the chosen one decides.
+ARRAY_API_VERSIONS = ("2024.12", "2025.12")
+
+
+def _array_api_version() -> str:
+    raw = os.environ.get("CLOPS_ARRAY_API_VERSION", "").strip()
+    if not raw:
+        return ARRAY_API_VERSIONS[0]
+    if raw not in ARRAY_API_VERSIONS:
+        raise ValueError(f"CLOPS_ARRAY_API_VERSION={raw!r}: clops implements the Array API "
+                         f"versions {', '.join(ARRAY_API_VERSIONS)}")
+    return raw
+
+
 def read() -> Config:
     """Read the environment now (tests may change it and call this again)."""
     limit = os.environ.get("CLOPS_MEMORY_LIMIT")
@@ -56,6 +73,7 @@ def read() -> Config:
         disk_cache=os.environ.get("CLOPS_DISK_CACHE", "1") not in ("0", "false", "no"),
         providers=os.environ.get("CLOPS_PROVIDERS") or None,
         test_devices=os.environ.get("CLOPS_TEST_DEVICES") or None,
+        array_api_version=_array_api_version(),
     )
 
 
@@ -88,6 +106,12 @@ def command_buffers() -> str:
 
 def debug_level() -> int:
     return CONFIG.debug
+
+
+def visible_devices() -> str | None:
+    """``CLOPS_VISIBLE_DEVICES``: comma-separated selectors of the only devices clops lists (as
+    ``CUDA_VISIBLE_DEVICES``; read when devices are first listed)."""
+    return os.environ.get("CLOPS_VISIBLE_DEVICES") or None
 
 
 def reload() -> Config:

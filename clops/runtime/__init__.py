@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .device import CLDevice, CLQueue, DeviceCaps, device, devices, set_default_device
+from .device import (
+    CLDevice,
+    CLQueue,
+    DeviceCaps,
+    adopt,
+    context,
+    device,
+    devices,
+    set_default_device,
+)
 from .discovery import DeviceNotFoundError, parse_selector
 from .events import Event, gather, wait_all, when_done
 from .interop import Kernel, NativeEvent
@@ -16,7 +25,8 @@ from .program import BuildError
 
 __all__ = [
     "BUILD_STATS", "Buffer", "BufferPool", "BuildError", "CLDevice", "CLQueue", "DeviceCaps",
-    "DeviceNotFoundError", "Event", "Kernel", "NativeEvent", "Profiler", "Record", "device",
+    "DeviceNotFoundError", "Event", "Kernel", "NativeEvent", "Profiler", "Record", "adopt",
+    "context", "device",
     "devices", "empty_cache", "gather", "memory_stats", "parse_selector", "profile",
     "set_default_device", "size_class", "synchronize", "wait_all", "when_done",
 ]

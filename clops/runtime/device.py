@@ -131,7 +131,13 @@ class CLQueue:
 
     __slots__ = ("device", "cl_queue", "in_order", "index", "__weakref__")
 
-    def __init__(self, device: CLDevice, out_of_order: bool = False, index: int = 0) -> None:
+    def __init__(self, device: CLDevice, out_of_order: bool = False, index: int = 0,
+                 cl_queue: cl.CommandQueue | None = None) -> None:
+        if cl_queue is not None:  # the application's own queue (clops.device(from_pyopencl=))
+            self.device, self.cl_queue, self.index = device, cl_queue, index
+            self.in_order = not (int(cl_queue.properties) &
+                                 int(cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE))
+            return
         props: int = cl.command_queue_properties.PROFILING_ENABLE
         if out_of_order:
             props |= cl.command_queue_properties.OUT_OF_ORDER_EXEC_MODE_ENABLE
@@ -189,7 +195,9 @@ class CLDevice:
     True
     """
 
-    def __init__(self, entry: discovery.DeviceEntry, selector: str) -> None:
+    def __init__(self, entry: discovery.DeviceEntry, selector: str,
+                 context: cl.Context | None = None,
+                 queue: cl.CommandQueue | None = None) -> None:
         self.entry = entry
         self.cl_device: cl.Device = entry.device
         self.platform_name: str = entry.platform.name
@@ -199,10 +207,15 @@ class CLDevice:
         self.kind = entry.kind
         self.backend = entry.backend
         self.selector = selector
-        self.context = cl.Context([self.cl_device])
+        # NOTE: a context may be shared with other devices (clops.context, sub-devices) or be
+        # the application's (clops.device(from_pyopencl=)); buffers of one context are usable
+        # by every device in it
+        self.context = context if context is not None else cl.Context([self.cl_device])
         # NOTE: queues other than the default one are held weakly: one that its creator drops
         # goes (pending work still completes; buffers hold the queues of their last events)
-        self._queues: dict[int, weakref.ref[CLQueue]] = {}
+        # A WeakValueDictionary drops a dead queue without taking a lock: a queue the garbage
+        # collector frees inside a `with self._queue_lock` block must not need that lock.
+        self._queues: weakref.WeakValueDictionary[int, CLQueue] = weakref.WeakValueDictionary()
         self._queue_count = 0
         self._queue_lock = threading.Lock()
         # NOTE: set_args and enqueue are two driver calls on one shared kernel object; a second
@@ -211,7 +224,13 @@ class CLDevice:
         self._host_copies: collections.deque[cl.Event] = collections.deque()
         self._host_copies_scan_at = 256
         self._host_copies_lock = threading.Lock()
-        self.queue = self.create_queue()
+        if queue is not None:
+            with self._queue_lock:
+                self.queue = CLQueue(self, index=self._queue_count, cl_queue=queue)
+                self._queue_count += 1
+                self._queues[self.queue.index] = self.queue
+        else:
+            self.queue = self.create_queue()
         self.pool = BufferPool(self, _config.CONFIG.memory_limit)
         # NVIDIA's driver caches builds on disk itself.
         disk = _config.CONFIG.disk_cache and entry.backend != "nvidia"
@@ -314,21 +333,14 @@ class CLDevice:
         with self._queue_lock:
             q = CLQueue(self, out_of_order, index=self._queue_count)
             self._queue_count += 1
-            self._queues[q.index] = weakref.ref(q, self._forget_queue)
+            self._queues[q.index] = q
         return q
-
-    def _forget_queue(self, ref: weakref.ref[CLQueue]) -> None:
-        with self._queue_lock:
-            for i, r in list(self._queues.items()):
-                if r is ref:
-                    del self._queues[i]
 
     @property
     def queues(self) -> list[CLQueue]:
         """The live queues of this device, the default one first."""
-        with self._queue_lock:
-            refs = list(self._queues.values())
-        return [q for q in (r() for r in refs) if q is not None]
+        with self._queue_lock:  # against a create_queue on another thread meanwhile
+            return list(self._queues.values())
 
     # Device fission lives in fission.py; these two methods only forward to it.
     def create_sub_devices(self, n: int | None = None, **how: Any) -> list[CLDevice]:
@@ -345,6 +357,11 @@ class CLDevice:
         from .fission import partition_support
 
         return partition_support(self)
+
+    def shares_context(self, other: CLDevice) -> bool:
+        """Whether ``other`` is in this device's OpenCL context (buffers move between the two
+        by a device-side copy; ``clops.context`` makes such devices)."""
+        return bool(self.context.int_ptr == other.context.int_ptr)
 
     def synchronize(self) -> None:
         for q in self.queues:
@@ -563,6 +580,7 @@ class CLDevice:
     def __repr__(self) -> str:
         return f"<clops.CLDevice {self.selector!r}: {self.name} ({self.platform_version})>"
 
+
     def __str__(self) -> str:
         return f"{self.selector} ({self.name})"
 
@@ -595,7 +613,7 @@ def _save_probes(data: dict[str, dict[str, Any]]) -> None:
 
 
 # -- selection --------------------------------------------------------------------------------
-_DEVICES: dict[int, CLDevice] = {}
+_DEVICES: dict[Any, CLDevice] = {}  # cl_device int_ptr, or a tuple for shared and adopted ones
 _DEFAULT: CLDevice | None = None
 _LOCK = threading.Lock()
 
@@ -614,19 +632,113 @@ def _wrap(entry: discovery.DeviceEntry) -> CLDevice:
     return dev
 
 
-def devices() -> list[CLDevice]:
-    """Every OpenCL device present, GPUs first."""
-    return [_wrap(e) for e in discovery.entries()]
+def register(dev: CLDevice, key: Any) -> None:
+    """Make ``dev`` one of the devices ``clops.synchronize()`` and ``empty_cache()`` visit (and
+    ``from_pyopencl`` finds by context): sub-devices, shared-context and adopted devices."""
+    with _LOCK:
+        _DEVICES[key] = dev
 
 
-def device(selector: str | CLDevice | None = None) -> CLDevice:
+def devices(selector: str | None = None, *, backend: str | None = None,
+            kind: str | None = None) -> list[CLDevice]:
+    """Every OpenCL device present (``CLOPS_VISIBLE_DEVICES`` limits them), GPUs first; or
+    those a comma-separated selector list names, in its order; filtered by ``backend``
+    (``"nvidia"``, ``"pocl"``, ...) and ``kind`` (``"gpu"``, ``"cpu"``, ``"accelerator"``).
+
+    >>> clops.devices(kind="cpu")[0].kind
+    'cpu'
+    """
+    if selector is None:
+        found = discovery.entries()
+    else:
+        found = []
+        for sel in discovery.split_selectors(selector):
+            for e in discovery.select(sel):
+                if e not in found:
+                    found.append(e)
+    if backend is not None and backend != "opencl" and backend not in discovery.BACKEND_KEYWORDS:
+        raise ValueError(f"devices(backend={backend!r}): one of "
+                         f"{['opencl', *discovery.BACKEND_KEYWORDS]}")
+    if kind is not None and kind not in discovery.KINDS:
+        raise ValueError(f"devices(kind={kind!r}): one of {list(discovery.KINDS)}")
+    return [_wrap(e) for e in found if (backend in (None, "opencl") or e.backend == backend)
+            and (kind is None or e.kind == kind)]
+
+
+_CONTEXTS = [0]
+
+
+def context(selected: str | Sequence[str | CLDevice]) -> list[CLDevice]:
+    """Devices of one platform in one shared OpenCL context, in the order given (a selector
+    list such as ``"cpu,gpu"``, or selectors and devices): a buffer of one is usable by the
+    others, so ``t.to_device(other)`` is a device-side copy, not a trip through the host. Each
+    returned device has its own queue, pool and program cache.
+
+    >>> cpu0, cpu1 = clops.context("cpu:0,cpu:1")
+    """
+    items = discovery.split_selectors(selected) if isinstance(selected, str) else list(selected)
+    if not items:
+        raise ValueError("clops.context needs at least one device")
+    bases = [device(i) for i in items]
+    ptrs = [b.cl_device.int_ptr for b in bases]
+    if len(set(ptrs)) != len(ptrs):
+        raise ValueError(f"clops.context: a device is named twice in {items}")
+    plats = {b.entry.platform.int_ptr for b in bases}
+    if len(plats) > 1:
+        names = ", ".join(f"{b} on {b.platform_name}" for b in bases)
+        raise ValueError(f"clops.context: devices of several platforms cannot share a context "
+                         f"({names}); move tensors between them with to_device (a host copy)")
+    ctx = cl.Context([b.cl_device for b in bases])
+    _CONTEXTS[0] += 1
+    out = []
+    for b in bases:
+        dev = CLDevice(b.entry, f"{b.selector}@ctx{_CONTEXTS[0]}", context=ctx)
+        register(dev, (b.cl_device.int_ptr, ctx.int_ptr))
+        out.append(dev)
+    return out
+
+
+def adopt(obj: Any) -> CLDevice:
+    """A device over the application's own pyopencl ``CommandQueue`` (its default queue) or
+    ``Context`` (its first device, a new queue): clops work and the application's share the
+    context, so ``clops.from_pyopencl`` takes its arrays without a copy."""
+    if isinstance(obj, cl.CommandQueue):
+        ctx, cl_dev, q = obj.context, obj.device, obj
+    elif isinstance(obj, cl.Context):
+        ctx, cl_dev, q = obj, obj.devices[0], None
+    else:
+        raise TypeError("clops.device(from_pyopencl=...) takes a pyopencl CommandQueue or "
+                        f"Context, not {type(obj).__name__}")
+    key = (cl_dev.int_ptr, ctx.int_ptr, q.int_ptr if q is not None else 0)
+    with _LOCK:
+        got = _DEVICES.get(key)
+    if got is not None:
+        return got
+    entry = next((e for e in discovery.entries() if e.device.int_ptr == cl_dev.int_ptr), None)
+    if entry is None:  # not listed (hidden by CLOPS_VISIBLE_DEVICES, or a sub-device)
+        plat = cl_dev.platform
+        entry = discovery.DeviceEntry(plat, cl_dev, discovery.kind_of(cl_dev),
+                                      discovery.backend_of(plat, cl_dev))
+    base = _canonical_selector(entry) if entry in discovery.entries() else entry.kind
+    dev = CLDevice(entry, f"{base}@app", context=ctx, queue=q)
+    register(dev, key)
+    return dev
+
+
+def device(selector: str | CLDevice | None = None, *, from_pyopencl: Any = None) -> CLDevice:
     """Pick a device: a selector string ``[backend][:kind][:index]`` (``"gpu"``, ``"cpu:0"``,
     ``"nvidia"``, ``"pocl"``), else ``CLOPS_DEVICE``, else the first GPU, else the CPU.
+    ``from_pyopencl=`` a pyopencl ``CommandQueue`` or ``Context`` adopts the application's own
+    (see ``adopt``).
 
     >>> clops.device("cpu").kind
     'cpu'
     """
     global _DEFAULT
+    if from_pyopencl is not None:
+        if selector is not None:
+            raise ValueError("clops.device: give a selector or from_pyopencl=, not both")
+        return adopt(from_pyopencl)
     if isinstance(selector, CLDevice):
         return selector
     if selector is None:

@@ -173,7 +173,7 @@ def _point_pocl_cache() -> None:
 _ENTRIES: list[DeviceEntry] | None = None
 
 
-def _backend_of(platform: cl.Platform, device: cl.Device) -> str:
+def backend_of(platform: cl.Platform, device: cl.Device) -> str:
     # The platform decides first: PoCL on an AMD CPU is "pocl", not "amd".
     for text in (f"{platform.name} {platform.vendor}".lower(), device.vendor.lower()):
         for backend, words in BACKEND_KEYWORDS.items():
@@ -182,7 +182,7 @@ def _backend_of(platform: cl.Platform, device: cl.Device) -> str:
     return "opencl"
 
 
-def _kind_of(device: cl.Device) -> str:
+def kind_of(device: cl.Device) -> str:
     t = device.type
     if t & cl.device_type.GPU:
         return "gpu"
@@ -224,12 +224,40 @@ def entries(refresh: bool = False) -> list[DeviceEntry]:
         except cl.Error:
             continue
         for d in devs:
-            found.append(DeviceEntry(p, d, _kind_of(d), _backend_of(p, d)))
+            found.append(DeviceEntry(p, d, kind_of(d), backend_of(p, d)))
     order = {"gpu": 0, "accelerator": 1, "cpu": 2}
     # Newer platform versions first within a kind: with two PoCLs installed, the newer wins.
     found.sort(key=lambda e: (order[e.kind], _version_key(e.platform.version)))
+    visible = _config.visible_devices()
+    if visible is not None:
+        found = _visible(found, visible)
     _ENTRIES = found
     return found
+
+
+def _visible(found: list[DeviceEntry], text: str) -> list[DeviceEntry]:
+    """The entries ``CLOPS_VISIBLE_DEVICES`` names, in its order (each selector's matches among
+    all devices; later indices count the visible devices only, as CUDA's do)."""
+    out: list[DeviceEntry] = []
+    for sel in split_selectors(text, "CLOPS_VISIBLE_DEVICES"):
+        for e in _match(found, sel):
+            if all(e.device.int_ptr != o.device.int_ptr for o in out):
+                out.append(e)
+    return out
+
+
+def split_selectors(text: str, what: str = "selector list") -> list[str]:
+    """``"cpu,gpu:1"`` -> ``["cpu", "gpu:1"]`` (each checked by ``parse_selector``).
+
+    >>> split_selectors("opencl:gpu:0, opencl:gpu:1")
+    ['opencl:gpu:0', 'opencl:gpu:1']
+    """
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or any(not p for p in parts):
+        raise ValueError(f"{what} {text!r}: give comma-separated selectors such as 'cpu,gpu:1'")
+    for p in parts:
+        parse_selector(p)
+    return parts
 
 
 def _version_key(version: str) -> tuple[int, ...]:
@@ -280,16 +308,20 @@ def listing() -> str:
     return "\n".join(f"  {i}: {e.describe()}" for i, e in enumerate(es))
 
 
+def _match(es: list[DeviceEntry], selector: str) -> list[DeviceEntry]:
+    backend, kind, index = parse_selector(selector)
+    matches = [e for e in es if (backend in (None, "opencl") or e.backend == backend)
+               and (kind is None or e.kind == kind)]
+    return matches[index:index + 1] if index is not None else matches
+
+
 def select(selector: str) -> list[DeviceEntry]:
     """The devices that match ``selector``, best first; raises with the list of devices."""
-    backend, kind, index = parse_selector(selector)
+    parse_selector(selector)
     es = entries()
     if not es:
         raise DeviceNotFoundError(NO_PLATFORM_HELP)
-    matches = [e for e in es if (backend in (None, "opencl") or e.backend == backend)
-               and (kind is None or e.kind == kind)]
-    if index is not None:
-        matches = matches[index:index + 1]
+    matches = _match(es, selector)
     if not matches:
         raise DeviceNotFoundError(
             f"no OpenCL device matches selector {selector!r}. Devices present:\n{listing()}\n"

@@ -1,6 +1,7 @@
 """Runtime, fission: split a device into sub-devices (OpenCL device partitioning). Each
-sub-device is a ``CLDevice`` of its own (context, queues, pool, program cache); it shares only
-the hardware with its parent, so tensors move between them with ``to_device``."""
+sub-device is a ``CLDevice`` of its own (queues, pool, program cache); the sub-devices of one
+split share one context, so a tensor moves between them by a device-side copy (``to_device``),
+and between them and their parent through the host."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def create_sub_devices(dev: CLDevice, n: int | None = None, *, units: int | None
     >>> [s.caps.compute_units for s in subs]
     [1, 1]
     """
-    from .device import _DEVICES, _LOCK, CLDevice
+    from .device import CLDevice, register
 
     sup = partition_support(dev)
     max_sub = int(sup["max_sub_devices"])  # type: ignore[call-overload]
@@ -125,11 +126,12 @@ def create_sub_devices(dev: CLDevice, n: int | None = None, *, units: int | None
         subs = subs[:want]
     out: list[CLDevice] = []
     parent = dev.entry
+    # the siblings share one context: a tensor moves between them by a device-side copy
+    ctx = cl.Context(list(subs))
     for i, sub in enumerate(subs):
         entry = discovery.DeviceEntry(parent.platform, sub, parent.kind, parent.backend)
-        child = CLDevice(entry, f"{dev.selector}.{i}")
+        child = CLDevice(entry, f"{dev.selector}.{i}", context=ctx)
         child.parent = dev  # type: ignore[attr-defined]  # NOTE: keeps the parent alive
-        with _LOCK:
-            _DEVICES[sub.int_ptr] = child  # seen by clops.synchronize() and empty_cache()
+        register(child, sub.int_ptr)  # seen by clops.synchronize() and empty_cache()
         out.append(child)
     return out

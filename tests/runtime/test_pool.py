@@ -3,8 +3,11 @@ buffer, statistics, emptying, the memory limit and the out-of-memory path."""
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 import threading
+import time
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,7 +22,7 @@ from clops._config import parse_bytes
 from clops.runtime import Buffer, BufferPool, CLDevice, size_class
 from clops.runtime.pool import MIN_BLOCK
 
-from ..conftest import Gate
+from ..conftest import Gate, _real_stderr
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -152,12 +155,69 @@ def test_roundtrip_and_offsets(device: CLDevice) -> None:
 
 # -- concurrency -----------------------------------------------------------------------------------
 ADD_SOURCE = "__kernel void add(__global int *x, int v) { x[get_global_id(0)] += v; }"
+# Bounded, so that one global size serves every length: PoCL compiles a kernel once per
+# work-group size (~10 ms each, more on a loaded machine), and a global size per random length
+# made the test compile ~1900 of them (a minute or more with a cold PoCL cache).
+ADD_N_SOURCE = ("__kernel void add_n(__global int *x, int v, int n) "
+                "{ int i = (int)get_global_id(0); if (i < n) x[i] += v; }")
+MAX_N = 3072
+
+# A deadlock, not a slow machine, is what these deadlines are for: the threads' work takes
+# 0.1-3 s on two cores under three busy loops, with a cold PoCL cache too.
+JOIN_DEADLINE_S = 300
+# Past this, a thread that holds the GIL (pyopencl waits for a pending host copy without
+# releasing it when the copy's event goes) keeps the main thread from ever failing the join:
+# faulthandler's own thread then writes every stack and ends the run.
+HARD_DEADLINE_S = JOIN_DEADLINE_S + 120
 
 
-def test_two_threads_alloc_write_launch_read_free(device: CLDevice) -> None:
-    prg = device.build(ADD_SOURCE)
+def _dump_all_stacks() -> None:
+    try:
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    except (OSError, ValueError):  # a stderr without a file descriptor (--capture=sys)
+        faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
+
+
+RunThreads = Callable[[Callable[[int], None], int], None]
+
+
+@pytest.fixture
+def run_threads(request: pytest.FixtureRequest) -> RunThreads:
+    """``run_threads(work, n)`` runs ``work(tid)`` on ``n`` threads, switching between them
+    often; if they have not all finished by ``JOIN_DEADLINE_S`` the test fails with every
+    thread's stack on stderr."""
+    terminal = _real_stderr(request.config)  # not the capture file, lost if the run ends
+
+    def run(work: Callable[[int], None], n: int) -> None:
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads often, between any two driver calls
+        faulthandler.dump_traceback_later(HARD_DEADLINE_S, exit=True, file=terminal)
+        try:
+            threads = [threading.Thread(target=work, args=(t,), name=f"work-{t}", daemon=True)
+                       for t in range(n)]
+            for t in threads:
+                t.start()
+            end = time.monotonic() + JOIN_DEADLINE_S
+            for t in threads:
+                t.join(timeout=max(end - time.monotonic(), 0.0))
+            alive = [t.name for t in threads if t.is_alive()]
+            if alive:
+                _dump_all_stacks()
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+            sys.setswitchinterval(old)
+        if alive:
+            pytest.fail(f"{', '.join(alive)} still running after {JOIN_DEADLINE_S} s: a "
+                        "deadlock? Every thread's stack is in the captured stderr.")
+
+    return run
+
+
+def test_two_threads_alloc_write_launch_read_free(device: CLDevice,
+                                                  run_threads: RunThreads) -> None:
+    prg = device.build(ADD_N_SOURCE)
     # One kernel object shared by both threads, as a kernel cache would hand out.
-    kernel = cl.Kernel(prg, "add")
+    kernel = cl.Kernel(prg, "add_n")
     cycles = 1500
     errors: list[str] = []
 
@@ -170,8 +230,8 @@ def test_two_threads_alloc_write_launch_read_free(device: CLDevice) -> None:
                 pattern = np.arange(n, dtype=np.int32) * 3 + (tid << 24) + i
                 buf = device.alloc(pattern.nbytes)
                 device.write(buf, pattern, queue=q)
-                device.launch(kernel, (n,), None, [buf, np.int32(tid + 1)], writes=[buf],
-                              queue=q)
+                device.launch(kernel, (MAX_N,), None, [buf, np.int32(tid + 1), np.int32(n)],
+                              writes=[buf], queue=q)
                 out = np.empty_like(pattern)
                 device.read(out, buf, queue=q)
                 if not np.array_equal(out, pattern + tid + 1):
@@ -182,24 +242,15 @@ def test_two_threads_alloc_write_launch_read_free(device: CLDevice) -> None:
             errors.append(f"thread {tid}: {e!r}")
 
     stats0 = device.memory_stats()
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads often, between any two driver calls
-    try:
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-    finally:
-        sys.setswitchinterval(old)
-    assert not any(t.is_alive() for t in threads)
+    run_threads(work, 2)
     assert errors == []
     stats = device.memory_stats()
     assert stats["in_use"] == stats0["in_use"]
     assert stats["hits"] - stats0["hits"] > cycles  # most allocations were reuses
 
 
-def test_two_threads_share_one_kernel_object(device: CLDevice) -> None:
+def test_two_threads_share_one_kernel_object(device: CLDevice,
+                                            run_threads: RunThreads) -> None:
     # Arguments live on the kernel object: a launch must set and enqueue them as one step.
     kernel = cl.Kernel(device.build(ADD_SOURCE), "add")
     n, launches = 256, 2000
@@ -214,16 +265,7 @@ def test_two_threads_share_one_kernel_object(device: CLDevice) -> None:
             device.launch(kernel, (n,), None, [bufs[tid], np.int32(tid + 1)],
                           writes=[bufs[tid]], queue=queues[tid])
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-    finally:
-        sys.setswitchinterval(old)
+    run_threads(work, 2)
     for tid, b in enumerate(bufs):
         out = np.empty(n, np.int32)
         device.read(out, b, queue=queues[tid])
