@@ -27,7 +27,7 @@ class Plan:
 
     steps: list[tuple[Any, Step]]
     outputs: list[tuple[Any, View, Any, Any]]  # (Slot or kept buffer, view, dtype, device)
-    out_allocs: list[tuple[Any, int]]  # per "out" slot: (device, bytes)
+    out_allocs: list[tuple[Any, int, str]]  # per "out" slot: (device, bytes, memory kind)
     structure: Any
 
 
@@ -130,7 +130,7 @@ def _capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, An
     for i, t in enumerate(tensors):
         ins.setdefault(id(t.buffer), i)
     fresh: dict[int, int] = {}
-    out_allocs: list[tuple[Any, int]] = []
+    out_allocs: list[tuple[Any, int, str]] = []
     outputs: list[tuple[Any, View, Any, Any]] = []
     for t in outs:
         buf = t.buffer
@@ -141,7 +141,7 @@ def _capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, An
             # made by the call: each replay makes a new one (earlier results stay valid)
             if id(buf) not in fresh:
                 fresh[id(buf)] = len(out_allocs)
-                out_allocs.append((t.device, buf.nbytes))
+                out_allocs.append((t.device, buf.nbytes, buf.kind))
             src = Slot("out", fresh[id(buf)])
         outputs.append((src, t._load.arg[1], t.dtype, t.device))
 
@@ -159,7 +159,7 @@ def _capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, An
 
 def _replay(p: Plan, tensors: list[Tensor]) -> Any:
     ins = [t.buffer for t in tensors]
-    outs = [dev.alloc(n) for dev, n in p.out_allocs]
+    outs = [dev.alloc(n, kind) for dev, n, kind in p.out_allocs]
 
     def sub(x: Any) -> Any:
         if type(x) is Slot:

@@ -388,8 +388,10 @@ class CLDevice:
                 self._host_copies_scan_at = max(256, 2 * len(live))
 
     # -- memory ------------------------------------------------------------------------------------
-    def alloc(self, nbytes: int) -> Buffer:
-        buf = self.pool.alloc(nbytes)
+    def alloc(self, nbytes: int, kind: str = "device") -> Buffer:
+        """``nbytes`` from the pool, of memory ``kind`` (``"device"``, ``"host"``,
+        ``"shared"``: see ``BufferPool.alloc``)."""
+        buf = self.pool.alloc(nbytes, kind)
         if plan._ACTIVE[0]:
             plan.note_alloc(buf)  # a jit replay allocates its own
         return buf

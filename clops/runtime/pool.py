@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyopencl as cl
 
 if TYPE_CHECKING:
@@ -56,16 +57,23 @@ class Buffer:
     """A device allocation from the pool with its dependency state. Returned to the pool when
     the last reference goes away."""
 
-    __slots__ = ("mem", "nbytes", "size", "pool", "last_write", "reads", "__weakref__")
+    __slots__ = ("mem", "nbytes", "size", "pool", "last_write", "reads", "kind", "host",
+                 "__weakref__")
 
     def __init__(self, mem: cl.Buffer, nbytes: int, size: int, pool: BufferPool | None,
-                 last_write: Dep | None = None, reads: list[Dep] | None = None) -> None:
+                 last_write: Dep | None = None, reads: list[Dep] | None = None,
+                 kind: str = "device", host: Any = None) -> None:
         self.mem = mem
         self.nbytes = nbytes
         self.size = size
         self.pool = pool
         self.last_write = last_write
         self.reads: list[Dep] = reads or []
+        # The memory kind ("device", "host", "shared") and, where the host addresses the very
+        # memory the device uses, a uint8 numpy view of it (else None, or what keeps the
+        # memory alive).
+        self.kind = kind
+        self.host = host
 
     # -- dependency tracking -------------------------------------------------------------------
     def read_deps(self, queue: CLQueue) -> list[cl.Event]:
@@ -96,6 +104,18 @@ class Buffer:
         self.last_write = (event, queue)
         self.reads = []
 
+    def host_view(self) -> np.ndarray:
+        """The buffer's memory as seen by the host (uint8, no copy), once every pending write
+        and read of it by the device is done. Raises ``BufferError`` where the host cannot
+        address it (device memory; host or shared memory of a device that does not share the
+        host's memory)."""
+        if not isinstance(self.host, np.ndarray):
+            raise BufferError(_no_host_view(self))
+        pending = self.pending()
+        if pending:
+            cl.wait_for_events(pending)
+        return self.host
+
     def pending(self) -> list[cl.Event]:
         out = [ev for ev, _ in self.reads]
         if self.last_write is not None:
@@ -115,6 +135,35 @@ class Buffer:
         return f"<clops.Buffer {self.nbytes} bytes (class {self.size})>"
 
 
+KINDS = ("device", "host", "shared")
+
+
+def _no_host_view(buf: Buffer) -> str:
+    if buf.kind == "device":
+        return ("this tensor is in device memory, which the host cannot address: make it with "
+                "usm_type='host' or 'shared' (on a device that shares the host's memory, such "
+                "as a CPU or an integrated GPU) for a view without a copy, or copy it")
+    return (f"{buf.kind} memory of a device that does not share the host's memory is not "
+            "coherent with the host between maps: copy it (np.array(t), t.to_numpy())")
+
+
+class _Hidden:
+    """Keeps memory alive that the host must not read in place."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+
+
+class _SVMBytes:
+    """The bytes of an SVM allocation as a buffer-protocol object (numpy views it in place)."""
+
+    def __init__(self, svm: Any, size: int) -> None:
+        self.svm = svm  # NOTE: keeps the allocation alive as long as any view of it
+        ptr = svm.svm_ptr
+        self.__array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (ptr, False),
+                                    "version": 3}
+
+
 class BufferPool:
     """Reuses device buffers by size class. Thread-safe. One per context."""
 
@@ -125,15 +174,23 @@ class BufferPool:
         # NOTE: reentrant because a Buffer's __del__ (run by the garbage collector on whatever
         # allocation triggers it, possibly one made while this lock is held) gives back here.
         self._lock = threading.RLock()
-        self._free: dict[int, list[tuple[cl.Buffer, Dep | None, list[Dep]]]] = {}
+        # (kind, size class) -> (mem, last write, reads, host view) of cached buffers
+        self._free: dict[tuple[str, int], list[tuple[Any, Dep | None, list[Dep], Any]]] = {}
         self.stats = MemoryStats(limit=limit)
 
-    def alloc(self, nbytes: int) -> Buffer:
+    def alloc(self, nbytes: int, kind: str = "device") -> Buffer:
+        """A buffer of at least ``nbytes`` of memory ``kind``: ``"device"`` (the device's own),
+        ``"host"`` (host memory the device reads, ``CL_MEM_ALLOC_HOST_PTR``) or ``"shared"``
+        (shared virtual memory; ``ValueError`` where the device has none)."""
         if nbytes < 0:
             raise ValueError(f"cannot allocate {nbytes} bytes")
+        if kind not in KINDS:
+            raise ValueError(f"memory kind {kind!r}: one of {list(KINDS)}")
+        if kind == "shared":
+            self._svm_flags()  # a clear error before anything is cached or counted
         size = size_class(max(nbytes, 1))
         with self._lock:
-            bucket = self._free.get(size)
+            bucket = self._free.get((kind, size))
             entry = bucket.pop() if bucket else None
             st = self.stats
             if entry is not None:
@@ -143,10 +200,48 @@ class BufferPool:
             else:
                 st.misses += 1
         if entry is not None:
-            mem, lw, reads = entry
-            return Buffer(mem, nbytes, size, self, lw, reads)
-        mem, size = self._create(size, nbytes)
-        return Buffer(mem, nbytes, size, self)
+            mem, lw, reads, host = entry
+            return Buffer(mem, nbytes, size, self, lw, reads, kind, host)
+        mem, size, host = self._create(size, nbytes, kind)
+        return Buffer(mem, nbytes, size, self, kind=kind, host=host)
+
+    def _svm_flags(self) -> int:
+        caps = int(getattr(self.device.cl_device, "svm_capabilities", 0) or 0)
+        svm = cl.device_svm_capabilities
+        if caps & svm.FINE_GRAIN_BUFFER:
+            return int(cl.svm_mem_flags.READ_WRITE | cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER)
+        if caps & svm.COARSE_GRAIN_BUFFER:
+            return int(cl.svm_mem_flags.READ_WRITE)
+        raise ValueError(f"{self.device.name} has no shared virtual memory (SVM), so no "
+                         "usm_type='shared': use 'host' (host memory the device reads) or "
+                         "'device'")
+
+    def _driver_buffer(self, size: int, kind: str) -> tuple[Any, Any]:
+        """A new driver buffer of ``kind`` and its host view (None where there is none)."""
+        mf = cl.mem_flags
+        if kind == "device":
+            return cl.Buffer(self.context, mf.READ_WRITE, size), None
+        unified = self.device.caps.unified_memory
+        if kind == "host":
+            buf = cl.Buffer(self.context, mf.READ_WRITE | mf.ALLOC_HOST_PTR, size)
+            if not unified:
+                return buf, None
+            # NOTE: mapped once for the buffer's life: on a device that shares the host's
+            # memory the map is the memory itself, kept coherent by the dependency tracking
+            rw: Any = cl.map_flags.READ | cl.map_flags.WRITE  # the stubs want one enum member
+            mapped: Any = cl.enqueue_map_buffer(self.device.queue.cl_queue, buf, rw, 0, (size,),
+                                                np.uint8)
+            view, ev = mapped
+            ev.wait()
+            return buf, view
+        flags = self._svm_flags()
+        fine = bool(flags & int(cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER))
+        svm = cl.SVMAllocation(self.context, size, 0, flags)
+        arr = np.asarray(_SVMBytes(svm, size))  # NOTE: its base holds the allocation
+        # a buffer object over the SVM allocation: every kernel and copy takes it as a cl_mem
+        buf = cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=arr)
+        # coarse grain on a device with memory of its own needs maps: no host view there
+        return buf, (arr if fine or unified else _Hidden(arr))
 
     def _fits(self, size: int) -> bool:
         st = self.stats
@@ -162,9 +257,9 @@ class BufferPool:
             st.peak = max(st.peak, st.in_use + st.cached)
             return True
 
-    def _create(self, size: int, nbytes: int) -> tuple[cl.Buffer, int]:
+    def _create(self, size: int, nbytes: int, kind: str = "device") -> tuple[Any, int, Any]:
         """A new driver buffer of ``size`` bytes (or of ``nbytes``, see below), counted as in
-        use; returns it with the size it really has."""
+        use; returns it with the size it really has and its host view."""
         max_alloc = self.device.caps.max_alloc
         if nbytes > max_alloc:
             raise MemoryError(
@@ -177,7 +272,8 @@ class BufferPool:
         for attempt in range(2):
             if self._reserve(size):
                 try:
-                    return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size), size
+                    mem, host = self._driver_buffer(size, kind)
+                    return mem, size, host
                 except (cl.MemoryError, cl.RuntimeError, cl.LogicError) as e:
                     with self._lock:
                         self.stats.in_use -= size
@@ -205,7 +301,8 @@ class BufferPool:
             if self.limit is not None and st.in_use + st.cached + buf.size > self.limit:
                 return  # over the limit: let the driver have it back
             st.cached += buf.size
-            self._free.setdefault(buf.size, []).append((buf.mem, buf.last_write, buf.reads))
+            self._free.setdefault((buf.kind, buf.size), []).append(
+                (buf.mem, buf.last_write, buf.reads, buf.host))
 
     def empty(self) -> int:
         """Release every cached buffer to the driver; returns the bytes released."""
@@ -213,7 +310,7 @@ class BufferPool:
             freed = self.stats.cached
             held, self._free = self._free, {}
             self.stats.cached = 0
-        pending = [ev for bucket in held.values() for _, lw, rs in bucket
+        pending = [ev for bucket in held.values() for _, lw, rs, _ in bucket
                    for ev in ([lw[0]] if lw else []) + [r[0] for r in rs]]
         if pending:
             # The driver may not free memory the device still uses: wait, then release.
