@@ -14,6 +14,7 @@ and written; ``reads=``/``writes=`` override that (arguments named in neither co
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -355,12 +356,27 @@ def _tensor_args(params: list[Param], args: Sequence[Any], what: str) -> list[An
 
 
 def _length(params: list[Param], args: Sequence[Any], n: int | None, what: str) -> int:
-    if n is not None:
-        return int(n)
-    sizes = [int(a.size) for p, a in zip(params, args) if p.pointer]
-    if sizes:
-        return max(sizes)  # NOTE: the largest, so that 0-d scalars on the device may come first
-    raise TypeError(f"{what}: no tensor argument to take the length from; pass n=")
+    sizes = {p.name: int(a.size) for p, a in zip(params, args) if p.pointer}
+    if n is None:
+        if sizes:
+            # NOTE: the largest, so that 0-d scalars on the device may come first
+            return max(sizes.values())
+        raise TypeError(f"{what}: no tensor argument to take the length from; pass n=")
+    try:
+        count = operator.index(n)
+    except TypeError:
+        raise TypeError(f"{what}: n must be an integer, not {type(n).__name__}") from None
+    if count < 0:
+        raise ValueError(f"{what}: n must be >= 0, got {count}")
+    # The kernel indexes its tensors with i < n: past the largest one it reads and writes
+    # outside every buffer (a crash, or garbage results).
+    if sizes and count > max(sizes.values()):
+        listed = ", ".join(f"{k} has {v}" for k, v in sizes.items())
+        raise ValueError(f"{what}: n={count} is larger than its tensor arguments ({listed} "
+                         "elements); n may not exceed the largest")
+    if count > 2**63 - 1:
+        raise ValueError(f"{what}: n={count} does not fit the kernel's long n")
+    return count
 
 
 class ElementwiseKernel:

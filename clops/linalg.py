@@ -22,19 +22,24 @@ from .array.statistics import max as _max
 from .array.statistics import min as _min
 from .array.statistics import prod_ as _prod
 from .array.statistics import sum as _sum
-from .array.tensor import Tensor
+from .array.tensor import Tensor, same_device
 from .graph import dtypes as _dt
 from .graph import ir
 from .graph.ir import View
 
 __all__ = [
-    "cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul", "matrix_norm",
-    "matrix_power", "matrix_rank", "matrix_transpose", "outer", "pinv", "qr", "slogdet", "solve",
-    "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm",
+    "cholesky", "cross", "det", "diagonal", "eig", "eigh", "eigvals", "eigvalsh", "inv",
+    "matmul", "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "outer", "pinv",
+    "qr", "slogdet", "solve", "svd", "svdvals", "tensordot", "trace", "vecdot", "vector_norm",
 ]
 
 
 class EighResult(NamedTuple):
+    eigenvalues: Tensor
+    eigenvectors: Tensor
+
+
+class EigResult(NamedTuple):
     eigenvalues: Tensor
     eigenvectors: Tensor
 
@@ -113,6 +118,7 @@ def outer(x1: Tensor, x2: Tensor, /) -> Tensor:
     >>> clops.linalg.outer(clops.asarray([1, 2]), clops.asarray([3, 4])).shape
     (2, 2)
     """
+    same_device("outer", x1, x2)
     if x1.ndim != 1 or x2.ndim != 1:
         raise ValueError("outer takes two 1-d tensors")
     return apply("multiply", reshape(x1, (-1, 1)), reshape(x2, (1, -1)))
@@ -124,6 +130,7 @@ def cross(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
     >>> clops.linalg.cross(clops.asarray([1.0, 0, 0]), clops.asarray([0.0, 1, 0]))
     Tensor([0., 0., 1.], dtype=float32, device=opencl:cpu:0)
     """
+    same_device("cross", x1, x2)
     if axis >= 0:
         raise ValueError("cross: axis must be negative (counted from the end)")
     if x1.ndim < -axis or x2.ndim < -axis:
@@ -294,6 +301,7 @@ def solve(x1: Tensor, x2: Tensor, /) -> Tensor:
     >>> clops.linalg.solve(clops.eye(2) * 2, clops.asarray([2.0, 4.0]))
     Tensor([1., 2.], dtype=float32, device=opencl:cpu:0)
     """
+    same_device("solve", x1, x2)
     _float_input(x1, "solve", square=True)
     d = _dt.promote_types(x1.dtype, x2.dtype)
     if d.name not in ("float32", "float64"):
@@ -470,6 +478,44 @@ def eigvalsh(x: Tensor, /) -> Tensor:
     return _eigh_device(x)[0]
 
 
+def _eig_host(x: Tensor, fn: str, want_vectors: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Eigenvalues (and right eigenvectors) of general square matrices, by LAPACK on the host,
+    in the complex dtype of ``x``'s precision."""
+    _float_input(x, fn, square=True)
+    d = _dt.complex_of(x.dtype)
+    a = _host(x)
+    if a.dtype == np.float16:  # LAPACK has no half precision (bfloat16 comes back as float32)
+        a = a.astype(np.float32)
+    if want_vectors:
+        w, v = np.linalg.eig(a)
+        return w.astype(d.np), v.astype(d.np)
+    return np.linalg.eigvals(a).astype(d.np), None
+
+
+def eig(x: Tensor, /) -> EigResult:
+    """Eigenvalues and right eigenvectors (columns, unit length) of general square matrices,
+    both complex of ``x``'s precision (float32 -> complex64); computed on the host (LAPACK
+    geev), the results copied to ``x``'s device. The order of the eigenvalues is unspecified.
+
+    >>> w, v = clops.linalg.eig(clops.asarray([[0.0, -1.0], [1.0, 0.0]]))
+    >>> sorted(w.to_numpy().imag)
+    [-1.0, 1.0]
+    """
+    w, v = _eig_host(x, "eig", True)
+    d = _dt.complex_of(x.dtype)
+    return EigResult(_dev(w, x, d), _dev(v, x, d))
+
+
+def eigvals(x: Tensor, /) -> Tensor:
+    """Eigenvalues of general square matrices, complex of ``x``'s precision (host LAPACK).
+
+    >>> clops.linalg.eigvals(clops.asarray([[2.0, 1.0], [0.0, 3.0]])).dtype
+    clops.complex64
+    """
+    w, _ = _eig_host(x, "eigvals", False)
+    return _dev(w, x, _dt.complex_of(x.dtype))
+
+
 def _svd_device(x: Tensor, want_uv: bool, full: bool) -> tuple[Tensor, Tensor, Tensor]:
     """(U, S, Vh) of real ``x`` by one-sided Jacobi (U and Vh None-like when not wanted)."""
     from .array.advanced_indexing import take_along_axis
@@ -548,6 +594,7 @@ def pinv(x: Tensor, /, *, rtol: float | Tensor | None = None) -> Tensor:
     >>> clops.linalg.pinv(clops.eye(2) * 2)[0, 0].item()
     0.5
     """
+    same_device("pinv", x, rtol)
     _float_input(x, "pinv")
     if not _jacobi(x):
         a = _host(x)
@@ -581,6 +628,7 @@ def matrix_rank(x: Tensor, /, *, rtol: float | Tensor | None = None) -> Tensor:
     >>> clops.linalg.matrix_rank(clops.eye(3)).item()
     3
     """
+    same_device("matrix_rank", x, rtol)
     _float_input(x, "matrix_rank")
     if not _jacobi(x):
         s_h = np.linalg.svd(_host(x), compute_uv=False)

@@ -15,7 +15,7 @@ from ..graph import ir
 from .elementwise import apply, broadcast_shapes
 from .kernel_ops import gather_flat, scatter_flat
 from .manipulation import broadcast_to, normalize_axis, reshape
-from .tensor import Tensor
+from .tensor import Tensor, same_device
 
 
 def _as_index(k: Any, x: Tensor) -> Any:
@@ -234,6 +234,7 @@ def take(x: Tensor, indices: Tensor, /, *, axis: int | None = None) -> Tensor:
     ax = normalize_axis(axis, x.ndim)
     if not isinstance(indices, Tensor) or indices.dtype.kind not in "iu":
         raise TypeError("take: indices must be an integer tensor")
+    same_device("take", x, indices)
     return getitem(x, (slice(None),) * ax + (indices,))
 
 
@@ -245,6 +246,7 @@ def take_along_axis(x: Tensor, indices: Tensor, /, *, axis: int = -1) -> Tensor:
     >>> clops.take_along_axis(x, clops.argsort(x), axis=1)
     Tensor([[1, 2, 3]], dtype=int64, device=opencl:cpu:0)
     """
+    same_device("take_along_axis", x, indices)
     if indices.ndim != x.ndim:
         raise ValueError(f"take_along_axis: indices have {indices.ndim} dims, x has {x.ndim}")
     ax = normalize_axis(axis, x.ndim)

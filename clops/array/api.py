@@ -48,6 +48,7 @@ from .linalg_core import matmul, tensordot, vecdot
 from .manipulation import (
     astype,
     broadcast_arrays,
+    broadcast_shapes,
     broadcast_to,
     concat,
     expand_dims,
@@ -64,7 +65,7 @@ from .manipulation import (
     unstack,
 )
 from .searching import argmax, argmin, count_nonzero, nonzero, searchsorted
-from .set_functions import unique_all, unique_counts, unique_inverse, unique_values
+from .set_functions import isin, unique_all, unique_counts, unique_inverse, unique_values
 from .sorting import argsort, sort
 from .statistics import (
     all,
@@ -92,7 +93,8 @@ for _name in _ew.TABLE:
     globals()[_name] = getattr(_ew, _name)
 
 __all__ = [
-    "__array_namespace_info__", "argmax", "argmin", "argsort", "can_cast", "count_nonzero",
+    "__array_namespace_info__", "argmax", "argmin", "argsort", "broadcast_shapes", "can_cast",
+    "count_nonzero", "isin",
     "cumulative_prod", "cumulative_sum", "diff", "finfo", "from_dlpack", "iinfo", "isdtype",
     "moveaxis", "nonzero", "repeat", "result_type", "roll", "searchsorted", "sort", "take",
     "take_along_axis", "tensordot", "tile", "unique_all",

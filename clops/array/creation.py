@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,20 +17,29 @@ from ..graph import ir
 from ..graph.dtypes import DType
 from ..graph.ir import View, prod
 from .elementwise import _check_device_dtype, broadcast_node
-from .tensor import Tensor
+from .tensor import MAX_SIZE, Tensor, as_shape, same_device, spec_sequence
 
 
 def _device(device: Any) -> runtime.CLDevice:
     return runtime.device(device)
 
 
-def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
-    if isinstance(shape, int | np.integer):
-        shape = (int(shape),)
-    out = tuple(int(n) for n in shape)
-    if any(n < 0 for n in out):
-        raise ValueError(f"negative dimension in shape {out}")
-    return out
+def _shape(shape: int | Sequence[int], what: str) -> tuple[int, ...]:
+    return as_shape(shape, what)
+
+
+def _count(n: Any, what: str, arg: str) -> int:
+    """A non-negative integer argument (a number of rows, columns or elements), checked."""
+    try:
+        v = operator.index(n)
+    except TypeError:
+        raise TypeError(f"{what}: {arg} must be an integer, not {type(n).__name__}") from None
+    if v < 0:
+        raise ValueError(f"{what}: {arg} must be >= 0 (negative dimensions are not allowed), "
+                         f"got {v}")
+    if v > MAX_SIZE:
+        raise ValueError(f"{what}: {arg} {v} is too big (more than {MAX_SIZE}, int64)")
+    return v
 
 
 def _host_dtype(arr: np.ndarray, from_python: bool) -> DType:
@@ -155,7 +165,7 @@ def empty(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) 
     dev = _device(device)
     d = _dtype_or(dtype, _dt.float32)
     _check_device_dtype(dev, d)
-    s = _shape(shape)
+    s = _shape(shape, "empty")
     buf = dev.alloc(prod(s) * d.itemsize)
     return Tensor(ir.load(buf, View.contiguous(s), d), dev)
 
@@ -164,6 +174,7 @@ def full(shape: int | Sequence[int], fill_value: Any, *, dtype: Any = None,
          device: Any = None) -> Tensor:
     """A tensor of ``fill_value`` (computed on the device)."""
     dev = _device(device)
+    shp = _shape(shape, "full")
     if dtype is None:
         if isinstance(fill_value, Tensor):
             d = fill_value.dtype
@@ -186,18 +197,20 @@ def full(shape: int | Sequence[int], fill_value: Any, *, dtype: Any = None,
         info = np.iinfo(d.np)
         if isinstance(fill_value, int) and not info.min <= fill_value <= info.max:
             raise OverflowError(f"fill value {fill_value} does not fit {d}")
-    out = Tensor(ir.ew("identity", [ir.const(fill_value, d, _shape(shape))], d), dev)
+    if prod(shp) == 0:  # nothing to compute (and no kernel over a huge empty extent)
+        return empty(shp, dtype=d, device=dev)
+    out = Tensor(ir.ew("identity", [ir.const(fill_value, d, shp)], d), dev)
     return out.realize()
 
 
 def zeros(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) -> Tensor:
     d = _dtype_or(dtype, _dt.float32)
-    return full(shape, False if d.kind == "b" else 0, dtype=d, device=device)
+    return full(_shape(shape, "zeros"), False if d.kind == "b" else 0, dtype=d, device=device)
 
 
 def ones(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) -> Tensor:
     d = _dtype_or(dtype, _dt.float32)
-    return full(shape, True if d.kind == "b" else 1, dtype=d, device=device)
+    return full(_shape(shape, "ones"), True if d.kind == "b" else 1, dtype=d, device=device)
 
 
 def empty_like(x: Tensor, /, *, dtype: Any = None, device: Any = None) -> Tensor:
@@ -226,7 +239,17 @@ def arange(start: Any, /, stop: Any = None, step: Any = 1, *, dtype: Any = None,
         raise ValueError("arange: step must not be 0")
     is_float = any(isinstance(v, float) for v in (start, stop, step))
     d = _dtype_or(dtype, _dt.float32 if is_float else _dt.int64)
-    n = max(0, math.ceil((stop - start) / step))
+    if all(isinstance(v, int) for v in (start, stop, step)):
+        n = max(0, -((start - stop) // step))  # exact for Python ints of any size
+    else:
+        q = (stop - start) / step
+        if not math.isfinite(q):
+            raise ValueError(f"arange: start={start!r}, stop={stop!r}, step={step!r} give no "
+                             "finite number of elements")
+        n = max(0, math.ceil(q))
+    if n > MAX_SIZE:
+        raise ValueError(f"arange: start={start!r}, stop={stop!r}, step={step!r} give {n} "
+                         f"elements, more than {MAX_SIZE} (int64)")
     dev = _device(device)
     _check_device_dtype(dev, d)
     md = d if d.kind in "fc" else _dt.int64
@@ -241,8 +264,7 @@ def linspace(start: Any, stop: Any, /, num: int, *, dtype: Any = None, device: A
     """``num`` evenly spaced values from ``start`` to ``stop``."""
     is_c = isinstance(start, complex) or isinstance(stop, complex)
     d = _dtype_or(dtype, _dt.complex64 if is_c else _dt.float32)
-    if num < 0:
-        raise ValueError("linspace: num must be >= 0")
+    num = _count(num, "linspace", "num")
     dev = _device(device)
     _check_device_dtype(dev, d)
     div = (num - 1) if endpoint else num
@@ -273,16 +295,27 @@ def linspace(start: Any, stop: Any, /, num: int, *, dtype: Any = None, device: A
 def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = None,
         device: Any = None) -> Tensor:
     """Ones on the ``k``-th diagonal."""
-    m = n_rows if n_cols is None else n_cols
+    rows = _count(n_rows, "eye", "n_rows")
+    m = rows if n_cols is None else _count(n_cols, "eye", "n_cols")
     d = _dtype_or(dtype, _dt.float32)
     dev = _device(device)
-    shape = (n_rows, m)
-    k = _clamp_diagonal(k, shape)
+    _check_device_dtype(dev, d)
+    shape = as_shape((rows, m), "eye", "(n_rows, n_cols)")
+    if prod(shape) == 0:
+        return empty(shape, dtype=d, device=dev)
+    k = _clamp_diagonal(_index(k, "eye", "k"), shape)
     i = ir.iota(0, shape, _dt.int64)
     j = ir.iota(1, shape, _dt.int64)
     cond = ir.ew("equal", [ir.ew("add", [i, ir.const(k, _dt.int64, shape)], _dt.int64), j],
                  _dt.bool_)
     return Tensor(ir.cast(cond, d), dev).realize()
+
+
+def _index(k: Any, what: str, arg: str) -> int:
+    try:
+        return operator.index(k)
+    except TypeError:
+        raise TypeError(f"{what}: {arg} must be an integer, not {type(k).__name__}") from None
 
 
 def _clamp_diagonal(k: int, shape: tuple[int, ...]) -> int:
@@ -295,7 +328,7 @@ def _tri(x: Tensor, k: int, lower: bool) -> Tensor:
     if x.ndim < 2:
         raise ValueError("tril/triu need at least 2 dims")
     shape = x.shape
-    k = _clamp_diagonal(k, shape)
+    k = _clamp_diagonal(_index(k, "tril" if lower else "triu", "k"), shape)
     i = ir.iota(x.ndim - 2, shape, _dt.int64)
     j = ir.iota(x.ndim - 1, shape, _dt.int64)
     ik = ir.ew("add", [i, ir.const(k, _dt.int64, shape)], _dt.int64)
@@ -312,15 +345,17 @@ def triu(x: Tensor, /, *, k: int = 0) -> Tensor:
     return _tri(x, k, False)
 
 
-def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor]:
-    """Coordinate grids (views with zero strides; no copies)."""
+def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor] | tuple[Tensor, ...]:
+    """Coordinate grids (views with zero strides; no copies): a list, or a tuple from Array API
+    version 2025.12 on."""
     if indexing not in ("xy", "ij"):
         raise ValueError("meshgrid: indexing must be 'xy' or 'ij'")
     if not arrays:
-        return []
+        return spec_sequence([])
     for a in arrays:
         if a.ndim != 1:
             raise ValueError("meshgrid takes 1-d tensors")
+    same_device("meshgrid", *arrays)
     dts = {a.dtype for a in arrays}
     if len(dts) > 1:
         raise TypeError("meshgrid: all inputs must have one dtype")
@@ -338,4 +373,4 @@ def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor]:
         node = ir.movement(a._node.resolve(), functools.partial(View.reshape,
                                                                  shape=tuple(shp)))
         out.append(Tensor(broadcast_node(node, tuple(sizes)), a.device))
-    return out
+    return spec_sequence(out)

@@ -11,7 +11,7 @@ import numpy as np
 from .. import runtime
 from ..graph import dtypes as _dt
 from ..graph.dtypes import DType
-from .tensor import Tensor
+from .tensor import Tensor, spec_sequence
 
 _STANDARD = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
              "float32", "float64", "complex64", "complex128")
@@ -171,8 +171,9 @@ class Info:
                 out[name] = d
         return out
 
-    def devices(self) -> list[runtime.CLDevice]:
-        return list(runtime.devices())
+    def devices(self) -> list[runtime.CLDevice] | tuple[runtime.CLDevice, ...]:
+        """The devices clops sees: a list, or a tuple from Array API version 2025.12 on."""
+        return spec_sequence(runtime.devices())
 
 
 def __array_namespace_info__() -> Info:

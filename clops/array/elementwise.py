@@ -12,7 +12,7 @@ from .. import runtime
 from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.dtypes import DType
-from .tensor import Tensor
+from .tensor import Tensor, same_device
 
 # Categories (Array API): which dtype kinds a function accepts.
 CATEGORIES = {
@@ -128,11 +128,8 @@ def _operands(args: tuple[Any, ...], fn: str) -> tuple[list[ir.Node], runtime.CL
     tensors = [a for a in args if isinstance(a, Tensor)]
     if not tensors:
         raise TypeError(f"{fn} needs at least one clops Tensor operand")
-    dev = tensors[0].device
-    for t in tensors[1:]:
-        if t.device is not dev:
-            raise ValueError(f"{fn}: operands are on different devices ({dev} and {t.device});"
-                             " move one with .to_device()")
+    dev = same_device(fn, *tensors)
+    assert dev is not None
     dtype = tensors[0].dtype
     for t in tensors[1:]:
         dtype = _dt.promote_types(dtype, t.dtype)
@@ -217,6 +214,7 @@ def where(condition: Tensor, x1: Any, x2: Any, /) -> Tensor:
     """Elements of ``x1`` where ``condition`` is true, else of ``x2``."""
     if not isinstance(condition, Tensor):
         raise TypeError("where: condition must be a Tensor")
+    same_device("where", condition, x1, x2)
     if not any(isinstance(a, Tensor) for a in (x1, x2)):
         d = _dt.promote_types(_dt.to_dtype(type(x1)), _dt.to_dtype(type(x2)))
         x1 = Tensor(ir.const(x1, d, condition.shape), condition.device)
@@ -252,6 +250,7 @@ for _name in TABLE:
 
 def clip(x: Tensor, /, min: Any = None, max: Any = None) -> Tensor:
     """Clamp ``x`` to ``[min, max]`` (either may be None); keeps ``x``'s dtype."""
+    same_device("clip", x, min, max)
     out = x
     if min is not None:
         out = apply("maximum", out, min)

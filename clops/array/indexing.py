@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..graph import ir
-from .tensor import Tensor
+from .tensor import Tensor, same_device
 
 
 def _expand_key(key: Any, ndim: int) -> list[Any]:
@@ -83,7 +83,13 @@ def basic_view(x: Tensor, key: Any) -> Tensor:
     return Tensor(node, x.device)
 
 
+def _key_tensors(key: Any) -> list[Tensor]:
+    return [k for k in (key if isinstance(key, tuple) else (key,)) if isinstance(k, Tensor)]
+
+
 def getitem(x: Tensor, key: Any) -> Tensor:
+    # Index tensors on another device would reach a kernel of x's device (it never completes)
+    same_device("x[key]", x, *_key_tensors(key))
     if is_basic(key):
         return basic_view(x, key)
     from . import advanced_indexing
@@ -96,6 +102,7 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
     from .elementwise import broadcast_node
     from .manipulation import astype
 
+    same_device("x[key] = value", x, *_key_tensors(key), value)
     if not is_basic(key):
         from . import advanced_indexing
 
@@ -108,8 +115,6 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
         return
     if not isinstance(value, Tensor):
         value = asarray(value, dtype=x.dtype, device=x.device)
-    if value.device is not x.device:
-        raise ValueError(f"setitem: value is on {value.device}, the tensor on {x.device}")
     if value.dtype != x.dtype:
         value = astype(value, x.dtype)
     node = broadcast_node(value._node.resolve(), target.shape)

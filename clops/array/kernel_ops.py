@@ -15,7 +15,7 @@ from ..graph.dtypes import DType
 from ..graph.ir import View, prod
 from ..kernels import array_kernels as ak
 from ..runtime import plan as _plan
-from .tensor import Tensor
+from .tensor import Tensor, same_device
 
 
 def data_dependent(what: str) -> None:
@@ -71,6 +71,7 @@ def read_int(t: Tensor, index: int, what: str) -> int:
 def gather_flat(x: Tensor, offsets: Tensor) -> Tensor:
     """``x``'s elements at element offsets (relative to ``x``'s first element in its buffer,
     through its strides) given by the int64 tensor ``offsets``; result has its shape."""
+    same_device("gather", x, offsets)
     x = x.realize()
     off = contiguous(offsets, _dt.int64)
     out = new(offsets.shape, x.dtype, x.device)
@@ -85,6 +86,7 @@ def scatter_flat(x: Tensor, offsets: Tensor, values: Tensor, unique: bool = True
     as in numpy, on every device."""
     from .tensor import _flush_readers
 
+    same_device("scatter", x, offsets, values)
     x = x.realize()
     off = contiguous(offsets, _dt.int64)
     val = contiguous(values, x.dtype)
@@ -145,6 +147,7 @@ def flat_nonzero(flags: Tensor, what: str = "nonzero") -> Tensor:
 
 def searchsorted_flat(a: Tensor, v: Tensor, right: bool) -> Tensor:
     """Insertion points (int64, shape of ``v``) of ``v`` in the sorted 1-d ``a``."""
+    same_device("searchsorted", a, v)
     d = _dt.promote_types(a.dtype, v.dtype) if a.dtype != v.dtype else a.dtype
     kd = kernel_dtype(d)
     aa = a if a.dtype == kd else contiguous(a, kd)

@@ -10,7 +10,7 @@ from typing import Any
 from ..graph import dtypes as _dt
 from ..graph import ir
 from .elementwise import broadcast_node, broadcast_shapes
-from .tensor import Tensor
+from .tensor import Tensor, same_device
 
 # Multiply-adds (roughly) from which a vendor library may take a product.
 PROVIDER_MIN_WORK = 1 << 21
@@ -22,8 +22,7 @@ def matmul(x1: Any, x2: Any, /) -> Tensor:
         raise TypeError("matmul takes two tensors")
     if x1.ndim == 0 or x2.ndim == 0:
         raise ValueError("matmul does not take 0-d tensors; use multiply")
-    if x1.device is not x2.device:
-        raise ValueError(f"matmul: operands are on {x1.device} and {x2.device}")
+    same_device("matmul", x1, x2)
     dtype = _dt.promote_types(x1.dtype, x2.dtype)
     if dtype.kind == "b":
         raise TypeError("matmul is not defined for bool tensors")
@@ -86,6 +85,7 @@ def tensordot(x1: Tensor, x2: Tensor, /, *,
     """
     from .manipulation import normalize_axis, permute_dims, reshape
 
+    same_device("tensordot", x1, x2)
     if isinstance(axes, int):
         if axes < 0:
             raise ValueError("tensordot: axes must be >= 0")
@@ -131,6 +131,7 @@ def vecdot(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
     from .elementwise import apply
     from .statistics import sum as _sum
 
+    same_device("vecdot", x1, x2)
     if x1.ndim == 0 or x2.ndim == 0:
         raise ValueError("vecdot needs at least 1-d tensors")
     if axis >= 0:

@@ -9,8 +9,9 @@ from typing import Any
 from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.ir import prod
-from .elementwise import _check_device_dtype, broadcast_node, broadcast_shapes
-from .tensor import Tensor
+from .elementwise import _check_device_dtype, broadcast_node
+from .elementwise import broadcast_shapes as _broadcast
+from .tensor import Tensor, as_shape, same_device, spec_sequence
 
 
 def normalize_axis(axis: int, ndim: int) -> int:
@@ -32,11 +33,7 @@ def normalize_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ..
 
 def reshape(x: Tensor, /, shape: Sequence[int], *, copy: bool | None = None) -> Tensor:
     """The same elements in a new shape (a view when the strides allow it)."""
-    if isinstance(shape, int):
-        shape = (shape,)
-    shape = [int(n) for n in shape]
-    if shape.count(-1) > 1:
-        raise ValueError("reshape: only one dimension may be -1")
+    shape = list(as_shape(shape, "reshape", unknown=True))
     if -1 in shape:
         known = prod([n for n in shape if n != -1])
         if known == 0 or x.size % known:
@@ -67,18 +64,32 @@ def matrix_transpose(x: Tensor, /) -> Tensor:
 
 
 def broadcast_to(x: Tensor, /, shape: Sequence[int]) -> Tensor:
-    shape = tuple(int(n) for n in shape)
-    if broadcast_shapes(x.shape, shape) != shape:
+    shape = as_shape(shape, "broadcast_to")
+    if _broadcast(x.shape, shape) != shape:
         raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
     return Tensor(broadcast_node(x._node.resolve(), shape), x.device)
 
 
-def broadcast_arrays(*arrays: Tensor) -> list[Tensor]:
-    shape = broadcast_shapes(*(a.shape for a in arrays))
-    return [broadcast_to(a, shape) for a in arrays]
+def broadcast_arrays(*arrays: Tensor) -> list[Tensor] | tuple[Tensor, ...]:
+    """``arrays`` broadcast to their common shape (views): a list, or a tuple from Array API
+    version 2025.12 on."""
+    same_device("broadcast_arrays", *arrays)
+    shape = _broadcast(*(a.shape for a in arrays))
+    return spec_sequence([broadcast_to(a, shape) for a in arrays])
 
 
-def expand_dims(x: Tensor, /, *, axis: int | Sequence[int] = 0) -> Tensor:
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape ``shapes`` broadcast to (``()`` for none); ValueError where they do not
+    broadcast together or an entry is negative.
+
+    >>> clops.broadcast_shapes((2, 1), (3,))
+    (2, 3)
+    """
+    return _broadcast(*(as_shape(s, "broadcast_shapes", f"shapes[{i}]")
+                        for i, s in enumerate(shapes)))
+
+
+def expand_dims(x: Tensor, /, axis: int | Sequence[int] = 0) -> Tensor:
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     nd = x.ndim + len(axes)
     norm = sorted(normalize_axis(a, nd) for a in axes)
@@ -135,6 +146,7 @@ def concat(arrays: Sequence[Tensor] | tuple[Tensor, ...], /, *, axis: int | None
     if axis is None:
         arrays = [reshape(a, (-1,)) for a in arrays]
         axis = 0
+    same_device("concat", *arrays)
     nd = arrays[0].ndim
     if nd == 0:
         raise ValueError("concat: 0-d tensors cannot be joined; use stack")
@@ -143,8 +155,6 @@ def concat(arrays: Sequence[Tensor] | tuple[Tensor, ...], /, *, axis: int | None
     for a in arrays[1:]:
         if a.ndim != nd:
             raise ValueError("concat: all tensors must have the same number of dims")
-        if a.device is not arrays[0].device:
-            raise ValueError("concat: tensors are on different devices")
         dtype = _dt.promote_types(dtype, a.dtype)
         for i in range(nd):
             if i != ax and a.shape[i] != arrays[0].shape[i]:
@@ -266,10 +276,13 @@ def repeat(x: Tensor, repeats: int | Tensor, /, *, axis: int | None = None) -> T
     ax = normalize_axis(axis, x.ndim)
     if isinstance(repeats, int):
         if repeats < 0:
-            raise ValueError("repeat: repeats must be >= 0")
+            raise ValueError(f"repeat: repeats must be >= 0, got {repeats}")
+        as_shape(x.shape[:ax] + (x.shape[ax] * repeats,) + x.shape[ax + 1:], "repeat",
+                 "the result's shape")
         return _interleave(x, ax, repeats, False)
     if not isinstance(repeats, Tensor) or repeats.dtype.kind not in "iu":
         raise TypeError("repeat: repeats must be an int or an integer tensor")
+    same_device("repeat", x, repeats)
     n = x.shape[ax]
     if repeats.ndim == 0 or repeats.shape == (1,):
         return _interleave(x, ax, int(reshape(repeats, ()).item()), False)
@@ -291,10 +304,11 @@ def tile(x: Tensor, repetitions: tuple[int, ...], /) -> Tensor:
     >>> clops.tile(clops.asarray([1, 2]), (2,))
     Tensor([1, 2, 1, 2], dtype=int64, device=opencl:cpu:0)
     """
-    reps = tuple(int(r) for r in repetitions)
+    reps = as_shape(repetitions, "tile", "repetitions")
     nd = max(len(reps), x.ndim)
     reps = (1,) * (nd - len(reps)) + reps
     out = reshape(x, (1,) * (nd - x.ndim) + x.shape)
+    as_shape(tuple(n * r for n, r in zip(out.shape, reps)), "tile", "the result's shape")
     for ax, r in enumerate(reps):
         if r != 1:
             out = _interleave(out, ax, r, True)

@@ -4,13 +4,16 @@ kernel), count_nonzero and where."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..graph import dtypes as _dt
 from ..graph import ir
-from .elementwise import apply, where
+from .creation import asarray, full
+from .elementwise import _scalar_dtype, apply, where
 from .kernel_ops import flat_nonzero, searchsorted_flat
 from .manipulation import normalize_axis, reshape
 from .statistics import sum as _sum
-from .tensor import Tensor
+from .tensor import Tensor, same_device
 
 __all__ = ["argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "where"]
 
@@ -99,18 +102,42 @@ def nonzero_of(x: Tensor, what: str) -> tuple[Tensor, ...]:
     return tuple(out)
 
 
-def searchsorted(x1: Tensor, x2: Tensor, /, *, side: str = "left", sorter: Tensor | None = None
-                 ) -> Tensor:
+def _scalar_operand(x1: Tensor, value: object) -> Tensor | int:
+    """A Python scalar ``x2`` of searchsorted as a 0-d tensor, or the answer itself (0 or
+    ``len(x1)``) for an int outside the range of ``x1``'s integer dtype."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"searchsorted: x2 must be a Tensor or a Python int or float, not "
+                        f"{type(value).__name__}")
+    d = _scalar_dtype(value, x1.dtype)
+    if d.is_int and isinstance(value, int):
+        info = np.iinfo(d.np)
+        if value < info.min:
+            return 0
+        if value > info.max:
+            return x1.shape[0]
+    return asarray(value, dtype=d, device=x1.device)
+
+
+def searchsorted(x1: Tensor, x2: Tensor | int | float, /, *, side: str = "left",
+                 sorter: Tensor | None = None) -> Tensor:
     """Indices where ``x2``'s elements would be inserted in the sorted 1-d ``x1`` to keep it
-    sorted (NaN is the largest value).
+    sorted (NaN is the largest value). A Python scalar ``x2`` takes ``x1``'s dtype where its
+    kind fits (as in arithmetic) and gives a 0-d result.
 
     >>> clops.searchsorted(clops.asarray([1.0, 2.0, 3.0]), clops.asarray([2.5]))
     Tensor([2], dtype=int64, device=opencl:cpu:0)
     """
+    same_device("searchsorted", x1, x2, sorter)
     if side not in ("left", "right"):
         raise ValueError(f"searchsorted: side must be 'left' or 'right', not {side!r}")
     if x1.ndim != 1:
         raise ValueError("searchsorted: x1 must be 1-d")
+    if not isinstance(x1, Tensor):
+        raise TypeError(f"searchsorted: x1 must be a Tensor, not {type(x1).__name__}")
+    if not isinstance(x2, Tensor):
+        x2 = _scalar_operand(x1, x2)
+        if isinstance(x2, int):  # beyond every value x1's dtype holds
+            return full((), x2, dtype=_dt.int64, device=x1.device)
     if x1.dtype.kind == "c" or x2.dtype.kind == "c":
         raise TypeError("searchsorted is not defined for complex tensors")
     if sorter is not None:

@@ -1,17 +1,29 @@
-"""Array layer, set functions: unique_all, unique_counts, unique_inverse, unique_values. The
-flattened input is sorted (stable kernel), run starts are flagged by a fused comparison of
-neighbours, compacted (one count read back), and the rest is gathers, scans and scatters. NaNs
-are all distinct (they never compare equal), as the standard asks."""
+"""Array layer, set functions: unique_all, unique_counts, unique_inverse, unique_values and
+isin. For unique_*, the flattened input is sorted (stable kernel), run starts are flagged by a
+fused comparison of neighbours, compacted (one count read back), and the rest is gathers, scans
+and scatters. NaNs are all distinct (they never compare equal), as the standard asks."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from ..graph import dtypes as _dt
+from ..graph import ir
 from .elementwise import apply
-from .kernel_ops import flat_nonzero, new, scan_last, scatter_flat, sort_last
+from .kernel_ops import (
+    flat_nonzero,
+    gather_flat,
+    new,
+    scan_last,
+    scatter_flat,
+    searchsorted_flat,
+    sort_last,
+)
 from .manipulation import concat, reshape
-from .tensor import Tensor
+from .statistics import any as any_
+from .tensor import Tensor, same_device
 
 
 class UniqueAllResult(NamedTuple):
@@ -122,3 +134,77 @@ def unique_all(x: Tensor, /) -> UniqueAllResult:
                            _counts(starts, x.size))
 
 
+
+
+# Up to this many element pairs, isin compares every element of x1 with every one of x2 in one
+# fused broadcast-compare-reduce kernel; past it, x2 is sorted and searched.
+ISIN_PAIRWISE_MAX = 1 << 20
+
+
+def isin(x1: Tensor | int, x2: Tensor | int, /, *, invert: bool = False) -> Tensor:
+    """Whether each element of ``x1`` equals some element of ``x2`` (``invert``: equals none),
+    compared as ``equal`` compares them (NaN is in nothing); a bool tensor of ``x1``'s shape
+    (0-d when ``x1`` is a Python int). int64 and uint64 compare by value.
+
+    >>> clops.isin(clops.asarray([1, 2, 3]), clops.asarray([3, 1]))
+    Tensor([ True, False,  True], dtype=bool, device=opencl:cpu:0)
+    """
+    from .creation import asarray, full
+    from .elementwise import _scalar_dtype
+
+    if not isinstance(x1, Tensor) and not isinstance(x2, Tensor):
+        raise TypeError("isin needs at least one clops Tensor operand (x1 or x2)")
+    dev = same_device("isin", x1, x2)
+    shape = x1.shape if isinstance(x1, Tensor) else ()
+    a, b = x1, x2
+    for scalar, other in ((x1, x2), (x2, x1)):
+        if isinstance(scalar, Tensor):
+            continue
+        assert isinstance(other, Tensor)
+        if isinstance(scalar, bool) or not isinstance(scalar, int | float | complex):
+            raise TypeError(f"isin: a scalar operand must be a Python int, float or complex, "
+                            f"not {type(scalar).__name__}")
+        d = _scalar_dtype(scalar, other.dtype)
+        if d.is_int and not np.iinfo(d.np).min <= scalar <= np.iinfo(d.np).max:
+            # an int out of the other's range equals none of its values
+            return full(shape, bool(invert), dtype=_dt.bool_, device=dev)
+        t = asarray(scalar, dtype=d, device=dev)
+        a, b = (t, other) if scalar is x1 else (other, t)
+    assert isinstance(a, Tensor) and isinstance(b, Tensor)
+    found = _isin(a, b)
+    return apply("logical_not", found) if invert else found
+
+
+def _isin(x1: Tensor, x2: Tensor) -> Tensor:
+    from .creation import zeros
+
+    d1, d2 = x1.dtype, x2.dtype
+    valid: Tensor | None = None
+    if _dt.can_promote(d1, d2):
+        d = _dt.promote_types(d1, d2)
+    elif d1.is_int and d2.is_int:
+        # NOTE: int64 with uint64 (no common type): compare as uint64, where a negative value
+        # of the signed side wraps past 2**63 - 1; no unsigned x1 value that large is counted
+        # when x2 is the signed one, and no negative x1 value at all
+        d = _dt.uint64
+        valid = apply("greater_equal", x1, 0) if d1.kind == "i" else \
+            apply("less_equal", x1, int(np.iinfo(np.int64).max))
+    else:
+        raise TypeError(f"isin: {d1} and {d2} have no common type in the Array API standard; "
+                        "convert one with clops.astype first")
+    if x2.size == 0 or x1.size == 0:
+        return zeros(x1.shape, dtype=_dt.bool_, device=x1.device)
+    a = x1 if d1 == d else Tensor(ir.cast(x1._node.resolve(), d), x1.device)
+    flat = reshape(x2, (-1,))
+    if flat.dtype != d:
+        flat = Tensor(ir.cast(flat._node.resolve(), d), x2.device)
+    if x1.size * flat.size <= ISIN_PAIRWISE_MAX or d.kind in "cb":
+        eq = apply("equal", reshape(a, a.shape + (1,)), flat)
+        found = any_(eq, axis=-1)
+    else:
+        n = flat.size
+        keys, _ = sort_last(flat, False)
+        pos = searchsorted_flat(keys, a, False)
+        at = gather_flat(keys.realize(), apply("minimum", pos, n - 1))
+        found = apply("equal", at, a)
+    return found if valid is None else apply("logical_and", found, valid)

@@ -11,7 +11,7 @@ from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.ir import prod
 from .manipulation import normalize_axes, reshape
-from .tensor import Tensor
+from .tensor import Tensor, same_device
 
 Axis = int | Sequence[int] | None
 
@@ -188,6 +188,7 @@ def diff(x: Tensor, /, *, axis: int = -1, n: int = 1, prepend: Tensor | None = N
     from .elementwise import apply
     from .manipulation import concat, normalize_axis
 
+    same_device("diff", x, prepend, append)
     if x.ndim == 0:
         raise ValueError("diff needs at least 1 dim")
     if n < 0:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import runtime
+from .. import _config, runtime
 from ..compiler import realize as _realize
 from ..graph import dtypes as _dt
 from ..graph import ir
@@ -39,6 +39,75 @@ def _reads_buffer(node: Node, buf: Any, seen: set[int] | None = None) -> bool:
         else:
             stack.extend(n.srcs)
     return False
+
+
+# numpy's limit on a dimension and on an element count (its intp); past it no buffer exists.
+MAX_SIZE = 2**63 - 1
+
+
+def as_shape(shape: Any, what: str, arg: str = "shape", unknown: bool = False
+             ) -> tuple[int, ...]:
+    """``shape`` (an int or a sequence of ints) as a tuple of Python ints, checked where it
+    comes in: TypeError for an entry that is not an integer, ValueError for a negative one
+    (with ``unknown``, one -1 may stand for the size reshape works out) or for a size past
+    int64. ``what`` and ``arg`` name the function and the argument in the message.
+
+    >>> as_shape(3, "zeros")
+    (3,)
+    """
+    import operator
+
+    entries = (shape,) if not isinstance(shape, Sequence) and hasattr(shape, "__index__") \
+        else shape
+    if isinstance(entries, str | bytes) or not isinstance(entries, Sequence | np.ndarray):
+        raise TypeError(f"{what}: {arg} must be an int or a sequence of ints, not "
+                        f"{type(shape).__name__}")
+    out = []
+    for n in entries:
+        try:
+            out.append(operator.index(n))
+        except TypeError:
+            raise TypeError(f"{what}: {arg} {tuple(entries)!r} has an entry that is not an "
+                            f"integer: {n!r} ({type(n).__name__})") from None
+    shp = tuple(out)
+    lowest = -1 if unknown else 0
+    if any(n < lowest for n in shp):
+        why = "only -1 may stand for an unknown size" if unknown else \
+            "negative dimensions are not allowed"
+        raise ValueError(f"{what}: {arg} {shp} has a negative entry; {why}")
+    if unknown and shp.count(-1) > 1:
+        raise ValueError(f"{what}: {arg} {shp} has more than one -1; only one dimension can "
+                         "be unknown")
+    if any(n > MAX_SIZE for n in shp) or prod(tuple(n for n in shp if n > 0)) > MAX_SIZE:
+        raise ValueError(f"{what}: {arg} {shp} is too big: a dimension or the number of "
+                         f"elements exceeds {MAX_SIZE} (int64)")
+    return shp
+
+
+def same_device(what: str, *operands: Any) -> runtime.CLDevice | None:
+    """The device the Tensors among ``operands`` share (None if there are none); ValueError
+    naming both devices where two differ (a kernel given buffers of another device's context
+    never completes).
+
+    >>> same_device("take", x, indices)
+    <clops.CLDevice 'opencl:cpu:0': ...>
+    """
+    dev: runtime.CLDevice | None = None
+    for t in operands:
+        if isinstance(t, Tensor):
+            if dev is None:
+                dev = t.device
+            elif t.device is not dev:
+                raise ValueError(f"{what}: operands are on different devices ({dev} and "
+                                 f"{t.device}); move one with .to_device()")
+    return dev
+
+
+def spec_sequence(items: Sequence[Any]) -> Any:
+    """``items`` as the sequence type the chosen Array API version returns from meshgrid,
+    broadcast_arrays and ``devices()``: a list up to 2024.12, a tuple from 2025.12
+    (``CLOPS_ARRAY_API_VERSION``)."""
+    return tuple(items) if _config.CONFIG.array_api_version >= "2025.12" else list(items)
 
 
 class Tensor:
@@ -258,8 +327,9 @@ class Tensor:
 
     # -- Array API protocol ------------------------------------------------------------------------
     def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
-        if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12"):
-            raise ValueError(f"api_version {api_version!r} is not supported; use '2024.12'")
+        if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12", "2025.12"):
+            raise ValueError(f"api_version {api_version!r} is not supported; use one of "
+                             "'2021.12' to '2025.12'")
         import clops
 
         return clops

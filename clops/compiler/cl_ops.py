@@ -56,14 +56,17 @@ EW.update({
                 "u": "min({a}, {b})", "b": "({a} & {b})"},
     "logaddexp": {"f": "(isnan({a}) || isnan({b}) ? {a} + {b} : {a} == {b} ? {a} + "
                        "log(({T})2) : fmax({a}, {b}) + log1p(exp(-fabs({a} - {b}))))"},
-    # floor division and remainder with Python's signs; integer x // 0 gives 0, not a trap
+    # floor division and remainder with Python's signs; integer x // 0 gives 0, not a trap.
+    # NOTE: MIN / -1 and MIN % -1 are undefined in OpenCL C (x86 idiv traps or returns junk:
+    # MIN % -1 gave -1): a divisor of -1 is its own case, MIN // -1 wrapping to MIN as numpy's
     "floor_divide": {"f": "ffloordiv_{T}({a}, {b})",
-                     "i": "({b} == 0 ? ({T})0 : ({T})({a} / {b} - (({a} % {b} != 0) && "
-                          "(({a} < 0) != ({b} < 0)))))",
+                     "i": "({b} == 0 ? ({T})0 : {b} == -1 ? ({T})({a} == {MIN} ? {a} : -{a}) : "
+                          "({T})({a} / {b} - (({a} % {b} != 0) && (({a} < 0) != ({b} < 0)))))",
                      "u": "({b} == 0 ? ({T})0 : ({T})({a} / {b}))"},
+    # x % -1 -> 0 (and x % 0 -> 0)
     "remainder": {"f": "fremainder_{T}({a}, {b})",
-                  "i": "({b} == 0 ? ({T})0 : ({T})((({a} % {b}) != 0 && ((({a} % {b}) < 0) != "
-                       "({b} < 0))) ? ({a} % {b}) + {b} : ({a} % {b})))",
+                  "i": "(({b} == 0 || {b} == -1) ? ({T})0 : ({T})((({a} % {b}) != 0 && "
+                       "((({a} % {b}) < 0) != ({b} < 0))) ? ({a} % {b}) + {b} : ({a} % {b})))",
                   "u": "({b} == 0 ? ({T})0 : ({T})({a} % {b}))"},
     "equal": {"f": "({a} == {b})", "i": "({a} == {b})", "u": "({a} == {b})",
               "b": "({a} == {b})", "c": "({a}.x == {b}.x && {a}.y == {b}.y)"},

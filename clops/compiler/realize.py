@@ -69,6 +69,9 @@ def run_item(item: KernelItem, device: Any) -> None:
 
 
 def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
+    outputs = prod([n for i, n in enumerate(lw.full) if i not in lw.raxes])
+    if outputs == 0:
+        return  # nothing to write (sizes of other axes may not even fit the index type)
     I = np.int64 if lw.wide else np.int32
     args: list[Any] = []
     flat = lw.flat

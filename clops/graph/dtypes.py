@@ -35,9 +35,11 @@ class DType:
         # None or a Python scalar type (`dtype == None` is how callers test "no dtype given").
         if other is None or any(other is t for t in _PY_SCALAR_TYPES):
             return False
+        # NOTE: ``==`` must never raise: np.dtype raises ValueError, KeyError and others on
+        # arbitrary objects (a dict such as {"name": "x"} is read as a record spec).
         try:
-            return self.name != "bfloat16" and np.dtype(other) == self.np  # type: ignore
-        except TypeError:
+            return self.name != "bfloat16" and bool(np.dtype(other) == self.np)  # type: ignore
+        except Exception:
             return False
 
     def __hash__(self) -> int:

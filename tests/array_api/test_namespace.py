@@ -64,7 +64,7 @@ SIGNATURES = [
     ("can_cast", ["from_", "to"], []),
     ("from_dlpack", ["x"], ["device", "copy"]),
     ("count_nonzero", ["x"], ["axis", "keepdims"]),
-    ("expand_dims", ["x"], ["axis"]),
+    ("expand_dims", ["x"], []),  # axis is positional-or-keyword: expand_dims(x, /, axis)
     ("where", ["condition", "x1", "x2"], []),
     ("clip", ["x"], []),
     ("astype", ["x", "dtype"], ["copy", "device"]),
