@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import _config, linalg  # noqa: E402  (linalg: the Array API linalg extension)
 from .array.api import *  # noqa: F403  (the Array API namespace)
 from .array.api import __all__ as _array_all
+from .array.creation import from_host
 from .array.jit import JitError, jit
 from .runtime import (
     BuildError,

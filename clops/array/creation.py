@@ -24,6 +24,36 @@ def _device(device: Any) -> runtime.CLDevice:
     return runtime.device(device)
 
 
+USM_TYPES = ("device", "host", "shared")
+
+
+def _usm(usm_type: Any) -> str | None:
+    if usm_type is None or usm_type in USM_TYPES:
+        return usm_type  # type: ignore[no-any-return]
+    raise ValueError(f"usm_type={usm_type!r}: one of {list(USM_TYPES)} (device memory, host "
+                     "memory the device reads, or shared virtual memory)")
+
+
+def _in(t: Tensor, usm_type: str | None) -> Tensor:
+    """``t`` in memory of kind ``usm_type`` (None: as it is; new tensors are in device memory):
+    its graph is computed straight into a buffer of that kind."""
+    if usm_type is None:
+        return t
+    node = t._node.resolve()
+    if node.op == "load" and node.arg[0].kind == usm_type:
+        return t
+    buf = t.device.alloc(max(prod(t.shape) * t.dtype.itemsize, 1), usm_type)
+    out = Tensor(ir.load(buf, View.contiguous(t.shape), t.dtype), t.device)
+    out._assign(t)
+    return out
+
+
+def _usm_of(x: Tensor) -> str | None:
+    """The memory kind of ``x`` where it is computed (``*_like`` keep it), else None."""
+    node = x._node.resolve()
+    return node.arg[0].kind if node.op == "load" and node.arg[0].kind != "device" else None
+
+
 def _shape(shape: int | Sequence[int], what: str) -> tuple[int, ...]:
     return as_shape(shape, what)
 
@@ -68,13 +98,22 @@ def to_host_bits(arr: np.ndarray, d: DType) -> np.ndarray:
     return np.array(arr, dtype=d.np, order="C", copy=True)
 
 
-def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | None = None
-            ) -> Tensor:
-    """A tensor from a Tensor, numpy array, Python scalar, nested sequence or buffer.
+def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | None = None,
+            usm_type: str | None = None) -> Tensor:
+    """A tensor from a Tensor, numpy array, Python scalar, nested sequence or buffer, in memory
+    of kind ``usm_type``: ``"device"`` (the default for new data), ``"host"`` (host memory the
+    device reads; numpy reads it in place where the device shares the host's memory) or
+    ``"shared"`` (shared virtual memory, where the device has it).
 
     >>> clops.asarray([1, 2, 3]).dtype
     clops.int64
     """
+    kind = _usm(usm_type)
+    if isinstance(obj, Tensor) and kind is not None and _usm_of(obj) != kind and \
+            (kind != "device" or _usm_of(obj) is not None):
+        if copy is False:
+            raise ValueError(f"asarray: memory of kind {kind!r} needs a copy, but copy=False")
+        return _in(asarray(obj, dtype=dtype, device=device), kind)
     if isinstance(obj, Tensor):
         d = _dt.to_dtype(dtype) if dtype is not None else obj.dtype
         dev = _device(device) if device is not None else obj.device
@@ -101,7 +140,8 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | 
         return asarray(out, copy=copy) if copy else out
     if copy is False:
         raise ValueError("asarray: host data cannot be used without a copy (copy=False); "
-                         "clops tensors live in device memory")
+                         "clops.from_host(a, copy=False) uses a numpy array's own memory on a "
+                         "device that shares the host's")
     dev = _device(device)
     if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray):
         obj = np.from_dlpack(obj)
@@ -134,7 +174,7 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | 
     if d.kind in "iub" and arr.dtype.kind == "c":
         raise TypeError(f"cannot convert complex data to {d}")
     host = to_host_bits(arr, d)
-    buf = dev.alloc(host.nbytes)
+    buf = dev.alloc(host.nbytes, kind or "device")
     if host.nbytes:
         dev.write(buf, host)
     return Tensor(ir.load(buf, View.contiguous(arr.shape), d), dev)
@@ -160,19 +200,21 @@ def _dtype_or(dtype: Any, default: DType) -> DType:
     return _dt.to_dtype(dtype) if dtype is not None else default
 
 
-def empty(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) -> Tensor:
-    """An uninitialized tensor (memory from the pool)."""
+def empty(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None,
+          usm_type: str | None = None) -> Tensor:
+    """An uninitialized tensor (memory from the pool, of kind ``usm_type``: see asarray)."""
     dev = _device(device)
     d = _dtype_or(dtype, _dt.float32)
     _check_device_dtype(dev, d)
     s = _shape(shape, "empty")
-    buf = dev.alloc(prod(s) * d.itemsize)
+    buf = dev.alloc(prod(s) * d.itemsize, _usm(usm_type) or "device")
     return Tensor(ir.load(buf, View.contiguous(s), d), dev)
 
 
 def full(shape: int | Sequence[int], fill_value: Any, *, dtype: Any = None,
-         device: Any = None) -> Tensor:
-    """A tensor of ``fill_value`` (computed on the device)."""
+         device: Any = None, usm_type: str | None = None) -> Tensor:
+    """A tensor of ``fill_value`` (computed on the device, in memory of kind ``usm_type``)."""
+    kind = _usm(usm_type)
     dev = _device(device)
     shp = _shape(shape, "full")
     if dtype is None:
@@ -198,40 +240,76 @@ def full(shape: int | Sequence[int], fill_value: Any, *, dtype: Any = None,
         if isinstance(fill_value, int) and not info.min <= fill_value <= info.max:
             raise OverflowError(f"fill value {fill_value} does not fit {d}")
     if prod(shp) == 0:  # nothing to compute (and no kernel over a huge empty extent)
-        return empty(shp, dtype=d, device=dev)
+        return empty(shp, dtype=d, device=dev, usm_type=kind)
     out = Tensor(ir.ew("identity", [ir.const(fill_value, d, shp)], d), dev)
-    return out.realize()
+    return _in(out, kind).realize()
 
 
-def zeros(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) -> Tensor:
+def zeros(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None,
+          usm_type: str | None = None) -> Tensor:
     d = _dtype_or(dtype, _dt.float32)
-    return full(_shape(shape, "zeros"), False if d.kind == "b" else 0, dtype=d, device=device)
+    return full(_shape(shape, "zeros"), False if d.kind == "b" else 0, dtype=d, device=device,
+                usm_type=usm_type)
 
 
-def ones(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None) -> Tensor:
+def ones(shape: int | Sequence[int], *, dtype: Any = None, device: Any = None,
+         usm_type: str | None = None) -> Tensor:
     d = _dtype_or(dtype, _dt.float32)
-    return full(_shape(shape, "ones"), True if d.kind == "b" else 1, dtype=d, device=device)
+    return full(_shape(shape, "ones"), True if d.kind == "b" else 1, dtype=d, device=device,
+                usm_type=usm_type)
 
 
-def empty_like(x: Tensor, /, *, dtype: Any = None, device: Any = None) -> Tensor:
-    return empty(x.shape, dtype=dtype or x.dtype, device=device or x.device)
+# The *_like functions keep x's memory kind unless usm_type says otherwise (as dpctl does).
+def empty_like(x: Tensor, /, *, dtype: Any = None, device: Any = None,
+               usm_type: str | None = None) -> Tensor:
+    return empty(x.shape, dtype=dtype or x.dtype, device=device or x.device,
+                 usm_type=usm_type or _usm_of(x))
 
 
-def zeros_like(x: Tensor, /, *, dtype: Any = None, device: Any = None) -> Tensor:
-    return zeros(x.shape, dtype=dtype or x.dtype, device=device or x.device)
+def zeros_like(x: Tensor, /, *, dtype: Any = None, device: Any = None,
+               usm_type: str | None = None) -> Tensor:
+    return zeros(x.shape, dtype=dtype or x.dtype, device=device or x.device,
+                 usm_type=usm_type or _usm_of(x))
 
 
-def ones_like(x: Tensor, /, *, dtype: Any = None, device: Any = None) -> Tensor:
-    return ones(x.shape, dtype=dtype or x.dtype, device=device or x.device)
+def ones_like(x: Tensor, /, *, dtype: Any = None, device: Any = None,
+              usm_type: str | None = None) -> Tensor:
+    return ones(x.shape, dtype=dtype or x.dtype, device=device or x.device,
+                usm_type=usm_type or _usm_of(x))
 
 
-def full_like(x: Tensor, /, fill_value: Any, *, dtype: Any = None, device: Any = None
-              ) -> Tensor:
-    return full(x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device)
+def full_like(x: Tensor, /, fill_value: Any, *, dtype: Any = None, device: Any = None,
+              usm_type: str | None = None) -> Tensor:
+    return full(x.shape, fill_value, dtype=dtype or x.dtype, device=device or x.device,
+                usm_type=usm_type or _usm_of(x))
+
+
+def from_host(a: np.ndarray, /, *, copy: bool = True, device: Any = None) -> Tensor:
+    """A tensor of a numpy array's values. ``copy=False`` uses the array's own memory
+    (``CL_MEM_USE_HOST_PTR``; the tensor keeps the array alive, and each sees the other's
+    writes once pending work is done), where the device shares the host's memory (CPUs,
+    integrated GPUs); elsewhere it raises BufferError. ``copy=True`` copies into host memory.
+
+    >>> a = np.zeros(4, np.float32); t = clops.from_host(a, copy=False)
+    """
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"from_host takes a numpy array, not {type(a).__name__}")
+    if copy:
+        return asarray(a, device=device, usm_type="host")
+    dev = _device(device)
+    d = _dt.to_dtype(a.dtype)
+    if a.dtype != d.np and not (d.kind == "b" and a.dtype == np.bool_):
+        raise TypeError(f"from_host(copy=False): {a.dtype} is stored differently on the device "
+                        "(bfloat16 and others): use copy=True")
+    _check_device_dtype(dev, d)
+    if a.size == 0:
+        return empty(a.shape, dtype=d, device=dev, usm_type="host")
+    buf = dev.wrap_host(a)
+    return Tensor(ir.load(buf, View.contiguous(a.shape), d), dev)
 
 
 def arange(start: Any, /, stop: Any = None, step: Any = 1, *, dtype: Any = None,
-           device: Any = None) -> Tensor:
+           device: Any = None, usm_type: str | None = None) -> Tensor:
     """``start, start + step, ...`` below ``stop``, computed on the device."""
     if stop is None:
         start, stop = 0, start
@@ -256,11 +334,11 @@ def arange(start: Any, /, stop: Any = None, step: Any = 1, *, dtype: Any = None,
     idx = ir.cast(ir.iota(0, (n,), _dt.int64), md)
     node = ir.ew("add", [ir.ew("multiply", [idx, ir.const(step, md, (n,))], md),
                          ir.const(start, md, (n,))], md)
-    return Tensor(ir.cast(node, d), dev).realize()
+    return _in(Tensor(ir.cast(node, d), dev), _usm(usm_type)).realize()
 
 
 def linspace(start: Any, stop: Any, /, num: int, *, dtype: Any = None, device: Any = None,
-             endpoint: bool = True) -> Tensor:
+             endpoint: bool = True, usm_type: str | None = None) -> Tensor:
     """``num`` evenly spaced values from ``start`` to ``stop``."""
     is_c = isinstance(start, complex) or isinstance(stop, complex)
     d = _dtype_or(dtype, _dt.complex64 if is_c else _dt.float32)
@@ -286,14 +364,14 @@ def linspace(start: Any, stop: Any, /, num: int, *, dtype: Any = None, device: A
                          ir.const(start, md, (num,))], md)
     if d.kind in "iub" and md.kind == "f":
         node = ir.ew("floor", [node], md)
-    out = Tensor(ir.cast(node, d), dev).realize()
+    out = _in(Tensor(ir.cast(node, d), dev), _usm(usm_type)).realize()
     if endpoint and num > 1:
         out[num - 1] = stop  # exact end point
     return out
 
 
 def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = None,
-        device: Any = None) -> Tensor:
+        device: Any = None, usm_type: str | None = None) -> Tensor:
     """Ones on the ``k``-th diagonal."""
     rows = _count(n_rows, "eye", "n_rows")
     m = rows if n_cols is None else _count(n_cols, "eye", "n_cols")
@@ -302,13 +380,13 @@ def eye(n_rows: int, n_cols: int | None = None, /, *, k: int = 0, dtype: Any = N
     _check_device_dtype(dev, d)
     shape = as_shape((rows, m), "eye", "(n_rows, n_cols)")
     if prod(shape) == 0:
-        return empty(shape, dtype=d, device=dev)
+        return empty(shape, dtype=d, device=dev, usm_type=usm_type)
     k = _clamp_diagonal(_index(k, "eye", "k"), shape)
     i = ir.iota(0, shape, _dt.int64)
     j = ir.iota(1, shape, _dt.int64)
     cond = ir.ew("equal", [ir.ew("add", [i, ir.const(k, _dt.int64, shape)], _dt.int64), j],
                  _dt.bool_)
-    return Tensor(ir.cast(cond, d), dev).realize()
+    return _in(Tensor(ir.cast(cond, d), dev), _usm(usm_type)).realize()
 
 
 def _index(k: Any, what: str, arg: str) -> int:

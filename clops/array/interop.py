@@ -1,5 +1,5 @@
-"""Array layer, interop: DLPack (copies to the host for numpy), host futures, and pyopencl
-arrays in and out without copies."""
+"""Array layer, interop: DLPack and numpy views (the memory itself where the host addresses
+it, else copies), host futures, and pyopencl arrays in and out without copies."""
 
 from __future__ import annotations
 
@@ -14,10 +14,45 @@ kDLCPU = 1
 kDLOpenCL = 4
 
 
+class _Holder:
+    """Keeps a buffer (and so its memory, out of the pool) alive under numpy views of it."""
+
+    def __init__(self, view: np.ndarray, buf: Any) -> None:
+        self.buf = buf
+        self.__array_interface__ = view.__array_interface__
+
+
+def host_array(t: Tensor) -> np.ndarray:
+    """``t``'s own memory as a numpy array, no copy, once the device is done with it (the
+    array keeps the memory alive). BufferError where the host cannot address the memory."""
+    from ..runtime import plan
+
+    plan.refuse("a host view of a tensor")
+    d = t.dtype
+    if d.name == "bfloat16":
+        raise BufferError("bfloat16 has no numpy dtype: a host view needs a copy (astype)")
+    n = t._load
+    buf, v = n.arg
+    base = np.asarray(_Holder(buf.host_view(), buf))
+    isz = d.itemsize
+    return np.ndarray(t.shape, np.bool_ if d.kind == "b" else d.np, buffer=base,
+                      offset=v.offset * isz, strides=tuple(st * isz for st in v.strides))
+
+
+def zero_copy(t: Tensor) -> bool:
+    """Whether ``t`` is in host or shared memory the host addresses in place (numpy and DLPack
+    consumers then read it without a copy)."""
+    buf = t.buffer
+    return buf.kind != "device" and buf.host_addressable and t.dtype.name != "bfloat16"
+
+
 def dlpack_device(t: Tensor) -> tuple[int, int]:
-    """DLPack device of a tensor: OpenCL, with the index of the device among clops.devices()."""
+    """DLPack device of a tensor: the CPU for host or shared memory the host addresses in
+    place, else OpenCL, with the index of the device among clops.devices()."""
     from .. import runtime
 
+    if zero_copy(t):
+        return (kDLCPU, 0)
     devs = runtime.devices()
     idx = next((i for i, d in enumerate(devs) if d is t.device), 0)
     return (kDLOpenCL, idx)
@@ -25,16 +60,24 @@ def dlpack_device(t: Tensor) -> tuple[int, int]:
 
 def dlpack(t: Tensor, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
            copy: bool | None = None) -> Any:
-    """A DLPack capsule. No DLPack consumer reads OpenCL memory directly, so the data is copied
-    to the host (``dl_device=(kDLCPU, 0)``, or a consumer on the CPU such as numpy); asking for
-    the OpenCL device without a copy raises BufferError."""
-    if copy is False:
-        raise BufferError("clops tensors live in OpenCL device memory; DLPack export needs a "
-                          "copy to the host (copy=None or True, dl_device=(1, 0))")
+    """A DLPack capsule for a consumer on the CPU (numpy, torch): the tensor's own memory where
+    the host addresses it (host and shared memory, and with ``copy=False`` any memory of a
+    device that shares the host's, such as PoCL's), else a copy (``copy=False`` then raises
+    BufferError saying what would make it zero-copy)."""
     if dl_device is not None and tuple(dl_device) != (kDLCPU, 0):
         raise BufferError(f"DLPack export to device {dl_device} is not supported; use "
-                          "dl_device=(1, 0) for a host copy")
-    host = t.to_numpy()
+                          "dl_device=(1, 0) for the host")
+    if copy is not True and (zero_copy(t) or (copy is False and t.buffer.host_addressable)):
+        host = host_array(t)
+    elif copy is False:
+        why = ("bfloat16 has no DLPack type numpy reads" if t.dtype.name == "bfloat16" else
+               "its memory is not addressable by the host (" + t.device.name + " has memory "
+               "of its own)")
+        raise BufferError(f"DLPack export without a copy is not possible: {why}; use "
+                          "copy=None or True, or make the tensor with usm_type='host' or "
+                          "'shared' on a device that shares the host's memory")
+    else:
+        host = t.to_numpy()
     if max_version is None:
         return host.__dlpack__()
     return host.__dlpack__(max_version=max_version)

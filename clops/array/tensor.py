@@ -98,8 +98,12 @@ def same_device(what: str, *operands: Any) -> runtime.CLDevice | None:
             if dev is None:
                 dev = t.device
             elif t.device is not dev:
+                how = ("they share a context: move one with x.to_device(other), a device-side "
+                       "copy" if dev.shares_context(t.device) else
+                       "move one with .to_device() (a copy through the host: clops.context "
+                       "puts devices of one platform in one context)")
                 raise ValueError(f"{what}: operands are on different devices ({dev} and "
-                                 f"{t.device}); move one with .to_device()")
+                                 f"{t.device}); {how}")
     return dev
 
 
@@ -224,7 +228,22 @@ class Tensor:
             return host.astype(bool)
         return host
 
+    @property
+    def usm_type(self) -> str:
+        """The memory kind of this tensor's buffer: ``"device"``, ``"host"`` or ``"shared"``
+        (see ``clops.asarray(..., usm_type=)``)."""
+        return str(self.buffer.kind)
+
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        from .interop import host_array, zero_copy
+
+        if copy is not True and zero_copy(self):
+            a = host_array(self)  # host or shared memory: numpy reads it in place
+            return a if dtype is None else a.astype(dtype, copy=copy is not False)
+        if copy is False:
+            raise ValueError("this tensor's memory is not readable by the host in place: "
+                             "np.asarray(t, copy=False) needs usm_type='host' or 'shared' on a "
+                             "device that shares the host's memory")
         a = self.to_numpy()
         return a.astype(dtype) if dtype is not None else a
 
@@ -262,10 +281,18 @@ class Tensor:
     __str__ = __repr__
 
     def to_device(self, device: Any, /, *, stream: Any = None) -> Tensor:
-        """This tensor on another device (a copy through the host when the device differs)."""
+        """This tensor on another device: a device-side copy where the two share a context
+        (``clops.context``, sub-devices of one split), else a copy through the host."""
         dev = runtime.device(device)
         if dev is self.device:
             return self
+        if dev.shares_context(self.device):
+            # one context: a device-side copy, ordered by the buffers' events across queues
+            src = self.contiguous()
+            buf, v = src._load.arg
+            out = dev.alloc(max(self.nbytes, 1), buf.kind)
+            dev.copy(out, buf, self.nbytes, 0, v.offset * self.dtype.itemsize)
+            return Tensor(ir.load(out, View.contiguous(self.shape), self.dtype), dev)
         from .creation import asarray
 
         return asarray(self.to_numpy() if self.dtype.name != "bfloat16" else

@@ -396,6 +396,20 @@ class CLDevice:
             plan.note_alloc(buf)  # a jit replay allocates its own
         return buf
 
+    def wrap_host(self, arr: np.ndarray) -> Buffer:
+        """A buffer over the memory of the C-contiguous ``arr`` itself (``CL_MEM_USE_HOST_PTR``;
+        it keeps ``arr`` alive), on a device that shares the host's memory; elsewhere the
+        driver would work on a copy that ``arr`` does not see, so that is refused."""
+        if not self.caps.unified_memory:
+            raise BufferError(f"{self.name} has memory of its own: its kernels would work on a "
+                              "copy of the array; use copy=True")
+        if not arr.flags.c_contiguous or not arr.flags.writeable:
+            raise BufferError("only a C-contiguous, writeable array can be used in place")
+        u8 = arr.reshape(-1).view(np.uint8)
+        mem = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR,
+                        hostbuf=u8)
+        return Buffer(mem, arr.nbytes, arr.nbytes, None, kind="host", host=u8)
+
     def memory_stats(self) -> dict[str, Any]:
         return self.pool.stats.as_dict()
 

@@ -109,12 +109,21 @@ class Buffer:
         and read of it by the device is done. Raises ``BufferError`` where the host cannot
         address it (device memory; host or shared memory of a device that does not share the
         host's memory)."""
+        if self.host is None and self.pool is not None and \
+                self.pool.device.caps.unified_memory:
+            self.host = self.pool.map_whole(self.mem, self.size)  # kept while the memory lives
         if not isinstance(self.host, np.ndarray):
             raise BufferError(_no_host_view(self))
         pending = self.pending()
         if pending:
             cl.wait_for_events(pending)
         return self.host
+
+    @property
+    def host_addressable(self) -> bool:
+        """Whether ``host_view`` can give this memory without a copy."""
+        return isinstance(self.host, np.ndarray) or (
+            self.host is None and self.pool is not None and self.pool.device.caps.unified_memory)
 
     def pending(self) -> list[cl.Event]:
         out = [ev for ev, _ in self.reads]
@@ -205,6 +214,16 @@ class BufferPool:
         mem, size, host = self._create(size, nbytes, kind)
         return Buffer(mem, nbytes, size, self, kind=kind, host=host)
 
+    def map_whole(self, mem: Any, size: int) -> np.ndarray:
+        """``mem`` mapped for reading and writing, for good: on a device that shares the host's
+        memory the map is the memory itself, kept coherent by the dependency tracking."""
+        rw: Any = cl.map_flags.READ | cl.map_flags.WRITE  # the stubs want one enum member
+        mapped: Any = cl.enqueue_map_buffer(self.device.queue.cl_queue, mem, rw, 0, (size,),
+                                            np.uint8)
+        view, ev = mapped
+        ev.wait()
+        return view  # type: ignore[no-any-return]
+
     def _svm_flags(self) -> int:
         caps = int(getattr(self.device.cl_device, "svm_capabilities", 0) or 0)
         svm = cl.device_svm_capabilities
@@ -228,12 +247,7 @@ class BufferPool:
                 return buf, None
             # NOTE: mapped once for the buffer's life: on a device that shares the host's
             # memory the map is the memory itself, kept coherent by the dependency tracking
-            rw: Any = cl.map_flags.READ | cl.map_flags.WRITE  # the stubs want one enum member
-            mapped: Any = cl.enqueue_map_buffer(self.device.queue.cl_queue, buf, rw, 0, (size,),
-                                                np.uint8)
-            view, ev = mapped
-            ev.wait()
-            return buf, view
+            return buf, self.map_whole(buf, size)
         flags = self._svm_flags()
         fine = bool(flags & int(cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER))
         svm = cl.SVMAllocation(self.context, size, 0, flags)
