@@ -102,36 +102,31 @@ def matmul(x1: Tensor, x2: Tensor, *,
     >>> out = dispatch.matmul(a, b)
     >>> out = out if out is not None else generated_matmul(a, b)
     """
-    if _generated_only() or x1.device is not x2.device:
-        return None
-    plan = _matmul_plan(x1, x2)
-    if plan is None:
-        return None
-    op, key = plan
     dev = x1.device
     dt = x1.dtype.name
     if generated_cost is None:
         def generated_cost() -> float:
             return _generated_matmul_cost(x1.shape, x2.shape, dt, dev)
-    provider = choose(op, dev, dt, key, generated_cost)
-    if provider is None:
-        return None
-    return _run_matmul(provider, op, x1, x2)
+    return _provided(x1, x2, lambda op, key: choose(op, dev, dt, key, generated_cost))
 
 
 def forced_matmul(x1: Tensor, x2: Tensor) -> Tensor | None:
     """``x1 @ x2`` through a provider that ``CLOPS_PROVIDERS`` forces (``+NAME``), at any size
     and ahead of clops' own GEMM kernels; ``None`` when none is forced or capable."""
+    return _provided(x1, x2, lambda op, key: registry.forced(op, x1.device, x1.dtype.name,
+                                                             key))
+
+
+def _provided(x1: Tensor, x2: Tensor,
+              pick: Callable[[str, tuple[int, ...]], Any]) -> Tensor | None:
+    """``x1 @ x2`` through the provider ``pick(op, shape key)`` names, else ``None``."""
     if _generated_only() or x1.device is not x2.device:
         return None
     plan_ = _matmul_plan(x1, x2)
     if plan_ is None:
         return None
-    op, key = plan_
-    provider = registry.forced(op, x1.device, x1.dtype.name, key)
-    if provider is None:
-        return None
-    return _run_matmul(provider, op, x1, x2)
+    provider = pick(*plan_)
+    return None if provider is None else _run_matmul(provider, plan_[0], x1, x2)
 
 
 def _generated_matmul_cost(s1: tuple[int, ...], s2: tuple[int, ...], dtype: str,

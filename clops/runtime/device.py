@@ -396,6 +396,16 @@ class CLDevice:
             plan.note_alloc(buf)  # a jit replay allocates its own
         return buf
 
+    @property
+    def memory_kinds(self) -> tuple[str, ...]:
+        """The memory kinds this device allocates: ``"device"``, ``"host"`` and, where it has
+        shared virtual memory, ``"shared"``."""
+        try:
+            self.pool._svm_flags()
+        except ValueError:
+            return ("device", "host")
+        return ("device", "host", "shared")
+
     def wrap_host(self, arr: np.ndarray) -> Buffer:
         """A buffer over the memory of the C-contiguous ``arr`` itself (``CL_MEM_USE_HOST_PTR``;
         it keeps ``arr`` alive), on a device that shares the host's memory; elsewhere the

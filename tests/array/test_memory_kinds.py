@@ -14,23 +14,13 @@ import clops
 from ..conftest import Gate
 
 
-def _kinds(device):
-    out = ["device", "host"]
-    try:
-        device.pool._svm_flags()
-        out.append("shared")
-    except ValueError:
-        pass
-    return out
-
-
 def _unified(device):
     if not device.caps.unified_memory:
         pytest.skip(f"{device.name} has memory of its own: numpy views need copies there")
 
 
 def test_creation_functions_take_usm_type(device):
-    for kind in _kinds(device):
+    for kind in list(device.memory_kinds):
         made = [clops.asarray([1.0, 2.0], device=device, usm_type=kind),
                 clops.empty(3, device=device, usm_type=kind),
                 clops.zeros((2, 2), device=device, usm_type=kind),
@@ -58,7 +48,7 @@ def test_creation_functions_take_usm_type(device):
 @given(kinds=st.lists(st.sampled_from(["device", "host", "shared"]), min_size=2, max_size=2),
        shape=st.sampled_from([(7,), (3, 5), (2, 3, 4)]), seed=st.integers(0, 999))
 def test_every_op_takes_every_kind(device, kinds, shape, seed):
-    kinds = [k if k in _kinds(device) else "host" for k in kinds]
+    kinds = [k if k in list(device.memory_kinds) else "host" for k in kinds]
     rng = np.random.default_rng(seed)
     a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
     x = clops.asarray(a, device=device, usm_type=kinds[0])
@@ -74,7 +64,7 @@ def test_every_op_takes_every_kind(device, kinds, shape, seed):
 
 def test_numpy_reads_host_memory_in_place_after_pending_writes(device):
     _unified(device)
-    for kind in _kinds(device)[1:]:
+    for kind in list(device.memory_kinds)[1:]:
         t = clops.zeros(4, device=device, usm_type=kind)
         gate = Gate(device.context)
         device.write(t.buffer, np.full(4, 9, np.float32), wait_for=[gate.event])  # held back
@@ -120,7 +110,7 @@ def test_a_host_view_keeps_the_memory_from_the_pool(device):
 def test_dlpack_without_a_copy(device):
     _unified(device)
     torch = pytest.importorskip("torch")
-    for kind in _kinds(device):
+    for kind in list(device.memory_kinds):
         t = clops.arange(5.0, device=device, usm_type=kind)
         if kind == "device":
             assert t.__dlpack_device__()[0] == 4  # OpenCL; copy=None copies
