@@ -14,8 +14,10 @@ from clops.runtime import plan
 
 ROOT = Path(clops.__file__).parent
 # Where work may be enqueued (kernels, copies, fills, maps): the seam itself (device.py), and
-# the staging buffers' host mappings. Markers and barriers order work and may be anywhere.
-ENQUEUERS = {"runtime/device.py": None, "runtime/staging.py": {"enqueue_map_buffer"}}
+# host mappings: the staging buffers' and the pool's (host views of host-addressable memory).
+# Markers and barriers order work and may be anywhere.
+ENQUEUERS = {"runtime/device.py": None, "runtime/staging.py": {"enqueue_map_buffer"},
+             "runtime/pool.py": {"enqueue_map_buffer"}}
 ORDERING = {"enqueue_marker", "enqueue_barrier", "enqueue_wait_for_events"}
 
 
