@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+from collections.abc import Callable
 
 from ..runtime import CLDevice
 from ..runtime import device as _device
@@ -17,6 +18,7 @@ from .config import ModelConfig
 from .gguf_file import GGUFFile, ModelFileError
 from .model import GenerationStats, Model
 from .tokenizer import TextTokenizer
+from .weights import WeightSource
 
 __all__ = ["GenerationStats", "ModelConfig", "ModelFileError", "Model", "TextTokenizer",
            "default_model_path", "load"]
@@ -69,25 +71,44 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
             path = ggufs[0]
     if os.path.isdir(path):
         config, tensors = safetensors_file.open_directory(path)
-        cfg = cfgmod.from_hf(config, path)
+        cfg = cfgmod.from_hf(config, os.path.join(path, "config.json"))
         if "lm_head.weight" not in tensors:
             cfg.tied_embeddings = True
+        source: WeightSource = SafetensorsSource(path, tensors)
+        source.validate(cfg)
         tj = os.path.join(path, "tokenizer.json")
         if not os.path.exists(tj):
             raise ModelFileError(f"{path}: no tokenizer.json")
         tcfg = tokenizer.load_hf_tokenizer_config(os.path.join(path, "tokenizer_config.json"))
         jinja = os.path.join(path, "chat_template.jinja")
         if "chat_template" not in tcfg and os.path.exists(jinja):
-            with open(jinja, encoding="utf-8") as fh:
-                tcfg["chat_template"] = fh.read()
-        tok = tokenizer.from_tokenizer_json(tj, tcfg)
+            try:
+                with open(jinja, encoding="utf-8") as fh:
+                    tcfg["chat_template"] = fh.read()
+            except UnicodeDecodeError as e:
+                raise ModelFileError(f"{jinja}: not UTF-8 text ({e})") from None
+        tok = _built_tokenizer(tj, lambda: tokenizer.from_tokenizer_json(tj, tcfg))
         if not tok.eos_ids and isinstance(config.get("eos_token_id"), int):
             tok.eos_ids = [config["eos_token_id"]]
-        source = SafetensorsSource(path, tensors)
-        return Model(cfg, source, tok, dev, max_seq_len, progress=progress,
-                     float16_copies=float16_copies)
-    f = GGUFFile(path)
-    cfg = cfgmod.from_gguf(f.metadata, set(f.tensors), path)
-    tok = tokenizer.from_gguf_metadata(f.metadata, path)
-    return Model(cfg, GGUFSource(f), tok, dev, max_seq_len, progress=progress,
+    else:
+        f = GGUFFile(path)
+        cfg = cfgmod.from_gguf(f.metadata, set(f.tensors), path)
+        source = GGUFSource(f)
+        source.validate(cfg)
+        tok = _built_tokenizer(f"{path}: tokenizer.ggml.* metadata",
+                               lambda: tokenizer.from_gguf_metadata(f.metadata, path))
+    return Model(cfg, source, tok, dev, max_seq_len, progress=progress,
                  float16_copies=float16_copies)
+
+
+def _built_tokenizer(where: str, build: Callable[[], TextTokenizer]) -> TextTokenizer:
+    """``build()``, with any failure to build the tokenizer from ``where`` as a
+    ``ModelFileError`` (the ``tokenizers`` library raises bare ``Exception``s, such as a merge
+    of a token not in the vocabulary)."""
+    try:
+        return build()
+    except ModelFileError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the library raises its own exception types
+        raise ModelFileError(f"{where}: no tokenizer can be built from it "
+                             f"({type(e).__name__}: {e})") from None

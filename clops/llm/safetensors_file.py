@@ -1,6 +1,7 @@
 """llm, safetensors: a strict reader of the format (8-byte header length, JSON header, raw
-little-endian data), memory-mapped. Nothing is unpickled; every size and offset is checked
-against the file so a malformed or truncated file raises ``ModelFileError``."""
+little-endian data), memory-mapped, and of the JSON files beside it. Nothing is unpickled; every
+size and offset is checked against the file, and no two tensors share bytes, so a malformed,
+truncated or hostile file raises ``ModelFileError``."""
 
 from __future__ import annotations
 
@@ -20,6 +21,36 @@ DTYPES: dict[str, tuple[Any, int]] = {
     "I8": (np.int8, 1), "U8": (np.uint8, 1), "BOOL": (np.bool_, 1),
 }
 MAX_HEADER = 100 << 20
+MAX_JSON_FILE = 64 << 20  # config.json and the shard index: a few KiB in real models
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"key {k!r} appears twice")
+        out[k] = v
+    return out
+
+
+def parse_json(text: str | bytes, where: str) -> Any:
+    """JSON text, strictly: a key twice, or nesting too deep for the parser, is an error."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ModelFileError(f"{where}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise ModelFileError(f"{where}: JSON nested too deeply") from None
+
+
+def read_json(path: str, what: str) -> Any:
+    """A JSON file of at most MAX_JSON_FILE bytes; ``FileNotFoundError`` when it is absent."""
+    size = os.path.getsize(path)
+    if size > MAX_JSON_FILE:
+        raise ModelFileError(f"{path}: {size} bytes, more than the {MAX_JSON_FILE} a {what} "
+                             "may take")
+    with open(path, "rb") as f:
+        return parse_json(f.read(), path)
 
 
 class SafetensorsFile:
@@ -43,17 +74,23 @@ class SafetensorsFile:
                     f"{path}: header length {n} does not fit the {size}-byte file "
                     "(not safetensors, or truncated)")
             raw = f.read(n)
-        try:
-            header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise ModelFileError(f"{path}: header is not valid JSON ({e})") from None
+        header = parse_json(raw, f"{path}: header")
         if not isinstance(header, dict):
             raise ModelFileError(f"{path}: header is not a JSON object")
         self.metadata = header.pop("__metadata__", None)
+        if self.metadata is not None and not isinstance(self.metadata, dict):
+            raise ModelFileError(f"{path}: __metadata__ is {type(self.metadata).__name__}, "
+                                 "expected an object")
         data_start, data_len = 8 + n, size - 8 - n
         self._entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
         for name, info in header.items():
             self._entries[name] = self._check_entry(name, info, data_len)
+        spans = sorted((start, end, name) for name, (_, _, start, end) in self._entries.items()
+                       if end > start)
+        for (_, end, name), (start, _, other) in zip(spans, spans[1:]):
+            if start < end:
+                raise ModelFileError(f"{path}: the data of tensors {name!r} and {other!r} "
+                                     f"overlap (both hold byte {start})")
         self._map = np.memmap(path, np.uint8, "r", offset=data_start, shape=(data_len,)) \
             if data_len > 0 else np.zeros(0, np.uint8)
 
@@ -64,14 +101,17 @@ class SafetensorsFile:
             raise ModelFileError(f"{where}: entry is not an object")
         dtype, shape, offs = info.get("dtype"), info.get("shape"), info.get("data_offsets")
         if dtype not in DTYPES:
-            raise ModelFileError(f"{where}: dtype {dtype!r} is not supported")
-        if not isinstance(shape, list) or not all(
+            raise ModelFileError(f"{where}: dtype {dtype!r} is not supported "
+                                 f"({', '.join(DTYPES)})")
+        if not isinstance(shape, list) or len(shape) > 8 or not all(
                 isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 40
                 for s in shape):
-            raise ModelFileError(f"{where}: bad shape {shape!r}")
+            raise ModelFileError(f"{where}: shape {shape!r}, expected a list of at most 8 "
+                                 "integers in [0, 2^40)")
         if (not isinstance(offs, list) or len(offs) != 2 or not all(
                 isinstance(o, int) and not isinstance(o, bool) for o in offs)):
-            raise ModelFileError(f"{where}: bad data_offsets {offs!r}")
+            raise ModelFileError(f"{where}: data_offsets {offs!r}, expected [begin, end] "
+                                 "integers")
         start, end = offs
         count = 1
         for s in shape:
@@ -105,24 +145,20 @@ class SafetensorsFile:
 def open_directory(path: str) -> tuple[dict[str, Any], dict[str, SafetensorsFile]]:
     """``config.json`` and every tensor of a Hugging Face model directory (single or sharded)."""
     cfg_path = os.path.join(path, "config.json")
-    try:
-        with open(cfg_path, encoding="utf-8") as f:
-            config = json.load(f)
-    except OSError:
-        raise ModelFileError(f"{path}: no config.json (not a Hugging Face model directory)"
-                             ) from None
-    except ValueError as e:
-        raise ModelFileError(f"{cfg_path}: not valid JSON ({e})") from None
+    if not os.path.isfile(cfg_path):
+        raise ModelFileError(f"{path}: no config.json (not a Hugging Face model directory)")
+    config = read_json(cfg_path, "config.json")
     if not isinstance(config, dict):
         raise ModelFileError(f"{cfg_path}: not a JSON object")
     index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
-        try:
-            with open(index, encoding="utf-8") as f:
-                weight_map = json.load(f)["weight_map"]
-            files = sorted(set(weight_map.values()))
-        except (ValueError, KeyError, TypeError) as e:
-            raise ModelFileError(f"{index}: malformed index ({e})") from None
+        data = read_json(index, "shard index")
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+                isinstance(v, str) for v in weight_map.values()):
+            raise ModelFileError(f"{index}: malformed index (expected a 'weight_map' object "
+                                 "from tensor names to file names)")
+        files = sorted(set(weight_map.values()))
     else:
         files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
     if not files:
@@ -135,5 +171,8 @@ def open_directory(path: str) -> tuple[dict[str, Any], dict[str, SafetensorsFile
             raise ModelFileError(f"{path}: shard {name} is missing")
         sf = SafetensorsFile(fp)
         for t in sf.names():
+            if t in tensors:
+                raise ModelFileError(f"{path}: tensor {t!r} is in both {tensors[t].path} and "
+                                     f"{fp}")
             tensors[t] = sf
     return config, tensors
