@@ -238,9 +238,11 @@ def test_report_read_holds_back_later_writes(device: CLDevice, gate: Gate) -> No
     host = np.arange(16, dtype=np.float32)
     x = clops.asarray(host, device=device).realize()
     cap = clops.native.tensor_view(x, write=False)
-    out = np.zeros_like(host)
-    fq = cl.CommandQueue(device.context)  # a native reader on its own queue, held back
-    ev = cl.enqueue_copy(fq, out, x.buffer.mem, wait_for=[gate.event], is_blocking=False)
+    # a native reader on its own queue, held back: a device-side copy (NVIDIA's driver does
+    # a read into pageable host memory inside the enqueue call, which would wait on the gate)
+    dst = cl.Buffer(device.context, cl.mem_flags.READ_WRITE, host.nbytes)
+    fq = cl.CommandQueue(device.context)
+    ev = cl.enqueue_copy(fq, dst, x.buffer.mem, byte_count=host.nbytes, wait_for=[gate.event])
     clops.native.report_read(cap, ev)
     fill = clops.kernel("__kernel void fill(__global float *x, long o, float v)"
                         "{ x[o + get_global_id(0)] = v; }", "fill")
@@ -249,6 +251,8 @@ def test_report_read_holds_back_later_writes(device: CLDevice, gate: Gate) -> No
     assert not done.done
     gate.open()
     ev.wait()
+    out = np.zeros_like(host)
+    cl.enqueue_copy(fq, out, dst, is_blocking=True)
     np.testing.assert_array_equal(out, host)
     np.testing.assert_array_equal(x.to_numpy(), np.full(16, 9, np.float32))
 
