@@ -105,3 +105,18 @@ def test_the_applications_queue_is_adopted(device: CLDevice, profiling: bool) ->
     assert other.context.int_ptr == ctx.int_ptr and other.queue.cl_queue is not q
     with pytest.raises(TypeError, match="CommandQueue or Context"):
         clops.device(from_pyopencl=object())
+
+
+def test_a_device_and_its_sub_devices_in_one_context(device: CLDevice, monkeypatch) -> None:
+    subs = _two_in_one_context(device)
+    parent, s0, s1 = clops.context([device, *subs])
+    assert parent.shares_context(s0) and s0.shares_context(s1)
+    x = clops.arange(6.0, device=parent) * 2
+
+    def no_host(*a, **k):
+        raise AssertionError("a move within one context went through the host")
+
+    monkeypatch.setattr(clops.Tensor, "to_numpy", no_host)
+    z = x.to_device(s0).to_device(s1) + 1
+    monkeypatch.undo()
+    np.testing.assert_array_equal(np.asarray(z), np.arange(6.0) * 2 + 1)
