@@ -115,6 +115,9 @@ class Model:
     # -- loading -----------------------------------------------------------------------------
     def _load_weights(self, src: WeightSource, progress: bool) -> None:
         cfg, dev = self.config, self.device
+        # every tensor's type and shape against the config before any weight is uploaded
+        # (clops.llm.load has done it already; a Model made directly has not)
+        src.validate(cfg)
         for name in ("embed", "out_norm"):
             src.need(name)
         names = ["embed", "out_norm", "output"] + [
