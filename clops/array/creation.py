@@ -109,8 +109,7 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | 
     clops.int64
     """
     kind = _usm(usm_type)
-    if isinstance(obj, Tensor) and kind is not None and _usm_of(obj) != kind and \
-            (kind != "device" or _usm_of(obj) is not None):
+    if isinstance(obj, Tensor) and kind is not None and (_usm_of(obj) or "device") != kind:
         if copy is False:
             raise ValueError(f"asarray: memory of kind {kind!r} needs a copy, but copy=False")
         return _in(asarray(obj, dtype=dtype, device=device), kind)

@@ -295,8 +295,7 @@ class Tensor:
             return Tensor(ir.load(out, View.contiguous(self.shape), self.dtype), dev)
         from .creation import asarray
 
-        return asarray(self.to_numpy() if self.dtype.name != "bfloat16" else
-                       self.to_numpy(), dtype=self.dtype, device=dev)
+        return asarray(self.to_numpy(), dtype=self.dtype, device=dev)
 
     # -- views -------------------------------------------------------------------------------------
     def _move(self, fn: Any) -> Tensor:

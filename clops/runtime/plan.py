@@ -145,18 +145,6 @@ def map_buffers(obj: Any, sub: Sub) -> Any:
     return obj
 
 
-def buffers_in(obj: Any) -> list[Buffer]:
-    """Every ``Buffer`` inside ``obj`` (as ``map_buffers`` finds them)."""
-    found: list[Buffer] = []
-
-    def note(b: Buffer) -> Buffer:
-        found.append(b)
-        return b
-
-    map_buffers(obj, note)
-    return found
-
-
 # -- capture --------------------------------------------------------------------------------------
 class Capture:
     """What a function enqueued, in order, while it ran once (``with capture() as cap:``).
