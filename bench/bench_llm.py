@@ -30,7 +30,7 @@ import clops  # noqa: E402
 import clops.llm  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import back_to_back  # noqa: E402
+from common import back_to_back, copy_ceiling  # noqa: E402
 
 TEXT = ("Oxygen is the chemical element with the symbol O and atomic number 8. It is a member "
         "of the chalcogen group in the periodic table, a highly reactive nonmetal, and an "
@@ -66,16 +66,26 @@ def make_llama_1b(path: str) -> None:
     del model
 
 
-def bench_clops(path: str, device: str | None, ids: list[int], new: int) -> dict:
+def bench_clops(path: str, device: str | None, ids: list[int], new: int,
+                prompts: dict[int, list[int]] | None = None) -> dict:
     model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False)
     list(model.generate_ids(ids, max_new_tokens=4, stop_ids=[]))  # builds kernels once
     runs = []
-    for _ in range(3):
+    for _ in range(5):
         list(model.generate_ids(ids, max_new_tokens=new, stop_ids=[]))
         runs.append((model.stats.prefill_tps, model.stats.decode_tps))
     prefill_tps = statistics.median(r[0] for r in runs)
     decode_tps = statistics.median(r[1] for r in runs)
+    pp = {}
+    for n, p_ids in (prompts or {}).items():  # prompt tokens/s at other lengths
+        list(model.generate_ids(p_ids, max_new_tokens=1, stop_ids=[]))
+        pp[str(n)] = statistics.median(
+            (list(model.generate_ids(p_ids, max_new_tokens=1, stop_ids=[])),
+             model.stats.prefill_tps)[1] for _ in range(3))
+    pp[str(len(ids))] = prefill_tps
     dev = model.device
+    moved = bytes_per_token(model, len(ids) + new // 2)
+    ceiling = copy_ceiling(dev)
     # how long the host takes to enqueue one decode step, and the device time of one step
     plan = model._plan(1, "last", True)
     dev.synchronize()
@@ -116,8 +126,11 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int) -> dict
         chunk.replay()
         dev.synchronize()
     prompt = _by_name(prof.kernels(), 1)
-    return {"name": f"clops ({dev.name[:30]})", "prefill_tps": prefill_tps,
-            "decode_tps": decode_tps, "launches_per_step": len(plan.launches),
+    return {"name": f"clops ({dev.name[:30]})", "prefill_tps": prefill_tps, "pp": pp,
+            "decode_tps": decode_tps, "bytes_per_token": moved,
+            "copy_ceiling_gbps": ceiling["gbps"],
+            "of_copy_bw": moved["total"] * decode_tps / (ceiling["gbps"] * 1e9),
+            "launches_per_step": len(plan.launches),
             "enqueues_per_step": 1 if prepared.recorded is not None else len(plan.launches),
             "enqueue_ms_per_step": enqueue * 1e3, "device_ms_per_step": busy_ms,
             "device_span_ms_per_step": span_ms, "gpu_busy": busy_ms / step_ms,
@@ -209,6 +222,75 @@ def bench_llama_cpp(path: str, ids: list[int], new: int) -> dict | None:
             "decode_tps": new / max(total - prefill, 1e-9)}
 
 
+def bench_llama_bench(binary: str, path: str, prompts: list[int], new: int,
+                      depths: list[int], extra: list[str]) -> dict:
+    """llama.cpp's own benchmark (``llama-bench``) on the same file: pp (prompt tokens/s) for
+    each prompt length, tg (decode tokens/s) for ``new`` tokens after an empty context and after
+    ``depths`` tokens of context. Medians of its repetitions."""
+    import subprocess
+
+    def run(args: list[str]) -> list[dict]:
+        cmd = [binary, "-m", path, "-r", "5", "-o", "json", *extra, *args]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        if res.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}):\n"
+                               f"{res.stderr[-3000:]}")
+        return json.loads(res.stdout)
+
+    def tps(rec: dict) -> float:
+        samples = rec.get("samples_ts")
+        return float(statistics.median(samples)) if samples else float(rec["avg_ts"])
+
+    recs = run(["-p", ",".join(map(str, prompts)), "-n", str(new)])
+    out: dict = {"name": "llama.cpp (llama-bench)", "binary": binary, "args": extra,
+                 "pp": {}, "decode_at": {}}
+    for r in recs:
+        if r.get("n_gen", 0) == 0:
+            out["pp"][str(r["n_prompt"])] = tps(r)
+        else:
+            out["decode_tps"] = tps(r)
+        for key in ("build_commit", "build_number", "gpu_info", "cpu_info", "backends",
+                    "n_threads", "flash_attn", "type_k"):
+            if key in r:
+                out.setdefault(key, r[key])
+    out["prefill_tps"] = out["pp"].get(str(prompts[0]), 0.0)
+    if depths:
+        for r in run(["-p", "0", "-n", str(new), "-d", ",".join(map(str, depths))]):
+            out["decode_at"][str(r["n_depth"])] = tps(r)
+    return out
+
+
+def bench_clops_depths(path: str, device: str | None, ids: list[int], depths: list[int],
+                       new: int) -> dict[str, float]:
+    """clops' decode tok/s after ``depth`` tokens of context (the prompt), for each depth."""
+    model = clops.llm.load(path, device=device, max_seq_len=max(depths) + new + 8,
+                           progress=False)
+    out = {}
+    for d in depths:
+        runs = []
+        for _ in range(2):
+            list(model.generate_ids(ids[:d], max_new_tokens=new, stop_ids=[]))
+            runs.append(model.stats.decode_tps)
+        out[str(d)] = max(runs)
+    return out
+
+
+def bytes_per_token(model, pos: int) -> dict:
+    """What one decode step at position ``pos`` reads: every weight matrix once (the embedding
+    only its row) and the KV cache up to ``pos``."""
+    seen: set[int] = set()
+    weights = 0
+    for ly in model.layers:
+        for w in [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]:
+            if id(w) not in seen:
+                seen.add(id(w))
+                weights += w.nbytes
+    weights += model.output.nbytes
+    cfg = model.config
+    kv = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * 4
+    return {"weights": weights, "kv_per_position": kv, "total": weights + kv * pos}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
@@ -221,8 +303,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="bench/results/llm.json")
     ap.add_argument("--no-peers", action="store_true", help="measure clops only")
     ap.add_argument("--label", default=None, help="the model's name in the results")
+    ap.add_argument("--llama-bench", default=None, metavar="PATH",
+                    help="llama.cpp's llama-bench binary (scripts/llama_cpp.sh builds it): its "
+                    "figures on the same file go beside clops'")
+    ap.add_argument("--llama-bench-args", default="-ngl 99",
+                    help="more arguments for llama-bench (default: %(default)s; on a CPU "
+                    "give e.g. '-t 2 -ngl 0')")
+    ap.add_argument("--pp", default="512", help="more prompt lengths to time prefill at")
+    ap.add_argument("--depths", default="",
+                    help="context lengths to time decode at (e.g. 4096,16384)")
     args = ap.parse_args(argv)
     tmp = None
+    pps = [int(v) for v in args.pp.split(",") if v]
+    depths = [int(v) for v in args.depths.split(",") if v]
     if args.shape:
         tmp = tempfile.TemporaryDirectory()
         path, label = tmp.name, "Llama-3.2-1B shape, random float16 weights"
@@ -233,8 +326,23 @@ def main(argv: list[str] | None = None) -> int:
         path = args.model or clops.llm.default_model_path()
         label = args.label or os.path.basename(path)
         tok = clops.llm.load(path, device=args.device, max_seq_len=64, progress=False).tokenizer
-        ids = (tok.encode(TEXT * 20))[: args.prompt_tokens]
-    rows = [bench_clops(path, args.device, ids, args.new_tokens)]
+        longest = max([args.prompt_tokens, *pps, *depths])
+        stream = tok.encode(TEXT * (longest // 30 + 20))
+        ids = stream[: args.prompt_tokens]
+    if args.shape:
+        stream = [int(i) for i in rng.integers(0, LLAMA_1B["vocab_size"] - 3,
+                                               max([args.prompt_tokens, *pps, *depths]))]
+    rows = [bench_clops(path, args.device, ids, args.new_tokens,
+                        {n: stream[:n] for n in pps})]
+    if depths:
+        rows[0]["decode_at"] = bench_clops_depths(path, args.device, stream, depths,
+                                                  args.new_tokens)
+    if args.llama_bench:
+        if args.shape:
+            raise SystemExit("--llama-bench needs a GGUF file (-m), not --shape")
+        rows.append(bench_llama_bench(args.llama_bench, path, [args.prompt_tokens, *pps],
+                                      args.new_tokens, depths,
+                                      args.llama_bench_args.split()))
     if not args.no_peers:
         rows += [r for r in (bench_torch(path, ids, args.new_tokens),
                              bench_llama_cpp(path, ids, args.new_tokens)) if r]
@@ -258,8 +366,22 @@ def main(argv: list[str] | None = None) -> int:
                                             for k, v in c["kernel_us_per_step"].items()))
     print(f"kernel us per prompt chunk of {c['prompt_chunk_rows']} rows: "
           + ", ".join(f"{k} {v:.0f}" for k, v in c["prompt_chunk_kernel_us"].items()))
-    if len(rows) > 1:
-        print(f"decode vs {rows[1]['name']}: {c['decode_tps'] / rows[1]['decode_tps']:.2f}x")
+    m = c["bytes_per_token"]
+    print(f"per token {m['total'] / 1e6:.1f} MB read ({m['weights'] / 1e6:.1f} MB of weights): "
+          f"{c['of_copy_bw']:.2f} of the copy bandwidth ({c['copy_ceiling_gbps']:.0f} GB/s)")
+    for peer in rows[1:]:
+        ratios = [f"decode {c['decode_tps'] / peer['decode_tps']:.2f}x"]
+        for n, v in peer.get("pp", {}).items():
+            if n in c["pp"] and v:
+                ratios.append(f"pp{n} {c['pp'][n] / v:.2f}x")
+        for d, v in peer.get("decode_at", {}).items():
+            if d in c.get("decode_at", {}) and v:
+                ratios.append(f"decode at {d} {c['decode_at'][d] / v:.2f}x")
+        if "pp" not in peer:
+            ratios.append(f"prefill {c['prefill_tps'] / peer['prefill_tps']:.2f}x")
+        print(f"clops vs {peer['name']}: " + ", ".join(ratios))
+    for d, v in c.get("decode_at", {}).items():
+        print(f"clops decode after {d} tokens of context: {v:.1f} tok/s")
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"bench": "llm", "model": label, "prompt_tokens": len(ids),

@@ -5,6 +5,12 @@ README.md between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` with the s
 
     python bench/run_all.py --device gpu [--model SmolLM2.gguf] [--readme README.md]
     python bench/run_all.py --render-only --readme README.md     # from the JSON already there
+
+With ``--models DIR`` (the GGUF files ``bench/models.py write`` makes) and ``--llama-bench
+PATH`` (``scripts/llama_cpp.sh build``), each file is run by clops and by llama.cpp's
+``llama-bench`` in the same run: decode, prefill at 128 and 512 prompt tokens, and for the 1B
+models decode after 4096 and 16384 tokens of context (``--depths``); the decode table of
+RESULTS.md sets them side by side with launches per token and the fraction of copy bandwidth.
 """
 
 from __future__ import annotations
@@ -61,6 +67,15 @@ def run(a: argparse.Namespace) -> None:
         if not a.no_1b:
             _run([os.path.join(HERE, "bench_llm.py"), *dev, "--shape", "llama-3.2-1b",
                   "--json", os.path.join(out, "llm_llama1b.json")], log)
+    if a.models:
+        peer = ["--llama-bench", a.llama_bench, "--llama-bench-args", a.llama_bench_args] \
+            if a.llama_bench else []
+        for name in sorted(f for f in os.listdir(a.models) if f.endswith(".gguf")):
+            stem = name[:-5]
+            depths = ["--depths", a.depths] if a.depths and "1b" in stem else []
+            _run([os.path.join(HERE, "bench_llm.py"), *dev, "-m", os.path.join(a.models, name),
+                  "--label", stem, "--no-peers", *peer, *depths, "--json",
+                  os.path.join(out, f"decode_{stem}.json")], log)
     with open(os.path.join(out, "run_all.log"), "w") as f:
         f.write("\n\n".join(log))
 
@@ -188,9 +203,56 @@ def render(out: str) -> str:
             f"{c['prefill_tps']:.0f} tok/s | {peer['name'] if peer else ''} | "
             f"{_f(peer['prefill_tps'] if peer else None, '.0f')} tok/s | "
             f"{_f(c['prefill_tps'] / peer['prefill_tps'] if peer else None, '.2f')}x | |")
+    lines += decode_table(out)
     lines += ["", "Regenerate with `scripts/bench_nvidia.sh` (GPU) or "
               "`python bench/run_all.py --readme README.md` (any device)."]
     return "\n".join(lines) + "\n"
+
+
+def decode_table(out: str) -> list[str]:
+    """clops beside llama-bench on the same GGUF files (``--models``), one row per file."""
+    runs = []
+    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        if name.startswith("decode_") and name.endswith(".json"):
+            d = _load(out, name)
+            if d and len(d["rows"]) > 1:
+                runs.append(d)
+    if not runs:
+        return []
+    peer0 = runs[0]["rows"][1]
+    lines = ["", f"LLM decode and prefill beside {peer0['name']} "
+             f"({', '.join(str(peer0.get(k)) for k in ('backends', 'gpu_info') if k in peer0)}, "
+             f"build {peer0.get('build_commit', '?')}, arguments "
+             f"`{' '.join(peer0.get('args', []))}`) on the same GGUF files, in the same run; "
+             f"batch 1, {runs[0]['prompt_tokens']} prompt tokens, "
+             f"{runs[0]['new_tokens']} new tokens, medians.", "",
+             "| model | clops decode tok/s | llama.cpp decode tok/s | clops / llama.cpp | "
+             "launches/token | ms/token to enqueue, on the device | of copy bw | "
+             "pp128 clops / llama.cpp | pp512 clops / llama.cpp |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    longs = []
+    for d in runs:
+        c, p = d["rows"][0], d["rows"][1]
+
+        def pp(n: str, c=c, p=p) -> str:
+            a, b = c.get("pp", {}).get(n), p.get("pp", {}).get(n)
+            return f"{a:,.0f} / {b:,.0f} = {a / b:.2f}x" if a and b else ""
+
+        lines.append(
+            f"| {d['model']} | {c['decode_tps']:.0f} | {p['decode_tps']:.0f} | "
+            f"**{c['decode_tps'] / p['decode_tps']:.2f}x** | {c['launches_per_step']} | "
+            f"{c['enqueue_ms_per_step_no_events']:.2f}, {c['device_ms_per_step_no_events']:.2f} "
+            f"| {c.get('of_copy_bw', 0):.2f} | {pp('128')} | {pp('512')} |")
+        for depth, v in c.get("decode_at", {}).items():
+            pv = p.get("decode_at", {}).get(depth)
+            if pv:
+                longs.append(f"| {d['model']} | {depth} | {v:.0f} | {pv:.0f} | "
+                             f"**{v / pv:.2f}x** |")
+    if longs:
+        lines += ["", "Decode after a long context (the prompt), tok/s:", "",
+                  "| model | context tokens | clops | llama.cpp | clops / llama.cpp |",
+                  "|---|---|---|---|---|", *longs]
+    return lines
 
 
 def update_readme(path: str, section: str) -> None:
@@ -214,6 +276,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="compiler,kernels,runtime,llm")
     ap.add_argument("--no-1b", action="store_true", help="skip the Llama-3.2-1B-shaped model")
     ap.add_argument("--readme", default=None, help="README.md whose bench section to replace")
+    ap.add_argument("--models", default=None,
+                    help="a folder of GGUF files (bench/models.py write) to run beside llama.cpp")
+    ap.add_argument("--llama-bench", default=None, metavar="PATH",
+                    help="llama.cpp's llama-bench (scripts/llama_cpp.sh build)")
+    ap.add_argument("--llama-bench-args", default="-ngl 99")
+    ap.add_argument("--depths", default="4096,16384",
+                    help="context lengths for the 1B models' long-context decode")
     ap.add_argument("--render-only", action="store_true")
     a = ap.parse_args(argv)
     if not a.render_only:

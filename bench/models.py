@@ -1,0 +1,199 @@
+"""Benchmark helper: the GGUF files of the LLM decode table, written with random weights of the
+real layouts, so that clops and llama.cpp read the same bytes on a machine the real files cannot
+reach.
+
+    python bench/models.py prepare [SMOLLM2.gguf] DIR   # here: the small files to carry (2 MB)
+    python bench/models.py write DIR OUT [--only NAME,...]   # there: OUT/NAME.gguf
+
+Models (NAME):
+  smollm2-q4_1   SmolLM2-135M-Instruct's own file (Q4_1 layers, Q8_0 embedding), random weights
+  llama1b-f16    a Llama-3.2-1B body (hidden 2048, 16 layers, 32/8 heads of 64, FFN 8192, tied
+  llama1b-q8_0   output) with SmolLM2's tokenizer and vocabulary (49152), in F16, Q8_0, Q4_0
+  llama1b-q4_0   and Q4_K (Q4_K layers with a Q6_K embedding, as llama.cpp's Q4_K_M keeps its
+  llama1b-q4_k   output); norms are float32
+
+``prepare`` keeps SmolLM2's header (``standin_gguf.py skeleton``) and a GGUF holding only its
+tokenizer; ``write`` builds every model from them. The weights are random numbers of about the
+scale of trained ones (every value finite), so that no engine meets a NaN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import standin_gguf  # noqa: E402
+
+BODY_1B = dict(dim=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192,
+               rope_base=500000.0, eps=1e-5, context=131072)
+MODELS = {"smollm2-q4_1": None, "llama1b-f16": ("F16", "F16"), "llama1b-q8_0": ("Q8_0", "Q8_0"),
+          "llama1b-q4_0": ("Q4_0", "Q4_0"), "llama1b-q4_k": ("Q4_K", "Q6_K")}
+# (bytes, values) per block of each weight type this writer makes
+_BLOCK = {"F16": (2, 1), "Q8_0": (34, 32), "Q4_0": (18, 32), "Q4_K": (144, 256),
+          "Q6_K": (210, 256)}
+
+
+def prepare(src: str, out: str) -> None:
+    """``out``/smollm2.skel.npz (SmolLM2's header) and ``out``/tokenizer.gguf (its tokenizer)."""
+    from gguf import GGUFReader, GGUFWriter
+
+    os.makedirs(out, exist_ok=True)
+    standin_gguf.skeleton(src, os.path.join(out, "smollm2.skel.npz"))
+    r = GGUFReader(src)
+    w = GGUFWriter(os.path.join(out, "tokenizer.gguf"), "llama")
+    for name, field in r.fields.items():
+        if name.startswith("tokenizer.") or name == "general.quantization_version":
+            _copy_field(w, name, field)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _copy_field(w, name: str, field) -> None:
+    from gguf import GGUFValueType
+
+    kind = field.types[0]
+    if kind == GGUFValueType.ARRAY:
+        sub = field.types[1]
+        if sub == GGUFValueType.STRING:
+            vals = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+        else:
+            vals = [field.parts[i].tolist()[0] for i in field.data]
+        w.add_key_value(name, vals, kind, sub_type=sub)
+    elif kind == GGUFValueType.STRING:
+        w.add_key_value(name, bytes(field.parts[field.data[0]]).decode("utf-8"), kind)
+    else:
+        w.add_key_value(name, field.parts[field.data[0]].tolist()[0], kind)
+
+
+def random_rows(kind: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` rows of ``k`` random weights in ``kind``'s blocks: uint8 [n, bytes per row], or
+    float16 [n, k] for F16. Scales are chosen so that weights are about 0.02-0.1 in size."""
+    if kind == "F16":
+        return (0.03 * rng.standard_normal((n, k), dtype=np.float32)).astype(np.float16)
+    bsize, bvals = _BLOCK[kind]
+    if k % bvals:
+        raise ValueError(f"{kind} needs rows of a multiple of {bvals} values, not {k}")
+    raw = rng.integers(0, 256, (n, k // bvals, bsize), dtype=np.uint8)
+
+    def half(at: int, value: float) -> None:
+        raw[:, :, at:at + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
+
+    if kind == "Q8_0":
+        half(0, 0.0008)
+    elif kind == "Q4_0":
+        half(0, 0.012)
+    elif kind == "Q4_K":  # d, dmin, 12 bytes of 6-bit scales and mins, 128 of 4-bit values
+        half(0, 1e-4)
+        half(2, 1e-3)
+    elif kind == "Q6_K":  # 128 + 64 bytes of 6-bit values, 16 int8 scales, d
+        half(208, 2e-5)
+    return raw.reshape(n, -1)
+
+
+def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: int = 0) -> None:
+    """A Llama-3.2-1B-bodied model with the tokenizer of ``tok_path`` at ``dst``."""
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
+
+    b = BODY_1B
+    tok = GGUFReader(tok_path)
+    vocab = len(tok.fields["tokenizer.ggml.tokens"].data)
+    w = GGUFWriter(dst, "llama")
+    w.add_name(f"llama1b-body {layer_kind}")
+    w.add_block_count(b["layers"])
+    w.add_context_length(b["context"])
+    w.add_embedding_length(b["dim"])
+    w.add_feed_forward_length(b["ffn"])
+    w.add_head_count(b["heads"])
+    w.add_head_count_kv(b["kv_heads"])
+    w.add_rope_dimension_count(b["head_dim"])
+    w.add_rope_freq_base(b["rope_base"])
+    w.add_layer_norm_rms_eps(b["eps"])
+    w.add_vocab_size(vocab)
+    for name, field in tok.fields.items():
+        if name.startswith("tokenizer.") or name == "general.quantization_version":
+            _copy_field(w, name, field)
+    rng = np.random.default_rng(seed)
+
+    def mat(name: str, kind: str, n: int, k: int) -> None:
+        rows = random_rows(kind, n, k, rng)
+        if kind == "F16":
+            w.add_tensor(name, rows)
+        else:
+            w.add_tensor(name, rows, raw_shape=rows.shape,
+                         raw_dtype=getattr(GGMLQuantizationType, kind))
+
+    def norm(name: str) -> None:
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(b["dim"])).astype(np.float32))
+
+    D, H, KV, F = b["dim"], b["heads"], b["kv_heads"], b["ffn"]
+    hd = b["head_dim"]
+    mat("token_embd.weight", embed_kind, vocab, D)
+    norm("output_norm.weight")
+    for i in range(b["layers"]):
+        p = f"blk.{i}."
+        norm(p + "attn_norm.weight")
+        mat(p + "attn_q.weight", layer_kind, H * hd, D)
+        mat(p + "attn_k.weight", layer_kind, KV * hd, D)
+        mat(p + "attn_v.weight", layer_kind, KV * hd, D)
+        mat(p + "attn_output.weight", layer_kind, D, H * hd)
+        norm(p + "ffn_norm.weight")
+        mat(p + "ffn_gate.weight", layer_kind, F, D)
+        mat(p + "ffn_up.weight", layer_kind, F, D)
+        mat(p + "ffn_down.weight", layer_kind, D, F)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write(prep: str, out: str, only: list[str] | None = None) -> list[str]:
+    """Write the models named in ``only`` (all by default) into ``out``; returns their paths."""
+    os.makedirs(out, exist_ok=True)
+    names = only or list(MODELS)
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {unknown}: choose from {list(MODELS)}")
+    paths = []
+    for name in names:
+        dst = os.path.join(out, name + ".gguf")
+        kinds = MODELS[name]
+        if kinds is None:
+            standin_gguf.fill(os.path.join(prep, "smollm2.skel.npz"), dst)
+        else:
+            write_body(os.path.join(prep, "tokenizer.gguf"), dst, *kinds)
+        print(f"{dst} ({os.path.getsize(dst) / 1e6:.0f} MB)", flush=True)
+        paths.append(dst)
+    return paths
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("args", nargs="+", help="[SMOLLM2.gguf] DIR")
+    p = sub.add_parser("write")
+    p.add_argument("prep")
+    p.add_argument("out")
+    p.add_argument("--only", default=None)
+    a = ap.parse_args()
+    if a.mode == "prepare":
+        if len(a.args) == 1:
+            sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+            import clops.llm
+
+            src, out = clops.llm.default_model_path(), a.args[0]
+        else:
+            src, out = a.args[0], a.args[1]
+        prepare(src, out)
+    else:
+        write(a.prep, a.out, a.only.split(",") if a.only else None)
+
+
+if __name__ == "__main__":
+    main()
