@@ -88,11 +88,15 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int,
     ceiling = copy_ceiling(dev)
     # how long the host takes to enqueue one decode step, and the device time of one step
     plan = model._plan(1, "last", True)
-    dev.synchronize()
-    t0 = time.perf_counter()
+    # one step at a time onto an idle device: NVIDIA's driver makes an enqueue wait once
+    # about a thousand launches are queued, so steps enqueued back to back would time that
+    times = []
     for _ in range(20):
+        dev.synchronize()
+        t0 = time.perf_counter()
         plan.replay()
-    enqueue = (time.perf_counter() - t0) / 20
+        times.append(time.perf_counter() - t0)
+    enqueue = statistics.median(times)
     dev.synchronize()
     with clops.profile() as prof:
         for _ in range(10):
@@ -244,6 +248,12 @@ def bench_llama_bench(binary: str, path: str, prompts: list[int], new: int,
     recs = run(["-p", ",".join(map(str, prompts)), "-n", str(new)])
     out: dict = {"name": "llama.cpp (llama-bench)", "binary": binary, "args": extra,
                  "pp": {}, "decode_at": {}}
+    # scripts/llama_cpp.sh notes which source distribution it built from
+    stamp = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(binary))), "src",
+                         "llama.cpp", "CLOPS_SOURCE")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            out["source"] = f.read().strip()
     for r in recs:
         if r.get("n_gen", 0) == 0:
             out["pp"][str(r["n_prompt"])] = tps(r)

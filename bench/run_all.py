@@ -222,12 +222,12 @@ def decode_table(out: str) -> list[str]:
     peer0 = runs[0]["rows"][1]
     lines = ["", f"LLM decode and prefill beside {peer0['name']} "
              f"({', '.join(str(peer0.get(k)) for k in ('backends', 'gpu_info') if k in peer0)}, "
-             f"build {peer0.get('build_commit', '?')}, arguments "
+             f"built from {peer0.get('source', peer0.get('build_commit', '?'))}, arguments "
              f"`{' '.join(peer0.get('args', []))}`) on the same GGUF files, in the same run; "
              f"batch 1, {runs[0]['prompt_tokens']} prompt tokens, "
              f"{runs[0]['new_tokens']} new tokens, medians.", "",
              "| model | clops decode tok/s | llama.cpp decode tok/s | clops / llama.cpp | "
-             "launches/token | ms/token to enqueue, on the device | of copy bw | "
+             "launches/token | ms/token: host enqueue, device | of copy bw | "
              "pp128 clops / llama.cpp | pp512 clops / llama.cpp |",
              "|---|---|---|---|---|---|---|---|---|"]
     longs = []
@@ -241,7 +241,7 @@ def decode_table(out: str) -> list[str]:
         lines.append(
             f"| {d['model']} | {c['decode_tps']:.0f} | {p['decode_tps']:.0f} | "
             f"**{c['decode_tps'] / p['decode_tps']:.2f}x** | {c['launches_per_step']} | "
-            f"{c['enqueue_ms_per_step_no_events']:.2f}, {c['device_ms_per_step_no_events']:.2f} "
+            f"{c['enqueue_ms_per_step']:.2f}, {c['device_ms_per_step_no_events']:.2f} "
             f"| {c.get('of_copy_bw', 0):.2f} | {pp('128')} | {pp('512')} |")
         for depth, v in c.get("decode_at", {}).items():
             pv = p.get("decode_at", {}).get(depth)

@@ -7,6 +7,12 @@
 #
 #   scripts/bench_nvidia.sh [--model SmolLM2.gguf [--model-label NAME]] [--out DIR]
 #                           [--readme README.md]
+#                           [--models DIR --llama-bench PATH]   # beside llama.cpp CUDA
+#
+# The decode table beside llama.cpp: `scripts/llama_cpp.sh pack` and `python bench/models.py
+# prepare .whl/prep` here; there `scripts/llama_cpp.sh build .whl/llama.cpp.tar.gz /tmp/lb`,
+# `python bench/models.py write .whl/prep /tmp/models`, then this script with
+# `--models /tmp/models --llama-bench /tmp/lb/bin/llama-bench`.
 #
 # A GGUF too large to carry can travel as its header: `python bench/standin_gguf.py skeleton
 # model.gguf model.skel.npz` here, `python bench/standin_gguf.py fill model.skel.npz
