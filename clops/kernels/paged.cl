@@ -1,0 +1,124 @@
+// A paged KV cache for batched decoding (clops.llm.batch): the sequences of a batch own blocks
+// of BS positions in one pool per layer, kp and vp [blocks][KV][BS][D] float32, and
+// table[slot * maxb + j] is the pool block holding positions j*BS .. j*BS + BS - 1 of the
+// sequence in slot `slot`. A step runs R rows in any mix of sequences: row r is position
+// rpos[r] of the sequence in slot rslot[r] (one row for a decoding sequence, a run of rows for
+// a chunk of a prompt). Every row's result depends on that row (and its sequence's cache)
+// alone, never on the other rows of the step, so that a sequence gets the same values batched
+// as alone.
+//
+//   HEAD_DIM  D, a multiple of 2
+//   ROPE_NEOX 1: rotate split halves (i, i + D/2); 0: adjacent pairs (2i, 2i + 1)
+//   LS        work-items per (row, head) in paged_attn, splitting the positions
+
+#ifndef ROPE_NEOX
+#define ROPE_NEOX 1
+#endif
+#ifndef LS
+#define LS 1
+#endif
+
+inline int2 pair_index(int i) {
+#if ROPE_NEOX
+    return (int2)(i, i + HEAD_DIM / 2);
+#else
+    return (int2)(2 * i, 2 * i + 1);
+#endif
+}
+
+inline size_t kv_index(__global const int *table, int maxb, int slot, int pos, int kvh, int KV,
+                       int BS) {
+    const int blk = table[slot * maxb + pos / BS];
+    return (((size_t)blk * KV + kvh) * BS + pos % BS) * HEAD_DIM;
+}
+
+// After the fused QKV projection (rows [q (H*D) | k (KV*D) | v (KV*D)], ld_qkv apart): rotate
+// q and k by each row's position, write q to q_out [R][H][D] and k, v into the cache.
+// Work geometry: global (D/2, H + 2*KV, R).
+__kernel void paged_rope_store(__global float *q_out, __global const float *qkv, int ld_qkv,
+                               __global float *kp, __global float *vp,
+                               __global const int *table, int maxb, __global const int *rslot,
+                               __global const int *rpos, __global const float *inv_freq,
+                               int H, int KV, int BS) {
+    const int i = get_global_id(0), h = get_global_id(1), r = get_global_id(2);
+    const int pos = rpos[r], slot = rslot[r];
+    __global const float *row = qkv + (size_t)r * ld_qkv;
+    const int2 p = pair_index(i);
+    if (h < H + KV) {
+        __global const float *src = row + h * HEAD_DIM;
+        float c, s = sincos((float)pos * inv_freq[i], &c);
+        const float a = src[p.x], b = src[p.y];
+        __global float *dst = h < H ? q_out + ((size_t)r * H + h) * HEAD_DIM
+                                    : kp + kv_index(table, maxb, slot, pos, h - H, KV, BS);
+        dst[p.x] = a * c - b * s;
+        dst[p.y] = a * s + b * c;
+    } else {
+        const int kvh = h - H - KV;
+        __global const float *src = row + (H + KV + kvh) * HEAD_DIM;
+        __global float *dst = vp + kv_index(table, maxb, slot, pos, kvh, KV, BS);
+        dst[2 * i] = src[2 * i];
+        dst[2 * i + 1] = src[2 * i + 1];
+    }
+}
+
+// Causal grouped-query attention of each row over its own sequence's positions 0 .. rpos[r]:
+// out [R][H][D] = softmax(q k^T * scale) v. Each of the LS work-items of a (row, head) keeps a
+// running softmax over positions lid, lid + LS, ...; their partial results are then combined.
+// Work geometry: global (LS, H, R), local (LS, 1, 1).
+__kernel void paged_attn(__global float *out, __global const float *q,
+                         __global const float *kp, __global const float *vp,
+                         __global const int *table, int maxb, __global const int *rslot,
+                         __global const int *rpos, int H, int KV, int BS, float scale) {
+    const int lid = get_local_id(0), h = get_group_id(1), r = get_group_id(2);
+    const int pos = rpos[r], slot = rslot[r], kvh = h / (H / KV);
+    __global const float *qr = q + ((size_t)r * H + h) * HEAD_DIM;
+    float qv[HEAD_DIM], acc[HEAD_DIM];
+    for (int d = 0; d < HEAD_DIM; ++d) {
+        qv[d] = qr[d];
+        acc[d] = 0.0f;
+    }
+    float mx = -INFINITY, l = 0.0f;
+    for (int p = lid; p <= pos; p += LS) {
+        const size_t at = kv_index(table, maxb, slot, p, kvh, KV, BS);
+        __global const float *k = kp + at;
+        __global const float *v = vp + at;
+        float s = 0.0f;
+        for (int d = 0; d < HEAD_DIM; ++d) s = fma(qv[d], k[d], s);
+        s *= scale;
+        const float m2 = fmax(mx, s);
+        const float c = exp(mx - m2), e = exp(s - m2);
+        l = l * c + e;
+        for (int d = 0; d < HEAD_DIM; ++d) acc[d] = fma(e, v[d], acc[d] * c);
+        mx = m2;
+    }
+    __global float *o = out + ((size_t)r * H + h) * HEAD_DIM;
+#if LS == 1
+    const float inv = 1.0f / l;
+    for (int d = 0; d < HEAD_DIM; ++d) o[d] = acc[d] * inv;
+#else
+    __local float lm[LS], ll[LS], la[LS * HEAD_DIM];
+    lm[lid] = mx;
+    ll[lid] = l;
+    for (int d = 0; d < HEAD_DIM; ++d) la[lid * HEAD_DIM + d] = acc[d];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float m = -INFINITY;
+    for (int j = 0; j < LS; ++j) m = fmax(m, lm[j]);
+    float total = 0.0f;
+    for (int j = 0; j < LS; ++j) total += lm[j] == -INFINITY ? 0.0f : ll[j] * exp(lm[j] - m);
+    const float inv = 1.0f / total;
+    for (int d = lid; d < HEAD_DIM; d += LS) {
+        float s = 0.0f;
+        for (int j = 0; j < LS; ++j)
+            if (lm[j] != -INFINITY) s = fma(la[j * HEAD_DIM + d], exp(lm[j] - m), s);
+        o[d] = s * inv;
+    }
+#endif
+}
+
+// out[i, :] = x[sel[i], :] (k values a row): the rows whose logits a step needs.
+// Work geometry: global (k, n).
+__kernel void gather_rows(__global float *out, __global const float *x,
+                          __global const int *sel, int k) {
+    const int j = get_global_id(0), i = get_global_id(1);
+    out[(size_t)i * k + j] = x[(size_t)sel[i] * k + j];
+}

@@ -1,0 +1,549 @@
+"""llm, batch: continuous batching of many sequences on one loaded model, for ``clops serve``.
+
+A ``BatchEngine`` keeps up to ``max_batch`` sequences in flight. Each ``step()`` runs one
+launch plan over a ragged batch of rows: one row for every sequence that is decoding, and the
+next chunk of the prompt of sequences still being prefilled (at most ``prefill_chunk`` prompt
+rows a step, so that a long prompt does not stall the others). The KV cache is paged: every
+layer has one pool of blocks of ``block_size`` positions, each sequence a table of its blocks,
+taken from a free list when it is admitted (its prompt and ``max_new_tokens`` reserved at once,
+so that a running sequence never waits for memory) and given back when it finishes or is
+cancelled. Full blocks of a prompt are kept, by a hash of the tokens up to their end, after
+their sequence ends and until their memory is needed: a later prompt that begins with the
+same tokens (a system prompt) reuses them and skips their prefill.
+
+Every row's values depend on that row and its own sequence alone (the products run with one
+kernel geometry for any number of rows, attention is per row), so a sequence gets the same
+tokens whether it runs alone or batched with others. Tokens are chosen on the host from the
+logits of the rows that need one, each sequence with its own settings, random generator and
+optional mask of allowed tokens (constrained decoding).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..kernels import Launch, LaunchPlan, kernel
+from ..kernels.launch import f32, i32
+from ..nn import launchers as K
+from ..nn.quant import DeviceWeight
+from ..runtime.pool import Buffer
+
+ARCHS = ("llama", "qwen2")
+
+
+@dataclass
+class SamplingParams:
+    """How one sequence's tokens are chosen. ``temperature`` 0 is greedy; ``logprobs`` is how
+    many of the most likely tokens to report with each token (the chosen one always is)."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    logprobs: int = 0
+
+    def check(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be 0 (greedy) or positive, not {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be 0 (off) or positive, not {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must lie in (0, 1], not {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must lie in [0, 1], not {self.min_p}")
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise ValueError("repetition_penalty must be positive, not "
+                             f"{self.repetition_penalty}")
+        if not 0 <= self.logprobs <= 20:
+            raise ValueError(f"logprobs must lie in [0, 20], not {self.logprobs}")
+
+
+@dataclass
+class StepOutput:
+    """A token chosen for sequence ``seq`` in one step."""
+
+    seq: int
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]
+    finished: bool
+    reason: str | None
+
+
+@dataclass
+class _Seq:
+    id: int
+    ids: list[int]
+    params: SamplingParams
+    max_new: int
+    mask: Callable[[int], np.ndarray | None] | None
+    rng: np.random.Generator
+    slot: int = -1
+    blocks: list[int] = field(default_factory=list)
+    done: int = 0  # prompt positions whose KV is in the cache
+    produced: int = 0
+    last: int = -1  # the last token chosen (the next decode row's input)
+    seen: set[int] = field(default_factory=set)
+
+    @property
+    def length(self) -> int:
+        return len(self.ids) + self.produced
+
+
+class BatchEngine:
+    """Continuous batching over ``model`` (see the module's text).
+
+    >>> engine = BatchEngine(clops.llm.load(), max_batch=8)
+    >>> a = engine.add(ids, SamplingParams(), max_new_tokens=32)
+    >>> while engine.has_work():
+    ...     for out in engine.step():
+    ...         print(out.seq, out.token)
+    """
+
+    def __init__(self, model: Any, max_batch: int = 8, block_size: int = 16,
+                 num_blocks: int | None = None, prefill_chunk: int = 64) -> None:
+        cfg = model.config
+        if cfg.arch not in ARCHS:
+            raise ValueError(f"batched decoding runs the {', '.join(ARCHS)} architectures, not "
+                             f"{cfg.arch!r}")
+        if max_batch < 1 or block_size < 1 or prefill_chunk < 1:
+            raise ValueError("max_batch, block_size and prefill_chunk must be positive")
+        self.model, self.device = model, model.device
+        self.max_batch, self.block_size, self.prefill_chunk = max_batch, block_size, prefill_chunk
+        self.context = int(model.max_seq)
+        self.maxb = -(-self.context // block_size)
+        per_block = 2 * cfg.n_layers * cfg.n_kv_heads * block_size * cfg.head_dim * 4
+        if num_blocks is None:
+            # every slot at full context, within a quarter of the device's memory
+            num_blocks = min(max_batch * self.maxb,
+                             max(self.maxb, self.device.caps.global_mem // 4 // per_block))
+        if num_blocks < 1:
+            raise ValueError("num_blocks must be positive")
+        self.num_blocks = int(num_blocks)
+        self.rows = max_batch + prefill_chunk  # the most rows one step runs
+        self._alloc()
+        self._plans: dict[tuple[int, int, bool], LaunchPlan] = {}
+        self._lock = threading.RLock()
+        self._waiting: deque[_Seq] = deque()
+        self._running: dict[int, _Seq] = {}  # by slot
+        self._by_id: dict[int, _Seq] = {}
+        self._next_id = 0
+        self._free = list(range(self.num_blocks - 1, -1, -1))
+        self._ref = [0] * self.num_blocks
+        self._cached: OrderedDict[bytes, int] = OrderedDict()  # prompt-prefix hash -> block
+        self._hash_of: dict[int, bytes] = {}
+        self._in_step = False
+        self._cancel_later: set[int] = set()
+        self.prompt_tokens = 0
+        self.generated_tokens = 0
+        self.reused_tokens = 0
+
+    # -- device memory and plans ------------------------------------------------------------
+    def _alloc(self) -> None:
+        cfg, dev, R = self.model.config, self.device, self.rows
+        H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
+        f4 = 4
+        self.x = dev.alloc(R * dim * f4)
+        self.xn = dev.alloc(R * dim * f4)
+        self.xl = dev.alloc(self.max_batch * dim * f4)
+        self.qkv = dev.alloc(R * (H + 2 * KV) * D * f4)
+        self.q = dev.alloc(R * H * D * f4)
+        self.attn = dev.alloc(R * H * D * f4)
+        self.gu = dev.alloc(R * 2 * F * f4)
+        self.h = dev.alloc(R * F * f4)
+        self.logits = dev.alloc(self.max_batch * cfg.vocab_size * f4)
+        self.ids = dev.alloc(R * 4)
+        self.rslot = dev.alloc(R * 4)
+        self.rpos = dev.alloc(R * 4)
+        self.sel = dev.alloc(self.max_batch * 4)
+        self.zero = dev.alloc(16)
+        dev.write(self.zero, np.zeros(4, np.int32), blocking=True)
+        # slot max_batch is the embedding's scratch sequence
+        self.table_host = np.zeros((self.max_batch + 1, self.maxb), np.int32)
+        self.table = dev.alloc(self.table_host.nbytes)
+        dev.write(self.table, self.table_host, blocking=True)
+        pool = self.num_blocks * KV * self.block_size * D * f4
+        self.kpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
+        self.vpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
+
+    def _matmul(self, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
+                w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
+                name: str = "matmul") -> Launch:
+        """The matmul kernel with the geometry of ``self.rows`` rows, run on ``m`` rows: one
+        kernel for every batch size, so a row's sums are added in the same order in any."""
+        dev = self.device
+        ln = K.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, self.rows, bias, accum, name)
+        tm, _ = K.matmul_geometry(dev, self.rows, w.k, w.fmt)
+        ln.args[9] = i32(m)
+        ln.global_size = (ln.global_size[0], -(-m // tm))
+        return ln
+
+    def _plan(self, n: int, nl: int, embed: bool = False) -> LaunchPlan:
+        """The launches of a step of ``n`` rows with logits for ``nl`` of them (or, ``embed``,
+        the final norm of every row instead)."""
+        key = (n, nl, embed)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        m, cfg, dev = self.model, self.model.config, self.device
+        H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
+        n_qkv, eps = (H + 2 * KV) * D, cfg.norm_eps
+        plan = LaunchPlan(dev)
+        add = plan.add
+        add(K.embedding(dev, self.x, self.ids, self.zero, m.embed, n))
+        ls = 1 if K.is_cpu(dev) else 32
+        meta = [self.table, i32(self.maxb), self.rslot, self.rpos]
+        for i, ly in enumerate(m.layers):
+            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, n, dim, eps))
+            for w, off, b in ly.qkv.parts:
+                add(self._matmul(self.qkv, off, n_qkv, self.xn, 0, dim, w, n, bias=b,
+                                 name=f"qkv.{i}"))
+            kp, vp = self.kpool[i], self.vpool[i]
+            # (a kernel object per launch: a plan sets each one's arguments once)
+            rope = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=D,
+                          ROPE_NEOX=int(cfg.rope_neox))
+            add(Launch(rope, (D // 2, H + 2 * KV, n), None,
+                       [self.q, self.qkv, i32(n_qkv), kp, vp, *meta, m.inv_freq, i32(H),
+                        i32(KV), i32(self.block_size)],
+                       [self.qkv, self.table, self.rslot, self.rpos, m.inv_freq],
+                       [self.q, kp, vp], f"rope_store.{i}"))
+            attn = kernel(dev, "paged", "paged_attn", HEAD_DIM=D, LS=ls)
+            add(Launch(attn, (ls, H, n), (ls, 1, 1),
+                       [self.attn, self.q, kp, vp, *meta, i32(H), i32(KV),
+                        i32(self.block_size), f32(1.0 / math.sqrt(D))],
+                       [self.q, kp, vp, self.table, self.rslot, self.rpos], [self.attn],
+                       f"attn.{i}"))
+            add(self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
+                             name=f"o.{i}"))
+            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, n, dim, eps))
+            for w, off, b in ly.gate_up.parts:
+                add(self._matmul(self.gu, off, 2 * F, self.xn, 0, dim, w, n, bias=b,
+                                 name=f"gate_up.{i}"))
+            add(K.glu(dev, self.h, self.gu, n, F))
+            add(self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
+                             name=f"down.{i}"))
+        if embed:
+            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, m.out_norm, n, dim, eps))
+        elif nl:
+            gather = kernel(dev, "paged", "gather_rows", HEAD_DIM=D,
+                            ROPE_NEOX=int(cfg.rope_neox))
+            add(Launch(gather, (dim, nl), None, [self.xl, self.x, self.sel, i32(dim)],
+                       [self.x, self.sel], [self.xl], "gather_rows"))
+            add(K.rmsnorm(dev, self.xn, self.xl, 0, dim, m.out_norm, nl, dim, eps))
+            add(self._matmul(self.logits, 0, cfg.vocab_size, self.xn, 0, dim, m.output, nl,
+                             name="lm_head"))
+        self._plans[key] = plan
+        return plan
+
+    # -- sequences -----------------------------------------------------------------------------
+    def add(self, ids: list[int], params: SamplingParams, max_new_tokens: int,
+            mask: Callable[[int], np.ndarray | None] | None = None) -> int:
+        """Queue a sequence (its prompt ``ids``); returns its id for ``step``'s outputs."""
+        ids = [int(t) for t in ids]
+        V = self.model.config.vocab_size
+        if not ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        if min(ids) < 0 or max(ids) >= V:
+            raise ValueError(f"token ids must lie in [0, {V})")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
+        if len(ids) + max_new_tokens > self.context:
+            raise ValueError(
+                f"{len(ids)} prompt tokens + {max_new_tokens} new tokens exceed the context of "
+                f"{self.context} tokens")
+        if -(-(len(ids) + max_new_tokens) // self.block_size) > self.num_blocks:
+            raise ValueError(f"{len(ids) + max_new_tokens} tokens need more cache blocks than "
+                             f"the engine has ({self.num_blocks} of {self.block_size})")
+        params.check()
+        with self._lock:
+            sid = self._next_id
+            self._next_id += 1
+            seed = params.seed if params.seed is not None else \
+                int.from_bytes(np.random.default_rng().bytes(4), "little")
+            s = _Seq(sid, ids, params, int(max_new_tokens), mask, np.random.default_rng(seed),
+                     seen=set(ids))
+            self._waiting.append(s)
+            self._by_id[sid] = s
+            return sid
+
+    def cancel(self, seq: int) -> None:
+        """Drop sequence ``seq``: its slot and cache blocks are free for others at once (or,
+        called while a step runs in another thread, as that step ends)."""
+        with self._lock:
+            if self._in_step:
+                self._cancel_later.add(seq)
+                return
+            self._drop(seq)
+
+    def _drop(self, seq: int) -> None:
+        s = self._by_id.pop(seq, None)
+        if s is None:
+            return
+        if s.slot >= 0:
+            self._running.pop(s.slot, None)
+            self._release(s)
+        else:
+            try:
+                self._waiting.remove(s)
+            except ValueError:
+                pass
+
+    def has_work(self) -> bool:
+        with self._lock:
+            return bool(self._waiting or self._running)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            evictable = sum(1 for b in self._cached.values() if self._ref[b] == 0)
+            return {"running": len(self._running), "waiting": len(self._waiting),
+                    "free_blocks": len(self._free) + evictable, "total_blocks": self.num_blocks,
+                    "cached_blocks": len(self._cached), "prompt_tokens": self.prompt_tokens,
+                    "generated_tokens": self.generated_tokens,
+                    "reused_prompt_tokens": self.reused_tokens}
+
+    # -- blocks ----------------------------------------------------------------------------------
+    def _prefix_hashes(self, ids: list[int]) -> list[bytes]:
+        """A hash of the tokens up to the end of each full block of ``ids``."""
+        out, h = [], hashlib.blake2b(digest_size=16)
+        bs = self.block_size
+        for j in range(len(ids) // bs):
+            h.update(np.asarray(ids[j * bs:(j + 1) * bs], np.int32).tobytes())
+            out.append(h.copy().digest())
+        return out
+
+    def _take_block(self) -> int | None:
+        if self._free:
+            return self._free.pop()
+        for hsh, b in self._cached.items():  # least recently used first
+            if self._ref[b] == 0:
+                del self._cached[hsh]
+                del self._hash_of[b]
+                return b
+        return None
+
+    def _admit(self, s: _Seq, slot: int) -> bool:
+        """Give ``s`` its blocks (reusing cached prompt prefixes) and ``slot``; False if there
+        are not enough free blocks."""
+        need = -(-(len(s.ids) + s.max_new) // self.block_size)
+        # the last prompt token is always run (its logits choose the first new token)
+        hashes = self._prefix_hashes(s.ids)[: (len(s.ids) - 1) // self.block_size]
+        reuse = []
+        for hsh in hashes:
+            b = self._cached.get(hsh)
+            if b is None:
+                break
+            reuse.append(b)
+        evictable = sum(1 for b in self._cached.values() if self._ref[b] == 0 and b not in reuse)
+        if need - len(reuse) > len(self._free) + evictable:
+            return False
+        for b in reuse:
+            self._ref[b] += 1
+            self._cached.move_to_end(self._hash_of[b])
+        fresh = []
+        for _ in range(need - len(reuse)):
+            b = self._take_block()
+            assert b is not None
+            self._ref[b] += 1
+            fresh.append(b)
+        s.blocks = reuse + fresh
+        s.done = len(reuse) * self.block_size
+        self.reused_tokens += s.done
+        s.slot = slot
+        self.table_host[slot, : len(s.blocks)] = s.blocks
+        self.device.write(self.table, self.table_host, blocking=True)
+        return True
+
+    def _release(self, s: _Seq) -> None:
+        for b in s.blocks:
+            self._ref[b] -= 1
+            if self._ref[b] == 0 and b not in self._hash_of:
+                self._free.append(b)
+        s.blocks = []
+        s.slot = -1
+
+    def _register_prompt(self, s: _Seq) -> None:
+        """After ``s``'s prompt is in the cache: keep its full blocks for later prompts."""
+        for j, hsh in enumerate(self._prefix_hashes(s.ids)):
+            b = s.blocks[j]
+            if hsh in self._cached or b in self._hash_of:
+                continue
+            self._cached[hsh] = b
+            self._hash_of[b] = hsh
+
+    # -- a step ----------------------------------------------------------------------------------
+    def step(self) -> list[StepOutput]:
+        """Admit waiting sequences while slots and blocks allow, run one batch of rows (a
+        decode row for each decoding sequence, prompt chunks for the others) and return the
+        tokens chosen in it."""
+        with self._lock:
+            self._in_step = True
+            try:
+                return self._step()
+            finally:
+                self._in_step = False
+                for sid in self._cancel_later:
+                    self._drop(sid)
+                self._cancel_later.clear()
+
+    def _step(self) -> list[StepOutput]:
+        free_slots = [i for i in range(self.max_batch) if i not in self._running]
+        while self._waiting and free_slots:
+            s = self._waiting[0]
+            if not self._admit(s, free_slots[0]):
+                break
+            self._waiting.popleft()
+            self._running[free_slots.pop(0)] = s
+        if not self._running:
+            return []
+        rows: list[tuple[int, int, int]] = []  # (slot, position, token)
+        want: list[_Seq] = []  # sequences choosing a token, in logits-row order
+        sel: list[int] = []
+        for slot in sorted(self._running):
+            s = self._running[slot]
+            if s.done >= len(s.ids):
+                sel.append(len(rows))
+                rows.append((slot, s.length - 1, s.last))
+                want.append(s)
+        budget = self.prefill_chunk
+        for slot in sorted(self._running):
+            s = self._running[slot]
+            if s.done >= len(s.ids) or budget == 0:
+                continue
+            take = min(budget, len(s.ids) - s.done)
+            rows += [(slot, s.done + j, s.ids[s.done + j]) for j in range(take)]
+            budget -= take
+            s.done += take
+            self.prompt_tokens += take
+            if s.done == len(s.ids):
+                sel.append(len(rows) - 1)
+                want.append(s)
+                self._register_prompt(s)
+        arr = np.asarray(rows, np.int32)
+        dev = self.device
+        dev.write(self.rslot, np.ascontiguousarray(arr[:, 0]))
+        dev.write(self.rpos, np.ascontiguousarray(arr[:, 1]))
+        dev.write(self.ids, np.ascontiguousarray(arr[:, 2]))
+        if sel:
+            dev.write(self.sel, np.asarray(sel, np.int32))
+        self._plan(len(rows), len(sel)).replay()
+        if not want:
+            dev.synchronize()
+            return []
+        V = self.model.config.vocab_size
+        logits = np.empty((len(want), V), np.float32)
+        dev.read(logits, self.logits)
+        out = []
+        for s, row in zip(want, logits):
+            out.append(self._choose(s, row))
+        return out
+
+    def _choose(self, s: _Seq, row: np.ndarray) -> StepOutput:
+        p = s.params
+        z = row.astype(np.float64)
+        lse = np.logaddexp.reduce(z)
+        logp = z - lse
+        if p.repetition_penalty != 1.0 and s.seen:
+            idx = np.fromiter(s.seen, np.int64)
+            v = z[idx]
+            z[idx] = np.where(v > 0, v / p.repetition_penalty, v * p.repetition_penalty)
+        allowed = s.mask(s.id) if s.mask is not None else None
+        if allowed is not None:
+            allowed = np.asarray(allowed, bool)
+            if allowed.shape != z.shape:
+                raise ValueError(f"a token mask has {allowed.shape} entries, the vocabulary "
+                                 f"{z.shape}")
+            if not allowed.any():
+                raise ValueError("the token mask allows no token")
+            z = np.where(allowed, z, -np.inf)
+        if p.temperature == 0.0:
+            tok = int(np.argmax(z))
+        else:
+            tok = _sample(z / p.temperature, p, s.rng)
+        s.produced += 1
+        s.last = tok
+        s.seen.add(tok)
+        self.generated_tokens += 1
+        top: list[tuple[int, float]] = []
+        if p.logprobs:
+            best = np.argpartition(-logp, p.logprobs - 1)[: p.logprobs]
+            best = best[np.argsort(-logp[best], kind="stable")]
+            top = [(int(t), float(logp[t])) for t in best]
+        finished = s.produced >= s.max_new
+        if finished:
+            self._running.pop(s.slot, None)
+            self._by_id.pop(s.id, None)
+            self._release(s)
+        return StepOutput(s.id, tok, float(logp[tok]), top, finished,
+                          "length" if finished else None)
+
+    # -- embeddings --------------------------------------------------------------------------------
+    def embed(self, ids: list[int]) -> np.ndarray:
+        """The mean over ``ids``' positions of the model's last hidden state (after the final
+        norm), float32 [dim]; runs between steps, in a scratch slot of its own."""
+        ids = [int(t) for t in ids]
+        cfg, dev = self.model.config, self.device
+        if not ids:
+            raise ValueError("the input is empty: give at least one token")
+        if min(ids) < 0 or max(ids) >= cfg.vocab_size:
+            raise ValueError(f"token ids must lie in [0, {cfg.vocab_size})")
+        if len(ids) > self.context:
+            raise ValueError(f"{len(ids)} tokens exceed the context of {self.context} tokens")
+        with self._lock:
+            need = -(-len(ids) // self.block_size)
+            blocks = []
+            try:
+                for _ in range(need):
+                    b = self._take_block()
+                    if b is None:
+                        raise RuntimeError("no free cache blocks for an embedding now: retry "
+                                           "when fewer sequences are running")
+                    self._ref[b] += 1
+                    blocks.append(b)
+                slot = self.max_batch
+                self.table_host[slot, :need] = blocks
+                dev.write(self.table, self.table_host, blocking=True)
+                total = np.zeros(cfg.dim, np.float64)
+                for s in range(0, len(ids), self.rows):
+                    n = min(self.rows, len(ids) - s)
+                    dev.write(self.rslot, np.full(n, slot, np.int32))
+                    dev.write(self.rpos, np.arange(s, s + n, dtype=np.int32))
+                    dev.write(self.ids, np.asarray(ids[s:s + n], np.int32))
+                    self._plan(n, 0, embed=True).replay()
+                    hidden = np.empty((n, cfg.dim), np.float32)
+                    dev.read(hidden, self.xn)
+                    total += hidden.sum(axis=0, dtype=np.float64)
+                return (total / len(ids)).astype(np.float32)
+            finally:
+                for b in blocks:
+                    self._ref[b] -= 1
+                    self._free.append(b)
+
+
+def _sample(z: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
+    """A token drawn from softmax(z) after top-k, top-p and min-p (z: logits / temperature,
+    disallowed tokens at -inf)."""
+    order = np.argsort(-z, kind="stable")
+    zs = z[order]
+    keep = int(np.isfinite(zs).sum())
+    if p.top_k > 0:
+        keep = min(keep, p.top_k)
+    zs = zs[:keep]
+    probs = np.exp(zs - zs[0])
+    probs /= probs.sum()
+    if p.top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(probs), p.top_p) + 1)
+        probs = probs[:keep]
+    if p.min_p > 0.0:
+        probs = probs[probs >= p.min_p * probs[0]]
+    probs = probs / probs.sum()
+    return int(order[rng.choice(len(probs), p=probs)])

@@ -1,0 +1,174 @@
+"""clops.llm.batch: continuous batching over a paged KV cache, against the model's own
+generation and transformers, with the cache's blocks accounted for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import clops.llm
+from clops.llm.batch import BatchEngine, SamplingParams
+
+from .tiny import make_model
+
+NEW = 10
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def tiny(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp(f"batch_{request.param}")
+    ref = make_model(str(path), request.param)
+    model = clops.llm.load(str(path), progress=False, max_seq_len=160)
+    return model, ref
+
+
+def _prompts(seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    # shorter and longer than a prompt chunk (16), sharing a 24-token prefix in two of them
+    out = [[int(t) for t in rng.integers(0, 300, n)] for n in (5, 17, 40, 9, 3, 33)]
+    out.append(out[2][:24] + [1, 2, 3, 4, 5])
+    return out
+
+
+def _run(engine: BatchEngine, prompts, params=None, new=NEW):
+    ids = [engine.add(p, params or SamplingParams(), new) for p in prompts]
+    out: dict[int, list[int]] = {i: [] for i in ids}
+    finished = set()
+    while engine.has_work():
+        for o in engine.step():
+            assert o.seq not in finished
+            out[o.seq].append(o.token)
+            if o.finished:
+                assert o.reason == "length"
+                finished.add(o.seq)
+    assert finished == set(ids)
+    return [out[i] for i in ids]
+
+
+def _engine(model, **kw) -> BatchEngine:
+    kw.setdefault("max_batch", 4)
+    kw.setdefault("block_size", 8)
+    kw.setdefault("prefill_chunk", 16)
+    return BatchEngine(model, **kw)
+
+
+def test_batched_equals_alone_and_the_models_own_generation(tiny):
+    model, _ = tiny
+    prompts = _prompts()
+    engine = _engine(model)
+    alone = [_run(engine, [p])[0] for p in prompts]
+    together = _run(_engine(model), prompts)  # 7 sequences through 4 slots, a fresh cache
+    assert together == alone
+    again = _run(engine, prompts)  # prompt prefixes now come from the cache
+    assert engine.stats()["reused_prompt_tokens"] > 0
+    assert again == alone
+    own = [list(model.generate_ids(p, max_new_tokens=NEW, stop_ids=[])) for p in prompts]
+    assert own == alone
+
+
+def test_logits_and_logprobs_match_the_model(tiny):
+    model, _ = tiny
+    p = _prompts()[2]
+    engine = _engine(model)
+    engine.add(p, SamplingParams(logprobs=5), 1)
+    outs = []
+    while engine.has_work():  # 40 prompt tokens: three chunks of at most 16
+        outs += engine.step()
+    (out,) = outs
+    logits = model.logits(p)[-1].astype(np.float64)
+    logp = logits - np.logaddexp.reduce(logits)
+    assert out.token == int(np.argmax(logits))
+    assert out.logprob == pytest.approx(logp[out.token], abs=1e-4)
+    assert [t for t, _ in out.top] == list(np.argsort(-logp, kind="stable")[:5])
+    assert [v for _, v in out.top] == pytest.approx(sorted(logp, reverse=True)[:5], abs=1e-4)
+
+
+def test_greedy_tokens_match_transformers(tiny):
+    torch = pytest.importorskip("torch")
+    model, ref = tiny
+    prompts = _prompts(1)[:3]
+    got = _run(_engine(model), prompts)
+    for p, g in zip(prompts, got):
+        with torch.no_grad():
+            want = ref.generate(torch.tensor([p]), max_new_tokens=NEW, do_sample=False,
+                                eos_token_id=None, pad_token_id=0)[0, len(p):].tolist()
+        assert g == want
+
+
+def test_sampling_is_per_sequence_and_repeatable(tiny):
+    model, _ = tiny
+    prompts = _prompts()[:4]
+    params = SamplingParams(temperature=0.9, top_k=40, top_p=0.9, seed=7)
+    alone = [_run(_engine(model), [p], params)[0] for p in prompts]
+    assert _run(_engine(model), prompts, params) == alone
+    other = SamplingParams(temperature=0.9, top_k=40, top_p=0.9, seed=8)
+    assert _run(_engine(model), prompts, other) != alone
+
+
+def test_mask_constrains_every_token(tiny):
+    model, _ = tiny
+    V = model.config.vocab_size
+    allowed = np.zeros(V, bool)
+    allowed[[3, 17, 250]] = True
+    calls = []
+
+    def mask(seq: int) -> np.ndarray:
+        calls.append(seq)
+        return allowed
+
+    engine = _engine(model)
+    sid = engine.add(_prompts()[0], SamplingParams(temperature=1.0, seed=1), NEW, mask=mask)
+    toks = []
+    while engine.has_work():
+        toks += [o.token for o in engine.step()]
+    assert len(toks) == NEW and set(toks) <= {3, 17, 250}
+    assert calls == [sid] * NEW
+
+
+def test_blocks_come_back_and_cancel_frees_at_once(tiny):
+    model, _ = tiny
+    engine = _engine(model, num_blocks=12)
+    total = engine.stats()["total_blocks"]
+    a = engine.add(_prompts()[2], SamplingParams(), 30)  # 70 positions: 9 blocks of 8
+    b = engine.add(_prompts()[1], SamplingParams(), 30)  # 47: 6 blocks: waits for a's
+    engine.step()
+    st = engine.stats()
+    assert (st["running"], st["waiting"]) == (1, 1)
+    assert st["free_blocks"] == total - 9
+    engine.cancel(a)
+    assert engine.stats()["free_blocks"] == total
+    engine.step()
+    assert engine.stats()["running"] == 1
+    engine.cancel(b)
+    engine.cancel(b)  # twice is harmless
+    st = engine.stats()
+    assert (st["running"], st["waiting"], st["free_blocks"]) == (0, 0, total)
+    assert not engine.has_work()
+
+
+def test_bad_requests_are_refused_clearly(tiny):
+    model, _ = tiny
+    engine = _engine(model)
+    with pytest.raises(ValueError, match="context of 160"):
+        engine.add([1] * 150, SamplingParams(), 20)
+    with pytest.raises(ValueError, match="empty"):
+        engine.add([], SamplingParams(), 4)
+    with pytest.raises(ValueError, match="token ids"):
+        engine.add([model.config.vocab_size], SamplingParams(), 4)
+    with pytest.raises(ValueError, match="top_p"):
+        engine.add([1, 2], SamplingParams(top_p=0.0), 4)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        engine.add([1, 2], SamplingParams(), 0)
+    assert not engine.has_work()
+
+
+def test_embedding_is_the_mean_last_hidden_state(tiny):
+    torch = pytest.importorskip("torch")
+    model, ref = tiny
+    p = _prompts()[5]
+    engine = _engine(model)
+    e = engine.embed(p)
+    with torch.no_grad():
+        want = ref(torch.tensor([p]), output_hidden_states=True).hidden_states[-1][0].mean(0)
+    np.testing.assert_allclose(e, want.numpy(), rtol=1e-4, atol=1e-4)
+    assert engine.stats()["free_blocks"] == engine.stats()["total_blocks"]
