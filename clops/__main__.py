@@ -86,8 +86,14 @@ def demo() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m clops", description=__doc__)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # its own options: clops.serve.cli
+        from .serve.cli import main as serve
+
+        return serve(argv[1:])
+    parser = argparse.ArgumentParser(prog="clops", description=__doc__)
     sub = parser.add_subparsers(dest="cmd")
+    sub.add_parser("serve", help="an OpenAI-compatible server (clops serve --help)")
     p_info = sub.add_parser("info", help="list OpenCL devices and their capabilities")
     p_info.add_argument("--no-probe", action="store_true", help="skip compile-and-run probes")
     sub.add_parser("demo", help="run a short computation on the default device")

@@ -1,0 +1,459 @@
+"""serve, app: the OpenAI-compatible HTTP API on Starlette (a small, well-kept ASGI toolkit:
+routing, streaming responses and client-disconnect handling, without a validation framework
+the API does not need), served by uvicorn.
+
+Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (``stream`` as server-sent
+events), ``POST /v1/embeddings``, ``GET /v1/models``, ``GET /health``, ``GET /metrics``
+(Prometheus text) and the chat page at ``/``. Errors have OpenAI's body,
+``{"error": {"message", "type", "param", "code"}}``, and never stop the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Route
+
+from ..llm.batch import BatchEngine, SamplingParams, StepOutput
+from .constrain import Constraint, ConstraintError, Vocabulary, grammar_for
+from .runner import QueueFull, Runner
+
+_END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>",
+                "<end_of_turn>", "<|end|>")
+
+
+class APIError(Exception):
+    def __init__(self, message: str, status: int = 400, param: str | None = None,
+                 kind: str = "invalid_request_error", code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param, self.kind, self.code = status, param, kind, code
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"error": {"message": str(self), "type": self.kind,
+                                       "param": self.param, "code": self.code}},
+                            status_code=self.status)
+
+
+# -- request fields ------------------------------------------------------------------------------
+def _get(body: dict, name: str, kind: type | tuple[type, ...], default: Any = None,
+         check: Any = None, what: str = "") -> Any:
+    v = body.get(name, default)
+    if v is None:
+        return default
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(v, bool) and bool not in kinds:
+        raise APIError(f"'{name}' must be {what or kinds[0].__name__}, not a boolean",
+                       param=name)
+    if float in kinds and isinstance(v, int):
+        v = float(v)
+    if not isinstance(v, kinds):
+        raise APIError(f"'{name}' must be {what or kinds[0].__name__}, not "
+                       f"{type(v).__name__}", param=name)
+    if check is not None and not check(v):
+        raise APIError(f"'{name}' is out of range: {v!r} ({what})", param=name)
+    return v
+
+
+def _sampling(body: dict) -> tuple[SamplingParams, int]:
+    """The sampling fields of a request, and how many choices (``n``)."""
+    finite = math.isfinite
+    p = SamplingParams(
+        temperature=_get(body, "temperature", float, 1.0, lambda v: finite(v) and 0 <= v <= 2,
+                         "a number in [0, 2]"),
+        top_p=_get(body, "top_p", float, 1.0, lambda v: 0 < v <= 1, "a number in (0, 1]"),
+        top_k=_get(body, "top_k", int, 0, lambda v: v >= 0, "0 or more"),
+        min_p=_get(body, "min_p", float, 0.0, lambda v: 0 <= v <= 1, "a number in [0, 1]"),
+        repetition_penalty=_get(body, "repetition_penalty", float, 1.0,
+                                lambda v: finite(v) and v > 0, "a positive number"),
+        seed=_get(body, "seed", int, None),
+    )
+    n = _get(body, "n", int, 1, lambda v: 1 <= v <= 16, "1 to 16")
+    return p, n
+
+
+def _stops(body: dict) -> list[str]:
+    s = body.get("stop")
+    if s is None:
+        return []
+    if isinstance(s, str):
+        s = [s]
+    if not isinstance(s, list) or not all(isinstance(x, str) for x in s) or len(s) > 4:
+        raise APIError("'stop' must be a string or a list of up to 4 strings", param="stop")
+    return [x for x in s if x]
+
+
+class Server:
+    """The state behind the routes: model, engine runner, counters."""
+
+    def __init__(self, model: Any, parallel: int = 4, queue_limit: int = 64,
+                 model_name: str | None = None, prefill_chunk: int = 64) -> None:
+        self.model = model
+        self.tok = model.tokenizer
+        self.engine = BatchEngine(model, max_batch=parallel, prefill_chunk=prefill_chunk)
+        self.runner = Runner(self.engine, queue_limit)
+        self.name = model_name or "clops"
+        self.created = int(time.time())
+        self._vocab: Vocabulary | None = None
+        stops = set(self.tok.eos_ids)
+        for marker in _END_OF_TURN:
+            tid = self.tok.backend.token_to_id(marker)
+            if tid is not None:
+                stops.add(tid)
+        self.stop_ids = stops
+
+    def vocab(self) -> Vocabulary:
+        if self._vocab is None:
+            self._vocab = Vocabulary(self.tok, self.model.config.vocab_size)
+        return self._vocab
+
+    def count(self, endpoint: str) -> None:
+        r = self.runner.stats.requests
+        r[endpoint] = r.get(endpoint, 0) + 1
+
+    # -- prompts -----------------------------------------------------------------------------------
+    def chat_ids(self, body: dict) -> list[int]:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise APIError("'messages' must be a non-empty list", param="messages")
+        clean = []
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise APIError(f"messages[{i}] must be an object with a 'role'",
+                               param="messages")
+            content = m.get("content")
+            if isinstance(content, list):  # content parts: the text ones
+                content = "".join(p.get("text", "") for p in content
+                                  if isinstance(p, dict) and p.get("type") == "text")
+            if content is not None and not isinstance(content, str):
+                raise APIError(f"messages[{i}].content must be a string or text parts",
+                               param="messages")
+            clean.append({**m, "content": content or ""})
+        try:
+            text = self.tok.apply_chat_template(clean, add_generation_prompt=True)
+        except ValueError as e:
+            raise APIError(str(e)) from None
+        bos = self.tok.token_text(self.tok.bos_id) if self.tok.bos_id is not None else None
+        return self.tok.encode(text, add_special_tokens=not (bos and text.startswith(bos)))
+
+    def prompt_ids(self, prompt: Any) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tok.encode(prompt, add_special_tokens=True)
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            return [int(t) for t in prompt]
+        if isinstance(prompt, list) and len(prompt) == 1:
+            return self.prompt_ids(prompt[0])
+        raise APIError("'prompt' must be a string or a list of token ids", param="prompt")
+
+    def budget(self, body: dict, ids: list[int]) -> int:
+        ctx = self.engine.context
+        if not ids:
+            raise APIError("the prompt is empty", param="messages")
+        if len(ids) >= ctx:
+            raise APIError(f"the prompt has {len(ids)} tokens; the context is {ctx} tokens "
+                           "(prompt and completion together)", code="context_length_exceeded")
+        name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        default = min(ctx - len(ids), 4096)
+        n = _get(body, name, int, default, lambda v: v >= 1, "1 or more")
+        if len(ids) + n > ctx:
+            raise APIError(f"{name} {n} + {len(ids)} prompt tokens exceed the context of "
+                           f"{ctx} tokens", param=name, code="context_length_exceeded")
+        return n
+
+    # -- one choice --------------------------------------------------------------------------------
+    async def choice(self, ids: list[int], params: SamplingParams, max_new: int,
+                     stops: list[str], grammar: str | None,
+                     ) -> AsyncIterator[tuple[str, list[StepOutput], str | None]]:
+        """(new text, the tokens it came from, finish reason or None), as tokens arrive."""
+        constraint = Constraint(self.vocab(), grammar) if grammar else None
+        h = await self.runner.submit(ids, params, max_new,
+                                     constraint.mask if constraint else None,
+                                     constraint.consume if constraint else None)
+        out_ids: list[int] = []
+        pending: list[StepOutput] = []
+        sent = 0
+        hold = max((len(s) for s in stops), default=1) - 1
+        text = ""
+        try:
+            while True:
+                o = await h.queue.get()
+                if isinstance(o, Exception):
+                    raise o
+                if o.token in self.stop_ids:
+                    self.runner.cancel(h)
+                    rest = text[sent:]
+                    yield rest, pending, "stop"
+                    return
+                out_ids.append(o.token)
+                pending.append(o)
+                text = self.tok.decode(out_ids)
+                finished = o.finished or (constraint is not None and constraint.finished)
+                cut = _find_stop(text, stops)
+                if cut is not None:
+                    self.runner.cancel(h)
+                    yield text[sent:cut], pending, "stop"
+                    return
+                if finished:
+                    h.done = True
+                    if constraint is not None and not o.finished:
+                        self.runner.cancel(h)
+                    yield text[sent:], pending, "length" if o.finished else "stop"
+                    return
+                if text.endswith("\ufffd"):
+                    continue  # an incomplete UTF-8 sequence
+                safe = len(text) - hold
+                if safe > sent or pending:
+                    piece = text[sent:max(safe, sent)]
+                    sent = max(safe, sent)
+                    yield piece, pending, None
+                    pending = []
+        finally:
+            self.runner.cancel(h)
+
+    def logprob_entry(self, o: StepOutput) -> dict:
+        def one(t: int, lp: float) -> dict:
+            s = self.tok.decode([t])
+            return {"token": s, "logprob": lp, "bytes": list(s.encode("utf-8"))}
+
+        e = one(o.token, o.logprob)
+        e["top_logprobs"] = [one(t, lp) for t, lp in o.top]
+        return e
+
+
+def _find_stop(text: str, stops: list[str]) -> int | None:
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(found) if found else None
+
+
+def _sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj)}\n\n"
+
+
+async def _body(request: Request) -> dict:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+        raise APIError("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise APIError("the request body must be a JSON object")
+    return body
+
+
+def create_app(server: Server) -> Starlette:
+    """The ASGI app of ``server``."""
+
+    def guard(fn: Any) -> Any:
+        async def handler(request: Request) -> Response:
+            try:
+                return await fn(request)
+            except APIError as e:
+                server.runner.stats.errors += 1
+                return e.response()
+            except ConstraintError as e:
+                server.runner.stats.errors += 1
+                return APIError(str(e), param="response_format").response()
+            except QueueFull as e:
+                server.runner.stats.errors += 1
+                return APIError(str(e), status=429, kind="rate_limit_error").response()
+            except ValueError as e:  # the engine's own checks
+                server.runner.stats.errors += 1
+                return APIError(str(e)).response()
+            except Exception as e:  # noqa: BLE001 - reported to the client; the server goes on
+                server.runner.stats.errors += 1
+                return APIError(f"{type(e).__name__}: {e}", status=500,
+                                kind="server_error").response()
+
+        return handler
+
+    async def completions(request: Request, chat: bool) -> Response:
+        body = await _body(request)
+        server.count("chat" if chat else "completions")
+        ids = server.chat_ids(body) if chat else server.prompt_ids(body.get("prompt"))
+        max_new = server.budget(body, ids)
+        params, n = _sampling(body)
+        if chat:
+            want_lp = _get(body, "logprobs", bool, False)
+            top = _get(body, "top_logprobs", int, 0, lambda v: 0 <= v <= 20, "0 to 20")
+            params.logprobs = top if want_lp else 0
+        else:
+            lp = _get(body, "logprobs", int, None, lambda v: 0 <= v <= 5, "0 to 5")
+            want_lp = lp is not None
+            params.logprobs = lp or 0
+        stops = _stops(body)
+        grammar = grammar_for(body.get("response_format")) if chat else None
+        stream = _get(body, "stream", bool, False)
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        created = int(time.time())
+        kind = "chat.completion" if chat else "text_completion"
+        seeds = [params.seed + i if params.seed is not None else None for i in range(n)]
+
+        def params_for(i: int) -> SamplingParams:
+            return SamplingParams(**{**params.__dict__, "seed": seeds[i]})
+
+        if stream:
+            # check what can fail before the response starts
+            if grammar:
+                server.vocab()
+            gens = [server.choice(ids, params_for(i), max_new, stops, grammar) for i in range(n)]
+
+            async def events() -> AsyncIterator[str]:
+                completion = 0
+                for i, gen in enumerate(gens):
+                    if chat:
+                        yield _sse({"id": rid, "object": "chat.completion.chunk",
+                                    "created": created, "model": server.name,
+                                    "choices": [{"index": i, "delta": {"role": "assistant",
+                                                                       "content": ""},
+                                                 "finish_reason": None}]})
+                    async for piece, toks, reason in gen:
+                        completion += len(toks)
+                        if chat:
+                            delta: dict = {"content": piece} if piece else {}
+                            ch: dict = {"index": i, "delta": delta, "finish_reason": reason}
+                            if want_lp and toks:
+                                ch["logprobs"] = {"content": [server.logprob_entry(o)
+                                                              for o in toks]}
+                        else:
+                            ch = {"index": i, "text": piece, "finish_reason": reason}
+                            if want_lp and toks:
+                                ch["logprobs"] = _completion_logprobs(server, toks)
+                        if piece or reason or ch.get("logprobs"):
+                            yield _sse({"id": rid, "object": kind + ".chunk" if chat else kind,
+                                        "created": created, "model": server.name,
+                                        "choices": [ch]})
+                yield _sse({"id": rid, "object": kind + ".chunk" if chat else kind,
+                            "created": created, "model": server.name, "choices": [],
+                            "usage": {"prompt_tokens": len(ids),
+                                      "completion_tokens": completion,
+                                      "total_tokens": len(ids) + completion}})
+                yield "data: [DONE]\n\n"
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+        choices, completion = [], 0
+        for i in range(n):
+            text, toks, reason = "", [], None
+            async for piece, t, r in server.choice(ids, params_for(i), max_new, stops, grammar):
+                text += piece
+                toks += t
+                reason = r or reason
+            completion += len(toks)
+            if chat:
+                c: dict = {"index": i, "message": {"role": "assistant", "content": text},
+                           "finish_reason": reason,
+                           "logprobs": {"content": [server.logprob_entry(o) for o in toks]}
+                           if want_lp else None}
+            else:
+                c = {"index": i, "text": text, "finish_reason": reason,
+                     "logprobs": _completion_logprobs(server, toks) if want_lp else None}
+            choices.append(c)
+        return JSONResponse({"id": rid, "object": kind, "created": created,
+                             "model": server.name, "choices": choices,
+                             "usage": {"prompt_tokens": len(ids),
+                                       "completion_tokens": completion,
+                                       "total_tokens": len(ids) + completion}})
+
+    async def chat(request: Request) -> Response:
+        return await completions(request, True)
+
+    async def complete(request: Request) -> Response:
+        return await completions(request, False)
+
+    async def embeddings(request: Request) -> Response:
+        body = await _body(request)
+        server.count("embeddings")
+        inp = body.get("input")
+        if isinstance(inp, str) or (isinstance(inp, list) and inp
+                                    and all(isinstance(t, int) for t in inp)):
+            inp = [inp]
+        if not isinstance(inp, list) or not inp or len(inp) > 64:
+            raise APIError("'input' must be a string, a list of up to 64 strings, or token "
+                           "ids", param="input")
+        data, used = [], 0
+        for i, item in enumerate(inp):
+            ids = server.prompt_ids(item)
+            if len(ids) > server.engine.context:
+                raise APIError(f"input {i} has {len(ids)} tokens; the context is "
+                               f"{server.engine.context}", param="input")
+            vec = await server.runner.embed(ids)
+            used += len(ids)
+            data.append({"object": "embedding", "index": i,
+                         "embedding": [float(v) for v in vec]})
+        return JSONResponse({"object": "list", "data": data, "model": server.name,
+                             "usage": {"prompt_tokens": used, "total_tokens": used}})
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": server.name, "object": "model", "created": server.created,
+             "owned_by": "clops"}]})
+
+    async def health(request: Request) -> Response:
+        st = await server.runner.engine_stats()
+        return JSONResponse({"status": "ok", "slots_idle": server.engine.max_batch -
+                             st["running"], "slots_processing": st["running"]})
+
+    async def metrics(request: Request) -> Response:
+        st = await server.runner.engine_stats()
+        s = server.runner.stats
+        lines = ["# HELP clops_requests_total Requests received, by endpoint.",
+                 "# TYPE clops_requests_total counter"]
+        lines += [f'clops_requests_total{{endpoint="{k}"}} {v}' for k, v in
+                  sorted(s.requests.items())]
+        rows = [("clops_request_errors_total", "counter", "Requests refused or failed.",
+                 s.errors),
+                ("clops_prompt_tokens_total", "counter", "Prompt tokens prefilled.",
+                 st["prompt_tokens"]),
+                ("clops_generated_tokens_total", "counter", "Tokens generated.",
+                 st["generated_tokens"]),
+                ("clops_requests_running", "gauge", "Sequences decoding now.", st["running"]),
+                ("clops_requests_waiting", "gauge", "Sequences waiting for a slot (queue "
+                 "depth).", st["waiting"]),
+                ("clops_kv_blocks_free", "gauge", "Free KV cache blocks.", st["free_blocks"]),
+                ("clops_kv_blocks_total", "gauge", "KV cache blocks.", st["total_blocks"]),
+                ("clops_tokens_per_second", "gauge", "Generated tokens per second over the "
+                 "last 10 s.", round(s.rate(), 3))]
+        for name, kind, help_, v in rows:
+            lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {v}"]
+        return PlainTextResponse("\n".join(lines) + "\n",
+                                 media_type="text/plain; version=0.0.4")
+
+    async def page(request: Request) -> Response:
+        html = resources.files(__package__).joinpath("static/index.html").read_text()
+        return HTMLResponse(html)
+
+    routes = [Route("/v1/chat/completions", guard(chat), methods=["POST"]),
+              Route("/v1/completions", guard(complete), methods=["POST"]),
+              Route("/v1/embeddings", guard(embeddings), methods=["POST"]),
+              Route("/v1/models", guard(models), methods=["GET"]),
+              Route("/health", guard(health), methods=["GET"]),
+              Route("/metrics", guard(metrics), methods=["GET"]),
+              Route("/", page, methods=["GET"])]
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        server.runner.close()
+
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _completion_logprobs(server: Server, toks: list[StepOutput]) -> dict:
+    dec = server.tok.decode
+    return {"tokens": [dec([o.token]) for o in toks],
+            "token_logprobs": [o.logprob for o in toks],
+            "top_logprobs": [{dec([t]): lp for t, lp in o.top} for o in toks],
+            "text_offset": []}

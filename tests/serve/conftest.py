@@ -1,0 +1,43 @@
+"""A clops server on loopback for the tests: started once per module in a thread of this
+process (uvicorn), stopped at the end."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("starlette")
+uvicorn = pytest.importorskip("uvicorn")
+
+
+class Running:
+    def __init__(self, app, server) -> None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        sock.close()
+        self.server = server
+        self.uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                log_level="error", lifespan="on"))
+        self.thread = threading.Thread(target=self.uv.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.uv.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.uv.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def start(model, **kw) -> Running:
+    from clops.serve import Server, create_app
+
+    server = Server(model, **kw)
+    return Running(create_app(server), server)
