@@ -177,9 +177,11 @@ class Server:
 
     # -- one choice --------------------------------------------------------------------------------
     async def choice(self, ids: list[int], params: SamplingParams, max_new: int,
-                     stops: list[str], grammar: str | None,
+                     stops: list[str], grammar: str | None, ignore_eos: bool = False,
                      ) -> AsyncIterator[tuple[str, list[StepOutput], str | None]]:
-        """(new text, the tokens it came from, finish reason or None), as tokens arrive."""
+        """(new text, the tokens it came from, finish reason or None), as tokens arrive;
+        ``ignore_eos`` runs past end-of-text tokens (as llama-server's option does)."""
+        stop_ids = set() if ignore_eos else self.stop_ids
         constraint = Constraint(self.vocab(), grammar) if grammar else None
         h = await self.runner.submit(ids, params, max_new,
                                      constraint.mask if constraint else None,
@@ -194,7 +196,7 @@ class Server:
                 o = await h.queue.get()
                 if isinstance(o, Exception):
                     raise o
-                if o.token in self.stop_ids:
+                if o.token in stop_ids:
                     self.runner.cancel(h)
                     rest = text[sent:]
                     yield rest, pending, "stop"
@@ -297,6 +299,7 @@ def create_app(server: Server) -> Starlette:
         stops = _stops(body)
         grammar = grammar_for(body.get("response_format")) if chat else None
         stream = _get(body, "stream", bool, False)
+        ignore_eos = _get(body, "ignore_eos", bool, False)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
@@ -309,7 +312,8 @@ def create_app(server: Server) -> Starlette:
             # check what can fail before the response starts
             if grammar:
                 server.vocab()
-            gens = [server.choice(ids, params_for(i), max_new, stops, grammar) for i in range(n)]
+            gens = [server.choice(ids, params_for(i), max_new, stops, grammar, ignore_eos)
+                    for i in range(n)]
 
             async def events() -> AsyncIterator[str]:
                 completion = 0
@@ -348,7 +352,8 @@ def create_app(server: Server) -> Starlette:
         choices, completion = [], 0
         for i in range(n):
             text, toks, reason = "", [], None
-            async for piece, t, r in server.choice(ids, params_for(i), max_new, stops, grammar):
+            async for piece, t, r in server.choice(ids, params_for(i), max_new, stops, grammar,
+                                                   ignore_eos):
                 text += piece
                 toks += t
                 reason = r or reason
