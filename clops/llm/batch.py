@@ -178,12 +178,18 @@ class BatchEngine:
 
     def _matmul(self, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
                 w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
-                name: str = "matmul") -> Launch:
-        """The matmul kernel with the geometry of ``self.rows`` rows, run on ``m`` rows: one
-        kernel for every batch size, so a row's sums are added in the same order in any."""
+                name: str = "matmul", norm: tuple[Buffer, float] | None = None,
+                glu: bool = False) -> Launch:
+        """The matmul kernel with the geometry it takes for several rows, run on ``m`` rows,
+        so that a row's sums are added in the same order whatever the batch: on GPUs one
+        geometry for every batch; on CPUs (one work-item a column, no split of k) a row's
+        result does not depend on the rows a work-item takes (TM), which follows the batch."""
         dev = self.device
-        ln = K.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, self.rows, bias, accum, name)
-        tm, _ = K.matmul_geometry(dev, self.rows, w.k, w.fmt)
+        tm = min(8, K._pow2_at_most(m)) if K.is_cpu(dev) else None
+        ln = K.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), bias, accum, name,
+                      norm=norm, glu=glu, tm=tm)
+        if tm is None:
+            tm, _ = K.matmul_geometry(dev, 2, w.k, w.fmt)
         ln.args[9] = i32(m)
         ln.global_size = (ln.global_size[0], -(-m // tm))
         return ln
@@ -203,11 +209,16 @@ class BatchEngine:
         add(K.embedding(dev, self.x, self.ids, self.zero, m.embed, n))
         ls = 1 if K.is_cpu(dev) else 32
         meta = [self.table, i32(self.maxb), self.rslot, self.rpos]
+        # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them
+        fuse = K.fused_prologues(dev)
+        xin = self.x if fuse else self.xn
         for i, ly in enumerate(m.layers):
-            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, n, dim, eps))
+            norm = (ly.attn_norm, eps) if fuse else None
+            if not fuse:
+                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, n, dim, eps))
             for w, off, b in ly.qkv.parts:
-                add(self._matmul(self.qkv, off, n_qkv, self.xn, 0, dim, w, n, bias=b,
-                                 name=f"qkv.{i}"))
+                add(self._matmul(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
+                                 name=f"qkv.{i}", norm=norm))
             kp, vp = self.kpool[i], self.vpool[i]
             # (a kernel object per launch: a plan sets each one's arguments once)
             rope = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=D,
@@ -225,13 +236,19 @@ class BatchEngine:
                        f"attn.{i}"))
             add(self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
                              name=f"o.{i}"))
-            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, n, dim, eps))
+            norm = (ly.ffn_norm, eps) if fuse else None
+            if not fuse:
+                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, n, dim, eps))
             for w, off, b in ly.gate_up.parts:
-                add(self._matmul(self.gu, off, 2 * F, self.xn, 0, dim, w, n, bias=b,
-                                 name=f"gate_up.{i}"))
-            add(K.glu(dev, self.h, self.gu, n, F))
-            add(self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
-                             name=f"down.{i}"))
+                add(self._matmul(self.gu, off, 2 * F, xin, 0, dim, w, n, bias=b,
+                                 name=f"gate_up.{i}", norm=norm))
+            if fuse:
+                add(self._matmul(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, n, accum=True,
+                                 name=f"down.{i}", glu=True))
+            else:
+                add(K.glu(dev, self.h, self.gu, n, F))
+                add(self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
+                                 name=f"down.{i}"))
         if embed:
             add(K.rmsnorm(dev, self.xn, self.x, 0, dim, m.out_norm, n, dim, eps))
         elif nl:
@@ -442,17 +459,17 @@ class BatchEngine:
         V = self.model.config.vocab_size
         logits = np.empty((len(want), V), np.float32)
         dev.read(logits, self.logits)
-        out = []
-        for s, row in zip(want, logits):
-            out.append(self._choose(s, row))
-        return out
+        # log-softmax normalisers of every row at once
+        top = logits.max(axis=1, keepdims=True)
+        lse = top[:, 0].astype(np.float64) + np.log(
+            np.exp(logits - top).sum(axis=1, dtype=np.float64))
+        return [self._choose(s, row, float(z)) for s, row, z in zip(want, logits, lse)]
 
-    def _choose(self, s: _Seq, row: np.ndarray) -> StepOutput:
+    def _choose(self, s: _Seq, row: np.ndarray, lse: float) -> StepOutput:
         p = s.params
-        z = row.astype(np.float64)
-        lse = np.logaddexp.reduce(z)
-        logp = z - lse
+        z = row
         if p.repetition_penalty != 1.0 and s.seen:
+            z = z.astype(np.float64)
             idx = np.fromiter(s.seen, np.int64)
             v = z[idx]
             z[idx] = np.where(v > 0, v / p.repetition_penalty, v * p.repetition_penalty)
@@ -468,22 +485,22 @@ class BatchEngine:
         if p.temperature == 0.0:
             tok = int(np.argmax(z))
         else:
-            tok = _sample(z / p.temperature, p, s.rng)
+            tok = _sample(z.astype(np.float64) / p.temperature, p, s.rng)
         s.produced += 1
         s.last = tok
         s.seen.add(tok)
         self.generated_tokens += 1
         top: list[tuple[int, float]] = []
-        if p.logprobs:
-            best = np.argpartition(-logp, p.logprobs - 1)[: p.logprobs]
-            best = best[np.argsort(-logp[best], kind="stable")]
-            top = [(int(t), float(logp[t])) for t in best]
+        if p.logprobs:  # the model's log-probabilities (before penalty, mask, temperature)
+            best = np.argpartition(-row, p.logprobs - 1)[: p.logprobs]
+            best = best[np.lexsort((best, -row[best]))]
+            top = [(int(t), float(row[t]) - lse) for t in best]
         finished = s.produced >= s.max_new
         if finished:
             self._running.pop(s.slot, None)
             self._by_id.pop(s.id, None)
             self._release(s)
-        return StepOutput(s.id, tok, float(logp[tok]), top, finished,
+        return StepOutput(s.id, tok, float(row[tok]) - lse, top, finished,
                           "length" if finished else None)
 
     # -- embeddings --------------------------------------------------------------------------------

@@ -167,8 +167,10 @@ def fused_prologues(dev: CLDevice) -> bool:
 def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
            w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None,
-           glu: bool = False) -> Launch:
+           glu: bool = False, tm: int | None = None) -> Launch:
     """y[i, j] (+)= x[i, :] . w[j, :] (+ bias[j]) for i < m, j < w.n.
+
+    ``tm`` (rows of x per work-item) overrides the geometry's choice for m > 1.
 
     Where ``fused_prologues(dev)``: ``norm=(weight, eps)`` puts RMSNorm(x) * weight in place
     of x, and ``glu=True`` puts silu(x[i, :k]) * x[i, k:2k] (rows [gate | up]) in place of x,
@@ -177,7 +179,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         raise ValueError("matmul: norm= and glu= need a GPU (see fused_prologues)")
     if norm is not None and glu:
         raise ValueError("matmul: norm= and glu= do not go together")
-    tm, ls = matmul_geometry(dev, m, w.k, w.fmt)
+    tm0, ls = matmul_geometry(dev, m, w.k, w.fmt)
+    tm = tm if tm is not None and m > 1 else tm0
     rows = matmul_rows(dev, w.n) if ls == 1 and m == 1 else 1
     cpt = matmul_cpt(dev, m, w.n, w.fmt)
     ncol = matmul_columns(dev, ls, w.n, cpt)
