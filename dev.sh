@@ -29,6 +29,8 @@ setup() {
   # CLBlast and the OpenCL headers serve the optional vendor-library providers.
   have_cpu_driver || apt_install pocl-opencl-icd
   apt_install libclblast1 opencl-headers ocl-icd-opencl-dev
+  # a headless browser for the server's chat-page test (skipped without one)
+  apt_install chromium chromium-driver || echo "clops: Chromium did not install; the chat page test is skipped" >&2
   [ -x "$VENV/bin/python" ] || $PY -m venv "$VENV"
   # shellcheck disable=SC1091
   . "$VENV/bin/activate"
