@@ -10,6 +10,7 @@ events), ``POST /v1/embeddings``, ``GET /v1/models``, ``GET /health``, ``GET /me
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -238,6 +239,39 @@ class Server:
         return e
 
 
+async def _merged(gens: list[AsyncIterator[tuple[str, list[StepOutput], str | None]]],
+                  ) -> AsyncIterator[tuple[int, str, list[StepOutput], str | None]]:
+    """The items of several choices' generators as they come, each with its choice's index;
+    leaving early (a client gone) cancels them all, which frees their sequences."""
+    q: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(i: int, gen: AsyncIterator) -> None:
+        try:
+            async for item in gen:
+                await q.put((i, item))
+        except Exception as e:  # noqa: BLE001 - re-raised by the reader
+            await q.put((i, e))
+        finally:
+            await q.put((i, done))
+
+    tasks = [asyncio.create_task(pump(i, g)) for i, g in enumerate(gens)]
+    left = len(tasks)
+    try:
+        while left:
+            i, item = await q.get()
+            if item is done:
+                left -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield (i, *item)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def _find_stop(text: str, stops: list[str]) -> int | None:
     found = [i for i in (text.find(s) for s in stops) if i >= 0]
     return min(found) if found else None
@@ -321,44 +355,44 @@ def create_app(server: Server) -> Starlette:
 
             async def events() -> AsyncIterator[str]:
                 completion = 0
-                for i, gen in enumerate(gens):
-                    if chat:
+                if chat:
+                    for i in range(n):
                         yield _sse({"id": rid, "object": "chat.completion.chunk",
                                     "created": created, "model": server.name,
                                     "choices": [{"index": i, "delta": {"role": "assistant",
                                                                        "content": ""},
                                                  "finish_reason": None}]})
-                    held = ""
-                    async for piece, toks, reason in gen:
-                        completion += len(toks)
-                        if tools:  # the whole answer decides between content and calls
-                            held += piece
-                            if reason is None:
-                                continue
-                            content, calls = parse_tool_calls(held, tools)
-                            last = {"tool_calls": [{"index": j, **c}
-                                                   for j, c in enumerate(calls)]} \
-                                if calls else {"content": content}
-                            yield _sse({"id": rid, "object": kind + ".chunk",
-                                        "created": created, "model": server.name,
-                                        "choices": [{"index": i, "delta": last,
-                                                     "finish_reason": "tool_calls" if calls
-                                                     else reason}]})
+                held = [""] * n
+                async for i, piece, toks, reason in _merged(gens):
+                    completion += len(toks)
+                    if tools:  # the whole answer decides between content and calls
+                        held[i] += piece
+                        if reason is None:
                             continue
-                        if chat:
-                            delta: dict = {"content": piece} if piece else {}
-                            ch: dict = {"index": i, "delta": delta, "finish_reason": reason}
-                            if want_lp and toks:
-                                ch["logprobs"] = {"content": [server.logprob_entry(o)
-                                                              for o in toks]}
-                        else:
-                            ch = {"index": i, "text": piece, "finish_reason": reason}
-                            if want_lp and toks:
-                                ch["logprobs"] = _completion_logprobs(server, toks)
-                        if piece or reason or ch.get("logprobs"):
-                            yield _sse({"id": rid, "object": kind + ".chunk" if chat else kind,
-                                        "created": created, "model": server.name,
-                                        "choices": [ch]})
+                        content, calls = parse_tool_calls(held[i], tools)
+                        last = {"tool_calls": [{"index": j, **c}
+                                               for j, c in enumerate(calls)]} \
+                            if calls else {"content": content}
+                        yield _sse({"id": rid, "object": kind + ".chunk",
+                                    "created": created, "model": server.name,
+                                    "choices": [{"index": i, "delta": last,
+                                                 "finish_reason": "tool_calls" if calls
+                                                 else reason}]})
+                        continue
+                    if chat:
+                        delta: dict = {"content": piece} if piece else {}
+                        ch: dict = {"index": i, "delta": delta, "finish_reason": reason}
+                        if want_lp and toks:
+                            ch["logprobs"] = {"content": [server.logprob_entry(o)
+                                                          for o in toks]}
+                    else:
+                        ch = {"index": i, "text": piece, "finish_reason": reason}
+                        if want_lp and toks:
+                            ch["logprobs"] = _completion_logprobs(server, toks)
+                    if piece or reason or ch.get("logprobs"):
+                        yield _sse({"id": rid, "object": kind + ".chunk" if chat else kind,
+                                    "created": created, "model": server.name,
+                                    "choices": [ch]})
                 yield _sse({"id": rid, "object": kind + ".chunk" if chat else kind,
                             "created": created, "model": server.name, "choices": [],
                             "usage": {"prompt_tokens": len(ids),
@@ -368,14 +402,18 @@ def create_app(server: Server) -> Starlette:
 
             return StreamingResponse(events(), media_type="text/event-stream")
 
+        texts = [""] * n
+        all_toks: list[list[StepOutput]] = [[] for _ in range(n)]
+        reasons: list[str | None] = [None] * n
+        async for i, piece, t, r in _merged(
+                [server.choice(ids, params_for(i), max_new, stops, grammar, ignore_eos)
+                 for i in range(n)]):
+            texts[i] += piece
+            all_toks[i] += t
+            reasons[i] = r or reasons[i]
         choices, completion = [], 0
         for i in range(n):
-            text, toks, reason = "", [], None
-            async for piece, t, r in server.choice(ids, params_for(i), max_new, stops, grammar,
-                                                   ignore_eos):
-                text += piece
-                toks += t
-                reason = r or reason
+            text, toks, reason = texts[i], all_toks[i], reasons[i]
             completion += len(toks)
             if chat:
                 message: dict = {"role": "assistant", "content": text}
