@@ -137,6 +137,17 @@ def _operands(args: tuple[Any, ...], fn: str) -> tuple[list[ir.Node], runtime.CL
     for a in args:
         if isinstance(a, _np.generic) or (isinstance(a, _np.ndarray) and a.ndim == 0):
             a = a.item()  # numpy scalars combine as the Python scalars they hold
+        elif isinstance(a, _np.ndarray):
+            # a host array (as libraries built on numpy, such as Dask, hand to a tensor's
+            # operators) combines as a scalar of its kind would: a lower kind takes the
+            # tensors' dtype, a higher one sets it
+            own = _dt.to_dtype(a.dtype)
+            if _KIND_RANK[own.kind] > _KIND_RANK[dtype.kind]:
+                dtype = own
+            from .creation import asarray
+
+            a = asarray(a, dtype=dtype if _KIND_RANK[own.kind] <= _KIND_RANK[dtype.kind]
+                        else own, device=dev)
         if isinstance(a, Tensor):
             nodes.append(a._node.resolve())
         else:

@@ -352,6 +352,22 @@ class Tensor:
         _realize.realize([(node, buf, v)], self.device)
 
     # -- Array API protocol ------------------------------------------------------------------------
+    # -- NumPy's dispatch protocols and pickling (see numpy_protocols) ------------------------
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        from .numpy_protocols import array_function
+
+        return array_function(func, types, args, kwargs)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        from .numpy_protocols import array_ufunc
+
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        from .numpy_protocols import reduce_tensor
+
+        return reduce_tensor(self, protocol)
+
     def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
         if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12", "2025.12"):
             raise ValueError(f"api_version {api_version!r} is not supported; use one of "
@@ -598,6 +614,14 @@ class Tensor:
         from .manipulation import astype
 
         return astype(self, dtype, copy=copy)
+
+    def squeeze(self, axis: Any = None) -> Tensor:
+        """Without the axes of length 1 named (all of them by default), as numpy's."""
+        from . import manipulation
+
+        if axis is None:
+            axis = tuple(i for i, n in enumerate(self.shape) if n == 1)
+        return manipulation.squeeze(self, axis=axis)
 
     __hash__ = None  # type: ignore[assignment]
 

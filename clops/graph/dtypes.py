@@ -4,6 +4,7 @@ in, and the Array API promotion table."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,27 @@ class DType:
         return f"clops.{self.name}"
 
     __str__ = __repr__
+
+    @property
+    def dtype(self) -> Any:
+        """The numpy dtype of the same values (``np.dtype(clops.float32)`` reads it, as numpy
+        reads any object's ``dtype``); bfloat16 has none and raises TypeError."""
+        if self.name == "bfloat16":
+            raise TypeError("numpy has no bfloat16: convert with astype(clops.float32) first")
+        return np.dtype(self.np)
+
+    # numpy's dtype attributes that libraries built on numpy (Dask) read from a chunk's dtype
+    @property
+    def type(self) -> type:
+        return self.dtype.type
+
+    @property
+    def char(self) -> str:
+        return self.dtype.char
+
+    @property
+    def str(self) -> str:
+        return self.dtype.str
 
     @property
     def is_float(self) -> bool:

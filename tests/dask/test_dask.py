@@ -1,0 +1,177 @@
+"""clops tensors as Dask chunks: the operations Dask runs on them against numpy, on the threaded
+scheduler and on a two-worker distributed cluster of CPU sub-devices, pickling and Dask's
+serialization, and a worker killed mid-computation."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import time
+
+import numpy as np
+import pytest
+
+dask = pytest.importorskip("dask")
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+
+import clops  # noqa: E402
+import clops.dask  # noqa: E402
+
+A = np.random.default_rng(0).standard_normal((2048, 48)).astype(np.float32)
+SCALE = "__kernel void axpb(__global float *y, long yo, __global const float *x, long xo) " \
+        "{ size_t i = get_global_id(0); y[yo + i] = 2.0f * x[xo + i] + 1.0f; }"
+
+
+def _axpb(block):
+    if isinstance(block, np.ndarray):  # the numpy reference
+        return 2.0 * block + 1.0
+    k = clops.kernel(SCALE, "axpb")
+    src = block.contiguous()
+    out = clops.empty(src.shape, dtype=src.dtype, device=src.device)
+    k(src.size, None, out, src).wait()
+    return out
+
+
+OPS = {
+    "chain": (lambda x: ((x * 2.0 + 1.0) ** 2 - x).sum(axis=0), 1e-3),
+    "sum": (lambda x: x.sum(axis=0), 1e-4),
+    "mean": (lambda x: x.mean(), 1e-6),
+    "std": (lambda x: x.std(axis=0), 1e-5),
+    "max": (lambda x: x.max(axis=1), 0),
+    "argmax": (lambda x: x.argmax(axis=0), 0),
+    "matmul": (lambda x: x.T @ x, 1e-3),
+    "tensordot": (lambda x: da.tensordot(x, x[:, :8], axes=([0], [0])), 1e-3),
+    "rechunk": (lambda x: x.rechunk((300, 16)).sum(axis=1), 1e-4),
+    "slicing": (lambda x: x[100:1900:3, 5:40].max(axis=0), 0),
+    "map_blocks_kernel": (lambda x: x.map_blocks(_axpb, dtype=x.dtype).sum(axis=0), 1e-3),
+}
+
+
+def _tensor_chunks():
+    return da.from_array(clops.asarray(A), chunks=(512, 48), asarray=False)
+
+
+def _check(name, got, want):
+    tol = OPS[name][1]
+    got = np.asarray(got, dtype=np.float64)
+    if tol == 0:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_threaded_scheduler_gives_numpys_results_on_the_device(name):
+    x = _tensor_chunks()
+    assert isinstance(x._meta, clops.Tensor)
+    fn = OPS[name][0]
+    with dask.config.set(scheduler="threads"):
+        got = fn(x).compute()
+    want = fn(da.from_array(A, chunks=(512, 48))).compute()
+    if name not in ("argmax",):  # (argmax combines (value, index) records on the host)
+        assert isinstance(got, clops.Tensor), type(got)
+    _check(name, got, want)
+
+
+def test_tall_skinny_qr_and_svd():
+    x = _tensor_chunks()[:, :16]
+    with dask.config.set(scheduler="threads"):
+        q, r = dask.compute(*da.linalg.tsqr(x))
+        s = da.linalg.svd(x)[1].compute()
+    assert isinstance(q, clops.Tensor)
+    np.testing.assert_allclose(np.asarray(q) @ np.asarray(r), A[:, :16], atol=1e-4)
+    np.testing.assert_allclose(np.asarray(q).T @ np.asarray(q), np.eye(16), atol=1e-4)
+    np.testing.assert_allclose(np.asarray(s), np.linalg.svd(A[:, :16], compute_uv=False),
+                               rtol=1e-4)
+
+
+def test_pickle_keeps_values_dtype_shape_and_memory_kind():
+    for t in (clops.asarray(A[:5]), clops.asarray(np.arange(7, dtype=np.uint8)),
+              clops.asarray(np.array([True, False])), clops.asarray(A[:3], usm_type="host"),
+              clops.asarray(np.zeros((0, 3), np.float32))):
+        for proto in (4, 5):
+            r = pickle.loads(pickle.dumps(t, protocol=proto))
+            assert (r.dtype, r.shape, r.usm_type) == (t.dtype, t.shape, t.usm_type)
+            np.testing.assert_array_equal(np.asarray(r), np.asarray(t))
+    frames: list = []
+    data = pickle.dumps(clops.asarray(A), protocol=5, buffer_callback=frames.append)
+    assert len(frames) == 1 and len(data) < 200  # the values travel out of band
+
+
+def test_dask_serialization_is_one_frame():
+    from distributed.protocol import deserialize, serialize
+
+    t = clops.asarray(A)
+    header, frames = serialize(t, serializers=("dask",))
+    assert header["serializer"] == "dask" and len(frames) == 1
+    assert memoryview(frames[0]).nbytes == A.nbytes
+    r = deserialize(header, frames)
+    assert isinstance(r, clops.Tensor)
+    np.testing.assert_array_equal(np.asarray(r), A)
+
+
+def test_one_worker_per_listed_device():
+    from clops.dask import device_selectors
+
+    assert device_selectors() == [clops.device().selector]
+    assert device_selectors("cpu") == [d.selector for d in clops.devices("cpu")]
+    assert device_selectors(["opencl:cpu:0", "cpu:0"]) == ["opencl:cpu:0"]
+    with pytest.raises(LookupError, match="no OpenCL device"):
+        device_selectors("gpu:42")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with clops.dask.LocalCluster(split=2) as c, distributed.Client(c) as client:
+        yield c, client
+
+
+def test_two_sub_device_workers(cluster):
+    c, client = cluster
+    devs = client.run(lambda: clops.device().name)
+    assert len(devs) == 2
+    units = client.run(lambda: clops.device().caps.compute_units)
+    assert all(u < clops.device().caps.compute_units for u in units.values())
+    res = client.run(lambda: os.environ["CLOPS_DASK_SUBDEVICE"])
+    assert sorted(res.values()) == ["0/2", "1/2"]
+
+
+@pytest.mark.parametrize("name", ["chain", "std", "matmul", "rechunk", "map_blocks_kernel"])
+def test_distributed_gives_numpys_results(cluster, name):
+    _, client = cluster
+    fn = OPS[name][0]
+    got = client.compute(fn(_tensor_chunks())).result(timeout=120)
+    want = fn(da.from_array(A, chunks=(512, 48))).compute(scheduler="threads")
+    _check(name, got, want)
+
+
+def test_a_killed_worker_is_survived(cluster):
+    c, client = cluster
+    before = client.run(lambda: clops.memory_stats()["in_use"])
+
+    def slow(block):
+        time.sleep(0.3)
+        return block * 2.0
+
+    x = _tensor_chunks().rechunk((128, 48)).map_blocks(slow, dtype=np.float32).sum(axis=0)
+    fut = client.compute(x)
+    time.sleep(1.0)
+    os.kill(c.workers["clops-0"].process.pid, signal.SIGKILL)  # the worker, not its nanny
+    got = fut.result(timeout=180)
+    np.testing.assert_allclose(np.asarray(got), 2 * A.sum(axis=0), rtol=1e-4, atol=1e-3)
+    del fut, got
+    deadline = time.monotonic() + 60
+    while len(client.scheduler_info()["workers"]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)  # the nanny restarts the killed worker
+    # a survivor holds no more device memory than before, once Dask has released the
+    # results (it tells workers so asynchronously)
+    def leaked() -> dict:
+        after = client.run(lambda: clops.memory_stats()["in_use"])
+        return {a: (n, before[a]) for a, n in after.items() if a in before and n > before[a]}
+
+    deadline = time.monotonic() + 60
+    while leaked() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not leaked()
