@@ -162,8 +162,6 @@ class BatchEngine:
         self.gu = dev.alloc(R * 2 * F * f4)
         self.h = dev.alloc(R * F * f4)
         self.logits = dev.alloc(self.max_batch * cfg.vocab_size * f4)
-        # float16 rows for the tensor-core products (GPUs that have them)
-        self.xh = dev.alloc(K.half_scratch_nbytes(R, max(dim, 2 * F, H * D)))
         self.ids = dev.alloc(R * 4)
         self.rslot = dev.alloc(R * 4)
         self.rpos = dev.alloc(R * 4)
@@ -177,34 +175,6 @@ class BatchEngine:
         pool = self.num_blocks * KV * self.block_size * D * f4
         self.kpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
         self.vpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
-
-    def _tensor_cores(self, w: DeviceWeight) -> bool:
-        """Whether ``w``'s products run on tensor cores: a GPU with them, and the weight in
-        float16 (or with a float16 copy kept by the model)."""
-        return (K.tensor_core_rows(self.device, K.TENSOR_CORE_ROWS, w)
-                and (w.fmt == "f16" or w.half is not None))
-
-    def _linear(self, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
-                w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
-                name: str = "matmul", norm: tuple[Buffer, float] | None = None,
-                glu: bool = False) -> list[Launch]:
-        """The product's launches. On tensor cores: the rows (norm or GLU applied) to float16,
-        then one product over k unsplit, whatever the number of rows (a row's sums never
-        depend on its batch); elsewhere ``_matmul``."""
-        if not self._tensor_cores(w):
-            return [self._matmul(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, name, norm,
-                                 glu)]
-        dev, k = self.device, w.k
-        rows = K.half_rows(dev, self.xh, x, x_off, ldx, k, m, norm, glu)
-        rows.name = "half_rows." + name
-        b_half = w.half if w.half is not None else w.data
-        flags = {"HAS_BIAS": int(bias is not None), "ACCUM": int(accum)}
-        knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, SPLIT=1, **flags)
-        reads = [self.xh, b_half] + ([bias] if bias is not None else []) + ([y] if accum else [])
-        return [rows, Launch(knl, (w.n // 64 * 128, -(-m // 64), 1), (128, 1, 1),
-                             [y, i32(y_off), i32(ldy), self.xh, i32(k), b_half, i32(k),
-                              bias if bias is not None else b_half, i32(m), i32(w.n), i32(k),
-                              np.int64(m * w.n)], reads, [y], name)]
 
     def _matmul(self, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
                 w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
@@ -247,9 +217,8 @@ class BatchEngine:
             if not fuse:
                 add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, n, dim, eps))
             for w, off, b in ly.qkv.parts:
-                for ln in self._linear(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
-                                       name=f"qkv.{i}", norm=norm):
-                    add(ln)
+                add(self._matmul(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
+                                 name=f"qkv.{i}", norm=norm))
             kp, vp = self.kpool[i], self.vpool[i]
             # (a kernel object per launch: a plan sets each one's arguments once)
             rope = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=D,
@@ -265,25 +234,21 @@ class BatchEngine:
                         i32(self.block_size), f32(1.0 / math.sqrt(D))],
                        [self.q, kp, vp, self.table, self.rslot, self.rpos], [self.attn],
                        f"attn.{i}"))
-            for ln in self._linear(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
-                                   name=f"o.{i}"):
-                add(ln)
+            add(self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
+                             name=f"o.{i}"))
             norm = (ly.ffn_norm, eps) if fuse else None
             if not fuse:
                 add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, n, dim, eps))
             for w, off, b in ly.gate_up.parts:
-                for ln in self._linear(self.gu, off, 2 * F, xin, 0, dim, w, n, bias=b,
-                                       name=f"gate_up.{i}", norm=norm):
-                    add(ln)
+                add(self._matmul(self.gu, off, 2 * F, xin, 0, dim, w, n, bias=b,
+                                 name=f"gate_up.{i}", norm=norm))
             if fuse:
-                for ln in self._linear(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, n,
-                                       accum=True, name=f"down.{i}", glu=True):
-                    add(ln)
+                add(self._matmul(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, n, accum=True,
+                                 name=f"down.{i}", glu=True))
             else:
                 add(K.glu(dev, self.h, self.gu, n, F))
-                for ln in self._linear(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
-                                       name=f"down.{i}"):
-                    add(ln)
+                add(self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
+                                 name=f"down.{i}"))
         if embed:
             add(K.rmsnorm(dev, self.xn, self.x, 0, dim, m.out_norm, n, dim, eps))
         elif nl:
