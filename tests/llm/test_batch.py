@@ -14,10 +14,11 @@ from .tiny import make_model
 NEW = 10
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "llama-float16"])
 def tiny(request, tmp_path_factory):
+    arch, _, dtype = request.param.partition("-")
     path = tmp_path_factory.mktemp(f"batch_{request.param}")
-    ref = make_model(str(path), request.param)
+    ref = make_model(str(path), arch, dtype=dtype or "float32")
     model = clops.llm.load(str(path), progress=False, max_seq_len=160)
     return model, ref
 
