@@ -213,8 +213,9 @@ class Server:
                     yield text[sent:cut], pending, "stop"
                     return
                 if finished:
-                    h.done = True
-                    if constraint is not None and not o.finished:
+                    if o.finished:
+                        h.done = True  # the engine has let it go already
+                    else:  # the grammar is complete: free the sequence now
                         self.runner.cancel(h)
                     yield text[sent:], pending, "length" if o.finished else "stop"
                     return

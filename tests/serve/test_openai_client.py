@@ -241,7 +241,8 @@ def smol():
 
 
 def test_json_schema_output_parses_and_follows_the_schema(smol):
-    _, _, c = smol
+    _, run, c = smol
+    made = run.server.engine.stats()["generated_tokens"]
     schema = {"type": "object", "properties": {"name": {"type": "string"},
                                                "atomic_number": {"type": "integer"}},
               "required": ["name", "atomic_number"], "additionalProperties": False}
@@ -251,6 +252,11 @@ def test_json_schema_output_parses_and_follows_the_schema(smol):
         response_format={"type": "json_schema",
                          "json_schema": {"name": "element", "schema": schema}})
     data = json.loads(out.choices[0].message.content)
+    assert out.choices[0].finish_reason == "stop"  # the grammar ended it, not max_tokens
+    assert _free_blocks_back(run)
+    # and its sequence was let go then (a step in flight may add a token or two)
+    made = run.server.engine.stats()["generated_tokens"] - made
+    assert made <= out.usage.completion_tokens + 2 < 60
     assert set(data) == {"name", "atomic_number"}
     assert isinstance(data["name"], str) and isinstance(data["atomic_number"], int)
     obj = c.chat.completions.create(
