@@ -126,10 +126,82 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
 
 def cpu_supports(dev: CLDevice, dtype: str, m: int, n: int, k: int) -> bool:
     """Whether ``gemm_cpu`` takes this product: a CPU, float32 (n a multiple of 16) or float64
-    where the device has it (n a multiple of 8), enough work."""
+    where the device has it (n a multiple of 8), enough work, and a runtime that builds and
+    runs the kernel (``cpu_kernel_works``)."""
     if dev.kind != "cpu" or dtype not in CPU_COLS or (dtype == "float64" and not dev.caps.fp64):
         return False
-    return n % CPU_COLS[dtype] == 0 and m > 0 and k > 0 and m * n * k >= CPU_MIN_MACS
+    return n % CPU_COLS[dtype] == 0 and m > 0 and k > 0 and m * n * k >= CPU_MIN_MACS \
+        and cpu_kernel_works(dev, dtype)
+
+
+_CPU_WORKS: dict[tuple[str, str], bool] = {}
+_CPU_CHILD = """
+import sys
+import clops
+from clops.kernels import gemm
+dev = clops.device(sys.argv[1])
+print("CLOPS_GEMM_CPU", gemm._cpu_check(dev, sys.argv[2]), flush=True)
+"""
+
+
+def cpu_kernel_works(dev: CLDevice, dtype: str) -> bool:
+    """Whether this CPU runtime builds ``gemm_cpu`` and gets a small product right: checked in
+    a child process (a runtime whose compiler fails may abort the process that tried it, as
+    PoCL 3.0 from the ``pocl-binary-distribution`` wheel does at exit: LLVM there cannot select
+    ``fma`` on 16-wide float vectors), once per device and driver, remembered with the
+    device's other probes. Where it fails, products take the portable kernel and
+    ``CLOPS_DEBUG`` says why."""
+    key = (dev.key, dtype)
+    ok = _CPU_WORKS.get(key)
+    if ok is not None:
+        return ok
+    import subprocess
+    import sys
+
+    from ..runtime.device import _PROBE_LOCK, _load_probes, _save_probes
+
+    name = f"gemm_cpu_{dtype}"
+    saved = _load_probes().get(dev.key, {}).get(name)
+    why = "remembered"
+    if isinstance(saved, bool):
+        ok = saved
+    else:
+        try:
+            res = subprocess.run([sys.executable, "-c", _CPU_CHILD, dev.selector, dtype],
+                                 capture_output=True, text=True, timeout=300)
+            ok = "CLOPS_GEMM_CPU True" in res.stdout
+            why = (res.stderr.strip().splitlines() or [f"status {res.returncode}"])[-1]
+        except (subprocess.TimeoutExpired, OSError) as e:
+            ok, why = False, str(e)
+        with _PROBE_LOCK:
+            probes = _load_probes()
+            probes.setdefault(dev.key, {})[name] = ok
+            _save_probes(probes)
+    _CPU_WORKS[key] = ok
+    if not ok:
+        from .. import _config
+
+        if _config.debug_level():
+            print(f"clops: gemm_cpu does not work on {dev.name} ({why[:200]}); {dtype} "
+                  "products there take the portable kernel", file=sys.stderr)
+    return ok
+
+
+def _cpu_check(dev: CLDevice, dtype: str) -> bool:
+    """A small product through ``gemm_cpu`` against numpy (run by the child process)."""
+    w = CPU_COLS[dtype]
+    np_dt: Any = np.float64 if dtype == "float64" else np.float32
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 32)).astype(np_dt)
+    b = rng.standard_normal((32, 2 * w)).astype(np_dt)
+    bufs = [dev.alloc(x.nbytes) for x in (a, b, np.empty((8, 2 * w), np_dt))]
+    dev.write(bufs[0], a, blocking=True)
+    dev.write(bufs[1], b, blocking=True)
+    gemm_cpu(dev, bufs[2], 0, 2 * w, bufs[0], 0, 32, bufs[1], 0, 2 * w, 8, 2 * w, 32,
+             dtype=dtype)
+    c = np.empty((8, 2 * w), np_dt)
+    dev.read(c, bufs[2])
+    return bool(np.allclose(c, a @ b, rtol=1e-4, atol=1e-4))
 
 
 def _row_tile(m: int) -> int:
