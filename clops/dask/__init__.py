@@ -7,6 +7,7 @@ Importing this module registers clops with Dask:
   element counts) for the tensor type, as Dask does for CuPy, so that Dask's own algorithms
   run on tensor chunks (the tensor's NumPy protocols, ``clops.array.numpy_protocols``, take
   the rest);
+- the size of a tensor chunk (its bytes) for Dask's memory accounting;
 - a ``dask_serialize`` family for tensors: the device's bytes go to the wire as one frame (one
   copy from the device, one to the receiving worker's device), with dtype, shape and memory
   kind in the header.
@@ -86,6 +87,13 @@ def _register_lookups() -> None:
     _dispatch.nannumel_lookup.register(Tensor, _numel)
 
 
+def _register_sizeof() -> None:
+    from dask.sizeof import sizeof
+
+    # what a chunk holds (device memory), for Dask's memory accounting and scheduling
+    sizeof.register(Tensor, lambda t: int(t.nbytes))
+
+
 def _register_serialization() -> None:
     try:
         from distributed.protocol import dask_deserialize, dask_serialize
@@ -113,4 +121,5 @@ def from_numpy_chunks(x: Any) -> Any:
 
 
 _register_lookups()
+_register_sizeof()
 _register_serialization()

@@ -100,6 +100,12 @@ def test_pickle_keeps_values_dtype_shape_and_memory_kind():
     assert len(frames) == 1 and len(data) < 200  # the values travel out of band
 
 
+def test_dask_counts_a_chunks_bytes():
+    from dask.sizeof import sizeof
+
+    assert sizeof(clops.asarray(A)) == A.nbytes
+
+
 def test_dask_serialization_is_one_frame():
     from distributed.protocol import deserialize, serialize
 
