@@ -4,10 +4,15 @@ workers (sub-devices of the CPU, or one worker per GPU), beside ``dask.array`` o
 one worker's device memory limit (``CLOPS_MEMORY_LIMIT``): a reduction-heavy pipeline (one
 pass: sums, maxima and means of columns of elementwise chains) and a blocked matmul
 (``x.T @ x``).
-Reports seconds (median), the speed-up over one worker, and the time Dask's task stream
-records as transfers between workers (summed over workers, in the last run).
+Reports seconds (median), the speed-up over one worker, the time Dask's task stream records
+as transfers between workers (summed over workers, in the last run) with their number and
+bytes, and each worker's peak device memory.
 
-    python bench/bench_dask.py [--workers 1,2] [--devices cpu|gpu] [--rows 2000000]
+    python bench/bench_dask.py [--workers 1,2,4] [--devices cpu|gpu] [--rows 2000000]
+        [--memory-limit 256MB]
+
+A worker count the host cannot give (4 sub-devices of a 2-core CPU, 4 GPUs on a host with 2)
+is reported as skipped.
 """
 
 from __future__ import annotations
@@ -35,6 +40,19 @@ def blocked_matmul(x):
     return x.T @ x
 
 
+def cluster_for(n: int, devices: str | None) -> dict:
+    """``LocalCluster`` arguments for n device workers: the first n GPUs (``--devices gpu``,
+    or a selector list), or the CPU split into n sub-devices."""
+    import clops.dask
+
+    if devices in (None, "cpu"):
+        return {"devices": None, "split": n} if n > 1 else {"devices": None}
+    sels = clops.dask.device_selectors(devices)
+    if len(sels) < n:
+        raise ValueError(f"{devices!r} lists {len(sels)} devices, not {n}")
+    return {"devices": sels[:n]}
+
+
 def timed(fn, repeat: int = 3) -> float:
     fn()  # warm: kernels built, workers started
     return statistics.median(_once(fn) for _ in range(repeat))
@@ -49,16 +67,17 @@ def _once(fn) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--devices", default=None, help="cpu (sub-devices) or gpu (one per GPU)")
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--cols", type=int, default=64)
-    ap.add_argument("--chunk-rows", type=int, default=125_000)
-    ap.add_argument("--memory-limit", default="",
-                    help="CLOPS_MEMORY_LIMIT of each worker (none by default)")
+    ap.add_argument("--chunk-rows", type=int, default=62_500)
+    ap.add_argument("--memory-limit", default="256MB",
+                    help="CLOPS_MEMORY_LIMIT of each worker (below the array's size)")
     ap.add_argument("--json", default="bench/results/dask.json")
     a = ap.parse_args(argv)
     import dask
+    from dask.utils import parse_bytes
     from distributed import Client, get_task_stream
 
     import clops
@@ -79,12 +98,20 @@ def main(argv: list[str] | None = None) -> int:
                          "workers": os.cpu_count(), "s": s})
             print(rows[-1], flush=True)
     base: dict[str, float] = {}
+    skipped: list[dict] = []
+    env = {"CLOPS_MEMORY_LIMIT": a.memory_limit} if a.memory_limit else {}
+    if a.memory_limit and parse_bytes(a.memory_limit) >= nbytes:
+        print(f"note: the array ({nbytes} bytes) fits in one worker's limit "
+              f"({a.memory_limit}); raise --rows or lower --memory-limit", flush=True)
     for n in [int(v) for v in a.workers.split(",")]:
-        kw = {"split": n} if a.devices in (None, "cpu") and n > 1 else {}
-        devices = a.devices if a.devices not in (None, "cpu") else None
-        env = {"CLOPS_MEMORY_LIMIT": a.memory_limit} if a.memory_limit else {}
-        with clops.dask.LocalCluster(devices=devices, env=env, **kw) as cluster, \
-                Client(cluster) as client:
+        try:
+            kw = cluster_for(n, a.devices)
+            clops.dask.worker_specs(**kw)  # (a count this host cannot give: said, skipped)
+        except (ValueError, LookupError) as e:
+            print(f"skipping {n} workers: {e}", flush=True)
+            skipped.append({"workers": n, "why": str(e)})
+            continue
+        with clops.dask.LocalCluster(env=env, **kw) as cluster, Client(cluster) as client:
             if len(client.scheduler_info()["workers"]) != n:
                 print(f"skipping {n} workers: the cluster has "
                       f"{len(client.scheduler_info()['workers'])}")
@@ -103,27 +130,35 @@ def main(argv: list[str] | None = None) -> int:
                 s = timed(run)
                 with get_task_stream(client) as stream:
                     run()
-                move = sum(ss["stop"] - ss["start"] for t in stream.data
-                           for ss in t.get("startstops", ()) if ss["action"] == "transfer")
+                moves = [(ss["stop"] - ss["start"], t.get("nbytes", 0)) for t in stream.data
+                         for ss in t.get("startstops", ()) if ss["action"] == "transfer"]
+                move = sum(m[0] for m in moves)
                 base.setdefault(name, s)
                 rows.append({"workload": name, "engine": "clops chunks, clops.dask.LocalCluster",
                              "workers": n, "s": s, "speedup_vs_1": base[name] / s,
-                             "transfer_s": move,
+                             "transfer_s": move, "transfers": len(moves),
+                             "transfer_bytes": sum(m[1] for m in moves),
+                             "peak_bytes": client.run(lambda: clops.memory_stats()["peak"]),
                              "device": client.run(lambda: clops.device().name)})
                 print(rows[-1], flush=True)
     print(f"array {shape} float32 ({nbytes / 1e9:.2f} GB), chunks {chunks}, "
           f"CLOPS_MEMORY_LIMIT {a.memory_limit or 'none'} per worker")
     print(f"{'workload':<10} {'engine':<42} {'workers':>7} {'s':>8} {'x 1 worker':>10} "
-          f"{'transfers s':>18}")
+          f"{'transfers s':>12} {'(n, bytes)':>14} {'peak MB/worker':>15}")
     for r in rows:
         sp = f"{r['speedup_vs_1']:.2f}x" if "speedup_vs_1" in r else ""
         mv = f"{r['transfer_s']:.2f}" if "transfer_s" in r else ""
+        mn = f"{r['transfers']}, {r['transfer_bytes']}" if "transfers" in r else ""
+        pk = f"{max(r['peak_bytes'].values()) / 1e6:.0f}" if "peak_bytes" in r else ""
         print(f"{r['workload']:<10} {r['engine']:<42} {r['workers']:>7} {r['s']:>8.2f} "
-              f"{sp:>10} {mv:>18}")
+              f"{sp:>10} {mv:>12} {mn:>14} {pk:>15}")
+    for sk in skipped:
+        print(f"skipped {sk['workers']} workers: {sk['why']}")
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
         json.dump({"bench": "dask", "shape": shape, "chunks": chunks, "bytes": nbytes,
-                   "memory_limit": a.memory_limit, "rows": rows}, f, indent=1)
+                   "memory_limit": a.memory_limit, "rows": rows, "skipped": skipped}, f,
+                  indent=1)
     return 0
 
 

@@ -33,9 +33,9 @@ except ImportError as e:  # pragma: no cover - a clear message, not a traceback 
 
 from ..array.numpy_protocols import rebuild_tensor
 from ..array.tensor import Tensor
-from .cluster import LocalCluster, device_selectors
+from .cluster import LocalCluster, device_selectors, worker_specs
 
-__all__ = ["LocalCluster", "device_selectors", "from_numpy_chunks"]
+__all__ = ["LocalCluster", "device_selectors", "from_numpy_chunks", "worker_specs"]
 
 
 def _xp() -> Any:

@@ -30,6 +30,47 @@ def device_selectors(devices: str | Sequence[str] | None = None) -> list[str]:
     return out
 
 
+def _check_split(selector: str, split: int) -> None:
+    """Raise here, before any worker starts, if ``selector``'s device cannot give ``split``
+    sub-devices (a worker that cannot take its sub-device would never start)."""
+    import clops
+
+    dev = clops.device(selector)
+    sup = dev.partition_support()
+    most = min(int(sup["max_sub_devices"]), dev.caps.compute_units)  # type: ignore[call-overload]
+    if "equally" not in sup["types"] or most < 2:  # type: ignore[operator]
+        raise ValueError(f"{selector} ({dev.name}) cannot be split into sub-devices; start "
+                         "one worker per device instead (leave split out)")
+    if split > most:
+        raise ValueError(f"{selector} ({dev.name}) splits into at most {most} sub-devices "
+                         f"(one per compute unit), not {split}; ask for split={most} or fewer")
+
+
+def worker_specs(devices: str | Sequence[str] | None = None, split: int | None = None,
+                 threads: int = 1, memory_limit: str | int = "auto",
+                 env: dict[str, str] | None = None, silence_logs: int = 40) -> dict[str, dict]:
+    """The ``SpecCluster`` worker specifications of ``LocalCluster``: one ``Nanny`` per device
+    (per sub-device with ``split``), named ``clops-0``, ``clops-1``, ..., each with its own
+    ``CLOPS_DEVICE`` and an ``OPENCL: 1`` resource."""
+    sels = device_selectors(devices)
+    if split is not None and split < 2:
+        raise ValueError(f"split must be 2 or more sub-devices, not {split}")
+    if split is not None:
+        for sel in sels:
+            _check_split(sel, split)
+    entries = [(s, f"{i}/{split}" if split else "") for s in sels for i in range(split or 1)]
+    workers = {}
+    for j, (sel, part) in enumerate(entries):
+        wenv = {**(env or {}), "CLOPS_DEVICE": sel}
+        if part:
+            wenv["CLOPS_DASK_SUBDEVICE"] = part
+        workers[f"clops-{j}"] = {"cls": Nanny, "options": {
+            "nthreads": threads, "env": wenv, "resources": {"OPENCL": 1},
+            "memory_limit": memory_limit, "preload": ["clops.dask.worker"],
+            "dashboard_address": None, "silence_logs": silence_logs}}
+    return workers
+
+
 class LocalCluster(SpecCluster):
     """One Dask worker per OpenCL device.
 
@@ -51,21 +92,11 @@ class LocalCluster(SpecCluster):
                  threads: int = 1, memory_limit: str | int = "auto",
                  dashboard_address: str | None = None, env: dict[str, str] | None = None,
                  **kwargs: Any) -> None:
-        sels = device_selectors(devices)
-        if split is not None and split < 2:
-            raise ValueError(f"split must be 2 or more sub-devices, not {split}")
-        entries = [(s, f"{i}/{split}" if split else "") for s in sels
-                   for i in range(split or 1)]
-        workers = {}
-        for j, (sel, part) in enumerate(entries):
-            wenv = {**(env or {}), "CLOPS_DEVICE": sel}
-            if part:
-                wenv["CLOPS_DASK_SUBDEVICE"] = part
-            workers[f"clops-{j}"] = {"cls": Nanny, "options": {
-                "nthreads": threads, "env": wenv, "resources": {"OPENCL": 1},
-                "memory_limit": memory_limit, "preload": ["clops.dask.worker"],
-                "dashboard_address": None, "silence_logs": kwargs.get("silence_logs", 40)}}
-        scheduler = {"cls": Scheduler, "options": {"dashboard_address": dashboard_address}}
-        self.selectors = [s + (f" [sub-device {p}]" if p else "") for s, p in entries]
         kwargs.setdefault("silence_logs", 40)
+        workers = worker_specs(devices, split, threads, memory_limit, env,
+                               kwargs["silence_logs"])
+        self.selectors = [w["options"]["env"]["CLOPS_DEVICE"] + (
+            f" [sub-device {w['options']['env']['CLOPS_DASK_SUBDEVICE']}]"
+            if "CLOPS_DASK_SUBDEVICE" in w["options"]["env"] else "") for w in workers.values()]
+        scheduler = {"cls": Scheduler, "options": {"dashboard_address": dashboard_address}}
         super().__init__(workers=workers, scheduler=scheduler, **kwargs)

@@ -128,6 +128,41 @@ def test_one_worker_per_listed_device():
         device_selectors("gpu:42")
 
 
+def test_a_worker_per_gpu_on_a_multi_gpu_host(monkeypatch):
+    class FakeGPU:
+        def __init__(self, i):
+            self.selector = f"opencl:gpu:{i}"
+
+    listed = [FakeGPU(i) for i in range(4)]
+    asked = []
+
+    def devices(text=None):
+        asked.append(text)
+        want = [s.strip().removeprefix("opencl:") for s in (text or "").split(",")]
+        if want == ["gpu"]:
+            return list(listed)
+        return [d for d in listed if d.selector.removeprefix("opencl:") in want]
+
+    monkeypatch.setattr(clops, "devices", devices)
+    assert clops.dask.device_selectors("gpu") == [f"opencl:gpu:{i}" for i in range(4)]
+    assert clops.dask.device_selectors(["gpu:1", "gpu:3"]) == ["opencl:gpu:1", "opencl:gpu:3"]
+    specs = clops.dask.worker_specs("gpu", env={"CLOPS_MEMORY_LIMIT": "1GB"})
+    assert list(specs) == ["clops-0", "clops-1", "clops-2", "clops-3"]
+    opts = [w["options"] for w in specs.values()]
+    assert [o["env"]["CLOPS_DEVICE"] for o in opts] == [f"opencl:gpu:{i}" for i in range(4)]
+    assert all(o["env"]["CLOPS_MEMORY_LIMIT"] == "1GB" and "CLOPS_DASK_SUBDEVICE" not in o["env"]
+               and o["resources"] == {"OPENCL": 1} and o["nthreads"] == 1 for o in opts)
+    assert asked[0] == "gpu"
+
+
+def test_a_split_the_device_cannot_give_is_refused_before_workers_start():
+    cu = clops.device().caps.compute_units
+    with pytest.raises(ValueError, match=f"at most {cu} sub-devices"):
+        clops.dask.LocalCluster(split=cu + 1)
+    with pytest.raises(ValueError, match="2 or more"):
+        clops.dask.LocalCluster(split=1)
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with clops.dask.LocalCluster(split=2) as c, distributed.Client(c) as client:
