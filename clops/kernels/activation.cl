@@ -20,6 +20,14 @@ __kernel void glu(__global float *h, __global const float *gu, int F, int act) {
     h[(size_t)m * F + f] = a * r[F + f];
 }
 
+// In place over n values: y = y * mul / div, then, if cap > 0, cap * tanh(y / cap) (embedding
+// multipliers, logit scaling and soft-capping). Work geometry: global (n).
+__kernel void scale_cap(__global float *y, float mul, float div, float cap) {
+    const int i = get_global_id(0);
+    float v = y[i] * mul / div;
+    y[i] = cap > 0.0f ? cap * tanh(v / cap) : v;
+}
+
 // y = act(x) over n contiguous values (act 0 SiLU, 1 GELU tanh, 2 GELU erf).
 __kernel void unary(__global float *y, __global const float *x, int x_off, int n, int act) {
     const int i = get_global_id(0);

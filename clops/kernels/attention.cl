@@ -4,6 +4,10 @@
 //   ROPE_NEOX 1: rotate split halves (i, i + D/2) as Hugging Face Llama/Qwen2 do;
 //             0: rotate adjacent pairs (2i, 2i + 1) as GGUF llama weights expect
 //
+//   ROT_DIM   the rotated dimensions of a head (rope_store; default HEAD_DIM): the rest pass
+//   SOFTCAP   scores become SOFTCAP * tanh(score / SOFTCAP) (attend; a float literal)
+//   WINDOW    keys (pos - WINDOW, pos] only, a sliding window (attn_decode, attn_prefill)
+//
 // The KV cache of a layer is k[KV][max_seq][D] and v[KV][max_seq][D], float32.
 // state[0] is the position of the first row of the current batch, on the device, so that a
 // decode step needs no argument changed from the host.
@@ -11,11 +15,20 @@
 #ifndef ROPE_NEOX
 #define ROPE_NEOX 1
 #endif
+#ifndef ROT_DIM
+#define ROT_DIM HEAD_DIM
+#endif
+#ifndef WINDOW
+#define WINDOW 0
+#endif
 #define D4 (HEAD_DIM / 4)
+
+// The first key a query at position pos attends to, of keys [0, pos].
+inline int first_key(int pos) { return WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0; }
 
 inline int2 pair_index(int i) {
 #if ROPE_NEOX
-    return (int2)(i, i + HEAD_DIM / 2);
+    return (int2)(i, i + ROT_DIM / 2);
 #else
     return (int2)(2 * i, 2 * i + 1);
 #endif
@@ -38,9 +51,17 @@ __kernel void rope_store(__global float *q_out, __global const float *qkv, int l
     const int2 p = pair_index(i);
     if (h < H + KV) {
         __global const float *src = row + h * HEAD_DIM;
-        float2 r = rotate(src[p.x], src[p.y], (float)pos * inv_freq[i]);
         __global float *dst = h < H ? q_out + ((size_t)m * H + h) * HEAD_DIM
                                     : kc + ((size_t)(h - H) * max_seq + pos) * HEAD_DIM;
+#if ROT_DIM < HEAD_DIM
+        if (i >= ROT_DIM / 2) {  // partial rotary: the rest of the head passes
+            const int d = ROT_DIM + 2 * (i - ROT_DIM / 2);
+            dst[d] = src[d];
+            dst[d + 1] = src[d + 1];
+            return;
+        }
+#endif
+        float2 r = rotate(src[p.x], src[p.y], (float)pos * inv_freq[i]);
         dst[p.x] = r.x;
         dst[p.y] = r.y;
     } else {
@@ -72,7 +93,11 @@ inline void attend(const float4 *qv, float4 *acc, float *mx, float *l,
     for (int j = j0; j < j1; ++j) {
         float4 t = (float4)(0.0f);
         for (int d = 0; d < D4; ++d) t = mad(qv[d], vload4(d, kb + (size_t)j * HEAD_DIM), t);
+#ifdef SOFTCAP
+        const float sc = SOFTCAP * tanh((t.x + t.y + t.z + t.w) / SOFTCAP);
+#else
         const float sc = t.x + t.y + t.z + t.w;
+#endif
         const float nm = fmax(*mx, sc);
         const float corr = exp(*mx - nm), e = exp(sc - nm);
         *l = *l * corr + e;
@@ -92,8 +117,9 @@ __kernel void attn_decode(__global float *part, __global const float *q,
     const int s = get_global_id(0), h = get_global_id(1), S = get_global_size(0);
     const int L = state[0] + 1;
     __global float *out = part + ((size_t)h * S + s) * (HEAD_DIM + 2);
-    const int j0 = s * chunk, j1 = min(L, j0 + chunk);
-    if (j0 >= L) {
+    const int j0 = max(s * chunk, first_key(L - 1)), j1 = min(L, s * chunk + chunk);
+    if (j0 >= j1) {  // before the window, or past the end: weight 0 in attn_combine
+        for (int d = 0; d < HEAD_DIM; ++d) out[d] = 0.0f;
         out[HEAD_DIM] = -INFINITY;
         out[HEAD_DIM + 1] = 0.0f;
         return;
@@ -340,7 +366,8 @@ __kernel void attn_prefill(__global float *out, __global const float *q, int q_o
     }
     float mx = -INFINITY, l = 0.0f;
     attend(qv, acc, &mx, &l, kc + k_off + (size_t)kvh * kv_stride,
-           vc + v_off + (size_t)kvh * kv_stride, 0, L);
+           vc + v_off + (size_t)kvh * kv_stride,
+           causal ? first_key(state[0] + pos_add + m) : 0, L);
     __global float *o = out + ((size_t)m * H + h) * HEAD_DIM;
     float inv = l > 0.0f ? 1.0f / l : 0.0f;
     for (int d = 0; d < D4; ++d) vstore4(acc[d] * inv, d, o);

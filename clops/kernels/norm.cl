@@ -36,6 +36,41 @@ __kernel void rmsnorm(__global float *y, __global const float *x, int x_off, int
     for (int k = lid; k < K; k += LSIZE) yr[k] = xr[k] * r * w[k];
 }
 
+// QK-norm, in place: RMSNorm of the query and key groups of projected rows [q | k | v] (rows ld
+// apart): nq groups of lq values (weight wq [lq]), then groups of lk values (weight wk [lk]).
+// Work geometry: global (groups * LSIZE, M), local (LSIZE, 1).
+__kernel void qk_norm(__global float *x, int ld, int nq, int lq, int lk,
+                      __global const float *wq, __global const float *wk, float eps) {
+    __local float2 red[LSIZE];
+    const int g = get_group_id(0), lid = get_local_id(0), m = get_global_id(1);
+    const bool isq = g < nq;
+    const int K = isq ? lq : lk;
+    __global float *xr = x + (size_t)m * ld + (isq ? g * lq : nq * lq + (g - nq) * lk);
+    __global const float *w = isq ? wq : wk;
+    float2 s = row_sums(xr, K, lid, red);
+    float r = rsqrt(s.y / K + eps);
+    for (int k = lid; k < K; k += LSIZE) xr[k] = xr[k] * r * w[k];
+}
+
+// The residual add of a block's output t [M][K]: x += scale * t, or with a post-norm (NORM 1)
+// x += scale * rmsnorm(t) * w. Work geometry: global (M * LSIZE), local (LSIZE).
+__kernel void residual(__global float *x, __global const float *t, __global const float *w,
+                       int K, float eps, float scale, int norm) {
+    __local float2 red[LSIZE];
+    const int m = get_global_id(0) / LSIZE, lid = get_global_id(0) % LSIZE;
+    __global const float *tr = t + (size_t)m * K;
+    __global float *xr = x + (size_t)m * K;
+    float r = 1.0f;
+    if (norm) {  // the same for the whole work-group
+        float2 s = row_sums(tr, K, lid, red);
+        r = rsqrt(s.y / K + eps);
+    }
+    for (int k = lid; k < K; k += LSIZE) {
+        float v = norm ? tr[k] * r * w[k] : tr[k];
+        xr[k] += v * scale;
+    }
+}
+
 // y = (x - mean) / sqrt(var + eps) * w + b.
 __kernel void layernorm(__global float *y, __global const float *x, int x_off, int ldx,
                         __global const float *w, __global const float *b, int K, float eps) {

@@ -1,5 +1,6 @@
-"""llm, configuration: the shape of a Llama-family model (llama, qwen2) from GGUF metadata or a
-Hugging Face ``config.json``, and its rotary frequencies (with Llama-3 scaling)."""
+"""llm, configuration: the shape and the choices of a decoder (one of ``arch.ARCHS``) from GGUF
+metadata or a Hugging Face ``config.json``, read through its family's description, and its
+rotary frequencies (with llama3, linear and YaRN scaling, partial rotary)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import Any
 
 import numpy as np
 
+from .arch import ACTIVATIONS, ARCHS, HF_TYPES, Arch, nope_layers, sqrt_dim, supported, swa_layers
 from .gguf_file import ModelFileError
 
-ARCHITECTURES = ("llama", "qwen2")
+ARCHITECTURES = tuple(ARCHS)
+ROPE_TYPES = ("default", "llama3", "linear", "yarn")
 
 # Upper bounds of the integer sizes, far above any real model's (a 405B Llama: 126 layers, dim
 # 16384, 128 heads of 128, ffn 53248, vocab 128256); the tensors must then agree with them.
@@ -39,9 +42,41 @@ class ModelConfig:
     qkv_bias: bool = False
     rope_scaling: dict[str, Any] | None = None
     rope_freq_factors: np.ndarray | None = field(default=None, repr=False)
+    # the family's choices (arch.py); the defaults are Llama's
+    act: str = "silu"
+    attn_scale: float = 0.0          # 0: 1 / sqrt(head_dim)
+    attn_softcap: float = 0.0        # scores become cap * tanh(score / cap); 0: none
+    final_softcap: float = 0.0       # the same on the logits
+    embed_scale: float = 1.0         # embeddings are multiplied by it
+    residual_scale: float = 1.0      # each block's output is multiplied by it before the add
+    logit_scale: float = 1.0         # logits are divided by it
+    sliding_window: int = 0          # keys (pos - window, pos] on sliding layers
+    swa: tuple[bool, ...] = ()       # per layer: slides (empty: none does)
+    rope_dims: int = 0               # rotated dimensions of a head (0: all)
+    rope_theta_swa: float = 0.0      # rope base of sliding layers, unscaled (0: rope_theta)
+    nope: tuple[bool, ...] = ()      # per layer: no rotary embedding
+    norm_offset: float = 0.0         # added to every norm weight as it is read
     # where each field came from in the file ("ffn_dim": "llama.feed_forward_length"), for
     # messages
     keys: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def desc(self) -> Arch:
+        """The family's description (arch.ARCHS)."""
+        return ARCHS[self.arch]
+
+    @property
+    def rotary(self) -> int:
+        """The rotated dimensions of a head."""
+        return self.rope_dims or self.head_dim
+
+    @property
+    def scale(self) -> float:
+        """The attention score scale."""
+        return self.attn_scale or 1.0 / math.sqrt(self.head_dim)
+
+    def sliding(self, layer: int) -> bool:
+        return bool(self.sliding_window) and layer < len(self.swa) and self.swa[layer]
 
     def name(self, field_name: str) -> str:
         """``field_name`` with the file's key for it: "ffn_dim ('intermediate_size')"."""
@@ -53,7 +88,7 @@ class ModelConfig:
         are in [0, 1] (``WeightSource.validate`` then checks the tensors against these sizes)."""
         if self.arch not in ARCHITECTURES:
             raise ModelFileError(f"{source}: architecture {self.arch!r} is not supported "
-                                 f"({', '.join(ARCHITECTURES)})")
+                                 f"({supported()})")
         for name, high in LIMITS.items():
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= high:
@@ -74,6 +109,26 @@ class ModelConfig:
         if not 0.0 < self.rope_theta < math.inf:
             raise ModelFileError(f"{source}: {self.name('rope_theta')} = {self.rope_theta!r}, "
                                  "expected a positive finite number")
+        r = self.rope_dims
+        if r and not (0 < r <= self.head_dim and r % 2 == 0):
+            raise ModelFileError(f"{source}: {self.name('rope_dims')} = {r}, expected an even "
+                                 f"number in [2, head_dim = {self.head_dim}]")
+        if self.act not in ("silu", "gelu_tanh"):
+            raise ModelFileError(f"{source}: activation {self.act!r} is not supported ("
+                                 f"{', '.join(ACTIVATIONS)})")
+        for name in ("attn_softcap", "final_softcap", "attn_scale", "rope_theta_swa"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ModelFileError(f"{source}: {self.name(name)} = {v!r}, expected a "
+                                     "finite number >= 0 (0: none)")
+        for name in ("embed_scale", "residual_scale", "logit_scale"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ModelFileError(f"{source}: {self.name(name)} = {v!r}, expected a "
+                                     "positive finite number")
+        if not 0 <= self.sliding_window < (1 << 31):
+            raise ModelFileError(f"{source}: {self.name('sliding_window')} = "
+                                 f"{self.sliding_window!r}, expected a window >= 0")
         if self.rope_scaling is not None and not isinstance(self.rope_scaling, dict):
             raise ModelFileError(f"{source}: rope scaling {self.rope_scaling!r} is not a "
                                  "mapping")
@@ -84,15 +139,44 @@ class ModelConfig:
             raise ModelFileError(f"{source}: rope scaling {self.rope_scaling!r}: {e}") from None
         check_rotary(inv, f"rope_theta {self.rope_theta}, scaling {self.rope_scaling!r}",
                      source)
+        if self.rope_dims and self.rope_dims < self.head_dim and self.rope_mscale() != 1.0:
+            raise ModelFileError(
+                f"{source}: rope scaling {self.rope_scaling!r} scales the rotated part of "
+                "each head; clops runs it on whole heads only (partial rotary with rope_dims "
+                f"{self.rope_dims} < head_dim {self.head_dim})")
 
-    def inv_freq(self) -> np.ndarray:
-        """The rotary inverse frequencies [head_dim/2], float32 as the reference computes them."""
-        d = self.head_dim
+    def rope_mscale(self) -> float:
+        """The factor rope scaling puts on cos and sin (YaRN's attention factor), 1 for others:
+        folded into the attention scale, squared (q and k both carry it)."""
+        sc = self.rope_scaling or {}
+        if sc.get("rope_type", sc.get("type")) != "yarn":
+            return 1.0
+        factor = float(sc.get("factor", 1.0))
+        given = sc.get("attention_factor")
+        if given is not None:
+            return float(given)
+
+        def m(scale: float, k: float = 1.0) -> float:
+            return 0.1 * k * math.log(scale) + 1.0 if scale > 1 else 1.0
+
+        if sc.get("mscale") and sc.get("mscale_all_dim"):
+            return m(factor, float(sc["mscale"])) / m(factor, float(sc["mscale_all_dim"]))
+        return m(factor)
+
+    def inv_freq(self, sliding: bool = False) -> np.ndarray:
+        """The rotary inverse frequencies [rotary/2], float32 as the reference computes them;
+        ``sliding``: of the sliding-window layers where they have their own base (unscaled)."""
+        d = self.rotary
         exps = np.arange(0, d, 2, dtype=np.float32) / np.float32(d)
+        if sliding and self.rope_theta_swa:
+            return (np.float32(1.0) / (np.float32(self.rope_theta_swa) ** exps)).astype(
+                np.float32)
         inv = (np.float32(1.0) / (np.float32(self.rope_theta) ** exps)).astype(np.float32)
         sc = self.rope_scaling or {}
         kind = sc.get("rope_type", sc.get("type"))
-        if kind == "llama3":
+        if kind == "yarn":
+            inv = _yarn(inv, d, self.rope_theta, sc, self.context_length)
+        elif kind == "llama3":
             inv = _llama3_scaling(inv, sc)
         elif kind == "linear":
             factor = float(sc.get("factor", 1.0))
@@ -100,7 +184,8 @@ class ModelConfig:
                 raise ValueError(f"linear scaling needs a factor > 0, not {factor!r}")
             inv = (inv / np.float32(factor)).astype(np.float32)
         elif kind not in (None, "default"):
-            raise ModelFileError(f"rope scaling {kind!r} is not supported (llama3, linear)")
+            raise ModelFileError(f"rope scaling {kind!r} is not supported "
+                                 f"({', '.join(ROPE_TYPES)})")
         if self.rope_freq_factors is not None:
             inv = (inv / self.rope_freq_factors.astype(np.float32)).astype(np.float32)
         return inv
@@ -134,6 +219,32 @@ def _llama3_scaling(inv: np.ndarray, sc: dict[str, Any]) -> np.ndarray:
     return np.where(medium, smoothed, out).astype(np.float32)
 
 
+def _yarn(inv: np.ndarray, d: int, base: float, sc: dict[str, Any], ctx: int) -> np.ndarray:
+    """YaRN: interpolated frequencies below the low-frequency bound, extrapolated above the
+    high one, a linear ramp between (as transformers' ``_compute_yarn_parameters``)."""
+    factor = float(sc.get("factor", 1.0))
+    old = float(sc.get("original_max_position_embeddings") or ctx)
+    fast, slow = float(sc.get("beta_fast", 32.0)), float(sc.get("beta_slow", 1.0))
+    if not (factor >= 1 and old > 0 and fast > slow > 0):
+        raise ValueError(f"yarn scaling needs factor >= 1, original_max_position_embeddings "
+                         f"> 0 and beta_fast > beta_slow > 0 (factor {factor}, original {old},"
+                         f" beta_fast {fast}, beta_slow {slow})")
+
+    def dim_of(rot: float) -> float:
+        return (d * math.log(old / (rot * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = dim_of(fast), dim_of(slow)
+    if sc.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(d // 2, dtype=np.float32) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    interp = inv / np.float32(factor)
+    return (interp * (1 - extrapolation) + inv * extrapolation).astype(np.float32)
+
+
 _MISSING: Any = object()
 
 
@@ -164,49 +275,105 @@ def _float(meta: dict[str, Any], key: str, source: str, default: Any = _MISSING)
     return float(v)
 
 
+def _n_layers(meta: dict[str, Any], key: str, source: str) -> int:
+    """The layer count, bounded before anything is made per layer."""
+    n = _int(meta, key, source)
+    if not 0 < n <= LIMITS["n_layers"]:
+        raise ModelFileError(f"{source}: n_layers ({key!r}) = {n!r}, expected an integer in "
+                             f"[1, {LIMITS['n_layers']}]")
+    return n
+
+
+def _arch_gguf(meta: dict[str, Any], source: str) -> Arch:
+    name = _get(meta, "general.architecture", source)
+    if name not in ARCHS:
+        raise ModelFileError(f"{source}: architecture {name!r} is not supported ({supported()})")
+    return ARCHS[name]
+
+
 def from_gguf(meta: dict[str, Any], tensor_names: set[str], source: str) -> ModelConfig:
-    arch = _get(meta, "general.architecture", source)
-    if arch not in ARCHITECTURES:
-        raise ModelFileError(f"{source}: architecture {arch!r} is not supported "
-                             f"({', '.join(ARCHITECTURES)})")
+    a = _arch_gguf(meta, source)
+    arch = a.name
     p = f"{arch}."
     n_heads = _int(meta, p + "attention.head_count", source)
     dim = _int(meta, p + "embedding_length", source)
-    head_dim = _int(meta, p + "attention.key_length", source, _int(
-        meta, p + "rope.dimension_count", source, dim // n_heads if n_heads > 0 else 0))
+    per_head = dim // n_heads if n_heads > 0 else 0
+    rot_key = p + "rope.dimension_count"
+    # NOTE: rope.dimension_count is the head size where nothing else gives it (older llama
+    # files), except in families whose rotary may cover part of a head (phi3)
+    head_dim = _int(meta, p + "attention.key_length", source, per_head if a.partial_rotary
+                    else _int(meta, rot_key, source, per_head))
+    rope_dims = _int(meta, rot_key, source, head_dim) if a.partial_rotary else 0
     tokens = meta.get("tokenizer.ggml.tokens")
     vocab = _int(meta, p + "vocab_size", source, len(tokens) if isinstance(tokens, list) else 0)
     keys = {"n_layers": "block_count", "dim": "embedding_length",
             "n_heads": "attention.head_count", "n_kv_heads": "attention.head_count_kv",
             "ffn_dim": "feed_forward_length", "vocab_size": "vocab_size",
             "norm_eps": "attention.layer_norm_rms_epsilon", "rope_theta": "rope.freq_base",
-            "context_length": "context_length", "head_dim": "attention.key_length"}
+            "context_length": "context_length", "head_dim": "attention.key_length",
+            "rope_dims": "rope.dimension_count", "sliding_window": "attention.sliding_window",
+            "rope_theta_swa": "rope.freq_base_swa"}
+    keys.update({k: s.gguf for k, s in a.settings.items() if s.gguf})
     keys = {k: p + v for k, v in keys.items()}
     if keys["head_dim"] not in meta:
-        keys["head_dim"] = (p + "rope.dimension_count" if p + "rope.dimension_count" in meta
+        keys["head_dim"] = (rot_key if rot_key in meta and not a.partial_rotary
                             else f"{p}embedding_length / {p}attention.head_count")
     if keys["vocab_size"] not in meta:
         keys["vocab_size"] = "the length of tokenizer.ggml.tokens"
-    scaling = None
-    if meta.get(p + "rope.scaling.type") == "linear":
-        scaling = {"rope_type": "linear",
-                   "factor": _float(meta, p + "rope.scaling.factor", source, 1.0)}
+    scaling = _gguf_scaling(meta, p, source)
+    n_layers = _n_layers(meta, p + "block_count", source)
+    window = _int(meta, p + "attention.sliding_window", source, 0)
+    pattern = meta.get(p + "attention.sliding_window_pattern")
+    if isinstance(pattern, list):
+        swa = tuple(bool(v) for v in pattern)
+        if len(swa) != n_layers:
+            raise ModelFileError(f"{source}: {p}attention.sliding_window_pattern has "
+                                 f"{len(swa)} values, expected one per layer ({n_layers})")
+    else:
+        n = _int(meta, p + "attention.sliding_window_pattern", source, a.swa_pattern)
+        swa = swa_layers(n, n_layers)
     cfg = ModelConfig(
-        arch=arch, n_layers=_int(meta, p + "block_count", source), dim=dim,
+        arch=arch, n_layers=n_layers, dim=dim,
         n_heads=n_heads, n_kv_heads=_int(meta, p + "attention.head_count_kv", source, n_heads),
         head_dim=head_dim, ffn_dim=_int(meta, p + "feed_forward_length", source),
         vocab_size=vocab,
         norm_eps=_float(meta, p + "attention.layer_norm_rms_epsilon", source, 1e-5),
         rope_theta=_float(meta, p + "rope.freq_base", source, 10000.0),
-        # NOTE: llama.cpp's converter permutes llama Q/K rows for adjacent-pair rotation;
-        # qwen2 keeps the split-halves (NEOX) layout.
-        rope_neox=arch != "llama",
+        # NOTE: llama.cpp's converter permutes llama-style Q/K rows for adjacent-pair rotation
+        rope_neox=a.gguf_neox,
         context_length=_int(meta, p + "context_length", source, 2048),
         tied_embeddings="output.weight" not in tensor_names,
-        qkv_bias="blk.0.attn_q.bias" in tensor_names, rope_scaling=scaling, keys=keys)
+        qkv_bias="blk.0.attn_q.bias" in tensor_names, rope_scaling=scaling, keys=keys,
+        act=a.act, embed_scale=sqrt_dim(dim) if a.embed_scale_sqrt_dim else 1.0,
+        sliding_window=window, swa=swa if window else (), rope_dims=rope_dims,
+        rope_theta_swa=_float(meta, p + "rope.freq_base_swa", source, a.swa_theta or 0.0),
+        nope=nope_layers(a.nope_interval, n_layers))
+    for name, s in a.settings.items():
+        if s.gguf:
+            setattr(cfg, name, _float(meta, p + s.gguf, source, getattr(cfg, name)))
     cfg.validate(source)
     check_gguf_tokenizer(meta, cfg.vocab_size, source)
     return cfg
+
+
+def _gguf_scaling(meta: dict[str, Any], p: str, source: str) -> dict[str, Any] | None:
+    kind = meta.get(p + "rope.scaling.type")
+    if kind in (None, "none"):
+        return None
+    factor = _float(meta, p + "rope.scaling.factor", source, 1.0)
+    if kind == "linear":
+        return {"rope_type": "linear", "factor": factor}
+    if kind == "yarn":
+        sc: dict[str, Any] = {"rope_type": "yarn", "factor": factor}
+        orig = p + "rope.scaling.original_context_length"
+        if orig in meta:
+            sc["original_max_position_embeddings"] = _int(meta, orig, source)
+        for k in ("beta_fast", "beta_slow"):
+            if p + f"rope.scaling.yarn_{k}" in meta:
+                sc[k] = _float(meta, p + f"rope.scaling.yarn_{k}", source)
+        return sc
+    raise ModelFileError(f"{source}: {p}rope.scaling.type {kind!r} is not supported "
+                         "(none, linear, yarn)")
 
 
 def check_gguf_tokenizer(meta: dict[str, Any], vocab_size: int, source: str) -> None:
@@ -254,43 +421,98 @@ _HF_KEYS = {"n_layers": "num_hidden_layers", "dim": "hidden_size",
             "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads",
             "head_dim": "head_dim", "ffn_dim": "intermediate_size", "vocab_size": "vocab_size",
             "norm_eps": "rms_norm_eps", "rope_theta": "rope_theta",
-            "context_length": "max_position_embeddings"}
+            "context_length": "max_position_embeddings", "sliding_window": "sliding_window",
+            "rope_dims": "partial_rotary_factor"}
 
 
 def from_hf(config: dict[str, Any], source: str) -> ModelConfig:
     model_type = config.get("model_type")
     archs = config.get("architectures") or []
-    arch = {"llama": "llama", "qwen2": "qwen2"}.get(str(model_type))
-    if arch is None:
+    a = HF_TYPES.get(str(model_type))
+    if a is None:
         raise ModelFileError(f"{source}: model_type {model_type!r} ({archs}) is not supported "
-                             "(llama, qwen2)")
-    if config.get("hidden_act", "silu") != "silu":
-        raise ModelFileError(f"{source}: activation {config.get('hidden_act')!r} is not silu")
+                             f"({supported()})")
+    arch = a.name
+    act_key = "hidden_activation" if "hidden_activation" in config else "hidden_act"
+    act = ACTIVATIONS.get(str(config.get(act_key, "silu")))
+    if act is None or act != a.act:
+        raise ModelFileError(f"{source}: {act_key} {config.get(act_key)!r} is not supported "
+                             f"for {model_type} ({a.act})")
     n_heads = _int(config, "num_attention_heads", source)
     dim = _int(config, "hidden_size", source)
+    n_layers = _n_layers(config, "num_hidden_layers", source)
     rope = config.get("rope_parameters") or {}
     if not isinstance(rope, dict):
         raise ModelFileError(f"{source}: 'rope_parameters' is {rope!r}, expected an object")
+    local: dict[str, Any] = {}
+    if isinstance(rope.get("full_attention"), dict):  # per layer type (gemma3)
+        local = rope.get("sliding_attention") or {}
+        rope = rope["full_attention"]
+        if local.get("rope_type", "default") != "default":
+            raise ModelFileError(f"{source}: rope scaling {local!r} of the sliding layers is "
+                                 "not supported (default)")
     scaling = config.get("rope_scaling") or None
     if scaling is None and rope.get("rope_type", "default") != "default":
         scaling = dict(rope)
     theta = config.get("rope_theta") or rope.get("rope_theta") or 10000.0
-    tied = config.get("tie_word_embeddings", False)
+    tied = config.get("tie_word_embeddings", a.name in ("gemma2", "gemma3"))
     if not isinstance(tied, bool):
         raise ModelFileError(f"{source}: 'tie_word_embeddings' is {tied!r}, expected true or "
                              "false")
+    head_dim = _int(config, "head_dim", source, dim // n_heads if n_heads > 0 else 0)
+    partial = _float(rope, "partial_rotary_factor", source,
+                     _float(config, "partial_rotary_factor", source, 1.0))
+    if not 0 < partial <= 1:
+        raise ModelFileError(f"{source}: 'partial_rotary_factor' is {partial!r}, expected a "
+                             "fraction in (0, 1]")
+    window = config.get("sliding_window") or 0
+    window = _int({"sliding_window": window}, "sliding_window", source)
+    types = config.get("layer_types")
+    if isinstance(types, list):
+        if len(types) != n_layers or not all(t in ("sliding_attention", "full_attention")
+                                             for t in types):
+            raise ModelFileError(f"{source}: 'layer_types' is {types!r}, expected "
+                                 f"'sliding_attention' or 'full_attention' for each of the "
+                                 f"{n_layers} layers")
+        swa = tuple(t == "sliding_attention" for t in types)
+    elif config.get("use_sliding_window") is False:
+        window = 0  # qwen2 files name a window they do not use
+    elif config.get("use_sliding_window"):
+        first = _int(config, "max_window_layers", source, 0)
+        swa = tuple(i >= first for i in range(n_layers))
+    else:
+        swa = swa_layers(_int(config, "sliding_window_pattern", source, a.swa_pattern),
+                         n_layers)
+    nope = nope_layers(a.nope_interval, n_layers)
+    if "no_rope_layers" in config:
+        flags = config["no_rope_layers"]
+        if not isinstance(flags, list) or len(flags) != n_layers:
+            raise ModelFileError(f"{source}: 'no_rope_layers' is {flags!r}, expected a 0 or 1 "
+                                 f"for each of the {n_layers} layers")
+        nope = tuple(not bool(f) for f in flags)
+    keys = _HF_KEYS if config.get("head_dim") is not None else {
+        **_HF_KEYS, "head_dim": "hidden_size / num_attention_heads"}
+    keys = {**keys, **{k: s.hf for k, s in a.settings.items() if s.hf}}
     cfg = ModelConfig(
-        arch=arch, n_layers=_int(config, "num_hidden_layers", source), dim=dim,
+        arch=arch, n_layers=n_layers, dim=dim,
         n_heads=n_heads, n_kv_heads=_int(config, "num_key_value_heads", source, n_heads),
-        head_dim=_int(config, "head_dim", source, dim // n_heads if n_heads > 0 else 0),
-        ffn_dim=_int(config, "intermediate_size", source),
+        head_dim=head_dim, ffn_dim=_int(config, "intermediate_size", source),
         vocab_size=_int(config, "vocab_size", source),
         norm_eps=_float(config, "rms_norm_eps", source, 1e-6),
         rope_theta=_float({"rope_theta": theta}, "rope_theta", source), rope_neox=True,
         context_length=_int(config, "max_position_embeddings", source, 2048),
         tied_embeddings=tied,
-        qkv_bias=arch == "qwen2" or bool(config.get("attention_bias", False)),
-        rope_scaling=scaling, keys=_HF_KEYS if config.get("head_dim") is not None else {
-            **_HF_KEYS, "head_dim": "hidden_size / num_attention_heads"})
+        qkv_bias=arch == "qwen2" or (a.biases and bool(config.get("attention_bias", False))),
+        rope_scaling=scaling, keys=keys, act=act,
+        embed_scale=sqrt_dim(dim) if a.embed_scale_sqrt_dim else 1.0,
+        sliding_window=window, swa=swa if window else (),
+        rope_dims=int(head_dim * partial) if partial < 1 else 0,
+        rope_theta_swa=_float(local, "rope_theta", source, _float(
+            config, "rope_local_base_freq", source, a.swa_theta or 0.0)), nope=nope,
+        norm_offset=a.hf_norm_offset)
+    for name, s in a.settings.items():
+        if s.hf and config.get(s.hf) is not None:
+            v = _float(config, s.hf, source)
+            setattr(cfg, name, s.convert(v) if s.convert else v)
     cfg.validate(source)
     return cfg

@@ -21,6 +21,7 @@ from ..nn import launchers as K
 from ..nn.quant import DeviceWeight, PackedWeight, concat
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
+from .arch import NORMS
 from .config import ModelConfig
 from .tokenizer import TextTokenizer
 from .weights import WeightSource
@@ -68,14 +69,21 @@ class _Parts:
 
 
 class _Layer:
-    attn_norm: Buffer
-    ffn_norm: Buffer
+    """A layer's weights on the device; norms the family does not have are None."""
+
+    attn_norm: Buffer | None = None
+    q_norm: Buffer | None = None
+    k_norm: Buffer | None = None
+    post_attn_norm: Buffer | None = None
+    ffn_norm: Buffer | None = None
+    post_ffn_norm: Buffer | None = None
     qkv: _Parts
     o: DeviceWeight
     gate_up: _Parts
     down: DeviceWeight
     k_cache: Buffer
     v_cache: Buffer
+    inv_freq: Buffer  # the rotary frequencies of this layer (zeros: no rotary)
 
 
 def _upload(dev: CLDevice, arr: np.ndarray) -> Buffer:
@@ -103,6 +111,7 @@ class Model:
         self.chunk = int(max(1, min(chunk, self.max_seq)))
         self.stats = GenerationStats()
         self._load_weights(source, progress)
+        self._branch = _branch_out(cfg)
         self._alloc(float16_copies)
         self._plans: dict[tuple[int, str, bool], LaunchPlan] = {}
         self._sampler: dict[str, Any] = {}
@@ -120,10 +129,9 @@ class Model:
         src.validate(cfg)
         for name in ("embed", "out_norm"):
             src.need(name)
+        keys = cfg.desc.layer_keys(cfg.qkv_bias)
         names = ["embed", "out_norm", "output"] + [
-            f"blk.{i}.{k}" for i in range(cfg.n_layers)
-            for k in ("attn_norm", "q", "k", "v", "o", "q_bias", "k_bias", "v_bias",
-                      "ffn_norm", "gate", "up", "down")]
+            f"blk.{i}.{k}" for i in range(cfg.n_layers) for k in keys]
         total = sum(src.nbytes(n) for n in names)
         bar = _progress(total, f"weights -> {dev.name[:40]}", progress)
 
@@ -144,33 +152,40 @@ class Model:
         self.embed = DeviceWeight(dev, emb)
         self.out_norm = vec("out_norm")
         self.output = DeviceWeight(dev, mat("output")) if src.has("output") else self.embed
-        freq = cfg.inv_freq()
         if src.has("rope_freqs") and cfg.rope_freq_factors is None:
             cfg.rope_freq_factors = src.vector("rope_freqs")
-            freq = cfg.inv_freq()
-        self.inv_freq = _upload(dev, freq)
+        rotary = {False: _upload(dev, cfg.inv_freq()),
+                  True: _upload(dev, cfg.inv_freq(sliding=True))}
+        nope = _upload(dev, np.zeros(cfg.rotary // 2, np.float32))  # angle 0: no rotation
         H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.layers: list[_Layer] = []
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
             ly = _Layer()
-            ly.attn_norm = vec(p + "attn_norm")
-            ly.ffn_norm = vec(p + "ffn_norm")
-            qkv = [mat(p + "q"), mat(p + "k"), mat(p + "v")]
-            want = [H * D, KV * D, KV * D]
-            for w, n, what in zip(qkv, want, "qkv"):
+            for norm in NORMS:
+                if norm in keys:
+                    setattr(ly, norm, vec(p + norm))
+            qkv = [mat(p + "qkv")] if "qkv" in keys else [mat(p + "q"), mat(p + "k"),
+                                                         mat(p + "v")]
+            want = (H + 2 * KV) * D if "qkv" in keys else None
+            for w, n, what in zip(qkv, [want] if want else [H * D, KV * D, KV * D],
+                                  ["qkv"] if want else ["q", "k", "v"]):
                 if (w.n, w.k) != (n, cfg.dim):
                     raise ValueError(f"{src.path}: layer {i} {what} weight is [{w.n}, {w.k}], "
                                      f"expected [{n}, {cfg.dim}]")
             biases = None
             if cfg.qkv_bias and src.has(p + "q_bias"):
                 biases = [src.vector(p + s) for s in ("q_bias", "k_bias", "v_bias")]
+                if len(qkv) == 1:
+                    biases = [np.concatenate(biases)]
             ly.qkv = self._fuse(qkv, biases)
             ly.o = DeviceWeight(dev, mat(p + "o"))
-            gu = [mat(p + "gate"), mat(p + "up")]
+            gu = [mat(p + "gate_up")] if "gate_up" in keys else [mat(p + "gate"), mat(p + "up")]
             ly.gate_up = self._fuse(gu, None)
             ly.down = DeviceWeight(dev, mat(p + "down"))
+            ly.inv_freq = nope if i < len(cfg.nope) and cfg.nope[i] else rotary[cfg.sliding(i)]
             self.layers.append(ly)
+        self.inv_freq = rotary[False]
         bar.close()
 
     def _fuse(self, parts: list[PackedWeight], biases: list[np.ndarray] | None) -> _Parts:
@@ -193,6 +208,8 @@ class Model:
         f4 = 4
         self.x = dev.alloc(C * cfg.dim * f4)
         self.xn = dev.alloc(C * cfg.dim * f4)
+        # a block's output before its post-norm or residual scale (families that have them)
+        self.t = dev.alloc(C * cfg.dim * f4 if _branch_out(cfg) else 4)
         self.qkv = dev.alloc(C * (H + 2 * KV) * D * f4)
         self.q = dev.alloc(C * H * D * f4)
         self.attn = dev.alloc(C * H * D * f4)
@@ -238,85 +255,81 @@ class Model:
 
     # -- plans -------------------------------------------------------------------------------
     def _plan(self, m: int, logits: str, sample: bool) -> LaunchPlan:
-        """Launches for m rows at positions state[0].. : logits "last", "all" or "none"."""
+        """Launches for m rows at positions state[0].. : logits "last", "all" or "none". The
+        family's choices (``config.desc`` and the config's settings) pick the launches."""
         key = (m, logits, sample)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
         cfg, dev = self.config, self.device
         H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
-        n_qkv = (H + 2 * KV) * D
-        scale = 1.0 / math.sqrt(D)
+        eps = cfg.norm_eps
         plan = LaunchPlan(dev)
         add = plan.add
 
-        def mm(*args: Any, **kw: Any) -> None:
+        def mm(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
+               w: DeviceWeight, rows: int, **kw: Any) -> None:
             kw["scratch"], kw["wscratch"], kw["pscratch"] = self.xh, self.wh, self.ph
-            for ln in K.linear(*args, **kw):
+            for ln in K.linear(dev, y, y_off, ldy, x, x_off, ldx, w, rows, **kw):
                 add(ln)
 
-        add(K.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
         # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them
-        # (fewer launches per token); xin is what the matmuls after a norm read
+        # (fewer launches per token)
         fuse = K.fused_prologues(dev)
-        xin = self.x if fuse else self.xn
-        for i, ly in enumerate(self.layers):
-            norm = (ly.attn_norm, cfg.norm_eps) if fuse else None
-            if not fuse:
-                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, m, dim, cfg.norm_eps))
-            for w, off, b in ly.qkv.parts:
-                mm(dev, self.qkv, off, n_qkv, xin, 0, dim, w, m, bias=b,
-                   name=f"qkv.{i}", norm=norm)
-            if m == 1 and K.fused_decode(dev, D):
-                # PERF: rotation, cache store, attention and (where the device allows) the
-                # split combine in one launch instead of four
-                for ln in K.attn_decode_rope(dev, self.attn, self.part, self.count, self.qkv,
-                                             ly.k_cache, ly.v_cache, self.state,
-                                             self.inv_freq, H, KV, D, self.max_seq, scale,
-                                             cfg.rope_neox):
-                    add(ln)
-            else:
-                add(K.rope_store(dev, self.q, self.qkv, n_qkv, ly.k_cache, ly.v_cache,
-                                 self.state, self.inv_freq, m, H, KV, D, self.max_seq,
-                                 cfg.rope_neox))
-                if m == 1:
-                    for ln in K.attn_decode(dev, self.attn, self.part, self.q, ly.k_cache,
-                                            ly.v_cache, self.state, H, KV, D, self.max_seq,
-                                            scale):
-                        add(ln)
-                else:
-                    add(K.attn_prefill(dev, self.attn, self.q, 0, H * D, ly.k_cache,
-                                       ly.v_cache, 0, 0, self.max_seq * D, self.state, 0, True,
-                                       self.max_seq, m, H, KV, D, scale))
-            mm(dev, self.x, 0, dim, self.attn, 0, H * D, ly.o, m, accum=True,
-               name=f"o.{i}")
-            norm = (ly.ffn_norm, cfg.norm_eps) if fuse else None
-            if not fuse:
-                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, m, dim, cfg.norm_eps))
-            for w, off, b in ly.gate_up.parts:
-                mm(dev, self.gu, off, 2 * F, xin, 0, dim, w, m, bias=b,
-                   name=f"gate_up.{i}", norm=norm)
+
+        def normed(w: Buffer | None, rows: int = m, off: int = 0) -> dict[str, Any]:
+            """The input of a matmul after the pre-norm ``w`` (none: the residual stream)."""
+            if w is None:
+                return {"x": self.x, "x_off": off}
             if fuse:
-                mm(dev, self.x, 0, dim, self.gu, 0, 2 * F, ly.down, m, accum=True,
-                   name=f"down.{i}", glu=True)
+                return {"x": self.x, "x_off": off, "norm": (w, eps)}
+            add(K.rmsnorm(dev, self.xn, self.x, off, dim, w, rows, dim, eps))
+            return {"x": self.xn, "x_off": 0}
+
+        def block_out(w: DeviceWeight, x: Buffer, k: int, post: Buffer | None, name: str,
+                      **kw: Any) -> None:
+            """A block's output projection, added to the residual stream (after the block's
+            post-norm and residual scale where the family has them)."""
+            if not self._branch:
+                mm(self.x, 0, dim, x, 0, k, w, m, accum=True, name=name, **kw)
+                return
+            mm(self.t, 0, dim, x, 0, k, w, m, name=name, **kw)
+            add(K.residual(dev, self.x, self.t, post, m, dim, eps, cfg.residual_scale))
+
+        add(K.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
+        if cfg.embed_scale != 1.0:
+            add(K.scale_cap(dev, self.x, m * dim, mul=cfg.embed_scale))
+        n_qkv = (H + 2 * KV) * D
+        for i, ly in enumerate(self.layers):
+            src = normed(ly.attn_norm)
+            for w, off, b in ly.qkv.parts:
+                mm(self.qkv, off, n_qkv, src["x"], src["x_off"], dim, w, m, bias=b,
+                   norm=src.get("norm"), name=f"qkv.{i}")
+            if ly.q_norm is not None and ly.k_norm is not None:
+                whole = cfg.desc.qk_norm == "full"
+                add(K.qk_norm(dev, self.qkv, n_qkv, m, nq=1 if whole else H,
+                              lq=H * D if whole else D, nk=1 if whole else KV,
+                              lk=KV * D if whole else D, wq=ly.q_norm, wk=ly.k_norm, eps=eps))
+            self._attention(add, i, ly, m)
+            block_out(ly.o, self.attn, H * D, ly.post_attn_norm, f"o.{i}")
+            src = normed(ly.ffn_norm)
+            for w, off, b in ly.gate_up.parts:
+                mm(self.gu, off, 2 * F, src["x"], src["x_off"], dim, w, m, bias=b,
+                   norm=src.get("norm"), name=f"gate_up.{i}")
+            if fuse and cfg.act == "silu":
+                block_out(ly.down, self.gu, 2 * F, ly.post_ffn_norm, f"down.{i}", glu=True)
             else:
-                add(K.glu(dev, self.h, self.gu, m, F))
-                mm(dev, self.x, 0, dim, self.h, 0, F, ly.down, m, accum=True,
-                   name=f"down.{i}")
+                add(K.glu(dev, self.h, self.gu, m, F, cfg.act))
+                block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}")
         V = cfg.vocab_size
-        norm = (self.out_norm, cfg.norm_eps) if fuse else None
-        if logits == "last":
-            if not fuse:
-                add(K.rmsnorm(dev, self.xn, self.x, (m - 1) * dim, dim, self.out_norm, 1, dim,
-                              cfg.norm_eps))
-            mm(dev, self.logits_buf, 0, V, xin, (m - 1) * dim if fuse else 0, dim,
-               self.output, 1, name="lm_head", norm=norm)
-        elif logits == "all":
-            if not fuse:
-                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, self.out_norm, m, dim,
-                              cfg.norm_eps))
-            mm(dev, self.logits_buf, 0, V, xin, 0, dim, self.output, m,
-               name="lm_head", norm=norm)
+        rows = {"last": 1, "all": m}.get(logits, 0)
+        if rows:
+            src = normed(self.out_norm, rows, (m - 1) * dim if logits == "last" else 0)
+            mm(self.logits_buf, 0, V, src["x"], src["x_off"], dim, self.output, rows,
+               norm=src.get("norm"), name="lm_head")
+            if cfg.logit_scale != 1.0 or cfg.final_softcap:
+                add(K.scale_cap(dev, self.logits_buf, rows * V, div=cfg.logit_scale,
+                                cap=cfg.final_softcap))
         if sample:
             s = self._sampler or _sampler_defaults()
             add(K.sample(dev, self.tokens, self.state, self.seen, self.logits_buf, 0, self.z, V,
@@ -324,6 +337,39 @@ class Model:
                          s["penalty"], s["seed"]))
         self._plans[key] = plan
         return plan
+
+    def _attention(self, add: Any, i: int, ly: _Layer, m: int) -> None:
+        """Rotary, the KV cache store and attention of layer ``i`` for m rows (self.qkv ->
+        self.attn)."""
+        cfg, dev = self.config, self.device
+        H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        # YaRN's factor on cos and sin, on both q and k: squared on the scores
+        scale = cfg.scale * cfg.rope_mscale() ** 2
+        window = cfg.sliding_window if cfg.sliding(i) else 0
+        plain = cfg.rotary == D and not cfg.attn_softcap and not window
+        common: dict[str, Any] = dict(state=self.state, n_heads=H, n_kv=KV, head_dim=D,
+                                      scale=scale)
+        if m == 1 and plain and K.fused_decode(dev, D):
+            # PERF: rotation, cache store, attention and (where the device allows) the
+            # split combine in one launch instead of four
+            for ln in K.attn_decode_rope(dev, self.attn, self.part, self.count, self.qkv,
+                                         ly.k_cache, ly.v_cache, inv_freq=ly.inv_freq,
+                                         max_seq=self.max_seq, neox=cfg.rope_neox, **common):
+                add(ln)
+            return
+        add(K.rope_store(dev, self.q, self.qkv, (H + 2 * KV) * D, ly.k_cache, ly.v_cache,
+                         self.state, ly.inv_freq, m, H, KV, D, self.max_seq, cfg.rope_neox,
+                         rot_dim=cfg.rotary))
+        capped: dict[str, Any] = dict(softcap=cfg.attn_softcap, window=window)
+        if m == 1:
+            for ln in K.attn_decode(dev, self.attn, self.part, self.q, ly.k_cache, ly.v_cache,
+                                    max_seq=self.max_seq, **common, **capped):
+                add(ln)
+        else:
+            add(K.attn_prefill(dev, self.attn, self.q, q_off=0, ld_q=H * D, kc=ly.k_cache,
+                               vc=ly.v_cache, k_off=0, v_off=0, kv_stride=self.max_seq * D,
+                               pos_add=0, causal=True, n_keys=self.max_seq, m=m, **common,
+                               **capped))
 
     def _set_sampler(self, **params: Any) -> None:
         if params == self._sampler:
@@ -504,6 +550,13 @@ class Model:
         c = self.config
         return (f"<clops.llm.Model {c.arch} {c.n_layers} layers, dim {c.dim}, vocab "
                 f"{c.vocab_size} on {self.device.name}>")
+
+
+def _branch_out(cfg: ModelConfig) -> bool:
+    """Whether a block's output goes through a post-norm or a residual scale before the add
+    (else the output projection adds to the residual stream itself)."""
+    keys = cfg.desc.layer
+    return cfg.residual_scale != 1.0 or "post_attn_norm" in keys or "post_ffn_norm" in keys
 
 
 def _find_stop(text: str, stops: list[str]) -> int | None:

@@ -11,27 +11,13 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..nn.quant import SUPPORTED, PackedWeight, pack_float
+from .arch import ARCHS, BIASES, NORMS, Arch
 from .config import ModelConfig, check_rotary
 from .gguf_file import GGUFFile, ModelFileError, ggml_type_name
 from .safetensors_file import SafetensorsFile
 
-_GGUF_LAYER = {
-    "attn_norm": "attn_norm.weight", "q": "attn_q.weight", "k": "attn_k.weight",
-    "v": "attn_v.weight", "o": "attn_output.weight", "q_bias": "attn_q.bias",
-    "k_bias": "attn_k.bias", "v_bias": "attn_v.bias", "ffn_norm": "ffn_norm.weight",
-    "gate": "ffn_gate.weight", "up": "ffn_up.weight", "down": "ffn_down.weight",
-}
 _GGUF_TOP = {"embed": "token_embd.weight", "out_norm": "output_norm.weight",
              "output": "output.weight", "rope_freqs": "rope_freqs.weight"}
-
-_HF_LAYER = {
-    "attn_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight",
-    "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
-    "o": "self_attn.o_proj.weight", "q_bias": "self_attn.q_proj.bias",
-    "k_bias": "self_attn.k_proj.bias", "v_bias": "self_attn.v_proj.bias",
-    "ffn_norm": "post_attention_layernorm.weight", "gate": "mlp.gate_proj.weight",
-    "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight",
-}
 _HF_TOP = {"embed": "model.embed_tokens.weight", "out_norm": "model.norm.weight",
            "output": "lm_head.weight"}
 _HF_FMT = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
@@ -46,13 +32,18 @@ _TOP_SHAPES: dict[str, tuple[str, ...]] = {
     "rope_freqs": ("rope_pairs",),
 }
 _LAYER_SHAPES: dict[str, tuple[str, ...]] = {
-    "attn_norm": ("dim",), "ffn_norm": ("dim",),
+    "attn_norm": ("dim",), "ffn_norm": ("dim",), "post_attn_norm": ("dim",),
+    "post_ffn_norm": ("dim",),
     "q": ("q_rows", "dim"), "k": ("kv_rows", "dim"), "v": ("kv_rows", "dim"),
-    "o": ("dim", "q_rows"), "gate": ("ffn_dim", "dim"), "up": ("ffn_dim", "dim"),
-    "down": ("dim", "ffn_dim"), "q_bias": ("q_rows",), "k_bias": ("kv_rows",),
-    "v_bias": ("kv_rows",),
+    "qkv": ("qkv_rows", "dim"), "o": ("dim", "q_rows"), "gate": ("ffn_dim", "dim"),
+    "up": ("ffn_dim", "dim"), "gate_up": ("ffn_rows", "dim"), "down": ("dim", "ffn_dim"),
+    "q_bias": ("q_rows",), "k_bias": ("kv_rows",), "v_bias": ("kv_rows",),
 }
-_BIASES = ("q_bias", "k_bias", "v_bias")
+# QK-norm weights: one per head dimension, shared by the heads, or one per projected value
+_QK_NORM_SHAPES = {"head": {"q_norm": ("head_dim",), "k_norm": ("head_dim",)},
+                   "full": {"q_norm": ("q_rows",), "k_norm": ("kv_rows",)}}
+# tensors files may hold that change nothing (rotary tables of older checkpoints)
+_IGNORED = ("self_attn.rotary_emb.inv_freq", "attn_rot_embd")
 # A weight's magnitude must stay below float16's range: real models keep theirs far below it,
 # and a value near float32's limit (a flipped exponent bit) overflows the arithmetic to inf.
 MAX_WEIGHT = 65536.0
@@ -65,7 +56,8 @@ _CHUNK = 1 << 22
 
 
 _DIM_LABELS = {"q_rows": "n_heads * head_dim", "kv_rows": "n_kv_heads * head_dim",
-               "rope_pairs": "head_dim / 2"}
+               "rope_pairs": "rotary / 2", "qkv_rows": "(n_heads + 2 * n_kv_heads) * head_dim",
+               "ffn_rows": "2 * ffn_dim"}
 
 
 def _dim_fields(dims: tuple[str, ...]) -> list[str]:
@@ -81,7 +73,15 @@ def _dim_fields(dims: tuple[str, ...]) -> list[str]:
 def _sizes(cfg: ModelConfig) -> dict[str, int]:
     return {"vocab_size": cfg.vocab_size, "dim": cfg.dim, "ffn_dim": cfg.ffn_dim,
             "q_rows": cfg.n_heads * cfg.head_dim, "kv_rows": cfg.n_kv_heads * cfg.head_dim,
-            "rope_pairs": cfg.head_dim // 2}
+            "rope_pairs": cfg.rotary // 2, "head_dim": cfg.head_dim,
+            "qkv_rows": (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim,
+            "ffn_rows": 2 * cfg.ffn_dim}
+
+
+def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
+    """The dimension names of each tensor a layer of ``cfg``'s family reads."""
+    shapes = {**_LAYER_SHAPES, **_QK_NORM_SHAPES.get(cfg.desc.qk_norm or "", {})}
+    return {k: shapes[k] for k in cfg.desc.layer_keys(cfg.qkv_bias)}
 
 
 def expected_tensors(cfg: ModelConfig) -> Iterator[tuple[str, tuple[str, ...], bool]]:
@@ -90,9 +90,10 @@ def expected_tensors(cfg: ModelConfig) -> Iterator[tuple[str, tuple[str, ...], b
     yield "out_norm", _TOP_SHAPES["out_norm"], True
     yield "output", _TOP_SHAPES["output"], not cfg.tied_embeddings
     yield "rope_freqs", _TOP_SHAPES["rope_freqs"], False
+    shapes = layer_shapes(cfg)
     for i in range(cfg.n_layers):
-        for key, dims in _LAYER_SHAPES.items():
-            yield f"blk.{i}.{key}", dims, key not in _BIASES or cfg.qkv_bias
+        for key, dims in shapes.items():
+            yield f"blk.{i}.{key}", dims, key not in BIASES
 
 
 def _check_values(where: str, p: PackedWeight) -> None:
@@ -169,11 +170,13 @@ class WeightSource:
         """Why the tensor's stored type cannot be computed with, or None when it can."""
         raise NotImplementedError
 
-    # a layer's tensors as the file names them (after the layer's prefix), tensors that would
-    # change the model but that clops does not apply, and where Q/K/V biases are declared
-    layer_names: dict[str, str]
-    unsupported: tuple[str, ...]
+    # the family (set by validate), and where Q/K/V biases are declared
+    desc: Arch = ARCHS["llama"]
     qkv_bias_source: str
+
+    def layer_name(self, key: str) -> str:
+        """The name of a layer's tensor ``key`` in this kind of file (after the prefix)."""
+        raise NotImplementedError
 
     def layer_tensors(self) -> Iterator[tuple[int, str, str]]:
         """(layer, file name, name within the layer) of every per-layer tensor in the file."""
@@ -182,8 +185,9 @@ class WeightSource:
     def validate(self, cfg: ModelConfig) -> None:
         """Raise ``ModelFileError`` unless every tensor the model reads is present (where
         ``cfg`` needs it), of a type clops computes with and of the shape ``cfg`` implies, and
-        no tensor belongs to a layer past ``cfg.n_layers``. Reads no weight data but the
-        rotary frequency factors."""
+        no tensor belongs to a layer past ``cfg.n_layers`` or is one the family does not read
+        (it would change the model). Reads no weight data but the rotary frequency factors."""
+        self.desc = cfg.desc
         sizes = _sizes(cfg)
         for name, dims, required in expected_tensors(cfg):
             if not self.has(name):
@@ -201,20 +205,24 @@ class WeightSource:
             why = self.type_error(name)
             if why:
                 raise ModelFileError(f"{self.path}: tensor {fn!r} {why}")
-        canonical = {v: k for k, v in self.layer_names.items()}
+        keys = layer_shapes(cfg)
+        canonical = {self.layer_name(k): k for k in keys}
+        every = {self.layer_name(k): k for k in _LAYER_SHAPES}
         for i, fn, within in self.layer_tensors():
             if i >= cfg.n_layers:
                 raise ModelFileError(
                     f"{self.path}: tensor {fn!r} belongs to layer {i}, but the config has "
                     f"{cfg.n_layers} layers ({cfg.name('n_layers')}; a corrupt count?)")
-            if within in self.unsupported:
-                raise ModelFileError(
-                    f"{self.path}: tensor {fn!r} is a bias clops does not apply (only the Q, "
-                    "K and V projections may have biases)")
-            if canonical.get(within) in _BIASES and not cfg.qkv_bias:
+            if within in canonical or within in _IGNORED:
+                continue
+            if every.get(within) in BIASES:
                 raise ModelFileError(
                     f"{self.path}: tensor {fn!r} is a Q/K/V bias, but the model has none "
                     f"({self.qkv_bias_source})")
+            raise ModelFileError(
+                f"{self.path}: tensor {fn!r} is not part of a {cfg.arch} layer as clops runs "
+                f"it (it reads {', '.join(sorted(canonical))}; only the Q, K and V "
+                "projections may have biases)")
         if self.has("rope_freqs"):
             f = self.vector("rope_freqs").astype(np.float32)
             where = f"{self.path}: tensor {self.file_name('rope_freqs')!r}"
@@ -224,16 +232,17 @@ class WeightSource:
 
 
 class GGUFSource(WeightSource):
-    layer_names = _GGUF_LAYER
-    unsupported = ("attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias")
     qkv_bias_source = "layer 0 has no blk.0.attn_q.bias"
 
     def __init__(self, f: GGUFFile) -> None:
         self.f, self.path = f, f.path
 
+    def layer_name(self, key: str) -> str:
+        return self.desc.gguf_name(key)
+
     def file_name(self, name: str) -> str:
         i, key = _split(name)
-        return _GGUF_TOP[key] if i is None else f"blk.{i}.{_GGUF_LAYER[key]}"
+        return _GGUF_TOP[key] if i is None else f"blk.{i}.{self.layer_name(key)}"
 
     def has(self, name: str) -> bool:
         return self.file_name(name) in self.f.tensors
@@ -273,21 +282,21 @@ class GGUFSource(WeightSource):
 
 
 class SafetensorsSource(WeightSource):
-    layer_names = _HF_LAYER
-    unsupported = ("self_attn.o_proj.bias", "mlp.gate_proj.bias", "mlp.up_proj.bias",
-                   "mlp.down_proj.bias")
-    qkv_bias_source = "config.json: a llama without attention_bias"
+    qkv_bias_source = "config.json: no attention_bias"
 
     def __init__(self, path: str, tensors: dict[str, SafetensorsFile]) -> None:
         self.path, self.tensors = path, tensors
 
+    def layer_name(self, key: str) -> str:
+        return self.desc.hf_name(key)
+
     def file_name(self, name: str) -> str:
         i, key = _split(name)
-        return _HF_TOP[key] if i is None else f"model.layers.{i}.{_HF_LAYER[key]}"
+        return _HF_TOP[key] if i is None else f"model.layers.{i}.{self.layer_name(key)}"
 
     def has(self, name: str) -> bool:
         i, key = _split(name)
-        if (_HF_TOP if i is None else _HF_LAYER).get(key) is None:
+        if i is None and key not in _HF_TOP:
             return False
         return self.file_name(name) in self.tensors
 
@@ -315,6 +324,9 @@ class SafetensorsSource(WeightSource):
             v = (np.asarray(arr).astype(np.uint32) << 16).view(np.float32).reshape(-1)
         else:
             v = np.asarray(arr, dtype=np.float32).reshape(-1)
+        if self.desc.hf_norm_offset and _split(name)[1] in NORMS + ("out_norm",):
+            # NOTE: such families store w and apply offset + w (GGUF files hold the sum)
+            v = v + np.float32(self.desc.hf_norm_offset)
         _check_vector(f"{self.path}: tensor {self.file_name(name)!r}", v)
         return v
 

@@ -5,6 +5,7 @@ device's capabilities. ``functional`` runs them at once; ``llm`` records them in
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -363,6 +364,40 @@ def layernorm(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, w: Buff
                   "layernorm")
 
 
+def qk_norm(dev: CLDevice, x: Buffer, ld: int, m: int, nq: int, lq: int, nk: int, lk: int,
+            wq: Buffer, wk: Buffer, eps: float) -> Launch:
+    """RMSNorm, in place, of nq query groups of lq values and nk key groups of lk values at the
+    start of each of m rows ``ld`` apart (per head: lq = lk = head_dim; whole: one group each)."""
+    ls = _row_lsize(dev, min(lq, lk))
+    knl = kernel(dev, "norm", "qk_norm", LSIZE=ls)
+    return Launch(knl, ((nq + nk) * ls, m), (ls, 1),
+                  [x, i32(ld), i32(nq), i32(lq), i32(lk), wq, wk, f32(eps)], [x, wq, wk], [x],
+                  "qk_norm")
+
+
+def residual(dev: CLDevice, x: Buffer, t: Buffer, w: Buffer | None, m: int, k: int, eps: float,
+             scale: float) -> Launch:
+    """x += scale * t, or scale * rmsnorm(t) * w (a post-norm) when ``w`` is given."""
+    ls = _row_lsize(dev, k)
+    knl = kernel(dev, "norm", "residual", LSIZE=ls)
+    reads = [t] + ([w] if w is not None else [])
+    return Launch(knl, (m * ls,), (ls,), [x, t, w if w is not None else t, i32(k), f32(eps),
+                                          f32(scale), i32(w is not None)], reads + [x], [x],
+                  "residual")
+
+
+def scale_cap(dev: CLDevice, y: Buffer, n: int, mul: float = 1.0, div: float = 1.0,
+              cap: float = 0.0) -> Launch:
+    """In place over n values: y * mul / div, soft-capped to (-cap, cap) when cap > 0."""
+    knl = kernel(dev, "activation", "scale_cap")
+    return Launch(knl, (n,), None, [y, f32(mul), f32(div), f32(cap)], [y], [y], "scale_cap")
+
+
+def float_define(v: float) -> str:
+    """A float32 value as an OpenCL C literal, for a -D define."""
+    return f"{float(np.float32(v))!r}f"
+
+
 ACTS = {"silu": 0, "gelu_tanh": 1, "gelu": 2}
 
 
@@ -383,8 +418,11 @@ def softmax(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, m: int, k: int) -> 
 
 def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffer, vc: Buffer,
                state: Buffer, inv_freq: Buffer, m: int, n_heads: int, n_kv: int, head_dim: int,
-               max_seq: int, neox: bool) -> Launch:
-    knl = kernel(dev, "attention", "rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
+               max_seq: int, neox: bool, rot_dim: int = 0) -> Launch:
+    """Rotate q and k of m QKV rows (the first ``rot_dim`` dimensions of each head; 0: all),
+    q to ``q_out``, k and v into the cache at positions state[0] + row."""
+    rot = {"ROT_DIM": rot_dim} if rot_dim and rot_dim != head_dim else {}
+    knl = kernel(dev, "attention", "rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox), **rot)
     args = [q_out, qkv, i32(ld_qkv), kc, vc, state, inv_freq, i32(n_heads), i32(n_kv),
             i32(max_seq)]
     return Launch(knl, (head_dim // 2, n_heads + 2 * n_kv, m), None, args,
@@ -418,14 +456,26 @@ def _attn_combine(dev: CLDevice, out: Buffer, part: Buffer, state: Buffer, head_
                   [part, state], [out], "attn_combine")
 
 
+def _score_defines(softcap: float, window: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"SOFTCAP": float_define(softcap)} if softcap else {}
+    if window:
+        out["WINDOW"] = int(window)
+    return out
+
+
 def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer, vc: Buffer,
                 state: Buffer, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
-                scale: float) -> list[Launch]:
-    """Attention of one query row over the cache: split over positions, then combined."""
+                scale: float, softcap: float = 0.0, window: int = 0) -> list[Launch]:
+    """Attention of one query row over the cache: split over positions, then combined.
+    ``softcap``: scores soft-capped to (-softcap, softcap); ``window``: the last ``window``
+    positions only (both take the one-work-item-per-split kernel)."""
     chunk, splits = decode_chunk(dev, max_seq, n_heads)
     a1 = [part, q, kc, vc, state, i32(max_seq), i32(chunk), i32(n_heads // n_kv), f32(scale)]
-    if not fused_decode(dev, head_dim):  # no work-group of head_dim work-items: one per split
-        k1 = kernel(dev, "attention", "attn_decode", HEAD_DIM=head_dim)
+    if softcap or window or not fused_decode(dev, head_dim):
+        # one work-item per split (no work-group of head_dim work-items, or scores capped or
+        # windowed, which attn_decode_wg does not do)
+        k1 = kernel(dev, "attention", "attn_decode", HEAD_DIM=head_dim,
+                    **_score_defines(softcap, window))
         g1, l1 = (splits, n_heads), None
     else:
         k1 = kernel(dev, "attention", "attn_decode_wg", HEAD_DIM=head_dim, CHUNK=chunk)
@@ -483,11 +533,18 @@ def part_nbytes(dev: CLDevice, max_seq: int, n_heads: int, head_dim: int) -> int
 def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, kc: Buffer,
                  vc: Buffer, k_off: int, v_off: int, kv_stride: int, state: Buffer,
                  pos_add: int, causal: bool, n_keys: int, m: int, n_heads: int, n_kv: int,
-                 head_dim: int, scale: float) -> Launch:
+                 head_dim: int, scale: float, softcap: float = 0.0, window: int = 0) -> Launch:
+    """Attention of m query rows; ``softcap`` and ``window`` as in attn_decode (a causal
+    window: the keys (pos - window, pos] of each row)."""
     args = [out, q, i32(q_off), i32(ld_q), kc, vc, i32(k_off), i32(v_off), i32(kv_stride),
             state, i32(pos_add), i32(int(causal)), i32(n_keys), i32(n_heads // n_kv),
             f32(scale)]
     reads = [q, kc, vc, state]
+    if softcap or window:
+        # PERF: capped or windowed scores take the work-item-per-row kernel on GPUs too
+        knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim,
+                     **_score_defines(softcap, window))
+        return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
     if not is_cpu(dev) and head_dim % 8 == 0:
         # PERF: GPUs: 16 rows per work-group share each tile of keys and values through local
         # memory (a work-item per row and head walked every key alone: 0.5 ms a layer for 128

@@ -154,12 +154,15 @@ def test_tiny_gguf_inconsistencies(tiny_gguf, tmp_path, edit, wanted):
 
 
 @pytest.mark.parametrize("extra, wanted", [
-    ("blk.0.attn_output.bias", "is a bias clops does not apply"),
-    ("blk.1.ffn_down.bias", "is a bias clops does not apply"),
+    ("blk.0.attn_output.bias", "is not part of a llama layer as clops runs it"),
+    ("blk.1.ffn_down.bias", "is not part of a llama layer as clops runs it"),
     ("blk.1.attn_q.bias", "is a Q/K/V bias, but the model has none"),
+    # a norm of another family's layer (gemma2's post-norm) in a llama file
+    ("blk.0.post_ffw_norm.weight", "is not part of a llama layer as clops runs it"),
 ])
 def test_tensors_the_model_would_ignore_are_refused(tmp_path, extra, wanted):
-    """A bias the model would not apply changes what the file means: refused, not skipped."""
+    """A tensor the model would not apply changes what the file means: refused, not
+    skipped."""
     p = write_gguf(str(tmp_path / "m.gguf"), "llama", seed=4,
                    extra={extra: np.zeros(64, np.float32)})
     with pytest.raises(ModelFileError, match=f"'{extra}' {wanted}"):

@@ -1,0 +1,155 @@
+"""llm, architectures: each decoder family clops runs, as one small declarative description.
+
+A description names the tensors a layer reads (by canonical key: ``q``, ``k_norm``,
+``post_ffn_norm`` ...), how the family's files spell them (GGUF as llama.cpp's converter writes
+them, safetensors as transformers saves them), the family's config keys, and its choices: norm
+placement (pre, post, sandwich: which of the four norms a layer has), QK-norm, activation,
+rotary layout, sliding-window layers, soft-capping and scale multipliers. ``config.py`` reads a
+file's settings through it and ``model.py`` builds launches from the result; adding a family is
+one entry in ``ARCHS`` (and its test), not a change to the plan builder."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# Canonical per-layer keys and their names in GGUF files (llama.cpp's converter) and in
+# transformers' safetensors checkpoints, after the layer's prefix ("blk.3.", "model.layers.3.").
+GGUF_NAMES: dict[str, str] = {
+    "attn_norm": "attn_norm.weight", "q": "attn_q.weight", "k": "attn_k.weight",
+    "v": "attn_v.weight", "qkv": "attn_qkv.weight", "o": "attn_output.weight",
+    "q_bias": "attn_q.bias", "k_bias": "attn_k.bias", "v_bias": "attn_v.bias",
+    "q_norm": "attn_q_norm.weight", "k_norm": "attn_k_norm.weight",
+    "post_attn_norm": "post_attention_norm.weight", "ffn_norm": "ffn_norm.weight",
+    "gate": "ffn_gate.weight", "up": "ffn_up.weight", "gate_up": "ffn_up.weight",
+    "down": "ffn_down.weight", "post_ffn_norm": "post_ffw_norm.weight",
+}
+HF_NAMES: dict[str, str] = {
+    "attn_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight",
+    "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
+    "qkv": "self_attn.qkv_proj.weight", "o": "self_attn.o_proj.weight",
+    "q_bias": "self_attn.q_proj.bias", "k_bias": "self_attn.k_proj.bias",
+    "v_bias": "self_attn.v_proj.bias", "q_norm": "self_attn.q_norm.weight",
+    "k_norm": "self_attn.k_norm.weight", "post_attn_norm": "post_attention_layernorm.weight",
+    "ffn_norm": "post_attention_layernorm.weight", "gate": "mlp.gate_proj.weight",
+    "up": "mlp.up_proj.weight", "gate_up": "mlp.gate_up_proj.weight",
+    "down": "mlp.down_proj.weight", "post_ffn_norm": "post_feedforward_layernorm.weight",
+}
+BIASES = ("q_bias", "k_bias", "v_bias")
+NORMS = ("attn_norm", "q_norm", "k_norm", "post_attn_norm", "ffn_norm", "post_ffn_norm")
+
+# The layer of a pre-norm decoder with separate projections (Llama)
+PRE_NORM = ("attn_norm", "q", "k", "v", "o", "ffn_norm", "gate", "up", "down")
+SANDWICH = PRE_NORM + ("post_attn_norm", "post_ffn_norm")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A ``ModelConfig`` field the family reads from its files: the config.json key, the GGUF
+    key after the ``<arch>.`` prefix, and a function of the config.json value (None: as is)."""
+
+    hf: str | None
+    gguf: str | None
+    convert: Callable[[float], float] | None = None
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One decoder family. ``layer``: the canonical keys every layer reads (Q/K/V biases are
+    optional where ``biases`` allows them); names differing from GGUF_NAMES/HF_NAMES are given
+    in ``gguf_names``/``hf_names``."""
+
+    name: str                        # GGUF general.architecture
+    hf_types: tuple[str, ...]        # config.json model_type
+    layer: tuple[str, ...] = PRE_NORM
+    gguf_names: dict[str, str] = field(default_factory=dict)
+    hf_names: dict[str, str] = field(default_factory=dict)
+    biases: bool = False             # Q/K/V biases may be present (qwen2 always has them)
+    # GGUF Q/K rows in split-halves rotary order (True); False: llama.cpp's converter permuted
+    # them to adjacent pairs (llama-style families). Safetensors are always split halves.
+    gguf_neox: bool = True
+    qk_norm: str | None = None       # None, "head" (one weight per head_dim), "full" (q and k)
+    act: str = "silu"                # GLU activation: "silu" or "gelu_tanh"
+    hf_norm_offset: float = 0.0      # safetensors norm weights are applied as offset + w
+    embed_scale_sqrt_dim: bool = False
+    settings: dict[str, Setting] = field(default_factory=dict)
+    # the sliding-window layers where a file names the window but not the layers: 1 every
+    # layer, n > 1 layer i unless i % n == n - 1 (llama.cpp's "swa pattern")
+    swa_pattern: int = 1
+    swa_theta: float | None = None   # rope base of sliding layers where the file has none
+    nope_interval: int = 0           # every n-th layer (i % n == n - 1) has no rotary
+    partial_rotary: bool = False     # rope.dimension_count may be less than the head size
+
+    def gguf_name(self, key: str) -> str:
+        return self.gguf_names.get(key, GGUF_NAMES[key])
+
+    def hf_name(self, key: str) -> str:
+        return self.hf_names.get(key, HF_NAMES[key])
+
+    def layer_keys(self, qkv_bias: bool) -> tuple[str, ...]:
+        return self.layer + (BIASES if qkv_bias else ())
+
+
+def _gemma_scale(v: float) -> float:
+    return float(v) ** -0.5  # query_pre_attn_scalar
+
+
+_GEMMA_HF = {"ffn_norm": "pre_feedforward_layernorm.weight"}
+_GEMMA2_SETTINGS = {
+    "attn_softcap": Setting("attn_logit_softcapping", "attn_logit_softcapping"),
+    "final_softcap": Setting("final_logit_softcapping", "final_logit_softcapping"),
+    "attn_scale": Setting("query_pre_attn_scalar", "attention.scale", _gemma_scale),
+}
+_GEMMA3_SETTINGS = {
+    "final_softcap": Setting("final_logit_softcapping", "final_logit_softcapping"),
+    "attn_scale": Setting("query_pre_attn_scalar", "attention.scale", _gemma_scale),
+}
+
+ARCHS: dict[str, Arch] = {a.name: a for a in (
+    Arch("llama", ("llama", "mistral"), biases=True, gguf_neox=False),
+    Arch("qwen2", ("qwen2",), biases=True),
+    Arch("qwen3", ("qwen3",), layer=PRE_NORM + ("q_norm", "k_norm"), qk_norm="head"),
+    Arch("gemma2", ("gemma2",), layer=SANDWICH, hf_names=_GEMMA_HF, act="gelu_tanh",
+         hf_norm_offset=1.0, embed_scale_sqrt_dim=True, settings=_GEMMA2_SETTINGS,
+         swa_pattern=2),
+    Arch("gemma3", ("gemma3_text",), layer=SANDWICH + ("q_norm", "k_norm"),
+         hf_names=_GEMMA_HF, qk_norm="head", act="gelu_tanh", hf_norm_offset=1.0,
+         embed_scale_sqrt_dim=True, settings=_GEMMA3_SETTINGS, swa_pattern=6,
+         swa_theta=10000.0),
+    Arch("phi3", ("phi3",), layer=("attn_norm", "qkv", "o", "ffn_norm", "gate_up", "down"),
+         partial_rotary=True),
+    Arch("granite", ("granite",), gguf_neox=False, settings={
+        "embed_scale": Setting("embedding_multiplier", "embedding_scale"),
+        "residual_scale": Setting("residual_multiplier", "residual_scale"),
+        "attn_scale": Setting("attention_multiplier", "attention.scale"),
+        "logit_scale": Setting("logits_scaling", "logit_scale")}),
+    Arch("olmo2", ("olmo2",), layer=("q", "k", "v", "o", "q_norm", "k_norm", "post_attn_norm",
+                                     "gate", "up", "down", "post_ffn_norm"), qk_norm="full"),
+    Arch("smollm3", ("smollm3",), gguf_neox=False, nope_interval=4),
+)}
+
+HF_TYPES: dict[str, Arch] = {t: a for a in ARCHS.values() for t in a.hf_types}
+ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
+
+
+def supported() -> str:
+    """The supported families, for messages: "llama (llama, mistral), qwen2, ..."."""
+    return ", ".join(a.name + (f" ({', '.join(a.hf_types)})" if a.hf_types != (a.name,) else "")
+                     for a in ARCHS.values())
+
+
+def swa_layers(pattern: int, n_layers: int) -> tuple[bool, ...]:
+    """Which layers slide under llama.cpp's pattern ``pattern`` (see Arch.gguf_swa_pattern)."""
+    if pattern <= 0:
+        return (False,) * n_layers
+    return tuple(pattern == 1 or i % pattern < pattern - 1 for i in range(n_layers))
+
+
+def nope_layers(interval: int, n_layers: int) -> tuple[bool, ...]:
+    """Layers without rotary embedding: every ``interval``-th (none when 0)."""
+    return tuple(interval > 0 and i % interval == interval - 1 for i in range(n_layers))
+
+
+def sqrt_dim(dim: int) -> float:
+    return math.sqrt(dim)
