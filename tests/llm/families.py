@@ -1,0 +1,212 @@
+"""Tiny random models of each supported family, made with transformers' own config and model
+classes and SmolLM2's tokenizer, saved as a safetensors directory and written as a GGUF file
+the way llama.cpp's converter writes that family (tensor names from the gguf package's
+``TensorNameMap``, llama-style Q/K rows permuted for adjacent-pair rotary, Gemma's norm
+weights stored as 1 + w, fused tensors kept fused), for tests that compare clops on both files
+with transformers on PyTorch CPU in float32."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+# sizes shared by every family: small, but with grouped-query heads
+COMMON: dict[str, Any] = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                              num_key_value_heads=2, max_position_embeddings=512,
+                              rms_norm_eps=1e-5, num_hidden_layers=2, pad_token_id=0,
+                              bos_token_id=1, eos_token_id=2)
+WINDOW = 8  # sliding window of the families that have one: shorter than the test prompts
+
+
+def _rope(theta: float = 10000.0, **kw: Any) -> dict[str, Any]:
+    return {"rope_type": "default", "rope_theta": theta, **kw}
+
+
+# family: (transformers config class, model class, config arguments, GGUF architecture)
+FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM",
+              dict(head_dim=16, tie_word_embeddings=True, rope_parameters=_rope()), "llama"),
+    "mistral": ("MistralConfig", "MistralForCausalLM",
+                dict(head_dim=16, sliding_window=None, rope_parameters=_rope(1e6)), "llama"),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM",
+                dict(num_hidden_layers=4, tie_word_embeddings=True,
+                     rope_parameters=_rope(2e6)), "smollm3"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(rope_parameters=_rope(1e6)), "qwen2"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM",
+              dict(head_dim=16, rope_parameters=_rope(1e6)), "qwen3"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=WINDOW,
+                    attn_logit_softcapping=4.0, final_logit_softcapping=6.0,
+                    rope_parameters=_rope()), "gemma2"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=WINDOW,
+                    num_hidden_layers=6, rope_parameters={
+                        "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                           "rope_theta": 1e6},
+                        "sliding_attention": _rope()}), "gemma3"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM",
+             dict(rope_parameters=_rope(partial_rotary_factor=0.5), sliding_window=None),
+             "phi3"),
+    "granite": ("GraniteConfig", "GraniteForCausalLM",
+                dict(embedding_multiplier=6.0, residual_multiplier=0.3,
+                     attention_multiplier=0.2, logits_scaling=4.0, rope_parameters=_rope()),
+                "granite"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(rope_parameters=_rope(5e5)), "olmo2"),
+}
+# families whose converter permutes Q/K rows (llama.cpp's LlamaModel and its subclasses)
+PERMUTED = ("llama", "mistral", "smollm3", "granite")
+
+
+def smollm2_gguf() -> str:
+    import clops.llm
+
+    return clops.llm.default_model_path()
+
+
+def _tokenizer_metadata() -> dict[str, Any]:
+    from clops.llm.gguf_file import GGUFFile
+
+    meta = GGUFFile(smollm2_gguf()).metadata
+    return {k: v for k, v in meta.items() if k.startswith("tokenizer.")}
+
+
+def save_tokenizer(path: str) -> int:
+    """SmolLM2's tokenizer.json and tokenizer_config.json in ``path``; returns its size."""
+    from clops.llm.tokenizer import from_gguf_metadata
+
+    meta = _tokenizer_metadata()
+    tok = from_gguf_metadata(meta)
+    tok.backend.save(os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": tok.token_text(tok.bos_id),
+                   "eos_token": tok.token_text(tok.eos_ids[0]),
+                   "chat_template": meta["tokenizer.chat_template"]}, f)
+    return len(meta["tokenizer.ggml.tokens"])
+
+
+def make(family: str, path: str, seed: int = 0):
+    """Save a random ``family`` model under ``path`` (``path``/hf: safetensors, ``path``/
+    model.gguf); returns (float32 transformers model, hf directory, GGUF path)."""
+    import torch
+    import transformers
+
+    cfg_cls, model_cls, kw, _ = FAMILIES[family]
+    hf = os.path.join(path, "hf")
+    os.makedirs(hf, exist_ok=True)
+    vocab = save_tokenizer(hf)
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, cfg_cls)(**{**COMMON, **kw, "vocab_size": vocab})
+    model = getattr(transformers, model_cls)(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                # Gemma applies 1 + w: keep its weights near 0 there (near 1 elsewhere)
+                base = 0.0 if family.startswith("gemma") else 1.0
+                p.copy_(base + 0.1 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.2)
+    model.save_pretrained(hf, safe_serialization=True)
+    ref = getattr(transformers, model_cls).from_pretrained(hf, dtype=torch.float32).eval()
+    gguf_path = os.path.join(path, "model.gguf")
+    write_gguf(family, ref, gguf_path)
+    return ref, hf, gguf_path
+
+
+def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's LlamaModel.permute: split-halves rotary rows to adjacent pairs."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2)
+            .reshape(w.shape))
+
+
+def write_gguf(family: str, model, path: str) -> None:
+    """``model``'s weights (float32) as the family's GGUF file, tokenizer metadata SmolLM2's."""
+    import gguf
+
+    cfg = model.config
+    arch = FAMILIES[family][3]
+    arch_enum = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
+    names = gguf.get_tensor_name_map(arch_enum, cfg.num_hidden_layers)
+    w = gguf.GGUFWriter(path, arch)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    rope = cfg.rope_parameters
+    full = rope.get("full_attention", rope)
+    rot = int(head_dim * full.get("partial_rotary_factor", 1.0))
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_freq_base(full["rope_theta"])
+    w.add_rope_dimension_count(rot)
+    if family != "phi3":  # llama.cpp's Phi3 converter writes no key length
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_file_type(0)
+    if family == "gemma2":
+        w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+        w.add_final_logit_softcapping(cfg.final_logit_softcapping)
+    if family.startswith("gemma"):
+        w.add_sliding_window(cfg.sliding_window)
+    if full.get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(full["factor"])
+    if family == "granite":
+        w.add_embedding_scale(cfg.embedding_multiplier)
+        w.add_residual_scale(cfg.residual_multiplier)
+        w.add_attention_scale(cfg.attention_multiplier)
+        w.add_logit_scale(cfg.logits_scaling)
+    for k, v in _tokenizer_metadata().items():
+        _add_meta(w, k, v)
+    for name, t in model.state_dict().items():
+        if name == "lm_head.weight" and cfg.tie_word_embeddings:
+            continue
+        x = t.detach().float().numpy().copy()
+        if family in PERMUTED and name.endswith("q_proj.weight"):
+            x = _permute(x, cfg.num_attention_heads)
+        elif family in PERMUTED and name.endswith("k_proj.weight"):
+            x = _permute(x, cfg.num_key_value_heads)
+        if family.startswith("gemma") and name.endswith("norm.weight"):
+            x = x + 1.0  # llama.cpp's Gemma converters store 1 + w
+        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            raise KeyError(f"{family}: no GGUF name for {name}")
+        w.add_tensor(new, np.ascontiguousarray(x, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _add_meta(w, key: str, value: Any) -> None:
+    if isinstance(value, list):
+        w.add_array(key, value)
+    elif isinstance(value, bool):
+        w.add_bool(key, value)
+    elif isinstance(value, int):
+        w.add_uint32(key, value)
+    elif isinstance(value, float):
+        w.add_float32(key, value)
+    else:
+        w.add_string(key, value)
+
+
+def hf_logits(model, ids: list[int]) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float().numpy()
+
+
+def hf_greedy(model, ids: list[int], n: int) -> list[int]:
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)
+    return out[0, len(ids):].tolist()

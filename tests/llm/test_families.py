@@ -1,0 +1,68 @@
+"""Every supported family against transformers: a tiny random model of it, made with
+transformers' own classes (``tests.llm.families``), loaded by clops from its safetensors
+directory and from the GGUF file llama.cpp's converter would write, gives transformers'
+float32 logits (top-1 equal wherever transformers' choice is not a near tie, relative error
+under LOGIT_BOUND) and the same 32 greedy tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import clops.llm  # noqa: E402
+from clops.llm.arch import ARCHS  # noqa: E402
+
+from .families import FAMILIES, WINDOW, hf_greedy, hf_logits, make  # noqa: E402
+from .tiny import logit_tolerance  # noqa: E402
+
+PROMPT = 40  # tokens: five sliding windows, so that the windows matter
+GREEDY = 32
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request, tmp_path_factory):
+    ref, hf, gguf_path = make(request.param, str(tmp_path_factory.mktemp(request.param)))
+    return request.param, ref, {"safetensors": hf, "gguf": gguf_path}
+
+
+def test_every_architecture_has_a_family_test():
+    assert {FAMILIES[f][3] for f in FAMILIES} == set(ARCHS)
+
+
+@pytest.mark.parametrize("kind", ["safetensors", "gguf"])
+def test_logits_and_greedy_tokens_match_transformers(family, kind, device):
+    name, ref, paths = family
+    model = clops.llm.load(paths[kind], device=device, max_seq_len=128, progress=False)
+    assert model.config.arch == FAMILIES[name][3]
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, ref.config.vocab_size, PROMPT).tolist()
+    got, want = model.logits(ids), hf_logits(ref, ids)
+    bound = logit_tolerance(model)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < bound, f"{name} ({kind}): relative logit error {err:.2e}"
+    top2 = np.sort(want, axis=-1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > 2 * bound * np.abs(want).max()
+    assert clear.mean() > 0.9
+    assert (got.argmax(-1) == want.argmax(-1))[clear].all(), f"{name} ({kind}): top-1"
+    prompt = ids[:6]
+    tokens = list(model.generate_ids(prompt, max_new_tokens=GREEDY, stop_ids=[]))
+    assert tokens == hf_greedy(ref, prompt, GREEDY), f"{name} ({kind}): greedy tokens"
+
+
+def test_the_window_and_the_caps_are_what_make_gemma2_agree(tmp_path, device):
+    """The comparison can fail: gemma2 without its sliding window or its soft-caps (as a
+    config that forgets them would run it) gives other logits."""
+    ref, hf, _ = make("gemma2", str(tmp_path))
+    ids = np.random.default_rng(2).integers(0, ref.config.vocab_size, PROMPT).tolist()
+    want = hf_logits(ref, ids)
+    for change in ({"sliding_window": 0}, {"attn_softcap": 0.0}, {"final_softcap": 0.0}):
+        model = clops.llm.load(hf, device=device, max_seq_len=128, progress=False)
+        for k, v in change.items():
+            setattr(model.config, k, v)
+        got = model.logits(ids)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        assert err > 1e-3, f"{change}: {err:.2e}"
+    assert WINDOW < PROMPT
