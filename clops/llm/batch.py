@@ -115,7 +115,15 @@ class BatchEngine:
         cfg = model.config
         if cfg.arch not in ARCHS:
             raise ValueError(f"batched decoding runs the {', '.join(ARCHS)} architectures, not "
-                             f"{cfg.arch!r}")
+                             f"{cfg.arch!r} (clops.llm.Model runs it one sequence at a time)")
+        if cfg.sliding_window and cfg.sliding_window < model.max_seq:
+            raise ValueError(
+                f"batched decoding has no sliding-window attention: this model's window of "
+                f"{cfg.sliding_window} positions is shorter than its context of "
+                f"{model.max_seq} (load it with max_seq_len={cfg.sliding_window})")
+        if cfg.rotary != cfg.head_dim:
+            raise ValueError(f"batched decoding rotates whole heads; this model rotates "
+                             f"{cfg.rotary} of its {cfg.head_dim} head dimensions")
         if max_batch < 1 or block_size < 1 or prefill_chunk < 1:
             raise ValueError("max_batch, block_size and prefill_chunk must be positive")
         self.model, self.device = model, model.device
@@ -231,7 +239,7 @@ class BatchEngine:
             attn = kernel(dev, "paged", "paged_attn", HEAD_DIM=D, LS=ls)
             add(Launch(attn, (ls, H, n), (ls, 1, 1),
                        [self.attn, self.q, kp, vp, *meta, i32(H), i32(KV),
-                        i32(self.block_size), f32(1.0 / math.sqrt(D))],
+                        i32(self.block_size), f32(cfg.scale * cfg.rope_mscale() ** 2)],
                        [self.q, kp, vp, self.table, self.rslot, self.rpos], [self.attn],
                        f"attn.{i}"))
             add(self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,

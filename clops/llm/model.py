@@ -345,7 +345,9 @@ class Model:
         H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         # YaRN's factor on cos and sin, on both q and k: squared on the scores
         scale = cfg.scale * cfg.rope_mscale() ** 2
-        window = cfg.sliding_window if cfg.sliding(i) else 0
+        # a window no shorter than the context changes nothing
+        window = cfg.sliding_window if cfg.sliding(i) and cfg.sliding_window < self.max_seq \
+            else 0
         plain = cfg.rotary == D and not cfg.attn_softcap and not window
         common: dict[str, Any] = dict(state=self.state, n_heads=H, n_kv=KV, head_dim=D,
                                       scale=scale)

@@ -87,9 +87,10 @@ def save_tokenizer(path: str) -> int:
     return len(meta["tokenizer.ggml.tokens"])
 
 
-def make(family: str, path: str, seed: int = 0):
+def make(family: str, path: str, seed: int = 0, **overrides: Any):
     """Save a random ``family`` model under ``path`` (``path``/hf: safetensors, ``path``/
-    model.gguf); returns (float32 transformers model, hf directory, GGUF path)."""
+    model.gguf), its config arguments updated with ``overrides``; returns (float32
+    transformers model, hf directory, GGUF path)."""
     import torch
     import transformers
 
@@ -98,7 +99,7 @@ def make(family: str, path: str, seed: int = 0):
     os.makedirs(hf, exist_ok=True)
     vocab = save_tokenizer(hf)
     torch.manual_seed(seed)
-    cfg = getattr(transformers, cfg_cls)(**{**COMMON, **kw, "vocab_size": vocab})
+    cfg = getattr(transformers, cfg_cls)(**{**COMMON, **kw, **overrides, "vocab_size": vocab})
     model = getattr(transformers, model_cls)(cfg)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -156,6 +157,10 @@ def write_gguf(family: str, model, path: str) -> None:
     if full.get("rope_type") == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(full["factor"])
+    elif full.get("rope_type") == "yarn":
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(full["factor"])
+        w.add_rope_scaling_orig_ctx_len(full["original_max_position_embeddings"])
     if family == "granite":
         w.add_embedding_scale(cfg.embedding_multiplier)
         w.add_residual_scale(cfg.residual_multiplier)

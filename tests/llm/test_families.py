@@ -52,6 +52,23 @@ def test_logits_and_greedy_tokens_match_transformers(family, kind, device):
     assert tokens == hf_greedy(ref, prompt, GREEDY), f"{name} ({kind}): greedy tokens"
 
 
+@pytest.mark.parametrize("family_name, rope", [
+    ("qwen3", {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64,
+               "rope_theta": 1e6}),
+    ("llama", {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4}),
+])
+def test_rope_scaling_matches_transformers(family_name, rope, tmp_path, device):
+    ref, hf, gguf_path = make(family_name, str(tmp_path), rope_parameters=rope)
+    ids = np.random.default_rng(3).integers(0, ref.config.vocab_size, PROMPT).tolist()
+    want = hf_logits(ref, ids)
+    for path in (hf, gguf_path):
+        model = clops.llm.load(path, device=device, max_seq_len=128, progress=False)
+        assert model.config.rope_scaling["rope_type"] == rope["rope_type"]
+        got = model.logits(ids)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        assert err < logit_tolerance(model), f"{path}: {err:.2e}"
+
+
 def test_the_window_and_the_caps_are_what_make_gemma2_agree(tmp_path, device):
     """The comparison can fail: gemma2 without its sliding window or its soft-caps (as a
     config that forgets them would run it) gives other logits."""
@@ -66,3 +83,62 @@ def test_the_window_and_the_caps_are_what_make_gemma2_agree(tmp_path, device):
         err = float(np.abs(got - want).max() / np.abs(want).max())
         assert err > 1e-3, f"{change}: {err:.2e}"
     assert WINDOW < PROMPT
+
+
+def _gguf(path, arch: str, **kv) -> str:
+    import gguf
+
+    w = gguf.GGUFWriter(path, arch)
+    w.add_block_count(1)
+    w.add_embedding_length(64)
+    w.add_feed_forward_length(96)
+    w.add_head_count(4)
+    w.add_token_list(["a", "b"])
+    for k, v in kv.items():
+        w.add_string(f"{arch}.{k}", v)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+def _hf_dir(tmp_path, **changes) -> str:
+    import json
+
+    _, hf, _ = make("qwen3", str(tmp_path))
+    with open(f"{hf}/config.json") as f:
+        cfg = json.load(f)
+    cfg.update(changes)
+    with open(f"{hf}/config.json", "w") as f:
+        json.dump(cfg, f)
+    return hf
+
+
+@pytest.mark.parametrize("kind, change, named", [
+    ("gguf", ("mamba", {}), "'mamba'"),
+    ("gguf", ("llama", {"rope.scaling.type": "dynamic"}), "'dynamic'"),
+    ("safetensors", {"model_type": "gpt_neox"}, "'gpt_neox'"),
+    ("safetensors", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4,
+                                         "short_factor": [1.0] * 8, "long_factor": [1.0] * 8}},
+     "'longrope'"),
+    ("safetensors", {"hidden_act": "relu"}, "'relu'"),
+])
+def test_what_clops_cannot_run_is_refused_by_name(tmp_path, device, kind, change, named,
+                                                   monkeypatch):
+    """An architecture, rope type or activation clops cannot run: ModelFileError naming it
+    and what is supported, before any weight reaches the device."""
+    if kind == "gguf":
+        path = _gguf(tmp_path / "m.gguf", change[0], **change[1])
+    else:
+        path = _hf_dir(tmp_path, **change)
+    uploads = []
+    monkeypatch.setattr(clops.llm.model, "_upload", lambda *a: uploads.append(a))
+    with pytest.raises(clops.llm.ModelFileError) as err:
+        clops.llm.load(path, device=device, progress=False)
+    msg = str(err.value)
+    assert named in msg and path in msg, msg
+    listed = {"'mamba'": "qwen3", "'gpt_neox'": "gemma3", "'dynamic'": "yarn",
+              "'longrope'": "yarn", "'relu'": "silu"}[named]
+    assert listed in msg, msg
+    assert not uploads
