@@ -142,3 +142,23 @@ def test_what_clops_cannot_run_is_refused_by_name(tmp_path, device, kind, change
               "'longrope'": "yarn", "'relu'": "silu"}[named]
     assert listed in msg, msg
     assert not uploads
+
+
+@pytest.mark.parametrize("name", ["gemma3", "olmo2", "phi3", "granite", "smollm3"])
+def test_gpu_plan_of_each_choice_matches_transformers(name, tmp_path, device, monkeypatch):
+    """The plan as GPUs build it (norms folded into the matmuls, work-groups per row for the
+    norms, single-launch decode attention where the layer allows), forced on the test device:
+    post-norms, QK-norm, GELU, partial rotary, multipliers and no-rotary layers included."""
+    import clops.nn.launchers as launchers
+
+    monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    ref, hf, gguf_path = make(name, str(tmp_path))
+    ids = np.random.default_rng(4).integers(0, ref.config.vocab_size, PROMPT).tolist()
+    want = hf_logits(ref, ids)
+    model = clops.llm.load(gguf_path, device=device, max_seq_len=128, progress=False)
+    got = model.logits(ids)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < logit_tolerance(model), f"{name}: {err:.2e}"
+    prompt = ids[:6]
+    assert list(model.generate_ids(prompt, max_new_tokens=16, stop_ids=[])) == \
+        hf_greedy(ref, prompt, 16)
