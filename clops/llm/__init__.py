@@ -1,4 +1,5 @@
-"""llm: Llama-family language models (llama, qwen2) from GGUF files or Hugging Face safetensors
+"""llm: decoder language models (the families of ``arch.ARCHS``: llama, mistral, smollm3, qwen2,
+qwen3, gemma2, gemma3, phi3, granite, olmo2) from GGUF files or Hugging Face safetensors
 directories, with their tokenizer and chat template, generating on any OpenCL device.
 
 >>> model = clops.llm.load()          # the bundled SmolLM2-135M-Instruct GGUF

@@ -140,7 +140,7 @@ def supported() -> str:
 
 
 def swa_layers(pattern: int, n_layers: int) -> tuple[bool, ...]:
-    """Which layers slide under llama.cpp's pattern ``pattern`` (see Arch.gguf_swa_pattern)."""
+    """Which layers slide under llama.cpp's pattern ``pattern`` (see Arch.swa_pattern)."""
     if pattern <= 0:
         return (False,) * n_layers
     return tuple(pattern == 1 or i % pattern < pattern - 1 for i in range(n_layers))

@@ -1,4 +1,4 @@
-"""llm, model: a Llama-family decoder (llama, qwen2) on one device. Weights stay in their file's
+"""llm, model: a decoder of any family in ``arch.ARCHS`` on one device. Weights stay in their file's
 format (quantized ones quantized); activations and the KV cache are preallocated; prefill and
 decode are recorded once as launch plans, so a decode step is only its enqueues, and sampling
 runs on the device so that only the chosen token id comes back."""
