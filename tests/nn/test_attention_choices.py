@@ -1,0 +1,101 @@
+"""The attention kernels' per-family choices against numpy: soft-capped scores and a sliding
+window, for a prompt's rows (attn_prefill) and a decode row (attn_decode with its split
+combine), on the test device; and partial rotary in rope_store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import clops.nn.launchers as K
+
+H, KV, D, MAX = 4, 2, 16, 64
+
+
+def _ref(q, kc, vc, pos, scale, softcap, window):
+    """q [M][H][D] at positions pos[m]; caches [KV][MAX][D]."""
+    out = np.zeros_like(q)
+    for m in range(q.shape[0]):
+        lo = max(0, pos[m] - window + 1) if window else 0
+        for h in range(H):
+            k, v = kc[h // (H // KV), lo:pos[m] + 1], vc[h // (H // KV), lo:pos[m] + 1]
+            s = (k.astype(np.float64) @ q[m, h]) * scale
+            if softcap:
+                s = softcap * np.tanh(s / softcap)
+            p = np.exp(s - s.max())
+            out[m, h] = (p / p.sum()) @ v
+    return out
+
+
+def _buf(dev, a):
+    b = dev.alloc(max(a.nbytes, 4))
+    dev.write(b, np.ascontiguousarray(a), blocking=True)
+    return b
+
+
+def _read(dev, b, shape):
+    out = np.empty(shape, np.float32)
+    dev.read(out, b)
+    return out
+
+
+@pytest.mark.parametrize("softcap, window", [(0.0, 0), (2.5, 0), (0.0, 5), (3.0, 7)])
+@pytest.mark.parametrize("gpu", [False, True])
+def test_capped_and_windowed_attention(device, monkeypatch, softcap, window, gpu):
+    if gpu:
+        monkeypatch.setattr(K, "is_cpu", lambda dev: False)
+    rng = np.random.default_rng(int(softcap * 10) + window)
+    kc = rng.standard_normal((KV, MAX, D)).astype(np.float32) * 2
+    vc = rng.standard_normal((KV, MAX, D)).astype(np.float32)
+    scale = 0.4
+    dev = device
+    kb, vb = _buf(dev, kc), _buf(dev, vc)
+    # a prompt chunk: 20 rows from position 13
+    p0, m = 13, 20
+    q = rng.standard_normal((m, H, D)).astype(np.float32) * 2
+    state = _buf(dev, np.array([p0, 0, 0, 0], np.int32))
+    out = dev.alloc(q.nbytes)
+    K.attn_prefill(dev, out, _buf(dev, q), 0, H * D, kb, vb, 0, 0, MAX * D, state, 0, True, MAX,
+                   m, H, KV, D, scale, softcap=softcap, window=window).run(dev)
+    want = _ref(q, kc, vc, [p0 + i for i in range(m)], scale, softcap, window)
+    np.testing.assert_allclose(_read(dev, out, q.shape), want, rtol=1e-4, atol=1e-5)
+    # a decode row at position 50: splits before the window weigh nothing
+    q1 = q[:1]
+    state = _buf(dev, np.array([50, 0, 0, 0], np.int32))
+    part = dev.alloc(K.part_nbytes(dev, MAX, H, D))
+    dev.write(part, np.full(K.part_nbytes(dev, MAX, H, D) // 4, np.nan, np.float32),
+              blocking=True)
+    out1 = dev.alloc(q1.nbytes)
+    for ln in K.attn_decode(dev, out1, part, _buf(dev, q1), kb, vb, state, H, KV, D, MAX,
+                            scale, softcap=softcap, window=window):
+        ln.run(dev)
+    want1 = _ref(q1, kc, vc, [50], scale, softcap, window)
+    np.testing.assert_allclose(_read(dev, out1, q1.shape), want1, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("neox", [True, False])
+def test_partial_rotary(device, neox):
+    rot, m = 8, 3
+    rng = np.random.default_rng(5)
+    n_qkv = (H + 2 * KV) * D
+    qkv = rng.standard_normal((m, n_qkv)).astype(np.float32)
+    inv = (1.0 / 10000 ** (np.arange(0, rot, 2) / rot)).astype(np.float32)
+    dev = device
+    q_out, kc, vc = dev.alloc(m * H * D * 4), dev.alloc(KV * MAX * D * 4), dev.alloc(
+        KV * MAX * D * 4)
+    state = _buf(dev, np.array([7, 0, 0, 0], np.int32))
+    K.rope_store(dev, q_out, _buf(dev, qkv), n_qkv, kc, vc, state, _buf(dev, inv), m, H, KV, D,
+                 MAX, neox, rot_dim=rot).run(dev)
+    heads = qkv[:, :(H + KV) * D].reshape(m, H + KV, D)
+    want = heads.copy()
+    for r in range(m):
+        ang = (7 + r) * inv
+        c, s = np.cos(ang), np.sin(ang)
+        idx = (np.arange(rot // 2), np.arange(rot // 2) + rot // 2) if neox else (
+            np.arange(0, rot, 2), np.arange(1, rot, 2))
+        a, b = heads[r][:, idx[0]], heads[r][:, idx[1]]
+        want[r][:, idx[0]], want[r][:, idx[1]] = a * c - b * s, a * s + b * c
+    got_q = _read(dev, q_out, (m, H, D))
+    got_k = _read(dev, kc, (KV, MAX, D))[:, 7:7 + m].transpose(1, 0, 2)
+    np.testing.assert_allclose(got_q, want[:, :H], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_k, want[:, H:], rtol=1e-5, atol=1e-5)
