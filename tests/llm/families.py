@@ -121,7 +121,10 @@ def make(family: str, path: str, seed: int = 0, **overrides: Any):
             else:
                 p.normal_(0.0, 0.2)
     model.save_pretrained(hf, safe_serialization=True)
-    ref = getattr(transformers, model_cls).from_pretrained(hf, dtype=torch.float32).eval()
+    # NOTE: eager attention, the reference implementation: some transformers versions drop
+    # Gemma 2's attention soft-capping under SDPA
+    ref = getattr(transformers, model_cls).from_pretrained(
+        hf, dtype=torch.float32, attn_implementation="eager").eval()
     gguf_path = os.path.join(path, "model.gguf")
     write_gguf(family, ref, gguf_path)
     return ref, hf, gguf_path
