@@ -9,7 +9,7 @@ import pytest
 import clops.llm
 from clops.llm.batch import BatchEngine, SamplingParams
 
-from .tiny import make_model
+from .tiny import logit_tolerance, make_model
 
 NEW = 10
 
@@ -78,10 +78,17 @@ def test_logits_and_logprobs_match_the_model(tiny):
     (out,) = outs
     logits = model.logits(p)[-1].astype(np.float64)
     logp = logits - np.logaddexp.reduce(logits)
+    # NOTE: on GPUs with tensor cores the model's 40-row prompt rounds its rows to float16
+    # (logit_tolerance) while the engine's chunks of 16 rows may not: a logprob moves by up to
+    # twice that logit error (3e-3 on an H100)
+    rel = logit_tolerance(model)
+    tol = 1e-4 if rel < 1e-4 else 2 * rel * float(np.abs(logits).max())
     assert out.token == int(np.argmax(logits))
-    assert out.logprob == pytest.approx(logp[out.token], abs=1e-4)
-    assert [t for t, _ in out.top] == list(np.argsort(-logp, kind="stable")[:5])
-    assert [v for _, v in out.top] == pytest.approx(sorted(logp, reverse=True)[:5], abs=1e-4)
+    assert out.logprob == pytest.approx(logp[out.token], abs=tol)
+    top = sorted(logp, reverse=True)[:6]
+    if min(a - b for a, b in zip(top, top[1:])) > 2 * tol:  # no near tie to reorder
+        assert [t for t, _ in out.top] == list(np.argsort(-logp, kind="stable")[:5])
+    assert [v for _, v in out.top] == pytest.approx(top[:5], abs=tol)
 
 
 def test_greedy_tokens_match_transformers(tiny):
