@@ -102,6 +102,7 @@ _GEMMA2_SETTINGS = {
     "attn_scale": Setting("query_pre_attn_scalar", "attention.scale", _gemma_scale),
 }
 _GEMMA3_SETTINGS = {
+    "attn_softcap": Setting("attn_logit_softcapping", "attn_logit_softcapping"),
     "final_softcap": Setting("final_logit_softcapping", "final_logit_softcapping"),
     "attn_scale": Setting("query_pre_attn_scalar", "attention.scale", _gemma_scale),
 }

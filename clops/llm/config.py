@@ -55,7 +55,6 @@ class ModelConfig:
     rope_dims: int = 0               # rotated dimensions of a head (0: all)
     rope_theta_swa: float = 0.0      # rope base of sliding layers, unscaled (0: rope_theta)
     nope: tuple[bool, ...] = ()      # per layer: no rotary embedding
-    norm_offset: float = 0.0         # added to every norm weight as it is read
     # where each field came from in the file ("ffn_dim": "llama.feed_forward_length"), for
     # messages
     keys: dict[str, str] = field(default_factory=dict, repr=False)
@@ -508,8 +507,7 @@ def from_hf(config: dict[str, Any], source: str) -> ModelConfig:
         sliding_window=window, swa=swa if window else (),
         rope_dims=int(head_dim * partial) if partial < 1 else 0,
         rope_theta_swa=_float(local, "rope_theta", source, _float(
-            config, "rope_local_base_freq", source, a.swa_theta or 0.0)), nope=nope,
-        norm_offset=a.hf_norm_offset)
+            config, "rope_local_base_freq", source, a.swa_theta or 0.0)), nope=nope)
     for name, s in a.settings.items():
         if s.hf and config.get(s.hf) is not None:
             v = _float(config, s.hf, source)
