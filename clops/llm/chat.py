@@ -13,6 +13,7 @@ names the limit; any other failure of a template raises ``TemplateError`` too.
 from __future__ import annotations
 
 import contextvars
+import json
 import re
 import string
 import time
@@ -462,6 +463,15 @@ def _raise(message: str) -> None:
     raise TemplateError(message)
 
 
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    """JSON as chat templates expect it (and transformers renders it): keys in their order,
+    non-ASCII kept, a plain string (jinja2's own ``tojson`` sorts keys and returns markup that
+    escapes the strings concatenated with it)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
 @cache
 def _environment() -> _GuardedEnvironment:
     # loop controls ({% break %}, {% continue %}): chat templates use them, as transformers
@@ -469,6 +479,7 @@ def _environment() -> _GuardedEnvironment:
     env = _GuardedEnvironment(trim_blocks=True, lstrip_blocks=True, finalize=_finalize,
                               extensions=["jinja2.ext.loopcontrols"])
     env.filters = {name: _guard_filter(name, fn) for name, fn in env.filters.items()}
+    env.filters["tojson"] = _guard_filter("tojson", _tojson)
     env.filters[_ITERATE] = _iterate
     env.filters[_CONCAT] = _concat
     env.globals.pop("lipsum", None)  # makes text of any length; no chat template uses it

@@ -4,6 +4,7 @@ ordinary templates render exactly as jinja2's own sandbox renders them."""
 
 from __future__ import annotations
 
+import json
 import time
 import tracemalloc
 
@@ -157,6 +158,9 @@ ORDINARY = [
 
 def _jinja_reference(template: str) -> str:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    # chat templates' tojson (as transformers defines it): keys in order, a plain string
+    env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False,
+                                                              indent=indent)
     return env.from_string(template).render(messages=MESSAGES, add_generation_prompt=True,
                                             bos_token="<s>", eos_token="</s>")
 
