@@ -25,6 +25,7 @@ from typing import Any
 
 from jinja2 import TemplateSyntaxError, nodes
 from jinja2.compiler import CodeGenerator, Frame
+from jinja2.ext import Extension
 from jinja2.runtime import BlockReference, Context, LoopContext, Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
@@ -463,6 +464,36 @@ def _raise(message: str) -> None:
     raise TemplateError(message)
 
 
+class _Generation(Extension):
+    """``{% generation %}...{% endgeneration %}``: marks the assistant's text for training
+    masks in transformers; renders its body (SmolLM3's template uses it)."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> list[nodes.Node]:
+        next(parser.stream)
+        return list(parser.parse_statements(("name:endgeneration",), drop_needle=True))
+
+
+# names of a message's reasoning text; templates read "reasoning_content" (gpt-oss "thinking")
+_REASONING = ("reasoning_content", "thinking", "reasoning")
+
+
+def _messages(messages: list[Any]) -> list[Any]:
+    """The messages as transformers hands them to a template: keys whose value is None left
+    out, and reasoning given under any of its names filled in as "reasoning_content" (and
+    "thinking")."""
+    out = []
+    for m in messages:
+        if isinstance(m, dict):
+            m = {k: v for k, v in m.items() if v is not None}
+            reasoning = next((m[k] for k in _REASONING if m.get(k) is not None), None)
+            if reasoning is not None:
+                m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+        out.append(m)
+    return out
+
+
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
     """JSON as chat templates expect it (and transformers renders it): keys in their order,
@@ -477,7 +508,7 @@ def _environment() -> _GuardedEnvironment:
     # loop controls ({% break %}, {% continue %}): chat templates use them, as transformers
     # renders them
     env = _GuardedEnvironment(trim_blocks=True, lstrip_blocks=True, finalize=_finalize,
-                              extensions=["jinja2.ext.loopcontrols"])
+                              extensions=["jinja2.ext.loopcontrols", _Generation])
     env.filters = {name: _guard_filter(name, fn) for name, fn in env.filters.items()}
     env.filters["tojson"] = _guard_filter("tojson", _tojson)
     env.filters[_ITERATE] = _iterate
@@ -514,8 +545,9 @@ def render(template: str, messages: list[dict[str, Any]], add_generation_prompt:
         tmpl = _environment().from_string(template)
         pieces: list[str] = []
         made = 0
-        extra = {"tools": tools} if tools else {}
-        stream = tmpl.generate(messages=messages, add_generation_prompt=add_generation_prompt,
+        extra = {"tools": tools} if tools is not None else {}
+        stream = tmpl.generate(messages=_messages(messages),
+                               add_generation_prompt=add_generation_prompt,
                                bos_token=bos_token, eos_token=eos_token, **extra)
         try:
             for piece in stream:
