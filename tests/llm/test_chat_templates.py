@@ -192,11 +192,27 @@ def test_the_day_is_pinned_on_both_sides(hf_tokenizer, template_texts):
     assert "Today Date: 26 Jul 2024" in got
 
 
+# Conversations that transformers cleans up before rendering, as clops does: keys whose value
+# is None left out, reasoning under another name given as reasoning_content. Older releases
+# (5.17) rendered such messages as given; there the reference is not the behaviour clops follows.
+CLEANED = {"tool call, null content": ("{{ messages[0].content is defined }}", "False"),
+           "reasoning, other name": ("{{ messages[0].reasoning_content }}", "x")}
+
+
+def _transformers_cleans(tok, conversation: str) -> bool:
+    probe, want = CLEANED[conversation]
+    msg = {"role": "assistant", "content": None, "reasoning": "x"}
+    return tok.apply_chat_template([msg], chat_template=probe, tokenize=False) == want
+
+
 @pytest.mark.parametrize("template,conversation,generation_prompt", list(_cases()))
 def test_renders_as_transformers(hf_tokenizer, template_texts, template, conversation,
                                  generation_prompt):
     text = template_texts[template]
     messages, tools = CONVERSATIONS[conversation]
+    if conversation in CLEANED and not _transformers_cleans(hf_tokenizer, conversation):
+        pytest.skip("this transformers renders the messages as given, not cleaned up as "
+                    "newer releases and clops do")
     try:
         expected = hf_tokenizer.apply_chat_template(
             copy.deepcopy(messages), tools=copy.deepcopy(tools), chat_template=text,
