@@ -88,6 +88,38 @@ def excerpt(source: str, lines: list[int], context: int = 3) -> str:
     return "\n".join(out)
 
 
+class _BuildNote:
+    """A one-line note on a terminal while programs compile for the first time (a cold cache
+    spends seconds there): shown during each compile, erased after it. Only where stderr is a
+    terminal; CLOPS_PROGRESS=0 turns it off."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on(self) -> bool:
+        try:
+            return sys.stderr.isatty() and os.environ.get("CLOPS_PROGRESS", "1") != "0"
+        except (AttributeError, ValueError):  # a replaced or closed stderr
+            return False
+
+    def start(self, device: str) -> bool:
+        self.count += 1
+        if not self.on():
+            return False
+        sys.stderr.write(f"\r[clops] compiling OpenCL program {self.count} for {device[:40]} "
+                         "(first use; cached for later runs)...")
+        sys.stderr.flush()
+        return True
+
+    @staticmethod
+    def done() -> None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+
+BUILD_NOTE = _BuildNote()
+
+
 class ProgramCache:
     """Per-device cache of built programs: memory first, then disk binaries."""
 
@@ -172,6 +204,15 @@ class ProgramCache:
     def _compile(self, source: str, options: tuple[str, ...]) -> cl.Program:
         dev = self.device.cl_device
         STATS["builds"] += 1
+        noted = BUILD_NOTE.start(self.device.name)
+        try:
+            return self._compile_program(source, options, dev)
+        finally:
+            if noted:
+                BUILD_NOTE.done()
+
+    def _compile_program(self, source: str, options: tuple[str, ...], dev: cl.Device
+                         ) -> cl.Program:
         prog = cl.Program(self.device.context, source)
         try:
             with warnings.catch_warnings(record=True) as notes:
