@@ -43,6 +43,13 @@ def info(probe: bool = True) -> int:
             flags.append(f"fp16-runs={'yes' if d.probe('fp16') else 'no'}")
             flags.append(f"nvidia-ptx={'yes' if d.probe('nvidia_ptx') else 'no'}")
         print(f"    capabilities    {', '.join(flags)}")
+        if probe and d.kind == "cpu":
+            from clops.kernels import gemm
+
+            ok = gemm.cpu_kernel_works(d, "float32")
+            print("    cpu products    " + ("gemm_cpu (vectorized)" if ok else
+                  "FAILED the gemm_cpu probe (CLOPS_DEBUG=1 says why): the portable kernel, "
+                  "slower; not chosen by default where another CPU runtime passes"))
         recorded, why = cmdbuf.support(d.queue.cl_queue)
         print(f"    launch plans    {'one command buffer a replay' if recorded else why}")
     return 0

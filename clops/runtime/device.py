@@ -783,14 +783,24 @@ def device(selector: str | CLDevice | None = None, *, from_pyopencl: Any = None)
 
 def _pick(matches: list[discovery.DeviceEntry]) -> CLDevice:
     # The first match that can build and run a kernel (a broken driver is skipped, e.g. a PoCL
-    # whose LLVM does not know this CPU). A selector with one match is taken as is.
+    # whose LLVM does not know this CPU) and, for a CPU, whose vectorized product passes its
+    # probe (PoCL 3.0 of the pip wheel fails it); else the first that builds. A selector with
+    # one match is taken as is.
     if len(matches) == 1:
         return _wrap(matches[0])
-    for e in matches:
-        dev = _wrap(e)
-        if dev.probe("builds"):
+    building = [d for d in (_wrap(e) for e in matches) if d.probe("builds")]
+    for dev in building:
+        if dev.kind != "cpu" or _cpu_products_work(dev):
             return dev
-    return _wrap(matches[0])
+    return building[0] if building else _wrap(matches[0])
+
+
+def _cpu_products_work(dev: CLDevice) -> bool:
+    # NOTE: a kernels-layer probe (compiled and checked in a child process, remembered with the
+    # device's probes); imported here, at selection time, to keep the import at load one-way
+    from ..kernels import gemm
+
+    return gemm.cpu_kernel_works(dev, "float32")
 
 
 def set_default_device(selector: str | CLDevice | None) -> CLDevice | None:

@@ -32,3 +32,26 @@ def test_pocl_30_takes_the_portable_kernel():
     dev = POCL30[0]
     assert not gemm.cpu_kernel_works(dev, "float32")
     assert not gemm.cpu_supports(dev, "float32", 256, 256, 256)
+
+
+@pytest.mark.skipif(not POCL30 or len(CPUS) < 2, reason="needs PoCL 3.0 beside another CPU "
+                    "runtime")
+def test_the_default_is_never_a_runtime_that_fails_the_probe(tmp_path):
+    """Listed first (CLOPS_VISIBLE_DEVICES), PoCL 3.0 is still not the default: the first CPU
+    runtime that passes the product probe is; ``clops info`` marks the one that fails."""
+    import os
+    import subprocess
+    import sys
+
+    good = next(d for d in CPUS if d not in POCL30 and gemm.cpu_kernel_works(d, "float32"))
+    env = {**os.environ, "CLOPS_VISIBLE_DEVICES": f"{POCL30[0].selector},{good.selector}"}
+    env.pop("CLOPS_DEVICE", None)
+    code = "import clops; print(clops.device().caps.driver)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(good.caps.driver)
+    info = subprocess.run([sys.executable, "-m", "clops", "info"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert "FAILED the gemm_cpu probe" in info.stdout
+    assert info.stdout.count("gemm_cpu (vectorized)") >= 1
