@@ -11,6 +11,7 @@ import hashlib
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ _VENDOR_LIBRARIES = {
     "libamdocl64.so": "amd",
     "libigdrcl.so": "intel",
     "libpocl.so.2": "pocl",
+    # Intel's CPU runtime, as the intel-opencl-rt wheel installs it into an environment (its own
+    # ICD file there names a placeholder path)
+    "libintelocl.so": "intel-cpu",
 }
 _LIBRARY_DIRS = [
     "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/nvidia/lib64",
@@ -63,9 +67,15 @@ class DeviceEntry:
 
 
 def _find_vendor_libraries() -> list[str]:
+    """Vendor libraries present: a bare name where the loader finds it on its own, the full
+    path for one inside this Python environment (``<prefix>/lib``, where wheels put them)."""
     found = []
     for lib in _VENDOR_LIBRARIES:
         if lib == "libpocl.so.2":
+            continue
+        in_env = os.path.join(sys.prefix, "lib", lib)
+        if os.path.exists(in_env):
+            found.append(in_env)
             continue
         for d in _LIBRARY_DIRS:
             if os.path.exists(os.path.join(d, lib)):
@@ -96,7 +106,7 @@ def _register_unlisted_drivers() -> str | None:
                 named.add(os.path.basename(f.read().strip()))
         except OSError:
             pass
-    missing = [lib for lib in _find_vendor_libraries() if lib not in named]
+    missing = [lib for lib in _find_vendor_libraries() if os.path.basename(lib) not in named]
     if not missing:
         return None
     files: dict[str, str] = {}
@@ -104,7 +114,7 @@ def _register_unlisted_drivers() -> str | None:
         with open(path) as src:
             files[os.path.basename(path)] = src.read()
     for lib in missing:
-        files[f"clops-{_VENDOR_LIBRARIES[lib]}.icd"] = lib + "\n"
+        files[f"clops-{_VENDOR_LIBRARIES[os.path.basename(lib)]}.icd"] = lib + "\n"
     try:
         folder = _icd_folder(files)
     except OSError as e:
