@@ -788,11 +788,15 @@ def _pick(matches: list[discovery.DeviceEntry]) -> CLDevice:
     # one match is taken as is.
     if len(matches) == 1:
         return _wrap(matches[0])
-    building = [d for d in (_wrap(e) for e in matches) if d.probe("builds")]
-    for dev in building:
+    first_building = None
+    for e in matches:  # probed in order, as far as needed
+        dev = _wrap(e)
+        if not dev.probe("builds"):
+            continue
         if dev.kind != "cpu" or _cpu_products_work(dev):
             return dev
-    return building[0] if building else _wrap(matches[0])
+        first_building = first_building or dev
+    return first_building or _wrap(matches[0])
 
 
 def _cpu_products_work(dev: CLDevice) -> bool:

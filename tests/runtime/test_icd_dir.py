@@ -32,7 +32,11 @@ def setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     monkeypatch.setenv("CLOPS_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("OCL_ICD_VENDORS", raising=False)  # restored (or removed) afterwards
+    # NOTE: set first, so that monkeypatch restores (or removes) it afterwards: delenv of an
+    # unset variable records nothing, and the folder the test registers leaked into later tests
+    # (a subprocess then saw only that folder's drivers)
+    monkeypatch.setenv("OCL_ICD_VENDORS", "")
+    monkeypatch.delenv("OCL_ICD_VENDORS")
     return tmp_path
 
 
