@@ -224,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--json", default="bench/results/kernels.json")
     ap.add_argument("--only", default="copy,gemm,gemv,attention")
+    ap.add_argument("--gemm-dtypes", default="float32,float16")
     a = ap.parse_args(argv)
     dev = clops.device(a.device)
     gpu = dev.kind != "cpu"
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += bench_attention(dev, torch, a.repeat, ceil["gbps"])
     # NOTE: last, so that a kernel fault (which ends the OpenCL context) loses nothing else
     if "gemm" in only:
-        for dtype in ("float32", "float16"):
+        for dtype in a.gemm_dtypes.split(","):
             try:
                 rows += bench_gemm(dev, size, dtype, torch, max(5, a.repeat // 2))
             except Exception as e:  # noqa: BLE001 - report and keep what was measured

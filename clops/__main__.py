@@ -92,6 +92,27 @@ def demo() -> int:
     return 0 if ok else 1
 
 
+def cache(trim: bool = False, clear: bool = False) -> int:
+    """Where the kernel caches are, what they hold and their limit; trim or clear them."""
+    from . import _config
+    from .runtime import cachefiles, cachesize
+
+    root = cachefiles.root()
+    limit = _config.cache_limit()
+    if clear or trim:
+        freed = cachesize.clear() if clear else cachesize.trim(limit)
+        print(f"removed {freed / 2**20:.1f} MiB")
+    used = cachesize.usage()
+    print(f"cache folder    {root} (CLOPS_CACHE_DIR)")
+    for name, nbytes in used.items():
+        print(f"  {name + '/':<14}{nbytes / 2**20:.1f} MiB")
+    limit_text = ("none" if not limit else f"{limit / 2**30:.2f} GiB" if limit >= 2**30
+                  else f"{limit / 2**20:.1f} MiB")
+    print(f"limit           {limit_text} (CLOPS_CACHE_LIMIT; trimmed when a process that "
+          "compiled ends, least recently used first)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:  # its own options: clops.serve.cli
@@ -104,8 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     p_info = sub.add_parser("info", help="list OpenCL devices and their capabilities")
     p_info.add_argument("--no-probe", action="store_true", help="skip compile-and-run probes")
     sub.add_parser("demo", help="run a short computation on the default device")
+    p_cache = sub.add_parser("cache", help="the kernel caches' folder and size (CLOPS_CACHE_LIMIT)")
+    what = p_cache.add_mutually_exclusive_group()
+    what.add_argument("--trim", action="store_true", help="trim to the limit now")
+    what.add_argument("--clear", action="store_true", help="remove every compiled kernel")
     args = parser.parse_args(argv)
-    commands = {"info": lambda: info(probe=not args.no_probe), "demo": demo}
+    commands = {"info": lambda: info(probe=not args.no_probe), "demo": demo,
+                "cache": lambda: cache(trim=args.trim, clear=args.clear)}
     if args.cmd not in commands:
         parser.print_help()
         return 0

@@ -85,6 +85,21 @@ def cache_dir() -> str | None:
     return os.environ.get("CLOPS_CACHE_DIR") or None
 
 
+DEFAULT_CACHE_LIMIT = 2 << 30
+
+
+def cache_limit() -> int:
+    """``CLOPS_CACHE_LIMIT``: the most bytes the kernel caches (program binaries and PoCL's
+    kernels) keep, read when asked; default 2 GiB, ``0`` for no limit."""
+    raw = os.environ.get("CLOPS_CACHE_LIMIT", "").strip()
+    if not raw:
+        return DEFAULT_CACHE_LIMIT
+    try:
+        return parse_bytes(raw)
+    except ValueError as e:
+        raise ValueError(f"CLOPS_CACHE_LIMIT: {e}") from None
+
+
 def raw_enqueue() -> bool:
     """``CLOPS_RAW_ENQUEUE`` (default on): launch plans replay on GPUs without events."""
     return os.environ.get("CLOPS_RAW_ENQUEUE", "1") not in ("0", "false", "no")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pyopencl as cl
 
 from .. import _config
-from . import cachefiles
+from . import cachefiles, cachesize
 
 if TYPE_CHECKING:
     from .device import CLDevice
@@ -163,10 +163,12 @@ class ProgramCache:
             prog = self._load(path, expect, options)
             if prog is not None:
                 STATS["disk_hits"] += 1
+                cachesize.touch(path)
                 return prog
         prog = self._compile(source, options)
         if path is not None and expect is not None:
             self._store(path, expect, prog)
+            cachesize.trim_at_exit()
         return prog
 
     def _load(self, path: str, expect: dict[str, str], options: tuple[str, ...]

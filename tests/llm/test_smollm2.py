@@ -70,7 +70,8 @@ def test_greedy_continuation_of_oxygen(model, greedy_reference):
     assert list(model.generate_ids(ids, max_new_tokens=32, stop_ids=[])) == want
 
 
-def test_greedy_continuation_with_int8_activations(device, greedy_reference, monkeypatch):
+def test_greedy_continuation_with_int8_activations(device, reference, greedy_reference,
+                                                   monkeypatch):
     # the GPU decode plan with the quantized matmuls on int8 activations (as NVIDIA runs them,
     # through dp4a; here the plain-C dot products): the same 32 greedy tokens
     import clops.nn.launchers as launchers
@@ -87,7 +88,26 @@ def test_greedy_continuation_with_int8_activations(device, greedy_reference, mon
     gpu_model._plan(1, "last", True)
     assert sum(taken) >= 30  # the matmuls of every layer
     ids, want = greedy_reference
-    assert list(gpu_model.generate_ids(ids, max_new_tokens=32, stop_ids=[])) == want
+    got = list(gpu_model.generate_ids(ids, max_new_tokens=32, stop_ids=[]))
+    _same_greedy_up_to_a_near_tie(reference, ids, want, got)
+
+
+def _same_greedy_up_to_a_near_tie(reference, ids, want, got, tol=0.01):
+    """Greedy tokens equal to the reference's, except that from a step where the reference's
+    two best logits lie within ``tol`` of its largest logit's magnitude (int8 activations move
+    logits by about that much), the sequences may part, on one of those near-equal tokens."""
+    import torch
+
+    assert len(got) == len(want)
+    step = next((t for t, (a, b) in enumerate(zip(want, got)) if a != b), None)
+    if step is None:
+        return
+    with torch.no_grad():
+        logits = reference(torch.tensor([ids + want[:step]])).logits[0, -1].numpy()
+    gap = float(logits[want[step]] - logits[got[step]])
+    assert gap <= tol * float(np.abs(logits).max()), (
+        f"token {step}: {got[step]} where the reference chose {want[step]}, {gap:.3f} higher "
+        f"(largest logit {np.abs(logits).max():.2f})")
 
 
 def test_generate_text_and_stats(model):
