@@ -27,6 +27,10 @@ def info(probe: bool = True) -> int:
         return 1
     default = clops.device()
     print(f"clops {clops.__version__}: {len(devs)} OpenCL device(s); default {default.selector}")
+    from clops.runtime.device import DEFAULT_WHY
+
+    if DEFAULT_WHY:
+        print("  why the default: " + "; ".join(DEFAULT_WHY))
     for d in devs:
         c = d.caps
         mark = "*" if d is default else " "

@@ -771,32 +771,71 @@ def device(selector: str | CLDevice | None = None, *, from_pyopencl: Any = None)
         if _DEFAULT is not None:
             return _DEFAULT
         env = _config.CONFIG.device
+        DEFAULT_WHY.clear()
         if env:
-            _DEFAULT = _pick(discovery.select(env))
-        else:
-            _DEFAULT = _pick(discovery.select(""))
+            DEFAULT_WHY.append(f"CLOPS_DEVICE={env}")
+        _DEFAULT = _pick(discovery.select(env or ""), DEFAULT_WHY)
         return _DEFAULT
     if not isinstance(selector, str):
         raise TypeError(f"device selector must be a string or CLDevice, got {type(selector)}")
     return _pick(discovery.select(selector))
 
 
-def _pick(matches: list[discovery.DeviceEntry]) -> CLDevice:
-    # The first match that can build and run a kernel (a broken driver is skipped, e.g. a PoCL
-    # whose LLVM does not know this CPU) and, for a CPU, whose vectorized product passes its
-    # probe (PoCL 3.0 of the pip wheel fails it); else the first that builds. A selector with
-    # one match is taken as is.
+# The CPU runtimes in the order a default prefers them, as measured side by side on the same
+# machine by bench/bench_cpu_runtimes.py (README, "CPU runtimes"): Intel's runtime ran float32
+# products and LLM prompts 2x faster than PoCL 3.1 (decode even); PoCL 3.1 ran bandwidth-bound
+# elementwise work and reductions 1.4-2.7x faster than Intel's; PoCL 3.0 (the pip wheel) was
+# slowest and fails the product probe. Newer PoCL before older; any other runtime last.
+CPU_RUNTIME_ORDER = ("intel", "pocl")
+CPU_RUNTIME_WHY = {
+    "intel": "Intel's CPU runtime is preferred among CPU runtimes (products and LLM prompts "
+             "2x PoCL 3.1's in bench/bench_cpu_runtimes.py)",
+    "pocl": "PoCL is preferred among the CPU runtimes here (the newest first)",
+}
+# Why the default device is the one it is (``clops info`` prints it).
+DEFAULT_WHY: list[str] = []
+
+
+def cpu_rank(e: discovery.DeviceEntry) -> tuple[int, tuple[int, ...]]:
+    """Sort key of a CPU runtime for the default: ``CPU_RUNTIME_ORDER``, newer versions first."""
+    order = CPU_RUNTIME_ORDER.index(e.backend) if e.backend in CPU_RUNTIME_ORDER \
+        else len(CPU_RUNTIME_ORDER)
+    return order, discovery._version_key(e.platform.version)
+
+
+def _pick(matches: list[discovery.DeviceEntry], why: list[str] | None = None) -> CLDevice:
+    # GPUs and accelerators first, in the order listed; then CPU runtimes by cpu_rank. The
+    # first that can build and run a kernel (a broken driver is skipped, e.g. a PoCL whose LLVM
+    # does not know this CPU) and, for a CPU, whose vectorized product passes its probe (PoCL
+    # 3.0 of the pip wheel fails it); else the first that builds. A selector with one match is
+    # taken as is. ``why`` receives the reasons.
+    why = [] if why is None else why
     if len(matches) == 1:
+        why.append("the only device the selector matches")
         return _wrap(matches[0])
+    others = [e for e in matches if e.kind != "cpu"]
+    ordered = others + sorted((e for e in matches if e.kind == "cpu"), key=cpu_rank)
     first_building = None
-    for e in matches:  # probed in order, as far as needed
+    for e in ordered:  # probed in order, as far as needed
         dev = _wrap(e)
         if not dev.probe("builds"):
+            why.append(f"{dev.selector} ({e.backend}) skipped: it cannot build and run a kernel")
             continue
-        if dev.kind != "cpu" or _cpu_products_work(dev):
+        if dev.kind != "cpu":
+            why.append(f"a {dev.kind} is preferred over CPUs")
             return dev
+        if _cpu_products_work(dev):
+            if len(ordered) > len(others) + 1:
+                why.append(CPU_RUNTIME_WHY.get(e.backend, "the first CPU runtime that passes "
+                                               "the product probe"))
+            return dev
+        why.append(f"{dev.selector} ({e.backend}) passed over: it fails the gemm_cpu probe")
         first_building = first_building or dev
-    return first_building or _wrap(matches[0])
+    if first_building is not None:
+        why.append("no CPU runtime passes the product probe: the first that builds")
+        return first_building
+    why.append("no device builds and runs a kernel: the first listed")
+    return _wrap(matches[0])
 
 
 def _cpu_products_work(dev: CLDevice) -> bool:
