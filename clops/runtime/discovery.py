@@ -106,7 +106,11 @@ def _register_unlisted_drivers() -> str | None:
                 named.add(os.path.basename(f.read().strip()))
         except OSError:
             pass
-    missing = [lib for lib in _find_vendor_libraries() if os.path.basename(lib) not in named]
+    # Where the user chose the drivers (OCL_ICD_VENDORS), only those installed into this Python
+    # environment (by its full path) are added: the user installed them there for it.
+    chosen = "OCL_ICD_VENDORS" in os.environ
+    missing = [lib for lib in _find_vendor_libraries()
+               if os.path.basename(lib) not in named and (not chosen or os.path.isabs(lib))]
     if not missing:
         return None
     files: dict[str, str] = {}
@@ -225,8 +229,7 @@ def entries(refresh: bool = False) -> list[DeviceEntry]:
         return _ENTRIES
     if _ENTRIES is None:
         _point_pocl_cache()
-        if "OCL_ICD_VENDORS" not in os.environ:
-            _register_unlisted_drivers()
+        _register_unlisted_drivers()
     found: list[DeviceEntry] = []
     for p in _platforms():
         try:

@@ -191,7 +191,11 @@ class ProgramCache:
         dev = self.device.cl_device
         try:
             prog = cl.Program(self.device.context, [dev], [binary])
-            prog.build(options=list(options), devices=[dev])
+            with warnings.catch_warnings():
+                # a driver's remarks on linking its own binary (PoCL's, Intel's): not the
+                # user's concern, as on a build from source
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                prog.build(options=list(options), devices=[dev])
         except cl.Error as e:  # e.g. a driver that no longer takes its own older binaries
             self._refused(path, f"the driver refused the binary: {e}")
             return None

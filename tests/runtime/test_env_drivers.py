@@ -28,3 +28,14 @@ def test_a_driver_in_the_environment_is_registered_by_its_path(tmp_path, monkeyp
     # once named by a registered ICD file, it is not added again
     monkeypatch.setenv("OCL_ICD_VENDORS", folder)
     assert discovery._register_unlisted_drivers() is None
+
+
+def test_drivers_the_user_chose_are_kept_but_for_the_environments_own(tmp_path, monkeypatch):
+    # OCL_ICD_VENDORS set by the user: a system library they left out stays out
+    vendors = tmp_path / "vendors"
+    vendors.mkdir()
+    monkeypatch.setattr(discovery, "_find_vendor_libraries", lambda: ["libnvidia-opencl.so.1"])
+    monkeypatch.setenv("OCL_ICD_VENDORS", str(vendors))
+    monkeypatch.setenv("CLOPS_CACHE_DIR", str(tmp_path / "cache"))
+    assert discovery._register_unlisted_drivers() is None
+    assert os.environ["OCL_ICD_VENDORS"] == str(vendors)

@@ -41,6 +41,8 @@ def setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _register() -> Path:
+    # as a new process would: the folder an earlier call chose is not in its environment
+    os.environ.pop("OCL_ICD_VENDORS", None)
     folder = discovery._register_unlisted_drivers()
     assert folder is not None and os.environ["OCL_ICD_VENDORS"] == folder
     return Path(folder)
