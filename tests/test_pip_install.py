@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,8 +48,15 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CLOPS_DEVICE", "CLOPS_VISIBLE", "POCL_", "PYTHON",
                                 "VIRTUAL_ENV", "OCL_ICD"))}
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-          "-w", str(tmp / "dist"), str(ROOT)], env, tmp)
+    # from a copy of what the wheel is made of, so that the build leaves nothing in the checkout
+    src = tmp / "src"
+    shutil.copytree(ROOT / "clops", src / "clops",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (ROOT / name).exists():
+            shutil.copy(ROOT / name, src / name)
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp / "dist"),
+          str(src)], env, tmp)
     wheel = next((tmp / "dist").glob("clops-*.whl"))
     _run([sys.executable, "-m", "venv", str(tmp / "venv")], env, tmp)
     py = tmp / "venv" / "bin" / "python"
