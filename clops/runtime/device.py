@@ -729,7 +729,15 @@ def adopt(obj: Any) -> CLDevice:
     ``Context`` (its first device, a new queue): clops work and the application's share the
     context, so ``clops.from_pyopencl`` takes its arrays without a copy."""
     if isinstance(obj, cl.CommandQueue):
-        ctx, cl_dev, q = obj.context, obj.device, obj
+        try:
+            ctx, cl_dev, q = obj.context, obj.device, obj
+        except cl.Error as e:
+            # NOTE: some drivers (Intel's CPU runtime) invalidate a context whose last
+            # application handle was released, although a queue still holds it
+            raise ValueError(
+                "clops.device(from_pyopencl=queue): the driver no longer knows the queue's "
+                f"context ({e}); keep a reference to the pyopencl Context the queue was made "
+                "on while the queue is in use") from e
     elif isinstance(obj, cl.Context):
         ctx, cl_dev, q = obj, obj.devices[0], None
     else:
