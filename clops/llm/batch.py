@@ -195,11 +195,14 @@ class BatchEngine:
         dev = self.device
         tm = min(8, K._pow2_at_most(m)) if K.is_cpu(dev) else None
         ln = K.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), bias, accum, name,
-                      norm=norm, glu=glu, tm=tm)
+                      norm=norm, glu=glu, tm=tm, row_invariant=True)
         if tm is None:
             tm, _ = K.matmul_geometry(dev, 2, w.k, w.fmt)
         ln.args[9] = i32(m)
-        ln.global_size = (ln.global_size[0], -(-m // tm))
+        if w.layout == "rb16":  # (row tiles, column blocks)
+            ln.global_size = (-(-m // tm), ln.global_size[1])
+        else:  # (columns, row tiles)
+            ln.global_size = (ln.global_size[0], -(-m // tm))
         return ln
 
     def _plan(self, n: int, nl: int, embed: bool = False) -> LaunchPlan:

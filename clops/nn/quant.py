@@ -187,18 +187,60 @@ def concat(parts: list[PackedWeight]) -> PackedWeight | None:
     return PackedWeight(first.fmt, sum(p.n for p in parts), first.k, data, scales, first.group)
 
 
-class DeviceWeight:
-    """A packed weight on a device: its value buffer, its scale buffer, and the compile-time
-    parameters of the kernels that read it."""
+# Rows per block of the CPU layout (kernels/matmul_cpu.cl)
+RB = 16
 
-    def __init__(self, device: CLDevice, packed: PackedWeight) -> None:
+
+def interleave_rows(packed: PackedWeight) -> tuple[np.ndarray, np.ndarray | None]:
+    """The values and scales of ``packed`` in the CPU layout ``rb16`` (``matmul_cpu.cl``):
+    blocks of 16 rows (the last padded with zero rows), each stored k by k with the block's 16
+    rows side by side, so that one 16-wide load gives the same k of 16 rows."""
+    n, k = packed.n, packed.k
+    nb = -(-n // RB)
+
+    def blocks(a: np.ndarray) -> np.ndarray:  # [n, ...] -> [nb, RB, ...], zero rows added
+        if nb * RB != n:
+            a = np.concatenate([a, np.zeros((nb * RB - n,) + a.shape[1:], a.dtype)])
+        return a.reshape((nb, RB) + a.shape[1:])
+
+    sc = packed.scales
+    if packed.fmt == "q4":
+        assert sc is not None
+        g = k // 32
+        data = blocks(packed.data.reshape(n, g, 16)).transpose(0, 2, 3, 1)  # [b, g, j, r]
+        scales = blocks(sc.reshape(n, g, 2)).transpose(0, 2, 3, 1)  # [b, g, 2, r]
+        return np.ascontiguousarray(data), np.ascontiguousarray(scales)
+    data = blocks(packed.data.reshape(n, k)).transpose(0, 2, 1)  # [b, k, r]
+    if packed.fmt == "q8":
+        assert sc is not None
+        scales = blocks(sc.reshape(n, k // packed.group)).transpose(0, 2, 1)  # [b, g, r]
+        return np.ascontiguousarray(data), np.ascontiguousarray(scales)
+    return np.ascontiguousarray(data), None
+
+
+def layout_for(device: CLDevice) -> str:
+    """The layout weights take on ``device``: ``rb16`` on CPUs (16 rows interleaved, for
+    16-wide vector arithmetic), ``rows`` (row-major) elsewhere."""
+    return "rb16" if device.kind == "cpu" else "rows"
+
+
+class DeviceWeight:
+    """A packed weight on a device: its value buffer, its scale buffer, its layout (``rows``:
+    row-major; ``rb16``: CPUs, ``interleave_rows``) and the compile-time parameters of the
+    kernels that read it."""
+
+    def __init__(self, device: CLDevice, packed: PackedWeight, layout: str | None = None) -> None:
         self.device = device
         self.fmt, self.n, self.k, self.group = packed.fmt, packed.n, packed.k, packed.group
         self.scale_half = packed.scale_half
-        self.data = _upload(device, packed.data)
+        self.layout = layout_for(device) if layout is None else layout
+        if self.layout not in ("rows", "rb16"):
+            raise ValueError(f"unknown weight layout {self.layout!r} (rows or rb16)")
+        data, sc = (interleave_rows(packed) if self.layout == "rb16"
+                    else (packed.data, packed.scales))
+        self.data = _upload(device, data)
         # kernels take a scale pointer even for float weights; a tiny buffer stands in
-        sc = packed.scales if packed.scales is not None else np.zeros(1, np.float32)
-        self.scales = _upload(device, sc)
+        self.scales = _upload(device, sc if sc is not None else np.zeros(1, np.float32))
         self.nbytes = packed.nbytes
         # a float16 copy [n][k] for tensor-core products, where its owner keeps one
         # (launchers.linear then converts nothing)
@@ -217,7 +259,7 @@ class DeviceWeight:
             raise ValueError(f"the inner size of a weight must be a multiple of 32, got {k}")
         w = cls.__new__(cls)
         w.device, w.fmt, w.n, w.k, w.group = device, fmt, n, k, 32
-        w.scale_half = False
+        w.scale_half, w.layout = False, "rows"
         w.data = buffer
         w.scales = _upload(device, np.zeros(1, np.float32))
         w.nbytes = n * k * (4 if fmt == "f32" else 2)
@@ -230,7 +272,7 @@ class DeviceWeight:
         return {"WFMT": WFMT[self.fmt], "SCALE_HALF": int(self.scale_half), "QGROUP": self.group}
 
     def __repr__(self) -> str:
-        return f"<clops.nn.DeviceWeight {self.fmt} [{self.n}, {self.k}]>"
+        return f"<clops.nn.DeviceWeight {self.fmt} [{self.n}, {self.k}] {self.layout}>"
 
 
 def _upload(device: CLDevice, arr: np.ndarray) -> Buffer:

@@ -152,6 +152,8 @@ def test_gpu_plan_of_each_choice_matches_transformers(name, tmp_path, device, mo
     import clops.nn.launchers as launchers
 
     monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+
+    monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
     ref, hf, gguf_path = make(name, str(tmp_path))
     ids = np.random.default_rng(4).integers(0, ref.config.vocab_size, PROMPT).tolist()
     want = hf_logits(ref, ids)

@@ -30,6 +30,7 @@ def _load_as_if_tensor_cores(path, device, monkeypatch, **kw):
     with monkeypatch.context() as mp:
         mp.setattr(launchers, "tensor_core_rows",
                    lambda dev, m, w: m >= launchers.TENSOR_CORE_ROWS and w.fmt != "f32")
+        mp.setattr("clops.nn.quant.layout_for", lambda dev: "rows")  # (GPUs' layout)
         return clops.llm.load(path, device=device, max_seq_len=64, progress=False, **kw)
 
 

@@ -23,6 +23,8 @@ def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, comb
     import torch
 
     monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+
+    monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
     # and the decode step replayed as one command buffer, as GPUs do where they can
     monkeypatch.setenv("CLOPS_COMMAND_BUFFERS", "1")
     # decode attention in one launch (combine: the last work-group combines the splits) or

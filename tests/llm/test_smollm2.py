@@ -83,6 +83,8 @@ def test_greedy_continuation_with_int8_activations(device, reference, greedy_ref
         return taken[-1]
 
     monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+
+    monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
     monkeypatch.setattr(launchers, "int8_activations", int8)
     gpu_model = clops.llm.load(GGUF_PATH, device=device, max_seq_len=256, progress=False)
     gpu_model._plan(1, "last", True)

@@ -9,6 +9,7 @@ import pytest
 
 import clops.nn as nn
 import clops.nn.launchers as launchers
+import clops.nn.quant as quant
 
 from . import test_functional as tf
 from .test_functional import q8_1_activations
@@ -17,6 +18,7 @@ from .test_functional import q8_1_activations
 @pytest.fixture(params=["cpt1", "cpt4", "int8", "int8-cpt4", "int8-cb3", "int8-wide"])
 def gpu_geometry(monkeypatch, request):
     monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")  # row-major weights
     if request.param.endswith("cpt4"):  # several output columns per team, as for large layers
         monkeypatch.setattr(launchers, "matmul_cpt",
                             lambda dev, m, n, fmt: (4 if fmt in ("q4", "q8") else 2)

@@ -10,9 +10,16 @@ import pytest
 import clops
 import clops.nn as nn
 import clops.nn.launchers as L
+import clops.nn.quant as quant
 from clops.nn.quant import DeviceWeight, pack_float
 
 RNG = np.random.default_rng(7)
+
+
+@pytest.fixture(autouse=True)
+def _row_major_weights(monkeypatch):
+    # the GPU layout of weights on every device (CPUs otherwise interleave rows: matmul_cpu.cl)
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
 
 
 def _upload(dev, a):

@@ -1,0 +1,236 @@
+// y[m, n] (+)= sum_k x[m, k] * W[n, k] (+ bias[n]) on CPUs, W repacked at load (nn/quant.py,
+// layout "rb16") so that one 16-wide vector load holds the same k of 16 consecutive rows: a
+// work-item computes a block of 16 output columns for TM rows of x with 16-wide arithmetic
+// and broadcasts of x, the weights streamed once, front to back.
+//
+// Compile-time parameters:
+//   WFMT   0 float32, 1 float16, 2 bfloat16, 3 q4 (scale and min per 32), 4 q8 (a scale per
+//          QGROUP values)
+//   SCALE_HALF  1: q4/q8 scales stored as half; 0: as float
+//   QGROUP 32 or 16 (q8)
+//   TM     rows of x per work-item (each weight vector meets TM rows from registers)
+//   TM_DEQ quantized weights, TM >= TM_DEQ: dequantized once per vector for the TM rows;
+//          TM < TM_DEQ: integer values meet x, the sums scaled per group (fewer operations
+//          for one row; a row's sums then come out in another order)
+//   HAS_BIAS, ACCUM  add bias[n]; add into y instead of overwriting
+//
+// Layouts (N padded to a multiple of 16 with zero rows; block b holds rows 16b .. 16b + 15;
+// entries [.][16] are the 16 rows of the block):
+//   float: W[b][k][16]
+//   q4:    W uchar[b][g][j][16] for group g (32 values) and j < 16: row r's byte holds value
+//          j (low nibble) and value j + 16 (high nibble) of its group; S[b][g][2][16]: the
+//          scales, then the mins (value = q * scale + min)
+//   q8:    W char[b][k][16]; S[b][k / QGROUP][16] (value = q * scale)
+// Work geometry: global (ceil(M / TM), N / 16), local (1, 1): one work-item per group, so that
+// the compiler does not vectorize across work-items (its loads would become gathers).
+
+#ifndef TM
+#define TM 1
+#endif
+#ifndef TM_DEQ
+#define TM_DEQ 4
+#endif
+#ifndef QGROUP
+#define QGROUP 32
+#endif
+
+#if WFMT == 0
+#define W_T float
+#elif WFMT == 1 || WFMT == 2
+#define W_T ushort
+#elif WFMT == 3
+#define W_T uchar
+#else
+#define W_T char
+#endif
+
+#if SCALE_HALF
+#define SCALE_T half
+#define LOAD16_SCALE(i, p) vload_half16((i), (p))
+#else
+#define SCALE_T float
+#define LOAD16_SCALE(i, p) vload16((i), (p))
+#endif
+
+// the 16 rows' values at position i of the block's stream (float formats)
+#if WFMT == 0
+#define LOADW(p, i) vload16((i), (p))
+#elif WFMT == 1
+#define LOADW(p, i) vload_half16((i), (__global const half *)(p))
+#elif WFMT == 2
+#define LOADW(p, i) as_float16(convert_uint16(vload16((i), (p))) << 16)
+#endif
+
+__kernel void matmul_rb(__global float *y, int y_off, int ldy,
+                        __global const float *x, int x_off, int ldx,
+                        __global const W_T *W, __global const SCALE_T *S,
+                        __global const float *bias, int M, int N, int K) {
+    const int m0 = get_global_id(0) * TM;
+    const int b = get_global_id(1);
+    __global const float *xr[TM];
+    for (int i = 0; i < TM; ++i) xr[i] = x + x_off + (size_t)min(m0 + i, M - 1) * ldx;
+    float16 acc[TM];
+    for (int i = 0; i < TM; ++i) acc[i] = (float16)(0.0f);
+
+#if WFMT == 3 && TM >= TM_DEQ
+    // PERF: several rows of x (prompts): the weights are dequantized once and meet TM rows
+    const int G = K / 32;
+    __global const uchar *wb = W + (size_t)b * G * 256;
+    __global const SCALE_T *sb = S + (size_t)b * G * 32;
+    for (int g = 0; g < G; ++g) {
+        __global const uchar *wg = wb + g * 256;
+        const float16 d = LOAD16_SCALE(2 * g, sb), mn = LOAD16_SCALE(2 * g + 1, sb);
+        for (int j = 0; j < 16; ++j) {
+            const uchar16 q = vload16(j, wg);
+            const float16 lo = mad(convert_float16(q & (uchar16)15), d, mn);
+            const float16 hi = mad(convert_float16(q >> (uchar16)4), d, mn);
+            for (int i = 0; i < TM; ++i) {
+                acc[i] = mad(lo, (float16)xr[i][g * 32 + j], acc[i]);
+                acc[i] = mad(hi, (float16)xr[i][g * 32 + 16 + j], acc[i]);
+            }
+        }
+    }
+#elif WFMT == 3
+    const int G = K / 32;
+    __global const uchar *wb = W + (size_t)b * G * 256;
+    __global const SCALE_T *sb = S + (size_t)b * G * 32;
+    for (int g = 0; g < G; ++g) {
+        float16 t[TM];
+        for (int i = 0; i < TM; ++i) t[i] = (float16)(0.0f);
+        __global const uchar *wg = wb + g * 256;
+        for (int j = 0; j < 16; ++j) {
+            const uchar16 q = vload16(j, wg);
+            const float16 lo = convert_float16(q & (uchar16)15);
+            const float16 hi = convert_float16(q >> (uchar16)4);
+            for (int i = 0; i < TM; ++i) {
+                t[i] = mad(lo, (float16)xr[i][g * 32 + j], t[i]);
+                t[i] = mad(hi, (float16)xr[i][g * 32 + 16 + j], t[i]);
+            }
+        }
+        const float16 d = LOAD16_SCALE(2 * g, sb), mn = LOAD16_SCALE(2 * g + 1, sb);
+        for (int i = 0; i < TM; ++i) {
+            // the mins meet the sum of the group's 32 x values
+            const float16 xs = vload16(0, xr[i] + g * 32) + vload16(1, xr[i] + g * 32);
+            const float8 x8 = xs.lo + xs.hi;
+            const float4 x4 = x8.lo + x8.hi;
+            const float sx = (x4.x + x4.y) + (x4.z + x4.w);
+            acc[i] = mad(d, t[i], mad(mn, (float16)sx, acc[i]));
+        }
+    }
+#elif WFMT == 4 && TM >= TM_DEQ
+    const int G = K / QGROUP;
+    __global const char *wb = W + (size_t)b * K * 16;
+    __global const SCALE_T *sb = S + (size_t)b * G * 16;
+    for (int g = 0; g < G; ++g) {
+        const float16 d = LOAD16_SCALE(g, sb);
+        for (int j = 0; j < QGROUP; ++j) {
+            const float16 w = convert_float16(vload16(g * QGROUP + j, wb)) * d;
+            for (int i = 0; i < TM; ++i) acc[i] = mad(w, (float16)xr[i][g * QGROUP + j], acc[i]);
+        }
+    }
+#elif WFMT == 4
+    const int G = K / QGROUP;
+    __global const char *wb = W + (size_t)b * K * 16;
+    __global const SCALE_T *sb = S + (size_t)b * G * 16;
+    for (int g = 0; g < G; ++g) {
+        float16 t[TM];
+        for (int i = 0; i < TM; ++i) t[i] = (float16)(0.0f);
+        for (int j = 0; j < QGROUP; ++j) {
+            const float16 q = convert_float16(vload16(g * QGROUP + j, wb));
+            for (int i = 0; i < TM; ++i) t[i] = mad(q, (float16)xr[i][g * QGROUP + j], t[i]);
+        }
+        const float16 d = LOAD16_SCALE(g, sb);
+        for (int i = 0; i < TM; ++i) acc[i] = mad(d, t[i], acc[i]);
+    }
+#else
+    __global const W_T *wb = W + (size_t)b * K * 16;
+    for (int k0 = 0; k0 < K; k0 += 32)
+        for (int j = 0; j < 32; ++j) {
+            const float16 w = LOADW(wb, k0 + j);
+            for (int i = 0; i < TM; ++i) acc[i] = mad(w, (float16)xr[i][k0 + j], acc[i]);
+        }
+#endif
+
+    const int n0 = b * 16;
+#if HAS_BIAS
+    float16 bv;
+    if (n0 + 16 <= N) {
+        bv = vload16(0, bias + n0);
+    } else {
+        float tmp[16];
+        for (int r = 0; r < 16; ++r) tmp[r] = n0 + r < N ? bias[n0 + r] : 0.0f;
+        bv = vload16(0, tmp);
+    }
+    for (int i = 0; i < TM; ++i) acc[i] += bv;
+#endif
+    for (int i = 0; i < TM; ++i) {
+        if (m0 + i >= M) break;
+        __global float *yp = y + y_off + (size_t)(m0 + i) * ldy + n0;
+        if (n0 + 16 <= N) {
+#if ACCUM
+            vstore16(vload16(0, yp) + acc[i], 0, yp);
+#else
+            vstore16(acc[i], 0, yp);
+#endif
+        } else {
+            float tmp[16];
+            vstore16(acc[i], 0, tmp);
+            for (int r = 0; r < 16 && n0 + r < N; ++r) {
+#if ACCUM
+                yp[r] += tmp[r];
+#else
+                yp[r] = tmp[r];
+#endif
+            }
+        }
+    }
+}
+
+// out[m, :] = row ids[m] of the table W (layout rb16, any WFMT), dequantized to float32. ids
+// come from tokens[state[0] + m]. Work geometry: global (K / 32, M).
+__kernel void embedding_rb(__global float *out, __global const int *tokens,
+                           __global const int *state, __global const W_T *W,
+                           __global const SCALE_T *S, int K, int vocab) {
+    const int g = get_global_id(0), m = get_global_id(1);
+    const int id = clamp(tokens[state[0] + m], 0, vocab - 1);
+    const int b = id / 16, r = id % 16;
+    __global float *o = out + (size_t)m * K + g * 32;
+#if WFMT == 3
+    __global const uchar *wg = W + ((size_t)b * (K / 32) + g) * 256;
+    __global const SCALE_T *sg = S + ((size_t)b * (K / 32) + g) * 32;
+#if SCALE_HALF
+    const float d = vload_half(r, sg), mn = vload_half(16 + r, sg);
+#else
+    const float d = sg[r], mn = sg[16 + r];
+#endif
+    for (int j = 0; j < 16; ++j) {
+        const uchar q = wg[j * 16 + r];
+        o[j] = (q & 15) * d + mn;
+        o[j + 16] = (q >> 4) * d + mn;
+    }
+#elif WFMT == 4
+    __global const char *wb = W + (size_t)b * K * 16;
+    __global const SCALE_T *sb = S + (size_t)b * (K / QGROUP) * 16;
+    for (int j = 0; j < 32; ++j) {
+        const int k = g * 32 + j;
+#if SCALE_HALF
+        const float d = vload_half((k / QGROUP) * 16 + r, sb);
+#else
+        const float d = sb[(k / QGROUP) * 16 + r];
+#endif
+        o[j] = wb[(size_t)k * 16 + r] * d;
+    }
+#else
+    __global const W_T *wb = W + (size_t)b * K * 16;
+    for (int j = 0; j < 32; ++j) {
+        const size_t i = (size_t)(g * 32 + j) * 16 + r;
+#if WFMT == 0
+        o[j] = wb[i];
+#elif WFMT == 1
+        o[j] = vload_half(i, (__global const half *)wb);
+#else
+        o[j] = as_float((uint)wb[i] << 16);
+#endif
+    }
+#endif
+}
