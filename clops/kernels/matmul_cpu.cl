@@ -13,6 +13,7 @@
 //          TM < TM_DEQ: integer values meet x, the sums scaled per group (fewer operations
 //          for one row; a row's sums then come out in another order)
 //   HAS_BIAS, ACCUM  add bias[n]; add into y instead of overwriting
+//   HW_FMA 1: the device has fused multiply-add (fma(); else mad())
 //
 // Layouts (N padded to a multiple of 16 with zero rows; block b holds rows 16b .. 16b + 15;
 // entries [.][16] are the 16 rows of the block):
@@ -61,6 +62,14 @@
 #define LOADW(p, i) as_float16(convert_uint16(vload16((i), (p))) << 16)
 #endif
 
+// PERF: fused multiply-adds where the device has them (mad() compiles to a multiply and an
+// add on PoCL: q4 and q8 products of one row 15-20% slower)
+#if HW_FMA
+#define FMA(a, b, c) fma((a), (b), (c))
+#else
+#define FMA(a, b, c) mad((a), (b), (c))
+#endif
+
 __kernel void matmul_rb(__global float *y, int y_off, int ldy,
                         __global const float *x, int x_off, int ldx,
                         __global const W_T *W, __global const SCALE_T *S,
@@ -69,11 +78,13 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     const int b = get_global_id(1);
     __global const float *xr[TM];
     for (int i = 0; i < TM; ++i) xr[i] = x + x_off + (size_t)min(m0 + i, M - 1) * ldx;
-    float16 acc[TM];
-    for (int i = 0; i < TM; ++i) acc[i] = (float16)(0.0f);
+    // PERF: two sums per row (even and odd steps, or low and high nibbles), so that FMAs in
+    // flight do not wait on each other; added at the end, the same way for every TM
+    float16 acc[TM], acc2[TM];
+    for (int i = 0; i < TM; ++i) acc[i] = acc2[i] = (float16)(0.0f);
 
 #if WFMT == 3 && TM >= TM_DEQ
-    // PERF: several rows of x (prompts): the weights are dequantized once and meet TM rows
+    // several rows of x (prompts): the weights are dequantized once and meet TM rows
     const int G = K / 32;
     __global const uchar *wb = W + (size_t)b * G * 256;
     __global const SCALE_T *sb = S + (size_t)b * G * 32;
@@ -82,29 +93,36 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
         const float16 d = LOAD16_SCALE(2 * g, sb), mn = LOAD16_SCALE(2 * g + 1, sb);
         for (int j = 0; j < 16; ++j) {
             const uchar16 q = vload16(j, wg);
-            const float16 lo = mad(convert_float16(q & (uchar16)15), d, mn);
-            const float16 hi = mad(convert_float16(q >> (uchar16)4), d, mn);
+            const float16 lo = FMA(convert_float16(q & (uchar16)15), d, mn);
+            const float16 hi = FMA(convert_float16(q >> (uchar16)4), d, mn);
             for (int i = 0; i < TM; ++i) {
-                acc[i] = mad(lo, (float16)xr[i][g * 32 + j], acc[i]);
-                acc[i] = mad(hi, (float16)xr[i][g * 32 + 16 + j], acc[i]);
+                acc[i] = FMA(lo, (float16)xr[i][g * 32 + j], acc[i]);
+                acc2[i] = FMA(hi, (float16)xr[i][g * 32 + 16 + j], acc2[i]);
             }
         }
     }
 #elif WFMT == 3
+    // one row (decode): the integer values meet x, their sums scaled once per group; four
+    // sums in flight per row
     const int G = K / 32;
     __global const uchar *wb = W + (size_t)b * G * 256;
     __global const SCALE_T *sb = S + (size_t)b * G * 32;
     for (int g = 0; g < G; ++g) {
-        float16 t[TM];
-        for (int i = 0; i < TM; ++i) t[i] = (float16)(0.0f);
+        float16 t0[TM], t1[TM], t2[TM], t3[TM];
+        for (int i = 0; i < TM; ++i) t0[i] = t1[i] = t2[i] = t3[i] = (float16)(0.0f);
         __global const uchar *wg = wb + g * 256;
-        for (int j = 0; j < 16; ++j) {
-            const uchar16 q = vload16(j, wg);
-            const float16 lo = convert_float16(q & (uchar16)15);
-            const float16 hi = convert_float16(q >> (uchar16)4);
+        for (int j = 0; j < 16; j += 2) {
+            const uchar16 q0 = vload16(j, wg), q1 = vload16(j + 1, wg);
+            const float16 l0 = convert_float16(q0 & (uchar16)15);
+            const float16 h0 = convert_float16(q0 >> (uchar16)4);
+            const float16 l1 = convert_float16(q1 & (uchar16)15);
+            const float16 h1 = convert_float16(q1 >> (uchar16)4);
             for (int i = 0; i < TM; ++i) {
-                t[i] = mad(lo, (float16)xr[i][g * 32 + j], t[i]);
-                t[i] = mad(hi, (float16)xr[i][g * 32 + 16 + j], t[i]);
+                __global const float *xg = xr[i] + g * 32;
+                t0[i] = FMA(l0, (float16)xg[j], t0[i]);
+                t1[i] = FMA(h0, (float16)xg[16 + j], t1[i]);
+                t2[i] = FMA(l1, (float16)xg[j + 1], t2[i]);
+                t3[i] = FMA(h1, (float16)xg[17 + j], t3[i]);
             }
         }
         const float16 d = LOAD16_SCALE(2 * g, sb), mn = LOAD16_SCALE(2 * g + 1, sb);
@@ -114,7 +132,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             const float8 x8 = xs.lo + xs.hi;
             const float4 x4 = x8.lo + x8.hi;
             const float sx = (x4.x + x4.y) + (x4.z + x4.w);
-            acc[i] = mad(d, t[i], mad(mn, (float16)sx, acc[i]));
+            acc[i] = FMA(d, (t0[i] + t1[i]) + (t2[i] + t3[i]), FMA(mn, (float16)sx, acc[i]));
         }
     }
 #elif WFMT == 4 && TM >= TM_DEQ
@@ -123,9 +141,14 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     __global const SCALE_T *sb = S + (size_t)b * G * 16;
     for (int g = 0; g < G; ++g) {
         const float16 d = LOAD16_SCALE(g, sb);
-        for (int j = 0; j < QGROUP; ++j) {
-            const float16 w = convert_float16(vload16(g * QGROUP + j, wb)) * d;
-            for (int i = 0; i < TM; ++i) acc[i] = mad(w, (float16)xr[i][g * QGROUP + j], acc[i]);
+        for (int j = 0; j < QGROUP; j += 2) {
+            const int k = g * QGROUP + j;
+            const float16 w0 = convert_float16(vload16(k, wb)) * d;
+            const float16 w1 = convert_float16(vload16(k + 1, wb)) * d;
+            for (int i = 0; i < TM; ++i) {
+                acc[i] = FMA(w0, (float16)xr[i][k], acc[i]);
+                acc2[i] = FMA(w1, (float16)xr[i][k + 1], acc2[i]);
+            }
         }
     }
 #elif WFMT == 4
@@ -133,23 +156,36 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     __global const char *wb = W + (size_t)b * K * 16;
     __global const SCALE_T *sb = S + (size_t)b * G * 16;
     for (int g = 0; g < G; ++g) {
-        float16 t[TM];
-        for (int i = 0; i < TM; ++i) t[i] = (float16)(0.0f);
-        for (int j = 0; j < QGROUP; ++j) {
-            const float16 q = convert_float16(vload16(g * QGROUP + j, wb));
-            for (int i = 0; i < TM; ++i) t[i] = mad(q, (float16)xr[i][g * QGROUP + j], t[i]);
+        float16 t0[TM], t1[TM], t2[TM], t3[TM];
+        for (int i = 0; i < TM; ++i) t0[i] = t1[i] = t2[i] = t3[i] = (float16)(0.0f);
+        for (int j = 0; j < QGROUP; j += 4) {
+            const int k = g * QGROUP + j;
+            const float16 q0 = convert_float16(vload16(k, wb));
+            const float16 q1 = convert_float16(vload16(k + 1, wb));
+            const float16 q2 = convert_float16(vload16(k + 2, wb));
+            const float16 q3 = convert_float16(vload16(k + 3, wb));
+            for (int i = 0; i < TM; ++i) {
+                t0[i] = FMA(q0, (float16)xr[i][k], t0[i]);
+                t1[i] = FMA(q1, (float16)xr[i][k + 1], t1[i]);
+                t2[i] = FMA(q2, (float16)xr[i][k + 2], t2[i]);
+                t3[i] = FMA(q3, (float16)xr[i][k + 3], t3[i]);
+            }
         }
         const float16 d = LOAD16_SCALE(g, sb);
-        for (int i = 0; i < TM; ++i) acc[i] = mad(d, t[i], acc[i]);
+        for (int i = 0; i < TM; ++i) acc[i] = FMA(d, (t0[i] + t1[i]) + (t2[i] + t3[i]), acc[i]);
     }
 #else
     __global const W_T *wb = W + (size_t)b * K * 16;
     for (int k0 = 0; k0 < K; k0 += 32)
-        for (int j = 0; j < 32; ++j) {
-            const float16 w = LOADW(wb, k0 + j);
-            for (int i = 0; i < TM; ++i) acc[i] = mad(w, (float16)xr[i][k0 + j], acc[i]);
+        for (int j = 0; j < 32; j += 2) {
+            const float16 w0 = LOADW(wb, k0 + j), w1 = LOADW(wb, k0 + j + 1);
+            for (int i = 0; i < TM; ++i) {
+                acc[i] = FMA(w0, (float16)xr[i][k0 + j], acc[i]);
+                acc2[i] = FMA(w1, (float16)xr[i][k0 + j + 1], acc2[i]);
+            }
         }
 #endif
+    for (int i = 0; i < TM; ++i) acc[i] += acc2[i];
 
     const int n0 = b * 16;
 #if HAS_BIAS

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pyopencl as cl
 
 from ..kernels import Launch, kernel
 from ..kernels import gemm as _gemm
@@ -234,6 +235,15 @@ RB_ROWS_MAX = 8
 RB_DEQ_ROWS = 4
 
 
+def hw_fma(dev: CLDevice) -> bool:
+    """Whether the device reports fused multiply-add for float (CL_FP_FMA): kernels then call
+    fma(), which PoCL otherwise does not emit for mad() (a multiply and an add)."""
+    try:
+        return bool(dev.cl_device.single_fp_config & cl.device_fp_config.FMA)
+    except (AttributeError, cl.Error):
+        return False
+
+
 def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
               w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
               name: str = "matmul", tm: int | None = None,
@@ -244,7 +254,8 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
     sums in another order); ``row_invariant`` takes the second way for every ``tm``."""
     tm = tm if tm is not None and m > 1 else rb_rows(m)
     knl = kernel(dev, "matmul_cpu", "matmul_rb", TM=tm, HAS_BIAS=int(bias is not None),
-                 ACCUM=int(accum), TM_DEQ=1 if row_invariant else RB_DEQ_ROWS, **w.defines)
+                 ACCUM=int(accum), TM_DEQ=1 if row_invariant else RB_DEQ_ROWS,
+                 HW_FMA=int(hw_fma(dev)), **w.defines)
     args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
             bias if bias is not None else w.scales, i32(m), i32(w.n), i32(w.k)]
     reads = [x, w.data, w.scales] + ([bias] if bias is not None else []) + ([y] if accum else [])
