@@ -458,3 +458,81 @@ __kernel void kv_store(__global float *kc, __global float *vc, __global const fl
     kc[dst] = k[k_off + src];
     vc[dst] = v[v_off + src];
 }
+
+// The rotation of the head at src (position pos) into dst, both HEAD_DIM floats: four pairs
+// at a time (vector sincos). Whole-head rotary (ROT_DIM == HEAD_DIM).
+inline void rotate_head(__private float *dst, __global const float *src, float pos,
+                        __global const float *inv_freq) {
+    for (int c = 0; c < HEAD_DIM / 8; ++c) {
+        float4 cs, sn = sincos(pos * vload4(c, inv_freq), &cs);
+#if ROPE_NEOX
+        const float4 a = vload4(c, src), b = vload4(c, src + HEAD_DIM / 2);
+        vstore4(a * cs - b * sn, c, dst);
+        vstore4(a * sn + b * cs, c, dst + HEAD_DIM / 2);
+#else
+        const float8 v = vload8(c, src);
+        const float4 r0 = v.even * cs - v.odd * sn, r1 = v.even * sn + v.odd * cs;
+        vstore8((float8)(r0.x, r1.x, r0.y, r1.y, r0.z, r1.z, r0.w, r1.w), c, dst);
+#endif
+    }
+}
+
+// One score into the online softmax: one exp per key (the larger of the running max and the
+// score keeps weight 1). Returns the new key's weight; *corr the factor on what was gathered.
+inline float online_weight(float sc, float *mx, float *l, float *corr) {
+    float e;
+    if (sc > *mx) {
+        *corr = exp(*mx - sc);
+        *mx = sc;
+        e = 1.0f;
+    } else {
+        *corr = 1.0f;
+        e = exp(sc - *mx);
+    }
+    *l = *l * *corr + e;
+    return e;
+}
+
+// Decode on CPUs, one launch a layer: work-item h (a query head) rotates its query and its
+// key-value head's new key (from the QKV projection of the row at position state[0]), the first
+// query head of each key-value head stores the new key and value in the cache, and each
+// attends to the cache's earlier positions and to the new key and value from registers (so no
+// work-item reads what another writes in this launch). out [H][D]. Work geometry: global (H),
+// local (1). Whole-head rotary, no cap, no window.
+__kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
+                              __global float *kc, __global float *vc,
+                              __global const int *state, __global const float *inv_freq,
+                              int max_seq, int n_rep, int H, int KV, float scale) {
+    const int h = get_global_id(0), kvh = h / n_rep, pos = state[0];
+    float qr[HEAD_DIM], kr[HEAD_DIM];
+    rotate_head(qr, qkv + h * HEAD_DIM, (float)pos, inv_freq);
+    rotate_head(kr, qkv + (H + kvh) * HEAD_DIM, (float)pos, inv_freq);
+    __global const float *vn = qkv + (H + KV + kvh) * HEAD_DIM;
+    __global float *kb = kc + (size_t)kvh * max_seq * HEAD_DIM;
+    __global float *vb = vc + (size_t)kvh * max_seq * HEAD_DIM;
+    if (h % n_rep == 0)
+        for (int d = 0; d < D4; ++d) {
+            vstore4(vload4(d, kr), d, kb + (size_t)pos * HEAD_DIM);
+            vstore4(vload4(d, vn), d, vb + (size_t)pos * HEAD_DIM);
+        }
+    float4 qv[D4], acc[D4];
+    for (int d = 0; d < D4; ++d) {
+        qv[d] = vload4(d, qr) * scale;
+        acc[d] = (float4)(0.0f);
+    }
+    // the new key first (its score is the running max to begin with), then the cache's
+    float4 t = (float4)(0.0f);
+    for (int d = 0; d < D4; ++d) t = mad(qv[d], vload4(d, kr), t);
+    float mx = (t.x + t.y) + (t.z + t.w), l = 1.0f, corr;
+    for (int d = 0; d < D4; ++d) acc[d] = vload4(d, vn);
+    for (int j = 0; j < pos; ++j) {
+        __global const float *kj = kb + (size_t)j * HEAD_DIM;
+        float4 s4 = (float4)(0.0f);
+        for (int d = 0; d < D4; ++d) s4 = mad(qv[d], vload4(d, kj), s4);
+        const float e = online_weight((s4.x + s4.y) + (s4.z + s4.w), &mx, &l, &corr);
+        __global const float *vj = vb + (size_t)j * HEAD_DIM;
+        for (int d = 0; d < D4; ++d) acc[d] = mad((float4)(e), vload4(d, vj), acc[d] * corr);
+    }
+    const float inv = 1.0f / l;
+    for (int d = 0; d < D4; ++d) vstore4(acc[d] * inv, d, out + h * HEAD_DIM);
+}

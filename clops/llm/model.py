@@ -351,6 +351,11 @@ class Model:
         plain = cfg.rotary == D and not cfg.attn_softcap and not window
         common: dict[str, Any] = dict(state=self.state, n_heads=H, n_kv=KV, head_dim=D,
                                       scale=scale)
+        if m == 1 and plain and K.cpu_decode(dev, D):
+            # PERF (CPUs): one launch a layer, a work-item per query head
+            add(K.attn_decode_cpu(dev, self.attn, self.qkv, ly.k_cache, ly.v_cache, self.state,
+                                  ly.inv_freq, H, KV, D, self.max_seq, scale, cfg.rope_neox))
+            return
         if m == 1 and plain and K.fused_decode(dev, D):
             # PERF: rotation, cache store, attention and (where the device allows) the
             # split combine in one launch instead of four

@@ -580,6 +580,24 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     return launches
 
 
+def cpu_decode(dev: CLDevice, head_dim: int) -> bool:
+    """Whether decode attention runs as attn_decode_cpu (rotation, cache store and attention
+    of a layer in one launch, a work-item per query head): CPUs, heads of a multiple of 8."""
+    return is_cpu(dev) and head_dim % 8 == 0
+
+
+def attn_decode_cpu(dev: CLDevice, out: Buffer, qkv: Buffer, kc: Buffer, vc: Buffer,
+                    state: Buffer, inv_freq: Buffer, n_heads: int, n_kv: int, head_dim: int,
+                    max_seq: int, scale: float, neox: bool) -> Launch:
+    """Decode attention of one row straight from the QKV projection on CPUs: rotation, the
+    cache store and attention in one launch (``out`` is [H][D])."""
+    knl = kernel(dev, "attention", "attn_decode_cpu", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
+    args = [out, qkv, kc, vc, state, inv_freq, i32(max_seq), i32(n_heads // n_kv),
+            i32(n_heads), i32(n_kv), f32(scale)]
+    return Launch(knl, (n_heads,), (1,), args, [qkv, kc, vc, state, inv_freq], [out, kc, vc],
+                  "attn_decode")
+
+
 def part_nbytes(dev: CLDevice, max_seq: int, n_heads: int, head_dim: int) -> int:
     _, splits = decode_chunk(dev, max_seq, n_heads)
     return n_heads * splits * (head_dim + 2) * 4
