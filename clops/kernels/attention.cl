@@ -459,6 +459,44 @@ __kernel void kv_store(__global float *kc, __global float *vc, __global const fl
     vc[dst] = v[v_off + src];
 }
 
+#if HEAD_DIM % 16 == 0
+#define D16 (HEAD_DIM / 16)
+// CPU kernels: 16-wide vectors (HEAD_DIM a multiple of 16)
+inline float hsum16(float16 v) {
+    const float8 a = v.lo + v.hi;
+    const float4 b = a.lo + a.hi;
+    return (b.x + b.y) + (b.z + b.w);
+}
+
+inline float dot16(const float16 *qv, const float *k) {
+    float16 t = qv[0] * vload16(0, k);
+    for (int d = 1; d < D16; ++d) t = mad(qv[d], vload16(d, k), t);
+    return hsum16(t);
+}
+
+// attend (above) with one exp per key: the larger of the running max and the score keeps
+// weight 1
+inline void attend_cpu(const float16 *qv, float16 *acc, float *mx, float *l,
+                       __global const float *kb, __global const float *vb, int j0, int j1) {
+    for (int j = j0; j < j1; ++j) {
+        __global const float *kj = kb + (size_t)j * HEAD_DIM;
+        float16 t = qv[0] * vload16(0, kj);
+        for (int d = 1; d < D16; ++d) t = mad(qv[d], vload16(d, kj), t);
+        const float sc = hsum16(t);
+        __global const float *vj = vb + (size_t)j * HEAD_DIM;
+        if (sc > *mx) {
+            const float corr = exp(*mx - sc);
+            *mx = sc;
+            *l = *l * corr + 1.0f;
+            for (int d = 0; d < D16; ++d) acc[d] = mad(acc[d], (float16)(corr), vload16(d, vj));
+        } else {
+            const float e = exp(sc - *mx);
+            *l += e;
+            for (int d = 0; d < D16; ++d) acc[d] = mad((float16)(e), vload16(d, vj), acc[d]);
+        }
+    }
+}
+
 // The rotation of the head at src (position pos) into dst, both HEAD_DIM floats: four pairs
 // at a time (vector sincos). Whole-head rotary (ROT_DIM == HEAD_DIM).
 inline void rotate_head(__private float *dst, __global const float *src, float pos,
@@ -475,22 +513,6 @@ inline void rotate_head(__private float *dst, __global const float *src, float p
         vstore8((float8)(r0.x, r1.x, r0.y, r1.y, r0.z, r1.z, r0.w, r1.w), c, dst);
 #endif
     }
-}
-
-// One score into the online softmax: one exp per key (the larger of the running max and the
-// score keeps weight 1). Returns the new key's weight; *corr the factor on what was gathered.
-inline float online_weight(float sc, float *mx, float *l, float *corr) {
-    float e;
-    if (sc > *mx) {
-        *corr = exp(*mx - sc);
-        *mx = sc;
-        e = 1.0f;
-    } else {
-        *corr = 1.0f;
-        e = exp(sc - *mx);
-    }
-    *l = *l * *corr + e;
-    return e;
 }
 
 // Decode on CPUs, one launch a layer: work-item h (a query head) rotates its query and its
@@ -515,24 +537,37 @@ __kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
             vstore4(vload4(d, kr), d, kb + (size_t)pos * HEAD_DIM);
             vstore4(vload4(d, vn), d, vb + (size_t)pos * HEAD_DIM);
         }
-    float4 qv[D4], acc[D4];
-    for (int d = 0; d < D4; ++d) {
-        qv[d] = vload4(d, qr) * scale;
-        acc[d] = (float4)(0.0f);
-    }
+    float16 qv[D16], acc[D16];
+    for (int d = 0; d < D16; ++d) qv[d] = vload16(d, qr) * scale;
     // the new key first (its score is the running max to begin with), then the cache's
-    float4 t = (float4)(0.0f);
-    for (int d = 0; d < D4; ++d) t = mad(qv[d], vload4(d, kr), t);
-    float mx = (t.x + t.y) + (t.z + t.w), l = 1.0f, corr;
-    for (int d = 0; d < D4; ++d) acc[d] = vload4(d, vn);
-    for (int j = 0; j < pos; ++j) {
-        __global const float *kj = kb + (size_t)j * HEAD_DIM;
-        float4 s4 = (float4)(0.0f);
-        for (int d = 0; d < D4; ++d) s4 = mad(qv[d], vload4(d, kj), s4);
-        const float e = online_weight((s4.x + s4.y) + (s4.z + s4.w), &mx, &l, &corr);
-        __global const float *vj = vb + (size_t)j * HEAD_DIM;
-        for (int d = 0; d < D4; ++d) acc[d] = mad((float4)(e), vload4(d, vj), acc[d] * corr);
-    }
+    float mx = dot16(qv, kr), l = 1.0f;
+    for (int d = 0; d < D16; ++d) acc[d] = vload16(d, vn);
+    attend_cpu(qv, acc, &mx, &l, kb, vb, 0, pos);
     const float inv = 1.0f / l;
-    for (int d = 0; d < D4; ++d) vstore4(acc[d] * inv, d, out + h * HEAD_DIM);
+    for (int d = 0; d < D16; ++d) vstore16(acc[d] * inv, d, out + h * HEAD_DIM);
 }
+
+// attn_prefill on CPUs (the same output): 16-wide arithmetic, one exp per key. Work geometry:
+// global (M, H), local (1, 1).
+__kernel void attn_prefill_cpu(__global float *out, __global const float *q, int q_off,
+                               int ld_q, __global const float *kc, __global const float *vc,
+                               int k_off, int v_off, int kv_stride, __global const int *state,
+                               int pos_add, int causal, int n_keys, int n_rep, float scale) {
+    const int m = get_global_id(0), h = get_global_id(1), H = get_global_size(1);
+    const int kvh = h / n_rep;
+    const int L = causal ? min(n_keys, state[0] + pos_add + m + 1) : n_keys;
+    float16 qv[D16], acc[D16];
+    __global const float *qr = q + q_off + (size_t)m * ld_q + h * HEAD_DIM;
+    for (int d = 0; d < D16; ++d) {
+        qv[d] = vload16(d, qr) * scale;
+        acc[d] = (float16)(0.0f);
+    }
+    float mx = -INFINITY, l = 0.0f;
+    attend_cpu(qv, acc, &mx, &l, kc + k_off + (size_t)kvh * kv_stride,
+               vc + v_off + (size_t)kvh * kv_stride,
+               causal ? first_key(state[0] + pos_add + m) : 0, L);
+    __global float *o = out + ((size_t)m * H + h) * HEAD_DIM;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int d = 0; d < D16; ++d) vstore16(acc[d] * inv, d, o);
+}
+#endif

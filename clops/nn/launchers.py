@@ -582,8 +582,8 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
 
 def cpu_decode(dev: CLDevice, head_dim: int) -> bool:
     """Whether decode attention runs as attn_decode_cpu (rotation, cache store and attention
-    of a layer in one launch, a work-item per query head): CPUs, heads of a multiple of 8."""
-    return is_cpu(dev) and head_dim % 8 == 0
+    of a layer in one launch, a work-item per query head): CPUs, heads of a multiple of 16."""
+    return is_cpu(dev) and head_dim % 16 == 0
 
 
 def attn_decode_cpu(dev: CLDevice, out: Buffer, qkv: Buffer, kc: Buffer, vc: Buffer,
@@ -625,6 +625,11 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
         knl = kernel(dev, "attention", "attn_prefill_wg", HEAD_DIM=head_dim, PREFILL_WG=1)
         return Launch(knl, (math.ceil(m / 16) * 128, n_heads), (128, 1), args + [i32(m)],
                       reads, [out], "attn_prefill")
+    if is_cpu(dev) and head_dim % 16 == 0:
+        # PERF (CPUs): 16-wide arithmetic, one exp per key, a work-item per group (rows of
+        # different lengths vectorized across work-items ran slower on PoCL)
+        knl = kernel(dev, "attention", "attn_prefill_cpu", HEAD_DIM=head_dim)
+        return Launch(knl, (m, n_heads), (1, 1), args, reads, [out], "attn_prefill")
     knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim)
     return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
 
