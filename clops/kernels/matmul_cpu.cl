@@ -14,6 +14,8 @@
 //          for one row; a row's sums then come out in another order)
 //   HAS_BIAS, ACCUM  add bias[n]; add into y instead of overwriting
 //   HW_FMA 1: the device has fused multiply-add (fma(); else mad())
+//   LDX    the row stride of x as a constant (0: the argument ldx)
+// M >= TM: the last tile of rows ends at row M - 1.
 //
 // Layouts (N padded to a multiple of 16 with zero rows; block b holds rows 16b .. 16b + 15;
 // entries [.][16] are the 16 rows of the block):
@@ -27,6 +29,9 @@
 
 #ifndef TM
 #define TM 1
+#endif
+#ifndef LDX
+#define LDX 0
 #endif
 #ifndef TM_DEQ
 #define TM_DEQ 4
@@ -74,13 +79,24 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
                         __global const float *x, int x_off, int ldx,
                         __global const W_T *W, __global const SCALE_T *S,
                         __global const float *bias, int M, int N, int K) {
-    const int m0 = get_global_id(0) * TM;
+    // the last tile of rows ends at row M - 1 (it may share rows with the one before, which
+    // compute the same sums; only the rows past the tile before are stored): every tile is
+    // whole (needs M >= TM), so that x's rows lie LDX apart from one pointer
+    const int first = get_global_id(0) * TM, m0 = min(first, M - TM);
     const int b = get_global_id(1);
+#if LDX
+    const int ldx_ = LDX;  // a constant: the rows' loads take immediate offsets
+#else
+    const int ldx_ = ldx;
+#endif
+    __global const float *x0 = x + x_off + (size_t)m0 * ldx_;
     __global const float *xr[TM];
-    for (int i = 0; i < TM; ++i) xr[i] = x + x_off + (size_t)min(m0 + i, M - 1) * ldx;
+    #pragma unroll
+    for (int i = 0; i < TM; ++i) xr[i] = x0 + i * ldx_;
     // PERF: two sums per row (even and odd steps, or low and high nibbles), so that FMAs in
     // flight do not wait on each other; added at the end, the same way for every TM
     float16 acc[TM], acc2[TM];
+    #pragma unroll
     for (int i = 0; i < TM; ++i) acc[i] = acc2[i] = (float16)(0.0f);
 
 #if WFMT == 3 && TM >= TM_DEQ
@@ -95,6 +111,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             const uchar16 q = vload16(j, wg);
             const float16 lo = FMA(convert_float16(q & (uchar16)15), d, mn);
             const float16 hi = FMA(convert_float16(q >> (uchar16)4), d, mn);
+            #pragma unroll
             for (int i = 0; i < TM; ++i) {
                 acc[i] = FMA(lo, (float16)xr[i][g * 32 + j], acc[i]);
                 acc2[i] = FMA(hi, (float16)xr[i][g * 32 + 16 + j], acc2[i]);
@@ -109,6 +126,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     __global const SCALE_T *sb = S + (size_t)b * G * 32;
     for (int g = 0; g < G; ++g) {
         float16 t0[TM], t1[TM], t2[TM], t3[TM];
+        #pragma unroll
         for (int i = 0; i < TM; ++i) t0[i] = t1[i] = t2[i] = t3[i] = (float16)(0.0f);
         __global const uchar *wg = wb + g * 256;
         for (int j = 0; j < 16; j += 2) {
@@ -117,6 +135,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             const float16 h0 = convert_float16(q0 >> (uchar16)4);
             const float16 l1 = convert_float16(q1 & (uchar16)15);
             const float16 h1 = convert_float16(q1 >> (uchar16)4);
+            #pragma unroll
             for (int i = 0; i < TM; ++i) {
                 __global const float *xg = xr[i] + g * 32;
                 t0[i] = FMA(l0, (float16)xg[j], t0[i]);
@@ -126,6 +145,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             }
         }
         const float16 d = LOAD16_SCALE(2 * g, sb), mn = LOAD16_SCALE(2 * g + 1, sb);
+        #pragma unroll
         for (int i = 0; i < TM; ++i) {
             // the mins meet the sum of the group's 32 x values
             const float16 xs = vload16(0, xr[i] + g * 32) + vload16(1, xr[i] + g * 32);
@@ -145,6 +165,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             const int k = g * QGROUP + j;
             const float16 w0 = convert_float16(vload16(k, wb)) * d;
             const float16 w1 = convert_float16(vload16(k + 1, wb)) * d;
+            #pragma unroll
             for (int i = 0; i < TM; ++i) {
                 acc[i] = FMA(w0, (float16)xr[i][k], acc[i]);
                 acc2[i] = FMA(w1, (float16)xr[i][k + 1], acc2[i]);
@@ -157,6 +178,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     __global const SCALE_T *sb = S + (size_t)b * G * 16;
     for (int g = 0; g < G; ++g) {
         float16 t0[TM], t1[TM], t2[TM], t3[TM];
+        #pragma unroll
         for (int i = 0; i < TM; ++i) t0[i] = t1[i] = t2[i] = t3[i] = (float16)(0.0f);
         for (int j = 0; j < QGROUP; j += 4) {
             const int k = g * QGROUP + j;
@@ -164,6 +186,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             const float16 q1 = convert_float16(vload16(k + 1, wb));
             const float16 q2 = convert_float16(vload16(k + 2, wb));
             const float16 q3 = convert_float16(vload16(k + 3, wb));
+            #pragma unroll
             for (int i = 0; i < TM; ++i) {
                 t0[i] = FMA(q0, (float16)xr[i][k], t0[i]);
                 t1[i] = FMA(q1, (float16)xr[i][k + 1], t1[i]);
@@ -172,6 +195,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             }
         }
         const float16 d = LOAD16_SCALE(g, sb);
+        #pragma unroll
         for (int i = 0; i < TM; ++i) acc[i] = FMA(d, (t0[i] + t1[i]) + (t2[i] + t3[i]), acc[i]);
     }
 #else
@@ -179,12 +203,14 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     for (int k0 = 0; k0 < K; k0 += 32)
         for (int j = 0; j < 32; j += 2) {
             const float16 w0 = LOADW(wb, k0 + j), w1 = LOADW(wb, k0 + j + 1);
+            #pragma unroll
             for (int i = 0; i < TM; ++i) {
                 acc[i] = FMA(w0, (float16)xr[i][k0 + j], acc[i]);
                 acc2[i] = FMA(w1, (float16)xr[i][k0 + j + 1], acc2[i]);
             }
         }
 #endif
+    #pragma unroll
     for (int i = 0; i < TM; ++i) acc[i] += acc2[i];
 
     const int n0 = b * 16;
@@ -197,10 +223,12 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
         for (int r = 0; r < 16; ++r) tmp[r] = n0 + r < N ? bias[n0 + r] : 0.0f;
         bv = vload16(0, tmp);
     }
+    #pragma unroll
     for (int i = 0; i < TM; ++i) acc[i] += bv;
 #endif
+    #pragma unroll
     for (int i = 0; i < TM; ++i) {
-        if (m0 + i >= M) break;
+        if (m0 + i < first) continue;  // the tile before stores this row
         __global float *yp = y + y_off + (size_t)(m0 + i) * ldy + n0;
         if (n0 + 16 <= N) {
 #if ACCUM

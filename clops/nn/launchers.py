@@ -223,8 +223,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
 
 def rb_rows(m: int) -> int:
     """Rows of x per work-item of ``matmul_cpu.cl`` (TM): one for a decode row, else up to 8
-    (each dequantized weight vector meets them all from registers)."""
-    return 1 if m == 1 else min(RB_ROWS_MAX, 1 << (m - 1).bit_length())
+    (each dequantized weight vector meets them all from registers), never more than m."""
+    return min(RB_ROWS_MAX, _pow2_at_most(m))
 
 
 # PERF (2-core EPYC, PoCL 3.1, q4 3072x576 with 64 rows): 8 rows per work-item 1.77 ms,
@@ -253,7 +253,11 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
     meet one row of x as integers scaled once per group, several rows dequantized (each row's
     sums in another order); ``row_invariant`` takes the second way for every ``tm``."""
     tm = tm if tm is not None and m > 1 else rb_rows(m)
-    knl = kernel(dev, "matmul_cpu", "matmul_rb", TM=tm, HAS_BIAS=int(bias is not None),
+    if tm > m:
+        raise ValueError(f"matmul_rb: {tm} rows per work-item for {m} rows (at most m)")
+    # (the row stride as a constant where several rows are read: immediate offsets)
+    knl = kernel(dev, "matmul_cpu", "matmul_rb", TM=tm, LDX=ldx if tm > 1 else 0,
+                 HAS_BIAS=int(bias is not None),
                  ACCUM=int(accum), TM_DEQ=1 if row_invariant else RB_DEQ_ROWS,
                  HW_FMA=int(hw_fma(dev)), **w.defines)
     args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
