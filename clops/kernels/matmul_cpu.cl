@@ -15,6 +15,10 @@
 //   HAS_BIAS, ACCUM  add bias[n]; add into y instead of overwriting
 //   HW_FMA 1: the device has fused multiply-add (fma(); else mad())
 //   LDX    the row stride of x as a constant (0: the argument ldx)
+//   NBW    blocks of 16 columns per work-item, one after another
+//   NORM   1: RMSNorm(x) * nw (eps) in place of x
+//   GLU    1: W is [gate (N/2 rows) | up (N/2 rows)], N/2 a multiple of 16; y gets N/2 columns
+//          silu(x . gate) * (x . up) (bias, where given, added to both before)
 // M >= TM: the last tile of rows ends at row M - 1.
 //
 // Layouts (N padded to a multiple of 16 with zero rows; block b holds rows 16b .. 16b + 15;
@@ -24,7 +28,7 @@
 //          j (low nibble) and value j + 16 (high nibble) of its group; S[b][g][2][16]: the
 //          scales, then the mins (value = q * scale + min)
 //   q8:    W char[b][k][16]; S[b][k / QGROUP][16] (value = q * scale)
-// Work geometry: global (ceil(M / TM), N / 16), local (1, 1): one work-item per group, so that
+// Work geometry: global (ceil(M / TM), ceil(N / (16 * NBW))), local (1, 1): one work-item per group, so that
 // the compiler does not vectorize across work-items (its loads would become gathers).
 
 #ifndef TM
@@ -33,6 +37,33 @@
 #ifndef LDX
 #define LDX 0
 #endif
+#ifndef NBW
+#define NBW 1
+#endif
+#ifndef NORM
+#define NORM 0
+#endif
+#ifndef GLU
+#define GLU 0
+#endif
+#if GLU
+#define NOUT (N / 2)
+#else
+#define NOUT N
+#endif
+#if NORM
+#define XV(i, k) (xr[i][k] * nw[k])
+#define XV16(i, k) (vload16(0, xr[i] + (k)) * vload16(0, nw + (k)))
+#else
+#define XV(i, k) (xr[i][k])
+#define XV16(i, k) vload16(0, xr[i] + (k))
+#endif
+
+inline float hsum16(float16 v) {
+    const float8 a = v.lo + v.hi;
+    const float4 b = a.lo + a.hi;
+    return (b.x + b.y) + (b.z + b.w);
+}
 #ifndef TM_DEQ
 #define TM_DEQ 4
 #endif
@@ -78,12 +109,12 @@
 __kernel void matmul_rb(__global float *y, int y_off, int ldy,
                         __global const float *x, int x_off, int ldx,
                         __global const W_T *W, __global const SCALE_T *S,
-                        __global const float *bias, int M, int N, int K) {
+                        __global const float *bias, int M, int N, int K,
+                        __global const float *nw, float eps) {
     // the last tile of rows ends at row M - 1 (it may share rows with the one before, which
     // compute the same sums; only the rows past the tile before are stored): every tile is
     // whole (needs M >= TM), so that x's rows lie LDX apart from one pointer
     const int first = get_global_id(0) * TM, m0 = min(first, M - TM);
-    const int b = get_global_id(1);
 #if LDX
     const int ldx_ = LDX;  // a constant: the rows' loads take immediate offsets
 #else
@@ -93,9 +124,32 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     __global const float *xr[TM];
     #pragma unroll
     for (int i = 0; i < TM; ++i) xr[i] = x0 + i * ldx_;
+#if NORM
+    // RMSNorm folded in: the sums meet x * nw and are scaled by each row's 1 / rms
+    float inv_rms[TM];
+    #pragma unroll
+    for (int i = 0; i < TM; ++i) {
+        float16 ss = (float16)(0.0f);
+        for (int k = 0; k < K; k += 16) {
+            const float16 v = vload16(0, xr[i] + k);
+            ss = FMA(v, v, ss);
+        }
+        inv_rms[i] = rsqrt(hsum16(ss) / K + eps);
+    }
+#endif
+    // PERF: NBW blocks of columns one after another (fewer work-groups to schedule)
+    for (int bi = 0; bi < NBW; ++bi) {
+    const int bo = get_global_id(1) * NBW + bi;  // the block of output columns
+    if (bo * 16 >= NOUT) return;
+#if GLU
+    float16 gate[TM];
+#endif
+    float16 acc[TM], acc2[TM];
+    for (int part = 0; part <= GLU; ++part) {
+    // the block of weight rows (GLU: the gate's, then the up's)
+    const int b = bo + part * (N / 32);
     // PERF: two sums per row (even and odd steps, or low and high nibbles), so that FMAs in
     // flight do not wait on each other; added at the end, the same way for every TM
-    float16 acc[TM], acc2[TM];
     #pragma unroll
     for (int i = 0; i < TM; ++i) acc[i] = acc2[i] = (float16)(0.0f);
 
@@ -113,8 +167,8 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             const float16 hi = FMA(convert_float16(q >> (uchar16)4), d, mn);
             #pragma unroll
             for (int i = 0; i < TM; ++i) {
-                acc[i] = FMA(lo, (float16)xr[i][g * 32 + j], acc[i]);
-                acc2[i] = FMA(hi, (float16)xr[i][g * 32 + 16 + j], acc2[i]);
+                acc[i] = FMA(lo, (float16)XV(i, g * 32 + j), acc[i]);
+                acc2[i] = FMA(hi, (float16)XV(i, g * 32 + 16 + j), acc2[i]);
             }
         }
     }
@@ -137,18 +191,18 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             const float16 h1 = convert_float16(q1 >> (uchar16)4);
             #pragma unroll
             for (int i = 0; i < TM; ++i) {
-                __global const float *xg = xr[i] + g * 32;
-                t0[i] = FMA(l0, (float16)xg[j], t0[i]);
-                t1[i] = FMA(h0, (float16)xg[16 + j], t1[i]);
-                t2[i] = FMA(l1, (float16)xg[j + 1], t2[i]);
-                t3[i] = FMA(h1, (float16)xg[17 + j], t3[i]);
+                const int k = g * 32 + j;
+                t0[i] = FMA(l0, (float16)XV(i, k), t0[i]);
+                t1[i] = FMA(h0, (float16)XV(i, k + 16), t1[i]);
+                t2[i] = FMA(l1, (float16)XV(i, k + 1), t2[i]);
+                t3[i] = FMA(h1, (float16)XV(i, k + 17), t3[i]);
             }
         }
         const float16 d = LOAD16_SCALE(2 * g, sb), mn = LOAD16_SCALE(2 * g + 1, sb);
         #pragma unroll
         for (int i = 0; i < TM; ++i) {
             // the mins meet the sum of the group's 32 x values
-            const float16 xs = vload16(0, xr[i] + g * 32) + vload16(1, xr[i] + g * 32);
+            const float16 xs = XV16(i, g * 32) + XV16(i, g * 32 + 16);
             const float8 x8 = xs.lo + xs.hi;
             const float4 x4 = x8.lo + x8.hi;
             const float sx = (x4.x + x4.y) + (x4.z + x4.w);
@@ -167,8 +221,8 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             const float16 w1 = convert_float16(vload16(k + 1, wb)) * d;
             #pragma unroll
             for (int i = 0; i < TM; ++i) {
-                acc[i] = FMA(w0, (float16)xr[i][k], acc[i]);
-                acc2[i] = FMA(w1, (float16)xr[i][k + 1], acc2[i]);
+                acc[i] = FMA(w0, (float16)XV(i, k), acc[i]);
+                acc2[i] = FMA(w1, (float16)XV(i, k + 1), acc2[i]);
             }
         }
     }
@@ -188,10 +242,10 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             const float16 q3 = convert_float16(vload16(k + 3, wb));
             #pragma unroll
             for (int i = 0; i < TM; ++i) {
-                t0[i] = FMA(q0, (float16)xr[i][k], t0[i]);
-                t1[i] = FMA(q1, (float16)xr[i][k + 1], t1[i]);
-                t2[i] = FMA(q2, (float16)xr[i][k + 2], t2[i]);
-                t3[i] = FMA(q3, (float16)xr[i][k + 3], t3[i]);
+                t0[i] = FMA(q0, (float16)XV(i, k), t0[i]);
+                t1[i] = FMA(q1, (float16)XV(i, k + 1), t1[i]);
+                t2[i] = FMA(q2, (float16)XV(i, k + 2), t2[i]);
+                t3[i] = FMA(q3, (float16)XV(i, k + 3), t3[i]);
             }
         }
         const float16 d = LOAD16_SCALE(g, sb);
@@ -205,32 +259,50 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
             const float16 w0 = LOADW(wb, k0 + j), w1 = LOADW(wb, k0 + j + 1);
             #pragma unroll
             for (int i = 0; i < TM; ++i) {
-                acc[i] = FMA(w0, (float16)xr[i][k0 + j], acc[i]);
-                acc2[i] = FMA(w1, (float16)xr[i][k0 + j + 1], acc2[i]);
+                acc[i] = FMA(w0, (float16)XV(i, k0 + j), acc[i]);
+                acc2[i] = FMA(w1, (float16)XV(i, k0 + j + 1), acc2[i]);
             }
         }
 #endif
     #pragma unroll
-    for (int i = 0; i < TM; ++i) acc[i] += acc2[i];
-
-    const int n0 = b * 16;
+    for (int i = 0; i < TM; ++i) {
+        acc[i] += acc2[i];
+#if NORM
+        acc[i] *= inv_rms[i];
+#endif
+    }
 #if HAS_BIAS
-    float16 bv;
-    if (n0 + 16 <= N) {
-        bv = vload16(0, bias + n0);
-    } else {
-        float tmp[16];
-        for (int r = 0; r < 16; ++r) tmp[r] = n0 + r < N ? bias[n0 + r] : 0.0f;
-        bv = vload16(0, tmp);
+    {
+        const int nb = b * 16;  // (GLU: N is a multiple of 32, no partial block)
+        float16 bv;
+        if (nb + 16 <= N) {
+            bv = vload16(0, bias + nb);
+        } else {
+            float tmp[16];
+            for (int r = 0; r < 16; ++r) tmp[r] = nb + r < N ? bias[nb + r] : 0.0f;
+            bv = vload16(0, tmp);
+        }
+        #pragma unroll
+        for (int i = 0; i < TM; ++i) acc[i] += bv;
+    }
+#endif
+#if GLU
+    if (part == 0) {
+        #pragma unroll
+        for (int i = 0; i < TM; ++i) gate[i] = acc[i];
+        continue;
     }
     #pragma unroll
-    for (int i = 0; i < TM; ++i) acc[i] += bv;
+    for (int i = 0; i < TM; ++i) acc[i] *= gate[i] / (1.0f + exp(-gate[i]));  // silu(g) * u
 #endif
+    }  // (the parts)
+
+    const int n0 = bo * 16, NO = NOUT;
     #pragma unroll
     for (int i = 0; i < TM; ++i) {
         if (m0 + i < first) continue;  // the tile before stores this row
         __global float *yp = y + y_off + (size_t)(m0 + i) * ldy + n0;
-        if (n0 + 16 <= N) {
+        if (n0 + 16 <= NO) {
 #if ACCUM
             vstore16(vload16(0, yp) + acc[i], 0, yp);
 #else
@@ -239,7 +311,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
         } else {
             float tmp[16];
             vstore16(acc[i], 0, tmp);
-            for (int r = 0; r < 16 && n0 + r < N; ++r) {
+            for (int r = 0; r < 16 && n0 + r < NO; ++r) {
 #if ACCUM
                 yp[r] += tmp[r];
 #else
@@ -247,6 +319,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
 #endif
             }
         }
+    }
     }
 }
 

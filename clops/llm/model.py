@@ -273,15 +273,17 @@ class Model:
             for ln in K.linear(dev, y, y_off, ldy, x, x_off, ldx, w, rows, **kw):
                 add(ln)
 
-        # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them
-        # (fewer launches per token)
+        # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them; on
+        # CPUs (weights in the CPU layout) the norms into the matmuls that read them and the
+        # GLU into the product that makes its input (fewer launches per token)
         fuse = K.fused_prologues(dev)
+        fuse_norm = fuse or self.embed.layout == "rb16"
 
         def normed(w: Buffer | None, rows: int = m, off: int = 0) -> dict[str, Any]:
             """The input of a matmul after the pre-norm ``w`` (none: the residual stream)."""
             if w is None:
                 return {"x": self.x, "x_off": off}
-            if fuse:
+            if fuse_norm:
                 return {"x": self.x, "x_off": off, "norm": (w, eps)}
             add(K.rmsnorm(dev, self.xn, self.x, off, dim, w, rows, dim, eps))
             return {"x": self.xn, "x_off": 0}
@@ -313,7 +315,15 @@ class Model:
             self._attention(add, i, ly, m)
             block_out(ly.o, self.attn, H * D, ly.post_attn_norm, f"o.{i}")
             src = normed(ly.ffn_norm)
-            for w, off, b in ly.gate_up.parts:
+            gu = ly.gate_up.parts
+            if (not fuse and cfg.act == "silu" and len(gu) == 1 and gu[0][1] == 0
+                    and K.glu_output(gu[0][0])):
+                # (CPUs) the product gives silu(gate) * up itself
+                mm(self.h, 0, F, src["x"], src["x_off"], dim, gu[0][0], m, bias=gu[0][2],
+                   norm=src.get("norm"), name=f"gate_up.{i}", glu_out=True)
+                block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}")
+                continue
+            for w, off, b in gu:
                 mm(self.gu, off, 2 * F, src["x"], src["x_off"], dim, w, m, bias=b,
                    norm=src.get("norm"), name=f"gate_up.{i}")
             if fuse and cfg.act == "silu":

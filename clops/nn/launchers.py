@@ -169,23 +169,32 @@ def fused_prologues(dev: CLDevice) -> bool:
 def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
            w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None,
-           glu: bool = False, tm: int | None = None, row_invariant: bool = False) -> Launch:
+           glu: bool = False, tm: int | None = None, row_invariant: bool = False,
+           glu_out: bool = False) -> Launch:
     """y[i, j] (+)= x[i, :] . w[j, :] (+ bias[j]) for i < m, j < w.n.
 
     ``tm`` (rows of x per work-item) overrides the geometry's choice for m > 1.
     ``row_invariant``: a row's sums are added in the same order whatever ``tm`` (the batch
     engine: a sequence's tokens do not depend on the others in its batch).
+    ``glu_out`` (CPU layout, ``glu_output``): w is [gate | up] and y gets w.n / 2 columns,
+    silu(gate) * up (the GLU folded into the product that makes its input).
 
     Where ``fused_prologues(dev)``: ``norm=(weight, eps)`` puts RMSNorm(x) * weight in place
     of x, and ``glu=True`` puts silu(x[i, :k]) * x[i, k:2k] (rows [gate | up]) in place of x,
     saving the launch (and the round trip through memory) of the norm or the GLU."""
-    if (norm is not None or glu) and not fused_prologues(dev):
-        raise ValueError("matmul: norm= and glu= need a GPU (see fused_prologues)")
     if norm is not None and glu:
         raise ValueError("matmul: norm= and glu= do not go together")
     if w.layout == "rb16":
+        if glu:
+            raise ValueError("matmul: glu= (the GLU of x) needs a GPU; on CPUs the product "
+                             "that makes the GLU's input takes glu_out=")
         return matmul_rb(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, name, tm,
-                         row_invariant)
+                         row_invariant, norm, glu_out)
+    if glu_out:
+        raise ValueError("matmul: glu_out= needs weights in the CPU layout (glu_output)")
+    if (norm is not None or glu) and not fused_prologues(dev):
+        raise ValueError("matmul: norm= and glu= need a GPU or the CPU layout (see "
+                         "fused_prologues)")
     tm0, ls = matmul_geometry(dev, m, w.k, w.fmt)
     tm = tm if tm is not None and m > 1 else tm0
     rows = matmul_rows(dev, w.n) if ls == 1 and m == 1 else 1
@@ -246,27 +255,66 @@ def hw_fma(dev: CLDevice) -> bool:
 
 def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
               w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
-              name: str = "matmul", tm: int | None = None,
-              row_invariant: bool = False) -> Launch:
+              name: str = "matmul", tm: int | None = None, row_invariant: bool = False,
+              norm: tuple[Buffer, float] | None = None, glu_out: bool = False) -> Launch:
     """``matmul`` for a weight in the CPU layout (``w.layout == "rb16"``): a work-item per
     block of 16 output columns and ``tm`` rows of x (``matmul_cpu.cl``). Quantized weights
     meet one row of x as integers scaled once per group, several rows dequantized (each row's
-    sums in another order); ``row_invariant`` takes the second way for every ``tm``."""
+    sums in another order); ``row_invariant`` takes the second way for every ``tm``.
+    ``norm=(weight, eps)``: RMSNorm(x) * weight in place of x; ``glu_out``: see ``matmul``."""
+    if glu_out and not glu_output(w):
+        raise ValueError(f"matmul: glu_out= needs [gate | up] weights of 2 x a multiple of 16 "
+                         f"rows, not {w.n}")
+    if glu_out and accum:
+        raise ValueError("matmul: glu_out= and accum= do not go together")
     tm = tm if tm is not None and m > 1 else rb_rows(m)
     if tm > m:
         raise ValueError(f"matmul_rb: {tm} rows per work-item for {m} rows (at most m)")
     # (the row stride as a constant where several rows are read: immediate offsets)
-    knl = kernel(dev, "matmul_cpu", "matmul_rb", TM=tm, LDX=ldx if tm > 1 else 0,
+    n_out = w.n // 2 if glu_out else w.n
+    nbw = rb_blocks(dev, n_out) if tm == 1 else 1
+    knl = kernel(dev, "matmul_cpu", "matmul_rb", TM=tm, LDX=ldx if tm > 1 else 0, NBW=nbw,
+                 NORM=int(norm is not None), GLU=int(glu_out),
                  HAS_BIAS=int(bias is not None),
                  ACCUM=int(accum), TM_DEQ=1 if row_invariant else RB_DEQ_ROWS,
                  HW_FMA=int(hw_fma(dev)), **w.defines)
     args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
-            bias if bias is not None else w.scales, i32(m), i32(w.n), i32(w.k)]
+            bias if bias is not None else w.scales, i32(m), i32(w.n), i32(w.k),
+            norm[0] if norm is not None else w.scales, f32(norm[1] if norm is not None else 0)]
     reads = [x, w.data, w.scales] + ([bias] if bias is not None else []) + ([y] if accum else [])
+    if norm is not None:
+        reads.append(norm[0])
     # PERF: one work-item per group (PoCL would otherwise vectorize across work-items, turning
     # the 16-wide loads into gathers); the row tiles of one block next to each other, so that
     # its weights are read from cache by all but the first
-    return Launch(knl, (math.ceil(m / tm), math.ceil(w.n / 16)), (1, 1), args, reads, [y], name)
+    return Launch(knl, (math.ceil(m / tm), math.ceil(n_out / (16 * nbw))), (1, 1), args,
+                  reads, [y], name)
+
+
+def glu_output(w: DeviceWeight) -> bool:
+    """Whether the product with ``w`` ([gate | up] rows) can give the GLU itself
+    (``matmul(glu_out=True)``): the CPU layout, halves of a multiple of 16 rows."""
+    return w.layout == "rb16" and w.n % 32 == 0
+
+
+def fused_norm(dev: CLDevice, w: DeviceWeight) -> bool:
+    """Whether ``matmul`` takes ``norm=`` for this weight: GPU kernels, or the CPU layout."""
+    return fused_prologues(dev) or w.layout == "rb16"
+
+
+def rb_blocks(dev: CLDevice, n: int) -> int:
+    """Blocks of 16 columns per work-item of ``matmul_cpu.cl`` for one row (NBW): fewer
+    work-groups to schedule, while leaving RB_ITEMS_PER_UNIT work-items per compute unit."""
+    if RB_BLOCKS is not None:
+        return RB_BLOCKS
+    blocks = -(-n // 16)
+    return max(1, min(RB_BLOCKS_MAX, _pow2_at_most(blocks // (RB_ITEMS_PER_UNIT *
+                                                             dev.caps.compute_units))))
+
+
+RB_BLOCKS: int | None = None  # tuning hook for bench sweeps
+RB_BLOCKS_MAX = 8
+RB_ITEMS_PER_UNIT = 8
 
 
 # PERF: from this many rows a product runs on tensor cores (float16 copies of the rows and,
@@ -335,7 +383,7 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
            w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None, glu: bool = False,
            scratch: Buffer | None = None, wscratch: Buffer | None = None,
-           pscratch: Buffer | None = None) -> list[Launch]:
+           pscratch: Buffer | None = None, glu_out: bool = False) -> list[Launch]:
     """The launches of ``matmul``'s product (same arguments): that one kernel, or where
     ``tensor_core_rows`` holds, the rows to float16 (norm or GLU applied on the way) into
     ``scratch``, a weight not in float16 to float16 into ``wscratch`` (too small: the matmul
@@ -346,7 +394,8 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     k = w.k
     wneed = w.n * k * 2 if w.fmt != "f16" and w.half is None else 0
     if not tensor_core_rows(dev, m, w) or (wscratch is not None and wscratch.nbytes < wneed):
-        return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, name, norm, glu)]
+        return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, name, norm, glu,
+                       glu_out=glu_out)]
     out: list[Launch] = []
     b_half = w.half if w.half is not None else w.data
     if wneed:
