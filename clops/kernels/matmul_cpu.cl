@@ -52,9 +52,20 @@
 #define NOUT N
 #endif
 #if NORM
-#define XV(i, k) (xr[i][k] * nw[k])
-#define XV16(i, k) (vload16(0, xr[i] + (k)) * vload16(0, nw + (k)))
+// x * nw of the current 32 values (k0 .. k0 + 31, k0 a multiple of 32), made once per group
+// into xn (NORM_GROUP): the inner loops read it as they read x
+#if WFMT == 4
+#error "NORM takes q4 and float weights"
+#endif
+#define NORM_GROUP(k0)                                                                    \
+    _Pragma("unroll") for (int i = 0; i < TM; ++i) {                                     \
+        vstore16(vload16(0, xr[i] + (k0)) * vload16(0, nw + (k0)), 0, xn[i]);             \
+        vstore16(vload16(1, xr[i] + (k0)) * vload16(1, nw + (k0)), 1, xn[i]);             \
+    }
+#define XV(i, k) (xn[i][(k) & 31])
+#define XV16(i, k) vload16(0, xn[i] + ((k) & 31))
 #else
+#define NORM_GROUP(k0)
 #define XV(i, k) (xr[i][k])
 #define XV16(i, k) vload16(0, xr[i] + (k))
 #endif
@@ -136,6 +147,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
         }
         inv_rms[i] = rsqrt(hsum16(ss) / K + eps);
     }
+    float xn[TM][32];
 #endif
     // PERF: NBW blocks of columns one after another (fewer work-groups to schedule)
     for (int bi = 0; bi < NBW; ++bi) {
@@ -159,6 +171,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     __global const uchar *wb = W + (size_t)b * G * 256;
     __global const SCALE_T *sb = S + (size_t)b * G * 32;
     for (int g = 0; g < G; ++g) {
+        NORM_GROUP(g * 32)
         __global const uchar *wg = wb + g * 256;
         const float16 d = LOAD16_SCALE(2 * g, sb), mn = LOAD16_SCALE(2 * g + 1, sb);
         for (int j = 0; j < 16; ++j) {
@@ -179,6 +192,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     __global const uchar *wb = W + (size_t)b * G * 256;
     __global const SCALE_T *sb = S + (size_t)b * G * 32;
     for (int g = 0; g < G; ++g) {
+        NORM_GROUP(g * 32)
         float16 t0[TM], t1[TM], t2[TM], t3[TM];
         #pragma unroll
         for (int i = 0; i < TM; ++i) t0[i] = t1[i] = t2[i] = t3[i] = (float16)(0.0f);
@@ -254,7 +268,8 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     }
 #else
     __global const W_T *wb = W + (size_t)b * K * 16;
-    for (int k0 = 0; k0 < K; k0 += 32)
+    for (int k0 = 0; k0 < K; k0 += 32) {
+        NORM_GROUP(k0)
         for (int j = 0; j < 32; j += 2) {
             const float16 w0 = LOADW(wb, k0 + j), w1 = LOADW(wb, k0 + j + 1);
             #pragma unroll
@@ -263,6 +278,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
                 acc2[i] = FMA(w1, (float16)XV(i, k0 + j + 1), acc2[i]);
             }
         }
+    }
 #endif
     #pragma unroll
     for (int i = 0; i < TM; ++i) {

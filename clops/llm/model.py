@@ -277,13 +277,14 @@ class Model:
         # CPUs (weights in the CPU layout) the norms into the matmuls that read them and the
         # GLU into the product that makes its input (fewer launches per token)
         fuse = K.fused_prologues(dev)
-        fuse_norm = fuse or self.embed.layout == "rb16"
 
-        def normed(w: Buffer | None, rows: int = m, off: int = 0) -> dict[str, Any]:
-            """The input of a matmul after the pre-norm ``w`` (none: the residual stream)."""
+        def normed(w: Buffer | None, readers: list[DeviceWeight], rows: int = m,
+                   off: int = 0) -> dict[str, Any]:
+            """The input of the matmuls with ``readers`` after the pre-norm ``w`` (none: the
+            residual stream)."""
             if w is None:
                 return {"x": self.x, "x_off": off}
-            if fuse_norm:
+            if all(K.fused_norm(dev, r) for r in readers):
                 return {"x": self.x, "x_off": off, "norm": (w, eps)}
             add(K.rmsnorm(dev, self.xn, self.x, off, dim, w, rows, dim, eps))
             return {"x": self.xn, "x_off": 0}
@@ -303,7 +304,7 @@ class Model:
             add(K.scale_cap(dev, self.x, m * dim, mul=cfg.embed_scale))
         n_qkv = (H + 2 * KV) * D
         for i, ly in enumerate(self.layers):
-            src = normed(ly.attn_norm)
+            src = normed(ly.attn_norm, [p[0] for p in ly.qkv.parts])
             for w, off, b in ly.qkv.parts:
                 mm(self.qkv, off, n_qkv, src["x"], src["x_off"], dim, w, m, bias=b,
                    norm=src.get("norm"), name=f"qkv.{i}")
@@ -314,7 +315,7 @@ class Model:
                               lk=KV * D if whole else D, wq=ly.q_norm, wk=ly.k_norm, eps=eps))
             self._attention(add, i, ly, m)
             block_out(ly.o, self.attn, H * D, ly.post_attn_norm, f"o.{i}")
-            src = normed(ly.ffn_norm)
+            src = normed(ly.ffn_norm, [p[0] for p in ly.gate_up.parts])
             gu = ly.gate_up.parts
             if (not fuse and cfg.act == "silu" and len(gu) == 1 and gu[0][1] == 0
                     and K.glu_output(gu[0][0])):
@@ -334,7 +335,8 @@ class Model:
         V = cfg.vocab_size
         rows = {"last": 1, "all": m}.get(logits, 0)
         if rows:
-            src = normed(self.out_norm, rows, (m - 1) * dim if logits == "last" else 0)
+            src = normed(self.out_norm, [self.output], rows,
+                         (m - 1) * dim if logits == "last" else 0)
             mm(self.logits_buf, 0, V, src["x"], src["x_off"], dim, self.output, rows,
                norm=src.get("norm"), name="lm_head")
             if cfg.logit_scale != 1.0 or cfg.final_softcap:

@@ -267,6 +267,8 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
                          f"rows, not {w.n}")
     if glu_out and accum:
         raise ValueError("matmul: glu_out= and accum= do not go together")
+    if norm is not None and w.fmt == "q8":
+        raise ValueError("matmul: norm= on CPUs takes q4 and float weights (see fused_norm)")
     tm = tm if tm is not None and m > 1 else rb_rows(m)
     if tm > m:
         raise ValueError(f"matmul_rb: {tm} rows per work-item for {m} rows (at most m)")
@@ -298,8 +300,9 @@ def glu_output(w: DeviceWeight) -> bool:
 
 
 def fused_norm(dev: CLDevice, w: DeviceWeight) -> bool:
-    """Whether ``matmul`` takes ``norm=`` for this weight: GPU kernels, or the CPU layout."""
-    return fused_prologues(dev) or w.layout == "rb16"
+    """Whether ``matmul`` takes ``norm=`` for this weight: GPU kernels, or the CPU layout
+    with q4 or float values."""
+    return fused_prologues(dev) or (w.layout == "rb16" and w.fmt != "q8")
 
 
 def rb_blocks(dev: CLDevice, n: int) -> int:
