@@ -219,12 +219,28 @@ def gemm_cpu(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: i
     if n % w:
         raise ValueError(f"gemm_cpu: n = {n} is not a multiple of {w} ({dtype})")
     rm = _row_tile(m)
-    knl = kernel(dev, "gemm_cpu", "gemm_cpu", RM=rm, DT=int(dtype == "float64"))
+    dt = int(dtype == "float64")
     i32, i64 = np.int32, np.int64
+    sb = strides[2]
+    packed = m >= CPU_PACK_ROWS
+    if packed:
+        # PERF: B's column panels made contiguous first (2048^3 float32: 0.44x numpy with
+        # panels read 8 KB apart, their rows on the same cache sets)
+        pb = dev.alloc(batch * k * n * (8 if dt else 4))
+        dev.launch(kernel(dev, "gemm_cpu", "pack_b", DT=dt), (n // w, k, batch), None,
+                   [pb, b, i32(b_off), i32(ldb), i64(sb), i32(k)], reads=[b], writes=[pb],
+                   name="gemm_cpu.pack_b")
+        b, b_off, ldb, sb = pb, 0, w, k * n
+    knl = kernel(dev, "gemm_cpu", "gemm_cpu", RM=rm, DT=dt, PACKED=int(packed))
     args: list[Any] = [c, i32(c_off), i32(ldc), i64(strides[0]), a, i32(a_off), i32(lda),
-                       i64(strides[1]), b, i32(b_off), i32(ldb), i64(strides[2]), i32(k)]
+                       i64(strides[1]), b, i32(b_off), i32(ldb), i64(sb), i32(k)]
     return dev.launch(knl, (m // rm, n // w, batch), (1, 1, 1), args, reads=[a, b],
                       writes=[c], name="gemm_cpu")
+
+
+# gemm_cpu packs B's column panels from this many rows of A (below, the pass over B costs more
+# than it saves)
+CPU_PACK_ROWS = 64
 
 
 def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:

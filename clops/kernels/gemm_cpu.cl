@@ -9,11 +9,18 @@
 // 2048^3 in 283 ms (61 GFLOP/s); the generated reduction took 1.8 s at 1024^3 (1.2 GFLOP/s),
 // CLBlast 0.9 s at 2048^3 (19 GFLOP/s), numpy (OpenBLAS) 11 and 77 ms.
 // DT 1: float64, 8 columns of double8 a tile (the same 64 bytes).
+// PACKED 1: B as pack_b leaves it (batch stride sb = K * N); GM: row tiles per group.
 #ifndef RM
 #define RM 8
 #endif
 #ifndef DT
 #define DT 0
+#endif
+#ifndef GM
+#define GM 8
+#endif
+#ifndef PACKED
+#define PACKED 0
 #endif
 #if DT == 1
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -33,17 +40,42 @@
 __kernel void gemm_cpu(__global T *C, int c_off, int ldc, long sc,
                        __global const T *A, int a_off, int lda, long sa,
                        __global const T *B, int b_off, int ldb, long sb, int K) {
-    const long i0 = (long)get_global_id(0) * RM;
-    const long j0 = (long)get_global_id(1) * W;
+    // PERF: tiles taken in groups of GM row tiles: the groups' A rows stay in cache while
+    // they meet every column panel of B (the work-groups run in order, the first axis fastest)
+    const int G0 = get_global_size(0), G1 = get_global_size(1);
+    const int L = get_global_id(0) + get_global_id(1) * G0;
+    const int per = GM * G1, first = (L / per) * GM, gsz = min(G0 - first, GM);
+    const long i0 = (long)(first + (L % per) % gsz) * RM;
+    const long j0 = (long)((L % per) / gsz) * W;
     const long z = get_global_id(2);
     __global const T *a = A + a_off + z * sa + i0 * lda;
+#if PACKED
+    // B packed by pack_b: panel j0 / W is K rows of W values, contiguous
+    __global const T *b = B + z * sb + j0 * K;
+    const int ldb_ = W;
+#else
     __global const T *b = B + b_off + z * sb + j0;
+    const int ldb_ = ldb;
+#endif
     VT acc[RM];
+    #pragma unroll
     for (int r = 0; r < RM; r++) acc[r] = (VT)(0);
     for (int k = 0; k < K; k++) {
-        const VT bv = VLOAD(0, b + (long)k * ldb);
+        const VT bv = VLOAD(0, b + (long)k * ldb_);
+        #pragma unroll
         for (int r = 0; r < RM; r++) acc[r] = fma((VT)(a[(long)r * lda + k]), bv, acc[r]);
     }
     __global T *c = C + c_off + z * sc + i0 * ldc + j0;
+    #pragma unroll
     for (int r = 0; r < RM; r++) VSTORE(acc[r], 0, c + (long)r * ldc);
+}
+
+// out[z][j / W][k][j % W] = B[z][k][j]: column panels of B made contiguous for gemm_cpu
+// (PACKED), so that a panel's rows do not fall on the same cache sets (row strides of a power
+// of two). Work geometry: global (N / W, K, batch).
+__kernel void pack_b(__global T *out, __global const T *B, int b_off, int ldb, long sb, int K) {
+    const int p = get_global_id(0), k = get_global_id(1), z = get_global_id(2);
+    const long n = (long)get_global_size(0) * W;
+    VSTORE(VLOAD(0, B + b_off + z * sb + (long)k * ldb + (long)p * W), 0,
+           out + z * n * K + ((long)p * K + k) * W);
 }
