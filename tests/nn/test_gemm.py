@@ -91,10 +91,12 @@ def _names(fn):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("m,n,k,batch", [(64, 64, 64, 1), (100, 48, 300, 1), (7, 96, 513, 2),
-                                         (258, 32, 1, 1), (33, 16, 4096, 3), (40, 24, 600, 1)])
+                                         (258, 32, 1, 1), (33, 16, 4096, 3), (40, 24, 600, 1),
+                                         (96, 48, 70, 2)])
 def test_gemm_cpu_shapes(device, m, n, k, batch, dtype):
     # every row tile (8, 4, 2, 1), k of one to thousands, batches; strided and offset operands
-    # (made contiguous first); n a multiple of 8 but not 16 (float64 only)
+    # (made contiguous first); n a multiple of 8 but not 16 (float64 only); B packed into
+    # column panels (m >= CPU_PACK_ROWS), batched too; row-tile groups past the last tile
     if dtype == "float64" and not device.caps.fp64:
         pytest.skip("no float64 on this device")
     a = RNG.standard_normal((batch, m + 3, k + 2)).astype(dtype)
