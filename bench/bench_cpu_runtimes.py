@@ -7,7 +7,15 @@ measured in the same process where it has a peer. Writes one JSON and prints the
 the README quotes, with whether each runtime passes the CPU product probe and which one
 ``clops.device()`` picks.
 
+With ``--llama-bench PATH`` (``scripts/llama_cpp.sh build TARBALL DIR cpu``) llama.cpp's CPU
+backend runs the same GGUF files with as many threads as the machine has cores, beside each
+runtime in the same run, and the LLM rows give the ratios; ``--models`` adds GGUF files (the 1B
+bodies ``bench/models.py write`` makes), run on the runtimes that pass the product probe. Each
+decode figure comes with the fraction of the machine's copy bandwidth its bytes per token take
+(a copy kernel on the same device, ``bench_llm.py``).
+
     python bench/bench_cpu_runtimes.py [--devices opencl:cpu:0,opencl:cpu:1] [--repeat 10]
+        [--llama-bench PATH] [--models a.gguf,b.gguf]
     python bench/bench_cpu_runtimes.py --render bench/results/cpu_runtimes.json
 """
 
@@ -74,7 +82,17 @@ def _cpu_selectors() -> list[str]:
     return [s for s in res.stdout.strip().splitlines()[-1].split(",") if s]
 
 
-def measure(selectors: list[str], repeat: int, model: str | None) -> dict:
+def _llm(sel: str, model: str | None, path: str, llama_bench: str | None) -> dict | None:
+    peer = ["--llama-bench", llama_bench, "--llama-bench-args",
+            f"-t {os.cpu_count() or 1} -ngl 0"] if llama_bench else []
+    _child([os.path.join(HERE, "bench_llm.py"), "--device", sel, "--no-peers",
+            "--prompt-tokens", "64", "--new-tokens", "32", "--pp", "", *peer, "--json", path,
+            *(["-m", model] if model else [])])
+    return _json(path)
+
+
+def measure(selectors: list[str], repeat: int, model: str | None,
+            llama_bench: str | None = None, models: list[str] | None = None) -> dict:
     runtimes = _describe(selectors)
     with tempfile.TemporaryDirectory() as tmp:
         for rt in runtimes:
@@ -83,13 +101,20 @@ def measure(selectors: list[str], repeat: int, model: str | None) -> dict:
                                for k in ("compiler", "kernels", "llm"))
             _child([os.path.join(HERE, "bench_compiler.py"), "--device", sel, "--repeat",
                     str(repeat), "--json", comp])
-            _child([os.path.join(HERE, "bench_kernels.py"), "--device", sel, "--only", "gemm",
-                    "--size", "1024", "--gemm-dtypes", "float32", "--repeat", str(repeat),
-                    "--json", kern])
-            _child([os.path.join(HERE, "bench_llm.py"), "--device", sel, "--no-peers",
-                    "--prompt-tokens", "64", "--new-tokens", "32", "--pp", "", "--json", llm,
-                    *(["-m", model] if model else [])])
-            rt["compiler"], rt["kernels"], rt["llm"] = _json(comp), _json(kern), _json(llm)
+            rt["kernels"] = {}
+            for size in (1024, 2048):
+                _child([os.path.join(HERE, "bench_kernels.py"), "--device", sel, "--only",
+                        "gemm", "--size", str(size), "--gemm-dtypes", "float32", "--repeat",
+                        str(repeat), "--json", kern])
+                rt["kernels"][str(size)] = _json(kern)
+            rt["compiler"] = _json(comp)
+            rt["llm"] = _llm(sel, model, llm, llama_bench)
+            rt["models"] = {}
+            for i, path in enumerate(models or []):
+                if rt["products"]:
+                    name = os.path.basename(path).rsplit(".", 1)[0]
+                    rt["models"][name] = _llm(sel, path, os.path.join(tmp, f"m{i}_{tag}.json"),
+                                              llama_bench)
     return {"bench": "cpu_runtimes", "repeat": repeat, "runtimes": runtimes}
 
 
@@ -109,25 +134,52 @@ def _cells(rt: dict) -> dict[str, str]:
         r = comp.get(key)
         cells[label] = (f"{r['ms']:.1f} ms ({r['speedup_vs_peer']:.2f}x numpy)" if r
                         else "failed")
-    kern = [r for r in (rt.get("kernels") or {}).get("rows", []) if "float32" in r["kernel"]]
-    label = "matmul float32 1024^3"
-    # wall time: PoCL 3.0's profiling events under-report the portable kernel's time
-    wall = kern[0].get("wall_ms") if kern else None
-    cells[label] = (f"{wall:.1f} ms ({kern[0]['peer_ms'] / wall:.2f}x numpy)"
-                    if wall and wall == wall else "failed")
-    llm = (rt.get("llm") or {}).get("rows", [])
-    cells["SmolLM2-135M Q4_1 prefill (64 tokens)"] = (f"{llm[0]['prefill_tps']:.0f} tok/s"
-                                                       if llm else "failed")
-    cells["SmolLM2-135M Q4_1 decode"] = f"{llm[0]['decode_tps']:.1f} tok/s" if llm else "failed"
+    runs = rt.get("kernels") or {}
+    if "rows" in runs:  # (a run of one size: 1024)
+        runs = {"1024": runs}
+    for size, run in runs.items():
+        kern = [r for r in (run or {}).get("rows", []) if "float32" in r["kernel"]]
+        # wall time: PoCL 3.0's profiling events under-report the portable kernel's time
+        wall = kern[0].get("wall_ms") if kern else None
+        cells[f"matmul float32 {size}^3"] = (f"{wall:.1f} ms ({kern[0]['peer_ms'] / wall:.2f}x "
+                                             "numpy)" if wall and wall == wall else "failed")
+    _llm_cells(cells, "SmolLM2-135M Q4_1", rt.get("llm"))
+    for name, run in (rt.get("models") or {}).items():
+        _llm_cells(cells, name, run)
     cells["CPU product probe (gemm_cpu)"] = ("passes" if rt["products"]
                                              else "fails (portable kernel)")
     cells["clops.device() picks it"] = "yes" if rt["default"] else "no"
     return cells
 
 
+def _llm_cells(cells: dict[str, str], name: str, run: dict | None) -> None:
+    """Prefill and decode of one model, with llama.cpp's figures and the ratios where it ran,
+    and decode's fraction of the copy bandwidth."""
+    rows = (run or {}).get("rows", [])
+    c = rows[0] if rows else None
+    p = next((r for r in rows[1:] if "llama-bench" in r.get("name", "")), None)
+    for what, key, fmt in (("prefill (64 tokens)", "prefill_tps", ".0f"),
+                           ("decode", "decode_tps", ".1f")):
+        label = f"{name} {what}"
+        if c is None:
+            cells[label] = "failed" if run is not None else ""
+            continue
+        cell = f"{c[key]:{fmt}} tok/s"
+        if p and p.get(key):
+            cell += f" (**{c[key] / p[key]:.2f}x** llama.cpp's {p[key]:{fmt}})"
+        if key == "decode_tps" and c.get("of_copy_bw"):
+            cell += f"; {c['of_copy_bw']:.2f} of copy bw"
+        cells[label] = cell
+
+
 def render(data: dict) -> str:
     rts = data["runtimes"]
     cols = [_cells(rt) for rt in rts]
+    for c in cols:  # rows some runtimes lack (models run where the probe passes)
+        for label in [k for col in cols for k in col]:
+            c.setdefault(label, "")
+    order = list(dict.fromkeys(k for col in cols for k in col))
+    cols = [{k: c[k] for k in order} for c in cols]
     head = "| benchmark | " + " | ".join(f"{_runtime_name(rt)} (`{rt['selector']}`)"
                                          for rt in rts) + " |"
     lines = [head, "|---" * (len(rts) + 1) + "|"]
@@ -144,12 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-m", "--model", default=None, help="GGUF file (default: bundled SmolLM2)")
     ap.add_argument("--json", default=os.path.join(HERE, "results", "cpu_runtimes.json"))
     ap.add_argument("--render", default=None, metavar="JSON", help="print the table of a run")
+    ap.add_argument("--llama-bench", default=None, metavar="PATH",
+                    help="llama.cpp's llama-bench built for the CPU: run beside each runtime")
+    ap.add_argument("--models", default=None, help="more GGUF files (comma-separated)")
     a = ap.parse_args(argv)
     if a.render:
         print(render(_json(a.render) or {"runtimes": []}))
         return 0
     selectors = a.devices.split(",") if a.devices else _cpu_selectors()
-    data = measure(selectors, a.repeat, a.model)
+    data = measure(selectors, a.repeat, a.model, a.llama_bench,
+                   a.models.split(",") if a.models else None)
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
         json.dump(data, f, indent=1)
