@@ -153,9 +153,6 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     for (int bi = 0; bi < NBW; ++bi) {
     const int bo = get_global_id(1) * NBW + bi;  // the block of output columns
     if (bo * 16 >= NOUT) return;
-#if GLU
-    float16 gate[TM];
-#endif
     float16 acc[TM], acc2[TM];
     for (int part = 0; part <= GLU; ++part) {
     // the block of weight rows (GLU: the gate's, then the up's)
@@ -303,13 +300,18 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     }
 #endif
 #if GLU
-    if (part == 0) {
-        #pragma unroll
-        for (int i = 0; i < TM; ++i) gate[i] = acc[i];
-        continue;
-    }
+    // PERF: the gate's sums wait in y (registers held them: spilled with 8 rows)
     #pragma unroll
-    for (int i = 0; i < TM; ++i) acc[i] *= gate[i] / (1.0f + exp(-gate[i]));  // silu(g) * u
+    for (int i = 0; i < TM; ++i) {
+        if (m0 + i < first) continue;  // the tile before has this row
+        __global float *yp = y + y_off + (size_t)(m0 + i) * ldy + bo * 16;
+        if (part == 0) {
+            vstore16(acc[i], 0, yp);
+        } else {
+            const float16 g = vload16(0, yp);
+            acc[i] *= g / (1.0f + exp(-g));  // silu(gate) * up
+        }
+    }
 #endif
     }  // (the parts)
 

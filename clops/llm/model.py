@@ -284,7 +284,7 @@ class Model:
             residual stream)."""
             if w is None:
                 return {"x": self.x, "x_off": off}
-            if all(K.fused_norm(dev, r) for r in readers):
+            if all(K.fused_norm(dev, r, rows) for r in readers):
                 return {"x": self.x, "x_off": off, "norm": (w, eps)}
             add(K.rmsnorm(dev, self.xn, self.x, off, dim, w, rows, dim, eps))
             return {"x": self.xn, "x_off": 0}
