@@ -7,6 +7,7 @@
 //   ROT_DIM   the rotated dimensions of a head (rope_store; default HEAD_DIM): the rest pass
 //   SOFTCAP   scores become SOFTCAP * tanh(score / SOFTCAP) (attend; a float literal)
 //   WINDOW    keys (pos - WINDOW, pos] only, a sliding window (attn_decode, attn_prefill)
+//   CPU_VEC   1: the CPU kernels (attn_decode_cpu, attn_prefill_cpu; 16-wide vectors)
 //
 // The KV cache of a layer is k[KV][max_seq][D] and v[KV][max_seq][D], float32.
 // state[0] is the position of the first row of the current batch, on the device, so that a
@@ -17,6 +18,9 @@
 #endif
 #ifndef ROT_DIM
 #define ROT_DIM HEAD_DIM
+#endif
+#ifndef CPU_VEC
+#define CPU_VEC 0
 #endif
 #ifndef WINDOW
 #define WINDOW 0
@@ -459,9 +463,13 @@ __kernel void kv_store(__global float *kc, __global float *vc, __global const fl
     vc[dst] = v[v_off + src];
 }
 
-#if HEAD_DIM % 16 == 0
+#if CPU_VEC
+#if HEAD_DIM % 16
+#error "CPU_VEC needs HEAD_DIM a multiple of 16"
+#endif
 #define D16 (HEAD_DIM / 16)
-// CPU kernels: 16-wide vectors (HEAD_DIM a multiple of 16)
+// CPU kernels: 16-wide vectors (HEAD_DIM a multiple of 16), compiled only where asked for
+// (CPU_VEC): a runtime without them (PoCL 3.0 of the pip wheel) would drop the whole program
 inline float hsum16(float16 v) {
     const float8 a = v.lo + v.hi;
     const float4 b = a.lo + a.hi;

@@ -8,7 +8,6 @@ import math
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
 
 from ..kernels import Launch, kernel
 from ..kernels import gemm as _gemm
@@ -244,15 +243,6 @@ RB_ROWS_MAX = 8
 RB_DEQ_ROWS = 4
 
 
-def hw_fma(dev: CLDevice) -> bool:
-    """Whether the device reports fused multiply-add for float (CL_FP_FMA): kernels then call
-    fma(), which PoCL otherwise does not emit for mad() (a multiply and an add)."""
-    try:
-        return bool(dev.cl_device.single_fp_config & cl.device_fp_config.FMA)
-    except (AttributeError, cl.Error):
-        return False
-
-
 def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
               w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
               name: str = "matmul", tm: int | None = None, row_invariant: bool = False,
@@ -272,14 +262,16 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
     tm = tm if tm is not None and m > 1 else rb_rows(m)
     if tm > m:
         raise ValueError(f"matmul_rb: {tm} rows per work-item for {m} rows (at most m)")
-    # (the row stride as a constant where several rows are read: immediate offsets)
+    # (the row stride as a constant where several rows are read: immediate offsets; fma()
+    # where the device reports fused multiply-add: PoCL compiles mad() to a multiply and an
+    # add)
     n_out = w.n // 2 if glu_out else w.n
     nbw = rb_blocks(dev, n_out) if tm == 1 else 1
     knl = kernel(dev, "matmul_cpu", "matmul_rb", TM=tm, LDX=ldx if tm > 1 else 0, NBW=nbw,
                  NORM=int(norm is not None), GLU=int(glu_out),
                  HAS_BIAS=int(bias is not None),
                  ACCUM=int(accum), TM_DEQ=1 if row_invariant else RB_DEQ_ROWS,
-                 HW_FMA=int(hw_fma(dev)), **w.defines)
+                 HW_FMA=int(dev.caps.fma), **w.defines)
     args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
             bias if bias is not None else w.scales, i32(m), i32(w.n), i32(w.k),
             norm[0] if norm is not None else w.scales, f32(norm[1] if norm is not None else 0)]
@@ -641,10 +633,17 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     return launches
 
 
+def cpu_vectors(dev: CLDevice) -> bool:
+    """A CPU whose runtime builds and runs 16-wide vector kernels (the CPU product probe):
+    the CPU attention kernels and weight layout."""
+    return is_cpu(dev) and _gemm.cpu_kernel_works(dev, "float32")
+
+
 def cpu_decode(dev: CLDevice, head_dim: int) -> bool:
     """Whether decode attention runs as attn_decode_cpu (rotation, cache store and attention
-    of a layer in one launch, a work-item per query head): CPUs, heads of a multiple of 16."""
-    return is_cpu(dev) and head_dim % 16 == 0
+    of a layer in one launch, a work-item per query head): CPUs that pass the product probe,
+    heads of a multiple of 16."""
+    return head_dim % 16 == 0 and cpu_vectors(dev)
 
 
 def attn_decode_cpu(dev: CLDevice, out: Buffer, qkv: Buffer, kc: Buffer, vc: Buffer,
@@ -652,7 +651,8 @@ def attn_decode_cpu(dev: CLDevice, out: Buffer, qkv: Buffer, kc: Buffer, vc: Buf
                     max_seq: int, scale: float, neox: bool) -> Launch:
     """Decode attention of one row straight from the QKV projection on CPUs: rotation, the
     cache store and attention in one launch (``out`` is [H][D])."""
-    knl = kernel(dev, "attention", "attn_decode_cpu", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
+    knl = kernel(dev, "attention", "attn_decode_cpu", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
+                 CPU_VEC=1)
     args = [out, qkv, kc, vc, state, inv_freq, i32(max_seq), i32(n_heads // n_kv),
             i32(n_heads), i32(n_kv), f32(scale)]
     return Launch(knl, (n_heads,), (1,), args, [qkv, kc, vc, state, inv_freq], [out, kc, vc],
@@ -686,10 +686,10 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
         knl = kernel(dev, "attention", "attn_prefill_wg", HEAD_DIM=head_dim, PREFILL_WG=1)
         return Launch(knl, (math.ceil(m / 16) * 128, n_heads), (128, 1), args + [i32(m)],
                       reads, [out], "attn_prefill")
-    if is_cpu(dev) and head_dim % 16 == 0:
+    if head_dim % 16 == 0 and cpu_vectors(dev):
         # PERF (CPUs): 16-wide arithmetic, one exp per key, a work-item per group (rows of
         # different lengths vectorized across work-items ran slower on PoCL)
-        knl = kernel(dev, "attention", "attn_prefill_cpu", HEAD_DIM=head_dim)
+        knl = kernel(dev, "attention", "attn_prefill_cpu", HEAD_DIM=head_dim, CPU_VEC=1)
         return Launch(knl, (m, n_heads), (1, 1), args, reads, [out], "attn_prefill")
     knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim)
     return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")

@@ -9,6 +9,10 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
   Q4_K (float scales: the 6-bit sub-scales times the super-block scale, exact).
 - ``q8``: int8 values, a scale per 32 (Q8_0, half) or per 16 (Q6_K, float; its 6-bit values less
   32 fit in int8).
+
+Layouts: ``rows`` (row-major, as above) on GPUs; ``rb16`` on CPUs (``interleave_rows``,
+``kernels/matmul_cpu.cl``): blocks of 16 rows stored value by value, the block's 16 rows side
+by side, so that a CPU work-item meets 16 output columns with 16-wide vector arithmetic.
 """
 
 from __future__ import annotations
@@ -219,9 +223,13 @@ def interleave_rows(packed: PackedWeight) -> tuple[np.ndarray, np.ndarray | None
 
 
 def layout_for(device: CLDevice) -> str:
-    """The layout weights take on ``device``: ``rb16`` on CPUs (16 rows interleaved, for
-    16-wide vector arithmetic), ``rows`` (row-major) elsewhere."""
-    return "rb16" if device.kind == "cpu" else "rows"
+    """The layout weights take on ``device``: ``rb16`` on CPUs whose runtime builds and runs
+    16-wide vector kernels (the CPU product probe, ``kernels.gemm.cpu_kernel_works``), for
+    16-wide vector arithmetic; ``rows`` (row-major) elsewhere (PoCL 3.0 of the pip wheel, built
+    without AVX-512, drops such kernels: the row-major kernels serve there)."""
+    from ..kernels.gemm import cpu_kernel_works
+
+    return "rb16" if device.kind == "cpu" and cpu_kernel_works(device, "float32") else "rows"
 
 
 class DeviceWeight:

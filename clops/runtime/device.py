@@ -58,6 +58,8 @@ class DeviceCaps:
     extensions: tuple[str, ...]
     address_bits: int
     unified_memory: bool
+    # fused multiply-add for float reported (CL_FP_FMA): kernels may call fma() for it
+    fma: bool = False
     # Run-time probes (compile and run a small kernel); None means not yet probed.
     fp16: bool | None = None
     nvidia_ptx: bool | None = None
@@ -254,6 +256,7 @@ class CLDevice:
             subgroups="cl_khr_subgroups" in exts or "cl_intel_subgroups" in exts,
             extensions=exts, address_bits=d.address_bits,
             unified_memory=bool(d.host_unified_memory),
+            fma=bool(int(d.single_fp_config) & int(cl.device_fp_config.FMA)),
         )
 
     @cached_property

@@ -178,3 +178,17 @@ def test_cpus_take_the_cpu_layout(device):
     if device.kind == "cpu":
         w = clops.nn.quantized(np.ones((16, 32), np.float32), "f16", device=device)
         assert w.layout == "rb16"
+
+
+def test_a_runtime_failing_the_product_probe_keeps_row_major_kernels(device, monkeypatch):
+    """A CPU runtime that cannot build 16-wide vector kernels (PoCL 3.0 of the pip wheel drops
+    them) keeps the row-major layout and the portable attention kernels."""
+    import clops.kernels.gemm as gemm
+
+    monkeypatch.setattr(gemm, "cpu_kernel_works", lambda dev, dtype: False)
+    p, ref = _packed("Q4_1", 16, 32)
+    w = DeviceWeight(device, p)
+    assert w.layout == "rows"
+    assert not L.cpu_vectors(device) and not L.cpu_decode(device, 64)
+    x = RNG.standard_normal((3, 32)).astype(np.float32)
+    _close(_run(device, w, x, 16), x @ ref.T)
