@@ -16,7 +16,7 @@
 //   HW_FMA 1: the device has fused multiply-add (fma(); else mad())
 //   LDX    the row stride of x as a constant (0: the argument ldx)
 //   NBW    blocks of 16 columns per work-item, one after another
-//   NORM   1: RMSNorm(x) * nw (eps) in place of x
+//   NORM   1: RMSNorm(x) * nw (eps) in place of x (q4 and float weights)
 //   GLU    1: W is [gate (N/2 rows) | up (N/2 rows)], N/2 a multiple of 16; y gets N/2 columns
 //          silu(x . gate) * (x . up) (bias, where given, added to both before)
 // M >= TM: the last tile of rows ends at row M - 1.
@@ -28,8 +28,9 @@
 //          j (low nibble) and value j + 16 (high nibble) of its group; S[b][g][2][16]: the
 //          scales, then the mins (value = q * scale + min)
 //   q8:    W char[b][k][16]; S[b][k / QGROUP][16] (value = q * scale)
-// Work geometry: global (ceil(M / TM), ceil(N / (16 * NBW))), local (1, 1): one work-item per group, so that
-// the compiler does not vectorize across work-items (its loads would become gathers).
+// Work geometry: global (ceil(M / TM), ceil(NOUT / (16 * NBW))), local (1, 1): one work-item
+// per group, so that the compiler does not vectorize across work-items (its loads would become
+// gathers).
 
 #ifndef TM
 #define TM 1
@@ -213,10 +214,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
         #pragma unroll
         for (int i = 0; i < TM; ++i) {
             // the mins meet the sum of the group's 32 x values
-            const float16 xs = XV16(i, g * 32) + XV16(i, g * 32 + 16);
-            const float8 x8 = xs.lo + xs.hi;
-            const float4 x4 = x8.lo + x8.hi;
-            const float sx = (x4.x + x4.y) + (x4.z + x4.w);
+            const float sx = hsum16(XV16(i, g * 32) + XV16(i, g * 32 + 16));
             acc[i] = FMA(d, (t0[i] + t1[i]) + (t2[i] + t3[i]), FMA(mn, (float16)sx, acc[i]));
         }
     }

@@ -212,12 +212,7 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
                  X_ALIGNED=int(not is_cpu(dev) and x_off % 4 == 0 and ldx % 4 == 0),
                  CPT=cpt, XMODE=1 if norm is not None else 2 if glu else 0,
                  HAS_BIAS=int(bias is not None), ACCUM=int(accum), **w.defines)
-    args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
-            bias if bias is not None else w.scales, i32(m), i32(w.n), i32(w.k),
-            norm[0] if norm is not None else w.scales, f32(norm[1] if norm is not None else 0)]
-    reads = [x, w.data, w.scales] + ([bias] if bias is not None else []) + ([y] if accum else [])
-    if norm is not None:
-        reads.append(norm[0])
+    args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm)
     tiles = math.ceil(m / tm)
     # PERF: on CPUs one work-item per group: PoCL would otherwise vectorize across
     # work-items, turning each one's contiguous row loads into gathers.
@@ -227,6 +222,20 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     if cpt > 1 or cb > 1:
         cols = math.ceil(w.n / (ncol * cpt * cb)) * ncol
     return Launch(knl, (cols * ls, tiles), local, args, reads, [y], name)
+
+
+def _matmul_args(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
+                 w: DeviceWeight, m: int, bias: Buffer | None, accum: bool,
+                 norm: tuple[Buffer, float] | None) -> tuple[list[Any], list[Buffer]]:
+    """The arguments of matmul.cl's and matmul_cpu.cl's kernels (the same list) and the
+    buffers they read."""
+    args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
+            bias if bias is not None else w.scales, i32(m), i32(w.n), i32(w.k),
+            norm[0] if norm is not None else w.scales, f32(norm[1] if norm is not None else 0)]
+    reads = [x, w.data, w.scales] + ([bias] if bias is not None else []) + ([y] if accum else [])
+    if norm is not None:
+        reads.append(norm[0])
+    return args, reads
 
 
 def rb_rows(m: int) -> int:
@@ -272,12 +281,7 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
                  HAS_BIAS=int(bias is not None),
                  ACCUM=int(accum), TM_DEQ=1 if row_invariant else RB_DEQ_ROWS,
                  HW_FMA=int(dev.caps.fma), **w.defines)
-    args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
-            bias if bias is not None else w.scales, i32(m), i32(w.n), i32(w.k),
-            norm[0] if norm is not None else w.scales, f32(norm[1] if norm is not None else 0)]
-    reads = [x, w.data, w.scales] + ([bias] if bias is not None else []) + ([y] if accum else [])
-    if norm is not None:
-        reads.append(norm[0])
+    args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm)
     # PERF: one work-item per group (PoCL would otherwise vectorize across work-items, turning
     # the 16-wide loads into gathers); the row tiles of one block next to each other, so that
     # its weights are read from cache by all but the first
