@@ -44,7 +44,7 @@ from .creation import (
 from .data_types import __array_namespace_info__, can_cast, finfo, iinfo, isdtype, result_type
 from .elementwise import clip, where
 from .interop import from_dlpack
-from .linalg_core import matmul, tensordot, vecdot
+from .linalg_core import einsum, matmul, tensordot, vecdot
 from .manipulation import (
     astype,
     broadcast_arrays,
@@ -94,7 +94,7 @@ for _name in _ew.TABLE:
 
 __all__ = [
     "__array_namespace_info__", "argmax", "argmin", "argsort", "broadcast_shapes", "can_cast",
-    "count_nonzero", "isin",
+    "count_nonzero", "einsum", "isin",
     "cumulative_prod", "cumulative_sum", "diff", "finfo", "from_dlpack", "iinfo", "isdtype",
     "moveaxis", "nonzero", "repeat", "result_type", "roll", "searchsorted", "sort", "take",
     "take_along_axis", "tensordot", "tile", "unique_all",

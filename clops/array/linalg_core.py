@@ -146,3 +146,145 @@ def vecdot(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
     prod = apply("multiply", a, x2)
     # NOTE: the promoted input dtype, not sum's widened default (uint8 stays uint8)
     return _sum(prod, axis=axis, dtype=prod.dtype)
+
+
+def einsum(subscripts: str, /, *operands: Tensor) -> Tensor:
+    """Einstein summation as numpy's ``einsum`` writes it (``"ij,jk->ik"``, an implicit output of
+    the labels used once, in order, ``...`` for broadcast leading dims), on the device: a
+    contraction of two operands that is a batched product runs as ``matmul``; any other as one
+    fused multiply-reduce over the labels left out of the output. Labels repeated within one
+    operand (a diagonal) are refused.
+
+    >>> clops.einsum("ij,jk->ik", clops.ones((2, 3)), clops.ones((3, 4))).shape
+    (2, 4)
+    """
+    from .manipulation import permute_dims, reshape
+
+    if not operands:
+        raise ValueError("einsum: give at least one operand")
+    ops = [o if isinstance(o, Tensor) else _as_tensor(o, operands) for o in operands]
+    for o in ops[1:]:
+        same_device("einsum", ops[0], o)
+    ins, out = _einsum_labels(subscripts, [o.ndim for o in ops])
+    sizes: dict[str, int] = {}
+    for o, labels in zip(ops, ins):
+        if len(set(labels)) != len(labels):
+            raise NotImplementedError(
+                f"einsum: the labels {labels!r} repeat within one operand (a diagonal); take "
+                "it first (clops.linalg.diagonal) or compute on the host")
+        for lab, n in zip(labels, o.shape):
+            if sizes.get(lab, 1) != n and n != 1:
+                if sizes.get(lab, 1) != 1:
+                    raise ValueError(f"einsum: label {lab!r} has sizes {sizes[lab]} and {n}")
+            sizes[lab] = max(sizes.get(lab, 1), n)
+    dtype = ops[0].dtype
+    for o in ops[1:]:
+        dtype = _dt.promote_types(dtype, o.dtype)
+    if len(ops) == 2:
+        fast = _einsum_matmul(ops, ins, out, sizes)
+        if fast is not None:
+            return fast
+    # every label in one order: the output's, then those summed over
+    order = list(out) + [lab for lab in dict.fromkeys("".join(ins)) if lab not in out]
+    nodes = []
+    for o, labels in zip(ops, ins):
+        p = permute_dims(o, sorted(range(len(labels)), key=lambda a: order.index(labels[a])))
+        mine = sorted(labels, key=order.index)
+        shape = tuple(p.shape[mine.index(lab)] if lab in mine else 1 for lab in order)
+        nodes.append(ir.cast(reshape(p, shape)._node.resolve(), dtype))
+    full = tuple(sizes[lab] for lab in order)
+    prod = broadcast_node(nodes[0], full)
+    for node in nodes[1:]:
+        prod = ir.ew("multiply", [prod, broadcast_node(node, full)], dtype)
+    summed = tuple(range(len(out), len(order)))
+    if not summed:
+        return Tensor(prod, ops[0].device)
+    red = ir.reduce("sum", prod, summed, dtype)
+    out_shape = full[:len(out)]
+    return Tensor(ir.movement(red, lambda v: v.reshape(out_shape)), ops[0].device)
+
+
+def _as_tensor(o: Any, operands: Sequence[Any]) -> Tensor:
+    from .creation import asarray
+
+    dev = next((x.device for x in operands if isinstance(x, Tensor)), None)
+    return asarray(o, device=dev)
+
+
+def _einsum_labels(subscripts: str, ndims: list[int]) -> tuple[list[str], str]:
+    """The labels of each operand and of the output, ``...`` replaced by labels of their own
+    (right-aligned across operands, as broadcasting aligns dims)."""
+    if not isinstance(subscripts, str):
+        raise TypeError("einsum: subscripts must be a string such as 'ij,jk->ik'")
+    s = subscripts.replace(" ", "")
+    lhs, arrow, rhs = s.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != len(ndims):
+        raise ValueError(f"einsum: {len(ins)} operand subscripts for {len(ndims)} operands")
+    used = set(c for c in s if c.isalpha())
+    bad = set(s) - used - set(",->.")
+    if bad or (not arrow and "-" in s) or s.count("->") > 1:
+        raise ValueError(f"einsum: cannot read subscripts {subscripts!r}")
+    free = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                if c not in used)
+    n_ell = max([nd - len(i.replace("...", "")) for i, nd in zip(ins, ndims) if "..." in i],
+                default=0)
+    ell = "".join(next(free) for _ in range(n_ell))
+    out_ins = []
+    for i, nd in zip(ins, ndims):
+        if "..." in i:
+            k = nd - len(i.replace("...", ""))
+            if k < 0:
+                raise ValueError(f"einsum: {i!r} has more labels than its operand's {nd} dims")
+            i = i.replace("...", ell[n_ell - k:])
+        if len(i) != nd or not i.isalpha() and i:
+            raise ValueError(f"einsum: {i!r} does not label the {nd} dims of its operand")
+        out_ins.append(i)
+    if arrow:
+        out = rhs.replace("...", ell)
+        if not out.isalpha() and out:
+            raise ValueError(f"einsum: cannot read the output {rhs!r}")
+        if len(set(out)) != len(out) or any(c not in "".join(out_ins) for c in out):
+            raise ValueError(f"einsum: the output {rhs!r} repeats a label or names one no "
+                             "operand has")
+    else:
+        counts: dict[str, int] = {}
+        for c in "".join(out_ins):
+            counts[c] = counts.get(c, 0) + 1
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    return out_ins, out
+
+
+def _einsum_matmul(ops: list[Tensor], ins: list[str], out: str,
+                   sizes: dict[str, int]) -> Tensor | None:
+    """Two operands whose contraction is a batched product (labels of both and the output:
+    batch; of both only: contracted; of one and the output: its rows or columns), as
+    ``matmul``; None where it is not (labels summed within one operand, sizes broadcast)."""
+    from .manipulation import permute_dims, reshape
+
+    (a, b), (la, lb) = ops, ins
+    if any(c not in out and c not in (lb if c in la else la) for c in la + lb):
+        return None  # a label summed within one operand
+    if any(o.shape[i] != sizes[c] for o, l_ in ((a, la), (b, lb)) for i, c in enumerate(l_)):
+        return None  # broadcast sizes
+    batch = [c for c in out if c in la and c in lb]
+    rows = [c for c in out if c in la and c not in lb]
+    cols = [c for c in out if c in lb and c not in la]
+    inner = [c for c in la if c in lb and c not in out]
+    if not inner:
+        return None
+
+    def size(labels: list[str]) -> int:
+        n = 1
+        for c in labels:
+            n *= sizes[c]
+        return n
+
+    pa = permute_dims(a, [la.index(c) for c in batch + rows + inner])
+    pb = permute_dims(b, [lb.index(c) for c in batch + inner + cols])
+    ma = reshape(pa, (size(batch), size(rows), size(inner)))
+    mb = reshape(pb, (size(batch), size(inner), size(cols)))
+    prod = matmul(ma, mb)
+    res = reshape(prod, tuple(sizes[c] for c in batch + rows + cols))
+    have = batch + rows + cols
+    return permute_dims(res, [have.index(c) for c in out])

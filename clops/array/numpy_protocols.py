@@ -200,11 +200,24 @@ def _simple(name: str, *keys: str) -> Callable:
     return run
 
 
-def _einsum(subscripts: str, *operands: Any, **kw: Any) -> Any:
-    # no device einsum yet: the host's, with the result back on the operands' device
-    dev = _device(operands)
-    out = np.einsum(subscripts, *_host(operands), **kw)
-    return _xp().asarray(out, device=dev)
+def _einsum(subscripts: str, *operands: Any, dtype: Any = None, optimize: Any = False,
+            casting: str = "safe", order: str = "K", **kw: Any) -> Any:
+    # on the device (clops.einsum); a diagonal (a label repeated in one operand), an out= or
+    # another casting runs on the host
+    if kw or casting not in ("safe", "same_kind") or order not in ("K", "C", "A"):
+        return _FALLBACK
+    try:
+        out = _xp().einsum(subscripts, *operands)
+    except NotImplementedError:
+        # (a diagonal) the host's, with the result back on the operands' device
+        from .. import _config
+
+        if _config.debug_level():
+            print(f"clops: numpy.einsum({subscripts!r}) runs on the host (a label repeats "
+                  "within one operand)", file=sys.stderr)
+        host = np.einsum(subscripts, *_host(operands), dtype=dtype)
+        return _xp().asarray(host, device=_device(operands))
+    return out if dtype is None else _xp().astype(out, dtype)
 
 
 def _asarray_like(obj: Any, dtype: Any = None, *args: Any, ndmin: int = 0, **kw: Any) -> Any:
