@@ -68,14 +68,16 @@ _KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 
 
 def default_float(device: runtime.CLDevice | None = None) -> DType:
+    """The default floating-point dtype: float32 on every device (``default_dtypes`` of the
+    namespace info says the same; a device without float64 needs no other)."""
     return _dt.float32
 
 
 def _scalar_dtype(value: Any, other: DType) -> DType:
     """The dtype a Python scalar takes next to an array of dtype ``other`` (Array API rules:
     the scalar adopts the array's dtype when its kind fits)."""
-    if isinstance(value, bool):
-        return other if other.kind == "b" else _dt.bool_ if other.kind in "b" else other
+    if isinstance(value, bool):  # (next to a numeric array, True is 1 of its dtype)
+        return other
     if isinstance(value, int):
         return other if other.kind in "iufc" else _dt.int64
     if isinstance(value, float):
@@ -218,6 +220,8 @@ def apply(fn: str, *args: Any) -> Tensor:
         return Tensor(nodes[0], dev)
     if fn in ("real",) and dtype.kind != "c":
         return Tensor(nodes[0], dev)
+    if fn == "imag" and dtype.kind != "c":  # (the imaginary part of a real number)
+        return Tensor(ir.const(0, rd, nodes[0].shape), dev)
     return Tensor(lifted(nodes, lambda ns: ir.ew(fn, ns, rd)), dev)
 
 

@@ -141,6 +141,27 @@ def test_complex_arithmetic(device):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int32", "int64", "float32"])
+def test_real_and_imag_of_real_dtypes(device, dtype):
+    # the real part is the value, the imaginary part zero of its dtype (a kernel op has no
+    # integer form: imag of an integer array once failed only when it was computed)
+    a = np.arange(-3, 4).astype(dtype) if dtype[0] != "u" else np.arange(7).astype(dtype)
+    t = clops.asarray(a, device=device)
+    for got, want in [(clops.real(t), a.real), (clops.imag(t), np.imag(a)),
+                      (clops.imag(t) + t, a)]:
+        assert got.dtype.name == dtype
+        np.testing.assert_array_equal(np.asarray(got), want)
+    with pytest.raises(TypeError, match="numeric"):
+        clops.imag(clops.asarray(np.array([True]), device=device))
+
+
+def test_bool_scalars_next_to_numeric_arrays_are_one_and_zero(device):
+    x = clops.asarray(np.array([1, 2], np.int16), device=device)
+    assert (x + True).dtype == clops.int16
+    np.testing.assert_array_equal(np.asarray(x + True), [2, 3])
+    np.testing.assert_array_equal(np.asarray(x * False), [0, 0])
+
+
 def test_float64_where_supported(device):
     if not device.caps.fp64:
         with pytest.raises(TypeError, match="double precision"):
