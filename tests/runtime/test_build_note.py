@@ -42,8 +42,12 @@ def test_a_terminal_sees_the_note_while_programs_build(tmp_path):
     assert b"[clops] compiling OpenCL program 1 for " in out
     assert b"\r\x1b[K" in out  # erased after the build
     assert out.rstrip().endswith(b"26.25")
-    # built once: a second run reads the cache and compiles nothing
-    assert b"compiling" not in _in_terminal(_env(tmp_path))
+    # built once: a second run reads the cache and compiles nothing (where clops keeps the
+    # binaries: NVIDIA's driver caches its builds itself, and clops builds there every run)
+    import clops
+
+    if clops.device().programs.disk_dir is not None:
+        assert b"compiling" not in _in_terminal(_env(tmp_path))
 
 
 def test_the_note_can_be_turned_off(tmp_path):

@@ -100,6 +100,11 @@ def _env(tmp_path: Path, **more: str) -> dict[str, str]:
 
 
 def test_a_process_that_compiles_trims_at_exit(tmp_path: Path) -> None:
+    import clops
+
+    if clops.device().programs.disk_dir is None:
+        pytest.skip("the default device's driver caches its builds itself (NVIDIA): clops "
+                    "stores no binaries for it, so its builds trim nothing")
     stale = _program(tmp_path, "f" * 40, 1 << 20, time.time() - 30 * DAY)
     code = ("import clops, numpy as np\n"
             "x = clops.asarray(np.arange(7, dtype=np.float32))\n"
