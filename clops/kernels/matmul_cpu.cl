@@ -16,7 +16,7 @@
 //   HW_FMA 1: the device has fused multiply-add (fma(); else mad())
 //   LDX    the row stride of x as a constant (0: the argument ldx)
 //   NBW    blocks of 16 columns per work-item, one after another
-//   NORM   1: RMSNorm(x) * nw (eps) in place of x (q4 and float weights)
+//   NORM   1: RMSNorm(x) * nw (eps) in place of x
 //   GLU    1: W is [gate (N/2 rows) | up (N/2 rows)], N/2 a multiple of 16; y gets N/2 columns
 //          silu(x . gate) * (x . up) (bias, where given, added to both before)
 // M >= TM: the last tile of rows ends at row M - 1.
@@ -55,9 +55,6 @@
 #if NORM
 // x * nw of the current 32 values (k0 .. k0 + 31, k0 a multiple of 32), made once per group
 // into xn (NORM_GROUP): the inner loops read it as they read x
-#if WFMT == 4
-#error "NORM takes q4 and float weights"
-#endif
 #define NORM_GROUP(k0)                                                                    \
     _Pragma("unroll") for (int i = 0; i < TM; ++i) {                                     \
         vstore16(vload16(0, xr[i] + (k0)) * vload16(0, nw + (k0)), 0, xn[i]);             \
@@ -223,6 +220,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     __global const char *wb = W + (size_t)b * K * 16;
     __global const SCALE_T *sb = S + (size_t)b * G * 16;
     for (int g = 0; g < G; ++g) {
+        if ((g * QGROUP) % 32 == 0) { NORM_GROUP(g * QGROUP) }
         const float16 d = LOAD16_SCALE(g, sb);
         for (int j = 0; j < QGROUP; j += 2) {
             const int k = g * QGROUP + j;
@@ -240,6 +238,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     __global const char *wb = W + (size_t)b * K * 16;
     __global const SCALE_T *sb = S + (size_t)b * G * 16;
     for (int g = 0; g < G; ++g) {
+        if ((g * QGROUP) % 32 == 0) { NORM_GROUP(g * QGROUP) }
         float16 t0[TM], t1[TM], t2[TM], t3[TM];
         #pragma unroll
         for (int i = 0; i < TM; ++i) t0[i] = t1[i] = t2[i] = t3[i] = (float16)(0.0f);

@@ -266,8 +266,6 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
                          f"rows, not {w.n}")
     if glu_out and accum:
         raise ValueError("matmul: glu_out= and accum= do not go together")
-    if norm is not None and w.fmt == "q8":
-        raise ValueError("matmul: norm= on CPUs takes q4 and float weights (see fused_norm)")
     tm = tm if tm is not None and m > 1 else rb_rows(m)
     if tm > m:
         raise ValueError(f"matmul_rb: {tm} rows per work-item for {m} rows (at most m)")
@@ -297,13 +295,13 @@ def glu_output(w: DeviceWeight) -> bool:
 
 def fused_norm(dev: CLDevice, w: DeviceWeight, m: int = 1) -> bool:
     """Whether ``matmul`` should take ``norm=`` for this weight and m rows: GPU kernels, or
-    the CPU layout with q4 or float values for one row.
+    the CPU layout for one row.
 
     PERF (2-core EPYC, PoCL 3.1, SmolLM2): folded into a decode row's products the norm saves
     its launch; a 64-row chunk's qkv and gate_up products took 11.7 -> 18.2 and 37 -> 55 ms
     with it folded in (the normalized values of 8 rows per work-item staged through the
     stack), against 1.5 ms for the norms' own launches."""
-    return fused_prologues(dev) or (w.layout == "rb16" and w.fmt != "q8" and m == 1)
+    return fused_prologues(dev) or (w.layout == "rb16" and m == 1)
 
 
 def rb_blocks(dev: CLDevice, n: int) -> int:

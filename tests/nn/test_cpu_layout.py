@@ -88,7 +88,7 @@ def test_bias_accumulation_and_row_stride(device, kind, m=9, n=24, k=64):
     _close(got, y0[:, :n] + x @ ref.T + b)
 
 
-@pytest.mark.parametrize("kind", ["Q4_0", "Q4_K", "f32", "bf16"])
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_K", "Q8_0", "Q6_K", "f32", "bf16"])
 @pytest.mark.parametrize("m", [1, 6])
 def test_rmsnorm_folded_in(device, kind, m, n=48, k=128, eps=1e-5):
     p, ref = _packed(kind, n, k)
@@ -98,14 +98,6 @@ def test_rmsnorm_folded_in(device, kind, m, n=48, k=128, eps=1e-5):
     got = _run(device, w, x, n, norm=(_up(device, nw), eps))
     xn = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps) * nw
     _close(got, xn @ ref.T)
-
-
-def test_rmsnorm_is_refused_for_q8_weights(device):
-    p, _ = _packed("Q8_0", 16, 32)
-    w = DeviceWeight(device, p, layout="rb16")
-    assert not L.fused_norm(device, w) or not L.is_cpu(device) and L.fused_prologues(device)
-    with pytest.raises(ValueError, match="q4 and float"):
-        _run(device, w, np.ones((1, 32), np.float32), 16, norm=(_up(device, np.ones(32)), 1e-5))
 
 
 @pytest.mark.parametrize("kind", ["Q4_1", "Q6_K", "f16"])
