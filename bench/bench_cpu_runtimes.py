@@ -103,10 +103,11 @@ def measure(selectors: list[str], repeat: int, model: str | None,
                     str(repeat), "--json", comp])
             rt["kernels"] = {}
             for size in (1024, 2048):
+                path = f"{kern[:-5]}_{size}.json"  # (a failed run leaves no file to misread)
                 _child([os.path.join(HERE, "bench_kernels.py"), "--device", sel, "--only",
                         "gemm", "--size", str(size), "--gemm-dtypes", "float32", "--repeat",
-                        str(repeat), "--json", kern])
-                rt["kernels"][str(size)] = _json(kern)
+                        str(repeat), "--json", path])
+                rt["kernels"][str(size)] = _json(path)
             rt["compiler"] = _json(comp)
             rt["llm"] = _llm(sel, model, llm, llama_bench)
             rt["models"] = {}
