@@ -7,7 +7,7 @@
 //   ROT_DIM   the rotated dimensions of a head (rope_store; default HEAD_DIM): the rest pass
 //   SOFTCAP   scores become SOFTCAP * tanh(score / SOFTCAP) (attend; a float literal)
 //   WINDOW    keys (pos - WINDOW, pos] only, a sliding window (attn_decode, attn_prefill)
-//   CPU_VEC   1: the CPU kernels (attn_decode_cpu, attn_prefill_cpu; 16-wide vectors)
+//   CPU_VEC   1: the CPU kernels (attn_decode_cpu; attn_prefill 16-wide)
 //
 // The KV cache of a layer is k[KV][max_seq][D] and v[KV][max_seq][D], float32.
 // state[0] is the position of the first row of the current batch, on the device, so that a
@@ -110,6 +110,65 @@ inline void attend(const float4 *qv, float4 *acc, float *mx, float *l,
         *mx = nm;
     }
 }
+
+// CPU kernels (CPU_VEC): 16-wide vectors (HEAD_DIM a multiple of 16), compiled only where asked
+// for: a runtime without them (PoCL 3.0 of the pip wheel) would drop the whole program. QV, NQ,
+// VLOADQ, VSTOREQ and ATTEND: a query's vectors and its attention, 16-wide there, else 4-wide.
+#if CPU_VEC
+#if HEAD_DIM % 16
+#error "CPU_VEC needs HEAD_DIM a multiple of 16"
+#endif
+#define D16 (HEAD_DIM / 16)
+inline float hsum16(float16 v) {
+    const float8 a = v.lo + v.hi;
+    const float4 b = a.lo + a.hi;
+    return (b.x + b.y) + (b.z + b.w);
+}
+
+inline float dot16(const float16 *qv, const float *k) {
+    float16 t = qv[0] * vload16(0, k);
+    for (int d = 1; d < D16; ++d) t = mad(qv[d], vload16(d, k), t);
+    return hsum16(t);
+}
+
+// attend (above) with one exp per key: the larger of the running max and the score keeps
+// weight 1
+inline void attend_cpu(const float16 *qv, float16 *acc, float *mx, float *l,
+                       __global const float *kb, __global const float *vb, int j0, int j1) {
+    for (int j = j0; j < j1; ++j) {
+        __global const float *kj = kb + (size_t)j * HEAD_DIM;
+        float16 t = qv[0] * vload16(0, kj);
+        for (int d = 1; d < D16; ++d) t = mad(qv[d], vload16(d, kj), t);
+        const float sc = hsum16(t);
+        __global const float *vj = vb + (size_t)j * HEAD_DIM;
+        if (sc > *mx) {
+            const float corr = exp(*mx - sc);
+            *mx = sc;
+            *l = *l * corr + 1.0f;
+            for (int d = 0; d < D16; ++d) acc[d] = mad(acc[d], (float16)(corr), vload16(d, vj));
+        } else {
+            const float e = exp(sc - *mx);
+            *l += e;
+            for (int d = 0; d < D16; ++d) acc[d] = mad((float16)(e), vload16(d, vj), acc[d]);
+        }
+    }
+}
+
+#define QV float16
+#define NQ D16
+#define VLOADQ vload16
+#define VSTOREQ vstore16
+#define ATTEND attend_cpu
+#ifdef SOFTCAP
+#error "CPU_VEC does not cap scores (attend_cpu): the capped kernels take attend"
+#endif
+#else
+#define QV float4
+#define NQ D4
+#define VLOADQ vload4
+#define VSTOREQ vstore4
+#define ATTEND attend
+#endif
 
 // Decode, one query row, split over the KV length (flash-decoding): work-item (s, h) attends
 // to positions [s*chunk, (s+1)*chunk) and leaves its unnormalized output, running max and sum
@@ -354,7 +413,7 @@ __kernel void attn_combine(__global float *out, __global const float *part,
 // Many query rows (prefill, or attention over given tensors): work-item (m, h) attends with an
 // online softmax to keys [0, state[0] + pos_add + m] when causal, else to [0, n_keys).
 // q rows are ld_q apart with heads D apart; k/v heads kv_stride apart, positions D apart;
-// out [M][H][D]. Work geometry: global (M, H).
+// out [M][H][D]. Work geometry: global (M, H); CPU_VEC (16-wide, one exp per key): local (1, 1).
 __kernel void attn_prefill(__global float *out, __global const float *q, int q_off, int ld_q,
                            __global const float *kc, __global const float *vc, int k_off,
                            int v_off, int kv_stride, __global const int *state, int pos_add,
@@ -362,19 +421,19 @@ __kernel void attn_prefill(__global float *out, __global const float *q, int q_o
     const int m = get_global_id(0), h = get_global_id(1), H = get_global_size(1);
     const int kvh = h / n_rep;
     const int L = causal ? min(n_keys, state[0] + pos_add + m + 1) : n_keys;
-    float4 qv[D4], acc[D4];
+    QV qv[NQ], acc[NQ];
     __global const float *qr = q + q_off + (size_t)m * ld_q + h * HEAD_DIM;
-    for (int d = 0; d < D4; ++d) {
-        qv[d] = vload4(d, qr) * scale;
-        acc[d] = (float4)(0.0f);
+    for (int d = 0; d < NQ; ++d) {
+        qv[d] = VLOADQ(d, qr) * scale;
+        acc[d] = (QV)(0.0f);
     }
     float mx = -INFINITY, l = 0.0f;
-    attend(qv, acc, &mx, &l, kc + k_off + (size_t)kvh * kv_stride,
+    ATTEND(qv, acc, &mx, &l, kc + k_off + (size_t)kvh * kv_stride,
            vc + v_off + (size_t)kvh * kv_stride,
            causal ? first_key(state[0] + pos_add + m) : 0, L);
     __global float *o = out + ((size_t)m * H + h) * HEAD_DIM;
     float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int d = 0; d < D4; ++d) vstore4(acc[d] * inv, d, o);
+    for (int d = 0; d < NQ; ++d) VSTOREQ(acc[d] * inv, d, o);
 }
 
 #ifdef PREFILL_WG
@@ -464,47 +523,6 @@ __kernel void kv_store(__global float *kc, __global float *vc, __global const fl
 }
 
 #if CPU_VEC
-#if HEAD_DIM % 16
-#error "CPU_VEC needs HEAD_DIM a multiple of 16"
-#endif
-#define D16 (HEAD_DIM / 16)
-// CPU kernels: 16-wide vectors (HEAD_DIM a multiple of 16), compiled only where asked for
-// (CPU_VEC): a runtime without them (PoCL 3.0 of the pip wheel) would drop the whole program
-inline float hsum16(float16 v) {
-    const float8 a = v.lo + v.hi;
-    const float4 b = a.lo + a.hi;
-    return (b.x + b.y) + (b.z + b.w);
-}
-
-inline float dot16(const float16 *qv, const float *k) {
-    float16 t = qv[0] * vload16(0, k);
-    for (int d = 1; d < D16; ++d) t = mad(qv[d], vload16(d, k), t);
-    return hsum16(t);
-}
-
-// attend (above) with one exp per key: the larger of the running max and the score keeps
-// weight 1
-inline void attend_cpu(const float16 *qv, float16 *acc, float *mx, float *l,
-                       __global const float *kb, __global const float *vb, int j0, int j1) {
-    for (int j = j0; j < j1; ++j) {
-        __global const float *kj = kb + (size_t)j * HEAD_DIM;
-        float16 t = qv[0] * vload16(0, kj);
-        for (int d = 1; d < D16; ++d) t = mad(qv[d], vload16(d, kj), t);
-        const float sc = hsum16(t);
-        __global const float *vj = vb + (size_t)j * HEAD_DIM;
-        if (sc > *mx) {
-            const float corr = exp(*mx - sc);
-            *mx = sc;
-            *l = *l * corr + 1.0f;
-            for (int d = 0; d < D16; ++d) acc[d] = mad(acc[d], (float16)(corr), vload16(d, vj));
-        } else {
-            const float e = exp(sc - *mx);
-            *l += e;
-            for (int d = 0; d < D16; ++d) acc[d] = mad((float16)(e), vload16(d, vj), acc[d]);
-        }
-    }
-}
-
 // The rotation of the head at src (position pos) into dst, both HEAD_DIM floats: four pairs
 // at a time (vector sincos). Whole-head rotary (ROT_DIM == HEAD_DIM).
 inline void rotate_head(__private float *dst, __global const float *src, float pos,
@@ -553,29 +571,5 @@ __kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
     attend_cpu(qv, acc, &mx, &l, kb, vb, 0, pos);
     const float inv = 1.0f / l;
     for (int d = 0; d < D16; ++d) vstore16(acc[d] * inv, d, out + h * HEAD_DIM);
-}
-
-// attn_prefill on CPUs (the same output): 16-wide arithmetic, one exp per key. Work geometry:
-// global (M, H), local (1, 1).
-__kernel void attn_prefill_cpu(__global float *out, __global const float *q, int q_off,
-                               int ld_q, __global const float *kc, __global const float *vc,
-                               int k_off, int v_off, int kv_stride, __global const int *state,
-                               int pos_add, int causal, int n_keys, int n_rep, float scale) {
-    const int m = get_global_id(0), h = get_global_id(1), H = get_global_size(1);
-    const int kvh = h / n_rep;
-    const int L = causal ? min(n_keys, state[0] + pos_add + m + 1) : n_keys;
-    float16 qv[D16], acc[D16];
-    __global const float *qr = q + q_off + (size_t)m * ld_q + h * HEAD_DIM;
-    for (int d = 0; d < D16; ++d) {
-        qv[d] = vload16(d, qr) * scale;
-        acc[d] = (float16)(0.0f);
-    }
-    float mx = -INFINITY, l = 0.0f;
-    attend_cpu(qv, acc, &mx, &l, kc + k_off + (size_t)kvh * kv_stride,
-               vc + v_off + (size_t)kvh * kv_stride,
-               causal ? first_key(state[0] + pos_add + m) : 0, L);
-    __global float *o = out + ((size_t)m * H + h) * HEAD_DIM;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int d = 0; d < D16; ++d) vstore16(acc[d] * inv, d, o);
 }
 #endif

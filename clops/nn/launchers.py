@@ -691,7 +691,7 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
     if head_dim % 16 == 0 and cpu_vectors(dev):
         # PERF (CPUs): 16-wide arithmetic, one exp per key, a work-item per group (rows of
         # different lengths vectorized across work-items ran slower on PoCL)
-        knl = kernel(dev, "attention", "attn_prefill_cpu", HEAD_DIM=head_dim, CPU_VEC=1)
+        knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim, CPU_VEC=1)
         return Launch(knl, (m, n_heads), (1, 1), args, reads, [out], "attn_prefill")
     knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim)
     return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
