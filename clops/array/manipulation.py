@@ -11,7 +11,7 @@ from ..graph import ir
 from ..graph.ir import prod
 from .elementwise import _check_device_dtype, broadcast_node
 from .elementwise import broadcast_shapes as _broadcast
-from .tensor import Tensor, as_shape, same_device, spec_sequence
+from .tensor import MAX_SIZE, Tensor, as_shape, same_device, spec_sequence
 
 
 def normalize_axis(axis: int, ndim: int) -> int:
@@ -67,6 +67,9 @@ def broadcast_to(x: Tensor, /, shape: Sequence[int]) -> Tensor:
     shape = as_shape(shape, "broadcast_to")
     if _broadcast(x.shape, shape) != shape:
         raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
+    if prod(shape) * x.dtype.itemsize > MAX_SIZE:  # (as numpy: byte offsets must fit int64)
+        raise ValueError(f"broadcast_to: shape {shape} of {x.dtype} is too big: its bytes "
+                         f"exceed {MAX_SIZE} (int64)")
     return Tensor(broadcast_node(x._node.resolve(), shape), x.device)
 
 
