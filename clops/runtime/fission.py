@@ -105,6 +105,12 @@ def create_sub_devices(dev: CLDevice, n: int | None = None, *, units: int | None
         spec = [int(_PP.BY_COUNTS), *counts, int(_PP.BY_COUNTS_LIST_END)]
     else:
         if units is None:
+            if n is not None and n > min(max_sub, cu):
+                # NOTE: never fewer than asked in silence: a caller counting on n workers or
+                # queues would get fewer
+                raise FissionError(
+                    f"{dev.name} splits into at most {min(max_sub, cu)} sub-devices ({cu} "
+                    f"compute units, its driver allows {max_sub}); {n} were asked")
             n = min(n or cu, max_sub, cu)
             if n < 1:
                 raise ValueError(f"cannot split {dev.name} into {n} sub-devices")

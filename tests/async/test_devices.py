@@ -40,6 +40,9 @@ def test_split_by_counts_and_units(device: CLDevice) -> None:
         device.create_sub_devices(counts=[device.caps.compute_units + 1])
     with pytest.raises(ValueError, match="one of"):
         device.create_sub_devices(2, units=1)
+    most = min(device.partition_support()["max_sub_devices"], device.caps.compute_units)
+    with pytest.raises(FissionError, match=f"at most {most} sub-devices.*{most + 1} were asked"):
+        device.create_sub_devices(most + 1)
 
 
 def test_affinity(device: CLDevice) -> None:
