@@ -330,6 +330,14 @@ def arange(start: Any, /, stop: Any = None, step: Any = 1, *, dtype: Any = None,
     dev = _device(device)
     _check_device_dtype(dev, d)
     md = d if d.kind in "fc" else _dt.int64
+    if d == _dt.uint64 and not is_float:
+        # NOTE: values past int64 (2**63 and up) are computed in uint64, modulo 2**64, where a
+        # negative step is its two's complement; every value must be a uint64
+        last = start + (n - 1) * step if n else start
+        if min(start, last) < 0 or max(start, last) >= 2**64:
+            raise OverflowError(f"arange: start={start!r}, stop={stop!r}, step={step!r} give "
+                                "values outside uint64 (0 to 2**64 - 1)")
+        md, start, step = _dt.uint64, start % 2**64, step % 2**64
     idx = ir.cast(ir.iota(0, (n,), _dt.int64), md)
     node = ir.ew("add", [ir.ew("multiply", [idx, ir.const(step, md, (n,))], md),
                          ir.const(start, md, (n,))], md)

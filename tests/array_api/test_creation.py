@@ -28,6 +28,22 @@ def test_arange_floats_and_dtypes() -> None:
     assert xp.arange(10, 0, 2).shape == (0,)
 
 
+@settings(max_examples=40, deadline=None)
+@given(start=st.integers(0, 2**64 - 1), step=st.integers(-(2**62), 2**62).filter(bool),
+       n=st.integers(0, 6))
+def test_arange_uint64_past_int64(start: int, step: int, n: int) -> None:
+    # values of 2**63 and up are computed in uint64 (they overflowed int64 arithmetic before)
+    last = start + (n - 1) * step if n else start
+    if not 0 <= last < 2**64:
+        with pytest.raises(OverflowError, match="outside uint64"):
+            xp.arange(start, start + n * step, step, dtype=xp.uint64)
+        return
+    got = xp.arange(start, start + n * step, step, dtype=xp.uint64)
+    want = np.arange(start, start + n * step, step, dtype=np.uint64)
+    assert got.dtype == xp.uint64
+    np.testing.assert_array_equal(got.to_numpy(), want)
+
+
 @pytest.mark.parametrize("endpoint", [True, False])
 def test_linspace(endpoint: bool) -> None:
     for num in (0, 1, 2, 7):
