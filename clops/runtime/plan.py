@@ -270,6 +270,7 @@ class LaunchPlan:
     _ready: bool = False
     _prepared: Any = None
     _replays: int = 0
+    _resized: bool = False
 
     def add(self, launch: Launch) -> None:
         self.launches.append(launch)
@@ -294,13 +295,36 @@ class LaunchPlan:
             for ln in self.launches:
                 ln.run(self.device, queue=self.device.queue)
             return
-        # a single launch gains nothing from a recording
+        # a single launch gains nothing from a recording, nor a plan resized between replays
+        worth = len(self.launches) > 1 and not self._resized
         if not self._ready:
-            self._prepare(record=self._replays > 0 and len(self.launches) > 1)
-        elif self._replays == 1 and len(self.launches) > 1:
+            self._prepare(record=self._replays > 0 and worth)
+        elif self._replays == 1 and worth:
             self._prepare(record=True)
         self._replays += 1
         self.device.enqueue_prepared(self._prepared)
+
+    def resize(self, changes: Sequence[tuple[int, Sequence[tuple[int, Any]], Sequence[int]]]
+               ) -> None:
+        """Give launches new scalar arguments and global sizes for the next replays: each
+        change is (launch index, [(argument position, value)], global size). A batched step
+        whose row count changes reuses its plan this way; only the changed arguments are set
+        again, and a plan once resized is never recorded (a recording holds its sizes).
+
+        >>> plan.resize([(0, [(3, np.int32(rows))], (rows, 64))])
+        """
+        self._resized = True
+        for index, args, gsize in changes:
+            ln = self.launches[index]
+            for position, value in args:
+                ln.args[position] = value
+                if self._ready:
+                    ln.kernel.set_arg(position, value.mem if isinstance(value, Buffer) else value)
+            ln.global_size = tuple(gsize)
+        if self._ready:
+            self._prepared = self.device.prepare_launches(
+                [(ln.kernel, ln.global_size, ln.local_size, ln.name) for ln in self.launches],
+                record=False)
 
     def set_scalar(self, index: int, position: int, value: Any) -> None:
         """Change one argument of one launch (for values fixed per call, not per step)."""

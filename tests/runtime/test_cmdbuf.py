@@ -150,3 +150,23 @@ def test_a_failed_enqueue_falls_back_to_kernel_by_kernel(recordable, monkeypatch
     assert prepared.recorded is None
     device.enqueue_prepared(prepared)
     np.testing.assert_array_equal(_read(device, z, n), _expected(2))
+
+
+def test_resized_plan_runs_its_new_sizes_and_arguments(device):
+    # a batched step's plan: the row count changes between replays (arguments and sizes)
+    n = 64
+    y, z, *_ = _kernels(device, n)
+    prg = device.kernel(SRC, "bump").program
+    plan = LaunchPlan(device)
+    plan.add(Launch(cl.Kernel(prg, "bump"), (n,), None, [y, np.int32(1)], name="bump"))
+    plan.replay()
+    plan.replay()  # recorded from here on where the device can
+    plan.resize([(0, [(1, np.int32(5))], (16,))])
+    plan.replay()
+    assert not plan.recorded
+    want = np.full(n, 2, np.int32)
+    want[:16] += 5
+    np.testing.assert_array_equal(_read(device, y, n), want)
+    plan.resize([(0, [(1, np.int32(-1))], (n,))])
+    plan.replay()
+    np.testing.assert_array_equal(_read(device, y, n), want - 1)
