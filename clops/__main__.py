@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Any
 
 
 def _fmt_bytes(n: int) -> str:
@@ -47,6 +48,8 @@ def info(probe: bool = True) -> int:
             flags.append(f"fp16-runs={'yes' if d.probe('fp16') else 'no'}")
             flags.append(f"nvidia-ptx={'yes' if d.probe('nvidia_ptx') else 'no'}")
         print(f"    capabilities    {', '.join(flags)}")
+        if probe and not d.probe("builds"):
+            print(f"    cannot build    {_why_no_builds(d)}")
         if probe and d.kind == "cpu":
             from clops.kernels import gemm
 
@@ -57,6 +60,15 @@ def info(probe: bool = True) -> int:
         recorded, why = cmdbuf.support(d.queue.cl_queue)
         print(f"    launch plans    {'one command buffer a replay' if recorded else why}")
     return 0
+
+
+def _why_no_builds(d: Any) -> str:
+    """What the device's compiler says to a one-line kernel (the builds probe failed)."""
+    try:
+        d.build("__kernel void k(__global int *x) { x[0] = 1; }")
+    except Exception as e:  # the reason is the whole point here
+        return str(e).splitlines()[0][:400]
+    return "a kernel builds, but running it failed (the driver does not complete it)"
 
 
 def demo() -> int:

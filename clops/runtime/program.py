@@ -34,9 +34,23 @@ class BuildError(RuntimeError):
         self.source = source
         self.log = log.strip()
         self.options = options
+        cpu = _UNKNOWN_CPU.search(self.log)
+        if cpu:
+            # not this kernel's fault: the runtime's compiler cannot target the processor
+            super().__init__(
+                f"{device_name} cannot compile any kernel: its OpenCL compiler does not know "
+                f"this processor ({cpu.group(0)}; an older PoCL's LLVM, such as PoCL 3.0 of "
+                "pyopencl's wheel, predates it). Use another OpenCL runtime: Intel's CPU "
+                "runtime (pip install 'clops[intel]'), a newer PoCL (apt install "
+                "pocl-opencl-icd), or pick another device with CLOPS_DEVICE (clops info "
+                "lists them).")
+            return
         super().__init__(
             f"OpenCL build failed on {device_name} (options: {' '.join(options) or 'none'})\n"
             f"{excerpt(source, error_lines(self.log))}\n--- compiler log ---\n{self.log}")
+
+
+_UNKNOWN_CPU = re.compile(r"unknown target CPU '[^']*'")
 
 
 # Where logs put the line, most specific first: ``<source>:12:5: error: ...`` (clang-based
