@@ -38,9 +38,10 @@ def plan(targets: list[tuple[Node, Any, View | None]], device: Device) -> Plan:
     return scheduler.schedule(targets, device)
 
 
-def run(p: Plan, device: Device) -> None:
-    """Run plan ``p``: allocate each temporary when its step comes, launch each kernel, then
-    mark the computed nodes realized as loads of their buffers."""
+def run(p: Plan, device: Device, renderer: CLRenderer | None = None) -> None:
+    """Run plan ``p``: allocate each temporary when its step comes, launch each kernel (its
+    source from ``renderer``, the OpenCL C one by default), then mark the computed nodes
+    realized as loads of their buffers."""
     buffers: dict[int, Any] = {}
 
     def buffer(b: Any) -> Any:
@@ -51,7 +52,7 @@ def run(p: Plan, device: Device) -> None:
             t = step.temp
             buffers[id(t)] = counter(device) if t.counter else device.alloc(t.nbytes)
         else:
-            run_kernel(step, device, buffer)
+            run_kernel(step, device, buffer, renderer or _RENDERER)
     for b in p.bindings:
         loaded = ir.load(buffer(b.buffer), b.view, b.dtype)
         if b.reduce is not None:
@@ -61,7 +62,8 @@ def run(p: Plan, device: Device) -> None:
             b.node.realized = loaded
 
 
-def run_kernel(step: KernelStep, device: Device, buffer: Callable[[Any], Any]) -> None:
+def run_kernel(step: KernelStep, device: Device, buffer: Callable[[Any], Any],
+               renderer: CLRenderer) -> None:
     """Build (once per device, key and local size) and launch ``step``; ``buffer`` maps the
     plan's temporaries to their buffers."""
     item, lw = step.item, step.lowered
@@ -75,10 +77,10 @@ def run_kernel(step: KernelStep, device: Device, buffer: Callable[[Any], Any]) -
     ck = (id(device), lw.key, local)
     hit = _KERNELS.get(ck)
     if hit is None:
-        src = _RENDERER.render(lw.key, local, step.name)
+        src = renderer.render(lw.key, local, step.name)
         if _config.CONFIG.debug >= 1:
             print(f"[clops] kernel {step.name}:\n{src}", file=sys.stderr)
-        hit = _KERNELS[ck] = (device.kernel(src, step.name, arg_types=_RENDERER.arg_types),
+        hit = _KERNELS[ck] = (device.kernel(src, step.name, arg_types=renderer.arg_types),
                               step.name)
     kernel, name = hit
     if geo is None:
