@@ -286,7 +286,7 @@ def _row_load(ins: Instr) -> bool:
 def _column_layout(item: KernelItem, lw: _Lowerer, every: list[Instr]) -> bool:
     """A reduction over leading axes whose row loads are contiguous along the kernel's last
     axis, which the reduction keeps (column sums): a work-item per output element (see
-    GPU_COL_LOCAL). Structural, like every layout class: a new shape reuses the program."""
+    geometry.GPU_COL_LOCAL). Structural, like every layout class: a new shape reuses the program."""
     full, raxes = item.full, item.raxes
     if (len(full) - 1) in raxes or item.combine is not None:
         return False

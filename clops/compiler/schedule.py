@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..graph import ir
+from ..graph.dtypes import DType
 from ..graph.ir import Node, Shape, View, prod
 from .device import Device
 from .geometry import (
@@ -25,7 +26,7 @@ from .geometry import (
     serial_rows,
     split_groups,
 )
-from .kernel import KernelItem, Lowered, Output, Temp, is_expand_back, storage_dtype
+from .kernel import KernelItem, KernelKey, Lowered, Output, Temp, is_expand_back, storage_dtype
 from .lower import lower
 
 # Nodes fused into one kernel before an intermediate is forced into a buffer.
@@ -153,7 +154,7 @@ class KernelStep:
     geometry: Geometry | None
 
     @property
-    def key(self) -> Any:
+    def key(self) -> KernelKey:
         return self.lowered.key
 
     @property
@@ -173,8 +174,8 @@ class Binding:
     node: Node
     buffer: Any
     view: View
-    dtype: Any
-    reduce: tuple[str, tuple[int, ...], Any] | None = None
+    dtype: DType
+    reduce: tuple[str, tuple[int, ...], DType] | None = None
 
 
 @dataclass
