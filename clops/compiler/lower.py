@@ -1,6 +1,7 @@
-"""Compiler, lowering: turns a scheduled kernel into a structural program (SSA instructions with
-numbered leaves) plus its launch arguments. The instructions are the cache key: values, sizes,
-strides and offsets are arguments, so a new shape or constant reuses the built program."""
+"""Compiler, lowering: turns a scheduled kernel into a structural program (SSA ``Instr``s with
+numbered leaves, in a ``KernelKey``) plus its launch arguments (a ``Lowered``). The key is the
+program-cache key: values, sizes, strides and offsets are arguments, so a new shape or constant
+reuses the built program."""
 
 from __future__ import annotations
 
