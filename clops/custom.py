@@ -28,7 +28,7 @@ from .array.tensor import Tensor, _flush_readers
 from .graph import dtypes as _dt
 from .graph import ir
 from .graph.ir import View
-from .runtime import interop, streams
+from .runtime import cltypes, interop, streams
 
 _KERNELS_DIR = Path(__file__).parent / "random"
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)[>"][ \t]*$', re.M)
@@ -419,7 +419,7 @@ def _c_type(dtype: Any) -> _dt.DType:
             d = _dt.to_dtype(np.dtype(dtype))
     if d is None:
         d = _dt.to_dtype(dtype)
-    if d.cl != d.math or d.kind in "cb":
+    if cltypes.storage(d) != cltypes.math(d) or d.kind in "cb":
         raise TypeError(f"builders compute in {d}'s storage type; use a type OpenCL C computes "
                         "in directly (int32, int64, uint32, float32, float64, ...)")
     return d
@@ -440,7 +440,7 @@ class ReductionKernel:
         self.dtype = _c_type(dtype_out)
         self.params, decl, prologue = _expand_pointer_params(arguments)
         self.name = name
-        T = self.dtype.cl
+        T = cltypes.storage(self.dtype)
         common = (f"{preamble}\n"
                   f"inline {T} {name}__reduce({T} a, {T} b) {{ return ({reduce_expr}); }}\n")
         tree = (f"    __local {T} scratch__[GROUP_SIZE];\n"
@@ -520,7 +520,7 @@ class ScanKernel:
         self.dtype = _c_type(dtype)
         self.params, decl, prologue = _expand_pointer_params(arguments)
         self.name = name
-        T = self.dtype.cl
+        T = cltypes.storage(self.dtype)
         # PERF: each work-item scans one contiguous chunk serially (three passes: chunk totals,
         # a serial scan of the totals, the chunks again from their offsets). Simple and exact
         # on every device; a work-group scan would be faster on GPUs.

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 import clops
+from clops.runtime import cltypes
 
 GEMV = """
 __kernel void gemv(__global const REAL *A, long a_off, __global const REAL *x, long x_off,
@@ -57,7 +58,7 @@ def cg_solve(A: Any, b: Any, x: Any, *, tol: float = 1e-6, max_iter: int = 1000,
     ``x`` (updated in place); returns (x, iterations)."""
     dev = A.device
     n = b.shape[0]
-    ctype = b.dtype.cl
+    ctype = cltypes.storage(b.dtype)
     k = CGKernels(ctype)
     q = dev.create_queue(out_of_order=True)
     with clops.stream(q):

@@ -649,17 +649,10 @@ def realize(*tensors: Tensor) -> None:
         targets: list[tuple[Node, Any, View | None]] = []
         finish: list[tuple[Tensor, Node, tuple[int, ...] | None]] = []
         for t in ts:
-            node = t._node.resolve()
             # A pure reshape of a computed node: compute the node, reshape its buffer.
-            if node.op == "view" and node.arg.offset == 0 and node.arg.is_contiguous and \
-                    prod(node.arg.shape) == prod(node.srcs[0].shape) and \
-                    node.srcs[0].resolve().op != "load":
-                src = node.srcs[0].resolve()
-                targets.append((src, None, None))
-                finish.append((t, src, node.shape))
-            else:
-                targets.append((node, None, None))
-                finish.append((t, node, None))
+            src, shape = _realize.target(t._node.resolve())
+            targets.append((src, None, None))
+            finish.append((t, src, shape))
         _realize.realize(targets, dev)
         for t, src, shape in finish:
             done = src.resolve()

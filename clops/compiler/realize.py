@@ -1,86 +1,110 @@
-"""Compiler, realize: schedule pending nodes, look each kernel up by structure (render and build
-only on a miss), and launch it through the runtime with sizes, strides and offsets as args."""
+"""Compiler, realize: schedule pending nodes into a plan and run it: allocate its temporaries,
+look each kernel up by its ``KernelKey`` (render and build only on a miss), and launch it through
+the device with sizes, strides and offsets as arguments."""
 
 from __future__ import annotations
 
-import math
-import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .. import _config
-from ..graph.ir import Node, View, contiguous_strides, prod
-from .lower import (
-    CPU_COL_LOCAL,
-    GPU_COL_LOCAL,
-    GPU_ROW_LOCAL,
-    GPU_SPLIT_LOCAL,
-    Lowered,
-    lower,
-    scalar_arg,
-)
-from .render import Renderer
-from .schedule import KernelItem, schedule
+from ..graph import ir
+from ..graph.ir import Node, View, contiguous_strides
+from . import schedule as scheduler
+from .device import Device
+from .geometry import local_size
+from .kernel import KernelKey, Lowered, Temp
+from .lower import scalar_arg
+from .render import CLRenderer
+from .schedule import AllocStep, KernelStep, Plan
 
-_RENDERER = Renderer()
-# (device id, structural key, local size) -> (pyopencl Kernel, name)
-_KERNELS: dict[tuple[int, tuple[Any, ...], int], tuple[Any, str]] = {}
+_RENDERER = CLRenderer()
+# (device id, structural key, local size) -> (built kernel, name)
+_KERNELS: dict[tuple[int, KernelKey, int], tuple[Any, str]] = {}
 STATS = {"launches": 0}
 
 
-def _kernel_name(lw: Lowered) -> str:
-    base = "_".join(lw.names) or "copy"
-    return "k_" + re.sub(r"[^a-zA-Z0-9_]", "", base)[:40]
+def realize(targets: list[tuple[Node, Any, View | None]], device: Device) -> None:
+    """Compute ``targets`` (node, destination buffer or None, destination view or None)."""
+    run(scheduler.schedule(targets, device), device)
 
 
-def _local_size(device: Any, lw: Lowered) -> int:
-    if not lw.raxes:
-        return 0
-    if device.kind == "cpu" or lw.col:
-        # PERF: on PoCL a serial row per work-item with unrolled accumulators wins; the
-        # column layout is the same body over adjacent outputs (launch() groups them)
-        return 1
-    # One work-group size for every shape, so a new shape never needs a new program; split
-    # reductions (stage 1) launch GPU_SPLIT_GROUPS_PER_CU groups of their size per unit.
-    L = GPU_SPLIT_LOCAL if lw.chunks > 1 else GPU_ROW_LOCAL
-    return min(L, device.caps.max_work_group)
+def plan(targets: list[tuple[Node, Any, View | None]], device: Device) -> Plan:
+    """The plan ``realize`` would run, for inspection: nothing is allocated or launched and
+    the graph is left as it was."""
+    return scheduler.schedule(targets, device)
 
 
-def run_item(item: KernelItem, device: Any) -> None:
+def run(p: Plan, device: Device, renderer: CLRenderer | None = None) -> None:
+    """Run plan ``p``: allocate each temporary when its step comes, launch each kernel (its
+    source from ``renderer``, the OpenCL C one by default), then mark the computed nodes
+    realized as loads of their buffers."""
+    buffers: dict[int, Any] = {}
+
+    def buffer(b: Any) -> Any:
+        return buffers[id(b)] if isinstance(b, Temp) else b
+
+    for step in p.steps:
+        if isinstance(step, AllocStep):
+            t = step.temp
+            buffers[id(t)] = counter(device) if t.counter else device.alloc(t.nbytes)
+        else:
+            run_kernel(step, device, buffer, renderer or _RENDERER)
+    for b in p.bindings:
+        loaded = ir.load(buffer(b.buffer), b.view, b.dtype)
+        if b.reduce is not None:
+            op, axes, dtype = b.reduce
+            b.node.realized = ir.reduce(op, loaded, axes, dtype)
+        else:
+            b.node.realized = loaded
+
+
+def run_kernel(step: KernelStep, device: Device, buffer: Callable[[Any], Any],
+               renderer: CLRenderer) -> None:
+    """Build (once per device, key and local size) and launch ``step``; ``buffer`` maps the
+    plan's temporaries to their buffers."""
+    item, lw = step.item, step.lowered
     if _config.CONFIG.debug >= 2:
         outs = ", ".join(f"{o.node.dtype.name}{list(o.view.shape)}" for o in item.outputs)
         print(f"[clops] schedule: kernel over {list(item.full)} reduce axes {list(item.raxes)}"
               f"{' chunks ' + str(item.chunks) if item.chunks > 1 else ''} -> {outs}",
               file=sys.stderr)
-    lw = lower(item, device)
-    L = _local_size(device, lw)
-    ck = (id(device), lw.key, L)
+    geo = step.geometry
+    local = geo.local if geo is not None else local_size(device, lw)
+    ck = (id(device), lw.key, local)
     hit = _KERNELS.get(ck)
     if hit is None:
-        name = _kernel_name(lw)
-        src = _RENDERER.render(lw.key, L, name)
+        src = renderer.render(lw.key, local, step.name)
         if _config.CONFIG.debug >= 1:
-            print(f"[clops] kernel {name}:\n{src}", file=sys.stderr)
-        hit = _KERNELS[ck] = (device.kernel(src, name, arg_types=_RENDERER.arg_types), name)
+            print(f"[clops] kernel {step.name}:\n{src}", file=sys.stderr)
+        hit = _KERNELS[ck] = (device.kernel(src, step.name, arg_types=renderer.arg_types),
+                              step.name)
     kernel, name = hit
-    launch(device, kernel, name, lw, L)
-
-
-def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
-    outputs = prod([n for i, n in enumerate(lw.full) if i not in lw.raxes])
-    if outputs == 0:
+    if geo is None:
         return  # nothing to write (sizes of other axes may not even fit the index type)
+    if _config.CONFIG.debug >= 1:
+        print(f"[clops] launch {name} global={geo.global_size} local={geo.local_size}",
+              file=sys.stderr)
+    STATS["launches"] += 1
+    device.launch(kernel, geo.global_size, geo.local_size, launch_args(lw, buffer),
+                  reads=[buffer(b) for b in lw.reads], writes=[buffer(b) for b in lw.writes],
+                  name=name)
+
+
+def launch_args(lw: Lowered, buffer: Callable[[Any], Any]) -> list[Any]:
+    """The kernel arguments of ``lw``, in the renderer's order."""
     I = np.int64 if lw.wide else np.int32
     args: list[Any] = []
     flat = lw.flat
     for buf, v in zip(lw.out_buffers, lw.out_views):
-        args += [buf, I(v.offset)]
+        args += [buffer(buf), I(v.offset)]
         if not flat:
             args += [I(s) for s in v.strides]
     for buf, v in zip(lw.leaf_buffers, lw.leaf_views):
-        args += [buf, I(v.offset)]
+        args += [buffer(buf), I(v.offset)]
         if not flat:
             args += [I(s) for s in v.strides]
     for v, src_shape in lw.view_args:
@@ -93,57 +117,46 @@ def launch(device: Any, kernel: Any, name: str, lw: Lowered, L: int) -> None:
     full = lw.full
     if not flat:
         args += [I(n) for n in full]
-    gsize: tuple[int, ...]
-    lsize: tuple[int, ...] | None
     if lw.raxes:
-        rows = prod([n for i, n in enumerate(full) if i not in lw.raxes])
-        rn = prod([full[i] for i in lw.raxes])
+        rows = ir.prod([n for i, n in enumerate(full) if i not in lw.raxes])
+        rn = ir.prod([full[i] for i in lw.raxes])
         args += [I(rows), I(rn)]
-        outputs = rows
         if lw.chunks > 1:
             chunk = -(-rn // lw.chunks)
             if lw.vrow:
                 chunk = -(-chunk // lw.vrow) * lw.vrow  # chunks start aligned to the vectors
             args += [I(lw.chunks), I(chunk)]
-            rows *= lw.chunks
             if lw.combine is not None:
-                counter, fbuf, fview = lw.combine
-                args += [counter, fbuf, I(fview.offset)]
-        if rows == 0:
-            return
-        if lw.col:
-            # a work-item per output (the first axis) and chunk (the second). CPUs launch
-            # exactly (the kernel has no bounds check) in groups that divide the outputs: the
-            # group's work-items step through their loops together
-            if device.kind == "cpu":
-                wg = math.gcd(outputs, CPU_COL_LOCAL)
-                gsize, lsize = (outputs, lw.chunks), (wg, 1)
-            else:
-                wg = min(GPU_COL_LOCAL, device.caps.max_work_group)
-                gsize, lsize = (-(-outputs // wg) * wg, lw.chunks), (wg, 1)
-        else:
-            gsize, lsize = (rows * L,), (L,)
+                count, fbuf, fview = lw.combine
+                args += [buffer(count), buffer(fbuf), I(fview.offset)]
     else:
-        total = prod(full)
-        if total == 0:
-            return
+        total = ir.prod(full)
         if flat > 1:
             total //= flat  # work-items, each on a vector of `flat` elements
         args.append(I(total))
-        if device.kind == "cpu":
-            gsize, lsize = (total,), None
-        else:
-            wg = min(256, device.caps.max_work_group)
-            gsize, lsize = (-(-total // wg) * wg,), (wg,)
-    if _config.CONFIG.debug >= 1:
-        print(f"[clops] launch {name} global={gsize} local={lsize}", file=sys.stderr)
-    STATS["launches"] += 1
-    writes = list(lw.out_buffers)
-    if lw.combine is not None:
-        writes += [lw.combine[0], lw.combine[1]]
-    device.launch(kernel, gsize, lsize, args, reads=lw.leaf_buffers, writes=writes, name=name)
+    return args
 
 
-def realize(targets: list[tuple[Node, Any, View | None]], device: Any) -> None:
-    """Compute ``targets`` (node, destination buffer or None, destination view or None)."""
-    schedule(targets, device, lambda item: run_item(item, device))
+_COUNTERS: dict[int, tuple[Any, Any]] = {}
+
+
+def counter(device: Device) -> Any:
+    """The device's work-group counter of one-kernel split reductions: an int, zero between
+    kernels (each kernel's last work-group sets it back). Kernels that use it write it, so the
+    runtime orders them."""
+    got = _COUNTERS.get(id(device))
+    if got is None or got[0] is not device:
+        buf = device.alloc(4)
+        device.write(buf, np.zeros(1, np.int32), blocking=True)
+        got = _COUNTERS[id(device)] = (device, buf)
+    return got[1]
+
+
+def target(node: Node) -> tuple[Node, tuple[int, ...] | None]:
+    """What to compute for a pending ``node``: a pure reshape of a computed node computes the
+    node (its buffer is then reshaped: returned with the shape), anything else itself."""
+    if node.op == "view" and node.arg.offset == 0 and node.arg.is_contiguous and \
+            ir.prod(node.arg.shape) == ir.prod(node.srcs[0].shape) and \
+            node.srcs[0].resolve().op != "load":
+        return node.srcs[0].resolve(), node.shape
+    return node, None

@@ -1,16 +1,20 @@
-"""Compiler, renderer: structural kernels (from lowering) to OpenCL C source. The backend seam:
-a renderer for another language subclasses ``Renderer`` and changes the class attributes and
-the few methods that spell loads, stores, indices and barriers."""
+"""Compiler, renderer: structural kernels (a ``KernelKey`` from lowering) to OpenCL C source.
+The backend seam: the language's spellings are class attributes of ``CLRenderer`` (types, the
+elementwise and reduction tables, the prelude file, index and barrier spellings); a renderer
+for another language subclasses it and changes those and the few methods that spell loads,
+stores and casts."""
 
 from __future__ import annotations
 
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ..graph import dtypes
+from ..runtime import cltypes
 from . import cl_ops
+from .kernel import Instr, KernelKey, KernelOutput, Leaf, Reduction
 
 RENDER_STATS = {"renders": 0}
 
@@ -30,13 +34,31 @@ inline float clops_shfl_xor_f(float v, int o) {
 """
 
 
-def _prelude() -> str:
-    return resources.files("clops.compiler").joinpath("cl/prelude.cl").read_text()
+# C scalar type -> numpy dtype of a kernel argument
+_C_SCALARS = {"char": "int8", "short": "int16", "int": "int32", "long": "int64",
+              "uchar": "uint8", "ushort": "uint16", "uint": "uint32", "ulong": "uint64",
+              "float": "float32", "double": "float64"}
 
 
-class Renderer:
+class CLRenderer:
     """OpenCL C. Class attributes name the language's spellings."""
 
+    # dtype name -> storage type, and the type arithmetic is done in
+    storage_types: ClassVar[dict[str, str]] = cltypes.STORAGE
+    math_types: ClassVar[dict[str, str]] = cltypes.MATH
+    # elementwise functions and reductions per dtype category (see cl_ops)
+    ew_table: ClassVar[dict[str, dict[str, str]]] = cl_ops.EW
+    complex_special: ClassVar[dict[str, str]] = cl_ops.COMPLEX_SPECIAL
+    reduce_identity: ClassVar[dict[str, dict[str, str]]] = cl_ops.REDUCE_IDENTITY
+    reduce_combine: ClassVar[dict[str, dict[str, str]]] = cl_ops.REDUCE_COMBINE
+    int_limits: ClassVar[dict[str, tuple[str, str]]] = cl_ops.INT_LIMITS
+    # helpers included at the top of every program (a file of the package: kernels are files)
+    prelude_package = "clops.compiler"
+    prelude_file = "cl/prelude.cl"
+    shfl_funcs: ClassVar[dict[str, str]] = SHFL_FUNCS
+    shfl_helpers = SHFL_HELPERS
+    # scalar argument types (numpy dtypes, so the launch path packs arguments cheaply)
+    scalar_args: ClassVar[dict[str, str]] = _C_SCALARS
     kernel_prefix = "__kernel void"
     global_ptr = "__global"
     local_decl = "__local"
@@ -53,13 +75,22 @@ class Renderer:
     def __init__(self) -> None:
         self._prelude: str | None = None
 
+    def prelude(self) -> str:
+        if self._prelude is None:
+            self._prelude = resources.files(self.prelude_package).joinpath(
+                self.prelude_file).read_text()
+        return self._prelude
+
     # -- types -------------------------------------------------------------------------------------
     @staticmethod
     def dt(name: str) -> dtypes.DType:
         return dtypes.BY_NAME[name]
 
     def math(self, name: str) -> str:
-        return self.dt(name).math
+        return self.math_types[name]
+
+    def storage(self, name: str) -> str:
+        return self.storage_types[name]
 
     def load_expr(self, name: str, ptr: str, addr: str) -> str:
         d = self.dt(name)
@@ -79,31 +110,34 @@ class Renderer:
             return f"{ptr}[{addr}] = clops_bf16_store({val});"
         if d.kind == "b":
             return f"{ptr}[{addr}] = (uchar)({val} != 0);"
-        return f"{ptr}[{addr}] = ({d.cl})({val});"
+        return f"{ptr}[{addr}] = ({self.storage(name)})({val});"
 
     def storage_ptr_type(self, name: str) -> str:
-        d = self.dt(name)
-        return d.cl
+        return self.storage(name)
 
     def cast_expr(self, src: str, frm: str, to: str) -> str:
         a, b = self.dt(frm), self.dt(to)
         if a.kind == "c" and b.kind == "c":
-            return f"convert_{b.math}({src})"
+            return f"convert_{self.math(to)}({src})"
         if b.kind == "b":
             return f"(int)({src}.x != 0 || {src}.y != 0)" if a.kind == "c" else \
                 f"(int)({src} != 0)"
         if b.kind == "c":
             real = "double" if b.name == "complex128" else "float"
-            return f"({b.math})(({real})({src}), ({real})0)"
+            return f"({self.math(to)})(({real})({src}), ({real})0)"
         if a.kind == "c":
-            return f"({b.math})({src}.x)"
-        return f"({b.math})({src})"
+            return f"({self.math(to)})({src}.x)"
+        return f"({self.math(to)})({src})"
 
     # -- the kernel --------------------------------------------------------------------------------
-    def render(self, key: tuple[Any, ...], local_size: int, name: str) -> str:
+    def render(self, key: KernelKey, local_size: int, name: str) -> str:
+        """The source of kernel ``name`` for ``key``, built for ``local_size`` work-items per
+        row (0: no reduction); ``arg_types`` then holds its scalar argument types."""
         RENDER_STATS["renders"] += 1
-        (_, rank, raxes, chunked, reduced_out, flat, wide, leaves, views, consts, reductions,
-         out_instrs, outs, out_ranks, guard, vrow, cache, shfl, col) = key
+        rank, raxes, chunked, reduced_out = key.rank, key.raxes, key.chunked, key.reduced_out
+        flat, wide, leaves, views, consts = key.flat, key.wide, key.leaves, key.views, key.consts
+        reductions, out_instrs, outs, guard = key.reductions, key.instrs, key.outputs, key.guard
+        vrow, cache, shfl, col = key.vrow, key.cache, key.shfl, key.col
         check = ["if (gid >= total) return;"] if guard else []
         self._check = check
         idx = "long" if wide else "int"
@@ -124,11 +158,11 @@ class Renderer:
         self._filled: set[int] = set()  # leaves whose cache holds this step's values
         self._uses_shfl = False
         args: list[str] = []
-        for k, ((_, oname), (orank, _)) in enumerate(zip(outs, out_ranks)):
-            args.append(f"{self.global_ptr} {self.storage_ptr_type(oname)} *out{k}")
+        for k, o in enumerate(outs):
+            args.append(f"{self.global_ptr} {self.storage_ptr_type(o.dtype)} *out{k}")
             args.append(f"{idx} oo{k}")
             if not flat:
-                args += [f"{idx} os{k}_{j}" for j in range(orank)]
+                args += [f"{idx} os{k}_{j}" for j in range(o.rank)]
         for k, (lname, lrank, _) in enumerate(leaves):
             args.append(f"{self.global_ptr} const {self.storage_ptr_type(lname)} *b{k}")
             args.append(f"{idx} o{k}")
@@ -148,7 +182,7 @@ class Renderer:
             args.append(f"{idx} rn")
         if chunked:
             args += [f"{idx} nchunks", f"{idx} chunk"]
-        self._combine = chunked[1] if isinstance(chunked, tuple) else None
+        self._combine = key.combine
         if self._combine is not None:
             args += [f"{self.global_ptr} int *count",
                      f"{self.global_ptr} {self.storage_ptr_type(self._combine)} *fin",
@@ -163,20 +197,18 @@ class Renderer:
             if not flat:
                 body += self._unravel("gid", list(range(rank)))
             body += self._instrs(out_instrs)
-            body += self._stores(outs, out_ranks)
+            body += self._stores(outs)
         else:
             body += self._row_kernel(raxes, chunked, reduced_out, reductions, out_instrs, outs,
-                                     out_ranks, local_size)
-        self.arg_types = [_arg_dtype(a) for a in args]
-        uses_fp64 = any(n in ("float64", "complex128") for n in _names_in(key))
+                                     local_size)
+        self.arg_types = [self._arg_dtype(a) for a in args]
+        uses_fp64 = any(n in ("float64", "complex128") for n in key.dtype_names())
         head = self.fp64_pragma if uses_fp64 else ""
-        if self._prelude is None:
-            self._prelude = _prelude()
         # NOTE: no contraction of a*b + c into one fma: numpy rounds the product first, and a
         # driver that contracts (NVIDIA's does) gave linspace(-64, 100, 7, int8)[3] 17, not 18
-        src = head + self.contract_pragma + self._prelude + "\n"
+        src = head + self.contract_pragma + self.prelude() + "\n"
         if self._uses_shfl:
-            src += SHFL_HELPERS
+            src += self.shfl_helpers
         src += f"{self.kernel_prefix} {name}(\n    " + ",\n    ".join(args) + ")\n{\n"
         src += "\n".join("    " + line for line in body) + "\n}\n"
         return src
@@ -189,14 +221,14 @@ class Renderer:
             return f"(int)({comp} != 0)"
         return comp
 
-    def _vector_body(self, n: int, leaves: tuple[Any, ...], instrs: tuple[Any, ...],
-                     outs: tuple[Any, ...]) -> list[str]:
+    def _vector_body(self, n: int, leaves: tuple[Leaf, ...], instrs: tuple[Instr, ...],
+                     outs: tuple[KernelOutput, ...]) -> list[str]:
         """Contiguous elementwise kernel: ``n`` elements per work-item through vector loads
         and stores; the scalar expression is repeated per component."""
         idx = self.idx
         lines = [f"{idx} gid = ({idx}){self.gid};", *self._check,
                  f"{idx} base = gid * {n};"]
-        used = {ins[2] for ins in instrs if len(ins) > 2 and ins[1] == "load"}
+        used = {ins.slot for ins in instrs if ins.op == "load"}
         for k, (lname, _, _) in enumerate(leaves):
             if k not in used:
                 continue
@@ -204,7 +236,7 @@ class Renderer:
             if d.name == "float16":
                 lines.append(f"float{n} lv{k} = vload_half{n}(0, b{k} + o{k} + base);")
             else:
-                lines.append(f"{d.cl}{n} lv{k} = vload{n}(0, b{k} + o{k} + base);")
+                lines.append(f"{self.storage(lname)}{n} lv{k} = vload{n}(0, b{k} + o{k} + base);")
         lines += self._sv_decls(outs, n)
         for c in range(n):
             self._comp = c
@@ -241,17 +273,18 @@ class Renderer:
         return [f"i{j}" for j in range(rank)] if ctx == 0 else \
             [f"x{ctx}_{d}" for d in range(rank)]
 
-    def _instrs(self, instrs: tuple[tuple[Any, ...], ...]) -> list[str]:
+    def _instrs(self, instrs: tuple[Instr, ...]) -> list[str]:
         out: list[str] = []
         types, ctx_ranks = self._types, self._ctx_ranks
         for ins in instrs:
-            v, op = ins[0], ins[1]
+            v, op = ins.out, ins.op
             if op == "rowctx":
-                self._row_ctx.add(ins[2])
-                ctx_ranks[ins[2]] = self.rank
+                self._row_ctx.add(ins.ctx)
+                ctx_ranks[ins.ctx] = self.rank
                 continue
             if op == "ctx":
-                _, _, nctx, vslot, parent, vrank, srank = ins
+                nctx, vslot, parent, vrank, srank = ins.ctx, ins.slot, ins.parent, ins.vrank, \
+                    ins.srank
                 ctx_ranks[nctx] = srank
                 pn = self._ctx_names(parent, vrank)
                 lin = " + ".join([f"vo{vslot}"] + [f"{n}*vs{vslot}_{j}" for j, n in enumerate(pn)])
@@ -262,7 +295,7 @@ class Renderer:
                     out.append(f"{self.idx} x{nctx}_{d} = {e};")
                 continue
             if op == "load":
-                _, _, slot, ctx, dname = ins
+                slot, ctx, dname = ins.slot, ins.ctx, ins.dtype
                 if self._comp is not None and ctx == 0:
                     vec = self._vec_name.get(slot, f"lv{slot}")
                     expr, t = self._vec_component(dname, f"{vec}.s{self._comp:x}"), \
@@ -274,7 +307,7 @@ class Renderer:
                     t = self.math(dname)
                     cname = f"c{slot}_{self._cache_k}"
                     if slot not in self._filled:
-                        _, lrank, unit = self.leaves[slot]
+                        lrank, unit = self.leaves[slot].rank, self.leaves[slot].unit_last
                         addr = self._addr(ctx, lrank, f"o{slot}", f"s{slot}_", unit)
                         out.append(f"{cname} = {self.load_expr(dname, f'b{slot}', addr)};")
                     types[v] = t
@@ -283,26 +316,25 @@ class Renderer:
                 if self.flat:
                     addr = f"o{slot} + gid"
                 else:
-                    _, lrank, unit = self.leaves[slot]
+                    lrank, unit = self.leaves[slot].rank, self.leaves[slot].unit_last
                     addr = self._addr(ctx, lrank, f"o{slot}", f"s{slot}_", unit)
                 expr = self.load_expr(dname, f"b{slot}", addr)
                 t = self.math(dname)
             elif op == "const":
-                _, _, slot, dname = ins
+                slot, dname = ins.slot, ins.dtype
                 expr, t = f"c{slot}", self.math(dname)
             elif op == "iota":
-                _, _, axis, ctx, dname = ins
+                axis, ctx, dname = ins.axis, ins.ctx, ins.dtype
                 names = self._ctx_names(ctx, ctx_ranks[ctx])
                 expr, t = f"({self.math(dname)}){names[axis]}", self.math(dname)
             elif op == "ew":
-                _, _, fn, srcs, kinds, dname = ins
-                expr, t = self._ew(fn, srcs, kinds, dname), self.math(dname)
+                dname = ins.dtype
+                expr, t = self._ew(ins.fn, ins.srcs, ins.kinds, dname), self.math(dname)
             elif op == "cast":
-                _, _, src, frm, to = ins
-                expr, t = self.cast_expr(f"v{src}", frm, to), self.math(to)
+                expr, t = self.cast_expr(f"v{ins.srcs[0]}", ins.kinds[0], ins.dtype), \
+                    self.math(ins.dtype)
             elif op == "red":
-                _, _, slot = ins
-                expr, t = f"red{slot}", self._red_types[slot]
+                expr, t = f"red{ins.slot}", self._red_types[ins.slot]
             else:
                 raise NotImplementedError(op)
             types[v] = t
@@ -318,27 +350,27 @@ class Renderer:
             operand = self.dt(kinds[0])
             names = dict(zip("abc", (f"v{s}" for s in srcs)))
         cat = operand.kind
-        if cat == "c" and fn in cl_ops.COMPLEX_SPECIAL:
-            fn = cl_ops.COMPLEX_SPECIAL[fn]
-        table = cl_ops.EW.get(fn)
+        if cat == "c" and fn in self.complex_special:
+            fn = self.complex_special[fn]
+        table = self.ew_table.get(fn)
         if table is None or cat not in table:
             raise TypeError(f"{fn} is not defined for {operand.name} in the OpenCL renderer")
         real = "double" if operand.name in ("complex128", "float64") else "float"
-        lo, hi = cl_ops.INT_LIMITS.get(operand.math, ("0", "0"))
-        return table[cat].format(T=res.math, R=real, BITS=operand.bits, MIN=lo, MAX=hi,
+        lo, hi = self.int_limits.get(self.math(operand.name), ("0", "0"))
+        return table[cat].format(T=self.math(res.name), R=real, BITS=operand.bits, MIN=lo, MAX=hi,
                                  **names)
 
-    def _stores(self, outs: tuple[tuple[int, str], ...], out_ranks: tuple[Any, ...]) -> list[str]:
+    def _stores(self, outs: tuple[KernelOutput, ...]) -> list[str]:
         lines = []
-        for k, ((val, oname), (orank, unit)) in enumerate(zip(outs, out_ranks)):
-            addr = f"oo{k} + gid" if self.flat else self._addr(0, orank, f"oo{k}", f"os{k}_",
-                                                                unit)
-            lines.append(self.store_stmt(oname, f"out{k}", addr, f"v{val}"))
+        for k, o in enumerate(outs):
+            addr = f"oo{k} + gid" if self.flat else self._addr(0, o.rank, f"oo{k}", f"os{k}_",
+                                                                o.unit_last)
+            lines.append(self.store_stmt(o.dtype, f"out{k}", addr, f"v{o.value}"))
         return lines
 
     def _row_kernel(self, raxes: tuple[int, ...], chunked: bool, reduced_out: bool,
-                    reductions: tuple[Any, ...], out_instrs: tuple[Any, ...],
-                    outs: tuple[Any, ...], out_ranks: tuple[Any, ...], L: int) -> list[str]:
+                    reductions: tuple[Reduction, ...], out_instrs: tuple[Instr, ...],
+                    outs: tuple[KernelOutput, ...], L: int) -> list[str]:
         idx = self.idx
         rank = self.rank
         other = [j for j in range(rank) if j not in raxes]
@@ -371,13 +403,13 @@ class Renderer:
             lines.append(f"{idx} i{j} = 0;")
         if L == 1:
             return lines + self._serial_rows(raxes, chunked, reduced_out, reductions,
-                                             out_instrs, outs, out_ranks)
+                                             out_instrs, outs)
         return lines + self._group_rows(raxes, chunked, reduced_out, reductions, out_instrs,
-                                        outs, out_ranks, L)
+                                        outs, L)
 
     def _serial_rows(self, raxes: tuple[int, ...], chunked: bool, reduced_out: bool,
-                     reductions: tuple[Any, ...], out_instrs: tuple[Any, ...],
-                     outs: tuple[Any, ...], out_ranks: tuple[Any, ...]) -> list[str]:
+                     reductions: tuple[Reduction, ...], out_instrs: tuple[Instr, ...],
+                     outs: tuple[KernelOutput, ...]) -> list[str]:
         """One work-item per row (CPUs), or per output of a column layout."""
         idx = self.idx
         lines: list[str] = []
@@ -414,13 +446,13 @@ class Renderer:
         if reduced_out or chunked:
             lines.append("if (lid == 0) {")
             lines += ["    " + s for s in self._instrs(out_instrs)]
-            lines += ["    " + s for s in self._stores(outs, out_ranks)]
+            lines += ["    " + s for s in self._stores(outs)]
             lines.append("}")
         else:
             lines.append(f"for ({idx} r = lid; r < rn; r += 1) {{")
             inner = self._unravel_r(raxes)
             inner += self._instrs(out_instrs)
-            inner += self._stores(outs, out_ranks)
+            inner += self._stores(outs)
             lines += ["    " + s for s in inner] + sync
             lines.append("}")
         return lines
@@ -428,25 +460,25 @@ class Renderer:
     def _red_setup(self, slot: int, op: str, acc: str) -> tuple[str, str, str]:
         """(accumulator type, identity, combine template) of reduction ``slot``."""
         accd = self.dt(acc)
-        at = accd.math
+        at = self.math(acc)
         self._red_types[slot] = at
         cat = accd.kind
-        lo, hi = cl_ops.INT_LIMITS.get(at, ("0", "0"))
-        ident = cl_ops.REDUCE_IDENTITY[op][cat].format(T=at, MIN=lo, MAX=hi)
-        return at, ident, cl_ops.REDUCE_COMBINE[op][cat]
+        lo, hi = self.int_limits.get(at, ("0", "0"))
+        ident = self.reduce_identity[op][cat].format(T=at, MIN=lo, MAX=hi)
+        return at, ident, self.reduce_combine[op][cat]
 
     @staticmethod
-    def _row_slots(instrs: tuple[Any, ...]) -> list[int]:
+    def _row_slots(instrs: tuple[Instr, ...]) -> list[int]:
         """Leaves a region loads along the row (context 0), in order."""
         out: list[int] = []
         for ins in instrs:
-            if len(ins) > 1 and ins[1] == "load" and ins[3] == 0 and ins[2] not in out:
-                out.append(ins[2])
+            if ins.op == "load" and ins.ctx == 0 and ins.slot not in out:
+                out.append(ins.slot)
         return out
 
     def _group_rows(self, raxes: tuple[int, ...], chunked: bool, reduced_out: bool,
-                    reductions: tuple[Any, ...], out_instrs: tuple[Any, ...],
-                    outs: tuple[Any, ...], out_ranks: tuple[Any, ...], L: int) -> list[str]:
+                    reductions: tuple[Reduction, ...], out_instrs: tuple[Instr, ...],
+                    outs: tuple[KernelOutput, ...], L: int) -> list[str]:
         """One work-group of ``L`` work-items per row (or chunk of a row): strided, unrolled
         (and on contiguous rows vector) loads, a register cache of the row between passes when
         it fits, and a tree (or warp shuffle) finish per reduction."""
@@ -479,10 +511,10 @@ class Renderer:
             if not row_out:
                 out.append("if (lid == 0) {")
                 out += ["    " + s for s in self._instrs(out_instrs)]
-                out += ["    " + s for s in self._stores(outs, out_ranks)]
+                out += ["    " + s for s in self._stores(outs)]
                 out.append("}")
                 if self._combine is not None:
-                    out += self._combine_parts(reductions[0], outs[0][1], setups[0], L)
+                    out += self._combine_parts(reductions[0], outs[0].dtype, setups[0], L)
                 return out
             if cached:
                 for k in range(self.cache):
@@ -490,13 +522,13 @@ class Renderer:
                     out.append(f"    {idx} r = lid * {V} + {k * L * V};")
                     out.append("    if (r < rn) {")
                     out += ["        " + s for s in self._row_out_step(
-                        raxes, out_instrs, outs, out_ranks, "r", k)]
+                        raxes, out_instrs, outs, "r", k)]
                     out.append("    }")
                     out.append("}")
             else:
                 out.append(f"for ({idx} r = lid * {V}; r < rn; r += {L * V}) {{")
                 out += ["    " + s for s in self._row_out_step(raxes, out_instrs, outs,
-                                                                 out_ranks, "r", None)]
+                                                                 "r", None)]
                 out.append("}")
             return out
 
@@ -509,8 +541,8 @@ class Renderer:
             lines.append(f"if (rend - rbeg <= {self.cache * L * V}) {{")
             lines.append("    // the row fits in registers: read it once, every load in flight")
             for s in slots:
-                vt = self._vec_type(self.leaves[s][0]) if self.vrow else \
-                    self.math(self.leaves[s][0])
+                vt = self._vec_type(self.leaves[s].dtype) if self.vrow else \
+                    self.math(self.leaves[s].dtype)
                 lines.append(f"    {vt} " + ", ".join(f"c{s}_{k}" for k in range(self.cache))
                              + ";")
             for k in range(self.cache):
@@ -530,7 +562,7 @@ class Renderer:
             lines += passes(False)
         return lines
 
-    def _combine_parts(self, reduction: tuple[Any, ...], part: str,
+    def _combine_parts(self, reduction: Reduction, part: str,
                        setup: tuple[str, str, str], L: int) -> list[str]:
         """One-kernel split reduction of one row: each work-group has stored its part (at
         out0[oo0 + chunk]); the last one to announce it on ``count`` adds up all the parts,
@@ -538,7 +570,7 @@ class Renderer:
         at, ident, comb = setup
         fence = "asm volatile(\"membar.gl;\" ::: \"memory\");" if self.shfl else \
             "mem_fence(CLK_GLOBAL_MEM_FENCE);"
-        acc_name, final = reduction[1], str(self._combine)
+        acc_name, final = reduction.acc, str(self._combine)
         load = self.load_expr(part, "out0", "oo0 + j")
         val = load if self.math(part) == at else f"({at})({load})"
         lines = ["// the last work-group to finish adds up the parts (no second kernel)",
@@ -560,30 +592,30 @@ class Renderer:
         """Load the row element(s) at ``r`` of each leaf into register cache step ``k``."""
         if self.vrow:
             lines = [f"{self.idx} base = rowbase + r;"]
-            return lines + [f"c{s}_{k} = {self._vec_load(self.leaves[s][0], s)};"
+            return lines + [f"c{s}_{k} = {self._vec_load(self.leaves[s].dtype, s)};"
                             for s in slots]
         lines = self._unravel_r(raxes)
         for s in slots:
-            name, lrank, unit = self.leaves[s]
+            name, lrank, unit = self.leaves[s]  # a Leaf
             addr = self._addr(0, lrank, f"o{s}", f"s{s}_", unit)
             lines.append(f"c{s}_{k} = {self.load_expr(name, f'b{s}', addr)};")
         return lines
 
     def _vec_type(self, name: str) -> str:
         d = self.dt(name)
-        return f"float{self.vrow}" if d.name == "float16" else f"{d.cl}{self.vrow}"
+        return f"float{self.vrow}" if d.name == "float16" else f"{self.storage(name)}{self.vrow}"
 
     def _vec_load(self, name: str, slot: int) -> str:
         if self.dt(name).name == "float16":
             return f"vload_half{self.vrow}(0, b{slot} + o{slot} + base)"
         return f"vload{self.vrow}(0, b{slot} + o{slot} + base)"
 
-    def _vec_loads(self, instrs: tuple[Any, ...], k: int | None) -> list[str]:
+    def _vec_loads(self, instrs: tuple[Instr, ...], k: int | None) -> list[str]:
         """Vector loads at ``base`` of the leaves ``instrs`` read along the row (into the
         register cache at step ``k``, or from it when an earlier pass filled it)."""
         lines = []
         for s in self._row_slots(instrs):
-            name = self.leaves[s][0]
+            name = self.leaves[s].dtype
             if k is None:
                 lines.append(f"{self._vec_type(name)} lv{s} = {self._vec_load(name, s)};")
                 self._vec_name[s] = f"lv{s}"
@@ -593,7 +625,7 @@ class Renderer:
                 self._vec_name[s] = f"c{s}_{k}"
         return lines
 
-    def _group_step(self, raxes: tuple[int, ...], instrs: tuple[Any, ...], body: int, at: str,
+    def _group_step(self, raxes: tuple[int, ...], instrs: tuple[Instr, ...], body: int, at: str,
                     comb: str, acc: str, pos: str, k: int | None) -> list[str]:
         """Accumulate the row element(s) at ``pos`` into ``acc``."""
         if not self.vrow:
@@ -612,7 +644,7 @@ class Renderer:
         self._comp = None
         return lines
 
-    def _group_reduce(self, slot: int, body: int, instrs: tuple[Any, ...], at: str, ident: str,
+    def _group_reduce(self, slot: int, body: int, instrs: tuple[Instr, ...], at: str, ident: str,
                       comb: str, raxes: tuple[int, ...], L: int, cached: bool) -> list[str]:
         idx = self.idx
         V = self.vrow or 1
@@ -661,7 +693,7 @@ class Renderer:
         return lines
 
     def _shfl_ok(self, at: str) -> bool:
-        return self.shfl and at in SHFL_FUNCS
+        return self.shfl and at in self.shfl_funcs
 
     def _finish(self, slot: int, at: str, comb: str, L: int) -> list[str]:
         """Combine the work-group's accumulators into ``red{slot}``, seen by every work-item."""
@@ -670,7 +702,7 @@ class Renderer:
             # NVIDIA: butterfly shuffles within each warp of 32, one barrier, then every warp
             # combines the per-warp values itself (each lane ends with the total).
             self._uses_shfl = True
-            fn, nw = SHFL_FUNCS[at], L // 32
+            fn, nw = self.shfl_funcs[at], L // 32
             # Every lane of the warp must reach each shuffle: take it before the combine
             # (a combine may name its operand twice, once in a conditional).
             step = (f"{{ {at} o = {fn}(acc, s); acc = "
@@ -688,15 +720,15 @@ class Renderer:
                     a=f"{sc}[lid]", b=f"{sc}[lid + s]", T=at) + ";",
                 f"    {self.barrier}", "}", f"red{slot} = {sc}[0];"]
 
-    def _row_out_step(self, raxes: tuple[int, ...], out_instrs: tuple[Any, ...],
-                      outs: tuple[Any, ...], out_ranks: tuple[Any, ...], pos: str,
+    def _row_out_step(self, raxes: tuple[int, ...], out_instrs: tuple[Instr, ...],
+                      outs: tuple[KernelOutput, ...], pos: str,
                       k: int | None) -> list[str]:
         """Compute and store the outputs of the row element(s) at ``pos``."""
         if not self.vrow:
             self._cache_k = k
             lines = self._unravel_r(raxes, pos)
             lines += self._instrs(out_instrs)
-            lines += self._stores(outs, out_ranks)
+            lines += self._stores(outs)
             self._cache_k = None
             return lines
         n = self.vrow
@@ -710,18 +742,18 @@ class Renderer:
         self._comp = None
         return lines + self._sv_stores(outs, n)
 
-    def _sv_decls(self, outs: tuple[Any, ...], n: int) -> list[str]:
+    def _sv_decls(self, outs: tuple[KernelOutput, ...], n: int) -> list[str]:
         lines = []
-        for k, (_, oname) in enumerate(outs):
-            d = self.dt(oname)
-            vt = "float" if d.name == "float16" else d.cl
+        for k, o in enumerate(outs):
+            d = self.dt(o.dtype)
+            vt = "float" if d.name == "float16" else self.storage(o.dtype)
             lines.append(f"{vt}{n} sv{k};")
         return lines
 
-    def _sv_component(self, outs: tuple[Any, ...], c: int) -> list[str]:
+    def _sv_component(self, outs: tuple[KernelOutput, ...], c: int) -> list[str]:
         block = []
-        for k, (val, oname) in enumerate(outs):
-            d = self.dt(oname)
+        for k, o in enumerate(outs):
+            val, d = o.value, self.dt(o.dtype)
             comp = f"sv{k}.s{c:x}"
             if d.name == "bfloat16":
                 block.append(f"{comp} = clops_bf16_store(v{val});")
@@ -730,19 +762,19 @@ class Renderer:
             elif d.name == "float16":
                 block.append(f"{comp} = v{val};")
             else:
-                block.append(f"{comp} = ({d.cl})(v{val});")
+                block.append(f"{comp} = ({self.storage(d.name)})(v{val});")
         return block
 
-    def _sv_stores(self, outs: tuple[Any, ...], n: int) -> list[str]:
+    def _sv_stores(self, outs: tuple[KernelOutput, ...], n: int) -> list[str]:
         lines = []
-        for k, (_, oname) in enumerate(outs):
-            if self.dt(oname).name == "float16":
+        for k, o in enumerate(outs):
+            if self.dt(o.dtype).name == "float16":
                 lines.append(f"vstore_half{n}_rte(sv{k}, 0, out{k} + oo{k} + base);")
             else:
                 lines.append(f"vstore{n}(sv{k}, 0, out{k} + oo{k} + base);")
         return lines
 
-    def _reduce_step(self, raxes: tuple[int, ...], instrs: tuple[Any, ...], body: int, at: str,
+    def _reduce_step(self, raxes: tuple[int, ...], instrs: tuple[Instr, ...], body: int, at: str,
                      comb: str, acc: str, r: str) -> list[str]:
         lines = self._unravel_r(raxes, r)
         lines += self._instrs(instrs)
@@ -757,28 +789,10 @@ class Renderer:
         lines.append(f"i{raxes[0]} = t_r;")
         return lines
 
-
-_C_SCALARS = {"char": "int8", "short": "int16", "int": "int32", "long": "int64",
-              "uchar": "uint8", "ushort": "uint16", "uint": "uint32", "ulong": "uint64",
-              "float": "float32", "double": "float64"}
-
-
-def _arg_dtype(decl: str) -> Any:
-    """numpy dtype of a scalar kernel argument (None for pointers and vector types), so the
-    launch path can pack arguments without inspecting them."""
-    if "*" in decl:
-        return None
-    name = _C_SCALARS.get(decl.split()[0])
-    return np.dtype(name) if name else None
-
-
-def _names_in(obj: Any) -> set[str]:
-    out: set[str] = set()
-    stack = [obj]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, tuple):
-            stack.extend(x)
-        elif isinstance(x, str):
-            out.add(x)
-    return out
+    def _arg_dtype(self, decl: str) -> Any:
+        """numpy dtype of a scalar kernel argument (None for pointers and vector types), so the
+        launch path can pack arguments without inspecting them."""
+        if "*" in decl:
+            return None
+        name = self.scalar_args.get(decl.split()[0])
+        return np.dtype(name) if name else None

@@ -1,60 +1,36 @@
-"""Compiler, scheduler: splits the pending graph into kernels. Elementwise, cast and movement
-nodes fuse into their consumer; a reduction fuses into the kernel that consumes it when it is
-over that kernel's row axes, so ``(a*b + c).sum(axis=1)``, softmax and RMSNorm are one kernel
-each. Everything else is materialized into a buffer first."""
+"""Compiler, scheduler: splits the pending graph into kernels and makes the plan that computes
+it. Elementwise, cast and movement nodes fuse into their consumer; a reduction fuses into the
+kernel that consumes it when it is over that kernel's row axes, so ``(a*b + c).sum(axis=1)``,
+softmax and RMSNorm are one kernel each. Everything else is materialized into a buffer first.
+
+Scheduling allocates nothing and launches nothing: new buffers are ``Temp`` placeholders, each
+kernel is lowered once, and the ``Plan`` (a list of steps) is run by ``realize.run``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..graph import dtypes
-from ..graph.ir import Node, Shape, View, load, prod
+from ..graph import ir
+from ..graph.dtypes import DType
+from ..graph.ir import Node, Shape, View, prod
+from .device import Device
+from .geometry import (
+    GPU_COL_MIN_CHUNK,
+    MIN_SPLIT_ROW,
+    Geometry,
+    column_items,
+    column_min_split,
+    geometry,
+    serial_rows,
+    split_groups,
+)
+from .kernel import KernelItem, KernelKey, Lowered, Output, Temp, is_expand_back, storage_dtype
+from .lower import lower
 
 # Nodes fused into one kernel before an intermediate is forced into a buffer.
 MAX_FUSED_NODES = 400
-
-
-@dataclass
-class Output:
-    node: Node
-    buffer: Any  # runtime Buffer
-    view: View  # where in the buffer (elements), shape == node.shape
-
-
-@dataclass
-class KernelItem:
-    """One kernel: iterate ``full`` (rows = index over non-``raxes`` axes), compute the fused
-    reductions of each row, then write ``outputs`` (all of one shape: ``full``, or ``full``
-    with ``raxes`` set to 1)."""
-
-    full: Shape
-    raxes: tuple[int, ...]
-    outputs: list[Output]
-    # Outputs hold one value per row (decided by the graph's structure, not by sizes).
-    reduced_out: bool = False
-    # Split reduction: the single fused reduction is computed in ``chunks`` parts per row.
-    chunks: int = 1
-    # Split reduction of one row into this output, finished in the same kernel: the last
-    # work-group to store its part (counted in ``counter``) adds up the parts.
-    combine: Output | None = None
-    counter: Any = None
-
-
-def is_expand_back(v: View, src: Node, full: Shape, raxes: tuple[int, ...]) -> bool:
-    """Is view ``v`` (over ``src``'s row-major space) the broadcast of a row-level value (shape
-    ``full`` with ``raxes`` set to 1) back over the rows of a kernel of shape ``full``?"""
-    if v.shape != full or v.offset != 0 or len(src.shape) != len(full):
-        return False
-    cs = View.contiguous(src.shape).strides
-    for a, (n, st) in enumerate(zip(v.shape, v.strides)):
-        if a in raxes:
-            if src.shape[a] != 1 or (st != 0 and n != 1):
-                return False
-        elif src.shape[a] != n or (n != 1 and st != cs[a]):
-            return False
-    return True
 
 
 def _first_reduce(node: Node) -> Node | None:
@@ -157,62 +133,250 @@ class _Analysis:
             raise NotImplementedError(f"cannot schedule node op {node.op!r}")
 
 
-def storage_dtype(d: dtypes.DType) -> dtypes.DType:
-    """The dtype partial results are kept in (the math type of half and bfloat16)."""
-    return dtypes.float32 if d.name in ("float16", "bfloat16") else d
 
 
-Runner = Callable[[KernelItem], None]
+# -- the plan -------------------------------------------------------------------------------------
+@dataclass
+class AllocStep:
+    """Allocate ``temp`` (from the device's pool) before the steps that follow use it."""
+
+    temp: Temp
 
 
-def schedule(targets: list[tuple[Node, Any, View | None]], device: Any, run: Runner) -> None:
-    """Compute each target node into its buffer: ``run`` is called on each kernel in launch
-    order (it lowers and launches it at once, so that later kernels see earlier results as
-    loads). A target with no buffer gets a new contiguous one; computed nodes are marked
-    realized."""
-    _schedule(targets, device, run)
+@dataclass
+class KernelStep:
+    """Launch one generated kernel: ``lowered`` holds its ``KernelKey`` and launch values
+    (buffers may be ``Temp``s), ``geometry`` its sizes (None: nothing to write, no launch)."""
+
+    item: KernelItem
+    lowered: Lowered
+    name: str
+    geometry: Geometry | None
+
+    @property
+    def key(self) -> KernelKey:
+        return self.lowered.key
+
+    @property
+    def inputs(self) -> list[Any]:
+        return self.lowered.reads
+
+    @property
+    def outputs(self) -> list[Any]:
+        return self.lowered.writes
 
 
-def _new_output(node: Node, device: Any) -> Output:
-    buf = device.alloc(prod(node.shape) * node.dtype.itemsize)
-    return Output(node, buf, View.contiguous(node.shape))
+@dataclass
+class Binding:
+    """After the plan has run: ``node`` is realized as a load of ``buffer`` at ``view`` (or, a
+    split reduction's stage 2, as the reduction ``reduce`` = (op, axes, dtype) of that load)."""
+
+    node: Node
+    buffer: Any
+    view: View
+    dtype: DType
+    reduce: tuple[str, tuple[int, ...], DType] | None = None
 
 
-def _schedule(targets: list[tuple[Node, Any, View | None]], device: Any, run: Runner) -> None:
-    todo = [(node.resolve(), buf, v) for node, buf, v in targets]
-    todo = [(n, buf, v) for n, buf, v in todo if not (n.op == "load" and buf is None)]
-    # A target inside another target's graph is computed first and read, not recomputed.
-    ids = {n.id for n, _, _ in todo}
-    first: dict[int, _Analysis] = {}
-    materialized = False
-    for n, _, _ in todo:
-        a = _Analysis(n, boundaries=ids - {n.id})
-        a.run()
-        first[n.id] = a
-        if a.materialize:
-            materialized = True
-            _schedule([(m, None, None) for m in a.materialize], device, run)
-    groups: dict[tuple[Shape, tuple[int, ...], Shape, bool], list[Output]] = {}
-    for node, buf, v in todo:
-        n = node.resolve()
-        if n.op == "load" and buf is None:
-            continue  # computed above, as a dependency of another target
-        if materialized or n.id not in first:
-            a = _Analysis(n)  # what was materialized above is a load now
-            a.run()
+@dataclass
+class Plan:
+    """The steps that compute some targets, in order, and what they leave realized."""
+
+    steps: list[AllocStep | KernelStep] = field(default_factory=list)
+    bindings: list[Binding] = field(default_factory=list)
+
+    @property
+    def kernels(self) -> list[KernelStep]:
+        """The kernels realizing would launch (a step without geometry launches nothing)."""
+        return [s for s in self.steps if isinstance(s, KernelStep) and s.geometry is not None]
+
+    @property
+    def temps(self) -> list[Temp]:
+        return [s.temp for s in self.steps if isinstance(s, AllocStep)]
+
+    def __str__(self) -> str:
+        lines = []
+        for s in self.steps:
+            if isinstance(s, AllocStep):
+                lines.append(f"alloc {s.temp.label} ({s.temp.nbytes} bytes)")
+            elif s.geometry is not None:
+                g = s.geometry
+                lines.append(f"kernel {s.name} global={g.global_size} local={g.local_size} "
+                             f"over {list(s.item.full)} reduce axes {list(s.item.raxes)}")
+        return "\n".join(lines)
+
+
+def kernel_name(lw: Lowered) -> str:
+    base = "_".join(lw.names) or "copy"
+    return "k_" + re.sub(r"[^a-zA-Z0-9_]", "", base)[:40]
+
+
+def schedule(targets: list[tuple[Node, Any, View | None]], device: Device) -> Plan:
+    """The plan that computes each target node into its buffer (a target with no buffer gets a
+    new contiguous one, a ``Temp`` of the plan). Kernels come in launch order; later kernels
+    read earlier results as loads. The graph is left as it was: the plan's ``bindings`` mark
+    the computed nodes realized when it runs."""
+    planner = _Planner(device)
+    try:
+        planner.schedule(targets)
+    finally:
+        planner.restore()
+    return planner.plan
+
+
+class _Planner:
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.plan = Plan()
+        self._saved: list[tuple[Node, Node | None]] = []
+        self._ntemps = 0
+
+    # -- the graph, as it will be once earlier steps have run ------------------------------------
+    def _bind(self, binding: Binding) -> None:
+        """Realize ``binding.node`` for the rest of planning (undone by ``restore``); the plan
+        does it for good when it runs."""
+        node = binding.node
+        self._saved.append((node, node.realized))
+        loaded = ir.load(binding.buffer, binding.view, binding.dtype)
+        if binding.reduce is not None:
+            op, axes, dtype = binding.reduce
+            node.realized = ir.reduce(op, loaded, axes, dtype)
         else:
-            a = first[n.id]
-        assert not a.materialize and a.full is not None
-        out = _new_output(n, device) if buf is None else Output(n, buf, v or View.contiguous(
-            n.shape))
-        groups.setdefault((a.full, a.raxes, n.shape, a.reduced_out), []).append(out)
-    for (full, raxes, _, reduced), outs in groups.items():
-        item = KernelItem(full, raxes, outs, reduced_out=reduced)
-        if not _maybe_split(item, device, run):
-            run(item)
-        for o in outs:
-            if o.node.op != "load" and o.view == View.contiguous(o.node.shape):
-                o.node.realized = load(o.buffer, o.view, o.node.dtype)
+            node.realized = loaded
+        self.plan.bindings.append(binding)
+
+    def restore(self) -> None:
+        for node, before in reversed(self._saved):
+            node.realized = before
+        self._saved.clear()
+
+    def _temp(self, nbytes: int, what: str, counter: bool = False) -> Temp:
+        self._ntemps += 1
+        t = Temp(nbytes, f"t{self._ntemps}:{what}", counter=counter)
+        self.plan.steps.append(AllocStep(t))
+        return t
+
+    def _kernel(self, item: KernelItem, lw: Lowered) -> None:
+        self.plan.steps.append(KernelStep(item, lw, kernel_name(lw), geometry(self.device, lw)))
+
+    # -- scheduling ------------------------------------------------------------------------------
+    def _new_output(self, node: Node) -> Output:
+        buf = self._temp(prod(node.shape) * node.dtype.itemsize,
+                         f"{node.dtype.name}{list(node.shape)}")
+        return Output(node, buf, View.contiguous(node.shape))
+
+    def schedule(self, targets: list[tuple[Node, Any, View | None]]) -> None:
+        todo = [(node.resolve(), buf, v) for node, buf, v in targets]
+        todo = [(n, buf, v) for n, buf, v in todo if not (n.op == "load" and buf is None)]
+        # A target inside another target's graph is computed first and read, not recomputed.
+        ids = {n.id for n, _, _ in todo}
+        first: dict[int, _Analysis] = {}
+        materialized = False
+        for n, _, _ in todo:
+            a = _Analysis(n, boundaries=ids - {n.id})
+            a.run()
+            first[n.id] = a
+            if a.materialize:
+                materialized = True
+                self.schedule([(m, None, None) for m in a.materialize])
+        groups: dict[tuple[Shape, tuple[int, ...], Shape, bool], list[Output]] = {}
+        for node, buf, v in todo:
+            n = node.resolve()
+            if n.op == "load" and buf is None:
+                continue  # computed above, as a dependency of another target
+            if materialized or n.id not in first:
+                a = _Analysis(n)  # what was materialized above is a load now
+                a.run()
+            else:
+                a = first[n.id]
+            assert not a.materialize and a.full is not None
+            out = self._new_output(n) if buf is None else Output(n, buf, v or View.contiguous(
+                n.shape))
+            groups.setdefault((a.full, a.raxes, n.shape, a.reduced_out), []).append(out)
+        for (full, raxes, _, reduced), outs in groups.items():
+            self._item(KernelItem(full, raxes, outs, reduced_out=reduced))
+            for o in outs:
+                if o.node.op != "load" and o.view == View.contiguous(o.node.shape):
+                    self._bind(Binding(o.node, o.buffer, o.view, o.node.dtype))
+
+    def _item(self, item: KernelItem) -> None:
+        """Plan ``item``, split into two stages where its rows are few and long. Each state
+        of the item is lowered once."""
+        while True:
+            # the column layout is decided by lowering (a cheap structural test first)
+            lw = lower(item, self.device) if item.raxes and \
+                (len(item.full) - 1) not in item.raxes else None
+            col = lw is not None and lw.col
+            split = self._split_choice(item, col)
+            if split is None:
+                self._kernel(item, lw if lw is not None else lower(item, self.device))
+                return
+            red, chunks = split
+            if self._split(item, red, chunks):
+                return  # stage 1 finished the row
+            if not col:
+                self._kernel(item, lower(item, self.device))
+                return
+            # a column layout over the parts: split again while they are long
+
+    def _split_choice(self, item: KernelItem, col: bool) -> tuple[Node, int] | None:
+        """Few long rows: compute the reduction in chunks first (stage 1, its own kernel), so
+        that every compute unit works; the item then reduces the chunks (stage 2). The single
+        reduction and the number of chunks, or None to run the item as it is."""
+        device = self.device
+        rows = prod([n for i, n in enumerate(item.full) if i not in item.raxes])
+        rn = prod([item.full[i] for i in item.raxes])
+        if col:
+            # a work-item per output element: split the reduced axes until the work-items fill
+            # every compute unit, and the parts again while they are long (each work-item of a
+            # stage reads its part in order: a short part keeps every stage short)
+            chunks = min(column_items(device) // max(rows, 1), rn // GPU_COL_MIN_CHUNK)
+            if rn < column_min_split(device):
+                return None  # short columns are not worth a second kernel
+            red = _single_reduce(item)
+            if chunks < 2 or red is None or red.arg[0] not in _SPLIT_OPS:
+                return None
+            return red, chunks
+        want = split_groups(device)  # work-groups to launch in all
+        if rn < MIN_SPLIT_ROW or rows >= want:
+            return None
+        red = _single_reduce(item)
+        if red is None or red.arg[0] not in _SPLIT_OPS:
+            return None
+        chunks = min(max(want // max(rows, 1), 2), rn // 2048)
+        if chunks < 2:
+            return None
+        return red, chunks
+
+    def _split(self, item: KernelItem, red: Node, chunks: int) -> bool:
+        """Stage 1 of ``item``'s single reduction in ``chunks`` parts per row; the item is left
+        to reduce the parts (stage 2), or, for one row finished by stage 1's last work-group,
+        done (returns True)."""
+        device = self.device
+        rows = prod([n for i, n in enumerate(item.full) if i not in item.raxes])
+        op, axes = red.arg
+        # Partials: the reduced shape with the first reduced axis holding the chunks.
+        pshape = tuple(chunks if i == axes[0] else n for i, n in enumerate(red.shape))
+        pdtype = storage_dtype(red.dtype)
+        pbuf = self._temp(prod(pshape) * pdtype.itemsize, f"partials{list(pshape)}")
+        pnode = Node("reduce", red.srcs, red.arg, pdtype, red.shape)
+        fin = item.outputs[0]
+        parts = [Output(pnode, pbuf, View.contiguous(pshape))]
+        if not serial_rows(device) and rows == 1 and len(item.outputs) == 1 and \
+                fin.node.resolve() is red:
+            # PERF (H100, sum of 2^24 float32, profiled): one kernel took 32-34 us, two 37-38
+            counter = self._temp(4, "counter", counter=True)
+            stage1 = KernelItem(item.full, item.raxes, parts, reduced_out=True, chunks=chunks,
+                                combine=fin, counter=counter)
+            self._kernel(stage1, lower(stage1, device))
+            return True
+        stage1 = KernelItem(item.full, item.raxes, parts, reduced_out=True, chunks=chunks)
+        self._kernel(stage1, lower(stage1, device))
+        self._bind(Binding(red, pbuf, View.contiguous(pshape), pdtype,
+                           reduce=(op, axes, red.dtype)))
+        # Re-derive the item over the partials.
+        item.full = pshape
+        return False
 
 
 def _single_reduce(item: KernelItem) -> Node | None:
@@ -236,88 +400,4 @@ def _single_reduce(item: KernelItem) -> Node | None:
     return found[0] if len(found) == 1 else None
 
 
-def _maybe_split(item: KernelItem, device: Any, run: Runner) -> bool:
-    """Few long rows: compute the reduction in chunks first (stage 1, its own kernel), so that
-    every compute unit works; the item then reduces the chunks (stage 2). On GPUs a single
-    row whose output is the reduction itself is finished by stage 1's last work-group (one
-    kernel): returns True when the item is done."""
-    rows = prod([n for i, n in enumerate(item.full) if i not in item.raxes])
-    rn = prod([item.full[i] for i in item.raxes])
-    from . import lower as L
-
-    cu = device.caps.compute_units
-    if L.column_layout(item, device):
-        # a work-item per output element: split the reduced axes until the work-items fill
-        # every compute unit, and the parts again while they are long (each work-item of a
-        # stage reads its part in order: a short part keeps every stage short)
-        chunks = min(L.column_items(device) // max(rows, 1), rn // L.GPU_COL_MIN_CHUNK)
-        if rn < (8192 if device.kind == "cpu" else L.GPU_COL_MIN_SPLIT):
-            return False  # short columns are not worth a second kernel (a CPU needs few groups)
-        red = _single_reduce(item)
-        if chunks < 2 or red is None or red.arg[0] not in _SPLIT_OPS:
-            return False
-        return _split(item, red, chunks, device, run) or _maybe_split(item, device, run)
-    # Work-groups to launch in all. CPUs: a few per core. GPUs: enough to fill every compute
-    # unit with work-items (occupancy, not core count, hides the memory latency).
-    want = 4 * cu if device.kind == "cpu" else L.GPU_SPLIT_GROUPS_PER_CU * cu
-    if rn < 8192 or rows >= want:
-        return False
-    red = _single_reduce(item)
-    if red is None or red.arg[0] not in _SPLIT_OPS:
-        return False
-    chunks = min(max(want // max(rows, 1), 2), rn // 2048)
-    if chunks < 2:
-        return False
-    return _split(item, red, chunks, device, run)
-
-
 _SPLIT_OPS = ("sum", "prod", "max", "min", "any", "all")
-
-
-def _split(item: KernelItem, red: Node, chunks: int, device: Any, run: Runner) -> bool:
-    """Stage 1 of ``item``'s single reduction in ``chunks`` parts per row (run now); the item
-    is left to reduce the parts (stage 2), or, for one row finished by stage 1's last
-    work-group, done (returns True)."""
-    rows = prod([n for i, n in enumerate(item.full) if i not in item.raxes])
-    op, axes = red.arg
-    # Partials: the reduced shape with the first reduced axis holding the chunks.
-    pshape = tuple(chunks if i == axes[0] else n for i, n in enumerate(red.shape))
-    pdtype = storage_dtype(red.dtype)
-    pbuf = device.alloc(prod(pshape) * pdtype.itemsize)
-    pnode = Node("reduce", red.srcs, red.arg, pdtype, red.shape)
-    fin = item.outputs[0]
-    if device.kind != "cpu" and rows == 1 and len(item.outputs) == 1 and \
-            fin.node.resolve() is red:
-        # PERF (H100, sum of 2^24 float32, profiled): one kernel took 32-34 us, two took 37-38
-        stage1 = KernelItem(item.full, item.raxes,
-                            [Output(pnode, pbuf, View.contiguous(pshape))], reduced_out=True,
-                            chunks=chunks, combine=fin, counter=_counter(device))
-        run(stage1)
-        return True
-    stage1 = KernelItem(item.full, item.raxes, [Output(pnode, pbuf, View.contiguous(pshape))],
-                        reduced_out=True, chunks=chunks)
-    run(stage1)
-    from ..graph.ir import reduce as mk_reduce
-
-    stage2 = mk_reduce(op, load(pbuf, View.contiguous(pshape), pdtype), axes, red.dtype)
-    red.realized = stage2
-    # Re-derive the item over the partials.
-    item.full = pshape
-    return False
-
-
-_COUNTERS: dict[int, tuple[Any, Any]] = {}
-
-
-def _counter(device: Any) -> Any:
-    """The device's work-group counter of one-kernel split reductions: an int, zero between
-    kernels (each kernel's last work-group sets it back). Kernels that use it write it, so the
-    runtime orders them."""
-    got = _COUNTERS.get(id(device))
-    if got is None or got[0] is not device:
-        import numpy as np
-
-        buf = device.alloc(4)
-        device.write(buf, np.zeros(1, np.int32), blocking=True)
-        got = _COUNTERS[id(device)] = (device, buf)
-    return got[1]

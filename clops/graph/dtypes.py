@@ -1,5 +1,5 @@
-"""Graph, dtypes: the data types clops knows, their storage in OpenCL C, the type they compute
-in, and the Array API promotion table."""
+"""Graph, dtypes: the data types clops knows (names, sizes, kinds, numpy types) and the Array API
+promotion table. How a backend spells them is the backend's (``runtime/cltypes.py``)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ class DType:
     itemsize: int
     kind: str  # "b" bool, "i" signed, "u" unsigned, "f" real float, "c" complex
     np: np.dtype  # host representation (bfloat16 travels as uint16 bits)
-    cl: str  # OpenCL C storage type
-    math: str  # OpenCL C type arithmetic is done in
     bits: int
 
     def __eq__(self, other: object) -> bool:
@@ -89,25 +87,25 @@ class DType:
         return self.name in ("float64", "complex128")
 
 
-def _d(name: str, size: int, kind: str, npd: str, cl: str, math: str | None = None) -> DType:
-    return DType(name, size, kind, np.dtype(npd), cl, math or cl, size * 8)
+def _d(name: str, size: int, kind: str, npd: str) -> DType:
+    return DType(name, size, kind, np.dtype(npd), size * 8)
 
 
-bool_ = _d("bool", 1, "b", "bool", "uchar", "int")
-int8 = _d("int8", 1, "i", "int8", "char")
-int16 = _d("int16", 2, "i", "int16", "short")
-int32 = _d("int32", 4, "i", "int32", "int")
-int64 = _d("int64", 8, "i", "int64", "long")
-uint8 = _d("uint8", 1, "u", "uint8", "uchar")
-uint16 = _d("uint16", 2, "u", "uint16", "ushort")
-uint32 = _d("uint32", 4, "u", "uint32", "uint")
-uint64 = _d("uint64", 8, "u", "uint64", "ulong")
-float16 = _d("float16", 2, "f", "float16", "half", "float")
-bfloat16 = _d("bfloat16", 2, "f", "uint16", "ushort", "float")
-float32 = _d("float32", 4, "f", "float32", "float")
-float64 = _d("float64", 8, "f", "float64", "double")
-complex64 = _d("complex64", 8, "c", "complex64", "float2")
-complex128 = _d("complex128", 16, "c", "complex128", "double2")
+bool_ = _d("bool", 1, "b", "bool")
+int8 = _d("int8", 1, "i", "int8")
+int16 = _d("int16", 2, "i", "int16")
+int32 = _d("int32", 4, "i", "int32")
+int64 = _d("int64", 8, "i", "int64")
+uint8 = _d("uint8", 1, "u", "uint8")
+uint16 = _d("uint16", 2, "u", "uint16")
+uint32 = _d("uint32", 4, "u", "uint32")
+uint64 = _d("uint64", 8, "u", "uint64")
+float16 = _d("float16", 2, "f", "float16")
+bfloat16 = _d("bfloat16", 2, "f", "uint16")
+float32 = _d("float32", 4, "f", "float32")
+float64 = _d("float64", 8, "f", "float64")
+complex64 = _d("complex64", 8, "c", "complex64")
+complex128 = _d("complex128", 16, "c", "complex128")
 
 ALL = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16,
        float32, float64, complex64, complex128)

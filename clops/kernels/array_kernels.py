@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..graph.dtypes import DType
-from ..runtime import CLDevice
+from ..runtime import CLDevice, cltypes
 from ..runtime.pool import Buffer
 from .launch import source
 
@@ -26,7 +26,7 @@ def _kernel(dev: CLDevice, name: str, function: str, options: tuple[str, ...]) -
 
 
 def _math_options(dtype: DType) -> tuple[str, ...]:
-    opts = [f"-DT={dtype.math if dtype.kind != 'b' else 'uchar'}"]
+    opts = [f"-DT={cltypes.math(dtype) if dtype.kind != 'b' else 'uchar'}"]
     if dtype.kind == "f":
         opts.append("-DIS_FLOAT")
     if dtype.kind == "c":

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime import CLDevice, Event
+from ..runtime import CLDevice, Event, probes
 from ..runtime.pool import Buffer
 from .launch import kernel
 
@@ -44,30 +44,29 @@ def use_mma(dev: CLDevice, dtype: str) -> bool:
         and _mma_builds(dev)
 
 
+@probes.per_device
 def _mma_builds(dev: CLDevice) -> bool:
-    ok = dev.__dict__.get("_clops_mma_ok")
-    if ok is None:
-        try:
-            kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1, MDEPTH=32)
-            ok = True
-        except Exception:  # noqa: BLE001 - a driver without these PTX forms: portable path
-            ok = False
-        dev.__dict__["_clops_mma_ok"] = ok
-    return ok
+    """Whether the tensor-core kernel builds on ``dev`` (a capability probe, once per device)."""
+    try:
+        kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1, MDEPTH=32)
+        return True
+    except Exception:  # noqa: BLE001 - a driver without these PTX forms: portable path
+        return False
 
 
 def _async_kernel(dev: CLDevice, cfg: dict[str, int]) -> Any | None:
     """gemm_mma_async for ``cfg``, or None where it does not build (no cp.async / ldmatrix:
     the older gemm_mma runs instead)."""
-    key = "_clops_mma_async_" + "_".join(f"{k}{v}" for k, v in sorted(cfg.items()))
-    knl = dev.__dict__.get(key)
-    if knl is None:
-        try:
-            knl = kernel(dev, "gemm", "gemm_mma_async", DT=1, USE_MMA=1, USE_MMA_ASYNC=1, **cfg)
-        except Exception:  # noqa: BLE001 - a driver without these PTX forms
-            knl = False
-        dev.__dict__[key] = knl
-    return knl or None
+    return _async_kernel_for(dev, tuple(sorted(cfg.items())))
+
+
+@probes.per_device
+def _async_kernel_for(dev: CLDevice, cfg: tuple[tuple[str, int], ...]) -> Any | None:
+    try:
+        return kernel(dev, "gemm", "gemm_mma_async", DT=1, USE_MMA=1, USE_MMA_ASYNC=1,
+                      **dict(cfg))
+    except Exception:  # noqa: BLE001 - a driver without these PTX forms
+        return None
 
 
 def _mma_config(m: int, n: int, k: int) -> dict[str, int]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from clops.compiler.lower import VECTOR_WIDTH, lower
-from clops.compiler.render import Renderer
-from clops.compiler.schedule import KernelItem, Output
+from clops.compiler.geometry import VECTOR_WIDTH
+from clops.compiler.kernel import KernelItem, Output
+from clops.compiler.lower import lower
+from clops.compiler.render import CLRenderer
 from clops.graph import dtypes as dt
 from clops.graph import ir
 from clops.graph.ir import View
@@ -19,7 +20,7 @@ class FakeBuffer:
 
 def _render(item: KernelItem, local: int = 1) -> str:
     lw = lower(item, SimpleNamespace(kind="cpu"))
-    return Renderer().render(lw.key, local, "k_test")
+    return CLRenderer().render(lw.key, local, "k_test")
 
 
 def _load(shape, dtype=dt.float32, view=None):
@@ -35,7 +36,7 @@ def test_flat_elementwise_has_no_index_math():
     assert "long gid" in src
     lw = lower(KernelItem((63,), (), [Output(n, FakeBuffer(), View.contiguous((63,)))]),
                SimpleNamespace(kind="gpu", probe=lambda what: False))
-    assert "int gid" in Renderer().render(lw.key, 64, "k_test")
+    assert "int gid" in CLRenderer().render(lw.key, 64, "k_test")
 
 
 def test_contiguous_aligned_elementwise_uses_vector_loads_and_stores():
@@ -43,7 +44,7 @@ def test_contiguous_aligned_elementwise_uses_vector_loads_and_stores():
     n = ir.cast(ir.ew("add", [a, ir.cast(h, dt.float32)], dt.float32), dt.float16)
     item = KernelItem((64,), (), [Output(n, FakeBuffer(), View.contiguous((64,)))])
     w = VECTOR_WIDTH["gpu"]
-    src = Renderer().render(lower(item, SimpleNamespace(kind="gpu")).key, 1, "k_test")
+    src = CLRenderer().render(lower(item, SimpleNamespace(kind="gpu")).key, 1, "k_test")
     assert f"vload{w}(0, b0 + o0 + base)" in src and f"vload_half{w}(0, b1 + o1 + base)" in src
     assert f"vstore_half{w}_rte(sv0, 0, out0 + oo0 + base)" in src
     # CPUs launch exactly: no bounds check (an early return keeps PoCL from vectorizing)
@@ -71,7 +72,7 @@ def test_gpu_kernels_check_bounds():
     n = ir.ew("negative", [_load((5, 3))], dt.float32)
     lw = lower(KernelItem((5, 3), (), [Output(n, FakeBuffer(), View.contiguous((5, 3)))]),
                SimpleNamespace(kind="gpu"))
-    assert "if (gid >= total) return;" in Renderer().render(lw.key, 1, "k_test")
+    assert "if (gid >= total) return;" in CLRenderer().render(lw.key, 1, "k_test")
 
 
 def test_reduction_with_local_tree_and_fused_epilogue():
@@ -129,7 +130,7 @@ def test_gpu_row_reduction_vector_loads_unrolled():
                                                 View.contiguous((16, 1)))], reduced_out=True)
     lw = lower(item, _gpu())
     assert lw.vrow == VECTOR_WIDTH["gpu"]
-    src = Renderer().render(lw.key, 256, "k_test")
+    src = CLRenderer().render(lw.key, 256, "k_test")
     w = VECTOR_WIDTH["gpu"]
     assert f"vload{w}(0, b0 + o0 + base)" in src and "acc3" in src
     # portable finish: the local-memory tree, no inline PTX
@@ -138,7 +139,7 @@ def test_gpu_row_reduction_vector_loads_unrolled():
 
 def test_gpu_softmax_caches_the_row_and_keeps_the_slow_path():
     lw = lower(_softmax_item((8, 1024)), _gpu())
-    src = Renderer().render(lw.key, 256, "k_test")
+    src = CLRenderer().render(lw.key, 256, "k_test")
     assert "if (rend - rbeg <=" in src and "} else {" in src
     assert "c0_0 = vload4(0, b0 + o0 + base);" in src
     # loaded once per cache step, all before the first use
@@ -147,7 +148,7 @@ def test_gpu_softmax_caches_the_row_and_keeps_the_slow_path():
 
 
 def test_gpu_shuffle_finish_only_with_the_ptx_capability():
-    nv = Renderer().render(lower(_softmax_item((8, 1024)), _gpu(ptx=True)).key, 256, "k")
+    nv = CLRenderer().render(lower(_softmax_item((8, 1024)), _gpu(ptx=True)).key, 256, "k")
     assert "shfl.sync.bfly.b32" in nv and "scratch0[8]" in nv
     # every lane reaches the shuffle: it is never an operand of a (conditional) combine
     assert "float o = clops_shfl_xor_f(acc, s);" in nv and "? acc : clops_shfl" not in nv

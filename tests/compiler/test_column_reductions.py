@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import clops
 from clops.compiler import realize as R
+from clops.compiler.kernel import KernelItem, Output
 from clops.compiler.lower import lower
-from clops.compiler.schedule import KernelItem, Output
 from clops.graph import dtypes as dt
 from clops.graph import ir
 from clops.graph.ir import View
@@ -47,15 +47,15 @@ def test_layout_is_chosen_by_axes_and_strides():
 
 
 def test_rendered_forms():
-    from clops.compiler.render import Renderer
+    from clops.compiler.render import CLRenderer
 
-    cpu = Renderer().render(lower(_sum_item((512, 64), (0,)), SimpleNamespace(kind="cpu")).key,
+    cpu = CLRenderer().render(lower(_sum_item((512, 64), (0,)), SimpleNamespace(kind="cpu")).key,
                             1, "k_test")
     # CPUs: the global id is the output (consecutive lanes), the loop steps the whole group
     # together, and the exact launch needs no bounds check
     assert "row = (long)get_global_id(0)" in cpu and "barrier(CLK_LOCAL_MEM_FENCE)" in cpu
     assert "row >= total" not in cpu and "%" not in cpu.split("__kernel")[1]
-    gpu = Renderer().render(lower(_sum_item((512, 64), (0,)), GPU).key, 1, "k_test")
+    gpu = CLRenderer().render(lower(_sum_item((512, 64), (0,)), GPU).key, 1, "k_test")
     assert "row >= total" in gpu and "barrier" not in gpu.split("__kernel")[1]
 
 

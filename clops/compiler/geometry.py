@@ -1,0 +1,168 @@
+"""Compiler, launch geometry: how many work-items a generated kernel runs as, in groups of what
+size, and the device questions that decide it (a CPU runs a row per work-item, a GPU a
+work-group per row). Lowering reads the vector widths; the scheduler the split thresholds; the
+plan the global and local sizes of every launch."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from ..graph.ir import prod
+from .device import Device
+from .kernel import Lowered
+
+# Elements per work-item of contiguous elementwise kernels, by device kind. PERF: PoCL already
+# vectorizes across work-items; explicit vectors measured 15-20% slower there.
+VECTOR_WIDTH = {"cpu": 1, "gpu": 4}
+
+# Reductions on GPUs: work-items per row (a row kernel's local size). One size for every shape,
+# so that a new shape never needs a new program.
+GPU_ROW_LOCAL = 256
+# Split reductions (stage 1): local size, and work-groups per compute unit to launch in all.
+# PERF (H100): 4 x 512 = 2048 work-items per unit, the most it holds: occupancy, not the unit
+# count, hides the memory latency; fewer partials keep stage 2 short (~5 us of 35 at 2^24).
+GPU_SPLIT_LOCAL = 512
+GPU_SPLIT_GROUPS_PER_CU = 4
+# Elementwise kernels on GPUs: work-items per group (CPUs leave it to the driver).
+GPU_FLAT_LOCAL = 256
+# Reductions over leading axes (column sums: x.sum(axis=0) of a row-major matrix): one
+# work-item per output element, adjacent work-items on adjacent elements, so that every step of
+# the loop over the reduced axes reads a contiguous run. (On GPUs a work-group per output
+# element reads one element of each row: a 32-byte sector for 4 bytes. On PoCL a work-item per
+# group walked a column alone: a 4096x4096 column sum in 68 ms, numpy 3.6; now 4.3, and
+# 100000x64 in 71 ms, now 1.7, numpy 1.9.)
+# Work-items per group, per GPU compute unit to launch in all (the reduced axes are split into
+# chunks until there are that many), and the fewest reduced elements per chunk.
+GPU_COL_LOCAL = 128
+CPU_COL_LOCAL = 16  # PERF (PoCL, 4096x4096 column sum): 16 work-items 5.3 ms, 64 22, 256 16
+GPU_COL_ITEMS_PER_CU = 2048
+GPU_COL_MIN_CHUNK = 32
+# Columns shorter than this are never split on GPUs: a second kernel (and its build, the first
+# time a shape needs one) costs more than a work-item reading the column alone.
+# PERF (H100, (rows, 3) float32 column sum, first kernel start to last end, median of 30):
+# whole / split 64 rows 7 / 90 us, 1024 27 / 93, 4096 90 / 193, 16384 338 / 197.
+GPU_COL_MIN_SPLIT = 8192
+# CPUs: columns shorter than this are never split (a CPU needs few groups).
+CPU_COL_MIN_SPLIT = 8192
+# Rows (or columns) split into chunks only when longer than this.
+MIN_SPLIT_ROW = 8192
+# Work-groups per CPU core a split reduction launches in all.
+CPU_SPLIT_GROUPS_PER_CU = 4
+
+
+# -- what kind of device it is, as the compiler asks it -----------------------------------------
+def serial_rows(device: Device) -> bool:
+    """A work-item per row (CPUs: PoCL runs a group's work-items as vector lanes and a serial
+    row with unrolled accumulators wins), not a work-group per row (GPUs)."""
+    return device.kind == "cpu"
+
+
+def launches_exactly(device: Device) -> bool:
+    """Launched with exactly as many work-items as there are elements, so kernels need no
+    bounds check (CPUs; GPUs round up to whole work-groups)."""
+    return device.kind == "cpu"
+
+
+def long_flat_index(device: Device) -> bool:
+    """Flat kernels (and column layouts) index in 64 bits. PERF (PoCL): with `int gid` and int
+    offsets, PoCL sign-extends each `offset + gid` and its work-item loop no longer makes
+    contiguous vector loads: the chain a*b+c*d-e*0.5 ran at 0.84-0.88 of a hand kernel, 0.98
+    with long."""
+    return device.kind == "cpu"
+
+
+def vector_width(device: Device) -> int:
+    """Elements per work-item of contiguous kernels (1: no explicit vectors)."""
+    return VECTOR_WIDTH.get(device.kind, 4)
+
+
+def warp_shuffles(device: Device) -> bool:
+    """NVIDIA inline PTX (warp shuffles), by the runtime's capability probe (run once per
+    device and driver, then read from its caps)."""
+    probe = getattr(device, "probe", None)
+    return bool(probe("nvidia_ptx")) if probe is not None else False
+
+
+def split_groups(device: Device) -> int:
+    """Work-groups a split reduction launches in all. CPUs: a few per core. GPUs: enough to
+    fill every compute unit with work-items (occupancy, not core count, hides the memory
+    latency)."""
+    per_cu = CPU_SPLIT_GROUPS_PER_CU if serial_rows(device) else GPU_SPLIT_GROUPS_PER_CU
+    return per_cu * device.caps.compute_units
+
+
+def column_items(device: Device) -> int:
+    """Work-items a column-layout reduction should launch in all (its reduced axes are split
+    until it does): GPUs, ``GPU_COL_ITEMS_PER_CU`` per compute unit; CPUs, a few groups per
+    core (PoCL runs a group's work-items as vector lanes)."""
+    cu = device.caps.compute_units
+    return CPU_SPLIT_GROUPS_PER_CU * cu * CPU_COL_LOCAL if serial_rows(device) else \
+        GPU_COL_ITEMS_PER_CU * cu
+
+
+def column_min_split(device: Device) -> int:
+    """The shortest column worth a split (a second kernel)."""
+    return CPU_COL_MIN_SPLIT if serial_rows(device) else GPU_COL_MIN_SPLIT
+
+
+# -- the sizes of one launch ----------------------------------------------------------------------
+class Geometry(NamedTuple):
+    """A launch: the local size the program is built for (0: no reduction; part of the program
+    cache key, the source depends on it) and the global and local sizes of the enqueue (local
+    None: the driver's choice)."""
+
+    local: int
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+
+
+def local_size(device: Device, lw: Lowered) -> int:
+    """Work-items per row of a reduction kernel (0 for elementwise kernels)."""
+    if not lw.raxes:
+        return 0
+    if serial_rows(device) or lw.col:
+        # PERF: on PoCL a serial row per work-item with unrolled accumulators wins; the
+        # column layout is the same body over adjacent outputs (grouped below)
+        return 1
+    # One work-group size for every shape, so a new shape never needs a new program; split
+    # reductions (stage 1) launch GPU_SPLIT_GROUPS_PER_CU groups of their size per unit.
+    size = GPU_SPLIT_LOCAL if lw.chunks > 1 else GPU_ROW_LOCAL
+    return min(size, device.caps.max_work_group)
+
+
+def geometry(device: Device, lw: Lowered) -> Geometry | None:
+    """The launch of ``lw`` on ``device``; None when it has nothing to write."""
+    L = local_size(device, lw)
+    full = lw.full
+    outputs = prod([n for i, n in enumerate(full) if i not in lw.raxes])
+    if outputs == 0:
+        return None  # nothing to write (sizes of other axes may not even fit the index type)
+    if lw.raxes:
+        rows = outputs * lw.chunks
+        if rows == 0:
+            return None
+        if lw.col:
+            # a work-item per output (the first axis) and chunk (the second). CPUs launch
+            # exactly (the kernel has no bounds check) in groups that divide the outputs: the
+            # group's work-items step through their loops together
+            if launches_exactly(device):
+                wg = math.gcd(outputs, CPU_COL_LOCAL)
+                return Geometry(L, (outputs, lw.chunks), (wg, 1))
+            wg = min(GPU_COL_LOCAL, device.caps.max_work_group)
+            return Geometry(L, (-(-outputs // wg) * wg, lw.chunks), (wg, 1))
+        return Geometry(L, (rows * L,), (L,))
+    total = work_items(lw)
+    if total == 0:
+        return None
+    if launches_exactly(device):
+        return Geometry(L, (total,), None)
+    wg = min(GPU_FLAT_LOCAL, device.caps.max_work_group)
+    return Geometry(L, (-(-total // wg) * wg,), (wg,))
+
+
+def work_items(lw: Lowered) -> int:
+    """Work-items of an elementwise kernel (each on a vector of ``flat`` elements when
+    ``flat`` > 1)."""
+    total = prod(lw.full)
+    return total // lw.flat if lw.flat > 1 else total
