@@ -8,11 +8,15 @@ generated kernels.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
 
+from .. import _config
 from ..runtime import CLDevice, Event, probes
+from ..runtime.device import add_cpu_default_check
 from ..runtime.pool import Buffer
 from .launch import kernel
 
@@ -154,35 +158,22 @@ def cpu_kernel_works(dev: CLDevice, dtype: str) -> bool:
     ok = _CPU_WORKS.get(key)
     if ok is not None:
         return ok
-    import subprocess
-    import sys
+    why = ["remembered"]
 
-    from ..runtime.device import _PROBE_LOCK, _load_probes, _save_probes
-
-    name = f"gemm_cpu_{dtype}"
-    saved = _load_probes().get(dev.key, {}).get(name)
-    why = "remembered"
-    if isinstance(saved, bool):
-        ok = saved
-    else:
+    def child() -> bool:
         try:
             res = subprocess.run([sys.executable, "-c", _CPU_CHILD, dev.selector, dtype],
                                  capture_output=True, text=True, timeout=300)
-            ok = "CLOPS_GEMM_CPU True" in res.stdout
-            why = (res.stderr.strip().splitlines() or [f"status {res.returncode}"])[-1]
         except (subprocess.TimeoutExpired, OSError) as e:
-            ok, why = False, str(e)
-        with _PROBE_LOCK:
-            probes = _load_probes()
-            probes.setdefault(dev.key, {})[name] = ok
-            _save_probes(probes)
-    _CPU_WORKS[key] = ok
-    if not ok:
-        from .. import _config
+            why[0] = str(e)
+            return False
+        why[0] = (res.stderr.strip().splitlines() or [f"status {res.returncode}"])[-1]
+        return "CLOPS_GEMM_CPU True" in res.stdout
 
-        if _config.debug_level():
-            print(f"clops: gemm_cpu does not work on {dev.name} ({why[:200]}); {dtype} "
-                  "products there take the portable kernel", file=sys.stderr)
+    ok = _CPU_WORKS[key] = dev.remembered(f"gemm_cpu_{dtype}", child)
+    if not ok and _config.debug_level():
+        print(f"clops: gemm_cpu does not work on {dev.name} ({why[0][:200]}); {dtype} "
+              "products there take the portable kernel", file=sys.stderr)
     return ok
 
 
@@ -274,3 +265,11 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
     gemm(dev, out.buffer, out.offset, n, a.buffer, a.offset, k, b.buffer, b.offset, n, m, n, k,
          dtype.name, batch, (m * n, m * k, k * n))
     return out
+
+
+def _products_work(dev: CLDevice) -> bool:
+    return cpu_kernel_works(dev, "float32")
+
+
+# a CPU runtime whose vectorized product fails is not the default where another passes
+add_cpu_default_check(_products_work)

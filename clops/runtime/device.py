@@ -12,7 +12,7 @@ import sys
 import threading
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -284,6 +284,19 @@ class CLDevice:
             self.__dict__["caps"] = replace(self.caps, **update)
             probes = _load_probes()
             probes.setdefault(self.key, {})[what] = result
+            _save_probes(probes)
+        return result
+
+    def remembered(self, name: str, compute: Callable[[], bool]) -> bool:
+        """A probe remembered on disk with this device's others (per device and driver):
+        ``compute()`` runs only where no answer for ``name`` is stored yet."""
+        saved = _load_probes().get(self.key, {}).get(name)
+        if isinstance(saved, bool):
+            return saved
+        result = bool(compute())
+        with _PROBE_LOCK:
+            probes = _load_probes()
+            probes.setdefault(self.key, {})[name] = result
             _save_probes(probes)
         return result
 
@@ -849,12 +862,20 @@ def _pick(matches: list[discovery.DeviceEntry], why: list[str] | None = None) ->
     return _wrap(matches[0])
 
 
-def _cpu_products_work(dev: CLDevice) -> bool:
-    # NOTE: a kernels-layer probe (compiled and checked in a child process, remembered with the
-    # device's probes); imported here, at selection time, to keep the import at load one-way
-    from ..kernels import gemm
+# What a CPU runtime must pass to be the default: the kernels layer registers its vectorized
+# product's probe here when clops is imported (the runtime imports no layer above it).
+_CPU_DEFAULT_CHECKS: list[Callable[[CLDevice], bool]] = []
 
-    return gemm.cpu_kernel_works(dev, "float32")
+
+def add_cpu_default_check(check: Callable[[CLDevice], bool]) -> None:
+    """Make ``check(device)`` a condition for a CPU runtime to be chosen as the default (where
+    another CPU runtime passes every check)."""
+    if check not in _CPU_DEFAULT_CHECKS:
+        _CPU_DEFAULT_CHECKS.append(check)
+
+
+def _cpu_products_work(dev: CLDevice) -> bool:
+    return all(check(dev) for check in _CPU_DEFAULT_CHECKS)
 
 
 def set_default_device(selector: str | CLDevice | None) -> CLDevice | None:
