@@ -9,10 +9,10 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
 
 from ..runtime import CLDevice
 from ..runtime.plan import Launch, LaunchPlan
+from ..runtime.program import new_kernel
 
 __all__ = ["Launch", "LaunchPlan", "f32", "i32", "kernel", "program", "source"]
 
@@ -40,13 +40,7 @@ def kernel(dev: CLDevice, name: str, function: str, **defines: Any) -> Any:
     NOTE: every launch recorded in a plan gets its own kernel object, so that its arguments are
     set once and a replay only enqueues.
     """
-    prg = program(dev, name, **defines)
-    # NOTE: checked by name first: some drivers (NVIDIA's) create a kernel for any name.
-    # PERF: one kernel object, not the program's every kernel (all_kernels): a kernel object
-    # costs pyopencl about 0.06 ms, and a batched step's plan makes one per launch
-    if function not in prg.get_info(cl.program_info.KERNEL_NAMES).split(";"):
-        raise LookupError(f"no kernel {function!r} in {name}.cl")
-    return cl.Kernel(prg, function)
+    return new_kernel(program(dev, name, **defines), function, f"{name}.cl")
 
 
 def i32(v: int) -> np.int32:
