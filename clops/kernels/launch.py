@@ -13,7 +13,8 @@ import numpy as np
 from ..runtime import CLDevice
 from ..runtime.plan import Launch, LaunchPlan
 
-__all__ = ["Launch", "LaunchPlan", "f32", "i32", "kernel", "program", "source"]
+__all__ = ["Launch", "LaunchPlan", "f32", "float_define", "i32", "is_cpu", "kernel",
+           "pow2_at_most", "program", "source"]
 
 
 @functools.cache
@@ -52,3 +53,19 @@ def i32(v: int) -> np.int32:
 
 def f32(v: float) -> np.float32:
     return np.float32(v)
+
+
+def is_cpu(dev: CLDevice) -> bool:
+    """Whether ``dev`` is a CPU: the launchers' one question about the device kind (tests set
+    it to take the GPU paths on a CPU)."""
+    return dev.kind == "cpu"
+
+
+def pow2_at_most(n: int) -> int:
+    """The largest power of two not above ``n`` (1 for n < 2)."""
+    return 1 << max(0, int(n).bit_length() - 1)
+
+
+def float_define(v: float) -> str:
+    """A float32 value as an OpenCL C literal, for a -D define."""
+    return f"{float(np.float32(v))!r}f"

@@ -30,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import Launch, LaunchPlan, kernel
+from ..kernels import Launch, LaunchPlan, activation, kernel, launch, matmul, norm
 from ..kernels.launch import f32, i32
-from ..nn import launchers as K
 from ..nn.quant import DeviceWeight
 from ..runtime.pool import Buffer
 
@@ -193,11 +192,12 @@ class BatchEngine:
         geometry for every batch; on CPUs (one work-item a column, no split of k) a row's
         result does not depend on the rows a work-item takes (TM), which follows the batch."""
         dev = self.device
-        tm = min(8, K._pow2_at_most(m)) if K.is_cpu(dev) else None
-        ln = K.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), bias, accum, name,
-                      norm=norm, glu=glu, tm=tm, row_invariant=True)
+        tm = min(8, launch.pow2_at_most(m)) if launch.is_cpu(dev) else None
+        ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), bias=bias,
+                           accum=accum, name=name, norm=norm, glu=glu, tm=tm,
+                           row_invariant=True)
         if tm is None:
-            tm, _ = K.matmul_geometry(dev, 2, w.k, w.fmt)
+            tm, _ = matmul.matmul_geometry(dev, 2, w.k, w.fmt)
         ln.args[9] = i32(m)
         if w.layout == "rb16":  # (row tiles, column blocks)
             ln.global_size = (-(-m // tm), ln.global_size[1])
@@ -217,19 +217,19 @@ class BatchEngine:
         n_qkv, eps = (H + 2 * KV) * D, cfg.norm_eps
         plan = LaunchPlan(dev)
         add = plan.add
-        add(K.embedding(dev, self.x, self.ids, self.zero, m.embed, n))
-        ls = 1 if K.is_cpu(dev) else 32
+        add(matmul.embedding(dev, self.x, self.ids, self.zero, m.embed, n))
+        ls = 1 if launch.is_cpu(dev) else 32
         meta = [self.table, i32(self.maxb), self.rslot, self.rpos]
         # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them
-        fuse = K.fused_prologues(dev)
+        fuse = matmul.fused_prologues(dev)
         xin = self.x if fuse else self.xn
         for i, ly in enumerate(m.layers):
-            norm = (ly.attn_norm, eps) if fuse else None
+            prologue = (ly.attn_norm, eps) if fuse else None
             if not fuse:
-                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, n, dim, eps))
+                add(norm.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, m=n, k=dim, eps=eps))
             for w, off, b in ly.qkv.parts:
                 add(self._matmul(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
-                                 name=f"qkv.{i}", norm=norm))
+                                 name=f"qkv.{i}", norm=prologue))
             kp, vp = self.kpool[i], self.vpool[i]
             # (a kernel object per launch: a plan sets each one's arguments once)
             rope = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=D,
@@ -247,27 +247,27 @@ class BatchEngine:
                        f"attn.{i}"))
             add(self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
                              name=f"o.{i}"))
-            norm = (ly.ffn_norm, eps) if fuse else None
+            prologue = (ly.ffn_norm, eps) if fuse else None
             if not fuse:
-                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, n, dim, eps))
+                add(norm.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, m=n, k=dim, eps=eps))
             for w, off, b in ly.gate_up.parts:
                 add(self._matmul(self.gu, off, 2 * F, xin, 0, dim, w, n, bias=b,
-                                 name=f"gate_up.{i}", norm=norm))
+                                 name=f"gate_up.{i}", norm=prologue))
             if fuse:
                 add(self._matmul(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, n, accum=True,
                                  name=f"down.{i}", glu=True))
             else:
-                add(K.glu(dev, self.h, self.gu, n, F))
+                add(activation.glu(dev, self.h, self.gu, m=n, f=F))
                 add(self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
                                  name=f"down.{i}"))
         if embed:
-            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, m.out_norm, n, dim, eps))
+            add(norm.rmsnorm(dev, self.xn, self.x, 0, dim, m.out_norm, m=n, k=dim, eps=eps))
         elif nl:
             gather = kernel(dev, "paged", "gather_rows", HEAD_DIM=D,
                             ROPE_NEOX=int(cfg.rope_neox))
             add(Launch(gather, (dim, nl), None, [self.xl, self.x, self.sel, i32(dim)],
                        [self.x, self.sel], [self.xl], "gather_rows"))
-            add(K.rmsnorm(dev, self.xn, self.xl, 0, dim, m.out_norm, nl, dim, eps))
+            add(norm.rmsnorm(dev, self.xn, self.xl, 0, dim, m.out_norm, m=nl, k=dim, eps=eps))
             add(self._matmul(self.logits, 0, cfg.vocab_size, self.xn, 0, dim, m.output, nl,
                              name="lm_head"))
         self._plans[key] = plan
