@@ -5,6 +5,7 @@ which ``LaunchPlan`` replays (a decode step is one replay: only its enqueues).""
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 from typing import Any
 
@@ -17,10 +18,20 @@ __all__ = ["Launch", "LaunchPlan", "f32", "float_define", "i32", "is_cpu", "kern
            "pow2_at_most", "program", "source"]
 
 
+# ``#include "clops/<file>.cl"``: a header that user kernels include too (``clops.custom``
+# resolves the same name from the same folder), pasted in so that the program cache sees it.
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)[>"][ \t]*$', re.M)
+# NOTE: the user-facing headers (philox.cl) live with the API that documents them (clops.random)
+_INCLUDE_DIR = "random"
+
+
 @functools.cache
 def source(name: str) -> str:
-    """The text of ``clops/kernels/<name>.cl``."""
-    return resources.files(__package__).joinpath(f"{name}.cl").read_text()
+    """The text of ``clops/kernels/<name>.cl``, with its ``#include "clops/<file>.cl"`` lines
+    replaced by the files."""
+    text = resources.files(__package__).joinpath(f"{name}.cl").read_text()
+    headers = resources.files("clops").joinpath(_INCLUDE_DIR)
+    return _INCLUDE.sub(lambda m: headers.joinpath(m.group(1)).read_text(), text)
 
 
 def _options(defines: dict[str, Any]) -> tuple[str, ...]:
