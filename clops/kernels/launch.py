@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from ..graph.dtypes import DType
 from ..runtime import CLDevice
 from ..runtime.plan import Launch, LaunchPlan
 
-__all__ = ["Launch", "LaunchPlan", "f32", "float_define", "i32", "is_cpu", "kernel",
-           "pow2_at_most", "program", "source"]
+__all__ = ["Launch", "LaunchPlan", "f32", "flat_geometry", "float_define", "i32", "is_cpu",
+           "kernel", "math_options", "pow2_at_most", "program", "shared_kernel", "source"]
 
 
 # ``#include "clops/<file>.cl"``: a header that user kernels include too (``clops.custom``
@@ -56,6 +57,35 @@ def kernel(dev: CLDevice, name: str, function: str, **defines: Any) -> Any:
         if k.function_name == function:
             return k
     raise LookupError(f"no kernel {function!r} in {name}.cl")
+
+
+def shared_kernel(dev: CLDevice, name: str, function: str, options: tuple[str, ...]) -> Any:
+    """The device's cached kernel object for ``function`` in ``name.cl`` built with
+    ``options`` (one object for every caller: launches set its arguments each time)."""
+    return dev.kernel(source(name), function, options)
+
+
+# -- the array kernels (gather, scan, sort, linalg): one program per (file, element type) -------
+def math_options(dtype: DType) -> tuple[str, ...]:
+    """Build options of the kernels that compute on ``dtype`` (``-DT=`` its math type)."""
+    opts = [f"-DT={dtype.math if dtype.kind != 'b' else 'uchar'}"]
+    if dtype.kind == "f":
+        opts.append("-DIS_FLOAT")
+    if dtype.kind == "c":
+        opts.append("-DCOMPLEX")
+    if dtype.needs_fp64:
+        opts.append("-DFP64")
+    return tuple(opts)
+
+
+def flat_geometry(dev: CLDevice, n: int) -> tuple[tuple[int], tuple[int] | None]:
+    """Global and local size of a launch of ``n`` work-items: the driver's choice on CPUs,
+    groups of up to 256 elsewhere."""
+    if dev.kind == "cpu":
+        return (n,), None
+    wg = min(256, dev.caps.max_work_group)
+    return (-(-n // wg) * wg,), (wg,)
+
 
 
 def i32(v: int) -> np.int32:
