@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import Launch, LaunchPlan, activation, kernel, launch, matmul, norm
-from ..kernels.launch import f32, i32
+from ..kernels import Launch, LaunchPlan, activation, launch, matmul, norm, paged
+from ..kernels.launch import i32
+from ..kernels.paged import PagedRows
 from ..nn.quant import DeviceWeight
 from ..runtime.pool import Buffer
 
@@ -219,7 +220,7 @@ class BatchEngine:
         add = plan.add
         add(matmul.embedding(dev, self.x, self.ids, self.zero, m.embed, n))
         ls = 1 if launch.is_cpu(dev) else 32
-        meta = [self.table, i32(self.maxb), self.rslot, self.rpos]
+        rows = PagedRows(self.table, self.maxb, self.rslot, self.rpos, self.block_size)
         # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them
         fuse = matmul.fused_prologues(dev)
         xin = self.x if fuse else self.xn
@@ -231,20 +232,12 @@ class BatchEngine:
                 add(self._matmul(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
                                  name=f"qkv.{i}", norm=prologue))
             kp, vp = self.kpool[i], self.vpool[i]
-            # (a kernel object per launch: a plan sets each one's arguments once)
-            rope = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=D,
-                          ROPE_NEOX=int(cfg.rope_neox))
-            add(Launch(rope, (D // 2, H + 2 * KV, n), None,
-                       [self.q, self.qkv, i32(n_qkv), kp, vp, *meta, m.inv_freq, i32(H),
-                        i32(KV), i32(self.block_size)],
-                       [self.qkv, self.table, self.rslot, self.rpos, m.inv_freq],
-                       [self.q, kp, vp], f"rope_store.{i}"))
-            attn = kernel(dev, "paged", "paged_attn", HEAD_DIM=D, LS=ls)
-            add(Launch(attn, (ls, H, n), (ls, 1, 1),
-                       [self.attn, self.q, kp, vp, *meta, i32(H), i32(KV),
-                        i32(self.block_size), f32(cfg.scale * cfg.rope_mscale() ** 2)],
-                       [self.q, kp, vp, self.table, self.rslot, self.rpos], [self.attn],
-                       f"attn.{i}"))
+            add(paged.rope_store(dev, self.q, self.qkv, n_qkv, kp, vp, rows, m.inv_freq, m=n,
+                                 n_heads=H, n_kv=KV, head_dim=D, neox=cfg.rope_neox,
+                                 name=f"rope_store.{i}"))
+            add(paged.attention(dev, self.attn, self.q, kp, vp, rows, m=n, n_heads=H, n_kv=KV,
+                                head_dim=D, scale=cfg.scale * cfg.rope_mscale() ** 2,
+                                lsize=ls, name=f"attn.{i}"))
             add(self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
                              name=f"o.{i}"))
             prologue = (ly.ffn_norm, eps) if fuse else None
@@ -263,10 +256,8 @@ class BatchEngine:
         if embed:
             add(norm.rmsnorm(dev, self.xn, self.x, 0, dim, m.out_norm, m=n, k=dim, eps=eps))
         elif nl:
-            gather = kernel(dev, "paged", "gather_rows", HEAD_DIM=D,
-                            ROPE_NEOX=int(cfg.rope_neox))
-            add(Launch(gather, (dim, nl), None, [self.xl, self.x, self.sel, i32(dim)],
-                       [self.x, self.sel], [self.xl], "gather_rows"))
+            add(paged.gather_rows(dev, self.xl, self.x, self.sel, m=nl, k=dim, head_dim=D,
+                                  neox=cfg.rope_neox))
             add(norm.rmsnorm(dev, self.xn, self.xl, 0, dim, m.out_norm, m=nl, k=dim, eps=eps))
             add(self._matmul(self.logits, 0, cfg.vocab_size, self.xn, 0, dim, m.output, nl,
                              name="lm_head"))
