@@ -1,5 +1,5 @@
-"""Array, provider dispatch: turns Tensors into operands, asks :func:`choose` and runs the chosen
-provider (or clops' own FFT kernels), and wraps the results back into Tensors.
+"""Array layer, provider dispatch: turns Tensors into operands, asks :func:`choose` and runs the
+chosen provider (or clops' own FFT kernels), and wraps the results back into Tensors.
 
 ``matmul(x1, x2)`` returns ``None`` when the generated kernel should run, so the array layer's
 ``matmul`` can begin with::
