@@ -133,7 +133,7 @@ def test_what_clops_cannot_run_is_refused_by_name(tmp_path, device, kind, change
     else:
         path = _hf_dir(tmp_path, **change)
     uploads = []
-    monkeypatch.setattr(clops.llm.model, "_upload", lambda *a: uploads.append(a))
+    monkeypatch.setattr(clops.llm.model, "upload", lambda *a: uploads.append(a))
     with pytest.raises(clops.llm.ModelFileError) as err:
         clops.llm.load(path, device=device, progress=False)
     msg = str(err.value)
