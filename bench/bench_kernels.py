@@ -37,9 +37,9 @@ from standin_gguf import _random_blocks  # noqa: E402
 
 import clops  # noqa: E402
 import clops.nn as nn  # noqa: E402
+from clops.kernels import attention, matmul  # noqa: E402
 from clops.kernels import gemm as G  # noqa: E402
 from clops.kernels.launch import LaunchPlan  # noqa: E402
-from clops.nn import launchers as L  # noqa: E402
 
 GGML = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
 
@@ -121,7 +121,7 @@ def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, b2b_ceiling: floa
     x = clops.asarray(np.random.default_rng(2).standard_normal((1, k)).astype(np.float32),
                       device=dev).realize()
     y = clops.empty((1, n), dtype=clops.float32, device=dev).realize()
-    ln = L.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, w, 1)
+    ln = matmul.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, w, 1)
     ms, wall = device_ms(dev, lambda: ln.run(dev), repeat)
     nbytes = w.nbytes + 4 * (n + k)
     row = {"kernel": f"GEMV {kind} {n}x{k}", "ms": ms, "wall_ms": wall, "gbps": nbytes / ms / 1e6,
@@ -134,7 +134,7 @@ def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, b2b_ceiling: floa
     for i in range(copies):
         wi = w if i == 0 else _weight(dev, kind, n, k)
         plan = LaunchPlan(dev)
-        plan.add(L.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, wi, 1))
+        plan.add(matmul.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, wi, 1))
         plans.append((plan, wi))
     b2b = back_to_back_ms(dev, [lambda p=p: p.replay() for p, _ in plans])
     row.update(b2b_ms=b2b, b2b_gbps=nbytes / b2b / 1e6,
@@ -165,10 +165,11 @@ def bench_attention(dev, torch, repeat: int, ceiling: float) -> list[dict]:
         q = rng.standard_normal((h, d)).astype(np.float32)
         tk, tv, tq = (clops.asarray(a, device=dev).realize() for a in (kc, vc, q))
         out = clops.empty((h, d), dtype=clops.float32, device=dev).realize()
-        part = dev.alloc(L.part_nbytes(dev, max_seq, h, d))
+        part = dev.alloc(attention.part_nbytes(dev, max_seq, h, d))
         state = clops.asarray(np.array([L_ctx - 1, 0], np.int32), device=dev).realize()
-        lns = L.attn_decode(dev, out.buffer, part, tq.buffer, tk.buffer, tv.buffer,
-                            state.buffer, h, kv, d, max_seq, 1 / math.sqrt(d))
+        lns = attention.attn_decode(dev, out.buffer, part, tq.buffer, tk.buffer, tv.buffer,
+                                    state.buffer, n_heads=h, n_kv=kv, head_dim=d,
+                                    max_seq=max_seq, scale=1 / math.sqrt(d))
 
         def run(lns=lns) -> None:
             for ln in lns:

@@ -24,7 +24,9 @@ from common import copy_ceiling, environment, table, torch_cuda, torch_ms, write
 
 import clops  # noqa: E402
 from clops import providers  # noqa: E402
-from clops.providers import Operand, dispatch, layout, stockham  # noqa: E402
+from clops.array import dispatch  # noqa: E402
+from clops.kernels import fft, layout  # noqa: E402
+from clops.providers import Operand  # noqa: E402
 
 
 def wall_ms(dev: clops.CLDevice, run: Callable[[], object], repeat: int = 10,
@@ -118,10 +120,10 @@ def _fft_row(dev: clops.CLDevice, batch: int, n: int, torch: object | None) -> d
     dev.write(xb, x, blocking=True)
     xo = Operand.contiguous(xb, (batch, n), "complex64")
     yo = layout.empty(dev, (batch, n), "complex64")
-    flop = stockham.flops(n, batch)
+    flop = fft.flops(n, batch)
     nbytes = 2 * x.nbytes  # one read and one write of the rows
     row: dict = {"op": "fft", "dtype": "complex64", "shape": f"{batch}x{n}"}
-    row["generated_ms"] = gen = wall_ms(dev, lambda: stockham.fft(dev, xo, yo))
+    row["generated_ms"] = gen = wall_ms(dev, lambda: fft.fft(dev, xo, yo))
     row["generated_gflops"] = flop / gen / 1e6
     row["generated_gbps"] = nbytes / gen / 1e6
     ref = np.fft.fft(x.astype(np.complex128))

@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from .array import dispatch
 from .array.tensor import Tensor
 from .graph import dtypes as _dt
-from .providers import dispatch, layout
-from .providers.base import Operand
+from .kernels import layout
+from .kernels.operand import Operand
 
 __all__ = [
     "fft", "fftfreq", "fftn", "fftshift", "hfft", "ifft", "ifftn", "ifftshift", "ihfft",

@@ -26,6 +26,7 @@ from .array.tensor import Tensor, same_device
 from .graph import dtypes as _dt
 from .graph import ir
 from .graph.ir import View
+from .kernels import linalg as linalg_kernels
 
 __all__ = [
     "cholesky", "cross", "det", "diagonal", "eig", "eigh", "eigvals", "eigvalsh", "inv",
@@ -244,13 +245,11 @@ def _on_device(x: Tensor) -> bool:
 def _lu(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(LU factors in a new contiguous tensor, pivots, row-swap counts) of square ``x``."""
     from .array.kernel_ops import contiguous, new
-    from .kernels import array_kernels as ak
-
     n = x.shape[-1]
     batch = int(np.prod(x.shape[:-2]))
     lu = new(x.shape, x.dtype, x.device)
     lu._assign(contiguous(x))
-    piv, swaps = ak.lu_factor(x.device, x.dtype, lu.buffer, lu.offset, batch, n)
+    piv, swaps = linalg_kernels.lu_factor(x.device, x.dtype, lu.buffer, lu.offset, batch, n)
     return (lu, Tensor._from_buffer(piv, x.shape[:-1], _dt.int64, x.device),
             Tensor._from_buffer(swaps, x.shape[:-2], _dt.int32, x.device))
 
@@ -258,14 +257,12 @@ def _lu(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 def _lu_solve(lu: Tensor, piv: Tensor, b: Tensor) -> Tensor:
     """Solve with LU factors for a right-hand side ``b`` of lu's batch shape (copied)."""
     from .array.kernel_ops import contiguous, new
-    from .kernels import array_kernels as ak
-
     out = new(b.shape, lu.dtype, lu.device)
     out._assign(contiguous(b, lu.dtype))
     n, r = b.shape[-2:]
     batch = int(np.prod(b.shape[:-2]))
-    ak.lu_solve(lu.device, lu.dtype, lu.buffer, lu.offset, piv.buffer, out.buffer, out.offset,
-                batch, n, r)
+    linalg_kernels.lu_solve(lu.device, lu.dtype, lu.buffer, lu.offset, piv.buffer, out.buffer,
+                            out.offset, batch, n, r)
     return out
 
 
@@ -284,12 +281,10 @@ def cholesky(x: Tensor, /, *, upper: bool = False) -> Tensor:
             L = np.conj(np.swapaxes(L, -1, -2))
         return _dev(L, x)
     from .array.kernel_ops import contiguous, new
-    from .kernels import array_kernels as ak
-
     src = contiguous(x)
     out = new(x.shape, x.dtype, x.device)
-    ak.cholesky(x.device, x.dtype, src.buffer, src.offset, out.buffer,
-                int(np.prod(x.shape[:-2])), x.shape[-1])
+    linalg_kernels.cholesky(x.device, x.dtype, src.buffer, src.offset, out.buffer,
+                            int(np.prod(x.shape[:-2])), x.shape[-1])
     return matrix_transpose(out) if upper else out
 
 
@@ -394,8 +389,6 @@ def qr(x: Tensor, /, *, mode: str = "reduced") -> QRResult:
         return QRResult(_dev(q, x), _dev(r, x))
     from .array.creation import triu
     from .array.kernel_ops import contiguous, new
-    from .kernels import array_kernels as ak
-
     m, n = x.shape[-2:]
     k = min(m, n)
     qc = m if mode == "complete" else k
@@ -403,8 +396,8 @@ def qr(x: Tensor, /, *, mode: str = "reduced") -> QRResult:
     fact = new(x.shape, x.dtype, x.device)
     fact._assign(contiguous(x))
     qt = new(batch + (m, qc), x.dtype, x.device)
-    ak.qr(x.device, x.dtype, fact.buffer, fact.offset, int(np.prod(batch)), m, n, qt.buffer,
-          qc)
+    linalg_kernels.qr(x.device, x.dtype, fact.buffer, fact.offset, int(np.prod(batch)), m, n,
+                      qt.buffer, qc)
     r = triu(fact if mode == "complete" else fact[..., :k, :])
     return QRResult(qt, r)
 
@@ -432,14 +425,13 @@ def _eigh_device(x: Tensor) -> tuple[Tensor, Tensor]:
     from .array.advanced_indexing import take_along_axis
     from .array.kernel_ops import contiguous, new
     from .array.sorting import argsort
-    from .kernels import array_kernels as ak
-
     n = x.shape[-1]
     src = contiguous(x)
     w = new(x.shape, x.dtype, x.device)
     v = new(x.shape, x.dtype, x.device)
-    ak.eigh_jacobi(x.device, x.dtype, src.buffer, src.offset, int(np.prod(x.shape[:-2])), n,
-                   w.buffer, v.buffer, 8 * _eps(x.dtype))
+    linalg_kernels.eigh_jacobi(x.device, x.dtype, src.buffer, src.offset,
+                               int(np.prod(x.shape[:-2])), n, w.buffer, v.buffer,
+                               8 * _eps(x.dtype))
     vals = diagonal(w)
     if n == 0:
         return vals, v
@@ -521,8 +513,6 @@ def _svd_device(x: Tensor, want_uv: bool, full: bool) -> tuple[Tensor, Tensor, T
     from .array.advanced_indexing import take_along_axis
     from .array.kernel_ops import contiguous, new
     from .array.sorting import argsort
-    from .kernels import array_kernels as ak
-
     M, N = x.shape[-2:]
     batch = x.shape[:-2]
     wide = M < N
@@ -531,8 +521,9 @@ def _svd_device(x: Tensor, want_uv: bool, full: bool) -> tuple[Tensor, Tensor, T
     u = new(batch + (m, n), x.dtype, x.device)
     v = new(batch + (n, n), x.dtype, x.device)
     rs, cs = (1, N) if wide else (N, 1)
-    ak.svd_jacobi(x.device, x.dtype, src.buffer, src.offset, rs, cs, int(np.prod(batch)), m, n,
-                  u.buffer, v.buffer, 2 * _eps(x.dtype))
+    linalg_kernels.svd_jacobi(x.device, x.dtype, src.buffer, src.offset, rs, cs,
+                              int(np.prod(batch)), m, n, u.buffer, v.buffer,
+                              2 * _eps(x.dtype))
     s = vector_norm(u, axis=-2)
     order = argsort(s, axis=-1, descending=True)
     s = take_along_axis(s, order, axis=-1)

@@ -1,7 +1,7 @@
 """Array layer, hand-written kernel operations on tensors: prepares contiguous operands through
 the lazy graph (casts and index arithmetic fuse there), launches the kernels of
-``clops.kernels.array_kernels`` and wraps their buffers as tensors. Data-dependent sizes read
-back one count, nothing more."""
+``clops.kernels.gather``, ``scan`` and ``sort`` and wraps their buffers as tensors.
+Data-dependent sizes read back one count, nothing more."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.dtypes import DType
 from ..graph.ir import View, prod
-from ..kernels import array_kernels as ak
+from ..kernels import gather, scan, sort
 from ..runtime import plan as _plan
 from .tensor import Tensor, same_device
 
@@ -75,7 +75,7 @@ def gather_flat(x: Tensor, offsets: Tensor) -> Tensor:
     x = x.realize()
     off = contiguous(offsets, _dt.int64)
     out = new(offsets.shape, x.dtype, x.device)
-    ak.gather(x.device, x.dtype.itemsize, out.buffer, 0, x.buffer, x.offset, off.buffer,
+    gather.gather(x.device, x.dtype.itemsize, out.buffer, 0, x.buffer, x.offset, off.buffer,
               off.offset, off.size)
     return out
 
@@ -93,11 +93,11 @@ def scatter_flat(x: Tensor, offsets: Tensor, values: Tensor, unique: bool = True
     n = off.size
     _flush_readers(x.buffer, exclude=x)
     if unique or n < 2:
-        ak.scatter(x.device, x.dtype.itemsize, x.buffer, x.offset, val.buffer, val.offset,
+        gather.scatter(x.device, x.dtype.itemsize, x.buffer, x.offset, val.buffer, val.offset,
                    off.buffer, off.offset, n)
         return
-    keys, perm, _ = ak.sort(x.device, _dt.int64, off.buffer, off.offset, 1, n, False)
-    ak.scatter_last(x.device, x.dtype.itemsize, x.buffer, x.offset, val.buffer, val.offset,
+    keys, perm, _ = sort.sort(x.device, _dt.int64, off.buffer, off.offset, 1, n, False)
+    gather.scatter_last(x.device, x.dtype.itemsize, x.buffer, x.offset, val.buffer, val.offset,
                     keys, perm, n)
 
 
@@ -109,7 +109,7 @@ def scan_last(x: Tensor, op: str, dtype: DType, include_initial: bool = False) -
     src = contiguous(x, kd)
     shape = tuple(x.shape[:-1]) + (n + (1 if include_initial else 0),)
     out = new(shape, kd, x.device)
-    ak.scan(x.device, kd, op, src.buffer, src.offset, out.buffer, 0, rows, n, include_initial)
+    scan.scan(x.device, kd, op, src.buffer, src.offset, out.buffer, 0, rows, n, include_initial)
     if kd != dtype:
         out = Tensor(ir.cast(out._node.resolve(), dtype), x.device)
     return out
@@ -121,7 +121,7 @@ def sort_last(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
     n = x.shape[-1]
     rows = prod(x.shape[:-1])
     src = contiguous(x, kd)
-    keys, idx, P = ak.sort(x.device, kd, src.buffer, src.offset, rows, n, descending)
+    keys, idx, P = sort.sort(x.device, kd, src.buffer, src.offset, rows, n, descending)
     strides = tuple(st * P for st in ir.contiguous_strides(x.shape[:-1])) + (1,)
     k = wrap(keys, x.shape, kd, x.device, strides)
     i = wrap(idx, x.shape, _dt.int64, x.device, strides)
@@ -141,7 +141,7 @@ def flat_nonzero(flags: Tensor, what: str = "nonzero") -> Tensor:
                            f.device), "sum", _dt.int64)
     count = read_int(pos, n - 1, what)
     out = new((count,), _dt.int64, flags.device)
-    ak.compact_index(flags.device, out.buffer, f.buffer, f.offset, pos.buffer, pos.offset, n)
+    gather.compact_index(flags.device, out.buffer, f.buffer, f.offset, pos.buffer, pos.offset, n)
     return out
 
 
@@ -154,6 +154,6 @@ def searchsorted_flat(a: Tensor, v: Tensor, right: bool) -> Tensor:
     aa = aa.realize()
     vv = contiguous(v, kd)
     out = new(v.shape, _dt.int64, a.device)
-    ak.searchsorted(a.device, kd, aa.buffer, aa.offset, aa.strides[0] if aa.ndim else 1,
+    sort.searchsorted(a.device, kd, aa.buffer, aa.offset, aa.strides[0] if aa.ndim else 1,
                     aa.shape[0], vv.buffer, vv.offset, out.buffer, vv.size, right)
     return out

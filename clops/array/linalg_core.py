@@ -27,7 +27,7 @@ def matmul(x1: Any, x2: Any, /) -> Tensor:
     if dtype.kind == "b":
         raise TypeError("matmul is not defined for bool tensors")
     # -- a vendor library that CLOPS_PROVIDERS forces (+NAME) takes every product it can -----
-    from ..providers import dispatch
+    from . import dispatch
 
     forced = dispatch.forced_matmul(x1, x2)
     if forced is not None:

@@ -5,22 +5,35 @@ which ``LaunchPlan`` replays (a decode step is one replay: only its enqueues).""
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 from typing import Any
 
 import numpy as np
 
-from ..runtime import CLDevice
+from ..graph.dtypes import DType
+from ..runtime import CLDevice, cltypes
 from ..runtime.plan import Launch, LaunchPlan
 from ..runtime.program import new_kernel
 
-__all__ = ["Launch", "LaunchPlan", "f32", "i32", "kernel", "program", "source"]
+__all__ = ["Launch", "LaunchPlan", "f32", "flat_geometry", "float_define", "i32", "is_cpu",
+           "kernel", "math_options", "pow2_at_most", "program", "shared_kernel", "source"]
+
+
+# ``#include "clops/<file>.cl"``: a header that user kernels include too (``clops.custom``
+# resolves the same name from the same folder), pasted in so that the program cache sees it.
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)[>"][ \t]*$', re.M)
+# NOTE: the user-facing headers (philox.cl) live with the API that documents them (clops.random)
+_INCLUDE_DIR = "random"
 
 
 @functools.cache
 def source(name: str) -> str:
-    """The text of ``clops/kernels/<name>.cl``."""
-    return resources.files(__package__).joinpath(f"{name}.cl").read_text()
+    """The text of ``clops/kernels/<name>.cl``, with its ``#include "clops/<file>.cl"`` lines
+    replaced by the files."""
+    text = resources.files(__package__).joinpath(f"{name}.cl").read_text()
+    headers = resources.files("clops").joinpath(_INCLUDE_DIR)
+    return _INCLUDE.sub(lambda m: headers.joinpath(m.group(1)).read_text(), text)
 
 
 def _options(defines: dict[str, Any]) -> tuple[str, ...]:
@@ -43,9 +56,54 @@ def kernel(dev: CLDevice, name: str, function: str, **defines: Any) -> Any:
     return new_kernel(program(dev, name, **defines), function, f"{name}.cl")
 
 
+def shared_kernel(dev: CLDevice, name: str, function: str, options: tuple[str, ...]) -> Any:
+    """The device's cached kernel object for ``function`` in ``name.cl`` built with
+    ``options`` (one object for every caller: launches set its arguments each time)."""
+    return dev.kernel(source(name), function, options)
+
+
+# -- the array kernels (gather, scan, sort, linalg): one program per (file, element type) -------
+def math_options(dtype: DType) -> tuple[str, ...]:
+    """Build options of the kernels that compute on ``dtype`` (``-DT=`` its math type)."""
+    opts = [f"-DT={cltypes.math(dtype) if dtype.kind != 'b' else 'uchar'}"]
+    if dtype.kind == "f":
+        opts.append("-DIS_FLOAT")
+    if dtype.kind == "c":
+        opts.append("-DCOMPLEX")
+    if dtype.needs_fp64:
+        opts.append("-DFP64")
+    return tuple(opts)
+
+
+def flat_geometry(dev: CLDevice, n: int) -> tuple[tuple[int], tuple[int] | None]:
+    """Global and local size of a launch of ``n`` work-items: the driver's choice on CPUs,
+    groups of up to 256 elsewhere."""
+    if dev.kind == "cpu":
+        return (n,), None
+    wg = min(256, dev.caps.max_work_group)
+    return (-(-n // wg) * wg,), (wg,)
+
+
+
 def i32(v: int) -> np.int32:
     return np.int32(v)
 
 
 def f32(v: float) -> np.float32:
     return np.float32(v)
+
+
+def is_cpu(dev: CLDevice) -> bool:
+    """Whether ``dev`` is a CPU: the launchers' one question about the device kind (tests set
+    it to take the GPU paths on a CPU)."""
+    return dev.kind == "cpu"
+
+
+def pow2_at_most(n: int) -> int:
+    """The largest power of two not above ``n`` (1 for n < 2)."""
+    return 1 << max(0, int(n).bit_length() - 1)
+
+
+def float_define(v: float) -> str:
+    """A float32 value as an OpenCL C literal, for a -D define."""
+    return f"{float(np.float32(v))!r}f"

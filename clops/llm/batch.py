@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import Launch, LaunchPlan, kernel
-from ..kernels.launch import f32, i32
-from ..nn import launchers as K
+from ..kernels import Launch, LaunchPlan, activation, launch, matmul, norm, paged
+from ..kernels.launch import i32
+from ..kernels.paged import PagedRows
 from ..nn.quant import DeviceWeight
 from ..runtime.pool import Buffer
 
@@ -193,11 +193,12 @@ class BatchEngine:
         geometry for every batch; on CPUs (one work-item a column, no split of k) a row's
         result does not depend on the rows a work-item takes (TM), which follows the batch."""
         dev = self.device
-        tm = min(8, K._pow2_at_most(m)) if K.is_cpu(dev) else None
-        ln = K.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), bias, accum, name,
-                      norm=norm, glu=glu, tm=tm, row_invariant=True)
+        tm = min(8, launch.pow2_at_most(m)) if launch.is_cpu(dev) else None
+        ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), bias=bias,
+                           accum=accum, name=name, norm=norm, glu=glu, tm=tm,
+                           row_invariant=True)
         if tm is None:
-            tm, _ = K.matmul_geometry(dev, 2, w.k, w.fmt)
+            tm, _ = matmul.matmul_geometry(dev, 2, w.k, w.fmt)
         ln.args[9] = i32(m)
         if w.layout == "rb16":  # (row tiles, column blocks)
             ln.global_size = (-(-m // tm), ln.global_size[1])
@@ -217,57 +218,47 @@ class BatchEngine:
         n_qkv, eps = (H + 2 * KV) * D, cfg.norm_eps
         plan = LaunchPlan(dev)
         add = plan.add
-        add(K.embedding(dev, self.x, self.ids, self.zero, m.embed, n))
-        ls = 1 if K.is_cpu(dev) else 32
-        meta = [self.table, i32(self.maxb), self.rslot, self.rpos]
+        add(matmul.embedding(dev, self.x, self.ids, self.zero, m.embed, n))
+        ls = 1 if launch.is_cpu(dev) else 32
+        rows = PagedRows(self.table, self.maxb, self.rslot, self.rpos, self.block_size)
         # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them
-        fuse = K.fused_prologues(dev)
+        fuse = matmul.fused_prologues(dev)
         xin = self.x if fuse else self.xn
         for i, ly in enumerate(m.layers):
-            norm = (ly.attn_norm, eps) if fuse else None
+            prologue = (ly.attn_norm, eps) if fuse else None
             if not fuse:
-                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, n, dim, eps))
+                add(norm.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, m=n, k=dim, eps=eps))
             for w, off, b in ly.qkv.parts:
                 add(self._matmul(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
-                                 name=f"qkv.{i}", norm=norm))
+                                 name=f"qkv.{i}", norm=prologue))
             kp, vp = self.kpool[i], self.vpool[i]
-            # (a kernel object per launch: a plan sets each one's arguments once)
-            rope = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=D,
-                          ROPE_NEOX=int(cfg.rope_neox))
-            add(Launch(rope, (D // 2, H + 2 * KV, n), None,
-                       [self.q, self.qkv, i32(n_qkv), kp, vp, *meta, m.inv_freq, i32(H),
-                        i32(KV), i32(self.block_size)],
-                       [self.qkv, self.table, self.rslot, self.rpos, m.inv_freq],
-                       [self.q, kp, vp], f"rope_store.{i}"))
-            attn = kernel(dev, "paged", "paged_attn", HEAD_DIM=D, LS=ls)
-            add(Launch(attn, (ls, H, n), (ls, 1, 1),
-                       [self.attn, self.q, kp, vp, *meta, i32(H), i32(KV),
-                        i32(self.block_size), f32(cfg.scale * cfg.rope_mscale() ** 2)],
-                       [self.q, kp, vp, self.table, self.rslot, self.rpos], [self.attn],
-                       f"attn.{i}"))
+            add(paged.rope_store(dev, self.q, self.qkv, n_qkv, kp, vp, rows, m.inv_freq, m=n,
+                                 n_heads=H, n_kv=KV, head_dim=D, neox=cfg.rope_neox,
+                                 name=f"rope_store.{i}"))
+            add(paged.attention(dev, self.attn, self.q, kp, vp, rows, m=n, n_heads=H, n_kv=KV,
+                                head_dim=D, scale=cfg.scale * cfg.rope_mscale() ** 2,
+                                lsize=ls, name=f"attn.{i}"))
             add(self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
                              name=f"o.{i}"))
-            norm = (ly.ffn_norm, eps) if fuse else None
+            prologue = (ly.ffn_norm, eps) if fuse else None
             if not fuse:
-                add(K.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, n, dim, eps))
+                add(norm.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, m=n, k=dim, eps=eps))
             for w, off, b in ly.gate_up.parts:
                 add(self._matmul(self.gu, off, 2 * F, xin, 0, dim, w, n, bias=b,
-                                 name=f"gate_up.{i}", norm=norm))
+                                 name=f"gate_up.{i}", norm=prologue))
             if fuse:
                 add(self._matmul(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, n, accum=True,
                                  name=f"down.{i}", glu=True))
             else:
-                add(K.glu(dev, self.h, self.gu, n, F))
+                add(activation.glu(dev, self.h, self.gu, m=n, f=F))
                 add(self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
                                  name=f"down.{i}"))
         if embed:
-            add(K.rmsnorm(dev, self.xn, self.x, 0, dim, m.out_norm, n, dim, eps))
+            add(norm.rmsnorm(dev, self.xn, self.x, 0, dim, m.out_norm, m=n, k=dim, eps=eps))
         elif nl:
-            gather = kernel(dev, "paged", "gather_rows", HEAD_DIM=D,
-                            ROPE_NEOX=int(cfg.rope_neox))
-            add(Launch(gather, (dim, nl), None, [self.xl, self.x, self.sel, i32(dim)],
-                       [self.x, self.sel], [self.xl], "gather_rows"))
-            add(K.rmsnorm(dev, self.xn, self.xl, 0, dim, m.out_norm, nl, dim, eps))
+            add(paged.gather_rows(dev, self.xl, self.x, self.sel, m=nl, k=dim, head_dim=D,
+                                  neox=cfg.rope_neox))
+            add(norm.rmsnorm(dev, self.xn, self.xl, 0, dim, m.out_norm, m=nl, k=dim, eps=eps))
             add(self._matmul(self.logits, 0, cfg.vocab_size, self.xn, 0, dim, m.output, nl,
                              name="lm_head"))
         self._plans[key] = plan

@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from ..nn import rotary
 from .arch import ACTIVATIONS, ARCHS, HF_TYPES, Arch, nope_layers, sqrt_dim, supported, swa_layers
 from .gguf_file import ModelFileError
 
 ARCHITECTURES = tuple(ARCHS)
-ROPE_TYPES = ("default", "llama3", "linear", "yarn")
+ROPE_TYPES = rotary.ROPE_TYPES
 
 # Upper bounds of the integer sizes, far above any real model's (a 405B Llama: 126 layers, dim
 # 16384, 128 heads of 128, ffn 53248, vocab 128256); the tensors must then agree with them.
@@ -165,29 +166,13 @@ class ModelConfig:
     def inv_freq(self, sliding: bool = False) -> np.ndarray:
         """The rotary inverse frequencies [rotary/2], float32 as the reference computes them;
         ``sliding``: of the sliding-window layers where they have their own base (unscaled)."""
-        d = self.rotary
-        exps = np.arange(0, d, 2, dtype=np.float32) / np.float32(d)
         if sliding and self.rope_theta_swa:
-            return (np.float32(1.0) / (np.float32(self.rope_theta_swa) ** exps)).astype(
-                np.float32)
-        inv = (np.float32(1.0) / (np.float32(self.rope_theta) ** exps)).astype(np.float32)
-        sc = self.rope_scaling or {}
-        kind = sc.get("rope_type", sc.get("type"))
-        if kind == "yarn":
-            inv = _yarn(inv, d, self.rope_theta, sc, self.context_length)
-        elif kind == "llama3":
-            inv = _llama3_scaling(inv, sc)
-        elif kind == "linear":
-            factor = float(sc.get("factor", 1.0))
-            if not factor > 0:
-                raise ValueError(f"linear scaling needs a factor > 0, not {factor!r}")
-            inv = (inv / np.float32(factor)).astype(np.float32)
-        elif kind not in (None, "default"):
-            raise ModelFileError(f"rope scaling {kind!r} is not supported "
-                                 f"({', '.join(ROPE_TYPES)})")
-        if self.rope_freq_factors is not None:
-            inv = (inv / self.rope_freq_factors.astype(np.float32)).astype(np.float32)
-        return inv
+            return rotary.inv_freq(self.rotary, self.rope_theta_swa)
+        try:
+            return rotary.inv_freq(self.rotary, self.rope_theta, self.rope_scaling,
+                                 self.context_length, self.rope_freq_factors)
+        except rotary.UnsupportedRopeError as e:
+            raise ModelFileError(str(e)) from None
 
 
 def check_rotary(inv: np.ndarray, given: str, source: str) -> None:
@@ -198,50 +183,6 @@ def check_rotary(inv: np.ndarray, given: str, source: str) -> None:
         raise ModelFileError(
             f"{source}: rotary frequencies span [{float(np.min(inv)):g}, "
             f"{float(np.max(inv)):g}] radians per position, expected [0, 1] ({given})")
-
-
-def _llama3_scaling(inv: np.ndarray, sc: dict[str, Any]) -> np.ndarray:
-    factor = float(sc.get("factor", 8.0))
-    low = float(sc.get("low_freq_factor", 1.0))
-    high = float(sc.get("high_freq_factor", 4.0))
-    old = float(sc.get("original_max_position_embeddings", 8192))
-    if not (factor > 0 and 0 < low < high and old > 0):
-        raise ValueError(f"llama3 scaling needs factor > 0, 0 < low_freq_factor < "
-                         f"high_freq_factor and original_max_position_embeddings > 0 (factor "
-                         f"{factor}, low {low}, high {high}, original {old})")
-    low_wavelen, high_wavelen = old / low, old / high
-    wavelen = 2 * math.pi / inv
-    out = np.where(wavelen > low_wavelen, inv / factor, inv)
-    smooth = (old / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * out / factor + smooth * out
-    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
-    return np.where(medium, smoothed, out).astype(np.float32)
-
-
-def _yarn(inv: np.ndarray, d: int, base: float, sc: dict[str, Any], ctx: int) -> np.ndarray:
-    """YaRN: interpolated frequencies below the low-frequency bound, extrapolated above the
-    high one, a linear ramp between (as transformers' ``_compute_yarn_parameters``)."""
-    factor = float(sc.get("factor", 1.0))
-    old = float(sc.get("original_max_position_embeddings") or ctx)
-    fast, slow = float(sc.get("beta_fast", 32.0)), float(sc.get("beta_slow", 1.0))
-    if not (factor >= 1 and old > 0 and fast > slow > 0):
-        raise ValueError(f"yarn scaling needs factor >= 1, original_max_position_embeddings "
-                         f"> 0 and beta_fast > beta_slow > 0 (factor {factor}, original {old},"
-                         f" beta_fast {fast}, beta_slow {slow})")
-
-    def dim_of(rot: float) -> float:
-        return (d * math.log(old / (rot * 2 * math.pi))) / (2 * math.log(base))
-
-    low, high = dim_of(fast), dim_of(slow)
-    if sc.get("truncate", True):
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, d - 1)
-    if low == high:
-        high += 0.001
-    ramp = np.clip((np.arange(d // 2, dtype=np.float32) - low) / (high - low), 0, 1)
-    extrapolation = 1 - ramp
-    interp = inv / np.float32(factor)
-    return (interp * (1 - extrapolation) + inv * extrapolation).astype(np.float32)
 
 
 _MISSING: Any = object()

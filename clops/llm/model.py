@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import Launch, LaunchPlan
-from ..nn import launchers as K
-from ..nn.quant import DeviceWeight, PackedWeight, concat
+from ..kernels import Launch, LaunchPlan, activation, attention, matmul, norm
+from ..kernels import sample as sample_kernel
+from ..nn.quant import DeviceWeight, PackedWeight, concat, upload
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from .arch import NORMS
@@ -26,9 +26,6 @@ from .config import ModelConfig
 from .tokenizer import TextTokenizer
 from .weights import WeightSource
 
-# Sampler argument positions in the sample kernel (see nn.launchers.sample).
-_SAMPLE_ARGS = {"temperature": 8, "top_k": 9, "top_p": 10, "min_p": 11, "penalty": 12,
-                "seed": 13}
 # Float16 copies of the weights for a prompt's tensor-core products are kept when they take
 # at most this fraction of the device's memory (clops.llm.load's float16_copies).
 HALF_COPIES_FRACTION = 0.2
@@ -86,13 +83,6 @@ class _Layer:
     inv_freq: Buffer  # the rotary frequencies of this layer (zeros: no rotary)
 
 
-def _upload(dev: CLDevice, arr: np.ndarray) -> Buffer:
-    arr = np.ascontiguousarray(arr)
-    buf = dev.alloc(max(arr.nbytes, 4))
-    dev.write(buf, arr, blocking=True)
-    return buf
-
-
 class Model:
     """A loaded model. Use ``clops.llm.load`` to make one.
 
@@ -143,7 +133,7 @@ class Model:
         def vec(name: str) -> Buffer:
             v = src.vector(name).astype(np.float32)
             bar.update(src.nbytes(name))
-            return _upload(dev, v)
+            return upload(dev, v)
 
         emb = mat("embed")
         if emb.n != cfg.vocab_size or emb.k != cfg.dim:
@@ -154,17 +144,17 @@ class Model:
         self.output = DeviceWeight(dev, mat("output")) if src.has("output") else self.embed
         if src.has("rope_freqs") and cfg.rope_freq_factors is None:
             cfg.rope_freq_factors = src.vector("rope_freqs")
-        rotary = {False: _upload(dev, cfg.inv_freq()),
-                  True: _upload(dev, cfg.inv_freq(sliding=True))}
-        nope = _upload(dev, np.zeros(cfg.rotary // 2, np.float32))  # angle 0: no rotation
+        rotary = {False: upload(dev, cfg.inv_freq()),
+                  True: upload(dev, cfg.inv_freq(sliding=True))}
+        nope = upload(dev, np.zeros(cfg.rotary // 2, np.float32))  # angle 0: no rotation
         H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.layers: list[_Layer] = []
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
             ly = _Layer()
-            for norm in NORMS:
-                if norm in keys:
-                    setattr(ly, norm, vec(p + norm))
+            for norm_name in NORMS:
+                if norm_name in keys:
+                    setattr(ly, norm_name, vec(p + norm_name))
             qkv = [mat(p + "qkv")] if "qkv" in keys else [mat(p + "q"), mat(p + "k"),
                                                          mat(p + "v")]
             want = (H + 2 * KV) * D if "qkv" in keys else None
@@ -193,11 +183,11 @@ class Model:
         n = sum(p.n for p in parts)
         fused = concat(parts)
         if fused is not None:
-            b = _upload(dev, np.concatenate(biases).astype(np.float32)) if biases else None
+            b = upload(dev, np.concatenate(biases).astype(np.float32)) if biases else None
             return _Parts([(DeviceWeight(dev, fused), 0, b)], n)
         out, off = [], 0
         for j, p in enumerate(parts):
-            b = _upload(dev, biases[j].astype(np.float32)) if biases else None
+            b = upload(dev, biases[j].astype(np.float32)) if biases else None
             out.append((DeviceWeight(dev, p), off, b))
             off += p.n
         return _Parts(out, n)
@@ -217,16 +207,16 @@ class Model:
         self.h = dev.alloc(C * F * f4)
         self.logits_buf = dev.alloc(C * cfg.vocab_size * f4)
         self.z = dev.alloc(cfg.vocab_size * f4)
-        self.part = dev.alloc(K.part_nbytes(dev, self.max_seq, H, D))
-        self.count = _upload(dev, np.zeros(H, np.int32))  # attn_decode_rope's, left zero
-        self.state = _upload(dev, np.zeros(4, np.int32))
-        # float16 rows for the tensor-core products of a prompt (launchers.linear), where the
+        self.part = dev.alloc(attention.part_nbytes(dev, self.max_seq, H, D))
+        self.count = upload(dev, np.zeros(H, np.int32))  # attn_decode_rope's, left zero
+        self.state = upload(dev, np.zeros(4, np.int32))
+        # float16 rows for the tensor-core products of a prompt (kernels.matmul.linear), where the
         # device has them
         mats = [w for ly in self.layers for w in
                 [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]]
-        tc = [w for w in mats if K.tensor_core_rows(dev, C, w)]
-        rows_tc = tc or K.tensor_core_rows(dev, C, self.output)
-        self.xh = dev.alloc(K.half_scratch_nbytes(C, max(cfg.dim, F, H * D)) if rows_tc else 4)
+        tc = [w for w in mats if matmul.tensor_core_rows(dev, C, w)]
+        rows_tc = tc or matmul.tensor_core_rows(dev, C, self.output)
+        self.xh = dev.alloc(matmul.half_scratch_nbytes(C, max(cfg.dim, F, H * D)) if rows_tc else 4)
         # and float16 copies of the layers' weights in other formats: kept (converted once,
         # here), or converted for each prompt chunk into a scratch of the largest one's size
         # (too small for the output projection, which then keeps the matmul kernel)
@@ -240,14 +230,14 @@ class Model:
                 # PERF: a SmolLM2 prompt chunk of 128 rows spent 2.07 ms converting its
                 # weights (H100), about 40% of the chunk
                 w.half = dev.alloc(w.n * w.k * 2)
-                K.dequant_half(dev, w.half, w).run(dev)
+                matmul.dequant_half(dev, w.half, w).run(dev)
             else:
                 big = max(big, w.n * w.k * 2)
         self.wh = dev.alloc(max(big, 4))
         # and the partial sums of the products split over k (for full chunks)
-        self.ph = dev.alloc(max([K.split_nbytes(dev, C, w) for w in mats] + [4]))
-        self.tokens = _upload(dev, np.zeros(self.max_seq + 2, np.int32))
-        self.seen = _upload(dev, np.zeros(cfg.vocab_size, np.uint8))
+        self.ph = dev.alloc(max([matmul.split_nbytes(dev, C, w) for w in mats] + [4]))
+        self.tokens = upload(dev, np.zeros(self.max_seq + 2, np.int32))
+        self.seen = upload(dev, np.zeros(cfg.vocab_size, np.uint8))
         cache = KV * self.max_seq * D * f4
         for ly in self.layers:
             ly.k_cache = dev.alloc(cache)
@@ -270,13 +260,13 @@ class Model:
         def mm(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
                w: DeviceWeight, rows: int, **kw: Any) -> None:
             kw["scratch"], kw["wscratch"], kw["pscratch"] = self.xh, self.wh, self.ph
-            for ln in K.linear(dev, y, y_off, ldy, x, x_off, ldx, w, rows, **kw):
+            for ln in matmul.linear(dev, y, y_off, ldy, x, x_off, ldx, w, rows, **kw):
                 add(ln)
 
         # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them; on
         # CPUs (weights in the CPU layout) the norms into the matmuls that read them and the
         # GLU into the product that makes its input (fewer launches per token)
-        fuse = K.fused_prologues(dev)
+        fuse = matmul.fused_prologues(dev)
 
         def normed(w: Buffer | None, readers: list[DeviceWeight], rows: int = m,
                    off: int = 0) -> dict[str, Any]:
@@ -284,9 +274,9 @@ class Model:
             residual stream)."""
             if w is None:
                 return {"x": self.x, "x_off": off}
-            if all(K.fused_norm(dev, r, rows) for r in readers):
+            if all(matmul.fused_norm(dev, r, rows) for r in readers):
                 return {"x": self.x, "x_off": off, "norm": (w, eps)}
-            add(K.rmsnorm(dev, self.xn, self.x, off, dim, w, rows, dim, eps))
+            add(norm.rmsnorm(dev, self.xn, self.x, off, dim, w, m=rows, k=dim, eps=eps))
             return {"x": self.xn, "x_off": 0}
 
         def block_out(w: DeviceWeight, x: Buffer, k: int, post: Buffer | None, name: str,
@@ -297,11 +287,12 @@ class Model:
                 mm(self.x, 0, dim, x, 0, k, w, m, accum=True, name=name, **kw)
                 return
             mm(self.t, 0, dim, x, 0, k, w, m, name=name, **kw)
-            add(K.residual(dev, self.x, self.t, post, m, dim, eps, cfg.residual_scale))
+            add(norm.residual(dev, self.x, self.t, post, m=m, k=dim, eps=eps,
+                              scale=cfg.residual_scale))
 
-        add(K.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
+        add(matmul.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
         if cfg.embed_scale != 1.0:
-            add(K.scale_cap(dev, self.x, m * dim, mul=cfg.embed_scale))
+            add(activation.scale_cap(dev, self.x, m * dim, mul=cfg.embed_scale))
         n_qkv = (H + 2 * KV) * D
         for i, ly in enumerate(self.layers):
             src = normed(ly.attn_norm, [p[0] for p in ly.qkv.parts])
@@ -310,7 +301,7 @@ class Model:
                    norm=src.get("norm"), name=f"qkv.{i}")
             if ly.q_norm is not None and ly.k_norm is not None:
                 whole = cfg.desc.qk_norm == "full"
-                add(K.qk_norm(dev, self.qkv, n_qkv, m, nq=1 if whole else H,
+                add(norm.qk_norm(dev, self.qkv, n_qkv, m=m, nq=1 if whole else H,
                               lq=H * D if whole else D, nk=1 if whole else KV,
                               lk=KV * D if whole else D, wq=ly.q_norm, wk=ly.k_norm, eps=eps))
             self._attention(add, i, ly, m)
@@ -318,7 +309,7 @@ class Model:
             src = normed(ly.ffn_norm, [p[0] for p in ly.gate_up.parts])
             gu = ly.gate_up.parts
             if (not fuse and cfg.act == "silu" and len(gu) == 1 and gu[0][1] == 0
-                    and K.glu_output(gu[0][0])):
+                    and matmul.glu_output(gu[0][0])):
                 # (CPUs) the product gives silu(gate) * up itself
                 mm(self.h, 0, F, src["x"], src["x_off"], dim, gu[0][0], m, bias=gu[0][2],
                    norm=src.get("norm"), name=f"gate_up.{i}", glu_out=True)
@@ -330,7 +321,7 @@ class Model:
             if fuse and cfg.act == "silu":
                 block_out(ly.down, self.gu, 2 * F, ly.post_ffn_norm, f"down.{i}", glu=True)
             else:
-                add(K.glu(dev, self.h, self.gu, m, F, cfg.act))
+                add(activation.glu(dev, self.h, self.gu, m=m, f=F, act=cfg.act))
                 block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}")
         V = cfg.vocab_size
         rows = {"last": 1, "all": m}.get(logits, 0)
@@ -340,13 +331,12 @@ class Model:
             mm(self.logits_buf, 0, V, src["x"], src["x_off"], dim, self.output, rows,
                norm=src.get("norm"), name="lm_head")
             if cfg.logit_scale != 1.0 or cfg.final_softcap:
-                add(K.scale_cap(dev, self.logits_buf, rows * V, div=cfg.logit_scale,
+                add(activation.scale_cap(dev, self.logits_buf, rows * V, div=cfg.logit_scale,
                                 cap=cfg.final_softcap))
         if sample:
             s = self._sampler or _sampler_defaults()
-            add(K.sample(dev, self.tokens, self.state, self.seen, self.logits_buf, 0, self.z, V,
-                         m, s["temperature"], s["top_k"], s["top_p"], s["min_p"],
-                         s["penalty"], s["seed"]))
+            add(sample_kernel.sample(dev, self.tokens, self.state, self.seen, self.logits_buf,
+                                     0, self.z, vocab=V, advance=m, **s))
         self._plans[key] = plan
         return plan
 
@@ -363,32 +353,37 @@ class Model:
         plain = cfg.rotary == D and not cfg.attn_softcap and not window
         common: dict[str, Any] = dict(state=self.state, n_heads=H, n_kv=KV, head_dim=D,
                                       scale=scale)
-        if m == 1 and plain and K.cpu_decode(dev, D):
+        if m == 1 and plain and attention.cpu_decode(dev, D):
             # PERF (CPUs): one launch a layer, a work-item per query head
-            add(K.attn_decode_cpu(dev, self.attn, self.qkv, ly.k_cache, ly.v_cache, self.state,
-                                  ly.inv_freq, H, KV, D, self.max_seq, scale, cfg.rope_neox))
+            add(attention.attn_decode_cpu(dev, self.attn, self.qkv, ly.k_cache, ly.v_cache,
+                                          self.state, ly.inv_freq, n_heads=H, n_kv=KV,
+                                          head_dim=D, max_seq=self.max_seq, scale=scale,
+                                          neox=cfg.rope_neox))
             return
-        if m == 1 and plain and K.fused_decode(dev, D):
+        if m == 1 and plain and attention.fused_decode(dev, D):
             # PERF: rotation, cache store, attention and (where the device allows) the
             # split combine in one launch instead of four
-            for ln in K.attn_decode_rope(dev, self.attn, self.part, self.count, self.qkv,
-                                         ly.k_cache, ly.v_cache, inv_freq=ly.inv_freq,
-                                         max_seq=self.max_seq, neox=cfg.rope_neox, **common):
+            for ln in attention.attn_decode_rope(dev, self.attn, self.part, self.count,
+                                                 self.qkv, ly.k_cache, ly.v_cache,
+                                                 inv_freq=ly.inv_freq, max_seq=self.max_seq,
+                                                 neox=cfg.rope_neox, **common):
                 add(ln)
             return
-        add(K.rope_store(dev, self.q, self.qkv, (H + 2 * KV) * D, ly.k_cache, ly.v_cache,
-                         self.state, ly.inv_freq, m, H, KV, D, self.max_seq, cfg.rope_neox,
-                         rot_dim=cfg.rotary))
+        add(attention.rope_store(dev, self.q, self.qkv, (H + 2 * KV) * D, ly.k_cache,
+                                 ly.v_cache, self.state, ly.inv_freq, m=m, n_heads=H, n_kv=KV,
+                                 head_dim=D, max_seq=self.max_seq, neox=cfg.rope_neox,
+                                 rot_dim=cfg.rotary))
         capped: dict[str, Any] = dict(softcap=cfg.attn_softcap, window=window)
         if m == 1:
-            for ln in K.attn_decode(dev, self.attn, self.part, self.q, ly.k_cache, ly.v_cache,
-                                    max_seq=self.max_seq, **common, **capped):
+            for ln in attention.attn_decode(dev, self.attn, self.part, self.q, ly.k_cache,
+                                            ly.v_cache, max_seq=self.max_seq, **common,
+                                            **capped):
                 add(ln)
         else:
-            add(K.attn_prefill(dev, self.attn, self.q, q_off=0, ld_q=H * D, kc=ly.k_cache,
-                               vc=ly.v_cache, k_off=0, v_off=0, kv_stride=self.max_seq * D,
-                               pos_add=0, causal=True, n_keys=self.max_seq, m=m, **common,
-                               **capped))
+            add(attention.attn_prefill(dev, self.attn, self.q, q_off=0, ld_q=H * D,
+                                       kc=ly.k_cache, vc=ly.v_cache, k_off=0, v_off=0,
+                                       kv_stride=self.max_seq * D, pos_add=0, causal=True,
+                                       n_keys=self.max_seq, m=m, **common, **capped))
 
     def _set_sampler(self, **params: Any) -> None:
         if params == self._sampler:
@@ -593,7 +588,7 @@ def _apply_sampler(launch: Launch, plan: LaunchPlan, params: dict[str, Any]) -> 
     conv: dict[str, Any] = {"temperature": np.float32, "top_k": np.int32,
                             "top_p": np.float32, "min_p": np.float32, "penalty": np.float32,
                             "seed": np.uint32}
-    for key, pos in _SAMPLE_ARGS.items():
+    for key, pos in sample_kernel.SETTING_ARGS.items():
         plan.set_scalar(idx, pos, conv[key](params[key]))
 
 

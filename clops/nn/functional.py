@@ -12,9 +12,10 @@ import numpy as np
 from .. import array as _array  # noqa: F401 - makes sure the Tensor layer is loaded
 from ..array.tensor import Tensor
 from ..graph import ir
+from ..kernels import activation, attention, matmul, norm
 from ..runtime import CLDevice
 from ..runtime import plan as _plan
-from . import launchers as L
+from . import rotary
 from .quant import DeviceWeight, PackedWeight, pack_float, pack_ggml
 
 
@@ -94,7 +95,7 @@ def linear(x: Tensor, weight: DeviceWeight | Tensor, bias: Tensor | None = None)
             w = weight.contiguous().realize()
             if w.offset == 0:
                 dw = DeviceWeight.from_buffer(w.device, w.buffer, fmt, n, k, keep=w)
-        if dw is None or not L.tensor_core_rows(x.device, _rows(x)[0], dw):
+        if dw is None or not matmul.tensor_core_rows(x.device, _rows(x)[0], dw):
             xp = _api()
             y = xp.matmul(x, xp.astype(weight, xp.float32).mT)
             if bias is not None:
@@ -119,8 +120,8 @@ def linear(x: Tensor, weight: DeviceWeight | Tensor, bias: Tensor | None = None)
     if m:
         if b is not None and b.offset:
             raise ValueError("linear: bias must start at its buffer's beginning")
-        for ln in L.linear(dev, out.buffer, out.offset, weight.n, x.buffer, x.offset, k,
-                           weight, m, bias=None if b is None else b.buffer):
+        for ln in matmul.linear(dev, out.buffer, out.offset, weight.n, x.buffer, x.offset, k,
+                                weight, m, bias=None if b is None else b.buffer):
             ln.run(dev)
     return out
 
@@ -136,7 +137,7 @@ def embedding(ids: Tensor, weight: DeviceWeight) -> Tensor:
     if m:
         # NOTE: the kernel reads ids[state[0] + i]; state carries the tensor's offset
         state = xp.asarray(np.array([flat.offset, 0], np.int32), device=dev).realize()
-        L.embedding(dev, out.buffer, flat.buffer, state.buffer, weight, m).run(dev)
+        matmul.embedding(dev, out.buffer, flat.buffer, state.buffer, weight, m).run(dev)
     return out
 
 
@@ -146,7 +147,8 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     m, k = _rows(x)
     _check_norm_params("rms_norm", k, weight=w)
     out = _empty(x.shape, x.device)
-    L.rmsnorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w).buffer, m, k, eps).run(x.device)
+    norm.rmsnorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w).buffer, m=m, k=k,
+                 eps=eps).run(x.device)
     return out
 
 
@@ -156,8 +158,8 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Te
     m, k = _rows(x)
     _check_norm_params("layer_norm", k, weight=w, bias=b)
     out = _empty(x.shape, x.device)
-    L.layernorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w).buffer, _at0(b).buffer, m, k,
-                eps).run(x.device)
+    norm.layernorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w).buffer, _at0(b).buffer,
+                   m=m, k=k, eps=eps).run(x.device)
     return out
 
 
@@ -179,7 +181,7 @@ def _unary(x: Tensor, act: str) -> Tensor:
     x = _f32(x)
     out = _empty(x.shape, x.device)
     if x.size:
-        L.unary(x.device, out.buffer, x.buffer, x.offset, x.size, act).run(x.device)
+        activation.unary(x.device, out.buffer, x.buffer, x.offset, n=x.size, act=act).run(x.device)
     return out
 
 
@@ -206,7 +208,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     m, k = _rows(x)
     out = _empty(x.shape, x.device)
     if m:
-        L.softmax(x.device, out.buffer, x.buffer, x.offset, m, k).run(x.device)
+        activation.softmax(x.device, out.buffer, x.buffer, x.offset, m=m, k=k).run(x.device)
     return out
 
 
@@ -214,11 +216,7 @@ def rope_frequencies(head_dim: int, theta: float = 10000.0,
                      scaling: dict[str, Any] | None = None) -> np.ndarray:
     """Rotary inverse frequencies ``[head_dim/2]`` (float32), with ``scaling`` as in a Hugging
     Face config (``{"rope_type": "llama3", "factor": 8.0, ...}`` or ``"linear"``)."""
-    from ..llm.config import ModelConfig
-
-    cfg = ModelConfig("llama", 1, 32, 1, 1, head_dim, 32, 1, 1e-5, theta, True, 1,
-                      rope_scaling=scaling)
-    return cfg.inv_freq()
+    return rotary.inv_freq(head_dim, theta, scaling)
 
 
 def rope(x: Tensor, positions: Tensor | np.ndarray | list[int], theta: float = 10000.0,
@@ -238,8 +236,8 @@ def rope(x: Tensor, positions: Tensor | np.ndarray | list[int], theta: float = 1
     else:
         pos = xp.asarray(np.asarray(positions, dtype=np.int32).reshape(m), device=dev)
     freq = xp.asarray(rope_frequencies(d, theta, scaling), device=dev).realize()
-    L.rope(dev, out.buffer, 0, heads * d, pos.buffer, freq.buffer, m, heads, d,
-           layout == "split").run(dev)
+    attention.rope(dev, out.buffer, 0, heads * d, pos.buffer, freq.buffer, m=m, heads=heads,
+                   head_dim=d, neox=layout == "split").run(dev)
     return out
 
 
@@ -259,9 +257,10 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool =
     out = _empty((lq, h, d), dev)
     state = xp.asarray(np.zeros(2, np.int32), device=dev).realize()
     sc = 1.0 / math.sqrt(d) if scale is None else scale
-    L.attn_prefill(dev, out.buffer, qf.buffer, qf.offset, h * d, kt.buffer, vt.buffer,
-                   kt.offset, vt.offset, lk * d, state.buffer, lk - lq, causal, lk, lq, h, kv,
-                   d, sc).run(dev)
+    attention.attn_prefill(dev, out.buffer, qf.buffer, qf.offset, h * d, kt.buffer, vt.buffer,
+                           kt.offset, vt.offset, lk * d, state.buffer, pos_add=lk - lq,
+                           causal=causal, n_keys=lk, m=lq, n_heads=h, n_kv=kv, head_dim=d,
+                           scale=sc).run(dev)
     return out
 
 
@@ -282,13 +281,11 @@ class KVCache:
         self.k = _empty((kv_heads, max_seq, head_dim), dev)
         self.v = _empty((kv_heads, max_seq, head_dim), dev)
         self.length = 0
-        self._part = dev.alloc(L.part_nbytes(dev, max_seq, 1, head_dim) * 64)
+        self._part = dev.alloc(attention.part_nbytes(dev, max_seq, 1, head_dim) * 64)
         self._parts_for: dict[int, Any] = {}
 
     def append(self, k: Tensor, v: Tensor) -> None:
         """Store ``k, v [M, kv_heads, head_dim]`` at positions ``length .. length + M - 1``."""
-        from ..kernels import Launch, kernel
-
         _plan.refuse("KVCache.append (its length is Python state that a replay would not "
                      "advance; clops.llm's decode plans replay a cache)")
         m = k.shape[0]
@@ -296,11 +293,9 @@ class KVCache:
             raise ValueError(f"KV cache full: {self.length} + {m} > {self.max_seq}")
         kf, vf = _f32(k), _f32(v)
         dev = self.device
-        knl = kernel(dev, "attention", "kv_store", HEAD_DIM=self.head_dim)
-        args = [self.k.buffer, self.v.buffer, kf.buffer, np.int32(kf.offset), vf.buffer,
-                np.int32(vf.offset), np.int32(self.length), np.int32(self.max_seq)]
-        Launch(knl, (self.head_dim, self.kv_heads, m), None, args, [kf.buffer, vf.buffer],
-               [self.k.buffer, self.v.buffer], "kv_store").run(dev)
+        attention.kv_store(dev, self.k.buffer, self.v.buffer, kf.buffer, kf.offset, vf.buffer,
+                           vf.offset, pos=self.length, m=m, n_kv=self.kv_heads,
+                           head_dim=self.head_dim, max_seq=self.max_seq).run(dev)
         self.length += m
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, scale: float | None = None) -> Tensor:
@@ -317,15 +312,18 @@ class KVCache:
         state = xp.asarray(np.array([pos0, 0], np.int32), device=dev).realize()
         if m == 1:
             qf = _at0(qf)
-            need = L.part_nbytes(dev, self.max_seq, h, d)
+            need = attention.part_nbytes(dev, self.max_seq, h, d)
             if self._part.nbytes < need:
                 self._part = dev.alloc(need)
-            for ln in L.attn_decode(dev, out.buffer, self._part, qf.buffer, self.k.buffer,
-                                    self.v.buffer, state.buffer, h, self.kv_heads, d,
-                                    self.max_seq, sc):
+            for ln in attention.attn_decode(dev, out.buffer, self._part, qf.buffer,
+                                            self.k.buffer, self.v.buffer, state.buffer,
+                                            n_heads=h, n_kv=self.kv_heads, head_dim=d,
+                                            max_seq=self.max_seq, scale=sc):
                 ln.run(dev)
         else:
-            L.attn_prefill(dev, out.buffer, qf.buffer, qf.offset, h * d, self.k.buffer,
-                           self.v.buffer, 0, 0, self.max_seq * d, state.buffer, 0, True,
-                           self.max_seq, m, h, self.kv_heads, d, sc).run(dev)
+            attention.attn_prefill(dev, out.buffer, qf.buffer, qf.offset, h * d, self.k.buffer,
+                                   self.v.buffer, 0, 0, self.max_seq * d, state.buffer,
+                                   pos_add=0, causal=True, n_keys=self.max_seq, m=m,
+                                   n_heads=h, n_kv=self.kv_heads, head_dim=d,
+                                   scale=sc).run(dev)
         return out

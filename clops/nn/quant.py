@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..kernels import gemm
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 
@@ -227,9 +228,7 @@ def layout_for(device: CLDevice) -> str:
     16-wide vector kernels (the CPU product probe, ``kernels.gemm.cpu_kernel_works``), for
     16-wide vector arithmetic; ``rows`` (row-major) elsewhere (PoCL 3.0 of the pip wheel, built
     without AVX-512, drops such kernels: the row-major kernels serve there)."""
-    from ..kernels.gemm import cpu_kernel_works
-
-    return "rb16" if device.kind == "cpu" and cpu_kernel_works(device, "float32") else "rows"
+    return "rb16" if device.kind == "cpu" and gemm.cpu_kernel_works(device, "float32") else "rows"
 
 
 class DeviceWeight:
@@ -246,12 +245,12 @@ class DeviceWeight:
             raise ValueError(f"unknown weight layout {self.layout!r} (rows or rb16)")
         data, sc = (interleave_rows(packed) if self.layout == "rb16"
                     else (packed.data, packed.scales))
-        self.data = _upload(device, data)
+        self.data = upload(device, data)
         # kernels take a scale pointer even for float weights; a tiny buffer stands in
-        self.scales = _upload(device, sc if sc is not None else np.zeros(1, np.float32))
+        self.scales = upload(device, sc if sc is not None else np.zeros(1, np.float32))
         self.nbytes = packed.nbytes
         # a float16 copy [n][k] for tensor-core products, where its owner keeps one
-        # (launchers.linear then converts nothing)
+        # (kernels.matmul.linear then converts nothing)
         self.half: Buffer | None = None
         self._keep: Any = None  # what owns ``data`` when the weight reads it in place
 
@@ -269,7 +268,7 @@ class DeviceWeight:
         w.device, w.fmt, w.n, w.k, w.group = device, fmt, n, k, 32
         w.scale_half, w.layout = False, "rows"
         w.data = buffer
-        w.scales = _upload(device, np.zeros(1, np.float32))
+        w.scales = upload(device, np.zeros(1, np.float32))
         w.nbytes = n * k * (4 if fmt == "f32" else 2)
         w.half = None
         w._keep = keep
@@ -283,7 +282,9 @@ class DeviceWeight:
         return f"<clops.nn.DeviceWeight {self.fmt} [{self.n}, {self.k}] {self.layout}>"
 
 
-def _upload(device: CLDevice, arr: np.ndarray) -> Buffer:
+def upload(device: CLDevice, arr: np.ndarray) -> Buffer:
+    """A new device buffer holding ``arr`` (C-contiguous; at least 4 bytes, so that an empty
+    array still gives a kernel argument), written before this returns."""
     arr = np.ascontiguousarray(arr)
     buf = device.alloc(max(arr.nbytes, 4))
     device.write(buf, arr, blocking=True)

@@ -5,7 +5,7 @@ A provider declares what it does (``specs``: ops, dtypes, layouts; ``backends``:
 borrows the device's queue, takes :class:`Operand`\\ s (a runtime ``Buffer``, an element offset,
 shape and element strides), waits for the buffers' pending work, and returns an ``Event`` that
 is recorded on the buffers it read and wrote. Operands it cannot take as they are get an
-on-device relayout (:mod:`clops.providers.layout`). Nothing goes through the host.
+on-device relayout (:mod:`clops.kernels.layout`). Nothing goes through the host.
 
 The hook for the array layer (``matmul``, ``fft``)::
 
@@ -36,15 +36,8 @@ of kind ``"marker"`` named ``"choose OP: CHOICE"``.
 
 from __future__ import annotations
 
-from .base import (
-    Operand,
-    OpSpec,
-    Provider,
-    ProviderError,
-    ProviderUnavailableError,
-    guarded_call,
-    measure,
-)
+from ..kernels.operand import Operand, measure
+from .base import OpSpec, Provider, ProviderError, ProviderUnavailableError, guarded_call
 from .clblast import CLBlastProvider
 from .registry import (
     GENERATED,

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..kernels import layout
+from ..kernels.operand import Operand, queue_of
 from ..runtime import interop
-from . import layout
-from .base import Operand, OpSpec, Provider, ProviderError, guarded_call, queue_of
+from .base import OpSpec, Provider, ProviderError, guarded_call
 
 if TYPE_CHECKING:
     from ..runtime import NativeEvent

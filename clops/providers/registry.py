@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import _config
+from ..kernels.operand import dtype_name
 from ..runtime import cachefiles, profiler
 from .base import Provider
 
@@ -261,7 +262,6 @@ def capable(op: str, device: CLDevice, dtype: str,
 def forced(op: str, device: CLDevice, dtype: Any, shape_key: Iterable[int]) -> Provider | None:
     """The provider ``CLOPS_PROVIDERS`` forces (``+NAME``) for ``op`` here, if one is capable:
     it takes the op at any size, ahead of clops' own kernels."""
-    from .base import dtype_name
 
     for p, mode in capable(op, device, dtype_name(dtype), tuple(int(n) for n in shape_key)):
         if mode == FORCE:
@@ -284,7 +284,6 @@ def choose(op: str, device: CLDevice, dtype: Any, shape_key: Iterable[int],
     >>> p = choose("gemm", dev, "float32", (m, n, k), lambda: measure(run_generated, dev))
     >>> p.gemm(dev, a, b, c) if p is not None else run_generated()
     """
-    from .base import dtype_name
 
     dt = dtype_name(dtype)
     key_shape = tuple(int(n) for n in shape_key)

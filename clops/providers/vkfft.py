@@ -1,7 +1,7 @@
 """Providers, VkFFT: complex and real FFTs through pyvkfft's OpenCL backend, on clops' context
 and queue. Plans (one per queue, transform, batch, length, dtype, normalization) are kept in a
 small LRU. Without pyvkfft the provider reports itself unavailable and ``clops.fft`` runs on
-clops' own kernels (:mod:`clops.providers.stockham`).
+clops' own kernels (:mod:`clops.kernels.fft`).
 
 Operands are contiguous rows (batch, n); an offset is passed as an OpenCL sub-buffer when it
 is a multiple of the device's base address alignment, else the rows are first copied on the
@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..kernels import fft, layout
+from ..kernels.operand import Operand, queue_of
 from ..runtime import interop
-from . import layout, stockham
-from .base import Operand, OpSpec, Provider, ProviderError, guarded_call, queue_of
+from .base import OpSpec, Provider, ProviderError, guarded_call
 
 if TYPE_CHECKING:
     from ..runtime.device import CLDevice, CLQueue
@@ -169,7 +170,7 @@ class VkFFTProvider(Provider):
         if batch == 0 or n == 0:
             return q.marker()
         if n == 1:  # VkFFT plans no length-1 transform; it is a copy
-            return stockham.run(op, device, x, y, inverse=inverse, scale=scale, queue=q)
+            return fft.run(op, device, x, y, inverse=inverse, scale=scale, queue=q)
         cdt = y.dtype if op == "fft" or op == "rfft" else x.dtype
         half = n // 2 + 1
         x_shape = (batch, half) if op == "irfft" else (batch, n)
@@ -179,7 +180,7 @@ class VkFFTProvider(Provider):
             # terms and VkFFT does not, so they are zeroed first (and VkFFT's C2R may write
             # to its input).
             x = layout.contiguous(device, x, queue=q)
-            stockham.hermitian_clean(device, x, n, queue=q)
+            fft.hermitian_clean(device, x, n, queue=q)
         elif not self.accepts(op, "x", x) or x.buffer is y.buffer:
             x = layout.contiguous(device, x, queue=q)
         target = y
@@ -207,7 +208,7 @@ class VkFFTProvider(Provider):
         nbytes = x.nbytes + y.nbytes
         ev = guarded_call(device, enqueue, reads=[x.buffer], writes=[y.buffer], queue=q,
                           name=f"vkfft.{op}", provider=self.name, op=op, nbytes=nbytes,
-                          flops=stockham.flops(n, batch))
+                          flops=fft.flops(n, batch))
         if extra != 1.0:
             ev = layout.scale(device, y, extra, queue=q)
         if y is not target:

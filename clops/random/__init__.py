@@ -18,14 +18,14 @@ from ..array.tensor import Tensor
 from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.ir import View
+from ..kernels import random as random_kernels
 
 __all__ = ["PHILOX_PATH", "integers", "normal", "philox4x32_10", "philox_source",
            "random_bits", "uniform"]
 
+# (also what ``#include "clops/philox.cl"`` pastes into user kernels and ``kernels/random.cl``)
 PHILOX_PATH = Path(__file__).with_name("philox.cl")
-_GENERATE_PATH = Path(__file__).with_name("generate.cl")
 _M0, _M1, _W0, _W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
-_KERNELS: dict[str, Any] = {}
 
 
 def philox_source() -> str:
@@ -59,22 +59,6 @@ def philox4x32_10(counters: np.ndarray, key: Sequence[int]) -> np.ndarray:
     return c.astype(np.uint32).reshape(np.shape(counters))
 
 
-def _key(seed: int) -> tuple[np.uint32, np.uint32]:
-    s = int(seed)
-    if s < 0 or s >= 1 << 64:
-        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-    return np.uint32(s & 0xFFFFFFFF), np.uint32(s >> 32)
-
-
-def _kernel(name: str) -> Any:
-    k = _KERNELS.get(name)
-    if k is None:
-        from ..custom import kernel
-
-        k = _KERNELS[name] = kernel(_GENERATE_PATH.read_text(), name)
-    return k
-
-
 def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
     return (int(shape),) if isinstance(shape, int | np.integer) else tuple(int(n) for n in shape)
 
@@ -89,10 +73,8 @@ def _generate(kname: str, per_block: int, shape: int | Sequence[int], d: _dt.DTy
     buf = dev.alloc(max(n, 1) * d.itemsize)
     out = Tensor(ir.load(buf, View.contiguous(s), d), dev)
     if n:
-        k0, k1 = _key(seed)
-        blocks = -(-n // per_block)
-        _kernel(kname)(blocks, None, out, np.int64(n), k0, k1, np.uint32(stream), *extra,
-                       device=dev)
+        random_kernels.generate(dev, kname, buf, n, per_block, seed=seed, stream=stream,
+                                extra=extra)
     return out
 
 

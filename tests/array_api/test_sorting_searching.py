@@ -130,14 +130,14 @@ def test_cumulative_dtypes() -> None:
 @pytest.mark.parametrize("algorithm", ["merge", "bitonic"])
 @pytest.mark.parametrize("n", [1, 5, 4096, 5000, 20000])
 def test_both_sort_kernels(algorithm: str, n: int, device: xp.CLDevice) -> None:
-    from clops.kernels import array_kernels as ak
+    from clops.kernels import sort
 
     rng = np.random.default_rng(n)
     a = rng.integers(0, 9, size=(3, n)).astype(np.float32)
     a[0, ::7] = np.nan
     t = xp.asarray(a, device=device)
     for desc in (False, True):
-        keys, idx, P = ak.sort(device, xp.float32, t.buffer, t.offset, 3, n, desc, algorithm)
+        keys, idx, P = sort.sort(device, xp.float32, t.buffer, t.offset, 3, n, desc, algorithm)
         got = xp.Tensor._from_buffer(idx, (3, n), xp.int64, device, (P, 1)).to_numpy()
         key = np.where(np.isnan(a), -np.inf if desc else np.inf, -a if desc else a)
         np.testing.assert_array_equal(got, np.argsort(key, axis=1, kind="stable"))

@@ -133,7 +133,7 @@ def test_what_clops_cannot_run_is_refused_by_name(tmp_path, device, kind, change
     else:
         path = _hf_dir(tmp_path, **change)
     uploads = []
-    monkeypatch.setattr(clops.llm.model, "_upload", lambda *a: uploads.append(a))
+    monkeypatch.setattr(clops.llm.model, "upload", lambda *a: uploads.append(a))
     with pytest.raises(clops.llm.ModelFileError) as err:
         clops.llm.load(path, device=device, progress=False)
     msg = str(err.value)
@@ -149,9 +149,9 @@ def test_gpu_plan_of_each_choice_matches_transformers(name, tmp_path, device, mo
     """The plan as GPUs build it (norms folded into the matmuls, work-groups per row for the
     norms, single-launch decode attention where the layer allows), forced on the test device:
     post-norms, QK-norm, GELU, partial rotary, multipliers and no-rotary layers included."""
-    import clops.nn.launchers as launchers
+    from clops.kernels import launch
 
-    monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
 
     monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
     ref, hf, gguf_path = make(name, str(tmp_path))

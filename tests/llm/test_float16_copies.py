@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 
 import clops.llm  # noqa: E402
 import clops.llm.model as M  # noqa: E402
-import clops.nn.launchers as launchers  # noqa: E402
+from clops.kernels import matmul  # noqa: E402
 
 from .tiny import VOCAB, make_model  # noqa: E402
 
@@ -28,8 +28,8 @@ def _load_as_if_tensor_cores(path, device, monkeypatch, **kw):
     with tensor cores), so that the copies are made on any device; the plans built afterwards
     see the device as it is."""
     with monkeypatch.context() as mp:
-        mp.setattr(launchers, "tensor_core_rows",
-                   lambda dev, m, w: m >= launchers.TENSOR_CORE_ROWS and w.fmt != "f32")
+        mp.setattr(matmul, "tensor_core_rows",
+                   lambda dev, m, w: m >= matmul.TENSOR_CORE_ROWS and w.fmt != "f32")
         mp.setattr("clops.nn.quant.layout_for", lambda dev: "rows")  # (GPUs' layout)
         return clops.llm.load(path, device=device, max_seq_len=64, progress=False, **kw)
 
@@ -73,7 +73,7 @@ def test_copies_give_the_logits_of_converting_each_chunk(device, tmp_path):
     model_args = dict(device=device, max_seq_len=64, progress=False)
     make_model(str(tmp_path), dtype="bfloat16")
     kept = clops.llm.load(str(tmp_path), float16_copies=True, **model_args)
-    if not any(launchers.tensor_core_rows(device, kept.chunk, w) for w in _mats(kept)):
+    if not any(matmul.tensor_core_rows(device, kept.chunk, w) for w in _mats(kept)):
         pytest.skip("the device has no tensor cores for a prompt's products")
     again = clops.llm.load(str(tmp_path), float16_copies=False, **model_args)
     ids = np.random.default_rng(4).integers(0, VOCAB, 40).tolist()

@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import clops.llm  # noqa: E402
-import clops.nn.launchers as launchers  # noqa: E402
+from clops.kernels import attention, launch  # noqa: E402
 
 from .tiny import VOCAB, hf_logits, logit_tolerance, make_model  # noqa: E402
 
@@ -22,15 +22,15 @@ from .tiny import VOCAB, hf_logits, logit_tolerance, make_model  # noqa: E402
 def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, combine):
     import torch
 
-    monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
 
     monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
     # and the decode step replayed as one command buffer, as GPUs do where they can
     monkeypatch.setenv("CLOPS_COMMAND_BUFFERS", "1")
     # decode attention in one launch (combine: the last work-group combines the splits) or
     # two; chunks of 8 positions, so that the generated steps span several
-    monkeypatch.setattr(launchers, "decode_combines", lambda dev: combine)
-    monkeypatch.setattr(launchers, "decode_chunk", lambda dev, max_seq, n_heads:
+    monkeypatch.setattr(attention, "decode_combines", lambda dev: combine)
+    monkeypatch.setattr(attention, "decode_chunk", lambda dev, max_seq, n_heads:
                         (8, -(-max_seq // 8)))
     ref = make_model(str(tmp_path), **case)
     model = clops.llm.load(str(tmp_path), device=device, max_seq_len=256, progress=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clops.nn import launchers as L
+from clops.kernels import sample
 
 DRAWS = 3000
 
@@ -26,8 +26,9 @@ def _draw(device, logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, penalt
     seen_b = up(np.zeros(v, np.uint8) if seen is None else seen.astype(np.uint8))
     lg = up(logits.astype(np.float32))
     z = dev.alloc(v * 4)
-    ln = L.sample(dev, tokens, state, seen_b, lg, 0, z, v, 1, temperature, top_k, top_p,
-                  min_p, penalty, seed)
+    ln = sample.sample(dev, tokens, state, seen_b, lg, 0, z, vocab=v, advance=1,
+                       temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                       penalty=penalty, seed=seed)
     for _ in range(draws):
         ln.run(dev)
         if penalty == 1.0 and seen is None:

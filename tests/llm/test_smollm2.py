@@ -74,7 +74,7 @@ def test_greedy_continuation_with_int8_activations(device, reference, greedy_ref
                                                    monkeypatch):
     # the GPU decode plan with the quantized matmuls on int8 activations (as NVIDIA runs them,
     # through dp4a; here the plain-C dot products): the same 32 greedy tokens
-    import clops.nn.launchers as launchers
+    from clops.kernels import launch, matmul
 
     taken = []
 
@@ -82,10 +82,10 @@ def test_greedy_continuation_with_int8_activations(device, reference, greedy_ref
         taken.append(m == 1 and fmt in ("q4", "q8"))
         return taken[-1]
 
-    monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
 
     monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
-    monkeypatch.setattr(launchers, "int8_activations", int8)
+    monkeypatch.setattr(matmul, "int8_activations", int8)
     gpu_model = clops.llm.load(GGUF_PATH, device=device, max_seq_len=256, progress=False)
     gpu_model._plan(1, "last", True)
     assert sum(taken) >= 30  # the matmuls of every layer

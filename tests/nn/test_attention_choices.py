@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import clops.nn.launchers as K
+import clops.kernels.launch
+from clops.kernels import attention
 
 H, KV, D, MAX = 4, 2, 16, 64
 
@@ -43,7 +44,7 @@ def _read(dev, b, shape):
 @pytest.mark.parametrize("gpu", [False, True])
 def test_capped_and_windowed_attention(device, monkeypatch, softcap, window, gpu):
     if gpu:
-        monkeypatch.setattr(K, "is_cpu", lambda dev: False)
+        monkeypatch.setattr(clops.kernels.launch, "is_cpu", lambda dev: False)
         monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
     rng = np.random.default_rng(int(softcap * 10) + window)
     kc = rng.standard_normal((KV, MAX, D)).astype(np.float32) * 2
@@ -56,19 +57,21 @@ def test_capped_and_windowed_attention(device, monkeypatch, softcap, window, gpu
     q = rng.standard_normal((m, H, D)).astype(np.float32) * 2
     state = _buf(dev, np.array([p0, 0, 0, 0], np.int32))
     out = dev.alloc(q.nbytes)
-    K.attn_prefill(dev, out, _buf(dev, q), 0, H * D, kb, vb, 0, 0, MAX * D, state, 0, True, MAX,
-                   m, H, KV, D, scale, softcap=softcap, window=window).run(dev)
+    attention.attn_prefill(dev, out, _buf(dev, q), 0, H * D, kb, vb, 0, 0, MAX * D, state,
+                           pos_add=0, causal=True, n_keys=MAX, m=m, n_heads=H, n_kv=KV,
+                           head_dim=D, scale=scale, softcap=softcap, window=window).run(dev)
     want = _ref(q, kc, vc, [p0 + i for i in range(m)], scale, softcap, window)
     np.testing.assert_allclose(_read(dev, out, q.shape), want, rtol=1e-4, atol=1e-5)
     # a decode row at position 50: splits before the window weigh nothing
     q1 = q[:1]
     state = _buf(dev, np.array([50, 0, 0, 0], np.int32))
-    part = dev.alloc(K.part_nbytes(dev, MAX, H, D))
-    dev.write(part, np.full(K.part_nbytes(dev, MAX, H, D) // 4, np.nan, np.float32),
+    part = dev.alloc(attention.part_nbytes(dev, MAX, H, D))
+    dev.write(part, np.full(attention.part_nbytes(dev, MAX, H, D) // 4, np.nan, np.float32),
               blocking=True)
     out1 = dev.alloc(q1.nbytes)
-    for ln in K.attn_decode(dev, out1, part, _buf(dev, q1), kb, vb, state, H, KV, D, MAX,
-                            scale, softcap=softcap, window=window):
+    for ln in attention.attn_decode(dev, out1, part, _buf(dev, q1), kb, vb, state, n_heads=H,
+                                    n_kv=KV, head_dim=D, max_seq=MAX, scale=scale,
+                                    softcap=softcap, window=window):
         ln.run(dev)
     want1 = _ref(q1, kc, vc, [50], scale, softcap, window)
     np.testing.assert_allclose(_read(dev, out1, q1.shape), want1, rtol=1e-4, atol=1e-5)
@@ -85,8 +88,9 @@ def test_partial_rotary(device, neox):
     q_out, kc, vc = dev.alloc(m * H * D * 4), dev.alloc(KV * MAX * D * 4), dev.alloc(
         KV * MAX * D * 4)
     state = _buf(dev, np.array([7, 0, 0, 0], np.int32))
-    K.rope_store(dev, q_out, _buf(dev, qkv), n_qkv, kc, vc, state, _buf(dev, inv), m, H, KV, D,
-                 MAX, neox, rot_dim=rot).run(dev)
+    attention.rope_store(dev, q_out, _buf(dev, qkv), n_qkv, kc, vc, state, _buf(dev, inv), m=m,
+                         n_heads=H, n_kv=KV, head_dim=D, max_seq=MAX, neox=neox,
+                         rot_dim=rot).run(dev)
     heads = qkv[:, :(H + KV) * D].reshape(m, H + KV, D)
     want = heads.copy()
     for r in range(m):

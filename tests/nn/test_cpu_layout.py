@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import quants
 
 import clops
-import clops.nn.launchers as L
+from clops.kernels import attention, matmul
 from clops.nn.quant import DeviceWeight, interleave_rows, pack_float, pack_ggml
 
 from .test_functional import _random_k_quant
@@ -46,7 +46,7 @@ def _run(dev, w, x, n_out, ldy=None, y0=None, **kw):
     m, k = x.shape
     ldy = ldy or n_out
     y = _up(dev, y0 if y0 is not None else np.zeros((m, ldy), np.float32))
-    L.matmul(dev, y, 0, ldy, _up(dev, x), 0, k, w, m, **kw).run(dev)
+    matmul.matmul(dev, y, 0, ldy, _up(dev, x), 0, k, w, m, **kw).run(dev)
     out = np.empty((m, ldy), np.float32)
     dev.read(out, y)
     return out[:, :n_out]
@@ -105,7 +105,7 @@ def test_rmsnorm_folded_in(device, kind, m, n=48, k=128, eps=1e-5):
 def test_the_product_gives_the_glu(device, kind, m, f=48, k=64):
     p, ref = _packed(kind, 2 * f, k)  # [gate | up]
     w = DeviceWeight(device, p, layout="rb16")
-    assert L.glu_output(w)
+    assert matmul.glu_output(w)
     x = RNG.standard_normal((m, p.k)).astype(np.float32)
     b = RNG.standard_normal(2 * f).astype(np.float32)
     got = _run(device, w, x, f, bias=_up(device, b), glu_out=True)
@@ -119,14 +119,14 @@ def test_the_product_gives_the_glu(device, kind, m, f=48, k=64):
 def test_glu_needs_halves_of_whole_blocks(device):
     p, _ = _packed("Q8_0", 48, 32)  # halves of 24 rows
     w = DeviceWeight(device, p, layout="rb16")
-    assert not L.glu_output(w)
+    assert not matmul.glu_output(w)
     with pytest.raises(ValueError, match="multiple of 16"):
         _run(device, w, np.ones((1, 32), np.float32), 24, glu_out=True)
 
 
 @pytest.mark.parametrize("blocks", [2, 4])
 def test_several_column_blocks_per_work_item(device, monkeypatch, blocks, n=100, k=64):
-    monkeypatch.setattr(L, "RB_BLOCKS", blocks)
+    monkeypatch.setattr(matmul, "RB_BLOCKS", blocks)
     p, ref = _packed("Q4_1", n, k)
     w = DeviceWeight(device, p, layout="rb16")
     x = RNG.standard_normal((1, k)).astype(np.float32)
@@ -156,7 +156,7 @@ def test_embedding_reads_the_cpu_layout(device, n=40, k=64):
         k = p.k
         out = device.alloc(len(ids) * k * 4)
         state = _up(device, np.zeros(4, np.int32))
-        L.embedding(device, out, _up(device, ids), state, w, len(ids)).run(device)
+        matmul.embedding(device, out, _up(device, ids), state, w, len(ids)).run(device)
         got = np.empty((len(ids), k), np.float32)
         device.read(got, out)
         np.testing.assert_allclose(got, ref[ids], rtol=1e-6, atol=1e-6)
@@ -181,6 +181,6 @@ def test_a_runtime_failing_the_product_probe_keeps_row_major_kernels(device, mon
     p, ref = _packed("Q4_1", 16, 32)
     w = DeviceWeight(device, p)
     assert w.layout == "rows"
-    assert not L.cpu_vectors(device) and not L.cpu_decode(device, 64)
+    assert not attention.cpu_vectors(device) and not attention.cpu_decode(device, 64)
     x = RNG.standard_normal((3, 32)).astype(np.float32)
     _close(_run(device, w, x, 16), x @ ref.T)

@@ -41,11 +41,11 @@ def q8_1_activations(x: np.ndarray) -> np.ndarray:
 
 def check_quantized_matmul(device, got, x, w_ref, b, fmt):
     """``got`` = x @ w_ref.T + b, with the tolerance of the path the device takes for x."""
-    from clops.nn import launchers
+    from clops.kernels import matmul
 
     want = x.astype(np.float64) @ w_ref.T.astype(np.float64) + b
     m, k = x.shape
-    if launchers.int8_activations(device, m, fmt, k):
+    if matmul.int8_activations(device, m, fmt, k):
         # int8 activations: exact dot products of the int8 x (up to float32 sums and the odd
         # rounding tie) ...
         emu = q8_1_activations(x) @ w_ref.T.astype(np.float64) + b
@@ -87,7 +87,7 @@ def test_linear_float(device, dtype):
 
 def _rounds_rows(x, w) -> bool:
     """Whether nn.linear takes the tensor-core product (x rounded to float16) for x @ w.T."""
-    from clops.nn import launchers
+    from clops.kernels import matmul
     from clops.nn.quant import DeviceWeight
 
     fmt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[w.dtype.name]
@@ -95,7 +95,7 @@ def _rounds_rows(x, w) -> bool:
     if fmt == "f32" or k % 32:
         return False
     dw = DeviceWeight.from_buffer(w.device, w.buffer, fmt, n, k, keep=w)
-    return launchers.tensor_core_rows(x.device, x.shape[0], dw)
+    return matmul.tensor_core_rows(x.device, x.shape[0], dw)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

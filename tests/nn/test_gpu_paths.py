@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import clops.nn as nn
-import clops.nn.launchers as launchers
 import clops.nn.quant as quant
+from clops.kernels import attention, launch, matmul
 
 from . import test_functional as tf
 from .test_functional import q8_1_activations
@@ -17,28 +17,28 @@ from .test_functional import q8_1_activations
 
 @pytest.fixture(params=["cpt1", "cpt4", "int8", "int8-cpt4", "int8-cb3", "int8-wide"])
 def gpu_geometry(monkeypatch, request):
-    monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")  # row-major weights
     if request.param.endswith("cpt4"):  # several output columns per team, as for large layers
-        monkeypatch.setattr(launchers, "matmul_cpt",
+        monkeypatch.setattr(matmul, "matmul_cpt",
                             lambda dev, m, n, fmt: (4 if fmt in ("q4", "q8") else 2)
                             if m == 1 else 1)
     if request.param.startswith("int8"):
         # the int8-activation decode path (matmul.cl QX), with the plain-C dot product where
         # the device has no NVIDIA PTX; one or several chunks per column in flight (UNR),
         # loads a step ahead (PIPE), several column blocks per work-group (CB)
-        monkeypatch.setattr(launchers, "int8_activations",
+        monkeypatch.setattr(matmul, "int8_activations",
                             lambda dev, m, fmt, k: m == 1 and fmt in ("q4", "q8"))
-        geom = launchers.qx_geometry
+        geom = matmul.qx_geometry
         if request.param == "int8-wide":
             # teams of more than a warp (their warps' sums meet in local memory on NVIDIA),
             # two columns each, groups of 512 work-items
-            monkeypatch.setattr(launchers, "qx_geometry",
+            monkeypatch.setattr(matmul, "qx_geometry",
                                 lambda dev, n, k, fmt: (64, 8, 2, 2, 2, 1))
             return
         unr, cb, pipe = {"int8": (1, 1, 0), "int8-cpt4": (3, 1, 1),
                          "int8-cb3": (2, 3, 1)}[request.param]
-        monkeypatch.setattr(launchers, "qx_geometry",
+        monkeypatch.setattr(matmul, "qx_geometry",
                             lambda dev, n, k, fmt: geom(dev, n, k, fmt)[:3] + (unr, cb, pipe))
 
 
@@ -70,9 +70,8 @@ def test_kv_cache_gpu_geometry(device, gpu_geometry):
 def test_sdpa_gpu_geometry(device, causal, lq, lk, d):
     """The work-group prefill attention (attn_prefill_wg): query rows past a group of 16, keys
     past a tile of 32, more queries than keys (early rows attend to nothing when causal)."""
-    import clops.nn.launchers as launchers
     monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setattr(launchers, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
     try:
         rng = np.random.default_rng(lq * lk)
         q = rng.standard_normal((lq, 4, d)).astype(np.float32)
@@ -123,17 +122,17 @@ def test_matmul_fused_norm_and_glu(device, gpu_geometry, fmt, m):
     for mode in ("norm", "glu"):
         y = clops.empty((m, n), dtype=clops.float32, device=device).realize()
         if mode == "norm":
-            ln = launchers.matmul(device, y.buffer, 0, n, tx.buffer, 0, 2 * k, dw, m,
+            ln = matmul.matmul(device, y.buffer, 0, n, tx.buffer, 0, 2 * k, dw, m,
                                   norm=(tg.buffer, eps))
             xs = x[:, :k]
             xin = xs / np.sqrt((xs * xs).mean(1, keepdims=True) + eps) * g
         else:
-            ln = launchers.matmul(device, y.buffer, 0, n, tx.buffer, 0, 2 * k, dw, m, glu=True)
+            ln = matmul.matmul(device, y.buffer, 0, n, tx.buffer, 0, 2 * k, dw, m, glu=True)
             gate, up = x[:, :k], x[:, k:]
             xin = gate / (1 + np.exp(-gate)) * up
         ln.run(device)
         got = np.asarray(y)
-        if fmt == "q8" and launchers.int8_activations(device, m, "q8", k):
+        if fmt == "q8" and matmul.int8_activations(device, m, "q8", k):
             # int8 activations: x after the norm (up to its scalar 1 / rms) or the GLU is what
             # is quantized
             want = q8_1_activations(xin) @ w_used.T.astype(np.float64)
@@ -186,8 +185,9 @@ def test_attn_decode_rope_steps(device, combine, neox):
         vals[pos] = row[(h + kv) * d:].reshape(kv, d)
         dev.write(qkv, row, blocking=True)
         dev.write(state, np.array([pos, 0, 0, 0], np.int32), blocking=True)
-        for ln in launchers.attn_decode_rope(dev, out, part, count, qkv, kc, vc, state, ifq, h,
-                                             kv, d, max_seq, float(scale), neox, chunk=chunk,
+        for ln in attention.attn_decode_rope(dev, out, part, count, qkv, kc, vc, state, ifq,
+                                             n_heads=h, n_kv=kv, head_dim=d, max_seq=max_seq,
+                                             scale=float(scale), neox=neox, chunk=chunk,
                                              combine=combine):
             ln.run(dev)
         got = np.empty((h, d), np.float32)

@@ -1,4 +1,4 @@
-"""The tensor-core route of ``launchers.linear`` (float16 weights, many rows: a prompt's
+"""The tensor-core route of ``kernels.matmul.linear`` (float16 weights, many rows: a prompt's
 projections): the float16 staging of the rows on every device, and the ``gemm_nt_mma`` product
 against numpy where the device has NVIDIA tensor cores."""
 
@@ -9,8 +9,9 @@ import pytest
 
 import clops
 import clops.nn as nn
-import clops.nn.launchers as L
 import clops.nn.quant as quant
+from clops.kernels import gemm, launch, matmul
+from clops.kernels.norm import half_rows
 from clops.nn.quant import DeviceWeight, pack_float
 
 RNG = np.random.default_rng(7)
@@ -58,9 +59,9 @@ def test_half_rows(device, mode, m=5, k=96):
     x = (RNG.standard_normal((m, ld)) * 3).astype(np.float32)
     w = RNG.standard_normal(k).astype(np.float32)
     xb, wb = _upload(dev, np.concatenate([np.zeros(4, np.float32), x.ravel()])), _upload(dev, w)
-    y = dev.alloc(L.half_scratch_nbytes(m, k))
+    y = dev.alloc(matmul.half_scratch_nbytes(m, k))
     norm = (wb, 1e-5) if mode == "norm" else None
-    L.half_rows(dev, y, xb, 4, ld, k, m, norm=norm, glu=mode == "glu").run(dev)
+    half_rows(dev, y, xb, 4, ld, k=k, m=m, norm=norm, glu=mode == "glu").run(dev)
     got = _read(dev, y, (m, k), np.float16).astype(np.float32)
     want = _prologue(x[:, :width], mode, k, w, 1e-5)
     # float16 rounding: half an ulp, 2^-11 of the value
@@ -74,12 +75,12 @@ def test_routing(device):
     f16 = DeviceWeight(dev, pack_float(np.zeros((128, 64), np.float32), "f16"))
     f32 = DeviceWeight(dev, pack_float(np.zeros((128, 64), np.float32), "f32"))
     odd = DeviceWeight(dev, pack_float(np.zeros((96, 64), np.float32), "f16"))
-    assert not L.tensor_core_rows(dev, L.TENSOR_CORE_ROWS - 1, f16)
-    assert not L.tensor_core_rows(dev, 64, f32)
-    assert not L.tensor_core_rows(dev, 64, odd)
-    mma = L.tensor_core_rows(dev, 64, f16)
-    assert mma == (not L.is_cpu(dev) and L._gemm.use_mma(dev, "float16"))
-    assert len(L.linear(dev, dev.alloc(64 * 128 * 4), 0, 128, dev.alloc(64 * 64 * 4), 0, 64,
+    assert not matmul.tensor_core_rows(dev, matmul.TENSOR_CORE_ROWS - 1, f16)
+    assert not matmul.tensor_core_rows(dev, 64, f32)
+    assert not matmul.tensor_core_rows(dev, 64, odd)
+    mma = matmul.tensor_core_rows(dev, 64, f16)
+    assert mma == (not launch.is_cpu(dev) and gemm.use_mma(dev, "float16"))
+    assert len(matmul.linear(dev, dev.alloc(64 * 128 * 4), 0, 128, dev.alloc(64 * 64 * 4), 0, 64,
                         f16, 64)) == (2 if mma else 1)
 
 
@@ -87,11 +88,11 @@ def test_split(device):
     """Long k over few tiles of C is split into power-of-two slices of at least 512."""
     dev = clops.device(device)
     cu = dev.caps.compute_units
-    assert L.tensor_core_split(dev, 128, 64 * 2 * cu, 8192) == 1  # enough tiles already
-    s = L.tensor_core_split(dev, 16, 64, 8192)
+    assert matmul.tensor_core_split(dev, 128, 64 * 2 * cu, 8192) == 1  # enough tiles already
+    s = matmul.tensor_core_split(dev, 16, 64, 8192)
     assert s == min(16, 1 << (2 * cu - 1).bit_length())  # slices of 512 at the least
-    assert L.tensor_core_split(dev, 16, 64, 1024) == 2
-    assert L.tensor_core_split(dev, 16, 64, 96) == 1
+    assert matmul.tensor_core_split(dev, 16, 64, 1024) == 2
+    assert matmul.tensor_core_split(dev, 16, 64, 96) == 1
 
 
 @pytest.mark.parametrize("bias,accum", [(False, False), (True, False), (True, True)])
@@ -119,7 +120,7 @@ def test_split_sum(device, bias, accum, s=3, m=5, n=40):
 
 def _tensor_cores(dev):
     w = DeviceWeight(dev, pack_float(np.zeros((64, 32), np.float32), "f16"))
-    if not L.tensor_core_rows(dev, 64, w):
+    if not matmul.tensor_core_rows(dev, 64, w):
         pytest.skip(f"{dev.name}: no tensor-core product (needs NVIDIA PTX mma.sync)")
 
 
@@ -144,11 +145,11 @@ def test_linear_tensor_cores(device, m, n, k, mode):
     yb, xb = _upload(dev, np.concatenate([np.zeros(y_off, np.float32), y0.ravel()])), \
         _upload(dev, x)
     norm = (_upload(dev, nw), 1e-6) if mode == "norm" else None
-    launches = L.linear(dev, yb, y_off, ldy, xb, 0, width, dw, m,
+    launches = matmul.linear(dev, yb, y_off, ldy, xb, 0, width, dw, m,
                         bias=_upload(dev, b) if mode == "bias" else None,
                         accum=mode == "accum", norm=norm, glu=mode == "glu")
     names = ["half_rows", "gemm_nt_mma"]
-    if L.tensor_core_split(dev, m, n, k) > 1:
+    if matmul.tensor_core_split(dev, m, n, k) > 1:
         names.append("split_sum")
     assert [ln.kernel.function_name for ln in launches] == names
     for ln in launches:
@@ -208,7 +209,7 @@ def test_dequant_half(device, kind, n=24, k=512):
     dev = clops.device(device)
     w, ref = _weight(dev, kind, n, k)
     out = dev.alloc(n * k * 2)
-    L.dequant_half(dev, out, w).run(dev)
+    matmul.dequant_half(dev, out, w).run(dev)
     got = _read(dev, out, (n, k), np.float16)
     np.testing.assert_array_equal(got, ref.astype(np.float16))
 
@@ -222,7 +223,7 @@ def test_linear_tensor_cores_quantized(device, kind, m=37, n=128, k=512):
     w, ref = _weight(dev, kind, n, k)
     x = RNG.standard_normal((m, k)).astype(np.float32)
     xb, yb = _upload(dev, x), dev.alloc(m * n * 4)
-    launches = L.linear(dev, yb, 0, n, xb, 0, k, w, m)
+    launches = matmul.linear(dev, yb, 0, n, xb, 0, k, w, m)
     assert [ln.kernel.function_name for ln in launches] == \
         ["dequant_half", "half_rows", "gemm_nt_mma"]
     for ln in launches:
@@ -233,4 +234,4 @@ def test_linear_tensor_cores_quantized(device, kind, m=37, n=128, k=512):
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
     small = dev.alloc(n * k * 2 - 2)
     assert [ln.kernel.function_name for ln in
-            L.linear(dev, yb, 0, n, xb, 0, k, w, m, wscratch=small)] == ["matmul"]
+            matmul.linear(dev, yb, 0, n, xb, 0, k, w, m, wscratch=small)] == ["matmul"]

@@ -10,7 +10,8 @@ import pytest
 
 import clops
 from clops import providers
-from clops.providers import Operand, layout
+from clops.kernels import layout
+from clops.providers import Operand
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,9 @@ import pytest
 
 import clops
 from clops import providers
-from clops.providers import CLBlastProvider, dispatch, layout
+from clops.array import dispatch
+from clops.kernels import layout
+from clops.providers import CLBlastProvider
 
 CLBLAST = providers.get("clblast")
 needs_clblast = pytest.mark.skipif(not CLBLAST.available,

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clops.providers import layout
+from clops.kernels import layout
 
 
 def test_transpose_and_convert(device, up, down):

@@ -1,4 +1,4 @@
-"""Providers, relayout: on-device strided copies that turn an operand a provider cannot take
+"""Kernels, relayout: on-device strided copies that turn an operand a provider cannot take
 into one it can (contiguous, offset 0), convert element types, pad, crop and roll. Nothing
 here goes through the host."""
 
@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..runtime import interop
-from .base import ITEMSIZE, Operand, contiguous_strides, queue_of, source
+from .launch import source
+from .operand import ITEMSIZE, Operand, contiguous_strides, queue_of
 
 if TYPE_CHECKING:
     from ..runtime import Kernel
@@ -91,7 +92,7 @@ def _convert(vdst: str, vsrc: str, dst: str, src: str, conj: bool, real_part: bo
 
 def _kernel(device: CLDevice, name: str, options: tuple[str, ...]) -> Kernel:
     """The kernel ``name`` of ``layout.cl`` built with ``options`` (cached by the device)."""
-    return device.kernel(source("layout.cl"), name, options)
+    return device.kernel(source("layout"), name, options)
 
 
 def _collapse(shape: list[int], dst: list[int], src: list[int], rot: list[int],

@@ -1,29 +1,40 @@
-"""nn, launchers: each function describes one launch of a hand-written kernel on runtime
-Buffers (element offsets and row strides as arguments) and picks its geometry from the
-device's capabilities. ``functional`` runs them at once; ``llm`` records them into plans."""
+"""Kernels, matmul: launches of ``matmul.cl`` (row tiles of x times weight rows, float and
+block-quantized, the int8 decode path) and ``matmul_cpu.cl`` (the CPU weight layout ``rb16``),
+and the route of a prompt's products through ``gemm.cl``'s tensor cores (``linear``). Each
+launcher describes one launch on runtime Buffers (element offsets and row strides as
+arguments) and picks its geometry from the device's capabilities; ``nn.functional`` runs them
+at once, ``llm`` records them into plans."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..kernels import Launch, kernel
-from ..kernels import gemm as _gemm
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
-from .quant import DeviceWeight
-
-i32, f32 = np.int32, np.float32
-
-
-def is_cpu(dev: CLDevice) -> bool:
-    return dev.kind == "cpu"
+from . import gemm as _gemm
+from . import launch
+from .launch import Launch, f32, i32, kernel, pow2_at_most
+from .norm import half_rows
 
 
-def _pow2_at_most(n: int) -> int:
-    return 1 << max(0, int(n).bit_length() - 1)
+class Weight(Protocol):
+    """What the matmul kernels read of a weight on the device (``nn.quant.DeviceWeight``):
+    its format, ``[n, k]`` shape, layout (``rows`` or the CPU layout ``rb16``), value and scale
+    buffers, the float16 copy it may keep, and the kernels' compile-time parameters."""
+
+    fmt: str
+    n: int
+    k: int
+    layout: str
+    data: Buffer
+    scales: Buffer
+    half: Buffer | None
+
+    @property
+    def defines(self) -> dict[str, Any]: ...
 
 
 # values per 16-byte chunk of a weight row, by format (matmul.cl CHUNKED)
@@ -32,7 +43,7 @@ CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16}
 
 def matmul_geometry(dev: CLDevice, m: int, k: int, fmt: str = "q4") -> tuple[int, int]:
     """(TM, LSIZE): rows of x per work-item and work-items per output column."""
-    if is_cpu(dev):
+    if launch.is_cpu(dev):
         # PERF: on CPUs one work-item walks a whole row; TM rows of x reuse each dequantized
         # group from registers (prefill).
         return (1 if m == 1 else 8), 1
@@ -45,7 +56,7 @@ def matmul_geometry(dev: CLDevice, m: int, k: int, fmt: str = "q4") -> tuple[int
     # 14.1 us; 2048x2048 7.7 -> 6.1 us; 128256x2048 172.7 -> 168.4 us).
     chunks = max(1, k // CHUNK_VALUES[fmt])
     team = DECODE_FLOAT_TEAM if m == 1 and fmt in FLOAT_FORMATS else 32
-    lsize = min(team, _pow2_at_most(dev.caps.max_work_group), 1 << (chunks - 1).bit_length())
+    lsize = min(team, pow2_at_most(dev.caps.max_work_group), 1 << (chunks - 1).bit_length())
     return (1 if m == 1 else 4), max(lsize, 1)
 
 
@@ -59,40 +70,40 @@ GPU_GROUP = 256
 def matmul_columns(dev: CLDevice, lsize: int, n: int = 1 << 30, cpt: int = 1) -> int:
     """Teams (of ``lsize`` work-items, ``cpt`` output columns each) per work-group on GPUs:
     up to GPU_GROUP work-items, while leaving two work-groups per compute unit."""
-    if is_cpu(dev) or lsize == 1:
+    if launch.is_cpu(dev) or lsize == 1:
         return 1
     most = max(1, min(GPU_GROUP, dev.caps.max_work_group) // lsize)
     fill = max(1, n // (cpt * 2 * dev.caps.compute_units))
-    return min(most, _pow2_at_most(fill))
+    return min(most, pow2_at_most(fill))
 
 
 def matmul_cpt(dev: CLDevice, m: int, n: int, fmt: str) -> int:
     """Output columns per team on GPUs (one decode row): each x chunk serves them all."""
-    if is_cpu(dev) or m != 1:
+    if launch.is_cpu(dev) or m != 1:
         return 1
     if fmt in FLOAT_FORMATS:
         # PERF (H100, teams of a work-group): 4 columns per team measured best or within 5%
         # of best from 2048 to 128256 columns; fewer where that leaves under two work-groups
         # per compute unit
-        return min(4, _pow2_at_most(max(1, n // (2 * dev.caps.compute_units))))
+        return min(4, pow2_at_most(max(1, n // (2 * dev.caps.compute_units))))
     # PERF: but at least ~2048 teams (warps), enough loads in flight for the memory system
-    return min(4, _pow2_at_most(max(1, n // 2048)))
+    return min(4, pow2_at_most(max(1, n // 2048)))
 
 
 def use_shfl(dev: CLDevice, lsize: int) -> bool:
     """Reduce teams with NVIDIA's warp shuffle (inline PTX) where the probe finds it: teams
     of up to a warp, or of whole warps (whose sums then meet in local memory)."""
-    return 1 < lsize and (lsize <= 32 or lsize % 32 == 0) and not is_cpu(dev) and \
+    return 1 < lsize and (lsize <= 32 or lsize % 32 == 0) and not launch.is_cpu(dev) and \
         dev.probe("nvidia_ptx")
 
 
 def matmul_rows(dev: CLDevice, n: int) -> int:
     """Output columns per work-item: on CPUs enough to make work-items long, while leaving
     several per core."""
-    if not is_cpu(dev):
+    if not launch.is_cpu(dev):
         return 1
     target = max(1, n // (dev.caps.compute_units * 16))
-    return min(ROWS_MAX, _pow2_at_most(target))
+    return min(ROWS_MAX, pow2_at_most(target))
 
 
 ROWS_MAX = 2
@@ -106,7 +117,7 @@ def int8_activations(dev: CLDevice, m: int, fmt: str, k: int) -> bool:
     H100 to 0.14..0.64 of its copy bandwidth; dp4a does 4 weights per instruction. Other GPUs
     keep the float path until measured (the kernel's plain-C dot4 runs anywhere), CPUs too
     (PoCL's float path is vectorized; the int8 path is not faster there)."""
-    if m != 1 or fmt not in ("q4", "q8") or is_cpu(dev):
+    if m != 1 or fmt not in ("q4", "q8") or launch.is_cpu(dev):
         return False
     # int8 x, (dx, dx * sum q) per 32 and the reduction scratch in local memory (qx_geometry's
     # groups of 2 * GPU_GROUP; its wider ones check for themselves)
@@ -132,7 +143,7 @@ def qx_geometry(dev: CLDevice, n: int, k: int,
     if QX_OVERRIDE is not None:
         return QX_OVERRIDE
     nch = max(1, k // CHUNK_VALUES[fmt])
-    most = _pow2_at_most(min(1024, dev.caps.max_work_group))
+    most = pow2_at_most(min(1024, dev.caps.max_work_group))
     # PERF (H100): few output columns of long rows (2048x8192: 128 groups of 256 left the SMs
     # a group each, 8 warps, with 8..16 chunks per work-item one after another): groups of
     # 1024, 16 columns each (~ one per SM), the rows split over 64 (q8) or 128 (q4, 2 columns
@@ -154,7 +165,7 @@ def qx_geometry(dev: CLDevice, n: int, k: int,
     ls = min(ls, 16)
     group = 2 * GPU_GROUP if fmt == "q4" and n >= 8192 else GPU_GROUP
     ncol = max(1, min(group, dev.caps.max_work_group) // ls)
-    cb = min(4, _pow2_at_most(max(1, n // 8192))) if fmt == "q4" else 1
+    cb = min(4, pow2_at_most(max(1, n // 8192))) if fmt == "q4" else 1
     unr = 4
     steps = -(-nch // (ls * unr)) * cb
     return ls, ncol, 1, unr, cb, int(steps > 1)
@@ -162,11 +173,11 @@ def qx_geometry(dev: CLDevice, n: int, k: int,
 
 def fused_prologues(dev: CLDevice) -> bool:
     """Whether ``matmul`` takes ``norm=`` and ``glu=`` on this device (GPU kernels only)."""
-    return not is_cpu(dev)
+    return not launch.is_cpu(dev)
 
 
 def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
-           w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
+           w: Weight, m: int, *, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None,
            glu: bool = False, tm: int | None = None, row_invariant: bool = False,
            glu_out: bool = False) -> Launch:
@@ -187,8 +198,9 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         if glu:
             raise ValueError("matmul: glu= (the GLU of x) needs a GPU; on CPUs the product "
                              "that makes the GLU's input takes glu_out=")
-        return matmul_rb(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, name, tm,
-                         row_invariant, norm, glu_out)
+        return matmul_rb(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias=bias, accum=accum,
+                         name=name, tm=tm, row_invariant=row_invariant, norm=norm,
+                         glu_out=glu_out)
     if glu_out:
         raise ValueError("matmul: glu_out= needs weights in the CPU layout (glu_output)")
     if (norm is not None or glu) and not fused_prologues(dev):
@@ -208,8 +220,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     # (teams of several warps add up their warps' shuffled sums in local memory)
     shfl = use_shfl(dev, ls)
     knl = kernel(dev, "matmul", "matmul", TM=tm, LSIZE=ls, ROWS=rows, NCOL=ncol, **qx,
-                 USE_SHFL=int(shfl), CHUNKED=int(not is_cpu(dev)),
-                 X_ALIGNED=int(not is_cpu(dev) and x_off % 4 == 0 and ldx % 4 == 0),
+                 USE_SHFL=int(shfl), CHUNKED=int(not launch.is_cpu(dev)),
+                 X_ALIGNED=int(not launch.is_cpu(dev) and x_off % 4 == 0 and ldx % 4 == 0),
                  CPT=cpt, XMODE=1 if norm is not None else 2 if glu else 0,
                  HAS_BIAS=int(bias is not None), ACCUM=int(accum), **w.defines)
     args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm)
@@ -225,7 +237,7 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
 
 
 def _matmul_args(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
-                 w: DeviceWeight, m: int, bias: Buffer | None, accum: bool,
+                 w: Weight, m: int, bias: Buffer | None, accum: bool,
                  norm: tuple[Buffer, float] | None) -> tuple[list[Any], list[Buffer]]:
     """The arguments of matmul.cl's and matmul_cpu.cl's kernels (the same list) and the
     buffers they read."""
@@ -241,7 +253,7 @@ def _matmul_args(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: in
 def rb_rows(m: int) -> int:
     """Rows of x per work-item of ``matmul_cpu.cl`` (TM): one for a decode row, else up to 8
     (each dequantized weight vector meets them all from registers), never more than m."""
-    return min(RB_ROWS_MAX, _pow2_at_most(m))
+    return min(RB_ROWS_MAX, pow2_at_most(m))
 
 
 # PERF (2-core EPYC, PoCL 3.1, q4 3072x576 with 64 rows): 8 rows per work-item 1.77 ms,
@@ -253,7 +265,7 @@ RB_DEQ_ROWS = 4
 
 
 def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
-              w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
+              w: Weight, m: int, *, bias: Buffer | None = None, accum: bool = False,
               name: str = "matmul", tm: int | None = None, row_invariant: bool = False,
               norm: tuple[Buffer, float] | None = None, glu_out: bool = False) -> Launch:
     """``matmul`` for a weight in the CPU layout (``w.layout == "rb16"``): a work-item per
@@ -287,13 +299,13 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
                   reads, [y], name)
 
 
-def glu_output(w: DeviceWeight) -> bool:
+def glu_output(w: Weight) -> bool:
     """Whether the product with ``w`` ([gate | up] rows) can give the GLU itself
     (``matmul(glu_out=True)``): the CPU layout, halves of a multiple of 16 rows."""
     return w.layout == "rb16" and w.n % 32 == 0
 
 
-def fused_norm(dev: CLDevice, w: DeviceWeight, m: int = 1) -> bool:
+def fused_norm(dev: CLDevice, w: Weight, m: int = 1) -> bool:
     """Whether ``matmul`` should take ``norm=`` for this weight and m rows: GPU kernels, or
     the CPU layout for one row.
 
@@ -310,7 +322,7 @@ def rb_blocks(dev: CLDevice, n: int) -> int:
     if RB_BLOCKS is not None:
         return RB_BLOCKS
     blocks = -(-n // 16)
-    return max(1, min(RB_BLOCKS_MAX, _pow2_at_most(blocks // (RB_ITEMS_PER_UNIT *
+    return max(1, min(RB_BLOCKS_MAX, pow2_at_most(blocks // (RB_ITEMS_PER_UNIT *
                                                              dev.caps.compute_units))))
 
 
@@ -325,15 +337,15 @@ RB_ITEMS_PER_UNIT = 8
 TENSOR_CORE_ROWS = 16
 
 
-def tensor_core_rows(dev: CLDevice, m: int, w: DeviceWeight) -> bool:
+def tensor_core_rows(dev: CLDevice, m: int, w: Weight) -> bool:
     """Whether ``linear`` can run these m rows through ``gemm.cl``'s ``gemm_nt_mma``: float16,
     bfloat16 or block-quantized weights (float32 ones keep their precision on the matmul
     kernel) with n % 64 == 0 and k % 32 == 0, on a GPU whose tensor cores the PTX probe found."""
     return (m >= TENSOR_CORE_ROWS and w.fmt != "f32" and w.n % 64 == 0 and w.k % 32 == 0
-            and not is_cpu(dev) and _gemm.use_mma(dev, "float16"))
+            and not launch.is_cpu(dev) and _gemm.use_mma(dev, "float16"))
 
 
-def dequant_half(dev: CLDevice, out: Buffer, w: DeviceWeight) -> Launch:
+def dequant_half(dev: CLDevice, out: Buffer, w: Weight) -> Launch:
     """out [n][k] = w as float16 (any format, row-major layout)."""
     if w.layout != "rows":
         raise ValueError(f"dequant_half reads row-major weights, not {w.layout!r}")
@@ -347,21 +359,6 @@ def half_scratch_nbytes(m: int, k: int) -> int:
     return m * k * 2
 
 
-def half_rows(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, k: int, m: int,
-              norm: tuple[Buffer, float] | None = None, glu: bool = False) -> Launch:
-    """y[i, :k] = float16 of x's row i, or of RMSNorm(row) * weight (``norm=(weight, eps)``),
-    or of silu(row[:k]) * row[k:2k] (``glu``)."""
-    if norm is not None and glu:
-        raise ValueError("half_rows: norm= and glu= do not go together")
-    ls = _row_lsize(dev, k)
-    knl = kernel(dev, "norm", "half_rows", LSIZE=ls,
-                 MODE=1 if norm is not None else 2 if glu else 0)
-    nw = norm[0] if norm is not None else x
-    return Launch(knl, (m * ls,), (ls,), [y, x, i32(x_off), i32(ldx), nw, i32(k),
-                                          f32(norm[1] if norm is not None else 0.0)],
-                  [x] + ([norm[0]] if norm is not None else []), [y], "half_rows")
-
-
 def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
     """Slices of k for ``gemm_nt_mma`` (a power of two): enough work-groups for two per compute
     unit, slices of at least 512."""
@@ -373,7 +370,7 @@ def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
     return split
 
 
-def split_nbytes(dev: CLDevice, m: int, w: DeviceWeight) -> int:
+def split_nbytes(dev: CLDevice, m: int, w: Weight) -> int:
     """Bytes of the partial sums ``linear`` keeps for m rows of w's product (0: no split)."""
     if not tensor_core_rows(dev, m, w):
         return 0
@@ -382,7 +379,7 @@ def split_nbytes(dev: CLDevice, m: int, w: DeviceWeight) -> int:
 
 
 def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
-           w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
+           w: Weight, m: int, *, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None, glu: bool = False,
            scratch: Buffer | None = None, wscratch: Buffer | None = None,
            pscratch: Buffer | None = None, glu_out: bool = False) -> list[Launch]:
@@ -396,8 +393,8 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     k = w.k
     wneed = w.n * k * 2 if w.fmt != "f16" and w.half is None else 0
     if not tensor_core_rows(dev, m, w) or (wscratch is not None and wscratch.nbytes < wneed):
-        return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, name, norm, glu,
-                       glu_out=glu_out)]
+        return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias=bias, accum=accum,
+                       name=name, norm=norm, glu=glu, glu_out=glu_out)]
     out: list[Launch] = []
     b_half = w.half if w.half is not None else w.data
     if wneed:
@@ -408,7 +405,7 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         b_half = wscratch
     if scratch is None or scratch.nbytes < half_scratch_nbytes(m, k):
         scratch = dev.alloc(half_scratch_nbytes(m, k))
-    out.append(half_rows(dev, scratch, x, x_off, ldx, k, m, norm, glu))
+    out.append(half_rows(dev, scratch, x, x_off, ldx, k=k, m=m, norm=norm, glu=glu))
     out[-1].name = "half_rows." + name
     # PERF: few tiles of C over a long k (Llama-3.2-1B's o and down projections of a prompt
     # chunk: 64 tiles, k 2048 and 8192) split k; the slices' sums are added up in order by
@@ -439,7 +436,7 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     return out
 
 
-def embedding(dev: CLDevice, out: Buffer, tokens: Buffer, state: Buffer, w: DeviceWeight,
+def embedding(dev: CLDevice, out: Buffer, tokens: Buffer, state: Buffer, w: Weight,
               m: int) -> Launch:
     """out[i, :] = w[tokens[state[0] + i], :] for i < m."""
     if w.layout == "rb16":
@@ -449,265 +446,3 @@ def embedding(dev: CLDevice, out: Buffer, tokens: Buffer, state: Buffer, w: Devi
     args = [out, tokens, state, w.data, w.scales, i32(w.k), i32(w.n)]
     return Launch(knl, (w.k // 32, m), None, args, [tokens, state, w.data, w.scales], [out],
                   "embedding")
-
-
-def _row_lsize(dev: CLDevice, k: int) -> int:
-    if is_cpu(dev):
-        return 1
-    return min(256, _pow2_at_most(dev.caps.max_work_group), _pow2_at_most(max(k // 4, 1)))
-
-
-def rmsnorm(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, w: Buffer, m: int,
-            k: int, eps: float) -> Launch:
-    ls = _row_lsize(dev, k)
-    knl = kernel(dev, "norm", "rmsnorm", LSIZE=ls)
-    return Launch(knl, (m * ls,), (ls,), [y, x, i32(x_off), i32(ldx), w, i32(k), f32(eps)],
-                  [x, w], [y], "rmsnorm")
-
-
-def layernorm(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, w: Buffer, b: Buffer,
-              m: int, k: int, eps: float) -> Launch:
-    ls = _row_lsize(dev, k)
-    knl = kernel(dev, "norm", "layernorm", LSIZE=ls)
-    return Launch(knl, (m * ls,), (ls,),
-                  [y, x, i32(x_off), i32(ldx), w, b, i32(k), f32(eps)], [x, w, b], [y],
-                  "layernorm")
-
-
-def qk_norm(dev: CLDevice, x: Buffer, ld: int, m: int, nq: int, lq: int, nk: int, lk: int,
-            wq: Buffer, wk: Buffer, eps: float) -> Launch:
-    """RMSNorm, in place, of nq query groups of lq values and nk key groups of lk values at the
-    start of each of m rows ``ld`` apart (per head: lq = lk = head_dim; whole: one group each)."""
-    ls = _row_lsize(dev, min(lq, lk))
-    knl = kernel(dev, "norm", "qk_norm", LSIZE=ls)
-    return Launch(knl, ((nq + nk) * ls, m), (ls, 1),
-                  [x, i32(ld), i32(nq), i32(lq), i32(lk), wq, wk, f32(eps)], [x, wq, wk], [x],
-                  "qk_norm")
-
-
-def residual(dev: CLDevice, x: Buffer, t: Buffer, w: Buffer | None, m: int, k: int, eps: float,
-             scale: float) -> Launch:
-    """x += scale * t, or scale * rmsnorm(t) * w (a post-norm) when ``w`` is given."""
-    ls = _row_lsize(dev, k)
-    knl = kernel(dev, "norm", "residual", LSIZE=ls)
-    reads = [t] + ([w] if w is not None else [])
-    return Launch(knl, (m * ls,), (ls,), [x, t, w if w is not None else t, i32(k), f32(eps),
-                                          f32(scale), i32(w is not None)], reads + [x], [x],
-                  "residual")
-
-
-def scale_cap(dev: CLDevice, y: Buffer, n: int, mul: float = 1.0, div: float = 1.0,
-              cap: float = 0.0) -> Launch:
-    """In place over n values: y * mul / div, soft-capped to (-cap, cap) when cap > 0."""
-    knl = kernel(dev, "activation", "scale_cap")
-    return Launch(knl, (n,), None, [y, f32(mul), f32(div), f32(cap)], [y], [y], "scale_cap")
-
-
-def float_define(v: float) -> str:
-    """A float32 value as an OpenCL C literal, for a -D define."""
-    return f"{float(np.float32(v))!r}f"
-
-
-ACTS = {"silu": 0, "gelu_tanh": 1, "gelu": 2}
-
-
-def glu(dev: CLDevice, h: Buffer, gu: Buffer, m: int, f: int, act: str = "silu") -> Launch:
-    knl = kernel(dev, "activation", "glu")
-    return Launch(knl, (f, m), None, [h, gu, i32(f), i32(ACTS[act])], [gu], [h], "glu")
-
-
-def unary(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, n: int, act: str) -> Launch:
-    knl = kernel(dev, "activation", "unary")
-    return Launch(knl, (n,), None, [y, x, i32(x_off), i32(n), i32(ACTS[act])], [x], [y], act)
-
-
-def softmax(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, m: int, k: int) -> Launch:
-    knl = kernel(dev, "activation", "softmax")
-    return Launch(knl, (m,), None, [y, x, i32(x_off), i32(k)], [x], [y], "softmax")
-
-
-def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffer, vc: Buffer,
-               state: Buffer, inv_freq: Buffer, m: int, n_heads: int, n_kv: int, head_dim: int,
-               max_seq: int, neox: bool, rot_dim: int = 0) -> Launch:
-    """Rotate q and k of m QKV rows (the first ``rot_dim`` dimensions of each head; 0: all),
-    q to ``q_out``, k and v into the cache at positions state[0] + row."""
-    rot = {"ROT_DIM": rot_dim} if rot_dim and rot_dim != head_dim else {}
-    knl = kernel(dev, "attention", "rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox), **rot)
-    args = [q_out, qkv, i32(ld_qkv), kc, vc, state, inv_freq, i32(n_heads), i32(n_kv),
-            i32(max_seq)]
-    return Launch(knl, (head_dim // 2, n_heads + 2 * n_kv, m), None, args,
-                  [qkv, state, inv_freq], [q_out, kc, vc], "rope_store")
-
-
-def rope(dev: CLDevice, x: Buffer, x_off: int, ld: int, pos: Buffer, inv_freq: Buffer, m: int,
-         heads: int, head_dim: int, neox: bool) -> Launch:
-    knl = kernel(dev, "attention", "rope", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
-    return Launch(knl, (head_dim // 2, heads, m), None, [x, i32(x_off), i32(ld), pos, inv_freq],
-                  [x, pos, inv_freq], [x], "rope")
-
-
-def decode_chunk(dev: CLDevice, max_seq: int, n_heads: int) -> tuple[int, int]:
-    """(chunk, splits) of the split-KV decode attention: enough work-items to fill the device
-    at full length, chunks no shorter than 32 positions."""
-    if not is_cpu(dev):
-        # GPUs: work-groups of CHUNK positions (attn_decode_wg); empty ones exit at once
-        chunk = max(64, 1 << (math.ceil(max_seq / 128) - 1).bit_length())
-        return chunk, math.ceil(max_seq / chunk)
-    want = max(1, (dev.caps.compute_units * 4) // max(n_heads, 1))
-    chunk = max(32, math.ceil(max_seq / want))
-    return chunk, math.ceil(max_seq / chunk)
-
-
-def _attn_combine(dev: CLDevice, out: Buffer, part: Buffer, state: Buffer, head_dim: int,
-                  n_heads: int, chunk: int, splits: int) -> Launch:
-    """The combine of a split decode attention's partials into out [H][D]."""
-    knl = kernel(dev, "attention", "attn_combine", HEAD_DIM=head_dim)
-    return Launch(knl, (head_dim, n_heads), None, [out, part, state, i32(chunk), i32(splits)],
-                  [part, state], [out], "attn_combine")
-
-
-def _score_defines(softcap: float, window: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"SOFTCAP": float_define(softcap)} if softcap else {}
-    if window:
-        out["WINDOW"] = int(window)
-    return out
-
-
-def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer, vc: Buffer,
-                state: Buffer, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
-                scale: float, softcap: float = 0.0, window: int = 0) -> list[Launch]:
-    """Attention of one query row over the cache: split over positions, then combined.
-    ``softcap``: scores soft-capped to (-softcap, softcap); ``window``: the last ``window``
-    positions only (both take the one-work-item-per-split kernel)."""
-    chunk, splits = decode_chunk(dev, max_seq, n_heads)
-    a1 = [part, q, kc, vc, state, i32(max_seq), i32(chunk), i32(n_heads // n_kv), f32(scale)]
-    if softcap or window or not fused_decode(dev, head_dim):
-        # one work-item per split (no work-group of head_dim work-items, or scores capped or
-        # windowed, which attn_decode_wg does not do)
-        k1 = kernel(dev, "attention", "attn_decode", HEAD_DIM=head_dim,
-                    **_score_defines(softcap, window))
-        g1, l1 = (splits, n_heads), None
-    else:
-        k1 = kernel(dev, "attention", "attn_decode_wg", HEAD_DIM=head_dim, CHUNK=chunk)
-        g1, l1 = (splits * head_dim, n_heads), (head_dim, 1)
-    return [Launch(k1, g1, l1, a1, [q, kc, vc, state], [part], "attn_decode"),
-            _attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits)]
-
-
-def fused_decode(dev: CLDevice, head_dim: int) -> bool:
-    """Whether decode attention runs as attn_decode_rope (rotation, cache store and attention
-    in one launch): GPUs, with a work-group of head_dim work-items."""
-    return (not is_cpu(dev) and head_dim <= dev.caps.max_work_group
-            and head_dim & (head_dim - 1) == 0)
-
-
-def decode_combines(dev: CLDevice) -> bool:
-    """Whether the last work-group of a head may combine the others' partials in the same
-    launch: where a device-wide fence is known to order them (NVIDIA through PTX; PoCL's CPU
-    threads share coherent memory). Elsewhere attn_combine runs as its own launch."""
-    return is_cpu(dev) or dev.probe("nvidia_ptx")
-
-
-def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qkv: Buffer,
-                     kc: Buffer, vc: Buffer, state: Buffer, inv_freq: Buffer, n_heads: int,
-                     n_kv: int, head_dim: int, max_seq: int, scale: float, neox: bool,
-                     chunk: int | None = None, combine: bool | None = None) -> list[Launch]:
-    """Decode attention of one row straight from the QKV projection ``qkv`` ([q | k | v] of
-    the row at position state[0], before rotation): rotates q and k, stores k and v in the
-    cache and attends, in one launch where ``decode_combines`` (``count``: n_heads int32,
-    zero, left zero), else two. ``out`` is [H][D]."""
-    if chunk is None:
-        chunk, splits = decode_chunk(dev, max_seq, n_heads)
-    else:
-        splits = math.ceil(max_seq / chunk)
-    if combine is None:
-        combine = decode_combines(dev)
-    ptx = combine and not is_cpu(dev) and dev.probe("nvidia_ptx")
-    k1 = kernel(dev, "attention", "attn_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
-                ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx))
-    a1 = [out, part, count, qkv, kc, vc, state, inv_freq, i32(max_seq),
-          i32(n_heads // n_kv), i32(n_heads), i32(n_kv), f32(scale)]
-    launches = [Launch(k1, (splits * head_dim, n_heads), (head_dim, 1), a1,
-                       [qkv, kc, vc, state, inv_freq, count],
-                       [out, part, kc, vc, count], "attn_decode")]
-    if not combine:
-        launches.append(_attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits))
-    return launches
-
-
-def cpu_vectors(dev: CLDevice) -> bool:
-    """A CPU whose runtime builds and runs 16-wide vector kernels (the CPU product probe):
-    the CPU attention kernels and weight layout."""
-    return is_cpu(dev) and _gemm.cpu_kernel_works(dev, "float32")
-
-
-def cpu_decode(dev: CLDevice, head_dim: int) -> bool:
-    """Whether decode attention runs as attn_decode_cpu (rotation, cache store and attention
-    of a layer in one launch, a work-item per query head): CPUs that pass the product probe,
-    heads of a multiple of 16."""
-    return head_dim % 16 == 0 and cpu_vectors(dev)
-
-
-def attn_decode_cpu(dev: CLDevice, out: Buffer, qkv: Buffer, kc: Buffer, vc: Buffer,
-                    state: Buffer, inv_freq: Buffer, n_heads: int, n_kv: int, head_dim: int,
-                    max_seq: int, scale: float, neox: bool) -> Launch:
-    """Decode attention of one row straight from the QKV projection on CPUs: rotation, the
-    cache store and attention in one launch (``out`` is [H][D])."""
-    knl = kernel(dev, "attention", "attn_decode_cpu", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
-                 CPU_VEC=1)
-    args = [out, qkv, kc, vc, state, inv_freq, i32(max_seq), i32(n_heads // n_kv),
-            i32(n_heads), i32(n_kv), f32(scale)]
-    return Launch(knl, (n_heads,), (1,), args, [qkv, kc, vc, state, inv_freq], [out, kc, vc],
-                  "attn_decode")
-
-
-def part_nbytes(dev: CLDevice, max_seq: int, n_heads: int, head_dim: int) -> int:
-    _, splits = decode_chunk(dev, max_seq, n_heads)
-    return n_heads * splits * (head_dim + 2) * 4
-
-
-def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, kc: Buffer,
-                 vc: Buffer, k_off: int, v_off: int, kv_stride: int, state: Buffer,
-                 pos_add: int, causal: bool, n_keys: int, m: int, n_heads: int, n_kv: int,
-                 head_dim: int, scale: float, softcap: float = 0.0, window: int = 0) -> Launch:
-    """Attention of m query rows; ``softcap`` and ``window`` as in attn_decode (a causal
-    window: the keys (pos - window, pos] of each row)."""
-    args = [out, q, i32(q_off), i32(ld_q), kc, vc, i32(k_off), i32(v_off), i32(kv_stride),
-            state, i32(pos_add), i32(int(causal)), i32(n_keys), i32(n_heads // n_kv),
-            f32(scale)]
-    reads = [q, kc, vc, state]
-    if softcap or window:
-        # PERF: capped or windowed scores take the work-item-per-row kernel on GPUs too
-        knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim,
-                     **_score_defines(softcap, window))
-        return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
-    if not is_cpu(dev) and head_dim % 8 == 0:
-        # PERF: GPUs: 16 rows per work-group share each tile of keys and values through local
-        # memory (a work-item per row and head walked every key alone: 0.5 ms a layer for 128
-        # rows of Llama-3.2-1B on an H100)
-        knl = kernel(dev, "attention", "attn_prefill_wg", HEAD_DIM=head_dim, PREFILL_WG=1)
-        return Launch(knl, (math.ceil(m / 16) * 128, n_heads), (128, 1), args + [i32(m)],
-                      reads, [out], "attn_prefill")
-    if head_dim % 16 == 0 and cpu_vectors(dev):
-        # PERF (CPUs): 16-wide arithmetic, one exp per key, a work-item per group (rows of
-        # different lengths vectorized across work-items ran slower on PoCL)
-        knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim, CPU_VEC=1)
-        return Launch(knl, (m, n_heads), (1, 1), args, reads, [out], "attn_prefill")
-    knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim)
-    return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
-
-
-def sample_lsize(dev: CLDevice) -> int:
-    return 16 if is_cpu(dev) else min(512, _pow2_at_most(dev.caps.max_work_group))
-
-
-def sample(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logits: Buffer,
-           l_off: int, z: Buffer, vocab: int, advance: int, temperature: float, top_k: int,
-           top_p: float, min_p: float, penalty: float, seed: int) -> Launch:
-    nt = sample_lsize(dev)
-    knl = kernel(dev, "sample", "sample", NT=nt)
-    args = [tokens, state, seen, logits, i32(l_off), z, i32(vocab), i32(advance),
-            f32(temperature), i32(top_k), f32(top_p), f32(min_p), f32(penalty),
-            np.uint32(seed & 0xFFFFFFFF)]
-    return Launch(knl, (nt,), (nt,), args, [logits, state, seen], [tokens, state, seen, z],
-                  "sample")

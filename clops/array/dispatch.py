@@ -1,10 +1,10 @@
-"""Providers, Tensor glue: turns Tensors into operands, asks :func:`choose` and runs the chosen
-provider (or clops' own FFT kernels), and wraps the results back into Tensors.
+"""Array layer, provider dispatch: turns Tensors into operands, asks :func:`choose` and runs the
+chosen provider (or clops' own FFT kernels), and wraps the results back into Tensors.
 
 ``matmul(x1, x2)`` returns ``None`` when the generated kernel should run, so the array layer's
 ``matmul`` can begin with::
 
-    out = clops.providers.dispatch.matmul(x1, x2)
+    out = clops.array.dispatch.matmul(x1, x2)
     if out is not None:
         return out
 
@@ -22,15 +22,17 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import _config
+from ..kernels import fft, layout
+from ..kernels.operand import Operand, measure, queue_of
+from ..providers import registry
+from ..providers.base import ProviderError
+from ..providers.registry import choose
 from ..runtime import plan
-from . import layout, registry, stockham
-from .base import Operand, ProviderError, measure, queue_of
-from .registry import choose
 
 if TYPE_CHECKING:
-    from ..array.tensor import Tensor
     from ..runtime.device import CLDevice
     from ..runtime.events import Event
+    from .tensor import Tensor
 
 _STATE = threading.local()
 
@@ -59,7 +61,7 @@ def operand(t: Tensor) -> Operand:
 
 def tensor(op: Operand, device: CLDevice) -> Tensor:
     """A Tensor over an operand's buffer, shape, strides and offset (no copy)."""
-    from ..array.tensor import Tensor
+    from .tensor import Tensor
 
     return Tensor._from_buffer(op.buffer, op.shape, op.dtype, device, strides=op.strides,
                                offset=op.offset)
@@ -209,14 +211,14 @@ def fft_rows(op: str, device: CLDevice, x: Operand, y: Operand, *, inverse: bool
     provider = None
     if not _generated_only():
         provider = choose(op, device, cdt, key,
-                          lambda: stockham.cost(op, device, cdt, key))
+                          lambda: fft.cost(op, device, cdt, key))
     kw: dict[str, Any] = {"scale": scale}
     if op == "fft":
         kw["inverse"] = inverse
     if provider is not None:
         return plan.call(_provider_fft, provider, op, device, x, y, writes=[y.buffer],  # type: ignore[no-any-return]
                          name=f"{provider.name} {op}", **kw)
-    return stockham.run(op, device, x, y, queue=queue_of(device), **kw)
+    return fft.run(op, device, x, y, queue=queue_of(device), **kw)
 
 
 def _provider_fft(provider: Any, op: str, device: CLDevice, x: Operand, y: Operand,
@@ -227,4 +229,4 @@ def _provider_fft(provider: Any, op: str, device: CLDevice, x: Operand, y: Opera
     except ProviderError as e:
         if _config.CONFIG.debug >= 1:
             print(f"clops: {e}; running clops' own FFT kernels instead", file=sys.stderr)
-    return stockham.run(op, device, x, y, queue=queue_of(device), **kw)
+    return fft.run(op, device, x, y, queue=queue_of(device), **kw)

@@ -1,4 +1,4 @@
-"""Providers, FFT fallback: clops' own FFT kernels (``fft.cl``), used whenever no FFT provider is
+"""Kernels, FFT: clops' own FFT kernels (``fft.cl``), used whenever no FFT provider is
 chosen. Mixed-radix Stockham passes (4, 2, 3, 5, 7 and any prime up to 32) over contiguous rows,
 Bluestein's algorithm for lengths with a larger prime factor. Twiddles are computed once per
 length in float64 on the host and kept on the device.
@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import layout
-from .base import Operand, measure, queue_of, source
+from .launch import source
+from .operand import Operand, measure, queue_of
 
 if TYPE_CHECKING:
     from ..runtime import Kernel
@@ -73,7 +74,7 @@ def _kernel(device: CLDevice, dtype: str, name: str) -> Kernel:
     """The kernel ``name`` of ``fft.cl`` for ``dtype`` (cached by the device)."""
     opts = ("-D CT=float2", "-D RT=float") if dtype == "complex64" else \
         ("-D CT=double2", "-D RT=double", "-D USE_FP64")
-    return device.kernel(source("fft.cl"), name, opts)
+    return device.kernel(source("fft"), name, opts)
 
 
 def _upload(device: CLDevice, values: np.ndarray, dtype: str) -> Buffer:

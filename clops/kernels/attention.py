@@ -1,0 +1,196 @@
+"""Kernels, attention: launches of ``attention.cl``: rotary embedding and the KV cache store,
+split-KV decode attention (with its combine; fused with rotation and the store where the
+device allows), the CPU decode kernel, prefill attention."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..runtime import CLDevice
+from ..runtime.pool import Buffer
+from . import gemm as _gemm
+from . import launch
+from .launch import Launch, f32, float_define, i32, kernel
+
+
+def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffer, vc: Buffer,
+               state: Buffer, inv_freq: Buffer, *, m: int, n_heads: int, n_kv: int,
+               head_dim: int, max_seq: int, neox: bool, rot_dim: int = 0) -> Launch:
+    """Rotate q and k of m QKV rows (the first ``rot_dim`` dimensions of each head; 0: all),
+    q to ``q_out``, k and v into the cache at positions state[0] + row."""
+    rot = {"ROT_DIM": rot_dim} if rot_dim and rot_dim != head_dim else {}
+    knl = kernel(dev, "attention", "rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox), **rot)
+    args = [q_out, qkv, i32(ld_qkv), kc, vc, state, inv_freq, i32(n_heads), i32(n_kv),
+            i32(max_seq)]
+    return Launch(knl, (head_dim // 2, n_heads + 2 * n_kv, m), None, args,
+                  [qkv, state, inv_freq], [q_out, kc, vc], "rope_store")
+
+
+def rope(dev: CLDevice, x: Buffer, x_off: int, ld: int, pos: Buffer, inv_freq: Buffer, *,
+         m: int, heads: int, head_dim: int, neox: bool) -> Launch:
+    """Rotate, in place, m rows of ``heads`` heads (rows ``ld`` apart) at positions ``pos``."""
+    knl = kernel(dev, "attention", "rope", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
+    return Launch(knl, (head_dim // 2, heads, m), None, [x, i32(x_off), i32(ld), pos, inv_freq],
+                  [x, pos, inv_freq], [x], "rope")
+
+
+def kv_store(dev: CLDevice, kc: Buffer, vc: Buffer, k: Buffer, k_off: int, v: Buffer,
+             v_off: int, *, pos: int, m: int, n_kv: int, head_dim: int, max_seq: int) -> Launch:
+    """Store m rows of keys and values ``[m, n_kv, head_dim]`` (float32, at element offsets
+    ``k_off``, ``v_off``) into the caches ``[n_kv, max_seq, head_dim]`` at positions
+    ``pos ..``."""
+    knl = kernel(dev, "attention", "kv_store", HEAD_DIM=head_dim)
+    args = [kc, vc, k, i32(k_off), v, i32(v_off), i32(pos), i32(max_seq)]
+    return Launch(knl, (head_dim, n_kv, m), None, args, [k, v], [kc, vc], "kv_store")
+
+
+def decode_chunk(dev: CLDevice, max_seq: int, n_heads: int) -> tuple[int, int]:
+    """(chunk, splits) of the split-KV decode attention: enough work-items to fill the device
+    at full length, chunks no shorter than 32 positions."""
+    if not launch.is_cpu(dev):
+        # GPUs: work-groups of CHUNK positions (attn_decode_wg); empty ones exit at once
+        chunk = max(64, 1 << (math.ceil(max_seq / 128) - 1).bit_length())
+        return chunk, math.ceil(max_seq / chunk)
+    want = max(1, (dev.caps.compute_units * 4) // max(n_heads, 1))
+    chunk = max(32, math.ceil(max_seq / want))
+    return chunk, math.ceil(max_seq / chunk)
+
+
+def _attn_combine(dev: CLDevice, out: Buffer, part: Buffer, state: Buffer, head_dim: int,
+                  n_heads: int, chunk: int, splits: int) -> Launch:
+    """The combine of a split decode attention's partials into out [H][D]."""
+    knl = kernel(dev, "attention", "attn_combine", HEAD_DIM=head_dim)
+    return Launch(knl, (head_dim, n_heads), None, [out, part, state, i32(chunk), i32(splits)],
+                  [part, state], [out], "attn_combine")
+
+
+def _score_defines(softcap: float, window: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"SOFTCAP": float_define(softcap)} if softcap else {}
+    if window:
+        out["WINDOW"] = int(window)
+    return out
+
+
+def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer, vc: Buffer,
+                state: Buffer, *, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
+                scale: float, softcap: float = 0.0, window: int = 0) -> list[Launch]:
+    """Attention of one query row over the cache: split over positions, then combined.
+    ``softcap``: scores soft-capped to (-softcap, softcap); ``window``: the last ``window``
+    positions only (both take the one-work-item-per-split kernel)."""
+    chunk, splits = decode_chunk(dev, max_seq, n_heads)
+    a1 = [part, q, kc, vc, state, i32(max_seq), i32(chunk), i32(n_heads // n_kv), f32(scale)]
+    if softcap or window or not fused_decode(dev, head_dim):
+        # one work-item per split (no work-group of head_dim work-items, or scores capped or
+        # windowed, which attn_decode_wg does not do)
+        k1 = kernel(dev, "attention", "attn_decode", HEAD_DIM=head_dim,
+                    **_score_defines(softcap, window))
+        g1, l1 = (splits, n_heads), None
+    else:
+        k1 = kernel(dev, "attention", "attn_decode_wg", HEAD_DIM=head_dim, CHUNK=chunk)
+        g1, l1 = (splits * head_dim, n_heads), (head_dim, 1)
+    return [Launch(k1, g1, l1, a1, [q, kc, vc, state], [part], "attn_decode"),
+            _attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits)]
+
+
+def fused_decode(dev: CLDevice, head_dim: int) -> bool:
+    """Whether decode attention runs as attn_decode_rope (rotation, cache store and attention
+    in one launch): GPUs, with a work-group of head_dim work-items."""
+    return (not launch.is_cpu(dev) and head_dim <= dev.caps.max_work_group
+            and head_dim & (head_dim - 1) == 0)
+
+
+def decode_combines(dev: CLDevice) -> bool:
+    """Whether the last work-group of a head may combine the others' partials in the same
+    launch: where a device-wide fence is known to order them (NVIDIA through PTX; PoCL's CPU
+    threads share coherent memory). Elsewhere attn_combine runs as its own launch."""
+    return launch.is_cpu(dev) or dev.probe("nvidia_ptx")
+
+
+def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qkv: Buffer,
+                     kc: Buffer, vc: Buffer, state: Buffer, inv_freq: Buffer, *, n_heads: int,
+                     n_kv: int, head_dim: int, max_seq: int, scale: float, neox: bool,
+                     chunk: int | None = None, combine: bool | None = None) -> list[Launch]:
+    """Decode attention of one row straight from the QKV projection ``qkv`` ([q | k | v] of
+    the row at position state[0], before rotation): rotates q and k, stores k and v in the
+    cache and attends, in one launch where ``decode_combines`` (``count``: n_heads int32,
+    zero, left zero), else two. ``out`` is [H][D]."""
+    if chunk is None:
+        chunk, splits = decode_chunk(dev, max_seq, n_heads)
+    else:
+        splits = math.ceil(max_seq / chunk)
+    if combine is None:
+        combine = decode_combines(dev)
+    ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
+    k1 = kernel(dev, "attention", "attn_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
+                ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx))
+    a1 = [out, part, count, qkv, kc, vc, state, inv_freq, i32(max_seq),
+          i32(n_heads // n_kv), i32(n_heads), i32(n_kv), f32(scale)]
+    launches = [Launch(k1, (splits * head_dim, n_heads), (head_dim, 1), a1,
+                       [qkv, kc, vc, state, inv_freq, count],
+                       [out, part, kc, vc, count], "attn_decode")]
+    if not combine:
+        launches.append(_attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits))
+    return launches
+
+
+def cpu_vectors(dev: CLDevice) -> bool:
+    """A CPU whose runtime builds and runs 16-wide vector kernels (the CPU product probe):
+    the CPU attention kernels and weight layout."""
+    return launch.is_cpu(dev) and _gemm.cpu_kernel_works(dev, "float32")
+
+
+def cpu_decode(dev: CLDevice, head_dim: int) -> bool:
+    """Whether decode attention runs as attn_decode_cpu (rotation, cache store and attention
+    of a layer in one launch, a work-item per query head): CPUs that pass the product probe,
+    heads of a multiple of 16."""
+    return head_dim % 16 == 0 and cpu_vectors(dev)
+
+
+def attn_decode_cpu(dev: CLDevice, out: Buffer, qkv: Buffer, kc: Buffer, vc: Buffer,
+                    state: Buffer, inv_freq: Buffer, *, n_heads: int, n_kv: int, head_dim: int,
+                    max_seq: int, scale: float, neox: bool) -> Launch:
+    """Decode attention of one row straight from the QKV projection on CPUs: rotation, the
+    cache store and attention in one launch (``out`` is [H][D])."""
+    knl = kernel(dev, "attention", "attn_decode_cpu", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
+                 CPU_VEC=1)
+    args = [out, qkv, kc, vc, state, inv_freq, i32(max_seq), i32(n_heads // n_kv),
+            i32(n_heads), i32(n_kv), f32(scale)]
+    return Launch(knl, (n_heads,), (1,), args, [qkv, kc, vc, state, inv_freq], [out, kc, vc],
+                  "attn_decode")
+
+
+def part_nbytes(dev: CLDevice, max_seq: int, n_heads: int, head_dim: int) -> int:
+    _, splits = decode_chunk(dev, max_seq, n_heads)
+    return n_heads * splits * (head_dim + 2) * 4
+
+
+def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, kc: Buffer,
+                 vc: Buffer, k_off: int, v_off: int, kv_stride: int, state: Buffer, *,
+                 pos_add: int, causal: bool, n_keys: int, m: int, n_heads: int, n_kv: int,
+                 head_dim: int, scale: float, softcap: float = 0.0, window: int = 0) -> Launch:
+    """Attention of m query rows; ``softcap`` and ``window`` as in attn_decode (a causal
+    window: the keys (pos - window, pos] of each row)."""
+    args = [out, q, i32(q_off), i32(ld_q), kc, vc, i32(k_off), i32(v_off), i32(kv_stride),
+            state, i32(pos_add), i32(int(causal)), i32(n_keys), i32(n_heads // n_kv),
+            f32(scale)]
+    reads = [q, kc, vc, state]
+    if softcap or window:
+        # PERF: capped or windowed scores take the work-item-per-row kernel on GPUs too
+        knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim,
+                     **_score_defines(softcap, window))
+        return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
+    if not launch.is_cpu(dev) and head_dim % 8 == 0:
+        # PERF: GPUs: 16 rows per work-group share each tile of keys and values through local
+        # memory (a work-item per row and head walked every key alone: 0.5 ms a layer for 128
+        # rows of Llama-3.2-1B on an H100)
+        knl = kernel(dev, "attention", "attn_prefill_wg", HEAD_DIM=head_dim, PREFILL_WG=1)
+        return Launch(knl, (math.ceil(m / 16) * 128, n_heads), (128, 1), args + [i32(m)],
+                      reads, [out], "attn_prefill")
+    if head_dim % 16 == 0 and cpu_vectors(dev):
+        # PERF (CPUs): 16-wide arithmetic, one exp per key, a work-item per group (rows of
+        # different lengths vectorized across work-items ran slower on PoCL)
+        knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim, CPU_VEC=1)
+        return Launch(knl, (m, n_heads), (1, 1), args, reads, [out], "attn_prefill")
+    knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim)
+    return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")

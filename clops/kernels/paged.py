@@ -1,0 +1,65 @@
+"""Kernels, paged KV cache: launches of ``paged.cl`` for batched decoding (``llm.batch``):
+rotation with the store of k and v into pool blocks, attention over a sequence's blocks, and
+the gather of chosen rows. Every row's result depends on that row and its sequence's cache
+alone, whatever else the step holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..runtime import CLDevice
+from ..runtime.pool import Buffer
+from .launch import Launch, f32, i32, kernel
+
+
+@dataclass(frozen=True)
+class PagedRows:
+    """Where the rows of a step live: ``table`` [slots][max_blocks] (the pool block of each
+    run of ``block_size`` positions of the sequence in a slot), and per row its slot
+    (``slots``) and position (``positions``)."""
+
+    table: Buffer
+    max_blocks: int
+    slots: Buffer
+    positions: Buffer
+    block_size: int
+
+    @property
+    def args(self) -> list[object]:
+        return [self.table, i32(self.max_blocks), self.slots, self.positions]
+
+    @property
+    def reads(self) -> list[Buffer]:
+        return [self.table, self.slots, self.positions]
+
+
+def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kp: Buffer, vp: Buffer,
+               rows: PagedRows, inv_freq: Buffer, *, m: int, n_heads: int, n_kv: int,
+               head_dim: int, neox: bool, name: str = "rope_store") -> Launch:
+    """Rotate q and k of m QKV rows, q to ``q_out``, k and v into the pools ``kp``, ``vp``."""
+    # (a kernel object per launch: a plan sets each one's arguments once)
+    knl = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
+    return Launch(knl, (head_dim // 2, n_heads + 2 * n_kv, m), None,
+                  [q_out, qkv, i32(ld_qkv), kp, vp, *rows.args, inv_freq, i32(n_heads),
+                   i32(n_kv), i32(rows.block_size)],
+                  [qkv, *rows.reads, inv_freq], [q_out, kp, vp], name)
+
+
+def attention(dev: CLDevice, out: Buffer, q: Buffer, kp: Buffer, vp: Buffer, rows: PagedRows,
+              *, m: int, n_heads: int, n_kv: int, head_dim: int, scale: float, lsize: int,
+              name: str = "attn") -> Launch:
+    """Causal attention of m query rows over their sequences' blocks (``lsize`` work-items
+    per row and head, splitting the positions)."""
+    knl = kernel(dev, "paged", "paged_attn", HEAD_DIM=head_dim, LS=lsize)
+    return Launch(knl, (lsize, n_heads, m), (lsize, 1, 1),
+                  [out, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv), i32(rows.block_size),
+                   f32(scale)],
+                  [q, kp, vp, *rows.reads], [out], name)
+
+
+def gather_rows(dev: CLDevice, out: Buffer, x: Buffer, sel: Buffer, *, m: int, k: int,
+                head_dim: int, neox: bool) -> Launch:
+    """out[i, :k] = x[sel[i], :k] for i < m (``head_dim`` and ``neox``: the program the step's
+    other paged kernels were built in)."""
+    knl = kernel(dev, "paged", "gather_rows", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
+    return Launch(knl, (k, m), None, [out, x, sel, i32(k)], [x, sel], [out], "gather_rows")

@@ -1,0 +1,35 @@
+"""Kernels, sampling: the launch of ``sample.cl`` (temperature, top-k, top-p, min-p, the
+repetition penalty and the draw of the next token, on the device)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime import CLDevice
+from ..runtime.pool import Buffer
+from . import launch
+from .launch import Launch, f32, i32, kernel, pow2_at_most
+
+# The positions of the sampler's settings in the launch's arguments (``sample``), where a
+# recorded plan changes them between replays.
+SETTING_ARGS = {"temperature": 8, "top_k": 9, "top_p": 10, "min_p": 11, "penalty": 12,
+                "seed": 13}
+
+
+def sample_lsize(dev: CLDevice) -> int:
+    return 16 if launch.is_cpu(dev) else min(512, pow2_at_most(dev.caps.max_work_group))
+
+
+def sample(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logits: Buffer,
+           l_off: int, z: Buffer, *, vocab: int, advance: int, temperature: float, top_k: int,
+           top_p: float, min_p: float, penalty: float, seed: int) -> Launch:
+    """The next token from the ``vocab`` logits at ``l_off`` (repetition penalty over ``seen``,
+    temperature, min-p, top-k, top-p and a draw seeded by ``seed``; argmax at temperature <= 0),
+    written to tokens[state[0] + advance]; state[0] moves on by ``advance``."""
+    nt = sample_lsize(dev)
+    knl = kernel(dev, "sample", "sample", NT=nt)
+    args = [tokens, state, seen, logits, i32(l_off), z, i32(vocab), i32(advance),
+            f32(temperature), i32(top_k), f32(top_p), f32(min_p), f32(penalty),
+            np.uint32(seed & 0xFFFFFFFF)]
+    return Launch(knl, (nt,), (nt,), args, [logits, state, seen], [tokens, state, seen, z],
+                  "sample")
