@@ -100,6 +100,36 @@ class _Seq:
         return len(self.ids) + self.produced
 
 
+# A launch's arguments (position, value) and global size at another row count
+_Resize = tuple[list[tuple[int, Any]], tuple[int, ...]]
+
+
+@dataclass
+class _StepPlan:
+    """A step's launches, made for some row count, with how each launch whose arguments or
+    sizes follow the rows is resized (``rows``: the count the plan holds now)."""
+
+    plan: LaunchPlan
+    resizes: list[tuple[int, Callable[[int], _Resize]]]
+    rows: int
+
+    def add(self, ln: Launch) -> None:
+        self.plan.add(ln)
+
+    def add_rows(self, ln: Launch, axis: int, per_row: int = 1) -> None:
+        """``ln`` with ``per_row`` work-items of global axis ``axis`` per row."""
+        g = ln.global_size
+
+        def at(rows: int) -> _Resize:
+            return [], tuple(rows * per_row if a == axis else s for a, s in enumerate(g))
+
+        self.add_resized(ln, at)
+
+    def add_resized(self, ln: Launch, at: Callable[[int], _Resize]) -> None:
+        self.resizes.append((len(self.plan.launches), at))
+        self.plan.add(ln)
+
+
 class BatchEngine:
     """Continuous batching over ``model`` (see the module's text).
 
@@ -140,7 +170,8 @@ class BatchEngine:
         self.num_blocks = int(num_blocks)
         self.rows = max_batch + prefill_chunk  # the most rows one step runs
         self._alloc()
-        self._plans: dict[tuple[int, int, bool], LaunchPlan] = {}
+        # one plan per (rows per work-item, logits rows, embed), resized to each step's rows
+        self._plans: dict[tuple[int | None, int, bool], _StepPlan] = {}
         self._lock = threading.RLock()
         self._waiting: deque[_Seq] = deque()
         self._running: dict[int, _Seq] = {}  # by slot
@@ -184,85 +215,109 @@ class BatchEngine:
         self.kpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
         self.vpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
 
+    def _tm(self, m: int) -> int | None:
+        """Rows per work-item of the step's matmuls on CPUs (a compile-time constant, so a plan
+        serves the row counts of one value); None on GPUs (one geometry for every batch)."""
+        return min(8, launch.pow2_at_most(m)) if launch.is_cpu(self.device) else None
+
     def _matmul(self, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
                 w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
                 name: str = "matmul", norm: tuple[Buffer, float] | None = None,
-                glu: bool = False) -> Launch:
+                glu: bool = False) -> tuple[Launch, Callable[[int], _Resize]]:
         """The matmul kernel with the geometry it takes for several rows, run on ``m`` rows,
         so that a row's sums are added in the same order whatever the batch: on GPUs one
         geometry for every batch; on CPUs (one work-item a column, no split of k) a row's
-        result does not depend on the rows a work-item takes (TM), which follows the batch."""
+        result does not depend on the rows a work-item takes (TM), which follows the batch.
+        Also returns how to resize the launch to another row count."""
         dev = self.device
-        tm = min(8, launch.pow2_at_most(m)) if launch.is_cpu(dev) else None
+        tm = self._tm(m)
         ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), bias=bias,
                            accum=accum, name=name, norm=norm, glu=glu, tm=tm,
                            row_invariant=True)
         if tm is None:
             tm, _ = matmul.matmul_geometry(dev, 2, w.k, w.fmt)
-        ln.args[9] = i32(m)
-        if w.layout == "rb16":  # (row tiles, column blocks)
-            ln.global_size = (-(-m // tm), ln.global_size[1])
-        else:  # (columns, row tiles)
-            ln.global_size = (ln.global_size[0], -(-m // tm))
-        return ln
+        axis = 0 if w.layout == "rb16" else 1  # rb16: (row tiles, column blocks)
+        g = ln.global_size
+
+        def at(rows: int) -> _Resize:
+            size = list(g)
+            size[axis] = -(-rows // tm)
+            return [(9, i32(rows))], tuple(size)
+
+        ((_, rows_arg),), ln.global_size = at(m)
+        ln.args[9] = rows_arg
+        return ln, at
 
     def _plan(self, n: int, nl: int, embed: bool = False) -> LaunchPlan:
         """The launches of a step of ``n`` rows with logits for ``nl`` of them (or, ``embed``,
-        the final norm of every row instead)."""
-        key = (n, nl, embed)
-        plan = self._plans.get(key)
-        if plan is not None:
-            return plan
+        the final norm of every row instead). A plan is made once per (rows per work-item,
+        nl, embed) and resized to ``n`` rows: making one costs a kernel object per launch
+        (about 0.06 ms each with pyopencl), resizing sets a few arguments and sizes."""
+        key = (self._tm(n), nl, embed)
+        got = self._plans.get(key)
+        if got is None:
+            got = self._plans[key] = self._make_plan(n, nl, embed)
+        if got.rows != n:
+            got.plan.resize([(i, *at(n)) for i, at in got.resizes])
+            got.rows = n
+        return got.plan
+
+    def _make_plan(self, n: int, nl: int, embed: bool) -> _StepPlan:
         m, cfg, dev = self.model, self.model.config, self.device
         H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
         n_qkv, eps = (H + 2 * KV) * D, cfg.norm_eps
-        plan = LaunchPlan(dev)
-        add = plan.add
-        add(matmul.embedding(dev, self.x, self.ids, self.zero, m.embed, n))
+        step = _StepPlan(LaunchPlan(dev), [], n)
+        add, add_rows, add_resized = step.add, step.add_rows, step.add_resized
+        add_rows(matmul.embedding(dev, self.x, self.ids, self.zero, m.embed, n), axis=1)
         ls = 1 if launch.is_cpu(dev) else 32
         rows = PagedRows(self.table, self.maxb, self.rslot, self.rpos, self.block_size)
         # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them
         fuse = matmul.fused_prologues(dev)
         xin = self.x if fuse else self.xn
+
+        def rmsnorm(x: Buffer, w: Buffer) -> None:
+            ln = norm.rmsnorm(dev, self.xn, x, 0, dim, w, m=n, k=dim, eps=eps)
+            add_rows(ln, axis=0, per_row=ln.global_size[0] // n)
+
         for i, ly in enumerate(m.layers):
             prologue = (ly.attn_norm, eps) if fuse else None
             if not fuse:
-                add(norm.rmsnorm(dev, self.xn, self.x, 0, dim, ly.attn_norm, m=n, k=dim, eps=eps))
+                rmsnorm(self.x, ly.attn_norm)
             for w, off, b in ly.qkv.parts:
-                add(self._matmul(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
-                                 name=f"qkv.{i}", norm=prologue))
+                add_resized(*self._matmul(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
+                                         name=f"qkv.{i}", norm=prologue))
             kp, vp = self.kpool[i], self.vpool[i]
-            add(paged.rope_store(dev, self.q, self.qkv, n_qkv, kp, vp, rows, m.inv_freq, m=n,
-                                 n_heads=H, n_kv=KV, head_dim=D, neox=cfg.rope_neox,
-                                 name=f"rope_store.{i}"))
-            add(paged.attention(dev, self.attn, self.q, kp, vp, rows, m=n, n_heads=H, n_kv=KV,
-                                head_dim=D, scale=cfg.scale * cfg.rope_mscale() ** 2,
-                                lsize=ls, name=f"attn.{i}"))
-            add(self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
-                             name=f"o.{i}"))
+            add_rows(paged.rope_store(dev, self.q, self.qkv, n_qkv, kp, vp, rows, m.inv_freq,
+                                      m=n, n_heads=H, n_kv=KV, head_dim=D, neox=cfg.rope_neox,
+                                      name=f"rope_store.{i}"), axis=2)
+            add_rows(paged.attention(dev, self.attn, self.q, kp, vp, rows, m=n, n_heads=H,
+                                     n_kv=KV, head_dim=D,
+                                     scale=cfg.scale * cfg.rope_mscale() ** 2, lsize=ls,
+                                     name=f"attn.{i}"), axis=2)
+            add_resized(*self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
+                                     name=f"o.{i}"))
             prologue = (ly.ffn_norm, eps) if fuse else None
             if not fuse:
-                add(norm.rmsnorm(dev, self.xn, self.x, 0, dim, ly.ffn_norm, m=n, k=dim, eps=eps))
+                rmsnorm(self.x, ly.ffn_norm)
             for w, off, b in ly.gate_up.parts:
-                add(self._matmul(self.gu, off, 2 * F, xin, 0, dim, w, n, bias=b,
-                                 name=f"gate_up.{i}", norm=prologue))
+                add_resized(*self._matmul(self.gu, off, 2 * F, xin, 0, dim, w, n, bias=b,
+                                         name=f"gate_up.{i}", norm=prologue))
             if fuse:
-                add(self._matmul(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, n, accum=True,
-                                 name=f"down.{i}", glu=True))
+                add_resized(*self._matmul(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, n,
+                                         accum=True, name=f"down.{i}", glu=True))
             else:
-                add(activation.glu(dev, self.h, self.gu, m=n, f=F))
-                add(self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
-                                 name=f"down.{i}"))
+                add_rows(activation.glu(dev, self.h, self.gu, m=n, f=F), axis=1)
+                add_resized(*self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
+                                         name=f"down.{i}"))
         if embed:
-            add(norm.rmsnorm(dev, self.xn, self.x, 0, dim, m.out_norm, m=n, k=dim, eps=eps))
-        elif nl:
+            rmsnorm(self.x, m.out_norm)
+        elif nl:  # the logits rows: nl is part of the plan's key, not resized
             add(paged.gather_rows(dev, self.xl, self.x, self.sel, m=nl, k=dim, head_dim=D,
                                   neox=cfg.rope_neox))
             add(norm.rmsnorm(dev, self.xn, self.xl, 0, dim, m.out_norm, m=nl, k=dim, eps=eps))
             add(self._matmul(self.logits, 0, cfg.vocab_size, self.xn, 0, dim, m.output, nl,
-                             name="lm_head"))
-        self._plans[key] = plan
-        return plan
+                             name="lm_head")[0])
+        return step
 
     # -- sequences -----------------------------------------------------------------------------
     def add(self, ids: list[int], params: SamplingParams, max_new_tokens: int,

@@ -143,19 +143,44 @@ def test_eight_at_once_equal_each_alone(srv, client):
     assert _free_blocks_back(srv)
 
 
-def test_a_client_that_goes_away_frees_its_slot_and_blocks(srv):
+def test_a_client_that_goes_away_frees_its_slot_and_blocks(srv, monkeypatch):
+    # The engine thread is held after the request's third token until the server has asked to
+    # cancel it, so that the request is still running when its client goes, however fast the
+    # steps are; the cancel then runs before the next step: three tokens were made in all.
+    runner, engine = srv.server.runner, srv.server.engine
+    gate, asked = threading.Event(), threading.Event()
+    deliver, cancel, delivered = runner._deliver, runner.cancel, []
+
+    def held_deliver(o):
+        deliver(o)
+        delivered.append(o)
+        if len(delivered) == 3:
+            gate.wait(60)
+
+    def noted_cancel(h):
+        cancel(h)
+        asked.set()
+
+    monkeypatch.setattr(runner, "_deliver", held_deliver)
+    monkeypatch.setattr(runner, "cancel", noted_cancel)
+    before = engine.generated_tokens
     body = {"model": "tiny", "prompt": "w1 w2 w3", "max_tokens": 100, "temperature": 0,
-            "stream": True}
-    with httpx.Client(timeout=60) as h, h.stream("POST", srv.url + "/v1/completions",
-                                                 json=body) as r:
-        got = 0
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                got += 1
-            if got == 3:
-                break
-        assert srv.server.engine.stats()["running"] == 1
+            "stream": True, "ignore_eos": True}
+    try:
+        with httpx.Client(timeout=60) as h, h.stream("POST", srv.url + "/v1/completions",
+                                                     json=body) as r:
+            got = 0
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    got += 1
+                if got == 3:
+                    break
+            assert engine.stats()["running"] == 1
+        assert asked.wait(30), "the server did not cancel the request of a client that left"
+    finally:
+        gate.set()
     assert _free_blocks_back(srv)
+    assert engine.generated_tokens - before == 3
 
 
 def test_load_64_requests_from_16_clients(srv, client):
