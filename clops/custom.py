@@ -18,7 +18,6 @@ import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,10 +27,8 @@ from .array.tensor import Tensor, _flush_readers
 from .graph import dtypes as _dt
 from .graph import ir
 from .graph.ir import View
+from .kernels.launch import expand_includes
 from .runtime import cltypes, interop, streams
-
-_KERNELS_DIR = Path(__file__).parent / "random"
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)[>"][ \t]*$', re.M)
 
 # OpenCL C scalar types -> numpy.
 _SCALARS = {
@@ -66,17 +63,6 @@ def _strip_comments(src: str) -> str:
     return re.sub(r"//[^\n]*", "", src)
 
 
-def expand_includes(source: str) -> str:
-    """Replace ``#include "clops/<file>.cl"`` with the file (so the program cache sees it)."""
-
-    def sub(m: re.Match[str]) -> str:
-        path = _KERNELS_DIR / m.group(1)
-        if not path.exists():
-            raise FileNotFoundError(f"#include: clops has no {m.group(1)}; available: "
-                                    f"{sorted(p.name for p in _KERNELS_DIR.glob('*.cl'))}")
-        return path.read_text()
-
-    return _INCLUDE.sub(sub, source)
 
 
 def parse_params(decl: str) -> list[Param]:

@@ -16,24 +16,34 @@ from ..runtime import CLDevice, cltypes
 from ..runtime.plan import Launch, LaunchPlan
 from ..runtime.program import new_kernel
 
-__all__ = ["Launch", "LaunchPlan", "f32", "flat_geometry", "float_define", "i32", "is_cpu",
-           "kernel", "math_options", "pow2_at_most", "program", "shared_kernel", "source"]
+__all__ = ["HEADERS", "Launch", "LaunchPlan", "expand_includes", "f32", "flat_geometry",
+           "float_define", "i32", "is_cpu", "kernel", "math_options", "pow2_at_most", "program",
+           "shared_kernel", "source"]
 
 
-# ``#include "clops/<file>.cl"``: a header that user kernels include too (``clops.custom``
-# resolves the same name from the same folder), pasted in so that the program cache sees it.
+# ``#include "clops/<file>.cl"``: a header of this folder that user kernels include too
+# (``clops.custom``), pasted in so that the program cache sees it.
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)[>"][ \t]*$', re.M)
-# NOTE: the user-facing headers (philox.cl) live with the API that documents them (clops.random)
-_INCLUDE_DIR = "random"
+HEADERS = ("philox.cl",)  # the Philox counter-based generator (clops.random documents it)
+
+
+def expand_includes(source: str) -> str:
+    """Replace ``#include "clops/<file>.cl"`` with the header (one of ``HEADERS``)."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) not in HEADERS:
+            raise FileNotFoundError(f"#include: clops has no {m.group(1)}; available: "
+                                    f"{list(HEADERS)}")
+        return resources.files(__package__).joinpath(m.group(1)).read_text()
+
+    return _INCLUDE.sub(sub, source)
 
 
 @functools.cache
 def source(name: str) -> str:
     """The text of ``clops/kernels/<name>.cl``, with its ``#include "clops/<file>.cl"`` lines
-    replaced by the files."""
-    text = resources.files(__package__).joinpath(f"{name}.cl").read_text()
-    headers = resources.files("clops").joinpath(_INCLUDE_DIR)
-    return _INCLUDE.sub(lambda m: headers.joinpath(m.group(1)).read_text(), text)
+    replaced by the headers."""
+    return expand_includes(resources.files(__package__).joinpath(f"{name}.cl").read_text())
 
 
 def _options(defines: dict[str, Any]) -> tuple[str, ...]:

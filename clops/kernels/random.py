@@ -1,5 +1,5 @@
 """Kernels, random: launches of ``random.cl``, tensor creation from Philox4x32-10 (the generator
-is ``clops/random/philox.cl``, which user kernels include as ``"clops/philox.cl"``). Element
+is ``clops/kernels/philox.cl``, which user kernels include as ``"clops/philox.cl"``). Element
 ``i`` of an output is a function of (seed, stream, i) only; ``clops.random`` is the API."""
 
 from __future__ import annotations

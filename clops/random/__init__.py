@@ -24,7 +24,7 @@ __all__ = ["PHILOX_PATH", "integers", "normal", "philox4x32_10", "philox_source"
            "random_bits", "uniform"]
 
 # (also what ``#include "clops/philox.cl"`` pastes into user kernels and ``kernels/random.cl``)
-PHILOX_PATH = Path(__file__).with_name("philox.cl")
+PHILOX_PATH = Path(__file__).parent.parent / "kernels" / "philox.cl"
 _M0, _M1, _W0, _W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
 
 
