@@ -37,8 +37,7 @@ from standin_gguf import _random_blocks  # noqa: E402
 
 import clops  # noqa: E402
 import clops.nn as nn  # noqa: E402
-from clops.kernels import attention, matmul  # noqa: E402
-from clops.kernels import gemm as G  # noqa: E402
+from clops.kernels import attention, gemm, matmul  # noqa: E402
 from clops.kernels.launch import LaunchPlan  # noqa: E402
 
 GGML = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
@@ -61,18 +60,18 @@ def bench_gemm(dev, size: int, dtype: str, torch, repeat: int) -> list[dict]:
     variants = [("clops.matmul", lambda: clops.matmul(ta, tb).realize())]
     tc = clops.empty((m, n), dtype=getattr(clops, dtype), device=dev).realize()
     for d in (16, 32):
-        if dev.kind == "cpu" or (d == G.TILED_DEPTH and not G.use_mma(dev, dtype)):
+        if dev.kind == "cpu" or (d == gemm.TILED_DEPTH and not gemm.use_mma(dev, dtype)):
             continue
 
         def portable(d=d) -> None:
-            G.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer, tb.offset,
+            gemm.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer, tb.offset,
                    n, m, n, k, dtype, portable=True, tiled_depth=d)
         variants.append((f"portable kernel, depth {d}", portable))
-    if G.use_mma(dev, dtype):
+    if gemm.use_mma(dev, dtype):
         for d in (32, 64):  # the older tensor-core kernel (plain loads, no cp.async)
 
             def mma(d=d) -> None:
-                G.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer,
+                gemm.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer,
                        tb.offset, n, m, n, k, dtype, mma_depth=d)
             variants.append((f"tensor cores, gemm_mma depth {d}", mma))
     peer_ms, peer = None, "numpy"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import clops
-from clops import random as R
+from clops import random
 from clops.runtime import CLDevice
 
 # Known-answer vectors of Philox4x32-10 (counter, key -> output).
@@ -23,7 +23,7 @@ KAT = [
 @pytest.mark.parametrize("ctr,key,want", KAT)
 def test_host_reference_kat(ctr: tuple[int, ...], key: tuple[int, int],
                             want: tuple[int, ...]) -> None:
-    got = R.philox4x32_10(np.array(ctr, np.uint32), key)
+    got = random.philox4x32_10(np.array(ctr, np.uint32), key)
     assert tuple(int(v) for v in got) == want
 
 
@@ -45,57 +45,57 @@ def _vec(n: int) -> np.dtype:
 def test_bits_match_host(device: CLDevice) -> None:
     seed = (123 << 32) | 456
     n = 1001
-    got = R.random_bits(seed, n, stream=5, device=device).to_numpy()
+    got = random.random_bits(seed, n, stream=5, device=device).to_numpy()
     blocks = -(-n // 4)
     ctr = np.zeros((blocks, 4), np.uint32)
     ctr[:, 0] = np.arange(blocks)
     ctr[:, 2] = 5
-    want = R.philox4x32_10(ctr, (456, 123)).reshape(-1)[:n]
+    want = random.philox4x32_10(ctr, (456, 123)).reshape(-1)[:n]
     np.testing.assert_array_equal(got, want)
 
 
 def test_reproducible_across_shapes_and_streams(device: CLDevice) -> None:
-    a = R.uniform(9, (10, 10), device=device).to_numpy().reshape(-1)
-    b = R.uniform(9, 37, device=device).to_numpy()
+    a = random.uniform(9, (10, 10), device=device).to_numpy().reshape(-1)
+    b = random.uniform(9, 37, device=device).to_numpy()
     np.testing.assert_array_equal(a[:37], b)   # element i depends on i only
-    c = R.uniform(9, 37, stream=1, device=device).to_numpy()
+    c = random.uniform(9, 37, stream=1, device=device).to_numpy()
     assert not np.array_equal(b, c)
-    np.testing.assert_array_equal(R.normal(3, 50, device=device).to_numpy(),
-                                  R.normal(3, 50, device=device).to_numpy())
+    np.testing.assert_array_equal(random.normal(3, 50, device=device).to_numpy(),
+                                  random.normal(3, 50, device=device).to_numpy())
 
 
 def test_reproducible_across_devices(device: CLDevice) -> None:
     if device.partition_support()["max_sub_devices"] < 2:
         pytest.skip("needs a second device")
     d0, d1 = device.create_sub_devices(2)
-    for fn in (R.uniform, R.normal):
+    for fn in (random.uniform, random.normal):
         np.testing.assert_array_equal(fn(5, 333, device=d0).to_numpy(),
                                       fn(5, 333, device=d1).to_numpy())
 
 
 def test_distributions(device: CLDevice) -> None:
-    u = R.uniform(1, 200_000, low=-2.0, high=3.0, device=device).to_numpy()
+    u = random.uniform(1, 200_000, low=-2.0, high=3.0, device=device).to_numpy()
     assert u.min() >= -2 and u.max() < 3 and abs(u.mean() - 0.5) < 0.02
-    z = R.normal(2, 200_000, mean=1.0, std=2.0, device=device).to_numpy()
+    z = random.normal(2, 200_000, mean=1.0, std=2.0, device=device).to_numpy()
     assert abs(z.mean() - 1) < 0.02 and abs(z.std() - 2) < 0.02
-    i = R.integers(3, 60_000, 10, 16, device=device).to_numpy()
+    i = random.integers(3, 60_000, 10, 16, device=device).to_numpy()
     assert i.dtype == np.int64 and i.min() == 10 and i.max() == 15
     assert np.bincount(i - 10).min() > 9000
-    i32 = R.integers(3, 100, 5, dtype=clops.int32, device=device).to_numpy()
+    i32 = random.integers(3, 100, 5, dtype=clops.int32, device=device).to_numpy()
     assert i32.dtype == np.int32 and 0 <= i32.min() and i32.max() < 5
     if device.caps.fp64:
-        d = R.uniform(4, 100_000, dtype=clops.float64, device=device).to_numpy()
+        d = random.uniform(4, 100_000, dtype=clops.float64, device=device).to_numpy()
         assert d.dtype == np.float64 and 0 <= d.min() and d.max() < 1
         assert len(np.unique(d)) == d.size
-        zd = R.normal(4, 100_000, dtype=clops.float64, device=device).to_numpy()
+        zd = random.normal(4, 100_000, dtype=clops.float64, device=device).to_numpy()
         assert abs(zd.std() - 1) < 0.02
 
 
 def test_errors(device: CLDevice) -> None:
     with pytest.raises(ValueError, match="seed"):
-        R.uniform(-1, 4, device=device)
+        random.uniform(-1, 4, device=device)
     with pytest.raises(ValueError, match="2\\*\\*32"):
-        R.integers(0, 4, 0, 1 << 40, device=device)
+        random.integers(0, 4, 0, 1 << 40, device=device)
     with pytest.raises(TypeError, match="float32 or float64"):
-        R.uniform(0, 4, dtype=clops.int32, device=device)
-    assert R.uniform(0, (0, 3), device=device).shape == (0, 3)
+        random.uniform(0, 4, dtype=clops.int32, device=device)
+    assert random.uniform(0, (0, 3), device=device).shape == (0, 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clops.compiler import realize as R
+from clops.compiler import realize
 
 
 @pytest.fixture
@@ -13,6 +13,6 @@ def gpu_path(device, monkeypatch):
     GPU's column layout), whatever it is."""
     if device.kind == "cpu":
         monkeypatch.setattr(device, "kind", "gpu")
-    R._KERNELS.clear()
+    realize._KERNELS.clear()
     yield device
-    R._KERNELS.clear()
+    realize._KERNELS.clear()

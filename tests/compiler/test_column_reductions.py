@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import clops
-from clops.compiler import realize as R
+from clops.compiler import realize
 from clops.compiler.kernel import KernelItem, Output
 from clops.compiler.lower import lower
 from clops.graph import dtypes as dt
@@ -60,9 +60,9 @@ def test_rendered_forms():
 
 
 def _launches(fn):
-    before = R.STATS["launches"]
+    before = realize.STATS["launches"]
     out = fn()
-    return out, R.STATS["launches"] - before
+    return out, realize.STATS["launches"] - before
 
 
 @pytest.mark.parametrize("shape,axis,split", [((10000, 300), 0, True), ((50, 40), 0, False),

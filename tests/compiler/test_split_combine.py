@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 import clops
-from clops.compiler import realize as R
+from clops.compiler import realize
 
 
 def _kernels(fn):
-    before = R.STATS["launches"]
+    before = realize.STATS["launches"]
     out = fn()
-    return out, R.STATS["launches"] - before
+    return out, realize.STATS["launches"] - before
 
 
 @pytest.mark.parametrize("op", ["sum", "max", "min", "prod", "any", "all"])
@@ -79,4 +79,4 @@ def test_counter_is_shared_and_ordered(gpu_path):
     s1, s2 = clops.sum(x), clops.max(x)
     assert float(s1) == pytest.approx(a.sum(dtype=np.float64), rel=1e-6)
     assert float(s2) == a.max()
-    assert R.counter(gpu_path) is R.counter(gpu_path)
+    assert realize.counter(gpu_path) is realize.counter(gpu_path)
