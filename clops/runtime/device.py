@@ -127,6 +127,14 @@ class PreparedLaunches:
     raw: list[Any] | None
     recorded: cmdbuf.CommandBuffer | None = None
 
+    def resize(self, index: int, global_size: Sequence[int]) -> None:
+        """Launch ``index`` with another global size from now on (not in a recording: a
+        plan that resizes has none)."""
+        kernel, _, local, name = self.items[index]
+        self.items[index] = (kernel, tuple(global_size), local, name)
+        if self.raw is not None:
+            self.raw[index] = rawenqueue.resized(self.raw[index], global_size)
+
 
 class CLQueue:
     """A command queue of a device. In-order unless asked otherwise; always profiling-capable."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import rawenqueue
 from .pool import Buffer
 
 if TYPE_CHECKING:
@@ -314,17 +315,21 @@ class LaunchPlan:
         >>> plan.resize([(0, [(3, np.int32(rows))], (rows, 64))])
         """
         self._resized = True
+        if self._ready and self._prepared.recorded is not None:
+            self._ready = False  # made again, unrecorded, at the next replay
         for index, args, gsize in changes:
             ln = self.launches[index]
             for position, value in args:
                 ln.args[position] = value
                 if self._ready:
-                    ln.kernel.set_arg(position, value.mem if isinstance(value, Buffer) else value)
+                    if isinstance(value, np.generic):
+                        rawenqueue.set_scalar_arg(ln.kernel, position, value)
+                    else:
+                        ln.kernel.set_arg(position, value.mem if isinstance(value, Buffer)
+                                          else value)
             ln.global_size = tuple(gsize)
-        if self._ready:
-            self._prepared = self.device.prepare_launches(
-                [(ln.kernel, ln.global_size, ln.local_size, ln.name) for ln in self.launches],
-                record=False)
+            if self._ready:
+                self._prepared.resize(index, ln.global_size)
 
     def set_scalar(self, index: int, position: int, value: Any) -> None:
         """Change one argument of one launch (for values fixed per call, not per step)."""

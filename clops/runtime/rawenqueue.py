@@ -83,6 +83,37 @@ def prepare(launches: Sequence[tuple[cl.Kernel, Sequence[int], Sequence[int] | N
     return out
 
 
+def resized(item: _Raw, global_size: Sequence[int]) -> _Raw:
+    """A prepared launch with another global size."""
+    handle, dims, _, ls, kernel = item
+    return handle, dims, (ctypes.c_size_t * dims)(*global_size), ls, kernel
+
+
+@functools.cache
+def _set_arg_function() -> Any | None:
+    lib = loader()
+    fn = getattr(lib, "clSetKernelArg", None) if lib is not None else None
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_int32
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_void_p]
+    return fn
+
+
+def set_scalar_arg(kernel: cl.Kernel, index: int, value: Any) -> None:
+    """``clSetKernelArg`` of a numpy scalar through ctypes (pyopencl's ``set_arg`` costs
+    several microseconds more a call; a resized plan sets one for each of its launches)."""
+    fn = _set_arg_function()
+    if fn is None:
+        kernel.set_arg(index, value)
+        return
+    data = value.tobytes()
+    rc = fn(kernel.int_ptr, index, len(data), data)
+    if rc:
+        raise RuntimeError(f"clSetKernelArg failed for argument {index} of "
+                           f"{kernel.function_name}: {error_name(rc)}")
+
+
 _ERRORS = {getattr(cl.status_code, n): n for n in dir(cl.status_code) if n.isupper()}
 # cl_khr_command_buffer's codes, which pyopencl does not name
 _ERRORS.update({-1138: "INVALID_COMMAND_BUFFER_KHR", -1139: "INVALID_SYNC_POINT_WAIT_LIST_KHR",
