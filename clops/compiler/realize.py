@@ -22,8 +22,8 @@ from .render import CLRenderer
 from .schedule import AllocStep, KernelStep, Plan
 
 _RENDERER = CLRenderer()
-# (device id, structural key, local size) -> (built kernel, name)
-_KERNELS: dict[tuple[int, KernelKey, int], tuple[Any, str]] = {}
+# (device id, renderer class, structural key, local size) -> (built kernel, name)
+_KERNELS: dict[tuple[int, type, KernelKey, int], tuple[Any, str]] = {}
 STATS = {"launches": 0}
 
 
@@ -74,7 +74,7 @@ def run_kernel(step: KernelStep, device: Device, buffer: Callable[[Any], Any],
               file=sys.stderr)
     geo = step.geometry
     local = geo.local if geo is not None else local_size(device, lw)
-    ck = (id(device), lw.key, local)
+    ck = (id(device), type(renderer), lw.key, local)
     hit = _KERNELS.get(ck)
     if hit is None:
         src = renderer.render(lw.key, local, step.name)

@@ -117,7 +117,7 @@ def test_a_renderer_subclass_spells_the_kernel(monkeypatch):
     assert "__kernel void k_multiply_add_sum(" in cl_src and "__global const float *b0" in cl_src
 
     # running the plan goes through the protocol alone: alloc, kernel build, launch
-    key = (id(device), step.key, step.geometry.local)
+    key = (id(device), ToyRenderer, step.key, step.geometry.local)
     try:
         realize.run(plan, device, ToyRenderer())
     finally:
