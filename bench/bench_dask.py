@@ -45,8 +45,8 @@ def cluster_for(n: int, devices: str | None) -> dict:
     or a selector list), or the CPU split into n sub-devices."""
     import clops.dask
 
-    if devices in (None, "cpu"):
-        return {"devices": None, "split": n} if n > 1 else {"devices": None}
+    if devices in (None, "cpu"):  # the CPU (None: the default device, a GPU where there is one)
+        return {"devices": devices, "split": n} if n > 1 else {"devices": devices}
     sels = clops.dask.device_selectors(devices)
     if len(sels) < n:
         raise ValueError(f"{devices!r} lists {len(sels)} devices, not {n}")
