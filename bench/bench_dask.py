@@ -3,7 +3,8 @@ workers (sub-devices of the CPU, or one worker per GPU), beside ``dask.array`` o
 (threaded scheduler, the same machine) in the same run. Two workloads on an array larger than
 one worker's device memory limit (``CLOPS_MEMORY_LIMIT``): a reduction-heavy pipeline (one
 pass: sums, maxima and means of columns of elementwise chains) and a blocked matmul
-(``x.T @ x``).
+(``x.T @ x``), each from its random input: numpy's chunks drawn by numpy, clops' on each
+worker's device (``clops.random.RandomState``).
 Reports seconds (median), the speed-up over one worker, the time Dask's task stream records
 as transfers between workers (summed over workers, in the last run) with their number and
 bytes, and each worker's peak device memory.
@@ -118,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
 
             def tensor_chunks():
-                return numpy_chunks().map_blocks(lambda b: clops.asarray(b),
-                                                 meta=clops.empty((0, 0)))
+                # drawn on each worker's device (numpy's chunks are drawn by numpy)
+                rs = da.random.RandomState(0, RandomState=clops.random.RandomState)
+                return rs.standard_normal(shape, chunks=chunks)
 
             for name, fn in (("pipeline", pipeline), ("matmul", blocked_matmul)):
                 def run(fn=fn, name=name) -> None:

@@ -20,8 +20,8 @@ from ..graph import ir
 from ..graph.ir import View
 from ..kernels import random as random_kernels
 
-__all__ = ["PHILOX_PATH", "integers", "normal", "philox4x32_10", "philox_source",
-           "random_bits", "uniform"]
+__all__ = ["PHILOX_PATH", "RandomState", "integers", "normal", "philox4x32_10",
+           "philox_source", "random_bits", "uniform"]
 
 # (also what ``#include "clops/philox.cl"`` pastes into user kernels and ``kernels/random.cl``)
 PHILOX_PATH = Path(__file__).parent.parent / "kernels" / "philox.cl"
@@ -144,3 +144,57 @@ def integers(seed: int, shape: int | Sequence[int], low: int, high: int | None =
         raise TypeError(f"integers makes int32 or int64, not {d}")
     return _generate(kname, 4, shape, d, seed, stream, device,
                      (np.int64(low), np.uint64(rng)))
+
+
+class RandomState:
+    """numpy's ``RandomState`` methods on the device, for Dask: with
+    ``da.random.RandomState(seed, RandomState=clops.random.RandomState)`` every block of a
+    Dask array is drawn on its worker's device (no host generator, no transfer). Dask gives
+    each block its own state (an array of uint32 words); the Philox seed and stream are taken
+    from its first three words, so blocks differ and a seed repeats its array.
+
+    Floats are float32, clops' default float (numpy's are float64): pass ``dtype`` for
+    float64 where the device has it.
+
+    >>> import dask.array as da
+    >>> rs = da.random.RandomState(0, RandomState=clops.random.RandomState)
+    >>> x = rs.standard_normal((100_000, 64), chunks=(10_000, 64))   # clops blocks
+    """
+
+    def __init__(self, seed: Any = None) -> None:
+        if seed is None:
+            words = np.random.SeedSequence().generate_state(3)
+        elif isinstance(seed, int | np.integer):
+            words = np.random.SeedSequence(int(seed)).generate_state(3)
+        else:
+            words = np.asarray(seed, np.uint32).reshape(-1)
+            if words.size < 3:
+                words = np.random.SeedSequence([int(w) for w in words]).generate_state(3)
+        self.seed = int(words[0]) | int(words[1]) << 32
+        self.stream = int(words[2])
+
+    def _shape(self, size: Any) -> tuple[int, ...]:
+        return () if size is None else _shape(size)
+
+    def standard_normal(self, size: Any = None, dtype: Any = None) -> Tensor:
+        return normal(self.seed, self._shape(size), dtype=dtype, stream=self.stream)
+
+    def normal(self, loc: float = 0.0, scale: float = 1.0, size: Any = None,
+               dtype: Any = None) -> Tensor:
+        return normal(self.seed, self._shape(size), mean=float(loc), std=float(scale),
+                      dtype=dtype, stream=self.stream)
+
+    def random_sample(self, size: Any = None, dtype: Any = None) -> Tensor:
+        return uniform(self.seed, self._shape(size), dtype=dtype, stream=self.stream)
+
+    random = random_sample
+
+    def uniform(self, low: float = 0.0, high: float = 1.0, size: Any = None,
+                dtype: Any = None) -> Tensor:
+        return uniform(self.seed, self._shape(size), low=float(low), high=float(high),
+                       dtype=dtype, stream=self.stream)
+
+    def randint(self, low: int, high: int | None = None, size: Any = None,
+                dtype: Any = None) -> Tensor:
+        return integers(self.seed, self._shape(size), low, high, dtype=dtype,
+                        stream=self.stream)

@@ -88,6 +88,28 @@ def test_tall_skinny_qr_and_svd():
                                rtol=1e-4)
 
 
+def test_da_random_draws_blocks_on_the_device():
+    rs = lambda seed: da.random.RandomState(seed, RandomState=clops.random.RandomState)  # noqa: E731
+    x = rs(0).standard_normal((40_000, 16), chunks=(5_000, 16))
+    assert isinstance(x._meta, clops.Tensor) and x.dtype == np.float32
+    with dask.config.set(scheduler="threads"):
+        block = x.blocks[3].compute()
+        whole = np.asarray(x.compute())
+        again = np.asarray(rs(0).standard_normal((40_000, 16), chunks=(5_000, 16)).compute())
+        other = np.asarray(rs(1).standard_normal((40_000, 16), chunks=(5_000, 16)).compute())
+        u = np.asarray(rs(2).uniform(-2, 3, size=(10_000,), chunks=1_000).compute())
+        k = np.asarray(rs(3).randint(5, 9, size=(10_000,), chunks=1_000).compute())
+    assert isinstance(block, clops.Tensor) and block.shape == (5_000, 16)
+    np.testing.assert_array_equal(np.asarray(block), whole[15_000:20_000])
+    np.testing.assert_array_equal(whole, again)  # a seed repeats its array
+    assert not np.array_equal(whole, other)
+    blocks = whole.reshape(8, 5_000, 16)
+    assert all(not np.array_equal(blocks[0], b) for b in blocks[1:])  # each block its own
+    assert abs(whole.mean()) < 0.02 and abs(whole.std() - 1) < 0.02
+    assert -2 <= u.min() and u.max() < 3 and abs(u.mean() - 0.5) < 0.1
+    assert set(np.unique(k)) == {5, 6, 7, 8}
+
+
 def test_pickle_keeps_values_dtype_shape_and_memory_kind():
     for t in (clops.asarray(A[:5]), clops.asarray(np.arange(7, dtype=np.uint8)),
               clops.asarray(np.array([True, False])), clops.asarray(A[:3], usm_type="host"),
