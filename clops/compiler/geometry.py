@@ -9,6 +9,7 @@ import math
 from typing import NamedTuple
 
 from ..graph.ir import prod
+from ..runtime import probes
 from .device import Device
 from .kernel import Lowered
 
@@ -75,6 +76,25 @@ def long_flat_index(device: Device) -> bool:
 def vector_width(device: Device) -> int:
     """Elements per work-item of contiguous kernels (1: no explicit vectors)."""
     return VECTOR_WIDTH.get(device.kind, 4)
+
+
+# CPUs: elements per work-item of a flat kernel that runs on vectors as written (``vmath``),
+# the widest first that divides the size and the offsets.
+CPU_VECTOR_MATH_WIDTHS = (16, 8, 4)
+
+
+def vector_math_widths(device: Device) -> tuple[int, ...]:
+    """Vector widths for flat float32 kernels of slow scalar math (``kernel.vector_math``);
+    none on GPUs, whose work-items are the vector lanes."""
+    return CPU_VECTOR_MATH_WIDTHS if device.kind == "cpu" else ()
+
+
+def vector_math_agrees(device: Device, fn: str) -> bool:
+    """Whether the device's vector form of ``fn`` gives its scalar values (a runtime probe,
+    run once per device and driver); a device the runtime cannot probe: no."""
+    if not hasattr(device, "remembered"):
+        return False
+    return probes.vector_math_agrees(device, fn)
 
 
 def warp_shuffles(device: Device) -> bool:

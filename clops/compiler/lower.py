@@ -16,6 +16,8 @@ from .geometry import (
     launches_exactly,
     long_flat_index,
     serial_rows,
+    vector_math_agrees,
+    vector_math_widths,
     vector_width,
     warp_shuffles,
 )
@@ -30,6 +32,7 @@ from .kernel import (
     ViewArg,
     is_expand_back,
     storage_dtype,
+    vector_math,
 )
 
 INT32_LIMIT = 2**31 - 1
@@ -197,6 +200,19 @@ def lower(item: KernelItem, device: Device) -> Lowered:
                 all(v.offset % vec == 0 for v in leaf_views) and \
                 all(o.view.offset % vec == 0 for o in item.outputs):
             flat = vec
+    leaves = tuple(Leaf(dt.name, len(v.shape), _unit_last(v)) for _, v, dt in lw.leaf_list)
+    outputs = tuple(KernelOutput(val, dname, len(ov.shape), _unit_last(ov))
+                    for val, dname, ov in outs)
+    vmath = False
+    widths = vector_math_widths(device)
+    if flat == 1 and widths and vector_math(out_instrs, leaves, outputs,
+                                           lambda fn: vector_math_agrees(device, fn)):
+        # PERF: CPUs run slow scalar math (sin, log, ...) on vectors as written
+        for w in widths:
+            if total % w == 0 and all(v.offset % w == 0 for v in leaf_views) and \
+                    all(o.view.offset % w == 0 for o in item.outputs):
+                flat, vmath = w, True
+                break
     row_class = _row_class(item, lw, out_instrs, device)
     if (flat or row_class[3]) and long_flat_index(device):
         # PERF: 64-bit flat indices on CPUs. With `int gid` and int offsets, PoCL sign-extends
@@ -211,16 +227,15 @@ def lower(item: KernelItem, device: Device) -> Lowered:
         chunked=item.chunks > 1,
         combine=item.combine.node.dtype.name if item.combine is not None else None,
         reduced_out=item.reduced_out, flat=flat, wide=wide,
-        leaves=tuple(Leaf(dt.name, len(v.shape), _unit_last(v)) for _, v, dt in lw.leaf_list),
+        leaves=leaves,
         views=tuple(ViewArg(len(v.shape), len(s)) for v, s in lw.views),
         consts=tuple(dt.name for _, dt in lw.consts),
         reductions=tuple(lw.reduce_regions), instrs=out_instrs,
-        outputs=tuple(KernelOutput(val, dname, len(ov.shape), _unit_last(ov))
-                      for val, dname, ov in outs),
+        outputs=outputs,
         # Bounds check on the flat index: GPUs launch whole work-groups past the end; CPUs
         # launch exactly (and PERF: an early return keeps PoCL from vectorizing).
         guard=not launches_exactly(device),
-        vrow=vrow, cache=cache, shfl=shfl, col=col,
+        vrow=vrow, cache=cache, shfl=shfl, col=col, vmath=vmath,
     )
     return Lowered(
         key=key, leaf_buffers=[b for b, _, _ in lw.leaf_list], leaf_views=leaf_views,

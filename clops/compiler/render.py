@@ -152,6 +152,7 @@ class CLRenderer:
         self._raxes = raxes
         self._comp: int | None = None
         self.vrow, self.cache, self.col = vrow, cache, col
+        self.vmath = key.vmath
         self.shfl = shfl and local_size % 32 == 0 and local_size >= 32
         self._vec_name: dict[int, str] = {}  # vector (or cached value) of a leaf at this step
         self._cache_k: int | None = None  # register cache step being rendered (None: off)
@@ -237,6 +238,8 @@ class CLRenderer:
                 lines.append(f"float{n} lv{k} = vload_half{n}(0, b{k} + o{k} + base);")
             else:
                 lines.append(f"{self.storage(lname)}{n} lv{k} = vload{n}(0, b{k} + o{k} + base);")
+        if self.vmath:
+            return lines + self._vector_math(n, instrs, outs)
         lines += self._sv_decls(outs, n)
         for c in range(n):
             self._comp = c
@@ -246,6 +249,26 @@ class CLRenderer:
             lines.append("}")
         self._comp = None
         return lines + self._sv_stores(outs, n)
+
+    def _vector_math(self, n: int, instrs: tuple[Instr, ...], outs: tuple[KernelOutput, ...]
+                     ) -> list[str]:
+        """The instructions of a ``vmath`` kernel on ``n``-wide vectors (float32 loads,
+        constants, ``kernel.VECTOR_ARITHMETIC`` and ``VECTOR_MATH`` alone): the OpenCL C
+        built-ins and operators apply element by element."""
+        vt = f"float{n}"
+        lines = []
+        for ins in instrs:
+            if ins.op == "load":
+                expr = f"lv{ins.slot}"
+            elif ins.op == "const":
+                expr = f"({vt})(c{ins.slot})"
+            else:
+                names = dict(zip("abc", (f"v{s}" for s in ins.srcs)))
+                expr = self.ew_table[ins.fn]["f"].format(T=vt, R="float", **names)
+            lines.append(f"{vt} v{ins.out} = {expr};")
+        for k, o in enumerate(outs):
+            lines.append(f"vstore{n}(v{o.value}, 0, out{k} + oo{k} + base);")
+        return lines
 
     def _unravel(self, var: str, axes: list[int], prefix: str = "i") -> list[str]:
         """Split ``var`` into the indices of ``axes`` (row-major over n{axis})."""

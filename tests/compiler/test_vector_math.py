@@ -1,0 +1,77 @@
+"""Flat float32 kernels of slow scalar math (sin, log, ...) run on n-wide vectors on CPUs, each
+function only where the device's vector form agrees with its scalar form (a runtime probe):
+values against numpy, special values included, on sizes that take the vector path, and the
+choice following the probe."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import clops
+from clops.compiler.kernel import VECTOR_MATH
+from clops.runtime import probes
+
+NP = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
+      "acosh": "arccosh", "atanh": "arctanh"}
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 7.25,
+           1e-4, 88.0, -88.0, 1e30, -1e30, 1e-40, 0.999]
+
+
+def _values() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    spread = rng.choice([-1.0, 1.0], 236) * 10.0 ** rng.uniform(-40, 30, 236)
+    return np.concatenate([SPECIAL, spread]).astype(np.float32)  # 256: every width divides it
+
+
+def _kernel_keys(t: clops.Tensor) -> list:
+    return [s.key for s in clops.compiler.plan(t).steps if hasattr(s, "key")]
+
+
+@pytest.mark.parametrize("fn", sorted(VECTOR_MATH))
+def test_vector_math_gives_numpys_values(fn: str, device: clops.CLDevice) -> None:
+    x = _values()
+    t = clops.asarray(x, device=device)
+    expr = getattr(clops, fn)(t * 1.0) * 2.0 - 0.5
+    (key,) = _kernel_keys(expr)
+    assert key.vmath == (device.kind == "cpu" and probes.vector_math_agrees(device, fn))
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        want = getattr(np, NP.get(fn, fn))(x) * np.float32(2.0) - np.float32(0.5)
+    got = np.asarray(expr)
+    np.testing.assert_allclose(got, want, rtol=4e-6, atol=1e-30, equal_nan=True)
+    zero = want == 0
+    np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]))
+
+
+def test_a_function_whose_vector_form_disagrees_stays_scalar(device: clops.CLDevice,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    if device.kind != "cpu":
+        pytest.skip("vector math is a CPU path")
+    t = clops.asarray(_values(), device=device)
+    agrees = probes.vector_math_agrees
+    monkeypatch.setattr(probes, "vector_math_agrees", lambda dev, fn: fn != "log" and
+                        agrees(dev, fn))
+    (key,) = _kernel_keys(clops.log(t) + clops.atan(t))
+    assert not key.vmath and key.flat == 1
+    if agrees(device, "atan"):
+        (key,) = _kernel_keys(clops.atan(t) + 1.0)
+        assert key.vmath and key.flat == 16
+
+
+def test_the_probe_refuses_what_it_does_not_know(device: clops.CLDevice) -> None:
+    assert not probes.vector_math_agrees(device, "exp")  # not a candidate
+    assert not probes.vector_math_agrees(device, "no_such_function")
+
+
+def test_sizes_that_no_width_divides_stay_scalar(device: clops.CLDevice) -> None:
+    x = _values()[:250]  # 250: not a multiple of 4
+    t = clops.asarray(x, device=device)
+    (key,) = _kernel_keys(clops.log1p(t))
+    assert not key.vmath
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(np.asarray(clops.log1p(t)), np.log1p(x), rtol=4e-6,
+                                   equal_nan=True)
