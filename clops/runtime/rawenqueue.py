@@ -50,18 +50,25 @@ def loader() -> Any | None:
         return None
 
 
-@functools.cache
-def _enqueue_function() -> Any | None:
-    """ctypes ``clEnqueueNDRangeKernel`` of pyopencl's loader, or None where it is not found."""
+def _function(name: str, argtypes: list[Any]) -> Any | None:
+    """ctypes ``name`` of pyopencl's loader (returning a status code), or None where it is not
+    found."""
     lib = loader()
-    fn = getattr(lib, "clEnqueueNDRangeKernel", None) if lib is not None else None
+    fn = getattr(lib, name, None) if lib is not None else None
     if fn is None:
         return None
     fn.restype = ctypes.c_int32
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p,
-                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p,
-                   ctypes.c_void_p]
+    fn.argtypes = argtypes
     return fn
+
+
+@functools.cache
+def _enqueue_function() -> Any | None:
+    """ctypes ``clEnqueueNDRangeKernel`` of pyopencl's loader, or None where it is not found."""
+    return _function("clEnqueueNDRangeKernel",
+                     [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p,
+                      ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p,
+                      ctypes.c_void_p])
 
 
 def available() -> bool:
@@ -91,13 +98,9 @@ def resized(item: _Raw, global_size: Sequence[int]) -> _Raw:
 
 @functools.cache
 def _set_arg_function() -> Any | None:
-    lib = loader()
-    fn = getattr(lib, "clSetKernelArg", None) if lib is not None else None
-    if fn is None:
-        return None
-    fn.restype = ctypes.c_int32
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_void_p]
-    return fn
+    """ctypes ``clSetKernelArg`` of pyopencl's loader, or None where it is not found."""
+    return _function("clSetKernelArg",
+                     [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_void_p])
 
 
 def set_scalar_arg(kernel: cl.Kernel, index: int, value: Any) -> None:
