@@ -18,7 +18,7 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -95,21 +95,28 @@ def measure(url: str, streams: int, new: int, words: int, rounds: int = 2) -> di
 
 
 def start_clops(model: str | None, device: str | None, parallel: int, ctx: int):
-    import uvicorn
-
-    import clops.llm
-    from clops.serve import Server, create_app
-
-    m = clops.llm.load(model, device=device, max_seq_len=ctx, progress=False)
-    server = Server(m, parallel=parallel, queue_limit=1024, model_name="m")
+    """``clops serve`` in a process of its own, as a user runs it (and as llama-server runs):
+    the clients' threads here do not share its interpreter."""
     port = _port()
-    uv = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=port,
-                                       log_level="error"))
-    th = threading.Thread(target=uv.run, daemon=True)
-    th.start()
+    cmd = [sys.executable, "-m", "clops.serve", *([model] if model else []), "--port", str(port),
+           "--parallel", str(parallel), "--ctx-size", str(ctx), "--queue", "1024",
+           "--name", "m", *(["--device", device] if device else [])]
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True,
+                            cwd=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     url = f"http://127.0.0.1:{port}"
-    _wait(url, None)
-    return url, (lambda: (setattr(uv, "should_exit", True), th.join(30))), m.device.name
+    try:
+        _wait(url, proc)
+    except RuntimeError:
+        log.seek(0)
+        print(log.read()[-3000:], file=sys.stderr)
+        proc.kill()
+        raise
+    log.seek(0)
+    # its first line: "clops serve: NAME on DEVICE, N slots, URL"
+    said = log.readline()
+    dev = said.split(" on ", 1)[1].rsplit(",", 2)[0] if " on " in said else "?"
+    return url, (lambda: (proc.terminate(), proc.wait(30), log.close())), dev
 
 
 def start_llama(binary: str, model: str, parallel: int, ctx: int, extra: list[str]):

@@ -572,4 +572,32 @@ __kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
     const float inv = 1.0f / l;
     for (int d = 0; d < D16; ++d) vstore16(acc[d] * inv, d, out + h * HEAD_DIM);
 }
+
+// Batched decode on CPUs over a paged cache (clops.llm.batch; kernels/paged.cl spells out the
+// pool, table, rslot and rpos): work-item (h, r) attends query head h of row r, the position
+// rpos[r] of the sequence in slot rslot[r], to that sequence's keys 0..rpos[r], block by
+// block (a block's positions lie HEAD_DIM apart), 16-wide with one exp per key. q and out
+// [R][H][D]. Work geometry: global (1, H, R), local (1, 1, 1) (paged_attn's axes).
+__kernel void paged_attn_cpu(__global float *out, __global const float *q,
+                             __global const float *kp, __global const float *vp,
+                             __global const int *table, int maxb, __global const int *rslot,
+                             __global const int *rpos, int H, int KV, int BS, float scale) {
+    const int h = get_global_id(1), r = get_global_id(2);
+    const int pos = rpos[r], slot = rslot[r], kvh = h / (H / KV);
+    __global const float *qr = q + ((size_t)r * H + h) * HEAD_DIM;
+    float16 qv[D16], acc[D16];
+    for (int d = 0; d < D16; ++d) {
+        qv[d] = vload16(d, qr) * scale;
+        acc[d] = (float16)(0.0f);
+    }
+    // (the first key's score exceeds -INFINITY: acc * 0 + v, l = 0 * 0 + 1)
+    float mx = -INFINITY, l = 0.0f;
+    for (int j = 0; j * BS <= pos; ++j) {
+        const size_t at = ((size_t)table[slot * maxb + j] * KV + kvh) * BS * HEAD_DIM;
+        attend_cpu(qv, acc, &mx, &l, kp + at, vp + at, 0, min(BS, pos + 1 - j * BS));
+    }
+    const float inv = 1.0f / l;
+    __global float *o = out + ((size_t)r * H + h) * HEAD_DIM;
+    for (int d = 0; d < D16; ++d) vstore16(acc[d] * inv, d, o);
+}
 #endif
