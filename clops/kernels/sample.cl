@@ -180,3 +180,55 @@ __kernel void sample(__global int *tokens, __global int *state, __global uchar *
         state[0] = at;
     }
 }
+
+// Per row of logits [R][V] (a work-group of NT work-items per row): the argmax (first index on
+// ties, as numpy's), the max and the log-sum-exp, so that a greedy batched step reads 12 bytes
+// a row instead of the row. stats[r] = (argmax as float bits, max, lse). A NaN logit makes the
+// lse NaN, and a row of -inf gives argmax V: the host then reads the row itself.
+// Work geometry: global (NT, R), local (NT, 1).
+__kernel void row_stats(__global float *restrict stats, __global const float *restrict logits,
+                        int V) {
+    __local float redf[NT];
+    __local int redi[NT];
+    const int lid = get_local_id(0), r = get_group_id(1);
+    __global const float *lg = logits + (size_t)r * V;
+    float best = -INFINITY;
+    int bi = V;
+    for (int v = lid; v < V; v += NT) {
+        const float l = lg[v];
+        if (l > best) {  // (v rises: the first index of a tie stays)
+            best = l;
+            bi = v;
+        }
+    }
+    redf[lid] = best;
+    redi[lid] = bi;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = NT / 2; s > 0; s >>= 1) {
+        if (lid < s) {
+            const float o = redf[lid + s];
+            const int oi = redi[lid + s];
+            if (o > redf[lid] || (o == redf[lid] && oi < redi[lid])) {
+                redf[lid] = o;
+                redi[lid] = oi;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float mx = redf[0];
+    const int am = redi[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float acc = 0.0f;
+    for (int v = lid; v < V; v += NT) acc += exp(lg[v] - mx);
+    redf[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = NT / 2; s > 0; s >>= 1) {
+        if (lid < s) redf[lid] += redf[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) {
+        stats[3 * r] = as_float(am);
+        stats[3 * r + 1] = mx;
+        stats[3 * r + 2] = mx + log(redf[0]);
+    }
+}

@@ -33,3 +33,12 @@ def sample(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logits: B
             np.uint32(seed & 0xFFFFFFFF)]
     return Launch(knl, (nt,), (nt,), args, [logits, state, seen], [tokens, state, seen, z],
                   "sample")
+
+
+def row_stats(dev: CLDevice, stats: Buffer, logits: Buffer, *, rows: int, vocab: int) -> Launch:
+    """Per row of ``logits`` [rows][vocab]: (argmax as float bits, max, log-sum-exp) into
+    ``stats`` [rows][3] (``sample.cl`` row_stats)."""
+    nt = sample_lsize(dev)
+    knl = kernel(dev, "sample", "row_stats", NT=nt)
+    return Launch(knl, (nt, rows), (nt, 1), [stats, logits, i32(vocab)], [logits], [stats],
+                  "row_stats")

@@ -89,6 +89,11 @@ def test_logits_and_logprobs_match_the_model(tiny):
     if min(a - b for a, b in zip(top, top[1:])) > 2 * tol:  # no near tie to reorder
         assert [t for t, _ in out.top] == list(np.argsort(-logp, kind="stable")[:5])
     assert [v for _, v in out.top] == pytest.approx(top[:5], abs=tol)
+    # greedy with no top log-probabilities: the device's row statistics give token and logprob
+    engine.add(p, SamplingParams(), 1)
+    (fast,) = [o for _ in range(3) if engine.has_work() for o in engine.step()]
+    assert fast.token == out.token and fast.top == []
+    assert fast.logprob == pytest.approx(out.logprob, abs=max(tol, 1e-5))
 
 
 def test_greedy_tokens_match_transformers(tiny):

@@ -100,3 +100,40 @@ def test_large_vocabulary_top_k(device, v):
     lg = rng.standard_normal(v).astype(np.float32) * 3
     ids = _draw(device, lg, temperature=1.0, top_k=20, draws=200)
     assert set(ids) <= set(np.argsort(-lg)[:20])
+
+
+def _row_stats(dev, logits):
+    rows, v = logits.shape
+    lg = dev.alloc(logits.nbytes)
+    dev.write(lg, np.ascontiguousarray(logits, np.float32), blocking=True)
+    st = dev.alloc(rows * 12)
+    sample.row_stats(dev, st, lg, rows=rows, vocab=v).run(dev)
+    out = np.empty((rows, 3), np.float32)
+    dev.read(out, st)
+    return out[:, 0].copy().view(np.int32), out[:, 1], out[:, 2]
+
+
+@pytest.mark.parametrize("v", [1, 7, 1000, 49152])
+def test_row_stats_are_numpys_argmax_max_and_logsumexp(device, v):
+    rng = np.random.default_rng(v)
+    x = (rng.standard_normal((5, v)) * 8).astype(np.float32)
+    x[1] = np.round(x[1])  # many ties: the first index wins, as numpy's argmax
+    x[2, v // 2:] = x[2].max()  # the largest value repeated to the end
+    x[3] = -3e38  # one value everywhere, huge
+    x[4, : v // 3] = -np.inf
+    arg, mx, lse = _row_stats(device, x)
+    ref = x.astype(np.float64)
+    assert arg.tolist() == np.argmax(x, axis=1).tolist()
+    assert mx.tolist() == x.max(axis=1).tolist()
+    top = ref.max(axis=1, keepdims=True)
+    want = top[:, 0] + np.log(np.exp(ref - top).sum(axis=1))
+    np.testing.assert_allclose(lse, want, rtol=1e-6, atol=1e-5)
+
+
+def test_row_stats_flag_rows_the_host_must_read(device):
+    x = np.zeros((2, 300), np.float32)
+    x[0, 17] = np.nan
+    x[1] = -np.inf
+    arg, _, lse = _row_stats(device, x)
+    assert np.isnan(lse[0])  # a NaN logit: the row is read and chosen on the host
+    assert arg[1] == 300 and not np.isfinite(lse[1])  # no finite logit: no argmax
