@@ -74,6 +74,11 @@ def bench_gemm(dev, size: int, dtype: str, torch, repeat: int) -> list[dict]:
                 gemm.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer,
                        tb.offset, n, m, n, k, dtype, mma_depth=d)
             variants.append((f"tensor cores, gemm_mma depth {d}", mma))
+
+        def mma_async() -> None:  # the mma.sync kernel fed by cp.async (any NVIDIA since sm_80)
+            gemm.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer,
+                      tb.offset, n, m, n, k, dtype, mma_config=gemm.MMA_CONFIGS[0])
+        variants.append(("tensor cores, gemm_mma_async (mma.sync)", mma_async))
     peer_ms, peer = None, "numpy"
     ref = None
     if torch is not None:

@@ -9,6 +9,9 @@
 //                   read by ldmatrix; tile shapes are compile-time parameters (see below). Needs
 //                   sm_80 PTX (cp.async); H100: 4 warps of 64x64, 128x128 tiles, depth 32,
 //                   3 stages ran 4096^3 at 370 TFLOP/s (PyTorch 700).
+//   gemm_wgmma      float16 inputs on Hopper's wgmma (sm_90a, reached by patching the PTX binary:
+//                   see its comment below); H100 4096^3: 465-475 TFLOP/s (PyTorch 660-720), the
+//                   mma.sync kernel above 366-372 in the same runs.
 //   gemm_nt_mma     C (float32) = A B^T on tensor cores, B a linear layer's [N][K] weight: the
 //                   products of an LLM prompt's rows (see its comment below).
 //   gemm_mma        the same instructions without cp.async / ldmatrix (plain loads through
@@ -382,6 +385,23 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, 
             }
         }
 }
+#if defined(USE_MMA_ASYNC) || defined(USE_WGMMA)
+// The shared-space address of a local pointer: NVIDIA's compiler may hand over the pointer as a
+// shared-window offset or as a generic address; isspacep tells which.
+inline uint smem_addr(__local const void *p) {
+    uint r;
+    asm volatile("{ .reg .pred q; .reg .u64 s; isspacep.shared q, %1; cvta.to.shared.u64 s, %1;"
+                 " selp.u64 s, s, %1, q; cvt.u32.u64 %0, s; }"
+                 : "=r"(r) : "l"((ulong)p));
+    return r;
+}
+
+inline void cp_async16(uint dst, __global const ushort *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"((ulong)src)
+                 : "memory");
+}
+#endif
+
 #ifdef USE_MMA_ASYNC
 // gemm_mma_async: float16 tensor cores fed by cp.async (global -> local, no registers) through
 // a STAGES-deep ring of local tiles, fragments read with ldmatrix. A work-group of
@@ -434,21 +454,6 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, 
 #else
 #define CP_WAIT() asm volatile("cp.async.wait_group 2;" ::: "memory")
 #endif
-
-// The shared-space address of a local pointer: NVIDIA's compiler may hand over the pointer as a
-// shared-window offset or as a generic address; isspacep tells which.
-inline uint smem_addr(__local const void *p) {
-    uint r;
-    asm volatile("{ .reg .pred q; .reg .u64 s; isspacep.shared q, %1; cvta.to.shared.u64 s, %1;"
-                 " selp.u64 s, s, %1, q; cvt.u32.u64 %0, s; }"
-                 : "=r"(r) : "l"((ulong)p));
-    return r;
-}
-
-inline void cp_async16(uint dst, __global const ushort *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"((ulong)src)
-                 : "memory");
-}
 
 // one stage: this work-item's chunks of the A and B tiles at qa, qb into local sa, sb
 inline void load_tile(uint sa, uint sb, __global const ushort *qa, __global const ushort *qb,
@@ -577,6 +582,282 @@ void gemm_mma_async(__global half *C, int c_off, int ldc, long c_bstride,
             vstore_half2((float2)(acc[i][j][2], acc[i][j][3]), 0,
                          C + (size_t)(row + 8) * ldc + col);
         }
+}
+#endif
+#ifdef USE_WGMMA
+// gemm_wgmma: Hopper's warpgroup tensor-core instruction (wgmma.mma_async, PTX for sm_90a),
+// tiles copied by cp.async into a STAGES-deep ring of local tiles that wgmma reads through
+// matrix descriptors. NVIDIA's OpenCL compiler names .target sm_90 and its ptxas rejects wgmma
+// there, so the sm_90a instructions are written as PTX comments ("//@@", WG_HIDE) and the host
+// (gemm.py) builds this source, removes the markers from the PTX binary, names sm_90a and
+// builds the PTX as a program binary (bench/probe_wgmma.py found this works: driver 580).
+// A work-group of BM / 64 warpgroups computes a BM x BN tile of C, each warpgroup 64 rows of it
+// with one m64nBNk16 instruction per 16 of depth (float32 accumulators, BN / 2 registers).
+// Local tiles are "core matrices" of 8 rows x 16 bytes, 128 contiguous bytes each (no swizzle):
+// A K-major, core (m / 8, k / 8) at ((m / 8) KC + k / 8) 128 bytes; B N-major (the descriptor's
+// transposed operand), core (n / 8, k / 8) at ((n / 8) KC + k / 8) 128 bytes; the descriptors'
+// leading offset (along k) is 128 bytes, the stride offset (along m or n) KC 128 bytes.
+// WAITN 1: the wgmma of one tile stays in flight while the next is issued; tiles are then read
+// STAGES - 2 ahead instead of STAGES - 1. Needs M % BM, N % BN, K % BK == 0, 16-byte rows.
+#ifndef WG_HIDE_ON
+#define WG_HIDE_ON 1
+#endif
+#if WG_HIDE_ON
+#define WG_HIDE "//@@"
+#else
+#define WG_HIDE ""
+#endif
+#define WG_STR2(x) #x
+#define WG_STR(x) WG_STR2(x)
+#ifndef BM
+#define BM 128
+#endif
+#ifndef BN
+#define BN 256
+#endif
+#ifndef BK
+#define BK 64
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef WAITN
+#define WAITN 1
+#endif
+#ifndef RASTER
+#define RASTER 8
+#endif
+#define NWG (BM / 64)                // warpgroups
+#define NTW (NWG * 128)              // work-items
+#define KC (BK / 8)                  // core matrices along k
+#define WA_ST (BM * BK * 2)          // bytes per stage of A and of B
+#define WB_ST (BK * BN * 2)
+#define WNLA (BM * KC / NTW)         // 16-byte chunks per work-item and stage
+#define WNLB (BN * KC / NTW)
+#define LEAD (STAGES - 1 - WAITN)    // tiles read ahead
+#ifndef SWZ
+#define SWZ 1
+#endif
+#if SWZ && BK != 64
+#error "gemm_wgmma: the 128-byte swizzle needs BK 64"
+#endif
+#ifndef B_SWAP  // B's descriptor offsets: LBO between 64-column slabs, SBO between 8-row groups
+#define B_SWAP 0
+#endif
+#if B_SWAP
+#define B_LBO 1024
+#define B_SBO (BK * 128)
+#else
+#define B_LBO (BK * 128)
+#define B_SBO 1024
+#endif
+#if LEAD == 1
+#define CP_WAIT_LEAD "cp.async.wait_group 0;"
+#elif LEAD == 2
+#define CP_WAIT_LEAD "cp.async.wait_group 1;"
+#elif LEAD == 3
+#define CP_WAIT_LEAD "cp.async.wait_group 2;"
+#elif LEAD == 4
+#define CP_WAIT_LEAD "cp.async.wait_group 3;"
+#else
+#define CP_WAIT_LEAD "cp.async.wait_group 4;"
+#endif
+#if BN == 256
+#define WG_MMA wgmma_n256
+#else
+#define WG_MMA wgmma_n128
+#endif
+
+inline void wgmma_n128(float *d, ulong da, ulong db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" WG_HIDE
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+        "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+        "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 1;\n}"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+            "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+            "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+            "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+            "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+            "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+            "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+            "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+            "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
+            "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
+            "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+          : "l"(da), "l"(db));
+}
+
+inline void wgmma_n256(float *d, ulong da, ulong db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" WG_HIDE
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, "
+        "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
+        "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
+        "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, "
+        "%66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, "
+        "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, "
+        "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "
+        "%125, %126, %127}, "
+        "%128, %129, p, 1, 1, 0, 1;\n}"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+            "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
+            "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
+            "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+            "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
+            "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+            "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
+            "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+            "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
+            "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
+            "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]),
+            "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+            "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]),
+            "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),
+            "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+            "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
+            "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]),
+            "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]),
+            "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]),
+            "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+            "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
+            "+f"(d[127])
+          : "l"(da), "l"(db));
+}
+
+// a matrix descriptor: start address, leading and stride byte offsets, swizzle mode (0 none,
+// 1 128-byte)
+inline ulong wg_desc(uint addr, uint lbo, uint sbo, ulong swizzle) {
+    return (ulong)((addr & 0x3ffff) >> 4) | ((ulong)(lbo >> 4) << 16) |
+           ((ulong)(sbo >> 4) << 32) | (swizzle << 62);
+}
+
+inline void wg_load(uint sa, uint sb, __global const ushort *qa, __global const ushort *qb,
+                    const size_t *ga, const size_t *gb, const uint *da, const uint *db) {
+#pragma unroll
+    for (int l = 0; l < WNLA; ++l) cp_async16(sa + da[l], qa + ga[l]);
+#pragma unroll
+    for (int l = 0; l < WNLB; ++l) cp_async16(sb + db[l], qb + gb[l]);
+}
+
+__kernel __attribute__((reqd_work_group_size(NTW, 1, 1)))
+void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
+                __global const half *A, int a_off, int lda, long a_bstride,
+                __global const half *B, int b_off, int ldb, long b_bstride,
+                int M, int N, int K) {
+    __local ushort As[STAGES * BM * BK] __attribute__((aligned(1024)));
+    __local ushort Bs[STAGES * BK * BN] __attribute__((aligned(1024)));
+    const int tid = get_local_id(0);
+    const int wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    int bx = get_group_id(0), by = get_group_id(1);
+#if RASTER > 0
+    {
+        const int gx = get_num_groups(0), gy = get_num_groups(1);
+        const int pid = by * gx + bx, band = RASTER * gx;
+        const int first = (pid / band) * RASTER, h = min(gy - first, RASTER);
+        by = first + (pid % band) % h;
+        bx = (pid % band) / h;
+    }
+#endif
+    const int m0 = by * BM, n0 = bx * BN;
+    const long bz = get_global_id(2);
+    __global const ushort *pa = (__global const ushort *)A + a_off + bz * a_bstride
+        + (size_t)m0 * lda;
+    __global const ushort *pb = (__global const ushort *)B + b_off + bz * b_bstride + n0;
+    C += c_off + bz * c_bstride;
+    const uint sa = smem_addr(As), sb = smem_addr(Bs);
+
+    size_t ga[WNLA], gb[WNLB];
+    uint da[WNLA], db[WNLB];
+#if SWZ
+    // 128-byte swizzle (BK 64): A row m at 128 m, its 16-byte chunk k8 at k8 ^ (m % 8); B row k
+    // of the 64-column slab n / 64 at (n / 64) BK 128 + 128 k, chunk (n / 8) % 8 at that ^ (k % 8).
+    // Chunk c = tid + NTW l of A is row c / 8, k8 c % 8; of B row c / (BN / 8), n8 c % (BN / 8).
+#pragma unroll
+    for (int l = 0; l < WNLA; ++l) {
+        const int c = tid + NTW * l, r = c >> 3, k8 = c & 7;
+        ga[l] = (size_t)r * lda + k8 * 8;
+        da[l] = (uint)(r * 128 + ((k8 ^ (r & 7)) << 4));
+    }
+#pragma unroll
+    for (int l = 0; l < WNLB; ++l) {
+        const int c = tid + NTW * l, k = c / (BN / 8), n8 = c % (BN / 8);
+        gb[l] = (size_t)k * ldb + n8 * 8;
+        db[l] = (uint)((n8 >> 3) * (BK * 128) + k * 128 + (((n8 & 7) ^ (k & 7)) << 4));
+    }
+#else
+    // this work-item's chunks. A chunk c = tid + NTW l: row 8 (c / 8 / KC) + c % 8, k-chunk
+    // (c / 8) % KC, local byte 16 c. B chunk c: k row 8 kg + c % 8, n-chunk n8 = 2 nhi + nlo
+    // (nlo = bit 3 of c, so that a warp reads whole 32-byte sectors), kg, nhi from c / 16.
+#pragma unroll
+    for (int l = 0; l < WNLA; ++l) {
+        const int c = tid + NTW * l, r = ((c >> 3) / KC) * 8 + (c & 7);
+        ga[l] = (size_t)r * lda + ((c >> 3) % KC) * 8;
+        da[l] = (uint)c * 16;
+    }
+#pragma unroll
+    for (int l = 0; l < WNLB; ++l) {
+        const int c = tid + NTW * l, kr = c & 7, nlo = (c >> 3) & 1;
+        const int kg = (c >> 4) % KC, n8 = ((c >> 4) / KC) * 2 + nlo;
+        gb[l] = (size_t)(kg * 8 + kr) * ldb + n8 * 8;
+        db[l] = (uint)((n8 * KC + kg) * 128 + kr * 16);
+    }
+#endif
+    const int KT = K / BK;
+#pragma unroll
+    for (int s = 0; s < LEAD; ++s) {
+        if (s < KT) wg_load(sa + s * WA_ST, sb + s * WB_ST, pa + (size_t)s * BK,
+                            pb + (size_t)s * BK * ldb, ga, gb, da, db);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+
+    int stage = 0, ls = LEAD % STAGES;  // the stage read now, the stage loaded next
+    for (int kt = 0; kt < KT; ++kt) {
+        asm volatile(CP_WAIT_LEAD ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {
+            const int nk = kt + LEAD;
+            if (nk < KT)
+                wg_load(sa + ls * WA_ST, sb + ls * WB_ST, pa + (size_t)nk * BK,
+                        pb + (size_t)nk * BK * ldb, ga, gb, da, db);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+            if (++ls == STAGES) ls = 0;
+        }
+        const uint a0 = sa + stage * WA_ST + wg * (64 * BK * 2), b0 = sb + stage * WB_ST;
+        asm volatile(WG_HIDE "wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)
+#if SWZ  // A: k16 step 32 bytes into the swizzled rows; B: 16 rows of 128 bytes
+            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1),
+                   wg_desc(b0 + kk * 2048, B_LBO, B_SBO, 1));
+#else
+            WG_MMA(acc, wg_desc(a0 + kk * 256, 128, KC * 128, 0),
+                   wg_desc(b0 + kk * 256, 128, KC * 128, 0));
+#endif
+        asm volatile(WG_HIDE "wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned " WG_STR(WAITN) ";" ::: "memory");
+        if (++stage == STAGES) stage = 0;
+    }
+    asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    // accumulator j-th 8 columns: rows 16 w + g (+ 8), columns 8 j + 2 t (+ 1) of the warpgroup's
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int row = m0 + 64 * wg + 16 * w + g, col = n0 + 8 * j + 2 * t;
+        vstore_half2((float2)(acc[4 * j], acc[4 * j + 1]), 0, C + (size_t)row * ldc + col);
+        vstore_half2((float2)(acc[4 * j + 2], acc[4 * j + 3]), 0,
+                     C + (size_t)(row + 8) * ldc + col);
+    }
 }
 #endif
 #endif

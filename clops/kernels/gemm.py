@@ -8,6 +8,7 @@ generated kernels.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import Any
@@ -18,7 +19,8 @@ from .. import _config
 from ..runtime import CLDevice, Event, probes
 from ..runtime.device import add_cpu_default_check
 from ..runtime.pool import Buffer
-from .launch import kernel
+from ..runtime.program import new_kernel, rebuilt_from_binary
+from .launch import kernel, program
 
 TILE = 128
 GROUP = 256
@@ -32,6 +34,17 @@ MMA_DEPTH = 64
 # the last (128 x 128, depth 32) divides every product ``supports`` takes.
 MMA_CONFIGS: list[dict[str, int]] = [
     dict(BM=128, BN=128, WM=64, WN=64, BK=32, STAGES=3, RASTER=8),
+]
+
+# gemm_wgmma tile shapes (Hopper's wgmma, where ``use_wgmma``), preferred first: block BM x BN
+# (BM / 64 warpgroups of 128 work-items), depth BK, STAGES local tiles (STAGES x (BM + BN) x BK
+# x 2 bytes: NVIDIA's OpenCL takes static local arrays past its reported 48 KB), WAITN wgmma
+# batches left in flight, RASTER as above; WG marks them.
+WGMMA_CONFIGS: list[dict[str, int]] = [
+    # PERF (H100, 4096^3): 472 TFLOP/s, two work-groups per multiprocessor (96 KB, 124 registers
+    # each); 128 x 256 (one work-group, 144 KB) 451; no swizzle 197; mma.sync (gemm_mma_async) 370
+    dict(WG=1, BM=128, BN=128, BK=64, STAGES=3, WAITN=0, RASTER=8),
+    dict(WG=1, BM=128, BN=256, BK=64, STAGES=3, WAITN=0, RASTER=8),
 ]
 
 _DT = {"float32": 0, "float16": 1}
@@ -73,7 +86,74 @@ def _async_kernel_for(dev: CLDevice, cfg: tuple[tuple[str, int], ...]) -> Any | 
         return None
 
 
-def _mma_config(m: int, n: int, k: int) -> dict[str, int]:
+def use_wgmma(dev: CLDevice) -> bool:
+    """float16 products go to ``gemm_wgmma`` where its sm_90a build runs and gets a small
+    product right (a capability probe, once per device): Hopper GPUs."""
+    return use_mma(dev, "float16") and _wgmma_works(dev)
+
+
+def _sm90a(ptx: bytes) -> bytes:
+    """gemm_wgmma's PTX for sm_90a: the hidden ("//@@") instructions uncommented."""
+    text = ptx.decode()
+    if not re.search(r"^\.target\s+sm_90\b", text, re.M):
+        raise ValueError("not PTX for sm_90")
+    text = re.sub(r"^(\.target\s+)sm_90\b", r"\1sm_90a", text, flags=re.M)
+    return text.replace("//@@", "").encode()
+
+
+def _wgmma_kernel(dev: CLDevice, cfg: dict[str, int]) -> Any | None:
+    """gemm_wgmma for ``cfg``, or None where it does not build (not Hopper, not NVIDIA)."""
+    return _wgmma_kernel_for(dev, tuple(sorted((k, v) for k, v in cfg.items() if k != "WG")))
+
+
+@probes.per_device
+def _wgmma_kernel_for(dev: CLDevice, cfg: tuple[tuple[str, int], ...]) -> Any | None:
+    if dev.backend != "nvidia":
+        return None
+    try:
+        hidden = program(dev, "gemm", DT=1, USE_MMA=1, USE_WGMMA=1, **dict(cfg))
+        return new_kernel(rebuilt_from_binary(dev, hidden, _sm90a), "gemm_wgmma", "gemm.cl")
+    except Exception:  # noqa: BLE001 - a driver or GPU without sm_90a: the mma.sync kernels
+        return None
+
+
+@probes.per_device
+def _wgmma_works(dev: CLDevice) -> bool:
+    """gemm_wgmma builds for each of WGMMA_CONFIGS and gets a small batched product right."""
+    if not use_mma(dev, "float16"):
+        return False
+    rng = np.random.default_rng(0)
+    m, n, k, batch = 128, 256, 192, 2
+    a = rng.standard_normal((batch, m, k)).astype(np.float16)
+    b = rng.standard_normal((batch, k, n)).astype(np.float16)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    bufs = [dev.alloc(x.nbytes) for x in (a, b, want.astype(np.float16))]
+    dev.write(bufs[0], a, blocking=True)
+    dev.write(bufs[1], b, blocking=True)
+    for cfg in WGMMA_CONFIGS:
+        if _wgmma_kernel(dev, cfg) is None:
+            return False
+        if k % cfg["BK"] or n % cfg["BN"]:
+            continue
+        gemm(dev, bufs[2], 0, n, bufs[0], 0, k, bufs[1], 0, n, m, n, k, "float16", batch,
+             (m * n, m * k, k * n), mma_config=cfg)
+        got = np.empty((batch, m, n), np.float16)
+        dev.read(got, bufs[2])
+        err = np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want)
+        if not err < 2e-3:
+            return False
+    return True
+
+
+def _mma_config(dev: CLDevice, m: int, n: int, k: int) -> dict[str, int]:
+    if use_wgmma(dev):
+        for cfg in WGMMA_CONFIGS:
+            if m % cfg["BM"] == 0 and n % cfg["BN"] == 0 and k % cfg["BK"] == 0:
+                return cfg
+    return _mma_sync_config(m, n, k)
+
+
+def _mma_sync_config(m: int, n: int, k: int) -> dict[str, int]:
     for cfg in MMA_CONFIGS:
         if m % cfg["BM"] == 0 and n % cfg["BN"] == 0 and k % cfg["BK"] == 0:
             return cfg
@@ -104,16 +184,24 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
          mma_depth: int | None = None, mma_config: dict[str, int] | None = None) -> Event:
     """C[i] = A[i] @ B[i] for i < batch (row-major; ``strides`` are the batch strides of C, A,
     B in elements). ``portable`` skips the tensor-core kernels; ``mma_depth`` picks the older
-    ``gemm_mma`` at that depth, ``mma_config`` a tile shape of ``gemm_mma_async``."""
+    ``gemm_mma`` at that depth, ``mma_config`` a tile shape of ``gemm_mma_async`` (or, with
+    ``WG``, of ``gemm_wgmma``)."""
     mma = not portable and use_mma(dev, dtype)
     bm, bn, group, name = TILE, TILE, GROUP, "gemm"
     knl = None
     if mma and mma_depth is None:
-        cfg = mma_config or _mma_config(m, n, k)
-        knl = _async_kernel(dev, cfg)
-        if knl is not None:
-            bm, bn, name = cfg["BM"], cfg["BN"], "gemm_mma"
-            group = bm // cfg["WM"] * (bn // cfg["WN"]) * 32
+        cfg = mma_config or _mma_config(dev, m, n, k)
+        if cfg.get("WG"):
+            knl = _wgmma_kernel(dev, cfg)
+            if knl is not None:
+                bm, bn, name, group = cfg["BM"], cfg["BN"], "gemm_wgmma", cfg["BM"] // 64 * 128
+            else:
+                cfg = _mma_sync_config(m, n, k)
+        if knl is None:
+            knl = _async_kernel(dev, cfg)
+            if knl is not None:
+                bm, bn, name = cfg["BM"], cfg["BN"], "gemm_mma"
+                group = bm // cfg["WM"] * (bn // cfg["WN"]) * 32
     if knl is None and mma:
         d = mma_depth or (MMA_DEPTH if k % MMA_DEPTH == 0 else 32)
         knl, name = kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1, MDEPTH=d), "gemm_mma"

@@ -11,6 +11,7 @@ import sys
 import threading
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pyopencl as cl
@@ -112,6 +113,20 @@ def new_kernel(program: cl.Program, function: str, where: str = "the program") -
     if function not in str(program.get_info(cl.program_info.KERNEL_NAMES)).split(";"):
         raise LookupError(f"no kernel {function!r} in {where}")
     return cl.Kernel(program, function)
+
+
+def rebuilt_from_binary(device: CLDevice, program: cl.Program,
+                        patch: Callable[[bytes], bytes]) -> cl.Program:
+    """``program``'s binary passed through ``patch`` and built again as a binary (not cached).
+    NVIDIA's binaries are PTX text: gemm.py names the sm_90a target there, which NVIDIA's
+    OpenCL compiler does not (Hopper's wgmma). Raises cl.Error where the driver refuses it."""
+    dev = device.cl_device
+    binaries: list[bytes] = program.get_info(cl.program_info.BINARIES)  # type: ignore[assignment]
+    prog = cl.Program(device.context, [dev], [patch(bytes(binaries[0]))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        prog.build(devices=[dev], cache_dir=False)  # type: ignore[arg-type]
+    return prog
 
 
 class _BuildNote:

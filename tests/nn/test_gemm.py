@@ -46,19 +46,24 @@ def test_gemm_tensor_cores(device):
 
 
 @pytest.mark.parametrize("m,n,k,batch", [(256, 384, 96, 2), (384, 256, 32, 1),
-                                         (256, 512, 1024, 1)])
-@pytest.mark.parametrize("variant", ["auto", "sync", "wide", "tall"])
+                                         (256, 512, 1024, 1), (384, 768, 192, 2)])
+@pytest.mark.parametrize("variant", ["auto", "sync", "wide", "tall", "wgmma", "wgmma_wide"])
 def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
-    # both tensor-core kernels, batched, K of 1 to 32 tiles, tile shapes that divide or not
+    # the tensor-core kernels, batched, K of 1 to 32 tiles, tile shapes that divide or not;
+    # gemm_wgmma (Hopper) with each of its configs
     if not gemm.use_mma(device, "float16"):
         pytest.skip("no NVIDIA inline PTX on this device")
+    if variant.startswith("wgmma") and not gemm.use_wgmma(device):
+        pytest.skip("no wgmma (sm_90a) on this device")
     kw: dict = {"sync": {"mma_depth": 32},
                 "wide": {"mma_config": dict(BM=128, BN=256, WM=64, WN=64, BK=32, STAGES=2,
                                             RASTER=8)},
                 "tall": {"mma_config": dict(BM=256, BN=128, WM=64, WN=64, BK=32, STAGES=2,
-                                            RASTER=4)}}.get(variant, {})
+                                            RASTER=4)},
+                "wgmma": {"mma_config": gemm.WGMMA_CONFIGS[0]},
+                "wgmma_wide": {"mma_config": gemm.WGMMA_CONFIGS[1]}}.get(variant, {})
     cfg = kw.get("mma_config")
-    if cfg and (m % cfg["BM"] or n % cfg["BN"]):
+    if cfg and (m % cfg["BM"] or n % cfg["BN"] or k % cfg["BK"]):
         pytest.skip("tile shape does not divide the product")
     a = RNG.standard_normal((batch, m, k)).astype(np.float16)
     b = RNG.standard_normal((batch, k, n)).astype(np.float16)

@@ -1,0 +1,107 @@
+"""Sweep of gemm_mma_async tile shapes on an NVIDIA GPU: float16 size^3 for each config, TFLOP/s,
+error against a float64 product, registers (the driver's build log), and PyTorch in the same run.
+
+    python bench/sweep_gemm.py [--size 4096] [--configs "BM=128,BN=128,WM=64,...;WG=1,..."]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import device_ms, torch_cuda, torch_ms  # noqa: E402
+
+import clops  # noqa: E402
+from clops.kernels import gemm  # noqa: E402
+from clops.kernels.launch import source  # noqa: E402
+
+DEFAULT = ("BM=128,BN=128,WM=64,WN=64,BK=32,STAGES=3,RASTER=8;"
+           "WG=1,BM=128,BN=256,BK=64,STAGES=4,WAITN=1,RASTER=8,SWZ=0;"
+           "WG=1,BM=128,BN=256,BK=64,STAGES=4,WAITN=1,RASTER=8,SWZ=1,B_SWAP=0;"
+           "WG=1,BM=128,BN=256,BK=64,STAGES=4,WAITN=1,RASTER=8,SWZ=1,B_SWAP=1;"
+           "WG=1,BM=128,BN=256,BK=64,STAGES=3,WAITN=0,RASTER=8,SWZ=1,B_SWAP=0;"
+           "WG=1,BM=128,BN=256,BK=64,STAGES=4,WAITN=0,RASTER=8,SWZ=1,B_SWAP=0;"
+           "WG=1,BM=128,BN=256,BK=64,STAGES=4,WAITN=1,RASTER=16,SWZ=1,B_SWAP=0;"
+           "WG=1,BM=128,BN=256,BK=64,STAGES=4,WAITN=1,RASTER=4,SWZ=1,B_SWAP=0;"
+           "WG=1,BM=128,BN=128,BK=64,STAGES=4,WAITN=1,RASTER=8,SWZ=1,B_SWAP=0;"
+           "WG=1,BM=128,BN=128,BK=64,STAGES=3,WAITN=0,RASTER=8,SWZ=1,B_SWAP=0;"
+           "WG=1,BM=128,BN=128,BK=64,STAGES=6,WAITN=1,RASTER=8,SWZ=1,B_SWAP=0;"
+           "WG=1,BM=256,BN=128,BK=64,STAGES=4,WAITN=1,RASTER=8,SWZ=1,B_SWAP=0"
+           )
+
+
+def registers(dev, cfg: dict[str, int]) -> str:
+    import pyopencl as cl
+    if cfg.get("WG"):  # built from patched PTX: say whether it built
+        from clops.kernels.launch import program
+        from clops.runtime.program import rebuilt_from_binary
+        try:
+            hidden = program(dev, "gemm", DT=1, USE_MMA=1, USE_WGMMA=1,
+                             **{k: v for k, v in cfg.items() if k != "WG"})
+            rebuilt_from_binary(dev, hidden, gemm._sm90a)
+            return "wgmma built"
+        except Exception as e:  # noqa: BLE001
+            return "wgmma build failed: " + str(e)[-400:]
+    opts = ["-cl-nv-verbose", "-DDT=1", "-DUSE_MMA=1", "-DUSE_MMA_ASYNC=1"]
+    opts += [f"-D{k}={v}" for k, v in cfg.items()]
+    try:
+        prg = cl.Program(dev.context, source("gemm")).build(options=opts, cache_dir=False)
+        log = prg.get_build_info(dev.cl_device, cl.program_build_info.LOG)
+    except cl.Error as e:
+        return "build failed: " + str(e)[-300:]
+    name = "gemm_mma_async"
+    m = re.search(name + r"'.*?Used (\d+) registers(.*?)\n", log, re.S)
+    spill = re.search(r"(\d+) bytes spill stores", log)
+    return (f"{m.group(1)} regs" if m else "?") + (f", spill {spill.group(1)}" if spill else "")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--configs", default=DEFAULT)
+    ap.add_argument("--repeat", type=int, default=20)
+    a = ap.parse_args()
+    dev = clops.device("gpu")
+    n = a.size
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, n)).astype(np.float16)
+    y = rng.standard_normal((n, n)).astype(np.float16)
+    tx = clops.asarray(x, device=dev).realize()
+    ty = clops.asarray(y, device=dev).realize()
+    tc = clops.empty((n, n), dtype=clops.float16, device=dev).realize()
+    flops = 2.0 * n ** 3
+    torch = torch_cuda()
+    ref = None
+    if torch is not None:
+        xa, xb = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
+        pt = torch_ms(torch, lambda: xa @ xb, a.repeat)
+        print(f"PyTorch {flops / pt / 1e9:.1f} TFLOP/s ({pt:.4f} ms)", flush=True)
+        ref = (xa.double() @ xb.double()).cpu().numpy()
+    for spec in a.configs.split(";"):
+        cfg = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(","))}
+        try:
+            def run(cfg=cfg) -> None:
+                gemm.gemm(dev, tc.buffer, tc.offset, n, tx.buffer, tx.offset, n, ty.buffer,
+                          ty.offset, n, n, n, n, "float16", mma_config=cfg)
+            ms, _ = device_ms(dev, run, a.repeat)
+            err = float("nan")
+            if ref is not None:
+                got = np.asarray(tc).astype(np.float64)
+                err = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+            print(f"{spec:60s} {flops / ms / 1e9:7.1f} TFLOP/s  err {err:.1e}  "
+                  f"{registers(dev, cfg)}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"{spec:60s} FAILED {str(e)[-300:]}", flush=True)
+    if torch is not None:
+        pt = torch_ms(torch, lambda: xa @ xb, a.repeat)
+        print(f"PyTorch again {flops / pt / 1e9:.1f} TFLOP/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
