@@ -7,7 +7,7 @@
 // alone, never on the other rows of the step, so that a sequence gets the same values batched
 // as alone.
 //
-//   HEAD_DIM  D, a multiple of 2
+//   HEAD_DIM  D, a multiple of 4
 //   ROPE_NEOX 1: rotate split halves (i, i + D/2); 0: adjacent pairs (2i, 2i + 1)
 //   LS        work-items per (row, head) in paged_attn, splitting the positions
 
@@ -16,6 +16,9 @@
 #endif
 #ifndef LS
 #define LS 1
+#endif
+#if HEAD_DIM % 4
+#error "the paged cache's kernels need HEAD_DIM a multiple of 4"
 #endif
 
 inline int2 pair_index(int i) {
@@ -72,44 +75,48 @@ __kernel void paged_attn(__global float *out, __global const float *q,
     const int lid = get_local_id(0), h = get_group_id(1), r = get_group_id(2);
     const int pos = rpos[r], slot = rslot[r], kvh = h / (H / KV);
     __global const float *qr = q + ((size_t)r * H + h) * HEAD_DIM;
-    float qv[HEAD_DIM], acc[HEAD_DIM];
-    for (int d = 0; d < HEAD_DIM; ++d) {
-        qv[d] = qr[d];
-        acc[d] = 0.0f;
+    // PERF: 4-wide loads of the query, keys and values (H100, 16 rows of SmolLM2 at about
+    // 100 positions: scalar loads took 27 us a layer)
+    float4 qv[HEAD_DIM / 4], acc[HEAD_DIM / 4];
+    for (int d = 0; d < HEAD_DIM / 4; ++d) {
+        qv[d] = vload4(d, qr);
+        acc[d] = (float4)(0.0f);
     }
     float mx = -INFINITY, l = 0.0f;
     for (int p = lid; p <= pos; p += LS) {
         const size_t at = kv_index(table, maxb, slot, p, kvh, KV, BS);
         __global const float *k = kp + at;
         __global const float *v = vp + at;
-        float s = 0.0f;
-        for (int d = 0; d < HEAD_DIM; ++d) s = fma(qv[d], k[d], s);
-        s *= scale;
+        float4 t = qv[0] * vload4(0, k);
+        for (int d = 1; d < HEAD_DIM / 4; ++d) t = fma(qv[d], vload4(d, k), t);
+        const float s = ((t.x + t.y) + (t.z + t.w)) * scale;
         const float m2 = fmax(mx, s);
         const float c = exp(mx - m2), e = exp(s - m2);
         l = l * c + e;
-        for (int d = 0; d < HEAD_DIM; ++d) acc[d] = fma(e, v[d], acc[d] * c);
+        for (int d = 0; d < HEAD_DIM / 4; ++d) acc[d] = fma((float4)(e), vload4(d, v), acc[d] * c);
         mx = m2;
     }
     __global float *o = out + ((size_t)r * H + h) * HEAD_DIM;
 #if LS == 1
     const float inv = 1.0f / l;
-    for (int d = 0; d < HEAD_DIM; ++d) o[d] = acc[d] * inv;
+    for (int d = 0; d < HEAD_DIM / 4; ++d) vstore4(acc[d] * inv, d, o);
 #else
+    // the work-items' parts meet at the largest max: each scales its own sums once
     __local float lm[LS], ll[LS], la[LS * HEAD_DIM];
     lm[lid] = mx;
-    ll[lid] = l;
-    for (int d = 0; d < HEAD_DIM; ++d) la[lid * HEAD_DIM + d] = acc[d];
     barrier(CLK_LOCAL_MEM_FENCE);
     float m = -INFINITY;
     for (int j = 0; j < LS; ++j) m = fmax(m, lm[j]);
+    const float c = mx == -INFINITY ? 0.0f : exp(mx - m);  // (no position: no part)
+    ll[lid] = l * c;
+    for (int d = 0; d < HEAD_DIM / 4; ++d) vstore4(acc[d] * c, lid * (HEAD_DIM / 4) + d, la);
+    barrier(CLK_LOCAL_MEM_FENCE);
     float total = 0.0f;
-    for (int j = 0; j < LS; ++j) total += lm[j] == -INFINITY ? 0.0f : ll[j] * exp(lm[j] - m);
+    for (int j = 0; j < LS; ++j) total += ll[j];
     const float inv = 1.0f / total;
     for (int d = lid; d < HEAD_DIM; d += LS) {
         float s = 0.0f;
-        for (int j = 0; j < LS; ++j)
-            if (lm[j] != -INFINITY) s = fma(la[j * HEAD_DIM + d], exp(lm[j] - m), s);
+        for (int j = 0; j < LS; ++j) s += la[j * HEAD_DIM + d];
         o[d] = s * inv;
     }
 #endif
