@@ -7,6 +7,7 @@
 //   WFMT   0 float32, 1 float16, 2 bfloat16, 3 q4 (scale and min per 32), 4 q8 (a scale per
 //          QGROUP values)
 //   SCALE_HALF  1: q4/q8 scales stored as half; 0: as float
+//   Q4_SYM 1 (q4): every min is -8 x its scale (Q4_0): only the scales are stored, S[b][g][16]
 //   QGROUP 32 or 16 (q8)
 //   TM     rows of x per work-item (each weight vector meets TM rows from registers)
 //   TM_DEQ quantized weights, TM >= TM_DEQ: dequantized once per vector for the TM rows;
@@ -26,7 +27,8 @@
 //   float: W[b][k][16]
 //   q4:    W uchar[b][g][j][16] for group g (32 values) and j < 16: row r's byte holds value
 //          j (low nibble) and value j + 16 (high nibble) of its group; S[b][g][2][16]: the
-//          scales, then the mins (value = q * scale + min)
+//          scales, then the mins (value = q * scale + min); Q4_SYM: S[b][g][16], the scales
+//          (value = (q - 8) * scale, 18 bytes per 32 values as the file's, not 20)
 //   q8:    W char[b][k][16]; S[b][k / QGROUP][16] (value = q * scale)
 // Work geometry: global (ceil(M / TM), ceil(NOUT / (16 * NBW))), local (1, 1): one work-item
 // per group, so that the compiler does not vectorize across work-items (its loads would become
@@ -78,6 +80,19 @@ inline float hsum16(float16 v) {
 #endif
 #ifndef QGROUP
 #define QGROUP 32
+#endif
+#ifndef Q4_SYM
+#define Q4_SYM 0
+#endif
+// q4: the scales of block b (G groups), and group g's scales and mins as 16-wide vectors
+#if Q4_SYM
+#define Q4_SCALES_OF(b, G) (S + (size_t)(b) * (G) * 16)
+#define Q4_D(g, sb) LOAD16_SCALE((g), (sb))
+#define Q4_MIN(g, sb) (LOAD16_SCALE((g), (sb)) * -8.0f)
+#else
+#define Q4_SCALES_OF(b, G) (S + (size_t)(b) * (G) * 32)
+#define Q4_D(g, sb) LOAD16_SCALE(2 * (g), (sb))
+#define Q4_MIN(g, sb) LOAD16_SCALE(2 * (g) + 1, (sb))
 #endif
 
 #if WFMT == 0
@@ -164,11 +179,11 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     // several rows of x (prompts): the weights are dequantized once and meet TM rows
     const int G = K / 32;
     __global const uchar *wb = W + (size_t)b * G * 256;
-    __global const SCALE_T *sb = S + (size_t)b * G * 32;
+    __global const SCALE_T *sb = Q4_SCALES_OF(b, G);
     for (int g = 0; g < G; ++g) {
         NORM_GROUP(g * 32)
         __global const uchar *wg = wb + g * 256;
-        const float16 d = LOAD16_SCALE(2 * g, sb), mn = LOAD16_SCALE(2 * g + 1, sb);
+        const float16 d = Q4_D(g, sb), mn = Q4_MIN(g, sb);
         for (int j = 0; j < 16; ++j) {
             const uchar16 q = vload16(j, wg);
             const float16 lo = FMA(convert_float16(q & (uchar16)15), d, mn);
@@ -185,7 +200,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
     // sums in flight per row
     const int G = K / 32;
     __global const uchar *wb = W + (size_t)b * G * 256;
-    __global const SCALE_T *sb = S + (size_t)b * G * 32;
+    __global const SCALE_T *sb = Q4_SCALES_OF(b, G);
     for (int g = 0; g < G; ++g) {
         NORM_GROUP(g * 32)
         float16 t0[TM], t1[TM], t2[TM], t3[TM];
@@ -207,7 +222,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
                 t3[i] = FMA(h1, (float16)XV(i, k + 17), t3[i]);
             }
         }
-        const float16 d = LOAD16_SCALE(2 * g, sb), mn = LOAD16_SCALE(2 * g + 1, sb);
+        const float16 d = Q4_D(g, sb), mn = Q4_MIN(g, sb);
         #pragma unroll
         for (int i = 0; i < TM; ++i) {
             // the mins meet the sum of the group's 32 x values
@@ -349,11 +364,22 @@ __kernel void embedding_rb(__global float *out, __global const int *tokens,
     __global float *o = out + (size_t)m * K + g * 32;
 #if WFMT == 3
     __global const uchar *wg = W + ((size_t)b * (K / 32) + g) * 256;
-    __global const SCALE_T *sg = S + ((size_t)b * (K / 32) + g) * 32;
-#if SCALE_HALF
-    const float d = vload_half(r, sg), mn = vload_half(16 + r, sg);
+#if Q4_SYM
+    __global const SCALE_T *sg = S + ((size_t)b * (K / 32) + g) * 16;
 #else
-    const float d = sg[r], mn = sg[16 + r];
+    __global const SCALE_T *sg = S + ((size_t)b * (K / 32) + g) * 32;
+#endif
+#if SCALE_HALF
+    const float d = vload_half(r, sg);
+#else
+    const float d = sg[r];
+#endif
+#if Q4_SYM
+    const float mn = d * -8.0f;
+#elif SCALE_HALF
+    const float mn = vload_half(16 + r, sg);
+#else
+    const float mn = sg[16 + r];
 #endif
     for (int j = 0; j < 16; ++j) {
         const uchar q = wg[j * 16 + r];

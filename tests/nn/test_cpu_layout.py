@@ -13,7 +13,7 @@ from gguf import quants
 
 import clops
 from clops.kernels import attention, matmul
-from clops.nn.quant import DeviceWeight, interleave_rows, pack_float, pack_ggml
+from clops.nn.quant import DeviceWeight, interleave_rows, pack_float, pack_ggml, q4_symmetric
 
 from .test_functional import _random_k_quant
 
@@ -149,7 +149,7 @@ def test_a_rows_sums_do_not_depend_on_the_batch(device, kind, n=32, k=96):
 
 
 def test_embedding_reads_the_cpu_layout(device, n=40, k=64):
-    for kind in ("Q4_1", "Q6_K", "bf16"):
+    for kind in ("Q4_0", "Q4_1", "Q6_K", "bf16"):
         p, ref = _packed(kind, n, k)
         w = DeviceWeight(device, p, layout="rb16")
         ids = np.array([0, 17, 39, 5], np.int32)
@@ -184,3 +184,17 @@ def test_a_runtime_failing_the_product_probe_keeps_row_major_kernels(device, mon
     assert not attention.cpu_vectors(device) and not attention.cpu_decode(device, 64)
     x = RNG.standard_normal((3, 32)).astype(np.float32)
     _close(_run(device, w, x, 16), x @ ref.T)
+
+
+def test_q4_0_keeps_its_scales_alone(device, n=48, k=64):
+    """Q4_0's mins are -8 x its scales: the CPU layout stores the scales only (18 bytes per
+    32 values, as the file), Q4_1's keeps both; a min that differs anywhere keeps both."""
+    p0, _ = _packed("Q4_0", n, k)
+    p1, _ = _packed("Q4_1", n, k)
+    assert q4_symmetric(p0) and not q4_symmetric(p1)
+    w0 = DeviceWeight(device, p0, layout="rb16")
+    assert w0.q4_sym and w0.nbytes == n * k // 32 * 18
+    assert not DeviceWeight(device, p1, layout="rb16").q4_sym
+    sc = p0.scales.copy()
+    sc[3, 1, 1] += np.float16(0.5)
+    assert not q4_symmetric(type(p0)(p0.fmt, n, k, p0.data, sc, p0.group))
