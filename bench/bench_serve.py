@@ -79,9 +79,18 @@ def one(url: str, i: int, new: int, words: int) -> tuple[float, float, int]:
     return first if first is not None else total, total, tokens if tokens else chunks
 
 
+def warm(url: str, streams: int, words: int) -> None:
+    """An unmeasured wave of ``streams`` short requests: a server's first ones pay for what it
+    builds or touches once (clops: step plans and kernels for each batch size as it grows
+    and shrinks through them; the runtime's first runs of each)."""
+    with ThreadPoolExecutor(streams) as ex:
+        list(ex.map(lambda i: one(url, i, 8, words), range(streams)))
+
+
 def measure(url: str, streams: int, new: int, words: int, rounds: int = 2) -> dict:
-    """``rounds`` waves of ``streams`` concurrent requests."""
-    one(url, 0, 4, words)  # warm
+    """``rounds`` waves of ``streams`` concurrent requests, after one unmeasured wave (the
+    step plans and kernels of its batch sizes built: clops compiles them at first use)."""
+    warm(url, streams, words)
     ttft, tps = [], []
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -152,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     url, stop, dev = start_clops(model, a.device, parallel, a.ctx)
     try:
+        warm(url, max(streams), a.prompt_words)
         for s in streams:
             r = measure(url, s, a.new_tokens, a.prompt_words)
             rows.append({"engine": f"clops serve ({dev[:30]})", **r})
@@ -162,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         url, stop = start_llama(a.llama_server, model, parallel, a.ctx,
                                 a.llama_server_args.split())
         try:
+            warm(url, max(streams), a.prompt_words)
             for s in streams:
                 r = measure(url, s, a.new_tokens, a.prompt_words)
                 rows.append({"engine": "llama-server", **r})
