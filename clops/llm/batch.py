@@ -13,9 +13,11 @@ same tokens (a system prompt) reuses them and skips their prefill.
 
 Every row's values depend on that row and its own sequence alone (the products run with one
 kernel geometry for any number of rows, attention is per row), so a sequence gets the same
-tokens whether it runs alone or batched with others. Tokens are chosen on the host from the
-logits of the rows that need one, each sequence with its own settings, random generator and
-optional mask of allowed tokens (constrained decoding).
+tokens whether it runs alone or batched with others. A greedy row with nothing else asked of it
+takes its token and log-probability from the device (``sample.row_stats``: argmax, max and
+log-sum-exp of each row); the others are chosen on the host from their logits, each sequence
+with its own settings, random generator and optional mask of allowed tokens (constrained
+decoding).
 """
 
 from __future__ import annotations
