@@ -14,17 +14,26 @@ def device_selectors(devices: str | Sequence[str] | None = None) -> list[str]:
     """One selector (``opencl:gpu:0``, ...) per device that ``devices`` lists: a kind
     (``"gpu"``, ``"cpu"``), a selector list (``"gpu:0,gpu:1"``) or a sequence of selectors;
     None: the default device (``clops.device()``). Every GPU the driver lists gets its own
-    worker."""
+    worker. ``"cpu"`` gives the one CPU device ``clops.device("cpu")`` picks: the CPU
+    runtimes OpenCL lists (PoCL, Intel's) drive the same cores (``split`` gives a worker per
+    sub-device). A listed device whose runtime cannot build a kernel (``clops info`` says
+    why) gets no worker."""
     import clops
 
     if devices is None:
         return [clops.device().selector]
     text = devices if isinstance(devices, str) else ",".join(devices)
+    if text.strip().lower() == "cpu":
+        return [clops.device("cpu").selector]
     found = clops.devices(text)
     if not found:
         raise LookupError(f"no OpenCL device matches {text!r} (clops info lists them)")
+    builds = [d for d in found if d.probe("builds")]
+    if not builds:
+        raise LookupError(f"no device {text!r} lists can build a kernel: "
+                          f"{', '.join(d.selector for d in found)} (clops info says why)")
     out: list[str] = []
-    for d in found:
+    for d in builds:
         if d.selector not in out:
             out.append(d.selector)
     return out

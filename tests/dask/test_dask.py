@@ -145,7 +145,8 @@ def test_one_worker_per_listed_device():
     from clops.dask import device_selectors
 
     assert device_selectors() == [clops.device().selector]
-    assert device_selectors("cpu") == [d.selector for d in clops.devices("cpu")]
+    # the CPU runtimes OpenCL lists drive the same cores: one worker, on clops' pick
+    assert device_selectors("cpu") == [clops.device("cpu").selector]
     assert device_selectors(["opencl:cpu:0", "cpu:0"]) == ["opencl:cpu:0"]
     with pytest.raises(LookupError, match="no OpenCL device"):
         device_selectors("gpu:42")
@@ -155,6 +156,11 @@ def test_a_worker_per_gpu_on_a_multi_gpu_host(monkeypatch):
     class FakeGPU:
         def __init__(self, i):
             self.selector = f"opencl:gpu:{i}"
+            self.builds = True
+
+        def probe(self, what):
+            assert what == "builds"
+            return self.builds
 
     listed = [FakeGPU(i) for i in range(4)]
     asked = []
@@ -176,6 +182,11 @@ def test_a_worker_per_gpu_on_a_multi_gpu_host(monkeypatch):
     assert all(o["env"]["CLOPS_MEMORY_LIMIT"] == "1GB" and "CLOPS_DASK_SUBDEVICE" not in o["env"]
                and o["resources"] == {"OPENCL": 1} and o["nthreads"] == 1 for o in opts)
     assert asked[0] == "gpu"
+    # a listed device whose runtime cannot build a kernel gets no worker; none left: refused
+    listed[2].builds = False
+    assert clops.dask.device_selectors("gpu") == ["opencl:gpu:0", "opencl:gpu:1", "opencl:gpu:3"]
+    with pytest.raises(LookupError, match="can build a kernel: opencl:gpu:2"):
+        clops.dask.device_selectors("gpu:2")
 
 
 def test_a_split_the_device_cannot_give_is_refused_before_workers_start():
