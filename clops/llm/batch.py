@@ -519,7 +519,7 @@ class BatchEngine:
             return []
         V = self.model.config.vocab_size
         # PERF (H100, SmolLM2, 16 rows): reading every row and its log-sum-exp on the host
-        # took 2.5 of a 8 ms step, the device idle meanwhile; the device's row statistics
+        # took 2.5 ms of an 8 ms step, the device idle meanwhile; the device's row statistics
         # (argmax, max, lse) serve greedy rows, and only the rows that need their logits
         # (sampling, a penalty, a mask, top log-probabilities) are read
         stats = np.empty((len(want), 3), np.float32)
