@@ -51,6 +51,28 @@ inline float penalized(__global const float *lg, __global const uchar *seen, int
 REDUCE_ADD(reduce_sum, float)
 REDUCE_ADD(reduce_count, uint)
 
+// The work-group's largest v and, on ties, the smallest index i (NT work-items, through redf
+// and redi): every work-item gets the index in *arg and the value back.
+inline float reduce_argmax(float v, int i, __local float *redf, __local int *redi, int lid,
+                           int *arg) {
+    redf[lid] = v;
+    redi[lid] = i;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = NT / 2; s > 0; s >>= 1) {
+        if (lid < s) {
+            const float o = redf[lid + s];
+            const int oi = redi[lid + s];
+            if (o > redf[lid] || (o == redf[lid] && oi < redi[lid])) {
+                redf[lid] = o;
+                redi[lid] = oi;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    *arg = redi[0];
+    return redf[0];
+}
+
 // Work geometry: global (NT), local (NT).
 __kernel void sample(__global int *tokens, __global int *state, __global uchar *restrict seen,
                      __global const float *restrict logits, int l_off,
@@ -82,22 +104,9 @@ __kernel void sample(__global int *tokens, __global int *state, __global uchar *
             if (l > best || (l == best && v < bi)) { best = l; bi = v; }
         }
     }
-    redf[lid] = best;
-    redi[lid] = bi;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = NT / 2; s > 0; s >>= 1) {
-        if (lid < s) {
-            float o = redf[lid + s];
-            int oi = redi[lid + s];
-            if (o > redf[lid] || (o == redf[lid] && oi < redi[lid])) {
-                redf[lid] = o;
-                redi[lid] = oi;
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float zmax = redf[0];
-    if (lid == 0) chosen = min(redi[0], V - 1);
+    int am;
+    const float zmax = reduce_argmax(best, bi, redf, redi, lid, &am);
+    if (lid == 0) chosen = min(am, V - 1);
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
 
     if (temperature > 0.0f && zmax > -INFINITY) {
@@ -201,34 +210,14 @@ __kernel void row_stats(__global float *restrict stats, __global const float *re
             bi = v;
         }
     }
-    redf[lid] = best;
-    redi[lid] = bi;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = NT / 2; s > 0; s >>= 1) {
-        if (lid < s) {
-            const float o = redf[lid + s];
-            const int oi = redi[lid + s];
-            if (o > redf[lid] || (o == redf[lid] && oi < redi[lid])) {
-                redf[lid] = o;
-                redi[lid] = oi;
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float mx = redf[0];
-    const int am = redi[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
+    int am;
+    const float mx = reduce_argmax(best, bi, redf, redi, lid, &am);
     float acc = 0.0f;
     for (int v = lid; v < V; v += NT) acc += exp(lg[v] - mx);
-    redf[lid] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = NT / 2; s > 0; s >>= 1) {
-        if (lid < s) redf[lid] += redf[lid + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    const float total = reduce_sum(acc, redf, lid);  // (it waits for every read of redf)
     if (lid == 0) {
         stats[3 * r] = as_float(am);
         stats[3 * r + 1] = mx;
-        stats[3 * r + 2] = mx + log(redf[0]);
+        stats[3 * r + 2] = mx + log(total);
     }
 }
