@@ -7,7 +7,10 @@ Importing this module registers clops with Dask:
   element counts) for the tensor type, as Dask does for CuPy, so that Dask's own algorithms
   run on tensor chunks (the tensor's NumPy protocols, ``clops.array.numpy_protocols``, take
   the rest);
-- the size of a tensor chunk (its bytes) for Dask's memory accounting;
+- the size of a tensor chunk (its bytes) for Dask's memory accounting; a chunk still pending
+  (a lazy result) is computed as Dask measures it, when a worker stores it, so that what Dask
+  counts is what the chunk holds: a pending chunk holds its inputs' device memory (a
+  column product of a tall chunk, 64 by 64, would hold the whole chunk);
 - a ``dask_serialize`` family for tensors: the device's bytes go to the wire as one frame (one
   copy from the device, one to the receiving worker's device), with dtype, shape and memory
   kind in the header.
@@ -90,8 +93,15 @@ def _register_lookups() -> None:
 def _register_sizeof() -> None:
     from dask.sizeof import sizeof
 
-    # what a chunk holds (device memory), for Dask's memory accounting and scheduling
-    sizeof.register(Tensor, lambda t: int(t.nbytes))
+    def _sizeof(t: Tensor) -> int:
+        # What a chunk holds (device memory), for Dask's memory accounting and scheduling.
+        # A distributed worker measures each result it stores, in the task's thread: a
+        # pending result is computed there (its launch enqueued), so that it stops holding
+        # its inputs, which Dask has counted as released once their consumers ran.
+        t.realize()
+        return int(t.nbytes)
+
+    sizeof.register(Tensor, _sizeof)
 
 
 def _register_serialization() -> None:

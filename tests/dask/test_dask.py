@@ -129,6 +129,27 @@ def test_dask_counts_a_chunks_bytes():
     assert sizeof(clops.asarray(A)) == A.nbytes
 
 
+def test_a_pending_chunk_is_computed_when_dask_counts_it():
+    # A worker measures each result it stores; a pending one (a column sum of a chunk) would
+    # hold its whole input's device memory while Dask counted a row of it.
+    import gc
+
+    from dask.sizeof import sizeof
+
+    x = clops.asarray(A)
+    g = x.sum(axis=0) * 2.0
+    del x
+    gc.collect()
+    assert g._node.resolve().op != "load"
+    held = clops.memory_stats()["in_use"]
+    assert sizeof(g) == A.shape[1] * 4
+    assert g._node.resolve().op == "load"
+    gc.collect()
+    # the input was let go (the result's own buffer, 256 bytes, came in)
+    assert clops.memory_stats()["in_use"] <= held - A.nbytes + 1024
+    np.testing.assert_allclose(np.asarray(g), 2 * A.sum(axis=0), rtol=1e-4, atol=1e-3)
+
+
 def test_dask_serialization_is_one_frame():
     from distributed.protocol import deserialize, serialize
 
@@ -220,6 +241,25 @@ def test_distributed_gives_numpys_results(cluster, name):
     got = client.compute(fn(_tensor_chunks())).result(timeout=120)
     want = fn(da.from_array(A, chunks=(512, 48))).compute(scheduler="threads")
     _check(name, got, want)
+
+
+def test_a_worker_stores_computed_chunks(cluster):
+    _, client = cluster
+
+    def lazy() -> object:
+        return clops.asarray(A).sum(axis=0) * 2.0  # pending when the task returns
+
+    def stored(dask_worker) -> list:
+        return [v._node.resolve().op for v in dask_worker.data.values()
+                if isinstance(v, clops.Tensor)]
+
+    fut = client.submit(lazy, pure=False)
+    distributed.wait(fut, timeout=60)  # stored, not yet fetched (fetching computes it)
+    ops = [op for v in client.run(stored).values() for op in v]
+    assert ops and set(ops) == {"load"}
+    np.testing.assert_allclose(np.asarray(fut.result(timeout=60)), 2 * A.sum(axis=0),
+                               rtol=1e-4, atol=1e-3)
+    del fut
 
 
 def test_a_killed_worker_is_survived(cluster):
