@@ -4,13 +4,14 @@ workers (sub-devices of the CPU, or one worker per GPU), beside ``dask.array`` o
 one worker's device memory limit (``CLOPS_MEMORY_LIMIT``): a reduction-heavy pipeline (one
 pass: sums, maxima and means of columns of elementwise chains) and a blocked matmul
 (``x.T @ x``), each from its random input: numpy's chunks drawn by numpy, clops' on each
-worker's device (``clops.random.RandomState``).
+worker's device (``clops.random.RandomState``). With ``--devices gpu`` and CuPy installed,
+CuPy-on-Dask runs too: a ``distributed`` worker per CUDA GPU, its chunks drawn by CuPy.
 Reports seconds (median), the speed-up over one worker, the time Dask's task stream records
 as transfers between workers (summed over workers, in the last run) with their number and
 bytes, and each worker's peak device memory.
 
     python bench/bench_dask.py [--workers 1,2,4] [--devices cpu|gpu] [--rows 2000000]
-        [--memory-limit 256MB]
+        [--memory-limit 256MB] [--cupy auto|yes|no]
 
 A worker count the host cannot give (4 sub-devices of a 2-core CPU, 4 GPUs on a host with 2)
 is reported as skipped.
@@ -54,6 +55,78 @@ def cluster_for(n: int, devices: str | None) -> dict:
     return {"devices": sels[:n]}
 
 
+def cupy_cluster(n: int):
+    """A ``dask.distributed`` cluster of n workers, one per CUDA GPU (``CUDA_VISIBLE_DEVICES``),
+    one thread each as clops' workers have: CuPy-on-Dask, the peer on NVIDIA GPUs."""
+    import cupy
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    have = cupy.cuda.runtime.getDeviceCount()
+    if have < n:
+        raise ValueError(f"CUDA lists {have} GPUs, not {n}")
+    workers = {f"cupy-{i}": {"cls": Nanny, "options": {
+        "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": str(i)}, "dashboard_address": None,
+        "silence_logs": 40}} for i in range(n)}
+    return SpecCluster(workers=workers, silence_logs=40, scheduler={
+        "cls": Scheduler, "options": {"dashboard_address": None}})
+
+
+def device_chunks(engine: str, shape: tuple[int, int], chunks: tuple[int, int]):
+    """The random input drawn on each worker's device: clops' ``RandomState`` or CuPy's."""
+    if engine == "clops":
+        import clops
+
+        return da.random.RandomState(0, RandomState=clops.random.RandomState).standard_normal(
+            shape, chunks=chunks)
+    import cupy
+
+    return da.random.RandomState(0, RandomState=cupy.random.RandomState).standard_normal(
+        shape, chunks=chunks, dtype=np.float32)
+
+
+def _peak(engine: str):
+    if engine == "clops":
+        import clops
+
+        return clops.memory_stats()["peak"]
+    import cupy  # (no peak is kept: the pool's bytes now)
+
+    return cupy.get_default_memory_pool().total_bytes()
+
+
+def _name() -> str:
+    if "CUDA_VISIBLE_DEVICES" in os.environ and "CLOPS_DEVICE" not in os.environ:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    import clops
+
+    return clops.device().name
+
+
+def _measure(client, engine: str, name: str, fn, n: int, shape, chunks,
+             base: dict[str, float]) -> dict:
+    from distributed import get_task_stream
+
+    def run() -> None:
+        outs = fn(device_chunks(engine, shape, chunks))
+        outs = list(outs) if name == "pipeline" else [outs]
+        [f.result() for f in client.compute(outs)]
+
+    s = timed(run)
+    with get_task_stream(client) as stream:
+        run()
+    moves = [(ss["stop"] - ss["start"], t.get("nbytes", 0)) for t in stream.data
+             for ss in t.get("startstops", ()) if ss["action"] == "transfer"]
+    base.setdefault(name, s)
+    label = ("clops chunks, clops.dask.LocalCluster" if engine == "clops"
+             else "CuPy chunks, a worker per CUDA GPU")
+    return {"workload": name, "engine": label, "workers": n, "s": s,
+            "speedup_vs_1": base[name] / s, "transfer_s": sum(m[0] for m in moves),
+            "transfers": len(moves), "transfer_bytes": sum(m[1] for m in moves),
+            "peak_bytes": client.run(_peak, engine), "device": client.run(_name)}
+
+
 def timed(fn, repeat: int = 3) -> float:
     fn()  # warm: kernels built, workers started
     return statistics.median(_once(fn) for _ in range(repeat))
@@ -75,11 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk-rows", type=int, default=62_500)
     ap.add_argument("--memory-limit", default="256MB",
                     help="CLOPS_MEMORY_LIMIT of each worker (below the array's size)")
+    ap.add_argument("--cupy", default="auto", choices=("auto", "yes", "no"),
+                    help="CuPy-on-Dask beside clops (auto: with --devices gpu)")
     ap.add_argument("--json", default="bench/results/dask.json")
     a = ap.parse_args(argv)
     import dask
     from dask.utils import parse_bytes
-    from distributed import Client, get_task_stream
+    from distributed import Client
 
     import clops
     import clops.dask
@@ -98,51 +173,36 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"workload": name, "engine": "dask.array, numpy chunks (threads)",
                          "workers": os.cpu_count(), "s": s})
             print(rows[-1], flush=True)
-    base: dict[str, float] = {}
     skipped: list[dict] = []
     env = {"CLOPS_MEMORY_LIMIT": a.memory_limit} if a.memory_limit else {}
     if a.memory_limit and parse_bytes(a.memory_limit) >= nbytes:
         print(f"note: the array ({nbytes} bytes) fits in one worker's limit "
               f"({a.memory_limit}); raise --rows or lower --memory-limit", flush=True)
-    for n in [int(v) for v in a.workers.split(",")]:
-        try:
-            kw = cluster_for(n, a.devices)
-            clops.dask.worker_specs(**kw)  # (a count this host cannot give: said, skipped)
-        except (ValueError, LookupError) as e:
-            print(f"skipping {n} workers: {e}", flush=True)
-            skipped.append({"workers": n, "why": str(e)})
-            continue
-        with clops.dask.LocalCluster(env=env, **kw) as cluster, Client(cluster) as client:
-            if len(client.scheduler_info()["workers"]) != n:
-                print(f"skipping {n} workers: the cluster has "
-                      f"{len(client.scheduler_info()['workers'])}")
+    counts = [int(v) for v in a.workers.split(",")]
+    for engine in ("clops", "cupy"):
+        base: dict[str, float] = {}
+        for n in counts:
+            try:
+                if engine == "clops":
+                    kw = cluster_for(n, a.devices)
+                    clops.dask.worker_specs(**kw)  # (a count this host cannot give: skipped)
+                    cm = clops.dask.LocalCluster(env=env, **kw)
+                else:
+                    if a.cupy == "no" or (a.cupy == "auto" and a.devices != "gpu"):
+                        break
+                    cm = cupy_cluster(n)
+            except (ValueError, LookupError, ImportError) as e:
+                print(f"skipping {engine} at {n} workers: {e}", flush=True)
+                skipped.append({"engine": engine, "workers": n, "why": str(e)})
                 continue
-
-            def tensor_chunks():
-                # drawn on each worker's device (numpy's chunks are drawn by numpy)
-                rs = da.random.RandomState(0, RandomState=clops.random.RandomState)
-                return rs.standard_normal(shape, chunks=chunks)
-
-            for name, fn in (("pipeline", pipeline), ("matmul", blocked_matmul)):
-                def run(fn=fn, name=name) -> None:
-                    outs = fn(tensor_chunks())
-                    outs = list(outs) if name == "pipeline" else [outs]
-                    [f.result() for f in client.compute(outs)]
-
-                s = timed(run)
-                with get_task_stream(client) as stream:
-                    run()
-                moves = [(ss["stop"] - ss["start"], t.get("nbytes", 0)) for t in stream.data
-                         for ss in t.get("startstops", ()) if ss["action"] == "transfer"]
-                move = sum(m[0] for m in moves)
-                base.setdefault(name, s)
-                rows.append({"workload": name, "engine": "clops chunks, clops.dask.LocalCluster",
-                             "workers": n, "s": s, "speedup_vs_1": base[name] / s,
-                             "transfer_s": move, "transfers": len(moves),
-                             "transfer_bytes": sum(m[1] for m in moves),
-                             "peak_bytes": client.run(lambda: clops.memory_stats()["peak"]),
-                             "device": client.run(lambda: clops.device().name)})
-                print(rows[-1], flush=True)
+            with cm as cluster, Client(cluster) as client:
+                got = len(client.scheduler_info()["workers"])
+                if got != n:
+                    print(f"skipping {engine} at {n} workers: the cluster has {got}")
+                    continue
+                for name, fn in (("pipeline", pipeline), ("matmul", blocked_matmul)):
+                    rows.append(_measure(client, engine, name, fn, n, shape, chunks, base))
+                    print(rows[-1], flush=True)
     print(f"array {shape} float32 ({nbytes / 1e9:.2f} GB), chunks {chunks}, "
           f"CLOPS_MEMORY_LIMIT {a.memory_limit or 'none'} per worker")
     print(f"{'workload':<10} {'engine':<42} {'workers':>7} {'s':>8} {'x 1 worker':>10} "
@@ -155,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['workload']:<10} {r['engine']:<42} {r['workers']:>7} {r['s']:>8.2f} "
               f"{sp:>10} {mv:>12} {mn:>14} {pk:>15}")
     for sk in skipped:
-        print(f"skipped {sk['workers']} workers: {sk['why']}")
+        print(f"skipped {sk['engine']} at {sk['workers']} workers: {sk['why']}")
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
         json.dump({"bench": "dask", "shape": shape, "chunks": chunks, "bytes": nbytes,

@@ -218,6 +218,34 @@ def test_a_split_the_device_cannot_give_is_refused_before_workers_start():
         clops.dask.LocalCluster(split=1)
 
 
+def _gpus() -> list:
+    try:
+        return clops.devices("gpu")
+    except LookupError:
+        return []
+
+
+@pytest.mark.skipif(len(_gpus()) < 2, reason="needs a host with two GPUs or more")
+def test_a_worker_per_gpu_computes_on_its_own_gpu():
+    # the chunks start on the client's default device and reach each worker's GPU through Dask
+    gpus = _gpus()
+    with clops.dask.LocalCluster(devices="gpu") as c, distributed.Client(c) as client:
+        where = client.run(lambda: (os.environ["CLOPS_DEVICE"], clops.device().selector))
+        assert len(where) == len(gpus)
+        assert sorted(w[0] for w in where.values()) == sorted(d.selector for d in gpus)
+        assert all(env == sel for env, sel in where.values())
+        for name in ("chain", "matmul", "rechunk", "argmax"):
+            fn = OPS[name][0]
+            got = client.compute(fn(_tensor_chunks())).result(timeout=120)
+            want = fn(da.from_array(A, chunks=(512, 48))).compute(scheduler="threads")
+            _check(name, got, want)
+        many = da.from_array(clops.asarray(A), chunks=(128, 48), asarray=False)
+        got = client.compute(many.sum(axis=0)).result(timeout=120)
+        np.testing.assert_allclose(np.asarray(got), A.sum(axis=0), rtol=1e-4, atol=1e-3)
+        used = client.run(lambda: clops.memory_stats()["peak"])
+        assert all(v > 0 for v in used.values())  # every GPU took chunks of the 16
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with clops.dask.LocalCluster(split=2) as c, distributed.Client(c) as client:
