@@ -1,6 +1,7 @@
 """Benchmark: the hand-written kernels against their peers, same device, same run: GEMM
-(float32 and float16, clops.matmul) beside PyTorch (TF32 off) or numpy; GEMV of float16, Q8_0,
-Q4_0 and Q4_1 weights (one decode row) beside the copy bandwidth; attention decode and prefill
+(float32 and float16, clops.matmul) beside PyTorch (TF32 off) or numpy, also of shapes the
+tiled kernels do not take (gemm_any, beside the generated kernel it replaced); GEMV of float16,
+Q8_0, Q4_0 and Q4_1 weights (one decode row) beside the copy bandwidth; attention decode and prefill
 beside PyTorch's scaled_dot_product_attention. Prints a table and writes JSON.
 
     python bench/bench_kernels.py [--device gpu] [--size 4096] [--json bench/results/kernels.json]
@@ -221,6 +222,59 @@ def bench_attention(dev, torch, repeat: int, ceiling: float) -> list[dict]:
     return rows
 
 
+# products gemm.cl's tiled kernels do not take, for gemm_any: (m, n, k, dtype, A transposed view)
+ANY_SHAPES = [(64, 64, 500_000, "float32", True), (1000, 1000, 1000, "float32", False),
+              (3000, 3000, 3000, "float32", False), (100, 4096, 4096, "float32", False),
+              (1000, 1000, 1000, "float16", False), (200, 200, 200_000, "float16", True)]
+
+
+def bench_gemm_any(dev, torch, repeat: int, shapes=ANY_SHAPES) -> list[dict]:
+    """clops.matmul on products gemm.cl's tiled kernels do not take (gemm_any on GPUs) beside
+    the generated kernel it replaced and PyTorch (TF32 off) or numpy; x.T @ x of a tall x reads
+    the transposed view in place."""
+    rows = []
+    rng = np.random.default_rng(0)
+    for m, n, k, dtype, trans in shapes:
+        a = (rng.standard_normal((k, m) if trans else (m, k)) / 8).astype(dtype)
+        b = (rng.standard_normal((k, n)) / 8).astype(dtype)
+        ta = clops.asarray(a, device=dev).realize()
+        tb = clops.asarray(b, device=dev).realize()
+        if trans:
+            ta = clops.matrix_transpose(ta)
+            a = a.T
+        flops = 2.0 * m * n * k
+        label = f"GEMM {dtype} {m}x{n}x{k}" + (" (A a transposed view)" if trans else "")
+        if torch is not None:
+            torch.backends.cuda.matmul.allow_tf32 = False
+            xa, xb = torch.from_numpy(np.ascontiguousarray(a.T if trans else a)).cuda(), \
+                torch.from_numpy(b).cuda()
+            if trans:
+                xa = xa.T
+            peer_ms, peer = torch_ms(torch, lambda xa=xa, xb=xb: xa @ xb, repeat), "PyTorch"
+        else:
+            times = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                a @ b
+                times.append((time.perf_counter() - t0) * 1e3)
+            peer_ms, peer = statistics.median(times), "numpy"
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        saved = gemm.ANY_MIN_MACS
+        for variant, floor in (("clops.matmul", saved), ("generated kernel", 1 << 62)):
+            gemm.ANY_MIN_MACS = floor
+            try:
+                ms, wall = device_ms(dev, lambda ta=ta, tb=tb: clops.matmul(ta, tb).realize(),
+                                     repeat)
+                err = rel_err(np.asarray(clops.matmul(ta, tb)), want)
+            finally:
+                gemm.ANY_MIN_MACS = saved
+            rows.append({"kernel": f"{label} ({variant})", "ms": ms, "wall_ms": wall,
+                         "tflops": flops / ms / 1e9, "peer": peer, "peer_ms": peer_ms,
+                         "x_peer": peer_ms / ms, "rel_err": err})
+            print(rows[-1], flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
@@ -228,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=None, help="GEMM size (4096 on GPUs)")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--json", default="bench/results/kernels.json")
-    ap.add_argument("--only", default="copy,gemm,gemv,attention")
+    ap.add_argument("--only", default="copy,gemm,gemm_any,gemv,attention")
     ap.add_argument("--gemm-dtypes", default="float32,float16")
     a = ap.parse_args(argv)
     dev = clops.device(a.device)
@@ -251,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
                                        a.repeat))
     if "attention" in only:
         rows += bench_attention(dev, torch, a.repeat, ceil["gbps"])
+    if "gemm_any" in only:
+        rows += bench_gemm_any(dev, torch, max(5, a.repeat // 2),
+                               ANY_SHAPES if gpu else [(64, 64, 100_000, "float32", True),
+                                                       (300, 300, 300, "float32", False)])
     # NOTE: last, so that a kernel fault (which ends the OpenCL context) loses nothing else
     if "gemm" in only:
         for dtype in a.gemm_dtypes.split(","):

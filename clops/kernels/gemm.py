@@ -1,7 +1,9 @@
 """Kernels, GEMM: launches of ``gemm.cl`` on runtime Buffers (row-major, element offsets, row and
 batch strides), and the choice between its NVIDIA tensor-core kernel and the portable one.
 
-``clops.matmul`` hands large float32/float16 products on GPUs here (``supports``), and float32
+``clops.matmul`` hands large float32/float16 products on GPUs here (``supports``: the tiled and
+tensor-core kernels of ``gemm.cl``; ``any_supports``: ``gemm_any.cl`` for any other shape and
+strides, K sliced where the output has few tiles), and float32
 and float64 products on CPUs (``cpu_supports``, ``gemm_cpu.cl``); everything else stays on the
 generated kernels.
 """
@@ -215,6 +217,69 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
                       reads=[a, b], writes=[c], name=name)
 
 
+# gemm_any (gemm_any.cl): GPU products ``gemm`` does not take, from this many multiply-adds
+# (below, the generated kernel's fusion with its neighbours is worth more).
+ANY_MIN_MACS = 1 << 22
+ANY_TILE, ANY_DEPTH = 64, 16
+# work-groups gemm_any launches per compute unit at least (K is sliced until it does) ...
+ANY_GROUPS_PER_CU = 2
+# ... each slice of K at least this deep
+ANY_MIN_SLICE = 256
+
+
+def any_supports(dev: CLDevice, dtype: str, m: int, n: int, k: int, force: bool = False) -> bool:
+    """Whether ``gemm_any`` takes this product: a GPU (unless ``force``), float32/float16,
+    enough work; any shape, offsets and strides."""
+    if dtype not in _DT or (dev.kind == "cpu" and not force):
+        return False
+    return force or m * n * k >= ANY_MIN_MACS
+
+
+def any_slices(dev: CLDevice, m: int, n: int, k: int, batch: int) -> int:
+    """Slices of K ``gemm_any`` splits a product into: enough work-groups to fill the device."""
+    tiles = -(-m // ANY_TILE) * -(-n // ANY_TILE) * batch
+    want = ANY_GROUPS_PER_CU * dev.caps.compute_units
+    if tiles >= want:
+        return 1
+    return max(1, min(-(-want // tiles), k // ANY_MIN_SLICE))
+
+
+def gemm_any(dev: CLDevice, c: Buffer, c_off: int, c_strides: tuple[int, int],
+             a: Buffer, a_off: int, a_strides: tuple[int, int, int],
+             b: Buffer, b_off: int, b_strides: tuple[int, int, int],
+             m: int, n: int, k: int, batch: int = 1, dtype: str = "float32",
+             slices: int | None = None) -> Event:
+    """C[i] = A[i] @ B[i] for i < batch: element (m, k) of A at a_off + i*a_strides[0] +
+    m*a_strides[1] + k*a_strides[2] (elements; any strides, 0 and negative included), likewise
+    B's (k, n); C's rows c_strides[1] apart, batches c_strides[0], columns contiguous.
+    ``slices`` of K (default ``any_slices``): above one, each slice's sums go to a float32
+    buffer and ``splitk_sum`` adds them up in order."""
+    if dtype not in _DT:
+        raise ValueError(f"gemm_any takes float32 or float16, not {dtype}")
+    s = slices or any_slices(dev, m, n, k, batch)
+    per = -(-k // s)
+    ks = -(-per // ANY_DEPTH) * ANY_DEPTH  # each slice a whole number of tiles deep
+    s = max(1, -(-k // ks))
+    i32, i64 = np.int32, np.int64
+    defs = dict(DT=_DT[dtype], A_KFAST=int(a_strides[2] == 1 and a_strides[1] != 1),
+                B_NFAST=int(b_strides[2] == 1 or b_strides[1] != 1), PART=int(s > 1))
+    grid = (-(-n // ANY_TILE) * 16, -(-m // ANY_TILE) * 16, batch * s)
+    tail = [b, i64(b_off), *(i64(v) for v in b_strides), i32(m), i32(n), i32(k), i32(s),
+            i32(ks)]
+    head = [a, i64(a_off), *(i64(v) for v in a_strides)]
+    if s == 1:
+        return dev.launch(kernel(dev, "gemm_any", "gemm_any", **defs), grid, (16, 16, 1),
+                          [c, i64(c_off), i64(c_strides[0]), i64(c_strides[1]), *head, *tail],
+                          reads=[a, b], writes=[c], name="gemm_any")
+    p = dev.alloc(batch * s * m * n * 4)
+    dev.launch(kernel(dev, "gemm_any", "gemm_any", **defs), grid, (16, 16, 1),
+               [p, i64(0), i64(0), i64(0), *head, *tail], reads=[a, b], writes=[p],
+               name="gemm_any.slices")
+    return dev.launch(kernel(dev, "gemm_any", "splitk_sum", DT=_DT[dtype]), (n, m, batch), None,
+                      [c, i64(c_off), i64(c_strides[0]), i64(c_strides[1]), p, i32(s), i32(m),
+                       i32(n)], reads=[p], writes=[c], name="gemm_any.sum")
+
+
 def cpu_supports(dev: CLDevice, dtype: str, m: int, n: int, k: int) -> bool:
     """Whether ``gemm_cpu`` takes this product: a CPU, float32 (n a multiple of 16) or float64
     where the device has it (n a multiple of 8), enough work, and a runtime that builds and
@@ -343,15 +408,22 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
         gemm_cpu(dev, out.buffer, out.offset, n, a.buffer, a.offset, k, b.buffer, b.offset, n,
                  m, n, k, batch, (m * n, m * k, k * n), dtype.name)
         return out
-    if not supports(dev, dtype.name, m, n, k, (), ()):
-        return None
-    a, b = x1.contiguous(), x2.contiguous()
-    if not supports(dev, dtype.name, m, n, k, (a.offset, b.offset), ()):
-        return None
     batch = x1.shape[0] if x1.ndim == 3 else 1
+    if supports(dev, dtype.name, m, n, k, (), ()):
+        a, b = x1.contiguous(), x2.contiguous()
+        if supports(dev, dtype.name, m, n, k, (a.offset, b.offset), ()):
+            out = empty((*x1.shape[:-2], m, n), dtype, dev)
+            gemm(dev, out.buffer, out.offset, n, a.buffer, a.offset, k, b.buffer, b.offset, n,
+                 m, n, k, dtype.name, batch, (m * n, m * k, k * n))
+            return out
+    if not any_supports(dev, dtype.name, m, n, k):
+        return None
+    # any shape and strides (a transposed view is read in place)
     out = empty((*x1.shape[:-2], m, n), dtype, dev)
-    gemm(dev, out.buffer, out.offset, n, a.buffer, a.offset, k, b.buffer, b.offset, n, m, n, k,
-         dtype.name, batch, (m * n, m * k, k * n))
+    sa = x1.strides if x1.ndim == 3 else (0, *x1.strides)
+    sb = x2.strides if x2.ndim == 3 else (0, *x2.strides)
+    gemm_any(dev, out.buffer, out.offset, (m * n, n), x1.buffer, x1.offset, sa, x2.buffer,
+             x2.offset, sb, m, n, k, batch, dtype.name)
     return out
 
 

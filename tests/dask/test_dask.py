@@ -211,9 +211,9 @@ def test_a_worker_per_gpu_on_a_multi_gpu_host(monkeypatch):
 
 
 def test_a_split_the_device_cannot_give_is_refused_before_workers_start():
-    cu = clops.device().caps.compute_units
+    cu = clops.device("cpu").caps.compute_units
     with pytest.raises(ValueError, match=f"at most {cu} sub-devices"):
-        clops.dask.LocalCluster(split=cu + 1)
+        clops.dask.LocalCluster(devices="cpu", split=cu + 1)
     with pytest.raises(ValueError, match="2 or more"):
         clops.dask.LocalCluster(split=1)
 
@@ -248,7 +248,8 @@ def test_a_worker_per_gpu_computes_on_its_own_gpu():
 
 @pytest.fixture(scope="module")
 def cluster():
-    with clops.dask.LocalCluster(split=2) as c, distributed.Client(c) as client:
+    # the CPU in two sub-devices (where the default device is a GPU too)
+    with clops.dask.LocalCluster(devices="cpu", split=2) as c, distributed.Client(c) as client:
         yield c, client
 
 
@@ -257,7 +258,7 @@ def test_two_sub_device_workers(cluster):
     devs = client.run(lambda: clops.device().name)
     assert len(devs) == 2
     units = client.run(lambda: clops.device().caps.compute_units)
-    assert all(u < clops.device().caps.compute_units for u in units.values())
+    assert all(u < clops.device("cpu").caps.compute_units for u in units.values())
     res = client.run(lambda: os.environ["CLOPS_DASK_SUBDEVICE"])
     assert sorted(res.values()) == ["0/2", "1/2"]
 

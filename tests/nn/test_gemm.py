@@ -1,5 +1,6 @@
 """The hand-written GEMMs: gemm.cl's portable kernel on every device, for float32 and float16,
-plain and batched, and its tensor-core kernels where NVIDIA PTX runs; gemm_cpu.cl (CPUs) on the
+plain and batched, and its tensor-core kernels where NVIDIA PTX runs; gemm_any.cl (any shape and
+strides, K in slices) on every device; gemm_cpu.cl (CPUs) on the
 device as it is; all against numpy; and clops.matmul's choice of them."""
 
 from __future__ import annotations
@@ -76,6 +77,80 @@ def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
     want = a.astype(np.float64) @ b.astype(np.float64)
     got = np.asarray(tc).astype(np.float64)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+
+
+def _view(dev, base: np.ndarray, how: str):
+    """A tensor view of ``base`` (2-D or 3-D) read as ``how``: plain, transposed (the last two
+    axes of a contiguous copy swapped), strided (every other column), flipped (rows reversed),
+    with its numpy equal."""
+    if how == "plain":
+        return clops.asarray(base, device=dev).realize(), base
+    if how == "transposed":
+        src = np.ascontiguousarray(np.swapaxes(base, -1, -2))
+        return clops.matrix_transpose(clops.asarray(src, device=dev).realize()), base
+    if how == "strided":
+        wide = np.repeat(base, 2, axis=-1)
+        return clops.asarray(wide, device=dev).realize()[..., ::2], wide[..., ::2]
+    flipped = np.flip(base, axis=-2)
+    t = clops.flip(clops.asarray(np.ascontiguousarray(flipped), device=dev).realize(), axis=-2)
+    return t, base
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("m,n,k,batch,ha,hb,slices", [
+    (64, 64, 4096, 1, "transposed", "plain", None),   # x.T @ x of a tall x
+    (64, 64, 4096, 1, "transposed", "plain", 5),
+    (1, 1, 1, 1, "plain", "plain", None),
+    (100, 48, 300, 1, "plain", "transposed", 3),
+    (7, 130, 513, 2, "strided", "plain", None),
+    (129, 65, 17, 3, "flipped", "strided", 2),
+    (33, 16, 1000, 2, "plain", "flipped", 7),
+    (70, 200, 64, 1, "transposed", "transposed", 1),
+])
+def test_gemm_any(device, dtype, m, n, k, batch, ha, hb, slices):
+    # any shape, strides (views read in place) and slicing of K, against numpy
+    a = RNG.standard_normal((batch, m, k)).astype(dtype)
+    b = RNG.standard_normal((batch, k, n)).astype(dtype)
+    ta, a = _view(device, a, ha)
+    tb, b = _view(device, b, hb)
+    assert gemm.any_supports(device, dtype, m, n, k, force=True)
+    tc = clops.full((batch, m, n), -7.0, dtype=getattr(clops, dtype), device=device).realize()
+    gemm.gemm_any(device, tc.buffer, tc.offset, (m * n, n), ta.buffer, ta.offset, ta.strides,
+                  tb.buffer, tb.offset, tb.strides, m, n, k, batch, dtype, slices=slices)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    got = np.asarray(tc).astype(np.float64)
+    tol = 1e-5 if dtype == "float32" else 2e-3
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max() * 4)
+
+
+def test_gemm_any_repeats_exactly(device):
+    # the slices of K are added up in order: the same product gives the same bits every time
+    x = RNG.standard_normal((20000, 40)).astype(np.float32)
+    t = clops.asarray(x, device=device).realize()
+    outs = []
+    for _ in range(3):
+        c = clops.empty((40, 40), dtype=clops.float32, device=device)
+        tt = clops.matrix_transpose(t)
+        gemm.gemm_any(device, c.buffer, c.offset, (0, 40), tt.buffer, tt.offset,
+                      (0, *tt.strides), t.buffer, t.offset, (0, *t.strides), 40, 40, 20000,
+                      slices=9)
+        outs.append(np.asarray(c))
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+    np.testing.assert_allclose(outs[0], x.T.astype(np.float64) @ x, rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_matmul_takes_gemm_any_on_gpus(device, dtype):
+    # x.T @ x of a tall x (no 128-multiple, a transposed view): gemm_any on GPUs, read in place
+    x = (RNG.standard_normal((70000, 72)) / 4).astype(dtype)  # (sums within float16's range)
+    t = clops.asarray(x, device=device).realize()
+    out, names = _names(lambda: clops.matmul(clops.matrix_transpose(t), t).realize())
+    assert ("gemm_any" in names) == (device.kind != "cpu")
+    want = x.T.astype(np.float64) @ x.astype(np.float64)
+    tol = 1e-5 if dtype == "float32" else 2e-3
+    np.testing.assert_allclose(np.asarray(out).astype(np.float64), want, rtol=tol,
+                               atol=tol * np.abs(want).max() * 4)
 
 
 def test_matmul_dispatch(device):
