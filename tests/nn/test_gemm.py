@@ -146,7 +146,7 @@ def test_matmul_takes_gemm_any_on_gpus(device, dtype):
     x = (RNG.standard_normal((70000, 72)) / 4).astype(dtype)  # (sums within float16's range)
     t = clops.asarray(x, device=device).realize()
     out, names = _names(lambda: clops.matmul(clops.matrix_transpose(t), t).realize())
-    assert ("gemm_any" in names) == (device.kind != "cpu")
+    assert any(n.startswith("gemm_any") for n in names) == (device.kind != "cpu")
     want = x.T.astype(np.float64) @ x.astype(np.float64)
     tol = 1e-5 if dtype == "float32" else 2e-3
     np.testing.assert_allclose(np.asarray(out).astype(np.float64), want, rtol=tol,
