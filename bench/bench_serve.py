@@ -130,12 +130,21 @@ def start_clops(model: str | None, device: str | None, parallel: int, ctx: int):
 
 def start_llama(binary: str, model: str, parallel: int, ctx: int, extra: list[str]):
     port = _port()
+    # its log goes to a file: a pipe nobody reads fills up (64 KB) and stops the server in
+    # its next write (the CUDA build logs every request)
+    log = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen([binary, "-m", model, "--port", str(port), "-np", str(parallel),
                              "-c", str(ctx * parallel), *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=log, text=True)
     url = f"http://127.0.0.1:{port}"
-    _wait(url, proc)
-    return url, (lambda: (proc.terminate(), proc.wait(30)))
+    try:
+        _wait(url, proc)
+    except RuntimeError:
+        log.seek(0)
+        print(log.read()[-3000:], file=sys.stderr)
+        proc.kill()
+        raise
+    return url, (lambda: (proc.terminate(), proc.wait(30), log.close()))
 
 
 def main(argv: list[str] | None = None) -> int:
