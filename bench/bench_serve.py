@@ -122,8 +122,8 @@ def start_clops(model: str | None, device: str | None, parallel: int, ctx: int):
         proc.kill()
         raise
     log.seek(0)
-    # its first line: "clops serve: NAME on DEVICE, N slots, URL"
-    said = log.readline()
+    # its line "clops serve: NAME on DEVICE, N slots, URL" (a runtime's warnings may come first)
+    said = next((ln for ln in log if ln.startswith("clops serve:")), "")
     dev = said.split(" on ", 1)[1].rsplit(",", 2)[0] if " on " in said else "?"
     return url, (lambda: (proc.terminate(), proc.wait(30), log.close())), dev
 
