@@ -1,7 +1,8 @@
 """The tensor-core route of ``kernels.matmul.linear`` (float16 weights, many rows: a prompt's
-projections): the route's choice on every device, and where the device has NVIDIA tensor cores
-the ``gemm_nt_mma`` product, which makes the float32 rows float16 as it reads them (as they are,
-RMSNorm * weight, or the GLU), against numpy."""
+projections, and every row of the batch engine's steps): the route's choice on every device, and
+where the device has NVIDIA tensor cores the ``gemm_nt_mma`` product, which makes the float32
+rows float16 as it reads them (as they are, RMSNorm * weight, or the GLU), against numpy; one
+split of k for any number of rows, and launches resized to another row count."""
 
 from __future__ import annotations
 
@@ -63,6 +64,10 @@ def test_routing(device):
     assert mma == (not launch.is_cpu(dev) and gemm.use_mma(dev, "float16"))
     names = [ln.kernel.function_name for ln in matmul.linear(
         dev, dev.alloc(64 * 128 * 4), 0, 128, dev.alloc(64 * 64 * 4), 0, 64, f16, 64)]
+    assert names == (["gemm_nt_mma"] if mma else ["matmul"])
+    # any_rows: the same route for a single row
+    names = [ln.kernel.function_name for ln in matmul.linear(
+        dev, dev.alloc(128 * 4), 0, 128, dev.alloc(64 * 4), 0, 64, f16, 1, any_rows=True)]
     assert names == (["gemm_nt_mma"] if mma else ["matmul"])
 
 
@@ -221,3 +226,40 @@ def test_linear_tensor_cores_quantized(device, kind, m=37, n=128, k=512):
     assert [ln.kernel.function_name for ln in
             matmul.linear(dev, yb, 0, n, xb, 0, k, w, m, wscratch=small)] == ["matmul"]
 
+
+@pytest.mark.parametrize("mode", ["plain", "norm", "glu"])
+def test_rows_do_not_depend_on_their_batch(device, mode, n=128, k=1024):
+    """With one split of k (the batch engine's), a row's outputs are the same bits whether it
+    runs with 2 or 40 rows, and launches made for 40 rows resized to 2 give them too."""
+    dev = clops.device(device)
+    _tensor_cores(dev)
+    width = 2 * k if mode == "glu" else k
+    x = RNG.standard_normal((40, width)).astype(np.float32)
+    w = (RNG.standard_normal((n, k)) / np.sqrt(k)).astype(np.float16)
+    dw = DeviceWeight(dev, pack_float(w, "f16"))
+    xb = _upload(dev, x)
+    norm = (_upload(dev, RNG.standard_normal(k).astype(np.float32)), 1e-6) \
+        if mode == "norm" else None
+
+    def run(m, resize_to=None):
+        yb = dev.alloc(40 * n * 4)
+        lns = matmul.linear(dev, yb, 0, n, xb, 0, width, dw, m, norm=norm, glu=mode == "glu",
+                            split=4, any_rows=True)
+        assert [ln.kernel.function_name for ln in lns] == ["gemm_nt_mma", "split_sum"]
+        rows = m
+        if resize_to is not None:
+            for ln, (args, size) in zip(lns, matmul.resize_linear(lns, n, resize_to)):
+                for i, v in args:
+                    ln.args[i] = v
+                ln.global_size = size
+            rows = resize_to
+        for ln in lns:
+            ln.run(dev)
+        return _read(dev, yb, (40, n), np.float32)[:rows]
+
+    few, many, resized = run(2), run(40), run(40, resize_to=2)
+    np.testing.assert_array_equal(few, many[:2])
+    np.testing.assert_array_equal(resized, few)
+    a = _prologue(x, mode, k, norm and _read(dev, norm[0], (k,), np.float32), 1e-6)
+    want = a.astype(np.float16).astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(many, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
