@@ -280,128 +280,48 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
 // that results repeat exactly), so that products of few tiles and long K still fill the device.
 // Needs N % 64 == 0, (K / SPLIT) % 32 == 0, 16-byte aligned rows of A and B; rows of A past M
 // read as 0. Work geometry: global (N / 64 * 128, ceil(M / 64), SPLIT), local (128, 1, 1).
-// AMODE > 0: A is float32 (at a_off, rows lda apart, 4-byte aligned will do), made float16 as
-// it is read, rounded to nearest as vstore_half (kernels/norm.cl half_rows) does: 1 as it is,
-// 2 RMSNorm(row) * nw (eps; the row's mean square over the whole of K), 3 silu(row[:K]) *
-// row[K:2K] (a GLU's [gate | up] rows): a product's input made and converted in one launch.
 #ifndef SPLIT
 #define SPLIT 1
-#endif
-#ifndef AMODE
-#define AMODE 0
-#endif
-#if AMODE
-#define A_T float
-// two floats as one word of two halves, lo in the low half (round to nearest even)
-inline uint pack_h2(float lo, float hi) {
-    uint r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-// 8 values of A's row at p (k .. k + 7; w: the norm weight at the same k; r: the row's 1 / rms;
-// kf: the offset of the row's up half) as float16, in the order of a 16-byte chunk of halves.
-inline uint4 load_a8(__global const float *p, __global const float *w, float r, int kf) {
-    float4 u = vload4(0, p), v = vload4(0, p + 4);
-#if AMODE == 2
-    u = u * r * vload4(0, w);
-    v = v * r * vload4(0, w + 4);
-#elif AMODE == 3
-    u = u / (1.0f + exp(-u)) * vload4(0, p + kf);
-    v = v / (1.0f + exp(-v)) * vload4(0, p + kf + 4);
-#endif
-    return (uint4)(pack_h2(u.x, u.y), pack_h2(u.z, u.w), pack_h2(v.x, v.y), pack_h2(v.z, v.w));
-}
-#else
-#define A_T half
 #endif
 #define NTT 64           // rows and columns of the tile of C
 #define NTK 32           // depth of the A and B tiles
 #define NTR (NTK + 8)    // halves per local row: 80 bytes, so fragment reads hit all banks
 
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
-void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const A_T *A, int lda,
+void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, int lda,
                  __global const half *B, int ldb, __global const float *bias, int M, int N,
-                 int K, long c_split, int a_off, __global const float *nw, float eps) {
+                 int K, long c_split) {
     __local ushort As[NTT * NTR] __attribute__((aligned(16)));  // As[m][k]
     __local ushort Bs[NTT * NTR] __attribute__((aligned(16)));  // Bs[n][k]
-#if AMODE == 2
-    __local float red[256];  // the rows' partial sums of squares
-#endif
     const int tid = get_local_id(0);
     const int lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
     const int m0 = get_group_id(1) * NTT, n0 = get_group_id(0) * NTT;
-#if AMODE
-    A += a_off;
-    const int kf = K;  // the whole depth (a GLU row's up half starts there)
-    float rr[2] = {1.0f, 1.0f};
-#if AMODE == 2
-    {   // 1 / rms of this work-item's two rows over the whole of K: 4 work-items a row
-#pragma unroll
-        for (int l = 0; l < 2; ++l) {
-            const int c = tid + 128 * l;
-            __global const float *xr = A + (size_t)min(m0 + (c >> 2), M - 1) * lda;
-            float sq = 0.0f;
-            for (int k = (c & 3) * 8; k < K; k += 32) {
-                const float4 u = vload4(0, xr + k), v = vload4(0, xr + k + 4);
-                sq += dot(u, u) + dot(v, v);
-            }
-            red[c] = sq;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-        for (int l = 0; l < 2; ++l) {
-            const int b = (tid + 128 * l) & ~3;
-            rr[l] = rsqrt((red[b] + red[b + 1] + red[b + 2] + red[b + 3]) / K + eps);
-        }
-    }
-#endif
-#endif
 #if SPLIT > 1
     K /= SPLIT;  // this group's slice of the depth, and of the partial sums
     A += (size_t)get_group_id(2) * K;
     B += (size_t)get_group_id(2) * K;
     C += get_group_id(2) * c_split;
-#if AMODE == 2
-    nw += (size_t)get_group_id(2) * K;
-#endif
 #endif
     // this work-item's two 16-byte chunks of each tile: row c / 4, halves (c % 4) * 8 + 0..7
-    __global const uint4 *pb[2];
-#if AMODE
-    __global const float *pa[2];
-    __global const float *pw[2];
-#else
-    __global const uint4 *pa[2];
-#endif
+    __global const uint4 *pa[2], *pb[2];
     bool in_m[2];
     int at[2];
 #pragma unroll
     for (int l = 0; l < 2; ++l) {
         const int c = tid + 128 * l, r = c >> 2, col = (c & 3) * 8;
         in_m[l] = m0 + r < M;
-#if AMODE
-        pa[l] = A + (size_t)min(m0 + r, M - 1) * lda + col;
-        pw[l] = nw + col;
-#else
         pa[l] = (__global const uint4 *)((__global const ushort *)A +
                                          (size_t)min(m0 + r, M - 1) * lda + col);
-#endif
         pb[l] = (__global const uint4 *)((__global const ushort *)B + (size_t)(n0 + r) * ldb +
                                          col);
         at[l] = r * NTR + col;
     }
-#if AMODE
-#define A_CHUNK(l, k) load_a8(pa[l] + (k), pw[l] + (k), rr[l], kf)
-#else
-#define A_CHUNK(l, k) pa[l][(k) / 8]
-#endif
     uint4 ra[2], rb[2];
 #pragma unroll
     for (int l = 0; l < 2; ++l) {
-        ra[l] = in_m[l] ? A_CHUNK(l, 0) : (uint4)(0u);
+        ra[l] = in_m[l] ? pa[l][0] : (uint4)(0u);
         rb[l] = pb[l][0];
     }
     float acc[2][4][4];
@@ -419,7 +339,7 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const A_T *A, i
         if (k0 + NTK < K) {  // 16-byte chunks: NTK / 8 of them per tile row and step
 #pragma unroll
             for (int l = 0; l < 2; ++l) {
-                ra[l] = in_m[l] ? A_CHUNK(l, k0 + NTK) : (uint4)(0u);
+                ra[l] = in_m[l] ? pa[l][(k0 + NTK) / 8] : (uint4)(0u);
                 rb[l] = pb[l][(k0 + NTK) / 8];
             }
         }

@@ -17,6 +17,7 @@ from ..runtime.pool import Buffer
 from . import gemm as _gemm
 from . import launch
 from .launch import Launch, f32, i32, kernel, pow2_at_most
+from .norm import half_rows
 
 
 class Weight(Protocol):
@@ -353,6 +354,11 @@ def dequant_half(dev: CLDevice, out: Buffer, w: Weight) -> Launch:
                   [w.data, w.scales], [out], "dequant_half")
 
 
+def half_scratch_nbytes(m: int, k: int) -> int:
+    """Bytes of the float16 rows ``linear`` stages for m rows of k features."""
+    return m * k * 2
+
+
 def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
     """Slices of k for ``gemm_nt_mma`` (a power of two): enough work-groups for two per compute
     unit, slices of at least 512."""
@@ -375,27 +381,20 @@ def split_nbytes(dev: CLDevice, m: int, w: Weight) -> int:
 def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
            w: Weight, m: int, *, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None, glu: bool = False,
-           wscratch: Buffer | None = None, pscratch: Buffer | None = None,
-           glu_out: bool = False, split: int | None = None,
-           any_rows: bool = False) -> list[Launch]:
+           scratch: Buffer | None = None, wscratch: Buffer | None = None,
+           pscratch: Buffer | None = None, glu_out: bool = False) -> list[Launch]:
     """The launches of ``matmul``'s product (same arguments): that one kernel, or where
-    ``tensor_core_rows`` holds, a weight not in float16 to float16 into ``wscratch`` (too
-    small: the matmul kernel runs instead) unless it keeps a float16 copy (``w.half``), a
-    tensor-core product that reads the float32 rows and makes them float16 as it reads them
-    (the norm or the GLU applied on the way: ``gemm_nt_mma``'s AMODE), and for a product split
-    over k the sum of its slices' partial sums (kept in ``pscratch``). Scratch buffers missing
-    or too small (but ``wscratch``) are allocated here. ``split``: that many slices of k
-    (default ``tensor_core_split``'s choice for m rows; a row's sums depend on it, not on m).
-    ``any_rows``: the tensor-core route for any m (``tensor_core_rows`` allows it from
-    ``TENSOR_CORE_ROWS``), so that one route serves every row count (``resize_linear``)."""
+    ``tensor_core_rows`` holds, the rows to float16 (norm or GLU applied on the way) into
+    ``scratch``, a weight not in float16 to float16 into ``wscratch`` (too small: the matmul
+    kernel runs instead) unless it keeps a float16 copy (``w.half``), a tensor-core product,
+    and for a product split over k the sum of its slices' partial sums (kept in
+    ``pscratch``). Scratch buffers missing or too small (but ``wscratch``) are allocated
+    here."""
     k = w.k
     wneed = w.n * k * 2 if w.fmt != "f16" and w.half is None else 0
-    if not tensor_core_rows(dev, max(m, TENSOR_CORE_ROWS) if any_rows else m, w) or (
-            wscratch is not None and wscratch.nbytes < wneed):
+    if not tensor_core_rows(dev, m, w) or (wscratch is not None and wscratch.nbytes < wneed):
         return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias=bias, accum=accum,
                        name=name, norm=norm, glu=glu, glu_out=glu_out)]
-    if norm is not None and glu:
-        raise ValueError("linear: norm= and glu= do not go together")
     out: list[Launch] = []
     b_half = w.half if w.half is not None else w.data
     if wneed:
@@ -404,29 +403,29 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         out.append(dequant_half(dev, wscratch, w))
         out[-1].name = "dequant_half." + name
         b_half = wscratch
+    if scratch is None or scratch.nbytes < half_scratch_nbytes(m, k):
+        scratch = dev.alloc(half_scratch_nbytes(m, k))
+    out.append(half_rows(dev, scratch, x, x_off, ldx, k=k, m=m, norm=norm, glu=glu))
+    out[-1].name = "half_rows." + name
     # PERF: few tiles of C over a long k (Llama-3.2-1B's o and down projections of a prompt
     # chunk: 64 tiles, k 2048 and 8192) split k; the slices' sums are added up in order by
     # split_sum (no atomics: the same prompt gives the same logits every time)
-    split = split or tensor_core_split(dev, m, w.n, k)
+    split = tensor_core_split(dev, m, w.n, k)
     flags = {"HAS_BIAS": int(bias is not None), "ACCUM": int(accum)}
     bias_arg = bias if bias is not None else b_half
     if split > 1:
-        need = split * m * w.n * 4
+        need = split_nbytes(dev, m, w)
         if pscratch is None or pscratch.nbytes < need:
             pscratch = dev.alloc(need)
         c, c_off, ldc = pscratch, 0, w.n
     else:
         c, c_off, ldc = y, y_off, ldy
-    # the rows as they are (1), RMSNorm(rows) * weight (2), or the GLU of [gate | up] rows (3)
-    amode = 2 if norm is not None else 3 if glu else 1
-    knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, SPLIT=split, AMODE=amode, **flags)
-    reads = [x, b_half] + ([norm[0]] if norm is not None else []) + (
-        [bias] if bias is not None else []) + ([y] if accum and split == 1 else [])
+    knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, SPLIT=split, **flags)
+    reads = [scratch, b_half] + ([bias] if bias is not None else []) + (
+        [y] if accum and split == 1 else [])
     out.append(Launch(knl, (w.n // 64 * 128, math.ceil(m / 64), split), (128, 1, 1),
-                      [c, i32(c_off), i32(ldc), x, i32(ldx), b_half, i32(k), bias_arg,
-                       i32(m), i32(w.n), i32(k), np.int64(m * w.n), i32(x_off),
-                       norm[0] if norm is not None else x,
-                       f32(norm[1] if norm is not None else 0.0)], reads, [c], name))
+                      [c, i32(c_off), i32(ldc), scratch, i32(k), b_half, i32(k), bias_arg,
+                       i32(m), i32(w.n), i32(k), np.int64(m * w.n)], reads, [c], name))
     if split > 1:
         assert pscratch is not None
         knl = kernel(dev, "gemm", "split_sum", **flags)
@@ -434,24 +433,6 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
                                                 bias_arg],
                           [pscratch] + ([bias] if bias is not None else []) +
                           ([y] if accum else []), [y], "split_sum." + name))
-    return out
-
-
-def resize_linear(launches: list[Launch], n: int,
-                  rows: int) -> list[tuple[list[tuple[int, Any]], tuple[int, ...]]]:
-    """For each of ``linear``'s tensor-core launches of a product with ``n`` outputs, the
-    arguments (index, value) and global size that make it run ``rows`` rows instead."""
-    out: list[tuple[list[tuple[int, Any]], tuple[int, ...]]] = []
-    for ln in launches:
-        g = ln.global_size
-        kind = ln.name.split(".")[0]
-        if kind == "split_sum":
-            out.append(([], (g[0], rows)))
-        elif kind == "dequant_half":
-            out.append(([], g))
-        else:  # gemm_nt_mma: rows M (argument 8), the slices' stride M * N (argument 11)
-            out.append(([(8, i32(rows)), (11, np.int64(rows * n))],
-                        (g[0], math.ceil(rows / 64), g[2])))
     return out
 
 

@@ -96,3 +96,28 @@ __kernel void layernorm(__global float *y, __global const float *x, int x_off, i
     __global float *yr = y + (size_t)m * K;
     for (int k = lid; k < K; k += LSIZE) yr[k] = (xr[k] - mean) * r * w[k] + b[k];
 }
+
+// y[m, :] = float16 of a row of x, with a prologue: MODE 0 none, 1 RMSNorm (as rmsnorm, weight
+// w), 2 silu(x[m, k]) * x[m, K + k] (rows [gate | up] of a gated MLP). The float16 rows feed
+// tensor-core products (gemm.cl gemm_nt_mma). y rows are K apart.
+#ifndef MODE
+#define MODE 0
+#endif
+__kernel void half_rows(__global half *y, __global const float *x, int x_off, int ldx,
+                        __global const float *w, int K, float eps) {
+    const int m = get_global_id(0) / LSIZE, lid = get_global_id(0) % LSIZE;
+    __global const float *xr = x + x_off + (size_t)m * ldx;
+    __global half *yr = y + (size_t)m * K;
+#if MODE == 1
+    __local float2 red[LSIZE];
+    const float r = rsqrt(row_sums(xr, K, lid, red).y / K + eps);
+    for (int k = lid; k < K; k += LSIZE) vstore_half(xr[k] * r * w[k], k, yr);
+#elif MODE == 2
+    for (int k = lid; k < K; k += LSIZE) {
+        const float v = xr[k];
+        vstore_half(v / (1.0f + exp(-v)) * xr[K + k], k, yr);
+    }
+#else
+    for (int k = lid; k < K; k += LSIZE) vstore_half(xr[k], k, yr);
+#endif
+}

@@ -58,3 +58,16 @@ def residual(dev: CLDevice, x: Buffer, t: Buffer, w: Buffer | None, *, m: int, k
 
 
 
+def half_rows(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, *, k: int, m: int,
+              norm: tuple[Buffer, float] | None = None, glu: bool = False) -> Launch:
+    """y[i, :k] = float16 of x's row i, or of RMSNorm(row) * weight (``norm=(weight, eps)``),
+    or of silu(row[:k]) * row[k:2k] (``glu``)."""
+    if norm is not None and glu:
+        raise ValueError("half_rows: norm= and glu= do not go together")
+    ls = _row_lsize(dev, k)
+    knl = kernel(dev, "norm", "half_rows", LSIZE=ls,
+                 MODE=1 if norm is not None else 2 if glu else 0)
+    nw = norm[0] if norm is not None else x
+    return Launch(knl, (m * ls,), (ls,), [y, x, i32(x_off), i32(ldx), nw, i32(k),
+                                          f32(norm[1] if norm is not None else 0.0)],
+                  [x] + ([norm[0]] if norm is not None else []), [y], "half_rows")

@@ -13,14 +13,11 @@ same tokens (a system prompt) reuses them and skips their prefill.
 
 Every row's values depend on that row and its own sequence alone (the products run with one
 kernel geometry for any number of rows, attention is per row), so a sequence gets the same
-tokens whether it runs alone or batched with others. On GPUs with tensor cores every product
-runs there (``matmul.linear``: float16 weights, rows made float16 as they are read, one split
-of k for any number of rows), as a prompt's do in ``clops.llm.Model``.
-
-A greedy row with nothing else asked of it takes its token and log-probability from the
-device (``sample.row_stats``: argmax, max and log-sum-exp of each row); the others are chosen on
-the host from their logits, each sequence with its own settings, random generator and optional
-mask of allowed tokens (constrained decoding).
+tokens whether it runs alone or batched with others. A greedy row with nothing else asked of it
+takes its token and log-probability from the device (``sample.row_stats``: argmax, max and
+log-sum-exp of each row); the others are chosen on the host from their logits, each sequence
+with its own settings, random generator and optional mask of allowed tokens (constrained
+decoding).
 """
 
 from __future__ import annotations
@@ -40,11 +37,8 @@ from ..kernels.launch import i32
 from ..kernels.paged import PagedRows
 from ..nn.quant import DeviceWeight
 from ..runtime.pool import Buffer
-from .model import HALF_COPIES_FRACTION
 
 ARCHS = ("llama", "qwen2")
-# the tensor-core products' slices of k are those that fill the device for this many rows
-TC_SPLIT_ROWS = 64
 
 
 @dataclass
@@ -214,22 +208,6 @@ class BatchEngine:
         self.rslot = dev.alloc(R * 4)
         self.rpos = dev.alloc(R * 4)
         self.sel = dev.alloc(self.max_batch * 4)
-        # the tensor-core products (GPUs): float16 copies of the weights that lack one, as
-        # clops.llm.Model keeps them (the output projection too: the logits rows are a batch
-        # here), and the partial sums of products split over k
-        m = self.model
-        mats = [w for ly in m.layers for w in
-                [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]] + [m.output]
-        tc = [w for w in mats if matmul.tensor_core_rows(dev, matmul.TENSOR_CORE_ROWS, w)]
-        convert = [w for w in tc if w.fmt != "f16" and w.half is None]
-        if convert and sum(w.n * w.k * 2 for w in convert) <= \
-                HALF_COPIES_FRACTION * dev.caps.global_mem:
-            for w in convert:
-                w.half = dev.alloc(w.n * w.k * 2)
-                matmul.dequant_half(dev, w.half, w).run(dev)
-        tc = [w for w in tc if self._tensor_cores(w)]
-        self.ph = dev.alloc(max([self._split(w) * R * w.n * 4 for w in tc
-                                 if self._split(w) > 1] + [4]))
         self.zero = dev.alloc(16)
         dev.write(self.zero, np.zeros(4, np.int32), blocking=True)
         # slot max_batch is the embedding's scratch sequence
@@ -245,39 +223,16 @@ class BatchEngine:
         serves the row counts of one value); None on GPUs (one geometry for every batch)."""
         return min(8, launch.pow2_at_most(m)) if launch.is_cpu(self.device) else None
 
-    def _tensor_cores(self, w: DeviceWeight) -> bool:
-        """Whether the step's products with ``w`` run on tensor cores (``matmul.linear``'s
-        route, for every row count): a GPU where ``gemm_nt_mma`` runs, a weight in float16 or
-        with a float16 copy (``BatchEngine`` keeps them as ``clops.llm.Model`` does)."""
-        return matmul.tensor_core_rows(self.device, matmul.TENSOR_CORE_ROWS, w) and (
-            w.fmt == "f16" or w.half is not None)
-
-    def _split(self, w: DeviceWeight) -> int:
-        """Slices of k of ``w``'s tensor-core products: one count for every row count (a row's
-        sums follow it), the one that fills the device for a tile of 64 rows."""
-        return matmul.tensor_core_split(self.device, TC_SPLIT_ROWS, w.n, w.k)
-
     def _matmul(self, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
                 w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
                 name: str = "matmul", norm: tuple[Buffer, float] | None = None,
-                glu: bool = False) -> list[tuple[Launch, Callable[[int], _Resize]]]:
-        """The launches of a product run on ``m`` rows, each with how to resize it to another
-        row count, so that a row's sums are added in the same order whatever the batch: on
-        GPUs with tensor cores, ``matmul.linear``'s route (``gemm_nt_mma``, which makes the rows
-        float16 as it reads them, with one split of k for every row count); else the matmul
-        kernel with the geometry it takes for several rows, on GPUs one for every batch, on
-        CPUs (one work-item a column, no split of k) a row's result does not depend on the rows
-        a work-item takes (TM), which follows the batch."""
+                glu: bool = False) -> tuple[Launch, Callable[[int], _Resize]]:
+        """The matmul kernel with the geometry it takes for several rows, run on ``m`` rows,
+        so that a row's sums are added in the same order whatever the batch: on GPUs one
+        geometry for every batch; on CPUs (one work-item a column, no split of k) a row's
+        result does not depend on the rows a work-item takes (TM), which follows the batch.
+        Also returns how to resize the launch to another row count."""
         dev = self.device
-        if self._tensor_cores(w):
-            lns = matmul.linear(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias=bias,
-                                accum=accum, name=name, norm=norm, glu=glu, pscratch=self.ph,
-                                split=self._split(w), any_rows=True)
-
-            def resizer(i: int) -> Callable[[int], _Resize]:
-                return lambda rows: matmul.resize_linear(lns, w.n, rows)[i]
-
-            return [(ln, resizer(i)) for i, ln in enumerate(lns)]
         tm = self._tm(m)
         ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), bias=bias,
                            accum=accum, name=name, norm=norm, glu=glu, tm=tm,
@@ -294,7 +249,7 @@ class BatchEngine:
 
         ((_, rows_arg),), ln.global_size = at(m)
         ln.args[9] = rows_arg
-        return [(ln, at)]
+        return ln, at
 
     def _plan(self, n: int, nl: int, embed: bool = False) -> LaunchPlan:
         """The launches of a step of ``n`` rows with logits for ``nl`` of them (or, ``embed``,
@@ -316,11 +271,6 @@ class BatchEngine:
         n_qkv, eps = (H + 2 * KV) * D, cfg.norm_eps
         step = _StepPlan(LaunchPlan(dev), [], n)
         add, add_rows, add_resized = step.add, step.add_rows, step.add_resized
-
-        def add_product(*launches: tuple[Launch, Callable[[int], _Resize]]) -> None:
-            for ln, at in launches:
-                add_resized(ln, at)
-
         add_rows(matmul.embedding(dev, self.x, self.ids, self.zero, m.embed, n), axis=1)
         ls = 1 if launch.is_cpu(dev) else 32
         rows = PagedRows(self.table, self.maxb, self.rslot, self.rpos, self.block_size)
@@ -337,7 +287,7 @@ class BatchEngine:
             if not fuse:
                 rmsnorm(self.x, ly.attn_norm)
             for w, off, b in ly.qkv.parts:
-                add_product(*self._matmul(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
+                add_resized(*self._matmul(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
                                          name=f"qkv.{i}", norm=prologue))
             kp, vp = self.kpool[i], self.vpool[i]
             add_rows(paged.rope_store(dev, self.q, self.qkv, n_qkv, kp, vp, rows, m.inv_freq,
@@ -347,20 +297,20 @@ class BatchEngine:
                                      n_kv=KV, head_dim=D,
                                      scale=cfg.scale * cfg.rope_mscale() ** 2, lsize=ls,
                                      name=f"attn.{i}"), axis=2)
-            add_product(*self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
+            add_resized(*self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
                                      name=f"o.{i}"))
             prologue = (ly.ffn_norm, eps) if fuse else None
             if not fuse:
                 rmsnorm(self.x, ly.ffn_norm)
             for w, off, b in ly.gate_up.parts:
-                add_product(*self._matmul(self.gu, off, 2 * F, xin, 0, dim, w, n, bias=b,
+                add_resized(*self._matmul(self.gu, off, 2 * F, xin, 0, dim, w, n, bias=b,
                                          name=f"gate_up.{i}", norm=prologue))
             if fuse:
-                add_product(*self._matmul(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, n,
+                add_resized(*self._matmul(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, n,
                                          accum=True, name=f"down.{i}", glu=True))
             else:
                 add_rows(activation.glu(dev, self.h, self.gu, m=n, f=F), axis=1)
-                add_product(*self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
+                add_resized(*self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
                                          name=f"down.{i}"))
         if embed:
             rmsnorm(self.x, m.out_norm)
@@ -368,9 +318,8 @@ class BatchEngine:
             add(paged.gather_rows(dev, self.xl, self.x, self.sel, m=nl, k=dim, head_dim=D,
                                   neox=cfg.rope_neox))
             add(norm.rmsnorm(dev, self.xn, self.xl, 0, dim, m.out_norm, m=nl, k=dim, eps=eps))
-            for ln, _ in self._matmul(self.logits, 0, cfg.vocab_size, self.xn, 0, dim,
-                                      m.output, nl, name="lm_head"):
-                add(ln)
+            add(self._matmul(self.logits, 0, cfg.vocab_size, self.xn, 0, dim, m.output, nl,
+                             name="lm_head")[0])
             add(sample.row_stats(dev, self.rstats, self.logits, rows=nl, vocab=cfg.vocab_size))
         return step
 

@@ -210,14 +210,16 @@ class Model:
         self.part = dev.alloc(attention.part_nbytes(dev, self.max_seq, H, D))
         self.count = upload(dev, np.zeros(H, np.int32))  # attn_decode_rope's, left zero
         self.state = upload(dev, np.zeros(4, np.int32))
-        # the tensor-core products of a prompt (kernels.matmul.linear, where the device has
-        # them; they make the rows float16 as they read them): float16 copies of the layers'
-        # weights in other formats, kept (converted once, here), or converted for each prompt
-        # chunk into a scratch of the largest one's size (too small for the output projection,
-        # which then keeps the matmul kernel)
+        # float16 rows for the tensor-core products of a prompt (kernels.matmul.linear), where the
+        # device has them
         mats = [w for ly in self.layers for w in
                 [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]]
         tc = [w for w in mats if matmul.tensor_core_rows(dev, C, w)]
+        rows_tc = tc or matmul.tensor_core_rows(dev, C, self.output)
+        self.xh = dev.alloc(matmul.half_scratch_nbytes(C, max(cfg.dim, F, H * D)) if rows_tc else 4)
+        # and float16 copies of the layers' weights in other formats: kept (converted once,
+        # here), or converted for each prompt chunk into a scratch of the largest one's size
+        # (too small for the output projection, which then keeps the matmul kernel)
         convert = [w for w in tc if w.fmt != "f16"]
         total = sum(w.n * w.k * 2 for w in convert)
         keep = float16_copies if float16_copies is not None else \
@@ -257,7 +259,7 @@ class Model:
 
         def mm(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
                w: DeviceWeight, rows: int, **kw: Any) -> None:
-            kw["wscratch"], kw["pscratch"] = self.wh, self.ph
+            kw["scratch"], kw["wscratch"], kw["pscratch"] = self.xh, self.wh, self.ph
             for ln in matmul.linear(dev, y, y_off, ldy, x, x_off, ldx, w, rows, **kw):
                 add(ln)
 

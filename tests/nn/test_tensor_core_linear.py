@@ -1,8 +1,6 @@
 """The tensor-core route of ``kernels.matmul.linear`` (float16 weights, many rows: a prompt's
-projections, and every row of the batch engine's steps): the route's choice on every device, and
-where the device has NVIDIA tensor cores the ``gemm_nt_mma`` product, which makes the float32
-rows float16 as it reads them (as they are, RMSNorm * weight, or the GLU), against numpy; one
-split of k for any number of rows, and launches resized to another row count."""
+projections): the float16 staging of the rows on every device, and the ``gemm_nt_mma`` product
+against numpy where the device has NVIDIA tensor cores."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ import clops
 import clops.nn as nn
 import clops.nn.quant as quant
 from clops.kernels import gemm, launch, matmul
+from clops.kernels.norm import half_rows
 from clops.nn.quant import DeviceWeight, pack_float
 
 RNG = np.random.default_rng(7)
@@ -51,6 +50,25 @@ def _prologue(rows, mode, k, w, eps):
     return rows
 
 
+@pytest.mark.parametrize("mode", ["plain", "norm", "glu"])
+def test_half_rows(device, mode, m=5, k=96):
+    """The float16 rows the tensor-core product reads: a copy, RMSNorm * weight, or the GLU."""
+    dev = clops.device(device)
+    width = 2 * k if mode == "glu" else k
+    ld = width + 8  # rows apart by more than they hold, at an offset
+    x = (RNG.standard_normal((m, ld)) * 3).astype(np.float32)
+    w = RNG.standard_normal(k).astype(np.float32)
+    xb, wb = _upload(dev, np.concatenate([np.zeros(4, np.float32), x.ravel()])), _upload(dev, w)
+    y = dev.alloc(matmul.half_scratch_nbytes(m, k))
+    norm = (wb, 1e-5) if mode == "norm" else None
+    half_rows(dev, y, xb, 4, ld, k=k, m=m, norm=norm, glu=mode == "glu").run(dev)
+    got = _read(dev, y, (m, k), np.float16).astype(np.float32)
+    want = _prologue(x[:, :width], mode, k, w, 1e-5)
+    # float16 rounding: half an ulp, 2^-11 of the value
+    np.testing.assert_allclose(got, want.astype(np.float16).astype(np.float32), rtol=2e-3,
+                               atol=1e-6)
+
+
 def test_routing(device):
     """Which products take tensor cores: float16 weights, enough rows, tile-sized n and k."""
     dev = clops.device(device)
@@ -62,13 +80,8 @@ def test_routing(device):
     assert not matmul.tensor_core_rows(dev, 64, odd)
     mma = matmul.tensor_core_rows(dev, 64, f16)
     assert mma == (not launch.is_cpu(dev) and gemm.use_mma(dev, "float16"))
-    names = [ln.kernel.function_name for ln in matmul.linear(
-        dev, dev.alloc(64 * 128 * 4), 0, 128, dev.alloc(64 * 64 * 4), 0, 64, f16, 64)]
-    assert names == (["gemm_nt_mma"] if mma else ["matmul"])
-    # any_rows: the same route for a single row
-    names = [ln.kernel.function_name for ln in matmul.linear(
-        dev, dev.alloc(128 * 4), 0, 128, dev.alloc(64 * 4), 0, 64, f16, 1, any_rows=True)]
-    assert names == (["gemm_nt_mma"] if mma else ["matmul"])
+    assert len(matmul.linear(dev, dev.alloc(64 * 128 * 4), 0, 128, dev.alloc(64 * 64 * 4), 0, 64,
+                        f16, 64)) == (2 if mma else 1)
 
 
 def test_split(device):
@@ -129,17 +142,13 @@ def test_linear_tensor_cores(device, m, n, k, mode):
     dw = DeviceWeight(dev, pack_float(w, "f16"))
     ldy, y_off = n + 64, 32
     y0 = RNG.standard_normal((m, ldy)).astype(np.float32)
-    # x's rows at an offset, further apart than they are wide
-    ldx, x_off = width + 8, 4
-    xs = np.zeros((m, ldx), np.float32)
-    xs[:, :width] = x
-    yb = _upload(dev, np.concatenate([np.zeros(y_off, np.float32), y0.ravel()]))
-    xb = _upload(dev, np.concatenate([np.zeros(x_off, np.float32), xs.ravel()]))
+    yb, xb = _upload(dev, np.concatenate([np.zeros(y_off, np.float32), y0.ravel()])), \
+        _upload(dev, x)
     norm = (_upload(dev, nw), 1e-6) if mode == "norm" else None
-    launches = matmul.linear(dev, yb, y_off, ldy, xb, x_off, ldx, dw, m,
-                             bias=_upload(dev, b) if mode == "bias" else None,
-                             accum=mode == "accum", norm=norm, glu=mode == "glu")
-    names = ["gemm_nt_mma"]
+    launches = matmul.linear(dev, yb, y_off, ldy, xb, 0, width, dw, m,
+                        bias=_upload(dev, b) if mode == "bias" else None,
+                        accum=mode == "accum", norm=norm, glu=mode == "glu")
+    names = ["half_rows", "gemm_nt_mma"]
     if matmul.tensor_core_split(dev, m, n, k) > 1:
         names.append("split_sum")
     assert [ln.kernel.function_name for ln in launches] == names
@@ -215,7 +224,8 @@ def test_linear_tensor_cores_quantized(device, kind, m=37, n=128, k=512):
     x = RNG.standard_normal((m, k)).astype(np.float32)
     xb, yb = _upload(dev, x), dev.alloc(m * n * 4)
     launches = matmul.linear(dev, yb, 0, n, xb, 0, k, w, m)
-    assert [ln.kernel.function_name for ln in launches] == ["dequant_half", "gemm_nt_mma"]
+    assert [ln.kernel.function_name for ln in launches] == \
+        ["dequant_half", "half_rows", "gemm_nt_mma"]
     for ln in launches:
         ln.run(dev)
     got = _read(dev, yb, (m, n), np.float32)
@@ -225,41 +235,3 @@ def test_linear_tensor_cores_quantized(device, kind, m=37, n=128, k=512):
     small = dev.alloc(n * k * 2 - 2)
     assert [ln.kernel.function_name for ln in
             matmul.linear(dev, yb, 0, n, xb, 0, k, w, m, wscratch=small)] == ["matmul"]
-
-
-@pytest.mark.parametrize("mode", ["plain", "norm", "glu"])
-def test_rows_do_not_depend_on_their_batch(device, mode, n=128, k=1024):
-    """With one split of k (the batch engine's), a row's outputs are the same bits whether it
-    runs with 2 or 40 rows, and launches made for 40 rows resized to 2 give them too."""
-    dev = clops.device(device)
-    _tensor_cores(dev)
-    width = 2 * k if mode == "glu" else k
-    x = RNG.standard_normal((40, width)).astype(np.float32)
-    w = (RNG.standard_normal((n, k)) / np.sqrt(k)).astype(np.float16)
-    dw = DeviceWeight(dev, pack_float(w, "f16"))
-    xb = _upload(dev, x)
-    norm = (_upload(dev, RNG.standard_normal(k).astype(np.float32)), 1e-6) \
-        if mode == "norm" else None
-
-    def run(m, resize_to=None):
-        yb = dev.alloc(40 * n * 4)
-        lns = matmul.linear(dev, yb, 0, n, xb, 0, width, dw, m, norm=norm, glu=mode == "glu",
-                            split=4, any_rows=True)
-        assert [ln.kernel.function_name for ln in lns] == ["gemm_nt_mma", "split_sum"]
-        rows = m
-        if resize_to is not None:
-            for ln, (args, size) in zip(lns, matmul.resize_linear(lns, n, resize_to)):
-                for i, v in args:
-                    ln.args[i] = v
-                ln.global_size = size
-            rows = resize_to
-        for ln in lns:
-            ln.run(dev)
-        return _read(dev, yb, (40, n), np.float32)[:rows]
-
-    few, many, resized = run(2), run(40), run(40, resize_to=2)
-    np.testing.assert_array_equal(few, many[:2])
-    np.testing.assert_array_equal(resized, few)
-    a = _prologue(x, mode, k, norm and _read(dev, norm[0], (k,), np.float32), 1e-6)
-    want = a.astype(np.float16).astype(np.float64) @ w.astype(np.float64).T
-    np.testing.assert_allclose(many, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
