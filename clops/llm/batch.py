@@ -380,6 +380,11 @@ class BatchEngine:
         with self._lock:
             return bool(self._waiting or self._running)
 
+    def waiting(self) -> int:
+        """Sequences waiting for a slot, read without the engine's lock (which a step holds
+        throughout): a count for admission control that may be a step old."""
+        return len(self._waiting)
+
     def stats(self) -> dict[str, int]:
         with self._lock:
             evictable = sum(1 for b in self._cached.values() if self._ref[b] == 0)

@@ -244,6 +244,14 @@ async def _merged(gens: list[AsyncIterator[tuple[str, list[StepOutput], str | No
                   ) -> AsyncIterator[tuple[int, str, list[StepOutput], str | None]]:
     """The items of several choices' generators as they come, each with its choice's index;
     leaving early (a client gone) cancels them all, which frees their sequences."""
+    if len(gens) == 1:  # one choice (the usual request): no task and queue in between
+        gen = gens[0]
+        try:
+            async for item in gen:
+                yield (0, *item)
+        finally:
+            await gen.aclose()  # type: ignore[attr-defined]
+        return
     q: asyncio.Queue = asyncio.Queue()
     done = object()
 

@@ -23,6 +23,11 @@ import numpy as np
 from ..llm.batch import BatchEngine, SamplingParams, StepOutput
 
 
+def _put_all(items: list[tuple[asyncio.Queue, Any]]) -> None:
+    for q, item in items:
+        q.put_nowait(item)
+
+
 class QueueFull(Exception):
     """More requests are waiting than the server takes (HTTP 429)."""
 
@@ -87,9 +92,11 @@ class Runner:
                      mask: Callable[[int], np.ndarray | None] | None = None,
                      on_token: Callable[[int], None] | None = None) -> Handle:
         """Queue a sequence; its StepOutputs arrive on the handle's queue."""
-        st = self.engine.stats()
-        if st["waiting"] + self._jobs.qsize() >= self.queue_limit:
-            raise QueueFull(f"{st['waiting']} requests are already waiting for a slot (the "
+        # (not engine.stats(): it waits for the engine's lock, which a step holds, and this
+        # runs on the event loop that streams every other request's tokens)
+        waiting = self.engine.waiting() + self._jobs.qsize()
+        if waiting >= self.queue_limit:
+            raise QueueFull(f"{waiting} requests are already waiting for a slot (the "
                             f"limit is {self.queue_limit}): retry later")
         loop = asyncio.get_running_loop()
         h = Handle(loop, asyncio.Queue(), on_token=on_token)
@@ -146,25 +153,35 @@ class Runner:
                 continue
             if outs:
                 self.stats.tokens_window.append((time.monotonic(), len(outs)))
+            # one wake-up of each event loop for the step's tokens, not one per token
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Any]]] = {}
             for o in outs:
-                self._deliver(o)
+                self._deliver(o, by_loop)
+            self._hand_over(by_loop)
 
-    def _deliver(self, o: StepOutput) -> None:
+    def _hand_over(self, by_loop: dict[asyncio.AbstractEventLoop,
+                                       list[tuple[asyncio.Queue, Any]]]) -> None:
+        for loop, items in by_loop.items():
+            loop.call_soon_threadsafe(_put_all, items)
+
+    def _deliver(self, o: StepOutput,
+                 by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Any]]],
+                 ) -> None:
         h = self._handles.get(o.seq)
         if h is None:
             return
+        items = by_loop.setdefault(h.loop, [])
         if h.on_token is not None and not o.finished:
             try:
                 h.on_token(o.token)
             except Exception as e:  # noqa: BLE001 - a constraint that cannot go on
                 self._handles.pop(o.seq, None)
                 self.engine.cancel(o.seq)
-                h.loop.call_soon_threadsafe(h.queue.put_nowait, o)
-                h.loop.call_soon_threadsafe(h.queue.put_nowait, e)
+                items += [(h.queue, o), (h.queue, e)]
                 return
         if o.finished:
             self._handles.pop(o.seq, None)
-        h.loop.call_soon_threadsafe(h.queue.put_nowait, o)
+        items.append((h.queue, o))
 
     def _fail_all(self, e: Exception) -> None:
         for seq, h in list(self._handles.items()):

@@ -149,19 +149,20 @@ def test_a_client_that_goes_away_frees_its_slot_and_blocks(srv, monkeypatch):
     # steps are; the cancel then runs before the next step: three tokens were made in all.
     runner, engine = srv.server.runner, srv.server.engine
     gate, asked = threading.Event(), threading.Event()
-    deliver, cancel, delivered = runner._deliver, runner.cancel, []
+    hand_over, cancel, delivered = runner._hand_over, runner.cancel, []
 
-    def held_deliver(o):
-        deliver(o)
-        delivered.append(o)
-        if len(delivered) == 3:
+    def held_hand_over(by_loop):  # a step's tokens, handed to the event loop
+        hand_over(by_loop)
+        before = len(delivered)
+        delivered.extend(o for items in by_loop.values() for _, o in items)
+        if before < 3 <= len(delivered):
             gate.wait(60)
 
     def noted_cancel(h):
         cancel(h)
         asked.set()
 
-    monkeypatch.setattr(runner, "_deliver", held_deliver)
+    monkeypatch.setattr(runner, "_hand_over", held_hand_over)
     monkeypatch.setattr(runner, "cancel", noted_cancel)
     before = engine.generated_tokens
     body = {"model": "tiny", "prompt": "w1 w2 w3", "max_tokens": 100, "temperature": 0,
