@@ -235,3 +235,41 @@ def test_linear_tensor_cores_quantized(device, kind, m=37, n=128, k=512):
     small = dev.alloc(n * k * 2 - 2)
     assert [ln.kernel.function_name for ln in
             matmul.linear(dev, yb, 0, n, xb, 0, k, w, m, wscratch=small)] == ["matmul"]
+
+
+@pytest.mark.parametrize("mode", ["plain", "norm", "glu"])
+def test_resized_launches_match_fresh_ones(device, mode, n=128, k=1024):
+    """Launches made for 40 rows at the start, resized to 3 rows from row 5 (the batch
+    engine's prompt rows after its decode rows), give the bits of launches made for those;
+    with one split of k, rows do not depend on how many run."""
+    dev = clops.device(device)
+    _tensor_cores(dev)
+    width = 2 * k if mode == "glu" else k
+    x = RNG.standard_normal((48, width)).astype(np.float32)
+    w = (RNG.standard_normal((n, k)) / np.sqrt(k)).astype(np.float16)
+    dw = DeviceWeight(dev, pack_float(w, "f16"))
+    xb = _upload(dev, x)
+    norm = (_upload(dev, RNG.standard_normal(k).astype(np.float32)), 1e-6) \
+        if mode == "norm" else None
+
+    def run(first, m, resize=None):
+        yb = _upload(dev, np.zeros((48, n), np.float32))
+        lns = matmul.linear(dev, yb, first * n, n, xb, first * width, width, dw, m,
+                            norm=norm, glu=mode == "glu", split=4, any_rows=True)
+        assert [ln.kernel.function_name for ln in lns] == \
+            ["half_rows", "gemm_nt_mma", "split_sum"]
+        if resize is not None:
+            first, m = resize
+            for ln, (args, size) in zip(lns, matmul.resize_linear(
+                    lns, n, m, first * width, width, first * n, n)):
+                for i, v in args:
+                    ln.args[i] = v
+                ln.global_size = size
+        for ln in lns:
+            ln.run(dev)
+        return _read(dev, yb, (48, n), np.float32)
+
+    fresh, resized, many = run(5, 3), run(0, 40, resize=(5, 3)), run(0, 40)
+    np.testing.assert_array_equal(resized, fresh)
+    assert not fresh[:5].any() and not fresh[8:].any()  # only rows 5..7 written
+    np.testing.assert_array_equal(fresh[5:8], many[5:8])
