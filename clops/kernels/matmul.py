@@ -382,21 +382,17 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
            w: Weight, m: int, *, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None, glu: bool = False,
            scratch: Buffer | None = None, wscratch: Buffer | None = None,
-           pscratch: Buffer | None = None, glu_out: bool = False, split: int | None = None,
-           any_rows: bool = False) -> list[Launch]:
+           pscratch: Buffer | None = None, glu_out: bool = False) -> list[Launch]:
     """The launches of ``matmul``'s product (same arguments): that one kernel, or where
     ``tensor_core_rows`` holds, the rows to float16 (norm or GLU applied on the way) into
     ``scratch``, a weight not in float16 to float16 into ``wscratch`` (too small: the matmul
     kernel runs instead) unless it keeps a float16 copy (``w.half``), a tensor-core product,
     and for a product split over k the sum of its slices' partial sums (kept in
     ``pscratch``). Scratch buffers missing or too small (but ``wscratch``) are allocated
-    here. ``split``: that many slices of k (default: ``tensor_core_split``'s choice for m
-    rows; a row's sums depend on it, not on m). ``any_rows``: the tensor-core route for any
-    m where the weight allows it (``resize_linear`` resizes the launches to other counts)."""
+    here."""
     k = w.k
     wneed = w.n * k * 2 if w.fmt != "f16" and w.half is None else 0
-    if not tensor_core_rows(dev, max(m, TENSOR_CORE_ROWS) if any_rows else m, w) or (
-            wscratch is not None and wscratch.nbytes < wneed):
+    if not tensor_core_rows(dev, m, w) or (wscratch is not None and wscratch.nbytes < wneed):
         return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias=bias, accum=accum,
                        name=name, norm=norm, glu=glu, glu_out=glu_out)]
     out: list[Launch] = []
@@ -414,11 +410,11 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     # PERF: few tiles of C over a long k (Llama-3.2-1B's o and down projections of a prompt
     # chunk: 64 tiles, k 2048 and 8192) split k; the slices' sums are added up in order by
     # split_sum (no atomics: the same prompt gives the same logits every time)
-    split = split or tensor_core_split(dev, m, w.n, k)
+    split = tensor_core_split(dev, m, w.n, k)
     flags = {"HAS_BIAS": int(bias is not None), "ACCUM": int(accum)}
     bias_arg = bias if bias is not None else b_half
     if split > 1:
-        need = split * m * w.n * 4
+        need = split_nbytes(dev, m, w)
         if pscratch is None or pscratch.nbytes < need:
             pscratch = dev.alloc(need)
         c, c_off, ldc = pscratch, 0, w.n
@@ -437,31 +433,6 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
                                                 bias_arg],
                           [pscratch] + ([bias] if bias is not None else []) +
                           ([y] if accum else []), [y], "split_sum." + name))
-    return out
-
-
-def resize_linear(launches: list[Launch], n: int, rows: int, x_off: int, ldx: int, y_off: int,
-                  ldy: int) -> list[tuple[list[tuple[int, Any]], tuple[int, ...]]]:
-    """For each of ``linear``'s tensor-core launches of a product with ``n`` outputs, the
-    arguments (index, value) and global size that make it run ``rows`` rows of x from element
-    ``x_off`` (rows ``ldx`` apart) into y from ``y_off`` (rows ``ldy`` apart) instead."""
-    out: list[tuple[list[tuple[int, Any]], tuple[int, ...]]] = []
-    for ln in launches:
-        g = ln.global_size
-        kind = ln.name.split(".")[0]
-        if kind == "half_rows":  # a work-group per row; x's offset is argument 2
-            ls = ln.local_size[0] if ln.local_size else 1
-            out.append(([(2, i32(x_off))], (rows * ls,)))
-        elif kind == "split_sum":  # y's offset is argument 1
-            out.append(([(1, i32(y_off))], (g[0], rows)))
-        elif kind == "dequant_half":
-            out.append(([], g))
-        else:  # gemm_nt_mma: C's offset (y's unless split) 1, rows M 8, the slices' stride 11
-            split = g[2]
-            args: list[tuple[int, Any]] = [(8, i32(rows)), (11, np.int64(rows * n))]
-            if split == 1:
-                args.append((1, i32(y_off)))
-            out.append((args, (g[0], math.ceil(rows / 64), split)))
     return out
 
 

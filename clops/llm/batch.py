@@ -13,10 +13,7 @@ same tokens (a system prompt) reuses them and skips their prefill.
 
 Every row's values depend on that row and its own sequence alone (the products run with one
 kernel geometry for any number of rows, attention is per row), so a sequence gets the same
-tokens whether it runs alone or batched with others. On GPUs with tensor cores a step's prompt
-rows (after its decode rows) take them, as a prompt's rows do in ``clops.llm.Model``
-(``matmul.linear``: the rows in float16, float16 weights, one split of k for any number of
-rows); decode rows keep the matmul kernel. A greedy row with nothing else asked of it
+tokens whether it runs alone or batched with others. A greedy row with nothing else asked of it
 takes its token and log-probability from the device (``sample.row_stats``: argmax, max and
 log-sum-exp of each row); the others are chosen on the host from their logits, each sequence
 with its own settings, random generator and optional mask of allowed tokens (constrained
@@ -42,8 +39,6 @@ from ..nn.quant import DeviceWeight
 from ..runtime.pool import Buffer
 
 ARCHS = ("llama", "qwen2")
-# prompt rows' tensor-core products: slices of k that fill the device for this many rows
-TC_SPLIT_ROWS = 64
 
 
 @dataclass
@@ -113,29 +108,26 @@ _Resize = tuple[list[tuple[int, Any]], tuple[int, ...]]
 
 @dataclass
 class _StepPlan:
-    """A step's launches, made for some row counts, with how each launch whose arguments or
-    sizes follow the rows is resized to (decode rows, prompt rows) (``rows``: the counts the
-    plan holds now)."""
+    """A step's launches, made for some row count, with how each launch whose arguments or
+    sizes follow the rows is resized (``rows``: the count the plan holds now)."""
 
     plan: LaunchPlan
-    resizes: list[tuple[int, Callable[[int, int], _Resize]]]
-    rows: tuple[int, int]
+    resizes: list[tuple[int, Callable[[int], _Resize]]]
+    rows: int
 
     def add(self, ln: Launch) -> None:
         self.plan.add(ln)
 
     def add_rows(self, ln: Launch, axis: int, per_row: int = 1) -> None:
-        """``ln`` with ``per_row`` work-items of global axis ``axis`` per row (of either
-        kind)."""
+        """``ln`` with ``per_row`` work-items of global axis ``axis`` per row."""
         g = ln.global_size
 
-        def at(nd: int, np_: int) -> _Resize:
-            return [], tuple((nd + np_) * per_row if a == axis else s
-                             for a, s in enumerate(g))
+        def at(rows: int) -> _Resize:
+            return [], tuple(rows * per_row if a == axis else s for a, s in enumerate(g))
 
         self.add_resized(ln, at)
 
-    def add_resized(self, ln: Launch, at: Callable[[int, int], _Resize]) -> None:
+    def add_resized(self, ln: Launch, at: Callable[[int], _Resize]) -> None:
         self.resizes.append((len(self.plan.launches), at))
         self.plan.add(ln)
 
@@ -216,16 +208,6 @@ class BatchEngine:
         self.rslot = dev.alloc(R * 4)
         self.rpos = dev.alloc(R * 4)
         self.sel = dev.alloc(self.max_batch * 4)
-        # prompt rows on tensor cores (GPUs where gemm_nt_mma runs, the layers' weights in
-        # float16 or with the float16 copies clops.llm.Model keeps): float16 rows and the
-        # partial sums of products split over k
-        mats = [w for ly in self.model.layers for w in
-                [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]]
-        tc = [w for w in mats if self._tensor_cores(w)]
-        self.tc_prompts = bool(tc)
-        self.xh = dev.alloc(max(R * max(dim, F, H * D) * 2 if tc else 0, 4))
-        self.ph = dev.alloc(max([self._split(w) * R * w.n * 4 for w in tc
-                                 if self._split(w) > 1] + [4]))
         self.zero = dev.alloc(16)
         dev.write(self.zero, np.zeros(4, np.int32), blocking=True)
         # slot max_batch is the embedding's scratch sequence
@@ -240,17 +222,6 @@ class BatchEngine:
         """Rows per work-item of the step's matmuls on CPUs (a compile-time constant, so a plan
         serves the row counts of one value); None on GPUs (one geometry for every batch)."""
         return min(8, launch.pow2_at_most(m)) if launch.is_cpu(self.device) else None
-
-    def _tensor_cores(self, w: DeviceWeight) -> bool:
-        """Whether prompt rows meet ``w`` on tensor cores (``matmul.linear``'s route): a GPU
-        where ``gemm_nt_mma`` runs, ``w`` in float16 or with a float16 copy."""
-        return matmul.tensor_core_rows(self.device, matmul.TENSOR_CORE_ROWS, w) and (
-            w.fmt == "f16" or w.half is not None)
-
-    def _split(self, w: DeviceWeight) -> int:
-        """Slices of k of ``w``'s tensor-core products: one count whatever the rows (a row's
-        sums follow it), the one that fills the device for a tile of 64 rows."""
-        return matmul.tensor_core_split(self.device, TC_SPLIT_ROWS, w.n, w.k)
 
     def _matmul(self, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
                 w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
@@ -280,51 +251,26 @@ class BatchEngine:
         ln.args[9] = rows_arg
         return ln, at
 
-    def _plan(self, nd: int, np_: int, nl: int, embed: bool = False) -> LaunchPlan:
-        """The launches of a step of ``nd`` decode rows then ``np_`` prompt rows with logits
-        for ``nl`` of them (or, ``embed``, the final norm of every row instead). A plan is
-        made once per (rows per work-item, nl, embed, and where prompt rows take tensor cores
-        which kinds of rows there are) and resized to each step's rows: making one costs a
-        kernel object per launch (about 0.06 ms each with pyopencl), resizing sets a few
-        arguments and sizes."""
-        kinds = (nd > 0, np_ > 0) if self.tc_prompts else ()
-        key = (self._tm(nd + np_), nl, embed, *kinds)
+    def _plan(self, n: int, nl: int, embed: bool = False) -> LaunchPlan:
+        """The launches of a step of ``n`` rows with logits for ``nl`` of them (or, ``embed``,
+        the final norm of every row instead). A plan is made once per (rows per work-item,
+        nl, embed) and resized to ``n`` rows: making one costs a kernel object per launch
+        (about 0.06 ms each with pyopencl), resizing sets a few arguments and sizes."""
+        key = (self._tm(n), nl, embed)
         got = self._plans.get(key)
         if got is None:
-            got = self._plans[key] = self._make_plan(nd, np_, nl, embed)
-        if got.rows != (nd, np_):
-            got.plan.resize([(i, *at(nd, np_)) for i, at in got.resizes])
-            got.rows = (nd, np_)
+            got = self._plans[key] = self._make_plan(n, nl, embed)
+        if got.rows != n:
+            got.plan.resize([(i, *at(n)) for i, at in got.resizes])
+            got.rows = n
         return got.plan
 
-    def _make_plan(self, nd: int, np_: int, nl: int, embed: bool) -> _StepPlan:
+    def _make_plan(self, n: int, nl: int, embed: bool) -> _StepPlan:
         m, cfg, dev = self.model, self.model.config, self.device
         H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
         n_qkv, eps = (H + 2 * KV) * D, cfg.norm_eps
-        n = nd + np_
-        step = _StepPlan(LaunchPlan(dev), [], (nd, np_))
+        step = _StepPlan(LaunchPlan(dev), [], n)
         add, add_rows, add_resized = step.add, step.add_rows, step.add_resized
-
-        def product(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
-                    w: DeviceWeight, **kw: Any) -> None:
-            """y[rows] (+)= x[rows] @ w.T for the step's rows: decode rows on the matmul
-            kernel, prompt rows on tensor cores where the engine routes them there."""
-            if not (self.tc_prompts and np_ and self._tensor_cores(w)):
-                ln, at = self._matmul(y, y_off, ldy, x, x_off, ldx, w, n, **kw)
-                add_resized(ln, lambda d, p: at(d + p))
-                return
-            if nd:
-                ln, at = self._matmul(y, y_off, ldy, x, x_off, ldx, w, nd, **kw)
-                add_resized(ln, lambda d, p: at(d))
-            lns = matmul.linear(dev, y, y_off + nd * ldy, ldy, x, x_off + nd * ldx, ldx, w,
-                                np_, scratch=self.xh, pscratch=self.ph, split=self._split(w),
-                                any_rows=True, **kw)
-            for i, ln in enumerate(lns):
-                def at_tc(d: int, p: int, i: int = i) -> _Resize:
-                    return matmul.resize_linear(lns, w.n, p, x_off + d * ldx, ldx,
-                                                y_off + d * ldy, ldy)[i]
-
-                add_resized(ln, at_tc)
         add_rows(matmul.embedding(dev, self.x, self.ids, self.zero, m.embed, n), axis=1)
         ls = 1 if launch.is_cpu(dev) else 32
         rows = PagedRows(self.table, self.maxb, self.rslot, self.rpos, self.block_size)
@@ -341,8 +287,8 @@ class BatchEngine:
             if not fuse:
                 rmsnorm(self.x, ly.attn_norm)
             for w, off, b in ly.qkv.parts:
-                product(self.qkv, off, n_qkv, xin, 0, dim, w, bias=b, name=f"qkv.{i}",
-                        norm=prologue)
+                add_resized(*self._matmul(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
+                                         name=f"qkv.{i}", norm=prologue))
             kp, vp = self.kpool[i], self.vpool[i]
             add_rows(paged.rope_store(dev, self.q, self.qkv, n_qkv, kp, vp, rows, m.inv_freq,
                                       m=n, n_heads=H, n_kv=KV, head_dim=D, neox=cfg.rope_neox,
@@ -351,19 +297,21 @@ class BatchEngine:
                                      n_kv=KV, head_dim=D,
                                      scale=cfg.scale * cfg.rope_mscale() ** 2, lsize=ls,
                                      name=f"attn.{i}"), axis=2)
-            product(self.x, 0, dim, self.attn, 0, H * D, ly.o, accum=True, name=f"o.{i}")
+            add_resized(*self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
+                                     name=f"o.{i}"))
             prologue = (ly.ffn_norm, eps) if fuse else None
             if not fuse:
                 rmsnorm(self.x, ly.ffn_norm)
             for w, off, b in ly.gate_up.parts:
-                product(self.gu, off, 2 * F, xin, 0, dim, w, bias=b, name=f"gate_up.{i}",
-                        norm=prologue)
+                add_resized(*self._matmul(self.gu, off, 2 * F, xin, 0, dim, w, n, bias=b,
+                                         name=f"gate_up.{i}", norm=prologue))
             if fuse:
-                product(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, accum=True,
-                        name=f"down.{i}", glu=True)
+                add_resized(*self._matmul(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, n,
+                                         accum=True, name=f"down.{i}", glu=True))
             else:
                 add_rows(activation.glu(dev, self.h, self.gu, m=n, f=F), axis=1)
-                product(self.x, 0, dim, self.h, 0, F, ly.down, accum=True, name=f"down.{i}")
+                add_resized(*self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
+                                         name=f"down.{i}"))
         if embed:
             rmsnorm(self.x, m.out_norm)
         elif nl:  # the logits rows: nl is part of the plan's key, not resized
@@ -549,7 +497,6 @@ class BatchEngine:
                 sel.append(len(rows))
                 rows.append((slot, s.length - 1, s.last))
                 want.append(s)
-        decoding = len(rows)  # decode rows first, then prompt rows
         budget = self.prefill_chunk
         for slot in sorted(self._running):
             s = self._running[slot]
@@ -571,7 +518,7 @@ class BatchEngine:
         dev.write(self.ids, np.ascontiguousarray(arr[:, 2]))
         if sel:
             dev.write(self.sel, np.asarray(sel, np.int32))
-        self._plan(decoding, len(rows) - decoding, len(sel)).replay()
+        self._plan(len(rows), len(sel)).replay()
         if not want:
             dev.synchronize()
             return []
@@ -677,8 +624,7 @@ class BatchEngine:
                     dev.write(self.rslot, np.full(n, slot, np.int32))
                     dev.write(self.rpos, np.arange(s, s + n, dtype=np.int32))
                     dev.write(self.ids, np.asarray(ids[s:s + n], np.int32))
-                    # (as decode rows: float32 products, whatever route prompts take)
-                    self._plan(n, 0, 0, embed=True).replay()
+                    self._plan(n, 0, embed=True).replay()
                     hidden = np.empty((n, cfg.dim), np.float32)
                     dev.read(hidden, self.xn)
                     total += hidden.sum(axis=0, dtype=np.float64)
