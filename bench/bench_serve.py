@@ -103,16 +103,13 @@ def measure(url: str, streams: int, new: int, words: int, rounds: int = 2) -> di
             "ttft_ms_median": 1e3 * statistics.median(ttft), "ttft_ms_max": 1e3 * max(ttft)}
 
 
-def start_clops(model: str | None, device: str | None, parallel: int, ctx: int):
-    """``clops serve`` in a process of its own, as a user runs it (and as llama-server runs):
-    the clients' threads here do not share its interpreter."""
-    port = _port()
-    cmd = [sys.executable, "-m", "clops.serve", *([model] if model else []), "--port", str(port),
-           "--parallel", str(parallel), "--ctx-size", str(ctx), "--queue", "1024",
-           "--name", "m", *(["--device", device] if device else [])]
+def _start(cmd: list[str], cwd: str | None = None):
+    """A server process of ``cmd`` (which names the port) once its /health answers: (url, its
+    log file, a stop). The log goes to a file: a pipe nobody reads fills up (64 KB) and stops
+    the server in its next write (llama-server's CUDA build logs every request)."""
+    port = int(cmd[cmd.index("--port") + 1])
     log = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True,
-                            cwd=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True, cwd=cwd)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(url, proc)
@@ -121,30 +118,27 @@ def start_clops(model: str | None, device: str | None, parallel: int, ctx: int):
         print(log.read()[-3000:], file=sys.stderr)
         proc.kill()
         raise
+    return url, log, (lambda: (proc.terminate(), proc.wait(30), log.close()))
+
+
+def start_clops(model: str | None, device: str | None, parallel: int, ctx: int):
+    """``clops serve`` in a process of its own, as a user runs it (and as llama-server runs):
+    the clients' threads here do not share its interpreter."""
+    cmd = [sys.executable, "-m", "clops.serve", *([model] if model else []), "--port",
+           str(_port()), "--parallel", str(parallel), "--ctx-size", str(ctx), "--queue", "1024",
+           "--name", "m", *(["--device", device] if device else [])]
+    url, log, stop = _start(cmd, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     log.seek(0)
     # its line "clops serve: NAME on DEVICE, N slots, URL" (a runtime's warnings may come first)
     said = next((ln for ln in log if ln.startswith("clops serve:")), "")
     dev = said.split(" on ", 1)[1].rsplit(",", 2)[0] if " on " in said else "?"
-    return url, (lambda: (proc.terminate(), proc.wait(30), log.close())), dev
+    return url, stop, dev
 
 
 def start_llama(binary: str, model: str, parallel: int, ctx: int, extra: list[str]):
-    port = _port()
-    # its log goes to a file: a pipe nobody reads fills up (64 KB) and stops the server in
-    # its next write (the CUDA build logs every request)
-    log = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen([binary, "-m", model, "--port", str(port), "-np", str(parallel),
-                             "-c", str(ctx * parallel), *extra],
-                            stdout=subprocess.DEVNULL, stderr=log, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait(url, proc)
-    except RuntimeError:
-        log.seek(0)
-        print(log.read()[-3000:], file=sys.stderr)
-        proc.kill()
-        raise
-    return url, (lambda: (proc.terminate(), proc.wait(30), log.close()))
+    url, _, stop = _start([binary, "-m", model, "--port", str(_port()), "-np", str(parallel),
+                           "-c", str(ctx * parallel), *extra])
+    return url, stop
 
 
 def main(argv: list[str] | None = None) -> int:
