@@ -55,6 +55,8 @@ _DT = {"float32": 0, "float16": 1}
 # width (16 floats, 8 doubles).
 CPU_MIN_MACS = 1 << 18
 CPU_COLS = {"float32": 16, "float64": 8}
+# n not a multiple of the width: padded from this many widths (below, the generated kernel)
+CPU_PAD_MIN = 4
 
 
 def use_mma(dev: CLDevice, dtype: str) -> bool:
@@ -400,14 +402,31 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
     if k != k2:
         return None
     if dev.kind == "cpu":
-        if not cpu_supports(dev, dtype.name, m, n, k):
+        # n not a multiple of the vectors' width: B padded with zero columns to the next one,
+        # C computed that wide and the result its first n columns (a view), where the padding
+        # is at most a quarter of n
+        w = CPU_COLS[dtype.name]
+        wide = -(-n // w) * w
+        if (wide != n and n < CPU_PAD_MIN * w) or not cpu_supports(dev, dtype.name, m, wide, k):
             return None
         a, b = x1.contiguous(), x2.contiguous()
+        if wide != n:
+            from ..array.creation import zeros
+            from ..array.manipulation import concat
+
+            pad = zeros((*x2.shape[:-1], wide - n), dtype=dtype, device=dev)
+            b = concat((b, pad), axis=-1).contiguous()
         batch = x1.shape[0] if x1.ndim == 3 else 1
-        out = empty((*x1.shape[:-2], m, n), dtype, dev)
-        gemm_cpu(dev, out.buffer, out.offset, n, a.buffer, a.offset, k, b.buffer, b.offset, n,
-                 m, n, k, batch, (m * n, m * k, k * n), dtype.name)
-        return out
+        out = empty((*x1.shape[:-2], m, wide), dtype, dev)
+        strides = (m * wide, m * k, k * wide)
+        # rows in tiles of 8 (gemm_cpu's widest), the rest in a launch of their own (m = 257
+        # would otherwise take one row a work-item throughout)
+        for r0, rows in ((0, m - m % 8), (m - m % 8, m % 8)) if m > 8 else ((0, m),):
+            if rows:
+                gemm_cpu(dev, out.buffer, out.offset + r0 * wide, wide, a.buffer,
+                         a.offset + r0 * k, k, b.buffer, b.offset, wide, rows, wide, k, batch,
+                         strides, dtype.name)
+        return out if wide == n else out[..., :n]
     batch = x1.shape[0] if x1.ndim == 3 else 1
     if supports(dev, dtype.name, m, n, k, (), ()):
         a, b = x1.contiguous(), x2.contiguous()

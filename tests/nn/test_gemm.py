@@ -172,11 +172,14 @@ def _names(fn):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("m,n,k,batch", [(64, 64, 64, 1), (100, 48, 300, 1), (7, 96, 513, 2),
                                          (258, 32, 1, 1), (33, 16, 4096, 3), (40, 24, 600, 1),
-                                         (96, 48, 70, 2)])
+                                         (96, 48, 70, 2), (257, 130, 1000, 1), (9, 70, 500, 2),
+                                         (300, 300, 300, 1)])
 def test_gemm_cpu_shapes(device, m, n, k, batch, dtype):
     # every row tile (8, 4, 2, 1), k of one to thousands, batches; strided and offset operands
     # (made contiguous first); n a multiple of 8 but not 16 (float64 only); B packed into
-    # column panels (m >= CPU_PACK_ROWS), batched too; row-tile groups past the last tile
+    # column panels (m >= CPU_PACK_ROWS), batched too; row-tile groups past the last tile;
+    # n of no multiple, B padded with zero columns (from CPU_PAD_MIN widths); rows past the
+    # last tile of 8 in a launch of their own
     if dtype == "float64" and not device.caps.fp64:
         pytest.skip("no float64 on this device")
     a = RNG.standard_normal((batch, m + 3, k + 2)).astype(dtype)
@@ -191,10 +194,14 @@ def test_gemm_cpu_shapes(device, m, n, k, batch, dtype):
     want = want[0] if batch == 1 else want
     tol = 1e-4 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.sqrt(k))
-    taken = gemm.cpu_supports(device, dtype, m, n, k)
+    w = gemm.CPU_COLS[dtype]
+    wide = -(-n // w) * w
+    pads = n % w == 0 or n >= gemm.CPU_PAD_MIN * w
+    taken = pads and gemm.cpu_supports(device, dtype, m, wide, k)
     assert ("gemm_cpu" in names) == taken
     if device.kind == "cpu":
-        assert taken == (m * n * k >= gemm.CPU_MIN_MACS and n % gemm.CPU_COLS[dtype] == 0)
+        assert taken == (m * wide * k >= gemm.CPU_MIN_MACS and pads)
+        assert names.count("gemm_cpu") == (1 + (m > 8 and m % 8 != 0)) * taken
 
 
 def test_gemm_cpu_special_values(device):
