@@ -409,13 +409,18 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
         wide = -(-n // w) * w
         if (wide != n and n < CPU_PAD_MIN * w) or not cpu_supports(dev, dtype.name, m, wide, k):
             return None
-        a, b = x1.contiguous(), x2.contiguous()
-        if wide != n:
-            from ..array.creation import zeros
-            from ..array.manipulation import concat
+        a = x1.contiguous()
+        if wide != n:  # B's values and zero columns past them, in one strided copy
+            from . import layout
+            from .operand import Operand
 
-            pad = zeros((*x2.shape[:-1], wide - n), dtype=dtype, device=dev)
-            b = concat((b, pad), axis=-1).contiguous()
+            src = Operand(x2.buffer, tuple(x2.shape), dtype.name, tuple(x2.strides), x2.offset)
+            bp = layout.empty(dev, (*x2.shape[:-1], wide), dtype.name)
+            layout.copy(dev, src, bp, valid=list(x2.shape))
+            b_buf, b_off = bp.buffer, 0
+        else:
+            b = x2.contiguous()
+            b_buf, b_off = b.buffer, b.offset
         batch = x1.shape[0] if x1.ndim == 3 else 1
         out = empty((*x1.shape[:-2], m, wide), dtype, dev)
         strides = (m * wide, m * k, k * wide)
@@ -424,7 +429,7 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
         for r0, rows in ((0, m - m % 8), (m - m % 8, m % 8)) if m > 8 else ((0, m),):
             if rows:
                 gemm_cpu(dev, out.buffer, out.offset + r0 * wide, wide, a.buffer,
-                         a.offset + r0 * k, k, b.buffer, b.offset, wide, rows, wide, k, batch,
+                         a.offset + r0 * k, k, b_buf, b_off, wide, rows, wide, k, batch,
                          strides, dtype.name)
         return out if wide == n else out[..., :n]
     batch = x1.shape[0] if x1.ndim == 3 else 1
