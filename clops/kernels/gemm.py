@@ -383,6 +383,20 @@ def gemm_cpu(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: i
                       writes=[c], name="gemm_cpu")
 
 
+def pad_columns(dev: CLDevice, b: Buffer, b_off: int, k: int, n: int, batch: int,
+                dtype: str) -> Buffer:
+    """A new buffer of ``batch`` contiguous [k][n] matrices at ``b_off`` with zero columns
+    past n up to a multiple of gemm_cpu's width (``pad_cols``)."""
+    w = CPU_COLS[dtype]
+    wide = -(-n // w) * w
+    out = dev.alloc(batch * k * wide * (8 if dtype == "float64" else 4))
+    dev.launch(kernel(dev, "gemm_cpu", "pad_cols", DT=int(dtype == "float64")),
+               (wide // w, k, batch), (1, 1, 1), [out, b, np.int32(b_off), np.int32(n),
+                                                  np.int64(k * n), np.int32(n)],
+               reads=[b], writes=[out], name="gemm_cpu.pad_cols")
+    return out
+
+
 # gemm_cpu packs B's column panels from this many rows of A (below, the pass over B costs more
 # than it saves)
 CPU_PACK_ROWS = 64
@@ -409,19 +423,11 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
         wide = -(-n // w) * w
         if (wide != n and n < CPU_PAD_MIN * w) or not cpu_supports(dev, dtype.name, m, wide, k):
             return None
-        a = x1.contiguous()
-        if wide != n:  # B's values and zero columns past them, in one strided copy
-            from . import layout
-            from .operand import Operand
-
-            src = Operand(x2.buffer, tuple(x2.shape), dtype.name, tuple(x2.strides), x2.offset)
-            bp = layout.empty(dev, (*x2.shape[:-1], wide), dtype.name)
-            layout.copy(dev, src, bp, valid=list(x2.shape))
-            b_buf, b_off = bp.buffer, 0
-        else:
-            b = x2.contiguous()
-            b_buf, b_off = b.buffer, b.offset
+        a, b = x1.contiguous(), x2.contiguous()
         batch = x1.shape[0] if x1.ndim == 3 else 1
+        b_buf, b_off = b.buffer, b.offset
+        if wide != n:  # B's rows with zero columns past them
+            b_buf, b_off = pad_columns(dev, b.buffer, b.offset, k, n, batch, dtype.name), 0
         out = empty((*x1.shape[:-2], m, wide), dtype, dev)
         strides = (m * wide, m * k, k * wide)
         # rows in tiles of 8 (gemm_cpu's widest), the rest in a launch of their own (m = 257

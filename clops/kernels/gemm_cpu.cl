@@ -80,3 +80,17 @@ __kernel void pack_b(__global T *out, __global const T *B, int b_off, int ldb, l
     VSTORE(VLOAD(0, B + b_off + z * sb + (long)k * ldb + (long)p * W), 0,
            out + z * n * K + ((long)p * K + k) * W);
 }
+
+// out[z][k][j] = B[z][k][j] for j < N, 0 for the columns past N up to a whole vector: B padded
+// for gemm_cpu where N is no multiple of W. Work geometry: global (ceil(N / W), K, batch).
+__kernel void pad_cols(__global T *out, __global const T *B, int b_off, int ldb, long sb, int N) {
+    const int p = get_global_id(0), k = get_global_id(1), z = get_global_id(2);
+    const long wide = (long)get_global_size(0) * W;
+    __global const T *src = B + b_off + z * sb + (long)k * ldb + (long)p * W;
+    __global T *dst = out + ((long)z * get_global_size(1) + k) * wide + (long)p * W;
+    if ((p + 1) * W <= N) {
+        VSTORE(VLOAD(0, src), 0, dst);
+        return;
+    }
+    for (int j = 0; j < W; ++j) dst[j] = p * W + j < N ? src[j] : (T)0;
+}

@@ -168,3 +168,18 @@ def test_a_damaged_cost_table_is_read_entry_by_entry(tmp_path, clops_env, monkey
     os.mkfifo(path)  # a pipe there must not block the reader
     monkeypatch.setattr(registry, "_COSTS", None)
     assert registry._costs() == {}
+
+
+def test_float16_products_stay_off_providers_unless_forced(device, fake, clops_env):
+    # CLBlast adds float16 up in half precision (numpy and clops in float32): the automatic
+    # choice never hands it a float16 product, however cheap it says it is
+    from clops.array import dispatch
+
+    fake.specs = (OpSpec("gemm", frozenset({"float32", "float16"}), "contiguous"),)
+    fake.cost = 1e-9
+    clops_env(CLOPS_PROVIDERS="fake")
+    a = clops.ones((64, 64), dtype=clops.float16, device=device)
+    assert dispatch.matmul(a, a, generated_cost=lambda: 1.0) is None
+    assert fake.measured == 0
+    clops_env(CLOPS_PROVIDERS="+fake")
+    assert providers.choose("gemm", device, "float16", (64, 64, 64)) is fake  # forced: taken
