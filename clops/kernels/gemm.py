@@ -356,8 +356,10 @@ def _row_tile(m: int) -> int:
 
 def gemm_cpu(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, lda: int,
              b: Buffer, b_off: int, ldb: int, m: int, n: int, k: int, batch: int = 1,
-             strides: tuple[int, int, int] = (0, 0, 0), dtype: str = "float32") -> Event:
-    """``gemm`` on a CPU (``gemm_cpu.cl``; float32 with n % 16 == 0, float64 with n % 8)."""
+             strides: tuple[int, int, int] = (0, 0, 0), dtype: str = "float32",
+             a_trans: bool = False) -> Event:
+    """``gemm`` on a CPU (``gemm_cpu.cl``; float32 with n % 16 == 0, float64 with n % 8).
+    ``a_trans``: A is stored transposed, element (i, k) at a_off + k * lda + i."""
     if dtype not in CPU_COLS:
         raise ValueError(f"gemm_cpu: {dtype} is not float32 or float64")
     w = CPU_COLS[dtype]
@@ -376,7 +378,8 @@ def gemm_cpu(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: i
                    [pb, b, i32(b_off), i32(ldb), i64(sb), i32(k)], reads=[b], writes=[pb],
                    name="gemm_cpu.pack_b")
         b, b_off, ldb, sb = pb, 0, w, k * n
-    knl = kernel(dev, "gemm_cpu", "gemm_cpu", RM=rm, DT=dt, PACKED=int(packed))
+    knl = kernel(dev, "gemm_cpu", "gemm_cpu", RM=rm, DT=dt, PACKED=int(packed),
+                 A_T=int(a_trans))
     args: list[Any] = [c, i32(c_off), i32(ldc), i64(strides[0]), a, i32(a_off), i32(lda),
                        i64(strides[1]), b, i32(b_off), i32(ldb), i64(sb), i32(k)]
     return dev.launch(knl, (m // rm, n // w, batch), (1, 1, 1), args, reads=[a, b],
@@ -423,8 +426,13 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
         wide = -(-n // w) * w
         if (wide != n and n < CPU_PAD_MIN * w) or not cpu_supports(dev, dtype.name, m, wide, k):
             return None
-        a, b = x1.contiguous(), x2.contiguous()
         batch = x1.shape[0] if x1.ndim == 3 else 1
+        # x.T of a row-major x (a Gram matrix x.T @ x) is read in place, not copied
+        a_trans = m > 1 and k > 1 and tuple(x1.strides) == (
+            (m * k, 1, m) if x1.ndim == 3 else (1, m))
+        a = x1 if a_trans else x1.contiguous()
+        lda, a_row = (m, 1) if a_trans else (k, k)
+        b = x2.contiguous()
         b_buf, b_off = b.buffer, b.offset
         if wide != n:  # B's rows with zero columns past them
             b_buf, b_off = pad_columns(dev, b.buffer, b.offset, k, n, batch, dtype.name), 0
@@ -435,8 +443,8 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
         for r0, rows in ((0, m - m % 8), (m - m % 8, m % 8)) if m > 8 else ((0, m),):
             if rows:
                 gemm_cpu(dev, out.buffer, out.offset + r0 * wide, wide, a.buffer,
-                         a.offset + r0 * k, k, b_buf, b_off, wide, rows, wide, k, batch,
-                         strides, dtype.name)
+                         a.offset + r0 * a_row, lda, b_buf, b_off, wide, rows, wide, k, batch,
+                         strides, dtype.name, a_trans)
         return out if wide == n else out[..., :n]
     batch = x1.shape[0] if x1.ndim == 3 else 1
     if supports(dev, dtype.name, m, n, k, (), ()):

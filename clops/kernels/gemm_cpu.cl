@@ -23,6 +23,11 @@
 #ifndef PACKED
 #define PACKED 0
 #endif
+// A_T 1: A stored transposed, element (i, k) at A[k * lda + i] (x.T of a row-major x, read in
+// place: the RM values of a step are contiguous)
+#ifndef A_T
+#define A_T 0
+#endif
 #if DT == 1
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #define T double
@@ -49,7 +54,11 @@ __kernel void gemm_cpu(__global T *C, int c_off, int ldc, long sc,
     const long i0 = (long)(first + (L % per) % gsz) * RM;
     const long j0 = (long)((L % per) / gsz) * W;
     const long z = get_global_id(2);
+#if A_T
+    __global const T *a = A + a_off + z * sa + i0;
+#else
     __global const T *a = A + a_off + z * sa + i0 * lda;
+#endif
 #if PACKED
     // B packed by pack_b: panel j0 / W is K rows of W values, contiguous
     __global const T *b = B + z * sb + j0 * K;
@@ -64,7 +73,11 @@ __kernel void gemm_cpu(__global T *C, int c_off, int ldc, long sc,
     for (int k = 0; k < K; k++) {
         const VT bv = VLOAD(0, b + (long)k * ldb_);
         #pragma unroll
+#if A_T
+        for (int r = 0; r < RM; r++) acc[r] = fma((VT)(a[(long)k * lda + r]), bv, acc[r]);
+#else
         for (int r = 0; r < RM; r++) acc[r] = fma((VT)(a[(long)r * lda + k]), bv, acc[r]);
+#endif
     }
     __global T *c = C + c_off + z * sc + i0 * ldc + j0;
     #pragma unroll

@@ -204,6 +204,25 @@ def test_gemm_cpu_shapes(device, m, n, k, batch, dtype):
         assert names.count("gemm_cpu") == (1 + (m > 8 and m % 8 != 0)) * taken
 
 
+@pytest.mark.parametrize("shape", [(500, 70), (2, 300, 48), (1000, 64)])
+def test_gemm_cpu_reads_a_transposed_view_in_place(device, shape):
+    # x.T @ x (a Gram matrix): A is x.T, read where x lies (no copy of it first); rows past the
+    # last tile of 8 and padded columns included
+    x = RNG.standard_normal(shape).astype(np.float32)
+    t = clops.asarray(x, device=device).realize()
+    out, names = _names(lambda: clops.matmul(t.mT, t).realize())
+    got = np.asarray(out)
+    want = np.swapaxes(x, -1, -2).astype(np.float64) @ x.astype(np.float64)
+    k = shape[-2]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    if device.kind == "cpu":
+        m = shape[-1]
+        assert "gemm_cpu" in names
+        # nothing but gemm_cpu's own launches: no copy of x.T
+        assert set(names) <= {"gemm_cpu", "gemm_cpu.pack_b", "gemm_cpu.pad_cols"}, names
+        assert names.count("gemm_cpu") == 1 + (m % 8 != 0)
+
+
 def test_gemm_cpu_special_values(device):
     if device.kind != "cpu":
         pytest.skip("gemm_cpu runs on CPUs")
