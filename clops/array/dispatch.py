@@ -106,11 +106,6 @@ def matmul(x1: Tensor, x2: Tensor, *,
     """
     dev = x1.device
     dt = x1.dtype.name
-    if dt == "float16":
-        # CLBlast's half GEMM and GEMV add up in half precision: 70000 products of about 0.06
-        # stalled at 1206 of 4334 (Intel's CPU runtime). clops' kernels, like numpy, add up
-        # float16 in float32; a provider forced with CLOPS_PROVIDERS=+NAME still takes them.
-        return None
     if generated_cost is None:
         def generated_cost() -> float:
             return _generated_matmul_cost(x1.shape, x2.shape, dt, dev)

@@ -36,12 +36,15 @@ class ProviderUnavailableError(RuntimeError):
 @dataclass(frozen=True)
 class OpSpec:
     """One op a provider implements: the dtypes it takes, the device extensions a dtype needs,
-    and (in words) the layouts it takes without a relayout."""
+    (in words) the layouts it takes without a relayout, and the dtypes it takes only when
+    ``CLOPS_PROVIDERS`` forces it (``+NAME``), each with why the automatic choice leaves it
+    out (a result that would differ from clops' own and numpy's)."""
 
     op: str
     dtypes: frozenset[str]
     layout: str
     needs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    forced_only: Mapping[str, str] = field(default_factory=dict)
 
 
 class Provider(ABC):

@@ -244,10 +244,14 @@ def capable(op: str, device: CLDevice, dtype: str,
     pol = policy()
     out = []
     for p in _REGISTRY.values():
-        if p.spec(op) is None:
+        spec = p.spec(op)
+        if spec is None:
             continue
         mode = pol.mode(p.name)
         why = "denied by CLOPS_PROVIDERS" if mode == DENY else p.cannot(op, device, dtype)
+        only = spec.forced_only.get(dtype)
+        if why is None and only is not None and mode != FORCE:
+            why = f"{only} (taken only when forced: CLOPS_PROVIDERS=+{p.name})"
         if why is None and shape_key is not None:
             why = p.cannot_shape(op, shape_key)
         if why is not None:

@@ -171,11 +171,15 @@ def test_a_damaged_cost_table_is_read_entry_by_entry(tmp_path, clops_env, monkey
 
 
 def test_float16_products_stay_off_providers_unless_forced(device, fake, clops_env):
-    # CLBlast adds float16 up in half precision (numpy and clops in float32): the automatic
-    # choice never hands it a float16 product, however cheap it says it is
+    # a provider that adds float16 up in half precision (CLBlast; numpy and clops add up in
+    # float32) declares it: the automatic choice never hands it a float16 product, however
+    # cheap it says it is
     from clops.array import dispatch
+    from clops.providers.clblast import CLBlastProvider
 
-    fake.specs = (OpSpec("gemm", frozenset({"float32", "float16"}), "contiguous"),)
+    assert all("float16" in s.forced_only for s in CLBlastProvider.specs)
+    fake.specs = (OpSpec("gemm", frozenset({"float32", "float16"}), "contiguous",
+                         forced_only={"float16": "adds float16 up in half precision"}),)
     fake.cost = 1e-9
     clops_env(CLOPS_PROVIDERS="fake")
     a = clops.ones((64, 64), dtype=clops.float16, device=device)
