@@ -396,6 +396,21 @@ inline uint smem_addr(__local const void *p) {
     return r;
 }
 
+// The tile of C (x: column, y: row) this work-group computes. raster > 0: the launch order
+// walks C in bands of that many tile rows, so that neighbours in launch order share A and B
+// tiles in L2; 0: the grid's own order.
+inline int2 raster_tile(int raster) {
+    int bx = get_group_id(0), by = get_group_id(1);
+    if (raster > 0) {
+        const int gx = get_num_groups(0), gy = get_num_groups(1);
+        const int pid = by * gx + bx, band = raster * gx;
+        const int first = (pid / band) * raster, h = min(gy - first, raster);
+        by = first + (pid % band) % h;
+        bx = (pid % band) / h;
+    }
+    return (int2)(bx, by);
+}
+
 inline void cp_async16(uint dst, __global const ushort *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"((ulong)src)
                  : "memory");
@@ -475,17 +490,8 @@ void gemm_mma_async(__global half *C, int c_off, int ldc, long c_bstride,
     const int lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int wm = (warp / WCOLS) * WM, wn = (warp % WCOLS) * WN;
-    int bx = get_group_id(0), by = get_group_id(1);
-#if RASTER > 0
-    {
-        const int gx = get_num_groups(0), gy = get_num_groups(1);
-        const int pid = by * gx + bx, band = RASTER * gx;
-        const int first = (pid / band) * RASTER, h = min(gy - first, RASTER);
-        by = first + (pid % band) % h;
-        bx = (pid % band) / h;
-    }
-#endif
-    const int m0 = by * BM, n0 = bx * BN;
+    const int2 tile = raster_tile(RASTER);
+    const int m0 = tile.y * BM, n0 = tile.x * BN;
     const long bz = get_global_id(2);
     __global const ushort *pa = (__global const ushort *)A + a_off + bz * a_bstride
         + (size_t)m0 * lda;
@@ -755,17 +761,8 @@ void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
     const int tid = get_local_id(0);
     const int wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
-    int bx = get_group_id(0), by = get_group_id(1);
-#if RASTER > 0
-    {
-        const int gx = get_num_groups(0), gy = get_num_groups(1);
-        const int pid = by * gx + bx, band = RASTER * gx;
-        const int first = (pid / band) * RASTER, h = min(gy - first, RASTER);
-        by = first + (pid % band) % h;
-        bx = (pid % band) / h;
-    }
-#endif
-    const int m0 = by * BM, n0 = bx * BN;
+    const int2 tile = raster_tile(RASTER);
+    const int m0 = tile.y * BM, n0 = tile.x * BN;
     const long bz = get_global_id(2);
     __global const ushort *pa = (__global const ushort *)A + a_off + bz * a_bstride
         + (size_t)m0 * lda;
