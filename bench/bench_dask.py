@@ -94,14 +94,14 @@ def _peak(engine: str):
     return cupy.get_default_memory_pool().total_bytes()
 
 
-def _name() -> str:
-    if "CUDA_VISIBLE_DEVICES" in os.environ and "CLOPS_DEVICE" not in os.environ:
-        import cupy
+def _name(engine: str) -> str:
+    if engine == "clops":
+        import clops
 
-        return cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    import clops
+        return clops.device().name
+    import cupy
 
-    return clops.device().name
+    return cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
 
 
 def _measure(client, engine: str, name: str, fn, n: int, shape, chunks,
@@ -124,7 +124,7 @@ def _measure(client, engine: str, name: str, fn, n: int, shape, chunks,
     return {"workload": name, "engine": label, "workers": n, "s": s,
             "speedup_vs_1": base[name] / s, "transfer_s": sum(m[0] for m in moves),
             "transfers": len(moves), "transfer_bytes": sum(m[1] for m in moves),
-            "peak_bytes": client.run(_peak, engine), "device": client.run(_name)}
+            "peak_bytes": client.run(_peak, engine), "device": client.run(_name, engine)}
 
 
 def timed(fn, repeat: int = 3) -> float:
