@@ -56,13 +56,14 @@ def _prompt(i: int, words: int) -> str:
     return " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(words))
 
 
-def one(url: str, i: int, new: int, words: int) -> tuple[float, float, int]:
+def one(client: httpx.Client, url: str, i: int, new: int, words: int,
+        ) -> tuple[float, float, int]:
     """(seconds to the first token, seconds in all, tokens) of one streamed completion."""
     body = {"model": "m", "prompt": _prompt(i, words), "max_tokens": new, "temperature": 0,
             "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
     t0 = time.perf_counter()
     first, tokens, chunks = None, None, 0
-    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
+    with client.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -79,26 +80,44 @@ def one(url: str, i: int, new: int, words: int) -> tuple[float, float, int]:
     return first if first is not None else total, total, tokens if tokens else chunks
 
 
+def _clients(n: int) -> list[httpx.Client]:
+    """A client per stream, made before any timing: making one (its TLS context, even for
+    plain HTTP) took about 25 ms of the client's interpreter, and 16 at once added hundreds of
+    milliseconds to every request's first token, on either server. A client keeps its
+    connection open between requests, as the ``openai`` package does."""
+    return [httpx.Client(timeout=600) for _ in range(n)]
+
+
+def wave(clients: list[httpx.Client], url: str, new: int, words: int) -> list:
+    """A request on each client at once: [(ttft s, total s, tokens)]."""
+    with ThreadPoolExecutor(len(clients)) as ex:
+        return list(ex.map(lambda i: one(clients[i], url, i, new, words), range(len(clients))))
+
+
 def warm(url: str, streams: int, words: int) -> None:
     """An unmeasured wave of ``streams`` short requests: a server's first ones pay for what it
     builds or touches once (clops: step plans and kernels for each batch size as it grows
     and shrinks through them; the runtime's first runs of each)."""
-    with ThreadPoolExecutor(streams) as ex:
-        list(ex.map(lambda i: one(url, i, 8, words), range(streams)))
+    clients = _clients(streams)
+    wave(clients, url, 8, words)
+    for c in clients:
+        c.close()
 
 
-def measure(url: str, streams: int, new: int, words: int, rounds: int = 2) -> dict:
+def measure(url: str, streams: int, new: int, words: int, rounds: int = 3) -> dict:
     """``rounds`` waves of ``streams`` concurrent requests, after one unmeasured wave (the
     step plans and kernels of its batch sizes built: clops compiles them at first use)."""
-    warm(url, streams, words)
+    clients = _clients(streams)
+    wave(clients, url, 8, words)
     ttft, tps = [], []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        with ThreadPoolExecutor(streams) as ex:
-            res = list(ex.map(lambda i: one(url, i, new, words), range(streams)))
+        res = wave(clients, url, new, words)
         wall = time.perf_counter() - t0
         ttft += [r[0] for r in res]
         tps.append(sum(r[2] for r in res) / wall)
+    for c in clients:
+        c.close()
     return {"streams": streams, "tok_s": statistics.median(tps),
             "ttft_ms_median": 1e3 * statistics.median(ttft), "ttft_ms_max": 1e3 * max(ttft)}
 

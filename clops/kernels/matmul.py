@@ -78,13 +78,17 @@ def matmul_columns(dev: CLDevice, lsize: int, n: int = 1 << 30, cpt: int = 1) ->
 
 
 def matmul_cpt(dev: CLDevice, m: int, n: int, fmt: str) -> int:
-    """Output columns per team on GPUs (one decode row): each x chunk serves them all."""
-    if launch.is_cpu(dev) or m != 1:
+    """Output columns per team on GPUs: each x chunk serves them all."""
+    if launch.is_cpu(dev):
         return 1
-    if fmt in FLOAT_FORMATS:
-        # PERF (H100, teams of a work-group): 4 columns per team measured best or within 5%
-        # of best from 2048 to 128256 columns; fewer where that leaves under two work-groups
-        # per compute unit
+    if m != 1 or fmt in FLOAT_FORMATS:
+        # PERF (H100): 4 columns a team, fewer where that leaves under two work-groups per
+        # compute unit. One row of float weights (teams of a work-group): best or within 5% of
+        # best from 2048 to 128256 columns. Several rows (SmolLM2's Q4_1/Q8_0 products of
+        # 2..64 rows, TM 4), where a team of one column read every x row again for each
+        # column: 3072x576 at 16 rows 39.6 -> 22.2 us, at 64 rows 132 -> 66 us; 576x1536 at
+        # 16 rows 26.5 -> 19.5 us; the 49152-column head 300 -> 231 us. A column's sums are
+        # added in the same order whatever CPT.
         return min(4, pow2_at_most(max(1, n // (2 * dev.caps.compute_units))))
     # PERF: but at least ~2048 teams (warps), enough loads in flight for the memory system
     return min(4, pow2_at_most(max(1, n // 2048)))

@@ -108,28 +108,36 @@ _Resize = tuple[list[tuple[int, Any]], tuple[int, ...]]
 
 @dataclass
 class _StepPlan:
-    """A step's launches, made for some row count, with how each launch whose arguments or
-    sizes follow the rows is resized (``rows``: the count the plan holds now)."""
+    """A step's launches, made for some row count and count of logits rows, with how each
+    launch whose arguments or sizes follow either is resized (``rows``, ``nl``: the counts the
+    plan holds now; ``logits`` in a resize: it follows the logits rows)."""
 
     plan: LaunchPlan
-    resizes: list[tuple[int, Callable[[int], _Resize]]]
+    resizes: list[tuple[int, Callable[[int], _Resize], bool]]
     rows: int
+    nl: int
 
-    def add(self, ln: Launch) -> None:
-        self.plan.add(ln)
-
-    def add_rows(self, ln: Launch, axis: int, per_row: int = 1) -> None:
-        """``ln`` with ``per_row`` work-items of global axis ``axis`` per row."""
+    def add_rows(self, ln: Launch, axis: int, per_row: int = 1, logits: bool = False) -> None:
+        """``ln`` with ``per_row`` work-items of global axis ``axis`` per row (per logits row
+        with ``logits``)."""
         g = ln.global_size
 
         def at(rows: int) -> _Resize:
             return [], tuple(rows * per_row if a == axis else s for a, s in enumerate(g))
 
-        self.add_resized(ln, at)
+        self.add_resized(ln, at, logits)
 
-    def add_resized(self, ln: Launch, at: Callable[[int], _Resize]) -> None:
-        self.resizes.append((len(self.plan.launches), at))
+    def add_resized(self, ln: Launch, at: Callable[[int], _Resize],
+                    logits: bool = False) -> None:
+        self.resizes.append((len(self.plan.launches), at, logits))
         self.plan.add(ln)
+
+    def resize(self, rows: int, nl: int) -> None:
+        changes = [(i, *at(nl if logits else rows)) for i, at, logits in self.resizes
+                   if (nl != self.nl if logits else rows != self.rows)]
+        if changes:
+            self.plan.resize(changes)
+        self.rows, self.nl = rows, nl
 
 
 class BatchEngine:
@@ -173,7 +181,7 @@ class BatchEngine:
         self.rows = max_batch + prefill_chunk  # the most rows one step runs
         self._alloc()
         # one plan per (rows per work-item, logits rows, embed), resized to each step's rows
-        self._plans: dict[tuple[int | None, int, bool], _StepPlan] = {}
+        self._plans: dict[tuple[int | None, int | None, bool], _StepPlan] = {}
         self._lock = threading.RLock()
         self._waiting: deque[_Seq] = deque()
         self._running: dict[int, _Seq] = {}  # by slot
@@ -253,24 +261,26 @@ class BatchEngine:
 
     def _plan(self, n: int, nl: int, embed: bool = False) -> LaunchPlan:
         """The launches of a step of ``n`` rows with logits for ``nl`` of them (or, ``embed``,
-        the final norm of every row instead). A plan is made once per (rows per work-item,
-        nl, embed) and resized to ``n`` rows: making one costs a kernel object per launch
-        (about 0.06 ms each with pyopencl), resizing sets a few arguments and sizes."""
-        key = (self._tm(n), nl, embed)
+        the final norm of every row instead). A plan is made once per rows per work-item of
+        the step's products and of the logits' (a compile-time constant on CPUs; one value on
+        GPUs), whether there are logits rows, and ``embed``; it is resized to ``n`` and ``nl``
+        rows. Making one costs a kernel object per launch (about 0.06 ms each with pyopencl;
+        PERF, H100, SmolLM2, 16 streams: a plan per logits-row count made a step of 50-80 ms
+        for each count met first, and halved a wave's tokens a second), resizing sets a few
+        arguments and sizes."""
+        key = (self._tm(n), self._tm(nl) if nl else 0, embed)
         got = self._plans.get(key)
         if got is None:
             got = self._plans[key] = self._make_plan(n, nl, embed)
-        if got.rows != n:
-            got.plan.resize([(i, *at(n)) for i, at in got.resizes])
-            got.rows = n
+        got.resize(n, nl)
         return got.plan
 
     def _make_plan(self, n: int, nl: int, embed: bool) -> _StepPlan:
         m, cfg, dev = self.model, self.model.config, self.device
         H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
         n_qkv, eps = (H + 2 * KV) * D, cfg.norm_eps
-        step = _StepPlan(LaunchPlan(dev), [], n)
-        add, add_rows, add_resized = step.add, step.add_rows, step.add_resized
+        step = _StepPlan(LaunchPlan(dev), [], n, nl)
+        add_rows, add_resized = step.add_rows, step.add_resized
         add_rows(matmul.embedding(dev, self.x, self.ids, self.zero, m.embed, n), axis=1)
         ls = 1 if launch.is_cpu(dev) else 32
         rows = PagedRows(self.table, self.maxb, self.rslot, self.rpos, self.block_size)
@@ -314,13 +324,15 @@ class BatchEngine:
                                          name=f"down.{i}"))
         if embed:
             rmsnorm(self.x, m.out_norm)
-        elif nl:  # the logits rows: nl is part of the plan's key, not resized
-            add(paged.gather_rows(dev, self.xl, self.x, self.sel, m=nl, k=dim, head_dim=D,
-                                  neox=cfg.rope_neox))
-            add(norm.rmsnorm(dev, self.xn, self.xl, 0, dim, m.out_norm, m=nl, k=dim, eps=eps))
-            add(self._matmul(self.logits, 0, cfg.vocab_size, self.xn, 0, dim, m.output, nl,
-                             name="lm_head")[0])
-            add(sample.row_stats(dev, self.rstats, self.logits, rows=nl, vocab=cfg.vocab_size))
+        elif nl:  # the logits rows
+            add_rows(paged.gather_rows(dev, self.xl, self.x, self.sel, m=nl, k=dim, head_dim=D,
+                                       neox=cfg.rope_neox), axis=1, logits=True)
+            ln = norm.rmsnorm(dev, self.xn, self.xl, 0, dim, m.out_norm, m=nl, k=dim, eps=eps)
+            add_rows(ln, axis=0, per_row=ln.global_size[0] // nl, logits=True)
+            add_resized(*self._matmul(self.logits, 0, cfg.vocab_size, self.xn, 0, dim, m.output,
+                                      nl, name="lm_head"), logits=True)
+            add_rows(sample.row_stats(dev, self.rstats, self.logits, rows=nl,
+                                      vocab=cfg.vocab_size), axis=1, logits=True)
         return step
 
     # -- sequences -----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from .arch import NORMS
 from .config import ModelConfig
-from .tokenizer import TextTokenizer
+from .tokenizer import TextStream, TextTokenizer
 from .weights import WeightSource
 
 # Float16 copies of the weights for a prompt's tensor-core products are kept when they take
@@ -536,15 +536,15 @@ class Model:
             ids = tok.encode(str(prompt), add_special_tokens=True)
         stops = [s for s in stop if s]
         hold = max((len(s) for s in stops), default=1) - 1
-        out_ids: list[int] = []
+        stream = TextStream(tok)
         sent = 0
         text = ""
         for t in self.generate_ids(ids, max_new_tokens, temperature, top_k, top_p, min_p,
                                    repetition_penalty, seed, stop_ids):
-            out_ids.append(t)
-            text = tok.decode(out_ids)
-            if text.endswith("\ufffd"):
+            stream.push(t)
+            if stream.held:
                 continue  # an incomplete UTF-8 sequence: wait for the next token
+            text = stream.text
             cut = _find_stop(text, stops)
             if cut is not None:
                 if cut > sent:
@@ -554,6 +554,7 @@ class Model:
             if safe > sent:
                 yield text[sent:safe]
                 sent = safe
+        text = tok.decode(stream.ids)  # with any ids held back at the end
         if len(text) > sent:
             cut = _find_stop(text, stops)
             end = cut if cut is not None else len(text)

@@ -49,6 +49,9 @@ def byte_alphabet() -> dict[int, str]:
     return out
 
 
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
 class TextTokenizer:
     """Text <-> token ids, with the special tokens and chat template of a model.
 
@@ -67,6 +70,7 @@ class TextTokenizer:
         self.eos_ids = [i for i in eos_ids if i is not None]
         self.add_bos = add_bos
         self.chat_template = chat_template
+        self._byte_tokens: dict[int, bool] = {}
 
     @property
     def vocab_size(self) -> int:
@@ -88,6 +92,14 @@ class TextTokenizer:
     def token_text(self, token_id: int) -> str | None:
         return self.backend.id_to_token(token_id)
 
+    def is_byte_token(self, token_id: int) -> bool:
+        """Whether the token stands for one byte, ``<0xNN>`` (byte fallback)."""
+        got = self._byte_tokens.get(token_id)
+        if got is None:
+            text = self.token_text(token_id)
+            got = self._byte_tokens[token_id] = bool(text and _BYTE_TOKEN.fullmatch(text))
+        return got
+
     def apply_chat_template(self, messages: list[dict[str, Any]],
                             add_generation_prompt: bool = True,
                             tools: list[dict[str, Any]] | None = None) -> str:
@@ -101,6 +113,45 @@ class TextTokenizer:
         eos = self.token_text(self.eos_ids[0]) if self.eos_ids else ""
         return render(self.chat_template, messages, add_generation_prompt, bos or "", eos or "",
                       tools=tools)
+
+
+class TextStream:
+    """The text of token ids that arrive one at a time, at a cost that does not grow with their
+    number: each token decodes only the ids since the last complete text and the piece before
+    them (so that what a token's text depends on, a joining space or a stripped lead, is as in
+    one decode of them all). ``push`` returns the new text; an incomplete UTF-8 sequence at the
+    end is held back until a later token completes it (``held``), and ``text`` is all of it.
+
+    Decoding every id again for each new one cost a streamed request's work O(n^2): a fifth
+    of a 16-stream server's interpreter time with 64-token answers (H100, SmolLM2)."""
+
+    def __init__(self, tok: TextTokenizer) -> None:
+        self.tok = tok
+        self.ids: list[int] = []
+        self.text = ""
+        self._prefix = 0  # ids[_prefix:_read]: the piece before the new ids, decoded already
+        self._read = 0
+
+    @property
+    def held(self) -> bool:
+        """Whether ids have arrived whose text has not come out yet."""
+        return self._read < len(self.ids)
+
+    def push(self, token: int) -> str:
+        self.ids.append(int(token))
+        if self.tok.is_byte_token(self.ids[-1]):
+            # a run of byte tokens decodes as one (SentencePiece's byte fallback): where it
+            # ends in bytes that are not UTF-8, every byte of the run becomes U+FFFD, also
+            # those that made whole characters before; its text waits for the run's end
+            return ""
+        before = self.tok.decode(self.ids[self._prefix:self._read])
+        now = self.tok.decode(self.ids[self._prefix:])
+        if len(now) <= len(before) or now.endswith("\ufffd") or not now.startswith(before):
+            return ""  # nothing whole yet: the next ids decode with these
+        new = now[len(before):]
+        self._prefix, self._read = self._read, len(self.ids)
+        self.text += new
+        return new
 
 
 def from_tokenizer_json(path: str, config: dict[str, Any] | None = None) -> TextTokenizer:

@@ -32,6 +32,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from ..llm.batch import BatchEngine, SamplingParams, StepOutput
+from ..llm.tokenizer import TextStream
 from .constrain import Constraint, ConstraintError, Vocabulary, grammar_for
 from .runner import QueueFull, Runner
 from .tools import check_tools, parse_tool_calls
@@ -188,7 +189,7 @@ class Server:
         h = await self.runner.submit(ids, params, max_new,
                                      constraint.mask if constraint else None,
                                      constraint.consume if constraint else None)
-        out_ids: list[int] = []
+        stream = TextStream(self.tok)
         pending: list[StepOutput] = []
         sent = 0
         hold = max((len(s) for s in stops), default=1) - 1
@@ -200,13 +201,14 @@ class Server:
                     raise o
                 if o.token in stop_ids:
                     self.runner.cancel(h)
-                    rest = text[sent:]
-                    yield rest, pending, "stop"
+                    yield self.tok.decode(stream.ids)[sent:], pending, "stop"
                     return
-                out_ids.append(o.token)
                 pending.append(o)
-                text = self.tok.decode(out_ids)
+                stream.push(o.token)
                 finished = o.finished or (constraint is not None and constraint.finished)
+                # the whole text once at the end: ids held back (an incomplete UTF-8
+                # sequence) come out as one decode of them all gives them
+                text = self.tok.decode(stream.ids) if finished else stream.text
                 cut = _find_stop(text, stops)
                 if cut is not None:
                     self.runner.cancel(h)
@@ -219,8 +221,10 @@ class Server:
                         self.runner.cancel(h)
                     yield text[sent:], pending, "length" if o.finished else "stop"
                     return
-                if text.endswith("\ufffd"):
-                    continue  # an incomplete UTF-8 sequence
+                if stream.held or not h.queue.empty():
+                    # an incomplete UTF-8 sequence; or more tokens are here already (the
+                    # event loop behind the engine): one chunk for them all
+                    continue
                 safe = len(text) - hold
                 if safe > sent or pending:
                     piece = text[sent:max(safe, sent)]

@@ -9,11 +9,13 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import clops.llm
 from clops.llm.chat import TemplateError, render
 from clops.llm.gguf_file import GGUFFile
-from clops.llm.tokenizer import from_gguf_metadata
+from clops.llm.tokenizer import TextStream, from_gguf_metadata
 
 TEXTS = [
     "What's Oxygen?", "Hello world", " leading space", "two  spaces\tand tab\n\nnewlines",
@@ -201,3 +203,38 @@ def test_chat_template_renders_and_sandboxes():
         render("{{ raise_exception('no system role') }}", [], True)
     with pytest.raises(Exception):  # noqa: B017 - the sandbox refuses attribute escapes
         render("{{ ''.__class__.__mro__[1].__subclasses__() }}", [], True)
+
+
+def _check_stream(tok, ids: list[int]) -> None:
+    """TextStream's pieces, token by token, against one decode of all the ids."""
+    stream = TextStream(tok)
+    pieces = [stream.push(t) for t in ids]
+    whole = tok.decode(ids)
+    assert "".join(pieces) == stream.text
+    assert whole.startswith(stream.text)
+    if not stream.held:
+        assert stream.text == whole
+    # what was held back is only ids whose text is not whole yet
+    assert stream.held or not whole[len(stream.text):]
+
+
+@pytest.fixture(scope="module")
+def stream_tokenizers(smollm2_paths):
+    return {"byte-level": from_gguf_metadata(GGUFFile(smollm2_paths).metadata),
+            "sentencepiece": from_gguf_metadata(_spm_metadata())}
+
+
+@pytest.mark.parametrize("kind", ["byte-level", "sentencepiece"])
+@settings(max_examples=300, deadline=None, database=None)
+@given(data=st.data())
+def test_text_stream_gives_the_text_of_one_decode(stream_tokenizers, kind, data):
+    """Streamed text, a token at a time, is what one decode of every id gives: for encoded
+    texts (spaces, unicode, multi-byte characters split over byte tokens) and for random ids
+    of each vocabulary (SmolLM2's byte-level BPE, a SentencePiece BPE: special tokens, byte
+    tokens that do not make UTF-8)."""
+    tok = stream_tokenizers[kind]
+    text = data.draw(st.sampled_from(TEXTS + SPM_TEXTS))
+    _check_stream(tok, tok.encode(text))
+    V = tok.vocab_size
+    _check_stream(tok, data.draw(st.lists(st.integers(0, V - 1) | st.integers(0, 300),
+                                          max_size=40)))
