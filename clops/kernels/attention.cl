@@ -298,6 +298,33 @@ inline float rope_elem(__global const float *src, int t, int pos, __global const
 #define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
 #endif
 
+#if COMBINE
+// The partials part_h [active][D + 2] of a (row,) head's work-groups, each left by its own
+// work-group before it calls this: the last of them to arrive (counted in *cnt, zero between
+// launches, left zero) combines them into o [D], a work-item a dimension (t).
+inline void combine_last(__global float *o, __global const float *part_h, __global int *cnt,
+                         int active, int t, __local int *last) {
+    GLOBAL_FENCE();
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (t == 0) *last = atomic_inc(cnt) == active - 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!*last) return;
+    GLOBAL_FENCE();
+    // volatile: the partials of other work-groups, read past any cached copy
+    volatile __global const float *ph = part_h;
+    float gm = -INFINITY;
+    for (int i = 0; i < active; ++i) gm = fmax(gm, ph[i * (HEAD_DIM + 2) + HEAD_DIM]);
+    float num = 0.0f, den = 0.0f;
+    for (int i = 0; i < active; ++i) {
+        const float w = exp(ph[i * (HEAD_DIM + 2) + HEAD_DIM] - gm);
+        num += w * ph[i * (HEAD_DIM + 2) + t];
+        den += w * ph[i * (HEAD_DIM + 2) + HEAD_DIM + 1];
+    }
+    o[t] = num / den;
+    if (t == 0) atomic_xchg(cnt, 0);
+}
+#endif
+
 // Decode attention of one row straight from the QKV projection: rope_store, attn_decode_wg
 // and (COMBINE) attn_combine in one launch. Each work-group rotates its head's q itself; the
 // work-group whose chunk holds the new position (the last one) rotates k, uses the new k and v
@@ -369,24 +396,69 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
         pp[HEAD_DIM + 1] = l;
     }
 #if COMBINE
-    GLOBAL_FENCE();
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (t == 0) last = atomic_inc(count + h) == active - 1;
+    combine_last(out + h * HEAD_DIM, part + (size_t)h * S * (HEAD_DIM + 2), count + h, active, t,
+                 &last);
+#endif
+}
+
+// Batched decode on GPUs over a paged cache (clops.llm.batch; kernels/paged.cl spells out the
+// pool, table, rslot and rpos): attn_decode_rope's work-groups for row r of a step and query
+// head h, over that row's sequence's positions 0 .. rpos[r], CHUNK of them a work-group (each
+// position's block looked up in the table), q already rotated ([R][H][D]). A row's values
+// depend on its own positions alone. With COMBINE the last work-group of a (row, head)
+// to finish combines the partials into out [R][H][D] (count [R][H], zero between launches);
+// a row whose positions fit one chunk writes out directly. Without COMBINE, every work-group
+// leaves its partial in part [R][H][S][D + 2].
+// Work geometry: global (S * D, H, R), local (D, 1, 1).
+__kernel void paged_attn_wg(__global float *out, __global float *part, __global int *count,
+                            __global const float *q, __global const float *kp,
+                            __global const float *vp, __global const int *table, int maxb,
+                            __global const int *rslot, __global const int *rpos, int H, int KV,
+                            int BS, float scale) {
+    __local float qs[HEAD_DIM], p[CHUNK], red[HEAD_DIM];
+    __local int last;
+    const int t = get_local_id(0), s = get_group_id(0), h = get_group_id(1);
+    const int r = get_group_id(2), S = get_num_groups(0);
+    const int L = rpos[r] + 1, active = (L + CHUNK - 1) / CHUNK;
+    const int j0 = s * CHUNK, n = min(L - j0, CHUNK);
+    if (n <= 0) return;  // the same for the whole work-group
+    const int kvh = h / (H / KV), rh = r * H + h;
+    __global const int *blocks = table + rslot[r] * maxb;
+    qs[t] = q[(size_t)rh * HEAD_DIM + t] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (!last) return;
-    GLOBAL_FENCE();
-    // volatile: the partials of other work-groups, read past any cached copy
-    volatile __global const float *ph = part + (size_t)h * S * (HEAD_DIM + 2);
-    float gm = -INFINITY;
-    for (int i = 0; i < active; ++i) gm = fmax(gm, ph[i * (HEAD_DIM + 2) + HEAD_DIM]);
-    float num = 0.0f, den = 0.0f;
-    for (int i = 0; i < active; ++i) {
-        const float w = exp(ph[i * (HEAD_DIM + 2) + HEAD_DIM] - gm);
-        num += w * ph[i * (HEAD_DIM + 2) + t];
-        den += w * ph[i * (HEAD_DIM + 2) + HEAD_DIM + 1];
+    float mx = -INFINITY;
+    for (int j = t; j < n; j += HEAD_DIM) {
+        const int at = j0 + j;
+        __global const float *k = kp + (((size_t)blocks[at / BS] * KV + kvh) * BS + at % BS) *
+                                           HEAD_DIM;
+        float4 a = (float4)(0.0f);
+        for (int d = 0; d < D4; ++d) a = mad(vload4(d, k), vload4(d, qs), a);
+        const float sc = a.x + a.y + a.z + a.w;
+        p[j] = sc;
+        mx = fmax(mx, sc);
     }
-    out[h * HEAD_DIM + t] = num / den;
-    if (t == 0) atomic_xchg(count + h, 0);
+    const float2 ms = chunk_softmax(p, red, t, n, mx);
+    float acc = 0.0f;
+    for (int j = 0; j < n; ++j) {
+        const int at = j0 + j;
+        acc = mad(p[j], vp[(((size_t)blocks[at / BS] * KV + kvh) * BS + at % BS) * HEAD_DIM + t],
+                  acc);
+    }
+#if COMBINE
+    if (active == 1) {
+        out[(size_t)rh * HEAD_DIM + t] = acc / ms.y;
+        return;
+    }
+#endif
+    __global float *pp = part + ((size_t)rh * S + s) * (HEAD_DIM + 2);
+    pp[t] = acc;
+    if (t == 0) {
+        pp[HEAD_DIM] = ms.x;
+        pp[HEAD_DIM + 1] = ms.y;
+    }
+#if COMBINE
+    combine_last(out + (size_t)rh * HEAD_DIM, part + (size_t)rh * S * (HEAD_DIM + 2), count + rh,
+                 active, t, &last);
 #endif
 }
 #endif

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from . import attention as _attention
+from . import launch
 from .launch import Launch, f32, i32, kernel
 
 
@@ -67,6 +68,39 @@ def attention(dev: CLDevice, out: Buffer, q: Buffer, kp: Buffer, vp: Buffer, row
                   [out, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv), i32(rows.block_size),
                    f32(scale)],
                   [q, kp, vp, *rows.reads], [out], name)
+
+
+def split_attention(dev: CLDevice, head_dim: int) -> bool:
+    """Whether ``attention_split`` runs here: GPUs with a work-group a head (``attention``'s
+    conditions for attn_decode_rope) whose last work-group of a (row, head) can combine the
+    others' partials in the same launch."""
+    return _attention.fused_decode(dev, head_dim) and _attention.decode_combines(dev) and \
+        not launch.is_cpu(dev)
+
+
+def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: Buffer,
+                    kp: Buffer, vp: Buffer, rows: PagedRows, *, m: int, n_heads: int, n_kv: int,
+                    head_dim: int, scale: float, context: int, name: str = "attn") -> Launch:
+    """``attention`` on GPUs split over each row's positions (``attention.cl``'s
+    paged_attn_wg): work-groups of head_dim work-items take a chunk of a row's positions each
+    (``attention.decode_chunk`` of ``context``), and the last of a (row, head) combines them.
+    ``part``: ``part_floats`` floats; ``count``: m * n_heads int32, zero, left zero.
+
+    PERF (H100, SmolLM2, 16 rows): paged_attn, a work-group of 32 work-items a (row, head)
+    walking its positions, took 38 us a layer at 100 positions and 220 us at 900."""
+    chunk, splits = _attention.decode_chunk(dev, context, n_heads)
+    knl = kernel(dev, "attention", "paged_attn_wg", HEAD_DIM=head_dim, CHUNK=chunk, COMBINE=1,
+                 PTX_FENCE=int(dev.probe("nvidia_ptx")))
+    return Launch(knl, (splits * head_dim, n_heads, m), (head_dim, 1, 1),
+                  [out, part, count, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv),
+                   i32(rows.block_size), f32(scale)],
+                  [q, kp, vp, count, *rows.reads], [out, part, count], name)
+
+
+def part_floats(dev: CLDevice, rows: int, n_heads: int, head_dim: int, context: int) -> int:
+    """Floats of ``attention_split``'s partials for ``rows`` rows."""
+    _, splits = _attention.decode_chunk(dev, context, n_heads)
+    return rows * n_heads * splits * (head_dim + 2)
 
 
 def gather_rows(dev: CLDevice, out: Buffer, x: Buffer, sel: Buffer, *, m: int, k: int,

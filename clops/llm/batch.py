@@ -222,6 +222,11 @@ class BatchEngine:
         self.table_host = np.zeros((self.max_batch + 1, self.maxb), np.int32)
         self.table = dev.alloc(self.table_host.nbytes)
         dev.write(self.table, self.table_host, blocking=True)
+        self.split = paged.split_attention(dev, D)
+        if self.split:  # the partials of the attention split over positions, and its counters
+            self.part = dev.alloc(paged.part_floats(dev, R, H, D, self.context) * f4)
+            self.count = dev.alloc(R * H * 4)
+            dev.write(self.count, np.zeros(R * H, np.int32), blocking=True)
         pool = self.num_blocks * KV * self.block_size * D * f4
         self.kpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
         self.vpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
@@ -303,10 +308,16 @@ class BatchEngine:
             add_rows(paged.rope_store(dev, self.q, self.qkv, n_qkv, kp, vp, rows, m.inv_freq,
                                       m=n, n_heads=H, n_kv=KV, head_dim=D, neox=cfg.rope_neox,
                                       name=f"rope_store.{i}"), axis=2)
-            add_rows(paged.attention(dev, self.attn, self.q, kp, vp, rows, m=n, n_heads=H,
-                                     n_kv=KV, head_dim=D,
-                                     scale=cfg.scale * cfg.rope_mscale() ** 2, lsize=ls,
-                                     name=f"attn.{i}"), axis=2)
+            scale = cfg.scale * cfg.rope_mscale() ** 2
+            if self.split:
+                add_rows(paged.attention_split(dev, self.attn, self.part, self.count, self.q, kp,
+                                               vp, rows, m=n, n_heads=H, n_kv=KV, head_dim=D,
+                                               scale=scale, context=self.context,
+                                               name=f"attn.{i}"), axis=2)
+            else:
+                add_rows(paged.attention(dev, self.attn, self.q, kp, vp, rows, m=n, n_heads=H,
+                                         n_kv=KV, head_dim=D, scale=scale, lsize=ls,
+                                         name=f"attn.{i}"), axis=2)
             add_resized(*self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
                                      name=f"o.{i}"))
             prologue = (ly.ffn_norm, eps) if fuse else None

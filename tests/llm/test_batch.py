@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import clops.llm
+from clops.kernels import paged
 from clops.llm.batch import BatchEngine, SamplingParams
 
 from .tiny import logit_tolerance, make_model
@@ -96,6 +97,22 @@ def test_steps_of_any_logits_row_count_share_a_plan(tiny):
     tm = engine._tm
     kinds = {(tm(n), tm(nl) if nl else 0, e) for n, nl, e in asked}
     assert len(engine._plans) == len(kinds) < len({(tm(n), nl, e) for n, nl, e in asked})
+
+
+def test_attention_split_over_positions_gives_the_models_tokens(tiny, monkeypatch):
+    """The GPUs' batched attention (paged_attn_wg: each row's positions in chunks over
+    work-groups, the last of a (row, head) combining their partials in the same launch), run
+    on this device too: every sequence gets the model's own tokens, with prompts longer than
+    a chunk (the combine) and shorter."""
+    model, _ = tiny
+    monkeypatch.setattr(paged, "split_attention", lambda dev, head_dim: True)
+    engine = _engine(model)
+    assert engine.split
+    rng = np.random.default_rng(5)
+    prompts = _prompts()[:3] + [[int(t) for t in rng.integers(0, 300, n)] for n in (120, 90)]
+    own = [list(model.generate_ids(p, max_new_tokens=NEW, stop_ids=[])) for p in prompts]
+    assert _run(engine, prompts) == own
+    assert _run(engine, prompts[::-1]) == own[::-1]  # the counters were left at zero
 
 
 def test_logits_and_logprobs_match_the_model(tiny):
