@@ -463,13 +463,9 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
 }
 #endif
 
-// Combine the splits of attn_decode: out [H][D]. Work geometry: global (D, H).
-__kernel void attn_combine(__global float *out, __global const float *part,
-                           __global const int *state, int chunk, int S) {
-    const int d = get_global_id(0), h = get_global_id(1);
-    const int L = state[0] + 1;
-    const int n = min(S, (L + chunk - 1) / chunk);
-    __global const float *p = part + (size_t)h * S * (HEAD_DIM + 2);
+// Dimension d of the attention whose n partials (unnormalized output, max, sum; D + 2 floats
+// each) are p.
+inline float combine_parts(__global const float *p, int n, int d) {
     float mx = -INFINITY;
     for (int s = 0; s < n; ++s) mx = fmax(mx, p[s * (HEAD_DIM + 2) + HEAD_DIM]);
     float num = 0.0f, den = 0.0f;
@@ -479,8 +475,29 @@ __kernel void attn_combine(__global float *out, __global const float *part,
         num += w * ps[d];
         den += w * ps[HEAD_DIM + 1];
     }
-    out[h * HEAD_DIM + d] = num / den;
+    return num / den;
 }
+
+// Combine the splits of attn_decode: out [H][D]. Work geometry: global (D, H).
+__kernel void attn_combine(__global float *out, __global const float *part,
+                           __global const int *state, int chunk, int S) {
+    const int d = get_global_id(0), h = get_global_id(1);
+    const int L = state[0] + 1;
+    out[h * HEAD_DIM + d] = combine_parts(part + (size_t)h * S * (HEAD_DIM + 2),
+                                          min(S, (L + chunk - 1) / chunk), d);
+}
+
+#ifdef CHUNK
+// Combine the partials of paged_attn_wg without COMBINE (part [R][H][S][D + 2]): out
+// [R][H][D]. Work geometry: global (D, H, R).
+__kernel void paged_attn_combine(__global float *out, __global const float *part,
+                                 __global const int *rpos, int S) {
+    const int d = get_global_id(0), h = get_global_id(1), r = get_global_id(2);
+    const size_t rh = (size_t)r * get_global_size(1) + h;
+    out[rh * HEAD_DIM + d] = combine_parts(part + rh * S * (HEAD_DIM + 2),
+                                           (rpos[r] + CHUNK) / CHUNK, d);
+}
+#endif
 
 // Many query rows (prefill, or attention over given tensors): work-item (m, h) attends with an
 // online softmax to keys [0, state[0] + pos_add + m] when causal, else to [0, n_keys).

@@ -72,29 +72,41 @@ def attention(dev: CLDevice, out: Buffer, q: Buffer, kp: Buffer, vp: Buffer, row
 
 def split_attention(dev: CLDevice, head_dim: int) -> bool:
     """Whether ``attention_split`` runs here: GPUs with a work-group a head (``attention``'s
-    conditions for attn_decode_rope) whose last work-group of a (row, head) can combine the
-    others' partials in the same launch."""
-    return _attention.fused_decode(dev, head_dim) and _attention.decode_combines(dev) and \
-        not launch.is_cpu(dev)
+    conditions for attn_decode_rope)."""
+    return _attention.fused_decode(dev, head_dim)
 
 
 def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: Buffer,
                     kp: Buffer, vp: Buffer, rows: PagedRows, *, m: int, n_heads: int, n_kv: int,
-                    head_dim: int, scale: float, context: int, name: str = "attn") -> Launch:
+                    head_dim: int, scale: float, context: int, combine: bool | None = None,
+                    name: str = "attn") -> list[Launch]:
     """``attention`` on GPUs split over each row's positions (``attention.cl``'s
     paged_attn_wg): work-groups of head_dim work-items take a chunk of a row's positions each
-    (``attention.decode_chunk`` of ``context``), and the last of a (row, head) combines them.
-    ``part``: ``part_floats`` floats; ``count``: m * n_heads int32, zero, left zero.
+    (``attention.decode_chunk`` of ``context``). Where ``combine`` (default: where
+    ``attention.decode_combines``) the last of a (row, head) combines their partials in the
+    same launch, else paged_attn_combine does in a second. ``part``: ``part_floats`` floats;
+    ``count``: m * n_heads int32, zero, left zero. Both launches have the rows on axis 2.
 
     PERF (H100, SmolLM2, 16 rows): paged_attn, a work-group of 32 work-items a (row, head)
-    walking its positions, took 38 us a layer at 100 positions and 220 us at 900."""
+    walking its positions, took 38 us a layer at 100 positions and 220 us at 900; this, 31
+    and 77 us."""
     chunk, splits = _attention.decode_chunk(dev, context, n_heads)
-    knl = kernel(dev, "attention", "paged_attn_wg", HEAD_DIM=head_dim, CHUNK=chunk, COMBINE=1,
-                 PTX_FENCE=int(dev.probe("nvidia_ptx")))
-    return Launch(knl, (splits * head_dim, n_heads, m), (head_dim, 1, 1),
-                  [out, part, count, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv),
-                   i32(rows.block_size), f32(scale)],
-                  [q, kp, vp, count, *rows.reads], [out, part, count], name)
+    if combine is None:
+        combine = _attention.decode_combines(dev)
+    ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
+    knl = kernel(dev, "attention", "paged_attn_wg", HEAD_DIM=head_dim, CHUNK=chunk,
+                 COMBINE=int(combine), PTX_FENCE=int(ptx))
+    out_ = [out, part, count] if combine else [part]
+    launches = [Launch(knl, (splits * head_dim, n_heads, m), (head_dim, 1, 1),
+                       [out, part, count, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv),
+                        i32(rows.block_size), f32(scale)],
+                       [q, kp, vp, count, *rows.reads], out_, name)]
+    if not combine:
+        k2 = kernel(dev, "attention", "paged_attn_combine", HEAD_DIM=head_dim, CHUNK=chunk)
+        launches.append(Launch(k2, (head_dim, n_heads, m), None,
+                               [out, part, rows.positions, i32(splits)],
+                               [part, rows.positions], [out], name + ".combine"))
+    return launches
 
 
 def part_floats(dev: CLDevice, rows: int, n_heads: int, head_dim: int, context: int) -> int:

@@ -310,10 +310,11 @@ class BatchEngine:
                                       name=f"rope_store.{i}"), axis=2)
             scale = cfg.scale * cfg.rope_mscale() ** 2
             if self.split:
-                add_rows(paged.attention_split(dev, self.attn, self.part, self.count, self.q, kp,
-                                               vp, rows, m=n, n_heads=H, n_kv=KV, head_dim=D,
-                                               scale=scale, context=self.context,
-                                               name=f"attn.{i}"), axis=2)
+                for ln in paged.attention_split(dev, self.attn, self.part, self.count, self.q,
+                                                kp, vp, rows, m=n, n_heads=H, n_kv=KV,
+                                                head_dim=D, scale=scale, context=self.context,
+                                                name=f"attn.{i}"):
+                    add_rows(ln, axis=2)
             else:
                 add_rows(paged.attention(dev, self.attn, self.q, kp, vp, rows, m=n, n_heads=H,
                                          n_kv=KV, head_dim=D, scale=scale, lsize=ls,

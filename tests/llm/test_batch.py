@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import clops.llm
-from clops.kernels import paged
+from clops.kernels import attention, paged
 from clops.llm.batch import BatchEngine, SamplingParams
 
 from .tiny import logit_tolerance, make_model
@@ -99,13 +99,16 @@ def test_steps_of_any_logits_row_count_share_a_plan(tiny):
     assert len(engine._plans) == len(kinds) < len({(tm(n), nl, e) for n, nl, e in asked})
 
 
-def test_attention_split_over_positions_gives_the_models_tokens(tiny, monkeypatch):
+@pytest.mark.parametrize("combine", [True, False], ids=["one-launch", "two-launches"])
+def test_attention_split_over_positions_gives_the_models_tokens(tiny, monkeypatch, combine):
     """The GPUs' batched attention (paged_attn_wg: each row's positions in chunks over
-    work-groups, the last of a (row, head) combining their partials in the same launch), run
-    on this device too: every sequence gets the model's own tokens, with prompts longer than
-    a chunk (the combine) and shorter."""
+    work-groups, whose partials the last of a (row, head) combines in the same launch, or
+    paged_attn_combine in a second where no device-wide fence is known), run on this device
+    too: every sequence gets the model's own tokens, with prompts longer than a chunk (the
+    combine) and shorter."""
     model, _ = tiny
     monkeypatch.setattr(paged, "split_attention", lambda dev, head_dim: True)
+    monkeypatch.setattr(attention, "decode_combines", lambda dev: combine)
     engine = _engine(model)
     assert engine.split
     rng = np.random.default_rng(5)
