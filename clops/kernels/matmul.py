@@ -254,15 +254,27 @@ def _matmul_args(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: in
     return args, reads
 
 
-def rb_rows(m: int) -> int:
+def rb_rows(m: int, fmt: str = "q4") -> int:
     """Rows of x per work-item of ``matmul_cpu.cl`` (TM): one for a decode row, else up to 8
-    (each dequantized weight vector meets them all from registers), never more than m."""
-    return min(RB_ROWS_MAX, pow2_at_most(m))
+    (each dequantized weight vector meets them all from registers), float weights up to 4
+    (with ``rb_columns`` blocks at once), never more than m."""
+    most = RB_FLOAT_ROWS if fmt in FLOAT_FORMATS else RB_ROWS_MAX
+    return min(most, pow2_at_most(m))
+
+
+def rb_columns(fmt: str, tm: int) -> int:
+    """Blocks of 16 output columns a work-item of ``matmul_cpu.cl`` computes at once (NBC):
+    2 for float weights and 2..RB_FLOAT_ROWS rows per work-item (registers for their sums),
+    else 1."""
+    return 2 if fmt in FLOAT_FORMATS and 1 < tm <= RB_FLOAT_ROWS else 1
 
 
 # PERF (2-core EPYC, PoCL 3.1, q4 3072x576 with 64 rows): 8 rows per work-item 1.77 ms,
 # 16 rows 1.76 ms but slower at other shapes (registers), 4 rows 2.26 ms
 RB_ROWS_MAX = 8
+# PERF (2-core EPYC, Intel's runtime, f16 16384x2048 with 64 rows): 4 rows and 2 blocks of
+# columns per work-item 401 GFLOP/s, 8 rows and one block 329, 8 and 2 (spilled) 306
+RB_FLOAT_ROWS = 4
 # PERF (same machine): from this many rows the weights are dequantized once for all of them;
 # for one row (decode) the integer sums scaled per group are 10-15% faster (q4 and q8)
 RB_DEQ_ROWS = 4
@@ -282,15 +294,16 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
                          f"rows, not {w.n}")
     if glu_out and accum:
         raise ValueError("matmul: glu_out= and accum= do not go together")
-    tm = tm if tm is not None and m > 1 else rb_rows(m)
+    tm = tm if tm is not None and m > 1 else rb_rows(m, w.fmt)
     if tm > m:
         raise ValueError(f"matmul_rb: {tm} rows per work-item for {m} rows (at most m)")
+    nbc = rb_columns(w.fmt, tm)
     # (the row stride as a constant where several rows are read: immediate offsets; fma()
     # where the device reports fused multiply-add: PoCL compiles mad() to a multiply and an
     # add)
     n_out = w.n // 2 if glu_out else w.n
     nbw = rb_blocks(dev, n_out) if tm == 1 else 1
-    knl = kernel(dev, "matmul_cpu", "matmul_rb", TM=tm, LDX=ldx if tm > 1 else 0, NBW=nbw,
+    knl = kernel(dev, "matmul_cpu", "matmul_rb", TM=tm, LDX=ldx if tm > 1 else 0, NBW=nbw, NBC=nbc,
                  NORM=int(norm is not None), GLU=int(glu_out),
                  HAS_BIAS=int(bias is not None),
                  ACCUM=int(accum), TM_DEQ=1 if row_invariant else RB_DEQ_ROWS,
@@ -299,7 +312,7 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
     # PERF: one work-item per group (PoCL would otherwise vectorize across work-items, turning
     # the 16-wide loads into gathers); the row tiles of one block next to each other, so that
     # its weights are read from cache by all but the first
-    return Launch(knl, (math.ceil(m / tm), math.ceil(n_out / (16 * nbw))), (1, 1), args,
+    return Launch(knl, (math.ceil(m / tm), math.ceil(n_out / (16 * nbw * nbc))), (1, 1), args,
                   reads, [y], name)
 
 

@@ -17,6 +17,8 @@
 //   HW_FMA 1: the device has fused multiply-add (fma(); else mad())
 //   LDX    the row stride of x as a constant (0: the argument ldx)
 //   NBW    blocks of 16 columns per work-item, one after another
+//   NBC    blocks of 16 columns per work-item at once (float formats): each x value loaded
+//          meets them all; a column's sums come out in the same order whatever NBC
 //   NORM   1: RMSNorm(x) * nw (eps) in place of x
 //   GLU    1: W is [gate (N/2 rows) | up (N/2 rows)], N/2 a multiple of 16; y gets N/2 columns
 //          silu(x . gate) * (x . up) (bias, where given, added to both before)
@@ -42,6 +44,12 @@
 #endif
 #ifndef NBW
 #define NBW 1
+#endif
+#ifndef NBC
+#define NBC 1
+#endif
+#if NBC > 1 && (WFMT > 2 || NBW > 1)
+#error "NBC takes float weights and NBW 1"
 #endif
 #ifndef NORM
 #define NORM 0
@@ -164,16 +172,18 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
 #endif
     // PERF: NBW blocks of columns one after another (fewer work-groups to schedule)
     for (int bi = 0; bi < NBW; ++bi) {
-    const int bo = get_global_id(1) * NBW + bi;  // the block of output columns
-    if (bo * 16 >= NOUT) return;
-    float16 acc[TM], acc2[TM];
+    // the first block of output columns (of NBC), and the last there is
+    const int bo = (get_global_id(1) * NBW + bi) * NBC, last_bo = (NOUT + 15) / 16 - 1;
+    if (bo > last_bo) return;
+    // acc[c * TM + i]: block bo + c, row m0 + i
+    float16 acc[NBC * TM], acc2[NBC * TM];
     for (int part = 0; part <= GLU; ++part) {
     // the block of weight rows (GLU: the gate's, then the up's)
     const int b = bo + part * (N / 32);
     // PERF: two sums per row (even and odd steps, or low and high nibbles), so that FMAs in
     // flight do not wait on each other; added at the end, the same way for every TM
     #pragma unroll
-    for (int i = 0; i < TM; ++i) acc[i] = acc2[i] = (float16)(0.0f);
+    for (int i = 0; i < NBC * TM; ++i) acc[i] = acc2[i] = (float16)(0.0f);
 
 #if WFMT == 3 && TM >= TM_DEQ
     // several rows of x (prompts): the weights are dequantized once and meet TM rows
@@ -276,71 +286,93 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
         for (int i = 0; i < TM; ++i) acc[i] = FMA(d, (t0[i] + t1[i]) + (t2[i] + t3[i]), acc[i]);
     }
 #else
-    __global const W_T *wb = W + (size_t)b * K * 16;
+    // PERF (2-core EPYC, Intel's runtime, f16 16384x2048 with 64 rows): NBC 2 with TM 4, 401
+    // GFLOP/s, where TM 8 one block at a time made 329: one x load for two FMAs
+    __global const W_T *wb[NBC];  // (a block past the last reads the last, stores nothing)
+    #pragma unroll
+    for (int c = 0; c < NBC; ++c)
+        wb[c] = W + (size_t)(min(bo + c, last_bo) + part * (N / 32)) * K * 16;
     for (int k0 = 0; k0 < K; k0 += 32) {
         NORM_GROUP(k0)
         for (int j = 0; j < 32; j += 2) {
-            const float16 w0 = LOADW(wb, k0 + j), w1 = LOADW(wb, k0 + j + 1);
+            float16 w0[NBC], w1[NBC];
+            #pragma unroll
+            for (int c = 0; c < NBC; ++c) {
+                w0[c] = LOADW(wb[c], k0 + j);
+                w1[c] = LOADW(wb[c], k0 + j + 1);
+            }
             #pragma unroll
             for (int i = 0; i < TM; ++i) {
-                acc[i] = FMA(w0, (float16)XV(i, k0 + j), acc[i]);
-                acc2[i] = FMA(w1, (float16)XV(i, k0 + j + 1), acc2[i]);
+                const float16 x0 = (float16)XV(i, k0 + j), x1 = (float16)XV(i, k0 + j + 1);
+                #pragma unroll
+                for (int c = 0; c < NBC; ++c) {
+                    acc[c * TM + i] = FMA(w0[c], x0, acc[c * TM + i]);
+                    acc2[c * TM + i] = FMA(w1[c], x1, acc2[c * TM + i]);
+                }
             }
         }
     }
 #endif
     #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        acc[i] += acc2[i];
+    for (int q = 0; q < NBC * TM; ++q) {
+        acc[q] += acc2[q];
 #if NORM
-        acc[i] *= inv_rms[i];
+        acc[q] *= inv_rms[q % TM];
 #endif
     }
+    #pragma unroll
+    for (int c = 0; c < NBC; ++c) {
+        if (bo + c > last_bo) break;  // (constant indices: acc stays in registers)
 #if HAS_BIAS
-    {
-        const int nb = b * 16;  // (GLU: N is a multiple of 32, no partial block)
-        float16 bv;
-        if (nb + 16 <= N) {
-            bv = vload16(0, bias + nb);
-        } else {
-            float tmp[16];
-            for (int r = 0; r < 16; ++r) tmp[r] = nb + r < N ? bias[nb + r] : 0.0f;
-            bv = vload16(0, tmp);
+        {
+            const int nb = (b + c) * 16;  // (GLU: N is a multiple of 32, no partial block)
+            float16 bv;
+            if (nb + 16 <= N) {
+                bv = vload16(0, bias + nb);
+            } else {
+                float tmp[16];
+                for (int r = 0; r < 16; ++r) tmp[r] = nb + r < N ? bias[nb + r] : 0.0f;
+                bv = vload16(0, tmp);
+            }
+            #pragma unroll
+            for (int i = 0; i < TM; ++i) acc[c * TM + i] += bv;
         }
-        #pragma unroll
-        for (int i = 0; i < TM; ++i) acc[i] += bv;
-    }
 #endif
 #if GLU
-    // PERF: the gate's sums wait in y (registers held them: spilled with 8 rows)
-    #pragma unroll
-    for (int i = 0; i < TM; ++i) {
-        if (m0 + i < first) continue;  // the tile before has this row
-        __global float *yp = y + y_off + (size_t)(m0 + i) * ldy + bo * 16;
-        if (part == 0) {
-            vstore16(acc[i], 0, yp);
-        } else {
-            const float16 g = vload16(0, yp);
-            acc[i] *= g / (1.0f + exp(-g));  // silu(gate) * up
+        // PERF: the gate's sums wait in y (registers held them: spilled with 8 rows)
+        #pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            if (m0 + i < first) continue;  // the tile before has this row
+            __global float *yp = y + y_off + (size_t)(m0 + i) * ldy + (bo + c) * 16;
+            if (part == 0) {
+                vstore16(acc[c * TM + i], 0, yp);
+            } else {
+                const float16 g = vload16(0, yp);
+                acc[c * TM + i] *= g / (1.0f + exp(-g));  // silu(gate) * up
+            }
         }
-    }
 #endif
+    }
     }  // (the parts)
 
-    const int n0 = bo * 16, NO = NOUT;
+    #pragma unroll
+    for (int c = 0; c < NBC; ++c) {
+    if (bo + c > last_bo) break;
+    const int n0 = (bo + c) * 16, NO = NOUT;
     #pragma unroll
     for (int i = 0; i < TM; ++i) {
         if (m0 + i < first) continue;  // the tile before stores this row
         __global float *yp = y + y_off + (size_t)(m0 + i) * ldy + n0;
+        const float16 a = acc[c * TM + i];
         if (n0 + 16 <= NO) {
 #if ACCUM
-            vstore16(vload16(0, yp) + acc[i], 0, yp);
+            vstore16(vload16(0, yp) + a, 0, yp);
 #else
-            vstore16(acc[i], 0, yp);
+            vstore16(a, 0, yp);
 #endif
         } else {
             float tmp[16];
-            vstore16(acc[i], 0, tmp);
+            vstore16(a, 0, tmp);
             for (int r = 0; r < 16 && n0 + r < NO; ++r) {
 #if ACCUM
                 yp[r] += tmp[r];
@@ -349,6 +381,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
 #endif
             }
         }
+    }
     }
     }
 }
