@@ -303,8 +303,8 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
     # add)
     n_out = w.n // 2 if glu_out else w.n
     nbw = rb_blocks(dev, n_out) if tm == 1 else 1
-    knl = kernel(dev, "matmul_cpu", "matmul_rb", TM=tm, LDX=ldx if tm > 1 else 0, NBW=nbw, NBC=nbc,
-                 NORM=int(norm is not None), GLU=int(glu_out),
+    knl = kernel(dev, "matmul_cpu", "matmul_rb", TM=tm, LDX=ldx if tm > 1 else 0, NBW=nbw,
+                 NBC=nbc, NORM=int(norm is not None), GLU=int(glu_out),
                  HAS_BIAS=int(bias is not None),
                  ACCUM=int(accum), TM_DEQ=1 if row_invariant else RB_DEQ_ROWS,
                  HW_FMA=int(dev.caps.fma), **w.defines)

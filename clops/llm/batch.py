@@ -180,7 +180,8 @@ class BatchEngine:
         self.num_blocks = int(num_blocks)
         self.rows = max_batch + prefill_chunk  # the most rows one step runs
         self._alloc()
-        # one plan per (rows per work-item, logits rows, embed), resized to each step's rows
+        # one plan per (rows per work-item of the products and of the logits, embed), resized
+        # to each step's rows (see _plan)
         self._plans: dict[tuple[int | None, int | None, bool], _StepPlan] = {}
         self._lock = threading.RLock()
         self._waiting: deque[_Seq] = deque()
