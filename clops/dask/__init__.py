@@ -10,7 +10,9 @@ Importing this module registers clops with Dask:
 - the size of a tensor chunk (its bytes) for Dask's memory accounting; a chunk still pending
   (a lazy result) is computed as Dask measures it, when a worker stores it, so that what Dask
   counts is what the chunk holds: a pending chunk holds its inputs' device memory (a
-  column product of a tall chunk, 64 by 64, would hold the whole chunk);
+  column product of a tall chunk, 64 by 64, would hold the whole chunk); under Dask's local
+  schedulers (threads, sync), which measure nothing, a task's pending result is computed as
+  the task finishes, for the same reason;
 - a ``dask_serialize`` family for tensors: the device's bytes go to the wire as one frame (one
   copy from the device, one to the receiving worker's device), with dtype, shape and memory
   kind in the header.
@@ -104,6 +106,19 @@ def _register_sizeof() -> None:
     sizeof.register(Tensor, _sizeof)
 
 
+def _register_realize_on_finish() -> None:
+    from dask.callbacks import Callback
+
+    class _Realize(Callback):
+        # dask.local calls it with each task's result, in the thread that gathers them
+        def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker: Any) -> None:
+            for t in result if isinstance(result, tuple | list) else (result,):
+                if isinstance(t, Tensor):
+                    t.realize()
+
+    _Realize().register()
+
+
 def _register_serialization() -> None:
     try:
         from distributed.protocol import dask_deserialize, dask_serialize
@@ -132,4 +147,5 @@ def from_numpy_chunks(x: Any) -> Any:
 
 _register_lookups()
 _register_sizeof()
+_register_realize_on_finish()
 _register_serialization()

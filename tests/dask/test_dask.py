@@ -150,6 +150,20 @@ def test_a_pending_chunk_is_computed_when_dask_counts_it():
     np.testing.assert_allclose(np.asarray(g), 2 * A.sum(axis=0), rtol=1e-4, atol=1e-3)
 
 
+def test_a_local_scheduler_computes_each_pending_result():
+    # Dask's threaded scheduler measures nothing: a pending chunk (a column sum of a chunk) it
+    # keeps for later tasks would hold its whole input until then
+    x = da.from_array(A, chunks=(A.shape[0] // 4, A.shape[1]), asarray=False)
+    sums = x.map_blocks(lambda b: clops.asarray(b).sum(axis=0, keepdims=True) * 2.0,
+                        dtype=A.dtype, chunks=(1, A.shape[1]))
+    (kept,) = dask.persist(sums, scheduler="threads", optimize_graph=False)
+    chunks = list(kept.__dask_graph__().values())
+    assert len(chunks) == 4 and all(isinstance(c, clops.Tensor) for c in chunks)
+    assert all(c._node.resolve().op == "load" for c in chunks)
+    np.testing.assert_allclose(np.asarray(kept.sum(axis=0).compute(scheduler="threads")),
+                               2 * A.sum(axis=0), rtol=1e-4, atol=1e-3)
+
+
 def test_dask_serialization_is_one_frame():
     from distributed.protocol import deserialize, serialize
 
