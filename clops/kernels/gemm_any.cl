@@ -46,6 +46,12 @@
 #define GD 16         // depth of the A and B tiles
 #define GR (GT + 4)   // floats per local row (16-byte aligned rows)
 
+// The place (k, row or column) in a GD x GT tile of its element e of 1024, in the order the
+// loads walk memory: k fastest where kfast, else the row or column.
+inline int2 tile_place(int e, int kfast) {
+    return kfast ? (int2)(e % GD, e / GD) : (int2)(e / GT, e % GT);
+}
+
 __kernel __attribute__((reqd_work_group_size(16, 16, 1)))
 void gemm_any(
 #if PART
@@ -74,20 +80,11 @@ void gemm_any(
         // each tile holds 1024 elements: 4 per work-item
         for (int i = 0; i < 4; ++i) {
             const int e = tid + i * 256;
-#if A_KFAST
-            const int ka = e % GD, ma = e / GD;
-#else
-            const int ma = e % GT, ka = e / GT;
-#endif
-            const int m = m0 + ma, k = kt + ka;
-            As[ka * GR + ma] = (m < M && k < k1) ? (float)LD(Ab, m * sam + k * sak) : 0.0f;
-#if B_NFAST
-            const int nb = e % GT, kb = e / GT;
-#else
-            const int kb = e % GD, nb = e / GD;
-#endif
-            const int n = n0 + nb, k2 = kt + kb;
-            Bs[kb * GR + nb] = (n < N && k2 < k1) ? (float)LD(Bb, k2 * sbk + n * sbn) : 0.0f;
+            const int2 pa = tile_place(e, A_KFAST), pb = tile_place(e, !B_NFAST);
+            const int m = m0 + pa.y, k = kt + pa.x;
+            As[pa.x * GR + pa.y] = (m < M && k < k1) ? (float)LD(Ab, m * sam + k * sak) : 0.0f;
+            const int n = n0 + pb.y, k2 = kt + pb.x;
+            Bs[pb.x * GR + pb.y] = (n < N && k2 < k1) ? (float)LD(Bb, k2 * sbk + n * sbn) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int kk = 0; kk < GD; ++kk) {
