@@ -105,6 +105,13 @@ def raw_enqueue() -> bool:
     return os.environ.get("CLOPS_RAW_ENQUEUE", "1") not in ("0", "false", "no")
 
 
+def native_cpu() -> bool:
+    """``CLOPS_NATIVE_CPU`` (default on): CPU devices run the products of quantized weights as
+    native kernels compiled with the system's C compiler, where it is found and the CPU has
+    AVX-512 VNNI; ``0``: OpenCL C kernels only."""
+    return os.environ.get("CLOPS_NATIVE_CPU", "1") not in ("0", "false", "no", "off")
+
+
 def command_buffers() -> str:
     """``CLOPS_COMMAND_BUFFERS``: "auto" (unset; launch plans of GPUs and other accelerators
     are recorded into command buffers where the device has ``cl_khr_command_buffer``), "1" (of

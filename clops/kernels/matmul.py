@@ -15,7 +15,7 @@ import numpy as np
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from . import gemm as _gemm
-from . import launch
+from . import launch, native_cpu
 from .launch import Launch, f32, i32, kernel, pow2_at_most
 from .norm import half_rows
 
@@ -23,7 +23,9 @@ from .norm import half_rows
 class Weight(Protocol):
     """What the matmul kernels read of a weight on the device (``nn.quant.DeviceWeight``):
     its format, ``[n, k]`` shape, layout (``rows`` or the CPU layout ``rb16``), value and scale
-    buffers, the float16 copy it may keep, and the kernels' compile-time parameters."""
+    buffers, the float16 copy it may keep, whether its products may quantize their input rows
+    to int8 (``int8``: where the device runs that faster), and the kernels' compile-time
+    parameters."""
 
     fmt: str
     n: int
@@ -32,6 +34,7 @@ class Weight(Protocol):
     data: Buffer
     scales: Buffer
     half: Buffer | None
+    int8: bool
 
     @property
     def defines(self) -> dict[str, Any]: ...
@@ -130,6 +133,12 @@ def int8_activations(dev: CLDevice, m: int, fmt: str, k: int) -> bool:
     return dev.probe("nvidia_ptx")
 
 
+def int8_rows(dev: CLDevice, m: int, w: Weight) -> bool:
+    """Whether ``matmul`` of m rows with ``w`` quantizes the rows to int8 (a scale per 32
+    values): the GPU decode row's int8 path, or the native CPU products."""
+    return w.int8 and (int8_activations(dev, m, w.fmt, w.k) or native_cpu.takes(dev, w))
+
+
 # Tuning hook for bench sweeps (None: the launcher's choice): (LSIZE, NCOL, CPT, UNR, CB, PIPE)
 # of the int8 path.
 QX_OVERRIDE: tuple[int, int, int, int, int, int] | None = None
@@ -217,7 +226,7 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     ncol = matmul_columns(dev, ls, w.n, cpt)
     qx: dict[str, int] = {}
     cb = 1
-    if int8_activations(dev, m, w.fmt, w.k):
+    if w.int8 and int8_activations(dev, m, w.fmt, w.k):
         ls, ncol, cpt, unr, cb, pipe = qx_geometry(dev, w.n, w.k, w.fmt)
         qx = {"QX": 1, "QK": w.k, "UNR": unr, "CB": cb, "PIPE": pipe,
               "DP4A": int(dev.probe("nvidia_ptx"))}
@@ -294,6 +303,12 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
                          f"rows, not {w.n}")
     if glu_out and accum:
         raise ValueError("matmul: glu_out= and accum= do not go together")
+    if native_cpu.takes(dev, w):
+        # PERF: integer dot products (AVX-512 VNNI) on int8 rows of x, a row's sums in one
+        # order whatever the rows (row_invariant holds)
+        args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm)
+        return native_cpu.matmul(dev, args, reads, y, w, bias=bias is not None, accum=accum,
+                                 norm=norm is not None, glu_out=glu_out, name=name)
     tm = tm if tm is not None and m > 1 else rb_rows(m, w.fmt)
     if tm > m:
         raise ValueError(f"matmul_rb: {tm} rows per work-item for {m} rows (at most m)")

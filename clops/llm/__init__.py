@@ -45,7 +45,7 @@ def default_model_path() -> str:
 
 def load(path: str | None = None, device: CLDevice | str | None = None,
          max_seq_len: int | None = None, progress: bool = True,
-         float16_copies: bool | None = None) -> Model:
+         float16_copies: bool | None = None, int8_activations: bool = True) -> Model:
     """Load a model: a ``.gguf`` file, or a directory with ``config.json``, ``*.safetensors``
     and ``tokenizer.json``; ``None`` is the bundled SmolLM2-135M-Instruct.
 
@@ -54,6 +54,12 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
     ``None`` keeps the converted copies where they take at most a fifth of the device's
     memory, ``True`` always keeps them, ``False`` never (each prompt chunk converts the
     weights again, in a scratch buffer of the largest one's size).
+
+    ``int8_activations``: the products of 4- and 8-bit weights may quantize their input rows to
+    int8 (a scale per 32 values, as llama.cpp does) where the device runs them faster that
+    way: NVIDIA GPUs for a decode row (dp4a), CPUs with AVX-512 VNNI for every row (native
+    products, ``kernels.native_cpu``). Logits then move by about 1-4% of their largest value;
+    ``False`` keeps float rows everywhere (logits nearest a float reference).
 
     >>> model = clops.llm.load(device="cpu")
     >>> model.tokenizer.encode("Hello")
@@ -99,7 +105,7 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
         tok = _built_tokenizer(f"{path}: tokenizer.ggml.* metadata",
                                lambda: tokenizer.from_gguf_metadata(f.metadata, path))
     return Model(cfg, source, tok, dev, max_seq_len, progress=progress,
-                 float16_copies=float16_copies)
+                 float16_copies=float16_copies, int8_activations=int8_activations)
 
 
 def _built_tokenizer(where: str, build: Callable[[], TextTokenizer]) -> TextTokenizer:

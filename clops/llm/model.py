@@ -92,7 +92,8 @@ class Model:
 
     def __init__(self, config: ModelConfig, source: WeightSource, tokenizer: TextTokenizer,
                  device: CLDevice, max_seq_len: int | None = None, chunk: int = 128,
-                 progress: bool = True, float16_copies: bool | None = None) -> None:
+                 progress: bool = True, float16_copies: bool | None = None,
+                 int8_activations: bool = True) -> None:
         self.config = cfg = config
         self.tokenizer = tokenizer
         self.device = device
@@ -101,6 +102,8 @@ class Model:
         self.chunk = int(max(1, min(chunk, self.max_seq)))
         self.stats = GenerationStats()
         self._load_weights(source, progress)
+        for w in [self.embed, self.output] + self._layer_matrices():
+            w.int8 = int8_activations
         self._branch = _branch_out(cfg)
         self._alloc(float16_copies)
         self._plans: dict[tuple[int, str, bool], LaunchPlan] = {}
@@ -178,6 +181,11 @@ class Model:
         self.inv_freq = rotary[False]
         bar.close()
 
+    def _layer_matrices(self) -> list[DeviceWeight]:
+        """The weight matrices of the layers."""
+        return [w for ly in self.layers for w in
+                [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]]
+
     def _fuse(self, parts: list[PackedWeight], biases: list[np.ndarray] | None) -> _Parts:
         dev = self.device
         n = sum(p.n for p in parts)
@@ -212,8 +220,7 @@ class Model:
         self.state = upload(dev, np.zeros(4, np.int32))
         # float16 rows for the tensor-core products of a prompt (kernels.matmul.linear), where the
         # device has them
-        mats = [w for ly in self.layers for w in
-                [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]]
+        mats = self._layer_matrices()
         tc = [w for w in mats if matmul.tensor_core_rows(dev, C, w)]
         rows_tc = tc or matmul.tensor_core_rows(dev, C, self.output)
         self.xh = dev.alloc(matmul.half_scratch_nbytes(C, max(cfg.dim, F, H * D)) if rows_tc else 4)

@@ -269,6 +269,9 @@ class DeviceWeight:
         # a float16 copy [n][k] for tensor-core products, where its owner keeps one
         # (kernels.matmul.linear then converts nothing)
         self.half: Buffer | None = None
+        # whether its products may quantize their input rows to int8, where the device runs
+        # that faster (kernels.matmul: NVIDIA's decode rows; kernels.native_cpu)
+        self.int8 = True
         self._keep: Any = None  # what owns ``data`` when the weight reads it in place
 
     @classmethod
@@ -288,6 +291,7 @@ class DeviceWeight:
         w.scales = upload(device, np.zeros(1, np.float32))
         w.nbytes = n * k * (4 if fmt == "f32" else 2)
         w.half = None
+        w.int8 = True
         w._keep = keep
         w.q4_sym = False
         return w

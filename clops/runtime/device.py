@@ -23,6 +23,7 @@ import pyopencl as cl
 from .. import _config
 from . import cachefiles, cmdbuf, discovery, plan, profiler, rawenqueue, streams
 from .events import Event
+from .nativekernel import NativeKernel
 from .pool import Buffer, BufferPool
 from .program import ProgramCache
 
@@ -491,9 +492,13 @@ class CLDevice:
         lsize = tuple(local_size) if local_size is not None else None
         with self._launch_lock:
             kernel.set_args(*cl_args)
-            # PERF: positional (global offset None): keywords cost ~0.3 us a call in pyopencl.
-            ev = cl.enqueue_nd_range_kernel(q.cl_queue, kernel, gsize, lsize, None,
-                                            deps or None)
+            if isinstance(kernel, NativeKernel):
+                ev = kernel.enqueue(q.cl_queue, deps)
+            else:
+                # PERF: positional (global offset None): keywords cost ~0.3 us a call in
+                # pyopencl.
+                ev = cl.enqueue_nd_range_kernel(q.cl_queue, kernel, gsize, lsize, None,
+                                                deps or None)
         for b in reads:
             b.mark_read(ev, q)
         for b in writes:
@@ -513,11 +518,14 @@ class CLDevice:
         so that a replay is one enqueue (``cmdbuf``). A recording the driver refuses leaves
         the other paths."""
         items = _launch_items(launches)
+        # (native kernels, where there are any, are enqueued one by one: neither form takes them)
+        native = any(isinstance(k, NativeKernel) for k, _, _, _ in items)
         raw = None
-        if self.kind != "cpu" and _config.raw_enqueue() and rawenqueue.available():
+        if (self.kind != "cpu" and not native and _config.raw_enqueue()
+                and rawenqueue.available()):
             raw = rawenqueue.prepare(items)
         recorded = None
-        if record and items and cmdbuf.support(self.queue.cl_queue)[0]:
+        if record and items and not native and cmdbuf.support(self.queue.cl_queue)[0]:
             try:
                 recorded = cmdbuf.CommandBuffer(self.queue.cl_queue,
                                                 [(k, g, loc) for k, g, loc, _ in items])
@@ -546,7 +554,8 @@ class CLDevice:
                 for kernel, g, l, name in launches.items:
                     # Sizes are passed as the plan holds them (tuples, for speed); the stubs
                     # want tuple types where any sequence works.
-                    ev = cl.enqueue_nd_range_kernel(cq, kernel, g, l)  # type: ignore[arg-type]
+                    ev = (kernel.enqueue(cq) if isinstance(kernel, NativeKernel) else
+                          cl.enqueue_nd_range_kernel(cq, kernel, g, l))  # type: ignore[arg-type]
                     profiler.record(name or kernel.function_name, "kernel", self.name, ev,
                                     queue=q.index, global_size=list(g))
                 return
@@ -566,7 +575,10 @@ class CLDevice:
                 return
             enqueue = cl.enqueue_nd_range_kernel
             for kernel, g, l, _ in launches.items:
-                enqueue(cq, kernel, g, l)  # type: ignore[arg-type]
+                if isinstance(kernel, NativeKernel):
+                    kernel.enqueue_bare(cq)
+                else:
+                    enqueue(cq, kernel, g, l)  # type: ignore[arg-type]
 
     def write(self, buf: Buffer, host: np.ndarray, offset: int = 0,
               queue: CLQueue | None = None, wait_for: Sequence[Any] = (),

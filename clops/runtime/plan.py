@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import rawenqueue
+from .nativekernel import NativeKernel
 from .pool import Buffer
 
 if TYPE_CHECKING:
@@ -322,7 +323,8 @@ class LaunchPlan:
             for position, value in args:
                 ln.args[position] = value
                 if self._ready:
-                    if isinstance(value, np.generic):
+                    if isinstance(value, np.generic) and not isinstance(ln.kernel,
+                                                                        NativeKernel):
                         rawenqueue.set_scalar_arg(ln.kernel, position, value)
                     else:
                         ln.kernel.set_arg(position, value.mem if isinstance(value, Buffer)

@@ -12,12 +12,19 @@ from gguf import GGMLQuantizationType as Q
 from gguf import quants
 
 import clops
-from clops.kernels import attention, matmul
+from clops.kernels import attention, matmul, native_cpu
 from clops.nn.quant import DeviceWeight, interleave_rows, pack_float, pack_ggml, q4_symmetric
 
 from .test_functional import _random_k_quant
 
 RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(autouse=True)
+def _opencl_products(monkeypatch):
+    # these are matmul_cpu.cl's products: the native ones (int8 rows) have their own tests
+    # (tests/kernels/test_native_cpu.py)
+    monkeypatch.setattr(native_cpu, "takes", lambda dev, w: False)
 KINDS = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "f32", "f16", "bf16"]
 
 

@@ -39,13 +39,14 @@ def q8_1_activations(x: np.ndarray) -> np.ndarray:
     return (q * (amax.astype(np.float64) / 127)).reshape(x.shape)
 
 
-def check_quantized_matmul(device, got, x, w_ref, b, fmt):
-    """``got`` = x @ w_ref.T + b, with the tolerance of the path the device takes for x."""
+def check_quantized_matmul(device, got, x, w_ref, b, w):
+    """``got`` = x @ w_ref.T + b, with the tolerance of the path the device takes for x with
+    weight ``w``."""
     from clops.kernels import matmul
 
     want = x.astype(np.float64) @ w_ref.T.astype(np.float64) + b
     m, k = x.shape
-    if matmul.int8_activations(device, m, fmt, k):
+    if matmul.int8_rows(device, m, w):
         # int8 activations: exact dot products of the int8 x (up to float32 sums and the odd
         # rounding tie) ...
         emu = q8_1_activations(x) @ w_ref.T.astype(np.float64) + b
@@ -72,7 +73,7 @@ def test_linear_quantized(device, kind, m, n=48, k=512):
     x = RNG.standard_normal((m, k)).astype(np.float32)
     b = RNG.standard_normal(n).astype(np.float32)
     got = np.asarray(nn.linear(_t(x, device), w, _t(b, device)))
-    check_quantized_matmul(device, got, x, w_ref, b, w.fmt)
+    check_quantized_matmul(device, got, x, w_ref, b, w)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

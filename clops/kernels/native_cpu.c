@@ -1,0 +1,393 @@
+// Products of quantized weights in the CPU layout (rb16, kernels/matmul_cpu.cl) with integer dot
+// products (x86-64 AVX-512 VNNI, vpdpbusd), run by the CPU device's queue as an OpenCL native
+// kernel (clEnqueueNativeKernel), on the same buffers as its other kernels.
+//
+// y[m, n] (+)= sum_k x[m, k] * W[n, k] (+ bias[n]): the rows of x (after RMSNorm * nw where
+// asked) are first quantized to int8 with a scale per 32 values (dx = amax / 127, as GGML's
+// q8_1 does), then each weight group meets them as 4-byte integer dot products, and each group's
+// integer sum meets the float scales once. A row's sums are added in the same order whatever
+// the number of rows (the batch engine's tokens do not depend on their batch).
+//
+// Weights, 16 rows a block (see matmul_cpu.cl): q4 uchar[b][g][j][16] with value j in the low and
+// j + 16 in the high nibble of byte j of a 32-value group, scales [b][g][16] (Q4_SYM: value =
+// (q - 8) * d) or [b][g][2][16] (value = q * d + min); q8 char[b][k][16], scales
+// [b][k / QGROUP][16]. Scales are half or float. A 64-byte load holds 4 k of the 16 rows; a
+// byte permutation gives each 32-bit lane (a row) its 4 consecutive k, as vpdpbusd takes them:
+// weights as the unsigned operand (q4: 0..15; q8: q + 128) and x as the signed one; the offsets
+// come back out through the sums of x's int8 values (kept per 16).
+//
+// Work is split over a small pool of threads (the device's cores): blocks of 16 output columns,
+// after the rows of x are quantized (split by rows).
+
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
+    defined(__AVX512VBMI__) && defined(__F16C__)
+#define HAVE_VNNI 1
+#include <immintrin.h>
+#else
+#define HAVE_VNNI 0
+#endif
+
+#define CLOPS_NATIVE_VERSION 1
+
+// The argument block: the runtime replaces the memory objects (the first 6 fields) with their
+// host pointers in its copy. Offsets and strides are in elements.
+typedef struct {
+    float *y;
+    const float *x;
+    const uint8_t *w;
+    const void *s;
+    const float *bias;
+    const float *nw;
+    int64_t y_off, ldy, x_off, ldx;
+    int32_t m, n, k, fmt, scale_half, q4_sym, qgroup, accum, glu, has_bias, norm, threads;
+    float eps;
+    int32_t pad;
+} clops_mm_args;
+
+int clops_native_version(void) { return CLOPS_NATIVE_VERSION; }
+int clops_native_vnni(void) { return HAVE_VNNI; }
+int clops_native_args_size(void) { return (int)sizeof(clops_mm_args); }
+
+// ---- a pool of threads: run(fn) on all of them and wait ----
+#define MAX_THREADS 64
+typedef void (*task_fn)(void *ctx, int tid, int nt);
+static struct {
+    pthread_mutex_t call;  // one call at a time (queues of several devices may meet here)
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started;  // workers running
+    volatile int gen;
+    volatile int done;
+    int nt;
+    task_fn fn;
+    void *ctx;
+} P = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0,
+         NULL, NULL};
+
+// The CPUs the process may run on, as the thread that loads the library sees them. A worker
+// takes them all: the runtime's threads that call in are pinned to one core each (Intel's
+// TBB workers), and a thread inherits its creator's mask.
+static cpu_set_t process_cpus;
+static int have_cpus;
+__attribute__((constructor)) static void read_cpus(void) {
+    have_cpus = sched_getaffinity(0, sizeof process_cpus, &process_cpus) == 0;
+}
+
+static void *worker(void *arg) {
+    const int tid = (int)(intptr_t)arg;
+    int seen = 0;
+    if (have_cpus) pthread_setaffinity_np(pthread_self(), sizeof process_cpus, &process_cpus);
+    for (;;) {
+        // spin a little for the next task (a step's products follow each other), then sleep
+        int g = __atomic_load_n(&P.gen, __ATOMIC_ACQUIRE);
+        for (int i = 0; g == seen && i < 20000; ++i) {
+#if HAVE_VNNI
+            _mm_pause();
+#endif
+            g = __atomic_load_n(&P.gen, __ATOMIC_ACQUIRE);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&P.mu);
+            while ((g = __atomic_load_n(&P.gen, __ATOMIC_ACQUIRE)) == seen)
+                pthread_cond_wait(&P.cv, &P.mu);
+            pthread_mutex_unlock(&P.mu);
+        }
+        seen = g;
+        if (tid < P.nt) P.fn(P.ctx, tid, P.nt);
+        __atomic_add_fetch(&P.done, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+// Runs fn(ctx, tid, nt) for tid < nt, this thread taking tid 0; returns when all are done.
+static void run_all(task_fn fn, void *ctx, int nt) {
+    if (nt > MAX_THREADS) nt = MAX_THREADS;
+    if (nt <= 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    while (P.started < nt - 1) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, worker, (void *)(intptr_t)(P.started + 1)) != 0) break;
+        pthread_detach(th);
+        P.started++;
+    }
+    if (nt - 1 > P.started) nt = P.started + 1;
+    if (nt <= 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    P.fn = fn;
+    P.ctx = ctx;
+    P.nt = nt;
+    __atomic_store_n(&P.done, 0, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&P.mu);
+    __atomic_add_fetch(&P.gen, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&P.cv);
+    pthread_mutex_unlock(&P.mu);
+    fn(ctx, 0, nt);
+    // every started worker counts itself (those past nt run nothing)
+    while (__atomic_load_n(&P.done, __ATOMIC_ACQUIRE) < P.started) {
+#if HAVE_VNNI
+        _mm_pause();
+#endif
+    }
+}
+
+#if HAVE_VNNI
+// ---- int8 rows of x ----
+// (rows a cache line further apart than k bytes: the 8 rows of a tile fall in different sets)
+#define XQ_STRIDE(k) ((int64_t)(k) + 64)
+typedef struct {
+    const clops_mm_args *a;
+    int8_t *xq;   // [m][k]
+    float *dx;    // [m][k / 32]
+    int32_t *xs;  // [m][k / 16]: sums of the int8 values of each 16
+} quant_ctx;
+
+static void quantize_rows(void *p, int tid, int nt) {
+    const quant_ctx *c = p;
+    const clops_mm_args *a = c->a;
+    const int k = a->k;
+    for (int i = tid; i < a->m; i += nt) {
+        const float *xr = a->x + a->x_off + (int64_t)i * a->ldx;
+        __m512 inv = _mm512_set1_ps(1.0f);
+        if (a->norm) {
+            __m512 ss = _mm512_setzero_ps();
+            for (int j = 0; j < k; j += 16) {
+                const __m512 v = _mm512_loadu_ps(xr + j);
+                ss = _mm512_fmadd_ps(v, v, ss);
+            }
+            inv = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(ss) / k + a->eps));
+        }
+        int8_t *q = c->xq + (int64_t)i * XQ_STRIDE(k);
+        for (int g = 0; g < k / 32; ++g) {
+            __m512 v0 = _mm512_mul_ps(_mm512_loadu_ps(xr + 32 * g), inv);
+            __m512 v1 = _mm512_mul_ps(_mm512_loadu_ps(xr + 32 * g + 16), inv);
+            if (a->norm) {
+                v0 = _mm512_mul_ps(v0, _mm512_loadu_ps(a->nw + 32 * g));
+                v1 = _mm512_mul_ps(v1, _mm512_loadu_ps(a->nw + 32 * g + 16));
+            }
+            const float amax = _mm512_reduce_max_ps(
+                _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+            _mm_storeu_si128((__m128i *)(q + 32 * g), _mm512_cvtsepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(q + 32 * g + 16), _mm512_cvtsepi32_epi8(q1));
+            c->dx[(int64_t)i * (k / 32) + g] = d;
+            c->xs[(int64_t)i * (k / 16) + 2 * g] = _mm512_reduce_add_epi32(q0);
+            c->xs[(int64_t)i * (k / 16) + 2 * g + 1] = _mm512_reduce_add_epi32(q1);
+        }
+    }
+}
+
+// ---- the products ----
+typedef struct {
+    const clops_mm_args *a;
+    const int8_t *xq;
+    const float *dx;
+    const int32_t *xs;
+    int nb;  // blocks of 16 output columns (of y)
+} mm_ctx;
+
+// lane r (a row of the block) <- bytes r, 16 + r, 32 + r, 48 + r (4 k of that row)
+static inline __m512i rows_of(const uint8_t *p) {
+    const __m512i idx = _mm512_set_epi8(
+        63, 47, 31, 15, 62, 46, 30, 14, 61, 45, 29, 13, 60, 44, 28, 12,
+        59, 43, 27, 11, 58, 42, 26, 10, 57, 41, 25, 9, 56, 40, 24, 8,
+        55, 39, 23, 7, 54, 38, 22, 6, 53, 37, 21, 5, 52, 36, 20, 4,
+        51, 35, 19, 3, 50, 34, 18, 2, 49, 33, 17, 1, 48, 32, 16, 0);
+    return _mm512_permutexvar_epi8(idx, _mm512_loadu_si512(p));
+}
+
+static inline __m512 scales16(const void *s, int64_t at, int half) {
+    return half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)s + at)))
+                : _mm512_loadu_ps((const float *)s + at);
+}
+
+// acc[t][0..15] += the sums of rows i0 + t (t < TM) of x with block b of W over the 32-value
+// groups g0 .. g1 - 1, added group by group.
+static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, int i0,
+                                                       const int TM, int g0, int g1,
+                                                       float *acc) {
+    const clops_mm_args *a = c->a;
+    const int k = a->k, G = k / 32, half = a->scale_half;
+    const int8_t *xq[8];
+    const float *dx[8];
+    const int32_t *xs[8];
+    __m512 out[8];
+    for (int t = 0; t < TM; ++t) {
+        const int i = i0 + t < a->m ? i0 + t : a->m - 1;
+        xq[t] = c->xq + (int64_t)i * XQ_STRIDE(k);
+        dx[t] = c->dx + (int64_t)i * G;
+        xs[t] = c->xs + (int64_t)i * (k / 16);
+        out[t] = _mm512_loadu_ps(acc + 16 * t);
+    }
+    if (a->fmt == 3) {  // q4
+        const __m512i lowmask = _mm512_set1_epi8(0x0F);
+        const uint8_t *wb = a->w + (int64_t)b * G * 256;
+        const int sstride = a->q4_sym ? 16 : 32;
+        for (int g = g0; g < g1; ++g) {
+            __m512i lo[8], hi[8];
+            for (int t = 0; t < TM; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
+            for (int v = 0; v < 4; ++v) {
+                const __m512i raw = rows_of(wb + (int64_t)g * 256 + 64 * v);
+                const __m512i wl = _mm512_and_si512(raw, lowmask);
+                const __m512i wh = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lowmask);
+                for (int t = 0; t < TM; ++t) {
+                    const int32_t *xp = (const int32_t *)(xq[t] + 32 * g);
+                    lo[t] = _mm512_dpbusd_epi32(lo[t], wl, _mm512_set1_epi32(xp[v]));
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], wh, _mm512_set1_epi32(xp[4 + v]));
+                }
+            }
+            const int64_t sat = ((int64_t)b * G + g) * sstride;
+            const __m512 d = scales16(a->s, sat, half);
+            if (a->q4_sym) {
+                for (int t = 0; t < TM; ++t) {
+                    const int xsum = xs[t][2 * g] + xs[t][2 * g + 1];
+                    const __m512i is = _mm512_sub_epi32(_mm512_add_epi32(lo[t], hi[t]),
+                                                        _mm512_set1_epi32(8 * xsum));
+                    out[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is),
+                                             _mm512_mul_ps(d, _mm512_set1_ps(dx[t][g])), out[t]);
+                }
+            } else {
+                const __m512 mn = scales16(a->s, sat + 16, half);
+                for (int t = 0; t < TM; ++t) {
+                    const int xsum = xs[t][2 * g] + xs[t][2 * g + 1];
+                    const __m512i is = _mm512_add_epi32(lo[t], hi[t]);
+                    out[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is),
+                                             _mm512_mul_ps(d, _mm512_set1_ps(dx[t][g])), out[t]);
+                    out[t] = _mm512_fmadd_ps(mn, _mm512_set1_ps(dx[t][g] * (float)xsum), out[t]);
+                }
+            }
+        }
+    } else {  // q8: scale groups of QGROUP (16 or 32) values, 4 k a 64-byte load
+        const __m512i bias8 = _mm512_set1_epi8((char)0x80);
+        const uint8_t *wb = a->w + (int64_t)b * k * 16;
+        const int QG = a->qgroup, NSG = k / QG;
+        for (int sg = g0 * 32 / QG; sg < g1 * 32 / QG; ++sg) {
+            __m512i i0s[8], i1s[8];  // two chains of integer sums
+            for (int t = 0; t < TM; ++t) i0s[t] = i1s[t] = _mm512_setzero_si512();
+            for (int v = 0; v < QG / 4; v += 2) {
+                const int k0 = sg * QG + 4 * v;
+                const __m512i w0 = _mm512_xor_si512(rows_of(wb + (int64_t)k0 * 16), bias8);
+                const __m512i w1 = _mm512_xor_si512(rows_of(wb + (int64_t)(k0 + 4) * 16), bias8);
+                for (int t = 0; t < TM; ++t) {
+                    const int32_t *xp = (const int32_t *)(xq[t] + k0);
+                    i0s[t] = _mm512_dpbusd_epi32(i0s[t], w0, _mm512_set1_epi32(xp[0]));
+                    i1s[t] = _mm512_dpbusd_epi32(i1s[t], w1, _mm512_set1_epi32(xp[1]));
+                }
+            }
+            const __m512 d = scales16(a->s, ((int64_t)b * NSG + sg) * 16, half);
+            const int g = sg * QG / 32;
+            for (int t = 0; t < TM; ++t) {
+                const int xsum = QG == 32 ? xs[t][2 * g] + xs[t][2 * g + 1] : xs[t][sg];
+                const __m512i is = _mm512_sub_epi32(_mm512_add_epi32(i0s[t], i1s[t]),
+                                                    _mm512_set1_epi32(128 * xsum));
+                out[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is),
+                                         _mm512_mul_ps(d, _mm512_set1_ps(dx[t][g])), out[t]);
+            }
+        }
+    }
+    for (int t = 0; t < TM; ++t) _mm512_storeu_ps(acc + 16 * t, out[t]);
+}
+
+// The sums of all rows of x with block b of W into acc [m][16]: the groups in runs whose
+// weights stay in the first-level cache while every tile of rows meets them.
+static void block_sums(const mm_ctx *c, int b, float *acc) {
+    const clops_mm_args *a = c->a;
+    const int m = a->m, G = a->k / 32;
+    const int run = a->fmt == 3 ? 64 : 32;  // 16 KB of weights
+    memset(acc, 0, sizeof(float) * 16 * m);
+    for (int g0 = 0; g0 < G; g0 += run) {
+        const int g1 = g0 + run < G ? g0 + run : G;
+        int i0 = 0;
+        for (; i0 + 8 <= m; i0 += 8) tile(c, b, i0, 8, g0, g1, acc + 16 * i0);
+        if (m - i0 >= 4) {
+            tile(c, b, i0, 4, g0, g1, acc + 16 * i0);
+            i0 += 4;
+        }
+        if (m - i0 >= 2) {
+            tile(c, b, i0, 2, g0, g1, acc + 16 * i0);
+            i0 += 2;
+        }
+        if (m - i0 >= 1) tile(c, b, i0, 1, g0, g1, acc + 16 * i0);
+    }
+}
+
+static inline __m512 silu(__m512 v) {
+    float f[16];
+    _mm512_storeu_ps(f, v);
+    for (int i = 0; i < 16; ++i) f[i] = f[i] / (1.0f + expf(-f[i]));
+    return _mm512_loadu_ps(f);
+}
+
+static void products(void *p, int tid, int nt) {
+    const mm_ctx *c = p;
+    const clops_mm_args *a = c->a;
+    const int m = a->m, nout = a->glu ? a->n / 2 : a->n;
+    float *acc = malloc(sizeof(float) * 16 * m * (a->glu ? 2 : 1));
+    if (!acc) return;
+    float *up = acc + 16 * m;
+    // contiguous runs of blocks per thread: each block's weights are read once from memory
+    const int b0 = (int)((int64_t)c->nb * tid / nt), b1 = (int)((int64_t)c->nb * (tid + 1) / nt);
+    for (int b = b0; b < b1; ++b) {
+        block_sums(c, b, acc);
+        if (a->glu) block_sums(c, b + c->nb, up);  // block b of the gate, b + nb of the up rows
+        const int col = 16 * b, left = nout - col < 16 ? nout - col : 16;
+        const __mmask16 mask = (__mmask16)((1u << left) - 1u);
+        const __m512 zero = _mm512_setzero_ps();
+        const __m512 bv = a->has_bias ? _mm512_maskz_loadu_ps(mask, a->bias + col) : zero;
+        const __m512 bu = a->has_bias && a->glu ? _mm512_maskz_loadu_ps(mask, a->bias + nout + col)
+                                                : zero;
+        for (int i = 0; i < m; ++i) {
+            __m512 v = _mm512_add_ps(_mm512_loadu_ps(acc + 16 * i), bv);
+            if (a->glu) v = _mm512_mul_ps(silu(v), _mm512_add_ps(_mm512_loadu_ps(up + 16 * i), bu));
+            float *yp = a->y + a->y_off + (int64_t)i * a->ldy + col;
+            if (a->accum) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, yp));
+            _mm512_mask_storeu_ps(yp, mask, v);
+        }
+    }
+    free(acc);
+}
+
+// scratch for the int8 rows, per calling thread (grown, never shrunk)
+static __thread void *scratch;
+static __thread size_t scratch_bytes;
+#endif
+
+// The entry of the native kernel: the runtime's copy of a clops_mm_args.
+void clops_native_matmul(void *args) {
+#if HAVE_VNNI
+    const clops_mm_args *a = args;
+    const int64_t m = a->m, k = a->k;
+    const int64_t xqb = m * XQ_STRIDE(k);
+    const size_t need = (size_t)(xqb + m * (k / 32) * 4 + m * (k / 16) * 4 + 192);
+    if (need > scratch_bytes) {
+        free(scratch);
+        scratch = malloc(need);
+        scratch_bytes = scratch ? need : 0;
+        if (!scratch) return;  // (the device has no memory left either)
+    }
+    uint8_t *base = scratch;
+    quant_ctx q = {a, (int8_t *)base, (float *)(base + ((xqb + 63) & ~63)), NULL};
+    q.xs = (int32_t *)((uint8_t *)q.dx + ((m * (k / 32) * 4 + 63) & ~63));
+    pthread_mutex_lock(&P.call);
+    run_all(quantize_rows, &q, m < a->threads ? (int)m : a->threads);
+    const int nout = a->glu ? a->n / 2 : a->n;
+    mm_ctx c = {a, q.xq, q.dx, q.xs, (nout + 15) / 16};
+    run_all(products, &c, a->threads);
+    pthread_mutex_unlock(&P.call);
+#else
+    (void)args;
+#endif
+}

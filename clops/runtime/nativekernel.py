@@ -1,0 +1,96 @@
+"""Runtime, native kernels: a host function that a CPU device's queue runs in order with its
+other commands (``clEnqueueNativeKernel``), on the host addresses of the device's buffers.
+
+A ``NativeKernel`` stands where a kernel object stands in a ``Launch``: arguments set by
+position (``set_arg``, ``set_args``, buffers as their ``cl_mem``), a ``function_name``, and
+``enqueue``, which ``CLDevice.launch`` and ``CLDevice.enqueue_prepared`` call for it. A subclass
+says how its arguments fill the C function's argument block (``block``): the runtime copies
+that block and puts each buffer's host address where its ``cl_mem`` handle was."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import pyopencl as cl
+
+from . import rawenqueue
+
+EXEC_NATIVE_KERNEL = 2  # CL_EXEC_NATIVE_KERNEL, of CL_DEVICE_EXECUTION_CAPABILITIES
+
+
+def supported(device: cl.Device) -> bool:
+    """Whether ``device`` runs native kernels (CPU runtimes: PoCL, Intel's)."""
+    try:
+        return bool(device.execution_capabilities & EXEC_NATIVE_KERNEL)
+    except cl.Error:
+        return False
+
+
+@functools.cache
+def _enqueue_native() -> Any | None:
+    """ctypes ``clEnqueueNativeKernel`` of pyopencl's OpenCL loader, or None."""
+    vp = ctypes.c_void_p
+    return rawenqueue._function("clEnqueueNativeKernel",
+                                [vp, vp, vp, ctypes.c_size_t, ctypes.c_uint32, vp, vp,
+                                 ctypes.c_uint32, vp, vp])
+
+
+def available() -> bool:
+    return _enqueue_native() is not None
+
+
+class NativeKernel:
+    """A native function with its arguments, launched like a kernel object. ``fn``: the
+    address of ``void fn(void *block)``."""
+
+    def __init__(self, fn: int, name: str, nargs: int) -> None:
+        self.fn = fn
+        self.function_name = name
+        self.args: list[Any] = [None] * nargs
+
+    def set_arg(self, index: int, value: Any) -> None:
+        self.args[index] = value
+
+    def set_args(self, *values: Any) -> None:
+        if len(values) != len(self.args):
+            raise ValueError(f"{self.function_name} takes {len(self.args)} arguments, "
+                             f"not {len(values)}")
+        self.args = list(values)
+
+    def block(self) -> tuple[ctypes.Structure, list[tuple[str, Any]]]:
+        """The argument block and its memory objects: (field name, ``cl.MemoryObject``), each
+        field holding that object's handle."""
+        raise NotImplementedError
+
+    def enqueue(self, queue: cl.CommandQueue, wait_for: Sequence[cl.Event] = ()) -> cl.Event:
+        """Enqueue the function with the arguments set now; returns its event."""
+        out = self._enqueue(queue, wait_for, True)
+        assert out is not None
+        return cl.Event.from_int_ptr(out, retain=False)
+
+    def enqueue_bare(self, queue: cl.CommandQueue) -> None:
+        """``enqueue`` with no event (a launch plan's replay)."""
+        self._enqueue(queue, (), False)
+
+    def _enqueue(self, queue: cl.CommandQueue, wait_for: Sequence[cl.Event],
+                 event: bool) -> int | None:
+        fn = _enqueue_native()
+        if fn is None:
+            raise RuntimeError("clEnqueueNativeKernel is not reachable through ctypes")
+        blk, mems = self.block()
+        base = ctypes.addressof(blk)
+        n = len(mems)
+        handles = (ctypes.c_void_p * n)(*[m.int_ptr for _, m in mems])
+        locs = (ctypes.c_void_p * n)(*[base + getattr(type(blk), f).offset for f, _ in mems])
+        waits = (ctypes.c_void_p * len(wait_for))(*[e.int_ptr for e in wait_for])
+        out = ctypes.c_void_p()
+        rc = fn(queue.int_ptr, self.fn, base, ctypes.sizeof(blk), n, handles, locs,
+                len(wait_for), waits if wait_for else None,
+                ctypes.byref(out) if event else None)
+        if rc:
+            raise RuntimeError(f"clEnqueueNativeKernel failed for {self.function_name}: "
+                               f"{rawenqueue.error_name(rc)}")
+        return out.value if event else None

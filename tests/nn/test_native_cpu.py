@@ -1,0 +1,143 @@
+"""The native CPU products (``kernels/native_cpu.c``: quantized weights in the CPU layout meet
+int8 rows of x through AVX-512 VNNI) against numpy: called on host arrays wherever the library
+builds for this machine, and through a CPU device's queue where the device runs them."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from clops.kernels import matmul, native_cpu
+from clops.nn.quant import DeviceWeight, interleave_rows, q4_symmetric
+from clops.runtime.plan import LaunchPlan
+
+from .test_cpu_layout import _packed, _up
+
+RNG = np.random.default_rng(5)
+KINDS = ["Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q6_K"]
+
+
+@pytest.fixture(scope="module")
+def lib():
+    got = native_cpu.library()
+    if got is None:
+        pytest.skip("the native CPU products do not build here (no C compiler, not x86-64 "
+                    "Linux, or a CPU without AVX-512 VNNI)")
+    return got
+
+
+def _exact_rows(m: int, k: int) -> np.ndarray:
+    """Rows whose int8 quantization is exact: whole numbers, each 32-value block's largest
+    magnitude 127."""
+    x = RNG.integers(-127, 128, (m, k)).astype(np.float32)
+    x[:, ::32] = np.where(RNG.random((m, k // 32)) < 0.5, -127.0, 127.0)
+    return x
+
+
+def _host(lib, p, x, *, accum=None, bias=None, norm=None, glu=False):
+    """y of the native product on host arrays (the entry the queue calls, called directly)."""
+    sym = q4_symmetric(p)
+    data, scales = interleave_rows(p, sym)
+    m, k = x.shape
+    n_out = p.n // 2 if glu else p.n
+    y = np.zeros((m, n_out), np.float32) if accum is None else accum.copy()
+    keep = [data, scales, x, y] + [a for a in (bias, norm and norm[0]) if a is not None]
+    a = native_cpu._Args(
+        y=y.ctypes.data, x=x.ctypes.data, w=data.ctypes.data, s=scales.ctypes.data,
+        bias=bias.ctypes.data if bias is not None else None,
+        nw=norm[0].ctypes.data if norm else None, y_off=0, ldy=n_out, x_off=0, ldx=k, m=m,
+        n=p.n, k=k, fmt=3 if p.fmt == "q4" else 4, scale_half=int(p.scale_half),
+        q4_sym=int(sym), qgroup=p.group, accum=int(accum is not None), glu=int(glu),
+        has_bias=int(bias is not None), norm=int(norm is not None), threads=2,
+        eps=norm[1] if norm else 0.0)
+    lib.clops_native_matmul(ctypes.byref(a))
+    del keep
+    return y
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("m", [1, 2, 3, 7, 13, 17])
+def test_exact_rows_give_the_exact_sums(lib, kind, m):
+    # 40 columns: two blocks of 16 and a block cut short; k past one run of cached groups
+    # (q4: 64 groups, q8: 32)
+    p, ref = _packed(kind, 40, 2304 if kind.startswith("Q4") else 1280)
+    x = _exact_rows(m, p.k)
+    want = x.astype(np.float64) @ ref.T
+    np.testing.assert_allclose(_host(lib, p, x), want, rtol=1e-5,
+                               atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bias_accumulation_norm_and_glu(lib, kind):
+    m, n, k = 5, 64, 512
+    p, ref = _packed(kind, n, k)
+    x = RNG.standard_normal((m, p.k)).astype(np.float32)
+    bias = RNG.standard_normal(n).astype(np.float32)
+    y0 = RNG.standard_normal((m, n)).astype(np.float32)
+    nw = (RNG.random(p.k) + 0.5).astype(np.float32)
+    xd = x.astype(np.float64)
+    xn = xd / np.sqrt((xd ** 2).mean(1, keepdims=True) + 1e-5) * nw
+    lin = xd @ ref.T + bias
+    h = n // 2
+    cases = [
+        (dict(bias=bias), lin),
+        (dict(accum=y0), xd @ ref.T + y0),
+        (dict(norm=(nw, 1e-5)), xn @ ref.T),
+        (dict(glu=True, bias=bias), lin[:, :h] / (1 + np.exp(-lin[:, :h])) * lin[:, h:]),
+    ]
+    for kw, want in cases:
+        got = _host(lib, p, x, **kw)
+        # int8 rows: about 1/254 of each block's largest value per value
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err < 2e-2, (list(kw), err)
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q8_0"])
+def test_a_rows_sums_do_not_depend_on_the_other_rows(lib, kind):
+    p, _ = _packed(kind, 48, 256)
+    x = RNG.standard_normal((13, p.k)).astype(np.float32)
+    batch = _host(lib, p, x)
+    for i in (0, 5, 12):
+        assert np.array_equal(_host(lib, p, x[i:i + 1].copy())[0], batch[i])
+
+
+def _queue_device(device):
+    if not native_cpu.available(device):
+        pytest.skip(f"{device.name} does not run the native products (runtimes "
+                    f"{native_cpu.RUNTIMES}, a C compiler and AVX-512 VNNI)")
+    return device
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+def test_through_the_queue_in_a_plan_resized_to_other_rows(device, kind):
+    dev = _queue_device(device)
+    p, ref = _packed(kind, 40, 256)
+    w = DeviceWeight(dev, p, layout="rb16")
+    x = _exact_rows(9, p.k)
+    xb, yb = _up(dev, x), _up(dev, np.zeros((9, 40), np.float32))
+    ln = matmul.matmul(dev, yb, 0, 40, xb, 0, p.k, w, 9, accum=True)
+    assert isinstance(ln.kernel, native_cpu.MatmulKernel)
+    plan = LaunchPlan(dev)
+    plan.add(ln)
+    want = x.astype(np.float64) @ ref.T
+    got = np.empty((9, 40), np.float32)
+    for rows, times in ((9, 2), (4, 3)):
+        dev.write(yb, np.zeros((9, 40), np.float32), blocking=True)
+        plan.resize([(0, [(9, np.int32(rows))], (1,))])
+        for _ in range(times):
+            plan.replay()
+        dev.read(got, yb)
+        np.testing.assert_allclose(got[:rows], times * want[:rows], rtol=1e-5,
+                                   atol=1e-5 * np.abs(want).max())
+        assert not got[rows:].any()
+
+
+def test_float_rows_where_asked(device):
+    # a weight whose products keep float rows (clops.llm.load(int8_activations=False)) takes
+    # matmul_cpu.cl's kernel even where the native products run
+    p, _ = _packed("Q4_0", 32, 64)
+    w = DeviceWeight(device, p)
+    w.int8 = False
+    assert not native_cpu.takes(device, w)
