@@ -16,7 +16,7 @@ from clops.runtime.plan import LaunchPlan
 from .test_cpu_layout import _packed, _up
 
 RNG = np.random.default_rng(5)
-KINDS = ["Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q6_K"]
+KINDS = ["Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q6_K", "f16"]
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +45,11 @@ def _host(lib, p, x, *, accum=None, bias=None, norm=None, glu=False):
     y = np.zeros((m, n_out), np.float32) if accum is None else accum.copy()
     keep = [data, scales, x, y] + [a for a in (bias, norm and norm[0]) if a is not None]
     a = native_cpu._Args(
-        y=y.ctypes.data, x=x.ctypes.data, w=data.ctypes.data, s=scales.ctypes.data,
+        y=y.ctypes.data, x=x.ctypes.data, w=data.ctypes.data,
+        s=scales.ctypes.data if scales is not None else None,
         bias=bias.ctypes.data if bias is not None else None,
         nw=norm[0].ctypes.data if norm else None, y_off=0, ldy=n_out, x_off=0, ldx=k, m=m,
-        n=p.n, k=k, fmt=3 if p.fmt == "q4" else 4, scale_half=int(p.scale_half),
+        n=p.n, k=k, fmt={"f16": 1, "q4": 3, "q8": 4}[p.fmt], scale_half=int(p.scale_half),
         q4_sym=int(sym), qgroup=p.group, accum=int(accum is not None), glu=int(glu),
         has_bias=int(bias is not None), norm=int(norm is not None), threads=2,
         eps=norm[1] if norm else 0.0)
@@ -61,9 +62,9 @@ def _host(lib, p, x, *, accum=None, bias=None, norm=None, glu=False):
 @pytest.mark.parametrize("m", [1, 2, 3, 7, 13, 17])
 def test_exact_rows_give_the_exact_sums(lib, kind, m):
     # 40 columns: two blocks of 16 and a block cut short; k past one run of cached groups
-    # (q4: 64 groups, q8: 32)
+    # (q4: 64 groups, q8: 32, float16: 256 values); float16 weights meet float rows
     p, ref = _packed(kind, 40, 2304 if kind.startswith("Q4") else 1280)
-    x = _exact_rows(m, p.k)
+    x = _exact_rows(m, p.k) if kind != "f16" else RNG.standard_normal((m, p.k)).astype(np.float32)
     want = x.astype(np.float64) @ ref.T
     np.testing.assert_allclose(_host(lib, p, x), want, rtol=1e-5,
                                atol=1e-5 * np.abs(want).max())
@@ -81,20 +82,22 @@ def test_bias_accumulation_norm_and_glu(lib, kind):
     xn = xd / np.sqrt((xd ** 2).mean(1, keepdims=True) + 1e-5) * nw
     lin = xd @ ref.T + bias
     h = n // 2
+    with np.errstate(over="ignore"):  # silu of large negative sums: 0
+        glu = lin[:, :h] / (1 + np.exp(-lin[:, :h])) * lin[:, h:]
     cases = [
         (dict(bias=bias), lin),
         (dict(accum=y0), xd @ ref.T + y0),
         (dict(norm=(nw, 1e-5)), xn @ ref.T),
-        (dict(glu=True, bias=bias), lin[:, :h] / (1 + np.exp(-lin[:, :h])) * lin[:, h:]),
+        (dict(glu=True, bias=bias), glu),
     ]
     for kw, want in cases:
         got = _host(lib, p, x, **kw)
         # int8 rows: about 1/254 of each block's largest value per value
         err = np.abs(got - want).max() / np.abs(want).max()
-        assert err < 2e-2, (list(kw), err)
+        assert err < (2e-2 if kind != "f16" else 1e-5), (list(kw), err)
 
 
-@pytest.mark.parametrize("kind", ["Q4_0", "Q8_0"])
+@pytest.mark.parametrize("kind", ["Q4_0", "Q8_0", "f16"])
 def test_a_rows_sums_do_not_depend_on_the_other_rows(lib, kind):
     p, _ = _packed(kind, 48, 256)
     x = RNG.standard_normal((13, p.k)).astype(np.float32)
@@ -110,12 +113,12 @@ def _queue_device(device):
     return device
 
 
-@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0", "f16"])
 def test_through_the_queue_in_a_plan_resized_to_other_rows(device, kind):
     dev = _queue_device(device)
     p, ref = _packed(kind, 40, 256)
     w = DeviceWeight(dev, p, layout="rb16")
-    x = _exact_rows(9, p.k)
+    x = _exact_rows(9, p.k) if kind != "f16" else RNG.standard_normal((9, p.k)).astype(np.float32)
     xb, yb = _up(dev, x), _up(dev, np.zeros((9, 40), np.float32))
     ln = matmul.matmul(dev, yb, 0, 40, xb, 0, p.k, w, 9, accum=True)
     assert isinstance(ln.kernel, native_cpu.MatmulKernel)
@@ -129,15 +132,21 @@ def test_through_the_queue_in_a_plan_resized_to_other_rows(device, kind):
         for _ in range(times):
             plan.replay()
         dev.read(got, yb)
-        np.testing.assert_allclose(got[:rows], times * want[:rows], rtol=1e-5,
+        np.testing.assert_allclose(got[:rows], times * want[:rows], rtol=1e-4,
                                    atol=1e-5 * np.abs(want).max())
         assert not got[rows:].any()
 
 
 def test_float_rows_where_asked(device):
-    # a weight whose products keep float rows (clops.llm.load(int8_activations=False)) takes
-    # matmul_cpu.cl's kernel even where the native products run
+    # a quantized weight whose products keep float rows
+    # (clops.llm.load(int8_activations=False)) takes matmul_cpu.cl's kernel even where the
+    # native products run; float16 weights meet float rows natively either way
     p, _ = _packed("Q4_0", 32, 64)
     w = DeviceWeight(device, p)
     w.int8 = False
     assert not native_cpu.takes(device, w)
+    assert not matmul.int8_rows(device, 1, w)
+    h = DeviceWeight(device, _packed("f16", 32, 64)[0])
+    h.int8 = False
+    assert not matmul.int8_rows(device, 1, h)
+    assert native_cpu.takes(device, h) == (h.layout == "rb16" and native_cpu.available(device))
