@@ -43,7 +43,8 @@ def torch_cuda() -> Any | None:
 
 def device_ms(dev: clops.CLDevice, run: Callable[[], object], repeat: int = 20,
               warmup: int = 3) -> tuple[float, float]:
-    """(median device ms of the kernels one call of ``run`` enqueues, median wall ms per call).
+    """(median device ms of the kernels one call of ``run`` enqueues, median wall ms of a call
+    and the wait for its results).
 
     Device time is the sum of the kernels' own durations: the gaps between kernels while the
     host enqueues the next one are host time, counted in the wall time."""
@@ -60,12 +61,13 @@ def device_ms(dev: clops.CLDevice, run: Callable[[], object], repeat: int = 20,
             ks = [r for r in recs if r.kind in ("kernel", "provider")]
             if ks:
                 spans.append(sum(r.end_ns - r.start_ns for r in ks) / 1e6)
-    t0 = time.perf_counter()
+    walls = []
     for _ in range(repeat):
+        t0 = time.perf_counter()
         run()
-    dev.synchronize()
-    wall = (time.perf_counter() - t0) / repeat * 1e3
-    return (statistics.median(spans) if spans else float("nan")), wall
+        dev.synchronize()
+        walls.append((time.perf_counter() - t0) * 1e3)
+    return (statistics.median(spans) if spans else float("nan")), statistics.median(walls)
 
 
 def torch_ms(torch: Any, fn: Callable[[], object], repeat: int = 20, warmup: int = 3) -> float:

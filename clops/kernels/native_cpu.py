@@ -93,7 +93,10 @@ def library() -> Any | None:
     cc = _compiler()
     if cc is None:
         return None
-    src = resources.files(__package__).joinpath("native_cpu.c").read_text()
+    try:
+        src = resources.files(__package__).joinpath("native_cpu.c").read_text()
+    except OSError:  # (an installation without the source)
+        return None
     flags = ["-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-std=gnu11"]
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
