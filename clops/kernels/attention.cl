@@ -45,35 +45,50 @@ inline float2 rotate(float a, float b, float ang) {
 
 // After the fused QKV projection: rotate q and k, write q to q_out [M][H][D] and k, v into the
 // cache at their positions. qkv rows are [q (H*D) | k (KV*D) | v (KV*D)], ld_qkv apart.
-// Work geometry: global (D/2, H + 2*KV, M).
+// HEADS_PER_ITEM (default 1; CPUs: all H + 2*KV) heads a work-item, one after another: the
+// angle's sine and cosine are made once for them.
+// Work geometry: global (D/2, (H + 2*KV) / HEADS_PER_ITEM, M).
+#ifndef HEADS_PER_ITEM
+#define HEADS_PER_ITEM 1
+#endif
 __kernel void rope_store(__global float *q_out, __global const float *qkv, int ld_qkv,
                          __global float *kc, __global float *vc, __global const int *state,
                          __global const float *inv_freq, int H, int KV, int max_seq) {
-    const int i = get_global_id(0), h = get_global_id(1), m = get_global_id(2);
+    const int i = get_global_id(0), h0 = get_global_id(1) * HEADS_PER_ITEM;
+    const int m = get_global_id(2);
     const int pos = state[0] + m;
     __global const float *row = qkv + (size_t)m * ld_qkv;
     const int2 p = pair_index(i);
-    if (h < H + KV) {
-        __global const float *src = row + h * HEAD_DIM;
-        __global float *dst = h < H ? q_out + ((size_t)m * H + h) * HEAD_DIM
-                                    : kc + ((size_t)(h - H) * max_seq + pos) * HEAD_DIM;
 #if ROT_DIM < HEAD_DIM
-        if (i >= ROT_DIM / 2) {  // partial rotary: the rest of the head passes
-            const int d = ROT_DIM + 2 * (i - ROT_DIM / 2);
-            dst[d] = src[d];
-            dst[d + 1] = src[d + 1];
-            return;
-        }
+    const bool rotated = i < ROT_DIM / 2;
+    const int d = ROT_DIM + 2 * (i - ROT_DIM / 2);  // (the pair of the rest this one copies)
+    float c = 1.0f, s = 0.0f;
+    if (rotated) s = sincos((float)pos * inv_freq[i], &c);
+#else
+    float c, s = sincos((float)pos * inv_freq[i], &c);
 #endif
-        float2 r = rotate(src[p.x], src[p.y], (float)pos * inv_freq[i]);
-        dst[p.x] = r.x;
-        dst[p.y] = r.y;
-    } else {
-        const int kvh = h - H - KV;
-        __global const float *src = row + (H + KV + kvh) * HEAD_DIM;
-        __global float *dst = vc + ((size_t)kvh * max_seq + pos) * HEAD_DIM;
-        dst[2 * i] = src[2 * i];
-        dst[2 * i + 1] = src[2 * i + 1];
+    for (int h = h0; h < h0 + HEADS_PER_ITEM; ++h) {
+        if (h < H + KV) {
+            __global const float *src = row + h * HEAD_DIM;
+            __global float *dst = h < H ? q_out + ((size_t)m * H + h) * HEAD_DIM
+                                        : kc + ((size_t)(h - H) * max_seq + pos) * HEAD_DIM;
+#if ROT_DIM < HEAD_DIM
+            if (!rotated) {  // partial rotary: the rest of the head passes
+                dst[d] = src[d];
+                dst[d + 1] = src[d + 1];
+                continue;
+            }
+#endif
+            const float a = src[p.x], b = src[p.y];
+            dst[p.x] = a * c - b * s;
+            dst[p.y] = a * s + b * c;
+        } else {
+            const int kvh = h - H - KV;
+            __global const float *src = row + (H + KV + kvh) * HEAD_DIM;
+            __global float *dst = vc + ((size_t)kvh * max_seq + pos) * HEAD_DIM;
+            dst[2 * i] = src[2 * i];
+            dst[2 * i + 1] = src[2 * i + 1];
+        }
     }
 }
 

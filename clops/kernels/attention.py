@@ -20,10 +20,15 @@ def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffe
     """Rotate q and k of m QKV rows (the first ``rot_dim`` dimensions of each head; 0: all),
     q to ``q_out``, k and v into the cache at positions state[0] + row."""
     rot = {"ROT_DIM": rot_dim} if rot_dim and rot_dim != head_dim else {}
-    knl = kernel(dev, "attention", "rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox), **rot)
+    # PERF (CPUs): a work-item takes every head, making each angle's sine and cosine once
+    # (2-core EPYC, Intel's runtime, a 1B prompt chunk of 64 rows: 13.8 -> 6.6 ms)
+    heads = n_heads + 2 * n_kv
+    per = heads if launch.is_cpu(dev) else 1
+    knl = kernel(dev, "attention", "rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
+                 HEADS_PER_ITEM=per, **rot)
     args = [q_out, qkv, i32(ld_qkv), kc, vc, state, inv_freq, i32(n_heads), i32(n_kv),
             i32(max_seq)]
-    return Launch(knl, (head_dim // 2, n_heads + 2 * n_kv, m), None, args,
+    return Launch(knl, (head_dim // 2, heads // per, m), None, args,
                   [qkv, state, inv_freq], [q_out, kc, vc], "rope_store")
 
 

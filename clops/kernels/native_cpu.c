@@ -415,11 +415,29 @@ static void block_sums(const mm_ctx *c, int b, float *acc) {
     }
 }
 
+// e^x to about 2 ulp: x = n ln 2 + r (ln 2 in two parts), e^r by Cephes' expf polynomial on
+// |r| <= ln 2 / 2, times 2^n by vscalefps (which gives inf and 0 past the float range)
+static inline __m512 exp16(__m512 x) {
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+// v * sigmoid(v), with e = e^-|v| (no overflow): sigmoid = 1 / (1 + e), or e / (1 + e) below 0
 static inline __m512 silu(__m512 v) {
-    float f[16];
-    _mm512_storeu_ps(f, v);
-    for (int i = 0; i < 16; ++i) f[i] = f[i] / (1.0f + expf(-f[i]));
-    return _mm512_loadu_ps(f);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(v)));
+    const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), e);
+    const __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+    return _mm512_mul_ps(v, _mm512_div_ps(_mm512_mask_blend_ps(neg, _mm512_set1_ps(1.0f), e), d));
 }
 
 // y columns 16 * b .. of every row from the sums acc (and, GLU, the up rows' sums up)

@@ -90,9 +90,16 @@ def greedy_reference(model, reference):
     return ids, out[0, len(ids):].tolist()
 
 
-def test_greedy_continuation_of_oxygen(model, greedy_reference):
+def test_greedy_continuation_of_oxygen(model, reference, greedy_reference):
+    from clops.kernels import native_cpu
+
     ids, want = greedy_reference
-    assert list(model.generate_ids(ids, max_new_tokens=32, stop_ids=[])) == want
+    got = list(model.generate_ids(ids, max_new_tokens=32, stop_ids=[]))
+    if native_cpu.available(model.device):
+        # int8 rows (native CPU products): the same tokens up to a near tie
+        _same_greedy_up_to_a_near_tie(reference, ids, want, got)
+    else:
+        assert got == want
 
 
 def test_greedy_continuation_with_int8_activations(device, reference, greedy_reference,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from clops.kernels import matmul, native_cpu
-from clops.nn.quant import DeviceWeight, interleave_rows, q4_symmetric
+from clops.nn.quant import DeviceWeight, interleave_rows, pack_float, q4_symmetric
 from clops.runtime.plan import LaunchPlan
 
 from .test_cpu_layout import _packed, _up
@@ -150,3 +150,26 @@ def test_float_rows_where_asked(device):
     h.int8 = False
     assert not matmul.int8_rows(device, 1, h)
     assert native_cpu.takes(device, h) == (h.layout == "rb16" and native_cpu.available(device))
+
+
+def test_the_glu_over_the_float_range(lib):
+    # silu(gate) * up with the gate values carried by the bias (zero weights): the vector
+    # exp of the native GLU against float64, from -inf through the overflow of e^-x to +inf
+    n = 32
+    zero = pack_float(np.zeros((2 * n, 32), np.float32), "f16")
+    gates = np.concatenate([np.linspace(-120, 120, 4801), [0.0, -0.0, 1e-30, -1e-30, 88.7,
+                                                           -88.7, -89.5, -103.0, np.inf,
+                                                           -np.inf]]).astype(np.float32)
+    gates = np.concatenate([gates, np.zeros(-len(gates) % n, np.float32)])
+    for g in gates.reshape(-1, n):
+        bias = np.concatenate([g, np.full(n, 2.0, np.float32)])
+        got = _host(lib, zero, np.zeros((1, 32), np.float32), bias=bias, glu=True)[0]
+        gd = g.astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = 2.0 * gd / (1.0 + np.exp(-gd))
+        want[g == -np.inf] = np.nan  # -inf * sigmoid(-inf), as PyTorch's silu gives
+        normal = np.isfinite(want) & (np.abs(want) > 1e-30)
+        np.testing.assert_allclose(got[normal], want[normal], rtol=1e-6)
+        assert np.array_equal(got[np.isinf(want)], want[np.isinf(want)])
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        assert (np.abs(got[~normal & np.isfinite(want)]) <= 1e-30).all()
