@@ -310,15 +310,23 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
 // ---- float16 weights (W[b][k][16] halves): float rows of x, two blocks of columns at once ----
 typedef struct {
     const clops_mm_args *a;
-    float *out;  // [m][k]
+    float *out;  // [m][XF_STRIDE(k)]
 } norm_ctx;
 
-static void norm_rows(void *p, int tid, int nt) {
+// (rows 16 floats further apart than k: the 8 rows of a tile fall in different cache sets)
+#define XF_STRIDE(k) ((int64_t)(k) + 16)
+
+static void float_rows(void *p, int tid, int nt) {
     const norm_ctx *c = p;
     const clops_mm_args *a = c->a;
     const int k = a->k;
     for (int i = tid; i < a->m; i += nt) {
         const float *xr = a->x + a->x_off + (int64_t)i * a->ldx;
+        float *out = c->out + (int64_t)i * XF_STRIDE(k);
+        if (!a->norm) {
+            memcpy(out, xr, sizeof(float) * k);
+            continue;
+        }
         __m512 ss = _mm512_setzero_ps();
         for (int j = 0; j < k; j += 16) {
             const __m512 v = _mm512_loadu_ps(xr + j);
@@ -326,9 +334,8 @@ static void norm_rows(void *p, int tid, int nt) {
         }
         const __m512 inv = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(ss) / k + a->eps));
         for (int j = 0; j < k; j += 16)
-            _mm512_storeu_ps(c->out + (int64_t)i * k + j,
-                             _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xr + j), inv),
-                                           _mm512_loadu_ps(a->nw + j)));
+            _mm512_storeu_ps(out + j, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xr + j), inv),
+                                                    _mm512_loadu_ps(a->nw + j)));
     }
 }
 
@@ -502,7 +509,7 @@ void clops_native_matmul(void *args) {
     const int64_t m = a->m, k = a->k;
     const int64_t xqb = m * XQ_STRIDE(k);
     size_t need = (size_t)(xqb + m * (k / 32) * 4 + m * (k / 16) * 4 + 192);
-    if ((size_t)(m * k * 4) > need) need = (size_t)(m * k * 4);  // float16 weights' norm rows
+    if ((size_t)(m * XF_STRIDE(k) * 4) > need) need = (size_t)(m * XF_STRIDE(k) * 4);
     if (need > scratch_bytes) {
         free(scratch);
         scratch = malloc(need);
@@ -515,12 +522,10 @@ void clops_native_matmul(void *args) {
     mm_ctx c = {a, NULL, NULL, NULL, a->x + a->x_off, a->ldx, (nout + 15) / 16};
     pthread_mutex_lock(&P.call);
     if (a->fmt == 1) {
-        if (a->norm) {
-            norm_ctx nc = {a, (float *)base};
-            run_all(norm_rows, &nc, rows_threads);
-            c.xf = nc.out;
-            c.ldf = k;
-        }
+        norm_ctx nc = {a, (float *)base};
+        run_all(float_rows, &nc, rows_threads);
+        c.xf = nc.out;
+        c.ldf = XF_STRIDE(k);
     } else {
         quant_ctx q = {a, (int8_t *)base, (float *)(base + ((xqb + 63) & ~63)), NULL};
         q.xs = (int32_t *)((uint8_t *)q.dx + ((m * (k / 32) * 4 + 63) & ~63));
