@@ -57,6 +57,12 @@ def info(probe: bool = True) -> int:
             print("    cpu products    " + ("gemm_cpu (vectorized)" if ok else
                   "FAILED the gemm_cpu probe (CLOPS_DEBUG=1 says why): the portable kernel, "
                   "slower; not chosen by default where another CPU runtime passes"))
+            from clops.kernels import native_cpu
+
+            why = native_cpu.why_not(d)
+            print("    native products " + (
+                "LLM weights (q4, q8: int8 rows through AVX-512 VNNI; f16) as native kernels"
+                if why is None else f"off: {why}"))
         recorded, why = cmdbuf.support(d.queue.cl_queue)
         print(f"    launch plans    {'one command buffer a replay' if recorded else why}")
     return 0

@@ -81,8 +81,19 @@ static struct {
 // TBB workers), and a thread inherits its creator's mask.
 static cpu_set_t process_cpus;
 static int have_cpus;
+// A child process made by fork() has none of the workers: it starts its own.
+static void forked(void) {
+    pthread_mutex_init(&P.call, NULL);
+    pthread_mutex_init(&P.mu, NULL);
+    pthread_cond_init(&P.cv, NULL);
+    P.started = 0;
+    P.gen = 0;
+    P.done = 0;
+}
+
 __attribute__((constructor)) static void read_cpus(void) {
     have_cpus = sched_getaffinity(0, sizeof process_cpus, &process_cpus) == 0;
+    pthread_atfork(NULL, NULL, forked);
 }
 
 static void *worker(void *arg) {

@@ -153,6 +153,22 @@ def available(dev: CLDevice) -> bool:
     return ok
 
 
+def why_not(dev: CLDevice) -> str | None:
+    """Why ``dev`` does not run the native products (None: it does), for ``clops info``."""
+    if dev.kind != "cpu":
+        return "not a CPU"
+    if not _config.native_cpu():
+        return "CLOPS_NATIVE_CPU=0"
+    if dev.backend not in RUNTIMES:
+        return f"not asked of the {dev.backend} runtime (only {', '.join(RUNTIMES)})"
+    if not nativekernel.available() or not nativekernel.supported(dev.cl_device):
+        return "the runtime runs no native kernels"
+    if library() is None:
+        return ("not built here: needs x86-64 Linux, a C compiler (CC, cc, gcc or clang) and a "
+                "CPU with AVX-512 VNNI and VBMI")
+    return None if available(dev) else "the check product through the queue came out wrong"
+
+
 def _check(dev: CLDevice) -> bool:
     """A q4 product of 3 rows and 40 columns (an output block cut short), with bias and
     accumulation, through the device's queue, against numpy: x holds whole numbers of a block's

@@ -173,3 +173,24 @@ def test_the_glu_over_the_float_range(lib):
         assert np.array_equal(got[np.isinf(want)], want[np.isinf(want)])
         assert np.array_equal(np.isnan(got), np.isnan(want))
         assert (np.abs(got[~normal & np.isfinite(want)]) <= 1e-30).all()
+
+
+def test_a_forked_child_starts_its_own_workers(lib):
+    # the pool's workers are threads of the parent: a child made by fork() after the parent
+    # used them would wait for them forever without the library's fork handler
+    import multiprocessing as mp
+
+    p, ref = _packed("Q4_0", 48, 256)
+    x = _exact_rows(3, p.k)
+    _host(lib, p, x)  # the parent's workers exist now
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    child = ctx.Process(target=lambda: q.put(_host(lib, p, x).tolist()))
+    child.start()
+    child.join(120)  # a product of microseconds: only a hang comes near this
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked child's product never finished")
+    got = np.array(q.get(timeout=10), np.float32)
+    np.testing.assert_allclose(got, x.astype(np.float64) @ ref.T, rtol=1e-5,
+                               atol=1e-5 * np.abs(got).max())
