@@ -61,7 +61,7 @@ def info(probe: bool = True) -> int:
 
             why = native_cpu.why_not(d)
             print("    native products " + (
-                "LLM weights (q4, q8: int8 rows through AVX-512 VNNI; f16) as native kernels"
+                "4- and 8-bit LLM weights meet int8 rows through AVX-512 VNNI, natively"
                 if why is None else f"off: {why}"))
         recorded, why = cmdbuf.support(d.queue.cl_queue)
         print(f"    launch plans    {'one command buffer a replay' if recorded else why}")

@@ -136,8 +136,7 @@ def int8_activations(dev: CLDevice, m: int, fmt: str, k: int) -> bool:
 def int8_rows(dev: CLDevice, m: int, w: Weight) -> bool:
     """Whether ``matmul`` of m rows with ``w`` quantizes the rows to int8 (a scale per 32
     values): the GPU decode row's int8 path, or the native CPU products."""
-    return w.int8 and w.fmt in ("q4", "q8") and (int8_activations(dev, m, w.fmt, w.k) or
-                                                  native_cpu.takes(dev, w))
+    return w.int8 and (int8_activations(dev, m, w.fmt, w.k) or native_cpu.takes(dev, w))
 
 
 # Tuning hook for bench sweeps (None: the launcher's choice): (LSIZE, NCOL, CPT, UNR, CB, PIPE)

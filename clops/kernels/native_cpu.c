@@ -1,7 +1,6 @@
 // Products of quantized weights in the CPU layout (rb16, kernels/matmul_cpu.cl) with integer dot
-// products (x86-64 AVX-512 VNNI, vpdpbusd), and of float16 weights with float32 FMAs, run by the
-// CPU device's queue as an OpenCL native kernel (clEnqueueNativeKernel), on the same buffers as
-// its other kernels.
+// products (x86-64 AVX-512 VNNI, vpdpbusd), run by the CPU device's queue as an OpenCL native
+// kernel (clEnqueueNativeKernel), on the same buffers as its other kernels.
 //
 // y[m, n] (+)= sum_k x[m, k] * W[n, k] (+ bias[n]): the rows of x (after RMSNorm * nw where
 // asked) are first quantized to int8 with a scale per 32 values (dx = amax / 127, as GGML's
@@ -16,9 +15,6 @@
 // byte permutation gives each 32-bit lane (a row) its 4 consecutive k, as vpdpbusd takes them:
 // weights as the unsigned operand (q4: 0..15; q8: q + 128) and x as the signed one; the offsets
 // come back out through the sums of x's int8 values (kept per 16).
-//
-// Float16 weights (W[b][k][16] halves) meet float rows of x: two blocks of 16 columns and 8
-// rows at once, each row's sums added k by k (in the same order whatever the rows).
 //
 // Work is split over a small pool of threads (the device's cores): blocks of 16 output columns,
 // after the rows of x are quantized (split by rows).
@@ -211,8 +207,6 @@ typedef struct {
     const int8_t *xq;
     const float *dx;
     const int32_t *xs;
-    const float *xf;  // float16 weights: the float rows (x, or RMSNorm(x) * nw)
-    int64_t ldf;
     int nb;  // blocks of 16 output columns (of y)
 } mm_ctx;
 
@@ -318,98 +312,6 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
     for (int t = 0; t < TM; ++t) _mm512_storeu_ps(acc + 16 * t, out[t]);
 }
 
-// ---- float16 weights (W[b][k][16] halves): float rows of x, two blocks of columns at once ----
-typedef struct {
-    const clops_mm_args *a;
-    float *out;  // [m][XF_STRIDE(k)]
-} norm_ctx;
-
-// (rows 16 floats further apart than k: the 8 rows of a tile fall in different cache sets)
-#define XF_STRIDE(k) ((int64_t)(k) + 16)
-
-static void float_rows(void *p, int tid, int nt) {
-    const norm_ctx *c = p;
-    const clops_mm_args *a = c->a;
-    const int k = a->k;
-    for (int i = tid; i < a->m; i += nt) {
-        const float *xr = a->x + a->x_off + (int64_t)i * a->ldx;
-        float *out = c->out + (int64_t)i * XF_STRIDE(k);
-        if (!a->norm) {
-            memcpy(out, xr, sizeof(float) * k);
-            continue;
-        }
-        __m512 ss = _mm512_setzero_ps();
-        for (int j = 0; j < k; j += 16) {
-            const __m512 v = _mm512_loadu_ps(xr + j);
-            ss = _mm512_fmadd_ps(v, v, ss);
-        }
-        const __m512 inv = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(ss) / k + a->eps));
-        for (int j = 0; j < k; j += 16)
-            _mm512_storeu_ps(out + j, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xr + j), inv),
-                                                    _mm512_loadu_ps(a->nw + j)));
-    }
-}
-
-// acc0 (and, TWO, acc1) [t][0..15] += rows i0 + t of x with block b0 (b1) over k0 .. k1 - 1,
-// k by k
-static inline __attribute__((always_inline)) void tile_f16(const mm_ctx *c, int b0, int b1,
-                                                           int i0, const int TM, const int TWO,
-                                                           int k0, int k1, float *acc0,
-                                                           float *acc1) {
-    const clops_mm_args *a = c->a;
-    const int64_t k = a->k;
-    const uint16_t *w0 = (const uint16_t *)a->w + (int64_t)b0 * k * 16;
-    const uint16_t *w1 = (const uint16_t *)a->w + (int64_t)(TWO ? b1 : b0) * k * 16;
-    const float *xr[8];
-    __m512 o0[8], o1[8];
-    for (int t = 0; t < TM; ++t) {
-        const int i = i0 + t < a->m ? i0 + t : a->m - 1;
-        xr[t] = c->xf + (int64_t)i * c->ldf;
-        o0[t] = _mm512_loadu_ps(acc0 + 16 * t);
-        o1[t] = TWO ? _mm512_loadu_ps(acc1 + 16 * t) : o0[t];
-    }
-    for (int kk = k0; kk < k1; ++kk) {
-        const __m512 v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + kk * 16)));
-        const __m512 v1 =
-            TWO ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + kk * 16))) : v0;
-        for (int t = 0; t < TM; ++t) {
-            const __m512 xb = _mm512_set1_ps(xr[t][kk]);
-            o0[t] = _mm512_fmadd_ps(v0, xb, o0[t]);
-            if (TWO) o1[t] = _mm512_fmadd_ps(v1, xb, o1[t]);
-        }
-    }
-    for (int t = 0; t < TM; ++t) {
-        _mm512_storeu_ps(acc0 + 16 * t, o0[t]);
-        if (TWO) _mm512_storeu_ps(acc1 + 16 * t, o1[t]);
-    }
-}
-
-#define F16_TILES(TWO)                                                                      \
-    do {                                                                                  \
-        int i0 = 0;                                                                       \
-        for (; i0 + 8 <= m; i0 += 8)                                                      \
-            tile_f16(c, b0, b1, i0, 8, TWO, k0, k1, acc0 + 16 * i0, acc1 + 16 * i0);      \
-        for (; i0 + 2 <= m; i0 += 2)                                                      \
-            tile_f16(c, b0, b1, i0, 2, TWO, k0, k1, acc0 + 16 * i0, acc1 + 16 * i0);      \
-        if (i0 < m) tile_f16(c, b0, b1, i0, 1, TWO, k0, k1, acc0 + 16 * i0, acc1 + 16 * i0); \
-    } while (0)
-
-// The sums of all rows of x with blocks b0 and (b1 >= 0) b1 of float16 W into acc0, acc1
-// [m][16]: runs of k whose weights stay in the first-level cache while every tile of rows
-// meets them.
-static void f16_sums(const mm_ctx *c, int b0, int b1, float *acc0, float *acc1) {
-    const int m = c->a->m, k = c->a->k, run = 256;  // 16 KB of two blocks' weights
-    memset(acc0, 0, sizeof(float) * 16 * m);
-    if (b1 >= 0) memset(acc1, 0, sizeof(float) * 16 * m);
-    for (int k0 = 0; k0 < k; k0 += run) {
-        const int k1 = k0 + run < k ? k0 + run : k;
-        if (b1 >= 0)
-            F16_TILES(1);
-        else
-            F16_TILES(0);
-    }
-}
-
 // The sums of all rows of x with block b of W into acc [m][16]: the groups in runs whose
 // weights stay in the first-level cache while every tile of rows meets them.
 static void block_sums(const mm_ctx *c, int b, float *acc) {
@@ -487,20 +389,6 @@ static void products(void *p, int tid, int nt) {
     // contiguous runs of blocks per thread: each block's weights are read once from memory
     const int b0 = (int)((int64_t)c->nb * tid / nt), b1 = (int)((int64_t)c->nb * (tid + 1) / nt);
     for (int b = b0; b < b1; ++b) {
-        if (a->fmt == 1) {  // two blocks at once: the gate's and the up rows', or b and b + 1
-            if (a->glu) {
-                f16_sums(c, b, b + c->nb, acc, acc2);
-                finish_block(c, b, acc, acc2);
-            } else if (b + 1 < b1) {
-                f16_sums(c, b, b + 1, acc, acc2);
-                finish_block(c, b, acc, NULL);
-                finish_block(c, ++b, acc2, NULL);
-            } else {
-                f16_sums(c, b, -1, acc, NULL);
-                finish_block(c, b, acc, NULL);
-            }
-            continue;
-        }
         block_sums(c, b, acc);
         if (a->glu) block_sums(c, b + c->nb, acc2);  // block b of the gate, b + nb of the up rows
         finish_block(c, b, acc, acc2);
@@ -519,8 +407,7 @@ void clops_native_matmul(void *args) {
     const clops_mm_args *a = args;
     const int64_t m = a->m, k = a->k;
     const int64_t xqb = m * XQ_STRIDE(k);
-    size_t need = (size_t)(xqb + m * (k / 32) * 4 + m * (k / 16) * 4 + 192);
-    if ((size_t)(m * XF_STRIDE(k) * 4) > need) need = (size_t)(m * XF_STRIDE(k) * 4);
+    const size_t need = (size_t)(xqb + m * (k / 32) * 4 + m * (k / 16) * 4 + 192);
     if (need > scratch_bytes) {
         free(scratch);
         scratch = malloc(need);
@@ -530,21 +417,14 @@ void clops_native_matmul(void *args) {
     uint8_t *base = scratch;
     const int nout = a->glu ? a->n / 2 : a->n;
     const int rows_threads = m < a->threads ? (int)m : a->threads;
-    mm_ctx c = {a, NULL, NULL, NULL, a->x + a->x_off, a->ldx, (nout + 15) / 16};
+    mm_ctx c = {a, NULL, NULL, NULL, (nout + 15) / 16};
     pthread_mutex_lock(&P.call);
-    if (a->fmt == 1) {
-        norm_ctx nc = {a, (float *)base};
-        run_all(float_rows, &nc, rows_threads);
-        c.xf = nc.out;
-        c.ldf = XF_STRIDE(k);
-    } else {
-        quant_ctx q = {a, (int8_t *)base, (float *)(base + ((xqb + 63) & ~63)), NULL};
-        q.xs = (int32_t *)((uint8_t *)q.dx + ((m * (k / 32) * 4 + 63) & ~63));
-        run_all(quantize_rows, &q, rows_threads);
-        c.xq = q.xq;
-        c.dx = q.dx;
-        c.xs = q.xs;
-    }
+    quant_ctx q = {a, (int8_t *)base, (float *)(base + ((xqb + 63) & ~63)), NULL};
+    q.xs = (int32_t *)((uint8_t *)q.dx + ((m * (k / 32) * 4 + 63) & ~63));
+    run_all(quantize_rows, &q, rows_threads);
+    c.xq = q.xq;
+    c.dx = q.dx;
+    c.xs = q.xs;
     run_all(products, &c, a->threads);
     pthread_mutex_unlock(&P.call);
 #else

@@ -1,8 +1,7 @@
 """Kernels, native CPU products: ``native_cpu.c`` (products of quantized weights in the CPU
-layout with AVX-512 VNNI integer dot products, on int8 rows of x, and of float16 weights with
-float32 FMAs) built once with the system's C compiler for this machine's CPU, and run by the
-CPU device's queue as a native kernel (``runtime.nativekernel``) on the same buffers as its
-OpenCL kernels.
+layout with AVX-512 VNNI integer dot products, on int8 rows of x) built once with the system's
+C compiler for this machine's CPU, and run by the CPU device's queue as a native kernel
+(``runtime.nativekernel``) on the same buffers as its OpenCL kernels.
 
 Used where ``available(dev)`` holds: a CPU device whose runtime runs native kernels, a C
 compiler (``CC``, else ``cc``, ``gcc`` or ``clang``), an x86-64 CPU with AVX-512 VNNI and VBMI,
@@ -37,7 +36,7 @@ from ..runtime.device import cache_dir
 from ..runtime.plan import Launch
 from ..runtime.pool import Buffer
 
-FORMATS = ("q4", "q8", "f16")
+FORMATS = ("q4", "q8")
 # CPU runtimes whose native kernels were seen to meet their buffers: PoCL 3.1 handed a native
 # kernel other memory than a buffer it had written (the check below caught it) and once
 # crashed in one, so it is not asked
@@ -209,14 +208,16 @@ def _check(dev: CLDevice) -> bool:
 
 
 def takes(dev: CLDevice, w: Any) -> bool:
-    """Whether the product with weight ``w`` runs natively on ``dev``: weights in the CPU
-    layout, float16 ones (float rows), and q4 and q8 ones (q8 with a scale per 32 or 16 values)
-    that may meet int8 rows (``w.int8``)."""
-    if w.layout != "rb16" or w.fmt not in FORMATS or w.k % 32:
+    """Whether the product with weight ``w`` runs natively on ``dev``: q4 and q8 weights in
+    the CPU layout (q8 with a scale per 32 or 16 values) that may meet int8 rows
+    (``w.int8``).
+
+    PERF (2-core EPYC, Intel's runtime): float16 weights were tried natively too (two blocks
+    of 16 columns and 8 rows a tile, vcvtph2ps and FMAs at 390-440 GFLOP/s alone), but a 1B
+    F16 prompt ran at 156-165 tok/s against 170-176 with matmul_cpu.cl, so they keep it."""
+    if w.layout != "rb16" or w.fmt not in FORMATS or w.k % 32 or not w.int8:
         return False
-    if w.fmt != "f16" and (not w.int8 or (w.fmt == "q8" and w.group not in (16, 32))):
-        return False
-    return available(dev)
+    return (w.fmt == "q4" or w.group in (16, 32)) and available(dev)
 
 
 class MatmulKernel(nativekernel.NativeKernel):
@@ -229,7 +230,7 @@ class MatmulKernel(nativekernel.NativeKernel):
         fn = ctypes.cast(lib.clops_native_matmul, ctypes.c_void_p).value
         assert fn is not None
         super().__init__(fn, "native_matmul", 14)
-        self.fixed = dict(fmt={"f16": 1, "q4": 3, "q8": 4}[fmt], scale_half=int(scale_half),
+        self.fixed = dict(fmt=3 if fmt == "q4" else 4, scale_half=int(scale_half),
                           q4_sym=int(q4_sym), qgroup=qgroup, accum=int(accum), glu=int(glu),
                           has_bias=int(has_bias), norm=int(norm), threads=threads)
 
