@@ -92,9 +92,11 @@ __attribute__((constructor)) static void read_cpus(void) {
     pthread_atfork(NULL, NULL, forked);
 }
 
+static int start_gen[MAX_THREADS];  // the task count when each worker was made
+
 static void *worker(void *arg) {
     const int tid = (int)(intptr_t)arg;
-    int seen = 0;
+    int seen = start_gen[tid];  // (tasks before it are not its to run)
     if (have_cpus) pthread_setaffinity_np(pthread_self(), sizeof process_cpus, &process_cpus);
     for (;;) {
         // spin a little for the next task (a step's products follow each other), then sleep
@@ -127,6 +129,7 @@ static void run_all(task_fn fn, void *ctx, int nt) {
     }
     while (P.started < nt - 1) {
         pthread_t th;
+        start_gen[P.started + 1] = P.gen;
         if (pthread_create(&th, NULL, worker, (void *)(intptr_t)(P.started + 1)) != 0) break;
         pthread_detach(th);
         P.started++;

@@ -3,7 +3,8 @@ provider ``Call``), ``LaunchPlan`` (launches replayed with their arguments set o
 ``Capture``, the recording that ``clops.jit`` replays.
 
 Every enqueue clops makes goes through one of ``CLDevice.launch`` / ``copy`` / ``write`` /
-``read`` (generated kernels, hand kernels, custom kernels, transfers), ``LaunchPlan.replay``
+``read`` (generated kernels, hand kernels, custom kernels, a CPU device's native kernels
+(``nativekernel``), transfers), ``LaunchPlan.replay``
 (the LLM's decode and prompt steps) or ``providers.base.guarded_call`` (vendor libraries). Each
 of them hooks the capture in here, once: a launch, copy or host-to-device write is recorded; a
 device-to-host read, or a provider call that is not recorded as a whole ``Call``, is refused.

@@ -36,7 +36,7 @@ def _exact_rows(m: int, k: int) -> np.ndarray:
     return x
 
 
-def _host(lib, p, x, *, accum=None, bias=None, norm=None, glu=False):
+def _host(lib, p, x, *, accum=None, bias=None, norm=None, glu=False, threads=2):
     """y of the native product on host arrays (the entry the queue calls, called directly)."""
     sym = q4_symmetric(p)
     data, scales = interleave_rows(p, sym)
@@ -51,7 +51,7 @@ def _host(lib, p, x, *, accum=None, bias=None, norm=None, glu=False):
         nw=norm[0].ctypes.data if norm else None, y_off=0, ldy=n_out, x_off=0, ldx=k, m=m,
         n=p.n, k=k, fmt=3 if p.fmt == "q4" else 4, scale_half=int(p.scale_half),
         q4_sym=int(sym), qgroup=p.group, accum=int(accum is not None), glu=int(glu),
-        has_bias=int(bias is not None), norm=int(norm is not None), threads=2,
+        has_bias=int(bias is not None), norm=int(norm is not None), threads=threads,
         eps=norm[1] if norm else 0.0)
     lib.clops_native_matmul(ctypes.byref(a))
     del keep
@@ -192,3 +192,14 @@ def test_a_forked_child_starts_its_own_workers(lib):
     got = np.array(q.get(timeout=10), np.float32)
     np.testing.assert_allclose(got, x.astype(np.float64) @ ref.T, rtol=1e-5,
                                atol=1e-5 * np.abs(got).max())
+
+
+def test_more_threads_than_before(lib):
+    # workers made for a call with more threads than the calls before it start at that call
+    # (not at a task that has gone)
+    p, ref = _packed("Q8_0", 96, 256)
+    x = _exact_rows(6, p.k)
+    want = x.astype(np.float64) @ ref.T
+    for threads in (2, 3, 5, 2, 5):
+        got = _host(lib, p, x, threads=threads)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
