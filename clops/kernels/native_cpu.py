@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .. import _config
-from ..runtime import CLDevice, nativekernel
+from ..runtime import CLDevice, nativekernel, plan
 from ..runtime.device import cache_dir
 from ..runtime.plan import Launch
 from ..runtime.pool import Buffer
@@ -148,7 +148,8 @@ def available(dev: CLDevice) -> bool:
     with _CHECK_LOCK:
         ok = _CHECKED.get(dev)
         if ok is None:
-            ok = _CHECKED[dev] = _check(dev)
+            with plan.paused():  # (not part of a clops.jit function being captured)
+                ok = _CHECKED[dev] = _check(dev)
     return ok
 
 

@@ -203,3 +203,27 @@ def test_more_threads_than_before(lib):
     for threads in (2, 3, 5, 2, 5):
         got = _host(lib, p, x, threads=threads)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_the_first_product_inside_a_jit_capture(device, monkeypatch):
+    # the device's check product runs outside the capture: made inside it, its read-back was
+    # refused and the native products were turned off for the process
+    import weakref
+
+    import clops
+    from clops import nn
+
+    dev = _queue_device(device)
+    monkeypatch.setattr(native_cpu, "_CHECKED", weakref.WeakKeyDictionary())
+    p, ref = _packed("Q8_0", 48, 256)
+    w = DeviceWeight(dev, p, layout="rb16")
+
+    @clops.jit
+    def f(x):
+        return nn.linear(x, w)
+
+    x = _exact_rows(3, p.k)
+    got = np.asarray(f(clops.asarray(x, device=dev)))
+    assert native_cpu._CHECKED[dev] is True
+    want = x.astype(np.float64) @ ref.T
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
