@@ -13,6 +13,7 @@ PERF (2-core AMD EPYC Zen 5, 64 rows, 2 threads): q4 2048x8192 about 1100 GOP/s 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -107,22 +108,30 @@ def library() -> Any | None:
     folder = os.path.join(cache_dir(), "native")
     path = os.path.join(folder, f"native_cpu-{key}.so")
     if not os.path.exists(path):
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            c_file = os.path.join(tmp, "native_cpu.c")
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError:  # (a cache folder that cannot be written: build for this process)
+            folder = _process_folder().name
+            path = os.path.join(folder, f"native_cpu-{key}.so")
+        fd, out = tempfile.mkstemp(suffix=".so", dir=folder)  # beside it: the rename is atomic
+        os.close(fd)
+        c_file = out[:-3] + ".c"
+        try:
             with open(c_file, "w") as f:
                 f.write(src)
-            out = os.path.join(tmp, "native_cpu.so")
-            try:
-                done = subprocess.run([cc, *flags, "-o", out, c_file, "-lm"],
-                                      capture_output=True, text=True, timeout=300)
-            except (OSError, subprocess.SubprocessError):
-                return None
+            done = subprocess.run([cc, *flags, "-o", out, c_file, "-lm"],
+                                  capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
                 if _config.debug_level():
                     print(f"clops: native CPU kernels not built:\n{done.stderr}")
                 return None
-            os.replace(out, path)  # (atomic: another process may be building it too)
+            os.replace(out, path)  # (another process may be building it too)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        finally:
+            for leftover in (c_file, out):
+                with contextlib.suppress(OSError):
+                    os.remove(leftover)
     try:
         lib = ctypes.CDLL(path)
     except OSError:
@@ -131,6 +140,12 @@ def library() -> Any | None:
             or lib.clops_native_args_size() != ctypes.sizeof(_Args)):
         return None
     return lib
+
+
+@functools.cache
+def _process_folder() -> tempfile.TemporaryDirectory[str]:
+    """A folder of this process's own (removed at exit), where the cache cannot be written."""
+    return tempfile.TemporaryDirectory(prefix="clops-native-")
 
 
 _CHECKED: weakref.WeakKeyDictionary[CLDevice, bool] = weakref.WeakKeyDictionary()
