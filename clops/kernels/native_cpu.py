@@ -110,10 +110,11 @@ def library() -> Any | None:
     if not os.path.exists(path):
         try:
             os.makedirs(folder, exist_ok=True)
+            fd, out = tempfile.mkstemp(suffix=".so", dir=folder)  # beside it: atomic rename
         except OSError:  # (a cache folder that cannot be written: build for this process)
             folder = _process_folder().name
             path = os.path.join(folder, f"native_cpu-{key}.so")
-        fd, out = tempfile.mkstemp(suffix=".so", dir=folder)  # beside it: the rename is atomic
+            fd, out = tempfile.mkstemp(suffix=".so", dir=folder)
         os.close(fd)
         c_file = out[:-3] + ".c"
         try:
