@@ -43,6 +43,7 @@ def reshape(x: Tensor, /, shape: Sequence[int], *, copy: bool | None = None) -> 
     if prod(new) != x.size:
         raise ValueError(f"cannot reshape a tensor of shape {x.shape} ({x.size} elements) "
                          f"into {new}")
+    _fits_bytes("reshape", new, x)
     node = x._node.resolve()
     if copy is False and node.op == "load" and node.arg[1].reshape(new) is None:
         raise ValueError("reshape with copy=False: these strides need a copy")
@@ -67,10 +68,17 @@ def broadcast_to(x: Tensor, /, shape: Sequence[int]) -> Tensor:
     shape = as_shape(shape, "broadcast_to")
     if _broadcast(x.shape, shape) != shape:
         raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
-    if prod(shape) * x.dtype.itemsize > MAX_SIZE:  # (as numpy: byte offsets must fit int64)
-        raise ValueError(f"broadcast_to: shape {shape} of {x.dtype} is too big: its bytes "
-                         f"exceed {MAX_SIZE} (int64)")
+    _fits_bytes("broadcast_to", shape, x)
     return Tensor(broadcast_node(x._node.resolve(), shape), x.device)
+
+
+def _fits_bytes(what: str, shape: tuple[int, ...], x: Tensor) -> None:
+    """ValueError where the bytes of ``shape``'s nonzero dimensions of x's dtype pass int64:
+    numpy's rule (byte offsets must fit), which counts them even where another dimension is
+    0, as in (0, 2**61) of int32."""
+    if prod(tuple(n for n in shape if n)) * x.dtype.itemsize > MAX_SIZE:
+        raise ValueError(f"{what}: shape {shape} of {x.dtype} is too big: the bytes of its "
+                         f"nonzero dimensions exceed {MAX_SIZE} (int64)")
 
 
 def broadcast_arrays(*arrays: Tensor) -> list[Tensor] | tuple[Tensor, ...]:

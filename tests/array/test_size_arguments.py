@@ -128,6 +128,7 @@ def test_eye_with_any_size_gives_a_result_or_a_clean_error(rows, cols, device):
 @_SETTINGS
 @given(src=st.lists(st.integers(0, 3), max_size=3).map(tuple), shape=_shapes)
 @example(src=(), shape=(2, 2, 2**59))  # elements fit int64, their bytes do not (numpy refuses)
+@example(src=(0,), shape=(0, 2**61))  # no elements, but numpy counts the nonzero dimensions
 def test_reshape_and_broadcast_to_with_any_shape_match_numpy(src, shape, device):
     a = np.arange(int(np.prod(src)), dtype=np.int32).reshape(src)
     x = clops.asarray(a, device=device)
