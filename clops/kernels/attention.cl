@@ -216,6 +216,21 @@ __kernel void attn_decode(__global float *part, __global const float *q,
     out[HEAD_DIM + 1] = l;
 }
 
+// Dimension d of the attention whose n partials (unnormalized output, max, sum; D + 2 floats
+// each) are p. (volatile: combine_last reads other work-groups' partials past any cached copy)
+inline float combine_parts(volatile __global const float *p, int n, int d) {
+    float mx = -INFINITY;
+    for (int s = 0; s < n; ++s) mx = fmax(mx, p[s * (HEAD_DIM + 2) + HEAD_DIM]);
+    float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < n; ++s) {
+        volatile __global const float *ps = p + s * (HEAD_DIM + 2);
+        float w = exp(ps[HEAD_DIM] - mx);
+        num += w * ps[d];
+        den += w * ps[HEAD_DIM + 1];
+    }
+    return num / den;
+}
+
 #ifdef CHUNK
 // The softmax numerators of a chunk's scores p[0, n), in place: exp(p - max), by the HEAD_DIM
 // work-items of a group, each bringing the max of the scores it wrote. Returns (max, sum).
@@ -325,17 +340,7 @@ inline void combine_last(__global float *o, __global const float *part_h, __glob
     barrier(CLK_LOCAL_MEM_FENCE);
     if (!*last) return;
     GLOBAL_FENCE();
-    // volatile: the partials of other work-groups, read past any cached copy
-    volatile __global const float *ph = part_h;
-    float gm = -INFINITY;
-    for (int i = 0; i < active; ++i) gm = fmax(gm, ph[i * (HEAD_DIM + 2) + HEAD_DIM]);
-    float num = 0.0f, den = 0.0f;
-    for (int i = 0; i < active; ++i) {
-        const float w = exp(ph[i * (HEAD_DIM + 2) + HEAD_DIM] - gm);
-        num += w * ph[i * (HEAD_DIM + 2) + t];
-        den += w * ph[i * (HEAD_DIM + 2) + HEAD_DIM + 1];
-    }
-    o[t] = num / den;
+    o[t] = combine_parts(part_h, active, t);
     if (t == 0) atomic_xchg(cnt, 0);
 }
 #endif
@@ -477,21 +482,6 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
 #endif
 }
 #endif
-
-// Dimension d of the attention whose n partials (unnormalized output, max, sum; D + 2 floats
-// each) are p.
-inline float combine_parts(__global const float *p, int n, int d) {
-    float mx = -INFINITY;
-    for (int s = 0; s < n; ++s) mx = fmax(mx, p[s * (HEAD_DIM + 2) + HEAD_DIM]);
-    float num = 0.0f, den = 0.0f;
-    for (int s = 0; s < n; ++s) {
-        __global const float *ps = p + s * (HEAD_DIM + 2);
-        float w = exp(ps[HEAD_DIM] - mx);
-        num += w * ps[d];
-        den += w * ps[HEAD_DIM + 1];
-    }
-    return num / den;
-}
 
 // Combine the splits of attn_decode: out [H][D]. Work geometry: global (D, H).
 __kernel void attn_combine(__global float *out, __global const float *part,
