@@ -303,9 +303,11 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
                          f"rows, not {w.n}")
     if glu_out and accum:
         raise ValueError("matmul: glu_out= and accum= do not go together")
-    if native_cpu.takes(dev, w):
+    if native_cpu.takes(dev, w) or (not row_invariant and native_cpu.takes_float(dev, w, m)):
         # PERF: integer dot products (AVX-512 VNNI) on int8 rows of x, a row's sums in one
-        # order whatever the rows (row_invariant holds)
+        # order whatever the rows (row_invariant holds); float16 weights natively for a
+        # decode step's few rows (the batch engine's plans, row_invariant, keep matmul_cpu.cl
+        # for every row count)
         args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm)
         return native_cpu.matmul(dev, args, reads, y, w, bias=bias is not None, accum=accum,
                                  norm=norm is not None, glu_out=glu_out, name=name)

@@ -1,7 +1,8 @@
 """Kernels, native CPU products: ``native_cpu.c`` (products of quantized weights in the CPU
-layout with AVX-512 VNNI integer dot products, on int8 rows of x) built once with the system's
-C compiler for this machine's CPU, and run by the CPU device's queue as a native kernel
-(``runtime.nativekernel``) on the same buffers as its OpenCL kernels.
+layout with AVX-512 VNNI integer dot products, on int8 rows of x; and of float16 weights with
+few rows of x, as in a decode step) built once with the system's C compiler for this machine's
+CPU, and run by the CPU device's queue as a native kernel (``runtime.nativekernel``) on the
+same buffers as its OpenCL kernels.
 
 Used where ``available(dev)`` holds: a CPU device whose runtime runs native kernels, a C
 compiler (``CC``, else ``cc``, ``gcc`` or ``clang``), an x86-64 CPU with AVX-512 VNNI and VBMI,
@@ -237,6 +238,22 @@ def takes(dev: CLDevice, w: Any) -> bool:
     return (w.fmt == "q4" or w.group in (16, 32)) and available(dev)
 
 
+# float16 weights run natively for at most this many rows
+FLOAT_ROWS = 4
+
+
+def takes_float(dev: CLDevice, w: Any, m: int) -> bool:
+    """Whether the product of m rows with float16 weight ``w`` runs natively on ``dev``: the
+    CPU layout, m at most ``FLOAT_ROWS`` (a decode step), float rows a row at a time.
+
+    PERF (2-core EPYC Zen 5, Intel's runtime): a decode row's products stream the weights at
+    about 52 GB/s where matmul_cpu.cl streams about 41; prompts keep matmul_cpu.cl, which takes
+    several rows a tile (natively, 8 rows a tile gave a 1B F16 prompt 156-165 tok/s against
+    170-176)."""
+    return (w.layout == "rb16" and w.fmt == "f16" and w.k % 32 == 0 and 0 < m <= FLOAT_ROWS
+            and available(dev))
+
+
 class MatmulKernel(nativekernel.NativeKernel):
     """``clops_native_matmul`` with matmul_cpu.cl's arguments (``matmul._matmul_args``'s
     list: y, y_off, ldy, x, x_off, ldx, data, scales, bias, m, n, k, nw, eps) and the
@@ -247,7 +264,7 @@ class MatmulKernel(nativekernel.NativeKernel):
         fn = ctypes.cast(lib.clops_native_matmul, ctypes.c_void_p).value
         assert fn is not None
         super().__init__(fn, "native_matmul", 14)
-        self.fixed = dict(fmt=3 if fmt == "q4" else 4, scale_half=int(scale_half),
+        self.fixed = dict(fmt={"f16": 1, "q4": 3, "q8": 4}[fmt], scale_half=int(scale_half),
                           q4_sym=int(q4_sym), qgroup=qgroup, accum=int(accum), glu=int(glu),
                           has_bias=int(has_bias), norm=int(norm), threads=threads)
 
@@ -268,7 +285,8 @@ class MatmulKernel(nativekernel.NativeKernel):
 
 def matmul(dev: CLDevice, args: list[Any], reads: list[Buffer], y: Buffer, w: Any, *,
            bias: bool, accum: bool, norm: bool, glu_out: bool, name: str) -> Launch:
-    """The native product (``takes(dev, w)``) with matmul_cpu.cl's argument list."""
+    """The native product (``takes(dev, w)`` or ``takes_float(dev, w, m)``) with
+    matmul_cpu.cl's argument list."""
     lib = library()
     assert lib is not None
     knl = MatmulKernel(lib, fmt=w.fmt, scale_half=w.scale_half, q4_sym=w.q4_sym,

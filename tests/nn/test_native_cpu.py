@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from clops.kernels import matmul, native_cpu
-from clops.nn.quant import DeviceWeight, PackedWeight, interleave_rows, q4_symmetric
+from clops.nn.quant import DeviceWeight, PackedWeight, interleave_rows, pack_float, q4_symmetric
 from clops.runtime.plan import LaunchPlan
 
 from .test_cpu_layout import _packed, _up
@@ -49,7 +49,7 @@ def _host(lib, p, x, *, accum=None, bias=None, norm=None, glu=False, threads=2):
         s=scales.ctypes.data if scales is not None else None,
         bias=bias.ctypes.data if bias is not None else None,
         nw=norm[0].ctypes.data if norm else None, y_off=0, ldy=n_out, x_off=0, ldx=k, m=m,
-        n=p.n, k=k, fmt=3 if p.fmt == "q4" else 4, scale_half=int(p.scale_half),
+        n=p.n, k=k, fmt={"f16": 1, "q4": 3, "q8": 4}[p.fmt], scale_half=int(p.scale_half),
         q4_sym=int(sym), qgroup=p.group, accum=int(accum is not None), glu=int(glu),
         has_bias=int(bias is not None), norm=int(norm is not None), threads=threads,
         eps=norm[1] if norm else 0.0)
@@ -106,6 +106,38 @@ def test_a_rows_sums_do_not_depend_on_the_other_rows(lib, kind):
         assert np.array_equal(_host(lib, p, x[i:i + 1].copy())[0], batch[i])
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_float16_weights_meet_float_rows(lib, m):
+    # a decode step's products of float16 weights (native_cpu.takes_float) against float64:
+    # 72 columns (four blocks of 16 in pairs and one cut short alone) with bias, accumulation
+    # and norm; the GLU of 2 x 48 columns; a row's sums whatever the other rows
+    k = 2080
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    xd = x.astype(np.float64)
+    nw = (RNG.random(k) + 0.5).astype(np.float32)
+    xn = xd / np.sqrt((xd ** 2).mean(1, keepdims=True) + 1e-5) * nw
+    for n in (72, 96):
+        p = pack_float(RNG.standard_normal((n, k)).astype(np.float32), "f16")
+        ref = p.dequantize().astype(np.float64)
+        bias = RNG.standard_normal(n).astype(np.float32)
+        y0 = RNG.standard_normal((m, n)).astype(np.float32)
+        lin = xd @ ref.T + bias
+        if n == 72:
+            cases = [(dict(), xd @ ref.T), (dict(bias=bias), lin),
+                     (dict(accum=y0), xd @ ref.T + y0), (dict(norm=(nw, 1e-5)), xn @ ref.T)]
+        else:
+            h = n // 2
+            cases = [(dict(glu=True, bias=bias),
+                      lin[:, :h] / (1 + np.exp(-lin[:, :h])) * lin[:, h:])]
+        for kw, want in cases:
+            got = _host(lib, p, x, **kw)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max(),
+                                       err_msg=str(list(kw)))
+            for i in range(m):
+                one = {a: (b[i:i + 1].copy() if a == "accum" else b) for a, b in kw.items()}
+                assert np.array_equal(_host(lib, p, x[i:i + 1].copy(), **one)[0], got[i])
+
+
 def _queue_device(device):
     if not native_cpu.available(device):
         pytest.skip(f"{device.name} does not run the native products (runtimes "
@@ -135,6 +167,28 @@ def test_through_the_queue_in_a_plan_resized_to_other_rows(device, kind):
         np.testing.assert_allclose(got[:rows], times * want[:rows], rtol=1e-5,
                                    atol=1e-5 * np.abs(want).max())
         assert not got[rows:].any()
+
+
+def test_float16_weights_natively_for_a_decode_step_only(device):
+    # the native float16 products serve up to FLOAT_ROWS rows outside the batch engine's
+    # row-invariant plans; a prompt's rows and those plans keep matmul_cpu.cl
+    dev = _queue_device(device)
+    n, k = 48, 256
+    w = RNG.standard_normal((n, k)).astype(np.float32)
+    p = pack_float(w, "f16")
+    dw = DeviceWeight(dev, p, layout="rb16")
+    x = RNG.standard_normal((8, k)).astype(np.float32)
+    xb, yb = _up(dev, x), _up(dev, np.zeros((8, n), np.float32))
+    for m, invariant, native in ((1, False, True), (native_cpu.FLOAT_ROWS, False, True),
+                                 (native_cpu.FLOAT_ROWS + 1, False, False), (1, True, False)):
+        ln = matmul.matmul(dev, yb, 0, n, xb, 0, k, dw, m, row_invariant=invariant)
+        assert isinstance(ln.kernel, native_cpu.MatmulKernel) == native, (m, invariant)
+        assert not matmul.int8_rows(dev, m, dw)
+        ln.run(dev)
+        got = np.empty((8, n), np.float32)
+        dev.read(got, yb)
+        want = x[:m].astype(np.float64) @ p.dequantize().astype(np.float64).T
+        np.testing.assert_allclose(got[:m], want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
 def test_float_rows_where_asked(device):
