@@ -22,6 +22,8 @@
 //
 // Work is split over a small pool of threads (the device's cores): blocks of 16 output columns,
 // after the rows of x are quantized or normalized (split by rows).
+//
+// Also a decode row's attention (clops_native_attention, at the end).
 
 #define _GNU_SOURCE
 #include <math.h>
@@ -554,6 +556,127 @@ void clops_native_matmul(void *args) {
         c.xs = q.xs;
     }
     run_all(products, &c, a->threads);
+    pthread_mutex_unlock(&P.call);
+#else
+    (void)args;
+#endif
+}
+
+// ---- decode attention ----
+// One query row at position pos = state[0] straight from the QKV projection (attn_decode_cpu of
+// attention.cl, natively): q and the new k rotated (NEOX: pairs (i, i + D/2), else (2i, 2i+1)),
+// the new k and v stored in the cache at pos, and each query head's attention over the keys
+// 0 .. pos. A key-value head and its n_rep query heads are one task: its keys and values are
+// read from memory once for them. Scores first (a row of L = pos + 1), then their softmax with
+// a vector exp, then the weighted values.
+typedef struct {
+    float *out;             // [H][D]
+    const float *qkv;       // [q (H*D) | k (KV*D) | v (KV*D)]
+    float *kc, *vc;         // [KV][max_seq][D]
+    const int32_t *state;   // state[0]: pos
+    const float *inv_freq;  // [D / 2]
+    int32_t max_seq, n_rep, H, KV, D, neox, threads;
+    float scale;
+} clops_attn_args;
+
+int clops_native_attn_args_size(void) { return (int)sizeof(clops_attn_args); }
+
+#if HAVE_VNNI
+typedef struct {
+    const clops_attn_args *a;
+    const float *cs, *sn;  // [D / 2]: the angles' cosines and sines at pos
+    int next;              // the first key-value head no thread has taken
+} attn_ctx;
+
+static void rotate(const clops_attn_args *a, const float *cs, const float *sn, const float *src,
+                   float mul, float *dst) {
+    const int half = a->D / 2;
+    for (int i = 0; i < half; ++i) {
+        const int p0 = a->neox ? i : 2 * i, p1 = a->neox ? i + half : 2 * i + 1;
+        const float x0 = src[p0], x1 = src[p1];
+        dst[p0] = (x0 * cs[i] - x1 * sn[i]) * mul;
+        dst[p1] = (x0 * sn[i] + x1 * cs[i]) * mul;
+    }
+}
+
+static void attend_heads(void *p, int tid, int nt) {
+    attn_ctx *c = p;
+    const clops_attn_args *a = c->a;
+    const int D = a->D, DV = D / 16, R = a->n_rep, pos = a->state[0], L = pos + 1;
+    const int64_t ms = a->max_seq;
+    (void)tid;
+    (void)nt;
+    // q rows [R][D], then the scores [R][L16] (L rounded up to 16)
+    const int L16 = (L + 15) & ~15;
+    float *scratch = aligned_alloc(64, sizeof(float) * ((size_t)R * D + (size_t)R * L16) + 64);
+    if (!scratch) return;
+    float *q = scratch, *s = scratch + (size_t)R * D;
+    for (;;) {
+        const int g = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
+        if (g >= a->KV) break;
+        float *kb = a->kc + (int64_t)g * ms * D, *vb = a->vc + (int64_t)g * ms * D;
+        rotate(a, c->cs, c->sn, a->qkv + (int64_t)(a->H + g) * D, 1.0f, kb + (int64_t)pos * D);
+        memcpy(vb + (int64_t)pos * D, a->qkv + (int64_t)(a->H + a->KV + g) * D,
+               sizeof(float) * D);
+        for (int r = 0; r < R; ++r)
+            rotate(a, c->cs, c->sn, a->qkv + (int64_t)(g * R + r) * D, a->scale, q + r * D);
+        for (int r = 0; r < R; ++r) {
+            const float *qr = q + r * D;
+            float *sr = s + (size_t)r * L16;
+            __m512 qv[16];
+            for (int d = 0; d < DV; ++d) qv[d] = _mm512_loadu_ps(qr + 16 * d);
+            float mx = -INFINITY;
+            for (int j = 0; j < L; ++j) {
+                const float *kj = kb + (int64_t)j * D;
+                __m512 t = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kj));
+                for (int d = 1; d < DV; ++d)
+                    t = _mm512_fmadd_ps(qv[d], _mm512_loadu_ps(kj + 16 * d), t);
+                sr[j] = _mm512_reduce_add_ps(t);
+                mx = sr[j] > mx ? sr[j] : mx;
+            }
+            // the weights e^(s - max), 0 past L, and their sum
+            const __m512 m = _mm512_set1_ps(mx);
+            __m512 l = _mm512_setzero_ps();
+            for (int j = 0; j < L; j += 16) {
+                const __mmask16 in =
+                    L - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (L - j)) - 1u);
+                const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(in, sr + j), m);
+                const __m512 e = _mm512_maskz_mov_ps(in, exp16(x));
+                _mm512_store_ps(sr + j, e);
+                l = _mm512_add_ps(l, e);
+            }
+            const float inv = 1.0f / _mm512_reduce_add_ps(l);
+            __m512 acc[16];
+            for (int d = 0; d < DV; ++d) acc[d] = _mm512_setzero_ps();
+            for (int j = 0; j < L; ++j) {
+                const __m512 w = _mm512_set1_ps(sr[j]);
+                const float *vj = vb + (int64_t)j * D;
+                for (int d = 0; d < DV; ++d)
+                    acc[d] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vj + 16 * d), acc[d]);
+            }
+            float *o = a->out + (int64_t)(g * R + r) * D;
+            for (int d = 0; d < DV; ++d)
+                _mm512_storeu_ps(o + 16 * d, _mm512_mul_ps(acc[d], _mm512_set1_ps(inv)));
+        }
+    }
+    free(scratch);
+}
+#endif
+
+// The entry of the native decode attention: the runtime's copy of a clops_attn_args.
+void clops_native_attention(void *args) {
+#if HAVE_VNNI
+    const clops_attn_args *a = args;
+    float cs[128], sn[128];  // (D at most 256)
+    const float pos = (float)a->state[0];
+    for (int i = 0; i < a->D / 2; ++i) {
+        const float ang = pos * a->inv_freq[i];
+        cs[i] = cosf(ang);
+        sn[i] = sinf(ang);
+    }
+    attn_ctx c = {a, cs, sn, 0};
+    pthread_mutex_lock(&P.call);
+    run_all(attend_heads, &c, a->threads < a->KV ? a->threads : a->KV);
     pthread_mutex_unlock(&P.call);
 #else
     (void)args;

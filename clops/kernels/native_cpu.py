@@ -1,8 +1,8 @@
 """Kernels, native CPU products: ``native_cpu.c`` (products of quantized weights in the CPU
-layout with AVX-512 VNNI integer dot products, on int8 rows of x; and of float16 weights with
-few rows of x, as in a decode step) built once with the system's C compiler for this machine's
-CPU, and run by the CPU device's queue as a native kernel (``runtime.nativekernel``) on the
-same buffers as its OpenCL kernels.
+layout with AVX-512 VNNI integer dot products, on int8 rows of x; of float16 weights with few
+rows of x, as in a decode step; and a decode row's attention) built once with the system's C
+compiler for this machine's CPU, and run by the CPU device's queue as a native kernel
+(``runtime.nativekernel``) on the same buffers as its OpenCL kernels.
 
 Used where ``available(dev)`` holds: a CPU device whose runtime runs native kernels, a C
 compiler (``CC``, else ``cc``, ``gcc`` or ``clang``), an x86-64 CPU with AVX-512 VNNI and VBMI,
@@ -58,6 +58,17 @@ class _Args(ctypes.Structure):
                 ("accum", ctypes.c_int32), ("glu", ctypes.c_int32),
                 ("has_bias", ctypes.c_int32), ("norm", ctypes.c_int32),
                 ("threads", ctypes.c_int32), ("eps", ctypes.c_float), ("pad", ctypes.c_int32)]
+
+
+class _AttnArgs(ctypes.Structure):
+    """``clops_attn_args`` of native_cpu.c."""
+
+    _fields_ = [("out", ctypes.c_void_p), ("qkv", ctypes.c_void_p), ("kc", ctypes.c_void_p),
+                ("vc", ctypes.c_void_p), ("state", ctypes.c_void_p),
+                ("inv_freq", ctypes.c_void_p), ("max_seq", ctypes.c_int32),
+                ("n_rep", ctypes.c_int32), ("H", ctypes.c_int32), ("KV", ctypes.c_int32),
+                ("D", ctypes.c_int32), ("neox", ctypes.c_int32), ("threads", ctypes.c_int32),
+                ("scale", ctypes.c_float)]
 
 
 def _compiler() -> str | None:
@@ -139,7 +150,8 @@ def library() -> Any | None:
     except OSError:
         return None
     if (lib.clops_native_version() != _VERSION or not lib.clops_native_vnni()
-            or lib.clops_native_args_size() != ctypes.sizeof(_Args)):
+            or lib.clops_native_args_size() != ctypes.sizeof(_Args)
+            or lib.clops_native_attn_args_size() != ctypes.sizeof(_AttnArgs)):
         return None
     return lib
 
@@ -293,3 +305,49 @@ def matmul(dev: CLDevice, args: list[Any], reads: list[Buffer], y: Buffer, w: An
                        qgroup=w.group, accum=accum, glu=glu_out, has_bias=bias, norm=norm,
                        threads=dev.caps.compute_units)
     return Launch(knl, (1,), None, args, reads, [y], name)
+
+
+def takes_attention(dev: CLDevice, head_dim: int) -> bool:
+    """Whether a decode row's attention on ``dev`` runs natively (``attention``): heads of a
+    multiple of 16 values, at most 256.
+
+    PERF (2-core EPYC Zen 5, Intel's runtime, Llama-3.2-1B body at about 100 positions):
+    attn_decode_cpu of attention.cl took about 37 us a layer (a work-item per query head, an
+    exp per key); the native one reads each key-value head once for its query heads and
+    takes the exps 16 at a time."""
+    return head_dim % 16 == 0 and 0 < head_dim <= 256 and available(dev)
+
+
+class AttentionKernel(nativekernel.NativeKernel):
+    """``clops_native_attention`` with attn_decode_cpu's arguments (out, qkv, kc, vc, state,
+    inv_freq, max_seq, n_rep, H, KV, scale)."""
+
+    def __init__(self, lib: Any, *, head_dim: int, neox: bool, threads: int) -> None:
+        fn = ctypes.cast(lib.clops_native_attention, ctypes.c_void_p).value
+        assert fn is not None
+        super().__init__(fn, "native_attention", 11)
+        self.fixed = dict(D=head_dim, neox=int(neox), threads=threads)
+
+    def block(self) -> tuple[ctypes.Structure, list[tuple[str, Any]]]:
+        (out, qkv, kc, vc, state, inv_freq, max_seq, n_rep, h, kv, scale) = self.args
+        mems = [("out", out), ("qkv", qkv), ("kc", kc), ("vc", vc), ("state", state),
+                ("inv_freq", inv_freq)]
+        blk = _AttnArgs(max_seq=int(max_seq), n_rep=int(n_rep), H=int(h), KV=int(kv),
+                        scale=float(scale), **self.fixed)
+        for name, mem in mems:
+            setattr(blk, name, mem.int_ptr)
+        return blk, mems
+
+
+def attention(dev: CLDevice, out: Buffer, qkv: Buffer, kc: Buffer, vc: Buffer, state: Buffer,
+              inv_freq: Buffer, *, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
+              scale: float, neox: bool) -> Launch:
+    """Decode attention of one row straight from the QKV projection, natively
+    (``takes_attention``): what ``attention.attn_decode_cpu`` does, with its arguments."""
+    lib = library()
+    assert lib is not None
+    knl = AttentionKernel(lib, head_dim=head_dim, neox=neox, threads=dev.caps.compute_units)
+    args = [out, qkv, kc, vc, state, inv_freq, np.int32(max_seq), np.int32(n_heads // n_kv),
+            np.int32(n_heads), np.int32(n_kv), np.float32(scale)]
+    return Launch(knl, (1,), None, args, [qkv, kc, vc, state, inv_freq], [out, kc, vc],
+                  "attn_decode")

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import Launch, LaunchPlan, activation, attention, matmul, norm
+from ..kernels import Launch, LaunchPlan, activation, attention, matmul, native_cpu, norm
 from ..kernels import sample as sample_kernel
 from ..nn.quant import DeviceWeight, PackedWeight, concat, upload
 from ..runtime import CLDevice
@@ -361,11 +361,13 @@ class Model:
         common: dict[str, Any] = dict(state=self.state, n_heads=H, n_kv=KV, head_dim=D,
                                       scale=scale)
         if m == 1 and plain and attention.cpu_decode(dev, D):
-            # PERF (CPUs): one launch a layer, a work-item per query head
-            add(attention.attn_decode_cpu(dev, self.attn, self.qkv, ly.k_cache, ly.v_cache,
-                                          self.state, ly.inv_freq, n_heads=H, n_kv=KV,
-                                          head_dim=D, max_seq=self.max_seq, scale=scale,
-                                          neox=cfg.rope_neox))
+            # PERF (CPUs): one launch a layer, a work-item per query head, or natively a task
+            # per key-value head
+            make = (native_cpu.attention if native_cpu.takes_attention(dev, D)
+                    else attention.attn_decode_cpu)
+            add(make(dev, self.attn, self.qkv, ly.k_cache, ly.v_cache, self.state,
+                     ly.inv_freq, n_heads=H, n_kv=KV, head_dim=D, max_seq=self.max_seq,
+                     scale=scale, neox=cfg.rope_neox))
             return
         if m == 1 and plain and attention.fused_decode(dev, D):
             # PERF: rotation, cache store, attention and (where the device allows) the

@@ -9,7 +9,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from clops.kernels import matmul, native_cpu
+from clops.kernels import attention, matmul, native_cpu
 from clops.nn.quant import DeviceWeight, PackedWeight, interleave_rows, pack_float, q4_symmetric
 from clops.runtime.plan import LaunchPlan
 
@@ -281,3 +281,82 @@ def test_the_first_product_inside_a_jit_capture(device, monkeypatch):
     assert native_cpu._CHECKED[dev] is True
     want = x.astype(np.float64) @ ref.T
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def _attention_reference(qkv, kc, vc, pos, inv_freq, h, kv, d, scale, neox):
+    """Decode attention of one row in float64: out [H][D] and the caches with the new
+    position."""
+    q = qkv[:h * d].reshape(h, d).astype(np.float64)
+    k = qkv[h * d:(h + kv) * d].reshape(kv, d).astype(np.float64)
+    v = qkv[(h + kv) * d:].reshape(kv, d).astype(np.float64)
+    ang = pos * inv_freq.astype(np.float64)
+    c, s = np.cos(ang), np.sin(ang)
+
+    def rot(x):
+        x = x.copy()
+        i0, i1 = (slice(0, d // 2), slice(d // 2, d)) if neox else (slice(0, d, 2),
+                                                                   slice(1, d, 2))
+        a, b = x[:, i0].copy(), x[:, i1].copy()
+        x[:, i0], x[:, i1] = a * c - b * s, a * s + b * c
+        return x
+
+    kcache, vcache = kc.astype(np.float64), vc.astype(np.float64)
+    kcache[:, pos], vcache[:, pos] = rot(k), v
+    q = rot(q) * scale
+    out = np.empty((h, d))
+    for i in range(h):
+        g = i // (h // kv)
+        sc = kcache[g, :pos + 1] @ q[i]
+        p = np.exp(sc - sc.max())
+        out[i] = p @ vcache[g, :pos + 1] / p.sum()
+    return out, kcache, vcache
+
+
+@pytest.mark.parametrize("h,kv,d,pos,neox", [(32, 8, 64, 0, True), (32, 8, 64, 37, True),
+                                             (4, 4, 128, 100, False), (6, 2, 16, 16, True),
+                                             (9, 3, 32, 15, False), (2, 1, 256, 300, True)])
+def test_decode_attention(lib, h, kv, d, pos, neox):
+    # positions 0, around a block of 16 scores and past several; grouped and plain heads
+    ms = 320
+    qkv = RNG.standard_normal((h + 2 * kv) * d).astype(np.float32)
+    kc = RNG.standard_normal((kv, ms, d)).astype(np.float32)
+    vc = RNG.standard_normal((kv, ms, d)).astype(np.float32)
+    inv = (1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
+    state = np.array([pos], np.int32)
+    out = np.zeros((h, d), np.float32)
+    want, kw, vw = _attention_reference(qkv, kc, vc, pos, inv, h, kv, d, 0.125, neox)
+    a = native_cpu._AttnArgs(out=out.ctypes.data, qkv=qkv.ctypes.data, kc=kc.ctypes.data,
+                             vc=vc.ctypes.data, state=state.ctypes.data,
+                             inv_freq=inv.ctypes.data, max_seq=ms, n_rep=h // kv, H=h, KV=kv,
+                             D=d, neox=int(neox), threads=2, scale=0.125)
+    lib.clops_native_attention(ctypes.byref(a))
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+    # (the new key's rotation at float32 angles: pos * inv_freq rounded)
+    np.testing.assert_allclose(kc, kw, rtol=1e-4, atol=1e-4)
+    assert np.array_equal(vc, vw.astype(np.float32))
+
+
+def test_decode_attention_through_the_queue_as_the_opencl_kernel(device):
+    dev = _queue_device(device)
+    h, kv, d, ms, pos = 32, 8, 64, 128, 70
+    qkv = RNG.standard_normal((h + 2 * kv) * d).astype(np.float32)
+    caches = RNG.standard_normal((2, kv, ms, d)).astype(np.float32)
+    inv = (1.0 / 500000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
+    outs = []
+    for make in (native_cpu.attention, attention.attn_decode_cpu):
+        bufs = [_up(dev, a) for a in (qkv, caches[0], caches[1], np.array([pos], np.int32),
+                                      inv, np.zeros((h, d), np.float32))]
+        ln = make(dev, bufs[5], *bufs[:5], n_heads=h, n_kv=kv, head_dim=d, max_seq=ms,
+                  scale=0.125, neox=True)
+        ln.run(dev)
+        got = [np.empty((h, d), np.float32), np.empty((kv, ms, d), np.float32),
+               np.empty((kv, ms, d), np.float32)]
+        for arr, b in zip(got, (bufs[5], bufs[1], bufs[2])):
+            dev.read(arr, b)
+        outs.append(got)
+    assert isinstance(native_cpu.attention(dev, *bufs[:6], n_heads=h, n_kv=kv, head_dim=d,
+                                           max_seq=ms, scale=0.125, neox=True).kernel,
+                      native_cpu.AttentionKernel)
+    np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-6)
+    assert np.array_equal(outs[0][2], outs[1][2])
