@@ -135,7 +135,9 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int,
             "copy_ceiling_gbps": ceiling["gbps"],
             "of_copy_bw": moved["total"] * decode_tps / (ceiling["gbps"] * 1e9),
             "launches_per_step": len(plan.launches),
-            "enqueues_per_step": 1 if prepared.recorded is not None else len(plan.launches),
+            "enqueues_per_step": (1 if prepared.recorded is not None else
+                                  len(prepared.chained) if prepared.chained is not None
+                                  else len(plan.launches)),
             "enqueue_ms_per_step": enqueue * 1e3, "device_ms_per_step": busy_ms,
             "device_span_ms_per_step": span_ms, "gpu_busy": busy_ms / step_ms,
             "device_ms_per_step_no_events": free_ms,

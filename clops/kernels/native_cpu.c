@@ -682,3 +682,20 @@ void clops_native_attention(void *args) {
     (void)args;
 #endif
 }
+
+// Native kernels in a row as one command: a count, then records of (kind, size in bytes, the
+// block), 64-bit aligned (runtime.nativekernel.Chain): kind 1 clops_native_matmul, 2
+// clops_native_attention.
+void clops_native_chain(void *args) {
+    const int64_t *h = args;
+    const char *p = (const char *)(h + 1);
+    for (int64_t i = 0; i < h[0]; ++i) {
+        const int64_t kind = ((const int64_t *)p)[0], size = ((const int64_t *)p)[1];
+        void *blk = (void *)(p + 16);
+        if (kind == 1)
+            clops_native_matmul(blk);
+        else if (kind == 2)
+            clops_native_attention(blk);
+        p += 16 + size;
+    }
+}

@@ -266,6 +266,11 @@ def takes_float(dev: CLDevice, w: Any, m: int) -> bool:
             and available(dev))
 
 
+def _chain_fn(lib: Any) -> int | None:
+    """``clops_native_chain``: products and attention in a row as one command."""
+    return ctypes.cast(lib.clops_native_chain, ctypes.c_void_p).value
+
+
 class MatmulKernel(nativekernel.NativeKernel):
     """``clops_native_matmul`` with matmul_cpu.cl's arguments (``matmul._matmul_args``'s
     list: y, y_off, ldy, x, x_off, ldx, data, scales, bias, m, n, k, nw, eps) and the
@@ -276,6 +281,8 @@ class MatmulKernel(nativekernel.NativeKernel):
         fn = ctypes.cast(lib.clops_native_matmul, ctypes.c_void_p).value
         assert fn is not None
         super().__init__(fn, "native_matmul", 14)
+        self.chain_fn = _chain_fn(lib)
+        self.chain_kind = 1
         self.fixed = dict(fmt={"f16": 1, "q4": 3, "q8": 4}[fmt], scale_half=int(scale_half),
                           q4_sym=int(q4_sym), qgroup=qgroup, accum=int(accum), glu=int(glu),
                           has_bias=int(has_bias), norm=int(norm), threads=threads)
@@ -326,6 +333,8 @@ class AttentionKernel(nativekernel.NativeKernel):
         fn = ctypes.cast(lib.clops_native_attention, ctypes.c_void_p).value
         assert fn is not None
         super().__init__(fn, "native_attention", 11)
+        self.chain_fn = _chain_fn(lib)
+        self.chain_kind = 2
         self.fixed = dict(D=head_dim, neox=int(neox), threads=threads)
 
     def block(self) -> tuple[ctypes.Structure, list[tuple[str, Any]]]:

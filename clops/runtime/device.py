@@ -21,7 +21,7 @@ import numpy as np
 import pyopencl as cl
 
 from .. import _config
-from . import cachefiles, cmdbuf, discovery, plan, profiler, rawenqueue, streams
+from . import cachefiles, cmdbuf, discovery, nativekernel, plan, profiler, rawenqueue, streams
 from .events import Event
 from .nativekernel import NativeKernel
 from .pool import Buffer, BufferPool
@@ -127,6 +127,8 @@ class PreparedLaunches:
     items: list[tuple[cl.Kernel, tuple[int, ...], tuple[int, ...] | None, str]]
     raw: list[Any] | None
     recorded: cmdbuf.CommandBuffer | None = None
+    # where there are native kernels: how the items replay (nativekernel.chain_items)
+    chained: list[Any] | None = None
 
     def resize(self, index: int, global_size: Sequence[int]) -> None:
         """Launch ``index`` with another global size from now on (not in a recording: a
@@ -532,7 +534,10 @@ class CLDevice:
             except RuntimeError as e:
                 if _config.debug_level():
                     print(f"clops: launches not recorded ({e})", file=sys.stderr)
-        return PreparedLaunches(items, raw, recorded)
+        # PERF (Intel's CPU runtime, 2-core EPYC): a 1B decode step's 81 native kernels in a
+        # row (products and attention) go to the queue as one
+        chained = nativekernel.chain_items(items) if native else None
+        return PreparedLaunches(items, raw, recorded, chained)
 
     def enqueue_prepared(self, launches: PreparedLaunches | Sequence[
                              tuple[cl.Kernel, Sequence[int], Sequence[int] | None, str]],
@@ -574,6 +579,18 @@ class CLDevice:
                 rawenqueue.enqueue(cq, launches.raw)
                 return
             enqueue = cl.enqueue_nd_range_kernel
+            if launches.chained is not None:
+                items = launches.items
+                for e in launches.chained:
+                    if isinstance(e, int):
+                        kernel, g, l, _ = items[e]
+                        if isinstance(kernel, NativeKernel):
+                            kernel.enqueue_bare(cq)
+                        else:
+                            enqueue(cq, kernel, g, l)  # type: ignore[arg-type]
+                    else:
+                        e.enqueue_bare(cq)
+                return
             for kernel, g, l, _ in launches.items:
                 if isinstance(kernel, NativeKernel):
                     kernel.enqueue_bare(cq)

@@ -11,6 +11,7 @@ import pytest
 
 from clops.kernels import attention, matmul, native_cpu
 from clops.nn.quant import DeviceWeight, PackedWeight, interleave_rows, pack_float, q4_symmetric
+from clops.runtime import nativekernel
 from clops.runtime.plan import LaunchPlan
 
 from .test_cpu_layout import _packed, _up
@@ -189,6 +190,32 @@ def test_float16_weights_natively_for_a_decode_step_only(device):
         dev.read(got, yb)
         want = x[:m].astype(np.float64) @ p.dequantize().astype(np.float64).T
         np.testing.assert_allclose(got[:m], want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def test_products_in_a_row_go_as_one_command_in_a_resized_plan(device):
+    # two products into one y (q4, then q8 accumulating) chained in a launch plan, replayed,
+    # resized to fewer rows (the chain takes the new row count) and replayed again
+    dev = _queue_device(device)
+    p4, r4 = _packed("Q4_0", 40, 256)
+    p8, r8 = _packed("Q8_0", 40, 256)
+    w4, w8 = DeviceWeight(dev, p4, layout="rb16"), DeviceWeight(dev, p8, layout="rb16")
+    x = _exact_rows(9, 256)
+    xb, yb = _up(dev, x), _up(dev, np.zeros((9, 40), np.float32))
+    plan = LaunchPlan(dev)
+    plan.add(matmul.matmul(dev, yb, 0, 40, xb, 0, 256, w4, 9))
+    plan.add(matmul.matmul(dev, yb, 0, 40, xb, 0, 256, w8, 9, accum=True))
+    want = x.astype(np.float64) @ (r4 + r8).T
+    got = np.empty((9, 40), np.float32)
+    for rows in (9, 4):
+        dev.write(yb, np.zeros((9, 40), np.float32), blocking=True)
+        plan.resize([(i, [(9, np.int32(rows))], (1,)) for i in range(2)])
+        plan.replay()
+        dev.read(got, yb)
+        np.testing.assert_allclose(got[:rows], want[:rows], rtol=1e-5,
+                                   atol=1e-5 * np.abs(want).max())
+        assert not got[rows:].any()
+    chained = plan._prepared.chained
+    assert len(chained) == 1 and isinstance(chained[0], nativekernel.Chain)
 
 
 def test_float_rows_where_asked(device):
