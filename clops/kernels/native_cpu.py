@@ -287,10 +287,10 @@ class MatmulKernel(nativekernel.NativeKernel):
                           q4_sym=int(q4_sym), qgroup=qgroup, accum=int(accum), glu=int(glu),
                           has_bias=int(has_bias), norm=int(norm), threads=threads)
 
-    def block(self) -> tuple[ctypes.Structure, list[tuple[str, Any]]]:
+    def block(self) -> tuple[ctypes.Structure, list[tuple[str | int, Any]]]:
         (y, y_off, ldy, x, x_off, ldx, data, scales, bias, m, n, k, nw, eps) = self.args
         f = self.fixed
-        mems = [("y", y), ("x", x), ("w", data), ("s", scales)]
+        mems: list[tuple[str | int, Any]] = [("y", y), ("x", x), ("w", data), ("s", scales)]
         if f["has_bias"]:
             mems.append(("bias", bias))
         if f["norm"]:
@@ -337,10 +337,11 @@ class AttentionKernel(nativekernel.NativeKernel):
         self.chain_kind = 2
         self.fixed = dict(D=head_dim, neox=int(neox), threads=threads)
 
-    def block(self) -> tuple[ctypes.Structure, list[tuple[str, Any]]]:
+    def block(self) -> tuple[ctypes.Structure, list[tuple[str | int, Any]]]:
         (out, qkv, kc, vc, state, inv_freq, max_seq, n_rep, h, kv, scale) = self.args
-        mems = [("out", out), ("qkv", qkv), ("kc", kc), ("vc", vc), ("state", state),
-                ("inv_freq", inv_freq)]
+        mems: list[tuple[str | int, Any]] = [("out", out), ("qkv", qkv), ("kc", kc),
+                                             ("vc", vc), ("state", state),
+                                             ("inv_freq", inv_freq)]
         blk = _AttnArgs(max_seq=int(max_seq), n_rep=int(n_rep), H=int(h), KV=int(kv),
                         scale=float(scale), **self.fixed)
         for name, mem in mems:

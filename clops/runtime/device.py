@@ -581,15 +581,15 @@ class CLDevice:
             enqueue = cl.enqueue_nd_range_kernel
             if launches.chained is not None:
                 items = launches.items
-                for e in launches.chained:
-                    if isinstance(e, int):
-                        kernel, g, l, _ = items[e]
+                for entry in launches.chained:
+                    if isinstance(entry, int):
+                        kernel, g, l, _ = items[entry]
                         if isinstance(kernel, NativeKernel):
                             kernel.enqueue_bare(cq)
                         else:
                             enqueue(cq, kernel, g, l)  # type: ignore[arg-type]
                     else:
-                        e.enqueue_bare(cq)
+                        entry.enqueue_bare(cq)
                 return
             for kernel, g, l, _ in launches.items:
                 if isinstance(kernel, NativeKernel):

@@ -1,6 +1,6 @@
 """Native kernels in a row as one command (``runtime.nativekernel.chain_items``, ``Chain``):
-which launches join, the chained block's layout, and on a device that runs native kernels a
-launch plan whose products go as one command, resized to other row counts."""
+which launches join, and the chained block's layout (a launch plan of chained products on a
+device: tests/nn/test_native_cpu.py)."""
 
 from __future__ import annotations
 
