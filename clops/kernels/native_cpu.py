@@ -298,7 +298,7 @@ class MatmulKernel(nativekernel.NativeKernel):
         blk = _Args(y_off=int(y_off), ldy=int(ldy), x_off=int(x_off), ldx=int(ldx), m=int(m),
                     n=int(n), k=int(k), eps=float(eps), **f)
         for name, mem in mems:
-            setattr(blk, name, mem.int_ptr)
+            setattr(blk, str(name), mem.int_ptr)
         return blk, mems
 
 
@@ -345,7 +345,7 @@ class AttentionKernel(nativekernel.NativeKernel):
         blk = _AttnArgs(max_seq=int(max_seq), n_rep=int(n_rep), H=int(h), KV=int(kv),
                         scale=float(scale), **self.fixed)
         for name, mem in mems:
-            setattr(blk, name, mem.int_ptr)
+            setattr(blk, str(name), mem.int_ptr)
         return blk, mems
 
 
