@@ -243,13 +243,14 @@ static inline __m512 scales16(const void *s, int64_t at, int half) {
 // groups g0 .. g1 - 1, added group by group.
 static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, int i0,
                                                        const int TM, int g0, int g1,
-                                                       float *acc) {
+                                                       float *acc, int64_t pfd) {
     const clops_mm_args *a = c->a;
     const int k = a->k, G = k / 32, half = a->scale_half;
-    // PERF (2-core EPYC Zen 5, one row): the weights PF_AHEAD bytes on asked for while these
-    // are read, 4 KB on: down (k 8192) 38 -> 43-47 GB/s, o and qkv alike; the GLU's products
-    // (gate and up blocks in turn, two streams already) gain nothing from it
-    const int pf = TM == 1 && !a->glu;
+    // PERF (2-core EPYC Zen 5, one row): the weights pfd bytes on asked for while these are
+    // read: PF_AHEAD (4 KB) took down (k 8192) from 38 to 43-47 GB/s, o and qkv alike; the
+    // GLU's products (a gate block, then an up block) prefetch the block they take next:
+    // q4 40-42 -> 43-44 GB/s, q8 about even (4 KB on was no better)
+    const int pf = TM == 1 && pfd != 0;
     const int8_t *xq[8];
     const float *dx[8];
     const int32_t *xs[8];
@@ -269,7 +270,7 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
             __m512i lo[8], hi[8];
             for (int t = 0; t < TM; ++t) lo[t] = hi[t] = _mm512_setzero_si512();
             for (int v = 0; v < 4; ++v) {
-                if (pf) _mm_prefetch((const char *)wb + (int64_t)g * 256 + 64 * v + PF_AHEAD,
+                if (pf) _mm_prefetch((const char *)wb + (int64_t)g * 256 + 64 * v + pfd,
                                      _MM_HINT_T0);
                 const __m512i raw = rows_of(wb + (int64_t)g * 256 + 64 * v);
                 const __m512i wl = _mm512_and_si512(raw, lowmask);
@@ -311,8 +312,8 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
             for (int v = 0; v < QG / 4; v += 2) {
                 const int k0 = sg * QG + 4 * v;
                 if (pf) {
-                    _mm_prefetch((const char *)wb + (int64_t)k0 * 16 + PF_AHEAD, _MM_HINT_T0);
-                    _mm_prefetch((const char *)wb + (int64_t)k0 * 16 + 64 + PF_AHEAD, _MM_HINT_T0);
+                    _mm_prefetch((const char *)wb + (int64_t)k0 * 16 + pfd, _MM_HINT_T0);
+                    _mm_prefetch((const char *)wb + (int64_t)k0 * 16 + 64 + pfd, _MM_HINT_T0);
                 }
                 const __m512i w0 = _mm512_xor_si512(rows_of(wb + (int64_t)k0 * 16), bias8);
                 const __m512i w1 = _mm512_xor_si512(rows_of(wb + (int64_t)(k0 + 4) * 16), bias8);
@@ -338,7 +339,7 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
 
 // The sums of all rows of x with block b of W into acc [m][16]: the groups in runs whose
 // weights stay in the first-level cache while every tile of rows meets them.
-static void block_sums(const mm_ctx *c, int b, float *acc) {
+static void block_sums(const mm_ctx *c, int b, float *acc, int64_t pfd) {
     const clops_mm_args *a = c->a;
     const int m = a->m, G = a->k / 32;
     const int run = a->fmt == 3 ? 64 : 32;  // 16 KB of weights
@@ -346,16 +347,16 @@ static void block_sums(const mm_ctx *c, int b, float *acc) {
     for (int g0 = 0; g0 < G; g0 += run) {
         const int g1 = g0 + run < G ? g0 + run : G;
         int i0 = 0;
-        for (; i0 + 8 <= m; i0 += 8) tile(c, b, i0, 8, g0, g1, acc + 16 * i0);
+        for (; i0 + 8 <= m; i0 += 8) tile(c, b, i0, 8, g0, g1, acc + 16 * i0, pfd);
         if (m - i0 >= 4) {
-            tile(c, b, i0, 4, g0, g1, acc + 16 * i0);
+            tile(c, b, i0, 4, g0, g1, acc + 16 * i0, pfd);
             i0 += 4;
         }
         if (m - i0 >= 2) {
-            tile(c, b, i0, 2, g0, g1, acc + 16 * i0);
+            tile(c, b, i0, 2, g0, g1, acc + 16 * i0, pfd);
             i0 += 2;
         }
-        if (m - i0 >= 1) tile(c, b, i0, 1, g0, g1, acc + 16 * i0);
+        if (m - i0 >= 1) tile(c, b, i0, 1, g0, g1, acc + 16 * i0, pfd);
     }
 }
 
@@ -507,8 +508,15 @@ static void products(void *p, int tid, int nt) {
             continue;
         }
         for (int b = b0; b < b1; ++b) {
-            block_sums(c, b, acc);
-            if (a->glu) block_sums(c, b + c->nb, acc2);  // block b of the gate, b + nb of up
+            if (a->glu) {
+                // block b of the gate, then b + nb of the up rows, each prefetching the block
+                // that follows it (b + nb, then b + 1)
+                const int64_t bb = a->fmt == 3 ? (int64_t)(a->k / 32) * 256 : (int64_t)a->k * 16;
+                block_sums(c, b, acc, bb * c->nb);
+                block_sums(c, b + c->nb, acc2, -bb * (c->nb - 1));
+            } else {
+                block_sums(c, b, acc, PF_AHEAD);
+            }
             finish_block(c, b, acc, acc2);
         }
     }
