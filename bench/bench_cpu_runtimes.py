@@ -12,10 +12,13 @@ backend runs the same GGUF files with as many threads as the machine has cores, 
 runtime in the same run, and the LLM rows give the ratios; ``--models`` adds GGUF files (the 1B
 bodies ``bench/models.py write`` makes), run on the runtimes that pass the product probe. Each
 decode figure comes with the fraction of the machine's copy bandwidth its bytes per token take
-(a copy kernel on the same device, ``bench_llm.py``).
+(a copy kernel on the same device, ``bench_llm.py``). ``--rounds N`` (default 3) runs the two
+engines in turn N times on each model and quotes the medians of the rounds: this VM's memory
+bandwidth moves by tens of percent within minutes, and a single stretch of it would otherwise
+fall on one engine.
 
     python bench/bench_cpu_runtimes.py [--devices opencl:cpu:0,opencl:cpu:1] [--repeat 10]
-        [--llama-bench PATH] [--models a.gguf,b.gguf]
+        [--llama-bench PATH] [--models a.gguf,b.gguf] [--rounds 3]
     python bench/bench_cpu_runtimes.py --render bench/results/cpu_runtimes.json
 """
 
@@ -82,9 +85,10 @@ def _cpu_selectors() -> list[str]:
     return [s for s in res.stdout.strip().splitlines()[-1].split(",") if s]
 
 
-def _llm(sel: str, model: str | None, path: str, llama_bench: str | None) -> dict | None:
+def _llm(sel: str, model: str | None, path: str, llama_bench: str | None,
+         rounds: int = 1) -> dict | None:
     peer = ["--llama-bench", llama_bench, "--llama-bench-args",
-            f"-t {os.cpu_count() or 1} -ngl 0"] if llama_bench else []
+            f"-t {os.cpu_count() or 1} -ngl 0", "--rounds", str(rounds)] if llama_bench else []
     _child([os.path.join(HERE, "bench_llm.py"), "--device", sel, "--no-peers",
             "--prompt-tokens", "64", "--new-tokens", "32", "--pp", "", *peer, "--json", path,
             *(["-m", model] if model else [])])
@@ -92,7 +96,8 @@ def _llm(sel: str, model: str | None, path: str, llama_bench: str | None) -> dic
 
 
 def measure(selectors: list[str], repeat: int, model: str | None,
-            llama_bench: str | None = None, models: list[str] | None = None) -> dict:
+            llama_bench: str | None = None, models: list[str] | None = None,
+            rounds: int = 1) -> dict:
     runtimes = _describe(selectors)
     with tempfile.TemporaryDirectory() as tmp:
         for rt in runtimes:
@@ -109,14 +114,14 @@ def measure(selectors: list[str], repeat: int, model: str | None,
                         str(repeat), "--json", path])
                 rt["kernels"][str(size)] = _json(path)
             rt["compiler"] = _json(comp)
-            rt["llm"] = _llm(sel, model, llm, llama_bench)
+            rt["llm"] = _llm(sel, model, llm, llama_bench, rounds)
             rt["models"] = {}
             for i, path in enumerate(models or []):
                 if rt["products"]:
                     name = os.path.basename(path).rsplit(".", 1)[0]
                     rt["models"][name] = _llm(sel, path, os.path.join(tmp, f"m{i}_{tag}.json"),
-                                              llama_bench)
-    return {"bench": "cpu_runtimes", "repeat": repeat, "runtimes": runtimes}
+                                              llama_bench, rounds)
+    return {"bench": "cpu_runtimes", "repeat": repeat, "rounds": rounds, "runtimes": runtimes}
 
 
 def _runtime_name(rt: dict) -> str:
@@ -200,13 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llama-bench", default=None, metavar="PATH",
                     help="llama.cpp's llama-bench built for the CPU: run beside each runtime")
     ap.add_argument("--models", default=None, help="more GGUF files (comma-separated)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="with --llama-bench: rounds of both engines in turn per model")
     a = ap.parse_args(argv)
     if a.render:
         print(render(_json(a.render) or {"runtimes": []}))
         return 0
     selectors = a.devices.split(",") if a.devices else _cpu_selectors()
     data = measure(selectors, a.repeat, a.model, a.llama_bench,
-                   a.models.split(",") if a.models else None)
+                   a.models.split(",") if a.models else None, a.rounds)
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
         json.dump(data, f, indent=1)

@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 
@@ -66,23 +67,57 @@ def make_llama_1b(path: str) -> None:
     del model
 
 
-def bench_clops(path: str, device: str | None, ids: list[int], new: int,
-                prompts: dict[int, list[int]] | None = None) -> dict:
-    model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False)
-    list(model.generate_ids(ids, max_new_tokens=4, stop_ids=[]))  # builds kernels once
+def measure_clops(model: Any, ids: list[int], new: int,
+                  prompts: dict[int, list[int]] | None = None
+                  ) -> tuple[float, float, dict[str, float]]:
+    """Prefill and decode tokens/s (medians of 5 generations) and prefill at the other prompt
+    lengths (medians of 3), of a loaded model."""
     runs = []
     for _ in range(5):
         list(model.generate_ids(ids, max_new_tokens=new, stop_ids=[]))
         runs.append((model.stats.prefill_tps, model.stats.decode_tps))
-    prefill_tps = statistics.median(r[0] for r in runs)
-    decode_tps = statistics.median(r[1] for r in runs)
     pp = {}
     for n, p_ids in (prompts or {}).items():  # prompt tokens/s at other lengths
         list(model.generate_ids(p_ids, max_new_tokens=1, stop_ids=[]))
         pp[str(n)] = statistics.median(
             (list(model.generate_ids(p_ids, max_new_tokens=1, stop_ids=[])),
              model.stats.prefill_tps)[1] for _ in range(3))
-    pp[str(len(ids))] = prefill_tps
+    prefill = statistics.median(r[0] for r in runs)
+    pp[str(len(ids))] = prefill
+    return prefill, statistics.median(r[1] for r in runs), pp
+
+
+def rounds_with_llama_bench(rows: list[dict], path: str, device: str | None, ids: list[int],
+                            new: int, prompts: dict[int, list[int]], rounds: int,
+                            binary: str, extra: list[str]) -> None:
+    """More rounds of clops' and llama-bench's prefill and decode figures, one engine after
+    the other in turn (rows[0] and rows[1] hold the first round): each figure becomes the
+    median of its rounds, so that a stretch of slower memory in the run weighs on both. The
+    rounds' figures are kept under "rounds"."""
+    c, peer = rows[0], rows[1]
+    model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False)
+    list(model.generate_ids(ids, max_new_tokens=4, stop_ids=[]))
+    c_rounds = [(c["prefill_tps"], c["decode_tps"], dict(c["pp"]))]
+    p_rounds = [(peer["prefill_tps"], peer["decode_tps"], dict(peer["pp"]))]
+    for _ in range(rounds - 1):
+        c_rounds.append(measure_clops(model, ids, new, prompts))
+        got = bench_llama_bench(binary, path, [len(ids), *prompts], new, [], extra)
+        p_rounds.append((got["prefill_tps"], got["decode_tps"], got["pp"]))
+    del model
+    first = c["decode_tps"]
+    for row, rs in ((c, c_rounds), (peer, p_rounds)):
+        row["rounds"] = [{"prefill_tps": a, "decode_tps": b, "pp": pp} for a, b, pp in rs]
+        row["prefill_tps"] = statistics.median(r[0] for r in rs)
+        row["decode_tps"] = statistics.median(r[1] for r in rs)
+        row["pp"] = {n: statistics.median(r[2][n] for r in rs) for n in rs[0][2]}
+    c["of_copy_bw"] *= c["decode_tps"] / first
+
+
+def bench_clops(path: str, device: str | None, ids: list[int], new: int,
+                prompts: dict[int, list[int]] | None = None) -> dict:
+    model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False)
+    list(model.generate_ids(ids, max_new_tokens=4, stop_ids=[]))  # builds kernels once
+    prefill_tps, decode_tps, pp = measure_clops(model, ids, new, prompts)
     dev = model.device
     moved = bytes_per_token(model, len(ids) + new // 2)
     ceiling = copy_ceiling(dev)
@@ -324,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pp", default="512", help="more prompt lengths to time prefill at")
     ap.add_argument("--depths", default="",
                     help="context lengths to time decode at (e.g. 4096,16384)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --llama-bench: rounds of both engines in turn, each figure the "
+                    "median of its rounds (default: %(default)s)")
     args = ap.parse_args(argv)
     tmp = None
     pps = [int(v) for v in args.pp.split(",") if v]
@@ -355,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(bench_llama_bench(args.llama_bench, path, [args.prompt_tokens, *pps],
                                       args.new_tokens, depths,
                                       args.llama_bench_args.split()))
+        if args.rounds > 1:
+            rounds_with_llama_bench(rows, path, args.device, ids, args.new_tokens,
+                                    {n: stream[:n] for n in pps}, args.rounds,
+                                    args.llama_bench, args.llama_bench_args.split())
     if not args.no_peers:
         rows += [r for r in (bench_torch(path, ids, args.new_tokens),
                              bench_llama_cpp(path, ids, args.new_tokens)) if r]
