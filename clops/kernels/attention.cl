@@ -306,7 +306,7 @@ inline float2 chunk_softmax(__local float *p, __local float *red, int t, int n, 
 // PERF (H200, Llama-3.2-1B body, 32 query heads over 8 key-value heads): a key row read by its
 // own work-item, 16 loads of 16 bytes scattered across the work-group, took about 75% of the
 // attention at 16k positions (186 us a layer; 46 us with the keys' loads left out).
-#define TJ (HEAD_DIM <= 64 ? 64 : 4096 / HEAD_DIM)
+#define TJ (HEAD_DIM <= 64 ? HEAD_DIM : 4096 / HEAD_DIM)  // (no more rows than work-items)
 inline float chunk_scores(__local float *p, __local const float *qs, __local float *kt,
                           __global const float *kb, __local const float *kn, int n, int nc,
                           int t) {
