@@ -256,19 +256,7 @@ inline float combine_parts(volatile __global const float *p, int n, int d) {
     return num / den;
 }
 
-// sum_j p[j] * vb[j * HEAD_DIM + t] for j < n, in order, the values loaded GROUP at a time
-// before their use (see combine_parts)
-inline float value_sum(__local const float *p, __global const float *vb, int n, int t) {
-    float acc = 0.0f;
-    int j = 0;
-    for (; j + GROUP <= n; j += GROUP) {
-        float v[GROUP];
-        for (int u = 0; u < GROUP; ++u) v[u] = vb[(size_t)(j + u) * HEAD_DIM + t];
-        for (int u = 0; u < GROUP; ++u) acc = mad(p[j + u], v[u], acc);
-    }
-    for (; j < n; ++j) acc = mad(p[j], vb[(size_t)j * HEAD_DIM + t], acc);
-    return acc;
-}
+
 
 #ifdef CHUNK
 // The softmax numerators of a chunk's scores p[0, n), in place: exp(p - max), by the HEAD_DIM
@@ -307,9 +295,35 @@ inline float2 chunk_softmax(__local float *p, __local float *red, int t, int n, 
 // own work-item, 16 loads of 16 bytes scattered across the work-group, took about 75% of the
 // attention at 16k positions (186 us a layer; 46 us with the keys' loads left out).
 #define TJ (HEAD_DIM <= 64 ? HEAD_DIM : 4096 / HEAD_DIM)  // (no more rows than work-items)
+
+// Row j of a chunk of keys or values: kb + j * HEAD_DIM, or where blocks (not 0) is a paged
+// cache's table (kernels/paged.cl), position j0 + j of key-value head kvh in the pool kb.
+inline __global const float *row_at(__global const float *kb, int j,
+                                    __global const int *blocks, int j0, int BS, int KV,
+                                    int kvh) {
+    if (!blocks) return kb + (size_t)j * HEAD_DIM;
+    const int at = j0 + j;
+    return kb + (((size_t)blocks[at / BS] * KV + kvh) * BS + at % BS) * HEAD_DIM;
+}
+
+// sum_j p[j] * row_at(vb, j, ...)[t] for j < n, in order, the values loaded GROUP at a time
+// before their use (see combine_parts)
+inline float value_sum(__local const float *p, __global const float *vb, int n, int t,
+                       __global const int *blocks, int j0, int BS, int KV, int kvh) {
+    float acc = 0.0f;
+    int j = 0;
+    for (; j + GROUP <= n; j += GROUP) {
+        float v[GROUP];
+        for (int u = 0; u < GROUP; ++u) v[u] = row_at(vb, j + u, blocks, j0, BS, KV, kvh)[t];
+        for (int u = 0; u < GROUP; ++u) acc = mad(p[j + u], v[u], acc);
+    }
+    for (; j < n; ++j) acc = mad(p[j], row_at(vb, j, blocks, j0, BS, KV, kvh)[t], acc);
+    return acc;
+}
+
 inline float chunk_scores(__local float *p, __local const float *qs, __local float *kt,
                           __global const float *kb, __local const float *kn, int n, int nc,
-                          int t) {
+                          int t, __global const int *blocks, int j0, int BS, int KV, int kvh) {
     float mx = -INFINITY;
     for (int j1 = 0; j1 < n; j1 += TJ) {
         const int rows = min(TJ, nc - j1);  // rows of the cache in this tile
@@ -317,7 +331,7 @@ inline float chunk_scores(__local float *p, __local const float *qs, __local flo
         for (int r0 = 0; r0 < rows; r0 += GROUP) {
             float v[GROUP];
             for (int u = 0; u < GROUP; ++u)
-                if (r0 + u < rows) v[u] = kb[(size_t)(j1 + r0 + u) * HEAD_DIM + t];
+                if (r0 + u < rows) v[u] = row_at(kb, j1 + r0 + u, blocks, j0, BS, KV, kvh)[t];
             for (int u = 0; u < GROUP; ++u)
                 if (r0 + u < rows) kt[(r0 + u) * (HEAD_DIM + 1) + t] = v[u];
         }
@@ -367,9 +381,10 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
     barrier(CLK_LOCAL_MEM_FENCE);
     __global const float *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
-    const float mx = chunk_scores(p, qs, kt, kb, qs, n, n, t);
+    __global const int *flat = 0;  // (rows HEAD_DIM apart)
+    const float mx = chunk_scores(p, qs, kt, kb, qs, n, n, t, flat, 0, 0, 0, 0);
     const float2 ms = chunk_softmax(p, red, t, n, mx);
-    const float acc = value_sum(p, vb, n, t);
+    const float acc = value_sum(p, vb, n, t, flat, 0, 0, 0, 0);
     out[t] = acc;
     if (t == 0) {
         out[HEAD_DIM] = ms.x;
@@ -460,11 +475,12 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
     __global const float *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     const int nc = tail ? n - 1 : n;  // positions read from the cache
-    float mx = chunk_scores(p, qs, kt, kb, kn, n, nc, t);
+    __global const int *flat = 0;  // (rows HEAD_DIM apart)
+    float mx = chunk_scores(p, qs, kt, kb, kn, n, nc, t, flat, 0, 0, 0, 0);
     const float2 ms = chunk_softmax(p, red, t, n, mx);
     mx = ms.x;
     const float l = ms.y;
-    float acc = value_sum(p, vb, nc, t);
+    float acc = value_sum(p, vb, nc, t, flat, 0, 0, 0, 0);
     if (tail) acc = mad(p[n - 1], vn, acc);
 #if COMBINE
     if (active == 1) {
@@ -498,7 +514,7 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
                             __global const float *vp, __global const int *table, int maxb,
                             __global const int *rslot, __global const int *rpos, int H, int KV,
                             int BS, float scale) {
-    __local float qs[HEAD_DIM], p[CHUNK], red[HEAD_DIM];
+    __local float qs[HEAD_DIM], p[CHUNK], red[HEAD_DIM], kt[TJ * (HEAD_DIM + 1)];
     __local int last;
     const int t = get_local_id(0), s = get_group_id(0), h = get_group_id(1);
     const int r = get_group_id(2), S = get_num_groups(0);
@@ -509,24 +525,9 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
     __global const int *blocks = table + rslot[r] * maxb;
     qs[t] = q[(size_t)rh * HEAD_DIM + t] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
-    float mx = -INFINITY;
-    for (int j = t; j < n; j += HEAD_DIM) {
-        const int at = j0 + j;
-        __global const float *k = kp + (((size_t)blocks[at / BS] * KV + kvh) * BS + at % BS) *
-                                           HEAD_DIM;
-        float4 a = (float4)(0.0f);
-        for (int d = 0; d < D4; ++d) a = mad(vload4(d, k), vload4(d, qs), a);
-        const float sc = a.x + a.y + a.z + a.w;
-        p[j] = sc;
-        mx = fmax(mx, sc);
-    }
+    const float mx = chunk_scores(p, qs, kt, kp, qs, n, n, t, blocks, j0, BS, KV, kvh);
     const float2 ms = chunk_softmax(p, red, t, n, mx);
-    float acc = 0.0f;
-    for (int j = 0; j < n; ++j) {
-        const int at = j0 + j;
-        acc = mad(p[j], vp[(((size_t)blocks[at / BS] * KV + kvh) * BS + at % BS) * HEAD_DIM + t],
-                  acc);
-    }
+    const float acc = value_sum(p, vp, n, t, blocks, j0, BS, KV, kvh);
 #if COMBINE
     if (active == 1) {
         out[(size_t)rh * HEAD_DIM + t] = acc / ms.y;
