@@ -174,21 +174,23 @@ typedef struct {
     int32_t *xs;  // [m][k / 16]: sums of the int8 values of each 16
 } quant_ctx;
 
+// 1 / RMS of a row of x (k values), eps inside the root
+static float rms_inverse(const clops_mm_args *a, const float *xr) {
+    __m512 ss = _mm512_setzero_ps();
+    for (int j = 0; j < a->k; j += 16) {
+        const __m512 v = _mm512_loadu_ps(xr + j);
+        ss = _mm512_fmadd_ps(v, v, ss);
+    }
+    return 1.0f / sqrtf(_mm512_reduce_add_ps(ss) / a->k + a->eps);
+}
+
 static void quantize_rows(void *p, int tid, int nt) {
     const quant_ctx *c = p;
     const clops_mm_args *a = c->a;
     const int k = a->k;
     for (int i = tid; i < a->m; i += nt) {
         const float *xr = a->x + a->x_off + (int64_t)i * a->ldx;
-        __m512 inv = _mm512_set1_ps(1.0f);
-        if (a->norm) {
-            __m512 ss = _mm512_setzero_ps();
-            for (int j = 0; j < k; j += 16) {
-                const __m512 v = _mm512_loadu_ps(xr + j);
-                ss = _mm512_fmadd_ps(v, v, ss);
-            }
-            inv = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(ss) / k + a->eps));
-        }
+        const __m512 inv = _mm512_set1_ps(a->norm ? rms_inverse(a, xr) : 1.0f);
         int8_t *q = c->xq + (int64_t)i * XQ_STRIDE(k);
         for (int g = 0; g < k / 32; ++g) {
             __m512 v0 = _mm512_mul_ps(_mm512_loadu_ps(xr + 32 * g), inv);
@@ -423,12 +425,7 @@ static void float_rows(void *p, int tid, int nt) {
             memcpy(out, xr, sizeof(float) * k);
             continue;
         }
-        __m512 ss = _mm512_setzero_ps();
-        for (int j = 0; j < k; j += 16) {
-            const __m512 v = _mm512_loadu_ps(xr + j);
-            ss = _mm512_fmadd_ps(v, v, ss);
-        }
-        const __m512 inv = _mm512_set1_ps(1.0f / sqrtf(_mm512_reduce_add_ps(ss) / k + a->eps));
+        const __m512 inv = _mm512_set1_ps(rms_inverse(a, xr));
         for (int j = 0; j < k; j += 16)
             _mm512_storeu_ps(out + j, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xr + j), inv),
                                                     _mm512_loadu_ps(a->nw + j)));
