@@ -200,8 +200,11 @@ def why_not(dev: CLDevice) -> str | None:
 
 def _check(dev: CLDevice) -> bool:
     """A q4 product of 3 rows and 40 columns (an output block cut short), with bias and
-    accumulation, through the device's queue, against numpy: x holds whole numbers of a block's
-    largest magnitude 127, so its int8 rows are exact and so are the sums."""
+    accumulation, through the device's queue, then the same product twice more as one chained
+    command (``nativekernel.Chain``: the same buffers twice in its list), against numpy: x holds
+    whole numbers of a block's largest magnitude 127, so its int8 rows are exact and so are
+    the sums. (PoCL 3.1 left the second place of a buffer listed twice holding the handle, not
+    the memory, and handed a buffer listed after one of a higher handle the other's memory.)"""
     rng = np.random.default_rng(7)
     n, k, m = 40, 64, 3
     nb, g = 3, k // 32
@@ -223,15 +226,27 @@ def _check(dev: CLDevice) -> bool:
     args = [bufs["y"], np.int32(0), np.int32(n), bufs["x"], np.int32(0), np.int32(k),
             wt.data, wt.scales, bufs["bias"], np.int32(m), np.int32(n), np.int32(k),
             wt.scales, np.float32(0)]
+    reads = [bufs["x"], wt.data, wt.scales, bufs["bias"], bufs["y"]]
+    got = np.empty((m, n), np.float32)
+    chained = np.empty((m, n), np.float32)
     try:
-        matmul(dev, args, [bufs["x"], wt.data, wt.scales, bufs["bias"], bufs["y"]],
-               bufs["y"], wt, bias=True, accum=True, norm=False, glu_out=False,
-               name="native_check").run(dev)
-        got = np.empty((m, n), np.float32)
+        def product() -> Launch:
+            return matmul(dev, args, reads, bufs["y"], wt, bias=True, accum=True, norm=False,
+                          glu_out=False, name="native_check")
+
+        product().run(dev)
         dev.read(got, bufs["y"])
+        kernels = [product().kernel, product().kernel]
+        for knl in kernels:
+            knl.set_args(*[a.mem if isinstance(a, Buffer) else a for a in args])
+        dev.launch(nativekernel.Chain(kernels), (1,), None, [], reads, [bufs["y"]],
+                   name="native_check")
+        dev.read(chained, bufs["y"])
     except RuntimeError:
         return False
-    ok = bool(np.array_equal(got, want.astype(np.float32)))
+    twice = want + 2 * (want - y0)
+    ok = bool(np.array_equal(got, want.astype(np.float32))
+              and np.array_equal(chained, twice.astype(np.float32)))
     if not ok and _config.debug_level():
         print(f"clops: native CPU products are off on {dev.name}: the check product differs")
     return ok
