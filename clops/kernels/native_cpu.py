@@ -239,8 +239,8 @@ def _check(dev: CLDevice) -> bool:
         kernels = [product().kernel, product().kernel]
         for knl in kernels:
             knl.set_args(*[a.mem if isinstance(a, Buffer) else a for a in args])
-        dev.launch(nativekernel.Chain(kernels), (1,), None, [], reads, [bufs["y"]],
-                   name="native_check")
+        Launch(nativekernel.Chain(kernels), (1,), None, [], reads, [bufs["y"]],
+               "native_check").run(dev)
         dev.read(chained, bufs["y"])
     except RuntimeError:
         return False
