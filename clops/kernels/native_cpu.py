@@ -40,8 +40,9 @@ from ..runtime.pool import Buffer
 
 FORMATS = ("q4", "q8")
 # CPU runtimes whose native kernels were seen to meet their buffers: PoCL 3.1 handed a native
-# kernel other memory than a buffer it had written (the check below caught it) and once
-# crashed in one, so it is not asked
+# kernel's buffer listed after one of a higher handle the other's memory, left a buffer listed
+# twice holding its handle in the second place (the check below catches both) and once crashed
+# in one, so it is not asked
 RUNTIMES = ("intel",)
 _VERSION = 1  # CLOPS_NATIVE_VERSION of native_cpu.c
 
