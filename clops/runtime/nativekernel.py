@@ -103,10 +103,13 @@ class NativeKernel:
             blk, mems = self.block()
             base = ctypes.addressof(blk)
             n = len(mems)
-            handles = (ctypes.c_void_p * n)(*[m.int_ptr for _, m in mems])
-            locs = (ctypes.c_void_p * n)(*[
-                base + (f if isinstance(f, int) else getattr(type(blk), f).offset)
-                for f, _ in mems])
+            # (listed in the order of their handles: PoCL 3.1 takes them so, whatever the
+            # order given, and gave a buffer listed after one of a higher handle its memory)
+            pairs = sorted((m.int_ptr, base + (f if isinstance(f, int) else
+                                               getattr(type(blk), f).offset))
+                           for f, m in mems)
+            handles = (ctypes.c_void_p * n)(*[h for h, _ in pairs])
+            locs = (ctypes.c_void_p * n)(*[loc for _, loc in pairs])
             # PERF (Intel's CPU runtime, 2-core EPYC): made at every enqueue, this took about
             # 3 us of the host's time a product (a 1B decode step's enqueues 0.86 -> 0.66 ms),
             # time taken from the cores the products run on
