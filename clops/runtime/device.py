@@ -579,19 +579,14 @@ class CLDevice:
                 rawenqueue.enqueue(cq, launches.raw)
                 return
             enqueue = cl.enqueue_nd_range_kernel
-            if launches.chained is not None:
-                items = launches.items
-                for entry in launches.chained:
-                    if isinstance(entry, int):
-                        kernel, g, l, _ = items[entry]
-                        if isinstance(kernel, NativeKernel):
-                            kernel.enqueue_bare(cq)
-                        else:
-                            enqueue(cq, kernel, g, l)  # type: ignore[arg-type]
-                    else:
-                        entry.enqueue_bare(cq)
-                return
-            for kernel, g, l, _ in launches.items:
+            items = launches.items
+            # (item indices, and native kernels in a row as one nativekernel.Chain)
+            order = launches.chained if launches.chained is not None else range(len(items))
+            for entry in order:
+                if not isinstance(entry, int):
+                    entry.enqueue_bare(cq)
+                    continue
+                kernel, g, l, _ = items[entry]
                 if isinstance(kernel, NativeKernel):
                     kernel.enqueue_bare(cq)
                 else:
