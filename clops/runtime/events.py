@@ -4,8 +4,10 @@ into a ``concurrent.futures.Future`` or awaited in asyncio."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -53,6 +55,38 @@ class _Watcher:
 _WATCHER = _Watcher()
 # Drivers whose completion callbacks are not to be trusted get the watcher instead.
 CALLBACKS_UNRELIABLE: set[str] = set()
+
+
+# Driver callbacks registered and not yet run. pyopencl runs each on a thread of its own that
+# takes the GIL; one that fires once the interpreter is finalizing ends that thread inside
+# C++ code that may not be unwound, and the process aborts (seen with Intel's CPU runtime and
+# a foreign queue's fill completing at exit). Exit therefore waits for them a little.
+_PENDING: dict[int, threading.Event] = {}
+_PENDING_LOCK = threading.Lock()
+_EXIT_WAIT_S = 5.0
+
+
+def _drain_callbacks(timeout: float = _EXIT_WAIT_S) -> int:
+    """Wait up to ``timeout`` seconds for the pending driver callbacks to run; the number
+    still pending (work that never completes, such as a user event never set)."""
+    end = time.monotonic() + timeout
+    while True:
+        with _PENDING_LOCK:
+            waiting = list(_PENDING.values())
+        if not waiting:
+            return 0
+        left = end - time.monotonic()
+        if left <= 0:
+            return len(waiting)
+        waiting[0].wait(min(left, 0.05))
+
+
+def _register(key: int, fired: threading.Event) -> None:
+    with _PENDING_LOCK:
+        if not _PENDING and not getattr(_register, "hooked", False):
+            atexit.register(_drain_callbacks)
+            _register.hooked = True  # type: ignore[attr-defined]
+        _PENDING[key] = fired
 
 
 def _resolve(future: concurrent.futures.Future[Any], value: Any) -> None:
@@ -125,18 +159,31 @@ def when_done(event: Event, callback: Callable[[], None]) -> None:
         return
     platform = event.queue.device.platform_name if event.queue is not None else ""
     fired = threading.Event()
+    key = id(fired)
+
+    started = [False]
 
     def once(_status: int = 0) -> None:
-        if not fired.is_set():
-            fired.set()
+        with _PENDING_LOCK:
+            if started[0]:
+                return
+            started[0] = True
+        try:
             callback()
+        finally:
+            with _PENDING_LOCK:
+                _PENDING.pop(key, None)
+            fired.set()
 
     if platform in CALLBACKS_UNRELIABLE:
         _WATCHER.add(ev, once)
     else:
+        _register(key, fired)
         try:
             ev.set_callback(_COMPLETE, once)
         except (cl.Error, AttributeError):
+            with _PENDING_LOCK:
+                _PENDING.pop(key, None)
             _WATCHER.add(ev, once)
     # NOTE: without a flush, some drivers never submit the command and the callback never fires.
     if event.queue is not None:

@@ -215,6 +215,9 @@ def test_report_pyopencl_event_and_user_event(device: CLDevice, gate: Gate) -> N
     """report_write from Python: an event of a foreign queue (tensor target) and a user event
     (capsule target), which holds back only the work on that tensor."""
     x = clops.zeros(8, device=device).realize()
+    # the foreign fill is ordered after clops' own write of x by the caller, as any foreign
+    # queue's work must be (on Intel's CPU runtime the fill otherwise ran first, now and then)
+    device.synchronize()
     fq = cl.CommandQueue(device.context)
     ev = cl.enqueue_fill_buffer(fq, x.buffer.mem, np.float32(5), 0, 32,
                                 wait_for=[gate.event])

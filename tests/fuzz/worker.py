@@ -76,7 +76,10 @@ def run_case(req: dict[str, Any], device: Any) -> dict[str, Any]:
     path = req["path"]
     stage = "load"
     try:
-        model = clops.llm.load(path, device=device, max_seq_len=64, progress=False)
+        # float rows: the comparison is with a float reference at a tolerance that int8 rows
+        # (native CPU products, dp4a) would pass only by chance
+        model = clops.llm.load(path, device=device, max_seq_len=64, progress=False,
+                               int8_activations=False)
         stage = "run"
         cfg = model.config
         ids = [(7 * i + 1) % cfg.vocab_size for i in range(min(N_TOKENS, model.max_seq))]
