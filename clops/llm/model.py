@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import Launch, LaunchPlan, activation, attention, matmul, native_cpu, norm
+from ..kernels import Launch, LaunchPlan, activation, attention, layer, matmul, native_cpu, norm
 from ..kernels import sample as sample_kernel
 from ..nn.quant import DeviceWeight, PackedWeight, concat, upload
 from ..runtime import CLDevice
@@ -105,6 +105,10 @@ class Model:
         for w in [self.embed, self.output] + self._layer_matrices():
             w.int8 = int8_activations
         self._branch = _branch_out(cfg)
+        # decode rows' layers as one launch each (None: not decided yet); _layer_groups: the
+        # work-groups of that launch (0: those the device's probe found resident)
+        self._whole: bool | None = None
+        self._layer_groups = 0
         self._alloc(float16_copies)
         self._plans: dict[tuple[int, str, bool], LaunchPlan] = {}
         self._sampler: dict[str, Any] = {}
@@ -301,7 +305,13 @@ class Model:
         if cfg.embed_scale != 1.0:
             add(activation.scale_cap(dev, self.x, m * dim, mul=cfg.embed_scale))
         n_qkv = (H + 2 * KV) * D
+        whole = m == 1 and self._layer_kernels()
         for i, ly in enumerate(self.layers):
+            if whole:
+                # PERF: the layer in one launch of work-groups that meet at grid barriers,
+                # where the launches below are five
+                add(self._whole_layer(ly))
+                continue
             src = normed(ly.attn_norm, [p[0] for p in ly.qkv.parts])
             for w, off, b in ly.qkv.parts:
                 mm(self.qkv, off, n_qkv, src["x"], src["x_off"], dim, w, m, bias=b,
@@ -346,6 +356,44 @@ class Model:
                                      0, self.z, vocab=V, advance=m, **s))
         self._plans[key] = plan
         return plan
+
+    def _layer_kernels(self) -> bool:
+        """Whether a decode row's layers each run as one ``decode_layer`` launch: a plain
+        decoder (pre-norms only, SiLU GLU, rotation of whole heads, no window, cap, bias or
+        q/k norm) with one fused QKV and one [gate | up] weight that the kernel takes."""
+        if self._whole is not None:
+            return self._whole
+        cfg = self.config
+        ok = (not self._branch and cfg.act == "silu" and cfg.rotary == cfg.head_dim
+              and not cfg.attn_softcap and not cfg.qkv_bias
+              and not any(cfg.sliding(i) and 0 < cfg.sliding_window < self.max_seq
+                          for i in range(cfg.n_layers))
+              and all(ly.attn_norm is not None and ly.ffn_norm is not None
+                      and ly.q_norm is None and ly.k_norm is None
+                      and len(ly.qkv.parts) == 1 and len(ly.gate_up.parts) == 1
+                      and ly.qkv.parts[0][2] is None and ly.gate_up.parts[0][2] is None
+                      and layer.takes(self.device, [ly.qkv.parts[0][0], ly.o,
+                                                    ly.gate_up.parts[0][0], ly.down],
+                                      cfg.head_dim, self._layer_groups)
+                      for ly in self.layers))
+        if ok:
+            dev = self.device
+            self.lpart = dev.alloc(layer.part_nbytes(self.max_seq, cfg.n_heads, cfg.head_dim))
+            self.bar = upload(dev, np.zeros(4, np.int32))
+        self._whole = ok
+        return ok
+
+    def _whole_layer(self, ly: _Layer) -> Launch:
+        cfg = self.config
+        assert ly.attn_norm is not None and ly.ffn_norm is not None
+        return layer.decode_layer(
+            self.device, x=self.x, attn_norm=ly.attn_norm, qkv=ly.qkv.parts[0][0], q=self.q,
+            k_cache=ly.k_cache, v_cache=ly.v_cache, state=self.state, inv_freq=ly.inv_freq,
+            o=ly.o, attn=self.attn, part=self.lpart, count=self.count, ffn_norm=ly.ffn_norm,
+            gate_up=ly.gate_up.parts[0][0], h=self.h, down=ly.down, bar=self.bar,
+            n_heads=cfg.n_heads, n_kv=cfg.n_kv_heads, head_dim=cfg.head_dim,
+            max_seq=self.max_seq, eps=cfg.norm_eps, scale=cfg.scale * cfg.rope_mscale() ** 2,
+            neox=cfg.rope_neox, groups=self._layer_groups)
 
     def _attention(self, add: Any, i: int, ly: _Layer, m: int) -> None:
         """Rotary, the KV cache store and attention of layer ``i`` for m rows (self.qkv ->

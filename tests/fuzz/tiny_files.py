@@ -70,6 +70,7 @@ class TinyShape:
     rope_freqs: bool = True
     qkv_bias: bool = False
     alignment: int | None = None
+    context: int = 256
 
 
 LLAMA = TinyShape()
@@ -95,7 +96,7 @@ def write_gguf(path: str, arch: str = "llama", seed: int = 0,
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, arch)
     w.add_block_count(sh.layers)
-    w.add_context_length(256)
+    w.add_context_length(sh.context)
     w.add_embedding_length(sh.dim)
     w.add_feed_forward_length(sh.ffn)
     w.add_head_count(sh.heads)

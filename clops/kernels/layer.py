@@ -1,0 +1,116 @@
+"""Kernels, decoder layer: ``layer.cl``'s ``decode_layer``, a decode step's whole decoder layer
+(QKV projection, rotation, the cache store, attention, the output projection, the GLU and the
+down projection, each added to the residual stream) in one launch of work-groups that all run
+at once and meet at grid barriers, where the per-layer plan takes five launches. Used where
+``resident_groups`` finds the device runs that many work-groups together (the probe launches
+them and checks every barrier) and the layer's weights are 4- or 8-bit with a scale per 32."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..runtime import CLDevice, probes
+from ..runtime.pool import Buffer
+from . import launch
+from .launch import Launch, f32, i32, kernel
+from .matmul import Weight
+
+LS = 256  # work-items a group (layer.cl)
+FORMATS = {"q4": 3, "q8": 4}
+# Spins of a grid barrier before a work-group gives up on the others (and says so in bar[2]):
+# the probe's short, so that a device that cannot hold every group at once fails it quickly
+PROBE_SPINS = 1 << 18
+RUN_SPINS = 1 << 24
+PROBE_ROUNDS = 16
+
+
+def enabled() -> bool:
+    """``CLOPS_LAYER_KERNEL=1`` asks for ``decode_layer`` where it runs. Off by default: on an
+    H200 it made a 1B body's decode 0.84-0.87x the per-layer plan's speed (a launch and its
+    four grid barriers cost about 16 us of a layer's 38; the down projection's phase reads at
+    about a quarter of the bandwidth the per-layer kernels reach)."""
+    return os.environ.get("CLOPS_LAYER_KERNEL", "0") == "1"
+
+
+@probes.per_device
+def resident_groups(dev: CLDevice) -> int:
+    """Work-groups of ``LS`` work-items the device runs all at once, found by launching that
+    many at grid barriers (one a compute unit); 0 where the probe fails or the device is a
+    CPU (whose runtimes give no such promise; the native and CPU kernels serve them)."""
+    if launch.is_cpu(dev) or not dev.probe("nvidia_ptx"):
+        return 0
+    n = dev.caps.compute_units
+    return n if grid_barriers_work(dev, n) else 0
+
+
+def grid_barriers_work(dev: CLDevice, groups: int) -> bool:
+    """Whether ``groups`` work-groups of ``grid_probe`` pass PROBE_ROUNDS grid barriers, each
+    seeing every group's write of the round before it."""
+    ptx = int(not launch.is_cpu(dev) and dev.probe("nvidia_ptx"))
+    knl = kernel(dev, "layer", "grid_probe", **_probe_defines(ptx))
+    bar = dev.alloc(16)
+    sums = dev.alloc(4 * PROBE_ROUNDS)
+    dev.write(bar, np.zeros(4, np.int32), blocking=True)
+    dev.write(sums, np.zeros(PROBE_ROUNDS, np.int32), blocking=True)
+    dev.launch(knl, (groups * LS,), (LS,), [bar, sums, i32(PROBE_ROUNDS)], reads=[bar, sums],
+               writes=[bar, sums], name="grid_probe")
+    out = np.empty(4, np.int32)
+    dev.read(out, bar, blocking=True)
+    return bool(out[2] == 0 and out[0] == 0 and out[1] == PROBE_ROUNDS)
+
+
+def _probe_defines(ptx: int) -> dict[str, Any]:
+    # the probe needs none of the layer's sizes; any that compile
+    return dict(DIM=256, HEADS=4, KV_HEADS=2, HEAD_DIM=64, FFN=256, QKMAX=256, WF_QKV=3,
+                WF_O=3, WF_GU=3, WF_D=3, ROPE_NEOX=1, PTX=ptx, SPIN_LIMIT=PROBE_SPINS)
+
+
+def takes(dev: CLDevice, weights: list[Weight], head_dim: int, groups: int = 0) -> bool:
+    """Whether ``decode_layer`` takes a layer of these weights ([qkv, o, gate_up, down]) on
+    ``dev``: enabled, work-groups found resident (or ``groups`` given), heads that divide 256
+    in multiples of 16, 4- and 8-bit row-major weights with half scales per 32 values whose
+    products may quantize their input to int8 (``Weight.int8``)."""
+    if not enabled() or not (groups or resident_groups(dev)):
+        return False
+    if head_dim > LS or LS % head_dim or head_dim % (2 * (LS // 32)):
+        return False
+    return all(w.fmt in FORMATS and w.layout == "rows" and w.int8 and w.k % 32 == 0
+               and w.defines.get("SCALE_HALF") == 1 and w.defines.get("QGROUP") == 32
+               and not w.defines.get("Q4_SYM") for w in weights)
+
+
+def part_nbytes(max_seq: int, n_heads: int, head_dim: int) -> int:
+    """The attention partials' scratch: a (head, chunk of LS positions) partial each."""
+    return n_heads * -(-max_seq // LS) * (head_dim + 2) * 4
+
+
+def decode_layer(dev: CLDevice, *, x: Buffer, attn_norm: Buffer, qkv: Weight,
+                 q: Buffer, k_cache: Buffer, v_cache: Buffer, state: Buffer,
+                 inv_freq: Buffer, o: Weight, attn: Buffer, part: Buffer,
+                 count: Buffer, ffn_norm: Buffer, gate_up: Weight, h: Buffer,
+                 down: Weight, bar: Buffer, n_heads: int, n_kv: int, head_dim: int,
+                 max_seq: int, eps: float, scale: float, neox: bool,
+                 groups: int = 0) -> Launch:
+    """One decoder layer of the decode row at position state[0]: x (the residual stream,
+    [dim]) in and out; ``q`` [H*D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part``
+    (``part_nbytes``), ``count`` (n_heads int32, zero, left zero) and ``bar`` (4 int32, zero,
+    left with arrivals zero) shared by every layer. ``groups``: work-groups (default: those
+    the probe found resident)."""
+    dim, ffn = o.n, down.k
+    groups = groups or resident_groups(dev)
+    ptx = int(not launch.is_cpu(dev) and dev.probe("nvidia_ptx"))
+    knl = kernel(dev, "layer", "decode_layer", DIM=dim, HEADS=n_heads, KV_HEADS=n_kv,
+                 HEAD_DIM=head_dim, FFN=ffn, QKMAX=max(dim, n_heads * head_dim, ffn),
+                 WF_QKV=FORMATS[qkv.fmt], WF_O=FORMATS[o.fmt], WF_GU=FORMATS[gate_up.fmt],
+                 WF_D=FORMATS[down.fmt], ROPE_NEOX=int(neox), PTX=ptx, SPIN_LIMIT=RUN_SPINS)
+    args = [x, attn_norm, qkv.data, qkv.scales, q, k_cache, v_cache, state, inv_freq, o.data,
+            o.scales, attn, part, count, ffn_norm, gate_up.data, gate_up.scales, h, down.data,
+            down.scales, bar, i32(max_seq), f32(eps), f32(scale)]
+    reads = [x, attn_norm, qkv.data, qkv.scales, k_cache, v_cache, state, inv_freq, o.data,
+             o.scales, count, ffn_norm, gate_up.data, gate_up.scales, down.data, down.scales,
+             bar]
+    writes = [x, q, k_cache, v_cache, attn, part, count, h, bar]
+    return Launch(knl, (groups * LS,), (LS,), args, reads, writes, "decode_layer")
