@@ -305,9 +305,9 @@ class Model:
         if cfg.embed_scale != 1.0:
             add(activation.scale_cap(dev, self.x, m * dim, mul=cfg.embed_scale))
         n_qkv = (H + 2 * KV) * D
-        whole = m == 1 and self._layer_kernels()
+        layer_launches = m == 1 and self._layer_kernels()
         for i, ly in enumerate(self.layers):
-            if whole:
+            if layer_launches:
                 # PERF: the layer in one launch of work-groups that meet at grid barriers,
                 # where the launches below are five
                 add(self._whole_layer(ly))
