@@ -64,6 +64,7 @@ CALLBACKS_UNRELIABLE: set[str] = set()
 _PENDING: dict[int, threading.Event] = {}
 _PENDING_LOCK = threading.Lock()
 _EXIT_WAIT_S = 5.0
+_EXIT_HOOK = [False]  # whether _drain_callbacks is registered with atexit
 
 
 def _drain_callbacks(timeout: float = _EXIT_WAIT_S) -> int:
@@ -83,9 +84,9 @@ def _drain_callbacks(timeout: float = _EXIT_WAIT_S) -> int:
 
 def _register(key: int, fired: threading.Event) -> None:
     with _PENDING_LOCK:
-        if not _PENDING and not getattr(_register, "hooked", False):
+        if not _EXIT_HOOK[0]:
             atexit.register(_drain_callbacks)
-            _register.hooked = True  # type: ignore[attr-defined]
+            _EXIT_HOOK[0] = True
         _PENDING[key] = fired
 
 

@@ -63,3 +63,11 @@ def test_layer_kernel_is_off_by_default(device, monkeypatch, model_file):
     monkeypatch.delenv("CLOPS_LAYER_KERNEL", raising=False)
     model = clops.llm.load(model_file, device=device, max_seq_len=256, progress=False)
     assert not model._layer_kernels()
+
+
+def test_layer_kernel_asked_for_runs_only_with_grid_barriers(device, monkeypatch, model_file):
+    # CPU runtimes (and GPUs whose probe fails) keep the per-layer plan when it is asked for
+    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
+    model = clops.llm.load(model_file, device=device, max_seq_len=256, progress=False)
+    assert model._layer_kernels() == bool(layer.resident_groups(device))
+    assert list(model.generate_ids([1, 2, 3], max_new_tokens=3, stop_ids=[]))
