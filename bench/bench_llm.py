@@ -122,7 +122,8 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int,
     moved = bytes_per_token(model, len(ids) + new // 2)
     ceiling = copy_ceiling(dev)
     # how long the host takes to enqueue one decode step, and the device time of one step
-    plan = model._plan(1, "last", True)
+    # (the plan generate_ids runs at the middle of the new tokens)
+    plan = model._plan(1, "last", True, model._decode_span(len(ids) + new // 2 + 1))
     # one step at a time onto an idle device: NVIDIA's driver makes an enqueue wait once
     # about a thousand launches are queued, so steps enqueued back to back would time that
     times = []

@@ -110,7 +110,7 @@ class Model:
         self._whole: bool | None = None
         self._layer_groups = 0
         self._alloc(float16_copies)
-        self._plans: dict[tuple[int, str, bool], LaunchPlan] = {}
+        self._plans: dict[tuple[int, str, bool, int | None], LaunchPlan] = {}
         self._sampler: dict[str, Any] = {}
         # NOTE: the buffers above, the KV cache and the plans hold one sequence: a generation
         # or logits call holds the model until it ends (three threads sharing a model without
@@ -255,10 +255,12 @@ class Model:
             ly.v_cache = dev.alloc(cache)
 
     # -- plans -------------------------------------------------------------------------------
-    def _plan(self, m: int, logits: str, sample: bool) -> LaunchPlan:
+    def _plan(self, m: int, logits: str, sample: bool, span: int | None = None) -> LaunchPlan:
         """Launches for m rows at positions state[0].. : logits "last", "all" or "none". The
-        family's choices (``config.desc`` and the config's settings) pick the launches."""
-        key = (m, logits, sample)
+        family's choices (``config.desc`` and the config's settings) pick the launches.
+        ``span`` (a decode row, ``_decode_span``): the row attends to at most that many
+        positions."""
+        key = (m, logits, sample, span)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
@@ -321,7 +323,7 @@ class Model:
                 add(norm.qk_norm(dev, self.qkv, n_qkv, m=m, nq=1 if whole else H,
                               lq=H * D if whole else D, nk=1 if whole else KV,
                               lk=KV * D if whole else D, wq=ly.q_norm, wk=ly.k_norm, eps=eps))
-            self._attention(add, i, ly, m)
+            self._attention(add, i, ly, m, span)
             block_out(ly.o, self.attn, H * D, ly.post_attn_norm, f"o.{i}")
             src = normed(ly.ffn_norm, [p[0] for p in ly.gate_up.parts])
             gu = ly.gate_up.parts
@@ -395,7 +397,19 @@ class Model:
             max_seq=self.max_seq, eps=cfg.norm_eps, scale=cfg.scale * cfg.rope_mscale() ** 2,
             neox=cfg.rope_neox, groups=self._layer_groups)
 
-    def _attention(self, add: Any, i: int, ly: _Layer, m: int) -> None:
+    def _decode_span(self, positions: int) -> int | None:
+        """The span of the decode plan for a row that attends to ``positions`` positions: the
+        power of two at or above it (64 at least), where the decode attention is split in
+        chunks (GPUs: ``attention.attn_decode_rope``); None (the whole cache) elsewhere or at
+        the cache's length."""
+        cfg, dev = self.config, self.device
+        if attention.cpu_decode(dev, cfg.head_dim) or not attention.fused_decode(dev,
+                                                                                 cfg.head_dim):
+            return None
+        span = 1 << max(6, (positions - 1).bit_length())
+        return span if span < self.max_seq else None
+
+    def _attention(self, add: Any, i: int, ly: _Layer, m: int, span: int | None = None) -> None:
         """Rotary, the KV cache store and attention of layer ``i`` for m rows (self.qkv ->
         self.attn)."""
         cfg, dev = self.config, self.device
@@ -423,7 +437,8 @@ class Model:
             for ln in attention.attn_decode_rope(dev, self.attn, self.part, self.count,
                                                  self.qkv, ly.k_cache, ly.v_cache,
                                                  inv_freq=ly.inv_freq, max_seq=self.max_seq,
-                                                 neox=cfg.rope_neox, **common):
+                                                 neox=cfg.rope_neox, positions=span,
+                                                 **common):
                 add(ln)
             return
         add(attention.rope_store(dev, self.q, self.qkv, (H + 2 * KV) * D, ly.k_cache,
@@ -446,7 +461,7 @@ class Model:
         if params == self._sampler:
             return
         self._sampler = params
-        for (_, _, sample), plan in self._plans.items():
+        for (_, _, sample, _), plan in self._plans.items():
             if sample:
                 _apply_sampler(plan.launches[-1], plan, params)
 
@@ -536,7 +551,14 @@ class Model:
             budget = min(max_new_tokens, self.max_seq - len(ids))
             if budget <= 0:
                 return
-            decode = self._plan(1, "last", True)
+            issued = 0  # decode steps enqueued: the k-th one is the row at len(ids) + k
+
+            def step() -> None:
+                nonlocal issued
+                # PERF (GPUs): the plan whose attention spans the positions this row attends
+                self._plan(1, "last", True, self._decode_span(len(ids) + issued + 1)).replay()
+                issued += 1
+
             pos = len(ids)
             produced = 0
             stops = set(stop_ids)
@@ -554,10 +576,10 @@ class Model:
                 # work on a token overlaps the device's work on the next one.
                 ahead = produced + 1 < budget and (produced > 0 or first_ahead)
                 if ahead:
-                    decode.replay()
+                    step()
                 ev.wait()
                 if produced + 1 < budget and not ahead:
-                    decode.replay()
+                    step()
                 tok = int(host[0])
                 produced += 1
                 if t1 is None:

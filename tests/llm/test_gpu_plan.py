@@ -41,7 +41,8 @@ def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, comb
     sampled = list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.9, seed=7,
                                       stop_ids=[]))
     toks = list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.0, stop_ids=[]))
-    decode = model._plan(1, "last", True)
+    # (the plan of the first decode step: the one whose attention spans its positions)
+    decode = model._plan(1, "last", True, model._decode_span(len(prompt) + 1))
     from clops.runtime import cmdbuf
 
     assert decode.recorded == cmdbuf.support(device.queue.cl_queue)[0]
@@ -53,3 +54,26 @@ def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, comb
         out = ref.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
                            eos_token_id=None, pad_token_id=0)
     assert toks == out[0, len(prompt):].tolist()
+
+
+def test_decode_plans_by_span_match_the_whole_cache(device, monkeypatch, tmp_path):
+    # Decode steps run the plan whose attention covers the positions they attend to (chunks
+    # and work-groups for those only); across the spans' boundaries (64, 128) the tokens and
+    # logits are those of the plan over the whole cache.
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
+    monkeypatch.setattr(attention, "decode_chunk", lambda dev, max_seq, n_heads:
+                        (8, -(-max_seq // 8)))
+    make_model(str(tmp_path), arch="llama")
+    model = clops.llm.load(str(tmp_path), device=device, max_seq_len=256, progress=False)
+    ids = np.random.default_rng(3).integers(0, VOCAB, 58).tolist()
+    got = list(model.generate_ids(ids, max_new_tokens=12, stop_ids=[]))
+    spans = {k[3] for k in model._plans if k[:3] == (1, "last", True)}
+    assert spans == {64, 128}
+    last = np.empty(VOCAB, np.float32)
+    model.device.read(last, model.logits_buf, blocking=True)
+    monkeypatch.setattr(model, "_decode_span", lambda positions: None)
+    assert list(model.generate_ids(ids, max_new_tokens=12, stop_ids=[])) == got
+    whole = np.empty(VOCAB, np.float32)
+    model.device.read(whole, model.logits_buf, blocking=True)
+    np.testing.assert_allclose(last, whole, rtol=1e-5, atol=1e-5 * np.abs(whole).max())
