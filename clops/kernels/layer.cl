@@ -11,7 +11,7 @@
 // work-group that has work in it and quantized into local memory (int8, a scale per 32 values,
 // the sums of the int8 values per 32 for q4's minimums), then the weights (q4: 16 nibble bytes
 // and a (scale, min) half pair per 32; q8: 32 bytes and a half scale per 32) meet it through
-// 4-byte integer dot products, a warp (32 work-items) per weight row.
+// 4-byte integer dot products, a warp (32 work-items) for 2 to 8 weight rows at once.
 // Compile-time: DIM, HEADS, KV_HEADS, HEAD_DIM, FFN, QKMAX (the longest input: max of DIM,
 // HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8), ROPE_NEOX, PTX (NVIDIA: dp4a,
 // shfl.sync, membar.gl), SPIN_LIMIT, PHASES (a bitmask of the phases A..E that run, for
@@ -20,7 +20,6 @@
 #define LS 256
 #define NW (LS / 32)
 #define D HEAD_DIM
-#define NQKV ((HEADS + 2 * KV_HEADS) * HEAD_DIM)
 #define N_REP (HEADS / KV_HEADS)
 // rows of a head a warp computes at once in A (8, or fewer where they do not divide a warp's)
 #define RPW (HEAD_DIM / NW)
