@@ -40,7 +40,7 @@ def resident_groups(dev: CLDevice) -> int:
     """Work-groups of ``LS`` work-items the device runs all at once, found by launching that
     many at grid barriers (one a compute unit); 0 where the probe fails or the device is a
     CPU (whose runtimes give no such promise; the native and CPU kernels serve them)."""
-    if launch.is_cpu(dev) or not dev.probe("nvidia_ptx"):
+    if not _ptx(dev):
         return 0
     n = dev.caps.compute_units
     return n if grid_barriers_work(dev, n) else 0
@@ -49,8 +49,7 @@ def resident_groups(dev: CLDevice) -> int:
 def grid_barriers_work(dev: CLDevice, groups: int) -> bool:
     """Whether ``groups`` work-groups of ``grid_probe`` pass PROBE_ROUNDS grid barriers, each
     seeing every group's write of the round before it."""
-    ptx = int(not launch.is_cpu(dev) and dev.probe("nvidia_ptx"))
-    knl = kernel(dev, "layer", "grid_probe", **_probe_defines(ptx))
+    knl = kernel(dev, "layer", "grid_probe", **_probe_defines(_ptx(dev)))
     bar = dev.alloc(16)
     sums = dev.alloc(4 * PROBE_ROUNDS)
     dev.write(bar, np.zeros(4, np.int32), blocking=True)
@@ -62,18 +61,23 @@ def grid_barriers_work(dev: CLDevice, groups: int) -> bool:
     return bool(out[2] == 0 and out[0] == 0 and out[1] == PROBE_ROUNDS)
 
 
+def _ptx(dev: CLDevice) -> int:
+    """layer.cl's PTX: NVIDIA's dp4a, shfl.sync and membar.gl (a GPU passing the PTX probe)."""
+    return int(not launch.is_cpu(dev) and dev.probe("nvidia_ptx"))
+
+
 def _probe_defines(ptx: int) -> dict[str, Any]:
     # the probe needs none of the layer's sizes; any that compile
     return dict(DIM=256, HEADS=4, KV_HEADS=2, HEAD_DIM=64, FFN=256, QKMAX=256, WF_QKV=3,
                 WF_O=3, WF_GU=3, WF_D=3, ROPE_NEOX=1, PTX=ptx, SPIN_LIMIT=PROBE_SPINS)
 
 
-def takes(dev: CLDevice, weights: list[Weight], head_dim: int, groups: int = 0) -> bool:
+def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
     """Whether ``decode_layer`` takes a layer of these weights ([qkv, o, gate_up, down]) on
-    ``dev``: enabled, work-groups found resident (or ``groups`` given), heads that divide 256
+    ``dev``: enabled, work-groups found resident, heads that divide 256
     in multiples of 16, 4- and 8-bit row-major weights with half scales per 32 values whose
     products may quantize their input to int8 (``Weight.int8``)."""
-    if not enabled() or not (groups or resident_groups(dev)):
+    if not enabled() or not resident_groups(dev):
         return False
     if head_dim > LS or LS % head_dim or head_dim % (2 * (LS // 32)):
         return False
@@ -92,20 +96,19 @@ def decode_layer(dev: CLDevice, *, x: Buffer, attn_norm: Buffer, qkv: Weight,
                  inv_freq: Buffer, o: Weight, attn: Buffer, part: Buffer,
                  count: Buffer, ffn_norm: Buffer, gate_up: Weight, h: Buffer,
                  down: Weight, bar: Buffer, n_heads: int, n_kv: int, head_dim: int,
-                 max_seq: int, eps: float, scale: float, neox: bool,
-                 groups: int = 0) -> Launch:
+                 max_seq: int, eps: float, scale: float, neox: bool) -> Launch:
     """One decoder layer of the decode row at position state[0]: x (the residual stream,
     [dim]) in and out; ``q`` [H*D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part``
     (``part_nbytes``), ``count`` (n_heads int32, zero, left zero) and ``bar`` (4 int32, zero,
-    left with arrivals zero) shared by every layer. ``groups``: work-groups (default: those
-    the probe found resident)."""
+    left with arrivals zero) shared by every layer; as many work-groups as the probe found
+    resident."""
     dim, ffn = o.n, down.k
-    groups = groups or resident_groups(dev)
-    ptx = int(not launch.is_cpu(dev) and dev.probe("nvidia_ptx"))
+    groups = resident_groups(dev)
     knl = kernel(dev, "layer", "decode_layer", DIM=dim, HEADS=n_heads, KV_HEADS=n_kv,
                  HEAD_DIM=head_dim, FFN=ffn, QKMAX=max(dim, n_heads * head_dim, ffn),
                  WF_QKV=FORMATS[qkv.fmt], WF_O=FORMATS[o.fmt], WF_GU=FORMATS[gate_up.fmt],
-                 WF_D=FORMATS[down.fmt], ROPE_NEOX=int(neox), PTX=ptx, SPIN_LIMIT=RUN_SPINS)
+                 WF_D=FORMATS[down.fmt], ROPE_NEOX=int(neox), PTX=_ptx(dev),
+                 SPIN_LIMIT=RUN_SPINS)
     args = [x, attn_norm, qkv.data, qkv.scales, q, k_cache, v_cache, state, inv_freq, o.data,
             o.scales, attn, part, count, ffn_norm, gate_up.data, gate_up.scales, h, down.data,
             down.scales, bar, i32(max_seq), f32(eps), f32(scale)]

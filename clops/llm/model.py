@@ -105,10 +105,8 @@ class Model:
         for w in [self.embed, self.output] + self._layer_matrices():
             w.int8 = int8_activations
         self._branch = _branch_out(cfg)
-        # decode rows' layers as one launch each (None: not decided yet); _layer_groups: the
-        # work-groups of that launch (0: those the device's probe found resident)
+        # decode rows' layers as one launch each (None: not decided yet)
         self._whole: bool | None = None
-        self._layer_groups = 0
         self._alloc(float16_copies)
         self._plans: dict[tuple[int, str, bool, int | None], LaunchPlan] = {}
         self._sampler: dict[str, Any] = {}
@@ -376,7 +374,7 @@ class Model:
                       and ly.qkv.parts[0][2] is None and ly.gate_up.parts[0][2] is None
                       and layer.takes(self.device, [ly.qkv.parts[0][0], ly.o,
                                                     ly.gate_up.parts[0][0], ly.down],
-                                      cfg.head_dim, self._layer_groups)
+                                      cfg.head_dim)
                       for ly in self.layers))
         if ok:
             dev = self.device
@@ -395,7 +393,7 @@ class Model:
             gate_up=ly.gate_up.parts[0][0], h=self.h, down=ly.down, bar=self.bar,
             n_heads=cfg.n_heads, n_kv=cfg.n_kv_heads, head_dim=cfg.head_dim,
             max_seq=self.max_seq, eps=cfg.norm_eps, scale=cfg.scale * cfg.rope_mscale() ** 2,
-            neox=cfg.rope_neox, groups=self._layer_groups)
+            neox=cfg.rope_neox)
 
     def _decode_span(self, positions: int) -> int | None:
         """The span of the decode plan for a row that attends to ``positions`` positions: the
