@@ -644,6 +644,154 @@ void attn_prefill_wg(__global float *out, __global const float *q, int q_off, in
 }
 #endif
 
+#ifdef PREFILL_MMA
+#include "clops/ptx.cl"
+// attn_prefill on NVIDIA tensor cores (mma.sync: float16 inputs, float32 sums), the same output
+// within float16's rounding of q, k, v and the weights: a work-group of 4 warps per 64 query
+// rows of a head, a warp 16 of them. Tiles of 64 keys and values go to local memory as float16
+// rows [key][d] (B fragments of the scores: pairs along d of a key; of the value sums: two
+// keys' halves of a dimension). A warp's scores, their online softmax (base 2: q carries
+// log2 e) and its output rows stay in registers; a row's sums over its 4 lanes by shuffles.
+// Needs HEAD_DIM % 16 == 0; no cap, no window. Work geometry: global (ceil(M / 64) * 128, H),
+// local (128, 1).
+#define FQ 64
+#define FK 64
+#define FROW (HEAD_DIM + 8)  // halves a row in local memory: fragment reads hit all banks
+#define FND (HEAD_DIM / 8)   // 8-column tiles of a warp's output
+#define FKD (HEAD_DIM / 16)  // 16-deep steps of a score
+__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
+void attn_prefill_mma(__global float *out, __global const float *q, int q_off, int ld_q,
+                      __global const float *kc, __global const float *vc, int k_off, int v_off,
+                      int kv_stride, __global const int *state, int pos_add, int causal,
+                      int n_keys, int n_rep, float scale, int M) {
+    __local ushort ks[FK * FROW] __attribute__((aligned(16)));
+    __local ushort vs[FK * FROW] __attribute__((aligned(16)));
+    const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int h = get_group_id(1), H = get_num_groups(1);
+    const int m0 = get_group_id(0) * FQ, r0 = m0 + 16 * warp + g, r1 = r0 + 8;
+    const int base = state[0] + pos_add;
+    // keys [0, l0) for row r0, [0, l1) for r1, [0, lw) for the warp, [0, lmax) for the group
+    const int l0 = r0 >= M ? 0 : causal ? min(n_keys, base + r0 + 1) : n_keys;
+    const int l1 = r1 >= M ? 0 : causal ? min(n_keys, base + r1 + 1) : n_keys;
+    const int lw = causal ? min(n_keys, base + min(m0 + 16 * warp + 16, M)) : n_keys;
+    const int lmax = causal ? min(n_keys, base + min(m0 + FQ, M)) : n_keys;
+    const float qscale = scale * 1.44269504088896f;
+    __global const float *q0 = q + q_off + (size_t)min(r0, M - 1) * ld_q + h * HEAD_DIM + 2 * t;
+    __global const float *q1 = q + q_off + (size_t)min(r1, M - 1) * ld_q + h * HEAD_DIM + 2 * t;
+    uint qa[FKD][4];
+#pragma unroll
+    for (int kd = 0; kd < FKD; ++kd) {
+        const float2 a = vload2(0, q0 + 16 * kd) * qscale, b = vload2(0, q1 + 16 * kd) * qscale;
+        const float2 c = vload2(0, q0 + 16 * kd + 8) * qscale;
+        const float2 d = vload2(0, q1 + 16 * kd + 8) * qscale;
+        qa[kd][0] = half2_bits(a.x, a.y);
+        qa[kd][1] = half2_bits(b.x, b.y);
+        qa[kd][2] = half2_bits(c.x, c.y);
+        qa[kd][3] = half2_bits(d.x, d.y);
+    }
+    __global const float *kb = kc + k_off + (size_t)(h / n_rep) * kv_stride;
+    __global const float *vb = vc + v_off + (size_t)(h / n_rep) * kv_stride;
+    float o[FND][4];
+#pragma unroll
+    for (int j = 0; j < FND; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    float mx0 = -INFINITY, mx1 = -INFINITY, s0 = 0.0f, s1 = 0.0f;
+    for (int j0 = 0; j0 < lmax; j0 += FK) {
+        barrier(CLK_LOCAL_MEM_FENCE);  // the last tile is used up
+        for (int i = tid; i < FK * HEAD_DIM / 4; i += 128) {
+            const int jj = i / (HEAD_DIM / 4), d = (i % (HEAD_DIM / 4)) * 4;
+            const bool in = j0 + jj < lmax;
+            const size_t at = (size_t)(j0 + jj) * HEAD_DIM + d;
+            vstore_half4(in ? vload4(0, kb + at) : (float4)(0.0f), 0,
+                         (__local half *)(ks + jj * FROW + d));
+            vstore_half4(in ? vload4(0, vb + at) : (float4)(0.0f), 0,
+                         (__local half *)(vs + jj * FROW + d));
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (j0 >= lw) continue;  // the warp's rows attend to none of these keys
+        float p[FK / 8][4];
+#pragma unroll
+        for (int n = 0; n < FK / 8; ++n) {
+            p[n][0] = p[n][1] = p[n][2] = p[n][3] = 0.0f;
+            __local const ushort *kr = ks + (8 * n + g) * FROW + 2 * t;
+#pragma unroll
+            for (int kd = 0; kd < FKD; ++kd)
+                mma16816(p[n], qa[kd], *(__local const uint *)(kr + 16 * kd),
+                         *(__local const uint *)(kr + 16 * kd + 8));
+        }
+        float t0 = -INFINITY, t1 = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < FK / 8; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int j = j0 + 8 * n + 2 * t + e;
+                if (j >= l0) p[n][e] = -INFINITY;
+                if (j >= l1) p[n][2 + e] = -INFINITY;
+                t0 = fmax(t0, p[n][e]);
+                t1 = fmax(t1, p[n][2 + e]);
+            }
+        t0 = fmax(t0, shfl_xor(t0, 1));
+        t0 = fmax(t0, shfl_xor(t0, 2));
+        t1 = fmax(t1, shfl_xor(t1, 1));
+        t1 = fmax(t1, shfl_xor(t1, 2));
+        const float n0 = fmax(mx0, t0), n1 = fmax(mx1, t1);
+        // a row with no key yet keeps weight 0 for all (its -inf minus a base of 0)
+        const float c0 = n0 == -INFINITY ? 1.0f : exp2(mx0 - n0);
+        const float c1 = n1 == -INFINITY ? 1.0f : exp2(mx1 - n1);
+        const float b0 = n0 == -INFINITY ? 0.0f : n0, b1 = n1 == -INFINITY ? 0.0f : n1;
+        mx0 = n0;
+        mx1 = n1;
+        float e0 = 0.0f, e1 = 0.0f;
+#pragma unroll
+        for (int n = 0; n < FK / 8; ++n) {
+            p[n][0] = exp2(p[n][0] - b0);
+            p[n][1] = exp2(p[n][1] - b0);
+            p[n][2] = exp2(p[n][2] - b1);
+            p[n][3] = exp2(p[n][3] - b1);
+            e0 += p[n][0] + p[n][1];
+            e1 += p[n][2] + p[n][3];
+        }
+        s0 = s0 * c0 + e0;  // this work-item's part of the row's sum
+        s1 = s1 * c1 + e1;
+#pragma unroll
+        for (int j = 0; j < FND; ++j) {
+            o[j][0] *= c0;
+            o[j][1] *= c0;
+            o[j][2] *= c1;
+            o[j][3] *= c1;
+        }
+#pragma unroll
+        for (int kk = 0; kk < FK / 16; ++kk) {
+            // the scores' fragments are the A fragment of the weights (keys 16 kk ..)
+            const uint pa[4] = {half2_bits(p[2 * kk][0], p[2 * kk][1]),
+                                half2_bits(p[2 * kk][2], p[2 * kk][3]),
+                                half2_bits(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                                half2_bits(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+            __local const ushort *vr = vs + (16 * kk + 2 * t) * FROW + g;
+#pragma unroll
+            for (int j = 0; j < FND; ++j) {
+                __local const ushort *v = vr + 8 * j;
+                mma16816(o[j], pa, (uint)v[0] | ((uint)v[FROW] << 16),
+                         (uint)v[8 * FROW] | ((uint)v[9 * FROW] << 16));
+            }
+        }
+    }
+    s0 += shfl_xor(s0, 1);
+    s0 += shfl_xor(s0, 2);
+    s1 += shfl_xor(s1, 1);
+    s1 += shfl_xor(s1, 2);
+    const float i0 = s0 > 0.0f ? 1.0f / s0 : 0.0f, i1 = s1 > 0.0f ? 1.0f / s1 : 0.0f;
+#pragma unroll
+    for (int j = 0; j < FND; ++j) {
+        const int d = 8 * j + 2 * t;
+        if (r0 < M)
+            vstore2((float2)(o[j][0], o[j][1]) * i0, 0, out + ((size_t)r0 * H + h) * HEAD_DIM + d);
+        if (r1 < M)
+            vstore2((float2)(o[j][2], o[j][3]) * i1, 0, out + ((size_t)r1 * H + h) * HEAD_DIM + d);
+    }
+}
+#endif
+
 // Write k, v rows [M][KV][D] into the cache at positions pos0 + m. Work geometry: (D, KV, M).
 __kernel void kv_store(__global float *kc, __global float *vc, __global const float *k,
                        int k_off, __global const float *v, int v_off, int pos0, int max_seq) {

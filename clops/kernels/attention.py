@@ -21,9 +21,11 @@ def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffe
     q to ``q_out``, k and v into the cache at positions state[0] + row."""
     rot = {"ROT_DIM": rot_dim} if rot_dim and rot_dim != head_dim else {}
     # PERF (CPUs): a work-item takes every head, making each angle's sine and cosine once
-    # (2-core EPYC, Intel's runtime, a 1B prompt chunk of 64 rows: 13.8 -> 6.6 ms)
+    # (2-core EPYC, Intel's runtime, a 1B prompt chunk of 64 rows: 13.8 -> 6.6 ms); GPUs: up
+    # to 8 heads (H200, a 1B body's 512 rows: 20 us a layer with one head a work-item, most
+    # of it the sines and cosines of large angles)
     heads = n_heads + 2 * n_kv
-    per = heads if launch.is_cpu(dev) else 1
+    per = heads if launch.is_cpu(dev) else max(d for d in range(1, 9) if heads % d == 0)
     knl = kernel(dev, "attention", "rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
                  HEADS_PER_ITEM=per, **rot)
     args = [q_out, qkv, i32(ld_qkv), kc, vc, state, inv_freq, i32(n_heads), i32(n_kv),
@@ -181,12 +183,22 @@ def part_nbytes(dev: CLDevice, max_seq: int, n_heads: int, head_dim: int) -> int
     return n_heads * splits * (head_dim + 2) * 4
 
 
+def prefill_mma(dev: CLDevice, head_dim: int) -> bool:
+    """Whether ``attn_prefill(half=True)`` runs on tensor cores (``attn_prefill_mma``): NVIDIA
+    GPUs whose mma.sync the PTX probe found, heads of 16 to 128 dimensions in 16s."""
+    return (not launch.is_cpu(dev) and head_dim % 16 == 0 and head_dim <= 128
+            and _gemm.use_mma(dev, "float16"))
+
+
 def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, kc: Buffer,
                  vc: Buffer, k_off: int, v_off: int, kv_stride: int, state: Buffer, *,
                  pos_add: int, causal: bool, n_keys: int, m: int, n_heads: int, n_kv: int,
-                 head_dim: int, scale: float, softcap: float = 0.0, window: int = 0) -> Launch:
+                 head_dim: int, scale: float, softcap: float = 0.0, window: int = 0,
+                 half: bool = False) -> Launch:
     """Attention of m query rows; ``softcap`` and ``window`` as in attn_decode (a causal
-    window: the keys (pos - window, pos] of each row)."""
+    window: the keys (pos - window, pos] of each row). ``half``: q, k, v and the softmax
+    weights may be rounded to float16 for tensor cores (``prefill_mma``), as an LLM's prompt
+    takes them; else float32 throughout."""
     args = [out, q, i32(q_off), i32(ld_q), kc, vc, i32(k_off), i32(v_off), i32(kv_stride),
             state, i32(pos_add), i32(int(causal)), i32(n_keys), i32(n_heads // n_kv),
             f32(scale)]
@@ -196,6 +208,11 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
         knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim,
                      **_score_defines(softcap, window))
         return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
+    if half and prefill_mma(dev, head_dim):
+        # PERF (H200, Llama-3.2-1B body, a prompt of 512 rows): 198 -> 32 us a layer
+        knl = kernel(dev, "attention", "attn_prefill_mma", HEAD_DIM=head_dim, PREFILL_MMA=1)
+        return Launch(knl, (math.ceil(m / 64) * 128, n_heads), (128, 1), args + [i32(m)],
+                      reads, [out], "attn_prefill")
     if not launch.is_cpu(dev) and head_dim % 8 == 0:
         # PERF: GPUs: 16 rows per work-group share each tile of keys and values through local
         # memory (a work-item per row and head walked every key alone: 0.5 ms a layer for 128

@@ -154,14 +154,7 @@ __kernel void split_sum(__global float *C, int c_off, int ldc, __global const fl
 #define PAIR_LO(a, b) (((a) & 0xffffu) | ((b) << 16))
 #define PAIR_HI(a, b) (((a) >> 16) | ((b) & 0xffff0000u))
 
-// d += a (16x16, row) * b (16x8, col): float16 inputs, float32 accumulators.
-inline void mma16816(float *d, const uint *a, uint b0, uint b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+#include "clops/ptx.cl"  // mma16816
 
 // The A fragment of mma16816 from a local [row][k] tile with rows ld halves apart, p at row g
 // and k-pair 2t of the fragment: rows g and g + 8, k-pairs 2t and 2t + 8.
@@ -668,6 +661,16 @@ void gemm_mma_async(__global half *C, int c_off, int ldc, long c_bstride,
 #else
 #define CP_WAIT_LEAD "cp.async.wait_group 4;"
 #endif
+// WG_NT 1: gemm_nt_wgmma (B K-major, as stored [N][K]) instead of gemm_wgmma (B N-major):
+// wgmma's transpose flag for B
+#ifndef WG_NT
+#define WG_NT 0
+#endif
+#if WG_NT
+#define WG_TB "0"
+#else
+#define WG_TB "1"
+#endif
 #if BN == 256
 #define WG_MMA wgmma_n256
 #else
@@ -682,7 +685,7 @@ inline void wgmma_n128(float *d, ulong da, ulong db) {
         "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, "
         "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
         "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, p, 1, 1, 0, 1;\n}"
+        "%64, %65, p, 1, 1, 0, " WG_TB ";\n}"
           : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
             "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
             "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
@@ -710,7 +713,7 @@ inline void wgmma_n256(float *d, ulong da, ulong db) {
         "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "
         "%125, %126, %127}, "
-        "%128, %129, p, 1, 1, 0, 1;\n}"
+        "%128, %129, p, 1, 1, 0, " WG_TB ";\n}"
           : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
             "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
             "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
@@ -751,6 +754,7 @@ inline void wg_load(uint sa, uint sb, __global const ushort *qa, __global const 
     for (int l = 0; l < WNLB; ++l) cp_async16(sb + db[l], qb + gb[l]);
 }
 
+#if !WG_NT
 __kernel __attribute__((reqd_work_group_size(NTW, 1, 1)))
 void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
                 __global const half *A, int a_off, int lda, long a_bstride,
@@ -856,5 +860,106 @@ void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
                      C + (size_t)(row + 8) * ldc + col);
     }
 }
+#else
+// gemm_nt_wgmma: gemm_nt_mma's product (float32 C (+)= A B^T (+ bias[n]), B a linear layer's
+// [N][K] weight as stored; SPLIT slices of K as there) on wgmma. B is K-major like A, so both
+// local tiles take A's 128-byte-swizzled layout above (B's BN rows in one descriptor, 8-row
+// groups 1024 bytes apart) and wgmma reads B untransposed. Rows of A past M read row M - 1
+// (their sums are not stored). Needs N % BN == 0, (K / SPLIT) % BK == 0, 16-byte rows.
+// Work geometry: global (N / BN * NTW, ceil(M / BM), SPLIT), local (NTW, 1, 1).
+__kernel __attribute__((reqd_work_group_size(NTW, 1, 1)))
+void gemm_nt_wgmma(__global float *C, int c_off, int ldc, __global const half *A, int lda,
+                   __global const half *B, int ldb, __global const float *bias, int M, int N,
+                   int K, long c_split) {
+    __local ushort As[STAGES * BM * BK] __attribute__((aligned(1024)));
+    __local ushort Bs[STAGES * BN * BK] __attribute__((aligned(1024)));
+    const int tid = get_local_id(0);
+    const int wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int2 tile = raster_tile(RASTER);
+    const int m0 = tile.y * BM, n0 = tile.x * BN;
+    __global const ushort *pa = (__global const ushort *)A;
+    __global const ushort *pb = (__global const ushort *)B;
+#if SPLIT > 1
+    K /= SPLIT;  // this group's slice of the depth, and of the partial sums
+    pa += (size_t)get_group_id(2) * K;
+    pb += (size_t)get_group_id(2) * K;
+    C += get_group_id(2) * c_split;
+#endif
+    const uint sa = smem_addr(As), sb = smem_addr(Bs);
+    // chunk c = tid + NTW l of a tile: row c / 8, 16-byte k-chunk k8 = c % 8, at local byte
+    // 128 row + 16 (k8 ^ row % 8)
+    size_t ga[WNLA], gb[WNLB];
+    uint da[WNLA], db[WNLB];
+#pragma unroll
+    for (int l = 0; l < WNLA; ++l) {
+        const int c = tid + NTW * l, r = c >> 3, k8 = c & 7;
+        ga[l] = (size_t)min(m0 + r, M - 1) * lda + k8 * 8;
+        da[l] = (uint)(r * 128 + ((k8 ^ (r & 7)) << 4));
+    }
+#pragma unroll
+    for (int l = 0; l < WNLB; ++l) {
+        const int c = tid + NTW * l, r = c >> 3, k8 = c & 7;
+        gb[l] = (size_t)(n0 + r) * ldb + k8 * 8;
+        db[l] = (uint)(r * 128 + ((k8 ^ (r & 7)) << 4));
+    }
+    const int KT = K / BK;
+#pragma unroll
+    for (int s = 0; s < LEAD; ++s) {
+        if (s < KT) wg_load(sa + s * WA_ST, sb + s * WB_ST, pa + (size_t)s * BK,
+                            pb + (size_t)s * BK, ga, gb, da, db);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+
+    int stage = 0, ls = LEAD % STAGES;  // the stage read now, the stage loaded next
+    for (int kt = 0; kt < KT; ++kt) {
+        asm volatile(CP_WAIT_LEAD ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {
+            const int nk = kt + LEAD;
+            if (nk < KT)
+                wg_load(sa + ls * WA_ST, sb + ls * WB_ST, pa + (size_t)nk * BK,
+                        pb + (size_t)nk * BK, ga, gb, da, db);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+            if (++ls == STAGES) ls = 0;
+        }
+        const uint a0 = sa + stage * WA_ST + wg * (64 * BK * 2), b0 = sb + stage * WB_ST;
+        asm volatile(WG_HIDE "wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)  // k16 steps of 32 bytes into the swizzled rows
+            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1), wg_desc(b0 + kk * 32, 16, 1024, 1));
+        asm volatile(WG_HIDE "wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned " WG_STR(WAITN) ";" ::: "memory");
+        if (++stage == STAGES) stage = 0;
+    }
+    asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    C += c_off;
+    // accumulator j-th 8 columns: rows 16 w + g (+ 8), columns 8 j + 2 t (+ 1) of the warpgroup's
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int row = m0 + 64 * wg + 16 * w + g, col = n0 + 8 * j + 2 * t;
+#if HAS_BIAS && SPLIT == 1
+        const float2 bv = vload2(0, bias + col);
+#else
+        const float2 bv = (float2)(0.0f);
+#endif
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            if (row + 8 * h >= M) continue;
+            __global float *p = C + (size_t)(row + 8 * h) * ldc + col;
+            float2 v = (float2)(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]) + bv;
+#if ACCUM && SPLIT == 1
+            v += vload2(0, p);
+#endif
+            vstore2(v, 0, p);
+        }
+    }
+}
+#endif
 #endif
 #endif

@@ -49,6 +49,13 @@ WGMMA_CONFIGS: list[dict[str, int]] = [
     dict(WG=1, BM=128, BN=256, BK=64, STAGES=3, WAITN=0, RASTER=8),
 ]
 
+# gemm_nt_wgmma tile shapes (a prompt's products of a linear layer's [N][K] weight, where
+# ``use_nt_wgmma``), as WGMMA_CONFIGS; ``nt_config`` picks one for a product.
+NT_WGMMA_CONFIGS: list[dict[str, int]] = [
+    dict(BM=128, BN=128, BK=64, STAGES=3, WAITN=0, RASTER=8),
+    dict(BM=64, BN=128, BK=64, STAGES=4, WAITN=0, RASTER=8),
+]
+
 _DT = {"float32": 0, "float16": 1}
 # CPUs (gemm_cpu.cl): float32 and float64 products from this many multiply-adds (below, the
 # generated kernel's fusion with its neighbours is worth more), n a multiple of the vectors'
@@ -112,13 +119,83 @@ def _wgmma_kernel(dev: CLDevice, cfg: dict[str, int]) -> Any | None:
 
 @probes.per_device
 def _wgmma_kernel_for(dev: CLDevice, cfg: tuple[tuple[str, int], ...]) -> Any | None:
+    # one kernel object, for gemm's launches one at a time (arguments set at each)
+    prog = _wgmma_program_for(dev, cfg)
+    return None if prog is None else new_kernel(prog, "gemm_wgmma", "gemm.cl")
+
+
+@probes.per_device
+def _wgmma_program_for(dev: CLDevice, cfg: tuple[tuple[str, int], ...]) -> Any | None:
     if dev.backend != "nvidia":
         return None
     try:
         hidden = program(dev, "gemm", DT=1, USE_MMA=1, USE_WGMMA=1, **dict(cfg))
-        return new_kernel(rebuilt_from_binary(dev, hidden, _sm90a), "gemm_wgmma", "gemm.cl")
+        return rebuilt_from_binary(dev, hidden, _sm90a)
     except Exception:  # noqa: BLE001 - a driver or GPU without sm_90a: the mma.sync kernels
         return None
+
+
+def nt_wgmma_kernel(dev: CLDevice, cfg: dict[str, int], split: int, has_bias: bool,
+                    accum: bool) -> Any | None:
+    """A new gemm_nt_wgmma kernel object (its own argument slots: a launch plan sets each
+    launch's arguments once) for tile shape ``cfg``, ``split`` slices of K and the epilogue
+    flags, or None where it does not build."""
+    key = dict(cfg, WG_NT=1, SPLIT=split, HAS_BIAS=int(has_bias), ACCUM=int(accum))
+    prog = _wgmma_program_for(dev, tuple(sorted(key.items())))
+    return None if prog is None else new_kernel(prog, "gemm_nt_wgmma", "gemm.cl")
+
+
+def nt_config(dev: CLDevice, m: int, n: int, k: int) -> dict[str, int] | None:
+    """The gemm_nt_wgmma tile shape for m rows of an [n][k] weight: the first of
+    NT_WGMMA_CONFIGS whose tiles divide n and k and make at least one tile a compute unit
+    (else the one making most tiles), None where none divides or ``use_nt_wgmma`` fails."""
+    if not use_nt_wgmma(dev):
+        return None
+    fits = [c for c in NT_WGMMA_CONFIGS if n % c["BN"] == 0 and k % c["BK"] == 0]
+    for cfg in fits:
+        if -(-m // cfg["BM"]) * (n // cfg["BN"]) >= dev.caps.compute_units:
+            return cfg
+    return max(fits, key=lambda c: -(-m // c["BM"]) * (n // c["BN"]), default=None)
+
+
+def use_nt_wgmma(dev: CLDevice) -> bool:
+    """A prompt's linear products go to ``gemm_nt_wgmma`` where it builds and gets small
+    products right for each tile shape (a capability probe, once per device): Hopper GPUs."""
+    return use_mma(dev, "float16") and _nt_wgmma_works(dev)
+
+
+@probes.per_device
+def _nt_wgmma_works(dev: CLDevice) -> bool:
+    if dev.backend != "nvidia":
+        return False
+    rng = np.random.default_rng(0)
+    m, n, k = 200, 256, 256  # rows past a tile's end; two slices of k
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k)).astype(np.float16)
+    bias = rng.standard_normal(n).astype(np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64).T + bias
+    ba, bb, bbias, bc = (dev.alloc(x.nbytes) for x in (a, b, bias, want.astype(np.float32)))
+    bp = dev.alloc(2 * m * n * 4)
+    for buf, x in ((ba, a), (bb, b), (bbias, bias)):
+        dev.write(buf, x, blocking=True)
+    for cfg in NT_WGMMA_CONFIGS:
+        for split in (1, 2):
+            knl = nt_wgmma_kernel(dev, cfg, split, split == 1, False)
+            if knl is None:
+                return False
+            c = bc if split == 1 else bp
+            dev.launch(knl, (n // cfg["BN"] * cfg["BM"] * 2, -(-m // cfg["BM"]), split),
+                       (cfg["BM"] * 2, 1, 1),
+                       [c, np.int32(0), np.int32(n), ba, np.int32(k), bb, np.int32(k), bbias,
+                        np.int32(m), np.int32(n), np.int32(k), np.int64(m * n)],
+                       reads=[ba, bb, bbias], writes=[c], name="gemm_nt_wgmma")
+            got = np.empty((split, m, n), np.float32)
+            dev.read(got, c, blocking=True)
+            got = got.sum(0) + (bias if split == 2 else 0)
+            err = np.linalg.norm(got - want) / np.linalg.norm(want)
+            if not err < 1e-3:
+                return False
+    return True
 
 
 @probes.per_device

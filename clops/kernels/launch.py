@@ -23,15 +23,19 @@ __all__ = ["HEADERS", "Launch", "LaunchPlan", "expand_includes", "f32", "flat_ge
 
 # ``#include "clops/<file>.cl"``: a header of this folder that user kernels include too
 # (``clops.custom``), pasted in so that the program cache sees it.
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)[>"][ \t]*$', re.M)
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)[>"][ \t]*'
+                      r'(//.*)?$', re.M)
 HEADERS = ("philox.cl",)  # the Philox counter-based generator (clops.random documents it)
+# headers of clops' own kernels only: NVIDIA PTX helpers (included where the PTX probe passed)
+INTERNAL_HEADERS = ("ptx.cl",)
 
 
-def expand_includes(source: str) -> str:
-    """Replace ``#include "clops/<file>.cl"`` with the header (one of ``HEADERS``)."""
+def expand_includes(source: str, internal: bool = False) -> str:
+    """Replace ``#include "clops/<file>.cl"`` with the header (one of ``HEADERS``, or with
+    ``internal``, of ``INTERNAL_HEADERS`` too)."""
 
     def sub(m: re.Match[str]) -> str:
-        if m.group(1) not in HEADERS:
+        if m.group(1) not in HEADERS + (INTERNAL_HEADERS if internal else ()):
             raise FileNotFoundError(f"#include: clops has no {m.group(1)}; available: "
                                     f"{list(HEADERS)}")
         return resources.files(__package__).joinpath(m.group(1)).read_text()
@@ -43,7 +47,8 @@ def expand_includes(source: str) -> str:
 def source(name: str) -> str:
     """The text of ``clops/kernels/<name>.cl``, with its ``#include "clops/<file>.cl"`` lines
     replaced by the headers."""
-    return expand_includes(resources.files(__package__).joinpath(f"{name}.cl").read_text())
+    return expand_includes(resources.files(__package__).joinpath(f"{name}.cl").read_text(),
+                           internal=True)
 
 
 def _options(defines: dict[str, Any]) -> tuple[str, ...]:

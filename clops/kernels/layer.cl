@@ -41,11 +41,7 @@ inline int dot4(uint a, uint b, int c) {
     asm volatile("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
 }
-inline float shfl_xor(float v, int o) {
-    float r;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(o));
-    return r;
-}
+#include "clops/ptx.cl"  // shfl_xor
 #else
 #define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
 inline int dot4(uint a, uint b, int c) {

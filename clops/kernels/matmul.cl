@@ -415,12 +415,7 @@ inline float4 x_in(__global const float *xr, __global const float *nw, int K, in
 #if USE_SHFL && NT % 32 == 0
 // PERF: 8 work-items per block, one float4 each (a warp reads 512 consecutive bytes); the
 // block's amax and sum of q over the 8 by warp shuffles
-inline float shfl_xor(float v, int o) {
-    uint t;
-    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
-                 : "=r"(t) : "r"(as_uint(v)), "r"(o));
-    return as_float(t);
-}
+#include "clops/ptx.cl"  // shfl_xor
 #define XPASS ((NB * 8 + NT - 1) / NT)  // float4s of x per work-item
 #define XG (XPASS < 8 ? XPASS : 8)
 inline float quantize_x(__global const float *xr, __global const float *nw, int K,

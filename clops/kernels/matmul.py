@@ -399,12 +399,24 @@ def half_scratch_nbytes(m: int, k: int) -> int:
     return m * k * 2
 
 
+# tensor-core products of few tiles split k until they make this many work-groups a compute
+# unit: gemm_nt_mma's, gemm_nt_wgmma's (PERF, H200, a 1B body's products of 128 and 512 rows:
+# one a compute unit, not two, 0-36% faster, the split's sums included)
+SPLIT_GROUPS_PER_CU = 2
+SPLIT_GROUPS_PER_CU_WGMMA = 1
+
+
 def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
-    """Slices of k for ``gemm_nt_mma`` (a power of two): enough work-groups for two per compute
-    unit, slices of at least 512."""
-    tiles = math.ceil(m / 64) * (n // 64)
+    """Slices of k for the tensor-core product (a power of two): enough work-groups for two
+    (wgmma: one) per compute unit, slices of at least 512 (and a whole number of the kernel's
+    depth)."""
+    cfg = _gemm.nt_config(dev, m, n, k)
+    bm, bn, depth = (cfg["BM"], cfg["BN"], cfg["BK"]) if cfg else (64, 64, 32)
+    fill = SPLIT_GROUPS_PER_CU_WGMMA if cfg else SPLIT_GROUPS_PER_CU
+    tiles = math.ceil(m / bm) * (n // bn)
     split = 1
-    while (tiles * split < 2 * dev.caps.compute_units and k % (64 * split) == 0
+    while (tiles * split < fill * dev.caps.compute_units
+           and k % (2 * depth * split) == 0
            and k // (2 * split) >= 512):
         split *= 2
     return split
@@ -460,10 +472,17 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         c, c_off, ldc = pscratch, 0, w.n
     else:
         c, c_off, ldc = y, y_off, ldy
-    knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, SPLIT=split, **flags)
+    # PERF (Hopper): wgmma tiles of 128 (or 64) x 128, where they divide the product
+    cfg = _gemm.nt_config(dev, m, w.n, k)
+    knl = _gemm.nt_wgmma_kernel(dev, cfg, split, bias is not None, accum) if cfg else None
+    if knl is not None and cfg is not None:
+        bm, bn, group = cfg["BM"], cfg["BN"], cfg["BM"] * 2
+    else:
+        knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, SPLIT=split, **flags)
+        bm, bn, group = 64, 64, 128
     reads = [scratch, b_half] + ([bias] if bias is not None else []) + (
         [y] if accum and split == 1 else [])
-    out.append(Launch(knl, (w.n // 64 * 128, math.ceil(m / 64), split), (128, 1, 1),
+    out.append(Launch(knl, (w.n // bn * group, math.ceil(m / bm), split), (group, 1, 1),
                       [c, i32(c_off), i32(ldc), scratch, i32(k), b_half, i32(k), bias_arg,
                        i32(m), i32(w.n), i32(k), np.int64(m * w.n)], reads, [c], name))
     if split > 1:

@@ -174,3 +174,14 @@ def test_mixed_devices_error(device: CLDevice) -> None:
     k = clops.kernel(AXPY, "axpy")
     with pytest.raises(ValueError, match="different devices"):
         k(4, None, 1.0, clops.ones(4, device=a), clops.ones(4, device=b))
+
+
+def test_include_lines() -> None:
+    """An include line may end in a comment; clops' internal headers (PTX helpers) are for its
+    own kernels, not user sources."""
+    from clops.kernels.launch import expand_includes
+
+    assert "philox" in expand_includes('#include "clops/philox.cl"  // the generator\n')
+    assert "shfl_xor" in expand_includes('#include "clops/ptx.cl"\n', internal=True)
+    with pytest.raises(FileNotFoundError, match="clops has no ptx.cl"):
+        expand_includes('#include "clops/ptx.cl"\n')

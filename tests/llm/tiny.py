@@ -71,9 +71,10 @@ def hf_logits(model, ids: list[int]) -> np.ndarray:
 
 def logit_tolerance(model) -> float:
     """The relative logit error a model's prompt path allows: float32 products (2e-5), or rows
-    in float16 on tensor cores (``kernels.matmul.tensor_core_rows``), whose rounding (2^-11 of each
-    value) grew to 3e-3 of the largest logit through the layers of the tiny models on an H100
-    (transformers on the GPU in float16 does the same)."""
+    in float16 on tensor cores (``kernels.matmul.tensor_core_rows``; the prompt's attention then
+    rounds to float16 as well), whose rounding (2^-11 of each value) grew to 3e-3 of the largest
+    logit through the layers of the tiny models on an H100 (transformers on the GPU in float16
+    does the same)."""
     from clops.kernels import matmul
 
     mats = [w for ly in model.layers for w in (ly.o, ly.down)]

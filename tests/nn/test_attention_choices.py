@@ -104,3 +104,52 @@ def test_partial_rotary(device, neox):
     got_k = _read(dev, kc, (KV, MAX, D))[:, 7:7 + m].transpose(1, 0, 2)
     np.testing.assert_allclose(got_q, want[:, :H], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got_k, want[:, H:], rtol=1e-5, atol=1e-5)
+
+
+def _ref_rows(q, kc, vc, lims, scale):
+    """q [M][H][Dh] against keys [0, lims[m]) of caches [KV][MAX][Dh], float64."""
+    n_rep = q.shape[1] // kc.shape[0]
+    out = np.zeros(q.shape, np.float64)
+    for m, lim in enumerate(lims):
+        for h in range(q.shape[1]):
+            if lim == 0:
+                continue
+            s = (kc[h // n_rep, :lim].astype(np.float64) @ q[m, h]) * scale
+            p = np.exp(s - s.max())
+            out[m, h] = (p / p.sum()) @ vc[h // n_rep, :lim]
+    return out
+
+
+@pytest.mark.parametrize("dh", [64, 128, 16])
+@pytest.mark.parametrize("p0,m,causal", [(0, 150, True), (37, 64, True), (200, 9, True),
+                                         (0, 70, False)])
+def test_prefill_tensor_cores(device, dh, p0, m, causal):
+    """attn_prefill(half=True) on tensor cores (attn_prefill_mma, NVIDIA): against float64 from
+    float16-rounded q, k, v; rows past a group of 64, keys past a tile of 64 and a start
+    position inside one, 4 query heads a key-value head, a causal prompt from 0 (rows attend to
+    1 .. 150 keys), and all keys."""
+    dev = device
+    if not attention.prefill_mma(dev, dh):
+        pytest.skip(f"{dev.name}: no tensor-core prefill attention (needs NVIDIA mma.sync)")
+    h, kv, cap = 8, 2, 320
+    rng = np.random.default_rng(p0 + m + dh)
+    kc = rng.standard_normal((kv, cap, dh)).astype(np.float32) * 1.5
+    vc = rng.standard_normal((kv, cap, dh)).astype(np.float32)
+    q = rng.standard_normal((m, h, dh)).astype(np.float32) * 1.5
+    scale = dh ** -0.5
+    n_keys = cap if causal else 250
+    lims = [min(n_keys, p0 + i + 1) if causal else n_keys for i in range(m)]
+    state = _buf(dev, np.array([p0, 0, 0, 0], np.int32))
+    out = dev.alloc(q.nbytes)
+    dev.write(out, np.full(q.size, np.nan, np.float32), blocking=True)
+    ln = attention.attn_prefill(dev, out, _buf(dev, q), 0, h * dh, _buf(dev, kc), _buf(dev, vc),
+                                0, 0, cap * dh, state, pos_add=0, causal=causal,
+                                n_keys=n_keys, m=m, n_heads=h, n_kv=kv, head_dim=dh,
+                                scale=scale, half=True)
+    assert ln.kernel.function_name == "attn_prefill_mma"
+    ln.run(dev)
+    f16 = lambda a: a.astype(np.float16).astype(np.float32)  # noqa: E731
+    want = _ref_rows(f16(q), f16(kc), f16(vc), lims, scale)
+    got = _read(dev, out, q.shape)
+    # the weights are rounded to float16 too: about 1e-3 of the output's scale
+    np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)

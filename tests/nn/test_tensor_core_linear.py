@@ -1,6 +1,6 @@
 """The tensor-core route of ``kernels.matmul.linear`` (float16 weights, many rows: a prompt's
-projections): the float16 staging of the rows on every device, and the ``gemm_nt_mma`` product
-against numpy where the device has NVIDIA tensor cores."""
+projections): the float16 staging of the rows on every device, and the ``gemm_nt_mma`` (or on
+Hopper ``gemm_nt_wgmma``) product against numpy where the device has NVIDIA tensor cores."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ def test_split(device):
     """Long k over few tiles of C is split into power-of-two slices of at least 512."""
     dev = clops.device(device)
     cu = dev.caps.compute_units
-    assert matmul.tensor_core_split(dev, 128, 64 * 2 * cu, 8192) == 1  # enough tiles already
+    # enough tiles already (of 64 x 64, or of wgmma's 128 x 128)
+    assert matmul.tensor_core_split(dev, 128, 128 * 2 * cu, 8192) == 1
     s = matmul.tensor_core_split(dev, 16, 64, 8192)
     assert s == min(16, 1 << (2 * cu - 1).bit_length())  # slices of 512 at the least
     assert matmul.tensor_core_split(dev, 16, 64, 1024) == 2
@@ -126,12 +127,13 @@ def _tensor_cores(dev):
 
 @pytest.mark.parametrize("m,n,k", [(16, 64, 32), (37, 192, 96), (64, 128, 256),
                                    (130, 64, 512), (128, 320, 64), (37, 128, 2048),
-                                   (100, 64, 1024)])
+                                   (100, 64, 1024), (200, 384, 512), (513, 256, 1024)])
 @pytest.mark.parametrize("mode", ["plain", "bias", "accum", "norm", "glu"])
 def test_linear_tensor_cores(device, m, n, k, mode):
     """y (+)= f16(prologue(x)) @ w.T (+ b) against numpy from the same float16 values; rows past
     a tile of 64, outputs at an offset with a wider row stride, and k split into slices added up
-    by split_sum (the last two shapes on an H100)."""
+    by split_sum (the last two shapes on an H100); on Hopper, wgmma's tiles where they divide
+    n and k (its two tile shapes, rows past them, split or not)."""
     dev = clops.device(device)
     _tensor_cores(dev)
     width = 2 * k if mode == "glu" else k
@@ -148,7 +150,7 @@ def test_linear_tensor_cores(device, m, n, k, mode):
     launches = matmul.linear(dev, yb, y_off, ldy, xb, 0, width, dw, m,
                         bias=_upload(dev, b) if mode == "bias" else None,
                         accum=mode == "accum", norm=norm, glu=mode == "glu")
-    names = ["half_rows", "gemm_nt_mma"]
+    names = ["half_rows", "gemm_nt_wgmma" if gemm.nt_config(dev, m, n, k) else "gemm_nt_mma"]
     if matmul.tensor_core_split(dev, m, n, k) > 1:
         names.append("split_sum")
     assert [ln.kernel.function_name for ln in launches] == names
@@ -224,8 +226,9 @@ def test_linear_tensor_cores_quantized(device, kind, m=37, n=128, k=512):
     x = RNG.standard_normal((m, k)).astype(np.float32)
     xb, yb = _upload(dev, x), dev.alloc(m * n * 4)
     launches = matmul.linear(dev, yb, 0, n, xb, 0, k, w, m)
-    assert [ln.kernel.function_name for ln in launches] == \
-        ["dequant_half", "half_rows", "gemm_nt_mma"]
+    product = "gemm_nt_wgmma" if gemm.nt_config(dev, m, n, k) else "gemm_nt_mma"
+    assert [ln.kernel.function_name for ln in launches][:3] == \
+        ["dequant_half", "half_rows", product]
     for ln in launches:
         ln.run(dev)
     got = _read(dev, yb, (m, n), np.float32)
@@ -235,3 +238,28 @@ def test_linear_tensor_cores_quantized(device, kind, m=37, n=128, k=512):
     small = dev.alloc(n * k * 2 - 2)
     assert [ln.kernel.function_name for ln in
             matmul.linear(dev, yb, 0, n, xb, 0, k, w, m, wscratch=small)] == ["matmul"]
+
+
+@pytest.mark.parametrize("m,n,k", [(40, 128, 64), (513, 256, 1024)])
+def test_linear_tensor_cores_in_one_plan(device, m, n, k):
+    """Two products of the same shape in one launch plan (as a prompt's layers are): each keeps
+    its own arguments (the plan sets them once, so the launches may not share a kernel
+    object)."""
+    from clops.kernels.launch import LaunchPlan
+
+    dev = clops.device(device)
+    _tensor_cores(dev)
+    plan, ys, wants = LaunchPlan(dev), [], []
+    for _ in range(2):
+        x = RNG.standard_normal((m, k)).astype(np.float32)
+        w = (RNG.standard_normal((n, k)) / np.sqrt(k)).astype(np.float16)
+        y = dev.alloc(m * n * 4)
+        for ln in matmul.linear(dev, y, 0, n, _upload(dev, x), 0, k,
+                                DeviceWeight(dev, pack_float(w, "f16")), m):
+            plan.add(ln)
+        ys.append(y)
+        wants.append(x.astype(np.float16).astype(np.float64) @ w.astype(np.float64).T)
+    plan.replay()
+    for y, want in zip(ys, wants):
+        np.testing.assert_allclose(_read(dev, y, (m, n), np.float32), want, rtol=2e-3,
+                                   atol=2e-3 * np.abs(want).max())
