@@ -296,19 +296,26 @@ inline float value_sum(__local const float *p, __global const float *vb, int n, 
     return acc;
 }
 
+// NREP query heads a work-group (attn_decode_rope): their HEAD_DIM work-items each, hr the
+// head of this one; the tile's rows are loaded by all of them, every NREP-th by each head's.
+#ifndef NREP
+#define NREP 1
+#endif
 inline float chunk_scores(__local float *p, __local const float *qs, __local float *kt,
                           __global const float *kb, __local const float *kn, int n, int nc,
-                          int t, __global const int *blocks, int j0, int BS, int KV, int kvh) {
+                          int t, int hr, __global const int *blocks, int j0, int BS, int KV,
+                          int kvh) {
     float mx = -INFINITY;
     for (int j1 = 0; j1 < n; j1 += TJ) {
         const int rows = min(TJ, nc - j1);  // rows of the cache in this tile
         barrier(CLK_LOCAL_MEM_FENCE);       // (the tile before is scored)
-        for (int r0 = 0; r0 < rows; r0 += GROUP) {
+        for (int r0 = hr; r0 < rows; r0 += GROUP * NREP) {
             float v[GROUP];
             for (int u = 0; u < GROUP; ++u)
-                if (r0 + u < rows) v[u] = row_at(kb, j1 + r0 + u, blocks, j0, BS, KV, kvh)[t];
+                if (r0 + u * NREP < rows)
+                    v[u] = row_at(kb, j1 + r0 + u * NREP, blocks, j0, BS, KV, kvh)[t];
             for (int u = 0; u < GROUP; ++u)
-                if (r0 + u < rows) kt[(r0 + u) * (HEAD_DIM + 1) + t] = v[u];
+                if (r0 + u * NREP < rows) kt[(r0 + u * NREP) * (HEAD_DIM + 1) + t] = v[u];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         const int j = j1 + t;
@@ -357,7 +364,7 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
     __global const float *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
-    const float mx = chunk_scores(p, qs, kt, kb, qs, n, n, t, flat, 0, 0, 0, 0);
+    const float mx = chunk_scores(p, qs, kt, kb, qs, n, n, t, 0, flat, 0, 0, 0, 0);
     const float2 ms = chunk_softmax(p, red, t, n, mx);
     const float acc = value_sum(p, vb, n, t, flat, 0, 0, 0, 0);
     out[t] = acc;
@@ -397,36 +404,43 @@ inline float rope_elem(__global const float *src, int t, int pos, __global const
 // The partials part_h [active][D + 2] of a (row,) head's work-groups, each left by its own
 // work-group before it calls this: the last of them to arrive (counted in *cnt, zero between
 // launches, left zero) combines them into o [D], a work-item a dimension (t).
+// (With NREP heads a work-group, cnt counts the group's work-groups and work-item t of head
+// hr combines o and part_h of its head: the caller offsets them; lid is the work-item's index
+// in the group.)
 inline void combine_last(__global float *o, __global const float *part_h, __global int *cnt,
-                         int active, int t, __local int *last) {
+                         int active, int t, int lid, __local int *last) {
     GLOBAL_FENCE();
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (t == 0) *last = atomic_inc(cnt) == active - 1;
+    if (lid == 0) *last = atomic_inc(cnt) == active - 1;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (!*last) return;
     GLOBAL_FENCE();
     o[t] = combine_parts(part_h, active, t);
-    if (t == 0) atomic_xchg(cnt, 0);
+    if (lid == 0) atomic_xchg(cnt, 0);
 }
 #endif
 
 // Decode attention of one row straight from the QKV projection: rope_store, attn_decode_wg
-// and (COMBINE) attn_combine in one launch. Each work-group rotates its head's q itself; the
+// and (COMBINE) attn_combine in one launch. Each work-group rotates its heads' q itself; the
 // work-group whose chunk holds the new position (the last one) rotates k, uses the new k and v
 // from local memory and registers, and the first head of each KV group stores them in the
-// cache. With COMBINE the work-groups of a head count themselves in count[h] (zero between
-// launches) and the last to finish combines the partials into out [H][D]; a head whose
-// positions fit one chunk writes out directly. Without COMBINE every work-group leaves its
-// partial, as attn_decode_wg does, for attn_combine.
-// Work geometry: global (S * D, H), local (D, 1).
+// cache. A work-group serves NREP query heads of one key-value head (NREP 1: one head; n_rep:
+// all of them, so that each key row is read once for them), HEAD_DIM work-items a head. With
+// COMBINE the work-groups of a head (NREP > 1: of a key-value head) count themselves in
+// count[h] (count[kvh]; zero between launches) and the last to finish combines the partials
+// into out [H][D]; a head whose positions fit one chunk writes out directly. Without COMBINE
+// every work-group leaves its partial, as attn_decode_wg does, for attn_combine.
+// Work geometry: global (S * D * NREP, H / NREP), local (D * NREP, 1).
 __kernel void attn_decode_rope(__global float *out, __global float *part, __global int *count,
                                __global const float *qkv, __global float *kc,
                                __global float *vc, __global const int *state,
                                __global const float *inv_freq, int max_seq, int n_rep, int H,
                                int KV, float scale) {
-    __local float qs[HEAD_DIM], kn[HEAD_DIM], p[CHUNK], red[HEAD_DIM], kt[TJ * (HEAD_DIM + 1)];
+    __local float qs[NREP * HEAD_DIM], kn[HEAD_DIM], p[NREP * CHUNK], red[NREP * HEAD_DIM];
+    __local float kt[TJ * (HEAD_DIM + 1)];
     __local int last;
-    const int t = get_local_id(0), s = get_group_id(0), h = get_global_id(1);
+    const int lid = get_local_id(0), t = lid % HEAD_DIM, hr = lid / HEAD_DIM;
+    const int s = get_group_id(0), h = get_group_id(1) * NREP + hr;
     const int S = get_num_groups(0);
     const int pos = state[0], L = pos + 1;
     const int active = (L + CHUNK - 1) / CHUNK;  // work-groups with positions
@@ -434,12 +448,13 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
     if (n <= 0) return;  // the same for the whole work-group
     const int kvh = h / n_rep;
     const bool tail = s == active - 1;  // its chunk ends with the new position
-    qs[t] = rope_elem(qkv + h * HEAD_DIM, t, pos, inv_freq) * scale;
+    __local float *qh = qs + hr * HEAD_DIM, *ph = p + hr * CHUNK;
+    qh[t] = rope_elem(qkv + h * HEAD_DIM, t, pos, inv_freq) * scale;
     float vn = 0.0f;
     if (tail) {
         const float kr = rope_elem(qkv + (H + kvh) * HEAD_DIM, t, pos, inv_freq);
         vn = qkv[(H + KV + kvh) * HEAD_DIM + t];
-        kn[t] = kr;
+        if (hr == 0) kn[t] = kr;
         if (h == kvh * n_rep) {
             const size_t at = ((size_t)kvh * max_seq + pos) * HEAD_DIM + t;
             kc[at] = kr;
@@ -451,12 +466,12 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
     __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     const int nc = tail ? n - 1 : n;  // positions read from the cache
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
-    float mx = chunk_scores(p, qs, kt, kb, kn, n, nc, t, flat, 0, 0, 0, 0);
-    const float2 ms = chunk_softmax(p, red, t, n, mx);
+    float mx = chunk_scores(ph, qh, kt, kb, kn, n, nc, t, hr, flat, 0, 0, 0, 0);
+    const float2 ms = chunk_softmax(ph, red + hr * HEAD_DIM, t, n, mx);
     mx = ms.x;
     const float l = ms.y;
-    float acc = value_sum(p, vb, nc, t, flat, 0, 0, 0, 0);
-    if (tail) acc = mad(p[n - 1], vn, acc);
+    float acc = value_sum(ph, vb, nc, t, flat, 0, 0, 0, 0);
+    if (tail) acc = mad(ph[n - 1], vn, acc);
 #if COMBINE
     if (active == 1) {
         out[h * HEAD_DIM + t] = acc / l;
@@ -470,8 +485,8 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
         pp[HEAD_DIM + 1] = l;
     }
 #if COMBINE
-    combine_last(out + h * HEAD_DIM, part + (size_t)h * S * (HEAD_DIM + 2), count + h, active, t,
-                 &last);
+    combine_last(out + h * HEAD_DIM, part + (size_t)h * S * (HEAD_DIM + 2),
+                 count + get_group_id(1), active, t, lid, &last);
 #endif
 }
 
@@ -500,7 +515,7 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
     __global const int *blocks = table + rslot[r] * maxb;
     qs[t] = q[(size_t)rh * HEAD_DIM + t] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
-    const float mx = chunk_scores(p, qs, kt, kp, qs, n, n, t, blocks, j0, BS, KV, kvh);
+    const float mx = chunk_scores(p, qs, kt, kp, qs, n, n, t, 0, blocks, j0, BS, KV, kvh);
     const float2 ms = chunk_softmax(p, red, t, n, mx);
     const float acc = value_sum(p, vp, n, t, blocks, j0, BS, KV, kvh);
 #if COMBINE
@@ -517,7 +532,7 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
     }
 #if COMBINE
     combine_last(out + (size_t)rh * HEAD_DIM, part + (size_t)rh * S * (HEAD_DIM + 2), count + rh,
-                 active, t, &last);
+                 active, t, t, &last);
 #endif
 }
 #endif

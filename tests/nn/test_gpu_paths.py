@@ -155,11 +155,14 @@ def _rope_ref(x: np.ndarray, pos: int, inv_freq: np.ndarray, neox: bool) -> np.n
 
 @pytest.mark.parametrize("combine", [True, False])
 @pytest.mark.parametrize("neox", [True, False])
-def test_attn_decode_rope_steps(device, combine, neox):
+@pytest.mark.parametrize("per_kv_head", [False, True])
+def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head):
     # decode steps through the one-launch attention: rotation of q and k, the cache store of
     # the new row, attention over chunks of 16 positions (1, 2 and several chunks active,
     # boundaries included) and the combine, by the last work-group or by attn_combine; the
-    # head counters must be left at zero for the next step
+    # head counters must be left at zero for the next step. per_kv_head: a work-group serves
+    # the 3 query heads of a key-value head (as long spans take it)
+    monkeypatch.setattr(attention, "GQA_FROM_POSITIONS", 0 if per_kv_head else 1 << 30)
     h, kv, d, max_seq, chunk = 6, 2, 32, 96, 16
     rng = np.random.default_rng(5)
     inv_freq = (1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
