@@ -258,18 +258,8 @@ inline float2 chunk_softmax(__local float *p, __local float *red, int t, int n, 
     return (float2)(mx, red[0]);
 }
 
-// The scores of a chunk's positions [0, n) into p (q in qs, scaled): the keys of rows below nc
-// from the cache (kb), rows nc .. n - 1 (the new key, where nc = n - 1) from kn. Returns the
-// largest score this work-item wrote. The key rows go through local memory TJ at a time: each
-// row read by the work-group as one coalesced load (a dimension a work-item), then each
-// work-item scores its row from there (rows HEAD_DIM + 1 apart: no bank conflicts). The sums
-// are those of a row read by its own work-item.
-// PERF (H200, Llama-3.2-1B body, 32 query heads over 8 key-value heads): a key row read by its
-// own work-item, 16 loads of 16 bytes scattered across the work-group, took about 75% of the
-// attention at 16k positions (186 us a layer; 46 us with the keys' loads left out); through
-// local memory, 198 -> 68 us a layer at 16k positions and 92 -> 35 at 4k.
-#define TJ (HEAD_DIM <= 64 ? HEAD_DIM : 4096 / HEAD_DIM)  // (no more rows than work-items)
-#define GROUP 8  // rows loaded at once, ahead of their use
+// rows a local tile of keys or values (no more rows than a head's work-items)
+#define TJ (HEAD_DIM <= 64 ? HEAD_DIM : 4096 / HEAD_DIM)
 
 // Row j of a chunk of keys or values: kb + j * HEAD_DIM, or where blocks (not 0) is a paged
 // cache's table (kernels/paged.cl), position j0 + j of key-value head kvh in the pool kb.
@@ -281,55 +271,75 @@ inline __global const float *row_at(__global const float *kb, int j,
     return kb + (((size_t)blocks[at / BS] * KV + kvh) * BS + at % BS) * HEAD_DIM;
 }
 
-// sum_j p[j] * row_at(vb, j, ...)[t] for j < n, in order, the values loaded GROUP at a time
-// ahead of their use
-inline float value_sum(__local const float *p, __global const float *vb, int n, int t,
-                       __global const int *blocks, int j0, int BS, int KV, int kvh) {
-    float acc = 0.0f;
-    int j = 0;
-    for (; j + GROUP <= n; j += GROUP) {
-        float v[GROUP];
-        for (int u = 0; u < GROUP; ++u) v[u] = row_at(vb, j + u, blocks, j0, BS, KV, kvh)[t];
-        for (int u = 0; u < GROUP; ++u) acc = mad(p[j + u], v[u], acc);
-    }
-    for (; j < n; ++j) acc = mad(p[j], row_at(vb, j, blocks, j0, BS, KV, kvh)[t], acc);
-    return acc;
-}
-
 // NREP query heads a work-group (attn_decode_rope): their HEAD_DIM work-items each, hr the
-// head of this one; the tile's rows are loaded by all of them, every NREP-th by each head's.
+// head of this one.
 #ifndef NREP
 #define NREP 1
 #endif
+#define KROW (HEAD_DIM + 4)                     // floats a key row in the local tile
+#define TILE4 (TJ * HEAD_DIM / 4)               // float4s a tile
+#define TILE_PER ((TILE4 + NREP * HEAD_DIM - 1) / (NREP * HEAD_DIM))  // a work-item's
+
+// Rows [0, rows) (TJ at most) of a chunk's keys or values from row j1 into the local tile dst,
+// rows ld floats apart: float4 loads by all NREP * HEAD_DIM work-items of the group (lid), all
+// issued before the first store, so that the tile costs one trip to memory.
+inline void load_tile(__local float *dst, int ld, __global const float *kb, int j1, int rows,
+                      int lid, __global const int *blocks, int j0, int BS, int KV, int kvh) {
+    float4 v[TILE_PER];
+#pragma unroll
+    for (int u = 0; u < TILE_PER; ++u) {
+        const int i = lid + u * NREP * HEAD_DIM, r = i / (HEAD_DIM / 4);
+        if (i < TILE4 && r < rows)
+            v[u] = vload4(i % (HEAD_DIM / 4), row_at(kb, j1 + r, blocks, j0, BS, KV, kvh));
+    }
+#pragma unroll
+    for (int u = 0; u < TILE_PER; ++u) {
+        const int i = lid + u * NREP * HEAD_DIM, r = i / (HEAD_DIM / 4);
+        if (i < TILE4 && r < rows) vstore4(v[u], 0, dst + r * ld + 4 * (i % (HEAD_DIM / 4)));
+    }
+}
+
+// sum_j p[j] * row_at(vb, j, ...)[t] for j < n, in order: the value rows through the local
+// tile vt (TJ rows of HEAD_DIM) a tile at a time.
+inline float value_sum(__local const float *p, __local float *vt, __global const float *vb,
+                       int n, int t, int lid, __global const int *blocks, int j0, int BS,
+                       int KV, int kvh) {
+    float acc = 0.0f;
+    for (int j1 = 0; j1 < n; j1 += TJ) {
+        const int rows = min(TJ, n - j1);
+        barrier(CLK_LOCAL_MEM_FENCE);  // (the tile before is used up)
+        load_tile(vt, HEAD_DIM, vb, j1, rows, lid, blocks, j0, BS, KV, kvh);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int r = 0; r < rows; ++r) acc = mad(p[j1 + r], vt[r * HEAD_DIM + t], acc);
+    }
+    return acc;
+}
+
+// The scores of a chunk's positions [0, n) into p (q in qs, scaled): the keys of rows below nc
+// from the cache (kb), rows nc .. n - 1 (the new key, where nc = n - 1) from kn. Returns the
+// largest score this work-item wrote. The key rows go through the local tile kt (TJ rows KROW
+// apart) a tile at a time; then each work-item scores its row from there (float4 reads of rows
+// KROW apart hit all banks).
+// PERF (H200, Llama-3.2-1B body, 32 query heads over 8 key-value heads): a key row read by its
+// own work-item, 16 loads of 16 bytes scattered across the work-group, took about 75% of the
+// attention at 16k positions (186 us a layer; 46 us with the keys' loads left out); through
+// local memory, 198 -> 68 us a layer at 16k positions and 92 -> 35 at 4k. Tiles loaded eight
+// rows a round left a layer's attention at 17 us at 190 positions, mostly trips to memory.
 inline float chunk_scores(__local float *p, __local const float *qs, __local float *kt,
                           __global const float *kb, __local const float *kn, int n, int nc,
-                          int t, int hr, __global const int *blocks, int j0, int BS, int KV,
+                          int t, int lid, __global const int *blocks, int j0, int BS, int KV,
                           int kvh) {
     float mx = -INFINITY;
     for (int j1 = 0; j1 < n; j1 += TJ) {
-        const int rows = min(TJ, nc - j1);  // rows of the cache in this tile
-        barrier(CLK_LOCAL_MEM_FENCE);       // (the tile before is scored)
-        for (int r0 = hr; r0 < rows; r0 += GROUP * NREP) {
-            float v[GROUP];
-            for (int u = 0; u < GROUP; ++u)
-                if (r0 + u * NREP < rows)
-                    v[u] = row_at(kb, j1 + r0 + u * NREP, blocks, j0, BS, KV, kvh)[t];
-            for (int u = 0; u < GROUP; ++u)
-                if (r0 + u * NREP < rows) kt[(r0 + u * NREP) * (HEAD_DIM + 1) + t] = v[u];
-        }
+        barrier(CLK_LOCAL_MEM_FENCE);  // (the tile before is scored)
+        load_tile(kt, KROW, kb, j1, min(TJ, nc - j1), lid, blocks, j0, BS, KV, kvh);
         barrier(CLK_LOCAL_MEM_FENCE);
         const int j = j1 + t;
         if (t < TJ && j < n) {
             float4 a = (float4)(0.0f);
-            if (j < nc) {
-                __local const float *kr = kt + t * (HEAD_DIM + 1);
-                for (int d = 0; d < D4; ++d)
-                    a = mad((float4)(kr[4 * d], kr[4 * d + 1], kr[4 * d + 2], kr[4 * d + 3]),
-                            vload4(d, qs), a);
-            } else {
-                for (int d = 0; d < D4; ++d) a = mad(vload4(d, kn), vload4(d, qs), a);
-            }
-            const float sc = a.x + a.y + a.z + a.w;
+            __local const float *kr = j < nc ? kt + t * KROW : kn;
+            for (int d = 0; d < D4; ++d) a = mad(vload4(d, kr), vload4(d, qs), a);
+            const float sc = (a.x + a.y) + (a.z + a.w);
             p[j] = sc;
             mx = fmax(mx, sc);
         }
@@ -345,7 +355,8 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
                              __global const float *kc, __global const float *vc,
                              __global const int *state, int max_seq, int chunk, int n_rep,
                              float scale) {
-    __local float qs[HEAD_DIM], p[CHUNK], red[HEAD_DIM], kt[TJ * (HEAD_DIM + 1)];
+    __local float qs[HEAD_DIM] __attribute__((aligned(16))), p[CHUNK], red[HEAD_DIM];
+    __local float kt[TJ * KROW] __attribute__((aligned(16)));
     const int t = get_local_id(0), s = get_group_id(0), h = get_global_id(1);
     const int S = get_num_groups(0);
     const int L = state[0] + 1;
@@ -364,9 +375,9 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
     __global const float *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
-    const float mx = chunk_scores(p, qs, kt, kb, qs, n, n, t, 0, flat, 0, 0, 0, 0);
+    const float mx = chunk_scores(p, qs, kt, kb, qs, n, n, t, t, flat, 0, 0, 0, 0);
     const float2 ms = chunk_softmax(p, red, t, n, mx);
-    const float acc = value_sum(p, vb, n, t, flat, 0, 0, 0, 0);
+    const float acc = value_sum(p, kt, vb, n, t, t, flat, 0, 0, 0, 0);
     out[t] = acc;
     if (t == 0) {
         out[HEAD_DIM] = ms.x;
@@ -436,8 +447,9 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
                                __global float *vc, __global const int *state,
                                __global const float *inv_freq, int max_seq, int n_rep, int H,
                                int KV, float scale) {
-    __local float qs[NREP * HEAD_DIM], kn[HEAD_DIM], p[NREP * CHUNK], red[NREP * HEAD_DIM];
-    __local float kt[TJ * (HEAD_DIM + 1)];
+    __local float qs[NREP * HEAD_DIM] __attribute__((aligned(16)));
+    __local float kn[HEAD_DIM] __attribute__((aligned(16))), p[NREP * CHUNK], red[NREP * HEAD_DIM];
+    __local float kt[TJ * KROW] __attribute__((aligned(16)));
     __local int last;
     const int lid = get_local_id(0), t = lid % HEAD_DIM, hr = lid / HEAD_DIM;
     const int s = get_group_id(0), h = get_group_id(1) * NREP + hr;
@@ -466,11 +478,11 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
     __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     const int nc = tail ? n - 1 : n;  // positions read from the cache
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
-    float mx = chunk_scores(ph, qh, kt, kb, kn, n, nc, t, hr, flat, 0, 0, 0, 0);
+    float mx = chunk_scores(ph, qh, kt, kb, kn, n, nc, t, lid, flat, 0, 0, 0, 0);
     const float2 ms = chunk_softmax(ph, red + hr * HEAD_DIM, t, n, mx);
     mx = ms.x;
     const float l = ms.y;
-    float acc = value_sum(ph, vb, nc, t, flat, 0, 0, 0, 0);
+    float acc = value_sum(ph, kt, vb, nc, t, lid, flat, 0, 0, 0, 0);
     if (tail) acc = mad(ph[n - 1], vn, acc);
 #if COMBINE
     if (active == 1) {
@@ -504,7 +516,8 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
                             __global const float *vp, __global const int *table, int maxb,
                             __global const int *rslot, __global const int *rpos, int H, int KV,
                             int BS, float scale) {
-    __local float qs[HEAD_DIM], p[CHUNK], red[HEAD_DIM], kt[TJ * (HEAD_DIM + 1)];
+    __local float qs[HEAD_DIM] __attribute__((aligned(16))), p[CHUNK], red[HEAD_DIM];
+    __local float kt[TJ * KROW] __attribute__((aligned(16)));
     __local int last;
     const int t = get_local_id(0), s = get_group_id(0), h = get_group_id(1);
     const int r = get_group_id(2), S = get_num_groups(0);
@@ -515,9 +528,9 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
     __global const int *blocks = table + rslot[r] * maxb;
     qs[t] = q[(size_t)rh * HEAD_DIM + t] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
-    const float mx = chunk_scores(p, qs, kt, kp, qs, n, n, t, 0, blocks, j0, BS, KV, kvh);
+    const float mx = chunk_scores(p, qs, kt, kp, qs, n, n, t, t, blocks, j0, BS, KV, kvh);
     const float2 ms = chunk_softmax(p, red, t, n, mx);
-    const float acc = value_sum(p, vp, n, t, blocks, j0, BS, KV, kvh);
+    const float acc = value_sum(p, kt, vp, n, t, t, blocks, j0, BS, KV, kvh);
 #if COMBINE
     if (active == 1) {
         out[(size_t)rh * HEAD_DIM + t] = acc / ms.y;

@@ -114,8 +114,16 @@ def decode_combines(dev: CLDevice) -> bool:
     return launch.is_cpu(dev) or dev.probe("nvidia_ptx")
 
 
-# attn_decode_rope spans of at least this many positions: a work-group per key-value head
-GQA_FROM_POSITIONS = 2048
+# attn_decode_rope: a work-group per key-value head (for all its query heads) where it fits
+PER_KV_HEAD = True
+
+
+def _decode_fits(dev: CLDevice, head_dim: int, nrep: int, chunk: int) -> bool:
+    """Whether attn_decode_rope's work-group for nrep query heads fits the device: its
+    work-items, and its local arrays (qs, kn, p, red and the tile kt)."""
+    tile = head_dim if head_dim <= 64 else 4096 // head_dim
+    floats = 2 * nrep * head_dim + head_dim + nrep * chunk + tile * (head_dim + 4)
+    return head_dim * nrep <= dev.caps.max_work_group and 4 * floats + 64 <= dev.caps.local_mem
 
 
 def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qkv: Buffer,
@@ -141,12 +149,10 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
         combine = decode_combines(dev)
     ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
     n_rep = n_heads // n_kv
-    # PERF: spans of many positions: a work-group for all query heads of a key-value head, so
-    # that each key and value row is read once for them (H200, 1B body, 32 query heads over 8:
-    # Q4_0 516 -> 627 tok/s at 16000 positions, 817 -> 900 at 4000, 816 -> 788 at 1000; F16
-    # 443 -> 505, 608 -> 658, 625 -> 629)
-    nrep = n_rep if (min(positions or max_seq, max_seq) >= GQA_FROM_POSITIONS
-                     and head_dim * n_rep <= dev.caps.max_work_group) else 1
+    # PERF: a work-group for all query heads of a key-value head, so that each key and value
+    # row is read once for them (H200, 1B Q4_0, 32 query heads over 8: 1217 -> 1372 tok/s at
+    # 128 positions, 751 -> 864 at 1000, 742 -> 992 at 4000, 384 -> 704 at 16000)
+    nrep = n_rep if PER_KV_HEAD and _decode_fits(dev, head_dim, n_rep, chunk) else 1
     k1 = kernel(dev, "attention", "attn_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
                 ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx), NREP=nrep)
     a1 = [out, part, count, qkv, kc, vc, state, inv_freq, i32(max_seq),

@@ -161,8 +161,8 @@ def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head)
     # the new row, attention over chunks of 16 positions (1, 2 and several chunks active,
     # boundaries included) and the combine, by the last work-group or by attn_combine; the
     # head counters must be left at zero for the next step. per_kv_head: a work-group serves
-    # the 3 query heads of a key-value head (as long spans take it)
-    monkeypatch.setattr(attention, "GQA_FROM_POSITIONS", 0 if per_kv_head else 1 << 30)
+    # the 3 query heads of a key-value head (the default where it fits), else one query head
+    monkeypatch.setattr(attention, "PER_KV_HEAD", per_kv_head)
     h, kv, d, max_seq, chunk = 6, 2, 32, 96, 16
     rng = np.random.default_rng(5)
     inv_freq = (1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
