@@ -29,9 +29,10 @@ PROBE_ROUNDS = 16
 
 def enabled() -> bool:
     """``CLOPS_LAYER_KERNEL=1`` asks for ``decode_layer`` where it runs. Off by default: on an
-    H200 it made a 1B body's decode 0.84-0.87x the per-layer plan's speed (a launch and its
-    four grid barriers cost about 16 us of a layer's 38; the down projection's phase reads at
-    about a quarter of the bandwidth the per-layer kernels reach)."""
+    H200 it made a 1B body's decode 0.59-0.83x the per-layer plan's speed (whose attention
+    serves a key-value head's query heads together) and SmolLM2's 0.66-0.95x (a launch and its
+    four grid barriers cost about 16 us of a 1B layer's 38; the down projection's phase reads
+    at about a quarter of the bandwidth the per-layer kernels reach)."""
     return os.environ.get("CLOPS_LAYER_KERNEL", "0") == "1"
 
 
