@@ -235,7 +235,7 @@ class Model:
         tc = [w for w in mats if matmul.tensor_core_rows(dev, C, w)]
         rows_tc = tc or matmul.tensor_core_rows(dev, C, self.output)
         # a prompt's attention may round to float16 too where its products do (float32
-        # weights keep float32 throughout)
+        # weights keep float32 throughout, and so do chunks of too few rows for tensor cores)
         self.half_prompt = bool(tc)
         self.xh = dev.alloc(matmul.half_scratch_nbytes(C, max(cfg.dim, F, H * D)) if rows_tc else 4)
         # and float16 copies of the layers' weights in other formats: kept (converted once,
@@ -465,8 +465,9 @@ class Model:
             add(attention.attn_prefill(dev, self.attn, self.q, q_off=0, ld_q=H * D,
                                        kc=ly.k_cache, vc=ly.v_cache, k_off=0, v_off=0,
                                        kv_stride=self.max_seq * D, pos_add=0, causal=True,
-                                       n_keys=self.max_seq, m=m, half=self.half_prompt,
-                                       **common, **capped))
+                                       n_keys=self.max_seq, m=m,
+                                       half=self.half_prompt
+                                       and m >= matmul.TENSOR_CORE_ROWS, **common, **capped))
 
     def _set_sampler(self, **params: Any) -> None:
         if params == self._sampler:
