@@ -754,6 +754,56 @@ inline void wg_load(uint sa, uint sb, __global const ushort *qa, __global const 
     for (int l = 0; l < WNLB; ++l) cp_async16(sb + db[l], qb + gb[l]);
 }
 
+// acc (this work-item's BN / 2 sums, zeroed here) = the product of KT tiles of depth BK: A's
+// and B's tiles copied by cp.async (wg_load; B's next tile b_step elements further on) into the
+// ring of STAGES local stages LEAD ahead, each stage's wgmma for warpgroup wg issued once its
+// copy is in. B's descriptor: gemm_wgmma's N-major tile, or (WG_NT) K-major like A's.
+inline void wg_mainloop(float *acc, uint sa, uint sb, __global const ushort *pa,
+                        __global const ushort *pb, size_t b_step, const size_t *ga,
+                        const size_t *gb, const uint *da, const uint *db, int KT, int wg) {
+#pragma unroll
+    for (int s = 0; s < LEAD; ++s) {
+        if (s < KT) wg_load(sa + s * WA_ST, sb + s * WB_ST, pa + (size_t)s * BK, pb + s * b_step,
+                            ga, gb, da, db);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+
+    int stage = 0, ls = LEAD % STAGES;  // the stage read now, the stage loaded next
+    for (int kt = 0; kt < KT; ++kt) {
+        asm volatile(CP_WAIT_LEAD ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        barrier(CLK_LOCAL_MEM_FENCE);
+        {
+            const int nk = kt + LEAD;
+            if (nk < KT)
+                wg_load(sa + ls * WA_ST, sb + ls * WB_ST, pa + (size_t)nk * BK, pb + nk * b_step,
+                        ga, gb, da, db);
+            asm volatile("cp.async.commit_group;" ::: "memory");
+            if (++ls == STAGES) ls = 0;
+        }
+        const uint a0 = sa + stage * WA_ST + wg * (64 * BK * 2), b0 = sb + stage * WB_ST;
+        asm volatile(WG_HIDE "wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)
+#if WG_NT  // both K-major: k16 steps of 32 bytes into the swizzled rows
+            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1), wg_desc(b0 + kk * 32, 16, 1024, 1));
+#elif SWZ  // A: k16 step 32 bytes into the swizzled rows; B: 16 rows of 128 bytes
+            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1),
+                   wg_desc(b0 + kk * 2048, B_LBO, B_SBO, 1));
+#else
+            WG_MMA(acc, wg_desc(a0 + kk * 256, 128, KC * 128, 0),
+                   wg_desc(b0 + kk * 256, 128, KC * 128, 0));
+#endif
+        asm volatile(WG_HIDE "wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned " WG_STR(WAITN) ";" ::: "memory");
+        if (++stage == STAGES) stage = 0;
+    }
+    asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
 #if !WG_NT
 __kernel __attribute__((reqd_work_group_size(NTW, 1, 1)))
 void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
@@ -810,47 +860,8 @@ void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
         db[l] = (uint)((n8 * KC + kg) * 128 + kr * 16);
     }
 #endif
-    const int KT = K / BK;
-#pragma unroll
-    for (int s = 0; s < LEAD; ++s) {
-        if (s < KT) wg_load(sa + s * WA_ST, sb + s * WB_ST, pa + (size_t)s * BK,
-                            pb + (size_t)s * BK * ldb, ga, gb, da, db);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
     float acc[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-
-    int stage = 0, ls = LEAD % STAGES;  // the stage read now, the stage loaded next
-    for (int kt = 0; kt < KT; ++kt) {
-        asm volatile(CP_WAIT_LEAD ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        barrier(CLK_LOCAL_MEM_FENCE);
-        {
-            const int nk = kt + LEAD;
-            if (nk < KT)
-                wg_load(sa + ls * WA_ST, sb + ls * WB_ST, pa + (size_t)nk * BK,
-                        pb + (size_t)nk * BK * ldb, ga, gb, da, db);
-            asm volatile("cp.async.commit_group;" ::: "memory");
-            if (++ls == STAGES) ls = 0;
-        }
-        const uint a0 = sa + stage * WA_ST + wg * (64 * BK * 2), b0 = sb + stage * WB_ST;
-        asm volatile(WG_HIDE "wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk)
-#if SWZ  // A: k16 step 32 bytes into the swizzled rows; B: 16 rows of 128 bytes
-            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1),
-                   wg_desc(b0 + kk * 2048, B_LBO, B_SBO, 1));
-#else
-            WG_MMA(acc, wg_desc(a0 + kk * 256, 128, KC * 128, 0),
-                   wg_desc(b0 + kk * 256, 128, KC * 128, 0));
-#endif
-        asm volatile(WG_HIDE "wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned " WG_STR(WAITN) ";" ::: "memory");
-        if (++stage == STAGES) stage = 0;
-    }
-    asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    wg_mainloop(acc, sa, sb, pa, pb, (size_t)BK * ldb, ga, gb, da, db, K / BK, wg);
     // accumulator j-th 8 columns: rows 16 w + g (+ 8), columns 8 j + 2 t (+ 1) of the warpgroup's
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
@@ -903,41 +914,8 @@ void gemm_nt_wgmma(__global float *C, int c_off, int ldc, __global const half *A
         gb[l] = (size_t)(n0 + r) * ldb + k8 * 8;
         db[l] = (uint)(r * 128 + ((k8 ^ (r & 7)) << 4));
     }
-    const int KT = K / BK;
-#pragma unroll
-    for (int s = 0; s < LEAD; ++s) {
-        if (s < KT) wg_load(sa + s * WA_ST, sb + s * WB_ST, pa + (size_t)s * BK,
-                            pb + (size_t)s * BK, ga, gb, da, db);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
     float acc[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-
-    int stage = 0, ls = LEAD % STAGES;  // the stage read now, the stage loaded next
-    for (int kt = 0; kt < KT; ++kt) {
-        asm volatile(CP_WAIT_LEAD ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        barrier(CLK_LOCAL_MEM_FENCE);
-        {
-            const int nk = kt + LEAD;
-            if (nk < KT)
-                wg_load(sa + ls * WA_ST, sb + ls * WB_ST, pa + (size_t)nk * BK,
-                        pb + (size_t)nk * BK, ga, gb, da, db);
-            asm volatile("cp.async.commit_group;" ::: "memory");
-            if (++ls == STAGES) ls = 0;
-        }
-        const uint a0 = sa + stage * WA_ST + wg * (64 * BK * 2), b0 = sb + stage * WB_ST;
-        asm volatile(WG_HIDE "wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk)  // k16 steps of 32 bytes into the swizzled rows
-            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1), wg_desc(b0 + kk * 32, 16, 1024, 1));
-        asm volatile(WG_HIDE "wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned " WG_STR(WAITN) ";" ::: "memory");
-        if (++stage == STAGES) stage = 0;
-    }
-    asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    wg_mainloop(acc, sa, sb, pa, pb, BK, ga, gb, da, db, K / BK, wg);
     C += c_off;
     // accumulator j-th 8 columns: rows 16 w + g (+ 8), columns 8 j + 2 t (+ 1) of the warpgroup's
 #pragma unroll

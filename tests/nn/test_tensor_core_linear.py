@@ -263,3 +263,16 @@ def test_linear_tensor_cores_in_one_plan(device, m, n, k):
     for y, want in zip(ys, wants):
         np.testing.assert_allclose(_read(dev, y, (m, n), np.float32), want, rtol=2e-3,
                                    atol=2e-3 * np.abs(want).max())
+
+
+def test_hopper_builds_wgmma(device):
+    """On a Hopper GPU (H100, H200) both wgmma kernels and the tensor-core prompt attention
+    build and pass their probes: a build failing there would otherwise leave the slower
+    kernels in their place unnoticed (the probes answer False, the tests above follow them)."""
+    from clops.kernels import attention
+
+    dev = clops.device(device)
+    if launch.is_cpu(dev) or not any(g in dev.name for g in ("H100", "H200", "H800", "H20")):
+        pytest.skip(f"{dev.name}: not a Hopper GPU")
+    assert gemm.use_wgmma(dev) and gemm.use_nt_wgmma(dev)
+    assert attention.prefill_mma(dev, 64)
