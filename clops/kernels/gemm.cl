@@ -276,6 +276,28 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
 #ifndef SPLIT
 #define SPLIT 1
 #endif
+// The epilogue of gemm_nt_mma and gemm_nt_wgmma: d[0], d[1] the sums at row, columns col and
+// col + 1 of C, d[2], d[3] those at row + 8 (an mma accumulator fragment), each pair + bias
+// (HAS_BIAS) + what C holds (ACCUM; neither where SPLIT > 1), rows from M on dropped.
+inline void nt_store(__global float *C, int ldc, int M, int row, int col, const float *d,
+                     __global const float *bias) {
+#if HAS_BIAS && SPLIT == 1
+    const float2 bv = vload2(0, bias + col);
+#else
+    const float2 bv = (float2)(0.0f);
+#endif
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        if (row + 8 * h >= M) continue;
+        __global float *p = C + (size_t)(row + 8 * h) * ldc + col;
+        float2 v = (float2)(d[2 * h], d[2 * h + 1]) + bv;
+#if ACCUM && SPLIT == 1
+        v += vload2(0, p);
+#endif
+        vstore2(v, 0, p);
+    }
+}
+
 #define NTT 64           // rows and columns of the tile of C
 #define NTK 32           // depth of the A and B tiles
 #define NTR (NTK + 8)    // halves per local row: 80 bytes, so fragment reads hit all banks
@@ -359,24 +381,8 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, 
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int row = m0 + wm + i * 16 + g, col = n0 + wn + j * 8 + 2 * t;
-#if HAS_BIAS && SPLIT == 1
-            const float2 bv = vload2(0, bias + col);
-#else
-            const float2 bv = (float2)(0.0f);
-#endif
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                if (row + 8 * h >= M) continue;
-                __global float *p = C + (size_t)(row + 8 * h) * ldc + col;
-                float2 v = (float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]) + bv;
-#if ACCUM && SPLIT == 1
-                v += vload2(0, p);
-#endif
-                vstore2(v, 0, p);
-            }
-        }
+        for (int j = 0; j < 4; ++j)
+            nt_store(C, ldc, M, m0 + wm + i * 16 + g, n0 + wn + j * 8 + 2 * t, acc[i][j], bias);
 }
 #if defined(USE_MMA_ASYNC) || defined(USE_WGMMA)
 // The shared-space address of a local pointer: NVIDIA's compiler may hand over the pointer as a
@@ -919,24 +925,8 @@ void gemm_nt_wgmma(__global float *C, int c_off, int ldc, __global const half *A
     C += c_off;
     // accumulator j-th 8 columns: rows 16 w + g (+ 8), columns 8 j + 2 t (+ 1) of the warpgroup's
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const int row = m0 + 64 * wg + 16 * w + g, col = n0 + 8 * j + 2 * t;
-#if HAS_BIAS && SPLIT == 1
-        const float2 bv = vload2(0, bias + col);
-#else
-        const float2 bv = (float2)(0.0f);
-#endif
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            if (row + 8 * h >= M) continue;
-            __global float *p = C + (size_t)(row + 8 * h) * ldc + col;
-            float2 v = (float2)(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]) + bv;
-#if ACCUM && SPLIT == 1
-            v += vload2(0, p);
-#endif
-            vstore2(v, 0, p);
-        }
-    }
+    for (int j = 0; j < BN / 8; ++j)
+        nt_store(C, ldc, M, m0 + 64 * wg + 16 * w + g, n0 + 8 * j + 2 * t, acc + 4 * j, bias);
 }
 #endif
 #endif
