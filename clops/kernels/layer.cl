@@ -1,41 +1,47 @@
 // decode_layer: one decoder layer of a decode step (one row) in one launch. A persistent kernel:
 // its G work-groups all run at once (kernels/layer.py launches no more than its probe found
 // resident) and meet at grid barriers between the phases:
-//   A  qkv = Wqkv . (RMSNorm(x) * anw); q rotated -> qr, k rotated and v -> the cache at pos
-//   B  attention of each query head over chunks of LS positions; the last work-group of a
-//      head to finish combines its chunks' partials -> attn
+//   A  qkv = Wqkv . (RMSNorm(x) * anw), as is (not rotated)
+//   B  attention of each query head over chunks of LS positions: q and the new key rotated by
+//      pos as they are read, the new key and value stored in the cache; the last work-group of
+//      a head to finish combines its chunks' partials -> attn
 //   C  x += Wo . attn
 //   D  h = silu(Wg . n(x)) * (Wu . n(x)), n(x) = RMSNorm(x) * fnw ([gate | up] rows of Wgu)
 //   E  x += Wd . h
-// The launch boundary is the barrier after E. Each phase's input vector is read by every
-// work-group that has work in it and quantized into local memory (int8, a scale per 32 values,
-// the sums of the int8 values per 32 for q4's minimums), then the weights (q4: 16 nibble bytes
-// and a (scale, min) half pair per 32; q8: 32 bytes and a half scale per 32) meet it through
-// 4-byte integer dot products, a warp (32 work-items) for 2 to 8 weight rows at once.
+// The launch boundary is the barrier after E. Each phase's rows are dealt to the warps of all
+// work-groups, R rows a warp (a task), and a warp's rows of the phase's first task are loaded
+// into registers before the grid barrier that opens the phase: the weights stream while the
+// work-groups wait. Each phase's input vector is read by every work-group that has rows in it
+// and quantized into local memory (int8, a scale per 32 values, the sums of the int8 values per
+// 32 for q4's minimums); the weights (q4: 16 nibble bytes and a (scale, min) half pair per 32;
+// q8: 32 bytes and a half scale per 32) meet it through 4-byte integer dot products.
 // Compile-time: DIM, HEADS, KV_HEADS, HEAD_DIM, FFN, QKMAX (the longest input: max of DIM,
-// HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8), ROPE_NEOX, PTX (NVIDIA: dp4a,
-// shfl.sync, membar.gl), SPIN_LIMIT, PHASES (a bitmask of the phases A..E that run, for
-// timing them apart: default all).
+// HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8), R_QKV, R_O, R_GU (pairs of a
+// gate and an up row), R_D (rows a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX
+// (NVIDIA: dp4a, shfl.sync, fences and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a
+// bitmask of the phases A..E that run, for timing them apart: default all).
 // Work geometry: global (G * LS), local (LS).
 #define LS 256
 #define NW (LS / 32)
 #define D HEAD_DIM
 #define N_REP (HEADS / KV_HEADS)
-// rows of a head a warp computes at once in A (8, or fewer where they do not divide a warp's)
-#define RPW (HEAD_DIM / NW)
-#define RA (RPW % 8 == 0 ? 8 : RPW % 4 == 0 ? 4 : 2)
+#define NQKV ((HEADS + 2 * KV_HEADS) * HEAD_DIM)
+// attention (heads of 64 or fewer): float4 groups of a head, sets of positions of a chunk
+#define DG (HEAD_DIM / 4)
+#define PS (LS / DG)
+// (row, block of 32) pairs a work-item holds in registers: q4 one uint4 each, q8 two
+#define SLOTS 16
 #ifndef PHASES
 #define PHASES 31
 #endif
 #ifndef SPIN_LIMIT
 #define SPIN_LIMIT (1 << 26)
 #endif
-#if LS % HEAD_DIM || HEAD_DIM % (2 * NW) || HEAD_DIM > LS
-#error "decode_layer: HEAD_DIM must divide 256 and be a multiple of 16"
+#if LS % HEAD_DIM || HEAD_DIM > LS
+#error "decode_layer: HEAD_DIM must divide 256"
 #endif
 
 #if PTX
-#define GLOBAL_FENCE() asm volatile("membar.gl;" ::: "memory")
 inline int dot4(uint a, uint b, int c) {
     int d;
     asm volatile("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
@@ -43,7 +49,6 @@ inline int dot4(uint a, uint b, int c) {
 }
 #include "clops/ptx.cl"  // shfl_xor
 #else
-#define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
 inline int dot4(uint a, uint b, int c) {
     const int4 p = convert_int4(as_char4(a)) * convert_int4(as_char4(b));
     return c + (p.x + p.y) + (p.z + p.w);
@@ -97,28 +102,78 @@ inline float group_reduce(float v, __local float *red, bool max_of) {
     return r;
 }
 
-// All work-groups of the launch meet here. bar: [arrivals, generation, timed out]; arrivals
-// are back at zero after each barrier, so the next launch starts where this one ended.
-inline void grid_sync(volatile __global int *bar) {
+// The grid barrier: bar[0] counts the arrivals of every work-group at every barrier, launch
+// after launch, and never goes back; a barrier is met when the count reaches the work-group's
+// target, G more than at the one before. A launch's first target: the count at its start
+// rounded down to a multiple of G (every barrier before it was met, and none of this launch's
+// can be until this work-group arrives) plus G. bar[2]: set by a work-group that gave up
+// waiting (not all resident: say so rather than hang). Work-item 0 of each group keeps the
+// target. The PTX path counts in 64 bits, arriving with a release add and waiting on relaxed
+// loads and an acquire fence (about 1 us a barrier of 132 work-groups on an H100, where a
+// membar.gl and a count reset by the last to arrive took 1.8); the portable path counts in 32
+// (work-groups run one at a time on CPUs: tests only). ACQUIRE() also fences the chunks'
+// combine in B.
+#if PTX
+typedef ulong count_t;
+inline count_t count_now(__global int *bar) {
+    ulong v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(bar) : "memory");
+    return v;
+}
+inline void arrive(__global int *bar) {
+    asm volatile("red.release.gpu.global.add.u64 [%0], 1;" :: "l"(bar) : "memory");
+}
+#define ACQUIRE() asm volatile("fence.acq_rel.gpu;" ::: "memory")
+#else
+typedef uint count_t;
+inline count_t count_now(__global int *bar) { return (uint)((volatile __global int *)bar)[0]; }
+inline void arrive(__global int *bar) {
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    atomic_inc(bar);
+}
+#define ACQUIRE() mem_fence(CLK_GLOBAL_MEM_FENCE)
+#endif
+
+inline count_t grid_start(__global int *bar) {
+    const count_t v = count_now(bar), g = get_num_groups(0);
+    return v - v % g;
+}
+
+// A grid barrier in two halves: grid_arrive once the work-group's writes of the phase are done,
+// grid_wait before it reads the others'. Between them a work-group issues the loads of the
+// next phase's weights: they stream while it waits (a release before them would wait for them).
+inline void grid_arrive(__global int *bar, count_t *target) {
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     if (get_local_id(0) == 0) {
-        const int gen = bar[1];
-        GLOBAL_FENCE();
-        if (atomic_inc(&bar[0]) == (int)get_num_groups(0) - 1) {
-            atomic_xchg(&bar[0], 0);
-            GLOBAL_FENCE();
-            atomic_inc(&bar[1]);
-        } else {
-            int spins = 0;
-            while (bar[1] == gen)
-                if (++spins > SPIN_LIMIT) {  // not all resident: say so rather than hang
-                    bar[2] = 1;
-                    break;
-                }
-        }
-        GLOBAL_FENCE();
+        *target += get_num_groups(0);
+        arrive(bar);
     }
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+}
+
+inline void grid_wait(__global int *bar, count_t target) {
+    if (get_local_id(0) == 0) {
+        int spins = 0;
+        while (count_now(bar) < target)
+            if (++spins > SPIN_LIMIT) {
+                ((volatile __global int *)bar)[2] = 1;
+                break;
+            }
+        ACQUIRE();
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+inline void grid_sync(__global int *bar, count_t *target) {
+    grid_arrive(bar, target);
+    grid_wait(bar, *target);
+}
+
+// [p, p + bytes) into L2, shared by the work-items of the launch (a hint: nothing waits on it).
+inline void l2_prefetch(__global const uchar *p, size_t bytes) {
+#if PTX
+    for (size_t i = get_global_id(0) * 128; i < bytes; i += get_global_size(0) * 128)
+        asm volatile("prefetch.global.L2 [%0];" :: "l"(p + i));
+#endif
 }
 
 // The largest (max_of) or the sum of v over the 8 work-items of an aligned group of 8.
@@ -139,7 +194,6 @@ inline float eight(float v, bool max_of, __local float *red) {
     return r;
 #endif
 }
-
 // The work-group quantizes v[i] = src[i] * (nw ? nw[i] : 1), i < K, into xq (int8, 4 a uint,
 // block b of 32 values at xq[8 b ..]), xd (per block: amax / 127) and xs (per block: the sum of
 // its int8 values), and returns this work-item's part of the sum of squares of src (the RMS of
@@ -191,88 +245,130 @@ inline float rms_after(float ss, int K, float eps, __local float *red) {
 // After quantize() without a norm: publish the quantized x.
 inline void quantized(void) { barrier(CLK_LOCAL_MEM_FENCE); }
 
-// This lane's parts of R rows n[0 .. R) of W [N][K] (format fmt) . the quantized x, in r[]:
-// the rows' loads of a step are all issued before any is used (R times the bytes in flight).
-inline void rows_part(int fmt, __global const uchar *W, __global const half *S, int K,
-                      const int *n, const int R, __local const uint *xq,
-                      __local const float *xd, __local const int *xs, int lane, float *r) {
-    const int nb = K / 32;
+// ---- a warp's rows ----
+// Blocks of 32 in a row of K, and a lane's share of them (blocks lane, lane + 32, ...).
+#define NB(K) ((K) / 32)
+#define KB(K) ((NB(K) + 31) / 32)
+
+// Loads rows[0 .. R) of W [N][K] (format fmt), this lane's blocks, into slots e * KB(K) + i:
+// q4 a uint4 of nibbles and (scale, min) in d; q8 two uint4 in a and b, the scale in d.x.
+inline void fetch(const int fmt, __global const uchar *W, __global const half *S, const int K,
+                  const int *rows, const int R, const int lane, uint4 *a, uint4 *b,
+                  float2 *d) {
+#pragma unroll
+    for (int e = 0; e < R; ++e)
+#pragma unroll
+        for (int i = 0; i < KB(K); ++i) {
+            const int blk = lane + 32 * i, s = e * KB(K) + i;
+            const size_t n = (size_t)rows[e];
+            a[s] = b[s] = (uint4)(0u);
+            d[s] = (float2)(0.0f);
+            if (blk < NB(K)) {
+                if (fmt == 3) {
+                    a[s] = ((__global const uint4 *)(W + n * (K / 2)))[blk];
+                    d[s] = vload_half2(n * NB(K) + blk, S);
+                } else {
+                    __global const uint4 *wr = (__global const uint4 *)(W + n * K);
+                    a[s] = wr[2 * blk];
+                    b[s] = wr[2 * blk + 1];
+                    d[s].x = vload_half(n * NB(K) + blk, S);
+                }
+            }
+        }
+}
+
+// The sums over the warp of the fetched rows . the quantized x, in r[0 .. R) (lane 0).
+inline void dots(const int fmt, const int K, const int R, const int lane, const uint4 *a,
+                 const uint4 *b, const float2 *d, __local const uint *xq,
+                 __local const float *xd, __local const int *xs, __local float *red,
+                 float *r) {
     const uint M = 0x0f0f0f0fu;
 #pragma unroll
-    for (int i = 0; i < R; ++i) r[i] = 0.0f;
-#pragma unroll 8
-    for (int b = lane; b < nb; b += 32) {
-        __local const uint *x = xq + 8 * b;
-        const float dx = xd[b];
-        if (fmt == 3) {
-            uint4 u[8];
-            float2 d[8];
+    for (int e = 0; e < R; ++e) r[e] = 0.0f;
 #pragma unroll
-            for (int i = 0; i < R; ++i) {
-                u[i] = ((__global const uint4 *)(W + (size_t)n[i] * (K / 2)))[b];
-                d[i] = vload_half2((size_t)n[i] * nb + b, S);
-            }
-            const float sx = dx * (float)xs[b];
+    for (int i = 0; i < KB(K); ++i) {
+        const int blk = min(lane + 32 * i, NB(K) - 1);  // (past the row: zero weights)
+        const uint4 x0 = vload4(2 * blk, xq), x1 = vload4(2 * blk + 1, xq);
+        const float dx = xd[blk], sx = dx * (float)xs[blk];
 #pragma unroll
-            for (int i = 0; i < R; ++i) {
-                int p = dot4(u[i].x & M, x[0], 0);
-                p = dot4(u[i].y & M, x[1], p);
-                p = dot4(u[i].z & M, x[2], p);
-                p = dot4(u[i].w & M, x[3], p);
-                p = dot4((u[i].x >> 4) & M, x[4], p);
-                p = dot4((u[i].y >> 4) & M, x[5], p);
-                p = dot4((u[i].z >> 4) & M, x[6], p);
-                p = dot4((u[i].w >> 4) & M, x[7], p);
-                r[i] = mad(d[i].x * dx, (float)p, mad(d[i].y, sx, r[i]));
-            }
-        } else {
-            uint4 u[8], v[8];
-            float d[8];
-#pragma unroll
-            for (int i = 0; i < R; ++i) {
-                __global const uint4 *wr = (__global const uint4 *)(W + (size_t)n[i] * K);
-                u[i] = wr[2 * b];
-                v[i] = wr[2 * b + 1];
-                d[i] = vload_half((size_t)n[i] * nb + b, S);
-            }
-#pragma unroll
-            for (int i = 0; i < R; ++i) {
-                int p = dot4(u[i].x, x[0], 0);
-                p = dot4(u[i].y, x[1], p);
-                p = dot4(u[i].z, x[2], p);
-                p = dot4(u[i].w, x[3], p);
-                p = dot4(v[i].x, x[4], p);
-                p = dot4(v[i].y, x[5], p);
-                p = dot4(v[i].z, x[6], p);
-                p = dot4(v[i].w, x[7], p);
-                r[i] = mad(d[i] * dx, (float)p, r[i]);
+        for (int e = 0; e < R; ++e) {
+            const int s = e * KB(K) + i;
+            int p;
+            if (fmt == 3) {
+                p = dot4(a[s].x & M, x0.x, 0);
+                p = dot4(a[s].y & M, x0.y, p);
+                p = dot4(a[s].z & M, x0.z, p);
+                p = dot4(a[s].w & M, x0.w, p);
+                p = dot4((a[s].x >> 4) & M, x1.x, p);
+                p = dot4((a[s].y >> 4) & M, x1.y, p);
+                p = dot4((a[s].z >> 4) & M, x1.z, p);
+                p = dot4((a[s].w >> 4) & M, x1.w, p);
+                r[e] = mad(d[s].x * dx, (float)p, mad(d[s].y, sx, r[e]));
+            } else {
+                p = dot4(a[s].x, x0.x, 0);
+                p = dot4(a[s].y, x0.y, p);
+                p = dot4(a[s].z, x0.z, p);
+                p = dot4(a[s].w, x0.w, p);
+                p = dot4(b[s].x, x1.x, p);
+                p = dot4(b[s].y, x1.y, p);
+                p = dot4(b[s].z, x1.z, p);
+                p = dot4(b[s].w, x1.w, p);
+                r[e] = mad(d[s].x * dx, (float)p, r[e]);
             }
         }
     }
+#pragma unroll
+    for (int e = 0; e < R; ++e) r[e] = warp_total(r[e], red);
 }
 
-// y[n] += W[n] . x for n < N, a warp two rows (the quantized x in local memory).
-inline void rows_add(int fmt, __global const uchar *W, __global const half *S, int K, int N,
-                     __global float *y, __local const uint *xq, __local const float *xd,
-                     __local const int *xs, __local float *red) {
-    const int t = get_local_id(0), w = t >> 5, lane = t & 31;
-    const int units = (N + 2 * NW - 1) / (2 * NW);
-    for (int u = get_group_id(0); u < units; u += get_num_groups(0)) {
-        const int n = (u * NW + w) * 2;
-        const int rows[2] = {min(n, N - 1), min(n + 1, N - 1)};
-        float r[2];
-        rows_part(fmt, W, S, K, rows, 2, xq, xd, xs, lane, r);
-        r[0] = warp_total(r[0], red);
-        r[1] = warp_total(r[1], red);
-        if (lane == 0 && n < N) y[n] += r[0];
-        if (lane == 0 && n + 1 < N) y[n + 1] += r[1];
+// The rows of task k of a phase of N rows, R a task, for warp w of work-group grp: task
+// (k * G + grp) * NW + w, rows from R times that on (past N: row N - 1, its sums dropped).
+// Work-groups loop over k while their first warp's task has rows (the same in all its warps:
+// warp_total's barriers on portable devices).
+#define TASK0(k, R) ((((k) * get_num_groups(0) + get_group_id(0)) * NW) * (R))
+inline void task_rows(int k, const int R, const int N, int w, int *rows) {
+    const int n0 = TASK0(k, R) + w * R;
+#pragma unroll
+    for (int e = 0; e < R; ++e) rows[e] = min(n0 + e, N - 1);
+}
+
+// The phase's y[n] (+)= total * f for the task's rows below N (lane 0); accumulating reads y
+// from L2 (written by other work-groups earlier in the launch).
+inline void task_store(int k, const int R, const int N, int w, int lane, const float *r,
+                       float f, __global float *y, bool accum) {
+    const int n0 = TASK0(k, R) + w * R;
+    if (lane == 0)
+#pragma unroll
+        for (int e = 0; e < R; ++e)
+            if (n0 + e < N) y[n0 + e] = accum ? ((vin)y)[n0 + e] + r[e] * f : r[e] * f;
+}
+
+// Element t of the head at v (raw, written in A by other work-groups) turned by pos.
+inline float rotated(__global const float *v, int t, int pos, __global const float *inv_freq) {
+#if ROPE_NEOX
+    const int i = t < D / 2 ? t : t - D / 2, a = i, b = i + D / 2;
+#else
+    const int i = t >> 1, a = 2 * i, b = 2 * i + 1;
+#endif
+    float c, sn = sincos((float)pos * inv_freq[i], &c);
+    const float va = ((vin)v)[a], vb = ((vin)v)[b];
+    return t == a ? va * c - vb * sn : va * sn + vb * c;
+}
+
+// The rows of a [gate | up] task: pair e is gate row j and up row FFN + j, j = the task's e-th.
+inline void pair_rows(int k, int w, int *rows) {
+    const int j0 = TASK0(k, R_GU) + w * R_GU;
+#pragma unroll
+    for (int e = 0; e < R_GU; ++e) {
+        rows[2 * e] = min(j0 + e, FFN - 1);
+        rows[2 * e + 1] = FFN + rows[2 * e];
     }
 }
 
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
 void decode_layer(__global float *x, __global const float *anw,
                   __global const uchar *wqkv, __global const half *sqkv,
-                  __global float *qr, __global float *kc, __global float *vc,
+                  __global float *qkv, __global float *kc, __global float *vc,
                   __global const int *state, __global const float *inv_freq,
                   __global const uchar *wo, __global const half *so, __global float *attn,
                   __global float *part, __global int *count, __global const float *fnw,
@@ -282,52 +378,44 @@ void decode_layer(__global float *x, __global const float *anw,
     __local uint xq[QKMAX / 4];
     __local float xd[QKMAX / 32];
     __local int xs[QKMAX / 32];
-    __local float red[LS], pl[LS], y[HEAD_DIM];
+    __local float red[LS], pl[LS], y[D], kn[D], vn[D];
+    __local float4 red4[LS];
     __local int last;
     const int t = get_local_id(0), w = t >> 5, lane = t & 31;
     const int grp = get_group_id(0), G = get_num_groups(0);
     const int pos = state[0], L = pos + 1;
-    volatile __global int *vbar = (volatile __global int *)bar;
+    count_t target = 0;
+    if (t == 0) target = grid_start(bar);
+    uint4 wa[SLOTS], wb[SLOTS];
+    float2 wdd[SLOTS];
+    int rows[SLOTS];
+    float r[SLOTS];
 
-    // ---- A: qkv, a head (HEAD_DIM rows) a work-group at a time; rotation; the cache ----
-    if ((PHASES & 1) && grp < HEADS + 2 * KV_HEADS) {
+    // ---- A: qkv = Wqkv . n(x) ----
+    if ((PHASES & 1) && TASK0(0, R_QKV) < NQKV) {
+        task_rows(0, R_QKV, NQKV, w, rows);
+        fetch(WF_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
         const float fa = rms_after(quantize(x, DIM, anw, xq, xd, xs, red), DIM, eps, red);
-        for (int u = grp; u < HEADS + 2 * KV_HEADS; u += G) {
-            for (int i = 0; i < HEAD_DIM / NW; i += RA) {
-                const int r = w * (HEAD_DIM / NW) + i;
-                int rows[RA];
-                for (int e = 0; e < RA; ++e) rows[e] = u * HEAD_DIM + r + e;
-                float sums[RA];
-                rows_part(WF_QKV, wqkv, sqkv, DIM, rows, RA, xq, xd, xs, lane, sums);
-                for (int e = 0; e < RA; ++e) {
-                    const float v = warp_total(sums[e], red);
-                    if (lane == 0) y[r + e] = v * fa;
-                }
+        for (int k = 0; TASK0(k, R_QKV) < NQKV; ++k) {
+            if (k > 0) {
+                task_rows(k, R_QKV, NQKV, w, rows);
+                fetch(WF_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
             }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (t < HEAD_DIM) {
-                float v = y[t];
-                if (u < HEADS + KV_HEADS) {  // q and k heads turn by pos
-#if ROPE_NEOX
-                    const int i = t < D / 2 ? t : t - D / 2, a = i, b = i + D / 2;
-#else
-                    const int i = t >> 1, a = 2 * i, b = 2 * i + 1;
-#endif
-                    float c, sn = sincos((float)pos * inv_freq[i], &c);
-                    v = t == a ? y[a] * c - y[b] * sn : y[a] * sn + y[b] * c;
-                }
-                if (u < HEADS) {
-                    qr[u * D + t] = v;
-                } else {
-                    const int kvh = u < HEADS + KV_HEADS ? u - HEADS : u - HEADS - KV_HEADS;
-                    const size_t at = ((size_t)kvh * max_seq + pos) * D + t;
-                    if (u < HEADS + KV_HEADS) kc[at] = v; else vc[at] = v;
-                }
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
+            dots(WF_QKV, DIM, R_QKV, lane, wa, wb, wdd, xq, xd, xs, red, r);
+            task_store(k, R_QKV, NQKV, w, lane, r, fa, qkv, false);
         }
     }
-    grid_sync(vbar);
+    grid_arrive(bar, &target);
+    // the GLU's and the down projection's weights into L2 while attention reads little
+    if (PHASES & 8) {
+        l2_prefetch(wgu, (size_t)2 * FFN * DIM / (WF_GU == 3 ? 2 : 1));
+        l2_prefetch((__global const uchar *)sgu, (size_t)2 * FFN * NB(DIM) * (WF_GU == 3 ? 4 : 2));
+    }
+    if (PHASES & 16) {
+        l2_prefetch(wd, (size_t)DIM * FFN / (WF_D == 3 ? 2 : 1));
+        l2_prefetch((__global const uchar *)sd, (size_t)DIM * NB(FFN) * (WF_D == 3 ? 4 : 2));
+    }
+    grid_wait(bar, target);
 
     // ---- B: attention, (head, chunk of LS positions) units ----
     if (PHASES & 2) {
@@ -335,17 +423,82 @@ void decode_layer(__global float *x, __global const float *anw,
         for (int u = grp; u < HEADS * S; u += G) {
             const int hh = u / S, s = u % S, kvh = hh / N_REP;
             const int j0 = s * LS, n = min(L - j0, LS);
-            if (t < D) y[t] = ((vin)qr)[hh * D + t] * scale;
-            barrier(CLK_LOCAL_MEM_FENCE);
+            const bool newest = s == S - 1;  // pos is its last position, n - 1
+            if (t < D) {
+                y[t] = rotated(qkv + hh * D, t, pos, inv_freq) * scale;
+                if (newest) {
+                    kn[t] = rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq);
+                    vn[t] = ((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t];
+                }
+            }
+#if D <= 64
+            // every load of the unit at once: this work-item's key (position t) and its values
+            // (positions t / DG + PS i, dimensions 4 (t % DG) ..), from the cache (the new
+            // position's from kn and vn)
+            const int nc = newest ? n - 1 : n, g4 = t % DG;
+            float4 kr[D / 4], vr[DG];
+            __global const float4 *kp =
+                (__global const float4 *)(kc + ((size_t)kvh * max_seq + j0 + t) * D);
+#pragma unroll
+            for (int d = 0; d < D / 4; ++d) kr[d] = t < nc ? kp[d] : (float4)(0.0f);
+            __global const float4 *vp =
+                (__global const float4 *)(vc + ((size_t)kvh * max_seq + j0) * D) + g4;
+#pragma unroll
+            for (int i = 0; i < DG; ++i) {
+                const int j = t / DG + PS * i;
+                vr[i] = j < nc ? vp[(size_t)j * DG] : (float4)(0.0f);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);  // (y, kn, vn)
             float sc = -INFINITY;
             if (t < n) {
-                // (the new position's key, written in A by another multiprocessor, was never
-                // in this one's L1: plain loads see it)
+                float4 a = (float4)(0.0f);
+                if (t < nc) {
+#pragma unroll
+                    for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), kr[d], a);
+                } else {
+#pragma unroll
+                    for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), vload4(d, kn), a);
+                }
+                sc = (a.x + a.y) + (a.z + a.w);
+            }
+            const float mx = group_reduce(sc, red, true);
+            pl[t] = t < n ? exp(sc - mx) : 0.0f;
+            const float l = group_reduce(pl[t], red, false);  // (its barriers publish pl)
+            float4 acc = (float4)(0.0f);
+#pragma unroll
+            for (int i = 0; i < DG; ++i) acc = mad((float4)(pl[min(t / DG + PS * i, LS - 1)]),
+                                                   vr[i], acc);
+            if (newest && t / DG == (n - 1) % PS) acc = mad((float4)(pl[n - 1]),
+                                                            vload4(g4, vn), acc);
+            red4[t] = acc;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (t < DG) {
+                for (int q = 1; q < PS; ++q) acc += red4[q * DG + t];
+                if (S == 1) {
+                    vstore4(acc / l, hh * DG + t, attn);
+                } else {
+                    __global float *pp = part + ((size_t)hh * S + s) * (D + 2);
+                    vstore4(acc, t, pp);
+                    if (t == 0) {
+                        pp[D] = mx;
+                        pp[D + 1] = l;
+                    }
+                }
+            }
+#else
+            barrier(CLK_LOCAL_MEM_FENCE);  // (y, kn, vn)
+            float sc = -INFINITY;
+            if (t < n) {
                 __global const float4 *kr =
                     (__global const float4 *)(kc + ((size_t)kvh * max_seq + j0 + t) * D);
                 float4 a = (float4)(0.0f);
+                if (newest && t == n - 1) {
 #pragma unroll 8
-                for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), kr[d], a);
+                    for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), vload4(d, kn), a);
+                } else {
+#pragma unroll 8
+                    for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), kr[d], a);
+                }
                 sc = (a.x + a.y) + (a.z + a.w);
             }
             const float mx = group_reduce(sc, red, true);
@@ -353,11 +506,12 @@ void decode_layer(__global float *x, __global const float *anw,
             pl[t] = p;
             const float l = group_reduce(p, red, false);  // (its barriers publish pl)
             // a work-item a dimension d = t % D, positions t / D, t / D + LS / D, ...
-            const int d = t % D;
+            const int d = t % D, nc = newest ? n - 1 : n;
             float acc = 0.0f;
             __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * D + d;
 #pragma unroll 16
-            for (int j = t / D; j < n; j += LS / D) acc = mad(pl[j], vb[(size_t)j * D], acc);
+            for (int j = t / D; j < nc; j += LS / D) acc = mad(pl[j], vb[(size_t)j * D], acc);
+            if (newest && t / D == (n - 1) % (LS / D)) acc = mad(pl[n - 1], vn[d], acc);
             red[t] = acc;
             barrier(CLK_LOCAL_MEM_FENCE);
             if (t < D) {
@@ -373,13 +527,14 @@ void decode_layer(__global float *x, __global const float *anw,
                     }
                 }
             }
+#endif
             if (S > 1) {  // the last of the head's work-groups combines its chunks
-                GLOBAL_FENCE();
+                ACQUIRE();
                 barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
                 if (t == 0) last = atomic_inc(count + hh) == S - 1;
                 barrier(CLK_LOCAL_MEM_FENCE);
                 if (last && t < D) {
-                    GLOBAL_FENCE();
+                    ACQUIRE();
                     vin ph = (vin)part + (size_t)hh * S * (D + 2);
                     float M = -INFINITY;
                     for (int c = 0; c < S; ++c) M = fmax(M, ph[c * (D + 2) + D]);
@@ -393,45 +548,81 @@ void decode_layer(__global float *x, __global const float *anw,
                     if (t == 0) atomic_xchg(count + hh, 0);
                 }
             }
+            if (newest && hh % N_REP == 0 && t < D) {  // the cache at pos (the new key and
+                const size_t at = ((size_t)kvh * max_seq + pos) * D + t;  // value: from kn,
+                kc[at] = kn[t];  // vn in this launch)
+                vc[at] = vn[t];
+            }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
-    grid_sync(vbar);
+    grid_arrive(bar, &target);
+    const bool has_c = (PHASES & 4) && TASK0(0, R_O) < DIM;
+    if (has_c) {
+        task_rows(0, R_O, DIM, w, rows);
+        fetch(WF_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
+    }
+    grid_wait(bar, target);
 
     // ---- C: x += Wo . attn ----
-    if ((PHASES & 4) && grp < (DIM + 2 * NW - 1) / (2 * NW)) {
+    if (has_c) {
         quantize(attn, HEADS * D, 0, xq, xd, xs, red);
         quantized();
-        rows_add(WF_O, wo, so, HEADS * D, DIM, x, xq, xd, xs, red);
-    }
-    grid_sync(vbar);
-
-    // ---- D: h = silu(gate) * up ----
-    if ((PHASES & 8) && grp < (FFN + 4 * NW - 1) / (4 * NW)) {
-        const float fd = rms_after(quantize(x, DIM, fnw, xq, xd, xs, red), DIM, eps, red);
-        const int units = (FFN + 4 * NW - 1) / (4 * NW);
-        for (int u = grp; u < units; u += G) {
-            const int j = (u * NW + w) * 4;
-            int rows[8];
-            for (int e = 0; e < 4; ++e) {
-                rows[2 * e] = min(j + e, FFN - 1);
-                rows[2 * e + 1] = FFN + rows[2 * e];
+        for (int k = 0; TASK0(k, R_O) < DIM; ++k) {
+            if (k > 0) {
+                task_rows(k, R_O, DIM, w, rows);
+                fetch(WF_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
             }
-            float r[8];
-            rows_part(WF_GU, wgu, sgu, DIM, rows, 8, xq, xd, xs, lane, r);
-            for (int e = 0; e < 8; ++e) r[e] = warp_total(r[e], red) * fd;
-            for (int e = 0; e < 4; ++e)
-                if (lane == 0 && j + e < FFN)
-                    h[j + e] = r[2 * e] / (1.0f + exp(-r[2 * e])) * r[2 * e + 1];
+            dots(WF_O, HEADS * D, R_O, lane, wa, wb, wdd, xq, xd, xs, red, r);
+            task_store(k, R_O, DIM, w, lane, r, 1.0f, x, true);
         }
     }
-    grid_sync(vbar);
+    grid_arrive(bar, &target);
+    const bool has_d = (PHASES & 8) && TASK0(0, R_GU) < FFN;
+    if (has_d) {
+        pair_rows(0, w, rows);
+        fetch(WF_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
+    }
+    grid_wait(bar, target);
+
+    // ---- D: h = silu(gate) * up ----
+    if (has_d) {
+        const float fd = rms_after(quantize(x, DIM, fnw, xq, xd, xs, red), DIM, eps, red);
+        for (int k = 0; TASK0(k, R_GU) < FFN; ++k) {
+            if (k > 0) {
+                pair_rows(k, w, rows);
+                fetch(WF_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
+            }
+            dots(WF_GU, DIM, 2 * R_GU, lane, wa, wb, wdd, xq, xd, xs, red, r);
+            const int j0 = TASK0(k, R_GU) + w * R_GU;
+            if (lane == 0)
+#pragma unroll
+                for (int e = 0; e < R_GU; ++e) {
+                    const float g = r[2 * e] * fd, v = r[2 * e + 1] * fd;
+                    if (j0 + e < FFN) h[j0 + e] = g / (1.0f + exp(-g)) * v;
+                }
+        }
+    }
+    grid_arrive(bar, &target);
+    const bool has_e = (PHASES & 16) && TASK0(0, R_D) < DIM;
+    if (has_e) {
+        task_rows(0, R_D, DIM, w, rows);
+        fetch(WF_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
+    }
+    grid_wait(bar, target);
 
     // ---- E: x += Wd . h ----
-    if ((PHASES & 16) && grp < (DIM + 2 * NW - 1) / (2 * NW)) {
+    if (has_e) {
         quantize(h, FFN, 0, xq, xd, xs, red);
         quantized();
-        rows_add(WF_D, wd, sd, FFN, DIM, x, xq, xd, xs, red);
+        for (int k = 0; TASK0(k, R_D) < DIM; ++k) {
+            if (k > 0) {
+                task_rows(k, R_D, DIM, w, rows);
+                fetch(WF_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
+            }
+            dots(WF_D, FFN, R_D, lane, wa, wb, wdd, xq, xd, xs, red, r);
+            task_store(k, R_D, DIM, w, lane, r, 1.0f, x, true);
+        }
     }
 }
 
@@ -439,10 +630,11 @@ void decode_layer(__global float *x, __global const float *anw,
 // every one; a work-group that spun past SPIN_LIMIT sets bar[2].
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
 void grid_probe(__global int *bar, __global int *sums, int rounds) {
-    volatile __global int *vbar = (volatile __global int *)bar;
+    count_t target = 0;
+    if (get_local_id(0) == 0) target = grid_start(bar);
     for (int r = 0; r < rounds; ++r) {
         if (get_local_id(0) == 0) atomic_add(&sums[r], (int)get_group_id(0) + 1);
-        grid_sync(vbar);
+        grid_sync(bar, &target);
         // every work-group sees every other's addition of this round
         if (get_local_id(0) == 0 && ((volatile __global int *)sums)[r] !=
                 (int)(get_num_groups(0) * (get_num_groups(0) + 1) / 2))

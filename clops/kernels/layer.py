@@ -59,18 +59,26 @@ def grid_barriers_work(dev: CLDevice, groups: int) -> bool:
                writes=[bar, sums], name="grid_probe")
     out = np.empty(4, np.int32)
     dev.read(out, bar, blocking=True)
-    return bool(out[2] == 0 and out[0] == 0 and out[1] == PROBE_ROUNDS)
+    return bool(out[2] == 0 and arrivals(out) == groups * PROBE_ROUNDS)
+
+
+def arrivals(bar: np.ndarray) -> int:
+    """The grid barriers' count of arrivals in a barrier buffer read back (4 int32: a count
+    that only grows, 64 bits on NVIDIA, 32 elsewhere; the timed-out flag): every barrier met
+    leaves it a multiple of the launches' work-groups."""
+    return int(bar[:2].view(np.uint64)[0])
 
 
 def _ptx(dev: CLDevice) -> int:
-    """layer.cl's PTX: NVIDIA's dp4a, shfl.sync and membar.gl (a GPU passing the PTX probe)."""
+    """layer.cl's PTX: NVIDIA's dp4a, shfl.sync, fences and atomics (a GPU passing the PTX probe)."""
     return int(not launch.is_cpu(dev) and dev.probe("nvidia_ptx"))
 
 
 def _probe_defines(ptx: int) -> dict[str, Any]:
     # the probe needs none of the layer's sizes; any that compile
     return dict(DIM=256, HEADS=4, KV_HEADS=2, HEAD_DIM=64, FFN=256, QKMAX=256, WF_QKV=3,
-                WF_O=3, WF_GU=3, WF_D=3, ROPE_NEOX=1, PTX=ptx, SPIN_LIMIT=PROBE_SPINS)
+                WF_O=3, WF_GU=3, WF_D=3, R_QKV=1, R_O=1, R_GU=1, R_D=1, ROPE_NEOX=1, PTX=ptx,
+                SPIN_LIMIT=PROBE_SPINS)
 
 
 def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
@@ -80,11 +88,27 @@ def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
     products may quantize their input to int8 (``Weight.int8``)."""
     if not enabled() or not resident_groups(dev):
         return False
-    if head_dim > LS or LS % head_dim or head_dim % (2 * (LS // 32)):
+    if head_dim > LS or LS % head_dim or head_dim % 4:
         return False
     return all(w.fmt in FORMATS and w.layout == "rows" and w.int8 and w.k % 32 == 0
                and w.defines.get("SCALE_HALF") == 1 and w.defines.get("QGROUP") == 32
                and not w.defines.get("Q4_SYM") for w in weights)
+
+
+SLOTS = 16  # (row, block of 32) pairs a work-item holds in registers (layer.cl)
+NW = LS // 32
+
+
+def rows_per_task(fmt: str, k: int, n: int, groups: int, rows_an_item: int = 1) -> int:
+    """Items (rows; [gate | up] pairs: ``rows_an_item`` 2) a warp takes at once in a phase of
+    ``n`` items over ``k`` inputs: enough for one round of every warp of ``groups``
+    work-groups, no more than a lane's registers hold (SLOTS blocks of q4, half as many of q8,
+    whose blocks are twice the bytes)."""
+    lane_blocks = -(-(k // 32) // 32)
+    cap = (SLOTS if fmt == "q4" else SLOTS // 2) // (lane_blocks * rows_an_item)
+    if cap < 1:
+        raise ValueError(f"decode_layer: rows of {k} inputs do not fit a lane's registers")
+    return max(1, min(cap, -(-n // (groups * NW)), SLOTS // rows_an_item))
 
 
 def part_nbytes(max_seq: int, n_heads: int, head_dim: int) -> int:
@@ -93,28 +117,33 @@ def part_nbytes(max_seq: int, n_heads: int, head_dim: int) -> int:
 
 
 def decode_layer(dev: CLDevice, *, x: Buffer, attn_norm: Buffer, qkv: Weight,
-                 q: Buffer, k_cache: Buffer, v_cache: Buffer, state: Buffer,
+                 qkv_out: Buffer, k_cache: Buffer, v_cache: Buffer, state: Buffer,
                  inv_freq: Buffer, o: Weight, attn: Buffer, part: Buffer,
                  count: Buffer, ffn_norm: Buffer, gate_up: Weight, h: Buffer,
                  down: Weight, bar: Buffer, n_heads: int, n_kv: int, head_dim: int,
                  max_seq: int, eps: float, scale: float, neox: bool) -> Launch:
     """One decoder layer of the decode row at position state[0]: x (the residual stream,
-    [dim]) in and out; ``q`` [H*D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part``
-    (``part_nbytes``), ``count`` (n_heads int32, zero, left zero) and ``bar`` (4 int32, zero,
-    left with arrivals zero) shared by every layer; as many work-groups as the probe found
+    [dim]) in and out; ``qkv_out`` [(H + 2 KV) D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part``
+    (``part_nbytes``), ``count`` (n_heads int32, zero, left zero) and ``bar`` (4 int32, zero
+    at first; ``arrivals``) shared by every layer; as many work-groups as the probe found
     resident."""
     dim, ffn = o.n, down.k
     groups = resident_groups(dev)
+    n_qkv = (n_heads + 2 * n_kv) * head_dim
     knl = kernel(dev, "layer", "decode_layer", DIM=dim, HEADS=n_heads, KV_HEADS=n_kv,
                  HEAD_DIM=head_dim, FFN=ffn, QKMAX=max(dim, n_heads * head_dim, ffn),
                  WF_QKV=FORMATS[qkv.fmt], WF_O=FORMATS[o.fmt], WF_GU=FORMATS[gate_up.fmt],
-                 WF_D=FORMATS[down.fmt], ROPE_NEOX=int(neox), PTX=_ptx(dev),
-                 SPIN_LIMIT=RUN_SPINS)
-    args = [x, attn_norm, qkv.data, qkv.scales, q, k_cache, v_cache, state, inv_freq, o.data,
+                 WF_D=FORMATS[down.fmt],
+                 R_QKV=rows_per_task(qkv.fmt, dim, n_qkv, groups),
+                 R_O=rows_per_task(o.fmt, n_heads * head_dim, dim, groups),
+                 R_GU=rows_per_task(gate_up.fmt, dim, ffn, groups, 2),
+                 R_D=rows_per_task(down.fmt, ffn, dim, groups),
+                 ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS)
+    args = [x, attn_norm, qkv.data, qkv.scales, qkv_out, k_cache, v_cache, state, inv_freq, o.data,
             o.scales, attn, part, count, ffn_norm, gate_up.data, gate_up.scales, h, down.data,
             down.scales, bar, i32(max_seq), f32(eps), f32(scale)]
     reads = [x, attn_norm, qkv.data, qkv.scales, k_cache, v_cache, state, inv_freq, o.data,
              o.scales, count, ffn_norm, gate_up.data, gate_up.scales, down.data, down.scales,
              bar]
-    writes = [x, q, k_cache, v_cache, attn, part, count, h, bar]
+    writes = [x, qkv_out, k_cache, v_cache, attn, part, count, h, bar]
     return Launch(knl, (groups * LS,), (LS,), args, reads, writes, "decode_layer")

@@ -399,7 +399,7 @@ class Model:
         cfg = self.config
         assert ly.attn_norm is not None and ly.ffn_norm is not None
         return layer.decode_layer(
-            self.device, x=self.x, attn_norm=ly.attn_norm, qkv=ly.qkv.parts[0][0], q=self.q,
+            self.device, x=self.x, attn_norm=ly.attn_norm, qkv=ly.qkv.parts[0][0], qkv_out=self.qkv,
             k_cache=ly.k_cache, v_cache=ly.v_cache, state=self.state, inv_freq=ly.inv_freq,
             o=ly.o, attn=self.attn, part=self.lpart, count=self.count, ffn_norm=ly.ffn_norm,
             gate_up=ly.gate_up.parts[0][0], h=self.h, down=ly.down, bar=self.bar,
