@@ -2,9 +2,10 @@
 // its G work-groups all run at once (kernels/layer.py launches no more than its probe found
 // resident) and meet at grid barriers between the phases:
 //   A  qkv = Wqkv . (RMSNorm(x) * anw), as is (not rotated)
-//   B  attention of each query head over chunks of LS positions: q and the new key rotated by
-//      pos as they are read, the new key and value stored in the cache; the last work-group of
-//      a head to finish combines its chunks' partials -> attn
+//   B  attention over chunks of LS positions, a key-value head's query heads together (heads
+//      of 64 or fewer; larger ones a query head at a time): q and the new key rotated by pos as
+//      they are read, the new key and value stored in the cache; the last work-group of a head
+//      to finish combines its chunks' partials -> attn
 //   C  x += Wo . attn
 //   D  h = silu(Wg . n(x)) * (Wu . n(x)), n(x) = RMSNorm(x) * fnw ([gate | up] rows of Wgu)
 //   E  x += Wd . h
@@ -19,7 +20,8 @@
 // HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8), R_QKV, R_O, R_GU (pairs of a
 // gate and an up row), R_D (rows a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX
 // (NVIDIA: dp4a, shfl.sync, fences and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a
-// bitmask of the phases A..E that run, for timing them apart: default all).
+// bitmask of the phases A..E that run, for timing them apart: default all), QUERY_UNITS (B's
+// units: -1 by the positions, 1 a query head's, 0 a key-value head's).
 // Work geometry: global (G * LS), local (LS).
 #define LS 256
 #define NW (LS / 32)
@@ -30,9 +32,14 @@
 #define DG (HEAD_DIM / 4)
 #define PS (LS / DG)
 // (row, block of 32) pairs a work-item holds in registers: q4 one uint4 each, q8 two
+#ifndef SLOTS
 #define SLOTS 16
+#endif
 #ifndef PHASES
 #define PHASES 31
+#endif
+#ifndef QUERY_UNITS
+#define QUERY_UNITS (-1)
 #endif
 #ifndef SPIN_LIMIT
 #define SPIN_LIMIT (1 << 26)
@@ -100,6 +107,46 @@ inline float group_reduce(float v, __local float *red, bool max_of) {
     const float r = red[0];
     barrier(CLK_LOCAL_MEM_FENCE);
     return r;
+}
+
+// The sums (max_of: the largest) of v[r], r < nr <= N_REP, over the work-group, into v[] of
+// every work-item.
+inline void reduce_rep(float *v, int nr, bool max_of, __local float *redn) {
+    const int t = get_local_id(0);
+#if PTX
+    const int w = t >> 5;
+#pragma unroll
+    for (int r = 0; r < N_REP; ++r) {
+        if (r >= nr) break;
+        float x = v[r];
+        for (int o = 16; o > 0; o >>= 1) {
+            const float u = shfl_xor(x, o);
+            x = max_of ? fmax(x, u) : x + u;
+        }
+        if ((t & 31) == 0) redn[r * NW + w] = x;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int r = 0; r < N_REP; ++r) {
+        if (r >= nr) break;
+        float x = redn[r * NW];
+        for (int i = 1; i < NW; ++i) x = max_of ? fmax(x, redn[r * NW + i]) : x + redn[r * NW + i];
+        v[r] = x;
+    }
+#else
+    for (int r = 0; r < nr; ++r) redn[r * LS + t] = v[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = LS / 2; s > 0; s >>= 1) {
+        if (t < s)
+            for (int r = 0; r < nr; ++r) {
+                const float a = redn[r * LS + t], b = redn[r * LS + t + s];
+                redn[r * LS + t] = max_of ? fmax(a, b) : a + b;
+            }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int r = 0; r < nr; ++r) v[r] = redn[r * LS];
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
 }
 
 // The grid barrier: bar[0] counts the arrivals of every work-group at every barrier, launch
@@ -378,7 +425,7 @@ void decode_layer(__global float *x, __global const float *anw,
     __local uint xq[QKMAX / 4];
     __local float xd[QKMAX / 32];
     __local int xs[QKMAX / 32];
-    __local float red[LS], pl[LS], y[D], kn[D], vn[D];
+    __local float red[LS], pl[N_REP * LS], y[N_REP * D], kn[D], vn[D], redn[N_REP * LS];
     __local float4 red4[LS];
     __local int last;
     const int t = get_local_id(0), w = t >> 5, lane = t & 31;
@@ -417,24 +464,24 @@ void decode_layer(__global float *x, __global const float *anw,
     }
     grid_wait(bar, target);
 
-    // ---- B: attention, (head, chunk of LS positions) units ----
+    // ---- B: attention ----
+#if D <= 64
+    // (key-value head, chunk of LS positions) units: the chunk's keys and values are loaded
+    // once, all at once (a work-item's key: position t; its values: positions t / DG + PS i,
+    // dimensions 4 (t % DG) ..; the new position's from kn and vn), for the N_REP query heads
+    // that read them; the last work-group of a key-value head to finish combines its chunks
     if (PHASES & 2) {
-        const int S = (L + LS - 1) / LS;
-        for (int u = grp; u < HEADS * S; u += G) {
-            const int hh = u / S, s = u % S, kvh = hh / N_REP;
+        // (where a key-value head's units would leave most work-groups idle, its query heads
+        // take a unit each: QS units read the chunk; QUERY_UNITS 0 or 1 decides for tests)
+#if QUERY_UNITS < 0
+        const int S = (L + LS - 1) / LS, QS = HEADS * S <= G ? N_REP : 1, nr = N_REP / QS;
+#else
+        const int S = (L + LS - 1) / LS, QS = QUERY_UNITS ? N_REP : 1, nr = N_REP / QS;
+#endif
+        for (int u = grp; u < KV_HEADS * S * QS; u += G) {
+            const int kvh = u / (S * QS), s = u / QS % S, h0 = kvh * N_REP + u % QS * nr;
             const int j0 = s * LS, n = min(L - j0, LS);
             const bool newest = s == S - 1;  // pos is its last position, n - 1
-            if (t < D) {
-                y[t] = rotated(qkv + hh * D, t, pos, inv_freq) * scale;
-                if (newest) {
-                    kn[t] = rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq);
-                    vn[t] = ((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t];
-                }
-            }
-#if D <= 64
-            // every load of the unit at once: this work-item's key (position t) and its values
-            // (positions t / DG + PS i, dimensions 4 (t % DG) ..), from the cache (the new
-            // position's from kn and vn)
             const int nc = newest ? n - 1 : n, g4 = t % DG;
             float4 kr[D / 4], vr[DG];
             __global const float4 *kp =
@@ -448,44 +495,102 @@ void decode_layer(__global float *x, __global const float *anw,
                 const int j = t / DG + PS * i;
                 vr[i] = j < nc ? vp[(size_t)j * DG] : (float4)(0.0f);
             }
-            barrier(CLK_LOCAL_MEM_FENCE);  // (y, kn, vn)
-            float sc = -INFINITY;
-            if (t < n) {
-                float4 a = (float4)(0.0f);
-                if (t < nc) {
-#pragma unroll
-                    for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), kr[d], a);
-                } else {
-#pragma unroll
-                    for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), vload4(d, kn), a);
-                }
-                sc = (a.x + a.y) + (a.z + a.w);
+            for (int c = t; c < nr * D; c += LS)
+                y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
+            if (newest && t < D) {
+                kn[t] = rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq);
+                vn[t] = ((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t];
             }
-            const float mx = group_reduce(sc, red, true);
-            pl[t] = t < n ? exp(sc - mx) : 0.0f;
-            const float l = group_reduce(pl[t], red, false);  // (its barriers publish pl)
-            float4 acc = (float4)(0.0f);
-#pragma unroll
-            for (int i = 0; i < DG; ++i) acc = mad((float4)(pl[min(t / DG + PS * i, LS - 1)]),
-                                                   vr[i], acc);
-            if (newest && t / DG == (n - 1) % PS) acc = mad((float4)(pl[n - 1]),
-                                                            vload4(g4, vn), acc);
-            red4[t] = acc;
             barrier(CLK_LOCAL_MEM_FENCE);
-            if (t < DG) {
-                for (int q = 1; q < PS; ++q) acc += red4[q * DG + t];
-                if (S == 1) {
-                    vstore4(acc / l, hh * DG + t, attn);
-                } else {
-                    __global float *pp = part + ((size_t)hh * S + s) * (D + 2);
-                    vstore4(acc, t, pp);
-                    if (t == 0) {
-                        pp[D] = mx;
-                        pp[D + 1] = l;
+            float sc[N_REP], mx[N_REP];
+#pragma unroll
+            for (int r = 0; r < N_REP; ++r) {
+                float4 a = (float4)(0.0f);
+                if (r < nr)
+#pragma unroll
+                    for (int d = 0; d < D / 4; ++d)
+                        a = mad(vload4(d, y + r * D), t < nc ? kr[d] : vload4(d, kn), a);
+                sc[r] = mx[r] = t < n ? (a.x + a.y) + (a.z + a.w) : -INFINITY;
+            }
+            reduce_rep(mx, nr, true, redn);
+#pragma unroll
+            for (int r = 0; r < N_REP; ++r) {
+                sc[r] = t < n && r < nr ? exp(sc[r] - mx[r]) : 0.0f;
+                pl[r * LS + t] = sc[r];
+            }
+            reduce_rep(sc, nr, false, redn);  // (the sums; its barriers publish pl)
+            for (int r = 0; r < nr; ++r) {
+                __local const float *pr = pl + r * LS;
+                float4 acc = (float4)(0.0f);
+#pragma unroll
+                for (int i = 0; i < DG; ++i) acc = mad((float4)(pr[t / DG + PS * i]), vr[i], acc);
+                if (newest && t / DG == (n - 1) % PS)
+                    acc = mad((float4)(pr[n - 1]), vload4(g4, vn), acc);
+                red4[t] = acc;
+                barrier(CLK_LOCAL_MEM_FENCE);
+                if (t < DG) {
+                    for (int q = 1; q < PS; ++q) acc += red4[q * DG + t];
+                    if (S == 1) {
+                        vstore4(acc / sc[r], (h0 + r) * DG + t, attn);
+                    } else {
+                        __global float *pp = part + ((size_t)(h0 + r) * S + s) * (D + 2);
+                        vstore4(acc, t, pp);
+                        if (t == 0) {
+                            pp[D] = mx[r];
+                            pp[D + 1] = sc[r];
+                        }
                     }
                 }
+                barrier(CLK_LOCAL_MEM_FENCE);
             }
+            if (S > 1) {  // the last of the key-value head's units combines its chunks
+                ACQUIRE();
+                barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+                if (t == 0) last = atomic_inc(count + kvh) == S * QS - 1;
+                barrier(CLK_LOCAL_MEM_FENCE);
+                if (last) {
+                    ACQUIRE();
+                    for (int c = t; c < N_REP * D; c += LS) {
+                        const int hh = kvh * N_REP + c / D, d = c % D;
+                        vin ph = (vin)part + (size_t)hh * S * (D + 2);
+                        float M = -INFINITY;
+                        for (int q = 0; q < S; ++q) M = fmax(M, ph[q * (D + 2) + D]);
+                        float o = 0.0f, den = 0.0f;
+                        for (int q = 0; q < S; ++q) {
+                            const float e = exp(ph[q * (D + 2) + D] - M);
+                            o = mad(e, ph[q * (D + 2) + d], o);
+                            den = mad(e, ph[q * (D + 2) + D + 1], den);
+                        }
+                        attn[hh * D + d] = o / den;
+                    }
+                    if (t == 0) atomic_xchg(count + kvh, 0);
+                }
+            }
+            // the cache at pos (read from kn and vn in this launch)
+            if (newest && h0 == kvh * N_REP && t < D) {
+                const size_t at = ((size_t)kvh * max_seq + pos) * D + t;
+                kc[at] = kn[t];
+                vc[at] = vn[t];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
 #else
+    // (query head, chunk of LS positions) units; the last work-group of a head to finish
+    // combines its chunks
+    if (PHASES & 2) {
+        const int S = (L + LS - 1) / LS;
+        for (int u = grp; u < HEADS * S; u += G) {
+            const int hh = u / S, s = u % S, kvh = hh / N_REP;
+            const int j0 = s * LS, n = min(L - j0, LS);
+            const bool newest = s == S - 1;  // pos is its last position, n - 1
+            if (t < D) {
+                y[t] = rotated(qkv + hh * D, t, pos, inv_freq) * scale;
+                if (newest) {
+                    kn[t] = rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq);
+                    vn[t] = ((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t];
+                }
+            }
             barrier(CLK_LOCAL_MEM_FENCE);  // (y, kn, vn)
             float sc = -INFINITY;
             if (t < n) {
@@ -527,7 +632,6 @@ void decode_layer(__global float *x, __global const float *anw,
                     }
                 }
             }
-#endif
             if (S > 1) {  // the last of the head's work-groups combines its chunks
                 ACQUIRE();
                 barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
@@ -556,6 +660,7 @@ void decode_layer(__global float *x, __global const float *anw,
             barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
+#endif
     grid_arrive(bar, &target);
     const bool has_c = (PHASES & 4) && TASK0(0, R_O) < DIM;
     if (has_c) {

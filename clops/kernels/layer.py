@@ -25,15 +25,17 @@ FORMATS = {"q4": 3, "q8": 4}
 PROBE_SPINS = 1 << 18
 RUN_SPINS = 1 << 24
 PROBE_ROUNDS = 16
+# Attention's units in decode_layer: None by the positions (a query head's while they leave
+# work-groups idle, else a key-value head's); True or False forces one kind (tests)
+QUERY_UNITS: bool | None = None
 
 
 def enabled() -> bool:
-    """``CLOPS_LAYER_KERNEL=1`` asks for ``decode_layer`` where it runs. Off by default: on an
-    H200 it made a 1B body's decode 0.59-0.83x the per-layer plan's speed (whose attention
-    serves a key-value head's query heads together) and SmolLM2's 0.66-0.95x (a launch and its
-    four grid barriers cost about 16 us of a 1B layer's 38; the down projection's phase reads
-    at about a quarter of the bandwidth the per-layer kernels reach)."""
-    return os.environ.get("CLOPS_LAYER_KERNEL", "0") == "1"
+    """Whether ``decode_layer`` serves where it runs: on unless ``CLOPS_LAYER_KERNEL=0``. On
+    an H100 (2026-11-26, 128 to 4000 positions) against the per-layer plan: SmolLM2 1.6-1.8x
+    (the plan's 153 launches a token are bound by the driver's enqueues), 1B bodies 0.93-1.05x
+    where the plan's enqueues are cheap and up to 1.7x on machines where they are not."""
+    return os.environ.get("CLOPS_LAYER_KERNEL", "1") != "0"
 
 
 @probes.per_device
@@ -70,7 +72,8 @@ def arrivals(bar: np.ndarray) -> int:
 
 
 def _ptx(dev: CLDevice) -> int:
-    """layer.cl's PTX: NVIDIA's dp4a, shfl.sync, fences and atomics (a GPU passing the PTX probe)."""
+    """layer.cl's PTX: NVIDIA's dp4a, shfl.sync, fences and atomics (a GPU passing the PTX
+    probe)."""
     return int(not launch.is_cpu(dev) and dev.probe("nvidia_ptx"))
 
 
@@ -108,7 +111,7 @@ def rows_per_task(fmt: str, k: int, n: int, groups: int, rows_an_item: int = 1) 
     cap = (SLOTS if fmt == "q4" else SLOTS // 2) // (lane_blocks * rows_an_item)
     if cap < 1:
         raise ValueError(f"decode_layer: rows of {k} inputs do not fit a lane's registers")
-    return max(1, min(cap, -(-n // (groups * NW)), SLOTS // rows_an_item))
+    return max(1, min(cap, -(-n // (groups * NW))))
 
 
 def part_nbytes(max_seq: int, n_heads: int, head_dim: int) -> int:
@@ -138,7 +141,8 @@ def decode_layer(dev: CLDevice, *, x: Buffer, attn_norm: Buffer, qkv: Weight,
                  R_O=rows_per_task(o.fmt, n_heads * head_dim, dim, groups),
                  R_GU=rows_per_task(gate_up.fmt, dim, ffn, groups, 2),
                  R_D=rows_per_task(down.fmt, ffn, dim, groups),
-                 ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS)
+                 SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
+                 QUERY_UNITS=-1 if QUERY_UNITS is None else int(QUERY_UNITS))
     args = [x, attn_norm, qkv.data, qkv.scales, qkv_out, k_cache, v_cache, state, inv_freq, o.data,
             o.scales, attn, part, count, ffn_norm, gate_up.data, gate_up.scales, h, down.data,
             down.scales, bar, i32(max_seq), f32(eps), f32(scale)]

@@ -36,12 +36,15 @@ def _step_logits(model, ids: list[int], whole: bool) -> np.ndarray:
     return out
 
 
+@pytest.mark.parametrize("query_units", [None, False, True])
 @pytest.mark.parametrize("prompt", [40, 300, 700])
-def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, model_file, prompt):
+def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, model_file, prompt,
+                                                  query_units):
     if not layer.resident_groups(device):
         pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
                     "resident, or it is a CPU)")
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
+    monkeypatch.setattr(layer, "QUERY_UNITS", query_units)
     model = clops.llm.load(model_file, device=device, max_seq_len=1024, progress=False)
     assert model._layer_kernels()
     ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
@@ -60,10 +63,46 @@ def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, model_file
     assert list(model.generate_ids(ids, max_new_tokens=6, stop_ids=[]))[:2] == toks[:2]
 
 
-def test_layer_kernel_is_off_by_default(device, monkeypatch, model_file):
-    monkeypatch.delenv("CLOPS_LAYER_KERNEL", raising=False)
+@pytest.mark.parametrize("query_units", [False, True])
+@pytest.mark.parametrize("prompt", [40, 700])
+def test_layer_kernel_one_group_portable(device, monkeypatch, model_file, prompt, query_units):
+    """The kernel's portable code (no PTX) run as one work-group, whose grid barriers are met
+    at once: every phase, the task rounds, the rotation, chunks and their combine, against the
+    per-layer plan on the same device (row-major weights). CPUs only: they never take the kernel
+    otherwise; Intel's runtime builds it in seconds, PoCL's took 320 s (not run there)."""
+    if device.kind != "cpu" or "intel" not in device.platform_name.lower():
+        pytest.skip(f"{device.name} on {device.platform_name}: the portable one-group run is "
+                    "for Intel's CPU runtime (GPUs run the kernel itself above)")
+    from clops.nn import quant
+    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
+    monkeypatch.setattr(layer, "QUERY_UNITS", query_units)  # attention's two kinds of units
+    model = clops.llm.load(model_file, device=device, max_seq_len=1024, progress=False)
+    assert model._layer_kernels()
+    ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
+    want = _step_logits(model, ids, False)
+    got = _step_logits(model, ids, True)
+    # (the plan's CPU products take float inputs, the kernel int8: 2.4-3.5% of the largest
+    # logit apart here; a wrong head, rotation or chunk is off by the logits' scale)
+    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+    assert np.argmax(got) == np.argmax(want)
+    bar = np.empty(4, np.int32)
+    device.read(bar, model.bar, blocking=True)
+    # one decode step through the kernel: four grid barriers a layer, each met
+    assert layer.arrivals(bar) == 4 * SHAPE.layers and bar[2] == 0, bar
+
+
+def test_layer_kernel_turned_off(device, monkeypatch, model_file):
+    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "0")
     model = clops.llm.load(model_file, device=device, max_seq_len=256, progress=False)
     assert not model._layer_kernels()
+
+
+def test_layer_kernel_on_by_default(device, monkeypatch, model_file):
+    monkeypatch.delenv("CLOPS_LAYER_KERNEL", raising=False)
+    model = clops.llm.load(model_file, device=device, max_seq_len=256, progress=False)
+    assert model._layer_kernels() == bool(layer.resident_groups(device))
 
 
 def test_layer_kernel_asked_for_runs_only_with_grid_barriers(device, monkeypatch, model_file):
