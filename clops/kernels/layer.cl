@@ -11,13 +11,14 @@
 //   E  x += Wd . h
 // The launch boundary is the barrier after E. Each phase's rows are dealt to the warps of all
 // work-groups, R rows a warp (a task), and a warp's rows of the phase's first task are loaded
-// into registers before the grid barrier that opens the phase: the weights stream while the
-// work-groups wait. Each phase's input vector is read by every work-group that has rows in it
+// into registers between the two halves of the grid barrier that opens the phase: the weights
+// stream while the work-groups wait. Each phase's input vector is read by every work-group that has rows in it
 // and quantized into local memory (int8, a scale per 32 values, the sums of the int8 values per
-// 32 for q4's minimums); the weights (q4: 16 nibble bytes and a (scale, min) half pair per 32;
-// q8: 32 bytes and a half scale per 32) meet it through 4-byte integer dot products.
+// 32 for q4's minimums); the weights (q4: 16 nibble bytes and a (scale, min) pair per 32; q8: 32
+// bytes and a scale per 32; half or float scales) meet it through 4-byte integer dot products.
 // Compile-time: DIM, HEADS, KV_HEADS, HEAD_DIM, FFN, QKMAX (the longest input: max of DIM,
-// HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8), R_QKV, R_O, R_GU (pairs of a
+// HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8), SH_QKV, SH_O, SH_GU, SH_D (1:
+// half scales, 0: float), R_QKV, R_O, R_GU (pairs of a
 // gate and an up row), R_D (rows a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX
 // (NVIDIA: dp4a, shfl.sync, fences and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a
 // bitmask of the phases A..E that run, for timing them apart: default all), QUERY_UNITS (B's
@@ -296,10 +297,13 @@ inline void quantized(void) { barrier(CLK_LOCAL_MEM_FENCE); }
 // Blocks of 32 in a row of K, and a lane's share of them (blocks lane, lane + 32, ...).
 #define NB(K) ((K) / 32)
 #define KB(K) ((NB(K) + 31) / 32)
+// bytes of a block's scales: q4 a (scale, min) pair, q8 a scale; half (sh) or float
+#define SCALE_BYTES(fmt, sh) (((fmt) == 3 ? 2 : 1) * ((sh) ? 2 : 4))
 
 // Loads rows[0 .. R) of W [N][K] (format fmt), this lane's blocks, into slots e * KB(K) + i:
 // q4 a uint4 of nibbles and (scale, min) in d; q8 two uint4 in a and b, the scale in d.x.
-inline void fetch(const int fmt, __global const uchar *W, __global const half *S, const int K,
+inline void fetch(const int fmt, const int sh, __global const uchar *W,
+                  __global const half *S, const int K,
                   const int *rows, const int R, const int lane, uint4 *a, uint4 *b,
                   float2 *d) {
 #pragma unroll
@@ -313,12 +317,14 @@ inline void fetch(const int fmt, __global const uchar *W, __global const half *S
             if (blk < NB(K)) {
                 if (fmt == 3) {
                     a[s] = ((__global const uint4 *)(W + n * (K / 2)))[blk];
-                    d[s] = vload_half2(n * NB(K) + blk, S);
+                    d[s] = sh ? vload_half2(n * NB(K) + blk, S)
+                              : vload2(n * NB(K) + blk, (__global const float *)S);
                 } else {
                     __global const uint4 *wr = (__global const uint4 *)(W + n * K);
                     a[s] = wr[2 * blk];
                     b[s] = wr[2 * blk + 1];
-                    d[s].x = vload_half(n * NB(K) + blk, S);
+                    d[s].x = sh ? vload_half(n * NB(K) + blk, S)
+                                : ((__global const float *)S)[n * NB(K) + blk];
                 }
             }
         }
@@ -441,12 +447,12 @@ void decode_layer(__global float *x, __global const float *anw,
     // ---- A: qkv = Wqkv . n(x) ----
     if ((PHASES & 1) && TASK0(0, R_QKV) < NQKV) {
         task_rows(0, R_QKV, NQKV, w, rows);
-        fetch(WF_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
+        fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
         const float fa = rms_after(quantize(x, DIM, anw, xq, xd, xs, red), DIM, eps, red);
         for (int k = 0; TASK0(k, R_QKV) < NQKV; ++k) {
             if (k > 0) {
                 task_rows(k, R_QKV, NQKV, w, rows);
-                fetch(WF_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
+                fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
             }
             dots(WF_QKV, DIM, R_QKV, lane, wa, wb, wdd, xq, xd, xs, red, r);
             task_store(k, R_QKV, NQKV, w, lane, r, fa, qkv, false);
@@ -456,11 +462,11 @@ void decode_layer(__global float *x, __global const float *anw,
     // the GLU's and the down projection's weights into L2 while attention reads little
     if (PHASES & 8) {
         l2_prefetch(wgu, (size_t)2 * FFN * DIM / (WF_GU == 3 ? 2 : 1));
-        l2_prefetch((__global const uchar *)sgu, (size_t)2 * FFN * NB(DIM) * (WF_GU == 3 ? 4 : 2));
+        l2_prefetch((__global const uchar *)sgu, (size_t)2 * FFN * NB(DIM) * SCALE_BYTES(WF_GU, SH_GU));
     }
     if (PHASES & 16) {
         l2_prefetch(wd, (size_t)DIM * FFN / (WF_D == 3 ? 2 : 1));
-        l2_prefetch((__global const uchar *)sd, (size_t)DIM * NB(FFN) * (WF_D == 3 ? 4 : 2));
+        l2_prefetch((__global const uchar *)sd, (size_t)DIM * NB(FFN) * SCALE_BYTES(WF_D, SH_D));
     }
     grid_wait(bar, target);
 
@@ -665,7 +671,7 @@ void decode_layer(__global float *x, __global const float *anw,
     const bool has_c = (PHASES & 4) && TASK0(0, R_O) < DIM;
     if (has_c) {
         task_rows(0, R_O, DIM, w, rows);
-        fetch(WF_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
+        fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
     }
     grid_wait(bar, target);
 
@@ -676,7 +682,7 @@ void decode_layer(__global float *x, __global const float *anw,
         for (int k = 0; TASK0(k, R_O) < DIM; ++k) {
             if (k > 0) {
                 task_rows(k, R_O, DIM, w, rows);
-                fetch(WF_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
+                fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
             }
             dots(WF_O, HEADS * D, R_O, lane, wa, wb, wdd, xq, xd, xs, red, r);
             task_store(k, R_O, DIM, w, lane, r, 1.0f, x, true);
@@ -686,7 +692,7 @@ void decode_layer(__global float *x, __global const float *anw,
     const bool has_d = (PHASES & 8) && TASK0(0, R_GU) < FFN;
     if (has_d) {
         pair_rows(0, w, rows);
-        fetch(WF_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
+        fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
     }
     grid_wait(bar, target);
 
@@ -696,7 +702,7 @@ void decode_layer(__global float *x, __global const float *anw,
         for (int k = 0; TASK0(k, R_GU) < FFN; ++k) {
             if (k > 0) {
                 pair_rows(k, w, rows);
-                fetch(WF_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
+                fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
             }
             dots(WF_GU, DIM, 2 * R_GU, lane, wa, wb, wdd, xq, xd, xs, red, r);
             const int j0 = TASK0(k, R_GU) + w * R_GU;
@@ -712,7 +718,7 @@ void decode_layer(__global float *x, __global const float *anw,
     const bool has_e = (PHASES & 16) && TASK0(0, R_D) < DIM;
     if (has_e) {
         task_rows(0, R_D, DIM, w, rows);
-        fetch(WF_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
+        fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
     }
     grid_wait(bar, target);
 
@@ -723,7 +729,7 @@ void decode_layer(__global float *x, __global const float *anw,
         for (int k = 0; TASK0(k, R_D) < DIM; ++k) {
             if (k > 0) {
                 task_rows(k, R_D, DIM, w, rows);
-                fetch(WF_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
+                fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
             }
             dots(WF_D, FFN, R_D, lane, wa, wb, wdd, xq, xd, xs, red, r);
             task_store(k, R_D, DIM, w, lane, r, 1.0f, x, true);

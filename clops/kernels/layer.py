@@ -80,21 +80,21 @@ def _ptx(dev: CLDevice) -> int:
 def _probe_defines(ptx: int) -> dict[str, Any]:
     # the probe needs none of the layer's sizes; any that compile
     return dict(DIM=256, HEADS=4, KV_HEADS=2, HEAD_DIM=64, FFN=256, QKMAX=256, WF_QKV=3,
-                WF_O=3, WF_GU=3, WF_D=3, R_QKV=1, R_O=1, R_GU=1, R_D=1, ROPE_NEOX=1, PTX=ptx,
-                SPIN_LIMIT=PROBE_SPINS)
+                WF_O=3, WF_GU=3, WF_D=3, SH_QKV=1, SH_O=1, SH_GU=1, SH_D=1, R_QKV=1, R_O=1,
+                R_GU=1, R_D=1, ROPE_NEOX=1, PTX=ptx, SPIN_LIMIT=PROBE_SPINS)
 
 
 def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
     """Whether ``decode_layer`` takes a layer of these weights ([qkv, o, gate_up, down]) on
-    ``dev``: enabled, work-groups found resident, heads that divide 256
-    in multiples of 16, 4- and 8-bit row-major weights with half scales per 32 values whose
-    products may quantize their input to int8 (``Weight.int8``)."""
+    ``dev``: enabled, work-groups found resident, heads that divide 256 (multiples of 4), 4-
+    and 8-bit row-major weights with a half or float scale per 32 values (Q4_0, Q4_1, Q8_0,
+    Q4_K; not Q6_K's 16) whose products may quantize their input to int8 (``Weight.int8``)."""
     if not enabled() or not resident_groups(dev):
         return False
     if head_dim > LS or LS % head_dim or head_dim % 4:
         return False
     return all(w.fmt in FORMATS and w.layout == "rows" and w.int8 and w.k % 32 == 0
-               and w.defines.get("SCALE_HALF") == 1 and w.defines.get("QGROUP") == 32
+               and w.defines.get("SCALE_HALF") in (0, 1) and w.defines.get("QGROUP") == 32
                and not w.defines.get("Q4_SYM") for w in weights)
 
 
@@ -112,6 +112,10 @@ def rows_per_task(fmt: str, k: int, n: int, groups: int, rows_an_item: int = 1) 
     if cap < 1:
         raise ValueError(f"decode_layer: rows of {k} inputs do not fit a lane's registers")
     return max(1, min(cap, -(-n // (groups * NW))))
+
+
+def _half(w: Weight) -> int:
+    return int(w.defines.get("SCALE_HALF") == 1)
 
 
 def part_nbytes(max_seq: int, n_heads: int, head_dim: int) -> int:
@@ -136,7 +140,8 @@ def decode_layer(dev: CLDevice, *, x: Buffer, attn_norm: Buffer, qkv: Weight,
     knl = kernel(dev, "layer", "decode_layer", DIM=dim, HEADS=n_heads, KV_HEADS=n_kv,
                  HEAD_DIM=head_dim, FFN=ffn, QKMAX=max(dim, n_heads * head_dim, ffn),
                  WF_QKV=FORMATS[qkv.fmt], WF_O=FORMATS[o.fmt], WF_GU=FORMATS[gate_up.fmt],
-                 WF_D=FORMATS[down.fmt],
+                 WF_D=FORMATS[down.fmt], SH_QKV=_half(qkv), SH_O=_half(o), SH_GU=_half(gate_up),
+                 SH_D=_half(down),
                  R_QKV=rows_per_task(qkv.fmt, dim, n_qkv, groups),
                  R_O=rows_per_task(o.fmt, n_heads * head_dim, dim, groups),
                  R_GU=rows_per_task(gate_up.fmt, dim, ffn, groups, 2),

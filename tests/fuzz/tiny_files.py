@@ -142,6 +142,12 @@ def write_gguf(path: str, arch: str = "llama", seed: int = 0,
         elif kind == "BF16":
             bits = (x.view(np.uint32) >> 16).astype(np.uint16)
             w.add_tensor(name, bits, raw_shape=shape, raw_dtype=q.BF16)
+        elif kind == "Q4_K":  # (gguf cannot quantize to it) random blocks: d, dmin, 12 bytes
+            # of 6-bit scales and mins, 128 of 4-bit values; values about x's scale
+            raw = rng.integers(0, 256, (shape[0], shape[1] // 256, 144), dtype=np.uint8)
+            raw[..., 0:4] = np.frombuffer(np.array([4e-4, 3e-3], np.float16).tobytes(), np.uint8)
+            data = raw.reshape(shape[0], -1)
+            w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=q.Q4_K)
         else:
             qt = getattr(q, kind)
             data = gguf.quants.quantize(x, qt)

@@ -14,11 +14,12 @@ from clops.kernels import layer
 
 from ..fuzz.tiny_files import TinyShape, write_gguf
 
-# every layer matrix 4- or 8-bit (what decode_layer takes); heads of 64 (a multiple of 16)
+# every layer matrix 4- or 8-bit (what decode_layer takes: half scales, and Q4_K's float
+# ones); heads of 64
 SHAPE = TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512,
                   embed_type="Q8_0", output_type="Q8_0", context=1024,
                   layer_types=(("Q4_0", "Q8_0", "Q4_1", "Q8_0"),
-                               ("Q8_0", "Q4_1", "Q8_0", "Q4_0")))
+                               ("Q4_K", "Q4_1", "Q8_0", "Q4_K")))
 
 
 @pytest.fixture(scope="module")
