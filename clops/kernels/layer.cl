@@ -1,6 +1,6 @@
-// decode_layer: one decoder layer of a decode step (one row) in one launch. A persistent kernel:
-// its G work-groups all run at once (kernels/layer.py launches no more than its probe found
-// resident) and meet at grid barriers between the phases:
+// decode_layers: NL consecutive decoder layers of a decode step (one row) in one launch. A
+// persistent kernel: its G work-groups all run at once (kernels/layer.py launches no more than
+// its probe found resident) and meet at grid barriers between the phases of each layer:
 //   A  qkv = Wqkv . (RMSNorm(x) * anw), as is (not rotated)
 //   B  attention over chunks of LS positions, a key-value head's query heads together (heads
 //      of 64 or fewer; larger ones a query head at a time): q and the new key rotated by pos as
@@ -9,20 +9,21 @@
 //   C  x += Wo . attn
 //   D  h = silu(Wg . n(x)) * (Wu . n(x)), n(x) = RMSNorm(x) * fnw ([gate | up] rows of Wgu)
 //   E  x += Wd . h
-// The launch boundary is the barrier after E. Each phase's rows are dealt to the warps of all
-// work-groups, R rows a warp (a task), and a warp's rows of the phase's first task are loaded
-// into registers between the two halves of the grid barrier that opens the phase: the weights
-// stream while the work-groups wait. Each phase's input vector is read by every work-group that has rows in it
-// and quantized into local memory (int8, a scale per 32 values, the sums of the int8 values per
-// 32 for q4's minimums); the weights (q4: 16 nibble bytes and a (scale, min) pair per 32; q8: 32
-// bytes and a scale per 32; half or float scales) meet it through 4-byte integer dot products.
-// Compile-time: DIM, HEADS, KV_HEADS, HEAD_DIM, FFN, QKMAX (the longest input: max of DIM,
-// HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8), SH_QKV, SH_O, SH_GU, SH_D (1:
-// half scales, 0: float), R_QKV, R_O, R_GU (pairs of a
-// gate and an up row), R_D (rows a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX
-// (NVIDIA: dp4a, shfl.sync, fences and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a
-// bitmask of the phases A..E that run, for timing them apart: default all), QUERY_UNITS (B's
-// units: -1 by the positions, 1 a query head's, 0 a key-value head's).
+// and between E and the next layer's A (the last layer's: the launch boundary). Each phase's
+// rows are dealt to the warps of all work-groups, R rows a warp (a task), and a warp's rows of
+// the phase's first task are loaded into registers between the two halves of the grid barrier
+// that opens the phase: the weights stream while the work-groups wait. Each phase's input
+// vector is read by every work-group that has rows in it and quantized into local memory (int8,
+// a scale per 32 values, the sums of the int8 values per 32 for q4's minimums); the weights (q4:
+// 16 nibble bytes and a (scale, min) pair per 32; q8: 32 bytes and a scale per 32; half or float
+// scales) meet it through 4-byte integer dot products.
+// Compile-time: NL (1 to 8), DIM, HEADS, KV_HEADS, HEAD_DIM, FFN, QKMAX (the longest input: max
+// of DIM, HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8), SH_QKV, SH_O, SH_GU,
+// SH_D (1: half scales, 0: float), R_QKV, R_O, R_GU (pairs of a gate and an up row), R_D (rows
+// a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX (NVIDIA: dp4a, shfl.sync, fences
+// and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a bitmask of the phases A..E that
+// run, for timing them apart: default all), QUERY_UNITS (B's units: -1 by the positions, 1 a
+// query head's, 0 a key-value head's).
 // Work geometry: global (G * LS), local (LS).
 #define LS 256
 #define NW (LS / 32)
@@ -46,7 +47,7 @@
 #define SPIN_LIMIT (1 << 26)
 #endif
 #if LS % HEAD_DIM || HEAD_DIM > LS
-#error "decode_layer: HEAD_DIM must divide 256"
+#error "decode_layers: HEAD_DIM must divide 256"
 #endif
 
 #if PTX
@@ -418,16 +419,82 @@ inline void pair_rows(int k, int w, int *rows) {
     }
 }
 
+// A layer's arguments (suffix i: the launch's i-th layer) and the one of layer l among them.
+#define LAYER_ARGS(i)                                                                          \
+    __global const float *anw##i, __global const uchar *wqkv##i, __global const half *sqkv##i, \
+        __global float *kc##i, __global float *vc##i, __global const float *inv_freq##i,       \
+        __global const uchar *wo##i, __global const half *so##i, __global const float *fnw##i, \
+        __global const uchar *wgu##i, __global const half *sgu##i, __global const uchar *wd##i, \
+        __global const half *sd##i
+#if NL > 1
+#define L1(n, l) : (l) == 1 ? n##1
+#else
+#define L1(n, l)
+#endif
+#if NL > 2
+#define L2(n, l) : (l) == 2 ? n##2
+#else
+#define L2(n, l)
+#endif
+#if NL > 3
+#define L3(n, l) : (l) == 3 ? n##3
+#else
+#define L3(n, l)
+#endif
+#if NL > 4
+#define L4(n, l) : (l) == 4 ? n##4
+#else
+#define L4(n, l)
+#endif
+#if NL > 5
+#define L5(n, l) : (l) == 5 ? n##5
+#else
+#define L5(n, l)
+#endif
+#if NL > 6
+#define L6(n, l) : (l) == 6 ? n##6
+#else
+#define L6(n, l)
+#endif
+#if NL > 7
+#define L7(n, l) : (l) == 7 ? n##7
+#else
+#define L7(n, l)
+#endif
+#if NL > 8
+#error "decode_layers: at most 8 layers a launch"
+#endif
+#define SEL(n, l) ((l) == 0 ? n##0 L1(n, l) L2(n, l) L3(n, l) L4(n, l) L5(n, l) L6(n, l) \
+                       L7(n, l) : n##0)
+
+// NL consecutive decoder layers (the same formats), one after another, a grid barrier between.
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
-void decode_layer(__global float *x, __global const float *anw,
-                  __global const uchar *wqkv, __global const half *sqkv,
-                  __global float *qkv, __global float *kc, __global float *vc,
-                  __global const int *state, __global const float *inv_freq,
-                  __global const uchar *wo, __global const half *so, __global float *attn,
-                  __global float *part, __global int *count, __global const float *fnw,
-                  __global const uchar *wgu, __global const half *sgu, __global float *h,
-                  __global const uchar *wd, __global const half *sd, __global int *bar,
-                  int max_seq, float eps, float scale) {
+void decode_layers(__global float *x, __global float *qkv, __global const int *state,
+                   __global float *attn, __global float *part, __global int *count,
+                   __global float *h, __global int *bar, int max_seq, float eps, float scale,
+                   LAYER_ARGS(0)
+#if NL > 1
+                   , LAYER_ARGS(1)
+#endif
+#if NL > 2
+                   , LAYER_ARGS(2)
+#endif
+#if NL > 3
+                   , LAYER_ARGS(3)
+#endif
+#if NL > 4
+                   , LAYER_ARGS(4)
+#endif
+#if NL > 5
+                   , LAYER_ARGS(5)
+#endif
+#if NL > 6
+                   , LAYER_ARGS(6)
+#endif
+#if NL > 7
+                   , LAYER_ARGS(7)
+#endif
+                   ) {
     __local uint xq[QKMAX / 4];
     __local float xd[QKMAX / 32];
     __local int xs[QKMAX / 32];
@@ -443,296 +510,320 @@ void decode_layer(__global float *x, __global const float *anw,
     float2 wdd[SLOTS];
     int rows[SLOTS];
     float r[SLOTS];
-
-    // ---- A: qkv = Wqkv . n(x) ----
-    if ((PHASES & 1) && TASK0(0, R_QKV) < NQKV) {
+    const bool has_a = (PHASES & 1) && TASK0(0, R_QKV) < NQKV;
+    if (has_a) {
         task_rows(0, R_QKV, NQKV, w, rows);
-        fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
-        const float fa = rms_after(quantize(x, DIM, anw, xq, xd, xs, red), DIM, eps, red);
-        for (int k = 0; TASK0(k, R_QKV) < NQKV; ++k) {
-            if (k > 0) {
-                task_rows(k, R_QKV, NQKV, w, rows);
-                fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
-            }
-            dots(WF_QKV, DIM, R_QKV, lane, wa, wb, wdd, xq, xd, xs, red, r);
-            task_store(k, R_QKV, NQKV, w, lane, r, fa, qkv, false);
-        }
+        fetch(WF_QKV, SH_QKV, wqkv0, sqkv0, DIM, rows, R_QKV, lane, wa, wb, wdd);
     }
-    grid_arrive(bar, &target);
-    // the GLU's and the down projection's weights into L2 while attention reads little
-    if (PHASES & 8) {
-        l2_prefetch(wgu, (size_t)2 * FFN * DIM / (WF_GU == 3 ? 2 : 1));
-        l2_prefetch((__global const uchar *)sgu, (size_t)2 * FFN * NB(DIM) * SCALE_BYTES(WF_GU, SH_GU));
-    }
-    if (PHASES & 16) {
-        l2_prefetch(wd, (size_t)DIM * FFN / (WF_D == 3 ? 2 : 1));
-        l2_prefetch((__global const uchar *)sd, (size_t)DIM * NB(FFN) * SCALE_BYTES(WF_D, SH_D));
-    }
-    grid_wait(bar, target);
+    for (int l = 0; l < NL; ++l) {
+        __global const float *anw = SEL(anw, l), *inv_freq = SEL(inv_freq, l), *fnw = SEL(fnw, l);
+        __global const uchar *wqkv = SEL(wqkv, l), *wo = SEL(wo, l), *wgu = SEL(wgu, l),
+                             *wd = SEL(wd, l);
+        __global const half *sqkv = SEL(sqkv, l), *so = SEL(so, l), *sgu = SEL(sgu, l),
+                            *sd = SEL(sd, l);
+        __global float *kc = SEL(kc, l), *vc = SEL(vc, l);
 
-    // ---- B: attention ----
-#if D <= 64
-    // (key-value head, chunk of LS positions) units: the chunk's keys and values are loaded
-    // once, all at once (a work-item's key: position t; its values: positions t / DG + PS i,
-    // dimensions 4 (t % DG) ..; the new position's from kn and vn), for the N_REP query heads
-    // that read them; the last work-group of a key-value head to finish combines its chunks
-    if (PHASES & 2) {
-        // (where a key-value head's units would leave most work-groups idle, its query heads
-        // take a unit each: QS units read the chunk; QUERY_UNITS 0 or 1 decides for tests)
-#if QUERY_UNITS < 0
-        const int S = (L + LS - 1) / LS, QS = HEADS * S <= G ? N_REP : 1, nr = N_REP / QS;
-#else
-        const int S = (L + LS - 1) / LS, QS = QUERY_UNITS ? N_REP : 1, nr = N_REP / QS;
-#endif
-        for (int u = grp; u < KV_HEADS * S * QS; u += G) {
-            const int kvh = u / (S * QS), s = u / QS % S, h0 = kvh * N_REP + u % QS * nr;
-            const int j0 = s * LS, n = min(L - j0, LS);
-            const bool newest = s == S - 1;  // pos is its last position, n - 1
-            const int nc = newest ? n - 1 : n, g4 = t % DG;
-            float4 kr[D / 4], vr[DG];
-            __global const float4 *kp =
-                (__global const float4 *)(kc + ((size_t)kvh * max_seq + j0 + t) * D);
-#pragma unroll
-            for (int d = 0; d < D / 4; ++d) kr[d] = t < nc ? kp[d] : (float4)(0.0f);
-            __global const float4 *vp =
-                (__global const float4 *)(vc + ((size_t)kvh * max_seq + j0) * D) + g4;
-#pragma unroll
-            for (int i = 0; i < DG; ++i) {
-                const int j = t / DG + PS * i;
-                vr[i] = j < nc ? vp[(size_t)j * DG] : (float4)(0.0f);
-            }
-            for (int c = t; c < nr * D; c += LS)
-                y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
-            if (newest && t < D) {
-                kn[t] = rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq);
-                vn[t] = ((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t];
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-            float sc[N_REP], mx[N_REP];
-#pragma unroll
-            for (int r = 0; r < N_REP; ++r) {
-                float4 a = (float4)(0.0f);
-                if (r < nr)
-#pragma unroll
-                    for (int d = 0; d < D / 4; ++d)
-                        a = mad(vload4(d, y + r * D), t < nc ? kr[d] : vload4(d, kn), a);
-                sc[r] = mx[r] = t < n ? (a.x + a.y) + (a.z + a.w) : -INFINITY;
-            }
-            reduce_rep(mx, nr, true, redn);
-#pragma unroll
-            for (int r = 0; r < N_REP; ++r) {
-                sc[r] = t < n && r < nr ? exp(sc[r] - mx[r]) : 0.0f;
-                pl[r * LS + t] = sc[r];
-            }
-            reduce_rep(sc, nr, false, redn);  // (the sums; its barriers publish pl)
-            for (int r = 0; r < nr; ++r) {
-                __local const float *pr = pl + r * LS;
-                float4 acc = (float4)(0.0f);
-#pragma unroll
-                for (int i = 0; i < DG; ++i) acc = mad((float4)(pr[t / DG + PS * i]), vr[i], acc);
-                if (newest && t / DG == (n - 1) % PS)
-                    acc = mad((float4)(pr[n - 1]), vload4(g4, vn), acc);
-                red4[t] = acc;
-                barrier(CLK_LOCAL_MEM_FENCE);
-                if (t < DG) {
-                    for (int q = 1; q < PS; ++q) acc += red4[q * DG + t];
-                    if (S == 1) {
-                        vstore4(acc / sc[r], (h0 + r) * DG + t, attn);
-                    } else {
-                        __global float *pp = part + ((size_t)(h0 + r) * S + s) * (D + 2);
-                        vstore4(acc, t, pp);
-                        if (t == 0) {
-                            pp[D] = mx[r];
-                            pp[D + 1] = sc[r];
-                        }
-                    }
+        // ---- A: qkv = Wqkv . n(x) (the first task's rows loaded before) ----
+        if (has_a) {
+            const float fa = rms_after(quantize(x, DIM, anw, xq, xd, xs, red), DIM, eps, red);
+            for (int k = 0; TASK0(k, R_QKV) < NQKV; ++k) {
+                if (k > 0) {
+                    task_rows(k, R_QKV, NQKV, w, rows);
+                    fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
                 }
-                barrier(CLK_LOCAL_MEM_FENCE);
+                dots(WF_QKV, DIM, R_QKV, lane, wa, wb, wdd, xq, xd, xs, red, r);
+                task_store(k, R_QKV, NQKV, w, lane, r, fa, qkv, false);
             }
-            if (S > 1) {  // the last of the key-value head's units combines its chunks
-                ACQUIRE();
-                barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-                if (t == 0) last = atomic_inc(count + kvh) == S * QS - 1;
-                barrier(CLK_LOCAL_MEM_FENCE);
-                if (last) {
-                    ACQUIRE();
-                    for (int c = t; c < N_REP * D; c += LS) {
-                        const int hh = kvh * N_REP + c / D, d = c % D;
-                        vin ph = (vin)part + (size_t)hh * S * (D + 2);
-                        float M = -INFINITY;
-                        for (int q = 0; q < S; ++q) M = fmax(M, ph[q * (D + 2) + D]);
-                        float o = 0.0f, den = 0.0f;
-                        for (int q = 0; q < S; ++q) {
-                            const float e = exp(ph[q * (D + 2) + D] - M);
-                            o = mad(e, ph[q * (D + 2) + d], o);
-                            den = mad(e, ph[q * (D + 2) + D + 1], den);
-                        }
-                        attn[hh * D + d] = o / den;
-                    }
-                    if (t == 0) atomic_xchg(count + kvh, 0);
-                }
-            }
-            // the cache at pos (read from kn and vn in this launch)
-            if (newest && h0 == kvh * N_REP && t < D) {
-                const size_t at = ((size_t)kvh * max_seq + pos) * D + t;
-                kc[at] = kn[t];
-                vc[at] = vn[t];
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
         }
-    }
-#else
-    // (query head, chunk of LS positions) units; the last work-group of a head to finish
-    // combines its chunks
-    if (PHASES & 2) {
-        const int S = (L + LS - 1) / LS;
-        for (int u = grp; u < HEADS * S; u += G) {
-            const int hh = u / S, s = u % S, kvh = hh / N_REP;
-            const int j0 = s * LS, n = min(L - j0, LS);
-            const bool newest = s == S - 1;  // pos is its last position, n - 1
-            if (t < D) {
-                y[t] = rotated(qkv + hh * D, t, pos, inv_freq) * scale;
-                if (newest) {
+        grid_arrive(bar, &target);
+        // the GLU's and the down projection's weights into L2 while attention reads little
+        if (PHASES & 8) {
+            l2_prefetch(wgu, (size_t)2 * FFN * DIM / (WF_GU == 3 ? 2 : 1));
+            l2_prefetch((__global const uchar *)sgu,
+                        (size_t)2 * FFN * NB(DIM) * SCALE_BYTES(WF_GU, SH_GU));
+        }
+        if (PHASES & 16) {
+            l2_prefetch(wd, (size_t)DIM * FFN / (WF_D == 3 ? 2 : 1));
+            l2_prefetch((__global const uchar *)sd,
+                        (size_t)DIM * NB(FFN) * SCALE_BYTES(WF_D, SH_D));
+        }
+        grid_wait(bar, target);
+
+        // ---- B: attention ----
+    #if D <= 64
+        // (key-value head, chunk of LS positions) units: the chunk's keys and values are loaded
+        // once, all at once (a work-item's key: position t; its values: positions t / DG + PS i,
+        // dimensions 4 (t % DG) ..; the new position's from kn and vn), for the N_REP query heads
+        // that read them; the last work-group of a key-value head to finish combines its chunks
+        if (PHASES & 2) {
+            // (where a key-value head's units would leave most work-groups idle, its query heads
+            // take a unit each: QS units read the chunk; QUERY_UNITS 0 or 1 decides for tests)
+    #if QUERY_UNITS < 0
+            const int S = (L + LS - 1) / LS, QS = HEADS * S <= G ? N_REP : 1, nr = N_REP / QS;
+    #else
+            const int S = (L + LS - 1) / LS, QS = QUERY_UNITS ? N_REP : 1, nr = N_REP / QS;
+    #endif
+            for (int u = grp; u < KV_HEADS * S * QS; u += G) {
+                const int kvh = u / (S * QS), s = u / QS % S, h0 = kvh * N_REP + u % QS * nr;
+                const int j0 = s * LS, n = min(L - j0, LS);
+                const bool newest = s == S - 1;  // pos is its last position, n - 1
+                const int nc = newest ? n - 1 : n, g4 = t % DG;
+                float4 kr[D / 4], vr[DG];
+                __global const float4 *kp =
+                    (__global const float4 *)(kc + ((size_t)kvh * max_seq + j0 + t) * D);
+    #pragma unroll
+                for (int d = 0; d < D / 4; ++d) kr[d] = t < nc ? kp[d] : (float4)(0.0f);
+                __global const float4 *vp =
+                    (__global const float4 *)(vc + ((size_t)kvh * max_seq + j0) * D) + g4;
+    #pragma unroll
+                for (int i = 0; i < DG; ++i) {
+                    const int j = t / DG + PS * i;
+                    vr[i] = j < nc ? vp[(size_t)j * DG] : (float4)(0.0f);
+                }
+                for (int c = t; c < nr * D; c += LS)
+                    y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
+                if (newest && t < D) {
                     kn[t] = rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq);
                     vn[t] = ((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t];
                 }
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);  // (y, kn, vn)
-            float sc = -INFINITY;
-            if (t < n) {
-                __global const float4 *kr =
-                    (__global const float4 *)(kc + ((size_t)kvh * max_seq + j0 + t) * D);
-                float4 a = (float4)(0.0f);
-                if (newest && t == n - 1) {
-#pragma unroll 8
-                    for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), vload4(d, kn), a);
-                } else {
-#pragma unroll 8
-                    for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), kr[d], a);
-                }
-                sc = (a.x + a.y) + (a.z + a.w);
-            }
-            const float mx = group_reduce(sc, red, true);
-            const float p = t < n ? exp(sc - mx) : 0.0f;
-            pl[t] = p;
-            const float l = group_reduce(p, red, false);  // (its barriers publish pl)
-            // a work-item a dimension d = t % D, positions t / D, t / D + LS / D, ...
-            const int d = t % D, nc = newest ? n - 1 : n;
-            float acc = 0.0f;
-            __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * D + d;
-#pragma unroll 16
-            for (int j = t / D; j < nc; j += LS / D) acc = mad(pl[j], vb[(size_t)j * D], acc);
-            if (newest && t / D == (n - 1) % (LS / D)) acc = mad(pl[n - 1], vn[d], acc);
-            red[t] = acc;
-            barrier(CLK_LOCAL_MEM_FENCE);
-            if (t < D) {
-                for (int g = 1; g < LS / D; ++g) acc += red[g * D + t];
-                if (S == 1) {
-                    attn[hh * D + t] = acc / l;
-                } else {
-                    __global float *pp = part + ((size_t)hh * S + s) * (D + 2);
-                    pp[t] = acc;
-                    if (t == 0) {
-                        pp[D] = mx;
-                        pp[D + 1] = l;
-                    }
-                }
-            }
-            if (S > 1) {  // the last of the head's work-groups combines its chunks
-                ACQUIRE();
-                barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-                if (t == 0) last = atomic_inc(count + hh) == S - 1;
                 barrier(CLK_LOCAL_MEM_FENCE);
-                if (last && t < D) {
-                    ACQUIRE();
-                    vin ph = (vin)part + (size_t)hh * S * (D + 2);
-                    float M = -INFINITY;
-                    for (int c = 0; c < S; ++c) M = fmax(M, ph[c * (D + 2) + D]);
-                    float o = 0.0f, den = 0.0f;
-                    for (int c = 0; c < S; ++c) {
-                        const float e = exp(ph[c * (D + 2) + D] - M);
-                        o = mad(e, ph[c * (D + 2) + t], o);
-                        den = mad(e, ph[c * (D + 2) + D + 1], den);
+                float sc[N_REP], mx[N_REP];
+    #pragma unroll
+                for (int r = 0; r < N_REP; ++r) {
+                    float4 a = (float4)(0.0f);
+                    if (r < nr)
+    #pragma unroll
+                        for (int d = 0; d < D / 4; ++d)
+                            a = mad(vload4(d, y + r * D), t < nc ? kr[d] : vload4(d, kn), a);
+                    sc[r] = mx[r] = t < n ? (a.x + a.y) + (a.z + a.w) : -INFINITY;
+                }
+                reduce_rep(mx, nr, true, redn);
+    #pragma unroll
+                for (int r = 0; r < N_REP; ++r) {
+                    sc[r] = t < n && r < nr ? exp(sc[r] - mx[r]) : 0.0f;
+                    pl[r * LS + t] = sc[r];
+                }
+                reduce_rep(sc, nr, false, redn);  // (the sums; its barriers publish pl)
+                for (int r = 0; r < nr; ++r) {
+                    __local const float *pr = pl + r * LS;
+                    float4 acc = (float4)(0.0f);
+    #pragma unroll
+                    for (int i = 0; i < DG; ++i)
+                        acc = mad((float4)(pr[t / DG + PS * i]), vr[i], acc);
+                    if (newest && t / DG == (n - 1) % PS)
+                        acc = mad((float4)(pr[n - 1]), vload4(g4, vn), acc);
+                    red4[t] = acc;
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                    if (t < DG) {
+                        for (int q = 1; q < PS; ++q) acc += red4[q * DG + t];
+                        if (S == 1) {
+                            vstore4(acc / sc[r], (h0 + r) * DG + t, attn);
+                        } else {
+                            __global float *pp = part + ((size_t)(h0 + r) * S + s) * (D + 2);
+                            vstore4(acc, t, pp);
+                            if (t == 0) {
+                                pp[D] = mx[r];
+                                pp[D + 1] = sc[r];
+                            }
+                        }
                     }
-                    attn[hh * D + t] = o / den;
-                    if (t == 0) atomic_xchg(count + hh, 0);
+                    barrier(CLK_LOCAL_MEM_FENCE);
                 }
-            }
-            if (newest && hh % N_REP == 0 && t < D) {  // the cache at pos (the new key and
-                const size_t at = ((size_t)kvh * max_seq + pos) * D + t;  // value: from kn,
-                kc[at] = kn[t];  // vn in this launch)
-                vc[at] = vn[t];
-            }
-            barrier(CLK_LOCAL_MEM_FENCE);
-        }
-    }
-#endif
-    grid_arrive(bar, &target);
-    const bool has_c = (PHASES & 4) && TASK0(0, R_O) < DIM;
-    if (has_c) {
-        task_rows(0, R_O, DIM, w, rows);
-        fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
-    }
-    grid_wait(bar, target);
-
-    // ---- C: x += Wo . attn ----
-    if (has_c) {
-        quantize(attn, HEADS * D, 0, xq, xd, xs, red);
-        quantized();
-        for (int k = 0; TASK0(k, R_O) < DIM; ++k) {
-            if (k > 0) {
-                task_rows(k, R_O, DIM, w, rows);
-                fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
-            }
-            dots(WF_O, HEADS * D, R_O, lane, wa, wb, wdd, xq, xd, xs, red, r);
-            task_store(k, R_O, DIM, w, lane, r, 1.0f, x, true);
-        }
-    }
-    grid_arrive(bar, &target);
-    const bool has_d = (PHASES & 8) && TASK0(0, R_GU) < FFN;
-    if (has_d) {
-        pair_rows(0, w, rows);
-        fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
-    }
-    grid_wait(bar, target);
-
-    // ---- D: h = silu(gate) * up ----
-    if (has_d) {
-        const float fd = rms_after(quantize(x, DIM, fnw, xq, xd, xs, red), DIM, eps, red);
-        for (int k = 0; TASK0(k, R_GU) < FFN; ++k) {
-            if (k > 0) {
-                pair_rows(k, w, rows);
-                fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
-            }
-            dots(WF_GU, DIM, 2 * R_GU, lane, wa, wb, wdd, xq, xd, xs, red, r);
-            const int j0 = TASK0(k, R_GU) + w * R_GU;
-            if (lane == 0)
-#pragma unroll
-                for (int e = 0; e < R_GU; ++e) {
-                    const float g = r[2 * e] * fd, v = r[2 * e + 1] * fd;
-                    if (j0 + e < FFN) h[j0 + e] = g / (1.0f + exp(-g)) * v;
+                if (S > 1) {  // the last of the key-value head's units combines its chunks
+                    ACQUIRE();
+                    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+                    if (t == 0) last = atomic_inc(count + kvh) == S * QS - 1;
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                    if (last) {
+                        ACQUIRE();
+                        for (int c = t; c < N_REP * D; c += LS) {
+                            const int hh = kvh * N_REP + c / D, d = c % D;
+                            vin ph = (vin)part + (size_t)hh * S * (D + 2);
+                            float M = -INFINITY;
+                            for (int q = 0; q < S; ++q) M = fmax(M, ph[q * (D + 2) + D]);
+                            float o = 0.0f, den = 0.0f;
+                            for (int q = 0; q < S; ++q) {
+                                const float e = exp(ph[q * (D + 2) + D] - M);
+                                o = mad(e, ph[q * (D + 2) + d], o);
+                                den = mad(e, ph[q * (D + 2) + D + 1], den);
+                            }
+                            attn[hh * D + d] = o / den;
+                        }
+                        if (t == 0) atomic_xchg(count + kvh, 0);
+                    }
                 }
-        }
-    }
-    grid_arrive(bar, &target);
-    const bool has_e = (PHASES & 16) && TASK0(0, R_D) < DIM;
-    if (has_e) {
-        task_rows(0, R_D, DIM, w, rows);
-        fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
-    }
-    grid_wait(bar, target);
-
-    // ---- E: x += Wd . h ----
-    if (has_e) {
-        quantize(h, FFN, 0, xq, xd, xs, red);
-        quantized();
-        for (int k = 0; TASK0(k, R_D) < DIM; ++k) {
-            if (k > 0) {
-                task_rows(k, R_D, DIM, w, rows);
-                fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
+                // the cache at pos (read from kn and vn in this launch)
+                if (newest && h0 == kvh * N_REP && t < D) {
+                    const size_t at = ((size_t)kvh * max_seq + pos) * D + t;
+                    kc[at] = kn[t];
+                    vc[at] = vn[t];
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
             }
-            dots(WF_D, FFN, R_D, lane, wa, wb, wdd, xq, xd, xs, red, r);
-            task_store(k, R_D, DIM, w, lane, r, 1.0f, x, true);
+        }
+    #else
+        // (query head, chunk of LS positions) units; the last work-group of a head to finish
+        // combines its chunks
+        if (PHASES & 2) {
+            const int S = (L + LS - 1) / LS;
+            for (int u = grp; u < HEADS * S; u += G) {
+                const int hh = u / S, s = u % S, kvh = hh / N_REP;
+                const int j0 = s * LS, n = min(L - j0, LS);
+                const bool newest = s == S - 1;  // pos is its last position, n - 1
+                if (t < D) {
+                    y[t] = rotated(qkv + hh * D, t, pos, inv_freq) * scale;
+                    if (newest) {
+                        kn[t] = rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq);
+                        vn[t] = ((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t];
+                    }
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);  // (y, kn, vn)
+                float sc = -INFINITY;
+                if (t < n) {
+                    __global const float4 *kr =
+                        (__global const float4 *)(kc + ((size_t)kvh * max_seq + j0 + t) * D);
+                    float4 a = (float4)(0.0f);
+                    if (newest && t == n - 1) {
+    #pragma unroll 8
+                        for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), vload4(d, kn), a);
+                    } else {
+    #pragma unroll 8
+                        for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), kr[d], a);
+                    }
+                    sc = (a.x + a.y) + (a.z + a.w);
+                }
+                const float mx = group_reduce(sc, red, true);
+                const float p = t < n ? exp(sc - mx) : 0.0f;
+                pl[t] = p;
+                const float l = group_reduce(p, red, false);  // (its barriers publish pl)
+                // a work-item a dimension d = t % D, positions t / D, t / D + LS / D, ...
+                const int d = t % D, nc = newest ? n - 1 : n;
+                float acc = 0.0f;
+                __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * D + d;
+    #pragma unroll 16
+                for (int j = t / D; j < nc; j += LS / D) acc = mad(pl[j], vb[(size_t)j * D], acc);
+                if (newest && t / D == (n - 1) % (LS / D)) acc = mad(pl[n - 1], vn[d], acc);
+                red[t] = acc;
+                barrier(CLK_LOCAL_MEM_FENCE);
+                if (t < D) {
+                    for (int g = 1; g < LS / D; ++g) acc += red[g * D + t];
+                    if (S == 1) {
+                        attn[hh * D + t] = acc / l;
+                    } else {
+                        __global float *pp = part + ((size_t)hh * S + s) * (D + 2);
+                        pp[t] = acc;
+                        if (t == 0) {
+                            pp[D] = mx;
+                            pp[D + 1] = l;
+                        }
+                    }
+                }
+                if (S > 1) {  // the last of the head's work-groups combines its chunks
+                    ACQUIRE();
+                    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+                    if (t == 0) last = atomic_inc(count + hh) == S - 1;
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                    if (last && t < D) {
+                        ACQUIRE();
+                        vin ph = (vin)part + (size_t)hh * S * (D + 2);
+                        float M = -INFINITY;
+                        for (int c = 0; c < S; ++c) M = fmax(M, ph[c * (D + 2) + D]);
+                        float o = 0.0f, den = 0.0f;
+                        for (int c = 0; c < S; ++c) {
+                            const float e = exp(ph[c * (D + 2) + D] - M);
+                            o = mad(e, ph[c * (D + 2) + t], o);
+                            den = mad(e, ph[c * (D + 2) + D + 1], den);
+                        }
+                        attn[hh * D + t] = o / den;
+                        if (t == 0) atomic_xchg(count + hh, 0);
+                    }
+                }
+                if (newest && hh % N_REP == 0 && t < D) {  // the cache at pos (the new key and
+                    const size_t at = ((size_t)kvh * max_seq + pos) * D + t;  // value: from kn,
+                    kc[at] = kn[t];  // vn in this launch)
+                    vc[at] = vn[t];
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+        }
+    #endif
+        grid_arrive(bar, &target);
+        const bool has_c = (PHASES & 4) && TASK0(0, R_O) < DIM;
+        if (has_c) {
+            task_rows(0, R_O, DIM, w, rows);
+            fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
+        }
+        grid_wait(bar, target);
+
+        // ---- C: x += Wo . attn ----
+        if (has_c) {
+            quantize(attn, HEADS * D, 0, xq, xd, xs, red);
+            quantized();
+            for (int k = 0; TASK0(k, R_O) < DIM; ++k) {
+                if (k > 0) {
+                    task_rows(k, R_O, DIM, w, rows);
+                    fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
+                }
+                dots(WF_O, HEADS * D, R_O, lane, wa, wb, wdd, xq, xd, xs, red, r);
+                task_store(k, R_O, DIM, w, lane, r, 1.0f, x, true);
+            }
+        }
+        grid_arrive(bar, &target);
+        const bool has_d = (PHASES & 8) && TASK0(0, R_GU) < FFN;
+        if (has_d) {
+            pair_rows(0, w, rows);
+            fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
+        }
+        grid_wait(bar, target);
+
+        // ---- D: h = silu(gate) * up ----
+        if (has_d) {
+            const float fd = rms_after(quantize(x, DIM, fnw, xq, xd, xs, red), DIM, eps, red);
+            for (int k = 0; TASK0(k, R_GU) < FFN; ++k) {
+                if (k > 0) {
+                    pair_rows(k, w, rows);
+                    fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
+                }
+                dots(WF_GU, DIM, 2 * R_GU, lane, wa, wb, wdd, xq, xd, xs, red, r);
+                const int j0 = TASK0(k, R_GU) + w * R_GU;
+                if (lane == 0)
+    #pragma unroll
+                    for (int e = 0; e < R_GU; ++e) {
+                        const float g = r[2 * e] * fd, v = r[2 * e + 1] * fd;
+                        if (j0 + e < FFN) h[j0 + e] = g / (1.0f + exp(-g)) * v;
+                    }
+            }
+        }
+        grid_arrive(bar, &target);
+        const bool has_e = (PHASES & 16) && TASK0(0, R_D) < DIM;
+        if (has_e) {
+            task_rows(0, R_D, DIM, w, rows);
+            fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
+        }
+        grid_wait(bar, target);
+
+        // ---- E: x += Wd . h ----
+        if (has_e) {
+            quantize(h, FFN, 0, xq, xd, xs, red);
+            quantized();
+            for (int k = 0; TASK0(k, R_D) < DIM; ++k) {
+                if (k > 0) {
+                    task_rows(k, R_D, DIM, w, rows);
+                    fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
+                }
+                dots(WF_D, FFN, R_D, lane, wa, wb, wdd, xq, xd, xs, red, r);
+                task_store(k, R_D, DIM, w, lane, r, 1.0f, x, true);
+            }
+        }
+        if (l + 1 < NL) {  // the next layer's first QKV rows stream while the groups meet
+            grid_arrive(bar, &target);
+            if (has_a) {
+                const int m = l + 1;
+                task_rows(0, R_QKV, NQKV, w, rows);
+                fetch(WF_QKV, SH_QKV, SEL(wqkv, m), SEL(sqkv, m), DIM, rows, R_QKV, lane, wa, wb,
+                      wdd);
+            }
+            grid_wait(bar, target);
         }
     }
 }

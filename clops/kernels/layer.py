@@ -1,13 +1,15 @@
-"""Kernels, decoder layer: ``layer.cl``'s ``decode_layer``, a decode step's whole decoder layer
+"""Kernels, decoder layers: ``layer.cl``'s ``decode_layers``, a decode step's decoder layers
 (QKV projection, rotation, the cache store, attention, the output projection, the GLU and the
-down projection, each added to the residual stream) in one launch of work-groups that all run
-at once and meet at grid barriers, where the per-layer plan takes five launches. Used where
-``resident_groups`` finds the device runs that many work-groups together (the probe launches
-them and checks every barrier) and the layer's weights are 4- or 8-bit with a scale per 32."""
+down projection, each added to the residual stream), up to MAX_LAYERS of them in one launch of
+work-groups that all run at once and meet at grid barriers, where the per-layer plan takes five
+launches a layer. Used where ``resident_groups`` finds the device runs that many work-groups
+together (the probe launches them and checks every barrier) and the layers' weights are 4- or
+8-bit with a scale per 32."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,13 +27,13 @@ FORMATS = {"q4": 3, "q8": 4}
 PROBE_SPINS = 1 << 18
 RUN_SPINS = 1 << 24
 PROBE_ROUNDS = 16
-# Attention's units in decode_layer: None by the positions (a query head's while they leave
+# Attention's units in decode_layers: None by the positions (a query head's while they leave
 # work-groups idle, else a key-value head's); True or False forces one kind (tests)
 QUERY_UNITS: bool | None = None
 
 
 def enabled() -> bool:
-    """Whether ``decode_layer`` serves where it runs: on unless ``CLOPS_LAYER_KERNEL=0``. On
+    """Whether ``decode_layers`` serves where it runs: on unless ``CLOPS_LAYER_KERNEL=0``. On
     an H100 (2026-11-26, 128 to 4000 positions) against the per-layer plan: SmolLM2 1.6-1.8x
     (the plan's 153 launches a token are bound by the driver's enqueues), 1B bodies 0.93-1.05x
     where the plan's enqueues are cheap and up to 1.7x on machines where they are not."""
@@ -79,13 +81,13 @@ def _ptx(dev: CLDevice) -> int:
 
 def _probe_defines(ptx: int) -> dict[str, Any]:
     # the probe needs none of the layer's sizes; any that compile
-    return dict(DIM=256, HEADS=4, KV_HEADS=2, HEAD_DIM=64, FFN=256, QKMAX=256, WF_QKV=3,
+    return dict(NL=1, DIM=256, HEADS=4, KV_HEADS=2, HEAD_DIM=64, FFN=256, QKMAX=256, WF_QKV=3,
                 WF_O=3, WF_GU=3, WF_D=3, SH_QKV=1, SH_O=1, SH_GU=1, SH_D=1, R_QKV=1, R_O=1,
                 R_GU=1, R_D=1, ROPE_NEOX=1, PTX=ptx, SPIN_LIMIT=PROBE_SPINS)
 
 
 def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
-    """Whether ``decode_layer`` takes a layer of these weights ([qkv, o, gate_up, down]) on
+    """Whether ``decode_layers`` takes a layer of these weights ([qkv, o, gate_up, down]) on
     ``dev``: enabled, work-groups found resident, heads that divide 256 (multiples of 4), 4-
     and 8-bit row-major weights with a half or float scale per 32 values (Q4_0, Q4_1, Q8_0,
     Q4_K; not Q6_K's 16) whose products may quantize their input to int8 (``Weight.int8``)."""
@@ -110,7 +112,7 @@ def rows_per_task(fmt: str, k: int, n: int, groups: int, rows_an_item: int = 1) 
     lane_blocks = -(-(k // 32) // 32)
     cap = (SLOTS if fmt == "q4" else SLOTS // 2) // (lane_blocks * rows_an_item)
     if cap < 1:
-        raise ValueError(f"decode_layer: rows of {k} inputs do not fit a lane's registers")
+        raise ValueError(f"decode_layers: rows of {k} inputs do not fit a lane's registers")
     return max(1, min(cap, -(-n // (groups * NW))))
 
 
@@ -123,22 +125,62 @@ def part_nbytes(max_seq: int, n_heads: int, head_dim: int) -> int:
     return n_heads * -(-max_seq // LS) * (head_dim + 2) * 4
 
 
-def decode_layer(dev: CLDevice, *, x: Buffer, attn_norm: Buffer, qkv: Weight,
-                 qkv_out: Buffer, k_cache: Buffer, v_cache: Buffer, state: Buffer,
-                 inv_freq: Buffer, o: Weight, attn: Buffer, part: Buffer,
-                 count: Buffer, ffn_norm: Buffer, gate_up: Weight, h: Buffer,
-                 down: Weight, bar: Buffer, n_heads: int, n_kv: int, head_dim: int,
-                 max_seq: int, eps: float, scale: float, neox: bool) -> Launch:
-    """One decoder layer of the decode row at position state[0]: x (the residual stream,
-    [dim]) in and out; ``qkv_out`` [(H + 2 KV) D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part``
-    (``part_nbytes``), ``count`` (n_heads int32, zero, left zero) and ``bar`` (4 int32, zero
-    at first; ``arrivals``) shared by every layer; as many work-groups as the probe found
-    resident."""
+@dataclass(frozen=True)
+class DecoderLayer:
+    """A decoder layer's weights and caches as ``decode_layers`` reads them."""
+
+    attn_norm: Buffer
+    qkv: Weight
+    k_cache: Buffer
+    v_cache: Buffer
+    inv_freq: Buffer
+    o: Weight
+    ffn_norm: Buffer
+    gate_up: Weight
+    down: Weight
+
+    def formats(self) -> tuple[tuple[str, int], ...]:
+        """The compile-time formats of its weights: layers alike may share a launch."""
+        return tuple((w.fmt, _half(w)) for w in (self.qkv, self.o, self.gate_up, self.down))
+
+
+# layers a launch at most (layer.cl's NL): 13 pointer arguments a layer, 8 layers and the
+# shared ones within the 1024 bytes of arguments every OpenCL device takes
+MAX_LAYERS = 8
+
+
+def launch_groups(layers: list[DecoderLayer]) -> list[list[DecoderLayer]]:
+    """Consecutive layers of the same formats, MAX_LAYERS at most a group: a launch each."""
+    groups: list[list[DecoderLayer]] = []
+    for ly in layers:
+        if groups and len(groups[-1]) < MAX_LAYERS and \
+                groups[-1][0].formats() == ly.formats():
+            groups[-1].append(ly)
+        else:
+            groups.append([ly])
+    return groups
+
+
+def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_out: Buffer,
+                  state: Buffer, attn: Buffer, part: Buffer, count: Buffer, h: Buffer,
+                  bar: Buffer, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
+                  eps: float, scale: float, neox: bool) -> Launch:
+    """Consecutive decoder layers (one to MAX_LAYERS, the same ``formats``) of the decode row at
+    position state[0] in one launch: x (the residual stream, [dim]) in and out; ``qkv_out``
+    [(H + 2 KV) D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part`` (``part_nbytes``), ``count``
+    (n_heads int32, zero, left zero) and ``bar`` (4 int32, zero at first; ``arrivals``)
+    shared by every launch; as many work-groups as the probe found resident."""
+    if not 1 <= len(layers) <= MAX_LAYERS or len({ly.formats() for ly in layers}) != 1:
+        raise ValueError(f"decode_layers: 1 to {MAX_LAYERS} layers of the same formats, not "
+                         f"{[ly.formats() for ly in layers]}")
+    first = layers[0]
+    qkv, o, gate_up, down = first.qkv, first.o, first.gate_up, first.down
     dim, ffn = o.n, down.k
     groups = resident_groups(dev)
     n_qkv = (n_heads + 2 * n_kv) * head_dim
-    knl = kernel(dev, "layer", "decode_layer", DIM=dim, HEADS=n_heads, KV_HEADS=n_kv,
-                 HEAD_DIM=head_dim, FFN=ffn, QKMAX=max(dim, n_heads * head_dim, ffn),
+    knl = kernel(dev, "layer", "decode_layers", NL=len(layers), DIM=dim, HEADS=n_heads,
+                 KV_HEADS=n_kv, HEAD_DIM=head_dim, FFN=ffn,
+                 QKMAX=max(dim, n_heads * head_dim, ffn),
                  WF_QKV=FORMATS[qkv.fmt], WF_O=FORMATS[o.fmt], WF_GU=FORMATS[gate_up.fmt],
                  WF_D=FORMATS[down.fmt], SH_QKV=_half(qkv), SH_O=_half(o), SH_GU=_half(gate_up),
                  SH_D=_half(down),
@@ -148,11 +190,15 @@ def decode_layer(dev: CLDevice, *, x: Buffer, attn_norm: Buffer, qkv: Weight,
                  R_D=rows_per_task(down.fmt, ffn, dim, groups),
                  SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
                  QUERY_UNITS=-1 if QUERY_UNITS is None else int(QUERY_UNITS))
-    args = [x, attn_norm, qkv.data, qkv.scales, qkv_out, k_cache, v_cache, state, inv_freq, o.data,
-            o.scales, attn, part, count, ffn_norm, gate_up.data, gate_up.scales, h, down.data,
-            down.scales, bar, i32(max_seq), f32(eps), f32(scale)]
-    reads = [x, attn_norm, qkv.data, qkv.scales, k_cache, v_cache, state, inv_freq, o.data,
-             o.scales, count, ffn_norm, gate_up.data, gate_up.scales, down.data, down.scales,
-             bar]
-    writes = [x, qkv_out, k_cache, v_cache, attn, part, count, h, bar]
-    return Launch(knl, (groups * LS,), (LS,), args, reads, writes, "decode_layer")
+    args: list[Any] = [x, qkv_out, state, attn, part, count, h, bar, i32(max_seq), f32(eps),
+                       f32(scale)]
+    reads: list[Buffer] = [x, state, count, bar]
+    writes: list[Buffer] = [x, qkv_out, attn, part, count, h, bar]
+    for ly in layers:
+        own = [ly.attn_norm, ly.qkv.data, ly.qkv.scales, ly.k_cache, ly.v_cache, ly.inv_freq,
+               ly.o.data, ly.o.scales, ly.ffn_norm, ly.gate_up.data, ly.gate_up.scales,
+               ly.down.data, ly.down.scales]
+        args += own
+        reads += own
+        writes += [ly.k_cache, ly.v_cache]
+    return Launch(knl, (groups * LS,), (LS,), args, reads, writes, "decode_layers")

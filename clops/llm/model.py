@@ -324,12 +324,12 @@ class Model:
         # Q4_0 after 16384 positions 552 against 800 tok/s)
         layer_launches = (m == 1 and (span or self.max_seq) <= LAYER_KERNEL_POSITIONS
                           and self._layer_kernels())
-        for i, ly in enumerate(self.layers):
-            if layer_launches:
-                # PERF: the layer in one launch of work-groups that meet at grid barriers,
-                # where the launches below are five
-                add(self._whole_layer(ly))
-                continue
+        if layer_launches:
+            # PERF: up to 8 layers in one launch of work-groups that meet at grid barriers,
+            # where the launches below are five a layer
+            for group in layer.launch_groups([self._decoder_layer(ly) for ly in self.layers]):
+                add(self._whole_layers(group))
+        for i, ly in enumerate([] if layer_launches else self.layers):
             src = normed(ly.attn_norm, [p[0] for p in ly.qkv.parts])
             for w, off, b in ly.qkv.parts:
                 mm(self.qkv, off, n_qkv, src["x"], src["x_off"], dim, w, m, bias=b,
@@ -376,7 +376,7 @@ class Model:
         return plan
 
     def _layer_kernels(self) -> bool:
-        """Whether a decode row's layers each run as one ``decode_layer`` launch: a plain
+        """Whether a decode row's layers run as ``decode_layers`` launches: a plain
         decoder (pre-norms only, SiLU GLU, rotation of whole heads, no window, cap, bias or
         q/k norm) with one fused QKV and one [gate | up] weight that the kernel takes."""
         if self._whole is not None:
@@ -401,17 +401,20 @@ class Model:
         self._whole = ok
         return ok
 
-    def _whole_layer(self, ly: _Layer) -> Launch:
-        cfg = self.config
+    def _decoder_layer(self, ly: _Layer) -> layer.DecoderLayer:
         assert ly.attn_norm is not None and ly.ffn_norm is not None
-        return layer.decode_layer(
-            self.device, x=self.x, attn_norm=ly.attn_norm, qkv=ly.qkv.parts[0][0], qkv_out=self.qkv,
-            k_cache=ly.k_cache, v_cache=ly.v_cache, state=self.state, inv_freq=ly.inv_freq,
-            o=ly.o, attn=self.attn, part=self.lpart, count=self.count, ffn_norm=ly.ffn_norm,
-            gate_up=ly.gate_up.parts[0][0], h=self.h, down=ly.down, bar=self.bar,
-            n_heads=cfg.n_heads, n_kv=cfg.n_kv_heads, head_dim=cfg.head_dim,
-            max_seq=self.max_seq, eps=cfg.norm_eps, scale=cfg.scale * cfg.rope_mscale() ** 2,
-            neox=cfg.rope_neox)
+        return layer.DecoderLayer(
+            attn_norm=ly.attn_norm, qkv=ly.qkv.parts[0][0], k_cache=ly.k_cache,
+            v_cache=ly.v_cache, inv_freq=ly.inv_freq, o=ly.o, ffn_norm=ly.ffn_norm,
+            gate_up=ly.gate_up.parts[0][0], down=ly.down)
+
+    def _whole_layers(self, group: list[layer.DecoderLayer]) -> Launch:
+        cfg = self.config
+        return layer.decode_layers(
+            self.device, group, x=self.x, qkv_out=self.qkv, state=self.state, attn=self.attn,
+            part=self.lpart, count=self.count, h=self.h, bar=self.bar, n_heads=cfg.n_heads,
+            n_kv=cfg.n_kv_heads, head_dim=cfg.head_dim, max_seq=self.max_seq,
+            eps=cfg.norm_eps, scale=cfg.scale * cfg.rope_mscale() ** 2, neox=cfg.rope_neox)
 
     def _decode_span(self, positions: int) -> int | None:
         """The span of the decode plan for a row that attends to ``positions`` positions: the

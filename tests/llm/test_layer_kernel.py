@@ -1,4 +1,4 @@
-"""decode_layer (kernels/layer.cl): a decode row's whole decoder layer in one launch of
+"""decode_layers (kernels/layer.cl): a decode row's decoder layers in one launch of
 work-groups that all run at once and meet at grid barriers, against the per-layer plan it
 replaces (the same int8 rows), at one chunk of positions and at several (the last work-group
 of a head combining the chunks). Runs where the grid-barrier probe passes (NVIDIA GPUs); CPU
@@ -14,7 +14,7 @@ from clops.kernels import layer
 
 from ..fuzz.tiny_files import TinyShape, write_gguf
 
-# every layer matrix 4- or 8-bit (what decode_layer takes: half scales, and Q4_K's float
+# every layer matrix 4- or 8-bit (what decode_layers takes: half scales, and Q4_K's float
 # ones); heads of 64
 SHAPE = TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512,
                   embed_type="Q8_0", output_type="Q8_0", context=1024,
@@ -22,9 +22,26 @@ SHAPE = TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512,
                                ("Q4_K", "Q4_1", "Q8_0", "Q4_K")))
 
 
+# three layers of the same formats: one launch of three (a grid barrier between layers)
+SAME = TinyShape(dim=256, layers=3, heads=4, kv_heads=2, head_dim=64, ffn=512,
+                 embed_type="Q8_0", output_type="Q8_0", context=1024,
+                 layer_types=(("Q4_0", "Q8_0", "Q4_K", "Q8_0"),))
+
+
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory) -> str:
     return write_gguf(str(tmp_path_factory.mktemp("layer") / "tiny.gguf"), shape=SHAPE)
+
+
+@pytest.fixture(scope="module")
+def same_file(tmp_path_factory) -> str:
+    return write_gguf(str(tmp_path_factory.mktemp("layer") / "same.gguf"), shape=SAME)
+
+
+def _barriers(model) -> int:
+    """Grid barriers a decode step meets: four a layer and one between layers of a launch."""
+    groups = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers])
+    return sum(5 * len(g) - 1 for g in groups)
 
 
 def _step_logits(model, ids: list[int], whole: bool) -> np.ndarray:
@@ -39,14 +56,16 @@ def _step_logits(model, ids: list[int], whole: bool) -> np.ndarray:
 
 @pytest.mark.parametrize("query_units", [None, False, True])
 @pytest.mark.parametrize("prompt", [40, 300, 700])
-def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, model_file, prompt,
-                                                  query_units):
+@pytest.mark.parametrize("which", ["mixed", "same"])
+def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, model_file, same_file,
+                                                  which, prompt, query_units):
     if not layer.resident_groups(device):
         pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
                     "resident, or it is a CPU)")
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
     monkeypatch.setattr(layer, "QUERY_UNITS", query_units)
-    model = clops.llm.load(model_file, device=device, max_seq_len=1024, progress=False)
+    model = clops.llm.load(model_file if which == "mixed" else same_file, device=device,
+                           max_seq_len=1024, progress=False)
     assert model._layer_kernels()
     ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
     want = _step_logits(model, ids, False)
@@ -66,7 +85,9 @@ def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, model_file
 
 @pytest.mark.parametrize("query_units", [False, True])
 @pytest.mark.parametrize("prompt", [40, 700])
-def test_layer_kernel_one_group_portable(device, monkeypatch, model_file, prompt, query_units):
+@pytest.mark.parametrize("which", ["mixed", "same"])
+def test_layer_kernel_one_group_portable(device, monkeypatch, model_file, same_file, which,
+                                         prompt, query_units):
     """The kernel's portable code (no PTX) run as one work-group, whose grid barriers are met
     at once: every phase, the task rounds, the rotation, chunks and their combine, against the
     per-layer plan on the same device (row-major weights). CPUs only: they never take the kernel
@@ -79,7 +100,8 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, model_file, prompt
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
     monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
     monkeypatch.setattr(layer, "QUERY_UNITS", query_units)  # attention's two kinds of units
-    model = clops.llm.load(model_file, device=device, max_seq_len=1024, progress=False)
+    model = clops.llm.load(model_file if which == "mixed" else same_file, device=device,
+                           max_seq_len=1024, progress=False)
     assert model._layer_kernels()
     ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
     want = _step_logits(model, ids, False)
@@ -90,8 +112,20 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, model_file, prompt
     assert np.argmax(got) == np.argmax(want)
     bar = np.empty(4, np.int32)
     device.read(bar, model.bar, blocking=True)
-    # one decode step through the kernel: four grid barriers a layer, each met
-    assert layer.arrivals(bar) == 4 * SHAPE.layers and bar[2] == 0, bar
+    groups = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers])
+    assert [len(g) for g in groups] == ([1, 1] if which == "mixed" else [3])
+    # one decode step through the kernel: every grid barrier met
+    assert layer.arrivals(bar) == _barriers(model) and bar[2] == 0, bar
+
+
+def test_launch_groups():
+    """Layers of the same formats share a launch, MAX_LAYERS at most."""
+    def one(fmt: str) -> layer.DecoderLayer:
+        w = type("W", (), {"fmt": fmt, "defines": {"SCALE_HALF": 1}})()
+        return layer.DecoderLayer(None, w, None, None, None, w, None, w, w)  # type: ignore
+
+    layers = [one("q4")] * 19 + [one("q8")] * 2 + [one("q4")]
+    assert [len(g) for g in layer.launch_groups(layers)] == [8, 8, 3, 2, 1]
 
 
 def test_layer_kernel_turned_off(device, monkeypatch, model_file):
