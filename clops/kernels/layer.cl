@@ -409,6 +409,22 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
     return t == a ? va * c - vb * sn : va * sn + vb * c;
 }
 
+// Query head hh's attention output at dimension d from its S chunks' partials in part (written
+// by other work-groups: each chunk's D sums of weighted values, its largest score and the sum
+// of its weights).
+inline float combined(__global const float *part, int hh, int S, int d) {
+    vin ph = (vin)part + (size_t)hh * S * (D + 2);
+    float M = -INFINITY;
+    for (int q = 0; q < S; ++q) M = fmax(M, ph[q * (D + 2) + D]);
+    float o = 0.0f, den = 0.0f;
+    for (int q = 0; q < S; ++q) {
+        const float e = exp(ph[q * (D + 2) + D] - M);
+        o = mad(e, ph[q * (D + 2) + d], o);
+        den = mad(e, ph[q * (D + 2) + D + 1], den);
+    }
+    return o / den;
+}
+
 // The rows of a [gate | up] task: pair e is gate row j and up row FFN + j, j = the task's e-th.
 inline void pair_rows(int k, int w, int *rows) {
     const int j0 = TASK0(k, R_GU) + w * R_GU;
@@ -637,17 +653,8 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     if (last) {
                         ACQUIRE();
                         for (int c = t; c < N_REP * D; c += LS) {
-                            const int hh = kvh * N_REP + c / D, d = c % D;
-                            vin ph = (vin)part + (size_t)hh * S * (D + 2);
-                            float M = -INFINITY;
-                            for (int q = 0; q < S; ++q) M = fmax(M, ph[q * (D + 2) + D]);
-                            float o = 0.0f, den = 0.0f;
-                            for (int q = 0; q < S; ++q) {
-                                const float e = exp(ph[q * (D + 2) + D] - M);
-                                o = mad(e, ph[q * (D + 2) + d], o);
-                                den = mad(e, ph[q * (D + 2) + D + 1], den);
-                            }
-                            attn[hh * D + d] = o / den;
+                            const int hh = kvh * N_REP + c / D;
+                            attn[hh * D + c % D] = combined(part, hh, S, c % D);
                         }
                         if (t == 0) atomic_xchg(count + kvh, 0);
                     }
@@ -725,16 +732,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     barrier(CLK_LOCAL_MEM_FENCE);
                     if (last && t < D) {
                         ACQUIRE();
-                        vin ph = (vin)part + (size_t)hh * S * (D + 2);
-                        float M = -INFINITY;
-                        for (int c = 0; c < S; ++c) M = fmax(M, ph[c * (D + 2) + D]);
-                        float o = 0.0f, den = 0.0f;
-                        for (int c = 0; c < S; ++c) {
-                            const float e = exp(ph[c * (D + 2) + D] - M);
-                            o = mad(e, ph[c * (D + 2) + t], o);
-                            den = mad(e, ph[c * (D + 2) + D + 1], den);
-                        }
-                        attn[hh * D + t] = o / den;
+                        attn[hh * D + t] = combined(part, hh, S, t);
                         if (t == 0) atomic_xchg(count + hh, 0);
                     }
                 }

@@ -38,6 +38,17 @@ def same_file(tmp_path_factory) -> str:
     return write_gguf(str(tmp_path_factory.mktemp("layer") / "same.gguf"), shape=SAME)
 
 
+def _both(device, monkeypatch, path: str, prompt: int, query_units: bool | None):
+    """The model at ``path`` through the layer kernel (attention's units ``query_units``) and
+    a prompt of ``prompt`` tokens; the decode step's logits of the per-layer plan and of it."""
+    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
+    monkeypatch.setattr(layer, "QUERY_UNITS", query_units)
+    model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False)
+    assert model._layer_kernels()
+    ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
+    return model, ids, _step_logits(model, ids, False), _step_logits(model, ids, True)
+
+
 def _barriers(model) -> int:
     """Grid barriers a decode step meets: four a layer and one between layers of a launch."""
     groups = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers])
@@ -62,14 +73,8 @@ def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, model_file
     if not layer.resident_groups(device):
         pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
                     "resident, or it is a CPU)")
-    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
-    monkeypatch.setattr(layer, "QUERY_UNITS", query_units)
-    model = clops.llm.load(model_file if which == "mixed" else same_file, device=device,
-                           max_seq_len=1024, progress=False)
-    assert model._layer_kernels()
-    ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
-    want = _step_logits(model, ids, False)
-    got = _step_logits(model, ids, True)
+    model, ids, want, got = _both(device, monkeypatch, model_file if which == "mixed"
+                                  else same_file, prompt, query_units)
     assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
     bar = np.empty(4, np.int32)
     device.read(bar, model.bar, blocking=True)
@@ -96,16 +101,10 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, model_file, same_f
         pytest.skip(f"{device.name} on {device.platform_name}: the portable one-group run is "
                     "for Intel's CPU runtime (GPUs run the kernel itself above)")
     from clops.nn import quant
-    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
     monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
-    monkeypatch.setattr(layer, "QUERY_UNITS", query_units)  # attention's two kinds of units
-    model = clops.llm.load(model_file if which == "mixed" else same_file, device=device,
-                           max_seq_len=1024, progress=False)
-    assert model._layer_kernels()
-    ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
-    want = _step_logits(model, ids, False)
-    got = _step_logits(model, ids, True)
+    model, ids, want, got = _both(device, monkeypatch, model_file if which == "mixed"
+                                  else same_file, prompt, query_units)
     # (the plan's CPU products take float inputs, the kernel int8: 2.4-3.5% of the largest
     # logit apart here; a wrong head, rotation or chunk is off by the logits' scale)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
