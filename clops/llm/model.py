@@ -86,8 +86,8 @@ class _Layer:
 # prompt rows a launch plan takes at once
 PROMPT_CHUNK_CPU = 128
 PROMPT_CHUNK_GPU = 512
-# decode rows run as one launch a layer (kernels/layer.cl, where it runs) while they attend to at
-# most this many positions; the per-layer plan beyond
+# decode rows run up to 8 layers a launch (kernels/layer.cl, where it runs) while they attend to
+# at most this many positions; the per-layer plan beyond
 LAYER_KERNEL_POSITIONS = 4096
 
 
