@@ -35,7 +35,7 @@ QUERY_UNITS: bool | None = None
 def enabled() -> bool:
     """Whether ``decode_layers`` serves where it runs: on unless ``CLOPS_LAYER_KERNEL=0``. On
     H100s (2026-11-26, 128 to 1000 positions) against the per-layer plan: SmolLM2 1.6-2.2x
-    (the plan's 153 launches a token are bound by the driver's enqueues), 1B bodies 0.97-1.05x
+    (the plan's 153 launches a token are bound by the driver's enqueues), 1B bodies 0.94-1.05x
     where the plan's enqueues were quick and up to 1.7x where they were slow."""
     return os.environ.get("CLOPS_LAYER_KERNEL", "1") != "0"
 
