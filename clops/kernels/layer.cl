@@ -2,10 +2,10 @@
 // persistent kernel: its G work-groups all run at once (kernels/layer.py launches no more than
 // its probe found resident) and meet at grid barriers between the phases of each layer:
 //   A  qkv = Wqkv . (RMSNorm(x) * anw), as is (not rotated)
-//   B  attention over chunks of LS positions, a key-value head's query heads together (heads
-//      of 64 or fewer; larger ones a query head at a time): q and the new key rotated by pos as
-//      they are read, the new key and value stored in the cache; the last work-group of a head
-//      to finish combines its chunks' partials -> attn
+//   B  attention over chunks of LS positions, a key-value head's query heads together (or a
+//      query head a unit where that leaves work-groups idle): q and the new key rotated by pos
+//      as they are read, the new key and value stored in the cache; the last work-group of a
+//      key-value head to finish combines its chunks' partials -> attn
 //   C  x += Wo . attn
 //   D  h = silu(Wg . n(x)) * (Wu . n(x)), n(x) = RMSNorm(x) * fnw ([gate | up] rows of Wgu)
 //   E  x += Wd . h
@@ -30,7 +30,7 @@
 #define D HEAD_DIM
 #define N_REP (HEADS / KV_HEADS)
 #define NQKV ((HEADS + 2 * KV_HEADS) * HEAD_DIM)
-// attention (heads of 64 or fewer): float4 groups of a head, sets of positions of a chunk
+// attention: float4 groups of a head, sets of positions of a chunk
 #define DG (HEAD_DIM / 4)
 #define PS (LS / DG)
 // (row, block of 32) pairs a work-item holds in registers: q4 one uint4 each, q8 two
@@ -46,8 +46,8 @@
 #ifndef SPIN_LIMIT
 #define SPIN_LIMIT (1 << 26)
 #endif
-#if LS % HEAD_DIM || HEAD_DIM > LS
-#error "decode_layers: HEAD_DIM must divide 256"
+#if 64 % HEAD_DIM || HEAD_DIM % 4
+#error "decode_layers: HEAD_DIM must divide 64 (a multiple of 4)"
 #endif
 
 #if PTX
@@ -566,7 +566,6 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         grid_wait(bar, target);
 
         // ---- B: attention ----
-    #if D <= 64
         // (key-value head, chunk of LS positions) units: the chunk's keys and values are loaded
         // once, all at once (a work-item's key: position t; its values: positions t / DG + PS i,
         // dimensions 4 (t % DG) ..; the new position's from kn and vn), for the N_REP query heads
@@ -574,11 +573,11 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         if (PHASES & 2) {
             // (where a key-value head's units would leave most work-groups idle, its query heads
             // take a unit each: QS units read the chunk; QUERY_UNITS 0 or 1 decides for tests)
-    #if QUERY_UNITS < 0
+#if QUERY_UNITS < 0
             const int S = (L + LS - 1) / LS, QS = HEADS * S <= G ? N_REP : 1, nr = N_REP / QS;
-    #else
+#else
             const int S = (L + LS - 1) / LS, QS = QUERY_UNITS ? N_REP : 1, nr = N_REP / QS;
-    #endif
+#endif
             for (int u = grp; u < KV_HEADS * S * QS; u += G) {
                 const int kvh = u / (S * QS), s = u / QS % S, h0 = kvh * N_REP + u % QS * nr;
                 const int j0 = s * LS, n = min(L - j0, LS);
@@ -587,11 +586,11 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 float4 kr[D / 4], vr[DG];
                 __global const float4 *kp =
                     (__global const float4 *)(kc + ((size_t)kvh * max_seq + j0 + t) * D);
-    #pragma unroll
+#pragma unroll
                 for (int d = 0; d < D / 4; ++d) kr[d] = t < nc ? kp[d] : (float4)(0.0f);
                 __global const float4 *vp =
                     (__global const float4 *)(vc + ((size_t)kvh * max_seq + j0) * D) + g4;
-    #pragma unroll
+#pragma unroll
                 for (int i = 0; i < DG; ++i) {
                     const int j = t / DG + PS * i;
                     vr[i] = j < nc ? vp[(size_t)j * DG] : (float4)(0.0f);
@@ -604,17 +603,17 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 }
                 barrier(CLK_LOCAL_MEM_FENCE);
                 float sc[N_REP], mx[N_REP];
-    #pragma unroll
+#pragma unroll
                 for (int r = 0; r < N_REP; ++r) {
                     float4 a = (float4)(0.0f);
                     if (r < nr)
-    #pragma unroll
+#pragma unroll
                         for (int d = 0; d < D / 4; ++d)
                             a = mad(vload4(d, y + r * D), t < nc ? kr[d] : vload4(d, kn), a);
                     sc[r] = mx[r] = t < n ? (a.x + a.y) + (a.z + a.w) : -INFINITY;
                 }
                 reduce_rep(mx, nr, true, redn);
-    #pragma unroll
+#pragma unroll
                 for (int r = 0; r < N_REP; ++r) {
                     sc[r] = t < n && r < nr ? exp(sc[r] - mx[r]) : 0.0f;
                     pl[r * LS + t] = sc[r];
@@ -623,7 +622,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 for (int r = 0; r < nr; ++r) {
                     __local const float *pr = pl + r * LS;
                     float4 acc = (float4)(0.0f);
-    #pragma unroll
+#pragma unroll
                     for (int i = 0; i < DG; ++i)
                         acc = mad((float4)(pr[t / DG + PS * i]), vr[i], acc);
                     if (newest && t / DG == (n - 1) % PS)
@@ -668,83 +667,6 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 barrier(CLK_LOCAL_MEM_FENCE);
             }
         }
-    #else
-        // (query head, chunk of LS positions) units; the last work-group of a head to finish
-        // combines its chunks
-        if (PHASES & 2) {
-            const int S = (L + LS - 1) / LS;
-            for (int u = grp; u < HEADS * S; u += G) {
-                const int hh = u / S, s = u % S, kvh = hh / N_REP;
-                const int j0 = s * LS, n = min(L - j0, LS);
-                const bool newest = s == S - 1;  // pos is its last position, n - 1
-                if (t < D) {
-                    y[t] = rotated(qkv + hh * D, t, pos, inv_freq) * scale;
-                    if (newest) {
-                        kn[t] = rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq);
-                        vn[t] = ((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t];
-                    }
-                }
-                barrier(CLK_LOCAL_MEM_FENCE);  // (y, kn, vn)
-                float sc = -INFINITY;
-                if (t < n) {
-                    __global const float4 *kr =
-                        (__global const float4 *)(kc + ((size_t)kvh * max_seq + j0 + t) * D);
-                    float4 a = (float4)(0.0f);
-                    if (newest && t == n - 1) {
-    #pragma unroll 8
-                        for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), vload4(d, kn), a);
-                    } else {
-    #pragma unroll 8
-                        for (int d = 0; d < D / 4; ++d) a = mad(vload4(d, y), kr[d], a);
-                    }
-                    sc = (a.x + a.y) + (a.z + a.w);
-                }
-                const float mx = group_reduce(sc, red, true);
-                const float p = t < n ? exp(sc - mx) : 0.0f;
-                pl[t] = p;
-                const float l = group_reduce(p, red, false);  // (its barriers publish pl)
-                // a work-item a dimension d = t % D, positions t / D, t / D + LS / D, ...
-                const int d = t % D, nc = newest ? n - 1 : n;
-                float acc = 0.0f;
-                __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * D + d;
-    #pragma unroll 16
-                for (int j = t / D; j < nc; j += LS / D) acc = mad(pl[j], vb[(size_t)j * D], acc);
-                if (newest && t / D == (n - 1) % (LS / D)) acc = mad(pl[n - 1], vn[d], acc);
-                red[t] = acc;
-                barrier(CLK_LOCAL_MEM_FENCE);
-                if (t < D) {
-                    for (int g = 1; g < LS / D; ++g) acc += red[g * D + t];
-                    if (S == 1) {
-                        attn[hh * D + t] = acc / l;
-                    } else {
-                        __global float *pp = part + ((size_t)hh * S + s) * (D + 2);
-                        pp[t] = acc;
-                        if (t == 0) {
-                            pp[D] = mx;
-                            pp[D + 1] = l;
-                        }
-                    }
-                }
-                if (S > 1) {  // the last of the head's work-groups combines its chunks
-                    ACQUIRE();
-                    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-                    if (t == 0) last = atomic_inc(count + hh) == S - 1;
-                    barrier(CLK_LOCAL_MEM_FENCE);
-                    if (last && t < D) {
-                        ACQUIRE();
-                        attn[hh * D + t] = combined(part, hh, S, t);
-                        if (t == 0) atomic_xchg(count + hh, 0);
-                    }
-                }
-                if (newest && hh % N_REP == 0 && t < D) {  // the cache at pos (the new key and
-                    const size_t at = ((size_t)kvh * max_seq + pos) * D + t;  // value: from kn,
-                    kc[at] = kn[t];  // vn in this launch)
-                    vc[at] = vn[t];
-                }
-                barrier(CLK_LOCAL_MEM_FENCE);
-            }
-        }
-    #endif
         grid_arrive(bar, &target);
         const bool has_c = (PHASES & 4) && TASK0(0, R_O) < DIM;
         if (has_c) {
@@ -785,7 +707,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 dots(WF_GU, DIM, 2 * R_GU, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 const int j0 = TASK0(k, R_GU) + w * R_GU;
                 if (lane == 0)
-    #pragma unroll
+#pragma unroll
                     for (int e = 0; e < R_GU; ++e) {
                         const float g = r[2 * e] * fd, v = r[2 * e + 1] * fd;
                         if (j0 + e < FFN) h[j0 + e] = g / (1.0f + exp(-g)) * v;

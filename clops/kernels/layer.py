@@ -88,12 +88,14 @@ def _probe_defines(ptx: int) -> dict[str, Any]:
 
 def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
     """Whether ``decode_layers`` takes a layer of these weights ([qkv, o, gate_up, down]) on
-    ``dev``: enabled, work-groups found resident, heads that divide 256 (multiples of 4), 4-
+    ``dev``: enabled, work-groups found resident, heads that divide 64 (multiples of 4), 4-
     and 8-bit row-major weights with a half or float scale per 32 values (Q4_0, Q4_1, Q8_0,
     Q4_K; not Q6_K's 16) whose products may quantize their input to int8 (``Weight.int8``)."""
     if not enabled() or not resident_groups(dev):
         return False
-    if head_dim > LS or LS % head_dim or head_dim % 4:
+    if 64 % head_dim or head_dim % 4:
+        # PERF: heads of 128 (Llama 3 8B) keep the per-layer plan: attention's units read a
+        # head's keys and values in registers, 64 dimensions at most
         return False
     return all(w.fmt in FORMATS and w.layout == "rows" and w.int8 and w.k % 32 == 0
                and w.defines.get("SCALE_HALF") in (0, 1) and w.defines.get("QGROUP") == 32

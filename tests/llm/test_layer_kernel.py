@@ -29,13 +29,22 @@ SAME = TinyShape(dim=256, layers=3, heads=4, kv_heads=2, head_dim=64, ffn=512,
 
 
 @pytest.fixture(scope="module")
-def model_file(tmp_path_factory) -> str:
-    return write_gguf(str(tmp_path_factory.mktemp("layer") / "tiny.gguf"), shape=SHAPE)
+def model_file(files) -> str:
+    return files["mixed"]
+
+
+# heads of 128: not taken (the per-layer plan serves)
+WIDE = TinyShape(dim=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
+                 embed_type="Q8_0", output_type="Q8_0", context=1024,
+                 layer_types=(("Q8_0", "Q4_0", "Q4_1", "Q8_0"),))
+SHAPES = {"mixed": SHAPE, "same": SAME}
 
 
 @pytest.fixture(scope="module")
-def same_file(tmp_path_factory) -> str:
-    return write_gguf(str(tmp_path_factory.mktemp("layer") / "same.gguf"), shape=SAME)
+def files(tmp_path_factory) -> dict[str, str]:
+    d = tmp_path_factory.mktemp("layer")
+    return {k: write_gguf(str(d / f"{k}.gguf"), shape=v)
+            for k, v in {**SHAPES, "wide": WIDE}.items()}
 
 
 def _both(device, monkeypatch, path: str, prompt: int, query_units: bool | None):
@@ -67,14 +76,13 @@ def _step_logits(model, ids: list[int], whole: bool) -> np.ndarray:
 
 @pytest.mark.parametrize("query_units", [None, False, True])
 @pytest.mark.parametrize("prompt", [40, 300, 700])
-@pytest.mark.parametrize("which", ["mixed", "same"])
-def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, model_file, same_file,
-                                                  which, prompt, query_units):
+@pytest.mark.parametrize("which", list(SHAPES))
+def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, files, which, prompt,
+                                                  query_units):
     if not layer.resident_groups(device):
         pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
                     "resident, or it is a CPU)")
-    model, ids, want, got = _both(device, monkeypatch, model_file if which == "mixed"
-                                  else same_file, prompt, query_units)
+    model, ids, want, got = _both(device, monkeypatch, files[which], prompt, query_units)
     assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
     bar = np.empty(4, np.int32)
     device.read(bar, model.bar, blocking=True)
@@ -90,9 +98,9 @@ def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, model_file
 
 @pytest.mark.parametrize("query_units", [False, True])
 @pytest.mark.parametrize("prompt", [40, 700])
-@pytest.mark.parametrize("which", ["mixed", "same"])
-def test_layer_kernel_one_group_portable(device, monkeypatch, model_file, same_file, which,
-                                         prompt, query_units):
+@pytest.mark.parametrize("which", list(SHAPES))
+def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prompt,
+                                         query_units):
     """The kernel's portable code (no PTX) run as one work-group, whose grid barriers are met
     at once: every phase, the task rounds, the rotation, chunks and their combine, against the
     per-layer plan on the same device (row-major weights). CPUs only: they never take the kernel
@@ -103,8 +111,7 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, model_file, same_f
     from clops.nn import quant
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
     monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
-    model, ids, want, got = _both(device, monkeypatch, model_file if which == "mixed"
-                                  else same_file, prompt, query_units)
+    model, ids, want, got = _both(device, monkeypatch, files[which], prompt, query_units)
     # (the plan's CPU products take float inputs, the kernel int8: 2.4-3.5% of the largest
     # logit apart here; a wrong head, rotation or chunk is off by the logits' scale)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
@@ -112,7 +119,7 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, model_file, same_f
     bar = np.empty(4, np.int32)
     device.read(bar, model.bar, blocking=True)
     groups = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers])
-    assert [len(g) for g in groups] == ([1, 1] if which == "mixed" else [3])
+    assert [len(g) for g in groups] == {"mixed": [1, 1], "same": [3]}[which]
     # one decode step through the kernel: every grid barrier met
     assert layer.arrivals(bar) == _barriers(model) and bar[2] == 0, bar
 
@@ -125,6 +132,18 @@ def test_launch_groups():
 
     layers = [one("q4")] * 19 + [one("q8")] * 2 + [one("q4")]
     assert [len(g) for g in layer.launch_groups(layers)] == [8, 8, 3, 2, 1]
+
+
+def test_layer_kernel_refuses_heads_past_64(device, monkeypatch, files):
+    # (even where the grid barriers would hold and the weights are row-major, so that only
+    # the heads refuse): the per-layer plan decodes
+    from clops.nn import quant
+    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
+    monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    model = clops.llm.load(files["wide"], device=device, max_seq_len=256, progress=False)
+    assert not model._layer_kernels()
+    assert list(model.generate_ids([1, 2, 3], max_new_tokens=3, stop_ids=[]))
 
 
 def test_layer_kernel_turned_off(device, monkeypatch, model_file):
