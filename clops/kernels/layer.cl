@@ -573,11 +573,13 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         if (PHASES & 2) {
             // (where a key-value head's units would leave most work-groups idle, its query heads
             // take a unit each: QS units read the chunk; QUERY_UNITS 0 or 1 decides for tests)
+            const int S = (L + LS - 1) / LS;
 #if QUERY_UNITS < 0
-            const int S = (L + LS - 1) / LS, QS = HEADS * S <= G ? N_REP : 1, nr = N_REP / QS;
+            const int QS = HEADS * S <= G ? N_REP : 1;
 #else
-            const int S = (L + LS - 1) / LS, QS = QUERY_UNITS ? N_REP : 1, nr = N_REP / QS;
+            const int QS = QUERY_UNITS ? N_REP : 1;
 #endif
+            const int nr = N_REP / QS;
             for (int u = grp; u < KV_HEADS * S * QS; u += G) {
                 const int kvh = u / (S * QS), s = u / QS % S, h0 = kvh * N_REP + u % QS * nr;
                 const int j0 = s * LS, n = min(L - j0, LS);
