@@ -634,8 +634,11 @@ void gemm_mma_async(__global half *C, int c_off, int ldc, long c_bstride,
 #ifndef RASTER
 #define RASTER 8
 #endif
-#define NWG (BM / 64)                // warpgroups
-#define NTW (NWG * 128)              // work-items
+#ifndef WS
+#define WS 0  // producer warps (warp specialization, below); 0: every work-item copies
+#endif
+#define NWG (BM / 64)                // warpgroups of consumers
+#define NTW (NWG * 128 + WS * 32)    // work-items
 #define KC (BK / 8)                  // core matrices along k
 #define WA_ST (BM * BK * 2)          // bytes per stage of A and of B
 #define WB_ST (BK * BN * 2)
@@ -812,6 +815,182 @@ inline void wg_mainloop(float *acc, uint sa, uint sb, __global const ushort *pa,
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 }
 
+#if WS
+// WS > 0: warp specialization. The work-group's first NWG warpgroups only issue wgmma (they
+// are the consumers); WS more warps (the producers) only copy tiles with cp.async. Stage s of
+// the ring is handed over through two mbarriers in local memory: full[s] completes when every
+// producer has seen its copies of the stage land (cp.async.wait_group, then a proxy fence so
+// that wgmma's reads see them, then an arrive), empty[s] when every consumer warp's wgmma that
+// read it has finished. Neither side waits on a barrier of the whole work-group in the loop.
+#define NCONS (NWG * 128)
+#define NPROD (WS * 32)
+#ifndef PLEAD
+#define PLEAD 2  // a producer's copy groups in flight before it hands the oldest over
+#endif
+#if PLEAD == 1  // tile kt - PLEAD has landed once at most PLEAD - 1 newer groups are pending
+#define CP_WAIT_PLEAD "cp.async.wait_group 0;"
+#elif PLEAD == 2
+#define CP_WAIT_PLEAD "cp.async.wait_group 1;"
+#else
+#define CP_WAIT_PLEAD "cp.async.wait_group 2;"
+#endif
+#if PLEAD + WAITN > STAGES
+#error "gemm_wgmma: warp specialization needs PLEAD + WAITN <= STAGES"
+#endif
+#if (BM * 8) % NPROD || NPROD % (BN / 8)
+#error "gemm_wgmma: the producers must split the tiles' chunks evenly"
+#endif
+
+inline void mbar_init(uint bar, uint count) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+
+inline void mbar_arrive(uint bar) {
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared.b64 st, [%0]; }" :: "r"(bar)
+                 : "memory");
+}
+
+// until the phase of bar with this parity (0 the first, 1 the second, 0 the third ...) is over
+inline void mbar_wait(uint bar, uint parity) {
+    uint done;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared.b64 p, [%1], %2;"
+                     " selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
+// One producer's n chunks of a K-major tile (rows of 128 bytes, the 128-byte swizzle): rows
+// r0 + l NPROD / 8, each its 16-byte chunk k8, at byte 16 (k8 ^ r % 8) of the row (sw[j]: that
+// byte in row r0 + j). src: row r0's chunk in global memory, step elements from a row to the
+// next; clamp: rows from r0 + last on read row r0 + last.
+inline void ws_km(uint dst, __global const ushort *src, int step, const uint *sw, int n,
+                  bool clamp, int last) {
+#pragma unroll
+    for (int l = 0; l < n; ++l) {
+        const int dr = l * (NPROD / 8);
+        cp_async16(dst + dr * 128 + sw[dr & 7], src + (size_t)(clamp ? min(dr, last) : dr) * step);
+    }
+}
+
+// Producer p's share of a tile's copies: A's BM rows (K-major) from pa, B's from pb (WG_NT:
+// K-major as A's; else N-major, gemm_wgmma's layout above). A's rows from arows on read row
+// arows - 1.
+typedef struct {
+    __global const ushort *a, *b;  // this producer's first chunk of A's and B's first tile
+    uint da, db;                   // and its local byte in a stage
+    uint swa[8], swb[8];           // the swizzled chunk's byte in rows r0 + j (j as used)
+    int alast;                     // A's rows past this one (from this producer's first) clamp
+} ws_chunks;
+
+inline ws_chunks ws_setup(__global const ushort *pa, __global const ushort *pb, int lda, int ldb,
+                          int arows, int p) {
+    ws_chunks c;
+    const int r0 = p >> 3, k8 = p & 7;
+    c.a = pa + (size_t)r0 * lda + k8 * 8;
+    c.da = r0 * 128;
+    c.alast = arows - 1 - r0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) c.swa[j] = (k8 ^ ((r0 + j) & 7)) << 4;
+#if WG_NT
+    c.b = pb + (size_t)r0 * ldb + k8 * 8;
+    c.db = r0 * 128;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) c.swb[j] = c.swa[j];
+#else  // B [K][N]: row k of the 64-column slab n / 64 at (n / 64) BK 128 + 128 k, swizzled
+    const int n8 = p % (BN / 8), k0 = p / (BN / 8);
+    c.b = pb + (size_t)k0 * ldb + n8 * 8;
+    c.db = (n8 >> 3) * (BK * 128) + k0 * 128;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) c.swb[j] = ((n8 & 7) ^ ((k0 + j) & 7)) << 4;
+#endif
+    return c;
+}
+
+// the copies of the tile a_off (A) and b_off (B) elements past the first into stage (sa, sb)
+inline void ws_copy(const ws_chunks *c, uint sa, uint sb, size_t a_off, size_t b_off, int lda,
+                    int ldb, bool clamp) {
+    const uint da = sa + c->da, db = sb + c->db;
+    __global const ushort *qa = c->a + a_off, *qb = c->b + b_off;
+    if (clamp) ws_km(da, qa, lda, c->swa, BM * 8 / NPROD, true, c->alast);
+    else ws_km(da, qa, lda, c->swa, BM * 8 / NPROD, false, 0);
+#if WG_NT
+    ws_km(db, qb, ldb, c->swb, BN * 8 / NPROD, false, 0);
+#else
+#pragma unroll
+    for (int l = 0; l < BN * 8 / NPROD; ++l) {
+        const int dk = l * (NPROD / (BN / 8));
+        cp_async16(db + dk * 128 + c->swb[dk & 7], qb + (size_t)dk * ldb);
+    }
+#endif
+}
+
+// this work-item's part of the product of KT tiles (A's next tile BK further on, B's b_step):
+// a consumer's BN / 2 sums in acc; a producer's copies (A's rows from arows on read as row
+// arows - 1). bars: 2 STAGES mbarriers (full, then empty), set up by ws_init. A producer hands
+// tile kt over (full) once it has landed and tile kt + PLEAD - 1 is issued, and copies tile kt
+// once the consumers have released the tile STAGES before it (empty).
+inline void ws_mainloop(float *acc, uint sa, uint sb, uint bars, __global const ushort *pa,
+                        __global const ushort *pb, size_t b_step, int lda, int ldb, int arows,
+                        int KT, int tid) {
+    if (tid >= NCONS) {
+        const ws_chunks c = ws_setup(pa, pb, lda, ldb, arows, tid - NCONS);
+        const bool clamp = arows < BM;
+        for (int kt = 0; kt < KT + PLEAD; ++kt) {
+            if (kt >= PLEAD) {
+                if (kt < KT) asm volatile(CP_WAIT_PLEAD ::: "memory");
+                else asm volatile("cp.async.wait_group 0;" ::: "memory");
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                mbar_arrive(bars + 8 * ((kt - PLEAD) % STAGES));
+            }
+            if (kt < KT) {
+                const int s = kt % STAGES;
+                if (kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (kt / STAGES - 1) & 1);
+                ws_copy(&c, sa + s * WA_ST, sb + s * WB_ST, (size_t)kt * BK, kt * b_step, lda,
+                        ldb, clamp);
+                asm volatile("cp.async.commit_group;" ::: "memory");
+            }
+        }
+        return;
+    }
+    const int wg = tid >> 7;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    for (int kt = 0; kt < KT; ++kt) {
+        const int s = kt % STAGES;
+        mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
+        const uint a0 = sa + s * WA_ST + wg * (64 * BK * 2), b0 = sb + s * WB_ST;
+        asm volatile(WG_HIDE "wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)
+#if WG_NT
+            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1), wg_desc(b0 + kk * 32, 16, 1024, 1));
+#else
+            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1),
+                   wg_desc(b0 + kk * 2048, B_LBO, B_SBO, 1));
+#endif
+        asm volatile(WG_HIDE "wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned " WG_STR(WAITN) ";" ::: "memory");
+        // the stage WAITN tiles back is read: one arrival a warp
+        if (kt >= WAITN && (tid & 31) == 0)
+            mbar_arrive(bars + 8 * (STAGES + (kt - WAITN) % STAGES));
+    }
+    asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+
+// the full and empty mbarriers of the ring, by work-item 0, before anyone uses them
+inline void ws_init(uint bars, int tid) {
+    if (tid == 0)
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(bars + 8 * s, NPROD);
+            mbar_init(bars + 8 * (STAGES + s), NCONS / 32);
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#else
+#define NPROD 0
+#endif
+
 #if !WG_NT
 __kernel __attribute__((reqd_work_group_size(NTW, 1, 1)))
 void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
@@ -831,7 +1010,14 @@ void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
     __global const ushort *pb = (__global const ushort *)B + b_off + bz * b_bstride + n0;
     C += c_off + bz * c_bstride;
     const uint sa = smem_addr(As), sb = smem_addr(Bs);
-
+    float acc[BN / 2];
+#if WS
+    __local ulong bars[2 * STAGES];
+    ws_init(smem_addr(bars), tid);
+    ws_mainloop(acc, sa, sb, smem_addr(bars), pa, pb, (size_t)BK * ldb, lda, ldb, BM, K / BK,
+                tid);
+    if (tid >= NCONS) return;
+#else
     size_t ga[WNLA], gb[WNLB];
     uint da[WNLA], db[WNLB];
 #if SWZ
@@ -868,8 +1054,8 @@ void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
         db[l] = (uint)((n8 * KC + kg) * 128 + kr * 16);
     }
 #endif
-    float acc[BN / 2];
     wg_mainloop(acc, sa, sb, pa, pb, (size_t)BK * ldb, ga, gb, da, db, K / BK, wg);
+#endif
     // accumulator j-th 8 columns: rows 16 w + g (+ 8), columns 8 j + 2 t (+ 1) of the warpgroup's
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
@@ -906,6 +1092,15 @@ void gemm_nt_wgmma(__global float *C, int c_off, int ldc, __global const half *A
     C += get_group_id(2) * c_split;
 #endif
     const uint sa = smem_addr(As), sb = smem_addr(Bs);
+    float acc[BN / 2];
+#if WS
+    // rows of A past M: the producers read row M - 1 through a pointer that stops there
+    __local ulong bars[2 * STAGES];
+    ws_init(smem_addr(bars), tid);
+    ws_mainloop(acc, sa, sb, smem_addr(bars), pa + (size_t)m0 * lda, pb + (size_t)n0 * ldb, BK,
+                lda, ldb, M - m0, K / BK, tid);
+    if (tid >= NCONS) return;
+#else
     // chunk c = tid + NTW l of a tile: row c / 8, 16-byte k-chunk k8 = c % 8, at local byte
     // 128 row + 16 (k8 ^ row % 8)
     size_t ga[WNLA], gb[WNLB];
@@ -922,8 +1117,8 @@ void gemm_nt_wgmma(__global float *C, int c_off, int ldc, __global const half *A
         gb[l] = (size_t)(n0 + r) * ldb + k8 * 8;
         db[l] = (uint)(r * 128 + ((k8 ^ (r & 7)) << 4));
     }
-    float acc[BN / 2];
     wg_mainloop(acc, sa, sb, pa, pb, BK, ga, gb, da, db, K / BK, wg);
+#endif
     C += c_off;
     // accumulator j-th 8 columns: rows 16 w + g (+ 8), columns 8 j + 2 t (+ 1) of the warpgroup's
 #pragma unroll

@@ -41,12 +41,15 @@ MMA_CONFIGS: list[dict[str, int]] = [
 # gemm_wgmma tile shapes (Hopper's wgmma, where ``use_wgmma``), preferred first: block BM x BN
 # (BM / 64 warpgroups of 128 work-items), depth BK, STAGES local tiles (STAGES x (BM + BN) x BK
 # x 2 bytes: NVIDIA's OpenCL takes static local arrays past its reported 48 KB), WAITN wgmma
-# batches left in flight, RASTER as above; WG marks them.
+# batches left in flight, RASTER as above; WS producer warps (warp specialization: they copy
+# the tiles, the warpgroups only multiply) handing a tile over PLEAD copies later; WG marks them.
 WGMMA_CONFIGS: list[dict[str, int]] = [
-    # PERF (H100, 4096^3): 472 TFLOP/s, two work-groups per multiprocessor (96 KB, 124 registers
-    # each); 128 x 256 (one work-group, 144 KB) 451; no swizzle 197; mma.sync (gemm_mma_async) 370
+    # PERF (H100, 4096^3, PyTorch 746-760 in the same run): 516 TFLOP/s (4 producer warps,
+    # 192 KB, one work-group a multiprocessor); 1 producer warp 405, 2 495; the same tile with
+    # every work-item copying 451; 128 x 128 without producers (two work-groups a
+    # multiprocessor) 446; no swizzle 197; mma.sync (gemm_mma_async) 370
+    dict(WG=1, BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=4, PLEAD=3),
     dict(WG=1, BM=128, BN=128, BK=64, STAGES=3, WAITN=0, RASTER=8),
-    dict(WG=1, BM=128, BN=256, BK=64, STAGES=3, WAITN=0, RASTER=8),
 ]
 
 # gemm_nt_wgmma tile shapes (a prompt's products of a linear layer's [N][K] weight, where
@@ -95,6 +98,12 @@ def _async_kernel_for(dev: CLDevice, cfg: tuple[tuple[str, int], ...]) -> Any | 
                       **dict(cfg))
     except Exception:  # noqa: BLE001 - a driver without these PTX forms
         return None
+
+
+def wg_threads(cfg: dict[str, int]) -> int:
+    """Work-items of a gemm_wgmma / gemm_nt_wgmma work-group of tile shape ``cfg``: BM / 64
+    warpgroups of consumers and WS producer warps."""
+    return cfg["BM"] // 64 * 128 + cfg.get("WS", 0) * 32
 
 
 def use_wgmma(dev: CLDevice) -> bool:
@@ -184,8 +193,8 @@ def _nt_wgmma_works(dev: CLDevice) -> bool:
             if knl is None:
                 return False
             c = bc if split == 1 else bp
-            dev.launch(knl, (n // cfg["BN"] * cfg["BM"] * 2, -(-m // cfg["BM"]), split),
-                       (cfg["BM"] * 2, 1, 1),
+            dev.launch(knl, (n // cfg["BN"] * wg_threads(cfg), -(-m // cfg["BM"]), split),
+                       (wg_threads(cfg), 1, 1),
                        [c, np.int32(0), np.int32(n), ba, np.int32(k), bb, np.int32(k), bbias,
                         np.int32(m), np.int32(n), np.int32(k), np.int64(m * n)],
                        reads=[ba, bb, bbias], writes=[c], name="gemm_nt_wgmma")
@@ -275,7 +284,7 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
         if cfg.get("WG"):
             knl = _wgmma_kernel(dev, cfg)
             if knl is not None:
-                bm, bn, name, group = cfg["BM"], cfg["BN"], "gemm_wgmma", cfg["BM"] // 64 * 128
+                bm, bn, name, group = cfg["BM"], cfg["BN"], "gemm_wgmma", wg_threads(cfg)
             else:
                 cfg = _mma_sync_config(m, n, k)
         if knl is None:

@@ -476,7 +476,7 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     cfg = _gemm.nt_config(dev, m, w.n, k)
     knl = _gemm.nt_wgmma_kernel(dev, cfg, split, bias is not None, accum) if cfg else None
     if knl is not None and cfg is not None:
-        bm, bn, group = cfg["BM"], cfg["BN"], cfg["BM"] * 2
+        bm, bn, group = cfg["BM"], cfg["BN"], _gemm.wg_threads(cfg)
     else:
         knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, SPLIT=split, **flags)
         bm, bn, group = 64, 64, 128
