@@ -48,10 +48,12 @@ def test_gemm_tensor_cores(device):
 
 @pytest.mark.parametrize("m,n,k,batch", [(256, 384, 96, 2), (384, 256, 32, 1),
                                          (256, 512, 1024, 1), (384, 768, 192, 2)])
-@pytest.mark.parametrize("variant", ["auto", "sync", "wide", "tall", "wgmma", "wgmma_wide"])
+@pytest.mark.parametrize("variant", ["auto", "sync", "wide", "tall", "wgmma", "wgmma_wide",
+                                     "wgmma_ws"])
 def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
     # the tensor-core kernels, batched, K of 1 to 32 tiles, tile shapes that divide or not;
-    # gemm_wgmma (Hopper) with each of its configs
+    # gemm_wgmma (Hopper) with each of its configs, and producer warps of another count, hand-
+    # over lead and wgmma batches in flight (fewer tiles of K than stages included)
     if not gemm.use_mma(device, "float16"):
         pytest.skip("no NVIDIA inline PTX on this device")
     if variant.startswith("wgmma") and not gemm.use_wgmma(device):
@@ -62,7 +64,9 @@ def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
                 "tall": {"mma_config": dict(BM=256, BN=128, WM=64, WN=64, BK=32, STAGES=2,
                                             RASTER=4)},
                 "wgmma": {"mma_config": gemm.WGMMA_CONFIGS[0]},
-                "wgmma_wide": {"mma_config": gemm.WGMMA_CONFIGS[1]}}.get(variant, {})
+                "wgmma_wide": {"mma_config": gemm.WGMMA_CONFIGS[1]},
+                "wgmma_ws": {"mma_config": dict(WG=1, BM=128, BN=128, BK=64, STAGES=3, WAITN=0,
+                                                RASTER=8, WS=2, PLEAD=2)}}.get(variant, {})
     cfg = kw.get("mma_config")
     if cfg and (m % cfg["BM"] or n % cfg["BN"] or k % cfg["BK"]):
         pytest.skip("tile shape does not divide the product")

@@ -276,3 +276,32 @@ def test_hopper_builds_wgmma(device):
         pytest.skip(f"{dev.name}: not a Hopper GPU")
     assert gemm.use_wgmma(dev) and gemm.use_nt_wgmma(dev)
     assert attention.prefill_mma(dev, 64)
+
+
+@pytest.mark.parametrize("cfg", [dict(BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=4,
+                                      PLEAD=3),
+                                 dict(BM=64, BN=128, BK=64, STAGES=3, WAITN=0, RASTER=8, WS=2,
+                                      PLEAD=2)])
+@pytest.mark.parametrize("split", [1, 2])
+def test_nt_wgmma_producer_warps(device, cfg, split):
+    """gemm_nt_wgmma with producer warps (warp specialization): rows past M (read as the last
+    row, not stored), a bias, two slices of K, against numpy (Hopper only)."""
+    dev = clops.device(device)
+    if launch.is_cpu(dev) or not gemm.use_nt_wgmma(dev):
+        pytest.skip("no wgmma (sm_90a) on this device")
+    m, n, k = 200, 512, 512
+    a = RNG.standard_normal((m, k)).astype(np.float16)
+    b = RNG.standard_normal((n, k)).astype(np.float16)
+    bias = RNG.standard_normal(n).astype(np.float32)
+    knl = gemm.nt_wgmma_kernel(dev, cfg, split, split == 1, False)
+    assert knl is not None
+    ba, bb, bbias = _upload(dev, a), _upload(dev, b), _upload(dev, bias)
+    c = dev.alloc(split * m * n * 4)
+    g = gemm.wg_threads(cfg)
+    dev.launch(knl, (n // cfg["BN"] * g, -(-m // cfg["BM"]), split), (g, 1, 1),
+               [c, np.int32(0), np.int32(n), ba, np.int32(k), bb, np.int32(k), bbias,
+                np.int32(m), np.int32(n), np.int32(k), np.int64(m * n)],
+               reads=[ba, bb, bbias], writes=[c], name="gemm_nt_wgmma")
+    got = _read(dev, c, (split, m, n), np.float32).sum(0) + (bias if split == 2 else 0)
+    want = a.astype(np.float64) @ b.astype(np.float64).T + bias
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
