@@ -81,14 +81,16 @@ def bench_gemm(dev, size: int, dtype: str, torch, repeat: int) -> list[dict]:
                       tb.offset, n, m, n, k, dtype, mma_config=gemm.MMA_CONFIGS[0])
         variants.append(("tensor cores, gemm_mma_async (mma.sync)", mma_async))
     if dtype == "float16" and gemm.use_wgmma(dev):
-        for cfg in gemm.WGMMA_CONFIGS:  # Hopper's wgmma, each tile shape
+        tma = gemm.TMA_CONFIGS if gemm.tma_builds(dev) else []
+        for cfg in tma + gemm.WGMMA_CONFIGS:  # Hopper's wgmma, each tile shape and copy
             if m % cfg["BM"] or n % cfg["BN"] or k % cfg["BK"]:
                 continue
 
             def wgmma(cfg=cfg) -> None:
                 gemm.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer,
                           tb.offset, n, m, n, k, dtype, mma_config=cfg)
-            how = (f"{cfg['WS']} producer warps" if cfg.get("WS") else "no producer warps")
+            how = ("TMA copies (CLOPS_TMA=1)" if cfg.get("TMA") else f"{cfg['WS']} producer warps"
+                   if cfg.get("WS") else "no producer warps")
             variants.append((f"tensor cores, gemm_wgmma {cfg['BM']}x{cfg['BN']}, {how}", wgmma))
     peer_ms, peer = None, "numpy"
     ref = None

@@ -112,6 +112,13 @@ def native_cpu() -> bool:
     return os.environ.get("CLOPS_NATIVE_CPU", "1") not in ("0", "false", "no", "off")
 
 
+def tma() -> bool:
+    """``CLOPS_TMA`` (default off): ``1`` lets Hopper GPUs' float16 products take their tiles
+    through the tensor memory accelerator, whose tensor maps the CUDA driver encodes: a CUDA
+    context on the GPU (524 MiB of its memory on an H100) for a GEMM 1-6% faster."""
+    return os.environ.get("CLOPS_TMA", "0") in ("1", "true", "yes", "on")
+
+
 def command_buffers() -> str:
     """``CLOPS_COMMAND_BUFFERS``: "auto" (unset; launch plans of GPUs and other accelerators
     are recorded into command buffers where the device has ``cl_khr_command_buffer``), "1" (of

@@ -637,6 +637,14 @@ void gemm_mma_async(__global half *C, int c_off, int ldc, long c_bstride,
 #ifndef WS
 #define WS 0  // producer warps (warp specialization, below); 0: every work-item copies
 #endif
+#ifndef TMA
+#define TMA 0  // 1: the producers' copies by the tensor memory accelerator (below; needs WS)
+#endif
+#if TMA
+#define TMA_MAPS , __global const ulong *maps
+#else
+#define TMA_MAPS
+#endif
 #define NWG (BM / 64)                // warpgroups of consumers
 #define NTW (NWG * 128 + WS * 32)    // work-items
 #define KC (BK / 8)                  // core matrices along k
@@ -925,6 +933,44 @@ inline void ws_copy(const ws_chunks *c, uint sa, uint sb, size_t a_off, size_t b
 #endif
 }
 
+#if TMA
+// TMA 1 (gemm_wgmma): the tiles come by Hopper's tensor memory accelerator instead. One producer
+// work-item issues a stage's copies (cp.async.bulk.tensor; full[s] counts their bytes). maps
+// (the kernel's last argument): A's tensor map (dimensions k, m, batch; box BK x BM), then B's
+// (n, k, batch; box 64 x BK, one copy per 64 columns of the tile), 128 bytes each, encoded by
+// the host (tma.py) with the 128-byte swizzle, so that the tiles land as the cp.async path
+// lays them out.
+#if WG_NT || BK != 64
+#error "gemm_wgmma: TMA needs gemm_wgmma's B and BK 64"
+#endif
+inline void tma3(uint dst, __global const ulong *map, int c0, int c1, int c2, uint bar) {
+    asm volatile(WG_HIDE "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx"
+                 "::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+                 :: "r"(dst), "l"((ulong)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
+}
+
+// an arrival on bar that also tells it to expect this many bytes more this phase
+inline void mbar_expect(uint bar, uint bytes) {
+    asm volatile("{ .reg .b64 st; " WG_HIDE "mbarrier.arrive.expect_tx.shared.b64 st, [%0], %1;"
+                 "\n}" :: "r"(bar), "r"(bytes) : "memory");
+}
+
+// the KT tiles of the tile of C at row m0, column n0, batch z: A's at (kt BK, m0), B's at n0,
+// kt BK; a stage once the consumers have released it
+inline void ws_tma_producer(uint sa, uint sb, uint bars, __global const ulong *maps, int m0,
+                            int n0, int z, int KT) {
+    for (int kt = 0; kt < KT; ++kt) {
+        const int s = kt % STAGES, k = kt * BK;
+        if (kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (kt / STAGES - 1) & 1);
+        const uint full = bars + 8 * s, db = sb + s * WB_ST;
+        mbar_expect(full, WA_ST + WB_ST);
+        tma3(sa + s * WA_ST, maps, k, m0, z, full);
+        for (int j = 0; j < BN / 64; ++j)
+            tma3(db + j * (BK * 128), maps + 16, n0 + 64 * j, k, z, full);
+    }
+}
+#endif
+
 // this work-item's part of the product of KT tiles (A's next tile BK further on, B's b_step):
 // a consumer's BN / 2 sums in acc; a producer's copies (A's rows from arows on read as row
 // arows - 1). bars: 2 STAGES mbarriers (full, then empty), set up by ws_init. A producer hands
@@ -982,7 +1028,7 @@ inline void ws_mainloop(float *acc, uint sa, uint sb, uint bars, __global const 
 inline void ws_init(uint bars, int tid) {
     if (tid == 0)
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(bars + 8 * s, NPROD);
+            mbar_init(bars + 8 * s, TMA ? 1 : NPROD);  // arrivals before a stage is in
             mbar_init(bars + 8 * (STAGES + s), NCONS / 32);
         }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -996,7 +1042,7 @@ __kernel __attribute__((reqd_work_group_size(NTW, 1, 1)))
 void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
                 __global const half *A, int a_off, int lda, long a_bstride,
                 __global const half *B, int b_off, int ldb, long b_bstride,
-                int M, int N, int K) {
+                int M, int N, int K TMA_MAPS) {
     __local ushort As[STAGES * BM * BK] __attribute__((aligned(1024)));
     __local ushort Bs[STAGES * BK * BN] __attribute__((aligned(1024)));
     const int tid = get_local_id(0);
@@ -1014,6 +1060,12 @@ void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
 #if WS
     __local ulong bars[2 * STAGES];
     ws_init(smem_addr(bars), tid);
+#if TMA
+    if (tid >= NCONS) {
+        if (tid == NCONS) ws_tma_producer(sa, sb, smem_addr(bars), maps, m0, n0, bz, K / BK);
+        return;
+    }
+#endif
     ws_mainloop(acc, sa, sb, smem_addr(bars), pa, pb, (size_t)BK * ldb, lda, ldb, BM, K / BK,
                 tid);
     if (tid >= NCONS) return;

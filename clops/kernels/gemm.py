@@ -22,6 +22,7 @@ from ..runtime import CLDevice, Event, probes
 from ..runtime.device import add_cpu_default_check
 from ..runtime.pool import Buffer
 from ..runtime.program import new_kernel, rebuilt_from_binary
+from . import tma
 from .launch import kernel, program
 
 TILE = 128
@@ -50,6 +51,13 @@ WGMMA_CONFIGS: list[dict[str, int]] = [
     # multiprocessor) 446; no swizzle 197; mma.sync (gemm_mma_async) 370
     dict(WG=1, BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=4, PLEAD=3),
     dict(WG=1, BM=128, BN=128, BK=64, STAGES=3, WAITN=0, RASTER=8),
+]
+# gemm_wgmma with its tiles copied by the tensor memory accelerator (tma.py; TMA marks it), in
+# front of WGMMA_CONFIGS where ``use_tma`` (opt-in, CLOPS_TMA=1): one producer work-item.
+# PERF (H100, 4096^3): 540 TFLOP/s device time against 532 for the first of WGMMA_CONFIGS in one
+# run, 546-549 against 516 wall time in another; 128 x 128 tiles 458-463, 256 x 128 519
+TMA_CONFIGS: list[dict[str, int]] = [
+    dict(WG=1, BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=1, TMA=1),
 ]
 
 # gemm_nt_wgmma tile shapes (a prompt's products of a linear layer's [N][K] weight, where
@@ -119,6 +127,55 @@ def _sm90a(ptx: bytes) -> bytes:
         raise ValueError("not PTX for sm_90")
     text = re.sub(r"^(\.target\s+)sm_90\b", r"\1sm_90a", text, flags=re.M)
     return text.replace("//@@", "").encode()
+
+
+def use_tma(dev: CLDevice) -> bool:
+    """float16 products take TMA_CONFIGS' tiles where ``CLOPS_TMA=1`` and ``tma_builds``."""
+    return _config.tma() and tma_builds(dev)
+
+
+def tma_builds(dev: CLDevice) -> bool:
+    """Whether TMA_CONFIGS run here: ``use_wgmma``, the CUDA driver encodes tensor maps for
+    this GPU (tma.py; this retains its CUDA context) and a small batched product comes out
+    right (a capability probe, once per device)."""
+    return use_wgmma(dev) and tma.cuda(dev) is not None and _tma_works(dev)
+
+
+@probes.per_device
+def _tma_works(dev: CLDevice) -> bool:
+    rng = np.random.default_rng(1)
+    m, n, k, batch = 256, 512, 320, 2  # fewer tiles of K than stages, two passes of the ring
+    for kk in (k, 128):
+        a = rng.standard_normal((batch, m, kk)).astype(np.float16)
+        b = rng.standard_normal((batch, kk, n)).astype(np.float16)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        ba, bb, bc = (dev.alloc(x.nbytes) for x in (a, b, want.astype(np.float16)))
+        dev.write(ba, a, blocking=True)
+        dev.write(bb, b, blocking=True)
+        for cfg in TMA_CONFIGS:
+            if _wgmma_kernel(dev, cfg) is None or _tma_maps(
+                    dev, cfg, ba, 0, kk, bb, 0, n, m, n, kk, batch, (m * kk, kk * n)) is None:
+                return False
+            gemm(dev, bc, 0, n, ba, 0, kk, bb, 0, n, m, n, kk, "float16", batch,
+                 (m * n, m * kk, kk * n), mma_config=cfg)
+            got = np.empty((batch, m, n), np.float16)
+            dev.read(got, bc)
+            err = np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want)
+            if not err < 2e-3:
+                return False
+    return True
+
+
+def _tma_maps(dev: CLDevice, cfg: dict[str, int], a: Buffer, a_off: int, lda: int, b: Buffer,
+              b_off: int, ldb: int, m: int, n: int, k: int, batch: int,
+              strides: tuple[int, int]) -> Buffer | None:
+    """The device buffer of gemm_wgmma's tensor maps (A's, then B's) for this product, or None
+    where they cannot be made (no CUDA driver, unaligned or broadcast matrices)."""
+    ma = tma.matrix_map(dev, a, a_off, m, k, lda, batch, strides[0], (cfg["BK"], cfg["BM"]))
+    mb = tma.matrix_map(dev, b, b_off, k, n, ldb, batch, strides[1], (64, cfg["BK"]))
+    if ma is None or mb is None:
+        return None
+    return tma.maps_buffer(dev, ma, mb)
 
 
 def _wgmma_kernel(dev: CLDevice, cfg: dict[str, int]) -> Any | None:
@@ -235,9 +292,9 @@ def _wgmma_works(dev: CLDevice) -> bool:
     return True
 
 
-def _mma_config(dev: CLDevice, m: int, n: int, k: int) -> dict[str, int]:
+def _mma_config(dev: CLDevice, m: int, n: int, k: int, tma_ok: bool = True) -> dict[str, int]:
     if use_wgmma(dev):
-        for cfg in WGMMA_CONFIGS:
+        for cfg in (TMA_CONFIGS if tma_ok and use_tma(dev) else []) + WGMMA_CONFIGS:
             if m % cfg["BM"] == 0 and n % cfg["BN"] == 0 and k % cfg["BK"] == 0:
                 return cfg
     return _mma_sync_config(m, n, k)
@@ -279,8 +336,13 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
     mma = not portable and use_mma(dev, dtype)
     bm, bn, group, name = TILE, TILE, GROUP, "gemm"
     knl = None
+    maps: Buffer | None = None
     if mma and mma_depth is None:
         cfg = mma_config or _mma_config(dev, m, n, k)
+        if cfg.get("TMA"):
+            maps = _tma_maps(dev, cfg, a, a_off, lda, b, b_off, ldb, m, n, k, batch, strides[1:])
+            if maps is None:  # the copies by cp.async instead
+                cfg = _mma_config(dev, m, n, k, tma_ok=False)
         if cfg.get("WG"):
             knl = _wgmma_kernel(dev, cfg)
             if knl is not None:
@@ -301,8 +363,13 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
     args: list[Any] = [c, i32(c_off), i32(ldc), i64(strides[0]), a, i32(a_off), i32(lda),
                        i64(strides[1]), b, i32(b_off), i32(ldb), i64(strides[2]), i32(m),
                        i32(n), i32(k)]
+    reads = [a, b]
+    if maps is not None and name == "gemm_wgmma":
+        args.append(maps)
+        reads.append(maps)
+        name = "gemm_wgmma_tma"
     return dev.launch(knl, (n // bn * group, m // bm, batch), (group, 1, 1), args,
-                      reads=[a, b], writes=[c], name=name)
+                      reads=reads, writes=[c], name=name)
 
 
 # gemm_any (gemm_any.cl): GPU products ``gemm`` does not take, from this many multiply-adds

@@ -186,6 +186,9 @@ class BufferPool:
         # (kind, size class) -> (mem, last write, reads, host view) of cached buffers
         self._free: dict[tuple[str, int], list[tuple[Any, Dep | None, list[Dep], Any]]] = {}
         self.stats = MemoryStats(limit=limit)
+        # device addresses of memory this pool holds (lent or cached), by its handle
+        # (kernels/tma.py): dropped where the pool lets the memory go
+        self.addresses: dict[int, int] = {}
 
     def alloc(self, nbytes: int, kind: str = "device") -> Buffer:
         """A buffer of at least ``nbytes`` of memory ``kind``: ``"device"`` (the device's own),
@@ -311,8 +314,11 @@ class BufferPool:
             st = self.stats
             st.in_use -= buf.size
             if buf.size != size_class(buf.size):
-                return  # an odd size (clamped to the device's cap): no size class can reuse it
+                # an odd size (clamped to the device's cap): no size class can reuse it
+                self.addresses.pop(buf.mem.int_ptr, None)
+                return
             if self.limit is not None and st.in_use + st.cached + buf.size > self.limit:
+                self.addresses.pop(buf.mem.int_ptr, None)
                 return  # over the limit: let the driver have it back
             st.cached += buf.size
             self._free.setdefault((buf.kind, buf.size), []).append(
@@ -324,6 +330,9 @@ class BufferPool:
             freed = self.stats.cached
             held, self._free = self._free, {}
             self.stats.cached = 0
+            for bucket in held.values():
+                for entry in bucket:
+                    self.addresses.pop(entry[0].int_ptr, None)
         pending = [ev for bucket in held.values() for _, lw, rs, _ in bucket
                    for ev in ([lw[0]] if lw else []) + [r[0] for r in rs]]
         if pending:

@@ -49,7 +49,7 @@ def test_gemm_tensor_cores(device):
 @pytest.mark.parametrize("m,n,k,batch", [(256, 384, 96, 2), (384, 256, 32, 1),
                                          (256, 512, 1024, 1), (384, 768, 192, 2)])
 @pytest.mark.parametrize("variant", ["auto", "sync", "wide", "tall", "wgmma", "wgmma_wide",
-                                     "wgmma_ws"])
+                                     "wgmma_ws", "wgmma_tma"])
 def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
     # the tensor-core kernels, batched, K of 1 to 32 tiles, tile shapes that divide or not;
     # gemm_wgmma (Hopper) with each of its configs, and producer warps of another count, hand-
@@ -58,6 +58,8 @@ def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
         pytest.skip("no NVIDIA inline PTX on this device")
     if variant.startswith("wgmma") and not gemm.use_wgmma(device):
         pytest.skip("no wgmma (sm_90a) on this device")
+    if variant == "wgmma_tma" and not gemm.tma_builds(device):
+        pytest.skip("no tensor memory accelerator (or CUDA driver to encode its maps) here")
     kw: dict = {"sync": {"mma_depth": 32},
                 "wide": {"mma_config": dict(BM=128, BN=256, WM=64, WN=64, BK=32, STAGES=2,
                                             RASTER=8)},
@@ -66,7 +68,8 @@ def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
                 "wgmma": {"mma_config": gemm.WGMMA_CONFIGS[0]},
                 "wgmma_wide": {"mma_config": gemm.WGMMA_CONFIGS[1]},
                 "wgmma_ws": {"mma_config": dict(WG=1, BM=128, BN=128, BK=64, STAGES=3, WAITN=0,
-                                                RASTER=8, WS=2, PLEAD=2)}}.get(variant, {})
+                                                RASTER=8, WS=2, PLEAD=2)},
+                "wgmma_tma": {"mma_config": gemm.TMA_CONFIGS[0]}}.get(variant, {})
     cfg = kw.get("mma_config")
     if cfg and (m % cfg["BM"] or n % cfg["BN"] or k % cfg["BK"]):
         pytest.skip("tile shape does not divide the product")
@@ -253,3 +256,47 @@ def test_gemm_cpu_refuses_ragged_columns(device):
     with pytest.raises(ValueError, match="multiple of 16"):
         t = clops.zeros((8, 8), device=device).realize()
         gemm.gemm_cpu(device, t.buffer, 0, 8, t.buffer, 0, 8, t.buffer, 0, 8, 8, 8, 8)
+
+
+def test_gemm_tma_offsets_and_fallback(device, monkeypatch):
+    """With CLOPS_TMA=1, gemm_wgmma through the tensor memory accelerator from element offsets
+    of buffers; a batch sharing one B (stride 0, which a tensor map cannot describe) takes the
+    cp.async copies instead, twice. Without it, the cp.async copies. All against numpy."""
+    if not (gemm.use_mma(device, "float16") and gemm.tma_builds(device)):
+        pytest.skip("no tensor memory accelerator (or CUDA driver to encode its maps) here")
+    monkeypatch.setenv("CLOPS_TMA", "1")
+    m, n, k, batch = 256, 512, 192, 2
+    a = RNG.standard_normal((batch, m, k)).astype(np.float16)
+    b = RNG.standard_normal((k, n)).astype(np.float16)
+    ba = device.alloc(a.nbytes + 64)
+    bb = device.alloc(b.nbytes + 32)
+    device.write(ba, np.concatenate([np.zeros(32, np.float16), a.ravel()]), blocking=True)
+    device.write(bb, np.concatenate([np.zeros(16, np.float16), b.ravel()]), blocking=True)
+    bc = device.alloc(batch * m * n * 2)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    for stride_b in (0, 0, k * n):  # broadcast B twice, then B read as a batch of its own
+        bs = bb
+        if stride_b:
+            b2 = np.stack([b, b[::-1]])
+            bs = device.alloc(b2.nbytes + 32)
+            device.write(bs, np.concatenate([np.zeros(16, np.float16), b2.ravel()]),
+                         blocking=True)
+            want = a.astype(np.float64) @ b2.astype(np.float64)
+        with clops.profile() as prof:
+            gemm.gemm(device, bc, 0, n, ba, 32, k, bs, 16, n, m, n, k, "float16", batch,
+                      (m * n, m * k, stride_b))
+            device.synchronize()
+        names = [r.name for r in prof.kernels()]
+        assert names == ["gemm_wgmma_tma" if stride_b else "gemm_wgmma"], names
+        got = np.empty((batch, m, n), np.float16)
+        device.read(got, bc)
+        assert np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want) < 2e-3
+    monkeypatch.setenv("CLOPS_TMA", "0")
+    with clops.profile() as prof:
+        gemm.gemm(device, bc, 0, n, ba, 32, k, bs, 16, n, m, n, k, "float16", batch,
+                  (m * n, m * k, k * n))
+        device.synchronize()
+    assert [r.name for r in prof.kernels()] == ["gemm_wgmma"]
+    got = np.empty((batch, m, n), np.float16)
+    device.read(got, bc)
+    assert np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want) < 2e-3

@@ -4,13 +4,16 @@ Hopper ``gemm_nt_wgmma``) product against numpy where the device has NVIDIA tens
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
 import clops
 import clops.nn as nn
 import clops.nn.quant as quant
-from clops.kernels import gemm, launch, matmul
+from clops import _config
+from clops.kernels import gemm, launch, matmul, tma
 from clops.kernels.norm import half_rows
 from clops.nn.quant import DeviceWeight, pack_float
 
@@ -276,6 +279,13 @@ def test_hopper_builds_wgmma(device):
         pytest.skip(f"{dev.name}: not a Hopper GPU")
     assert gemm.use_wgmma(dev) and gemm.use_nt_wgmma(dev)
     assert attention.prefill_mma(dev, 64)
+    # the tensor memory accelerator, where the CUDA driver is there to encode its maps
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return
+    assert tma.cuda(dev) is not None and gemm.tma_builds(dev)
+    assert gemm.use_tma(dev) == _config.tma()
 
 
 @pytest.mark.parametrize("cfg", [dict(BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=4,

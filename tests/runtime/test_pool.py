@@ -121,6 +121,27 @@ def test_empty_cache(device: CLDevice) -> None:
     assert (pool.stats.hits, pool.stats.misses) == (0, 5)
 
 
+def test_device_addresses_kept_while_held(device: CLDevice) -> None:
+    """The pool keeps a buffer's device address (kernels/tma.py) while it holds the memory,
+    across reuse, and forgets it where it lets the memory go: emptied, or over the limit."""
+    pool = BufferPool(device)
+    buf = pool.alloc(5000)
+    handle = buf.mem.int_ptr
+    pool.addresses[handle] = 1 << 40
+    del buf
+    again = pool.alloc(5000)
+    assert again.mem.int_ptr == handle and pool.addresses[handle] == 1 << 40
+    del again
+    pool.empty()
+    assert handle not in pool.addresses
+    tight = BufferPool(device, limit=1 * MiB)
+    a = tight.alloc(5000)
+    tight.addresses[a.mem.int_ptr] = 1 << 40
+    tight.limit = 1  # now over the limit: a goes back to the driver, not to the cache
+    del a
+    assert tight.addresses == {} and tight.stats.cached == 0
+
+
 def test_alloc_zero_and_negative(device: CLDevice) -> None:
     pool = BufferPool(device)
     z = pool.alloc(0)

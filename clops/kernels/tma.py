@@ -1,0 +1,197 @@
+"""Hopper's tensor memory accelerator (TMA) for OpenCL kernels.
+
+A TMA copy (``cp.async.bulk.tensor``) reads a tile of a matrix through a *tensor map*: 128
+opaque bytes holding the matrix's address, sizes, strides, the tile's box and the layout it
+lands in. OpenCL has no call that makes one; the CUDA driver (``libcuda``, installed with
+NVIDIA's OpenCL driver) has ``cuTensorMapEncodeTiled``, which needs a current CUDA context: the
+GPU's primary context, retained once per process. The matrix's address is the device address
+of the OpenCL buffer, read once per buffer by a one-work-item kernel on a queue of its own and
+kept by the buffer pool while it holds the memory. Maps are written to small device buffers,
+kept per distinct map pair.
+
+Everything here answers None where it cannot (no libcuda, no matching CUDA device, a refused
+encoding); callers then use their cp.async path. Products take this path only with
+``CLOPS_TMA=1`` (gemm.use_tma): the CUDA context holds 524 MiB of an H100's memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+
+from ..runtime import CLDevice, probes
+from ..runtime.pool import Buffer
+
+# CUtensorMapDataType FLOAT16, CUtensorMapSwizzle 128B, CUtensorMapL2promotion 256B
+_FLOAT16, _SWIZZLE_128B, _L2_256B = 6, 3, 3
+# CUdevice_attribute: PCI bus, device and domain
+_PCI_BUS, _PCI_DEVICE, _PCI_DOMAIN = 33, 34, 50
+MAP_BYTES = 128
+_LOCK = threading.Lock()
+_ADDR_SRC = "__kernel void address_of(__global const uchar *p, __global ulong *o) " \
+            "{ o[0] = (ulong)p; }"
+
+
+class _Cuda:
+    """libcuda and the primary context of the CUDA device that is this OpenCL device."""
+
+    def __init__(self, lib: Any, ctx: ctypes.c_void_p) -> None:
+        self.lib, self.ctx = lib, ctx
+
+    def encode(self, address: int, dims: tuple[int, ...], strides: tuple[int, ...],
+               box: tuple[int, ...]) -> bytes | None:
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        rank = len(dims)
+        out = (u64 * 16)()
+        with _LOCK:
+            if self.lib.cuCtxPushCurrent_v2(self.ctx) != 0:
+                return None
+            try:
+                err = self.lib.cuTensorMapEncodeTiled(
+                    ctypes.byref(out), _FLOAT16, u32(rank), ctypes.c_void_p(address),
+                    (u64 * rank)(*dims), (u64 * (rank - 1))(*strides), (u32 * rank)(*box),
+                    (u32 * rank)(*([1] * rank)), 0, _SWIZZLE_128B, _L2_256B, 0)
+            finally:
+                self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+        return bytes(out) if err == 0 else None
+
+
+def _pci(dev: CLDevice) -> tuple[int, int, int] | None:
+    """The OpenCL device's PCI domain, bus and slot (NVIDIA's attribute query)."""
+    info = cl.device_info
+    try:
+        d = dev.cl_device
+        got: list[Any] = [d.get_info(q) for q in (info.PCI_DOMAIN_ID_NV, info.PCI_BUS_ID_NV,
+                                                  info.PCI_SLOT_ID_NV)]
+        return int(got[0]), int(got[1]), int(got[2])
+    except (cl.Error, AttributeError, ValueError):
+        return None
+
+
+@probes.per_device
+def cuda(dev: CLDevice) -> _Cuda | None:
+    """The CUDA driver bound to ``dev``'s GPU (its primary context retained), or None (not
+    NVIDIA, no libcuda, no CUDA device on the same PCI bus)."""
+    if dev.backend != "nvidia":
+        return None
+    pci = _pci(dev)
+    if pci is None:
+        return None
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        if lib.cuInit(0) != 0:
+            return None
+        count = ctypes.c_int()
+        if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return None
+        found = []
+        for i in range(count.value):
+            handle = ctypes.c_int()
+            if lib.cuDeviceGet(ctypes.byref(handle), i) != 0:
+                continue
+            attrs = []
+            for attr in (_PCI_DOMAIN, _PCI_BUS, _PCI_DEVICE):
+                v = ctypes.c_int()
+                lib.cuDeviceGetAttribute(ctypes.byref(v), attr, handle)
+                attrs.append(v.value)
+            # NVIDIA's slot id: the PCI device number, or it and the function (device << 3)
+            if attrs[:2] == list(pci[:2]) and pci[2] in (attrs[2], attrs[2] << 3):
+                found.append(handle)
+        if len(found) != 1:
+            return None
+        ctx = ctypes.c_void_p()
+        if lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), found[0]) != 0:
+            return None
+        return _Cuda(lib, ctx)
+    except (OSError, AttributeError):
+        return None
+
+
+class _Addresses:
+    """Device addresses of OpenCL buffers: a one-work-item kernel on a queue of its own (so
+    that it does not wait behind the device's queued work), one per buffer."""
+
+    def __init__(self, dev: CLDevice) -> None:
+        self.queue = cl.CommandQueue(dev.context, dev.cl_device)
+        self.kernel = cl.Program(dev.context, _ADDR_SRC).build().address_of
+        self.out = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, 8)
+
+    def __call__(self, mem: Any) -> int:
+        got = np.zeros(1, np.uint64)
+        with _LOCK:
+            self.kernel(self.queue, (1,), (1,), mem, self.out)
+            cl.enqueue_copy(self.queue, got, self.out)
+            self.queue.finish()
+        return int(got[0])
+
+
+@probes.per_device
+def _addresses(dev: CLDevice) -> _Addresses:
+    return _Addresses(dev)
+
+
+def address(dev: CLDevice, buf: Buffer) -> int:
+    """The device address of ``buf``'s memory (kept by the pool while it holds the memory)."""
+    pool = buf.pool
+    key = buf.mem.int_ptr
+    if pool is not None:
+        known = pool.addresses.get(key)
+        if known is not None:
+            return known
+    addr = _addresses(dev)(buf.mem)
+    if pool is not None:
+        pool.addresses[key] = addr
+    return addr
+
+
+class _Maps:
+    """Device buffers of tensor maps, one per distinct set, the last 256 sets kept."""
+
+    def __init__(self) -> None:
+        self.known: collections.OrderedDict[bytes, Buffer] = collections.OrderedDict()
+
+    def get(self, dev: CLDevice, maps: bytes) -> Buffer:
+        with _LOCK:
+            buf = self.known.get(maps)
+            if buf is not None:
+                self.known.move_to_end(maps)
+                return buf
+        buf = dev.alloc(len(maps))
+        dev.write(buf, np.frombuffer(maps, np.uint8), blocking=True)
+        with _LOCK:
+            self.known[maps] = buf
+            while len(self.known) > 256:
+                self.known.popitem(last=False)
+        return buf
+
+
+@probes.per_device
+def _maps(dev: CLDevice) -> _Maps:
+    return _Maps()
+
+
+def matrix_map(dev: CLDevice, buf: Buffer, offset: int, rows: int, cols: int, ld: int,
+               batch: int, bstride: int, box: tuple[int, int]) -> bytes | None:
+    """The tensor map of ``batch`` float16 matrices of ``rows`` x ``cols`` (row-major, ``ld``
+    elements a row, ``bstride`` a matrix) from element ``offset`` of ``buf``, read in boxes of
+    ``box`` (columns, rows) with the 128-byte swizzle; None where the CUDA driver is not there
+    or refuses (addresses and strides must be multiples of 16 bytes)."""
+    cu = cuda(dev)
+    if cu is None:
+        return None
+    if batch == 1:
+        bstride = rows * ld
+    if (offset * 2) % 16 or (ld * 2) % 16 or (bstride * 2) % 16 or bstride <= 0:
+        return None
+    return cu.encode(address(dev, buf) + offset * 2, (cols, rows, batch),
+                     (ld * 2, bstride * 2), (box[0], box[1], 1))
+
+
+def maps_buffer(dev: CLDevice, *maps: bytes) -> Buffer:
+    """A device buffer holding ``maps`` one after another (kept and reused for the same)."""
+    return _maps(dev).get(dev, b"".join(maps))
