@@ -888,7 +888,7 @@ typedef struct {
     __global const ushort *a, *b;  // this producer's first chunk of A's and B's first tile
     uint da, db;                   // and its local byte in a stage
     uint swa[8], swb[8];           // the swizzled chunk's byte in rows r0 + j (j as used)
-    int alast;                     // A's rows past this one (from this producer's first) clamp
+    int alast;                     // A's last row, counted from this producer's first
 } ws_chunks;
 
 inline ws_chunks ws_setup(__global const ushort *pa, __global const ushort *pb, int lda, int ldb,
@@ -1146,7 +1146,7 @@ void gemm_nt_wgmma(__global float *C, int c_off, int ldc, __global const half *A
     const uint sa = smem_addr(As), sb = smem_addr(Bs);
     float acc[BN / 2];
 #if WS
-    // rows of A past M: the producers read row M - 1 through a pointer that stops there
+    // rows of A past M: the producers read row M - 1 instead (arows M - m0)
     __local ulong bars[2 * STAGES];
     ws_init(smem_addr(bars), tid);
     ws_mainloop(acc, sa, sb, smem_addr(bars), pa + (size_t)m0 * lda, pb + (size_t)n0 * ldb, BK,
