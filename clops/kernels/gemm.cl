@@ -938,8 +938,8 @@ inline void ws_copy(const ws_chunks *c, uint sa, uint sb, size_t a_off, size_t b
 // work-item issues a stage's copies (cp.async.bulk.tensor; full[s] counts their bytes). maps
 // (the kernel's last argument): A's tensor map (dimensions k, m, batch; box BK x BM), then B's
 // (n, k, batch; box 64 x BK, one copy per 64 columns of the tile), 128 bytes each, encoded by
-// the host (tma.py) with the 128-byte swizzle, so that the tiles land as the cp.async path
-// lays them out.
+// the host (runtime/tma.py) with the 128-byte swizzle, so that the tiles land as the cp.async
+// path lays them out.
 #if WG_NT || BK != 64
 #error "gemm_wgmma: TMA needs gemm_wgmma's B and BK 64"
 #endif

@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 
 from .. import _config
-from ..runtime import CLDevice, Event, probes
+from ..runtime import CLDevice, Event, probes, tma
 from ..runtime.device import add_cpu_default_check
 from ..runtime.pool import Buffer
 from ..runtime.program import new_kernel, rebuilt_from_binary
-from . import tma
 from .launch import kernel, program
 
 TILE = 128
@@ -52,8 +51,9 @@ WGMMA_CONFIGS: list[dict[str, int]] = [
     dict(WG=1, BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=4, PLEAD=3),
     dict(WG=1, BM=128, BN=128, BK=64, STAGES=3, WAITN=0, RASTER=8),
 ]
-# gemm_wgmma with its tiles copied by the tensor memory accelerator (tma.py; TMA marks it), in
-# front of WGMMA_CONFIGS where ``use_tma`` (opt-in, CLOPS_TMA=1): one producer work-item.
+# gemm_wgmma with its tiles copied by the tensor memory accelerator (runtime/tma.py; TMA marks
+# it), in front of WGMMA_CONFIGS where ``use_tma`` (opt-in, CLOPS_TMA=1): one producer
+# work-item.
 # PERF (H100, 4096^3): 540 TFLOP/s device time against 532 for the first of WGMMA_CONFIGS in one
 # run, 546-549 against 516 wall time in another; 128 x 128 tiles 458-463, 256 x 128 519
 TMA_CONFIGS: list[dict[str, int]] = [
@@ -136,8 +136,8 @@ def use_tma(dev: CLDevice) -> bool:
 
 def tma_builds(dev: CLDevice) -> bool:
     """Whether TMA_CONFIGS run here: ``use_wgmma``, the CUDA driver encodes tensor maps for
-    this GPU (tma.py; this retains its CUDA context) and a small batched product comes out
-    right (a capability probe, once per device)."""
+    this GPU (runtime/tma.py; this retains its CUDA context) and a small batched product comes
+    out right (a capability probe, once per device)."""
     return use_wgmma(dev) and tma.cuda(dev) is not None and _tma_works(dev)
 
 

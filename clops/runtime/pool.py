@@ -187,7 +187,7 @@ class BufferPool:
         self._free: dict[tuple[str, int], list[tuple[Any, Dep | None, list[Dep], Any]]] = {}
         self.stats = MemoryStats(limit=limit)
         # device addresses of memory this pool holds (lent or cached), by its handle
-        # (kernels/tma.py): dropped where the pool lets the memory go
+        # (runtime/tma.py): dropped where the pool lets the memory go
         self.addresses: dict[int, int] = {}
 
     def alloc(self, nbytes: int, kind: str = "device") -> Buffer:

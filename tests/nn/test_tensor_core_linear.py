@@ -13,9 +13,10 @@ import clops
 import clops.nn as nn
 import clops.nn.quant as quant
 from clops import _config
-from clops.kernels import gemm, launch, matmul, tma
+from clops.kernels import gemm, launch, matmul
 from clops.kernels.norm import half_rows
 from clops.nn.quant import DeviceWeight, pack_float
+from clops.runtime import tma
 
 RNG = np.random.default_rng(7)
 

@@ -122,7 +122,7 @@ def test_empty_cache(device: CLDevice) -> None:
 
 
 def test_device_addresses_kept_while_held(device: CLDevice) -> None:
-    """The pool keeps a buffer's device address (kernels/tma.py) while it holds the memory,
+    """The pool keeps a buffer's device address (runtime/tma.py) while it holds the memory,
     across reuse, and forgets it where it lets the memory go: emptied, or over the limit."""
     pool = BufferPool(device)
     buf = pool.alloc(5000)

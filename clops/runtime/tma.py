@@ -11,7 +11,8 @@ kept per distinct map pair.
 
 Everything here answers None where it cannot (no libcuda, no matching CUDA device, a refused
 encoding); callers then use their cp.async path. Products take this path only with
-``CLOPS_TMA=1`` (gemm.use_tma): the CUDA context holds 524 MiB of an H100's memory.
+``CLOPS_TMA=1`` (kernels/gemm.py, use_tma): the CUDA context holds 524 MiB of an H100's memory.
+It lives in the runtime, beside the other driver calls.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-from ..runtime import CLDevice, probes
-from ..runtime.pool import Buffer
+from . import probes
+from .device import CLDevice
+from .pool import Buffer
 
 # CUtensorMapDataType FLOAT16, CUtensorMapSwizzle 128B, CUtensorMapL2promotion 256B
 _FLOAT16, _SWIZZLE_128B, _L2_256B = 6, 3, 3
