@@ -269,6 +269,27 @@ def test_linear_tensor_cores_in_one_plan(device, m, n, k):
                                    atol=2e-3 * np.abs(want).max())
 
 
+def test_nvidia_builds_tensor_core_kernels(device):
+    """On an NVIDIA GPU of compute capability 8.0 or later (Ampere, Ada, Hopper) the PTX probe,
+    the mma.sync products (gemm_mma, gemm_mma_async) and the decode layer kernel's grid
+    barriers pass: each probe answers False on a build failure and the slower path takes over
+    silently, so this is where such a failure shows."""
+    import pyopencl as cl
+
+    from clops.kernels import layer
+
+    dev = clops.device(device)
+    if launch.is_cpu(dev) or dev.backend != "nvidia":
+        pytest.skip(f"{dev.name}: not an NVIDIA GPU")
+    major = int(dev.cl_device.get_info(cl.device_info.COMPUTE_CAPABILITY_MAJOR_NV))
+    if major < 8:
+        pytest.skip(f"{dev.name}: compute capability {major}.x, before cp.async")
+    assert dev.probe("nvidia_ptx")
+    assert gemm.use_mma(dev, "float16")
+    assert gemm._async_kernel(dev, gemm.MMA_CONFIGS[0]) is not None
+    assert layer.resident_groups(dev) > 0
+
+
 def test_hopper_builds_wgmma(device):
     """On a Hopper GPU (H100, H200) both wgmma kernels and the tensor-core prompt attention
     build and pass their probes: a build failing there would otherwise leave the slower
