@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-from . import probes
+from . import plan, probes
 from .device import CLDevice
 from .pool import Buffer
+from .program import new_kernel
 
 # CUtensorMapDataType FLOAT16, CUtensorMapSwizzle 128B, CUtensorMapL2promotion 256B
 _FLOAT16, _SWIZZLE_128B, _L2_256B = 6, 3, 3
@@ -116,19 +117,21 @@ def cuda(dev: CLDevice) -> _Cuda | None:
 
 class _Addresses:
     """Device addresses of OpenCL buffers: a one-work-item kernel on a queue of its own (so
-    that it does not wait behind the device's queued work), one per buffer."""
+    that it does not wait behind the device's queued work; it reads no memory, only the
+    address), one per buffer."""
 
     def __init__(self, dev: CLDevice) -> None:
-        self.queue = cl.CommandQueue(dev.context, dev.cl_device)
-        self.kernel = cl.Program(dev.context, _ADDR_SRC).build().address_of
-        self.out = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, 8)
+        self.dev = dev
+        self.queue = dev.create_queue()
+        self.kernel = new_kernel(dev.build(_ADDR_SRC), "address_of", "tma.py")
+        self.out = dev.alloc(8)
 
-    def __call__(self, mem: Any) -> int:
+    def __call__(self, buf: Buffer) -> int:
         got = np.zeros(1, np.uint64)
         with _LOCK:
-            self.kernel(self.queue, (1,), (1,), mem, self.out)
-            cl.enqueue_copy(self.queue, got, self.out)
-            self.queue.finish()
+            self.dev.launch(self.kernel, (1,), (1,), [buf, self.out], writes=[self.out],
+                            queue=self.queue, name="address_of")
+            self.dev.read(got, self.out, queue=self.queue)
         return int(got[0])
 
 
@@ -145,7 +148,7 @@ def address(dev: CLDevice, buf: Buffer) -> int:
         known = pool.addresses.get(key)
         if known is not None:
             return known
-    addr = _addresses(dev)(buf.mem)
+    addr = _addresses(dev)(buf)
     if pool is not None:
         pool.addresses[key] = addr
     return addr
@@ -184,7 +187,7 @@ def matrix_map(dev: CLDevice, buf: Buffer, offset: int, rows: int, cols: int, ld
     ``box`` (columns, rows) with the 128-byte swizzle; None where the CUDA driver is not there
     or refuses (addresses and strides must be multiples of 16 bytes)."""
     cu = cuda(dev)
-    if cu is None:
+    if cu is None or plan._ACTIVE[0]:  # a plan being recorded reads nothing back
         return None
     if batch == 1:
         bstride = rows * ld

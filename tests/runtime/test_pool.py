@@ -142,6 +142,22 @@ def test_device_addresses_kept_while_held(device: CLDevice) -> None:
     assert tight.addresses == {} and tight.stats.cached == 0
 
 
+def test_device_address_query(device: CLDevice) -> None:
+    """runtime/tma.py reads a buffer's device address once (a kernel on a queue of its own,
+    not behind the device's queued work) and the pool keeps it; two live buffers differ."""
+    from clops.runtime import tma
+
+    a, b = device.alloc(4096), device.alloc(4096)
+    addr = tma.address(device, a)
+    assert addr != 0 and device.pool.addresses[a.mem.int_ptr] == addr
+    assert tma.address(device, a) == addr
+    assert tma.address(device, b) not in (0, addr)
+    # a buffer the pool does not own: asked each time, kept nowhere
+    ext = Buffer(a.mem, 4096, 4096, None)
+    assert tma.address(device, ext) == addr
+    del ext
+
+
 def test_alloc_zero_and_negative(device: CLDevice) -> None:
     pool = BufferPool(device)
     z = pool.alloc(0)
