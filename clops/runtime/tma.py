@@ -34,7 +34,6 @@ from .program import new_kernel
 _FLOAT16, _SWIZZLE_128B, _L2_256B = 6, 3, 3
 # CUdevice_attribute: PCI bus, device and domain
 _PCI_BUS, _PCI_DEVICE, _PCI_DOMAIN = 33, 34, 50
-MAP_BYTES = 128
 _LOCK = threading.Lock()
 _ADDR_SRC = "__kernel void address_of(__global const uchar *p, __global ulong *o) " \
             "{ o[0] = (ulong)p; }"
