@@ -22,7 +22,9 @@ class Device(Protocol):
     """A device to plan for and to run generated kernels on.
 
     ``kind`` is ``"cpu"``, ``"gpu"`` or ``"accelerator"``; ``probe(what)`` answers a
-    capability question by running something on the device once (``"nvidia_ptx"``)."""
+    capability question by running something on the device once (``"nvidia_ptx"``). Where
+    the device has a ``backend`` attribute (``"intel"``, ``"pocl"``, ...), geometry reads it
+    for a driver's performance quirks, never for what is computed."""
 
     kind: str
 

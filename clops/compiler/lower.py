@@ -15,6 +15,7 @@ from .device import Device
 from .geometry import (
     launches_exactly,
     long_flat_index,
+    long_row_index,
     serial_rows,
     vector_math_agrees,
     vector_math_widths,
@@ -214,7 +215,8 @@ def lower(item: KernelItem, device: Device) -> Lowered:
                 flat, vmath = w, True
                 break
     row_class = _row_class(item, lw, out_instrs, device)
-    if (flat or row_class[3]) and long_flat_index(device):
+    if ((flat or row_class[3]) and long_flat_index(device)) or \
+            (item.raxes and long_row_index(device, len(lw.reduce_regions))):
         # PERF: 64-bit flat indices on CPUs. With `int gid` and int offsets, PoCL sign-extends
         # each `offset + gid` and its work-item loop no longer makes contiguous vector loads:
         # the chain a*b+c*d-e*0.5 ran at 0.84-0.88 of a hand kernel, 0.98 with long.
