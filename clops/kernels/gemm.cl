@@ -773,6 +773,25 @@ inline void wg_load(uint sa, uint sb, __global const ushort *qa, __global const 
     for (int l = 0; l < WNLB; ++l) cp_async16(sb + db[l], qb + gb[l]);
 }
 
+// acc += one stage's product: BK / 16 wgmma on A's tile at a0 (this warpgroup's 64 rows) and
+// B's at b0, in flight as one batch; then until at most WAITN batches are in flight
+inline void wg_stage(float *acc, uint a0, uint b0) {
+    asm volatile(WG_HIDE "wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk)
+#if WG_NT  // both K-major: k16 steps of 32 bytes into the swizzled rows
+        WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1), wg_desc(b0 + kk * 32, 16, 1024, 1));
+#elif SWZ  // A: k16 step 32 bytes into the swizzled rows; B: 16 rows of 128 bytes
+        WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1),
+               wg_desc(b0 + kk * 2048, B_LBO, B_SBO, 1));
+#else
+        WG_MMA(acc, wg_desc(a0 + kk * 256, 128, KC * 128, 0),
+               wg_desc(b0 + kk * 256, 128, KC * 128, 0));
+#endif
+    asm volatile(WG_HIDE "wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned " WG_STR(WAITN) ";" ::: "memory");
+}
+
 // acc (this work-item's BN / 2 sums, zeroed here) = the product of KT tiles of depth BK: A's
 // and B's tiles copied by cp.async (wg_load; B's next tile b_step elements further on) into the
 // ring of STAGES local stages LEAD ahead, each stage's wgmma for warpgroup wg issued once its
@@ -802,21 +821,7 @@ inline void wg_mainloop(float *acc, uint sa, uint sb, __global const ushort *pa,
             asm volatile("cp.async.commit_group;" ::: "memory");
             if (++ls == STAGES) ls = 0;
         }
-        const uint a0 = sa + stage * WA_ST + wg * (64 * BK * 2), b0 = sb + stage * WB_ST;
-        asm volatile(WG_HIDE "wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk)
-#if WG_NT  // both K-major: k16 steps of 32 bytes into the swizzled rows
-            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1), wg_desc(b0 + kk * 32, 16, 1024, 1));
-#elif SWZ  // A: k16 step 32 bytes into the swizzled rows; B: 16 rows of 128 bytes
-            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1),
-                   wg_desc(b0 + kk * 2048, B_LBO, B_SBO, 1));
-#else
-            WG_MMA(acc, wg_desc(a0 + kk * 256, 128, KC * 128, 0),
-                   wg_desc(b0 + kk * 256, 128, KC * 128, 0));
-#endif
-        asm volatile(WG_HIDE "wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned " WG_STR(WAITN) ";" ::: "memory");
+        wg_stage(acc, sa + stage * WA_ST + wg * (64 * BK * 2), sb + stage * WB_ST);
         if (++stage == STAGES) stage = 0;
     }
     asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned 0;" ::: "memory");
@@ -844,6 +849,9 @@ inline void wg_mainloop(float *acc, uint sa, uint sb, __global const ushort *pa,
 #endif
 #if PLEAD + WAITN > STAGES
 #error "gemm_wgmma: warp specialization needs PLEAD + WAITN <= STAGES"
+#endif
+#if !SWZ
+#error "gemm_wgmma: the producers copy the 128-byte-swizzled layout only (SWZ 1)"
 #endif
 #if (BM * 8) % NPROD || NPROD % (BN / 8)
 #error "gemm_wgmma: the producers must split the tiles' chunks evenly"
@@ -887,7 +895,10 @@ inline void ws_km(uint dst, __global const ushort *src, int step, const uint *sw
 typedef struct {
     __global const ushort *a, *b;  // this producer's first chunk of A's and B's first tile
     uint da, db;                   // and its local byte in a stage
-    uint swa[8], swb[8];           // the swizzled chunk's byte in rows r0 + j (j as used)
+    uint swa[8];                   // the swizzled chunk's byte in rows r0 + j (j as used)
+#if !WG_NT
+    uint swb[8];                   // and of B's rows k0 + j (WG_NT: B's rows are A's)
+#endif
     int alast;                     // A's last row, counted from this producer's first
 } ws_chunks;
 
@@ -903,8 +914,6 @@ inline ws_chunks ws_setup(__global const ushort *pa, __global const ushort *pb, 
 #if WG_NT
     c.b = pb + (size_t)r0 * ldb + k8 * 8;
     c.db = r0 * 128;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) c.swb[j] = c.swa[j];
 #else  // B [K][N]: row k of the 64-column slab n / 64 at (n / 64) BK 128 + 128 k, swizzled
     const int n8 = p % (BN / 8), k0 = p / (BN / 8);
     c.b = pb + (size_t)k0 * ldb + n8 * 8;
@@ -923,7 +932,7 @@ inline void ws_copy(const ws_chunks *c, uint sa, uint sb, size_t a_off, size_t b
     if (clamp) ws_km(da, qa, lda, c->swa, BM * 8 / NPROD, true, c->alast);
     else ws_km(da, qa, lda, c->swa, BM * 8 / NPROD, false, 0);
 #if WG_NT
-    ws_km(db, qb, ldb, c->swb, BN * 8 / NPROD, false, 0);
+    ws_km(db, qb, ldb, c->swa, BN * 8 / NPROD, false, 0);
 #else
 #pragma unroll
     for (int l = 0; l < BN * 8 / NPROD; ++l) {
@@ -1005,18 +1014,7 @@ inline void ws_mainloop(float *acc, uint sa, uint sb, uint bars, __global const 
     for (int kt = 0; kt < KT; ++kt) {
         const int s = kt % STAGES;
         mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
-        const uint a0 = sa + s * WA_ST + wg * (64 * BK * 2), b0 = sb + s * WB_ST;
-        asm volatile(WG_HIDE "wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk)
-#if WG_NT
-            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1), wg_desc(b0 + kk * 32, 16, 1024, 1));
-#else
-            WG_MMA(acc, wg_desc(a0 + kk * 32, 16, 1024, 1),
-                   wg_desc(b0 + kk * 2048, B_LBO, B_SBO, 1));
-#endif
-        asm volatile(WG_HIDE "wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned " WG_STR(WAITN) ";" ::: "memory");
+        wg_stage(acc, sa + s * WA_ST + wg * (64 * BK * 2), sb + s * WB_ST);
         // the stage WAITN tiles back is read: one arrival a warp
         if (kt >= WAITN && (tid & 31) == 0)
             mbar_arrive(bars + 8 * (STAGES + (kt - WAITN) % STAGES));
