@@ -144,26 +144,34 @@ def tma_builds(dev: CLDevice) -> bool:
 @probes.per_device
 def _tma_works(dev: CLDevice) -> bool:
     rng = np.random.default_rng(1)
-    m, n, k, batch = 256, 512, 320, 2  # fewer tiles of K than stages, two passes of the ring
-    for kk in (k, 128):
-        a = rng.standard_normal((batch, m, kk)).astype(np.float16)
-        b = rng.standard_normal((batch, kk, n)).astype(np.float16)
-        want = a.astype(np.float64) @ b.astype(np.float64)
-        ba, bb, bc = (dev.alloc(x.nbytes) for x in (a, b, want.astype(np.float16)))
-        dev.write(ba, a, blocking=True)
-        dev.write(bb, b, blocking=True)
-        for cfg in TMA_CONFIGS:
-            if _wgmma_kernel(dev, cfg) is None or _tma_maps(
-                    dev, cfg, ba, 0, kk, bb, 0, n, m, n, kk, batch, (m * kk, kk * n)) is None:
-                return False
-            gemm(dev, bc, 0, n, ba, 0, kk, bb, 0, n, m, n, kk, "float16", batch,
-                 (m * n, m * kk, kk * n), mma_config=cfg)
-            got = np.empty((batch, m, n), np.float16)
-            dev.read(got, bc)
-            err = np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want)
-            if not err < 2e-3:
-                return False
+    for cfg in TMA_CONFIGS:
+        if _wgmma_kernel(dev, cfg) is None:
+            return False
+        # fewer tiles of K than stages, and two passes of the ring
+        if not all(_product_right(dev, cfg, 256, 512, k, 2, rng) for k in (128, 320)):
+            return False
     return True
+
+
+def _product_right(dev: CLDevice, cfg: dict[str, int], m: int, n: int, k: int, batch: int,
+                   rng: np.random.Generator) -> bool:
+    """Whether gemm with tile shape ``cfg`` gets a random batched float16 product of these sizes
+    right (relative error below 2e-3 against float64); a TMA shape whose tensor maps cannot be
+    made here is not right."""
+    a = rng.standard_normal((batch, m, k)).astype(np.float16)
+    b = rng.standard_normal((batch, k, n)).astype(np.float16)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    ba, bb, bc = (dev.alloc(x.nbytes) for x in (a, b, want.astype(np.float16)))
+    dev.write(ba, a, blocking=True)
+    dev.write(bb, b, blocking=True)
+    if cfg.get("TMA") and _tma_maps(dev, cfg, ba, 0, k, bb, 0, n, m, n, k, batch,
+                                    (m * k, k * n)) is None:
+        return False
+    gemm(dev, bc, 0, n, ba, 0, k, bb, 0, n, m, n, k, "float16", batch, (m * n, m * k, k * n),
+         mma_config=cfg)
+    got = np.empty((batch, m, n), np.float16)
+    dev.read(got, bc)
+    return bool(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want) < 2e-3)
 
 
 def _tma_maps(dev: CLDevice, cfg: dict[str, int], a: Buffer, a_off: int, lda: int, b: Buffer,
@@ -271,23 +279,12 @@ def _wgmma_works(dev: CLDevice) -> bool:
         return False
     rng = np.random.default_rng(0)
     m, n, k, batch = 128, 256, 192, 2
-    a = rng.standard_normal((batch, m, k)).astype(np.float16)
-    b = rng.standard_normal((batch, k, n)).astype(np.float16)
-    want = a.astype(np.float64) @ b.astype(np.float64)
-    bufs = [dev.alloc(x.nbytes) for x in (a, b, want.astype(np.float16))]
-    dev.write(bufs[0], a, blocking=True)
-    dev.write(bufs[1], b, blocking=True)
     for cfg in WGMMA_CONFIGS:
         if _wgmma_kernel(dev, cfg) is None:
             return False
         if k % cfg["BK"] or n % cfg["BN"]:
             continue
-        gemm(dev, bufs[2], 0, n, bufs[0], 0, k, bufs[1], 0, n, m, n, k, "float16", batch,
-             (m * n, m * k, k * n), mma_config=cfg)
-        got = np.empty((batch, m, n), np.float16)
-        dev.read(got, bufs[2])
-        err = np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want)
-        if not err < 2e-3:
+        if not _product_right(dev, cfg, m, n, k, batch, rng):
             return False
     return True
 
