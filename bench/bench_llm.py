@@ -335,7 +335,7 @@ def bytes_per_token(model, pos: int) -> dict:
                 weights += w.nbytes
     weights += model.output.nbytes
     cfg = model.config
-    kv = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * 4
+    kv = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * (2 if model.kv_half else 4)
     return {"weights": weights, "kv_per_position": kv, "total": weights + kv * pos}
 
 

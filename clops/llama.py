@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=_text("device selector"), default=None,
                    help="device selector (gpu, cpu, nvidia, pocl)")
     p.add_argument("--ctx", type=_int(1), default=2048, help="context length to allocate")
+    p.add_argument("--kv-cache", choices=("float16", "float32"), default=None,
+                   help="type of the KV cache (default: float16 on GPUs, float32 on CPUs)")
     p.add_argument("--profile", metavar="TRACE_JSON", type=_path,
                    help="write a Chrome trace of the run")
     p.add_argument("-q", "--quiet", action="store_true", help="print only the generated text")
@@ -177,7 +179,7 @@ def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         model = llm.load(args.model, device=device, max_seq_len=args.ctx,
-                         progress=not args.quiet)
+                         progress=not args.quiet, kv_cache=args.kv_cache)
     except (OSError, ValueError, LookupError) as e:
         raise _Refused(str(e)) from None
     if not args.quiet:

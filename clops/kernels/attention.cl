@@ -8,8 +8,9 @@
 //   SOFTCAP   scores become SOFTCAP * tanh(score / SOFTCAP) (attend; a float literal)
 //   WINDOW    keys (pos - WINDOW, pos] only, a sliding window (attn_decode, attn_prefill)
 //   CPU_VEC   1: the CPU kernels (attn_decode_cpu; attn_prefill 16-wide)
+//   KV_HALF   1: the cache holds float16 values (clops/kv.cl), else float32
 //
-// The KV cache of a layer is k[KV][max_seq][D] and v[KV][max_seq][D], float32.
+// The KV cache of a layer is k[KV][max_seq][D] and v[KV][max_seq][D] of kv_t.
 // state[0] is the position of the first row of the current batch, on the device, so that a
 // decode step needs no argument changed from the host.
 
@@ -26,6 +27,7 @@
 #define WINDOW 0
 #endif
 #define D4 (HEAD_DIM / 4)
+#include "clops/kv.cl"
 
 // The first key a query at position pos attends to, of keys [0, pos].
 inline int first_key(int pos) { return WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0; }
@@ -51,8 +53,14 @@ inline float2 rotate(float a, float b, float ang) {
 #ifndef HEADS_PER_ITEM
 #define HEADS_PER_ITEM 1
 #endif
+inline void put_row(__global float *q, __global kv_t *k, int i, float v) {
+    if (q)
+        q[i] = v;
+    else
+        KV_PUT(v, k, i);
+}
 __kernel void rope_store(__global float *q_out, __global const float *qkv, int ld_qkv,
-                         __global float *kc, __global float *vc, __global const int *state,
+                         __global kv_t *kc, __global kv_t *vc, __global const int *state,
                          __global const float *inv_freq, int H, int KV, int max_seq) {
     const int i = get_global_id(0), h0 = get_global_id(1) * HEADS_PER_ITEM;
     const int m = get_global_id(2);
@@ -70,24 +78,25 @@ __kernel void rope_store(__global float *q_out, __global const float *qkv, int l
     for (int h = h0; h < h0 + HEADS_PER_ITEM; ++h) {
         if (h < H + KV) {
             __global const float *src = row + h * HEAD_DIM;
-            __global float *dst = h < H ? q_out + ((size_t)m * H + h) * HEAD_DIM
-                                        : kc + ((size_t)(h - H) * max_seq + pos) * HEAD_DIM;
+            // (a query head's row goes to q_out, a key head's to the cache)
+            __global float *qd = h < H ? q_out + ((size_t)m * H + h) * HEAD_DIM : 0;
+            __global kv_t *kd = kc + ((size_t)(h - H) * max_seq + pos) * HEAD_DIM;
 #if ROT_DIM < HEAD_DIM
             if (!rotated) {  // partial rotary: the rest of the head passes
-                dst[d] = src[d];
-                dst[d + 1] = src[d + 1];
+                put_row(qd, kd, d, src[d]);
+                put_row(qd, kd, d + 1, src[d + 1]);
                 continue;
             }
 #endif
             const float a = src[p.x], b = src[p.y];
-            dst[p.x] = a * c - b * s;
-            dst[p.y] = a * s + b * c;
+            put_row(qd, kd, p.x, a * c - b * s);
+            put_row(qd, kd, p.y, a * s + b * c);
         } else {
             const int kvh = h - H - KV;
             __global const float *src = row + (H + KV + kvh) * HEAD_DIM;
-            __global float *dst = vc + ((size_t)kvh * max_seq + pos) * HEAD_DIM;
-            dst[2 * i] = src[2 * i];
-            dst[2 * i + 1] = src[2 * i + 1];
+            __global kv_t *dst = vc + ((size_t)kvh * max_seq + pos) * HEAD_DIM;
+            KV_PUT(src[2 * i], dst, 2 * i);
+            KV_PUT(src[2 * i + 1], dst, 2 * i + 1);
         }
     }
 }
@@ -108,10 +117,10 @@ __kernel void rope(__global float *x, int x_off, int ld, __global const int *pos
 // HEAD_DIM apart) with an online softmax: acc gathers the weighted values, *mx and *l the
 // running max and sum of the weights.
 inline void attend(const float4 *qv, float4 *acc, float *mx, float *l,
-                   __global const float *kb, __global const float *vb, int j0, int j1) {
+                   __global const kv_t *kb, __global const kv_t *vb, int j0, int j1) {
     for (int j = j0; j < j1; ++j) {
         float4 t = (float4)(0.0f);
-        for (int d = 0; d < D4; ++d) t = mad(qv[d], vload4(d, kb + (size_t)j * HEAD_DIM), t);
+        for (int d = 0; d < D4; ++d) t = mad(qv[d], KV_LOAD4(d, kb + (size_t)j * HEAD_DIM), t);
 #ifdef SOFTCAP
         const float sc = SOFTCAP * tanh((t.x + t.y + t.z + t.w) / SOFTCAP);
 #else
@@ -121,7 +130,7 @@ inline void attend(const float4 *qv, float4 *acc, float *mx, float *l,
         const float corr = exp(*mx - nm), e = exp(sc - nm);
         *l = *l * corr + e;
         for (int d = 0; d < D4; ++d)
-            acc[d] = mad((float4)(e), vload4(d, vb + (size_t)j * HEAD_DIM), acc[d] * corr);
+            acc[d] = mad((float4)(e), KV_LOAD4(d, vb + (size_t)j * HEAD_DIM), acc[d] * corr);
         *mx = nm;
     }
 }
@@ -149,22 +158,22 @@ inline float dot16(const float16 *qv, const float *k) {
 // attend (above) with one exp per key: the larger of the running max and the score keeps
 // weight 1
 inline void attend_cpu(const float16 *qv, float16 *acc, float *mx, float *l,
-                       __global const float *kb, __global const float *vb, int j0, int j1) {
+                       __global const kv_t *kb, __global const kv_t *vb, int j0, int j1) {
     for (int j = j0; j < j1; ++j) {
-        __global const float *kj = kb + (size_t)j * HEAD_DIM;
-        float16 t = qv[0] * vload16(0, kj);
-        for (int d = 1; d < D16; ++d) t = mad(qv[d], vload16(d, kj), t);
+        __global const kv_t *kj = kb + (size_t)j * HEAD_DIM;
+        float16 t = qv[0] * KV_LOAD16(0, kj);
+        for (int d = 1; d < D16; ++d) t = mad(qv[d], KV_LOAD16(d, kj), t);
         const float sc = hsum16(t);
-        __global const float *vj = vb + (size_t)j * HEAD_DIM;
+        __global const kv_t *vj = vb + (size_t)j * HEAD_DIM;
         if (sc > *mx) {
             const float corr = exp(*mx - sc);
             *mx = sc;
             *l = *l * corr + 1.0f;
-            for (int d = 0; d < D16; ++d) acc[d] = mad(acc[d], (float16)(corr), vload16(d, vj));
+            for (int d = 0; d < D16; ++d) acc[d] = mad(acc[d], (float16)(corr), KV_LOAD16(d, vj));
         } else {
             const float e = exp(sc - *mx);
             *l += e;
-            for (int d = 0; d < D16; ++d) acc[d] = mad((float16)(e), vload16(d, vj), acc[d]);
+            for (int d = 0; d < D16; ++d) acc[d] = mad((float16)(e), KV_LOAD16(d, vj), acc[d]);
         }
     }
 }
@@ -189,7 +198,7 @@ inline void attend_cpu(const float16 *qv, float16 *acc, float *mx, float *l,
 // to positions [s*chunk, (s+1)*chunk) and leaves its unnormalized output, running max and sum
 // in part [H][S][D + 2]. Work geometry: global (S, H).
 __kernel void attn_decode(__global float *part, __global const float *q,
-                          __global const float *kc, __global const float *vc,
+                          __global const kv_t *kc, __global const kv_t *vc,
                           __global const int *state, int max_seq, int chunk, int n_rep,
                           float scale) {
     const int s = get_global_id(0), h = get_global_id(1), S = get_global_size(0);
@@ -263,7 +272,7 @@ inline float2 chunk_softmax(__local float *p, __local float *red, int t, int n, 
 
 // Row j of a chunk of keys or values: kb + j * HEAD_DIM, or where blocks (not 0) is a paged
 // cache's table (kernels/paged.cl), position j0 + j of key-value head kvh in the pool kb.
-inline __global const float *row_at(__global const float *kb, int j,
+inline __global const kv_t *row_at(__global const kv_t *kb, int j,
                                     __global const int *blocks, int j0, int BS, int KV,
                                     int kvh) {
     if (!blocks) return kb + (size_t)j * HEAD_DIM;
@@ -283,14 +292,14 @@ inline __global const float *row_at(__global const float *kb, int j,
 // Rows [0, rows) (TJ at most) of a chunk's keys or values from row j1 into the local tile dst,
 // rows ld floats apart: float4 loads by all NREP * HEAD_DIM work-items of the group (lid), all
 // issued before the first store, so that the tile costs one trip to memory.
-inline void load_tile(__local float *dst, int ld, __global const float *kb, int j1, int rows,
+inline void load_tile(__local float *dst, int ld, __global const kv_t *kb, int j1, int rows,
                       int lid, __global const int *blocks, int j0, int BS, int KV, int kvh) {
     float4 v[TILE_PER];
 #pragma unroll
     for (int u = 0; u < TILE_PER; ++u) {
         const int i = lid + u * NREP * HEAD_DIM, r = i / (HEAD_DIM / 4);
         if (i < TILE4 && r < rows)
-            v[u] = vload4(i % (HEAD_DIM / 4), row_at(kb, j1 + r, blocks, j0, BS, KV, kvh));
+            v[u] = KV_LOAD4(i % (HEAD_DIM / 4), row_at(kb, j1 + r, blocks, j0, BS, KV, kvh));
     }
 #pragma unroll
     for (int u = 0; u < TILE_PER; ++u) {
@@ -301,7 +310,7 @@ inline void load_tile(__local float *dst, int ld, __global const float *kb, int 
 
 // sum_j p[j] * row_at(vb, j, ...)[t] for j < n, in order: the value rows through the local
 // tile vt (TJ rows of HEAD_DIM) a tile at a time.
-inline float value_sum(__local const float *p, __local float *vt, __global const float *vb,
+inline float value_sum(__local const float *p, __local float *vt, __global const kv_t *vb,
                        int n, int t, int lid, __global const int *blocks, int j0, int BS,
                        int KV, int kvh) {
     float acc = 0.0f;
@@ -326,7 +335,7 @@ inline float value_sum(__local const float *p, __local float *vt, __global const
 // local memory, 198 -> 68 us a layer at 16k positions and 92 -> 35 at 4k. Tiles loaded eight
 // rows a round left a layer's attention at 17 us at 190 positions, mostly trips to memory.
 inline float chunk_scores(__local float *p, __local const float *qs, __local float *kt,
-                          __global const float *kb, __local const float *kn, int n, int nc,
+                          __global const kv_t *kb, __local const float *kn, int n, int nc,
                           int t, int lid, __global const int *blocks, int j0, int BS, int KV,
                           int kvh) {
     float mx = -INFINITY;
@@ -352,7 +361,7 @@ inline float chunk_scores(__local float *p, __local const float *qs, __local flo
 // the value sum one dimension per work-item (coalesced rows). Same output as attn_decode.
 // Work geometry: global (S * D, H), local (D, 1).
 __kernel void attn_decode_wg(__global float *part, __global const float *q,
-                             __global const float *kc, __global const float *vc,
+                             __global const kv_t *kc, __global const kv_t *vc,
                              __global const int *state, int max_seq, int chunk, int n_rep,
                              float scale) {
     __local float qs[HEAD_DIM] __attribute__((aligned(16))), p[CHUNK], red[HEAD_DIM];
@@ -372,8 +381,8 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
     const int kvh = h / n_rep;
     qs[t] = q[h * HEAD_DIM + t] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
-    __global const float *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
-    __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
+    __global const kv_t *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
+    __global const kv_t *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
     const float mx = chunk_scores(p, qs, kt, kb, qs, n, n, t, t, flat, 0, 0, 0, 0);
     const float2 ms = chunk_softmax(p, red, t, n, mx);
@@ -443,8 +452,8 @@ inline void combine_last(__global float *o, __global const float *part_h, __glob
 // every work-group leaves its partial, as attn_decode_wg does, for attn_combine.
 // Work geometry: global (S * D * NREP, H / NREP), local (D * NREP, 1).
 __kernel void attn_decode_rope(__global float *out, __global float *part, __global int *count,
-                               __global const float *qkv, __global float *kc,
-                               __global float *vc, __global const int *state,
+                               __global const float *qkv, __global kv_t *kc,
+                               __global kv_t *vc, __global const int *state,
                                __global const float *inv_freq, int max_seq, int n_rep, int H,
                                int KV, float scale) {
     __local float qs[NREP * HEAD_DIM] __attribute__((aligned(16)));
@@ -469,13 +478,13 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
         if (hr == 0) kn[t] = kr;
         if (h == kvh * n_rep) {
             const size_t at = ((size_t)kvh * max_seq + pos) * HEAD_DIM + t;
-            kc[at] = kr;
-            vc[at] = vn;
+            KV_PUT(kr, kc, at);
+            KV_PUT(vn, vc, at);
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    __global const float *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
-    __global const float *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
+    __global const kv_t *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
+    __global const kv_t *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     const int nc = tail ? n - 1 : n;  // positions read from the cache
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
     float mx = chunk_scores(ph, qh, kt, kb, kn, n, nc, t, lid, flat, 0, 0, 0, 0);
@@ -512,8 +521,8 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
 // leaves its partial in part [R][H][S][D + 2].
 // Work geometry: global (S * D, H, R), local (D, 1, 1).
 __kernel void paged_attn_wg(__global float *out, __global float *part, __global int *count,
-                            __global const float *q, __global const float *kp,
-                            __global const float *vp, __global const int *table, int maxb,
+                            __global const float *q, __global const kv_t *kp,
+                            __global const kv_t *vp, __global const int *table, int maxb,
                             __global const int *rslot, __global const int *rpos, int H, int KV,
                             int BS, float scale) {
     __local float qs[HEAD_DIM] __attribute__((aligned(16))), p[CHUNK], red[HEAD_DIM];
@@ -576,7 +585,7 @@ __kernel void paged_attn_combine(__global float *out, __global const float *part
 // q rows are ld_q apart with heads D apart; k/v heads kv_stride apart, positions D apart;
 // out [M][H][D]. Work geometry: global (M, H); CPU_VEC (16-wide, one exp per key): local (1, 1).
 __kernel void attn_prefill(__global float *out, __global const float *q, int q_off, int ld_q,
-                           __global const float *kc, __global const float *vc, int k_off,
+                           __global const kv_t *kc, __global const kv_t *vc, int k_off,
                            int v_off, int kv_stride, __global const int *state, int pos_add,
                            int causal, int n_keys, int n_rep, float scale) {
     const int m = get_global_id(0), h = get_global_id(1), H = get_global_size(1);
@@ -609,7 +618,7 @@ __kernel void attn_prefill(__global float *out, __global const float *q, int q_o
 #define KROW (HEAD_DIM + 4)  // 8 rows read at once (one per c) fall in different banks
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void attn_prefill_wg(__global float *out, __global const float *q, int q_off, int ld_q,
-                     __global const float *kc, __global const float *vc, int k_off, int v_off,
+                     __global const kv_t *kc, __global const kv_t *vc, int k_off, int v_off,
                      int kv_stride, __global const int *state, int pos_add, int causal,
                      int n_keys, int n_rep, float scale, int M) {
     __local float qs[PQ * HEAD_DIM] __attribute__((aligned(16)));
@@ -628,8 +637,8 @@ void attn_prefill_wg(__global float *out, __global const float *q, int q_off, in
         qs[i] = m0 + rr < M ? q[q_off + (size_t)(m0 + rr) * ld_q + h * HEAD_DIM + d] * scale
                             : 0.0f;
     }
-    __global const float *kb = kc + k_off + (size_t)(h / n_rep) * kv_stride;
-    __global const float *vb = vc + v_off + (size_t)(h / n_rep) * kv_stride;
+    __global const kv_t *kb = kc + k_off + (size_t)(h / n_rep) * kv_stride;
+    __global const kv_t *vb = vc + v_off + (size_t)(h / n_rep) * kv_stride;
     float acc[DPT];
     for (int d = 0; d < DPT; ++d) acc[d] = 0.0f;
     float mx = -INFINITY, l = 0.0f;
@@ -638,8 +647,8 @@ void attn_prefill_wg(__global float *out, __global const float *q, int q_off, in
         for (int i = t; i < PK * HEAD_DIM; i += 128) {
             const int jj = i / HEAD_DIM, d = i % HEAD_DIM;
             const bool in = j0 + jj < lmax;
-            ks[jj * KROW + d] = in ? kb[(size_t)(j0 + jj) * HEAD_DIM + d] : 0.0f;
-            vs[i] = in ? vb[(size_t)(j0 + jj) * HEAD_DIM + d] : 0.0f;
+            ks[jj * KROW + d] = in ? KV_GET(kb, (size_t)(j0 + jj) * HEAD_DIM + d) : 0.0f;
+            vs[i] = in ? KV_GET(vb, (size_t)(j0 + jj) * HEAD_DIM + d) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int u = 0; u < PK / 8; ++u) {
@@ -689,7 +698,7 @@ void attn_prefill_wg(__global float *out, __global const float *q, int q_off, in
 #define FKD (HEAD_DIM / 16)  // 16-deep steps of a score
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void attn_prefill_mma(__global float *out, __global const float *q, int q_off, int ld_q,
-                      __global const float *kc, __global const float *vc, int k_off, int v_off,
+                      __global const kv_t *kc, __global const kv_t *vc, int k_off, int v_off,
                       int kv_stride, __global const int *state, int pos_add, int causal,
                       int n_keys, int n_rep, float scale, int M) {
     __local ushort ks[FK * FROW] __attribute__((aligned(16)));
@@ -718,8 +727,8 @@ void attn_prefill_mma(__global float *out, __global const float *q, int q_off, i
         qa[kd][2] = half2_bits(c.x, c.y);
         qa[kd][3] = half2_bits(d.x, d.y);
     }
-    __global const float *kb = kc + k_off + (size_t)(h / n_rep) * kv_stride;
-    __global const float *vb = vc + v_off + (size_t)(h / n_rep) * kv_stride;
+    __global const kv_t *kb = kc + k_off + (size_t)(h / n_rep) * kv_stride;
+    __global const kv_t *vb = vc + v_off + (size_t)(h / n_rep) * kv_stride;
     float o[FND][4];
 #pragma unroll
     for (int j = 0; j < FND; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -730,9 +739,9 @@ void attn_prefill_mma(__global float *out, __global const float *q, int q_off, i
             const int jj = i / (HEAD_DIM / 4), d = (i % (HEAD_DIM / 4)) * 4;
             const bool in = j0 + jj < lmax;
             const size_t at = (size_t)(j0 + jj) * HEAD_DIM + d;
-            vstore_half4(in ? vload4(0, kb + at) : (float4)(0.0f), 0,
+            vstore_half4(in ? KV_LOAD4(0, kb + at) : (float4)(0.0f), 0,
                          (__local half *)(ks + jj * FROW + d));
-            vstore_half4(in ? vload4(0, vb + at) : (float4)(0.0f), 0,
+            vstore_half4(in ? KV_LOAD4(0, vb + at) : (float4)(0.0f), 0,
                          (__local half *)(vs + jj * FROW + d));
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -821,14 +830,14 @@ void attn_prefill_mma(__global float *out, __global const float *q, int q_off, i
 #endif
 
 // Write k, v rows [M][KV][D] into the cache at positions pos0 + m. Work geometry: (D, KV, M).
-__kernel void kv_store(__global float *kc, __global float *vc, __global const float *k,
+__kernel void kv_store(__global kv_t *kc, __global kv_t *vc, __global const float *k,
                        int k_off, __global const float *v, int v_off, int pos0, int max_seq) {
     const int d = get_global_id(0), h = get_global_id(1), m = get_global_id(2);
     const int KV = get_global_size(1);
     const size_t src = ((size_t)m * KV + h) * HEAD_DIM + d;
     const size_t dst = ((size_t)h * max_seq + pos0 + m) * HEAD_DIM + d;
-    kc[dst] = k[k_off + src];
-    vc[dst] = v[v_off + src];
+    KV_PUT(k[k_off + src], kc, dst);
+    KV_PUT(v[v_off + src], vc, dst);
 }
 
 #if CPU_VEC
@@ -857,7 +866,7 @@ inline void rotate_head(__private float *dst, __global const float *src, float p
 // work-item reads what another writes in this launch). out [H][D]. Work geometry: global (H),
 // local (1). Whole-head rotary, no cap, no window.
 __kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
-                              __global float *kc, __global float *vc,
+                              __global kv_t *kc, __global kv_t *vc,
                               __global const int *state, __global const float *inv_freq,
                               int max_seq, int n_rep, int H, int KV, float scale) {
     const int h = get_global_id(0), kvh = h / n_rep, pos = state[0];
@@ -865,12 +874,12 @@ __kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
     rotate_head(qr, qkv + h * HEAD_DIM, (float)pos, inv_freq);
     rotate_head(kr, qkv + (H + kvh) * HEAD_DIM, (float)pos, inv_freq);
     __global const float *vn = qkv + (H + KV + kvh) * HEAD_DIM;
-    __global float *kb = kc + (size_t)kvh * max_seq * HEAD_DIM;
-    __global float *vb = vc + (size_t)kvh * max_seq * HEAD_DIM;
+    __global kv_t *kb = kc + (size_t)kvh * max_seq * HEAD_DIM;
+    __global kv_t *vb = vc + (size_t)kvh * max_seq * HEAD_DIM;
     if (h % n_rep == 0)
         for (int d = 0; d < D4; ++d) {
-            vstore4(vload4(d, kr), d, kb + (size_t)pos * HEAD_DIM);
-            vstore4(vload4(d, vn), d, vb + (size_t)pos * HEAD_DIM);
+            KV_STORE4(vload4(d, kr), d, kb + (size_t)pos * HEAD_DIM);
+            KV_STORE4(vload4(d, vn), d, vb + (size_t)pos * HEAD_DIM);
         }
     float16 qv[D16], acc[D16];
     for (int d = 0; d < D16; ++d) qv[d] = vload16(d, qr) * scale;
@@ -888,7 +897,7 @@ __kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
 // block (a block's positions lie HEAD_DIM apart), 16-wide with one exp per key. q and out
 // [R][H][D]. Work geometry: global (1, H, R), local (1, 1, 1) (paged_attn's axes).
 __kernel void paged_attn_cpu(__global float *out, __global const float *q,
-                             __global const float *kp, __global const float *vp,
+                             __global const kv_t *kp, __global const kv_t *vp,
                              __global const int *table, int maxb, __global const int *rslot,
                              __global const int *rpos, int H, int KV, int BS, float scale) {
     const int h = get_global_id(1), r = get_global_id(2);

@@ -14,11 +14,23 @@ from . import launch
 from .launch import Launch, f32, float_define, i32, kernel
 
 
+def _kv(kv_half: bool) -> dict[str, Any]:
+    """The defines of a cache of float16 values (``kv_half``; clops/kv.cl), else float32."""
+    return {"KV_HALF": 1} if kv_half else {}
+
+
+def kv_nbytes(n_kv: int, max_seq: int, head_dim: int, kv_half: bool) -> int:
+    """The bytes of one layer's key (or value) cache [n_kv][max_seq][head_dim]."""
+    return n_kv * max_seq * head_dim * (2 if kv_half else 4)
+
+
 def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffer, vc: Buffer,
                state: Buffer, inv_freq: Buffer, *, m: int, n_heads: int, n_kv: int,
-               head_dim: int, max_seq: int, neox: bool, rot_dim: int = 0) -> Launch:
+               head_dim: int, max_seq: int, neox: bool, rot_dim: int = 0,
+               kv_half: bool = False) -> Launch:
     """Rotate q and k of m QKV rows (the first ``rot_dim`` dimensions of each head; 0: all),
-    q to ``q_out``, k and v into the cache at positions state[0] + row."""
+    q to ``q_out``, k and v into the cache at positions state[0] + row (``kv_half``: a cache
+    of float16 values, else float32; the same for every function here that takes a cache)."""
     rot = {"ROT_DIM": rot_dim} if rot_dim and rot_dim != head_dim else {}
     # PERF (CPUs): a work-item takes every head, making each angle's sine and cosine once
     # (2-core EPYC, Intel's runtime, a 1B prompt chunk of 64 rows: 13.8 -> 6.6 ms); GPUs: up
@@ -27,7 +39,7 @@ def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffe
     heads = n_heads + 2 * n_kv
     per = heads if launch.is_cpu(dev) else max(d for d in range(1, 9) if heads % d == 0)
     knl = kernel(dev, "attention", "rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
-                 HEADS_PER_ITEM=per, **rot)
+                 HEADS_PER_ITEM=per, **rot, **_kv(kv_half))
     args = [q_out, qkv, i32(ld_qkv), kc, vc, state, inv_freq, i32(n_heads), i32(n_kv),
             i32(max_seq)]
     return Launch(knl, (head_dim // 2, heads // per, m), None, args,
@@ -43,11 +55,12 @@ def rope(dev: CLDevice, x: Buffer, x_off: int, ld: int, pos: Buffer, inv_freq: B
 
 
 def kv_store(dev: CLDevice, kc: Buffer, vc: Buffer, k: Buffer, k_off: int, v: Buffer,
-             v_off: int, *, pos: int, m: int, n_kv: int, head_dim: int, max_seq: int) -> Launch:
+             v_off: int, *, pos: int, m: int, n_kv: int, head_dim: int, max_seq: int,
+             kv_half: bool = False) -> Launch:
     """Store m rows of keys and values ``[m, n_kv, head_dim]`` (float32, at element offsets
     ``k_off``, ``v_off``) into the caches ``[n_kv, max_seq, head_dim]`` at positions
     ``pos ..``."""
-    knl = kernel(dev, "attention", "kv_store", HEAD_DIM=head_dim)
+    knl = kernel(dev, "attention", "kv_store", HEAD_DIM=head_dim, **_kv(kv_half))
     args = [kc, vc, k, i32(k_off), v, i32(v_off), i32(pos), i32(max_seq)]
     return Launch(knl, (head_dim, n_kv, m), None, args, [k, v], [kc, vc], "kv_store")
 
@@ -81,7 +94,8 @@ def _score_defines(softcap: float, window: int) -> dict[str, Any]:
 
 def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer, vc: Buffer,
                 state: Buffer, *, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
-                scale: float, softcap: float = 0.0, window: int = 0) -> list[Launch]:
+                scale: float, softcap: float = 0.0, window: int = 0,
+                kv_half: bool = False) -> list[Launch]:
     """Attention of one query row over the cache: split over positions, then combined.
     ``softcap``: scores soft-capped to (-softcap, softcap); ``window``: the last ``window``
     positions only (both take the one-work-item-per-split kernel)."""
@@ -91,10 +105,11 @@ def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer,
         # one work-item per split (no work-group of head_dim work-items, or scores capped or
         # windowed, which attn_decode_wg does not do)
         k1 = kernel(dev, "attention", "attn_decode", HEAD_DIM=head_dim,
-                    **_score_defines(softcap, window))
+                    **_score_defines(softcap, window), **_kv(kv_half))
         g1, l1 = (splits, n_heads), None
     else:
-        k1 = kernel(dev, "attention", "attn_decode_wg", HEAD_DIM=head_dim, CHUNK=chunk)
+        k1 = kernel(dev, "attention", "attn_decode_wg", HEAD_DIM=head_dim, CHUNK=chunk,
+                    **_kv(kv_half))
         g1, l1 = (splits * head_dim, n_heads), (head_dim, 1)
     return [Launch(k1, g1, l1, a1, [q, kc, vc, state], [part], "attn_decode"),
             _attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits)]
@@ -130,7 +145,7 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
                      kc: Buffer, vc: Buffer, state: Buffer, inv_freq: Buffer, *, n_heads: int,
                      n_kv: int, head_dim: int, max_seq: int, scale: float, neox: bool,
                      chunk: int | None = None, combine: bool | None = None,
-                     positions: int | None = None) -> list[Launch]:
+                     positions: int | None = None, kv_half: bool = False) -> list[Launch]:
     """Decode attention of one row straight from the QKV projection ``qkv`` ([q | k | v] of
     the row at position state[0], before rotation): rotates q and k, stores k and v in the
     cache and attends, in one launch where ``decode_combines`` (``count``: n_heads int32,
@@ -154,7 +169,8 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     # 128 positions, 751 -> 864 at 1000, 742 -> 992 at 4000, 384 -> 704 at 16000)
     nrep = n_rep if PER_KV_HEAD and _decode_fits(dev, head_dim, n_rep, chunk) else 1
     k1 = kernel(dev, "attention", "attn_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
-                ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx), NREP=nrep)
+                ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx), NREP=nrep,
+                **_kv(kv_half))
     a1 = [out, part, count, qkv, kc, vc, state, inv_freq, i32(max_seq),
           i32(n_rep), i32(n_heads), i32(n_kv), f32(scale)]
     launches = [Launch(k1, (splits * head_dim * nrep, n_heads // nrep), (head_dim * nrep, 1), a1,
@@ -180,11 +196,11 @@ def cpu_decode(dev: CLDevice, head_dim: int) -> bool:
 
 def attn_decode_cpu(dev: CLDevice, out: Buffer, qkv: Buffer, kc: Buffer, vc: Buffer,
                     state: Buffer, inv_freq: Buffer, *, n_heads: int, n_kv: int, head_dim: int,
-                    max_seq: int, scale: float, neox: bool) -> Launch:
+                    max_seq: int, scale: float, neox: bool, kv_half: bool = False) -> Launch:
     """Decode attention of one row straight from the QKV projection on CPUs: rotation, the
     cache store and attention in one launch (``out`` is [H][D])."""
     knl = kernel(dev, "attention", "attn_decode_cpu", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
-                 CPU_VEC=1)
+                 CPU_VEC=1, **_kv(kv_half))
     args = [out, qkv, kc, vc, state, inv_freq, i32(max_seq), i32(n_heads // n_kv),
             i32(n_heads), i32(n_kv), f32(scale)]
     return Launch(knl, (n_heads,), (1,), args, [qkv, kc, vc, state, inv_freq], [out, kc, vc],
@@ -211,7 +227,7 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
                  vc: Buffer, k_off: int, v_off: int, kv_stride: int, state: Buffer, *,
                  pos_add: int, causal: bool, n_keys: int, m: int, n_heads: int, n_kv: int,
                  head_dim: int, scale: float, softcap: float = 0.0, window: int = 0,
-                 half: bool = False) -> Launch:
+                 half: bool = False, kv_half: bool = False) -> Launch:
     """Attention of m query rows; ``softcap`` and ``window`` as in attn_decode (a causal
     window: the keys (pos - window, pos] of each row). ``half``: q, k, v and the softmax
     weights may be rounded to float16 for tensor cores (``prefill_mma``), as an LLM's prompt
@@ -220,27 +236,28 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
             state, i32(pos_add), i32(int(causal)), i32(n_keys), i32(n_heads // n_kv),
             f32(scale)]
     reads = [q, kc, vc, state]
+    kv = _kv(kv_half)
     if softcap or window:
         # PERF: capped or windowed scores take the work-item-per-row kernel on GPUs too
         knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim,
-                     **_score_defines(softcap, window))
+                     **_score_defines(softcap, window), **kv)
         return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
     if half and prefill_mma(dev, head_dim):
         # PERF (H200, Llama-3.2-1B body, a prompt of 512 rows): 198 -> 32 us a layer
-        knl = kernel(dev, "attention", "attn_prefill_mma", HEAD_DIM=head_dim, PREFILL_MMA=1)
+        knl = kernel(dev, "attention", "attn_prefill_mma", HEAD_DIM=head_dim, PREFILL_MMA=1, **kv)
         return Launch(knl, (math.ceil(m / 64) * 128, n_heads), (128, 1), args + [i32(m)],
                       reads, [out], "attn_prefill")
     if not launch.is_cpu(dev) and head_dim % 8 == 0:
         # PERF: GPUs: 16 rows per work-group share each tile of keys and values through local
         # memory (a work-item per row and head walked every key alone: 0.5 ms a layer for 128
         # rows of Llama-3.2-1B on an H100)
-        knl = kernel(dev, "attention", "attn_prefill_wg", HEAD_DIM=head_dim, PREFILL_WG=1)
+        knl = kernel(dev, "attention", "attn_prefill_wg", HEAD_DIM=head_dim, PREFILL_WG=1, **kv)
         return Launch(knl, (math.ceil(m / 16) * 128, n_heads), (128, 1), args + [i32(m)],
                       reads, [out], "attn_prefill")
     if head_dim % 16 == 0 and cpu_vectors(dev):
         # PERF (CPUs): 16-wide arithmetic, one exp per key, a work-item per group (rows of
         # different lengths vectorized across work-items ran slower on PoCL)
-        knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim, CPU_VEC=1)
+        knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim, CPU_VEC=1, **kv)
         return Launch(knl, (m, n_heads), (1, 1), args, reads, [out], "attn_prefill")
-    knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim)
+    knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim, **kv)
     return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")

@@ -179,6 +179,9 @@ def _tma_maps(dev: CLDevice, cfg: dict[str, int], a: Buffer, a_off: int, lda: in
               strides: tuple[int, int]) -> Buffer | None:
     """The device buffer of gemm_wgmma's tensor maps (A's, then B's) for this product, or None
     where they cannot be made (no CUDA driver, unaligned or broadcast matrices)."""
+    if not (tma.describable(a_off, m, lda, batch, strides[0])
+            and tma.describable(b_off, k, ldb, batch, strides[1])):
+        return None  # (before either buffer's address is asked for)
     ma = tma.matrix_map(dev, a, a_off, m, k, lda, batch, strides[0], (cfg["BK"], cfg["BM"]))
     mb = tma.matrix_map(dev, b, b_off, k, n, ldb, batch, strides[1], (64, cfg["BK"]))
     if ma is None or mb is None:

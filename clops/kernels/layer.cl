@@ -23,7 +23,7 @@
 // a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX (NVIDIA: dp4a, shfl.sync, fences
 // and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a bitmask of the phases A..E that
 // run, for timing them apart: default all), QUERY_UNITS (B's units: -1 by the positions, 1 a
-// query head's, 0 a key-value head's).
+// query head's, 0 a key-value head's), KV_HALF (1: float16 caches, clops/kv.cl).
 // Work geometry: global (G * LS), local (LS).
 #define LS 256
 #define NW (LS / 32)
@@ -46,6 +46,7 @@
 #ifndef SPIN_LIMIT
 #define SPIN_LIMIT (1 << 26)
 #endif
+#include "clops/kv.cl"  // KV_HALF: the caches' element type
 #if 64 % HEAD_DIM || HEAD_DIM % 4
 #error "decode_layers: HEAD_DIM must divide 64 (a multiple of 4)"
 #endif
@@ -438,7 +439,7 @@ inline void pair_rows(int k, int w, int *rows) {
 // A layer's arguments (suffix i: the launch's i-th layer) and the one of layer l among them.
 #define LAYER_ARGS(i)                                                                          \
     __global const float *anw##i, __global const uchar *wqkv##i, __global const half *sqkv##i, \
-        __global float *kc##i, __global float *vc##i, __global const float *inv_freq##i,       \
+        __global kv_t *kc##i, __global kv_t *vc##i, __global const float *inv_freq##i,         \
         __global const uchar *wo##i, __global const half *so##i, __global const float *fnw##i, \
         __global const uchar *wgu##i, __global const half *sgu##i, __global const uchar *wd##i, \
         __global const half *sd##i
@@ -537,7 +538,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                              *wd = SEL(wd, l);
         __global const half *sqkv = SEL(sqkv, l), *so = SEL(so, l), *sgu = SEL(sgu, l),
                             *sd = SEL(sd, l);
-        __global float *kc = SEL(kc, l), *vc = SEL(vc, l);
+        __global kv_t *kc = SEL(kc, l), *vc = SEL(vc, l);
 
         // ---- A: qkv = Wqkv . n(x) (the first task's rows loaded before) ----
         if (has_a) {
@@ -586,16 +587,14 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 const bool newest = s == S - 1;  // pos is its last position, n - 1
                 const int nc = newest ? n - 1 : n, g4 = t % DG;
                 float4 kr[D / 4], vr[DG];
-                __global const float4 *kp =
-                    (__global const float4 *)(kc + ((size_t)kvh * max_seq + j0 + t) * D);
+                __global const kv_t *kp = kc + ((size_t)kvh * max_seq + j0 + t) * D;
 #pragma unroll
-                for (int d = 0; d < D / 4; ++d) kr[d] = t < nc ? kp[d] : (float4)(0.0f);
-                __global const float4 *vp =
-                    (__global const float4 *)(vc + ((size_t)kvh * max_seq + j0) * D) + g4;
+                for (int d = 0; d < D / 4; ++d) kr[d] = t < nc ? KV_LOAD4(d, kp) : (float4)(0.0f);
+                __global const kv_t *vp = vc + ((size_t)kvh * max_seq + j0) * D;
 #pragma unroll
                 for (int i = 0; i < DG; ++i) {
                     const int j = t / DG + PS * i;
-                    vr[i] = j < nc ? vp[(size_t)j * DG] : (float4)(0.0f);
+                    vr[i] = j < nc ? KV_LOAD4((size_t)j * DG + g4, vp) : (float4)(0.0f);
                 }
                 for (int c = t; c < nr * D; c += LS)
                     y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
@@ -663,8 +662,8 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 // the cache at pos (read from kn and vn in this launch)
                 if (newest && h0 == kvh * N_REP && t < D) {
                     const size_t at = ((size_t)kvh * max_seq + pos) * D + t;
-                    kc[at] = kn[t];
-                    vc[at] = vn[t];
+                    KV_PUT(kn[t], kc, at);
+                    KV_PUT(vn[t], vc, at);
                 }
                 barrier(CLK_LOCAL_MEM_FENCE);
             }

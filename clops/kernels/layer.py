@@ -166,12 +166,13 @@ def launch_groups(layers: list[DecoderLayer]) -> list[list[DecoderLayer]]:
 def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_out: Buffer,
                   state: Buffer, attn: Buffer, part: Buffer, count: Buffer, h: Buffer,
                   bar: Buffer, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
-                  eps: float, scale: float, neox: bool) -> Launch:
+                  eps: float, scale: float, neox: bool, kv_half: bool = False) -> Launch:
     """Consecutive decoder layers (one to MAX_LAYERS, the same ``formats``) of the decode row at
     position state[0] in one launch: x (the residual stream, [dim]) in and out; ``qkv_out``
     [(H + 2 KV) D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part`` (``part_nbytes``), ``count``
     (n_heads int32, zero, left zero) and ``bar`` (4 int32, zero at first; ``arrivals``)
-    shared by every launch; as many work-groups as the probe found resident."""
+    shared by every launch; as many work-groups as the probe found resident. ``kv_half``: the
+    layers' caches hold float16 values, else float32."""
     if not 1 <= len(layers) <= MAX_LAYERS or len({ly.formats() for ly in layers}) != 1:
         raise ValueError(f"decode_layers: 1 to {MAX_LAYERS} layers of the same formats, not "
                          f"{[ly.formats() for ly in layers]}")
@@ -191,7 +192,8 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
                  R_GU=rows_per_task(gate_up.fmt, dim, ffn, groups, 2),
                  R_D=rows_per_task(down.fmt, ffn, dim, groups),
                  SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
-                 QUERY_UNITS=-1 if QUERY_UNITS is None else int(QUERY_UNITS))
+                 QUERY_UNITS=-1 if QUERY_UNITS is None else int(QUERY_UNITS),
+                 **({"KV_HALF": 1} if kv_half else {}))
     args: list[Any] = [x, qkv_out, state, attn, part, count, h, bar, i32(max_seq), f32(eps),
                        f32(scale)]
     reads: list[Buffer] = [x, state, count, bar]

@@ -45,7 +45,8 @@ def default_model_path() -> str:
 
 def load(path: str | None = None, device: CLDevice | str | None = None,
          max_seq_len: int | None = None, progress: bool = True,
-         float16_copies: bool | None = None, int8_activations: bool = True) -> Model:
+         float16_copies: bool | None = None, int8_activations: bool = True,
+         kv_cache: str | None = None) -> Model:
     """Load a model: a ``.gguf`` file, or a directory with ``config.json``, ``*.safetensors``
     and ``tokenizer.json``; ``None`` is the bundled SmolLM2-135M-Instruct.
 
@@ -60,6 +61,10 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
     way: NVIDIA GPUs for a decode row (dp4a), CPUs with AVX-512 VNNI for every row (native
     products, ``kernels.native_cpu``). Logits then move by about 1-4% of their largest value;
     ``False`` keeps float rows everywhere (logits nearest a float reference).
+
+    ``kv_cache``: the type of the keys and values kept for attention, ``"float16"`` or
+    ``"float32"``; ``None`` is float16 on GPUs (half the bytes to read at long contexts; logits
+    move by about 0.1% of their largest value) and float32 on CPUs.
 
     >>> model = clops.llm.load(device="cpu")
     >>> model.tokenizer.encode("Hello")
@@ -105,7 +110,8 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
         tok = _built_tokenizer(f"{path}: tokenizer.ggml.* metadata",
                                lambda: tokenizer.from_gguf_metadata(f.metadata, path))
     return Model(cfg, source, tok, dev, max_seq_len, progress=progress,
-                 float16_copies=float16_copies, int8_activations=int8_activations)
+                 float16_copies=float16_copies, int8_activations=int8_activations,
+                 kv_cache=kv_cache)
 
 
 def _built_tokenizer(where: str, build: Callable[[], TextTokenizer]) -> TextTokenizer:

@@ -101,7 +101,7 @@ class Model:
     def __init__(self, config: ModelConfig, source: WeightSource, tokenizer: TextTokenizer,
                  device: CLDevice, max_seq_len: int | None = None, chunk: int | None = None,
                  progress: bool = True, float16_copies: bool | None = None,
-                 int8_activations: bool = True) -> None:
+                 int8_activations: bool = True, kv_cache: str | None = None) -> None:
         self.config = cfg = config
         self.tokenizer = tokenizer
         self.device = device
@@ -112,6 +112,7 @@ class Model:
             # 78k tok/s, a 1B body 31k -> 38k (fewer launches, fuller products)
             chunk = PROMPT_CHUNK_CPU if device.kind == "cpu" else PROMPT_CHUNK_GPU
         self.chunk = int(max(1, min(chunk, self.max_seq)))
+        self.kv_half = _kv_half(kv_cache, device)
         self.stats = GenerationStats()
         self._load_weights(source, progress)
         for w in [self.embed, self.output] + self._layer_matrices():
@@ -262,7 +263,7 @@ class Model:
         self.ph = dev.alloc(max([matmul.split_nbytes(dev, C, w) for w in mats] + [4]))
         self.tokens = upload(dev, np.zeros(self.max_seq + 2, np.int32))
         self.seen = upload(dev, np.zeros(cfg.vocab_size, np.uint8))
-        cache = KV * self.max_seq * D * f4
+        cache = attention.kv_nbytes(KV, self.max_seq, D, self.kv_half)
         for ly in self.layers:
             ly.k_cache = dev.alloc(cache)
             ly.v_cache = dev.alloc(cache)
@@ -414,7 +415,8 @@ class Model:
             self.device, group, x=self.x, qkv_out=self.qkv, state=self.state, attn=self.attn,
             part=self.lpart, count=self.count, h=self.h, bar=self.bar, n_heads=cfg.n_heads,
             n_kv=cfg.n_kv_heads, head_dim=cfg.head_dim, max_seq=self.max_seq,
-            eps=cfg.norm_eps, scale=cfg.scale * cfg.rope_mscale() ** 2, neox=cfg.rope_neox)
+            eps=cfg.norm_eps, scale=cfg.scale * cfg.rope_mscale() ** 2, neox=cfg.rope_neox,
+            kv_half=self.kv_half)
 
     def _decode_span(self, positions: int) -> int | None:
         """The span of the decode plan for a row that attends to ``positions`` positions: the
@@ -439,16 +441,22 @@ class Model:
         window = cfg.sliding_window if cfg.sliding(i) and cfg.sliding_window < self.max_seq \
             else 0
         plain = cfg.rotary == D and not cfg.attn_softcap and not window
+        kv_half = self.kv_half
         common: dict[str, Any] = dict(state=self.state, n_heads=H, n_kv=KV, head_dim=D,
-                                      scale=scale)
+                                      scale=scale, kv_half=kv_half)
         if m == 1 and plain and attention.cpu_decode(dev, D):
             # PERF (CPUs): one launch a layer, a work-item per query head, or natively a task
-            # per key-value head
-            make = (native_cpu.attention if native_cpu.takes_attention(dev, D)
-                    else attention.attn_decode_cpu)
-            add(make(dev, self.attn, self.qkv, ly.k_cache, ly.v_cache, self.state,
-                     ly.inv_freq, n_heads=H, n_kv=KV, head_dim=D, max_seq=self.max_seq,
-                     scale=scale, neox=cfg.rope_neox))
+            # per key-value head (float32 caches)
+            if not kv_half and native_cpu.takes_attention(dev, D):
+                add(native_cpu.attention(dev, self.attn, self.qkv, ly.k_cache, ly.v_cache,
+                                         self.state, ly.inv_freq, n_heads=H, n_kv=KV,
+                                         head_dim=D, max_seq=self.max_seq, scale=scale,
+                                         neox=cfg.rope_neox))
+            else:
+                add(attention.attn_decode_cpu(dev, self.attn, self.qkv, ly.k_cache, ly.v_cache,
+                                              self.state, ly.inv_freq, n_heads=H, n_kv=KV,
+                                              head_dim=D, max_seq=self.max_seq, scale=scale,
+                                              neox=cfg.rope_neox, kv_half=kv_half))
             return
         if m == 1 and plain and attention.fused_decode(dev, D):
             # PERF: rotation, cache store, attention and (where the device allows) the
@@ -463,7 +471,7 @@ class Model:
         add(attention.rope_store(dev, self.q, self.qkv, (H + 2 * KV) * D, ly.k_cache,
                                  ly.v_cache, self.state, ly.inv_freq, m=m, n_heads=H, n_kv=KV,
                                  head_dim=D, max_seq=self.max_seq, neox=cfg.rope_neox,
-                                 rot_dim=cfg.rotary))
+                                 rot_dim=cfg.rotary, kv_half=kv_half))
         capped: dict[str, Any] = dict(softcap=cfg.attn_softcap, window=window)
         if m == 1:
             for ln in attention.attn_decode(dev, self.attn, self.part, self.q, ly.k_cache,
@@ -674,6 +682,21 @@ class Model:
         c = self.config
         return (f"<clops.llm.Model {c.arch} {c.n_layers} layers, dim {c.dim}, vocab "
                 f"{c.vocab_size} on {self.device.name}>")
+
+
+KV_CACHE_TYPES = ("float16", "float32")
+
+
+def _kv_half(kv_cache: str | None, dev: CLDevice) -> bool:
+    """Whether the KV cache holds float16 values: ``kv_cache`` "float16" or "float32", or
+    None for float16 on GPUs (half the bytes attention reads at long contexts, the cache
+    llama.cpp keeps by default) and float32 on CPUs."""
+    if kv_cache is None:
+        return dev.kind != "cpu"
+    if kv_cache not in KV_CACHE_TYPES:
+        raise ValueError(f"kv_cache must be one of {KV_CACHE_TYPES} (or None: float16 on GPUs, "
+                         f"float32 on CPUs), not {kv_cache!r}")
+    return kv_cache == "float16"
 
 
 def _branch_out(cfg: ModelConfig) -> bool:

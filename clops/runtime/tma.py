@@ -197,6 +197,15 @@ def _maps(dev: CLDevice) -> _Maps:
     return _Maps()
 
 
+def describable(offset: int, rows: int, ld: int, batch: int, bstride: int) -> bool:
+    """Whether a tensor map can describe ``batch`` float16 matrices from element ``offset``,
+    ``ld`` elements a row and ``bstride`` a matrix: addresses and strides in multiples of 16
+    bytes, no matrix shared by the batch (stride 0)."""
+    if batch == 1:
+        bstride = rows * ld
+    return not ((offset * 2) % 16 or (ld * 2) % 16 or (bstride * 2) % 16 or bstride <= 0)
+
+
 def matrix_map(dev: CLDevice, buf: Buffer, offset: int, rows: int, cols: int, ld: int,
                batch: int, bstride: int, box: tuple[int, int]) -> bytes | None:
     """The tensor map of ``batch`` float16 matrices of ``rows`` x ``cols`` (row-major, ``ld``
@@ -206,10 +215,10 @@ def matrix_map(dev: CLDevice, buf: Buffer, offset: int, rows: int, cols: int, ld
     cu = cuda(dev)
     if cu is None or plan._ACTIVE[0]:  # a plan being recorded reads nothing back
         return None
+    if not describable(offset, rows, ld, batch, bstride):
+        return None
     if batch == 1:
         bstride = rows * ld
-    if (offset * 2) % 16 or (ld * 2) % 16 or (bstride * 2) % 16 or bstride <= 0:
-        return None
     return cu.encode(address(dev, buf) + offset * 2, (cols, rows, batch),
                      (ld * 2, bstride * 2), (box[0], box[1], 1))
 

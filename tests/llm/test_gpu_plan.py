@@ -19,7 +19,8 @@ from .tiny import VOCAB, hf_logits, logit_tolerance, make_model  # noqa: E402
 @pytest.mark.parametrize("combine", [True, False])
 @pytest.mark.parametrize("case", [dict(arch="llama"), dict(arch="qwen2", dtype="float16",
                                                              tied=True)])
-def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, combine):
+@pytest.mark.parametrize("kv_cache", ["float32", "float16"])
+def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, combine, kv_cache):
     import torch
 
     monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
@@ -33,7 +34,9 @@ def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, comb
     monkeypatch.setattr(attention, "decode_chunk", lambda dev, max_seq, n_heads:
                         (8, -(-max_seq // 8)))
     ref = make_model(str(tmp_path), **case)
-    model = clops.llm.load(str(tmp_path), device=device, max_seq_len=256, progress=False)
+    model = clops.llm.load(str(tmp_path), device=device, max_seq_len=256, progress=False,
+                           kv_cache=kv_cache)
+    assert model.kv_half == (kv_cache == "float16")
     ids = np.random.default_rng(2).integers(0, VOCAB, 40).tolist()
     got, want = model.logits(ids), hf_logits(ref, ids)
     assert np.abs(got - want).max() / np.abs(want).max() < logit_tolerance(model)

@@ -56,3 +56,23 @@ def test_greedy_decode_matches_transformers(pair, device):
                            eos_token_id=None, pad_token_id=0)
     want = out[0, len(prompt):].tolist()
     assert got == want, name
+
+
+def test_float16_kv_cache_matches_transformers(pair, device):
+    """A cache of float16 keys and values (the GPUs' default; here on the test device's own
+    prompt and decode kernels): a prompt longer than a chunk, then a decode step, against
+    transformers in float32, within the float16 rounding of the cache."""
+    name, path, ref = pair
+    model = clops.llm.load(path, device=device, max_seq_len=256, progress=False,
+                           kv_cache="float16")
+    assert model.kv_half
+    ids = np.random.default_rng(3).integers(0, VOCAB, 150).tolist()
+    got, want = model.logits(ids), hf_logits(ref, ids)
+    tol = logit_tolerance(model)
+    assert np.abs(got - want).max() / np.abs(want).max() < tol, name
+    # a decode step (attention over the cache written by the prompt and the step before)
+    first = list(model.generate_ids(ids, max_new_tokens=2, stop_ids=[]))[0]
+    step = np.empty(VOCAB, np.float32)  # (the logits of the step after the first new token)
+    model.device.read(step, model.logits_buf, blocking=True)
+    want_step = hf_logits(ref, ids + [first])[-1]
+    assert np.abs(step - want_step).max() / np.abs(want_step).max() < tol, name

@@ -47,12 +47,14 @@ def files(tmp_path_factory) -> dict[str, str]:
             for k, v in {**SHAPES, "wide": WIDE}.items()}
 
 
-def _both(device, monkeypatch, path: str, prompt: int, query_units: bool | None):
+def _both(device, monkeypatch, path: str, prompt: int, query_units: bool | None,
+          kv_cache: str | None = None):
     """The model at ``path`` through the layer kernel (attention's units ``query_units``) and
     a prompt of ``prompt`` tokens; the decode step's logits of the per-layer plan and of it."""
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
     monkeypatch.setattr(layer, "QUERY_UNITS", query_units)
-    model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False)
+    model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False,
+                           kv_cache=kv_cache)
     assert model._layer_kernels()
     ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
     return model, ids, _step_logits(model, ids, False), _step_logits(model, ids, True)
@@ -74,15 +76,18 @@ def _step_logits(model, ids: list[int], whole: bool) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("query_units", [None, False, True])
+@pytest.mark.parametrize("query_units, kv_cache", [(None, None), (False, None), (True, None),
+                                                   (None, "float32")])
 @pytest.mark.parametrize("prompt", [40, 300, 700])
 @pytest.mark.parametrize("which", list(SHAPES))
 def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, files, which, prompt,
-                                                  query_units):
+                                                  query_units, kv_cache):
+    # (kv_cache None: the GPU's float16 cache)
     if not layer.resident_groups(device):
         pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
                     "resident, or it is a CPU)")
-    model, ids, want, got = _both(device, monkeypatch, files[which], prompt, query_units)
+    model, ids, want, got = _both(device, monkeypatch, files[which], prompt, query_units,
+                                  kv_cache)
     assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
     bar = np.empty(4, np.int32)
     device.read(bar, model.bar, blocking=True)
@@ -96,11 +101,12 @@ def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, files, whi
     assert list(model.generate_ids(ids, max_new_tokens=6, stop_ids=[]))[:2] == toks[:2]
 
 
-@pytest.mark.parametrize("query_units", [False, True])
+@pytest.mark.parametrize("query_units, kv_cache", [(False, "float32"), (True, "float32"),
+                                                   (True, "float16")])
 @pytest.mark.parametrize("prompt", [40, 700])
 @pytest.mark.parametrize("which", list(SHAPES))
 def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prompt,
-                                         query_units):
+                                         query_units, kv_cache):
     """The kernel's portable code (no PTX) run as one work-group, whose grid barriers are met
     at once: every phase, the task rounds, the rotation, chunks and their combine, against the
     per-layer plan on the same device (row-major weights). CPUs only: they never take the kernel
@@ -111,7 +117,8 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prom
     from clops.nn import quant
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
     monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
-    model, ids, want, got = _both(device, monkeypatch, files[which], prompt, query_units)
+    model, ids, want, got = _both(device, monkeypatch, files[which], prompt, query_units,
+                                  kv_cache)
     # (the plan's CPU products take float inputs, the kernel int8: 2.4-3.5% of the largest
     # logit apart here; a wrong head, rotation or chunk is off by the logits' scale)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()

@@ -1,6 +1,6 @@
 """The attention kernels' per-family choices against numpy: soft-capped scores and a sliding
 window, for a prompt's rows (attn_prefill) and a decode row (attn_decode with its split
-combine), on the test device; and partial rotary in rope_store."""
+combine), on the test device; partial rotary in rope_store; caches of float16 values."""
 
 from __future__ import annotations
 
@@ -42,16 +42,19 @@ def _read(dev, b, shape):
 
 @pytest.mark.parametrize("softcap, window", [(0.0, 0), (2.5, 0), (0.0, 5), (3.0, 7)])
 @pytest.mark.parametrize("gpu", [False, True])
-def test_capped_and_windowed_attention(device, monkeypatch, softcap, window, gpu):
+@pytest.mark.parametrize("kv_half", [False, True])
+def test_capped_and_windowed_attention(device, monkeypatch, softcap, window, gpu, kv_half):
     if gpu:
         monkeypatch.setattr(clops.kernels.launch, "is_cpu", lambda dev: False)
         monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
     rng = np.random.default_rng(int(softcap * 10) + window)
-    kc = rng.standard_normal((KV, MAX, D)).astype(np.float32) * 2
-    vc = rng.standard_normal((KV, MAX, D)).astype(np.float32)
+    ct = np.float16 if kv_half else np.float32
+    # (the reference reads the cache's values as the kernels do: float16-rounded)
+    kc = (rng.standard_normal((KV, MAX, D)) * 2).astype(ct).astype(np.float32)
+    vc = rng.standard_normal((KV, MAX, D)).astype(ct).astype(np.float32)
     scale = 0.4
     dev = device
-    kb, vb = _buf(dev, kc), _buf(dev, vc)
+    kb, vb = _buf(dev, kc.astype(ct)), _buf(dev, vc.astype(ct))
     # a prompt chunk: 20 rows from position 13
     p0, m = 13, 20
     q = rng.standard_normal((m, H, D)).astype(np.float32) * 2
@@ -59,7 +62,8 @@ def test_capped_and_windowed_attention(device, monkeypatch, softcap, window, gpu
     out = dev.alloc(q.nbytes)
     attention.attn_prefill(dev, out, _buf(dev, q), 0, H * D, kb, vb, 0, 0, MAX * D, state,
                            pos_add=0, causal=True, n_keys=MAX, m=m, n_heads=H, n_kv=KV,
-                           head_dim=D, scale=scale, softcap=softcap, window=window).run(dev)
+                           head_dim=D, scale=scale, softcap=softcap, window=window,
+                           kv_half=kv_half).run(dev)
     want = _ref(q, kc, vc, [p0 + i for i in range(m)], scale, softcap, window)
     np.testing.assert_allclose(_read(dev, out, q.shape), want, rtol=1e-4, atol=1e-5)
     # a decode row at position 50: splits before the window weigh nothing
@@ -71,26 +75,28 @@ def test_capped_and_windowed_attention(device, monkeypatch, softcap, window, gpu
     out1 = dev.alloc(q1.nbytes)
     for ln in attention.attn_decode(dev, out1, part, _buf(dev, q1), kb, vb, state, n_heads=H,
                                     n_kv=KV, head_dim=D, max_seq=MAX, scale=scale,
-                                    softcap=softcap, window=window):
+                                    softcap=softcap, window=window, kv_half=kv_half):
         ln.run(dev)
     want1 = _ref(q1, kc, vc, [50], scale, softcap, window)
     np.testing.assert_allclose(_read(dev, out1, q1.shape), want1, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("neox", [True, False])
-def test_partial_rotary(device, neox):
+@pytest.mark.parametrize("kv_half", [False, True])
+def test_partial_rotary(device, neox, kv_half):
     rot, m = 8, 3
     rng = np.random.default_rng(5)
     n_qkv = (H + 2 * KV) * D
     qkv = rng.standard_normal((m, n_qkv)).astype(np.float32)
     inv = (1.0 / 10000 ** (np.arange(0, rot, 2) / rot)).astype(np.float32)
     dev = device
-    q_out, kc, vc = dev.alloc(m * H * D * 4), dev.alloc(KV * MAX * D * 4), dev.alloc(
-        KV * MAX * D * 4)
+    ct = np.float16 if kv_half else np.float32
+    q_out = dev.alloc(m * H * D * 4)
+    kc, vc = (dev.alloc(attention.kv_nbytes(KV, MAX, D, kv_half)) for _ in range(2))
     state = _buf(dev, np.array([7, 0, 0, 0], np.int32))
     attention.rope_store(dev, q_out, _buf(dev, qkv), n_qkv, kc, vc, state, _buf(dev, inv), m=m,
                          n_heads=H, n_kv=KV, head_dim=D, max_seq=MAX, neox=neox,
-                         rot_dim=rot).run(dev)
+                         rot_dim=rot, kv_half=kv_half).run(dev)
     heads = qkv[:, :(H + KV) * D].reshape(m, H + KV, D)
     want = heads.copy()
     for r in range(m):
@@ -101,9 +107,17 @@ def test_partial_rotary(device, neox):
         a, b = heads[r][:, idx[0]], heads[r][:, idx[1]]
         want[r][:, idx[0]], want[r][:, idx[1]] = a * c - b * s, a * s + b * c
     got_q = _read(dev, q_out, (m, H, D))
-    got_k = _read(dev, kc, (KV, MAX, D))[:, 7:7 + m].transpose(1, 0, 2)
+    got_k, got_v = (np.empty((KV, MAX, D), ct) for _ in range(2))
+    dev.read(got_k, kc)
+    dev.read(got_v, vc)
     np.testing.assert_allclose(got_q, want[:, :H], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(got_k, want[:, H:], rtol=1e-5, atol=1e-5)
+    # (a float16 cache: the same values rounded, within an ulp of float16 where the angles'
+    # sines differ in their last bits)
+    np.testing.assert_allclose(got_k[:, 7:7 + m].transpose(1, 0, 2).astype(np.float32),
+                               want[:, H:].astype(ct), rtol=2e-3 if kv_half else 1e-5,
+                               atol=1e-5)
+    vals = qkv[:, (H + KV) * D:].reshape(m, KV, D).transpose(1, 0, 2)
+    np.testing.assert_array_equal(got_v[:, 7:7 + m], vals.astype(ct))
 
 
 def _ref_rows(q, kc, vc, lims, scale):
@@ -123,11 +137,12 @@ def _ref_rows(q, kc, vc, lims, scale):
 @pytest.mark.parametrize("dh", [64, 128, 16])
 @pytest.mark.parametrize("p0,m,causal", [(0, 150, True), (37, 64, True), (200, 9, True),
                                          (0, 70, False)])
-def test_prefill_tensor_cores(device, dh, p0, m, causal):
+@pytest.mark.parametrize("kv_half", [False, True])
+def test_prefill_tensor_cores(device, dh, p0, m, causal, kv_half):
     """attn_prefill(half=True) on tensor cores (attn_prefill_mma, NVIDIA): against float64 from
     float16-rounded q, k, v; rows past a group of 64, keys past a tile of 64 and a start
     position inside one, 4 query heads a key-value head, a causal prompt from 0 (rows attend to
-    1 .. 150 keys), and all keys."""
+    1 .. 150 keys), and all keys; from caches of float32 or float16 values."""
     dev = device
     if not attention.prefill_mma(dev, dh):
         pytest.skip(f"{dev.name}: no tensor-core prefill attention (needs NVIDIA mma.sync)")
@@ -142,10 +157,11 @@ def test_prefill_tensor_cores(device, dh, p0, m, causal):
     state = _buf(dev, np.array([p0, 0, 0, 0], np.int32))
     out = dev.alloc(q.nbytes)
     dev.write(out, np.full(q.size, np.nan, np.float32), blocking=True)
-    ln = attention.attn_prefill(dev, out, _buf(dev, q), 0, h * dh, _buf(dev, kc), _buf(dev, vc),
-                                0, 0, cap * dh, state, pos_add=0, causal=causal,
-                                n_keys=n_keys, m=m, n_heads=h, n_kv=kv, head_dim=dh,
-                                scale=scale, half=True)
+    ct = np.float16 if kv_half else np.float32
+    ln = attention.attn_prefill(dev, out, _buf(dev, q), 0, h * dh, _buf(dev, kc.astype(ct)),
+                                _buf(dev, vc.astype(ct)), 0, 0, cap * dh, state, pos_add=0,
+                                causal=causal, n_keys=n_keys, m=m, n_heads=h, n_kv=kv,
+                                head_dim=dh, scale=scale, half=True, kv_half=kv_half)
     assert ln.kernel.function_name == "attn_prefill_mma"
     ln.run(dev)
     f16 = lambda a: a.astype(np.float16).astype(np.float32)  # noqa: E731

@@ -286,8 +286,12 @@ def test_gemm_tma_offsets_and_fallback(device, monkeypatch):
             gemm.gemm(device, bc, 0, n, ba, 32, k, bs, 16, n, m, n, k, "float16", batch,
                       (m * n, m * k, stride_b))
             device.synchronize()
+        # (a buffer's device address is read once, by a one-work-item kernel, for its map; a
+        # product whose maps cannot be made asks for none)
         names = [r.name for r in prof.kernels()]
-        assert names == ["gemm_wgmma_tma" if stride_b else "gemm_wgmma"], names
+        assert [x for x in names if x != "address_of"] == [
+            "gemm_wgmma_tma" if stride_b else "gemm_wgmma"], names
+        assert stride_b or "address_of" not in names, names
         got = np.empty((batch, m, n), np.float16)
         device.read(got, bc)
         assert np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want) < 2e-3

@@ -156,20 +156,24 @@ def _rope_ref(x: np.ndarray, pos: int, inv_freq: np.ndarray, neox: bool) -> np.n
 @pytest.mark.parametrize("combine", [True, False])
 @pytest.mark.parametrize("neox", [True, False])
 @pytest.mark.parametrize("per_kv_head", [False, True])
-def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head):
+@pytest.mark.parametrize("kv_half", [False, True])
+def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head, kv_half):
     # decode steps through the one-launch attention: rotation of q and k, the cache store of
     # the new row, attention over chunks of 16 positions (1, 2 and several chunks active,
     # boundaries included) and the combine, by the last work-group or by attn_combine; the
     # head counters must be left at zero for the next step. per_kv_head: a work-group serves
-    # the 3 query heads of a key-value head (the default where it fits), else one query head
+    # the 3 query heads of a key-value head (the default where it fits), else one query head.
+    # kv_half: a cache of float16 values (the new row attends with its own float32 k and v,
+    # the cache's rows as float16 rounded them)
     monkeypatch.setattr(attention, "PER_KV_HEAD", per_kv_head)
+    ct = np.float16 if kv_half else np.float32
     h, kv, d, max_seq, chunk = 6, 2, 32, 96, 16
     rng = np.random.default_rng(5)
     inv_freq = (1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
     dev = device
-    kc, vc = (dev.alloc(kv * max_seq * d * 4) for _ in range(2))
+    kc, vc = (dev.alloc(attention.kv_nbytes(kv, max_seq, d, kv_half)) for _ in range(2))
     for c in (kc, vc):  # positions the steps skip hold zeros, as in the reference
-        dev.write(c, np.zeros(kv * max_seq * d, np.float32), blocking=True)
+        dev.write(c, np.zeros(kv * max_seq * d, ct), blocking=True)
     out = dev.alloc(h * d * 4)
     part = dev.alloc(h * (max_seq // chunk) * (d + 2) * 4)
     count = dev.alloc(h * 4)
@@ -191,21 +195,25 @@ def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head)
         for ln in attention.attn_decode_rope(dev, out, part, count, qkv, kc, vc, state, ifq,
                                              n_heads=h, n_kv=kv, head_dim=d, max_seq=max_seq,
                                              scale=float(scale), neox=neox, chunk=chunk,
-                                             combine=combine):
+                                             combine=combine, kv_half=kv_half):
             ln.run(dev)
         got = np.empty((h, d), np.float32)
         dev.read(got, out, blocking=True)
-        kr = np.repeat(keys[:pos + 1], h // kv, axis=1)  # [L, h, d]
-        vr = np.repeat(vals[:pos + 1], h // kv, axis=1)
+        seen_k, seen_v = keys[:pos + 1].astype(ct), vals[:pos + 1].astype(ct)
+        seen_k, seen_v = seen_k.astype(np.float32), seen_v.astype(np.float32)
+        seen_k[pos], seen_v[pos] = keys[pos], vals[pos]
+        kr = np.repeat(seen_k, h // kv, axis=1)  # [L, h, d]
+        vr = np.repeat(seen_v, h // kv, axis=1)
         s = np.einsum("hd,lhd->hl", q.astype(np.float64), kr) * scale
         p = np.exp(s - s.max(1, keepdims=True))
         want = np.einsum("hl,lhd->hd", p / p.sum(1, keepdims=True), vr)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"pos {pos}")
-        cached = np.empty((kv, max_seq, d), np.float32)
+        cached = np.empty((kv, max_seq, d), ct)
         dev.read(cached, kc, blocking=True)
-        np.testing.assert_allclose(cached[:, pos], keys[pos], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(cached[:, pos], keys[pos].astype(ct), rtol=1e-5 if ct is
+                                   np.float32 else 2e-3, atol=1e-6)
         dev.read(cached, vc, blocking=True)
-        np.testing.assert_array_equal(cached[:, pos], vals[pos])
+        np.testing.assert_array_equal(cached[:, pos], vals[pos].astype(ct))
         left = np.empty(h, np.int32)
         dev.read(left, count, blocking=True)
         assert not left.any(), "the head counters must be zero after each step"
