@@ -225,25 +225,73 @@ __kernel void attn_decode(__global float *part, __global const float *q,
     out[HEAD_DIM + 1] = l;
 }
 
+#ifndef PTX_FENCE
+#define PTX_FENCE 0
+#endif
+// p[i] for combine_parts: with ``fresh``, written by other work-groups of this launch (read
+// past any cached copy: from L2 on NVIDIA, else through a volatile load).
+inline float part_ld(__global const float *p, int i, bool fresh) {
+    if (fresh) {
+#if PTX_FENCE
+        float v;
+        asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p + i));
+        return v;
+#else
+        return ((volatile __global const float *)p)[i];
+#endif
+    }
+    return p[i];
+}
+
 // Dimension d of the attention whose n partials (unnormalized output, max, sum; D + 2 floats
-// each) are p. (volatile: combine_last reads other work-groups' partials past any cached copy)
-inline float combine_parts(volatile __global const float *p, int n, int d) {
+// each) are p; ``fresh`` (a constant at each call): see part_ld.
+// PERF (H100, 128 partials): 8 partials' loads issued before their use (volatile loads keep
+// their order, so a loop of one load and its use waited a trip to memory each time)
+#define CU 8
+inline float combine_parts(__global const float *p, int n, int d, bool fresh) {
     float mx = -INFINITY;
-    for (int s = 0; s < n; ++s) mx = fmax(mx, p[s * (HEAD_DIM + 2) + HEAD_DIM]);
+    int s = 0;
+    for (; s + CU <= n; s += CU) {
+        float m[CU];
+#pragma unroll
+        for (int u = 0; u < CU; ++u)
+            m[u] = part_ld(p, (s + u) * (HEAD_DIM + 2) + HEAD_DIM, fresh);
+#pragma unroll
+        for (int u = 0; u < CU; ++u) mx = fmax(mx, m[u]);
+    }
+    for (; s < n; ++s) mx = fmax(mx, part_ld(p, s * (HEAD_DIM + 2) + HEAD_DIM, fresh));
     float num = 0.0f, den = 0.0f;
-    for (int s = 0; s < n; ++s) {
-        volatile __global const float *ps = p + s * (HEAD_DIM + 2);
-        float w = exp(ps[HEAD_DIM] - mx);
-        num += w * ps[d];
-        den += w * ps[HEAD_DIM + 1];
+    for (s = 0; s + CU <= n; s += CU) {
+        float a[CU], b[CU], c[CU];
+#pragma unroll
+        for (int u = 0; u < CU; ++u) {
+            const int at = (s + u) * (HEAD_DIM + 2);
+            a[u] = part_ld(p, at + HEAD_DIM, fresh);
+            b[u] = part_ld(p, at + d, fresh);
+            c[u] = part_ld(p, at + HEAD_DIM + 1, fresh);
+        }
+#pragma unroll
+        for (int u = 0; u < CU; ++u) {
+            const float w = exp(a[u] - mx);
+            num += w * b[u];
+            den += w * c[u];
+        }
+    }
+    for (; s < n; ++s) {
+        const int at = s * (HEAD_DIM + 2);
+        const float w = exp(part_ld(p, at + HEAD_DIM, fresh) - mx);
+        num += w * part_ld(p, at + d, fresh);
+        den += w * part_ld(p, at + HEAD_DIM + 1, fresh);
     }
     return num / den;
 }
 
 #ifdef CHUNK
-// The softmax numerators of a chunk's scores p[0, n), in place: exp(p - max), by the HEAD_DIM
-// work-items of a group, each bringing the max of the scores it wrote. Returns (max, sum).
-inline float2 chunk_softmax(__local float *p, __local float *red, int t, int n, float mx) {
+// The softmax numerators of a chunk's scores p[0], p[ps], .. p[(n - 1) ps], in place:
+// exp(p - max), by the HEAD_DIM work-items of a group, each bringing the max of the scores it
+// wrote. Returns (max, sum).
+inline float2 chunk_softmax(__local float *p, int ps, __local float *red, int t, int n,
+                            float mx) {
     red[t] = mx;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
@@ -254,8 +302,8 @@ inline float2 chunk_softmax(__local float *p, __local float *red, int t, int n, 
     barrier(CLK_LOCAL_MEM_FENCE);
     float l = 0.0f;
     for (int j = t; j < n; j += HEAD_DIM) {
-        const float e = exp(p[j] - mx);
-        p[j] = e;
+        const float e = exp(p[j * ps] - mx);
+        p[j * ps] = e;
         l += e;
     }
     red[t] = l;
@@ -356,6 +404,117 @@ inline float chunk_scores(__local float *p, __local const float *qs, __local flo
     return mx;
 }
 
+#if NREP > 1
+// chunk_scores and value_sum for the NREP query heads of a work-group (attn_decode_rope), with
+// a fraction of the local-memory reads: each work-item of a head's HEAD_DIM, hr, takes a share
+// of every key row or value row for all NREP heads, and the shares meet in the local array xr
+// (NREP * NREP * XRN floats). Scores go to p[j * NREP + h] (the NREP heads of a position side by
+// side).
+// PERF (H100, 1B Q4_0 body at 16k positions): the work-group's local reads, a key row's 16
+// float4 reads by each head's work-item and a value row's read by each head's, limited the
+// attention to about 1 TB/s of its float16 cache; this reads each once.
+#define QPER ((D4 + NREP - 1) / NREP)  // float4s of a key row a work-item takes
+#define XRN (TJ > HEAD_DIM ? TJ : HEAD_DIM)
+
+// load_tile in two halves, so that a tile's trip to memory overlaps the work on the tile
+// before: rows [0, rows) of the tile from row j1 of kb into the registers v (issued, not waited
+// for), then from v into the local tile dst (rows ld floats apart).
+inline void tile_fetch(float4 *v, __global const kv_t *kb, int j1, int rows, int lid) {
+#pragma unroll
+    for (int u = 0; u < TILE_PER; ++u) {
+        const int i = lid + u * NREP * HEAD_DIM, r = i / D4;
+        if (i < TILE4 && r < rows) v[u] = KV_LOAD4(i % D4, kb + (size_t)(j1 + r) * HEAD_DIM);
+    }
+}
+
+inline void tile_put(__local float *dst, int ld, const float4 *v, int rows, int lid) {
+#pragma unroll
+    for (int u = 0; u < TILE_PER; ++u) {
+        const int i = lid + u * NREP * HEAD_DIM, r = i / D4;
+        if (i < TILE4 && r < rows) vstore4(v[u], 0, dst + r * ld + 4 * (i % D4));
+    }
+}
+
+// The scores of the chunk's positions [0, n) for all NREP heads (q in qs [NREP][HEAD_DIM],
+// scaled; keys as chunk_scores takes them): work-item (hr, t) multiplies the float4s hr,
+// hr + NREP, .. of row t of a tile by every head's (the same q reads for a warp's work-items:
+// one broadcast each). Returns the largest score of head hr this work-item wrote.
+inline float chunk_scores_rep(__local float *p, __local const float *qs, __local float *kt,
+                              __global const kv_t *kb, __local const float *kn, int n, int nc,
+                              int t, int hr, int lid, __local float *xr) {
+    float mx = -INFINITY;
+    float4 v[TILE_PER];
+    tile_fetch(v, kb, 0, min(TJ, nc), lid);
+    for (int j1 = 0; j1 < n; j1 += TJ) {
+        barrier(CLK_LOCAL_MEM_FENCE);  // (the tile and the shares before are used up)
+        tile_put(kt, KROW, v, min(TJ, nc - j1), lid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (j1 + TJ < nc) tile_fetch(v, kb, j1 + TJ, min(TJ, nc - j1 - TJ), lid);  // (the next)
+        const int j = j1 + t;
+        const bool in = t < TJ && j < n;
+        if (in) {
+            __local const float *kr = j < nc ? kt + t * KROW : kn;
+            float4 a[NREP];
+#pragma unroll
+            for (int h = 0; h < NREP; ++h) a[h] = (float4)(0.0f);
+#pragma unroll
+            for (int u = 0; u < QPER; ++u) {
+                const int d = hr + u * NREP;
+                if (d < D4) {
+                    const float4 k4 = vload4(d, kr);
+#pragma unroll
+                    for (int h = 0; h < NREP; ++h)
+                        a[h] = mad(vload4(d, qs + h * HEAD_DIM), k4, a[h]);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < NREP; ++h)
+                xr[(hr * NREP + h) * XRN + t] = (a[h].x + a[h].y) + (a[h].z + a[h].w);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (in) {
+            float sc = 0.0f;
+#pragma unroll
+            for (int g = 0; g < NREP; ++g) sc += xr[(g * NREP + hr) * XRN + t];
+            p[j * NREP + hr] = sc;
+            mx = fmax(mx, sc);
+        }
+    }
+    return mx;
+}
+
+// Dimension t of head hr's sum over the chunk's positions [0, n) of p[j * NREP + hr] times
+// value row j: work-item (hr, t) takes rows hr, hr + NREP, .. of each tile for all NREP heads.
+// v: the first tile, fetched (tile_fetch) by the caller.
+inline float value_sum_rep(__local const float *p, __local float *vt, __global const kv_t *vb,
+                           int n, int t, int hr, int lid, __local float *xr, float4 *v) {
+    float acc[NREP];
+#pragma unroll
+    for (int h = 0; h < NREP; ++h) acc[h] = 0.0f;
+    for (int j1 = 0; j1 < n; j1 += TJ) {
+        const int rows = min(TJ, n - j1);
+        barrier(CLK_LOCAL_MEM_FENCE);  // (the tile before is used up)
+        tile_put(vt, HEAD_DIM, v, rows, lid);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (j1 + TJ < n) tile_fetch(v, vb, j1 + TJ, min(TJ, n - j1 - TJ), lid);  // (the next)
+        for (int r = hr; r < rows; r += NREP) {
+            const float v = vt[r * HEAD_DIM + t];
+            __local const float *pr = p + (j1 + r) * NREP;
+#pragma unroll
+            for (int h = 0; h < NREP; ++h) acc[h] = mad(pr[h], v, acc[h]);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);  // (xr's readers before are done)
+#pragma unroll
+    for (int h = 0; h < NREP; ++h) xr[(hr * NREP + h) * XRN + t] = acc[h];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float sum = 0.0f;
+#pragma unroll
+    for (int g = 0; g < NREP; ++g) sum += xr[(g * NREP + hr) * XRN + t];
+    return sum;
+}
+#endif
+
 // attn_decode for GPUs: a work-group of D work-items per (split, head) and CHUNK positions.
 // Scores go one position per work-item, the softmax of the chunk through local memory, then
 // the value sum one dimension per work-item (coalesced rows). Same output as attn_decode.
@@ -385,7 +544,7 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
     __global const kv_t *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
     const float mx = chunk_scores(p, qs, kt, kb, qs, n, n, t, t, flat, 0, 0, 0, 0);
-    const float2 ms = chunk_softmax(p, red, t, n, mx);
+    const float2 ms = chunk_softmax(p, 1, red, t, n, mx);
     const float acc = value_sum(p, kt, vb, n, t, t, flat, 0, 0, 0, 0);
     out[t] = acc;
     if (t == 0) {
@@ -410,9 +569,6 @@ inline float rope_elem(__global const float *src, int t, int pos, __global const
 #ifndef COMBINE
 #define COMBINE 0
 #endif
-#ifndef PTX_FENCE
-#define PTX_FENCE 0
-#endif
 // A device-wide fence between a work-group's partial and the counter that announces it.
 #if PTX_FENCE
 #define GLOBAL_FENCE() asm volatile("membar.gl;" ::: "memory")
@@ -435,7 +591,7 @@ inline void combine_last(__global float *o, __global const float *part_h, __glob
     barrier(CLK_LOCAL_MEM_FENCE);
     if (!*last) return;
     GLOBAL_FENCE();
-    o[t] = combine_parts(part_h, active, t);
+    o[t] = combine_parts(part_h, active, t, true);
     if (lid == 0) atomic_xchg(cnt, 0);
 }
 #endif
@@ -451,14 +607,21 @@ inline void combine_last(__global float *o, __global const float *part_h, __glob
 // into out [H][D]; a head whose positions fit one chunk writes out directly. Without COMBINE
 // every work-group leaves its partial, as attn_decode_wg does, for attn_combine.
 // Work geometry: global (S * D * NREP, H / NREP), local (D * NREP, 1).
-__kernel void attn_decode_rope(__global float *out, __global float *part, __global int *count,
+// (the work-group's size given: NVIDIA's compiler otherwise holds a work-item to the registers
+// of a work-group of 1024)
+__kernel __attribute__((reqd_work_group_size(HEAD_DIM * NREP, 1, 1)))
+void attn_decode_rope(__global float *out, __global float *part, __global int *count,
                                __global const float *qkv, __global kv_t *kc,
                                __global kv_t *vc, __global const int *state,
                                __global const float *inv_freq, int max_seq, int n_rep, int H,
                                int KV, float scale) {
     __local float qs[NREP * HEAD_DIM] __attribute__((aligned(16)));
-    __local float kn[HEAD_DIM] __attribute__((aligned(16))), p[NREP * CHUNK], red[NREP * HEAD_DIM];
+    __local float kn[HEAD_DIM] __attribute__((aligned(16))), red[NREP * HEAD_DIM];
+    __local float p[NREP * CHUNK] __attribute__((aligned(16)));
     __local float kt[TJ * KROW] __attribute__((aligned(16)));
+#if NREP > 1
+    __local float xr[NREP * NREP * XRN];
+#endif
     __local int last;
     const int lid = get_local_id(0), t = lid % HEAD_DIM, hr = lid / HEAD_DIM;
     const int s = get_group_id(0), h = get_group_id(1) * NREP + hr;
@@ -469,7 +632,7 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
     if (n <= 0) return;  // the same for the whole work-group
     const int kvh = h / n_rep;
     const bool tail = s == active - 1;  // its chunk ends with the new position
-    __local float *qh = qs + hr * HEAD_DIM, *ph = p + hr * CHUNK;
+    __local float *qh = qs + hr * HEAD_DIM;
     qh[t] = rope_elem(qkv + h * HEAD_DIM, t, pos, inv_freq) * scale;
     float vn = 0.0f;
     if (tail) {
@@ -486,13 +649,23 @@ __kernel void attn_decode_rope(__global float *out, __global float *part, __glob
     __global const kv_t *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const kv_t *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     const int nc = tail ? n - 1 : n;  // positions read from the cache
+#if NREP > 1
+    // (head hr's scores: p[j * NREP + hr])
+    float mx = chunk_scores_rep(p, qs, kt, kb, kn, n, nc, t, hr, lid, xr);
+    float4 vv[TILE_PER];  // (the first tile of values on its way during the softmax)
+    tile_fetch(vv, vb, 0, min(TJ, nc), lid);
+    const float2 ms = chunk_softmax(p + hr, NREP, red + hr * HEAD_DIM, t, n, mx);
+    float acc = value_sum_rep(p, kt, vb, nc, t, hr, lid, xr, vv);
+    if (tail) acc = mad(p[(n - 1) * NREP + hr], vn, acc);
+#else
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
-    float mx = chunk_scores(ph, qh, kt, kb, kn, n, nc, t, lid, flat, 0, 0, 0, 0);
-    const float2 ms = chunk_softmax(ph, red + hr * HEAD_DIM, t, n, mx);
+    float mx = chunk_scores(p, qh, kt, kb, kn, n, nc, t, lid, flat, 0, 0, 0, 0);
+    const float2 ms = chunk_softmax(p, 1, red, t, n, mx);
+    float acc = value_sum(p, kt, vb, nc, t, lid, flat, 0, 0, 0, 0);
+    if (tail) acc = mad(p[n - 1], vn, acc);
+#endif
     mx = ms.x;
     const float l = ms.y;
-    float acc = value_sum(ph, kt, vb, nc, t, lid, flat, 0, 0, 0, 0);
-    if (tail) acc = mad(ph[n - 1], vn, acc);
 #if COMBINE
     if (active == 1) {
         out[h * HEAD_DIM + t] = acc / l;
@@ -538,7 +711,7 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
     qs[t] = q[(size_t)rh * HEAD_DIM + t] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
     const float mx = chunk_scores(p, qs, kt, kp, qs, n, n, t, t, blocks, j0, BS, KV, kvh);
-    const float2 ms = chunk_softmax(p, red, t, n, mx);
+    const float2 ms = chunk_softmax(p, 1, red, t, n, mx);
     const float acc = value_sum(p, kt, vp, n, t, t, blocks, j0, BS, KV, kvh);
 #if COMBINE
     if (active == 1) {
@@ -565,7 +738,7 @@ __kernel void attn_combine(__global float *out, __global const float *part,
     const int d = get_global_id(0), h = get_global_id(1);
     const int L = state[0] + 1;
     out[h * HEAD_DIM + d] = combine_parts(part + (size_t)h * S * (HEAD_DIM + 2),
-                                          min(S, (L + chunk - 1) / chunk), d);
+                                          min(S, (L + chunk - 1) / chunk), d, false);
 }
 
 #ifdef CHUNK
@@ -576,7 +749,7 @@ __kernel void paged_attn_combine(__global float *out, __global const float *part
     const int d = get_global_id(0), h = get_global_id(1), r = get_global_id(2);
     const size_t rh = (size_t)r * get_global_size(1) + h;
     out[rh * HEAD_DIM + d] = combine_parts(part + rh * S * (HEAD_DIM + 2),
-                                           (rpos[r] + CHUNK) / CHUNK, d);
+                                           (rpos[r] + CHUNK) / CHUNK, d, false);
 }
 #endif
 

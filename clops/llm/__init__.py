@@ -64,7 +64,7 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
 
     ``kv_cache``: the type of the keys and values kept for attention, ``"float16"`` or
     ``"float32"``; ``None`` is float16 on GPUs (half the bytes to read at long contexts; logits
-    move by about 0.1% of their largest value) and float32 on CPUs.
+    move by about 0.2% of their largest value) and float32 on CPUs.
 
     >>> model = clops.llm.load(device="cpu")
     >>> model.tokenizer.encode("Hello")

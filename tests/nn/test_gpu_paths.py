@@ -155,9 +155,10 @@ def _rope_ref(x: np.ndarray, pos: int, inv_freq: np.ndarray, neox: bool) -> np.n
 
 @pytest.mark.parametrize("combine", [True, False])
 @pytest.mark.parametrize("neox", [True, False])
-@pytest.mark.parametrize("per_kv_head", [False, True])
-@pytest.mark.parametrize("kv_half", [False, True])
-def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head, kv_half):
+@pytest.mark.parametrize("per_kv_head, kv_half, d", [
+    (False, False, 32), (True, False, 32), (False, True, 32), (True, True, 32),
+    (False, False, 128), (True, False, 128), (True, True, 128)])
+def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head, kv_half, d):
     # decode steps through the one-launch attention: rotation of q and k, the cache store of
     # the new row, attention over chunks of 16 positions (1, 2 and several chunks active,
     # boundaries included) and the combine, by the last work-group or by attn_combine; the
@@ -167,7 +168,8 @@ def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head,
     # the cache's rows as float16 rounded them)
     monkeypatch.setattr(attention, "PER_KV_HEAD", per_kv_head)
     ct = np.float16 if kv_half else np.float32
-    h, kv, d, max_seq, chunk = 6, 2, 32, 96, 16
+    # d 128: tiles of 32 key rows, fewer than a head's work-items
+    h, kv, max_seq, chunk = 6, 2, 96, 16
     rng = np.random.default_rng(5)
     inv_freq = (1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
     dev = device
