@@ -83,6 +83,7 @@ def test_prompt_longer_than_the_context():
     (["--device", ""], "--device"),
     (["-m", ""], "--model"),
     (["--profile", ""], "--profile"),
+    (["--kv-cache", "int8"], "--kv-cache"),
 ])
 def test_every_option_is_checked(args, option, capsys):
     # in-process: argparse refuses these before clops.llm is imported
@@ -99,3 +100,5 @@ def test_edge_values_are_accepted():
          "--min-p", "1", "--repeat-penalty", "0.5", "--seed", str(2**32 - 1), "--ctx", "1"])
     assert (args.n_predict, args.top_p, args.min_p, args.seed, args.ctx) == \
         (0, 1.0, 1.0, 2**32 - 1, 1)
+    assert llama.build_parser().parse_args(["-p", "x", "--kv-cache", "float16"]).kv_cache == \
+        "float16"

@@ -76,3 +76,12 @@ def test_float16_kv_cache_matches_transformers(pair, device):
     model.device.read(step, model.logits_buf, blocking=True)
     want_step = hf_logits(ref, ids + [first])[-1]
     assert np.abs(step - want_step).max() / np.abs(want_step).max() < tol, name
+
+
+def test_kv_cache_type_is_checked(pair, device):
+    name, path, _ = pair
+    if name != "llama":
+        pytest.skip("one model is enough")
+    with pytest.raises(ValueError, match="kv_cache must be one of"):
+        clops.llm.load(path, device=device, progress=False, kv_cache="int8")
+    assert not clops.llm.load(path, device=device, progress=False, kv_cache="float32").kv_half
