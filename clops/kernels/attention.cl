@@ -287,11 +287,9 @@ inline float combine_parts(__global const float *p, int n, int d, bool fresh) {
 }
 
 #ifdef CHUNK
-// The softmax numerators of a chunk's scores p[0], p[ps], .. p[(n - 1) ps], in place:
-// exp(p - max), by the HEAD_DIM work-items of a group, each bringing the max of the scores it
-// wrote. Returns (max, sum).
-inline float2 chunk_softmax(__local float *p, int ps, __local float *red, int t, int n,
-                            float mx) {
+// The softmax numerators of a chunk's scores p[0, n), in place: exp(p - max), by the HEAD_DIM
+// work-items of a group, each bringing the max of the scores it wrote. Returns (max, sum).
+inline float2 chunk_softmax(__local float *p, __local float *red, int t, int n, float mx) {
     red[t] = mx;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
@@ -302,8 +300,8 @@ inline float2 chunk_softmax(__local float *p, int ps, __local float *red, int t,
     barrier(CLK_LOCAL_MEM_FENCE);
     float l = 0.0f;
     for (int j = t; j < n; j += HEAD_DIM) {
-        const float e = exp(p[j * ps] - mx);
-        p[j * ps] = e;
+        const float e = exp(p[j] - mx);
+        p[j] = e;
         l += e;
     }
     red[t] = l;
@@ -337,22 +335,25 @@ inline __global const kv_t *row_at(__global const kv_t *kb, int j,
 #define TILE4 (TJ * HEAD_DIM / 4)               // float4s a tile
 #define TILE_PER ((TILE4 + NREP * HEAD_DIM - 1) / (NREP * HEAD_DIM))  // a work-item's
 
-// Rows [0, rows) (TJ at most) of a chunk's keys or values from row j1 into the local tile dst,
-// rows ld floats apart: float4 loads by all NREP * HEAD_DIM work-items of the group (lid), all
-// issued before the first store, so that the tile costs one trip to memory.
-inline void load_tile(__local float *dst, int ld, __global const kv_t *kb, int j1, int rows,
-                      int lid, __global const int *blocks, int j0, int BS, int KV, int kvh) {
-    float4 v[TILE_PER];
+// A tile in two halves, so that its trip to memory overlaps the work on the tile before: rows
+// [0, rows) (TJ at most) of a chunk's keys or values from row j1 into the registers v, float4
+// loads by all NREP * HEAD_DIM work-items of the group (lid), all issued before any is used
+// (tile_fetch); then from v into the local tile dst, rows ld floats apart (tile_put).
+inline void tile_fetch(float4 *v, __global const kv_t *kb, int j1, int rows, int lid,
+                       __global const int *blocks, int j0, int BS, int KV, int kvh) {
 #pragma unroll
     for (int u = 0; u < TILE_PER; ++u) {
-        const int i = lid + u * NREP * HEAD_DIM, r = i / (HEAD_DIM / 4);
+        const int i = lid + u * NREP * HEAD_DIM, r = i / D4;
         if (i < TILE4 && r < rows)
-            v[u] = KV_LOAD4(i % (HEAD_DIM / 4), row_at(kb, j1 + r, blocks, j0, BS, KV, kvh));
+            v[u] = KV_LOAD4(i % D4, row_at(kb, j1 + r, blocks, j0, BS, KV, kvh));
     }
+}
+
+inline void tile_put(__local float *dst, int ld, const float4 *v, int rows, int lid) {
 #pragma unroll
     for (int u = 0; u < TILE_PER; ++u) {
-        const int i = lid + u * NREP * HEAD_DIM, r = i / (HEAD_DIM / 4);
-        if (i < TILE4 && r < rows) vstore4(v[u], 0, dst + r * ld + 4 * (i % (HEAD_DIM / 4)));
+        const int i = lid + u * NREP * HEAD_DIM, r = i / D4;
+        if (i < TILE4 && r < rows) vstore4(v[u], 0, dst + r * ld + 4 * (i % D4));
     }
 }
 
@@ -362,11 +363,15 @@ inline float value_sum(__local const float *p, __local float *vt, __global const
                        int n, int t, int lid, __global const int *blocks, int j0, int BS,
                        int KV, int kvh) {
     float acc = 0.0f;
+    float4 v[TILE_PER];
+    tile_fetch(v, vb, 0, min(TJ, n), lid, blocks, j0, BS, KV, kvh);
     for (int j1 = 0; j1 < n; j1 += TJ) {
         const int rows = min(TJ, n - j1);
         barrier(CLK_LOCAL_MEM_FENCE);  // (the tile before is used up)
-        load_tile(vt, HEAD_DIM, vb, j1, rows, lid, blocks, j0, BS, KV, kvh);
+        tile_put(vt, HEAD_DIM, v, rows, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (j1 + TJ < n)  // (the next tile on its way during the work on this one)
+            tile_fetch(v, vb, j1 + TJ, min(TJ, n - j1 - TJ), lid, blocks, j0, BS, KV, kvh);
         for (int r = 0; r < rows; ++r) acc = mad(p[j1 + r], vt[r * HEAD_DIM + t], acc);
     }
     return acc;
@@ -387,10 +392,14 @@ inline float chunk_scores(__local float *p, __local const float *qs, __local flo
                           int t, int lid, __global const int *blocks, int j0, int BS, int KV,
                           int kvh) {
     float mx = -INFINITY;
+    float4 v[TILE_PER];
+    tile_fetch(v, kb, 0, min(TJ, nc), lid, blocks, j0, BS, KV, kvh);
     for (int j1 = 0; j1 < n; j1 += TJ) {
         barrier(CLK_LOCAL_MEM_FENCE);  // (the tile before is scored)
-        load_tile(kt, KROW, kb, j1, min(TJ, nc - j1), lid, blocks, j0, BS, KV, kvh);
+        tile_put(kt, KROW, v, min(TJ, nc - j1), lid);
         barrier(CLK_LOCAL_MEM_FENCE);
+        if (j1 + TJ < nc)  // (the next tile on its way during the work on this one)
+            tile_fetch(v, kb, j1 + TJ, min(TJ, nc - j1 - TJ), lid, blocks, j0, BS, KV, kvh);
         const int j = j1 + t;
         if (t < TJ && j < n) {
             float4 a = (float4)(0.0f);
@@ -403,117 +412,6 @@ inline float chunk_scores(__local float *p, __local const float *qs, __local flo
     }
     return mx;
 }
-
-#if NREP > 1
-// chunk_scores and value_sum for the NREP query heads of a work-group (attn_decode_rope), with
-// a fraction of the local-memory reads: each work-item of a head's HEAD_DIM, hr, takes a share
-// of every key row or value row for all NREP heads, and the shares meet in the local array xr
-// (NREP * NREP * XRN floats). Scores go to p[j * NREP + h] (the NREP heads of a position side by
-// side).
-// PERF (H100, 1B Q4_0 body at 16k positions): the work-group's local reads, a key row's 16
-// float4 reads by each head's work-item and a value row's read by each head's, limited the
-// attention to about 1 TB/s of its float16 cache; this reads each once.
-#define QPER ((D4 + NREP - 1) / NREP)  // float4s of a key row a work-item takes
-#define XRN (TJ > HEAD_DIM ? TJ : HEAD_DIM)
-
-// load_tile in two halves, so that a tile's trip to memory overlaps the work on the tile
-// before: rows [0, rows) of the tile from row j1 of kb into the registers v (issued, not waited
-// for), then from v into the local tile dst (rows ld floats apart).
-inline void tile_fetch(float4 *v, __global const kv_t *kb, int j1, int rows, int lid) {
-#pragma unroll
-    for (int u = 0; u < TILE_PER; ++u) {
-        const int i = lid + u * NREP * HEAD_DIM, r = i / D4;
-        if (i < TILE4 && r < rows) v[u] = KV_LOAD4(i % D4, kb + (size_t)(j1 + r) * HEAD_DIM);
-    }
-}
-
-inline void tile_put(__local float *dst, int ld, const float4 *v, int rows, int lid) {
-#pragma unroll
-    for (int u = 0; u < TILE_PER; ++u) {
-        const int i = lid + u * NREP * HEAD_DIM, r = i / D4;
-        if (i < TILE4 && r < rows) vstore4(v[u], 0, dst + r * ld + 4 * (i % D4));
-    }
-}
-
-// The scores of the chunk's positions [0, n) for all NREP heads (q in qs [NREP][HEAD_DIM],
-// scaled; keys as chunk_scores takes them): work-item (hr, t) multiplies the float4s hr,
-// hr + NREP, .. of row t of a tile by every head's (the same q reads for a warp's work-items:
-// one broadcast each). Returns the largest score of head hr this work-item wrote.
-inline float chunk_scores_rep(__local float *p, __local const float *qs, __local float *kt,
-                              __global const kv_t *kb, __local const float *kn, int n, int nc,
-                              int t, int hr, int lid, __local float *xr) {
-    float mx = -INFINITY;
-    float4 v[TILE_PER];
-    tile_fetch(v, kb, 0, min(TJ, nc), lid);
-    for (int j1 = 0; j1 < n; j1 += TJ) {
-        barrier(CLK_LOCAL_MEM_FENCE);  // (the tile and the shares before are used up)
-        tile_put(kt, KROW, v, min(TJ, nc - j1), lid);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (j1 + TJ < nc) tile_fetch(v, kb, j1 + TJ, min(TJ, nc - j1 - TJ), lid);  // (the next)
-        const int j = j1 + t;
-        const bool in = t < TJ && j < n;
-        if (in) {
-            __local const float *kr = j < nc ? kt + t * KROW : kn;
-            float4 a[NREP];
-#pragma unroll
-            for (int h = 0; h < NREP; ++h) a[h] = (float4)(0.0f);
-#pragma unroll
-            for (int u = 0; u < QPER; ++u) {
-                const int d = hr + u * NREP;
-                if (d < D4) {
-                    const float4 k4 = vload4(d, kr);
-#pragma unroll
-                    for (int h = 0; h < NREP; ++h)
-                        a[h] = mad(vload4(d, qs + h * HEAD_DIM), k4, a[h]);
-                }
-            }
-#pragma unroll
-            for (int h = 0; h < NREP; ++h)
-                xr[(hr * NREP + h) * XRN + t] = (a[h].x + a[h].y) + (a[h].z + a[h].w);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (in) {
-            float sc = 0.0f;
-#pragma unroll
-            for (int g = 0; g < NREP; ++g) sc += xr[(g * NREP + hr) * XRN + t];
-            p[j * NREP + hr] = sc;
-            mx = fmax(mx, sc);
-        }
-    }
-    return mx;
-}
-
-// Dimension t of head hr's sum over the chunk's positions [0, n) of p[j * NREP + hr] times
-// value row j: work-item (hr, t) takes rows hr, hr + NREP, .. of each tile for all NREP heads.
-// v: the first tile, fetched (tile_fetch) by the caller.
-inline float value_sum_rep(__local const float *p, __local float *vt, __global const kv_t *vb,
-                           int n, int t, int hr, int lid, __local float *xr, float4 *v) {
-    float acc[NREP];
-#pragma unroll
-    for (int h = 0; h < NREP; ++h) acc[h] = 0.0f;
-    for (int j1 = 0; j1 < n; j1 += TJ) {
-        const int rows = min(TJ, n - j1);
-        barrier(CLK_LOCAL_MEM_FENCE);  // (the tile before is used up)
-        tile_put(vt, HEAD_DIM, v, rows, lid);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (j1 + TJ < n) tile_fetch(v, vb, j1 + TJ, min(TJ, n - j1 - TJ), lid);  // (the next)
-        for (int r = hr; r < rows; r += NREP) {
-            const float v = vt[r * HEAD_DIM + t];
-            __local const float *pr = p + (j1 + r) * NREP;
-#pragma unroll
-            for (int h = 0; h < NREP; ++h) acc[h] = mad(pr[h], v, acc[h]);
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);  // (xr's readers before are done)
-#pragma unroll
-    for (int h = 0; h < NREP; ++h) xr[(hr * NREP + h) * XRN + t] = acc[h];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float sum = 0.0f;
-#pragma unroll
-    for (int g = 0; g < NREP; ++g) sum += xr[(g * NREP + hr) * XRN + t];
-    return sum;
-}
-#endif
 
 // attn_decode for GPUs: a work-group of D work-items per (split, head) and CHUNK positions.
 // Scores go one position per work-item, the softmax of the chunk through local memory, then
@@ -544,7 +442,7 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
     __global const kv_t *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
     const float mx = chunk_scores(p, qs, kt, kb, qs, n, n, t, t, flat, 0, 0, 0, 0);
-    const float2 ms = chunk_softmax(p, 1, red, t, n, mx);
+    const float2 ms = chunk_softmax(p, red, t, n, mx);
     const float acc = value_sum(p, kt, vb, n, t, t, flat, 0, 0, 0, 0);
     out[t] = acc;
     if (t == 0) {
@@ -616,12 +514,8 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
                                __global const float *inv_freq, int max_seq, int n_rep, int H,
                                int KV, float scale) {
     __local float qs[NREP * HEAD_DIM] __attribute__((aligned(16)));
-    __local float kn[HEAD_DIM] __attribute__((aligned(16))), red[NREP * HEAD_DIM];
-    __local float p[NREP * CHUNK] __attribute__((aligned(16)));
+    __local float kn[HEAD_DIM] __attribute__((aligned(16))), p[NREP * CHUNK], red[NREP * HEAD_DIM];
     __local float kt[TJ * KROW] __attribute__((aligned(16)));
-#if NREP > 1
-    __local float xr[NREP * NREP * XRN];
-#endif
     __local int last;
     const int lid = get_local_id(0), t = lid % HEAD_DIM, hr = lid / HEAD_DIM;
     const int s = get_group_id(0), h = get_group_id(1) * NREP + hr;
@@ -632,12 +526,13 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
     if (n <= 0) return;  // the same for the whole work-group
     const int kvh = h / n_rep;
     const bool tail = s == active - 1;  // its chunk ends with the new position
-    __local float *qh = qs + hr * HEAD_DIM;
+    __local float *qh = qs + hr * HEAD_DIM, *ph = p + hr * CHUNK;
     qh[t] = rope_elem(qkv + h * HEAD_DIM, t, pos, inv_freq) * scale;
     float vn = 0.0f;
     if (tail) {
-        const float kr = rope_elem(qkv + (H + kvh) * HEAD_DIM, t, pos, inv_freq);
-        vn = qkv[(H + KV + kvh) * HEAD_DIM + t];
+        // (the new key and value as the cache keeps them: later steps read them from there)
+        const float kr = kv_round(rope_elem(qkv + (H + kvh) * HEAD_DIM, t, pos, inv_freq));
+        vn = kv_round(qkv[(H + KV + kvh) * HEAD_DIM + t]);
         if (hr == 0) kn[t] = kr;
         if (h == kvh * n_rep) {
             const size_t at = ((size_t)kvh * max_seq + pos) * HEAD_DIM + t;
@@ -649,23 +544,13 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
     __global const kv_t *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const kv_t *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     const int nc = tail ? n - 1 : n;  // positions read from the cache
-#if NREP > 1
-    // (head hr's scores: p[j * NREP + hr])
-    float mx = chunk_scores_rep(p, qs, kt, kb, kn, n, nc, t, hr, lid, xr);
-    float4 vv[TILE_PER];  // (the first tile of values on its way during the softmax)
-    tile_fetch(vv, vb, 0, min(TJ, nc), lid);
-    const float2 ms = chunk_softmax(p + hr, NREP, red + hr * HEAD_DIM, t, n, mx);
-    float acc = value_sum_rep(p, kt, vb, nc, t, hr, lid, xr, vv);
-    if (tail) acc = mad(p[(n - 1) * NREP + hr], vn, acc);
-#else
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
-    float mx = chunk_scores(p, qh, kt, kb, kn, n, nc, t, lid, flat, 0, 0, 0, 0);
-    const float2 ms = chunk_softmax(p, 1, red, t, n, mx);
-    float acc = value_sum(p, kt, vb, nc, t, lid, flat, 0, 0, 0, 0);
-    if (tail) acc = mad(p[n - 1], vn, acc);
-#endif
+    float mx = chunk_scores(ph, qh, kt, kb, kn, n, nc, t, lid, flat, 0, 0, 0, 0);
+    const float2 ms = chunk_softmax(ph, red + hr * HEAD_DIM, t, n, mx);
     mx = ms.x;
     const float l = ms.y;
+    float acc = value_sum(ph, kt, vb, nc, t, lid, flat, 0, 0, 0, 0);
+    if (tail) acc = mad(ph[n - 1], vn, acc);
 #if COMBINE
     if (active == 1) {
         out[h * HEAD_DIM + t] = acc / l;
@@ -711,7 +596,7 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
     qs[t] = q[(size_t)rh * HEAD_DIM + t] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
     const float mx = chunk_scores(p, qs, kt, kp, qs, n, n, t, t, blocks, j0, BS, KV, kvh);
-    const float2 ms = chunk_softmax(p, 1, red, t, n, mx);
+    const float2 ms = chunk_softmax(p, red, t, n, mx);
     const float acc = value_sum(p, kt, vp, n, t, t, blocks, j0, BS, KV, kvh);
 #if COMBINE
     if (active == 1) {
@@ -1046,7 +931,16 @@ __kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
     float qr[HEAD_DIM], kr[HEAD_DIM];
     rotate_head(qr, qkv + h * HEAD_DIM, (float)pos, inv_freq);
     rotate_head(kr, qkv + (H + kvh) * HEAD_DIM, (float)pos, inv_freq);
+#if KV_HALF
+    // (the new key and value as the cache keeps them: later steps read them from there)
+    float vn[HEAD_DIM];
+    for (int d = 0; d < HEAD_DIM; ++d) {
+        kr[d] = kv_round(kr[d]);
+        vn[d] = kv_round(qkv[(H + KV + kvh) * HEAD_DIM + d]);
+    }
+#else
     __global const float *vn = qkv + (H + KV + kvh) * HEAD_DIM;
+#endif
     __global kv_t *kb = kc + (size_t)kvh * max_seq * HEAD_DIM;
     __global kv_t *vb = vc + (size_t)kvh * max_seq * HEAD_DIM;
     if (h % n_rep == 0)

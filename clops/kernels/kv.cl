@@ -6,6 +6,7 @@
 //   KV_GET(p, i)                      value p[i], as a float
 //   KV_PUT(v, p, i)                   p[i] = v
 //   KV_STORE4(v, i, p)                4 values at p + 4i
+//   kv_round(v)                       v as the cache keeps it
 #ifndef KV_HALF
 #define KV_HALF 0
 #endif
@@ -24,3 +25,13 @@ typedef float kv_t;
 #define KV_PUT(v, p, i) ((p)[i] = (v))
 #define KV_STORE4(v, i, p) vstore4(v, i, p)
 #endif
+
+inline float kv_round(float v) {
+#if KV_HALF
+    ushort u;
+    vstore_half(v, 0, (__private half *)&u);
+    return vload_half(0, (__private const half *)&u);
+#else
+    return v;
+#endif
+}

@@ -634,9 +634,9 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 }
                 for (int c = t; c < nr * D; c += LS)
                     y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
-                if (newest && t < D) {
-                    kn[t] = rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq);
-                    vn[t] = ((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t];
+                if (newest && t < D) {  // (as the cache keeps them)
+                    kn[t] = kv_round(rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq));
+                    vn[t] = kv_round(((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t]);
                 }
                 barrier(CLK_LOCAL_MEM_FENCE);
                 float sc[N_REP], mx[N_REP];

@@ -1,5 +1,5 @@
 // A paged KV cache for batched decoding (clops.llm.batch): the sequences of a batch own blocks
-// of BS positions in one pool per layer, kp and vp [blocks][KV][BS][D] float32, and
+// of BS positions in one pool per layer, kp and vp [blocks][KV][BS][D] of kv_t, and
 // table[slot * maxb + j] is the pool block holding positions j*BS .. j*BS + BS - 1 of the
 // sequence in slot `slot`. A step runs R rows in any mix of sequences: row r is position
 // rpos[r] of the sequence in slot rslot[r] (one row for a decoding sequence, a run of rows for
@@ -10,6 +10,7 @@
 //   HEAD_DIM  D, a multiple of 4
 //   ROPE_NEOX 1: rotate split halves (i, i + D/2); 0: adjacent pairs (2i, 2i + 1)
 //   LS        work-items per (row, head) in paged_attn, splitting the positions
+//   KV_HALF   1: the pools hold float16 values (clops/kv.cl), else float32
 
 #ifndef ROPE_NEOX
 #define ROPE_NEOX 1
@@ -20,6 +21,7 @@
 #if HEAD_DIM % 4
 #error "the paged cache's kernels need HEAD_DIM a multiple of 4"
 #endif
+#include "clops/kv.cl"
 
 inline int2 pair_index(int i) {
 #if ROPE_NEOX
@@ -39,7 +41,7 @@ inline size_t kv_index(__global const int *table, int maxb, int slot, int pos, i
 // q and k by each row's position, write q to q_out [R][H][D] and k, v into the cache.
 // Work geometry: global (D/2, H + 2*KV, R).
 __kernel void paged_rope_store(__global float *q_out, __global const float *qkv, int ld_qkv,
-                               __global float *kp, __global float *vp,
+                               __global kv_t *kp, __global kv_t *vp,
                                __global const int *table, int maxb, __global const int *rslot,
                                __global const int *rpos, __global const float *inv_freq,
                                int H, int KV, int BS) {
@@ -51,16 +53,21 @@ __kernel void paged_rope_store(__global float *q_out, __global const float *qkv,
         __global const float *src = row + h * HEAD_DIM;
         float c, s = sincos((float)pos * inv_freq[i], &c);
         const float a = src[p.x], b = src[p.y];
-        __global float *dst = h < H ? q_out + ((size_t)r * H + h) * HEAD_DIM
-                                    : kp + kv_index(table, maxb, slot, pos, h - H, KV, BS);
-        dst[p.x] = a * c - b * s;
-        dst[p.y] = a * s + b * c;
+        if (h < H) {
+            __global float *dst = q_out + ((size_t)r * H + h) * HEAD_DIM;
+            dst[p.x] = a * c - b * s;
+            dst[p.y] = a * s + b * c;
+        } else {
+            __global kv_t *dst = kp + kv_index(table, maxb, slot, pos, h - H, KV, BS);
+            KV_PUT(a * c - b * s, dst, p.x);
+            KV_PUT(a * s + b * c, dst, p.y);
+        }
     } else {
         const int kvh = h - H - KV;
         __global const float *src = row + (H + KV + kvh) * HEAD_DIM;
-        __global float *dst = vp + kv_index(table, maxb, slot, pos, kvh, KV, BS);
-        dst[2 * i] = src[2 * i];
-        dst[2 * i + 1] = src[2 * i + 1];
+        __global kv_t *dst = vp + kv_index(table, maxb, slot, pos, kvh, KV, BS);
+        KV_PUT(src[2 * i], dst, 2 * i);
+        KV_PUT(src[2 * i + 1], dst, 2 * i + 1);
     }
 }
 
@@ -69,7 +76,7 @@ __kernel void paged_rope_store(__global float *q_out, __global const float *qkv,
 // running softmax over positions lid, lid + LS, ...; their partial results are then combined.
 // Work geometry: global (LS, H, R), local (LS, 1, 1).
 __kernel void paged_attn(__global float *out, __global const float *q,
-                         __global const float *kp, __global const float *vp,
+                         __global const kv_t *kp, __global const kv_t *vp,
                          __global const int *table, int maxb, __global const int *rslot,
                          __global const int *rpos, int H, int KV, int BS, float scale) {
     const int lid = get_local_id(0), h = get_group_id(1), r = get_group_id(2);
@@ -85,15 +92,16 @@ __kernel void paged_attn(__global float *out, __global const float *q,
     float mx = -INFINITY, l = 0.0f;
     for (int p = lid; p <= pos; p += LS) {
         const size_t at = kv_index(table, maxb, slot, p, kvh, KV, BS);
-        __global const float *k = kp + at;
-        __global const float *v = vp + at;
-        float4 t = qv[0] * vload4(0, k);
-        for (int d = 1; d < HEAD_DIM / 4; ++d) t = fma(qv[d], vload4(d, k), t);
+        __global const kv_t *k = kp + at;
+        __global const kv_t *v = vp + at;
+        float4 t = qv[0] * KV_LOAD4(0, k);
+        for (int d = 1; d < HEAD_DIM / 4; ++d) t = fma(qv[d], KV_LOAD4(d, k), t);
         const float s = ((t.x + t.y) + (t.z + t.w)) * scale;
         const float m2 = fmax(mx, s);
         const float c = exp(mx - m2), e = exp(s - m2);
         l = l * c + e;
-        for (int d = 0; d < HEAD_DIM / 4; ++d) acc[d] = fma((float4)(e), vload4(d, v), acc[d] * c);
+        for (int d = 0; d < HEAD_DIM / 4; ++d)
+            acc[d] = fma((float4)(e), KV_LOAD4(d, v), acc[d] * c);
         mx = m2;
     }
     __global float *o = out + ((size_t)r * H + h) * HEAD_DIM;

@@ -37,10 +37,14 @@ class PagedRows:
 
 def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kp: Buffer, vp: Buffer,
                rows: PagedRows, inv_freq: Buffer, *, m: int, n_heads: int, n_kv: int,
-               head_dim: int, neox: bool, name: str = "rope_store") -> Launch:
-    """Rotate q and k of m QKV rows, q to ``q_out``, k and v into the pools ``kp``, ``vp``."""
+               head_dim: int, neox: bool, name: str = "rope_store",
+               kv_half: bool = False) -> Launch:
+    """Rotate q and k of m QKV rows, q to ``q_out``, k and v into the pools ``kp``, ``vp``
+    (``kv_half``: pools of float16 values, else float32; the same for every function here
+    that takes them)."""
     # (a kernel object per launch: a plan sets each one's arguments once)
-    knl = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
+    knl = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
+                 **_attention._kv(kv_half))
     return Launch(knl, (head_dim // 2, n_heads + 2 * n_kv, m), None,
                   [q_out, qkv, i32(ld_qkv), kp, vp, *rows.args, inv_freq, i32(n_heads),
                    i32(n_kv), i32(rows.block_size)],
@@ -49,7 +53,7 @@ def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kp: Buffe
 
 def attention(dev: CLDevice, out: Buffer, q: Buffer, kp: Buffer, vp: Buffer, rows: PagedRows,
               *, m: int, n_heads: int, n_kv: int, head_dim: int, scale: float, lsize: int,
-              name: str = "attn") -> Launch:
+              name: str = "attn", kv_half: bool = False) -> Launch:
     """Causal attention of m query rows over their sequences' blocks (``lsize`` work-items
     per row and head, splitting the positions). CPUs that pass the product probe, with heads
     of a multiple of 16, take ``attention.cl``'s ``paged_attn_cpu`` (16-wide, one exp per key,
@@ -58,12 +62,14 @@ def attention(dev: CLDevice, out: Buffer, q: Buffer, kp: Buffer, vp: Buffer, row
     PERF (2-core EPYC, Intel's runtime, SmolLM2, 8 rows at about 80 positions): the scalar
     kernel took 264 us a layer, 7.9 of a step's 18 ms."""
     if _attention.cpu_decode(dev, head_dim):
-        knl = kernel(dev, "attention", "paged_attn_cpu", HEAD_DIM=head_dim, CPU_VEC=1)
+        knl = kernel(dev, "attention", "paged_attn_cpu", HEAD_DIM=head_dim, CPU_VEC=1,
+                     **_attention._kv(kv_half))
         return Launch(knl, (1, n_heads, m), (1, 1, 1),
                       [out, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv),
                        i32(rows.block_size), f32(scale)],
                       [q, kp, vp, *rows.reads], [out], name)
-    knl = kernel(dev, "paged", "paged_attn", HEAD_DIM=head_dim, LS=lsize)
+    knl = kernel(dev, "paged", "paged_attn", HEAD_DIM=head_dim, LS=lsize,
+                 **_attention._kv(kv_half))
     return Launch(knl, (lsize, n_heads, m), (lsize, 1, 1),
                   [out, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv), i32(rows.block_size),
                    f32(scale)],
@@ -79,7 +85,7 @@ def split_attention(dev: CLDevice, head_dim: int) -> bool:
 def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: Buffer,
                     kp: Buffer, vp: Buffer, rows: PagedRows, *, m: int, n_heads: int, n_kv: int,
                     head_dim: int, scale: float, context: int, combine: bool | None = None,
-                    name: str = "attn") -> list[Launch]:
+                    name: str = "attn", kv_half: bool = False) -> list[Launch]:
     """``attention`` on GPUs split over each row's positions (``attention.cl``'s
     paged_attn_wg): work-groups of head_dim work-items take a chunk of a row's positions each
     (``attention.decode_chunk`` of ``context``). Where ``combine`` (default: where
@@ -95,7 +101,7 @@ def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: 
         combine = _attention.decode_combines(dev)
     ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
     knl = kernel(dev, "attention", "paged_attn_wg", HEAD_DIM=head_dim, CHUNK=chunk,
-                 COMBINE=int(combine), PTX_FENCE=int(ptx))
+                 COMBINE=int(combine), PTX_FENCE=int(ptx), **_attention._kv(kv_half))
     out_ = [out, part, count] if combine else [part]
     launches = [Launch(knl, (splits * head_dim, n_heads, m), (head_dim, 1, 1),
                        [out, part, count, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv),

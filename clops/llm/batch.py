@@ -170,7 +170,11 @@ class BatchEngine:
         self.max_batch, self.block_size, self.prefill_chunk = max_batch, block_size, prefill_chunk
         self.context = int(model.max_seq)
         self.maxb = -(-self.context // block_size)
-        per_block = 2 * cfg.n_layers * cfg.n_kv_heads * block_size * cfg.head_dim * 4
+        # (the model's cache type: float16 values on GPUs by default, so that a sequence gets
+        # the same tokens batched as from the model alone)
+        self.kv_half = bool(model.kv_half)
+        per_block = 2 * cfg.n_layers * cfg.n_kv_heads * block_size * cfg.head_dim * (
+            2 if self.kv_half else 4)
         if num_blocks is None:
             # every slot at full context, within a quarter of the device's memory
             num_blocks = min(max_batch * self.maxb,
@@ -228,7 +232,7 @@ class BatchEngine:
             self.part = dev.alloc(paged.part_floats(dev, R, H, D, self.context) * f4)
             self.count = dev.alloc(R * H * 4)
             dev.write(self.count, np.zeros(R * H, np.int32), blocking=True)
-        pool = self.num_blocks * KV * self.block_size * D * f4
+        pool = self.num_blocks * KV * self.block_size * D * (2 if self.kv_half else 4)
         self.kpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
         self.vpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
 
@@ -312,18 +316,18 @@ class BatchEngine:
             kp, vp = self.kpool[i], self.vpool[i]
             add_rows(paged.rope_store(dev, self.q, self.qkv, n_qkv, kp, vp, rows, m.inv_freq,
                                       m=n, n_heads=H, n_kv=KV, head_dim=D, neox=cfg.rope_neox,
-                                      name=f"rope_store.{i}"), axis=2)
+                                      name=f"rope_store.{i}", kv_half=self.kv_half), axis=2)
             scale = cfg.scale * cfg.rope_mscale() ** 2
             if self.split:
                 for ln in paged.attention_split(dev, self.attn, self.part, self.count, self.q,
                                                 kp, vp, rows, m=n, n_heads=H, n_kv=KV,
                                                 head_dim=D, scale=scale, context=self.context,
-                                                name=f"attn.{i}"):
+                                                name=f"attn.{i}", kv_half=self.kv_half):
                     add_rows(ln, axis=2)
             else:
                 add_rows(paged.attention(dev, self.attn, self.q, kp, vp, rows, m=n, n_heads=H,
                                          n_kv=KV, head_dim=D, scale=scale, lsize=ls,
-                                         name=f"attn.{i}"), axis=2)
+                                         name=f"attn.{i}", kv_half=self.kv_half), axis=2)
             add_resized(*self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
                                      name=f"o.{i}"))
             prologue = (ly.ffn_norm, eps) if fuse else None

@@ -164,8 +164,8 @@ def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head,
     # boundaries included) and the combine, by the last work-group or by attn_combine; the
     # head counters must be left at zero for the next step. per_kv_head: a work-group serves
     # the 3 query heads of a key-value head (the default where it fits), else one query head.
-    # kv_half: a cache of float16 values (the new row attends with its own float32 k and v,
-    # the cache's rows as float16 rounded them)
+    # kv_half: a cache of float16 values (the new row's k and v too attend as the cache keeps
+    # them, rounded to float16, as they will be read at later steps)
     monkeypatch.setattr(attention, "PER_KV_HEAD", per_kv_head)
     ct = np.float16 if kv_half else np.float32
     # d 128: tiles of 32 key rows, fewer than a head's work-items
@@ -201,9 +201,8 @@ def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head,
             ln.run(dev)
         got = np.empty((h, d), np.float32)
         dev.read(got, out, blocking=True)
-        seen_k, seen_v = keys[:pos + 1].astype(ct), vals[:pos + 1].astype(ct)
-        seen_k, seen_v = seen_k.astype(np.float32), seen_v.astype(np.float32)
-        seen_k[pos], seen_v[pos] = keys[pos], vals[pos]
+        seen_k = keys[:pos + 1].astype(ct).astype(np.float32)
+        seen_v = vals[:pos + 1].astype(ct).astype(np.float32)
         kr = np.repeat(seen_k, h // kv, axis=1)  # [L, h, d]
         vr = np.repeat(seen_v, h // kv, axis=1)
         s = np.einsum("hd,lhd->hl", q.astype(np.float64), kr) * scale
