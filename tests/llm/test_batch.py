@@ -19,13 +19,14 @@ NEW = 10
                                         "qwen2-float32-f16cache"])
 def tiny(request, tmp_path_factory):
     # (f16cache: a KV cache of float16 values, the GPUs' default, which the engine's pools
-    # then hold too)
+    # then hold too; the others keep float32 on every device, for exact agreement with
+    # transformers)
     arch, _, rest = request.param.partition("-")
     dtype, _, cache = rest.partition("-")
     path = tmp_path_factory.mktemp(f"batch_{request.param}")
     ref = make_model(str(path), arch, dtype=dtype or "float32")
     model = clops.llm.load(str(path), progress=False, max_seq_len=160,
-                           kv_cache="float16" if cache else None)
+                           kv_cache="float16" if cache else "float32")
     return model, ref
 
 
@@ -155,6 +156,10 @@ def test_logits_and_logprobs_match_the_model(tiny):
 def test_greedy_tokens_match_transformers(tiny):
     torch = pytest.importorskip("torch")
     model, ref = tiny
+    if model.kv_half:
+        pytest.skip("a float16 cache promises transformers' float32 logits within its rounding "
+                    "(test_hf_models), not its greedy tokens at near ties; the engine's tokens "
+                    "are checked against the model's own above")
     prompts = _prompts(1)[:3]
     got = _run(_engine(model), prompts)
     for p, g in zip(prompts, got):
