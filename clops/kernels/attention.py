@@ -70,12 +70,12 @@ def decode_chunk(dev: CLDevice, max_seq: int, n_heads: int) -> tuple[int, int]:
     at full length, chunks no shorter than 32 positions."""
     if not launch.is_cpu(dev):
         # GPUs: work-groups of CHUNK positions (attn_decode_wg); empty ones exit at once.
-        # PERF (H100, a 1B body's 32 query heads over 8, float16 cache, attn_decode_rope):
-        # at a span of 16384 positions chunks of 128 took 48 us, 256 42 us, 512 30 us, 1024
-        # 40 us; at 8192: 64 22 us, 128 18 us, 256 20 us; at 256 and 1024: 64 the fastest.
-        # At most 1024 (the scores of a chunk's heads stay in local memory)
-        per = 64 if max_seq <= 8192 else 32
-        chunk = min(1024, max(64, 1 << (math.ceil(max_seq / per) - 1).bit_length()))
+        # NOTE (H100, 1B body, float16 cache): a row past 16384 positions decoded at 522
+        # tok/s with chunks of a span's 32nd (1024 there), against 827 with a 128th when each
+        # head's work-items took a share of every row for all heads (a change since taken out;
+        # the two were not measured apart). That kernel alone at 16383 positions: 512 30 us,
+        # 256 42 us, 128 48 us, 1024 40 us. A 128th stays until measured with these kernels.
+        chunk = max(64, 1 << (math.ceil(max_seq / 128) - 1).bit_length())
         return chunk, math.ceil(max_seq / chunk)
     want = max(1, (dev.caps.compute_units * 4) // max(n_heads, 1))
     chunk = max(32, math.ceil(max_seq / want))
