@@ -80,7 +80,7 @@ __kernel void rope_store(__global float *q_out, __global const float *qkv, int l
             __global const float *src = row + h * HEAD_DIM;
             // (a query head's row goes to q_out, a key head's to the cache)
             __global float *qd = h < H ? q_out + ((size_t)m * H + h) * HEAD_DIM : 0;
-            __global kv_t *kd = kc + ((size_t)(h - H) * max_seq + pos) * HEAD_DIM;
+            __global kv_t *kd = h < H ? 0 : kc + ((size_t)(h - H) * max_seq + pos) * HEAD_DIM;
 #if ROT_DIM < HEAD_DIM
             if (!rotated) {  // partial rotary: the rest of the head passes
                 put_row(qd, kd, d, src[d]);
@@ -510,10 +510,9 @@ inline void combine_last(__global float *o, __global const float *part_h, __glob
 // of a work-group of 1024)
 __kernel __attribute__((reqd_work_group_size(HEAD_DIM * NREP, 1, 1)))
 void attn_decode_rope(__global float *out, __global float *part, __global int *count,
-                               __global const float *qkv, __global kv_t *kc,
-                               __global kv_t *vc, __global const int *state,
-                               __global const float *inv_freq, int max_seq, int n_rep, int H,
-                               int KV, float scale) {
+                      __global const float *qkv, __global kv_t *kc, __global kv_t *vc,
+                      __global const int *state, __global const float *inv_freq, int max_seq,
+                      int n_rep, int H, int KV, float scale) {
     __local float qs[NREP * HEAD_DIM] __attribute__((aligned(16)));
     __local float kn[HEAD_DIM] __attribute__((aligned(16))), p[NREP * CHUNK], red[NREP * HEAD_DIM];
     __local float kt[TJ * KROW] __attribute__((aligned(16)));
