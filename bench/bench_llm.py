@@ -168,6 +168,7 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int,
     prompt = _by_name(prof.kernels(), 1)
     return {"name": f"clops ({dev.name[:30]})", "prefill_tps": prefill_tps, "pp": pp,
             "decode_tps": decode_tps, "bytes_per_token": moved,
+            "kv_cache": "float16" if model.kv_half else "float32",
             "copy_ceiling_gbps": ceiling["gbps"],
             "of_copy_bw": moved["total"] * decode_tps / (ceiling["gbps"] * 1e9),
             "launches_per_step": len(plan.launches),

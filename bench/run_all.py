@@ -225,7 +225,9 @@ def decode_table(out: str) -> list[str]:
              f"built from {peer0.get('source', peer0.get('build_commit', '?'))}, arguments "
              f"`{' '.join(peer0.get('args', []))}`) on the same GGUF files, in the same run; "
              f"batch 1, {runs[0]['prompt_tokens']} prompt tokens, "
-             f"{runs[0]['new_tokens']} new tokens, medians.", "",
+             f"{runs[0]['new_tokens']} new tokens, medians"
+             + (f"; clops' KV cache {runs[0]['rows'][0]['kv_cache']}"
+                if "kv_cache" in runs[0]["rows"][0] else "") + ".", "",
              "| model | clops decode tok/s | llama.cpp decode tok/s | clops / llama.cpp | "
              "launches/token | ms/token: host enqueue, device | of copy bw | "
              "pp128 clops / llama.cpp | pp512 clops / llama.cpp |",
