@@ -14,7 +14,7 @@ from . import launch
 from .launch import Launch, f32, float_define, i32, kernel
 
 
-def _kv(kv_half: bool) -> dict[str, Any]:
+def kv_defines(kv_half: bool) -> dict[str, Any]:
     """The defines of a cache of float16 values (``kv_half``; clops/kv.cl), else float32."""
     return {"KV_HALF": 1} if kv_half else {}
 
@@ -39,7 +39,7 @@ def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffe
     heads = n_heads + 2 * n_kv
     per = heads if launch.is_cpu(dev) else max(d for d in range(1, 9) if heads % d == 0)
     knl = kernel(dev, "attention", "rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
-                 HEADS_PER_ITEM=per, **rot, **_kv(kv_half))
+                 HEADS_PER_ITEM=per, **rot, **kv_defines(kv_half))
     args = [q_out, qkv, i32(ld_qkv), kc, vc, state, inv_freq, i32(n_heads), i32(n_kv),
             i32(max_seq)]
     return Launch(knl, (head_dim // 2, heads // per, m), None, args,
@@ -60,7 +60,7 @@ def kv_store(dev: CLDevice, kc: Buffer, vc: Buffer, k: Buffer, k_off: int, v: Bu
     """Store m rows of keys and values ``[m, n_kv, head_dim]`` (float32, at element offsets
     ``k_off``, ``v_off``) into the caches ``[n_kv, max_seq, head_dim]`` at positions
     ``pos ..``."""
-    knl = kernel(dev, "attention", "kv_store", HEAD_DIM=head_dim, **_kv(kv_half))
+    knl = kernel(dev, "attention", "kv_store", HEAD_DIM=head_dim, **kv_defines(kv_half))
     args = [kc, vc, k, i32(k_off), v, i32(v_off), i32(pos), i32(max_seq)]
     return Launch(knl, (head_dim, n_kv, m), None, args, [k, v], [kc, vc], "kv_store")
 
@@ -110,11 +110,11 @@ def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer,
         # one work-item per split (no work-group of head_dim work-items, or scores capped or
         # windowed, which attn_decode_wg does not do)
         k1 = kernel(dev, "attention", "attn_decode", HEAD_DIM=head_dim,
-                    **_score_defines(softcap, window), **_kv(kv_half))
+                    **_score_defines(softcap, window), **kv_defines(kv_half))
         g1, l1 = (splits, n_heads), None
     else:
         k1 = kernel(dev, "attention", "attn_decode_wg", HEAD_DIM=head_dim, CHUNK=chunk,
-                    **_kv(kv_half))
+                    **kv_defines(kv_half))
         g1, l1 = (splits * head_dim, n_heads), (head_dim, 1)
     return [Launch(k1, g1, l1, a1, [q, kc, vc, state], [part], "attn_decode"),
             _attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits)]
@@ -175,7 +175,7 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     nrep = n_rep if PER_KV_HEAD and _decode_fits(dev, head_dim, n_rep, chunk) else 1
     k1 = kernel(dev, "attention", "attn_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
                 ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx), NREP=nrep,
-                **_kv(kv_half))
+                **kv_defines(kv_half))
     a1 = [out, part, count, qkv, kc, vc, state, inv_freq, i32(max_seq),
           i32(n_rep), i32(n_heads), i32(n_kv), f32(scale)]
     launches = [Launch(k1, (splits * head_dim * nrep, n_heads // nrep), (head_dim * nrep, 1), a1,
@@ -205,7 +205,7 @@ def attn_decode_cpu(dev: CLDevice, out: Buffer, qkv: Buffer, kc: Buffer, vc: Buf
     """Decode attention of one row straight from the QKV projection on CPUs: rotation, the
     cache store and attention in one launch (``out`` is [H][D])."""
     knl = kernel(dev, "attention", "attn_decode_cpu", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
-                 CPU_VEC=1, **_kv(kv_half))
+                 CPU_VEC=1, **kv_defines(kv_half))
     args = [out, qkv, kc, vc, state, inv_freq, i32(max_seq), i32(n_heads // n_kv),
             i32(n_heads), i32(n_kv), f32(scale)]
     return Launch(knl, (n_heads,), (1,), args, [qkv, kc, vc, state, inv_freq], [out, kc, vc],
@@ -241,7 +241,7 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
             state, i32(pos_add), i32(int(causal)), i32(n_keys), i32(n_heads // n_kv),
             f32(scale)]
     reads = [q, kc, vc, state]
-    kv = _kv(kv_half)
+    kv = kv_defines(kv_half)
     if softcap or window:
         # PERF: capped or windowed scores take the work-item-per-row kernel on GPUs too
         knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim,

@@ -17,6 +17,7 @@ import numpy as np
 from ..runtime import CLDevice, probes
 from ..runtime.pool import Buffer
 from . import launch
+from .attention import kv_defines
 from .launch import Launch, f32, i32, kernel
 from .matmul import Weight
 
@@ -193,7 +194,7 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
                  R_D=rows_per_task(down.fmt, ffn, dim, groups),
                  SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
                  QUERY_UNITS=-1 if QUERY_UNITS is None else int(QUERY_UNITS),
-                 **({"KV_HALF": 1} if kv_half else {}))
+                 **kv_defines(kv_half))
     args: list[Any] = [x, qkv_out, state, attn, part, count, h, bar, i32(max_seq), f32(eps),
                        f32(scale)]
     reads: list[Buffer] = [x, state, count, bar]

@@ -44,7 +44,7 @@ def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kp: Buffe
     that takes them)."""
     # (a kernel object per launch: a plan sets each one's arguments once)
     knl = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
-                 **_attention._kv(kv_half))
+                 **_attention.kv_defines(kv_half))
     return Launch(knl, (head_dim // 2, n_heads + 2 * n_kv, m), None,
                   [q_out, qkv, i32(ld_qkv), kp, vp, *rows.args, inv_freq, i32(n_heads),
                    i32(n_kv), i32(rows.block_size)],
@@ -63,13 +63,13 @@ def attention(dev: CLDevice, out: Buffer, q: Buffer, kp: Buffer, vp: Buffer, row
     kernel took 264 us a layer, 7.9 of a step's 18 ms."""
     if _attention.cpu_decode(dev, head_dim):
         knl = kernel(dev, "attention", "paged_attn_cpu", HEAD_DIM=head_dim, CPU_VEC=1,
-                     **_attention._kv(kv_half))
+                     **_attention.kv_defines(kv_half))
         return Launch(knl, (1, n_heads, m), (1, 1, 1),
                       [out, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv),
                        i32(rows.block_size), f32(scale)],
                       [q, kp, vp, *rows.reads], [out], name)
     knl = kernel(dev, "paged", "paged_attn", HEAD_DIM=head_dim, LS=lsize,
-                 **_attention._kv(kv_half))
+                 **_attention.kv_defines(kv_half))
     return Launch(knl, (lsize, n_heads, m), (lsize, 1, 1),
                   [out, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv), i32(rows.block_size),
                    f32(scale)],
@@ -101,7 +101,8 @@ def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: 
         combine = _attention.decode_combines(dev)
     ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
     knl = kernel(dev, "attention", "paged_attn_wg", HEAD_DIM=head_dim, CHUNK=chunk,
-                 COMBINE=int(combine), PTX_FENCE=int(ptx), **_attention._kv(kv_half))
+                 COMBINE=int(combine), PTX_FENCE=int(ptx),
+                 **_attention.kv_defines(kv_half))
     out_ = [out, part, count] if combine else [part]
     launches = [Launch(knl, (splits * head_dim, n_heads, m), (head_dim, 1, 1),
                        [out, part, count, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv),
