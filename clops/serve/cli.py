@@ -21,6 +21,8 @@ def parser(prog: str = "clops serve") -> argparse.ArgumentParser:
     ap.add_argument("--queue", type=int, default=64,
                     help="requests that may wait for a slot; past it the server answers 429")
     ap.add_argument("--device", default=None, help="an OpenCL device selector")
+    ap.add_argument("--kv-cache", choices=("float16", "float32"), default=None,
+                    help="type of the KV cache (default: float16 on GPUs, float32 on CPUs)")
     ap.add_argument("--name", default=None, help="the model's name in the API")
     return ap
 
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None, prog: str = "clops serve") -> int:
 
     from .app import Server, create_app
 
-    model = clops.llm.load(a.model, device=a.device, max_seq_len=a.ctx_size)
+    model = clops.llm.load(a.model, device=a.device, max_seq_len=a.ctx_size, kv_cache=a.kv_cache)
     name = a.name or os.path.basename(a.model or clops.llm.default_model_path())
     server = Server(model, parallel=a.parallel, queue_limit=a.queue, model_name=name)
     print(f"clops serve: {name} on {model.device.name}, {a.parallel} slots, "
