@@ -241,6 +241,17 @@ def use_nt_wgmma(dev: CLDevice) -> bool:
     return use_mma(dev, "float16") and _nt_wgmma_works(dev)
 
 
+def run_nt_wgmma(dev: CLDevice, knl: Any, cfg: dict[str, int], split: int, c: Buffer,
+                 a: Buffer, b: Buffer, bias: Buffer, m: int, n: int, k: int) -> None:
+    """Run ``nt_wgmma_kernel``'s ``knl`` (tile shape ``cfg``, ``split`` slices of K) once on
+    whole buffers: c (float32 [split][m][n]) = a [m][k] . b [n][k]^T (+ bias where built in)."""
+    group = wg_threads(cfg)
+    dev.launch(knl, (n // cfg["BN"] * group, -(-m // cfg["BM"]), split), (group, 1, 1),
+               [c, np.int32(0), np.int32(n), a, np.int32(k), b, np.int32(k), bias, np.int32(m),
+                np.int32(n), np.int32(k), np.int64(m * n)],
+               reads=[a, b, bias], writes=[c], name="gemm_nt_wgmma")
+
+
 @probes.per_device
 def _nt_wgmma_works(dev: CLDevice) -> bool:
     if dev.backend != "nvidia":
@@ -261,11 +272,7 @@ def _nt_wgmma_works(dev: CLDevice) -> bool:
             if knl is None:
                 return False
             c = bc if split == 1 else bp
-            dev.launch(knl, (n // cfg["BN"] * wg_threads(cfg), -(-m // cfg["BM"]), split),
-                       (wg_threads(cfg), 1, 1),
-                       [c, np.int32(0), np.int32(n), ba, np.int32(k), bb, np.int32(k), bbias,
-                        np.int32(m), np.int32(n), np.int32(k), np.int64(m * n)],
-                       reads=[ba, bb, bbias], writes=[c], name="gemm_nt_wgmma")
+            run_nt_wgmma(dev, knl, cfg, split, c, ba, bb, bbias, m, n, k)
             got = np.empty((split, m, n), np.float32)
             dev.read(got, c, blocking=True)
             got = got.sum(0) + (bias if split == 2 else 0)

@@ -313,13 +313,12 @@ class BufferPool:
         with self._lock:
             st = self.stats
             st.in_use -= buf.size
-            if buf.size != size_class(buf.size):
-                # an odd size (clamped to the device's cap): no size class can reuse it
+            # an odd size (clamped to the device's cap), which no size class can reuse, or
+            # over the limit: the driver has it back (and its address is forgotten)
+            if buf.size != size_class(buf.size) or (
+                    self.limit is not None and st.in_use + st.cached + buf.size > self.limit):
                 self.addresses.pop(buf.mem.int_ptr, None)
                 return
-            if self.limit is not None and st.in_use + st.cached + buf.size > self.limit:
-                self.addresses.pop(buf.mem.int_ptr, None)
-                return  # over the limit: let the driver have it back
             st.cached += buf.size
             self._free.setdefault((buf.kind, buf.size), []).append(
                 (buf.mem, buf.last_write, buf.reads, buf.host))

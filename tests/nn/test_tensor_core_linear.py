@@ -329,11 +329,7 @@ def test_nt_wgmma_producer_warps(device, cfg, split):
     assert knl is not None
     ba, bb, bbias = _upload(dev, a), _upload(dev, b), _upload(dev, bias)
     c = dev.alloc(split * m * n * 4)
-    g = gemm.wg_threads(cfg)
-    dev.launch(knl, (n // cfg["BN"] * g, -(-m // cfg["BM"]), split), (g, 1, 1),
-               [c, np.int32(0), np.int32(n), ba, np.int32(k), bb, np.int32(k), bbias,
-                np.int32(m), np.int32(n), np.int32(k), np.int64(m * n)],
-               reads=[ba, bb, bbias], writes=[c], name="gemm_nt_wgmma")
+    gemm.run_nt_wgmma(dev, knl, cfg, split, c, ba, bb, bbias, m, n, k)
     got = _read(dev, c, (split, m, n), np.float32).sum(0) + (bias if split == 2 else 0)
     want = a.astype(np.float64) @ b.astype(np.float64).T + bias
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
