@@ -125,21 +125,33 @@ void gemm_tiled(__global IN_T *C, int c_off, int ldc, long c_bstride,
 #define ACCUM 0
 #endif
 // C[m, n] (+)= sum over s < S, in order, of P[s][m][n] (+ bias[n]): the slices of a split
-// gemm_nt_mma, P [S][M][N]. Work geometry: global (N, M).
+// gemm_nt_mma, P [S][M][N]. A work-item takes 4 columns, 8 slices' loads issued at once (a
+// loop of one load and its use waits a trip to memory a slice). N a multiple of 4.
+// Work geometry: global (N / 4, M).
 __kernel void split_sum(__global float *C, int c_off, int ldc, __global const float *P, int S,
                         __global const float *bias) {
     const int n = get_global_id(0), m = get_global_id(1);
-    const int N = get_global_size(0), M = get_global_size(1);
-    float v = 0.0f;
-    for (int s = 0; s < S; ++s) v += P[((size_t)s * M + m) * N + n];
+    const int N = 4 * get_global_size(0), M = get_global_size(1);
+    __global const float *p = P + (size_t)m * N + 4 * n;
+    const size_t slice = (size_t)M * N;
+    float4 v = (float4)(0.0f);
+    int s = 0;
+    for (; s + 8 <= S; s += 8) {
+        float4 a[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) a[u] = vload4(0, p + (s + u) * slice);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v += a[u];
+    }
+    for (; s < S; ++s) v += vload4(0, p + s * slice);
 #if HAS_BIAS
-    v += bias[n];
+    v += vload4(n, bias);
 #endif
-    __global float *c = C + c_off + (size_t)m * ldc + n;
+    __global float *c = C + c_off + (size_t)m * ldc;
 #if ACCUM
-    v += *c;
+    v += vload4(n, c);
 #endif
-    *c = v;
+    vstore4(v, n, c);
 }
 
 #ifdef USE_MMA

@@ -99,25 +99,70 @@ __kernel void layernorm(__global float *y, __global const float *x, int x_off, i
 
 // y[m, :] = float16 of a row of x, with a prologue: MODE 0 none, 1 RMSNorm (as rmsnorm, weight
 // w), 2 silu(x[m, k]) * x[m, K + k] (rows [gate | up] of a gated MLP). The float16 rows feed
-// tensor-core products (gemm.cl gemm_nt_mma). y rows are K apart.
+// tensor-core products (gemm.cl gemm_nt_mma). y rows are K apart; K a multiple of 4.
+// A work-item takes float4s lid, lid + LSIZE, ... in rounds of NV, a round's loads all issued
+// before their use (one trip to memory a round, not one a float4).
 #ifndef MODE
 #define MODE 0
 #endif
+#ifndef NV
+#define NV 1
+#endif
 __kernel void half_rows(__global half *y, __global const float *x, int x_off, int ldx,
                         __global const float *w, int K, float eps) {
-    const int m = get_global_id(0) / LSIZE, lid = get_global_id(0) % LSIZE;
+    const int m = get_global_id(0) / LSIZE, lid = get_global_id(0) % LSIZE, K4 = K / 4;
     __global const float *xr = x + x_off + (size_t)m * ldx;
     __global half *yr = y + (size_t)m * K;
+    float4 v[NV];
 #if MODE == 1
-    __local float2 red[LSIZE];
-    const float r = rsqrt(row_sums(xr, K, lid, red).y / K + eps);
-    for (int k = lid; k < K; k += LSIZE) vstore_half(xr[k] * r * w[k], k, yr);
-#elif MODE == 2
-    for (int k = lid; k < K; k += LSIZE) {
-        const float v = xr[k];
-        vstore_half(v / (1.0f + exp(-v)) * xr[K + k], k, yr);
+    __local float red[LSIZE];
+    float ss = 0.0f;
+    for (int k0 = lid; k0 < K4; k0 += NV * LSIZE) {
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+            const int k = k0 + i * LSIZE;
+            v[i] = k < K4 ? vload4(k, xr) : (float4)(0.0f);
+        }
+#pragma unroll
+        for (int i = 0; i < NV; ++i) ss += dot(v[i], v[i]);
     }
-#else
-    for (int k = lid; k < K; k += LSIZE) vstore_half(xr[k], k, yr);
+#if LSIZE > 1
+    red[lid] = ss;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = LSIZE / 2; h > 0; h >>= 1) {
+        if (lid < h) red[lid] += red[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    ss = red[0];
 #endif
+    const float r = rsqrt(ss / K + eps);
+#endif
+    for (int k0 = lid; k0 < K4; k0 += NV * LSIZE) {
+#if MODE
+        float4 u[NV];  // the norm's weights, or the GLU's up values
+#endif
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+            const int k = min(k0 + i * LSIZE, K4 - 1);
+            v[i] = vload4(k, xr);
+#if MODE == 2
+            u[i] = vload4(k, xr + K);
+#elif MODE == 1
+            u[i] = vload4(k, w);
+#endif
+        }
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+            const int k = k0 + i * LSIZE;
+            if (k < K4) {
+#if MODE == 1
+                vstore_half4(v[i] * r * u[i], k, yr);
+#elif MODE == 2
+                vstore_half4(v[i] / (1.0f + exp(-v[i])) * u[i], k, yr);
+#else
+                vstore_half4(v[i], k, yr);
+#endif
+            }
+        }
+    }
 }

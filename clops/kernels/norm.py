@@ -64,8 +64,11 @@ def half_rows(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, *, k: i
     or of silu(row[:k]) * row[k:2k] (``glu``)."""
     if norm is not None and glu:
         raise ValueError("half_rows: norm= and glu= do not go together")
+    if k % 4:
+        raise ValueError(f"half_rows: rows of a multiple of 4 values, not {k}")
     ls = _row_lsize(dev, k)
-    knl = kernel(dev, "norm", "half_rows", LSIZE=ls,
+    # (float4 loads in rounds of NV a work-item, a round's all issued before any is used)
+    knl = kernel(dev, "norm", "half_rows", LSIZE=ls, NV=min(8, -(-k // (4 * ls))),
                  MODE=1 if norm is not None else 2 if glu else 0)
     nw = norm[0] if norm is not None else x
     return Launch(knl, (m * ls,), (ls,), [y, x, i32(x_off), i32(ldx), nw, i32(k),

@@ -158,10 +158,13 @@ def _rope_ref(x: np.ndarray, pos: int, inv_freq: np.ndarray, neox: bool) -> np.n
 @pytest.mark.parametrize("per_kv_head, kv_half, d", [
     (False, False, 32), (True, False, 32), (False, True, 32), (True, True, 32),
     (False, False, 128), (True, False, 128), (True, True, 128)])
-def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head, kv_half, d):
+@pytest.mark.parametrize("chunk", [16, 64])
+def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head, kv_half, d,
+                                chunk):
     # decode steps through the one-launch attention: rotation of q and k, the cache store of
-    # the new row, attention over chunks of 16 positions (1, 2 and several chunks active,
-    # boundaries included) and the combine, by the last work-group or by attn_combine; the
+    # the new row, attention over chunks of 16 or 64 positions (1, 2 and several chunks active,
+    # boundaries included; chunks of 64 take two tiles of 32 key rows, the new row alone in
+    # the second at position 32) and the combine, by the last work-group or by attn_combine; the
     # head counters must be left at zero for the next step. per_kv_head: a work-group serves
     # the 3 query heads of a key-value head (the default where it fits), else one query head.
     # kv_half: a cache of float16 values (the new row's k and v too attend as the cache keeps
@@ -169,7 +172,7 @@ def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head,
     monkeypatch.setattr(attention, "PER_KV_HEAD", per_kv_head)
     ct = np.float16 if kv_half else np.float32
     # d 128: tiles of 32 key rows, fewer than a head's work-items
-    h, kv, max_seq, chunk = 6, 2, 96, 16
+    h, kv, max_seq = 6, 2, 96
     rng = np.random.default_rng(5)
     inv_freq = (1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
     dev = device
@@ -177,7 +180,7 @@ def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head,
     for c in (kc, vc):  # positions the steps skip hold zeros, as in the reference
         dev.write(c, np.zeros(kv * max_seq * d, ct), blocking=True)
     out = dev.alloc(h * d * 4)
-    part = dev.alloc(h * (max_seq // chunk) * (d + 2) * 4)
+    part = dev.alloc(h * -(-max_seq // chunk) * (d + 2) * 4)
     count = dev.alloc(h * 4)
     dev.write(count, np.zeros(h, np.int32), blocking=True)
     state = dev.alloc(16)
