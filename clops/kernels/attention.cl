@@ -75,51 +75,28 @@ __kernel void rope_store(__global float *q_out, __global const float *qkv, int l
 #else
     float c, s = sincos((float)pos * inv_freq[i], &c);
 #endif
-    // every head's loads issued before the first store (stores might alias the loads for all
-    // the compiler knows: a loop of load and store waits a trip to memory a head)
-    float va[HEADS_PER_ITEM], vb[HEADS_PER_ITEM];
-#pragma unroll
-    for (int j = 0; j < HEADS_PER_ITEM; ++j) {
-        const int h = h0 + j;
-        int a = 0, b = 0;
+    for (int h = h0; h < h0 + HEADS_PER_ITEM; ++h) {
         if (h < H + KV) {
-#if ROT_DIM < HEAD_DIM
-            a = rotated ? p.x : d;
-            b = rotated ? p.y : d + 1;
-#else
-            a = p.x;
-            b = p.y;
-#endif
-            a += h * HEAD_DIM;
-            b += h * HEAD_DIM;
-        } else if (h < H + 2 * KV) {  // a value head: the pair as is
-            a = h * HEAD_DIM + 2 * i;
-            b = a + 1;
-        }
-        va[j] = h < H + 2 * KV ? row[a] : 0.0f;
-        vb[j] = h < H + 2 * KV ? row[b] : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < HEADS_PER_ITEM; ++j) {
-        const int h = h0 + j;
-        const float a = va[j], b = vb[j];
-        if (h < H + KV) {
+            __global const float *src = row + h * HEAD_DIM;
             // (a query head's row goes to q_out, a key head's to the cache)
             __global float *qd = h < H ? q_out + ((size_t)m * H + h) * HEAD_DIM : 0;
             __global kv_t *kd = h < H ? 0 : kc + ((size_t)(h - H) * max_seq + pos) * HEAD_DIM;
 #if ROT_DIM < HEAD_DIM
             if (!rotated) {  // partial rotary: the rest of the head passes
-                put_row(qd, kd, d, a);
-                put_row(qd, kd, d + 1, b);
+                put_row(qd, kd, d, src[d]);
+                put_row(qd, kd, d + 1, src[d + 1]);
                 continue;
             }
 #endif
+            const float a = src[p.x], b = src[p.y];
             put_row(qd, kd, p.x, a * c - b * s);
             put_row(qd, kd, p.y, a * s + b * c);
-        } else if (h < H + 2 * KV) {
-            __global kv_t *dst = vc + ((size_t)(h - H - KV) * max_seq + pos) * HEAD_DIM;
-            KV_PUT(a, dst, 2 * i);
-            KV_PUT(b, dst, 2 * i + 1);
+        } else {
+            const int kvh = h - H - KV;
+            __global const float *src = row + (H + KV + kvh) * HEAD_DIM;
+            __global kv_t *dst = vc + ((size_t)kvh * max_seq + pos) * HEAD_DIM;
+            KV_PUT(src[2 * i], dst, 2 * i);
+            KV_PUT(src[2 * i + 1], dst, 2 * i + 1);
         }
     }
 }
@@ -437,88 +414,6 @@ inline float chunk_scores(__local float *p, __local const float *qs, __local flo
     return mx;
 }
 
-#if PTX_FENCE
-#include "clops/ptx.cl"  // shfl_xor
-#endif
-
-// The largest (max_of) or the sum of v over the HEAD_DIM work-items of each head of the group
-// (lid: a work-item's index in the group, t: in its head), in every one of them. red (NREP *
-// HEAD_DIM floats) must be free: a barrier since its last reads.
-inline float head_reduce(float v, bool max_of, __local float *red, int lid, int t) {
-#if PTX_FENCE && HEAD_DIM % 32 == 0
-    for (int o = 16; o > 0; o >>= 1) {
-        const float u = shfl_xor(v, o);
-        v = max_of ? fmax(v, u) : v + u;
-    }
-    if ((lid & 31) == 0) red[lid >> 5] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int w0 = (lid - t) >> 5;  // the head's first warp
-    v = red[w0];
-    for (int i = 1; i < HEAD_DIM / 32; ++i) v = max_of ? fmax(v, red[w0 + i]) : v + red[w0 + i];
-    return v;
-#else
-    red[lid] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
-        if (t < o) red[lid] = max_of ? fmax(red[lid], red[lid + o]) : red[lid] + red[lid + o];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    return red[lid - t];
-#endif
-}
-
-// A chunk's attention for the group's NREP query heads (q in qh, scaled; HEAD_DIM work-items a
-// head: t, hr), a tile of TJ positions at a time with a running max (flash attention): each
-// tile's keys and values go to the local tiles kt and vt together (the next tile's loads on
-// their way during the work on this one), each work-item scores a row of the tile, the tile's
-// weights go to ph (TJ a head), and work-item t adds up dimension t of the weighted values.
-// Positions [0, n): rows below nc from the cache (kb, vb), the last (where nc = n - 1) from kn
-// and vn (this work-item's dimension of the new value). Returns dimension t of the weighted
-// values' sum, with *mx the largest score and *l the sum of the weights exp(score - *mx).
-// PERF: in place of chunk_scores, chunk_softmax and value_sum (all the chunk's scores, its
-// softmax, then its values: a second trip to memory per tile, a dozen barriers a softmax)
-inline float chunk_attend(float *mx, float *l, __local const float *qh, __local float *kt,
-                          __local float *vt, __local float *ph, __local float *red,
-                          __local const float *kn, float vn, __global const kv_t *kb,
-                          __global const kv_t *vb, int n, int nc, int t, int lid,
-                          __global const int *blocks, int j0, int BS, int KV, int kvh) {
-    float4 kv[TILE_PER], vv[TILE_PER];
-    tile_fetch(kv, kb, 0, min(TJ, nc), lid, blocks, j0, BS, KV, kvh);
-    tile_fetch(vv, vb, 0, min(TJ, nc), lid, blocks, j0, BS, KV, kvh);
-    float m = -INFINITY, ls = 0.0f, acc = 0.0f;
-    for (int j1 = 0; j1 < n; j1 += TJ) {
-        const int crows = min(TJ, nc - j1), rows = min(TJ, n - j1);
-        barrier(CLK_LOCAL_MEM_FENCE);  // (the tiles before are used up)
-        tile_put(kt, KROW, kv, crows, lid);
-        tile_put(vt, HEAD_DIM, vv, crows, lid);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (j1 + TJ < nc) {
-            tile_fetch(kv, kb, j1 + TJ, min(TJ, nc - j1 - TJ), lid, blocks, j0, BS, KV, kvh);
-            tile_fetch(vv, vb, j1 + TJ, min(TJ, nc - j1 - TJ), lid, blocks, j0, BS, KV, kvh);
-        }
-        float sc = -INFINITY;
-        if (t < rows) {
-            float4 a = (float4)(0.0f);
-            __local const float *kr = t < crows ? kt + t * KROW : kn;
-            for (int d = 0; d < D4; ++d) a = mad(vload4(d, kr), vload4(d, qh), a);
-            sc = (a.x + a.y) + (a.z + a.w);
-        }
-        const float mn = fmax(m, head_reduce(sc, true, red, lid, t));
-        const float corr = exp(m - mn);  // (0 at the first tile)
-        const float e = t < rows ? exp(sc - mn) : 0.0f;
-        if (t < TJ) ph[t] = e;
-        ls = mad(ls, corr, e);
-        acc *= corr;
-        m = mn;
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int r = 0; r < crows; ++r) acc = mad(ph[r], vt[r * HEAD_DIM + t], acc);
-        if (rows > crows) acc = mad(ph[rows - 1], vn, acc);  // (the new position)
-    }
-    *mx = m;
-    *l = head_reduce(ls, false, red, lid, t);
-    return acc;
-}
-
 // attn_decode for GPUs: a work-group of D work-items per (split, head) and CHUNK positions.
 // Scores go one position per work-item, the softmax of the chunk through local memory, then
 // the value sum one dimension per work-item (coalesced rows). Same output as attn_decode.
@@ -619,8 +514,8 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
                       __global const int *state, __global const float *inv_freq, int max_seq,
                       int n_rep, int H, int KV, float scale) {
     __local float qs[NREP * HEAD_DIM] __attribute__((aligned(16)));
-    __local float kn[HEAD_DIM] __attribute__((aligned(16))), p[NREP * TJ], red[NREP * HEAD_DIM];
-    __local float kt[TJ * KROW] __attribute__((aligned(16))), vt[TJ * HEAD_DIM];
+    __local float kn[HEAD_DIM] __attribute__((aligned(16))), p[NREP * CHUNK], red[NREP * HEAD_DIM];
+    __local float kt[TJ * KROW] __attribute__((aligned(16)));
     __local int last;
     const int lid = get_local_id(0), t = lid % HEAD_DIM, hr = lid / HEAD_DIM;
     const int s = get_group_id(0), h = get_group_id(1) * NREP + hr;
@@ -631,7 +526,7 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
     if (n <= 0) return;  // the same for the whole work-group
     const int kvh = h / n_rep;
     const bool tail = s == active - 1;  // its chunk ends with the new position
-    __local float *qh = qs + hr * HEAD_DIM, *ph = p + hr * TJ;
+    __local float *qh = qs + hr * HEAD_DIM, *ph = p + hr * CHUNK;
     qh[t] = rope_elem(qkv + h * HEAD_DIM, t, pos, inv_freq) * scale;
     float vn = 0.0f;
     if (tail) {
@@ -650,9 +545,12 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
     __global const kv_t *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     const int nc = tail ? n - 1 : n;  // positions read from the cache
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
-    float mx, l;
-    const float acc = chunk_attend(&mx, &l, qh, kt, vt, ph, red, kn, vn, kb, vb, n, nc, t, lid,
-                                   flat, 0, 0, 0, 0);
+    float mx = chunk_scores(ph, qh, kt, kb, kn, n, nc, t, lid, flat, 0, 0, 0, 0);
+    const float2 ms = chunk_softmax(ph, red + hr * HEAD_DIM, t, n, mx);
+    mx = ms.x;
+    const float l = ms.y;
+    float acc = value_sum(ph, kt, vb, nc, t, lid, flat, 0, 0, 0, 0);
+    if (tail) acc = mad(ph[n - 1], vn, acc);
 #if COMBINE
     if (active == 1) {
         out[h * HEAD_DIM + t] = acc / l;
@@ -685,8 +583,8 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
                             __global const kv_t *vp, __global const int *table, int maxb,
                             __global const int *rslot, __global const int *rpos, int H, int KV,
                             int BS, float scale) {
-    __local float qs[HEAD_DIM] __attribute__((aligned(16))), p[TJ], red[HEAD_DIM];
-    __local float kt[TJ * KROW] __attribute__((aligned(16))), vt[TJ * HEAD_DIM];
+    __local float qs[HEAD_DIM] __attribute__((aligned(16))), p[CHUNK], red[HEAD_DIM];
+    __local float kt[TJ * KROW] __attribute__((aligned(16)));
     __local int last;
     const int t = get_local_id(0), s = get_group_id(0), h = get_group_id(1);
     const int r = get_group_id(2), S = get_num_groups(0);
@@ -697,20 +595,20 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
     __global const int *blocks = table + rslot[r] * maxb;
     qs[t] = q[(size_t)rh * HEAD_DIM + t] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
-    float mx, l;
-    const float acc = chunk_attend(&mx, &l, qs, kt, vt, p, red, qs, 0.0f, kp, vp, n, n, t, t,
-                                   blocks, j0, BS, KV, kvh);
+    const float mx = chunk_scores(p, qs, kt, kp, qs, n, n, t, t, blocks, j0, BS, KV, kvh);
+    const float2 ms = chunk_softmax(p, red, t, n, mx);
+    const float acc = value_sum(p, kt, vp, n, t, t, blocks, j0, BS, KV, kvh);
 #if COMBINE
     if (active == 1) {
-        out[(size_t)rh * HEAD_DIM + t] = acc / l;
+        out[(size_t)rh * HEAD_DIM + t] = acc / ms.y;
         return;
     }
 #endif
     __global float *pp = part + ((size_t)rh * S + s) * (HEAD_DIM + 2);
     pp[t] = acc;
     if (t == 0) {
-        pp[HEAD_DIM] = mx;
-        pp[HEAD_DIM + 1] = l;
+        pp[HEAD_DIM] = ms.x;
+        pp[HEAD_DIM + 1] = ms.y;
     }
 #if COMBINE
     combine_last(out + (size_t)rh * HEAD_DIM, part + (size_t)rh * S * (HEAD_DIM + 2), count + rh,

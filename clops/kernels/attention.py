@@ -140,9 +140,9 @@ PER_KV_HEAD = True
 
 def _decode_fits(dev: CLDevice, head_dim: int, nrep: int, chunk: int) -> bool:
     """Whether attn_decode_rope's work-group for nrep query heads fits the device: its
-    work-items, and its local arrays (qs, kn, p, red and the tiles kt and vt)."""
+    work-items, and its local arrays (qs, kn, p, red and the tile kt)."""
     tile = head_dim if head_dim <= 64 else 4096 // head_dim
-    floats = 2 * nrep * head_dim + head_dim + nrep * tile + tile * (2 * head_dim + 4)
+    floats = 2 * nrep * head_dim + head_dim + nrep * chunk + tile * (head_dim + 4)
     return head_dim * nrep <= dev.caps.max_work_group and 4 * floats + 64 <= dev.caps.local_mem
 
 

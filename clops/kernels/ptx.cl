@@ -1,8 +1,6 @@
 // NVIDIA PTX helpers of clops' kernels, included (#include "clops/ptx.cl") only where the
 // "nvidia_ptx" probe passed: warp shuffles and the mma.sync tensor-core instruction.
 
-#ifndef CLOPS_PTX_CL
-#define CLOPS_PTX_CL
 // v of the lane whose index differs from this one's by the bits of o (a butterfly step)
 inline float shfl_xor(float v, int o) {
     float r;
@@ -28,4 +26,3 @@ inline uint half2_bits(float lo, float hi) {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
-#endif  // CLOPS_PTX_CL
