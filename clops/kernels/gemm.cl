@@ -312,6 +312,23 @@ inline void nt_store(__global float *C, int ldc, int M, int row, int col, const 
     }
 }
 
+// GLU (gemm_nt_wgmma): B's rows are [gate | up] (N of them) and C takes float16
+// silu(gate) * up [M][N / 2] (c_off and ldc in halves): a tile of BN columns multiplies BN / 2
+// gate rows and the up rows N / 2 after them. g[], u[]: a gate and an up fragment (as d[] of
+// nt_store), at row, columns col and col + 1 of C.
+#ifndef GLU
+#define GLU 0
+#endif
+inline void glu_store(__global half *C, int ldc, int M, int row, int col, const float *g,
+                      const float *u) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        if (row + 8 * h >= M) continue;
+        const float2 a = (float2)(g[2 * h], g[2 * h + 1]), b = (float2)(u[2 * h], u[2 * h + 1]);
+        vstore_half2(a / (1.0f + exp(-a)) * b, 0, C + (size_t)(row + 8 * h) * ldc + col);
+    }
+}
+
 #define NTT 64           // rows and columns of the tile of C
 #define NTK 32           // depth of the A and B tiles
 #define NTR (NTK + 8)    // halves per local row: 80 bytes, so fragment reads hit all banks
@@ -1132,8 +1149,12 @@ void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
 // [N][K] weight as stored; SPLIT slices of K as there) on wgmma. B is K-major like A, so both
 // local tiles take A's 128-byte-swizzled layout above (B's BN rows in one descriptor, 8-row
 // groups 1024 bytes apart) and wgmma reads B untransposed. Rows of A past M read row M - 1
-// (their sums are not stored). Needs N % BN == 0, (K / SPLIT) % BK == 0, 16-byte rows.
+// (their sums are not stored). Needs N % BN == 0, (K / SPLIT) % BK == 0, 16-byte rows. GLU
+// (SPLIT 1, no bias or ACCUM): C takes float16 silu(gate) * up of [gate | up] rows B (glu_store).
 // Work geometry: global (N / BN * NTW, ceil(M / BM), SPLIT), local (NTW, 1, 1).
+#if GLU && WS
+#error "gemm_nt_wgmma: GLU takes the form without producer warps"
+#endif
 __kernel __attribute__((reqd_work_group_size(NTW, 1, 1)))
 void gemm_nt_wgmma(__global float *C, int c_off, int ldc, __global const half *A, int lda,
                    __global const half *B, int ldb, __global const float *bias, int M, int N,
@@ -1176,16 +1197,29 @@ void gemm_nt_wgmma(__global float *C, int c_off, int ldc, __global const half *A
 #pragma unroll
     for (int l = 0; l < WNLB; ++l) {
         const int c = tid + NTW * l, r = c >> 3, k8 = c & 7;
-        gb[l] = (size_t)(n0 + r) * ldb + k8 * 8;
+#if GLU  // the tile's gate rows, then their up rows
+        const int nr = r < BN / 2 ? n0 / 2 + r : N / 2 + n0 / 2 + r - BN / 2;
+#else
+        const int nr = n0 + r;
+#endif
+        gb[l] = (size_t)nr * ldb + k8 * 8;
         db[l] = (uint)(r * 128 + ((k8 ^ (r & 7)) << 4));
     }
     wg_mainloop(acc, sa, sb, pa, pb, BK, ga, gb, da, db, K / BK, wg);
 #endif
-    C += c_off;
     // accumulator j-th 8 columns: rows 16 w + g (+ 8), columns 8 j + 2 t (+ 1) of the warpgroup's
+#if GLU
+    // (a work-item holds gate column 8 j + 2 t (j < BN / 16) and its up column BN / 2 on)
+#pragma unroll
+    for (int j = 0; j < BN / 16; ++j)
+        glu_store((__global half *)C + c_off, ldc, M, m0 + 64 * wg + 16 * w + g,
+                  n0 / 2 + 8 * j + 2 * t, acc + 4 * j, acc + 4 * (j + BN / 16));
+#else
+    C += c_off;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
         nt_store(C, ldc, M, m0 + 64 * wg + 16 * w + g, n0 + 8 * j + 2 * t, acc + 4 * j, bias);
+#endif
 }
 #endif
 #endif

@@ -213,11 +213,16 @@ def _wgmma_program_for(dev: CLDevice, cfg: tuple[tuple[str, int], ...]) -> Any |
 
 
 def nt_wgmma_kernel(dev: CLDevice, cfg: dict[str, int], split: int, has_bias: bool,
-                    accum: bool) -> Any | None:
+                    accum: bool, glu: bool = False) -> Any | None:
     """A new gemm_nt_wgmma kernel object (its own argument slots: a launch plan sets each
     launch's arguments once) for tile shape ``cfg``, ``split`` slices of K and the epilogue
-    flags, or None where it does not build."""
-    key = dict(cfg, WG_NT=1, SPLIT=split, HAS_BIAS=int(has_bias), ACCUM=int(accum))
+    flags (``glu``: float16 silu(gate) * up of [gate | up] rows; one slice, no bias or
+    accumulation, no producer warps), or None where it does not build."""
+    if glu and (split != 1 or has_bias or accum or cfg.get("WS")):
+        raise ValueError("gemm_nt_wgmma: the GLU epilogue takes one slice of K, no bias, no "
+                         "accumulation and no producer warps")
+    key = dict(cfg, WG_NT=1, SPLIT=split, HAS_BIAS=int(has_bias), ACCUM=int(accum),
+               **({"GLU": 1} if glu else {}))
     prog = _wgmma_program_for(dev, tuple(sorted(key.items())))
     return None if prog is None else new_kernel(prog, "gemm_nt_wgmma", "gemm.cl")
 

@@ -422,6 +422,17 @@ def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
     return split
 
 
+def glu_half_rows(dev: CLDevice, m: int, w: Weight) -> bool:
+    """Whether ``linear(glu_half=True)`` takes m rows of w ([gate | up] rows): a tensor-core
+    product on ``gemm_nt_wgmma`` in one slice of k, whose epilogue gives the GLU's float16
+    rows itself."""
+    if not tensor_core_rows(dev, m, w):
+        return False
+    cfg = _gemm.nt_config(dev, m, w.n, w.k)
+    return (cfg is not None and not cfg.get("WS") and w.n % cfg["BN"] == 0
+            and tensor_core_split(dev, m, w.n, w.k) == 1)
+
+
 def split_nbytes(dev: CLDevice, m: int, w: Weight) -> int:
     """Bytes of the partial sums ``linear`` keeps for m rows of w's product (0: no split)."""
     if not tensor_core_rows(dev, m, w):
@@ -434,16 +445,28 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
            w: Weight, m: int, *, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None, glu: bool = False,
            scratch: Buffer | None = None, wscratch: Buffer | None = None,
-           pscratch: Buffer | None = None, glu_out: bool = False) -> list[Launch]:
+           pscratch: Buffer | None = None, glu_out: bool = False, glu_half: bool = False,
+           half_in: bool = False) -> list[Launch]:
     """The launches of ``matmul``'s product (same arguments): that one kernel, or where
     ``tensor_core_rows`` holds, the rows to float16 (norm or GLU applied on the way) into
     ``scratch``, a weight not in float16 to float16 into ``wscratch`` (too small: the matmul
     kernel runs instead) unless it keeps a float16 copy (``w.half``), a tensor-core product,
     and for a product split over k the sum of its slices' partial sums (kept in
     ``pscratch``). Scratch buffers missing or too small (but ``wscratch``) are allocated
-    here."""
+    here. Tensor-core products only: ``glu_half`` (where ``glu_half_rows`` holds) makes y
+    the float16 rows silu(gate) * up [m][n / 2] of w's [gate | up] rows (y_off, ldy in
+    halves); ``half_in``: x holds float16 rows [m][k] already (ldx apart from its start),
+    which the product reads as they are."""
     k = w.k
     wneed = w.n * k * 2 if w.fmt != "f16" and w.half is None else 0
+    if glu_half and (bias is not None or accum or glu or glu_out
+                     or not glu_half_rows(dev, m, w)):
+        raise ValueError(f"linear {name}: glu_half takes a tensor-core product in one slice "
+                         "of k (glu_half_rows) without bias, accumulation or GLU prologue")
+    if half_in and (norm is not None or glu or glu_out or x_off
+                    or not tensor_core_rows(dev, m, w)):
+        raise ValueError(f"linear {name}: half_in takes a tensor-core product of float16 rows "
+                         "from their buffer's start, with no norm or GLU prologue")
     if not tensor_core_rows(dev, m, w) or (wscratch is not None and wscratch.nbytes < wneed):
         return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias=bias, accum=accum,
                        name=name, norm=norm, glu=glu, glu_out=glu_out)]
@@ -455,10 +478,14 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         out.append(dequant_half(dev, wscratch, w))
         out[-1].name = "dequant_half." + name
         b_half = wscratch
-    if scratch is None or scratch.nbytes < half_scratch_nbytes(m, k):
-        scratch = dev.alloc(half_scratch_nbytes(m, k))
-    out.append(half_rows(dev, scratch, x, x_off, ldx, k=k, m=m, norm=norm, glu=glu))
-    out[-1].name = "half_rows." + name
+    lda = k
+    if half_in:
+        scratch, lda = x, ldx
+    else:
+        if scratch is None or scratch.nbytes < half_scratch_nbytes(m, k):
+            scratch = dev.alloc(half_scratch_nbytes(m, k))
+        out.append(half_rows(dev, scratch, x, x_off, ldx, k=k, m=m, norm=norm, glu=glu))
+        out[-1].name = "half_rows." + name
     # PERF: few tiles of C over a long k (Llama-3.2-1B's o and down projections of a prompt
     # chunk: 64 tiles, k 2048 and 8192) split k; the slices' sums are added up in order by
     # split_sum (no atomics: the same prompt gives the same logits every time)
@@ -474,16 +501,19 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         c, c_off, ldc = y, y_off, ldy
     # PERF (Hopper): wgmma tiles of 128 (or 64) x 128, where they divide the product
     cfg = _gemm.nt_config(dev, m, w.n, k)
-    knl = _gemm.nt_wgmma_kernel(dev, cfg, split, bias is not None, accum) if cfg else None
+    knl = _gemm.nt_wgmma_kernel(dev, cfg, split, bias is not None, accum,
+                                glu_half) if cfg else None
     if knl is not None and cfg is not None:
         bm, bn, group = cfg["BM"], cfg["BN"], _gemm.wg_threads(cfg)
+    elif glu_half:
+        raise RuntimeError(f"linear {name}: gemm_nt_wgmma with the GLU epilogue did not build")
     else:
         knl = kernel(dev, "gemm", "gemm_nt_mma", USE_MMA=1, SPLIT=split, **flags)
         bm, bn, group = 64, 64, 128
     reads = [scratch, b_half] + ([bias] if bias is not None else []) + (
         [y] if accum and split == 1 else [])
     out.append(Launch(knl, (w.n // bn * group, math.ceil(m / bm), split), (group, 1, 1),
-                      [c, i32(c_off), i32(ldc), scratch, i32(k), b_half, i32(k), bias_arg,
+                      [c, i32(c_off), i32(ldc), scratch, i32(lda), b_half, i32(k), bias_arg,
                        i32(m), i32(w.n), i32(k), np.int64(m * w.n)], reads, [c], name))
     if split > 1:
         assert pscratch is not None

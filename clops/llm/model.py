@@ -351,6 +351,16 @@ class Model:
                    norm=src.get("norm"), name=f"gate_up.{i}", glu_out=True)
                 block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}")
                 continue
+            if (fuse and cfg.act == "silu" and len(gu) == 1 and gu[0][1] == 0
+                    and gu[0][2] is None and matmul.glu_half_rows(dev, m, gu[0][0])
+                    and matmul.tensor_core_rows(dev, m, ly.down)):
+                # PERF (Hopper): the gate and up product's epilogue gives the GLU's float16
+                # rows (into h), which the down product reads as they are: no float32 [gate |
+                # up] rows written and read back, no launch to make float16 rows of the GLU
+                mm(self.h, 0, F, src["x"], src["x_off"], dim, gu[0][0], m,
+                   norm=src.get("norm"), name=f"gate_up.{i}", glu_half=True)
+                block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}", half_in=True)
+                continue
             for w, off, b in gu:
                 mm(self.gu, off, 2 * F, src["x"], src["x_off"], dim, w, m, bias=b,
                    norm=src.get("norm"), name=f"gate_up.{i}")

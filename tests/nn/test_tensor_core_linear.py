@@ -175,6 +175,68 @@ def test_linear_tensor_cores(device, m, n, k, mode):
     np.testing.assert_array_equal(got[:, n:], y0[:, n:])  # past n: untouched
 
 
+@pytest.mark.parametrize("m,f,k", [(37, 128, 512), (128, 192, 256), (200, 256, 768)])
+def test_glu_half_then_half_in(device, m, f, k):
+    """Hopper: the gate and up product's epilogue gives the GLU's float16 rows (glu_half, at an
+    offset, rows wider than f), which the down product reads as they are (half_in), as
+    half_rows would have made them from the float32 product."""
+    dev = clops.device(device)
+    _tensor_cores(dev)
+    wgu = (RNG.standard_normal((2 * f, k)) / np.sqrt(k)).astype(np.float16)
+    gu = DeviceWeight(dev, pack_float(wgu, "f16"))
+    if not matmul.glu_half_rows(dev, m, gu):
+        pytest.skip(f"{dev.name}: no gemm_nt_wgmma product in one slice for {m} x {2 * f}")
+    wd = (RNG.standard_normal((64, f)) / np.sqrt(f)).astype(np.float16)
+    down = DeviceWeight(dev, pack_float(wd, "f16"))
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    nw = RNG.standard_normal(k).astype(np.float32)
+    ldh, h_off = f + 8, 16
+    h = _upload(dev, np.full(h_off + m * ldh, 7, np.float16))
+    norm = (_upload(dev, nw), 1e-6)
+    launches = matmul.linear(dev, h, h_off, ldh, _upload(dev, x), 0, k, gu, m, norm=norm,
+                             glu_half=True)
+    assert [ln.kernel.function_name for ln in launches] == ["half_rows", "gemm_nt_wgmma"]
+    for ln in launches:
+        ln.run(dev)
+    got = _read(dev, h, (h_off + m * ldh,), np.float16)
+    assert (got[:h_off] == 7).all()
+    got = got[h_off:].reshape(m, ldh)
+    assert (got[:, f:] == 7).all()  # past f: untouched
+    a = _prologue(x, "norm", k, nw, 1e-6).astype(np.float16).astype(np.float64)
+    prod = a @ wgu.astype(np.float64).T
+    want = _silu(prod[:, :f]) * prod[:, f:]
+    np.testing.assert_allclose(got[:, :f].astype(np.float64), want, rtol=4e-3,
+                               atol=4e-3 * np.abs(want).max())
+    # the down product from those float16 rows, added to y
+    hb = _upload(dev, got)
+    y0 = RNG.standard_normal((m, 64)).astype(np.float32)
+    yb = _upload(dev, y0)
+    launches = matmul.linear(dev, yb, 0, 64, hb, 0, ldh, down, m, accum=True, half_in=True)
+    assert "half_rows" not in [ln.kernel.function_name for ln in launches]
+    for ln in launches:
+        ln.run(dev)
+    want = y0 + got[:, :f].astype(np.float64) @ wd.astype(np.float64).T
+    np.testing.assert_allclose(_read(dev, yb, (m, 64), np.float32), want, rtol=2e-3,
+                               atol=2e-3 * np.abs(want).max())
+
+
+def test_glu_half_and_half_in_refuse_what_they_cannot_do(device):
+    """glu_half where no one-slice wgmma product takes it (every device but Hopper, or with a
+    bias), and half_in with a norm or at an offset, are refused, not run otherwise."""
+    dev = clops.device(device)
+    w = DeviceWeight(dev, pack_float(np.zeros((256, 512), np.float32), "f16"))
+    buf = dev.alloc(256 * 512 * 4)
+    with pytest.raises(ValueError, match="glu_half"):
+        matmul.linear(dev, buf, 0, 128, buf, 0, 512, w, 128, bias=buf, glu_half=True)
+    if not matmul.glu_half_rows(dev, 128, w):
+        with pytest.raises(ValueError, match="glu_half"):
+            matmul.linear(dev, buf, 0, 128, buf, 0, 512, w, 128, glu_half=True)
+    with pytest.raises(ValueError, match="half_in"):
+        matmul.linear(dev, buf, 0, 256, buf, 0, 512, w, 128, half_in=True, norm=(buf, 1e-6))
+    with pytest.raises(ValueError, match="half_in"):
+        matmul.linear(dev, buf, 0, 256, buf, 8, 512, w, 128, half_in=True)
+
+
 def test_nn_linear_tensor_cores(device):
     """``clops.nn.linear`` with a float16 weight over many rows takes the same route."""
     dev = clops.device(device)
