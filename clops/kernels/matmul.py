@@ -17,7 +17,7 @@ from ..runtime.pool import Buffer
 from . import gemm as _gemm
 from . import launch, native_cpu
 from .launch import Launch, f32, i32, kernel, pow2_at_most
-from .norm import half_rows
+from .norm import half_rows, split_norm_half
 
 
 class Weight(Protocol):
@@ -422,6 +422,14 @@ def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
     return split
 
 
+def tensor_core_route(dev: CLDevice, m: int, w: Weight, wscratch: Buffer | None) -> bool:
+    """Whether ``linear`` runs m rows of w as a tensor-core product: ``tensor_core_rows``, and a
+    float16 copy of w kept (``w.half``, float16 weights) or ``wscratch`` large enough for
+    one (or none given: allocated)."""
+    wneed = w.n * w.k * 2 if w.fmt != "f16" and w.half is None else 0
+    return tensor_core_rows(dev, m, w) and (wscratch is None or wscratch.nbytes >= wneed)
+
+
 def glu_half_rows(dev: CLDevice, m: int, w: Weight) -> bool:
     """Whether ``linear(glu_half=True)`` takes m rows of w ([gate | up] rows): a tensor-core
     product on ``gemm_nt_wgmma`` in one slice of k, whose epilogue gives the GLU's float16
@@ -446,7 +454,8 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
            name: str = "matmul", norm: tuple[Buffer, float] | None = None, glu: bool = False,
            scratch: Buffer | None = None, wscratch: Buffer | None = None,
            pscratch: Buffer | None = None, glu_out: bool = False, glu_half: bool = False,
-           half_in: bool = False) -> list[Launch]:
+           half_in: bool = False,
+           norm_after: tuple[Buffer, float, Buffer] | None = None) -> list[Launch]:
     """The launches of ``matmul``'s product (same arguments): that one kernel, or where
     ``tensor_core_rows`` holds, the rows to float16 (norm or GLU applied on the way) into
     ``scratch``, a weight not in float16 to float16 into ``wscratch`` (too small: the matmul
@@ -456,18 +465,24 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     here. Tensor-core products only: ``glu_half`` (where ``glu_half_rows`` holds) makes y
     the float16 rows silu(gate) * up [m][n / 2] of w's [gate | up] rows (y_off, ldy in
     halves); ``half_in``: x holds float16 rows [m][k] already (ldx apart from its start),
-    which the product reads as they are."""
+    which the product reads as they are; ``norm_after`` (weight, eps, out), with ``accum``:
+    then out [m][n] = float16 rows of RMSNorm(y's rows) * weight, the next product's input
+    (``half_in``), made by the sum of a split product's slices in the same pass."""
     k = w.k
     wneed = w.n * k * 2 if w.fmt != "f16" and w.half is None else 0
-    if glu_half and (bias is not None or accum or glu or glu_out
+    tc = tensor_core_route(dev, m, w, wscratch)
+    if glu_half and (bias is not None or accum or glu or glu_out or not tc
                      or not glu_half_rows(dev, m, w)):
         raise ValueError(f"linear {name}: glu_half takes a tensor-core product in one slice "
                          "of k (glu_half_rows) without bias, accumulation or GLU prologue")
-    if half_in and (norm is not None or glu or glu_out or x_off
-                    or not tensor_core_rows(dev, m, w)):
+    if half_in and (norm is not None or glu or glu_out or x_off or not tc):
         raise ValueError(f"linear {name}: half_in takes a tensor-core product of float16 rows "
                          "from their buffer's start, with no norm or GLU prologue")
-    if not tensor_core_rows(dev, m, w) or (wscratch is not None and wscratch.nbytes < wneed):
+    if norm_after is not None and (not accum or bias is not None or glu_half or w.n % 4
+                                   or not tc):
+        raise ValueError(f"linear {name}: norm_after takes a tensor-core product accumulated "
+                         "into y, without bias, of a multiple of 4 outputs")
+    if not tc:
         return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias=bias, accum=accum,
                        name=name, norm=norm, glu=glu, glu_out=glu_out)]
     out: list[Launch] = []
@@ -515,13 +530,23 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     out.append(Launch(knl, (w.n // bn * group, math.ceil(m / bm), split), (group, 1, 1),
                       [c, i32(c_off), i32(ldc), scratch, i32(lda), b_half, i32(k), bias_arg,
                        i32(m), i32(w.n), i32(k), np.int64(m * w.n)], reads, [c], name))
-    if split > 1:
+    if split > 1 and norm_after is not None:
+        assert pscratch is not None
+        nw, eps, hout = norm_after
+        out.append(split_norm_half(dev, hout, y, y_off, ldy, pscratch, split, nw, k=w.n, m=m,
+                                   eps=eps))
+        out[-1].name = "split_norm_half." + name
+    elif split > 1:
         assert pscratch is not None
         knl = kernel(dev, "gemm", "split_sum", **flags)
-        out.append(Launch(knl, (w.n // 4, m), None, [y, i32(y_off), i32(ldy), pscratch, i32(split),
-                                                bias_arg],
+        out.append(Launch(knl, (w.n // 4, m), None, [y, i32(y_off), i32(ldy), pscratch,
+                                                     i32(split), bias_arg],
                           [pscratch] + ([bias] if bias is not None else []) +
                           ([y] if accum else []), [y], "split_sum." + name))
+    if split == 1 and norm_after is not None:
+        nw, eps, hout = norm_after
+        out.append(half_rows(dev, hout, y, y_off, ldy, k=w.n, m=m, norm=(nw, eps)))
+        out[-1].name = "half_rows.after." + name
     return out
 
 

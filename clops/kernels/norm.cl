@@ -166,3 +166,45 @@ __kernel void half_rows(__global half *y, __global const float *x, int x_off, in
         }
     }
 }
+
+// A split tensor-core product's end and the next one's start in one pass: x[m, :] += the sum,
+// in order, of the slices P[s][m][:] (s < S; P [S][M][K], as gemm.cl's split_sum with ACCUM),
+// then y[m, :] = float16 of RMSNorm(x[m, :]) * w (as half_rows MODE 1; y rows K apart).
+// K a multiple of 4. Work geometry: global (M * LSIZE), local (LSIZE).
+__kernel void split_norm_half(__global float *x, int x_off, int ldx, __global const float *P,
+                              int S, __global half *y, __global const float *w, int K,
+                              float eps) {
+    __local float red[LSIZE];
+    const int m = get_global_id(0) / LSIZE, lid = get_global_id(0) % LSIZE, K4 = K / 4;
+    const size_t slice = (size_t)(get_global_size(0) / LSIZE) * K;
+    __global float *xr = x + x_off + (size_t)m * ldx;
+    __global const float *pr = P + (size_t)m * K;
+    float ss = 0.0f;
+    for (int k = lid; k < K4; k += LSIZE) {
+        float4 v = (float4)(0.0f);
+        int s = 0;
+        for (; s + 8 <= S; s += 8) {  // (8 slices' loads issued before their use)
+            float4 a[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) a[u] = vload4(k, pr + (s + u) * slice);
+#pragma unroll
+            for (int u = 0; u < 8; ++u) v += a[u];
+        }
+        for (; s < S; ++s) v += vload4(k, pr + s * slice);
+        v += vload4(k, xr);
+        vstore4(v, k, xr);
+        ss += dot(v, v);
+    }
+#if LSIZE > 1
+    red[lid] = ss;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = LSIZE / 2; h > 0; h >>= 1) {
+        if (lid < h) red[lid] += red[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    ss = red[0];
+#endif
+    const float r = rsqrt(ss / K + eps);
+    __global half *yr = y + (size_t)m * K;
+    for (int k = lid; k < K4; k += LSIZE) vstore_half4(vload4(k, xr) * r * vload4(k, w), k, yr);
+}

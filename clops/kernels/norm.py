@@ -74,3 +74,16 @@ def half_rows(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, *, k: i
     return Launch(knl, (m * ls,), (ls,), [y, x, i32(x_off), i32(ldx), nw, i32(k),
                                           f32(norm[1] if norm is not None else 0.0)],
                   [x] + ([norm[0]] if norm is not None else []), [y], "half_rows")
+
+
+def split_norm_half(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, ldx: int, parts: Buffer,
+                    splits: int, w: Buffer, *, k: int, m: int, eps: float) -> Launch:
+    """x[i, :k] += the sum, in order, of a split product's slices parts [splits][m][k], then
+    y[i, :] = float16 of RMSNorm(x[i, :k]) * w (half_rows with ``norm=(w, eps)``) for i < m."""
+    if k % 4:
+        raise ValueError(f"split_norm_half: rows of a multiple of 4 values, not {k}")
+    ls = _row_lsize(dev, k)
+    knl = kernel(dev, "norm", "split_norm_half", LSIZE=ls)
+    return Launch(knl, (m * ls,), (ls,), [x, i32(x_off), i32(ldx), parts, i32(splits), y, w,
+                                          i32(k), f32(eps)],
+                  [x, parts, w], [x, y], "split_norm_half")

@@ -301,10 +301,28 @@ class Model:
             residual stream)."""
             if w is None:
                 return {"x": self.x, "x_off": off}
+            if w is ready.pop("norm", None) and rows == m and off == 0:
+                return {"x": self.xh, "x_off": 0, "half_in": True}  # (then_norm's)
             if all(matmul.fused_norm(dev, r, rows) for r in readers):
                 return {"x": self.x, "x_off": off, "norm": (w, eps)}
             add(norm.rmsnorm(dev, self.xn, self.x, off, dim, w, m=rows, k=dim, eps=eps))
             return {"x": self.xn, "x_off": 0}
+
+        # PERF (GPUs): a block's output product, added to the residual stream, makes the next
+        # products' float16 rows of RMSNorm(x) itself (for a split product: in the pass that
+        # adds up its slices), where those products are tensor-core ones of these m rows
+        ready: dict[str, Buffer] = {}
+
+        def then_norm(out: DeviceWeight, w: Buffer | None,
+                      readers: list[DeviceWeight]) -> dict[str, Any]:
+            """block_out's arguments for the product ``out`` to leave the float16 rows of the
+            next pre-norm ``w`` (read by ``readers``) in xh, which normed() then hands on."""
+            if (not fuse or self._branch or w is None
+                    or not all(matmul.tensor_core_route(dev, m, r, self.wh)
+                               and matmul.fused_norm(dev, r, m) for r in [out] + readers)):
+                return {}
+            ready["norm"] = w
+            return {"norm_after": (w, eps, self.xh)}
 
         def block_out(w: DeviceWeight, x: Buffer, k: int, post: Buffer | None, name: str,
                       **kw: Any) -> None:
@@ -334,16 +352,20 @@ class Model:
             src = normed(ly.attn_norm, [p[0] for p in ly.qkv.parts])
             for w, off, b in ly.qkv.parts:
                 mm(self.qkv, off, n_qkv, src["x"], src["x_off"], dim, w, m, bias=b,
-                   norm=src.get("norm"), name=f"qkv.{i}")
+                   norm=src.get("norm"), half_in=src.get("half_in", False), name=f"qkv.{i}")
             if ly.q_norm is not None and ly.k_norm is not None:
                 whole = cfg.desc.qk_norm == "full"
                 add(norm.qk_norm(dev, self.qkv, n_qkv, m=m, nq=1 if whole else H,
                               lq=H * D if whole else D, nk=1 if whole else KV,
                               lk=KV * D if whole else D, wq=ly.q_norm, wk=ly.k_norm, eps=eps))
             self._attention(add, i, ly, m, span)
-            block_out(ly.o, self.attn, H * D, ly.post_attn_norm, f"o.{i}")
-            src = normed(ly.ffn_norm, [p[0] for p in ly.gate_up.parts])
             gu = ly.gate_up.parts
+            block_out(ly.o, self.attn, H * D, ly.post_attn_norm, f"o.{i}",
+                      **then_norm(ly.o, ly.ffn_norm, [p[0] for p in gu]))
+            src = normed(ly.ffn_norm, [p[0] for p in gu])
+            nxt = self.layers[i + 1] if i + 1 < len(self.layers) else None
+            after_down = then_norm(ly.down, nxt.attn_norm, [p[0] for p in nxt.qkv.parts]) \
+                if nxt is not None else {}
             if (not fuse and cfg.act == "silu" and len(gu) == 1 and gu[0][1] == 0
                     and matmul.glu_output(gu[0][0])):
                 # (CPUs) the product gives silu(gate) * up itself
@@ -353,22 +375,27 @@ class Model:
                 continue
             if (fuse and cfg.act == "silu" and len(gu) == 1 and gu[0][1] == 0
                     and gu[0][2] is None and matmul.glu_half_rows(dev, m, gu[0][0])
-                    and matmul.tensor_core_rows(dev, m, ly.down)):
+                    and matmul.tensor_core_route(dev, m, gu[0][0], self.wh)
+                    and matmul.tensor_core_route(dev, m, ly.down, self.wh)):
                 # PERF (Hopper): the gate and up product's epilogue gives the GLU's float16
                 # rows (into h), which the down product reads as they are: no float32 [gate |
                 # up] rows written and read back, no launch to make float16 rows of the GLU
                 mm(self.h, 0, F, src["x"], src["x_off"], dim, gu[0][0], m,
-                   norm=src.get("norm"), name=f"gate_up.{i}", glu_half=True)
-                block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}", half_in=True)
+                   norm=src.get("norm"), half_in=src.get("half_in", False),
+                   name=f"gate_up.{i}", glu_half=True)
+                block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}", half_in=True,
+                          **after_down)
                 continue
             for w, off, b in gu:
                 mm(self.gu, off, 2 * F, src["x"], src["x_off"], dim, w, m, bias=b,
-                   norm=src.get("norm"), name=f"gate_up.{i}")
+                   norm=src.get("norm"), half_in=src.get("half_in", False),
+                   name=f"gate_up.{i}")
             if fuse and cfg.act == "silu":
-                block_out(ly.down, self.gu, 2 * F, ly.post_ffn_norm, f"down.{i}", glu=True)
+                block_out(ly.down, self.gu, 2 * F, ly.post_ffn_norm, f"down.{i}", glu=True,
+                          **after_down)
             else:
                 add(activation.glu(dev, self.h, self.gu, m=m, f=F, act=cfg.act))
-                block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}")
+                block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}", **after_down)
         V = cfg.vocab_size
         rows = {"last": 1, "all": m}.get(logits, 0)
         if rows:

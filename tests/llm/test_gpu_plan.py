@@ -80,3 +80,28 @@ def test_decode_plans_by_span_match_the_whole_cache(device, monkeypatch, tmp_pat
     whole = np.empty(VOCAB, np.float32)
     model.device.read(whole, model.logits_buf, blocking=True)
     np.testing.assert_allclose(last, whole, rtol=1e-5, atol=1e-5 * np.abs(whole).max())
+
+
+def test_prompt_products_match_transformers(device, tmp_path):
+    """A prompt's products as the GPU plan chains them (float16 weights, an FFN of 128): on
+    tensor cores the output products leave the next norm's float16 rows (split_norm_half, or
+    half_rows after an unsplit product) and on Hopper the gate and up product's epilogue
+    gives the GLU's float16 rows; logits of a 40-row prompt against transformers, whatever
+    route the device takes."""
+    from clops.kernels import matmul
+
+    ref = make_model(str(tmp_path), dtype="float16", ffn=128)
+    model = clops.llm.load(str(tmp_path), device=device, max_seq_len=256, progress=False,
+                           kv_cache="float32")
+    ids = np.random.default_rng(3).integers(0, VOCAB, 40).tolist()
+    got, want = model.logits(ids), hf_logits(ref, ids)
+    assert np.abs(got - want).max() / np.abs(want).max() < logit_tolerance(model)
+    names = [ln.name for key, plan in model._plans.items() if key[0] == 40
+             for ln in plan.launches]
+    ly = model.layers[0]
+    if matmul.tensor_core_route(device, 40, ly.o, model.wh):
+        assert sum(n.startswith(("split_norm_half.o", "half_rows.after.o")) for n in names) == 2
+        assert sum(n.startswith(("split_norm_half.down", "half_rows.after.down"))
+                   for n in names) == 1  # (the last layer's: lm_head reads float32 rows)
+    if matmul.glu_half_rows(device, 40, ly.gate_up.parts[0][0]):
+        assert not any(n.startswith("half_rows.down") for n in names)

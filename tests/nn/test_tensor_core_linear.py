@@ -127,6 +127,38 @@ def test_split_sum(device, bias, accum, s=11, m=5, n=40):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("s,k", [(3, 96), (11, 1000)])
+def test_split_norm_half(device, s, k, m=5):
+    """The slices of a split product added to the residual rows (at an offset, rows wider than
+    k), then the float16 rows of their RMSNorm: the same values as split_sum, then half_rows
+    with the norm, bit for bit."""
+    from clops.kernels import kernel
+    from clops.kernels.launch import Launch
+    from clops.kernels.norm import split_norm_half
+
+    dev = clops.device(device)
+    p = RNG.standard_normal((s, m, k)).astype(np.float32)
+    w = RNG.standard_normal(k).astype(np.float32)
+    ldx, off = k + 8, 4
+    x0 = RNG.standard_normal(off + m * ldx).astype(np.float32)
+    pb, wb = _upload(dev, p), _upload(dev, w)
+    xa, xb = _upload(dev, x0), _upload(dev, x0)
+    ya, yb = dev.alloc(m * k * 2), dev.alloc(m * k * 2)
+    split_norm_half(dev, ya, xa, off, ldx, pb, s, wb, k=k, m=m, eps=1e-5).run(dev)
+    knl = kernel(dev, "gemm", "split_sum", HAS_BIAS=0, ACCUM=1)
+    Launch(knl, (k // 4, m), None, [xb, np.int32(off), np.int32(ldx), pb, np.int32(s), pb],
+           [pb, xb], [xb]).run(dev)
+    half_rows(dev, yb, xb, off, ldx, k=k, m=m, norm=(wb, 1e-5)).run(dev)
+    got_x = _read(dev, xa, x0.shape, np.float32)
+    np.testing.assert_array_equal(got_x, _read(dev, xb, x0.shape, np.float32))
+    np.testing.assert_array_equal(_read(dev, ya, (m, k), np.float16),
+                                  _read(dev, yb, (m, k), np.float16))
+    rows = x0[off:].reshape(m, ldx)[:, :k] + p.sum(0)
+    np.testing.assert_allclose(got_x[off:].reshape(m, ldx)[:, :k], rows, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got_x[off:].reshape(m, ldx)[:, k:],
+                                  x0[off:].reshape(m, ldx)[:, k:])
+
+
 def _tensor_cores(dev):
     w = DeviceWeight(dev, pack_float(np.zeros((64, 32), np.float32), "f16"))
     if not matmul.tensor_core_rows(dev, 64, w):
@@ -220,9 +252,35 @@ def test_glu_half_then_half_in(device, m, f, k):
                                atol=2e-3 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("m,n,k", [(37, 128, 512), (128, 2048, 2048), (128, 256, 8192)])
+def test_norm_after(device, m, n, k):
+    """A product accumulated into y leaves the float16 rows of RMSNorm(y) * w for the next
+    product (split over k or not): the values half_rows makes from the same y."""
+    dev = clops.device(device)
+    _tensor_cores(dev)
+    w = DeviceWeight(dev, pack_float((RNG.standard_normal((n, k)) / np.sqrt(k)).astype(
+        np.float16), "f16"))
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    nw = _upload(dev, RNG.standard_normal(n).astype(np.float32))
+    y0 = RNG.standard_normal((m, n)).astype(np.float32)
+    yb, xb, out = _upload(dev, y0), _upload(dev, x), dev.alloc(m * n * 2)
+    launches = matmul.linear(dev, yb, 0, n, xb, 0, k, w, m, accum=True,
+                             norm_after=(nw, 1e-5, out))
+    names = [ln.kernel.function_name for ln in launches]
+    assert names[-1] == ("split_norm_half" if matmul.tensor_core_split(dev, m, n, k) > 1
+                         else "half_rows")
+    for ln in launches:
+        ln.run(dev)
+    want = dev.alloc(m * n * 2)
+    half_rows(dev, want, yb, 0, n, k=n, m=m, norm=(nw, 1e-5)).run(dev)
+    np.testing.assert_array_equal(_read(dev, out, (m, n), np.float16),
+                                  _read(dev, want, (m, n), np.float16))
+
+
 def test_glu_half_and_half_in_refuse_what_they_cannot_do(device):
     """glu_half where no one-slice wgmma product takes it (every device but Hopper, or with a
-    bias), and half_in with a norm or at an offset, are refused, not run otherwise."""
+    bias), half_in with a norm or at an offset, and norm_after without accumulation are
+    refused, not run otherwise."""
     dev = clops.device(device)
     w = DeviceWeight(dev, pack_float(np.zeros((256, 512), np.float32), "f16"))
     buf = dev.alloc(256 * 512 * 4)
@@ -235,6 +293,8 @@ def test_glu_half_and_half_in_refuse_what_they_cannot_do(device):
         matmul.linear(dev, buf, 0, 256, buf, 0, 512, w, 128, half_in=True, norm=(buf, 1e-6))
     with pytest.raises(ValueError, match="half_in"):
         matmul.linear(dev, buf, 0, 256, buf, 8, 512, w, 128, half_in=True)
+    with pytest.raises(ValueError, match="norm_after"):  # (not accumulated)
+        matmul.linear(dev, buf, 0, 256, buf, 0, 512, w, 128, norm_after=(buf, 1e-6, buf))
 
 
 def test_nn_linear_tensor_cores(device):
