@@ -747,8 +747,8 @@ void attn_prefill_wg(__global float *out, __global const float *q, int q_off, in
 // rows [key][d] (B fragments of the scores: pairs along d of a key; of the value sums: two
 // keys' halves of a dimension). A warp's scores, their online softmax (base 2: q carries
 // log2 e) and its output rows stay in registers; a row's sums over its 4 lanes by shuffles.
-// Needs HEAD_DIM % 16 == 0; no cap, no window. Work geometry: global (ceil(M / 64) * 128, H),
-// local (128, 1).
+// Needs HEAD_DIM % 16 == 0; no cap, no window. HALF_OUT 1: out takes float16 values.
+// Work geometry: global (ceil(M / 64) * 128, H), local (128, 1).
 #define FQ 64
 #define FK 64
 #define FROW (HEAD_DIM + 8)  // halves a row in local memory: fragment reads hit all banks
@@ -876,13 +876,18 @@ void attn_prefill_mma(__global float *out, __global const float *q, int q_off, i
     s1 += shfl_xor(s1, 1);
     s1 += shfl_xor(s1, 2);
     const float i0 = s0 > 0.0f ? 1.0f / s0 : 0.0f, i1 = s1 > 0.0f ? 1.0f / s1 : 0.0f;
+#if HALF_OUT  // (out holds float16 rows: the output product's input as it reads it)
+#define OUT_PAIR(v, at) vstore_half2(v, 0, (__global half *)out + (at))
+#else
+#define OUT_PAIR(v, at) vstore2(v, 0, out + (at))
+#endif
 #pragma unroll
     for (int j = 0; j < FND; ++j) {
         const int d = 8 * j + 2 * t;
         if (r0 < M)
-            vstore2((float2)(o[j][0], o[j][1]) * i0, 0, out + ((size_t)r0 * H + h) * HEAD_DIM + d);
+            OUT_PAIR((float2)(o[j][0], o[j][1]) * i0, ((size_t)r0 * H + h) * HEAD_DIM + d);
         if (r1 < M)
-            vstore2((float2)(o[j][2], o[j][3]) * i1, 0, out + ((size_t)r1 * H + h) * HEAD_DIM + d);
+            OUT_PAIR((float2)(o[j][2], o[j][3]) * i1, ((size_t)r1 * H + h) * HEAD_DIM + d);
     }
 }
 #endif

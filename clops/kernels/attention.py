@@ -228,15 +228,25 @@ def prefill_mma(dev: CLDevice, head_dim: int) -> bool:
             and _gemm.use_mma(dev, "float16"))
 
 
+def prefill_half_out(dev: CLDevice, head_dim: int, half: bool, softcap: float = 0.0,
+                     window: int = 0) -> bool:
+    """Whether ``attn_prefill(half_out=True)`` takes these rows: the tensor-core kernel."""
+    return half and not softcap and not window and prefill_mma(dev, head_dim)
+
+
 def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, kc: Buffer,
                  vc: Buffer, k_off: int, v_off: int, kv_stride: int, state: Buffer, *,
                  pos_add: int, causal: bool, n_keys: int, m: int, n_heads: int, n_kv: int,
                  head_dim: int, scale: float, softcap: float = 0.0, window: int = 0,
-                 half: bool = False, kv_half: bool = False) -> Launch:
+                 half: bool = False, kv_half: bool = False, half_out: bool = False) -> Launch:
     """Attention of m query rows; ``softcap`` and ``window`` as in attn_decode (a causal
     window: the keys (pos - window, pos] of each row). ``half``: q, k, v and the softmax
     weights may be rounded to float16 for tensor cores (``prefill_mma``), as an LLM's prompt
-    takes them; else float32 throughout."""
+    takes them; else float32 throughout. ``half_out`` (where ``prefill_half_out`` holds):
+    out takes the rows as float16 values."""
+    if half_out and not prefill_half_out(dev, head_dim, half, softcap, window):
+        raise ValueError("attn_prefill: float16 output rows come from the tensor-core kernel "
+                         "only (half=True, no cap or window, prefill_mma)")
     args = [out, q, i32(q_off), i32(ld_q), kc, vc, i32(k_off), i32(v_off), i32(kv_stride),
             state, i32(pos_add), i32(int(causal)), i32(n_keys), i32(n_heads // n_kv),
             f32(scale)]
@@ -249,7 +259,8 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
         return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
     if half and prefill_mma(dev, head_dim):
         # PERF (H200, Llama-3.2-1B body, a prompt of 512 rows): 198 -> 32 us a layer
-        knl = kernel(dev, "attention", "attn_prefill_mma", HEAD_DIM=head_dim, PREFILL_MMA=1, **kv)
+        knl = kernel(dev, "attention", "attn_prefill_mma", HEAD_DIM=head_dim, PREFILL_MMA=1,
+                     **({"HALF_OUT": 1} if half_out else {}), **kv)
         return Launch(knl, (math.ceil(m / 64) * 128, n_heads), (128, 1), args + [i32(m)],
                       reads, [out], "attn_prefill")
     if not launch.is_cpu(dev) and head_dim % 8 == 0:

@@ -358,10 +358,13 @@ class Model:
                 add(norm.qk_norm(dev, self.qkv, n_qkv, m=m, nq=1 if whole else H,
                               lq=H * D if whole else D, nk=1 if whole else KV,
                               lk=KV * D if whole else D, wq=ly.q_norm, wk=ly.k_norm, eps=eps))
-            self._attention(add, i, ly, m, span)
+            # PERF (NVIDIA): a prompt's attention writes the float16 rows the output product
+            # reads, where that product takes tensor cores
+            o_half = self._attention(add, i, ly, m, span, half_to=self.xh if fuse and (
+                matmul.tensor_core_route(dev, m, ly.o, self.wh)) else None)
             gu = ly.gate_up.parts
-            block_out(ly.o, self.attn, H * D, ly.post_attn_norm, f"o.{i}",
-                      **then_norm(ly.o, ly.ffn_norm, [p[0] for p in gu]))
+            block_out(ly.o, self.xh if o_half else self.attn, H * D, ly.post_attn_norm,
+                      f"o.{i}", half_in=o_half, **then_norm(ly.o, ly.ffn_norm, [p[0] for p in gu]))
             src = normed(ly.ffn_norm, [p[0] for p in gu])
             nxt = self.layers[i + 1] if i + 1 < len(self.layers) else None
             after_down = then_norm(ly.down, nxt.attn_norm, [p[0] for p in nxt.qkv.parts]) \
@@ -467,9 +470,11 @@ class Model:
         span = 1 << max(6, (positions - 1).bit_length())
         return span if span < self.max_seq else None
 
-    def _attention(self, add: Any, i: int, ly: _Layer, m: int, span: int | None = None) -> None:
+    def _attention(self, add: Any, i: int, ly: _Layer, m: int, span: int | None = None,
+                   half_to: Buffer | None = None) -> bool:
         """Rotary, the KV cache store and attention of layer ``i`` for m rows (self.qkv ->
-        self.attn)."""
+        self.attn, or where a prompt's attention can, and ``half_to`` is given, into half_to
+        as float16 rows: then True)."""
         cfg, dev = self.config, self.device
         H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         # YaRN's factor on cos and sin, on both q and k: squared on the scores
@@ -494,7 +499,7 @@ class Model:
                                               self.state, ly.inv_freq, n_heads=H, n_kv=KV,
                                               head_dim=D, max_seq=self.max_seq, scale=scale,
                                               neox=cfg.rope_neox, kv_half=kv_half))
-            return
+            return False
         if m == 1 and plain and attention.fused_decode(dev, D):
             # PERF: rotation, cache store, attention and (where the device allows) the
             # split combine in one launch instead of four
@@ -504,7 +509,7 @@ class Model:
                                                  neox=cfg.rope_neox, positions=span,
                                                  **common):
                 add(ln)
-            return
+            return False
         add(attention.rope_store(dev, self.q, self.qkv, (H + 2 * KV) * D, ly.k_cache,
                                  ly.v_cache, self.state, ly.inv_freq, m=m, n_heads=H, n_kv=KV,
                                  head_dim=D, max_seq=self.max_seq, neox=cfg.rope_neox,
@@ -515,13 +520,16 @@ class Model:
                                             ly.v_cache, max_seq=self.max_seq, **common,
                                             **capped):
                 add(ln)
-        else:
-            add(attention.attn_prefill(dev, self.attn, self.q, q_off=0, ld_q=H * D,
-                                       kc=ly.k_cache, vc=ly.v_cache, k_off=0, v_off=0,
-                                       kv_stride=self.max_seq * D, pos_add=0, causal=True,
-                                       n_keys=self.max_seq, m=m,
-                                       half=self.half_prompt
-                                       and m >= matmul.TENSOR_CORE_ROWS, **common, **capped))
+            return False
+        half = self.half_prompt and m >= matmul.TENSOR_CORE_ROWS
+        out = self.attn
+        if half_to is not None and attention.prefill_half_out(dev, D, half, **capped):
+            out = half_to
+        add(attention.attn_prefill(dev, out, self.q, q_off=0, ld_q=H * D, kc=ly.k_cache,
+                                   vc=ly.v_cache, k_off=0, v_off=0, kv_stride=self.max_seq * D,
+                                   pos_add=0, causal=True, n_keys=self.max_seq, m=m, half=half,
+                                   half_out=out is not self.attn, **common, **capped))
+        return out is not self.attn
 
     def _set_sampler(self, **params: Any) -> None:
         if params == self._sampler:

@@ -85,8 +85,9 @@ def test_decode_plans_by_span_match_the_whole_cache(device, monkeypatch, tmp_pat
 def test_prompt_products_match_transformers(device, tmp_path):
     """A prompt's products as the GPU plan chains them (float16 weights, an FFN of 128): on
     tensor cores the output products leave the next norm's float16 rows (split_norm_half, or
-    half_rows after an unsplit product) and on Hopper the gate and up product's epilogue
-    gives the GLU's float16 rows; logits of a 40-row prompt against transformers, whatever
+    half_rows after an unsplit product), the tensor-core attention writes the float16 rows
+    the output product reads, and on Hopper the gate and up product's epilogue gives the
+    GLU's float16 rows; logits of a 40-row prompt against transformers, whatever
     route the device takes."""
     from clops.kernels import matmul
 
@@ -105,3 +106,6 @@ def test_prompt_products_match_transformers(device, tmp_path):
                    for n in names) == 1  # (the last layer's: lm_head reads float32 rows)
     if matmul.glu_half_rows(device, 40, ly.gate_up.parts[0][0]):
         assert not any(n.startswith("half_rows.down") for n in names)
+    if model.half_prompt and attention.prefill_mma(device, model.config.head_dim) and \
+            matmul.tensor_core_route(device, 40, ly.o, model.wh):
+        assert not any(n.startswith("half_rows.o") for n in names)  # (attention's own)

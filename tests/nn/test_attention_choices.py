@@ -169,3 +169,26 @@ def test_prefill_tensor_cores(device, dh, p0, m, causal, kv_half):
     got = _read(dev, out, q.shape)
     # the weights are rounded to float16 too: about 1e-3 of the output's scale
     np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)
+    # the same rows as float16 values (an LLM prompt's output product reads them so)
+    hout = dev.alloc(q.size * 2)
+    attention.attn_prefill(dev, hout, _buf(dev, q), 0, h * dh, _buf(dev, kc.astype(ct)),
+                           _buf(dev, vc.astype(ct)), 0, 0, cap * dh, state, pos_add=0,
+                           causal=causal, n_keys=n_keys, m=m, n_heads=h, n_kv=kv, head_dim=dh,
+                           scale=scale, half=True, kv_half=kv_half, half_out=True).run(dev)
+    halves = np.empty(q.shape, np.float16)
+    dev.read(halves, hout, blocking=True)
+    np.testing.assert_array_equal(halves, got.astype(np.float16))
+
+
+def test_prefill_half_out_is_refused_off_tensor_cores(device):
+    """Float16 output rows come from the tensor-core kernel alone: elsewhere, or with a cap,
+    attn_prefill refuses them."""
+    dev = device
+    b = dev.alloc(1 << 16)
+    for softcap in (0.0, 30.0):
+        if softcap == 0.0 and attention.prefill_mma(dev, 64):
+            continue
+        with pytest.raises(ValueError, match="float16 output"):
+            attention.attn_prefill(dev, b, b, 0, 64, b, b, 0, 0, 64, b, pos_add=0, causal=True,
+                                   n_keys=8, m=8, n_heads=1, n_kv=1, head_dim=64, scale=0.125,
+                                   half=True, softcap=softcap, half_out=True)
