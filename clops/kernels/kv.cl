@@ -2,8 +2,7 @@
 // layer.cl): KV_HALF 1 keeps float16 values (half the bytes a position), read and written
 // through vload_half / vstore_half (no cl_khr_fp16 needed; stores round to nearest even), 0
 // keeps float32. Arithmetic is float32 either way.
-//   KV_LOAD4(i, p), KV_LOAD16(i, p)  4 or 16 values from p + 4i (16i), as floats (KV_LOAD4:
-//                                     p + 4i a multiple of 4 values from the buffer's start)
+//   KV_LOAD4(i, p), KV_LOAD16(i, p)  4 or 16 values from p + 4i (16i), as floats
 //   KV_GET(p, i)                      value p[i], as a float
 //   KV_PUT(v, p, i)                   p[i] = v
 //   KV_STORE4(v, i, p)                4 values at p + 4i
@@ -13,15 +12,7 @@
 #endif
 #if KV_HALF
 typedef half kv_t;
-// (one 8-byte load: vload_half4 alone may not assume more than 2-byte alignment, and NVIDIA's
-// compiler then makes four 2-byte loads of it)
-// PERF (H100, 1B Q4_0 decode in kernels/layer.cl, a work-item's key row read by itself, 191
-// positions): attention 9.3 us a layer, 2.3 with the cache's loads left out -> TODO
-inline float4 kv_load4(size_t i, __global const half *p) {
-    const uint2 u = ((__global const uint2 *)p)[i];
-    return vload_half4(0, (__private const half *)&u);
-}
-#define KV_LOAD4(i, p) kv_load4(i, p)
+#define KV_LOAD4(i, p) vload_half4(i, p)
 #define KV_LOAD16(i, p) vload_half16(i, p)
 #define KV_GET(p, i) vload_half(i, p)
 #define KV_PUT(v, p, i) vstore_half(v, i, p)
