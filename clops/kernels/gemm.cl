@@ -117,43 +117,13 @@ void gemm_tiled(__global IN_T *C, int c_off, int ldc, long c_bstride,
     }
 }
 
-// HAS_BIAS, ACCUM (split_sum, gemm_nt_mma): add bias[n]; add into C instead of overwriting.
+// HAS_BIAS, ACCUM (gemm_nt_mma, gemm_nt_wgmma): add bias[n]; add into C instead of overwriting.
 #ifndef HAS_BIAS
 #define HAS_BIAS 0
 #endif
 #ifndef ACCUM
 #define ACCUM 0
 #endif
-// C[m, n] (+)= sum over s < S, in order, of P[s][m][n] (+ bias[n]): the slices of a split
-// gemm_nt_mma, P [S][M][N]. A work-item takes 4 columns, 8 slices' loads issued at once (a
-// loop of one load and its use waits a trip to memory a slice). N a multiple of 4.
-// Work geometry: global (N / 4, M).
-__kernel void split_sum(__global float *C, int c_off, int ldc, __global const float *P, int S,
-                        __global const float *bias) {
-    const int n = get_global_id(0), m = get_global_id(1);
-    const int N = 4 * get_global_size(0), M = get_global_size(1);
-    __global const float *p = P + (size_t)m * N + 4 * n;
-    const size_t slice = (size_t)M * N;
-    float4 v = (float4)(0.0f);
-    int s = 0;
-    for (; s + 8 <= S; s += 8) {
-        float4 a[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) a[u] = vload4(0, p + (s + u) * slice);
-#pragma unroll
-        for (int u = 0; u < 8; ++u) v += a[u];
-    }
-    for (; s < S; ++s) v += vload4(0, p + s * slice);
-#if HAS_BIAS
-    v += vload4(n, bias);
-#endif
-    __global float *c = C + c_off + (size_t)m * ldc;
-#if ACCUM
-    v += vload4(n, c);
-#endif
-    vstore4(v, n, c);
-}
-
 #ifdef USE_MMA
 #ifndef MDEPTH
 #define MDEPTH 32
@@ -283,8 +253,9 @@ void gemm_mma(__global half *C, int c_off, int ldc, long c_bstride,
 // local memory and read the same way. A work-group of 4 warps computes a 64x64 tile of C, each
 // warp 32x32; depth 32; the next tiles are read into registers during this one's arithmetic.
 // SPLIT > 1: work-group z of the grid takes the z-th of SPLIT equal slices of K and writes its
-// sums to C + z * c_split (no bias, no accumulation; split_sum adds the slices up in order, so
-// that results repeat exactly), so that products of few tiles and long K still fill the device.
+// sums to C + z * c_split (no bias, no accumulation; norm.cl's split_sum adds the slices up in
+// order, so that results repeat exactly), so that products of few tiles and long K still fill
+// the device.
 // Needs N % 64 == 0, (K / SPLIT) % 32 == 0, 16-byte aligned rows of A and B; rows of A past M
 // read as 0. Work geometry: global (N / 64 * 128, ceil(M / 64), SPLIT), local (128, 1, 1).
 #ifndef SPLIT

@@ -538,7 +538,7 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         out[-1].name = "split_norm_half." + name
     elif split > 1:
         assert pscratch is not None
-        knl = kernel(dev, "gemm", "split_sum", **flags)
+        knl = kernel(dev, "norm", "split_sum", **flags)
         out.append(Launch(knl, (w.n // 4, m), None, [y, i32(y_off), i32(ldy), pscratch,
                                                      i32(split), bias_arg],
                           [pscratch] + ([bias] if bias is not None else []) +

@@ -1,6 +1,8 @@
-// Row normalizations over the last axis: RMSNorm and LayerNorm, float32.
+// Row normalizations over the last axis: RMSNorm and LayerNorm, float32; the float16 rows that
+// tensor-core products read (half_rows), and the sums of split products' slices (split_sum,
+// split_norm_half).
 //   LSIZE  work-items per row (1 on CPUs); the row's sums are reduced in local memory.
-// Work geometry: global (M * LSIZE), local (LSIZE).
+// Work geometry: global (M * LSIZE), local (LSIZE), unless a kernel says otherwise.
 
 #ifndef LSIZE
 #define LSIZE 1
@@ -22,6 +24,20 @@ inline float2 row_sums(__global const float *xr, int K, int lid, __local float2 
     s = red[0];
 #endif
     return s;
+}
+
+// The sum of v over the work-group (a row's LSIZE work-items), in every one of them.
+inline float row_total(float v, __local float *red, int lid) {
+#if LSIZE > 1
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = LSIZE / 2; h > 0; h >>= 1) {
+        if (lid < h) red[lid] += red[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    v = red[0];
+#endif
+    return v;
 }
 
 // y = x / sqrt(mean(x^2) + eps) * w. x rows are ldx apart, y rows K apart.
@@ -126,16 +142,7 @@ __kernel void half_rows(__global half *y, __global const float *x, int x_off, in
 #pragma unroll
         for (int i = 0; i < NV; ++i) ss += dot(v[i], v[i]);
     }
-#if LSIZE > 1
-    red[lid] = ss;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int h = LSIZE / 2; h > 0; h >>= 1) {
-        if (lid < h) red[lid] += red[lid + h];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    ss = red[0];
-#endif
-    const float r = rsqrt(ss / K + eps);
+    const float r = rsqrt(row_total(ss, red, lid) / K + eps);
 #endif
     for (int k0 = lid; k0 < K4; k0 += NV * LSIZE) {
 #if MODE
@@ -167,10 +174,52 @@ __kernel void half_rows(__global half *y, __global const float *x, int x_off, in
     }
 }
 
-// A split tensor-core product's end and the next one's start in one pass: x[m, :] += the sum,
-// in order, of the slices P[s][m][:] (s < S; P [S][M][K], as gemm.cl's split_sum with ACCUM),
-// then y[m, :] = float16 of RMSNorm(x[m, :]) * w (as half_rows MODE 1; y rows K apart).
-// K a multiple of 4. Work geometry: global (M * LSIZE), local (LSIZE).
+// The split tensor-core products' partial sums (gemm.cl gemm_nt_mma and gemm_nt_wgmma with
+// SPLIT > 1: P [S][M][N], slices of M * N floats): the float4 k of row p's sum over the slices,
+// in order, 8 slices' loads issued before their use (a loop of one load and its use waits a
+// trip to memory a slice).
+inline float4 slices_sum4(__global const float *p, size_t slice, int S, int k) {
+    float4 v = (float4)(0.0f);
+    int s = 0;
+    for (; s + 8 <= S; s += 8) {
+        float4 a[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) a[u] = vload4(k, p + (s + u) * slice);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v += a[u];
+    }
+    for (; s < S; ++s) v += vload4(k, p + s * slice);
+    return v;
+}
+
+// HAS_BIAS, ACCUM (split_sum): add bias[n]; add into C instead of overwriting.
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef ACCUM
+#define ACCUM 0
+#endif
+// C[m, n] (+)= sum over s < S, in order, of P[s][m][n] (+ bias[n]): a split product's end. A
+// work-item takes 4 columns. N a multiple of 4. Work geometry: global (N / 4, M).
+__kernel void split_sum(__global float *C, int c_off, int ldc, __global const float *P, int S,
+                        __global const float *bias) {
+    const int n = get_global_id(0), m = get_global_id(1);
+    const int N = 4 * get_global_size(0), M = get_global_size(1);
+    float4 v = slices_sum4(P + (size_t)m * N, (size_t)M * N, S, n);
+#if HAS_BIAS
+    v += vload4(n, bias);
+#endif
+    __global float *c = C + c_off + (size_t)m * ldc;
+#if ACCUM
+    v += vload4(n, c);
+#endif
+    vstore4(v, n, c);
+}
+
+// A split product's end and the next one's start in one pass: x[m, :] += the sum, in order, of
+// the slices P[s][m][:] (s < S; P [S][M][K]; as split_sum with ACCUM), then y[m, :] = float16
+// of RMSNorm(x[m, :]) * w (as half_rows MODE 1; y rows K apart). K a multiple of 4.
+// Work geometry: global (M * LSIZE), local (LSIZE).
 __kernel void split_norm_half(__global float *x, int x_off, int ldx, __global const float *P,
                               int S, __global half *y, __global const float *w, int K,
                               float eps) {
@@ -178,33 +227,13 @@ __kernel void split_norm_half(__global float *x, int x_off, int ldx, __global co
     const int m = get_global_id(0) / LSIZE, lid = get_global_id(0) % LSIZE, K4 = K / 4;
     const size_t slice = (size_t)(get_global_size(0) / LSIZE) * K;
     __global float *xr = x + x_off + (size_t)m * ldx;
-    __global const float *pr = P + (size_t)m * K;
     float ss = 0.0f;
     for (int k = lid; k < K4; k += LSIZE) {
-        float4 v = (float4)(0.0f);
-        int s = 0;
-        for (; s + 8 <= S; s += 8) {  // (8 slices' loads issued before their use)
-            float4 a[8];
-#pragma unroll
-            for (int u = 0; u < 8; ++u) a[u] = vload4(k, pr + (s + u) * slice);
-#pragma unroll
-            for (int u = 0; u < 8; ++u) v += a[u];
-        }
-        for (; s < S; ++s) v += vload4(k, pr + s * slice);
-        v += vload4(k, xr);
+        const float4 v = slices_sum4(P + (size_t)m * K, slice, S, k) + vload4(k, xr);
         vstore4(v, k, xr);
         ss += dot(v, v);
     }
-#if LSIZE > 1
-    red[lid] = ss;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int h = LSIZE / 2; h > 0; h >>= 1) {
-        if (lid < h) red[lid] += red[lid + h];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    ss = red[0];
-#endif
-    const float r = rsqrt(ss / K + eps);
+    const float r = rsqrt(row_total(ss, red, lid) / K + eps);
     __global half *yr = y + (size_t)m * K;
     for (int k = lid; k < K4; k += LSIZE) vstore_half4(vload4(k, xr) * r * vload4(k, w), k, yr);
 }

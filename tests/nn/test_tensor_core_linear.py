@@ -113,7 +113,7 @@ def test_split_sum(device, bias, accum, s=11, m=5, n=40):
     ldy, off = n + 3, 2
     y0 = RNG.standard_normal(off + m * ldy).astype(np.float32)
     yb, pb, bb = _upload(dev, y0), _upload(dev, p), _upload(dev, b)
-    knl = kernel(dev, "gemm", "split_sum", HAS_BIAS=int(bias), ACCUM=int(accum))
+    knl = kernel(dev, "norm", "split_sum", HAS_BIAS=int(bias), ACCUM=int(accum))
     Launch(knl, (n // 4, m), None, [yb, np.int32(off), np.int32(ldy), pb, np.int32(s), bb],
            [pb, bb], [yb]).run(dev)
     got = _read(dev, yb, y0.shape, np.float32)
@@ -145,7 +145,7 @@ def test_split_norm_half(device, s, k, m=5):
     xa, xb = _upload(dev, x0), _upload(dev, x0)
     ya, yb = dev.alloc(m * k * 2), dev.alloc(m * k * 2)
     split_norm_half(dev, ya, xa, off, ldx, pb, s, wb, k=k, m=m, eps=1e-5).run(dev)
-    knl = kernel(dev, "gemm", "split_sum", HAS_BIAS=0, ACCUM=1)
+    knl = kernel(dev, "norm", "split_sum", HAS_BIAS=0, ACCUM=1)
     Launch(knl, (k // 4, m), None, [xb, np.int32(off), np.int32(ldx), pb, np.int32(s), pb],
            [pb, xb], [xb]).run(dev)
     half_rows(dev, yb, xb, off, ldx, k=k, m=m, norm=(wb, 1e-5)).run(dev)
