@@ -35,3 +35,23 @@ inline float kv_round(float v) {
     return v;
 #endif
 }
+
+// KV_LOAD4 of a row's float4 i (p + 4i a multiple of 4 values from the buffer's start). On
+// NVIDIA (KV_PTX 1) float16 values come in one 8-byte load converted in registers: vload_half4
+// may not assume more than 2-byte alignment, and NVIDIA's compiler makes four 2-byte loads of
+// it (a copy through a private uint2 and vload_half4 measured slower).
+#ifndef KV_PTX
+#define KV_PTX 0
+#endif
+inline float4 kv_row4(size_t i, __global const kv_t *p) {
+#if KV_HALF && KV_PTX
+    const uint2 u = ((__global const uint2 *)p)[i];
+    float4 v;
+    asm("{\n .reg .b16 a, b, c, d;\n mov.b32 {a, b}, %4;\n mov.b32 {c, d}, %5;\n"
+        " cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n cvt.f32.f16 %2, c;\n cvt.f32.f16 %3, d;\n}"
+        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(u.x), "r"(u.y));
+    return v;
+#else
+    return KV_LOAD4(i, p);
+#endif
+}

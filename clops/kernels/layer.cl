@@ -46,6 +46,10 @@
 #ifndef SPIN_LIMIT
 #define SPIN_LIMIT (1 << 26)
 #endif
+// PERF (H100, 1B Q4_0, B alone, where a work-item reads its key row by itself): kv_row4's
+// 8-byte loads took attention from 9.1 to 4.2 us a layer at 191 positions, 16.9 -> 10.9 at 4001
+// (decode at 128 positions 1318 -> 1394 tok/s)
+#define KV_PTX PTX
 #include "clops/kv.cl"  // KV_HALF: the caches' element type
 #if 64 % HEAD_DIM || HEAD_DIM % 4
 #error "decode_layers: HEAD_DIM must divide 64 (a multiple of 4)"
@@ -66,24 +70,6 @@ inline int dot4(uint a, uint b, int c) {
 #endif
 
 typedef volatile __global const float *vin;  // written by other work-groups of this launch
-
-// 4 values of a cache row from p + 4i (a multiple of 4 values from the buffer's start) as
-// floats. Float16 caches on NVIDIA: one 8-byte load converted in registers (vload_half4 may not
-// assume more than 2-byte alignment: four 2-byte loads).
-// PERF (H100, 1B Q4_0, B alone, where a work-item reads its key row by itself): 9.1 -> 4.2 us a
-// layer at 191 positions, 16.9 -> 10.9 at 4001; decode at 128 positions 1318 -> 1394 tok/s
-inline float4 kv4(size_t i, __global const kv_t *p) {
-#if KV_HALF && PTX
-    const uint2 u = ((__global const uint2 *)p)[i];
-    float4 v;
-    asm("{\n .reg .b16 a, b, c, d;\n mov.b32 {a, b}, %4;\n mov.b32 {c, d}, %5;\n"
-        " cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n cvt.f32.f16 %2, c;\n cvt.f32.f16 %3, d;\n}"
-        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(u.x), "r"(u.y));
-    return v;
-#else
-    return KV_LOAD4(i, p);
-#endif
-}
 
 // Four floats written by other work-groups of this launch: from L2 (NVIDIA's L1 is not
 // coherent between multiprocessors), not reordered across the grid barriers.
@@ -643,12 +629,12 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 float4 kr[D / 4], vr[DG];
                 __global const kv_t *kp = kc + ((size_t)kvh * max_seq + j0 + t) * D;
 #pragma unroll
-                for (int d = 0; d < D / 4; ++d) kr[d] = t < nc ? kv4(d, kp) : (float4)(0.0f);
+                for (int d = 0; d < D / 4; ++d) kr[d] = t < nc ? kv_row4(d, kp) : (float4)(0.0f);
                 __global const kv_t *vp = vc + ((size_t)kvh * max_seq + j0) * D;
 #pragma unroll
                 for (int i = 0; i < DG; ++i) {
                     const int j = t / DG + PS * i;
-                    vr[i] = j < nc ? kv4((size_t)j * DG + g4, vp) : (float4)(0.0f);
+                    vr[i] = j < nc ? kv_row4((size_t)j * DG + g4, vp) : (float4)(0.0f);
                 }
                 for (int c = t; c < nr * D; c += LS)
                     y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
