@@ -27,9 +27,6 @@
 #define WINDOW 0
 #endif
 #define D4 (HEAD_DIM / 4)
-#if defined(PTX_FENCE) && !defined(KV_PTX)
-#define KV_PTX PTX_FENCE  // (NVIDIA: kv_row4's 8-byte loads)
-#endif
 #include "clops/kv.cl"
 
 // The first key a query at position pos attends to, of keys [0, pos].
@@ -349,7 +346,7 @@ inline void tile_fetch(float4 *v, __global const kv_t *kb, int j1, int rows, int
     for (int u = 0; u < TILE_PER; ++u) {
         const int i = lid + u * NREP * HEAD_DIM, r = i / D4;
         if (i < TILE4 && r < rows)
-            v[u] = kv_row4(i % D4, row_at(kb, j1 + r, blocks, j0, BS, KV, kvh));
+            v[u] = KV_LOAD4(i % D4, row_at(kb, j1 + r, blocks, j0, BS, KV, kvh));
     }
 }
 
