@@ -288,7 +288,7 @@ class CLDevice:
         known = getattr(self.caps, what)
         if known is not None:
             return bool(known)
-        with _PROBE_LOCK:
+        with _PROBE_LOCK, plan.paused():  # (no part of a function clops.jit captures)
             result = {"fp16": self._probe_fp16, "nvidia_ptx": self._probe_ptx,
                       "builds": self._probe_builds}[what]()
             update: dict[str, Any] = {what: result}
@@ -304,7 +304,8 @@ class CLDevice:
         saved = _load_probes().get(self.key, {}).get(name)
         if isinstance(saved, bool):
             return saved
-        result = bool(compute())
+        with plan.paused():  # (no part of a function clops.jit captures)
+            result = bool(compute())
         with _PROBE_LOCK:
             probes = _load_probes()
             probes.setdefault(self.key, {})[name] = result

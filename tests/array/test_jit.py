@@ -219,6 +219,33 @@ def test_the_gemm_kernels_are_what_the_gemm_cases_replay(device, clops_env, dtyp
     np.testing.assert_array_equal(np.asarray(got), np.full((*batch, 256, 256), 256.0))
 
 
+def test_a_probe_first_asked_inside_a_captured_function_is_no_part_of_it(device):
+    # (a capability probe, such as the float16 GEMM's, runs once, whenever first asked: its
+    # own writes, launches and reads must neither refuse the capture nor be replayed)
+    from clops.runtime import probes
+
+    calls = []
+
+    @probes.per_device
+    def reads_back(dev):
+        buf = dev.alloc(16)
+        dev.write(buf, np.arange(4, dtype=np.float32), blocking=True)
+        out = np.empty(4, np.float32)
+        dev.read(out, buf, blocking=True)
+        calls.append(1)
+        return float(out.sum())
+
+    @clops.jit
+    def f(x):
+        assert reads_back(device) == 6.0
+        return x * 2
+
+    for v in range(3):
+        x = clops.asarray(np.full(3, v, np.float32), device=device)
+        np.testing.assert_array_equal(np.asarray(f(x)), np.full(3, 2 * v, np.float32))
+    assert calls == [1]
+
+
 def test_in_place_writes_reach_the_arguments(device):
     f = clops.jit(_inplace)
     for v in range(3):
