@@ -28,7 +28,7 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)
 HEADERS = ("philox.cl",)  # the Philox counter-based generator (clops.random documents it)
 # headers of clops' own kernels only: NVIDIA PTX helpers (included where the PTX probe passed)
 # and the KV cache's element type
-INTERNAL_HEADERS = ("ptx.cl", "kv.cl")
+INTERNAL_HEADERS = ("ptx.cl", "kv.cl", "partials.cl")
 
 
 def expand_includes(source: str, internal: bool = False) -> str:

@@ -85,17 +85,6 @@ inline float4 load4_fresh(__global const float *p) {
 #endif
 }
 
-// One float written by other work-groups of this launch (as load4_fresh).
-inline float load_fresh(__global const float *p) {
-#if PTX
-    float v;
-    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-    return v;
-#else
-    return *(vin)p;
-#endif
-}
-
 // The sum of v over each warp, in its lane 0 (every work-item of the group calls it).
 inline float warp_total(float v, __local float *red) {
 #if PTX
@@ -425,46 +414,8 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
     return t == a ? va * c - vb * sn : va * sn + vb * c;
 }
 
-// Query head hh's attention output at dimension d from its S chunks' partials in part (written
-// by other work-groups: each chunk's D sums of weighted values, its largest score and the sum
-// of its weights).
-// (8 chunks' loads issued before their use: such loads keep their order, so a loop of one load
-// and its use waits a trip to memory each time)
-inline float combined(__global const float *part, int hh, int S, int d) {
-    __global const float *ph = part + (size_t)hh * S * (D + 2);
-    float M = -INFINITY;
-    int q = 0;
-    for (; q + 8 <= S; q += 8) {
-        float m[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) m[u] = load_fresh(ph + (q + u) * (D + 2) + D);
-#pragma unroll
-        for (int u = 0; u < 8; ++u) M = fmax(M, m[u]);
-    }
-    for (; q < S; ++q) M = fmax(M, load_fresh(ph + q * (D + 2) + D));
-    float o = 0.0f, den = 0.0f;
-    for (q = 0; q + 8 <= S; q += 8) {
-        float a[8], b[8], c[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-            a[u] = load_fresh(ph + (q + u) * (D + 2) + D);
-            b[u] = load_fresh(ph + (q + u) * (D + 2) + d);
-            c[u] = load_fresh(ph + (q + u) * (D + 2) + D + 1);
-        }
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-            const float e = exp(a[u] - M);
-            o = mad(e, b[u], o);
-            den = mad(e, c[u], den);
-        }
-    }
-    for (; q < S; ++q) {
-        const float e = exp(load_fresh(ph + q * (D + 2) + D) - M);
-        o = mad(e, load_fresh(ph + q * (D + 2) + d), o);
-        den = mad(e, load_fresh(ph + q * (D + 2) + D + 1), den);
-    }
-    return o / den;
-}
+#define PARTS_PTX PTX
+#include "clops/partials.cl"  // combine_parts: a head's chunks' partials, combined
 
 // The rows of a [gate | up] task: pair e is gate row j and up row FFN + j, j = the task's e-th.
 inline void pair_rows(int k, int w, int *rows) {
@@ -694,7 +645,8 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                         ACQUIRE();
                         for (int c = t; c < N_REP * D; c += LS) {
                             const int hh = kvh * N_REP + c / D;
-                            attn[hh * D + c % D] = combined(part, hh, S, c % D);
+                            attn[hh * D + c % D] =
+                                combine_parts(part + (size_t)hh * S * (D + 2), S, c % D, true);
                         }
                         if (t == 0) atomic_xchg(count + kvh, 0);
                     }

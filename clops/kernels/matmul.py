@@ -422,12 +422,18 @@ def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
     return split
 
 
+def _half_copy_nbytes(w: Weight) -> int:
+    """Bytes of the float16 copy a tensor-core product of w converts it into (0: w is float16
+    or keeps a copy, ``w.half``)."""
+    return w.n * w.k * 2 if w.fmt != "f16" and w.half is None else 0
+
+
 def tensor_core_route(dev: CLDevice, m: int, w: Weight, wscratch: Buffer | None) -> bool:
     """Whether ``linear`` runs m rows of w as a tensor-core product: ``tensor_core_rows``, and a
     float16 copy of w kept (``w.half``, float16 weights) or ``wscratch`` large enough for
     one (or none given: allocated)."""
-    wneed = w.n * w.k * 2 if w.fmt != "f16" and w.half is None else 0
-    return tensor_core_rows(dev, m, w) and (wscratch is None or wscratch.nbytes >= wneed)
+    return tensor_core_rows(dev, m, w) and (wscratch is None
+                                            or wscratch.nbytes >= _half_copy_nbytes(w))
 
 
 def glu_half_rows(dev: CLDevice, m: int, w: Weight) -> bool:
@@ -469,7 +475,7 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     then out [m][n] = float16 rows of RMSNorm(y's rows) * weight, the next product's input
     (``half_in``), made by the sum of a split product's slices in the same pass."""
     k = w.k
-    wneed = w.n * k * 2 if w.fmt != "f16" and w.half is None else 0
+    wneed = _half_copy_nbytes(w)
     tc = tensor_core_route(dev, m, w, wscratch)
     if glu_half and (bias is not None or accum or glu or glu_out or not tc
                      or not glu_half_rows(dev, m, w)):
