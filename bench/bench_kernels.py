@@ -82,15 +82,20 @@ def bench_gemm(dev, size: int, dtype: str, torch, repeat: int) -> list[dict]:
         variants.append(("tensor cores, gemm_mma_async (mma.sync)", mma_async))
     if dtype == "float16" and gemm.use_wgmma(dev):
         tma = gemm.TMA_CONFIGS if gemm.tma_builds(dev) else []
-        for cfg in tma + gemm.WGMMA_CONFIGS:  # Hopper's wgmma, each tile shape and copy
+        # Hopper's wgmma, each tile shape and copy; a persistent one also launched a tile a
+        # work-group
+        cfgs = [c for c0 in tma + gemm.WGMMA_CONFIGS
+                for c in ([c0, dict(c0, PERSIST=0)] if c0.get("PERSIST") else [c0])]
+        for cfg in cfgs:
             if m % cfg["BM"] or n % cfg["BN"] or k % cfg["BK"]:
                 continue
 
             def wgmma(cfg=cfg) -> None:
                 gemm.gemm(dev, tc.buffer, tc.offset, n, ta.buffer, ta.offset, k, tb.buffer,
                           tb.offset, n, m, n, k, dtype, mma_config=cfg)
-            how = ("TMA copies (CLOPS_TMA=1)" if cfg.get("TMA") else f"{cfg['WS']} producer warps"
+            how = ("TMA copies" if cfg.get("TMA") else f"{cfg['WS']} producer warps"
                    if cfg.get("WS") else "no producer warps")
+            how += ", persistent" if cfg.get("PERSIST") else ""
             variants.append((f"tensor cores, gemm_wgmma {cfg['BM']}x{cfg['BN']}, {how}", wgmma))
     peer_ms, peer = None, "numpy"
     ref = None

@@ -113,10 +113,11 @@ def native_cpu() -> bool:
 
 
 def tma() -> bool:
-    """``CLOPS_TMA`` (default off): ``1`` lets Hopper GPUs' float16 products take their tiles
-    through the tensor memory accelerator, whose tensor maps the CUDA driver encodes: a CUDA
-    context on the GPU (524 MiB of its memory on an H100) for a GEMM 1-6% faster."""
-    return os.environ.get("CLOPS_TMA", "0") in ("1", "true", "yes", "on")
+    """``CLOPS_TMA`` (default on): Hopper GPUs' float16 products take their tiles through the
+    tensor memory accelerator, whose tensor maps the CUDA driver encodes: a CUDA context on the
+    GPU (524 MiB of its memory on an H100, none more where the process has one already) for a
+    GEMM 17% faster; ``0``: the cp.async producer warps, no CUDA context."""
+    return os.environ.get("CLOPS_TMA", "1") not in ("0", "false", "no", "off")
 
 
 def command_buffers() -> str:

@@ -397,18 +397,22 @@ inline uint smem_addr(__local const void *p) {
     return r;
 }
 
-// The tile of C (x: column, y: row) this work-group computes. raster > 0: the launch order
-// walks C in bands of that many tile rows, so that neighbours in launch order share A and B
-// tiles in L2; 0: the grid's own order.
+// The tile of C (x: column, y: row) of a gx x gy grid of tiles that comes pid-th in an order
+// walking C in bands of raster tile rows, so that neighbours in that order share A and B tiles
+// in L2.
+inline int2 raster_of(int pid, int gx, int gy, int raster) {
+    const int band = raster * gx;
+    const int first = (pid / band) * raster, h = min(gy - first, raster);
+    return (int2)((pid % band) / h, first + (pid % band) % h);
+}
+
+// The tile of C this work-group computes: raster_of its place in the grid, or (raster 0) the
+// grid's own order.
 inline int2 raster_tile(int raster) {
-    int bx = get_group_id(0), by = get_group_id(1);
-    if (raster > 0) {
-        const int gx = get_num_groups(0), gy = get_num_groups(1);
-        const int pid = by * gx + bx, band = raster * gx;
-        const int first = (pid / band) * raster, h = min(gy - first, raster);
-        by = first + (pid % band) % h;
-        bx = (pid % band) / h;
-    }
+    const int bx = get_group_id(0), by = get_group_id(1);
+    if (raster > 0)
+        return raster_of(by * get_num_groups(0) + bx, get_num_groups(0), get_num_groups(1),
+                         raster);
     return (int2)(bx, by);
 }
 
@@ -965,12 +969,12 @@ inline void mbar_expect(uint bar, uint bytes) {
 }
 
 // the KT tiles of the tile of C at row m0, column n0, batch z: A's at (kt BK, m0), B's at n0,
-// kt BK; a stage once the consumers have released it
+// kt BK; a stage once the consumers have released it. g0: the ring's tiles before the first.
 inline void ws_tma_producer(uint sa, uint sb, uint bars, __global const ulong *maps, int m0,
-                            int n0, int z, int KT) {
+                            int n0, int z, int KT, int g0) {
     for (int kt = 0; kt < KT; ++kt) {
-        const int s = kt % STAGES, k = kt * BK;
-        if (kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (kt / STAGES - 1) & 1);
+        const int g = g0 + kt, s = g % STAGES, k = kt * BK;
+        if (g >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (g / STAGES - 1) & 1);
         const uint full = bars + 8 * s, db = sb + s * WB_ST;
         mbar_expect(full, WA_ST + WB_ST);
         tma3(sa + s * WA_ST, maps, k, m0, z, full);
@@ -984,10 +988,12 @@ inline void ws_tma_producer(uint sa, uint sb, uint bars, __global const ulong *m
 // a consumer's BN / 2 sums in acc; a producer's copies (A's rows from arows on read as row
 // arows - 1). bars: 2 STAGES mbarriers (full, then empty), set up by ws_init. A producer hands
 // tile kt over (full) once it has landed and tile kt + PLEAD - 1 is issued, and copies tile kt
-// once the consumers have released the tile STAGES before it (empty).
+// once the consumers have released the tile STAGES before it (empty). g0: the tiles that went
+// through the ring before this product's first (PERSIST: the earlier tiles of C's), so the
+// ring's stages and phases run on from them; the consumers release every stage they read.
 inline void ws_mainloop(float *acc, uint sa, uint sb, uint bars, __global const ushort *pa,
                         __global const ushort *pb, size_t b_step, int lda, int ldb, int arows,
-                        int KT, int tid) {
+                        int KT, int tid, int g0) {
     if (tid >= NCONS) {
         const ws_chunks c = ws_setup(pa, pb, lda, ldb, arows, tid - NCONS);
         const bool clamp = arows < BM;
@@ -996,11 +1002,11 @@ inline void ws_mainloop(float *acc, uint sa, uint sb, uint bars, __global const 
                 if (kt < KT) asm volatile(CP_WAIT_PLEAD ::: "memory");
                 else asm volatile("cp.async.wait_group 0;" ::: "memory");
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                mbar_arrive(bars + 8 * ((kt - PLEAD) % STAGES));
+                mbar_arrive(bars + 8 * ((g0 + kt - PLEAD) % STAGES));
             }
             if (kt < KT) {
-                const int s = kt % STAGES;
-                if (kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (kt / STAGES - 1) & 1);
+                const int g = g0 + kt, s = g % STAGES;
+                if (g >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (g / STAGES - 1) & 1);
                 ws_copy(&c, sa + s * WA_ST, sb + s * WB_ST, (size_t)kt * BK, kt * b_step, lda,
                         ldb, clamp);
                 asm volatile("cp.async.commit_group;" ::: "memory");
@@ -1012,14 +1018,17 @@ inline void ws_mainloop(float *acc, uint sa, uint sb, uint bars, __global const 
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     for (int kt = 0; kt < KT; ++kt) {
-        const int s = kt % STAGES;
-        mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
+        const int g = g0 + kt, s = g % STAGES;
+        mbar_wait(bars + 8 * s, (g / STAGES) & 1);
         wg_stage(acc, sa + s * WA_ST + wg * (64 * BK * 2), sb + s * WB_ST);
         // the stage WAITN tiles back is read: one arrival a warp
         if (kt >= WAITN && (tid & 31) == 0)
-            mbar_arrive(bars + 8 * (STAGES + (kt - WAITN) % STAGES));
+            mbar_arrive(bars + 8 * (STAGES + (g - WAITN) % STAGES));
     }
     asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    if ((tid & 31) == 0)  // and the last WAITN stages, now read
+        for (int kt = max(KT - WAITN, 0); kt < KT; ++kt)
+            mbar_arrive(bars + 8 * (STAGES + (g0 + kt) % STAGES));
 }
 
 // the full and empty mbarriers of the ring, by work-item 0, before anyone uses them
@@ -1035,7 +1044,32 @@ inline void ws_init(uint bars, int tid) {
 #define NPROD 0
 #endif
 
+#ifndef PERSIST
+#define PERSIST 0
+#endif
+#if PERSIST && !WS
+#error "gemm_wgmma: PERSIST needs producer warps (WS)"
+#endif
+
 #if !WG_NT
+// a consumer's sums (acc) into the tile of C at row m0, column n0: the j-th 8 columns of its
+// warpgroup's 64 rows are rows 16 w + g (+ 8), columns 8 j + 2 t (+ 1) (w: the warp in it, g and
+// t its lane / 4 and % 4)
+inline void wg_store(__global half *C, int ldc, const float *acc, int m0, int n0, int tid) {
+    const int wg = tid >> 7, w = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int row = m0 + 64 * wg + 16 * w + g, col = n0 + 8 * j + 2 * t;
+        vstore_half2((float2)(acc[4 * j], acc[4 * j + 1]), 0, C + (size_t)row * ldc + col);
+        vstore_half2((float2)(acc[4 * j + 2], acc[4 * j + 3]), 0,
+                     C + (size_t)(row + 8) * ldc + col);
+    }
+}
+
+// PERSIST 1 (with WS): a work-group a compute unit computes tiles of C one after another (the
+// (N / BN) (M / BM) tiles of its batch in raster_of's order, every get_num_groups(0)-th from its
+// group id on), its producers copying the next tile's first stages while the consumers store
+// the last one's sums. Work geometry then (groups NTW, 1, batch), local (NTW, 1, 1).
 __kernel __attribute__((reqd_work_group_size(NTW, 1, 1)))
 void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
                 __global const half *A, int a_off, int lda, long a_bstride,
@@ -1044,30 +1078,41 @@ void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
     __local ushort As[STAGES * BM * BK] __attribute__((aligned(1024)));
     __local ushort Bs[STAGES * BK * BN] __attribute__((aligned(1024)));
     const int tid = get_local_id(0);
-    const int wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const int2 tile = raster_tile(RASTER);
-    const int m0 = tile.y * BM, n0 = tile.x * BN;
     const long bz = get_global_id(2);
-    __global const ushort *pa = (__global const ushort *)A + a_off + bz * a_bstride
-        + (size_t)m0 * lda;
-    __global const ushort *pb = (__global const ushort *)B + b_off + bz * b_bstride + n0;
+    __global const ushort *qa = (__global const ushort *)A + a_off + bz * a_bstride;
+    __global const ushort *qb = (__global const ushort *)B + b_off + bz * b_bstride;
     C += c_off + bz * c_bstride;
     const uint sa = smem_addr(As), sb = smem_addr(Bs);
     float acc[BN / 2];
 #if WS
     __local ulong bars[2 * STAGES];
     ws_init(smem_addr(bars), tid);
-#if TMA
-    if (tid >= NCONS) {
-        if (tid == NCONS) ws_tma_producer(sa, sb, smem_addr(bars), maps, m0, n0, bz, K / BK);
-        return;
-    }
-#endif
-    ws_mainloop(acc, sa, sb, smem_addr(bars), pa, pb, (size_t)BK * ldb, lda, ldb, BM, K / BK,
-                tid);
-    if (tid >= NCONS) return;
+    const int KT = K / BK;
+#if PERSIST
+    const int gx = N / BN, gy = M / BM;
+    int g0 = 0;
+    for (int i = get_group_id(0); i < gx * gy; i += get_num_groups(0), g0 += KT) {
+        const int2 tile = raster_of(i, gx, gy, RASTER);
 #else
+    {
+        const int g0 = 0;
+        const int2 tile = raster_tile(RASTER);
+#endif
+        const int m0 = tile.y * BM, n0 = tile.x * BN;
+#if TMA
+        if (tid >= NCONS) {
+            if (tid == NCONS) ws_tma_producer(sa, sb, smem_addr(bars), maps, m0, n0, bz, KT, g0);
+        } else
+#endif
+        ws_mainloop(acc, sa, sb, smem_addr(bars), qa + (size_t)m0 * lda, qb + n0,
+                    (size_t)BK * ldb, lda, ldb, BM, KT, tid, g0);
+        if (tid < NCONS) wg_store(C, ldc, acc, m0, n0, tid);
+    }
+#else
+    const int wg = tid >> 7;
+    const int2 tile = raster_tile(RASTER);
+    const int m0 = tile.y * BM, n0 = tile.x * BN;
+    __global const ushort *pa = qa + (size_t)m0 * lda, *pb = qb + n0;
     size_t ga[WNLA], gb[WNLB];
     uint da[WNLA], db[WNLB];
 #if SWZ
@@ -1105,15 +1150,8 @@ void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
     }
 #endif
     wg_mainloop(acc, sa, sb, pa, pb, (size_t)BK * ldb, ga, gb, da, db, K / BK, wg);
+    wg_store(C, ldc, acc, m0, n0, tid);
 #endif
-    // accumulator j-th 8 columns: rows 16 w + g (+ 8), columns 8 j + 2 t (+ 1) of the warpgroup's
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const int row = m0 + 64 * wg + 16 * w + g, col = n0 + 8 * j + 2 * t;
-        vstore_half2((float2)(acc[4 * j], acc[4 * j + 1]), 0, C + (size_t)row * ldc + col);
-        vstore_half2((float2)(acc[4 * j + 2], acc[4 * j + 3]), 0,
-                     C + (size_t)(row + 8) * ldc + col);
-    }
 }
 #else
 // gemm_nt_wgmma: gemm_nt_mma's product (float32 C (+)= A B^T (+ bias[n]), B a linear layer's
@@ -1152,7 +1190,7 @@ void gemm_nt_wgmma(__global float *C, int c_off, int ldc, __global const half *A
     __local ulong bars[2 * STAGES];
     ws_init(smem_addr(bars), tid);
     ws_mainloop(acc, sa, sb, smem_addr(bars), pa + (size_t)m0 * lda, pb + (size_t)n0 * ldb, BK,
-                lda, ldb, M - m0, K / BK, tid);
+                lda, ldb, M - m0, K / BK, tid, 0);
     if (tid >= NCONS) return;
 #else
     // chunk c = tid + NTW l of a tile: row c / 8, 16-byte k-chunk k8 = c % 8, at local byte

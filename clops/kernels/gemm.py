@@ -44,20 +44,24 @@ MMA_CONFIGS: list[dict[str, int]] = [
 # batches left in flight, RASTER as above; WS producer warps (warp specialization: they copy
 # the tiles, the warpgroups only multiply) handing a tile over PLEAD copies later; WG marks them.
 WGMMA_CONFIGS: list[dict[str, int]] = [
-    # PERF (H100, 4096^3): 531 TFLOP/s device time, 0.76x PyTorch's 698 in the same run (4
-    # producer warps, 192 KB, one work-group a multiprocessor); 128 x 128 without producers
-    # (two work-groups a multiprocessor) 463. Wall time in other runs: 516 against 1 producer
-    # warp 405, 2 495, the same tile with every work-item copying 451; no swizzle 197.
-    dict(WG=1, BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=4, PLEAD=3),
+    # PERF (H100, 4096^3, device time): 489 TFLOP/s persistent (PERSIST: a work-group a
+    # multiprocessor taking tiles in turn), 420 a tile a work-group, PyTorch 685 in the same run;
+    # 531 a tile a work-group in another (4 producer warps, 192 KB, one work-group a
+    # multiprocessor); 128 x 128 without producers (two work-groups a multiprocessor) 463-466.
+    # Wall time in other runs: 516 against 1 producer warp 405, 2 495, the same tile with every
+    # work-item copying 451; no swizzle 197.
+    dict(WG=1, BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=4, PLEAD=3, PERSIST=1),
     dict(WG=1, BM=128, BN=128, BK=64, STAGES=3, WAITN=0, RASTER=8),
 ]
 # gemm_wgmma with its tiles copied by the tensor memory accelerator (runtime/tma.py; TMA marks
-# it), in front of WGMMA_CONFIGS where ``use_tma`` (opt-in, CLOPS_TMA=1): one producer
+# it), in front of WGMMA_CONFIGS where ``use_tma`` (unless CLOPS_TMA=0): one producer
 # work-item.
-# PERF (H100, 4096^3): 540 TFLOP/s device time against 532 for the first of WGMMA_CONFIGS in one
-# run, 546-549 against 516 wall time in another; 128 x 128 tiles 458-463, 256 x 128 519
+# PERF (H100, 4096^3, device time): 574 TFLOP/s persistent, 539 a tile a work-group, PyTorch
+# 685 in the same run (0.84x); 8192^3 wall time 563 against PyTorch's 683. Earlier, a tile a
+# work-group: 540 against 532 for the first of WGMMA_CONFIGS; 128 x 128 tiles 458-463,
+# 256 x 128 519.
 TMA_CONFIGS: list[dict[str, int]] = [
-    dict(WG=1, BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=1, TMA=1),
+    dict(WG=1, BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=1, TMA=1, PERSIST=1),
 ]
 
 # gemm_nt_wgmma tile shapes (a prompt's products of a linear layer's [N][K] weight, where
@@ -130,7 +134,7 @@ def _sm90a(ptx: bytes) -> bytes:
 
 
 def use_tma(dev: CLDevice) -> bool:
-    """float16 products take TMA_CONFIGS' tiles where ``CLOPS_TMA=1`` and ``tma_builds``."""
+    """float16 products take TMA_CONFIGS' tiles where ``tma_builds``, unless ``CLOPS_TMA=0``."""
     return _config.tma() and tma_builds(dev)
 
 
@@ -150,11 +154,21 @@ def _tma_works(dev: CLDevice) -> bool:
         # fewer tiles of K than stages, and two passes of the ring
         if not all(_product_right(dev, cfg, 256, 512, k, 2, rng) for k in (128, 320)):
             return False
+        if cfg.get("PERSIST") and not _persist_right(dev, cfg, rng):
+            return False
     return True
 
 
+def _persist_right(dev: CLDevice, cfg: dict[str, int], rng: np.random.Generator) -> bool:
+    """Whether a persistent tile shape gets products right where each work-group takes two or
+    three tiles of C, the ring's phases running on from one tile to the next mid-pass."""
+    m, n = 2 * cfg["BM"], 4 * cfg["BN"]
+    return all(_product_right(dev, cfg, m, n, k, 2, rng, persist_groups=3)
+               for k in (cfg["BK"], 5 * cfg["BK"]))
+
+
 def _product_right(dev: CLDevice, cfg: dict[str, int], m: int, n: int, k: int, batch: int,
-                   rng: np.random.Generator) -> bool:
+                   rng: np.random.Generator, persist_groups: int | None = None) -> bool:
     """Whether gemm with tile shape ``cfg`` gets a random batched float16 product of these sizes
     right (relative error below 2e-3 against float64); a TMA shape whose tensor maps cannot be
     made here is not right."""
@@ -168,7 +182,7 @@ def _product_right(dev: CLDevice, cfg: dict[str, int], m: int, n: int, k: int, b
                                     (m * k, k * n)) is None:
         return False
     gemm(dev, bc, 0, n, ba, 0, k, bb, 0, n, m, n, k, "float16", batch, (m * n, m * k, k * n),
-         mma_config=cfg)
+         mma_config=cfg, persist_groups=persist_groups)
     got = np.empty((batch, m, n), np.float16)
     dev.read(got, bc)
     return bool(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want) < 2e-3)
@@ -301,6 +315,8 @@ def _wgmma_works(dev: CLDevice) -> bool:
             continue
         if not _product_right(dev, cfg, m, n, k, batch, rng):
             return False
+        if cfg.get("PERSIST") and not _persist_right(dev, cfg, rng):
+            return False
     return True
 
 
@@ -340,14 +356,18 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
          b: Buffer, b_off: int, ldb: int, m: int, n: int, k: int, dtype: str = "float32",
          batch: int = 1, strides: tuple[int, int, int] = (0, 0, 0),
          portable: bool = False, tiled_depth: int | None = None,
-         mma_depth: int | None = None, mma_config: dict[str, int] | None = None) -> Event:
+         mma_depth: int | None = None, mma_config: dict[str, int] | None = None,
+         persist_groups: int | None = None) -> Event:
     """C[i] = A[i] @ B[i] for i < batch (row-major; ``strides`` are the batch strides of C, A,
     B in elements). ``portable`` skips the tensor-core kernels; ``mma_depth`` picks the older
     ``gemm_mma`` at that depth, ``mma_config`` a tile shape of ``gemm_mma_async`` (or, with
-    ``WG``, of ``gemm_wgmma``)."""
+    ``WG``, of ``gemm_wgmma``); ``persist_groups`` caps the work-groups a batch of a persistent
+    tile shape (``PERSIST``) launches (default: the compute units' share), so that each takes
+    several tiles."""
     mma = not portable and use_mma(dev, dtype)
     bm, bn, group, name = TILE, TILE, GROUP, "gemm"
     knl = None
+    persist = False
     maps: Buffer | None = None
     if mma and mma_depth is None:
         cfg = mma_config or _mma_config(dev, m, n, k)
@@ -359,6 +379,7 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
             knl = _wgmma_kernel(dev, cfg)
             if knl is not None:
                 bm, bn, name, group = cfg["BM"], cfg["BN"], "gemm_wgmma", wg_threads(cfg)
+                persist = bool(cfg.get("PERSIST"))
             else:
                 cfg = _mma_sync_config(m, n, k)
         if knl is None:
@@ -380,8 +401,12 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
         args.append(maps)
         reads.append(maps)
         name = "gemm_wgmma_tma"
-    return dev.launch(knl, (n // bn * group, m // bm, batch), (group, 1, 1), args,
-                      reads=reads, writes=[c], name=name)
+    grid = (n // bn * group, m // bm, batch)
+    if persist:  # a work-group a compute unit, each taking tiles of its batch in turn
+        tiles = n // bn * (m // bm)
+        groups = persist_groups or max(1, dev.caps.compute_units // batch)
+        grid = (min(tiles, groups) * group, 1, batch)
+    return dev.launch(knl, grid, (group, 1, 1), args, reads=reads, writes=[c], name=name)
 
 
 # gemm_any (gemm_any.cl): GPU products ``gemm`` does not take, from this many multiply-adds

@@ -10,8 +10,9 @@ kept by the buffer pool while it holds the memory. Maps are written to small dev
 kept per distinct map pair.
 
 Everything here answers None where it cannot (no libcuda, no matching CUDA device, a refused
-encoding); callers then use their cp.async path. Products take this path only with
-``CLOPS_TMA=1`` (kernels/gemm.py, use_tma): the CUDA context holds 524 MiB of an H100's memory.
+encoding); callers then use their cp.async path. Products take this path unless
+``CLOPS_TMA=0`` (kernels/gemm.py, use_tma): the CUDA context holds 524 MiB of an H100's memory
+(none more where the process has one already, PyTorch's for one).
 It lives in the runtime, beside the other driver calls.
 """
 

@@ -49,16 +49,19 @@ def test_gemm_tensor_cores(device):
 @pytest.mark.parametrize("m,n,k,batch", [(256, 384, 96, 2), (384, 256, 32, 1),
                                          (256, 512, 1024, 1), (384, 768, 192, 2)])
 @pytest.mark.parametrize("variant", ["auto", "sync", "wide", "tall", "wgmma", "wgmma_wide",
-                                     "wgmma_ws", "wgmma_tma"])
+                                     "wgmma_ws", "wgmma_tma", "wgmma_persist", "wgmma_one_tile",
+                                     "wgmma_tma_persist"])
 def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
     # the tensor-core kernels, batched, K of 1 to 32 tiles, tile shapes that divide or not;
     # gemm_wgmma (Hopper) with each of its configs, and producer warps of another count, hand-
-    # over lead and wgmma batches in flight (fewer tiles of K than stages included)
+    # over lead and wgmma batches in flight (fewer tiles of K than stages included); the
+    # persistent shapes with two work-groups a batch, each taking several tiles of C in turn,
+    # and launched a tile a work-group
     if not gemm.use_mma(device, "float16"):
         pytest.skip("no NVIDIA inline PTX on this device")
     if variant.startswith("wgmma") and not gemm.use_wgmma(device):
         pytest.skip("no wgmma (sm_90a) on this device")
-    if variant == "wgmma_tma" and not gemm.tma_builds(device):
+    if variant.startswith("wgmma_tma") and not gemm.tma_builds(device):
         pytest.skip("no tensor memory accelerator (or CUDA driver to encode its maps) here")
     kw: dict = {"sync": {"mma_depth": 32},
                 "wide": {"mma_config": dict(BM=128, BN=256, WM=64, WN=64, BK=32, STAGES=2,
@@ -69,7 +72,11 @@ def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
                 "wgmma_wide": {"mma_config": gemm.WGMMA_CONFIGS[1]},
                 "wgmma_ws": {"mma_config": dict(WG=1, BM=128, BN=128, BK=64, STAGES=3, WAITN=0,
                                                 RASTER=8, WS=2, PLEAD=2)},
-                "wgmma_tma": {"mma_config": gemm.TMA_CONFIGS[0]}}.get(variant, {})
+                "wgmma_tma": {"mma_config": gemm.TMA_CONFIGS[0]},
+                "wgmma_persist": {"mma_config": gemm.WGMMA_CONFIGS[0], "persist_groups": 2},
+                "wgmma_one_tile": {"mma_config": dict(gemm.WGMMA_CONFIGS[0], PERSIST=0)},
+                "wgmma_tma_persist": {"mma_config": gemm.TMA_CONFIGS[0], "persist_groups": 2},
+                }.get(variant, {})
     cfg = kw.get("mma_config")
     if cfg and (m % cfg["BM"] or n % cfg["BN"] or k % cfg["BK"]):
         pytest.skip("tile shape does not divide the product")
@@ -259,12 +266,13 @@ def test_gemm_cpu_refuses_ragged_columns(device):
 
 
 def test_gemm_tma_offsets_and_fallback(device, monkeypatch):
-    """With CLOPS_TMA=1, gemm_wgmma through the tensor memory accelerator from element offsets
-    of buffers; a batch sharing one B (stride 0, which a tensor map cannot describe) takes the
-    cp.async copies instead, twice. Without it, the cp.async copies. All against numpy."""
+    """By default (CLOPS_TMA unset), gemm_wgmma through the tensor memory accelerator from
+    element offsets of buffers; a batch sharing one B (stride 0, which a tensor map cannot
+    describe) takes the cp.async copies instead, twice. With CLOPS_TMA=0, the cp.async copies.
+    All against numpy."""
     if not (gemm.use_mma(device, "float16") and gemm.tma_builds(device)):
         pytest.skip("no tensor memory accelerator (or CUDA driver to encode its maps) here")
-    monkeypatch.setenv("CLOPS_TMA", "1")
+    monkeypatch.delenv("CLOPS_TMA", raising=False)
     m, n, k, batch = 256, 512, 192, 2
     a = RNG.standard_normal((batch, m, k)).astype(np.float16)
     b = RNG.standard_normal((k, n)).astype(np.float16)

@@ -39,3 +39,17 @@ def test_encode_asks_the_driver_once_per_arguments():
     other = cu.encode(2 << 20, *args)
     assert other != first and lib.encodes == 2
     assert cu.encode(8, *args) is None and cu.encode(8, *args) is None and lib.encodes == 3
+
+
+def test_tma_is_on_unless_turned_off(monkeypatch):
+    """Hopper GPUs' float16 products take the tensor memory accelerator by default;
+    CLOPS_TMA=0 (or false, no, off) keeps them on the cp.async copies."""
+    from clops import _config
+
+    monkeypatch.delenv("CLOPS_TMA", raising=False)
+    assert _config.tma()
+    for off in ("0", "false", "no", "off"):
+        monkeypatch.setenv("CLOPS_TMA", off)
+        assert not _config.tma()
+    monkeypatch.setenv("CLOPS_TMA", "1")
+    assert _config.tma()
