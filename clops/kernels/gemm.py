@@ -22,7 +22,7 @@ from ..runtime import CLDevice, Event, probes, tma
 from ..runtime.device import add_cpu_default_check
 from ..runtime.pool import Buffer
 from ..runtime.program import new_kernel, rebuilt_from_binary
-from .launch import kernel, program
+from .launch import eager_kernel, kernel, program
 
 TILE = 128
 GROUP = 256
@@ -81,6 +81,21 @@ CPU_COLS = {"float32": 16, "float64": 8}
 CPU_PAD_MIN = 4
 
 
+# the scalar arguments' types of gemm.cl's gemm kernels (None: a buffer), given to the kernel
+# objects ``gemm`` launches: pyopencl then sets their arguments in microseconds, not the
+# ~0.1 ms it takes to find each one's type at every launch
+_I32, _I64 = np.int32, np.int64
+GEMM_ARG_TYPES = [None, _I32, _I32, _I64, None, _I32, _I32, _I64, None, _I32, _I32, _I64,
+                  _I32, _I32, _I32]
+
+
+def _typed(knl: Any, tma_maps: bool = False) -> Any:
+    """``knl`` (a kernel of gemm.cl's gemm signature; ``tma_maps``: with the tensor maps after
+    it) told its arguments' types."""
+    knl.set_scalar_arg_dtypes(GEMM_ARG_TYPES + ([None] if tma_maps else []))
+    return knl
+
+
 def use_mma(dev: CLDevice, dtype: str) -> bool:
     """float16 products go to tensor cores (``mma.sync``) where the PTX probe succeeds."""
     return dtype == "float16" and dev.kind != "cpu" and dev.probe("nvidia_ptx") \
@@ -106,8 +121,8 @@ def _async_kernel(dev: CLDevice, cfg: dict[str, int]) -> Any | None:
 @probes.per_device
 def _async_kernel_for(dev: CLDevice, cfg: tuple[tuple[str, int], ...]) -> Any | None:
     try:
-        return kernel(dev, "gemm", "gemm_mma_async", DT=1, USE_MMA=1, USE_MMA_ASYNC=1,
-                      **dict(cfg))
+        return _typed(kernel(dev, "gemm", "gemm_mma_async", DT=1, USE_MMA=1, USE_MMA_ASYNC=1,
+                             **dict(cfg)))
     except Exception:  # noqa: BLE001 - a driver without these PTX forms
         return None
 
@@ -212,7 +227,8 @@ def _wgmma_kernel(dev: CLDevice, cfg: dict[str, int]) -> Any | None:
 def _wgmma_kernel_for(dev: CLDevice, cfg: tuple[tuple[str, int], ...]) -> Any | None:
     # one kernel object, for gemm's launches one at a time (arguments set at each)
     prog = _wgmma_program_for(dev, cfg)
-    return None if prog is None else new_kernel(prog, "gemm_wgmma", "gemm.cl")
+    return None if prog is None else _typed(new_kernel(prog, "gemm_wgmma", "gemm.cl"),
+                                            tma_maps=bool(dict(cfg).get("TMA")))
 
 
 @probes.per_device
@@ -389,9 +405,11 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
                 group = bm // cfg["WM"] * (bn // cfg["WN"]) * 32
     if knl is None and mma:
         d = mma_depth or (MMA_DEPTH if k % MMA_DEPTH == 0 else 32)
-        knl, name = kernel(dev, "gemm", "gemm_mma", DT=1, USE_MMA=1, MDEPTH=d), "gemm_mma"
+        knl = eager_kernel(dev, "gemm", "gemm_mma", GEMM_ARG_TYPES, DT=1, USE_MMA=1, MDEPTH=d)
+        name = "gemm_mma"
     if knl is None:
-        knl = kernel(dev, "gemm", "gemm_tiled", DT=_DT[dtype], DEPTH=tiled_depth or TILED_DEPTH)
+        knl = eager_kernel(dev, "gemm", "gemm_tiled", GEMM_ARG_TYPES, DT=_DT[dtype],
+                           DEPTH=tiled_depth or TILED_DEPTH)
     i32, i64 = np.int32, np.int64
     args: list[Any] = [c, i32(c_off), i32(ldc), i64(strides[0]), a, i32(a_off), i32(lda),
                        i64(strides[1]), b, i32(b_off), i32(ldb), i64(strides[2]), i32(m),
@@ -409,6 +427,9 @@ def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, 
     return dev.launch(knl, grid, (group, 1, 1), args, reads=reads, writes=[c], name=name)
 
 
+# gemm_any's and splitk_sum's scalar arguments' types (see GEMM_ARG_TYPES)
+_ANY_ARG_TYPES = [None, _I64, _I64, _I64] + [None, _I64, _I64, _I64, _I64] * 2 + [_I32] * 5
+_SUM_ARG_TYPES = [None, _I64, _I64, _I64, None, _I32, _I32, _I32]
 # gemm_any (gemm_any.cl): GPU products ``gemm`` does not take, from this many multiply-adds
 # (below, the generated kernel's fusion with its neighbours is worth more).
 ANY_MIN_MACS = 1 << 22
@@ -459,15 +480,16 @@ def gemm_any(dev: CLDevice, c: Buffer, c_off: int, c_strides: tuple[int, int],
     tail = [b, i64(b_off), *(i64(v) for v in b_strides), i32(m), i32(n), i32(k), i32(s),
             i32(ks)]
     head = [a, i64(a_off), *(i64(v) for v in a_strides)]
+    knl = eager_kernel(dev, "gemm_any", "gemm_any", _ANY_ARG_TYPES, **defs)
     if s == 1:
-        return dev.launch(kernel(dev, "gemm_any", "gemm_any", **defs), grid, (16, 16, 1),
+        return dev.launch(knl, grid, (16, 16, 1),
                           [c, i64(c_off), i64(c_strides[0]), i64(c_strides[1]), *head, *tail],
                           reads=[a, b], writes=[c], name="gemm_any")
     p = dev.alloc(batch * s * m * n * 4)
-    dev.launch(kernel(dev, "gemm_any", "gemm_any", **defs), grid, (16, 16, 1),
-               [p, i64(0), i64(0), i64(0), *head, *tail], reads=[a, b], writes=[p],
-               name="gemm_any.slices")
-    return dev.launch(kernel(dev, "gemm_any", "splitk_sum", DT=_DT[dtype]), (n, m, batch), None,
+    dev.launch(knl, grid, (16, 16, 1), [p, i64(0), i64(0), i64(0), *head, *tail], reads=[a, b],
+               writes=[p], name="gemm_any.slices")
+    return dev.launch(eager_kernel(dev, "gemm_any", "splitk_sum", _SUM_ARG_TYPES,
+                                   DT=_DT[dtype]), (n, m, batch), None,
                       [c, i64(c_off), i64(c_strides[0]), i64(c_strides[1]), p, i32(s), i32(m),
                        i32(n)], reads=[p], writes=[c], name="gemm_any.sum")
 
@@ -564,12 +586,13 @@ def gemm_cpu(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: i
         # PERF: B's column panels made contiguous first (2048^3 float32: 0.44x numpy with
         # panels read 8 KB apart, their rows on the same cache sets)
         pb = dev.alloc(batch * k * n * (8 if dt else 4))
-        dev.launch(kernel(dev, "gemm_cpu", "pack_b", DT=dt), (n // w, k, batch), None,
+        dev.launch(eager_kernel(dev, "gemm_cpu", "pack_b", [None, None, _I32, _I32, _I64, _I32],
+                                DT=dt), (n // w, k, batch), None,
                    [pb, b, i32(b_off), i32(ldb), i64(sb), i32(k)], reads=[b], writes=[pb],
                    name="gemm_cpu.pack_b")
         b, b_off, ldb, sb = pb, 0, w, k * n
-    knl = kernel(dev, "gemm_cpu", "gemm_cpu", RM=rm, DT=dt, PACKED=int(packed),
-                 A_T=int(a_trans))
+    knl = eager_kernel(dev, "gemm_cpu", "gemm_cpu", GEMM_ARG_TYPES[:-3] + [_I32], RM=rm, DT=dt,
+                       PACKED=int(packed), A_T=int(a_trans))
     args: list[Any] = [c, i32(c_off), i32(ldc), i64(strides[0]), a, i32(a_off), i32(lda),
                        i64(strides[1]), b, i32(b_off), i32(ldb), i64(sb), i32(k)]
     return dev.launch(knl, (m // rm, n // w, batch), (1, 1, 1), args, reads=[a, b],
@@ -583,7 +606,8 @@ def pad_columns(dev: CLDevice, b: Buffer, b_off: int, k: int, n: int, batch: int
     w = CPU_COLS[dtype]
     wide = -(-n // w) * w
     out = dev.alloc(batch * k * wide * (8 if dtype == "float64" else 4))
-    dev.launch(kernel(dev, "gemm_cpu", "pad_cols", DT=int(dtype == "float64")),
+    dev.launch(eager_kernel(dev, "gemm_cpu", "pad_cols", [None, None, _I32, _I32, _I64, _I32],
+                            DT=int(dtype == "float64")),
                (wide // w, k, batch), (1, 1, 1), [out, b, np.int32(b_off), np.int32(n),
                                                   np.int64(k * n), np.int32(n)],
                reads=[b], writes=[out], name="gemm_cpu.pad_cols")
