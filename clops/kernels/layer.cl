@@ -23,8 +23,7 @@
 // a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX (NVIDIA: dp4a, shfl.sync, fences
 // and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a bitmask of the phases A..E that
 // run, for timing them apart: default all), QUERY_UNITS (B's units: -1 by the positions, 1 a
-// query head's, 0 a key-value head's), KV_HALF (1: float16 caches, clops/kv.cl), HQ (1: D
-// leaves h quantized for E, below).
+// query head's, 0 a key-value head's), KV_HALF (1: float16 caches, clops/kv.cl).
 // Work geometry: global (G * LS), local (LS).
 #define LS 256
 #define NW (LS / 32)
@@ -256,19 +255,6 @@ inline float eight(float v, bool max_of, __local float *red) {
 // Eight work-items a block, four values each; every round's loads are issued before any is
 // used (one memory latency, not one a round), and every work-item runs every round (the
 // shuffles and barriers of eight()).
-// One float4 u of a block of 32 values (eight work-items a block, an aligned group of 8; every
-// work-item calls it): its int8 values packed into a uint, and the block's amax (largest
-// magnitude) and sum of int8 values.
-inline uint quant4(float4 u, float *amax, float *sum, __local float *red) {
-    const float a = eight(fmax(fmax(fabs(u.x), fabs(u.y)), fmax(fabs(u.z), fabs(u.w))), true, red);
-    const float id = a > 0.0f ? 127.0f / a : 0.0f;
-    const int4 q = convert_int4_rte(u * id);
-    *sum = eight((float)(q.x + q.y + q.z + q.w), false, red);
-    *amax = a;
-    return (uint)(q.x & 0xff) | (uint)(q.y & 0xff) << 8 | (uint)(q.z & 0xff) << 16 |
-           (uint)(q.w & 0xff) << 24;
-}
-
 #define QR ((QKMAX / 4 + LS - 1) / LS)
 inline float quantize(__global const float *src, int K, __global const float *nw,
                       __local uint *xq, __local float *xd, __local int *xs, __local float *red) {
@@ -286,10 +272,15 @@ inline float quantize(__global const float *src, int K, __global const float *nw
         const int i = r * LS + t;
         const bool in = i < K / 4;
         ss += dot(v[r], v[r]);
-        float amax, sum;
-        const uint q = quant4(in && nw ? v[r] * vload4(i, nw) : v[r], &amax, &sum, red);
+        const float4 u = in && nw ? v[r] * vload4(i, nw) : v[r];
+        const float amax = eight(fmax(fmax(fabs(u.x), fabs(u.y)), fmax(fabs(u.z), fabs(u.w))),
+                                 true, red);
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const int4 q = convert_int4_rte(u * id);
+        const float sum = eight((float)(q.x + q.y + q.z + q.w), false, red);
         if (in) {
-            xq[i] = q;
+            xq[i] = (uint)(q.x & 0xff) | (uint)(q.y & 0xff) << 8 | (uint)(q.z & 0xff) << 16 |
+                    (uint)(q.w & 0xff) << 24;
             if ((t & 7) == 0) {
                 xd[i >> 3] = amax / 127.0f;
                 xs[i >> 3] = (int)sum;
@@ -307,51 +298,6 @@ inline float rms_after(float ss, int K, float eps, __local float *red) {
 
 // After quantize() without a norm: publish the quantized x.
 inline void quantized(void) { barrier(CLK_LOCAL_MEM_FENCE); }
-
-// HQ 1: phase D leaves h quantized as quantize() would make it, in h's own memory: the int8
-// values (uint [FFN / 4]), then the blocks' scales (float [FFN / 32]) and sums (int
-// [FFN / 32]), so that E copies 10 bytes per 8 values into local memory instead of every
-// work-group quantizing the whole h (PERF, H100, 1B Q4_0: E's quantize took 2.2 us a layer).
-// Needs a work-group's items of a task to be whole blocks (NW R_GU a multiple of 32) and
-// FFN % 128 == 0 (kernels/layer.py decides).
-#ifndef HQ
-#define HQ 0
-#endif
-#if HQ && ((NW * R_GU) % 32 || FFN % 128)
-#error "decode_layers: HQ needs NW R_GU a multiple of 32 and FFN a multiple of 128"
-#endif
-#define HN (NW * R_GU)  // items of h a work-group's task makes
-
-// HQ: the work-group's HN values of h in hl (items j0 ..) quantized into h's memory. Every
-// work-item calls it; hl may be written again once it returns.
-inline void hq_store(int j0, __local const float *hl, __global float *h, __local float *red) {
-    const int t = get_local_id(0);
-    for (int c = 0; c * LS < HN / 4; ++c) {
-        const int i = c * LS + t;
-        float amax, sum;
-        const uint q = quant4(i < HN / 4 ? vload4(i, hl) : (float4)(0.0f), &amax, &sum, red);
-        const int b = j0 / 4 + i;  // the uint of h's int8 values
-        if (i < HN / 4 && 4 * b < FFN) {
-            ((__global uint *)h)[b] = q;
-            if ((t & 7) == 0) {
-                h[FFN / 4 + b / 8] = amax / 127.0f;
-                ((__global int *)h)[FFN / 4 + FFN / 32 + b / 8] = (int)sum;
-            }
-        }
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-}
-
-// HQ: h as hq_store left it (by other work-groups: from L2) into xq, xd and xs.
-inline void hq_load(__global const float *h, __local uint *xq, __local float *xd,
-                    __local int *xs) {
-    const int t = get_local_id(0);
-    for (int i = t; i < FFN / 16; i += LS) vstore4(as_uint4(load4_fresh(h + 4 * i)), i, xq);
-    for (int i = t; i < FFN / 128; i += LS) {
-        vstore4(load4_fresh(h + FFN / 4 + 4 * i), i, xd);
-        vstore4(as_int4(load4_fresh(h + FFN / 4 + FFN / 32 + 4 * i)), i, xs);
-    }
-}
 
 // ---- a warp's rows ----
 // Blocks of 32 in a row of K, and a lane's share of them (blocks lane, lane + 32, ...).
@@ -562,9 +508,6 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     __local int xs[QKMAX / 32];
     __local float red[LS], pl[N_REP * LS], y[N_REP * D], kn[D], vn[D], redn[N_REP * LS];
     __local float4 red4[LS];
-#if HQ
-    __local float hl[HN];
-#endif
     __local int last;
     const int t = get_local_id(0), w = t >> 5, lane = t & 31;
     const int grp = get_group_id(0), G = get_num_groups(0);
@@ -760,16 +703,8 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 #pragma unroll
                     for (int e = 0; e < R_GU; ++e) {
                         const float g = r[2 * e] * fd, v = r[2 * e + 1] * fd;
-#if HQ
-                        hl[w * R_GU + e] = j0 + e < FFN ? g / (1.0f + exp(-g)) * v : 0.0f;
-#else
                         if (j0 + e < FFN) h[j0 + e] = g / (1.0f + exp(-g)) * v;
-#endif
                     }
-#if HQ
-                barrier(CLK_LOCAL_MEM_FENCE);
-                hq_store(TASK0(k, R_GU), hl, h, red);
-#endif
             }
         }
         grid_arrive(bar, &target);
@@ -782,11 +717,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
         // ---- E: x += Wd . h ----
         if (has_e) {
-#if HQ
-            hq_load(h, xq, xd, xs);
-#else
             quantize(h, FFN, 0, xq, xd, xs, red);
-#endif
             quantized();
             for (int k = 0; TASK0(k, R_D) < DIM; ++k) {
                 if (k > 0) {

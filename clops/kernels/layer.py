@@ -119,17 +119,6 @@ def rows_per_task(fmt: str, k: int, n: int, groups: int, rows_an_item: int = 1) 
     return max(1, min(cap, -(-n // (groups * NW))))
 
 
-# phase D leaves h quantized for E where its tasks make whole blocks (layer.cl's HQ; False:
-# every work-group quantizes h in E, for tests)
-PREQUANTIZE_H = True
-
-
-def prequantizes_h(ffn: int, r_gu: int) -> bool:
-    """Whether a layer of ``ffn`` GLU items, ``r_gu`` a warp's task, can take HQ: a work-group's
-    task is whole blocks of 32 items and h's scales come in float4s."""
-    return (NW * r_gu) % 32 == 0 and ffn % 128 == 0
-
-
 def _half(w: Weight) -> int:
     return int(w.defines.get("SCALE_HALF") == 1)
 
@@ -201,11 +190,11 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
                  SH_D=_half(down),
                  R_QKV=rows_per_task(qkv.fmt, dim, n_qkv, groups),
                  R_O=rows_per_task(o.fmt, n_heads * head_dim, dim, groups),
-                 R_GU=(r_gu := rows_per_task(gate_up.fmt, dim, ffn, groups, 2)),
+                 R_GU=rows_per_task(gate_up.fmt, dim, ffn, groups, 2),
                  R_D=rows_per_task(down.fmt, ffn, dim, groups),
                  SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
                  QUERY_UNITS=-1 if QUERY_UNITS is None else int(QUERY_UNITS),
-                 HQ=int(PREQUANTIZE_H and prequantizes_h(ffn, r_gu)), **kv_defines(kv_half))
+                 **kv_defines(kv_half))
     args: list[Any] = [x, qkv_out, state, attn, part, count, h, bar, i32(max_seq), f32(eps),
                        f32(scale)]
     reads: list[Buffer] = [x, state, count, bar]

@@ -131,41 +131,6 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prom
     assert layer.arrivals(bar) == _barriers(model) and bar[2] == 0, bar
 
 
-@pytest.mark.parametrize("which", list(SHAPES))
-def test_layer_kernel_prequantized_h_changes_nothing(device, monkeypatch, files, which):
-    """Phase D leaving h quantized for E (HQ: a work-group's GLU items are whole blocks of 32)
-    gives the very logits of E's work-groups quantizing h themselves. GPUs with grid barriers
-    (tasks of 4 [gate | up] pairs a warp, as a 1B model's are), and Intel's CPU runtime as one
-    work-group (tasks of 8 pairs)."""
-    from clops.nn import quant
-    if device.kind == "cpu":
-        if "intel" not in device.platform_name.lower():
-            pytest.skip(f"{device.name} on {device.platform_name}: the portable one-group run "
-                        "is for Intel's CPU runtime")
-        monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
-        monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
-    elif not layer.resident_groups(device):
-        pytest.skip(f"{device.name}: no grid barriers")
-    else:
-        rows = layer.rows_per_task
-        monkeypatch.setattr(layer, "rows_per_task", lambda fmt, k, n, groups, items=1: max(
-            rows(fmt, k, n, groups, items), 4 if items == 2 else 1))
-    built = []
-    make = layer.kernel
-
-    def spy(*args, **defines):
-        built.append(defines.get("HQ"))
-        return make(*args, **defines)
-
-    monkeypatch.setattr(layer, "kernel", spy)
-    got = {}
-    for on in (True, False):
-        monkeypatch.setattr(layer, "PREQUANTIZE_H", on)
-        got[on] = _both(device, monkeypatch, files[which], 300, None)[3]
-    assert 1 in built and 0 in built, built
-    np.testing.assert_array_equal(got[True], got[False])
-
-
 def test_launch_groups():
     """Layers of the same formats share a launch, MAX_LAYERS at most."""
     def one(fmt: str) -> layer.DecoderLayer:
