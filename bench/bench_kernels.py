@@ -82,10 +82,10 @@ def bench_gemm(dev, size: int, dtype: str, torch, repeat: int) -> list[dict]:
         variants.append(("tensor cores, gemm_mma_async (mma.sync)", mma_async))
     if dtype == "float16" and gemm.use_wgmma(dev):
         tma = gemm.TMA_CONFIGS if gemm.tma_builds(dev) else []
-        # Hopper's wgmma, each tile shape and copy; a persistent one also launched a tile a
-        # work-group
-        cfgs = [c for c0 in tma + gemm.WGMMA_CONFIGS
-                for c in ([c0, dict(c0, PERSIST=0)] if c0.get("PERSIST") else [c0])]
+        # Hopper's wgmma, each tile shape and copy; one with producer warps both persistent
+        # and a tile a work-group
+        cfgs = [c for c0 in tma + gemm.WGMMA_CONFIGS for c in (
+            [c0, dict(c0, PERSIST=int(not c0.get("PERSIST")))] if c0.get("WS") else [c0])]
         for cfg in cfgs:
             if m % cfg["BM"] or n % cfg["BN"] or k % cfg["BK"]:
                 continue

@@ -972,14 +972,16 @@ inline void mbar_expect(uint bar, uint bytes) {
 // kt BK; a stage once the consumers have released it. g0: the ring's tiles before the first.
 inline void ws_tma_producer(uint sa, uint sb, uint bars, __global const ulong *maps, int m0,
                             int n0, int z, int KT, int g0) {
+    int s = g0 % STAGES, ph = g0 / STAGES & 1;  // the stage copied next, its use's parity
     for (int kt = 0; kt < KT; ++kt) {
-        const int g = g0 + kt, s = g % STAGES, k = kt * BK;
-        if (g >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (g / STAGES - 1) & 1);
+        const int k = kt * BK;
+        if (g0 + kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
         const uint full = bars + 8 * s, db = sb + s * WB_ST;
         mbar_expect(full, WA_ST + WB_ST);
         tma3(sa + s * WA_ST, maps, k, m0, z, full);
         for (int j = 0; j < BN / 64; ++j)
             tma3(db + j * (BK * 128), maps + 16, n0 + 64 * j, k, z, full);
+        if (++s == STAGES) s = 0, ph ^= 1;
     }
 }
 #endif
@@ -997,19 +999,22 @@ inline void ws_mainloop(float *acc, uint sa, uint sb, uint bars, __global const 
     if (tid >= NCONS) {
         const ws_chunks c = ws_setup(pa, pb, lda, ldb, arows, tid - NCONS);
         const bool clamp = arows < BM;
+        // the stage copied next and its use's parity, the stage handed over next
+        int s = g0 % STAGES, ph = g0 / STAGES & 1, hs = s;
         for (int kt = 0; kt < KT + PLEAD; ++kt) {
             if (kt >= PLEAD) {
                 if (kt < KT) asm volatile(CP_WAIT_PLEAD ::: "memory");
                 else asm volatile("cp.async.wait_group 0;" ::: "memory");
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                mbar_arrive(bars + 8 * ((g0 + kt - PLEAD) % STAGES));
+                mbar_arrive(bars + 8 * hs);
+                if (++hs == STAGES) hs = 0;
             }
             if (kt < KT) {
-                const int g = g0 + kt, s = g % STAGES;
-                if (g >= STAGES) mbar_wait(bars + 8 * (STAGES + s), (g / STAGES - 1) & 1);
+                if (g0 + kt >= STAGES) mbar_wait(bars + 8 * (STAGES + s), ph ^ 1);
                 ws_copy(&c, sa + s * WA_ST, sb + s * WB_ST, (size_t)kt * BK, kt * b_step, lda,
                         ldb, clamp);
                 asm volatile("cp.async.commit_group;" ::: "memory");
+                if (++s == STAGES) s = 0, ph ^= 1;
             }
         }
         return;
@@ -1017,18 +1022,25 @@ inline void ws_mainloop(float *acc, uint sa, uint sb, uint bars, __global const 
     const int wg = tid >> 7;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    // the stage read next and its use's parity, the stage released next
+    int s = g0 % STAGES, ph = g0 / STAGES & 1, rs = s;
     for (int kt = 0; kt < KT; ++kt) {
-        const int g = g0 + kt, s = g % STAGES;
-        mbar_wait(bars + 8 * s, (g / STAGES) & 1);
+        mbar_wait(bars + 8 * s, ph);
         wg_stage(acc, sa + s * WA_ST + wg * (64 * BK * 2), sb + s * WB_ST);
         // the stage WAITN tiles back is read: one arrival a warp
-        if (kt >= WAITN && (tid & 31) == 0)
-            mbar_arrive(bars + 8 * (STAGES + (g - WAITN) % STAGES));
+        if (kt >= WAITN) {
+            if ((tid & 31) == 0) mbar_arrive(bars + 8 * (STAGES + rs));
+            if (++rs == STAGES) rs = 0;
+        }
+        if (++s == STAGES) s = 0, ph ^= 1;
     }
     asm volatile(WG_HIDE "wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    if ((tid & 31) == 0)  // and the last WAITN stages, now read
-        for (int kt = max(KT - WAITN, 0); kt < KT; ++kt)
-            mbar_arrive(bars + 8 * (STAGES + (g0 + kt) % STAGES));
+#if PERSIST  // and the last WAITN stages, now read, for the next tile's copies
+    for (int kt = max(KT - WAITN, 0); kt < KT; ++kt) {
+        if ((tid & 31) == 0) mbar_arrive(bars + 8 * (STAGES + rs));
+        if (++rs == STAGES) rs = 0;
+    }
+#endif
 }
 
 // the full and empty mbarriers of the ring, by work-item 0, before anyone uses them

@@ -44,22 +44,20 @@ MMA_CONFIGS: list[dict[str, int]] = [
 # batches left in flight, RASTER as above; WS producer warps (warp specialization: they copy
 # the tiles, the warpgroups only multiply) handing a tile over PLEAD copies later; WG marks them.
 WGMMA_CONFIGS: list[dict[str, int]] = [
-    # PERF (H100, 4096^3, device time): 489 TFLOP/s persistent (PERSIST: a work-group a
-    # multiprocessor taking tiles in turn), 420 a tile a work-group, PyTorch 685 in the same run;
-    # 531 a tile a work-group in another (4 producer warps, 192 KB, one work-group a
-    # multiprocessor); 128 x 128 without producers (two work-groups a multiprocessor) 463-466.
+    # PERF (H100, 4096^3, device time, PyTorch 715-723 in the same run): 539 TFLOP/s a tile a
+    # work-group, 505-509 persistent (PERSIST); 4 producer warps, 192 KB, one work-group a
+    # multiprocessor; 128 x 128 without producers (two work-groups a multiprocessor) 467-469.
     # Wall time in other runs: 516 against 1 producer warp 405, 2 495, the same tile with every
     # work-item copying 451; no swizzle 197.
-    dict(WG=1, BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=4, PLEAD=3, PERSIST=1),
+    dict(WG=1, BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=4, PLEAD=3),
     dict(WG=1, BM=128, BN=128, BK=64, STAGES=3, WAITN=0, RASTER=8),
 ]
 # gemm_wgmma with its tiles copied by the tensor memory accelerator (runtime/tma.py; TMA marks
 # it), in front of WGMMA_CONFIGS where ``use_tma`` (unless CLOPS_TMA=0): one producer
 # work-item.
-# PERF (H100, 4096^3, device time): 574 TFLOP/s persistent, 539 a tile a work-group, PyTorch
-# 685 in the same run (0.84x); 8192^3 wall time 563 against PyTorch's 683. Earlier, a tile a
-# work-group: 540 against 532 for the first of WGMMA_CONFIGS; 128 x 128 tiles 458-463,
-# 256 x 128 519.
+# PERF (H100, 4096^3, device time, PyTorch 715-723 in the same run): 574-580 TFLOP/s
+# persistent, 574 a tile a work-group (546 before the ring's stage and phase were counted
+# instead of divided out). Earlier: 128 x 128 tiles 458-463, 256 x 128 519.
 TMA_CONFIGS: list[dict[str, int]] = [
     dict(WG=1, BM=128, BN=256, BK=64, STAGES=4, WAITN=1, RASTER=8, WS=1, TMA=1, PERSIST=1),
 ]

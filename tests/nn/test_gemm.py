@@ -49,8 +49,8 @@ def test_gemm_tensor_cores(device):
 @pytest.mark.parametrize("m,n,k,batch", [(256, 384, 96, 2), (384, 256, 32, 1),
                                          (256, 512, 1024, 1), (384, 768, 192, 2)])
 @pytest.mark.parametrize("variant", ["auto", "sync", "wide", "tall", "wgmma", "wgmma_wide",
-                                     "wgmma_ws", "wgmma_tma", "wgmma_persist", "wgmma_one_tile",
-                                     "wgmma_tma_persist"])
+                                     "wgmma_ws", "wgmma_tma", "wgmma_persist",
+                                     "wgmma_tma_one_tile", "wgmma_tma_persist"])
 def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
     # the tensor-core kernels, batched, K of 1 to 32 tiles, tile shapes that divide or not;
     # gemm_wgmma (Hopper) with each of its configs, and producer warps of another count, hand-
@@ -73,8 +73,9 @@ def test_gemm_tensor_core_shapes(device, m, n, k, batch, variant):
                 "wgmma_ws": {"mma_config": dict(WG=1, BM=128, BN=128, BK=64, STAGES=3, WAITN=0,
                                                 RASTER=8, WS=2, PLEAD=2)},
                 "wgmma_tma": {"mma_config": gemm.TMA_CONFIGS[0]},
-                "wgmma_persist": {"mma_config": gemm.WGMMA_CONFIGS[0], "persist_groups": 2},
-                "wgmma_one_tile": {"mma_config": dict(gemm.WGMMA_CONFIGS[0], PERSIST=0)},
+                "wgmma_persist": {"mma_config": dict(gemm.WGMMA_CONFIGS[0], PERSIST=1),
+                                  "persist_groups": 2},
+                "wgmma_tma_one_tile": {"mma_config": dict(gemm.TMA_CONFIGS[0], PERSIST=0)},
                 "wgmma_tma_persist": {"mma_config": gemm.TMA_CONFIGS[0], "persist_groups": 2},
                 }.get(variant, {})
     cfg = kw.get("mma_config")
