@@ -48,11 +48,29 @@ inline float2 rotate(float a, float b, float ang) {
 // After the fused QKV projection: rotate q and k, write q to q_out [M][H][D] and k, v into the
 // cache at their positions. qkv rows are [q (H*D) | k (KV*D) | v (KV*D)], ld_qkv apart.
 // HEADS_PER_ITEM (default 1; CPUs: all H + 2*KV) heads a work-item, one after another: the
-// angle's sine and cosine are made once for them.
+// angle's sine and cosine are made once for them. SLICES > 1: qkv holds a product split over
+// k, [SLICES][M][ld_qkv] partial sums, added up here in order (as split_sum does) as they are
+// read.
 // Work geometry: global (D/2, (H + 2*KV) / HEADS_PER_ITEM, M).
 #ifndef HEADS_PER_ITEM
 #define HEADS_PER_ITEM 1
 #endif
+#ifndef SLICES
+#define SLICES 1
+#endif
+
+// element i of a row of rope_store's qkv (p: its place in the first slice, slices `slice`
+// floats apart)
+inline float qkv_at(__global const float *p, size_t slice, int i) {
+#if SLICES > 1
+    float v = 0.0f;
+#pragma unroll
+    for (int s = 0; s < SLICES; ++s) v += p[s * slice + i];
+    return v;
+#else
+    return p[i];
+#endif
+}
 inline void put_row(__global float *q, __global kv_t *k, int i, float v) {
     if (q)
         q[i] = v;
@@ -66,6 +84,7 @@ __kernel void rope_store(__global float *q_out, __global const float *qkv, int l
     const int m = get_global_id(2);
     const int pos = state[0] + m;
     __global const float *row = qkv + (size_t)m * ld_qkv;
+    const size_t slice = (size_t)get_global_size(2) * ld_qkv;
     const int2 p = pair_index(i);
 #if ROT_DIM < HEAD_DIM
     const bool rotated = i < ROT_DIM / 2;
@@ -83,20 +102,20 @@ __kernel void rope_store(__global float *q_out, __global const float *qkv, int l
             __global kv_t *kd = h < H ? 0 : kc + ((size_t)(h - H) * max_seq + pos) * HEAD_DIM;
 #if ROT_DIM < HEAD_DIM
             if (!rotated) {  // partial rotary: the rest of the head passes
-                put_row(qd, kd, d, src[d]);
-                put_row(qd, kd, d + 1, src[d + 1]);
+                put_row(qd, kd, d, qkv_at(src, slice, d));
+                put_row(qd, kd, d + 1, qkv_at(src, slice, d + 1));
                 continue;
             }
 #endif
-            const float a = src[p.x], b = src[p.y];
+            const float a = qkv_at(src, slice, p.x), b = qkv_at(src, slice, p.y);
             put_row(qd, kd, p.x, a * c - b * s);
             put_row(qd, kd, p.y, a * s + b * c);
         } else {
             const int kvh = h - H - KV;
             __global const float *src = row + (H + KV + kvh) * HEAD_DIM;
             __global kv_t *dst = vc + ((size_t)kvh * max_seq + pos) * HEAD_DIM;
-            KV_PUT(src[2 * i], dst, 2 * i);
-            KV_PUT(src[2 * i + 1], dst, 2 * i + 1);
+            KV_PUT(qkv_at(src, slice, 2 * i), dst, 2 * i);
+            KV_PUT(qkv_at(src, slice, 2 * i + 1), dst, 2 * i + 1);
         }
     }
 }

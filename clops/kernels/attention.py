@@ -27,11 +27,15 @@ def kv_nbytes(n_kv: int, max_seq: int, head_dim: int, kv_half: bool) -> int:
 def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffer, vc: Buffer,
                state: Buffer, inv_freq: Buffer, *, m: int, n_heads: int, n_kv: int,
                head_dim: int, max_seq: int, neox: bool, rot_dim: int = 0,
-               kv_half: bool = False) -> Launch:
+               kv_half: bool = False, slices: int = 1) -> Launch:
     """Rotate q and k of m QKV rows (the first ``rot_dim`` dimensions of each head; 0: all),
     q to ``q_out``, k and v into the cache at positions state[0] + row (``kv_half``: a cache
-    of float16 values, else float32; the same for every function here that takes a cache)."""
+    of float16 values, else float32; the same for every function here that takes a cache).
+    ``slices`` > 1: ``qkv`` holds the QKV product split over k, [slices][m][ld_qkv] partial
+    sums (``matmul.linear(keep_slices=True)``), added up in order as they are read."""
     rot = {"ROT_DIM": rot_dim} if rot_dim and rot_dim != head_dim else {}
+    if slices > 1:
+        rot["SLICES"] = slices
     # PERF (CPUs): a work-item takes every head, making each angle's sine and cosine once
     # (2-core EPYC, Intel's runtime, a 1B prompt chunk of 64 rows: 13.8 -> 6.6 ms); GPUs: up
     # to 8 heads (H200, a 1B body's 512 rows: 20 us a layer with one head a work-item, most

@@ -447,6 +447,11 @@ def glu_half_rows(dev: CLDevice, m: int, w: Weight) -> bool:
             and tensor_core_split(dev, m, w.n, w.k) == 1)
 
 
+def product_slices(dev: CLDevice, m: int, w: Weight, wscratch: Buffer | None) -> int:
+    """Slices of k ``linear`` splits m rows of w into (1: none), as it decides."""
+    return tensor_core_split(dev, m, w.n, w.k) if tensor_core_route(dev, m, w, wscratch) else 1
+
+
 def split_nbytes(dev: CLDevice, m: int, w: Weight) -> int:
     """Bytes of the partial sums ``linear`` keeps for m rows of w's product (0: no split)."""
     if not tensor_core_rows(dev, m, w):
@@ -461,7 +466,8 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
            scratch: Buffer | None = None, wscratch: Buffer | None = None,
            pscratch: Buffer | None = None, glu_out: bool = False, glu_half: bool = False,
            half_in: bool = False,
-           norm_after: tuple[Buffer, float, Buffer] | None = None) -> list[Launch]:
+           norm_after: tuple[Buffer, float, Buffer] | None = None,
+           keep_slices: bool = False) -> list[Launch]:
     """The launches of ``matmul``'s product (same arguments): that one kernel, or where
     ``tensor_core_rows`` holds, the rows to float16 (norm or GLU applied on the way) into
     ``scratch``, a weight not in float16 to float16 into ``wscratch`` (too small: the matmul
@@ -473,7 +479,10 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     halves); ``half_in``: x holds float16 rows [m][k] already (ldx apart from its start),
     which the product reads as they are; ``norm_after`` (weight, eps, out), with ``accum``:
     then out [m][n] = float16 rows of RMSNorm(y's rows) * weight, the next product's input
-    (``half_in``), made by the sum of a split product's slices in the same pass."""
+    (``half_in``), made by the sum of a split product's slices in the same pass.
+    ``keep_slices``: a product split over k (``product_slices`` > 1) leaves its partial sums
+    [split][m][n] in ``pscratch`` for the next launch to add up as it reads them (y is not
+    written); without bias, accumulation or norm_after."""
     k = w.k
     wneed = _half_copy_nbytes(w)
     tc = tensor_core_route(dev, m, w, wscratch)
@@ -488,6 +497,9 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
                                    or not tc):
         raise ValueError(f"linear {name}: norm_after takes a tensor-core product accumulated "
                          "into y, without bias, of a multiple of 4 outputs")
+    if keep_slices and (bias is not None or accum or norm_after is not None):
+        raise ValueError(f"linear {name}: keep_slices takes a product without bias, "
+                         "accumulation or norm_after")
     if not tc:
         return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias=bias, accum=accum,
                        name=name, norm=norm, glu=glu, glu_out=glu_out)]
@@ -515,6 +527,9 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     bias_arg = bias if bias is not None else b_half
     if split > 1:
         need = split_nbytes(dev, m, w)
+        if keep_slices and (pscratch is None or pscratch.nbytes < need):
+            raise ValueError(f"linear {name}: keep_slices needs pscratch of {need} bytes for "
+                             "the partial sums")
         if pscratch is None or pscratch.nbytes < need:
             pscratch = dev.alloc(need)
         c, c_off, ldc = pscratch, 0, w.n
@@ -542,7 +557,7 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         out.append(split_norm_half(dev, hout, y, y_off, ldy, pscratch, split, nw, k=w.n, m=m,
                                    eps=eps))
         out[-1].name = "split_norm_half." + name
-    elif split > 1:
+    elif split > 1 and not keep_slices:
         assert pscratch is not None
         knl = kernel(dev, "norm", "split_sum", **flags)
         out.append(Launch(knl, (w.n // 4, m), None, [y, i32(y_off), i32(ldy), pscratch,

@@ -352,9 +352,17 @@ class Model:
                 add(self._whole_layers(group))
         for i, ly in enumerate([] if layer_launches else self.layers):
             src = normed(ly.attn_norm, [p[0] for p in ly.qkv.parts])
+            # PERF (GPUs): a prompt's QKV product split over k leaves its slices for the
+            # rotation to add up as it reads them (no launch to sum them into QKV rows)
+            w0, off0, b0 = ly.qkv.parts[0]
+            slices = matmul.product_slices(dev, m, w0, self.wh) if (
+                fuse and m > 1 and len(ly.qkv.parts) == 1 and off0 == 0 and b0 is None
+                and ly.q_norm is None and ly.k_norm is None
+                and matmul.split_nbytes(dev, m, w0) <= self.ph.nbytes) else 1
             for w, off, b in ly.qkv.parts:
                 mm(self.qkv, off, n_qkv, src["x"], src["x_off"], dim, w, m, bias=b,
-                   norm=src.get("norm"), half_in=src.get("half_in", False), name=f"qkv.{i}")
+                   norm=src.get("norm"), half_in=src.get("half_in", False), name=f"qkv.{i}",
+                   **({"keep_slices": True} if slices > 1 else {}))
             if ly.q_norm is not None and ly.k_norm is not None:
                 whole = cfg.desc.qk_norm == "full"
                 add(norm.qk_norm(dev, self.qkv, n_qkv, m=m, nq=1 if whole else H,
@@ -364,7 +372,7 @@ class Model:
             # reads, where that product takes tensor cores (H100, 1B F16 body, runs of the
             # same day: pp128 56.2k -> 58.4k tok/s, pp512 131k -> 134k)
             o_half = self._attention(add, i, ly, m, span, half_to=self.xh if fuse and (
-                matmul.tensor_core_route(dev, m, ly.o, self.wh)) else None)
+                matmul.tensor_core_route(dev, m, ly.o, self.wh)) else None, qkv_slices=slices)
             gu = ly.gate_up.parts
             block_out(ly.o, self.xh if o_half else self.attn, H * D, ly.post_attn_norm,
                       f"o.{i}", half_in=o_half, **then_norm(ly.o, ly.ffn_norm, [p[0] for p in gu]))
@@ -476,10 +484,11 @@ class Model:
         return span if span < self.max_seq else None
 
     def _attention(self, add: Any, i: int, ly: _Layer, m: int, span: int | None = None,
-                   half_to: Buffer | None = None) -> bool:
+                   half_to: Buffer | None = None, qkv_slices: int = 1) -> bool:
         """Rotary, the KV cache store and attention of layer ``i`` for m rows (self.qkv ->
         self.attn, or where a prompt's attention can, and ``half_to`` is given, into half_to
-        as float16 rows: then True)."""
+        as float16 rows: then True). ``qkv_slices`` > 1 (m > 1): the QKV rows are that many
+        slices of partial sums in self.ph instead (``linear(keep_slices=True)``)."""
         cfg, dev = self.config, self.device
         H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         # YaRN's factor on cos and sin, on both q and k: squared on the scores
@@ -515,10 +524,11 @@ class Model:
                                                  **common):
                 add(ln)
             return False
-        add(attention.rope_store(dev, self.q, self.qkv, (H + 2 * KV) * D, ly.k_cache,
-                                 ly.v_cache, self.state, ly.inv_freq, m=m, n_heads=H, n_kv=KV,
-                                 head_dim=D, max_seq=self.max_seq, neox=cfg.rope_neox,
-                                 rot_dim=cfg.rotary, kv_half=kv_half))
+        add(attention.rope_store(dev, self.q, self.ph if qkv_slices > 1 else self.qkv,
+                                 (H + 2 * KV) * D, ly.k_cache, ly.v_cache, self.state,
+                                 ly.inv_freq, m=m, n_heads=H, n_kv=KV, head_dim=D,
+                                 max_seq=self.max_seq, neox=cfg.rope_neox, rot_dim=cfg.rotary,
+                                 kv_half=kv_half, slices=qkv_slices))
         capped: dict[str, Any] = dict(softcap=cfg.attn_softcap, window=window)
         if m == 1:
             for ln in attention.attn_decode(dev, self.attn, self.part, self.q, ly.k_cache,

@@ -109,3 +109,30 @@ def test_prompt_products_match_transformers(device, tmp_path):
     if model.half_prompt and attention.prefill_mma(device, model.config.head_dim) and \
             matmul.tensor_core_route(device, 40, ly.o, model.wh):
         assert not any(n.startswith("half_rows.o") for n in names)  # (attention's own)
+
+
+def test_prompt_qkv_slices_added_up_by_the_rotation(device, tmp_path, monkeypatch):
+    """A prompt's QKV product split over k (a residual stream of 1024) leaves its slices for
+    rope_store to add up as it reads them: no split_sum.qkv launch, and the very logits of the
+    slices summed first; both near transformers'."""
+    from clops.kernels import matmul
+
+    ref = make_model(str(tmp_path), dtype="float16", hidden=1024)
+    model = clops.llm.load(str(tmp_path), device=device, max_seq_len=256, progress=False,
+                           kv_cache="float32")
+    if matmul.product_slices(device, 40, model.layers[0].qkv.parts[0][0], model.wh) < 2:
+        pytest.skip(f"{device.name}: a prompt's QKV product is not split here")
+    ids = np.random.default_rng(5).integers(0, VOCAB, 40).tolist()
+    got = model.logits(ids)
+    names = [ln.name for key, plan in model._plans.items() if key[0] == 40
+             for ln in plan.launches]
+    assert not any(n.startswith("split_sum.qkv") for n in names), names
+    monkeypatch.setattr(matmul, "product_slices", lambda *a: 1)
+    model._plans.clear()
+    summed = model.logits(ids)
+    names = [ln.name for key, plan in model._plans.items() if key[0] == 40
+             for ln in plan.launches]
+    assert sum(n.startswith("split_sum.qkv") for n in names) == 2, names
+    np.testing.assert_array_equal(got, summed)
+    want = hf_logits(ref, ids)
+    assert np.abs(got - want).max() / np.abs(want).max() < logit_tolerance(model)

@@ -26,14 +26,15 @@ def save_tokenizer(path: str) -> None:
 
 
 def make_model(path: str, arch: str = "llama", tied: bool = False, dtype: str = "float32",
-               rope_scaling: bool = False, seed: int = 0, ffn: int = 96):
+               rope_scaling: bool = False, seed: int = 0, ffn: int = 96, hidden: int = 64):
     """Save a random model to ``path``; returns the float32 transformers model to compare with
-    (its weights rounded through ``dtype`` like the saved ones)."""
+    (its weights rounded through ``dtype`` like the saved ones). ``hidden``: the residual
+    stream's width (llama's heads stay 4 of 16)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=ffn, num_hidden_layers=2,
+    common = dict(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                   rms_norm_eps=1e-5, tie_word_embeddings=tied)
     if arch == "llama":

@@ -120,6 +120,38 @@ def test_partial_rotary(device, neox, kv_half):
     np.testing.assert_array_equal(got_v[:, 7:7 + m], vals.astype(ct))
 
 
+@pytest.mark.parametrize("rot, neox, slices", [(16, False, 3), (8, True, 2), (16, True, 4)])
+def test_rope_store_adds_up_slices(device, rot, neox, slices):
+    """rope_store reading a product's partial sums [slices][m][n] (a split QKV product's,
+    left unsummed) gives the same q rows and cache entries, bit for bit, as rope_store of the
+    rows those slices add up to in order."""
+    m, n_qkv = 5, (H + 2 * KV) * D
+    rng = np.random.default_rng(11)
+    parts = rng.standard_normal((slices, m, n_qkv)).astype(np.float32)
+    rows = np.zeros((m, n_qkv), np.float32)
+    for p in parts:  # (in order, in float32, as split_sum and the kernel add them)
+        rows = rows + p
+    inv = (1.0 / 10000 ** (np.arange(0, rot, 2) / rot)).astype(np.float32)
+    dev = device
+    got = []
+    for src, s in ((parts, slices), (rows, 1)):
+        q_out = dev.alloc(m * H * D * 4)
+        kc, vc = (dev.alloc(attention.kv_nbytes(KV, MAX, D, True)) for _ in range(2))
+        for c in (kc, vc):
+            dev.write(c, np.zeros(KV * MAX * D, np.float16), blocking=True)
+        state = _buf(dev, np.array([9, 0, 0, 0], np.int32))
+        attention.rope_store(dev, q_out, _buf(dev, src), n_qkv, kc, vc, state, _buf(dev, inv),
+                             m=m, n_heads=H, n_kv=KV, head_dim=D, max_seq=MAX, neox=neox,
+                             rot_dim=rot, kv_half=True, slices=s).run(dev)
+        ck, cv = (np.empty((KV, MAX, D), np.float16) for _ in range(2))
+        dev.read(ck, kc)
+        dev.read(cv, vc)
+        got.append((_read(dev, q_out, (m, H, D)), ck, cv))
+    for a, b in zip(*got, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert np.abs(got[0][2][:, 9:9 + m]).max() > 0  # (the values did land)
+
+
 def _ref_rows(q, kc, vc, lims, scale):
     """q [M][H][Dh] against keys [0, lims[m]) of caches [KV][MAX][Dh], float64."""
     n_rep = q.shape[1] // kc.shape[0]
