@@ -122,7 +122,7 @@ def linear(x: Tensor, weight: DeviceWeight | Tensor, bias: Tensor | None = None)
             raise ValueError("linear: bias must start at its buffer's beginning")
         for ln in matmul.linear(dev, out.buffer, out.offset, weight.n, x.buffer, x.offset, k,
                                 weight, m, bias=None if b is None else b.buffer):
-            ln.run(dev)
+            ln.run_once(dev)
     return out
 
 
@@ -137,7 +137,7 @@ def embedding(ids: Tensor, weight: DeviceWeight) -> Tensor:
     if m:
         # NOTE: the kernel reads ids[state[0] + i]; state carries the tensor's offset
         state = xp.asarray(np.array([flat.offset, 0], np.int32), device=dev).realize()
-        matmul.embedding(dev, out.buffer, flat.buffer, state.buffer, weight, m).run(dev)
+        matmul.embedding(dev, out.buffer, flat.buffer, state.buffer, weight, m).run_once(dev)
     return out
 
 
@@ -148,7 +148,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     _check_norm_params("rms_norm", k, weight=w)
     out = _empty(x.shape, x.device)
     norm.rmsnorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w).buffer, m=m, k=k,
-                 eps=eps).run(x.device)
+                 eps=eps).run_once(x.device)
     return out
 
 
@@ -159,7 +159,7 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Te
     _check_norm_params("layer_norm", k, weight=w, bias=b)
     out = _empty(x.shape, x.device)
     norm.layernorm(x.device, out.buffer, x.buffer, x.offset, k, _at0(w).buffer, _at0(b).buffer,
-                   m=m, k=k, eps=eps).run(x.device)
+                   m=m, k=k, eps=eps).run_once(x.device)
     return out
 
 
@@ -181,7 +181,8 @@ def _unary(x: Tensor, act: str) -> Tensor:
     x = _f32(x)
     out = _empty(x.shape, x.device)
     if x.size:
-        activation.unary(x.device, out.buffer, x.buffer, x.offset, n=x.size, act=act).run(x.device)
+        activation.unary(x.device, out.buffer, x.buffer, x.offset, n=x.size,
+                         act=act).run_once(x.device)
     return out
 
 
@@ -208,7 +209,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     m, k = _rows(x)
     out = _empty(x.shape, x.device)
     if m:
-        activation.softmax(x.device, out.buffer, x.buffer, x.offset, m=m, k=k).run(x.device)
+        activation.softmax(x.device, out.buffer, x.buffer, x.offset, m=m, k=k).run_once(x.device)
     return out
 
 
@@ -237,7 +238,7 @@ def rope(x: Tensor, positions: Tensor | np.ndarray | list[int], theta: float = 1
         pos = xp.asarray(np.asarray(positions, dtype=np.int32).reshape(m), device=dev)
     freq = xp.asarray(rope_frequencies(d, theta, scaling), device=dev).realize()
     attention.rope(dev, out.buffer, 0, heads * d, pos.buffer, freq.buffer, m=m, heads=heads,
-                   head_dim=d, neox=layout == "split").run(dev)
+                   head_dim=d, neox=layout == "split").run_once(dev)
     return out
 
 
@@ -260,7 +261,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool =
     attention.attn_prefill(dev, out.buffer, qf.buffer, qf.offset, h * d, kt.buffer, vt.buffer,
                            kt.offset, vt.offset, lk * d, state.buffer, pos_add=lk - lq,
                            causal=causal, n_keys=lk, m=lq, n_heads=h, n_kv=kv, head_dim=d,
-                           scale=sc).run(dev)
+                           scale=sc).run_once(dev)
     return out
 
 
@@ -295,7 +296,7 @@ class KVCache:
         dev = self.device
         attention.kv_store(dev, self.k.buffer, self.v.buffer, kf.buffer, kf.offset, vf.buffer,
                            vf.offset, pos=self.length, m=m, n_kv=self.kv_heads,
-                           head_dim=self.head_dim, max_seq=self.max_seq).run(dev)
+                           head_dim=self.head_dim, max_seq=self.max_seq).run_once(dev)
         self.length += m
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, scale: float | None = None) -> Tensor:
@@ -319,11 +320,11 @@ class KVCache:
                                             self.k.buffer, self.v.buffer, state.buffer,
                                             n_heads=h, n_kv=self.kv_heads, head_dim=d,
                                             max_seq=self.max_seq, scale=sc):
-                ln.run(dev)
+                ln.run_once(dev)
         else:
             attention.attn_prefill(dev, out.buffer, qf.buffer, qf.offset, h * d, self.k.buffer,
                                    self.v.buffer, 0, 0, self.max_seq * d, state.buffer,
                                    pos_add=0, causal=True, n_keys=self.max_seq, m=m,
                                    n_heads=h, n_kv=self.kv_heads, head_dim=d,
-                                   scale=sc).run(dev)
+                                   scale=sc).run_once(dev)
         return out

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import rawenqueue
+from . import program, rawenqueue
 from .nativekernel import NativeKernel
 from .pool import Buffer
 
@@ -59,6 +59,16 @@ class Launch:
         return dev.launch(self.kernel, self.global_size, self.local_size, self.args,
                           reads=self.reads, writes=self.writes, queue=queue or self.queue,
                           wait_for=wait_for, name=self.name or None)
+
+    def run_once(self, dev: CLDevice, queue: CLQueue | None = None) -> Event:
+        """``run``, for a launch made to run once and then be dropped (an eager op's): its
+        kernel object then goes back to ``program.new_kernel`` for the next such launch,
+        saving pyopencl's ~0.1 ms to make one (unless a clops.jit capture is open anywhere:
+        the capture keeps the object)."""
+        ev = self.run(dev, queue)
+        if not _ACTIVE[0]:
+            program.release_kernel(self.kernel, self.args)
+        return ev
 
     def replay(self, dev: CLDevice, sub: Sub) -> None:
         dev.launch(self.kernel, self.global_size, self.local_size, [sub(a) for a in self.args],

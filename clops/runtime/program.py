@@ -12,8 +12,9 @@ import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyopencl as cl
 
 from .. import _config
@@ -103,16 +104,49 @@ def excerpt(source: str, lines: list[int], context: int = 3) -> str:
     return "\n".join(out)
 
 
+# kernel objects given back by launches run once (``release_kernel``), by (program, function),
+# for ``new_kernel`` to hand out again
+_SPARE: dict[tuple[int, str], list[cl.Kernel]] = {}
+_SPARE_LOCK = threading.Lock()
+SPARE_MAX = 8  # kept a (program, function) at most
+
+
 def new_kernel(program: cl.Program, function: str, where: str = "the program") -> cl.Kernel:
-    """A new kernel object (its own argument slots) for ``function`` of a built program.
+    """A kernel object of its own (its own argument slots, no one else's) for ``function`` of a
+    built program: one a launch run once gave back (``release_kernel``), else a new one.
     Raises LookupError where the program has no such kernel (checked by name first: some
     drivers, NVIDIA's, make a kernel object for any name).
 
     NOTE: one kernel object, not the program's every kernel (``all_kernels``): a kernel object
-    costs pyopencl about 0.06 ms, and a batched step's plan makes one per launch."""
+    costs pyopencl about 0.08 ms, and a batched step's plan makes one per launch."""
+    with _SPARE_LOCK:
+        spare = _SPARE.get((program.int_ptr, function))
+        if spare:
+            return spare.pop()
     if function not in str(program.get_info(cl.program_info.KERNEL_NAMES)).split(";"):
         raise LookupError(f"no kernel {function!r} in {where}")
     return cl.Kernel(program, function)
+
+
+def release_kernel(knl: cl.Kernel, args: list[object]) -> None:
+    """Give back a kernel object from ``new_kernel`` that nothing holds any more (a launch run
+    once, just enqueued with ``args``), for ``new_kernel`` to hand out again. The first time,
+    its scalar arguments' types are set from ``args`` (numpy scalars; buffers have none), so
+    that setting its arguments costs microseconds, not about 5 us each (left unset where an
+    argument is a Python number, whose width the kernel alone knows)."""
+    if type(knl) is not cl.Kernel:
+        return
+    if not getattr(knl, "_clops_typed", False) and not any(
+            isinstance(a, (int, float)) and not isinstance(a, np.generic) for a in args):
+        knl.set_scalar_arg_dtypes([type(a) if isinstance(a, np.generic) else None
+                                   for a in args])
+        setattr(knl, "_clops_typed", True)  # noqa: B010 - a mark on pyopencl's object
+    prog: Any = knl.get_info(cl.kernel_info.PROGRAM)
+    key = (prog.int_ptr, knl.function_name)
+    with _SPARE_LOCK:
+        spare = _SPARE.setdefault(key, [])
+        if len(spare) < SPARE_MAX and not any(k is knl for k in spare):
+            spare.append(knl)
 
 
 def rebuilt_from_binary(device: CLDevice, program: cl.Program,

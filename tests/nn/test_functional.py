@@ -236,3 +236,34 @@ def test_kv_cache_prefill_then_decode(device):
                                       _t(v[i:i + 1], device)))
         want = _attn_ref(q[: i + 1], k[: i + 1], v[: i + 1], True)[-1:]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_eager_ops_reuse_their_kernel_objects(device, monkeypatch):
+    """An eager op's launch gives its kernel object back once enqueued, and the next launch of
+    that kernel takes it (pyopencl's ~0.1 ms to make one saved), its arguments' types set:
+    results stay right as shapes and arguments change. While a clops.jit capture is open,
+    nothing is given back (the capture keeps the objects it recorded)."""
+    from clops.runtime import plan
+
+    seen = []
+    launch = device.launch
+
+    def spy(knl, *args, **kwargs):
+        seen.append(knl)
+        return launch(knl, *args, **kwargs)
+
+    monkeypatch.setattr(device, "launch", spy)
+    for m, k in ((3, 1024), (5, 2048), (2, 1024)):  # (one program: the same group size)
+        x = RNG.standard_normal((m, k)).astype(np.float32)
+        w = RNG.standard_normal(k).astype(np.float32)
+        got = np.asarray(nn.rms_norm(_t(x, device), _t(w, device), eps=1e-5))
+        want = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + 1e-5) * w
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # (the three calls' rmsnorm launches: one object)
+    norms = [knl for knl in seen if knl.function_name == "rmsnorm"]
+    assert len(norms) == 3 and norms[0] is norms[1] is norms[2], norms
+    with plan.capture(strict=False):
+        nn.rms_norm(_t(x, device), _t(w, device))
+    nn.rms_norm(_t(x, device), _t(w, device))
+    norms = [knl for knl in seen if knl.function_name == "rmsnorm"]
+    assert norms[3] is norms[0] and norms[4] is not norms[0]
