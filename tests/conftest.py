@@ -87,6 +87,20 @@ def device(request: pytest.FixtureRequest) -> clops.CLDevice:
 
 
 @pytest.fixture
+def launched_kernels(device: clops.CLDevice, monkeypatch: pytest.MonkeyPatch) -> list:
+    """The kernel objects ``device.launch`` is given during the test, in order."""
+    seen: list = []
+    launch = device.launch
+
+    def spy(knl, *args, **kwargs):
+        seen.append(knl)
+        return launch(knl, *args, **kwargs)
+
+    monkeypatch.setattr(device, "launch", spy)
+    return seen
+
+
+@pytest.fixture
 def devices() -> list[clops.CLDevice]:
     """All chosen devices, for tests that span several."""
     return [clops.device(sel) for sel in chosen_device_selectors()]

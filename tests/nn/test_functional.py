@@ -238,21 +238,14 @@ def test_kv_cache_prefill_then_decode(device):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_eager_ops_reuse_their_kernel_objects(device, monkeypatch):
+def test_eager_ops_reuse_their_kernel_objects(device, launched_kernels):
     """An eager op's launch gives its kernel object back once enqueued, and the next launch of
     that kernel takes it (pyopencl's ~0.1 ms to make one saved), its arguments' types set:
     results stay right as shapes and arguments change. While a clops.jit capture is open,
     nothing is given back (the capture keeps the objects it recorded)."""
     from clops.runtime import plan
 
-    seen = []
-    launch = device.launch
-
-    def spy(knl, *args, **kwargs):
-        seen.append(knl)
-        return launch(knl, *args, **kwargs)
-
-    monkeypatch.setattr(device, "launch", spy)
+    seen = launched_kernels
     for m, k in ((3, 1024), (5, 2048), (2, 1024)):  # (one program: the same group size)
         x = RNG.standard_normal((m, k)).astype(np.float32)
         w = RNG.standard_normal(k).astype(np.float32)

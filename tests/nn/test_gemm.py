@@ -315,18 +315,11 @@ def test_gemm_tma_offsets_and_fallback(device, monkeypatch):
     assert np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want) < 2e-3
 
 
-def test_gemm_launches_reuse_one_typed_kernel_object(device, monkeypatch):
+def test_gemm_launches_reuse_one_typed_kernel_object(device, launched_kernels):
     """Eager products launch the device's one kernel object of each kind, told its arguments'
     types (a new object and arguments of unknown types cost pyopencl about 0.15 ms a launch),
     and still get each product right."""
-    seen = []
-    launch = device.launch
-
-    def spy(knl, *args, **kwargs):
-        seen.append(knl)
-        return launch(knl, *args, **kwargs)
-
-    monkeypatch.setattr(device, "launch", spy)
+    seen = launched_kernels
     m = n = k = 128
     for _ in range(2):
         a = RNG.standard_normal((m, k)).astype(np.float32)
