@@ -14,7 +14,7 @@ import numpy as np
 from ..graph.dtypes import DType
 from ..runtime import CLDevice, cltypes
 from ..runtime.plan import Launch, LaunchPlan
-from ..runtime.program import new_kernel
+from ..runtime.program import new_kernel, spare_ok
 
 __all__ = ["HEADERS", "Launch", "LaunchPlan", "expand_includes", "f32", "flat_geometry",
            "float_define", "i32", "is_cpu", "kernel", "math_options", "pow2_at_most", "program",
@@ -64,12 +64,13 @@ def program(dev: CLDevice, name: str, **defines: Any) -> Any:
 
 
 def kernel(dev: CLDevice, name: str, function: str, **defines: Any) -> Any:
-    """A new kernel object (its own argument slots) for ``function`` in ``name.cl``.
+    """A kernel object of its own (its own argument slots) for ``function`` in ``name.cl``: new,
+    or one a launch run once gave back (``Launch.run_once``).
 
     NOTE: every launch recorded in a plan gets its own kernel object, so that its arguments are
     set once and a replay only enqueues.
     """
-    return new_kernel(program(dev, name, **defines), function, f"{name}.cl")
+    return spare_ok(new_kernel(program(dev, name, **defines), function, f"{name}.cl"))
 
 
 def eager_kernel(dev: CLDevice, name: str, function: str, arg_types: list[Any],

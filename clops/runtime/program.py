@@ -128,13 +128,22 @@ def new_kernel(program: cl.Program, function: str, where: str = "the program") -
     return cl.Kernel(program, function)
 
 
+def spare_ok(knl: cl.Kernel) -> cl.Kernel:
+    """Mark a kernel object from ``new_kernel`` as one a single launch owns (kernels.launch's
+    ``kernel``), so that ``release_kernel`` takes it back; objects shared between callers (a
+    device's or a module's cache) are never marked."""
+    setattr(knl, "_clops_spare_ok", True)  # noqa: B010 - a mark on pyopencl's object
+    return knl
+
+
 def release_kernel(knl: cl.Kernel, args: list[object]) -> None:
-    """Give back a kernel object from ``new_kernel`` that nothing holds any more (a launch run
-    once, just enqueued with ``args``), for ``new_kernel`` to hand out again. The first time,
-    its scalar arguments' types are set from ``args`` (numpy scalars; buffers have none), so
-    that setting its arguments costs microseconds, not about 5 us each (left unset where an
-    argument is a Python number, whose width the kernel alone knows)."""
-    if type(knl) is not cl.Kernel:
+    """Give back a kernel object marked ``spare_ok`` that nothing holds any more (a launch run
+    once, just enqueued with ``args``), for ``new_kernel`` to hand out again; any other object
+    is left alone. The first time, its scalar arguments' types are set from ``args`` (numpy
+    scalars; buffers have none), so that setting its arguments costs microseconds, not about
+    5 us each (left unset where an argument is a Python number, whose width the kernel alone
+    knows)."""
+    if type(knl) is not cl.Kernel or not getattr(knl, "_clops_spare_ok", False):
         return
     if not getattr(knl, "_clops_typed", False) and not any(
             isinstance(a, (int, float)) and not isinstance(a, np.generic) for a in args):

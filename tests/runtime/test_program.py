@@ -198,3 +198,20 @@ def test_excerpt() -> None:
     # Without a location (or one outside the source) the whole short source is shown.
     assert excerpt("a\nb", []).splitlines() == ["1 | a", "2 | b"]
     assert excerpt("a\nb", [40]).splitlines() == ["1 | a", "2 | b"]
+
+
+def test_release_kernel_takes_only_unshared_objects(device: CLDevice) -> None:
+    """release_kernel takes back objects marked as a single launch's own (kernels.launch's
+    kernel) and new_kernel hands them out again; an object shared through a cache (a device's
+    kernel()) is never taken, so it can never reach two owners."""
+    from clops.kernels import launch
+    from clops.runtime import program
+
+    prog = launch.program(device, "norm", LSIZE=1)
+    own = launch.kernel(device, "norm", "rmsnorm", LSIZE=1)
+    program.release_kernel(own, [None, None, np.int32(0), np.int32(4), None, np.int32(4),
+                                 np.float32(1e-5)])
+    assert program.new_kernel(prog, "rmsnorm") is own
+    shared = device.kernel(launch.source("norm"), "rmsnorm", ("-DLSIZE=1",))
+    program.release_kernel(shared, [])
+    assert program.new_kernel(prog, "rmsnorm") is not shared
