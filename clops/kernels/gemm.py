@@ -119,8 +119,8 @@ def _async_kernel(dev: CLDevice, cfg: dict[str, int]) -> Any | None:
 @probes.per_device
 def _async_kernel_for(dev: CLDevice, cfg: tuple[tuple[str, int], ...]) -> Any | None:
     try:
-        return _typed(kernel(dev, "gemm", "gemm_mma_async", DT=1, USE_MMA=1, USE_MMA_ASYNC=1,
-                             **dict(cfg)))
+        return eager_kernel(dev, "gemm", "gemm_mma_async", GEMM_ARG_TYPES, DT=1, USE_MMA=1,
+                            USE_MMA_ASYNC=1, **dict(cfg))
     except Exception:  # noqa: BLE001 - a driver without these PTX forms
         return None
 
