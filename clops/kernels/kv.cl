@@ -36,24 +36,37 @@ inline float kv_round(float v) {
 #endif
 }
 
-// KV_LOAD4 of a row's float4 i (p + 4i a multiple of 4 values from the buffer's start). On
-// NVIDIA (KV_PTX 1) float16 values come in one 8-byte load converted in registers: vload_half4
-// may not assume more than 2-byte alignment, and NVIDIA's compiler makes four 2-byte loads of
-// it. For loads spread over many rows (kernels/layer.cl); where a warp's loads are one row's
-// consecutive bytes (attention.cl's tiles) 8-byte loads measured 2-5% slower decode past 4096
-// positions (H100, 1B Q4_0 and F16 bodies), and KV_LOAD4 stays there.
+// Four values of a row as stored, for kernels that load rows early and convert them where used
+// (kernels/layer.cl): kv4_t (float16: a uint2, one 8-byte load; float32: a float4), kv4_zero(),
+// kv4_load(p, i) (values 4i .. 4i + 3 of p, a multiple of 4 values from the buffer's start)
+// and kv4_f(u) (as floats). vload_half4 may not assume more than 2-byte alignment, and NVIDIA's
+// compiler makes four 2-byte loads of it; on NVIDIA (KV_PTX 1) the conversion is PTX's cvt.
+// For loads spread over many rows; where a warp's loads are one row's consecutive bytes
+// (attention.cl's tiles) 8-byte loads measured 2-5% slower decode past 4096 positions (H100, 1B
+// Q4_0 and F16 bodies), and KV_LOAD4 stays there.
 #ifndef KV_PTX
 #define KV_PTX 0
 #endif
-inline float4 kv_row4(size_t i, __global const kv_t *p) {
-#if KV_HALF && KV_PTX
-    const uint2 u = ((__global const uint2 *)p)[i];
+#if KV_HALF
+typedef uint2 kv4_t;
+inline kv4_t kv4_zero(void) { return (uint2)(0u); }
+inline kv4_t kv4_load(__global const kv_t *p, size_t i) {
+    return ((__global const uint2 *)p)[i];
+}
+inline float4 kv4_f(kv4_t u) {
+#if KV_PTX
     float4 v;
     asm("{\n .reg .b16 a, b, c, d;\n mov.b32 {a, b}, %4;\n mov.b32 {c, d}, %5;\n"
         " cvt.f32.f16 %0, a;\n cvt.f32.f16 %1, b;\n cvt.f32.f16 %2, c;\n cvt.f32.f16 %3, d;\n}"
         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(u.x), "r"(u.y));
     return v;
 #else
-    return KV_LOAD4(i, p);
+    return vload_half4(0, (__private const half *)&u);
 #endif
 }
+#else
+typedef float4 kv4_t;
+inline kv4_t kv4_zero(void) { return (float4)(0.0f); }
+inline kv4_t kv4_load(__global const kv_t *p, size_t i) { return vload4(i, p); }
+inline float4 kv4_f(kv4_t u) { return u; }
+#endif

@@ -2,10 +2,11 @@
 // persistent kernel: its G work-groups all run at once (kernels/layer.py launches no more than
 // its probe found resident) and meet at grid barriers between the phases of each layer:
 //   A  qkv = Wqkv . (RMSNorm(x) * anw), as is (not rotated)
-//   B  attention over chunks of LS positions, a key-value head's query heads together (or a
-//      query head a unit where that leaves work-groups idle): q and the new key rotated by pos
-//      as they are read, the new key and value stored in the cache; the last work-group of a
-//      key-value head to finish combines its chunks' partials -> attn
+//   B  attention, a key-value head's query heads together, over splits of its positions (a
+//      work-group each; its warps take tiles of them in turn, each with a running softmax):
+//      q and the new key rotated by pos as they are read, the new key and value stored in the
+//      cache; the last work-group of a key-value head to finish combines its splits' partials
+//      -> attn
 //   C  x += Wo . attn
 //   D  h = silu(Wg . n(x)) * (Wu . n(x)), n(x) = RMSNorm(x) * fnw ([gate | up] rows of Wgu)
 //   E  x += Wd . h
@@ -22,17 +23,15 @@
 // SH_D (1: half scales, 0: float), R_QKV, R_O, R_GU (pairs of a gate and an up row), R_D (rows
 // a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX (NVIDIA: dp4a, shfl.sync, fences
 // and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a bitmask of the phases A..E that
-// run, for timing them apart: default all), QUERY_UNITS (B's units: -1 by the positions, 1 a
-// query head's, 0 a key-value head's), KV_HALF (1: float16 caches, clops/kv.cl).
+// run, for timing them apart: default all), SPLITS_MAX (B's splits of a key-value head's
+// positions at most), SPLIT_MIN (positions a split takes at least), KV_HALF (1: float16 caches,
+// clops/kv.cl), TRACE (1: the groups' times at each grid barrier, for profiling; see stamp).
 // Work geometry: global (G * LS), local (LS).
 #define LS 256
 #define NW (LS / 32)
 #define D HEAD_DIM
 #define N_REP (HEADS / KV_HEADS)
 #define NQKV ((HEADS + 2 * KV_HEADS) * HEAD_DIM)
-// attention: float4 groups of a head, sets of positions of a chunk
-#define DG (HEAD_DIM / 4)
-#define PS (LS / DG)
 // (row, block of 32) pairs a work-item holds in registers: q4 one uint4 each, q8 two
 #ifndef SLOTS
 #define SLOTS 16
@@ -40,15 +39,12 @@
 #ifndef PHASES
 #define PHASES 31
 #endif
-#ifndef QUERY_UNITS
-#define QUERY_UNITS (-1)
-#endif
 #ifndef SPIN_LIMIT
 #define SPIN_LIMIT (1 << 26)
 #endif
-// PERF (H100, 1B Q4_0, B alone, where a work-item reads its key row by itself): kv_row4's
-// 8-byte loads took attention from 9.1 to 4.2 us a layer at 191 positions, 16.9 -> 10.9 at 4001
-// (decode at 128 positions 1318 -> 1394 tok/s)
+// PERF (H100, 1B Q4_0, B alone, where a work-item reads its key row by itself): 8-byte loads
+// of float16 keys (kv4_load) took attention from 9.1 to 4.2 us a layer at 191 positions, 16.9
+// -> 10.9 at 4001 (decode at 128 positions 1318 -> 1394 tok/s)
 #define KV_PTX PTX
 #include "clops/kv.cl"  // KV_HALF: the caches' element type
 #if 64 % HEAD_DIM || HEAD_DIM % 4
@@ -116,46 +112,6 @@ inline float group_reduce(float v, __local float *red, bool max_of) {
     return r;
 }
 
-// The sums (max_of: the largest) of v[r], r < nr <= N_REP, over the work-group, into v[] of
-// every work-item.
-inline void reduce_rep(float *v, int nr, bool max_of, __local float *redn) {
-    const int t = get_local_id(0);
-#if PTX
-    const int w = t >> 5;
-#pragma unroll
-    for (int r = 0; r < N_REP; ++r) {
-        if (r >= nr) break;
-        float x = v[r];
-        for (int o = 16; o > 0; o >>= 1) {
-            const float u = shfl_xor(x, o);
-            x = max_of ? fmax(x, u) : x + u;
-        }
-        if ((t & 31) == 0) redn[r * NW + w] = x;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int r = 0; r < N_REP; ++r) {
-        if (r >= nr) break;
-        float x = redn[r * NW];
-        for (int i = 1; i < NW; ++i) x = max_of ? fmax(x, redn[r * NW + i]) : x + redn[r * NW + i];
-        v[r] = x;
-    }
-#else
-    for (int r = 0; r < nr; ++r) redn[r * LS + t] = v[r];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = LS / 2; s > 0; s >>= 1) {
-        if (t < s)
-            for (int r = 0; r < nr; ++r) {
-                const float a = redn[r * LS + t], b = redn[r * LS + t + s];
-                redn[r * LS + t] = max_of ? fmax(a, b) : a + b;
-            }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    for (int r = 0; r < nr; ++r) v[r] = redn[r * LS];
-#endif
-    barrier(CLK_LOCAL_MEM_FENCE);
-}
-
 // The grid barrier: bar[0] counts the arrivals of every work-group at every barrier, launch
 // after launch, and never goes back; a barrier is met when the count reaches the work-group's
 // target, G more than at the one before. A launch's first target: the count at its start
@@ -163,10 +119,10 @@ inline void reduce_rep(float *v, int nr, bool max_of, __local float *redn) {
 // can be until this work-group arrives) plus G. bar[2]: set by a work-group that gave up
 // waiting (not all resident: say so rather than hang). Work-item 0 of each group keeps the
 // target. The PTX path counts in 64 bits, arriving with a release add and waiting on relaxed
-// loads and an acquire fence (about 1 us a barrier of 132 work-groups on an H100, where a
+// loads, then one acquire load (about 1 us a barrier of 132 work-groups on an H100, where a
 // membar.gl and a count reset by the last to arrive took 1.8); the portable path counts in 32
-// (work-groups run one at a time on CPUs: tests only). ACQUIRE() also fences the chunks'
-// combine in B.
+// (work-groups run one at a time on CPUs: tests only). ACQUIRE() fences the splits' combine in
+// B.
 #if PTX
 typedef ulong count_t;
 inline count_t count_now(__global int *bar) {
@@ -177,6 +133,12 @@ inline count_t count_now(__global int *bar) {
 inline void arrive(__global int *bar) {
     asm volatile("red.release.gpu.global.add.u64 [%0], 1;" :: "l"(bar) : "memory");
 }
+// (an acquire load: later loads wait for it, earlier ones (the next phase's weights, issued
+// while the groups meet) need not have landed, as a fence would make them)
+inline void acquired(__global int *bar) {
+    ulong v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(bar) : "memory");
+}
 #define ACQUIRE() asm volatile("fence.acq_rel.gpu;" ::: "memory")
 #else
 typedef uint count_t;
@@ -186,6 +148,7 @@ inline void arrive(__global int *bar) {
     atomic_inc(bar);
 }
 #define ACQUIRE() mem_fence(CLK_GLOBAL_MEM_FENCE)
+inline void acquired(__global int *bar) { ACQUIRE(); }
 #endif
 
 inline count_t grid_start(__global int *bar) {
@@ -195,11 +158,37 @@ inline count_t grid_start(__global int *bar) {
 
 // A grid barrier in two halves: grid_arrive once the work-group's writes of the phase are done,
 // grid_wait before it reads the others'. Between them a work-group issues the loads of the
-// next phase's weights: they stream while it waits (a release before them would wait for them).
+// next phase's weights: they stream while it waits (a release before them would wait for them,
+// and so would an acquire fence after the wait: the wait ends with an acquire load instead).
+// PERF (H100, 1B Q4_0 decode tok/s at 128 / 16384 positions, the former attention units, one
+// run): a fence after the wait 1434 / 618, the acquire load 1490 / 627; and with the GLU's and
+// the down projection's weights prefetched into L2 during attention, as the kernel did, 1439 /
+// 613 (their 25 MB a layer held attention's reads back).
+// TRACE 1 (NVIDIA, profiling): work-item 0 of each group writes the GPU's clock (ns) as it
+// arrives at grid barrier b and as it leaves it, at trace[2 (b % TRACE_RING) + {0, 1}][group]
+// (trace: the ulongs after bar's four ints; b the barrier's number since the count began,
+// target / G - 1; kernels/layer.py's read_trace)
+#ifndef TRACE
+#define TRACE 0
+#endif
+#define TRACE_RING 256
+#if TRACE && PTX
+inline void stamp(__global int *bar, count_t target, int leaving) {
+    ulong now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    const ulong b = target / get_num_groups(0) - 1;
+    ((__global ulong *)(bar + 4))[(2 * (b % TRACE_RING) + leaving) * get_num_groups(0) +
+                                  get_group_id(0)] = now;
+}
+#else
+#define stamp(bar, target, leaving)
+#endif
+
 inline void grid_arrive(__global int *bar, count_t *target) {
     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
     if (get_local_id(0) == 0) {
         *target += get_num_groups(0);
+        stamp(bar, *target, 0);
         arrive(bar);
     }
 }
@@ -212,7 +201,8 @@ inline void grid_wait(__global int *bar, count_t target) {
                 ((volatile __global int *)bar)[2] = 1;
                 break;
             }
-        ACQUIRE();
+        acquired(bar);
+        stamp(bar, target, 1);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 }
@@ -220,14 +210,6 @@ inline void grid_wait(__global int *bar, count_t target) {
 inline void grid_sync(__global int *bar, count_t *target) {
     grid_arrive(bar, target);
     grid_wait(bar, *target);
-}
-
-// [p, p + bytes) into L2, shared by the work-items of the launch (a hint: nothing waits on it).
-inline void l2_prefetch(__global const uchar *p, size_t bytes) {
-#if PTX
-    for (size_t i = get_global_id(0) * 128; i < bytes; i += get_global_size(0) * 128)
-        asm volatile("prefetch.global.L2 [%0];" :: "l"(p + i));
-#endif
 }
 
 // The largest (max_of) or the sum of v over the 8 work-items of an aligned group of 8.
@@ -414,6 +396,165 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
     return t == a ? va * c - vb * sn : va * sn + vb * c;
 }
 
+// ---- attention (phase B) ----
+// A unit is a split of a key-value head's positions: its work-group's warps take tiles of TP
+// consecutive positions in turn (tile i of the split: warp i % NW), each warp keeping its own
+// running softmax for the N_REP query heads that read the key-value head, and the warps' results
+// are combined in local memory at the end; the splits' partials are combined by the last
+// work-group of the key-value head to finish. Keys: lane l holds position l of its tile, the
+// whole row; values: lane (g, c) = (l / LPR, l % LPR) holds dimensions VD c .. of the tile's
+// rows RPI i + g (a load instruction of the warp reads RPI whole rows). A work-group's first
+// tile is loaded while the groups meet at the barrier before attention.
+// PERF (H100, 1B Q4_0, decode tok/s after 128 / 1024 / 4096 / 16384 positions, one run):
+//   the former units (a chunk of 256 positions, a position a work-item)  1518 / 1340 / 1124 / 629
+//   these tiles                                                           1480 / 1404 / 1260 / 924
+//   the per-layer plan                                                     928 /  906 /  894 / 797
+// Loading a warp's next tile while it used the last one (twice the registers, 253 of them) was
+// slower at every length (1232 / 1191 / 982 / 811), and prefetching a split's later tiles into
+// L2 changed nothing: at 16384 positions attention takes about 28 us a layer, 1.2 TB/s, bound by
+// the tiles' arithmetic rather than by memory.
+#define TP 32
+#define VD (HEAD_DIM >= 32 ? HEAD_DIM / 8 : 4)
+#define LPR (HEAD_DIM / VD)
+#define RPI (32 / LPR)
+#define KU (HEAD_DIM / 4)
+#define VU (LPR * VD / 4)
+// positions a split takes at least (short spans: fewer, fuller units)
+#ifndef SPLIT_MIN
+#define SPLIT_MIN 64
+#endif
+// splits of a key-value head at most (kernels/layer.py: the work-groups a key-value head)
+#ifndef SPLITS_MAX
+#define SPLITS_MAX 1
+#endif
+
+// The largest (max_of) or the sum of v over the warp, in every lane.
+inline float warp_all(float v, bool max_of, __local float *red) {
+#if PTX
+    for (int o = 16; o > 0; o >>= 1) {
+        const float u = shfl_xor(v, o);
+        v = max_of ? fmax(v, u) : v + u;
+    }
+    return v;
+#else
+    const int t = get_local_id(0), w0 = t & ~31;
+    red[t] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float r = red[w0];
+    for (int i = 1; i < 32; ++i) r = max_of ? fmax(r, red[w0 + i]) : r + red[w0 + i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+#endif
+}
+
+// The sum of v over the lanes of the warp with this lane's l % LPR, in the first of them.
+inline float rows_total(float v, __local float *red) {
+#if PTX
+    for (int o = LPR; o < 32; o <<= 1) v += shfl_xor(v, o);
+    return v;
+#else
+    const int t = get_local_id(0);
+    red[t] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float r = 0.0f;
+    if ((t & 31) < LPR)
+        for (int i = 0; i < 32; i += LPR) r += red[t + i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+#endif
+}
+
+// Local memory written by a warp and then read by its other lanes (portable: the group's
+// barrier, which every work-item reaches).
+inline void warp_local_sync(void) {
+#if PTX
+    asm volatile("bar.warp.sync 0xffffffff;" ::: "memory");
+#else
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+}
+
+// A warp's tile of the cache rows r0 .. r0 + TP (rows of the key-value head's caches kc and vc),
+// the first n of them (n <= 0: none; the others zero): keys k[KU] (lane l: row r0 + l), values
+// v[VU] (lane (g, c): rows r0 + RPI i + g, dimensions VD c ..).
+inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r0, int n,
+                      int lane, kv4_t *k, kv4_t *v) {
+    const int g = lane / LPR, c = lane % LPR;
+#pragma unroll
+    for (int d = 0; d < KU; ++d)
+        k[d] = lane < n ? kv4_load(kc + (r0 + lane) * HEAD_DIM, d) : kv4_zero();
+#pragma unroll
+    for (int i = 0; i < LPR; ++i)
+#pragma unroll
+        for (int e = 0; e < VD / 4; ++e) {
+            const int j = RPI * i + g;
+            v[i * (VD / 4) + e] = j < n ? kv4_load(vc + (r0 + j) * HEAD_DIM + VD * c, e)
+                                        : kv4_zero();
+        }
+}
+
+// A warp's tile at positions base .. base + TP into its running softmax: m (largest score) and
+// l (this lane's share of the weights' sum) a query head, acc (lane (g, c): the weighted sum of
+// dimensions VD c .. of its rows) a query head's VD; positions from `end` on are left out,
+// position pos (the step's own, not in the cache yet) is read from kn and vn. y: the query
+// heads (rotated, scaled); pw: the warp's N_REP * TP floats of local memory.
+inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos, int lane,
+                     __local const float *y, __local const float *kn, __local const float *vn,
+                     __local float *pw, float *m, float *l, float *acc, __local float *red) {
+    const int j = base + lane;
+    float4 a[N_REP];
+#pragma unroll
+    for (int r = 0; r < N_REP; ++r) a[r] = (float4)(0.0f);
+#pragma unroll
+    for (int d = 0; d < KU; ++d) {
+        const float4 kk = j == pos ? vload4(d, kn) : kv4_f(k[d]);
+#pragma unroll
+        for (int r = 0; r < N_REP; ++r) a[r] = mad(vload4(d, y + r * HEAD_DIM), kk, a[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < N_REP; ++r) {
+        const float s = j < end ? (a[r].x + a[r].y) + (a[r].z + a[r].w) : -INFINITY;
+        const float mn = fmax(m[r], warp_all(s, true, red));
+        const float corr = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
+        const float p = j < end ? exp(s - mn) : 0.0f;
+        l[r] = mad(l[r], corr, p);
+        m[r] = mn;
+        pw[r * TP + lane] = p;
+#pragma unroll
+        for (int e = 0; e < VD; ++e) acc[r * VD + e] *= corr;
+    }
+    warp_local_sync();
+    const int g = lane / LPR, c = lane % LPR;
+#pragma unroll
+    for (int i = 0; i < LPR; ++i) {
+        const int jj = RPI * i + g;
+        const bool own = base + jj == pos;
+#pragma unroll
+        for (int e = 0; e < VD / 4; ++e) {
+            const float4 vv = own ? vload4(VD / 4 * c + e, vn) : kv4_f(v[i * (VD / 4) + e]);
+#pragma unroll
+            for (int r = 0; r < N_REP; ++r) {
+                const float p = pw[r * TP + jj];
+                acc[r * VD + 4 * e] = mad(p, vv.x, acc[r * VD + 4 * e]);
+                acc[r * VD + 4 * e + 1] = mad(p, vv.y, acc[r * VD + 4 * e + 1]);
+                acc[r * VD + 4 * e + 2] = mad(p, vv.z, acc[r * VD + 4 * e + 2]);
+                acc[r * VD + 4 * e + 3] = mad(p, vv.w, acc[r * VD + 4 * e + 3]);
+            }
+        }
+    }
+    warp_local_sync();
+}
+
+// The positions of each split of a key-value head's L positions (a multiple of TP; the last
+// split may hold fewer, none is empty): one split while one round of the work-group's warps
+// covers them (no partials to combine), else SPLIT_MIN positions at least and SPLITS_MAX splits
+// at most.
+inline int split_len(int L) {
+    const int most = L <= NW * TP ? 1 : min(SPLITS_MAX, (L + SPLIT_MIN - 1) / SPLIT_MIN);
+    const int per = (L + most - 1) / most;
+    return (per + TP - 1) / TP * TP;
+}
+
 #define PARTS_PTX PTX
 #include "clops/partials.cl"  // combine_parts: a head's chunks' partials, combined
 
@@ -506,8 +647,10 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     __local uint xq[QKMAX / 4];
     __local float xd[QKMAX / 32];
     __local int xs[QKMAX / 32];
-    __local float red[LS], pl[N_REP * LS], y[N_REP * D], kn[D], vn[D], redn[N_REP * LS];
-    __local float4 red4[LS];
+    __local float red[LS], y[N_REP * D], kn[D], vn[D];
+    // attention: a warp's weights of its tile, the warps' (unnormalized) outputs, largest
+    // scores and sums of weights
+    __local float pwl[NW * N_REP * TP], ow[NW * N_REP * D], mw[NW * N_REP], lw[NW * N_REP];
     __local int last;
     const int t = get_local_id(0), w = t >> 5, lane = t & 31;
     const int grp = get_group_id(0), G = get_num_groups(0);
@@ -518,6 +661,9 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     float2 wdd[SLOTS];
     int rows[SLOTS];
     float r[SLOTS];
+    kv4_t ka[KU], va[VU];  // a warp's tile of keys and values
+    // attention's splits of a key-value head's positions (the same in every layer)
+    const int per = split_len(L), NS = (L + per - 1) / per;
     const bool has_a = (PHASES & 1) && TASK0(0, R_QKV) < NQKV;
     if (has_a) {
         task_rows(0, R_QKV, NQKV, w, rows);
@@ -544,115 +690,101 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
             }
         }
         grid_arrive(bar, &target);
-        // the GLU's and the down projection's weights into L2 while attention reads little
-        if (PHASES & 8) {
-            l2_prefetch(wgu, (size_t)2 * FFN * DIM / (WF_GU == 3 ? 2 : 1));
-            l2_prefetch((__global const uchar *)sgu,
-                        (size_t)2 * FFN * NB(DIM) * SCALE_BYTES(WF_GU, SH_GU));
-        }
-        if (PHASES & 16) {
-            l2_prefetch(wd, (size_t)DIM * FFN / (WF_D == 3 ? 2 : 1));
-            l2_prefetch((__global const uchar *)sd,
-                        (size_t)DIM * NB(FFN) * SCALE_BYTES(WF_D, SH_D));
+        // the first tile of this work-group's first attention unit streams while they meet
+        if ((PHASES & 2) && grp < KV_HEADS * NS) {
+            const int b0 = grp % NS * per + w * TP;
+            tile_load(kc, vc, (size_t)(grp / NS) * max_seq + b0,
+                      min(min(L, grp % NS * per + per), pos) - b0, lane, ka, va);
         }
         grid_wait(bar, target);
 
         // ---- B: attention ----
-        // (key-value head, chunk of LS positions) units: the chunk's keys and values are loaded
-        // once, all at once (a work-item's key: position t; its values: positions t / DG + PS i,
-        // dimensions 4 (t % DG) ..; the new position's from kn and vn), for the N_REP query heads
-        // that read them; the last work-group of a key-value head to finish combines its chunks
+        // (key-value head, split of its positions) units, a work-group each in turn; q and the
+        // new key rotated by pos as they are read; the new key and value stored in the cache
+        // by the unit of the last split
         if (PHASES & 2) {
-            // (where a key-value head's units would leave most work-groups idle, its query heads
-            // take a unit each: QS units read the chunk; QUERY_UNITS 0 or 1 decides for tests)
-            const int S = (L + LS - 1) / LS;
-#if QUERY_UNITS < 0
-            const int QS = HEADS * S <= G ? N_REP : 1;
-#else
-            const int QS = QUERY_UNITS ? N_REP : 1;
-#endif
-            const int nr = N_REP / QS;
-            for (int u = grp; u < KV_HEADS * S * QS; u += G) {
-                const int kvh = u / (S * QS), s = u / QS % S, h0 = kvh * N_REP + u % QS * nr;
-                const int j0 = s * LS, n = min(L - j0, LS);
-                const bool newest = s == S - 1;  // pos is its last position, n - 1
-                const int nc = newest ? n - 1 : n, g4 = t % DG;
-                float4 kr[D / 4], vr[DG];
-                __global const kv_t *kp = kc + ((size_t)kvh * max_seq + j0 + t) * D;
-#pragma unroll
-                for (int d = 0; d < D / 4; ++d) kr[d] = t < nc ? kv_row4(d, kp) : (float4)(0.0f);
-                __global const kv_t *vp = vc + ((size_t)kvh * max_seq + j0) * D;
-#pragma unroll
-                for (int i = 0; i < DG; ++i) {
-                    const int j = t / DG + PS * i;
-                    vr[i] = j < nc ? kv_row4((size_t)j * DG + g4, vp) : (float4)(0.0f);
-                }
-                for (int c = t; c < nr * D; c += LS)
+            for (int u = grp; u < KV_HEADS * NS; u += G) {
+                const int kvh = u / NS, s = u % NS, h0 = kvh * N_REP;
+                const int start = s * per, end = min(L, start + per), stored = min(end, pos);
+                const int rounds = ((end - start + TP - 1) / TP + NW - 1) / NW;
+                const size_t row0 = (size_t)kvh * max_seq;
+                if (u != grp)
+                    tile_load(kc, vc, row0 + start + w * TP, stored - start - w * TP, lane, ka,
+                              va);
+                for (int c = t; c < N_REP * D; c += LS)
                     y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
-                if (newest && t < D) {  // (as the cache keeps them)
+                if (t < D) {  // (as the cache keeps them)
                     kn[t] = kv_round(rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq));
                     vn[t] = kv_round(((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t]);
                 }
                 barrier(CLK_LOCAL_MEM_FENCE);
-                float sc[N_REP], mx[N_REP];
+                float m[N_REP], l[N_REP], acc[N_REP * VD];
 #pragma unroll
-                for (int r = 0; r < N_REP; ++r) {
-                    float4 a = (float4)(0.0f);
-                    if (r < nr)
-#pragma unroll
-                        for (int d = 0; d < D / 4; ++d)
-                            a = mad(vload4(d, y + r * D), t < nc ? kr[d] : vload4(d, kn), a);
-                    sc[r] = mx[r] = t < n ? (a.x + a.y) + (a.z + a.w) : -INFINITY;
+                for (int i = 0; i < N_REP; ++i) {
+                    m[i] = -INFINITY;
+                    l[i] = 0.0f;
                 }
-                reduce_rep(mx, nr, true, redn);
 #pragma unroll
-                for (int r = 0; r < N_REP; ++r) {
-                    sc[r] = t < n && r < nr ? exp(sc[r] - mx[r]) : 0.0f;
-                    pl[r * LS + t] = sc[r];
+                for (int i = 0; i < N_REP * VD; ++i) acc[i] = 0.0f;
+                __local float *pw = pwl + w * N_REP * TP;
+                for (int i = 0; i < rounds; ++i) {
+                    const int b0 = start + (i * NW + w) * TP;
+                    if (i > 0) tile_load(kc, vc, row0 + b0, stored - b0, lane, ka, va);
+                    tile_use(ka, va, b0, end, pos, lane, y, kn, vn, pw, m, l, acc, red);
                 }
-                reduce_rep(sc, nr, false, redn);  // (the sums; its barriers publish pl)
-                for (int r = 0; r < nr; ++r) {
-                    __local const float *pr = pl + r * LS;
-                    float4 acc = (float4)(0.0f);
+                // the warps' outputs combined: the unit's attention (one split) or its partial
 #pragma unroll
-                    for (int i = 0; i < DG; ++i)
-                        acc = mad((float4)(pr[t / DG + PS * i]), vr[i], acc);
-                    if (newest && t / DG == (n - 1) % PS)
-                        acc = mad((float4)(pr[n - 1]), vload4(g4, vn), acc);
-                    red4[t] = acc;
-                    barrier(CLK_LOCAL_MEM_FENCE);
-                    if (t < DG) {
-                        for (int q = 1; q < PS; ++q) acc += red4[q * DG + t];
-                        if (S == 1) {
-                            vstore4(acc / sc[r], (h0 + r) * DG + t, attn);
-                        } else {
-                            __global float *pp = part + ((size_t)(h0 + r) * S + s) * (D + 2);
-                            vstore4(acc, t, pp);
-                            if (t == 0) {
-                                pp[D] = mx[r];
-                                pp[D + 1] = sc[r];
-                            }
+                for (int i = 0; i < N_REP; ++i) l[i] = warp_all(l[i], false, red);
+#pragma unroll
+                for (int i = 0; i < N_REP * VD; ++i) acc[i] = rows_total(acc[i], red);
+                if (lane < LPR)
+#pragma unroll
+                    for (int i = 0; i < N_REP * VD; ++i)
+                        ow[(w * N_REP + i / VD) * D + VD * lane + i % VD] = acc[i];
+                if (lane == 0)
+#pragma unroll
+                    for (int i = 0; i < N_REP; ++i) {
+                        mw[w * N_REP + i] = m[i];
+                        lw[w * N_REP + i] = l[i];
+                    }
+                barrier(CLK_LOCAL_MEM_FENCE);
+                for (int c = t; c < N_REP * D; c += LS) {
+                    const int hr = c / D, d = c % D;
+                    float mx = -INFINITY, num = 0.0f, den = 0.0f;
+                    for (int q = 0; q < NW; ++q) mx = fmax(mx, mw[q * N_REP + hr]);
+                    for (int q = 0; q < NW; ++q) {  // (a warp of no positions: weight 0)
+                        const float f = exp(mw[q * N_REP + hr] - mx);
+                        num = mad(f, ow[(q * N_REP + hr) * D + d], num);
+                        den = mad(f, lw[q * N_REP + hr], den);
+                    }
+                    if (NS == 1) {
+                        attn[(h0 + hr) * D + d] = num / den;
+                    } else {
+                        __global float *pp = part + ((size_t)(h0 + hr) * NS + s) * (D + 2);
+                        pp[d] = num;
+                        if (d == 0) {
+                            pp[D] = mx;
+                            pp[D + 1] = den;
                         }
                     }
-                    barrier(CLK_LOCAL_MEM_FENCE);
                 }
-                if (S > 1) {  // the last of the key-value head's units combines its chunks
+                if (NS > 1) {  // the last of the key-value head's units combines its splits
                     ACQUIRE();
                     barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-                    if (t == 0) last = atomic_inc(count + kvh) == S * QS - 1;
+                    if (t == 0) last = atomic_inc(count + kvh) == NS - 1;
                     barrier(CLK_LOCAL_MEM_FENCE);
                     if (last) {
                         ACQUIRE();
                         for (int c = t; c < N_REP * D; c += LS) {
-                            const int hh = kvh * N_REP + c / D;
+                            const int hh = h0 + c / D;
                             attn[hh * D + c % D] =
-                                combine_parts(part + (size_t)hh * S * (D + 2), S, c % D, true);
+                                combine_parts(part + (size_t)hh * NS * (D + 2), NS, c % D, true);
                         }
                         if (t == 0) atomic_xchg(count + kvh, 0);
                     }
                 }
                 // the cache at pos (read from kn and vn in this launch)
-                if (newest && h0 == kvh * N_REP && t < D) {
+                if (s == NS - 1 && t < D) {
                     const size_t at = ((size_t)kvh * max_seq + pos) * D + t;
                     KV_PUT(kn[t], kc, at);
                     KV_PUT(vn[t], vc, at);

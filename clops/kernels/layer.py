@@ -28,9 +28,16 @@ FORMATS = {"q4": 3, "q8": 4}
 PROBE_SPINS = 1 << 18
 RUN_SPINS = 1 << 24
 PROBE_ROUNDS = 16
-# Attention's units in decode_layers: None by the positions (a query head's while they leave
-# work-groups idle, else a key-value head's); True or False forces one kind (tests)
-QUERY_UNITS: bool | None = None
+# Attention's splits of a key-value head's positions in decode_layers, a work-group each: at
+# most SPLITS (None: the launch's work-groups over the key-value heads), of SPLIT_MIN positions
+# at least (layer.cl's TP, 32, a multiple of it)
+SPLITS: int | None = None
+SPLIT_MIN = 64
+# Profiling: launches built while TRACE is on write the GPU's clock as each work-group arrives
+# at a grid barrier and leaves it (NVIDIA only), into a barrier buffer of ``bar_nbytes(True)``
+# bytes; ``read_trace`` reads them back
+TRACE = False
+TRACE_RING = 256  # the barriers a trace keeps, the latest (layer.cl)
 
 
 def enabled() -> bool:
@@ -65,6 +72,29 @@ def grid_barriers_work(dev: CLDevice, groups: int) -> bool:
     out = np.empty(4, np.int32)
     dev.read(out, bar, blocking=True)
     return bool(out[2] == 0 and arrivals(out) == groups * PROBE_ROUNDS)
+
+
+def bar_nbytes(trace: bool = False) -> int:
+    """The bytes of a barrier buffer (``decode_layers``' ``bar``): 4 int32, and with ``trace``
+    the ring of barrier times (``TRACE``)."""
+    return 16 + (2 * TRACE_RING * MAX_GROUPS * 8 if trace else 0)
+
+
+# work-groups a traced launch may have (bar_nbytes)
+MAX_GROUPS = 1024
+
+
+def read_trace(dev: CLDevice, bar: Buffer, groups: int) -> tuple[int, np.ndarray]:
+    """A traced barrier buffer read back: the barriers met since the count began, and the
+    work-groups' times (ns) at the latest of them, [barrier, arrive or leave, group], the
+    oldest first (TRACE_RING of them at most)."""
+    raw = np.empty(bar_nbytes(True) // 4, np.int32)
+    dev.read(raw, bar, blocking=True)
+    met = arrivals(raw[:4]) // groups
+    ring = raw[4:].view(np.uint64)[:2 * TRACE_RING * groups].reshape(TRACE_RING, 2, groups)
+    keep = min(met, TRACE_RING)
+    order = [(met - keep + i) % TRACE_RING for i in range(keep)]
+    return met, ring[order].astype(np.int64)
 
 
 def arrivals(bar: np.ndarray) -> int:
@@ -123,9 +153,15 @@ def _half(w: Weight) -> int:
     return int(w.defines.get("SCALE_HALF") == 1)
 
 
-def part_nbytes(max_seq: int, n_heads: int, head_dim: int) -> int:
-    """The attention partials' scratch: a (head, chunk of LS positions) partial each."""
-    return n_heads * -(-max_seq // LS) * (head_dim + 2) * 4
+def splits_max(dev: CLDevice, n_kv: int) -> int:
+    """Attention's splits of a key-value head's positions at most (SPLITS)."""
+    return max(1, resident_groups(dev) // n_kv if SPLITS is None else SPLITS)
+
+
+def part_nbytes(dev: CLDevice, max_seq: int, n_heads: int, n_kv: int, head_dim: int) -> int:
+    """The attention partials' scratch: a (query head, split) partial each."""
+    splits = min(splits_max(dev, n_kv), -(-max_seq // SPLIT_MIN))
+    return n_heads * splits * (head_dim + 2) * 4
 
 
 @dataclass(frozen=True)
@@ -174,9 +210,17 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     (n_heads int32, zero, left zero) and ``bar`` (4 int32, zero at first; ``arrivals``)
     shared by every launch; as many work-groups as the probe found resident. ``kv_half``: the
     layers' caches hold float16 values, else float32."""
+    if TRACE and (bar.nbytes < bar_nbytes(True) or resident_groups(dev) > MAX_GROUPS):
+        raise ValueError(f"decode_layers: a traced launch needs a barrier buffer of "
+                         f"bar_nbytes(True) = {bar_nbytes(True)} bytes and at most "
+                         f"{MAX_GROUPS} work-groups")
     if not 1 <= len(layers) <= MAX_LAYERS or len({ly.formats() for ly in layers}) != 1:
         raise ValueError(f"decode_layers: 1 to {MAX_LAYERS} layers of the same formats, not "
                          f"{[ly.formats() for ly in layers]}")
+    if part.nbytes < part_nbytes(dev, max_seq, n_heads, n_kv, head_dim):
+        raise ValueError(f"decode_layers: the partials' buffer holds {part.nbytes} bytes, "
+                         f"attention's splits need part_nbytes(...) = "
+                         f"{part_nbytes(dev, max_seq, n_heads, n_kv, head_dim)}")
     first = layers[0]
     qkv, o, gate_up, down = first.qkv, first.o, first.gate_up, first.down
     dim, ffn = o.n, down.k
@@ -193,7 +237,8 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
                  R_GU=rows_per_task(gate_up.fmt, dim, ffn, groups, 2),
                  R_D=rows_per_task(down.fmt, ffn, dim, groups),
                  SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
-                 QUERY_UNITS=-1 if QUERY_UNITS is None else int(QUERY_UNITS),
+                 SPLITS_MAX=splits_max(dev, n_kv),
+                 SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
                  **kv_defines(kv_half))
     args: list[Any] = [x, qkv_out, state, attn, part, count, h, bar, i32(max_seq), f32(eps),
                        f32(scale)]

@@ -86,9 +86,6 @@ class _Layer:
 # prompt rows a launch plan takes at once
 PROMPT_CHUNK_CPU = 128
 PROMPT_CHUNK_GPU = 512
-# decode rows run up to 8 layers a launch (kernels/layer.cl, where it runs) while they attend to
-# at most this many positions; the per-layer plan beyond
-LAYER_KERNEL_POSITIONS = 4096
 
 
 class Model:
@@ -341,10 +338,9 @@ class Model:
         if cfg.embed_scale != 1.0:
             add(activation.scale_cap(dev, self.x, m * dim, mul=cfg.embed_scale))
         n_qkv = (H + 2 * KV) * D
-        # (the layer kernel's attention trails the per-layer plan's at long spans: H100, 1B
-        # Q4_0 after 16384 positions 552 against 800 tok/s)
-        layer_launches = (m == 1 and (span or self.max_seq) <= LAYER_KERNEL_POSITIONS
-                          and self._layer_kernels())
+        # (at every span: H100, 1B Q4_0 after 1024 / 4096 / 16384 positions, 1404 / 1260 / 924
+        # tok/s against the per-layer plan's 906 / 894 / 797 in the same run)
+        layer_launches = m == 1 and self._layer_kernels()
         if layer_launches:
             # PERF: up to 8 layers in one launch of work-groups that meet at grid barriers,
             # where the launches below are five a layer
@@ -450,8 +446,9 @@ class Model:
                       for ly in self.layers))
         if ok:
             dev = self.device
-            self.lpart = dev.alloc(layer.part_nbytes(self.max_seq, cfg.n_heads, cfg.head_dim))
-            self.bar = upload(dev, np.zeros(4, np.int32))
+            self.lpart = dev.alloc(layer.part_nbytes(dev, self.max_seq, cfg.n_heads,
+                                                        cfg.n_kv_heads, cfg.head_dim))
+            self.bar = upload(dev, np.zeros(layer.bar_nbytes(layer.TRACE) // 4, np.int32))
         self._whole = ok
         return ok
 

@@ -47,12 +47,13 @@ def files(tmp_path_factory) -> dict[str, str]:
             for k, v in {**SHAPES, "wide": WIDE}.items()}
 
 
-def _both(device, monkeypatch, path: str, prompt: int, query_units: bool | None,
+def _both(device, monkeypatch, path: str, prompt: int, splits: int | None,
           kv_cache: str | None = None):
-    """The model at ``path`` through the layer kernel (attention's units ``query_units``) and
-    a prompt of ``prompt`` tokens; the decode step's logits of the per-layer plan and of it."""
+    """The model at ``path`` through the layer kernel (attention's splits of a key-value
+    head's positions at most ``splits``) and a prompt of ``prompt`` tokens; the decode step's
+    logits of the per-layer plan and of it."""
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
-    monkeypatch.setattr(layer, "QUERY_UNITS", query_units)
+    monkeypatch.setattr(layer, "SPLITS", splits)
     model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False,
                            kv_cache=kv_cache)
     assert model._layer_kernels()
@@ -76,18 +77,19 @@ def _step_logits(model, ids: list[int], whole: bool) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("query_units, kv_cache", [(None, None), (False, None), (True, None),
-                                                   (None, "float32")])
-@pytest.mark.parametrize("prompt", [40, 300, 700])
+@pytest.mark.parametrize("splits, kv_cache", [(None, None), (1, None), (3, None),
+                                              (None, "float32"), (1, "float32")])
+@pytest.mark.parametrize("prompt", [40, 300, 700, 1000])
 @pytest.mark.parametrize("which", list(SHAPES))
 def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, files, which, prompt,
-                                                  query_units, kv_cache):
-    # (kv_cache None: the GPU's float16 cache)
+                                                  splits, kv_cache):
+    # (kv_cache None: the GPU's float16 cache; splits None: as many as the work-groups allow,
+    # 1: a work-group's warps take every tile of a key-value head, four rounds of them at 1000
+    # positions)
     if not layer.resident_groups(device):
         pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
                     "resident, or it is a CPU)")
-    model, ids, want, got = _both(device, monkeypatch, files[which], prompt, query_units,
-                                  kv_cache)
+    model, ids, want, got = _both(device, monkeypatch, files[which], prompt, splits, kv_cache)
     assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
     bar = np.empty(4, np.int32)
     device.read(bar, model.bar, blocking=True)
@@ -101,14 +103,14 @@ def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, files, whi
     assert list(model.generate_ids(ids, max_new_tokens=6, stop_ids=[]))[:2] == toks[:2]
 
 
-@pytest.mark.parametrize("query_units, kv_cache", [(False, "float32"), (True, "float32"),
-                                                   (True, "float16")])
+@pytest.mark.parametrize("splits, kv_cache", [(None, "float32"), (3, "float32"),
+                                              (3, "float16"), (1, "float16")])
 @pytest.mark.parametrize("prompt", [40, 700])
 @pytest.mark.parametrize("which", list(SHAPES))
 def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prompt,
-                                         query_units, kv_cache):
+                                         splits, kv_cache):
     """The kernel's portable code (no PTX) run as one work-group, whose grid barriers are met
-    at once: every phase, the task rounds, the rotation, chunks and their combine, against the
+    at once: every phase, the task rounds, the rotation, splits and their combine, against the
     per-layer plan on the same device (row-major weights). CPUs only: they never take the kernel
     otherwise; Intel's runtime builds it in seconds, PoCL's took 320 s (not run there)."""
     if device.kind != "cpu" or "intel" not in device.platform_name.lower():
@@ -117,8 +119,7 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prom
     from clops.nn import quant
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
     monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
-    model, ids, want, got = _both(device, monkeypatch, files[which], prompt, query_units,
-                                  kv_cache)
+    model, ids, want, got = _both(device, monkeypatch, files[which], prompt, splits, kv_cache)
     # (the plan's CPU products take float inputs, the kernel int8: 2.4-3.5% of the largest
     # logit apart here; a wrong head, rotation or chunk is off by the logits' scale)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
@@ -171,3 +172,27 @@ def test_layer_kernel_asked_for_runs_only_with_grid_barriers(device, monkeypatch
     model = clops.llm.load(model_file, device=device, max_seq_len=256, progress=False)
     assert model._layer_kernels() == bool(layer.resident_groups(device))
     assert list(model.generate_ids([1, 2, 3], max_new_tokens=3, stop_ids=[]))
+
+
+def test_layer_kernel_trace(device, monkeypatch, files):
+    """With TRACE on, every work-group's clock at each grid barrier of a decode step comes back
+    in order: it arrives, then leaves, then arrives at the next (NVIDIA: the GPU's timer)."""
+    if not layer.resident_groups(device):
+        pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
+                    "resident, or it is a CPU)")
+    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
+    monkeypatch.setattr(layer, "TRACE", True)
+    model = clops.llm.load(files["same"], device=device, max_seq_len=1024, progress=False)
+    assert model._layer_kernels()
+    assert model.bar.nbytes >= layer.bar_nbytes(True)
+    list(model.generate_ids([1, 2, 3], max_new_tokens=3, stop_ids=[]))
+    groups = layer.resident_groups(device)
+    met, times = layer.read_trace(device, model.bar, groups)
+    assert met % _barriers(model) == 0 and met >= _barriers(model)
+    step = times[-_barriers(model):]  # the last step's barriers, [barrier, arrive/leave, group]
+    assert step.shape == (_barriers(model), 2, groups)
+    assert (step > 0).all()
+    seq = step.transpose(2, 0, 1).reshape(groups, -1)  # each group's times in order
+    assert (np.diff(seq, axis=1) >= 0).all()
+    # a barrier is left only after the last group arrived
+    assert (step[:, 1, :].min(axis=1) >= step[:, 0, :].max(axis=1)).all()
