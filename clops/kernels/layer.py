@@ -30,7 +30,8 @@ RUN_SPINS = 1 << 24
 PROBE_ROUNDS = 16
 # Attention's splits of a key-value head's positions in decode_layers, a work-group each: at
 # most SPLITS (None: the launch's work-groups over the key-value heads), of SPLIT_MIN positions
-# at least (layer.cl's TP, 32, a multiple of it)
+# at least (rounded up to the kernel's tiles of 32); one split while a round of the
+# work-group's warps covers the positions (256)
 SPLITS: int | None = None
 SPLIT_MIN = 64
 # Profiling: launches built while TRACE is on write the GPU's clock as each work-group arrives
@@ -38,6 +39,7 @@ SPLIT_MIN = 64
 # bytes; ``read_trace`` reads them back
 TRACE = False
 TRACE_RING = 256  # the barriers a trace keeps, the latest (layer.cl)
+MAX_GROUPS = 1024  # work-groups a traced launch may have (bar_nbytes)
 
 
 def enabled() -> bool:
@@ -78,10 +80,6 @@ def bar_nbytes(trace: bool = False) -> int:
     """The bytes of a barrier buffer (``decode_layers``' ``bar``): 4 int32, and with ``trace``
     the ring of barrier times (``TRACE``)."""
     return 16 + (2 * TRACE_RING * MAX_GROUPS * 8 if trace else 0)
-
-
-# work-groups a traced launch may have (bar_nbytes)
-MAX_GROUPS = 1024
 
 
 def read_trace(dev: CLDevice, bar: Buffer, groups: int) -> tuple[int, np.ndarray]:
@@ -207,9 +205,9 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     """Consecutive decoder layers (one to MAX_LAYERS, the same ``formats``) of the decode row at
     position state[0] in one launch: x (the residual stream, [dim]) in and out; ``qkv_out``
     [(H + 2 KV) D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part`` (``part_nbytes``), ``count``
-    (n_heads int32, zero, left zero) and ``bar`` (4 int32, zero at first; ``arrivals``)
-    shared by every launch; as many work-groups as the probe found resident. ``kv_half``: the
-    layers' caches hold float16 values, else float32."""
+    (n_heads int32, zero, left zero) and ``bar`` (``bar_nbytes(TRACE)`` bytes, zero at first;
+    ``arrivals``) shared by every launch; as many work-groups as the probe found resident.
+    ``kv_half``: the layers' caches hold float16 values, else float32."""
     if TRACE and (bar.nbytes < bar_nbytes(True) or resident_groups(dev) > MAX_GROUPS):
         raise ValueError(f"decode_layers: a traced launch needs a barrier buffer of "
                          f"bar_nbytes(True) = {bar_nbytes(True)} bytes and at most "
