@@ -321,6 +321,9 @@ inline void fetch(const int fmt, const int sh, __global const uchar *W,
 // Rows[0 .. R) of W (format fmt) and their scales into L2 (a hint: nothing waits on it), the
 // lanes of the warp taking a row's lines in turn: a phase's next task's rows, while the warp
 // works on the one it holds.
+// PERF (H100, decode tok/s, one run): 1B Q4_0 after 128 / 1024 / 4096 / 16384 positions 1594 /
+// 1373 / 1196 / 924 without, 1589-1596 / 1381-1398 / 1215-1229 / 935-940 with; 1B Q8_0 (more
+// rounds a phase) after 128 / 4096 1274 / 1046 -> 1311 / 1068
 inline void rows_l2(const int fmt, const int sh, __global const uchar *W,
                     __global const half *S, const int K, const int *rows, const int R,
                     const int lane) {
@@ -431,7 +434,9 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
 // Loading a warp's next tile while it used the last one (twice the registers, 253 of them) was
 // slower at every length (1232 / 1191 / 982 / 811), and prefetching a split's later tiles into
 // L2 changed nothing: at 16384 positions attention takes about 28 us a layer, 1.2 TB/s, bound by
-// the tiles' arithmetic rather than by memory.
+// the tiles' arithmetic rather than by memory. Units of a query head where a single split
+// leaves most work-groups idle (short spans) were no faster at 128 positions (1594 against
+// 1587 tok/s), and the runtime head counts they need made every longer span 4-8% slower.
 #define TP 32
 #define VD (HEAD_DIM >= 32 ? HEAD_DIM / 8 : 4)
 #define LPR (HEAD_DIM / VD)
@@ -442,15 +447,7 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
 #ifndef SPLIT_MIN
 #define SPLIT_MIN 64
 #endif
-#ifndef KV16
-#define KV16 1
-#endif
-#ifndef QSPLIT
-#define QSPLIT 1
-#endif
-#ifndef NEXT_PF
-#define NEXT_PF 1
-#endif
+
 // splits of a key-value head at most (kernels/layer.py: the work-groups a key-value head)
 #ifndef SPLITS_MAX
 #define SPLITS_MAX 1
@@ -508,9 +505,12 @@ inline void warp_local_sync(void) {
 inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r0, int n,
                       int lane, kv4_t *k, kv4_t *v) {
     const int g = lane / LPR, c = lane % LPR;
-#if KV_HALF && KV16 && HEAD_DIM % 8 == 0
+#if KV_HALF && HEAD_DIM % 8 == 0
     // (16-byte loads, two groups of four a load: a warp's load instruction touches a line per
     // row it reads, and a lane's key row is a row of its own)
+    // PERF (H100, 1B Q4_0 decode tok/s after 128 / 1024 / 4096 / 16384 positions, one run):
+    // 8-byte loads 1531-1544 / 1420-1430 / 1256-1260 / 952-955, 16-byte 1587 / 1425 / 1261 /
+    // 1002
     __global const uint4 *kr = (__global const uint4 *)(kc + (r0 + lane) * HEAD_DIM);
 #pragma unroll
     for (int d = 0; d < KU / 2; ++d) {
@@ -526,7 +526,7 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 #pragma unroll
     for (int i = 0; i < LPR; ++i) {
         const int j = RPI * i + g;
-#if KV_HALF && KV16 && VD == 8
+#if KV_HALF && VD == 8
         const uint4 u = j < n ? *(__global const uint4 *)(vc + (r0 + j) * HEAD_DIM + VD * c)
                               : (uint4)(0u);
         v[2 * i] = u.xy;
@@ -546,9 +546,8 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 // position pos (the step's own, not in the cache yet) is read from kn and vn. y: the query
 // heads (rotated, scaled); pw: the warp's N_REP * TP floats of local memory.
 inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos, int lane,
-                     int nr, __local const float *y, __local const float *kn,
-                     __local const float *vn, __local float *pw, float *m, float *l, float *acc,
-                     __local float *red) {
+                     __local const float *y, __local const float *kn, __local const float *vn,
+                     __local float *pw, float *m, float *l, float *acc, __local float *red) {
     const int j = base + lane;
     float4 a[N_REP];
 #pragma unroll
@@ -557,12 +556,10 @@ inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos,
     for (int d = 0; d < KU; ++d) {
         const float4 kk = j == pos ? vload4(d, kn) : kv4_f(k[d]);
 #pragma unroll
-        for (int r = 0; r < N_REP; ++r)
-            if (r < nr) a[r] = mad(vload4(d, y + r * HEAD_DIM), kk, a[r]);
+        for (int r = 0; r < N_REP; ++r) a[r] = mad(vload4(d, y + r * HEAD_DIM), kk, a[r]);
     }
 #pragma unroll
     for (int r = 0; r < N_REP; ++r) {
-        if (r >= nr) break;
         const float s = j < end ? (a[r].x + a[r].y) + (a[r].z + a[r].w) : -INFINITY;
         const float mn = fmax(m[r], warp_all(s, true, red));
         const float corr = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
@@ -584,7 +581,6 @@ inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos,
             const float4 vv = own ? vload4(VD / 4 * c + e, vn) : kv4_f(v[i * (VD / 4) + e]);
 #pragma unroll
             for (int r = 0; r < N_REP; ++r) {
-                if (r >= nr) break;
                 const float p = pw[r * TP + jj];
                 acc[r * VD + 4 * e] = mad(p, vv.x, acc[r * VD + 4 * e]);
                 acc[r * VD + 4 * e + 1] = mad(p, vv.y, acc[r * VD + 4 * e + 1]);
@@ -715,9 +711,6 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     kv4_t ka[KU], va[VU];  // a warp's tile of keys and values
     // attention's splits of a key-value head's positions (the same in every layer)
     const int per = split_len(L), NS = (L + per - 1) / per;
-    // (one split: a query head's the unit, where the key-value heads' would leave most
-    // work-groups idle; nr query heads a unit)
-    const int QS = QSPLIT && NS == 1 && HEADS <= G ? N_REP : 1, nr = N_REP / QS;
     const bool has_a = (PHASES & 1) && TASK0(0, R_QKV) < NQKV;
     if (has_a) {
         task_rows(0, R_QKV, NQKV, w, rows);
@@ -739,7 +732,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     task_rows(k, R_QKV, NQKV, w, rows);
                     fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
                 }
-                if (NEXT_PF && TASK0(k + 1, R_QKV) < NQKV) {
+                if (TASK0(k + 1, R_QKV) < NQKV) {
                     task_rows(k + 1, R_QKV, NQKV, w, rows);
                     rows_l2(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane);
                 }
@@ -749,9 +742,9 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         }
         grid_arrive(bar, &target);
         // the first tile of this work-group's first attention unit streams while they meet
-        if ((PHASES & 2) && grp < KV_HEADS * NS * QS) {
-            const int s0 = grp / QS % NS, b0 = s0 * per + w * TP;
-            tile_load(kc, vc, (size_t)(grp / (NS * QS)) * max_seq + b0,
+        if ((PHASES & 2) && grp < KV_HEADS * NS) {
+            const int s0 = grp % NS, b0 = s0 * per + w * TP;
+            tile_load(kc, vc, (size_t)(grp / NS) * max_seq + b0,
                       min(min(L, s0 * per + per), pos) - b0, lane, ka, va);
         }
         grid_wait(bar, target);
@@ -761,15 +754,15 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         // new key rotated by pos as they are read; the new key and value stored in the cache
         // by the unit of the last split
         if (PHASES & 2) {
-            for (int u = grp; u < KV_HEADS * NS * QS; u += G) {
-                const int kvh = u / (NS * QS), s = u / QS % NS, h0 = kvh * N_REP + u % QS * nr;
+            for (int u = grp; u < KV_HEADS * NS; u += G) {
+                const int kvh = u / NS, s = u % NS, h0 = kvh * N_REP;
                 const int start = s * per, end = min(L, start + per), stored = min(end, pos);
                 const int rounds = ((end - start + TP - 1) / TP + NW - 1) / NW;
                 const size_t row0 = (size_t)kvh * max_seq;
                 if (u != grp)
                     tile_load(kc, vc, row0 + start + w * TP, stored - start - w * TP, lane, ka,
                               va);
-                for (int c = t; c < nr * D; c += LS)
+                for (int c = t; c < N_REP * D; c += LS)
                     y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
                 if (t < D) {  // (as the cache keeps them)
                     kn[t] = kv_round(rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq));
@@ -788,15 +781,13 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 for (int i = 0; i < rounds; ++i) {
                     const int b0 = start + (i * NW + w) * TP;
                     if (i > 0) tile_load(kc, vc, row0 + b0, stored - b0, lane, ka, va);
-                    tile_use(ka, va, b0, end, pos, lane, nr, y, kn, vn, pw, m, l, acc, red);
+                    tile_use(ka, va, b0, end, pos, lane, y, kn, vn, pw, m, l, acc, red);
                 }
                 // the warps' outputs combined: the unit's attention (one split) or its partial
 #pragma unroll
-                for (int i = 0; i < N_REP; ++i)
-                    if (i < nr) l[i] = warp_all(l[i], false, red);
+                for (int i = 0; i < N_REP; ++i) l[i] = warp_all(l[i], false, red);
 #pragma unroll
-                for (int i = 0; i < N_REP * VD; ++i)
-                    if (i / VD < nr) acc[i] = rows_total(acc[i], red);
+                for (int i = 0; i < N_REP * VD; ++i) acc[i] = rows_total(acc[i], red);
                 if (lane < LPR)
 #pragma unroll
                     for (int i = 0; i < N_REP * VD; ++i)
@@ -808,7 +799,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                         lw[w * N_REP + i] = l[i];
                     }
                 barrier(CLK_LOCAL_MEM_FENCE);
-                for (int c = t; c < nr * D; c += LS) {
+                for (int c = t; c < N_REP * D; c += LS) {
                     const int hr = c / D, d = c % D;
                     float mx = -INFINITY, num = 0.0f, den = 0.0f;
                     for (int q = 0; q < NW; ++q) mx = fmax(mx, mw[q * N_REP + hr]);
@@ -844,7 +835,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     }
                 }
                 // the cache at pos (read from kn and vn in this launch)
-                if (s == NS - 1 && u % QS == 0 && t < D) {
+                if (s == NS - 1 && t < D) {
                     const size_t at = ((size_t)kvh * max_seq + pos) * D + t;
                     KV_PUT(kn[t], kc, at);
                     KV_PUT(vn[t], vc, at);
@@ -869,7 +860,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     task_rows(k, R_O, DIM, w, rows);
                     fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
                 }
-                if (NEXT_PF && TASK0(k + 1, R_O) < DIM) {
+                if (TASK0(k + 1, R_O) < DIM) {
                     task_rows(k + 1, R_O, DIM, w, rows);
                     rows_l2(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane);
                 }
@@ -893,7 +884,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     pair_rows(k, w, rows);
                     fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
                 }
-                if (NEXT_PF && TASK0(k + 1, R_GU) < FFN) {
+                if (TASK0(k + 1, R_GU) < FFN) {
                     pair_rows(k + 1, w, rows);
                     rows_l2(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane);
                 }
@@ -924,7 +915,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     task_rows(k, R_D, DIM, w, rows);
                     fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
                 }
-                if (NEXT_PF && TASK0(k + 1, R_D) < DIM) {
+                if (TASK0(k + 1, R_D) < DIM) {
                     task_rows(k + 1, R_D, DIM, w, rows);
                     rows_l2(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane);
                 }
