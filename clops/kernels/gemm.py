@@ -515,10 +515,10 @@ print("CLOPS_GEMM_CPU", gemm._cpu_check(dev, sys.argv[2]), flush=True)
 def cpu_kernel_works(dev: CLDevice, dtype: str) -> bool:
     """Whether this CPU runtime builds ``gemm_cpu`` and gets a small product right: checked in
     a child process (a runtime whose compiler fails may abort the process that tried it, as
-    PoCL 3.0 from the ``pocl-binary-distribution`` wheel does at exit: LLVM there cannot select
-    ``fma`` on 16-wide float vectors), once per device and driver, remembered with the
-    device's other probes. Where it fails, products take the portable kernel and
-    ``CLOPS_DEBUG`` says why."""
+    PoCL 3.0 from the ``pocl-binary-distribution`` wheel does at exit on AMD EPYC hosts: LLVM
+    there cannot select ``fma`` on 16-wide float vectors), once per device and driver,
+    remembered with the device's other probes. Where it fails, products take the portable
+    kernel and ``CLOPS_DEBUG`` says why."""
     key = (dev.key, dtype)
     ok = _CPU_WORKS.get(key)
     if ok is not None:
