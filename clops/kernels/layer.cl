@@ -436,7 +436,11 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
 // L2 changed nothing: at 16384 positions attention takes about 28 us a layer, 1.2 TB/s, bound by
 // the tiles' arithmetic rather than by memory. Units of a query head where a single split
 // leaves most work-groups idle (short spans) were no faster at 128 positions (1594 against
-// 1587 tok/s), and the runtime head counts they need made every longer span 4-8% slower.
+// 1587 tok/s), and the runtime head counts they need made every longer span 4-8% slower. Keys
+// laid out as the values are (a warp's load reading four whole rows, 8 lanes a row) with the
+// partial scores summed over a row's lanes by halving exchanges (28 shuffles a tile) were
+// slower at every span: 1459-1576 / 1317-1394 / 1181-1239 / 855-898 tok/s against 1639-1641 /
+// 1476-1485 / 1220-1315 / 1018-1045, so the key loads' lines are not what bounds the tiles.
 #define TP 32
 #define VD (HEAD_DIM >= 32 ? HEAD_DIM / 8 : 4)
 #define LPR (HEAD_DIM / VD)
