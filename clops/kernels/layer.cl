@@ -212,23 +212,29 @@ inline void grid_sync(__global int *bar, count_t *target) {
     grid_wait(bar, *target);
 }
 
-// The largest (max_of) or the sum of v over the 8 work-items of an aligned group of 8.
-inline float eight(float v, bool max_of, __local float *red) {
+// The largest (max_of) or the sum of v over the n work-items (a power of two, at most 32) of an
+// aligned group of n, in each of them (every work-item of the group calls it).
+inline float lanes_all(float v, bool max_of, const int n, __local float *red) {
 #if PTX
-    for (int o = 1; o < 8; o <<= 1) {
+    for (int o = 1; o < n; o <<= 1) {
         const float u = shfl_xor(v, o);
         v = max_of ? fmax(v, u) : v + u;
     }
     return v;
 #else
-    const int t = get_local_id(0), g = t & ~7;
+    const int t = get_local_id(0), g = t & ~(n - 1);
     red[t] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
     float r = red[g];
-    for (int i = 1; i < 8; ++i) r = max_of ? fmax(r, red[g + i]) : r + red[g + i];
+    for (int i = 1; i < n; ++i) r = max_of ? fmax(r, red[g + i]) : r + red[g + i];
     barrier(CLK_LOCAL_MEM_FENCE);
     return r;
 #endif
+}
+
+// ... over an aligned group of 8, and over the warp
+inline float eight(float v, bool max_of, __local float *red) {
+    return lanes_all(v, max_of, 8, red);
 }
 // The work-group quantizes v[i] = src[i] * (nw ? nw[i] : 1), i < K, into xq (int8, 4 a uint,
 // block b of 32 values at xq[8 b ..]), xd (per block: amax / 127) and xs (per block: the sum of
@@ -457,23 +463,8 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
 #define SPLITS_MAX 1
 #endif
 
-// The largest (max_of) or the sum of v over the warp, in every lane.
 inline float warp_all(float v, bool max_of, __local float *red) {
-#if PTX
-    for (int o = 16; o > 0; o >>= 1) {
-        const float u = shfl_xor(v, o);
-        v = max_of ? fmax(v, u) : v + u;
-    }
-    return v;
-#else
-    const int t = get_local_id(0), w0 = t & ~31;
-    red[t] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float r = red[w0];
-    for (int i = 1; i < 32; ++i) r = max_of ? fmax(r, red[w0 + i]) : r + red[w0 + i];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-#endif
+    return lanes_all(v, max_of, 32, red);
 }
 
 // The sum of v over the lanes of the warp with this lane's l % LPR, in the first of them.

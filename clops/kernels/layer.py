@@ -40,6 +40,10 @@ SPLIT_MIN = 64
 TRACE = False
 TRACE_RING = 256  # the barriers a trace keeps, the latest (layer.cl)
 MAX_GROUPS = 1024  # work-groups a traced launch may have (bar_nbytes)
+# Measurement (bench/profile_layers.py): more -D defines for decode_layers' builds, such as
+# PHASES (the phases that run) or a switch of a kernel variant under test; none of the defines
+# the launch computes (sizes, formats, splits)
+EXTRA_DEFINES: dict[str, int] = {}
 
 
 def enabled() -> bool:
@@ -224,20 +228,24 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     dim, ffn = o.n, down.k
     groups = resident_groups(dev)
     n_qkv = (n_heads + 2 * n_kv) * head_dim
-    knl = kernel(dev, "layer", "decode_layers", NL=len(layers), DIM=dim, HEADS=n_heads,
-                 KV_HEADS=n_kv, HEAD_DIM=head_dim, FFN=ffn,
-                 QKMAX=max(dim, n_heads * head_dim, ffn),
-                 WF_QKV=FORMATS[qkv.fmt], WF_O=FORMATS[o.fmt], WF_GU=FORMATS[gate_up.fmt],
-                 WF_D=FORMATS[down.fmt], SH_QKV=_half(qkv), SH_O=_half(o), SH_GU=_half(gate_up),
-                 SH_D=_half(down),
-                 R_QKV=rows_per_task(qkv.fmt, dim, n_qkv, groups),
-                 R_O=rows_per_task(o.fmt, n_heads * head_dim, dim, groups),
-                 R_GU=rows_per_task(gate_up.fmt, dim, ffn, groups, 2),
-                 R_D=rows_per_task(down.fmt, ffn, dim, groups),
-                 SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
-                 SPLITS_MAX=splits_max(dev, n_kv),
-                 SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
-                 **kv_defines(kv_half))
+    defines = dict(
+        NL=len(layers), DIM=dim, HEADS=n_heads, KV_HEADS=n_kv, HEAD_DIM=head_dim, FFN=ffn,
+        QKMAX=max(dim, n_heads * head_dim, ffn),
+        WF_QKV=FORMATS[qkv.fmt], WF_O=FORMATS[o.fmt], WF_GU=FORMATS[gate_up.fmt],
+        WF_D=FORMATS[down.fmt], SH_QKV=_half(qkv), SH_O=_half(o), SH_GU=_half(gate_up),
+        SH_D=_half(down),
+        R_QKV=rows_per_task(qkv.fmt, dim, n_qkv, groups),
+        R_O=rows_per_task(o.fmt, n_heads * head_dim, dim, groups),
+        R_GU=rows_per_task(gate_up.fmt, dim, ffn, groups, 2),
+        R_D=rows_per_task(down.fmt, ffn, dim, groups),
+        SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
+        SPLITS_MAX=splits_max(dev, n_kv), SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
+        **kv_defines(kv_half))
+    fixed = set(defines) & set(EXTRA_DEFINES)
+    if fixed:
+        raise ValueError(f"decode_layers: EXTRA_DEFINES may not set {sorted(fixed)}: the launch "
+                         "computes them (sizes, formats, splits; TRACE is layer.TRACE)")
+    knl = kernel(dev, "layer", "decode_layers", **{**defines, **EXTRA_DEFINES})
     args: list[Any] = [x, qkv_out, state, attn, part, count, h, bar, i32(max_seq), f32(eps),
                        f32(scale)]
     reads: list[Buffer] = [x, state, count, bar]

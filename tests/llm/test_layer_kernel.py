@@ -196,3 +196,17 @@ def test_layer_kernel_trace(device, monkeypatch, files):
     assert (np.diff(seq, axis=1) >= 0).all()
     # a barrier is left only after the last group arrived
     assert (step[:, 1, :].min(axis=1) >= step[:, 0, :].max(axis=1)).all()
+
+
+def test_extra_defines_may_not_set_what_the_launch_computes(device, monkeypatch, files):
+    """Measurement's EXTRA_DEFINES cannot resize the kernel: a size it names is refused, and
+    the step raises before anything is built or launched."""
+    from clops.nn import quant
+    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
+    monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    monkeypatch.setattr(layer, "EXTRA_DEFINES", {"SPLIT_MIN": 16, "PHASES": 31})
+    model = clops.llm.load(files["same"], device=device, max_seq_len=256, progress=False)
+    assert model._layer_kernels()
+    with pytest.raises(ValueError, match=r"may not set \['SPLIT_MIN'\]"):
+        list(model.generate_ids([1, 2, 3], max_new_tokens=2, stop_ids=[]))

@@ -1,0 +1,126 @@
+"""Profiling the decode layer kernel (``kernels/layer.cl``'s ``decode_layers``) on a GPU that
+runs it (NVIDIA: its grid-barrier probe passes):
+
+    python bench/profile_layers.py depths MODEL.gguf [--depths 128,4096] [--variant SPEC]...
+    python bench/profile_layers.py trace MODEL.gguf [--depths 128,16384] [--variant SPEC]...
+
+``depths``: decode tok/s (the median of ``--runs`` generations of ``--new`` tokens) after each
+number of context tokens, for each variant in turn at each depth (alternate them, as
+``--variant A --variant B --variant A``, to see the machine's drift), beside the per-layer plan
+(``--variant plan``). A SPEC is ``NAME=V;NAME=V`` -D defines of the kernel
+(``layer.EXTRA_DEFINES``: a switch under test, or PHASES), or empty for the kernel as it is.
+
+``trace``: per phase of a layer (A QKV, B attention, C output, D gate/up, E down) the median
+and the slowest work-group's time from leaving one grid barrier to arriving at the next, and
+the barrier's release (the median work-group's leaving after the last one arrived), from the
+GPU clock each work-group writes at its barriers (``layer.TRACE``); medians over the layers of
+the last step's launches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import numpy as np
+
+import clops
+import clops.llm
+from clops.kernels import layer
+
+PHASES = "ABCDE"
+
+
+def _defines(spec: str) -> dict[str, int]:
+    out = {}
+    for kv in filter(None, spec.split(";")):
+        name, _, value = kv.partition("=")
+        out[name.strip()] = int(value)
+    return out
+
+
+def _load(path: str, device: str, longest: int, new: int):
+    model = clops.llm.load(path, device=device, max_seq_len=longest + new + 8, progress=False)
+    if not model._layer_kernels():
+        sys.exit(f"{path}: the layer kernel does not run this model on {model.device.name}")
+    ids = np.random.default_rng(0).integers(100, model.config.vocab_size - 1, longest).tolist()
+    return model, ids
+
+
+def _use(model, spec: str) -> None:
+    """The next step's plan from the layer kernel built with ``spec`` (or the per-layer plan)."""
+    model._whole = spec != "plan"
+    layer.EXTRA_DEFINES = {} if spec == "plan" else _defines(spec)
+    model._plans.clear()
+
+
+def depths(args) -> None:
+    model, ids = _load(args.model, args.device, max(args.depths), args.new)
+    for d in args.depths:
+        row = []
+        for spec in args.variant or [""]:
+            _use(model, spec)
+            runs = []
+            for _ in range(args.runs):
+                list(model.generate_ids(ids[:d], max_new_tokens=args.new, stop_ids=[]))
+                runs.append(model.stats.decode_tps)
+            row.append(f"[{spec}] {statistics.median(runs):.0f}")
+        print(f"after {d} tokens, decode tok/s: " + "  ".join(row), flush=True)
+
+
+def trace(args) -> None:
+    layer.TRACE = True  # (before the model allocates its barrier buffer)
+    model, ids = _load(args.model, args.device, max(args.depths), 4)
+    groups = layer.resident_groups(model.device)
+    launches = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers])
+    for d in args.depths:
+        for spec in args.variant or [""]:
+            if spec == "plan":
+                print("(the per-layer plan meets no grid barriers: nothing to trace)")
+                continue
+            _use(model, spec)
+            list(model.generate_ids(ids[:d], max_new_tokens=4, stop_ids=[]))
+            _, t = layer.read_trace(model.device, model.bar, groups)
+            work: dict[str, list[float]] = {p: [] for p in PHASES}
+            slow: dict[str, list[float]] = {p: [] for p in PHASES}
+            release: dict[str, list[float]] = {p: [] for p in PHASES}
+            # the last step's barriers, launch by launch: 5 a layer but the last's
+            at = len(t) - sum(5 * len(g) - 1 for g in launches)
+            for g in launches:
+                n = 5 * len(g) - 1
+                for k in range(1, n):  # (the phase before barrier k; A of the launch's first
+                    b = at + k          # layer has no barrier before it)
+                    p = PHASES[k % 5]
+                    w = t[b, 0] - t[b - 1, 1]
+                    work[p].append(float(np.median(w)))
+                    slow[p].append(float(w.max()))
+                    release[p].append(float(np.median(t[b, 1]) - t[b, 0].max()))
+                at += n
+            cells = [f"{p} {statistics.median(work[p]) / 1e3:.1f}/"
+                     f"{statistics.median(slow[p]) / 1e3:.1f}+"
+                     f"{statistics.median(release[p]) / 1e3:.1f}" for p in PHASES if work[p]]
+            print(f"after {d} tokens [{spec}], us (median group / slowest group + release): "
+                  + "  ".join(cells), flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("depths", "trace"):
+        p = sub.add_parser(name)
+        p.add_argument("model")
+        p.add_argument("--device", default="gpu")
+        p.add_argument("--depths", type=lambda s: [int(v) for v in s.split(",")],
+                       default=[128, 1024, 4096, 16384])
+        p.add_argument("--variant", action="append",
+                       help="NAME=V;NAME=V defines, '' as it is, or plan (repeatable)")
+        p.add_argument("--new", type=int, default=48)
+        p.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args(argv)
+    {"depths": depths, "trace": trace}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
