@@ -121,7 +121,7 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prom
     monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
     model, ids, want, got = _both(device, monkeypatch, files[which], prompt, splits, kv_cache)
     # (the plan's CPU products take float inputs, the kernel int8: 2.4-3.5% of the largest
-    # logit apart here; a wrong head, rotation or chunk is off by the logits' scale)
+    # logit apart here; a wrong head, rotation or split is off by the logits' scale)
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
     assert np.argmax(got) == np.argmax(want)
     bar = np.empty(4, np.int32)
