@@ -232,7 +232,7 @@ inline float lanes_all(float v, bool max_of, const int n, __local float *red) {
 #endif
 }
 
-// ... over an aligned group of 8, and over the warp
+// lanes_all over an aligned group of 8 (warp_all: over the warp)
 inline float eight(float v, bool max_of, __local float *red) {
     return lanes_all(v, max_of, 8, red);
 }
@@ -463,6 +463,7 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
 #define SPLITS_MAX 1
 #endif
 
+// lanes_all over the warp
 inline float warp_all(float v, bool max_of, __local float *red) {
     return lanes_all(v, max_of, 32, red);
 }
