@@ -81,20 +81,22 @@ inline float4 load4_fresh(__global const float *p) {
 #endif
 }
 
-// The sum of v over each warp, in its lane 0 (every work-item of the group calls it).
-inline float warp_total(float v, __local float *red) {
+// The sum of v over the lanes of the warp whose index matches this one's modulo s (a power of
+// two), in the first s lanes (every work-item of the group calls it); s 1: over the warp, in
+// lane 0.
+inline float lanes_total(float v, const int s, __local float *red) {
 #if PTX
-    for (int o = 16; o > 0; o >>= 1) v += shfl_xor(v, o);
+    for (int o = 16; o >= s; o >>= 1) v += shfl_xor(v, o);
     return v;
 #else
     const int t = get_local_id(0);
     red[t] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
-    float s = 0.0f;
-    if ((t & 31) == 0)
-        for (int i = 0; i < 32; ++i) s += red[t + i];
+    float r = 0.0f;
+    if ((t & 31) < s)
+        for (int i = 0; i < 32; i += s) r += red[t + i];
     barrier(CLK_LOCAL_MEM_FENCE);
-    return s;
+    return r;
 #endif
 }
 
@@ -387,13 +389,13 @@ inline void dots(const int fmt, const int K, const int R, const int lane, const 
         }
     }
 #pragma unroll
-    for (int e = 0; e < R; ++e) r[e] = warp_total(r[e], red);
+    for (int e = 0; e < R; ++e) r[e] = lanes_total(r[e], 1, red);
 }
 
 // The rows of task k of a phase of N rows, R a task, for warp w of work-group grp: task
 // (k * G + grp) * NW + w, rows from R times that on (past N: row N - 1, its sums dropped).
 // Work-groups loop over k while their first warp's task has rows (the same in all its warps:
-// warp_total's barriers on portable devices).
+// lanes_total's barriers on portable devices).
 #define TASK0(k, R) ((((k) * get_num_groups(0) + get_group_id(0)) * NW) * (R))
 inline void task_rows(int k, const int R, const int N, int w, int *rows) {
     const int n0 = TASK0(k, R) + w * R;
@@ -468,22 +470,6 @@ inline float warp_all(float v, bool max_of, __local float *red) {
     return lanes_all(v, max_of, 32, red);
 }
 
-// The sum of v over the lanes of the warp with this lane's l % LPR, in the first of them.
-inline float rows_total(float v, __local float *red) {
-#if PTX
-    for (int o = LPR; o < 32; o <<= 1) v += shfl_xor(v, o);
-    return v;
-#else
-    const int t = get_local_id(0);
-    red[t] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float r = 0.0f;
-    if ((t & 31) < LPR)
-        for (int i = 0; i < 32; i += LPR) r += red[t + i];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    return r;
-#endif
-}
 
 // Local memory written by a warp and then read by its other lanes (portable: the group's
 // barrier, which every work-item reaches).
@@ -783,7 +769,8 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 #pragma unroll
                 for (int i = 0; i < N_REP; ++i) l[i] = warp_all(l[i], false, red);
 #pragma unroll
-                for (int i = 0; i < N_REP * VD; ++i) acc[i] = rows_total(acc[i], red);
+                for (int i = 0; i < N_REP * VD; ++i)  // (over the lanes of a dimension)
+                    acc[i] = lanes_total(acc[i], LPR, red);
                 if (lane < LPR)
 #pragma unroll
                     for (int i = 0; i < N_REP * VD; ++i)
