@@ -47,13 +47,8 @@ inline float kv_round(float v) {
 #ifndef KV_PTX
 #define KV_PTX 0
 #endif
-#if KV_HALF
-typedef uint2 kv4_t;
-inline kv4_t kv4_zero(void) { return (uint2)(0u); }
-inline kv4_t kv4_load(__global const kv_t *p, size_t i) {
-    return ((__global const uint2 *)p)[i];
-}
-inline float4 kv4_f(kv4_t u) {
+// Four float16 values in the bits of a uint2 (the first in u.x's low half), as floats.
+inline float4 half4_f(uint2 u) {
 #if KV_PTX
     float4 v;
     asm("{\n .reg .b16 a, b, c, d;\n mov.b32 {a, b}, %4;\n mov.b32 {c, d}, %5;\n"
@@ -64,6 +59,13 @@ inline float4 kv4_f(kv4_t u) {
     return vload_half4(0, (__private const half *)&u);
 #endif
 }
+#if KV_HALF
+typedef uint2 kv4_t;
+inline kv4_t kv4_zero(void) { return (uint2)(0u); }
+inline kv4_t kv4_load(__global const kv_t *p, size_t i) {
+    return ((__global const uint2 *)p)[i];
+}
+inline float4 kv4_f(kv4_t u) { return half4_f(u); }
 #else
 typedef float4 kv4_t;
 inline kv4_t kv4_zero(void) { return (float4)(0.0f); }

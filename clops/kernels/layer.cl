@@ -17,9 +17,10 @@
 // vector is read by every work-group that has rows in it and quantized into local memory (int8,
 // a scale per 32 values, the sums of the int8 values per 32 for q4's minimums); the weights (q4:
 // 16 nibble bytes and a (scale, min) pair per 32; q8: 32 bytes and a scale per 32; half or float
-// scales) meet it through 4-byte integer dot products.
+// scales) meet it through 4-byte integer dot products. Float16 weights (f16) meet it as float16
+// values in local memory (normalized first where a norm leads the phase), in float arithmetic.
 // Compile-time: NL (1 to 8), DIM, HEADS, KV_HEADS, HEAD_DIM, FFN, QKMAX (the longest input: max
-// of DIM, HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8), SH_QKV, SH_O, SH_GU,
+// of DIM, HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8, 5 f16), SH_QKV, SH_O, SH_GU,
 // SH_D (1: half scales, 0: float), R_QKV, R_O, R_GU (pairs of a gate and an up row), R_D (rows
 // a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX (NVIDIA: dp4a, shfl.sync, fences
 // and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a bitmask of the phases A..E that
@@ -32,7 +33,8 @@
 #define D HEAD_DIM
 #define N_REP (HEADS / KV_HEADS)
 #define NQKV ((HEADS + 2 * KV_HEADS) * HEAD_DIM)
-// (row, block of 32) pairs a work-item holds in registers: q4 one uint4 each, q8 two
+// (row, block) pairs a work-item holds in registers: q4 one uint4 each (a block of 32 values),
+// q8 two (32 values), f16 two (16 values)
 #ifndef SLOTS
 #define SLOTS 16
 #endif
@@ -50,6 +52,10 @@
 #if 64 % HEAD_DIM || HEAD_DIM % 4
 #error "decode_layers: HEAD_DIM must divide 64 (a multiple of 4)"
 #endif
+// a phase of float16 weights: its input is kept in local memory as float16 values, two a uint
+// (twice the int8 values' bytes)
+#define F16 5
+#define ANY_F16 (WF_QKV == F16 || WF_O == F16 || WF_GU == F16 || WF_D == F16)
 
 #if PTX
 inline int dot4(uint a, uint b, int c) {
@@ -289,15 +295,65 @@ inline float rms_after(float ss, int K, float eps, __local float *red) {
 // After quantize() without a norm: publish the quantized x.
 inline void quantized(void) { barrier(CLK_LOCAL_MEM_FENCE); }
 
-// ---- a warp's rows ----
-// Blocks of 32 in a row of K, and a lane's share of them (blocks lane, lane + 32, ...).
-#define NB(K) ((K) / 32)
-#define KB(K) ((NB(K) + 31) / 32)
-// bytes of a block's scales: q4 a (scale, min) pair, q8 a scale; half (sh) or float
-#define SCALE_BYTES(fmt, sh) (((fmt) == 3 ? 2 : 1) * ((sh) ? 2 : 4))
+// A phase of float16 weights: the work-group stores v[i] = src[i] (nw: RMSNorm(src)[i] * nw[i],
+// eps inside the root) as float16 values into xh (two a uint, value i at half 2i of ...: the
+// order of the weights' rows), publishes them, and returns 1 (the factor quantize's phases
+// apply after their sums). The loads as quantize's.
+inline float stage_half(__global const float *src, int K, __global const float *nw, float eps,
+                        __local uint *xh, __local float *red) {
+    const int t = get_local_id(0);
+    float4 v[QR];
+    float ss = 0.0f;
+#pragma unroll
+    for (int r = 0; r < QR; ++r) {
+        const int i = r * LS + t;
+        v[r] = r * LS < K / 4 && i < K / 4 ? load4_fresh(src + 4 * i) : (float4)(0.0f);
+        ss += dot(v[r], v[r]);
+    }
+    const float f = nw ? rms_after(ss, K, eps, red) : 1.0f;
+#pragma unroll
+    for (int r = 0; r < QR; ++r) {
+        const int i = r * LS + t;
+        if (r * LS >= K / 4) break;
+        if (i < K / 4) {
+            const float4 u = nw ? v[r] * vload4(i, nw) * f : v[r];
+#if PTX
+            xh[2 * i] = half2_bits(u.x, u.y);
+            xh[2 * i + 1] = half2_bits(u.z, u.w);
+#else
+            vstore_half4(u, i, (__local half *)xh);
+#endif
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return 1.0f;
+}
 
-// Loads rows[0 .. R) of W [N][K] (format fmt), this lane's blocks, into slots e * KB(K) + i:
-// q4 a uint4 of nibbles and (scale, min) in d; q8 two uint4 in a and b, the scale in d.x.
+// A phase's input into local memory for weights of format fmt: quantized (q4, q8; nw: the
+// returned 1 / RMS multiplies the sums) or float16 values (f16: normalized, returns 1).
+inline float stage(const int fmt, __global const float *src, int K, __global const float *nw,
+                   float eps, __local uint *xq, __local float *xd, __local int *xs,
+                   __local float *red) {
+    if (fmt == F16) return stage_half(src, K, nw, eps, xq, red);
+    const float ss = quantize(src, K, nw, xq, xd, xs, red);
+    if (nw) return rms_after(ss, K, eps, red);
+    quantized();
+    return 1.0f;
+}
+
+// ---- a warp's rows ----
+// Blocks in a row of K (32 values, f16 16: 32 bytes), and a lane's share of them (blocks lane,
+// lane + 32, ...).
+#define NB(fmt, K) ((K) / ((fmt) == F16 ? 16 : 32))
+#define KB(fmt, K) ((NB(fmt, K) + 31) / 32)
+// bytes of a block's scales: q4 a (scale, min) pair, q8 a scale; half (sh) or float; f16 none
+#define SCALE_BYTES(fmt, sh) ((fmt) == F16 ? 0 : ((fmt) == 3 ? 2 : 1) * ((sh) ? 2 : 4))
+// bytes of a row of K
+#define ROW_BYTES(fmt, K) ((fmt) == 3 ? (K) / 2 : (fmt) == F16 ? 2 * (K) : (K))
+
+// Loads rows[0 .. R) of W [N][K] (format fmt), this lane's blocks, into slots e * KB + i: q4 a
+// uint4 of nibbles and (scale, min) in d; q8 two uint4 in a and b, the scale in d.x; f16 two
+// uint4 of 8 values each.
 inline void fetch(const int fmt, const int sh, __global const uchar *W,
                   __global const half *S, const int K,
                   const int *rows, const int R, const int lane, uint4 *a, uint4 *b,
@@ -305,22 +361,24 @@ inline void fetch(const int fmt, const int sh, __global const uchar *W,
 #pragma unroll
     for (int e = 0; e < R; ++e)
 #pragma unroll
-        for (int i = 0; i < KB(K); ++i) {
-            const int blk = lane + 32 * i, s = e * KB(K) + i;
+        for (int i = 0; i < KB(fmt, K); ++i) {
+            const int blk = lane + 32 * i, s = e * KB(fmt, K) + i, nb = NB(fmt, K);
             const size_t n = (size_t)rows[e];
             a[s] = b[s] = (uint4)(0u);
             d[s] = (float2)(0.0f);
-            if (blk < NB(K)) {
+            if (blk < nb) {
                 if (fmt == 3) {
                     a[s] = ((__global const uint4 *)(W + n * (K / 2)))[blk];
-                    d[s] = sh ? vload_half2(n * NB(K) + blk, S)
-                              : vload2(n * NB(K) + blk, (__global const float *)S);
+                    d[s] = sh ? vload_half2(n * nb + blk, S)
+                              : vload2(n * nb + blk, (__global const float *)S);
                 } else {
-                    __global const uint4 *wr = (__global const uint4 *)(W + n * K);
+                    __global const uint4 *wr =
+                        (__global const uint4 *)(W + n * ROW_BYTES(fmt, K));
                     a[s] = wr[2 * blk];
                     b[s] = wr[2 * blk + 1];
-                    d[s].x = sh ? vload_half(n * NB(K) + blk, S)
-                                : ((__global const float *)S)[n * NB(K) + blk];
+                    if (fmt != F16)
+                        d[s].x = sh ? vload_half(n * nb + blk, S)
+                                    : ((__global const float *)S)[n * nb + blk];
                 }
             }
         }
@@ -336,7 +394,7 @@ inline void rows_l2(const int fmt, const int sh, __global const uchar *W,
                     __global const half *S, const int K, const int *rows, const int R,
                     const int lane) {
 #if PTX
-    const int rb = fmt == 3 ? K / 2 : K, sb = NB(K) * SCALE_BYTES(fmt, sh);
+    const int rb = ROW_BYTES(fmt, K), sb = NB(fmt, K) * SCALE_BYTES(fmt, sh);
 #pragma unroll
     for (int e = 0; e < R; ++e) {
         for (int b = 128 * lane; b < rb; b += 32 * 128)
@@ -348,7 +406,8 @@ inline void rows_l2(const int fmt, const int sh, __global const uchar *W,
 #endif
 }
 
-// The sums over the warp of the fetched rows . the quantized x, in r[0 .. R) (lane 0).
+// The sums over the warp of the fetched rows . the staged x (quantized; f16: float16 values),
+// in r[0 .. R) (lane 0).
 inline void dots(const int fmt, const int K, const int R, const int lane, const uint4 *a,
                  const uint4 *b, const float2 *d, __local const uint *xq,
                  __local const float *xd, __local const int *xs, __local float *red,
@@ -357,13 +416,25 @@ inline void dots(const int fmt, const int K, const int R, const int lane, const 
 #pragma unroll
     for (int e = 0; e < R; ++e) r[e] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < KB(K); ++i) {
-        const int blk = min(lane + 32 * i, NB(K) - 1);  // (past the row: zero weights)
+    for (int i = 0; i < KB(fmt, K); ++i) {
+        const int blk = min(lane + 32 * i, NB(fmt, K) - 1);  // (past the row: zero weights)
         const uint4 x0 = vload4(2 * blk, xq), x1 = vload4(2 * blk + 1, xq);
+        if (fmt == F16) {
+            const float4 f0 = half4_f(x0.xy), f1 = half4_f(x0.zw), f2 = half4_f(x1.xy),
+                         f3 = half4_f(x1.zw);
+#pragma unroll
+            for (int e = 0; e < R; ++e) {
+                const int s = e * KB(fmt, K) + i;
+                const float4 q = mad(half4_f(a[s].xy), f0, half4_f(a[s].zw) * f1) +
+                                 mad(half4_f(b[s].xy), f2, half4_f(b[s].zw) * f3);
+                r[e] += (q.x + q.y) + (q.z + q.w);
+            }
+            continue;
+        }
         const float dx = xd[blk], sx = dx * (float)xs[blk];
 #pragma unroll
         for (int e = 0; e < R; ++e) {
-            const int s = e * KB(K) + i;
+            const int s = e * KB(fmt, K) + i;
             int p;
             if (fmt == 3) {
                 p = dot4(a[s].x & M, x0.x, 0);
@@ -597,6 +668,45 @@ inline void pair_rows(int k, int w, int *rows) {
     }
 }
 
+// The rows of task k of a phase (pairs: the [gate | up] phase's pairs), and how many.
+inline int phase_rows(int k, const int R, const int N, const bool pairs, int w, int *rows) {
+    if (pairs) {
+        pair_rows(k, w, rows);
+        return 2 * R;
+    }
+    task_rows(k, R, N, w, rows);
+    return R;
+}
+
+// A phase's weights: format, scale kind, rows a task, rows (pairs), inputs, values, scales.
+#define PH_QKV(l) WF_QKV, SH_QKV, R_QKV, NQKV, false, DIM, SEL(wqkv, l), SEL(sqkv, l)
+#define PH_O(l) WF_O, SH_O, R_O, DIM, false, HEADS * D, SEL(wo, l), SEL(so, l)
+#define PH_GU(l) WF_GU, SH_GU, R_GU, FFN, true, DIM, SEL(wgu, l), SEL(sgu, l)
+#define PH_D(l) WF_D, SH_D, R_D, DIM, false, FFN, SEL(wd, l), SEL(sd, l)
+
+// Into L2, while the warp works on task k of a phase (PH_*), the rows that follow it: the
+// phase's next task's, or after its last task (NEXT_L2) the first task's of the phase that
+// comes next (nxt: it has one), which the warp loads into registers while the work-groups meet
+// before that phase. Issued before the phase's input is staged: the weights stream while the
+// work-group reads and quantizes its input, sums its rows, stores them and meets the others.
+#ifndef NEXT_L2
+#define NEXT_L2 1
+#endif
+inline void ahead(int k, const int fmt, const int sh, const int R, const int N,
+                  const bool pairs, const int K, __global const uchar *W,
+                  __global const half *S, const bool nxt, const int fmt2, const int sh2,
+                  const int R2, const int N2, const bool pairs2, const int K2,
+                  __global const uchar *W2, __global const half *S2, int w, int lane,
+                  int *rows) {
+    if (TASK0(k + 1, R) < N) {
+        const int n = phase_rows(k + 1, R, N, pairs, w, rows);
+        rows_l2(fmt, sh, W, S, K, rows, n, lane);
+    } else if (NEXT_L2 && nxt) {
+        const int n = phase_rows(0, R2, N2, pairs2, w, rows);
+        rows_l2(fmt2, sh2, W2, S2, K2, rows, n, lane);
+    }
+}
+
 // A layer's arguments (suffix i: the launch's i-th layer) and the one of layer l among them.
 #define LAYER_ARGS(i)                                                                          \
     __global const float *anw##i, __global const uchar *wqkv##i, __global const half *sqkv##i, \
@@ -673,7 +783,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                    , LAYER_ARGS(7)
 #endif
                    ) {
-    __local uint xq[QKMAX / 4];
+    __local uint xq[ANY_F16 ? QKMAX / 2 : QKMAX / 4];  // (f16: float16 values)
     __local float xd[QKMAX / 32];
     __local int xs[QKMAX / 32];
     __local float red[LS], y[N_REP * D], kn[D], vn[D];
@@ -694,6 +804,9 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     // attention's splits of a key-value head's positions (the same in every layer)
     const int per = split_len(L), NS = (L + per - 1) / per;
     const bool has_a = (PHASES & 1) && TASK0(0, R_QKV) < NQKV;
+    const bool has_c = (PHASES & 4) && TASK0(0, R_O) < DIM;
+    const bool has_d = (PHASES & 8) && TASK0(0, R_GU) < FFN;
+    const bool has_e = (PHASES & 16) && TASK0(0, R_D) < DIM;
     if (has_a) {
         task_rows(0, R_QKV, NQKV, w, rows);
         fetch(WF_QKV, SH_QKV, wqkv0, sqkv0, DIM, rows, R_QKV, lane, wa, wb, wdd);
@@ -708,15 +821,13 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
         // ---- A: qkv = Wqkv . n(x) (the first task's rows loaded before) ----
         if (has_a) {
-            const float fa = rms_after(quantize(x, DIM, anw, xq, xd, xs, red), DIM, eps, red);
+            ahead(0, PH_QKV(l), has_c, PH_O(l), w, lane, rows);
+            const float fa = stage(WF_QKV, x, DIM, anw, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_QKV) < NQKV; ++k) {
                 if (k > 0) {
                     task_rows(k, R_QKV, NQKV, w, rows);
                     fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
-                }
-                if (TASK0(k + 1, R_QKV) < NQKV) {
-                    task_rows(k + 1, R_QKV, NQKV, w, rows);
-                    rows_l2(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane);
+                    ahead(k, PH_QKV(l), has_c, PH_O(l), w, lane, rows);
                 }
                 dots(WF_QKV, DIM, R_QKV, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 task_store(k, R_QKV, NQKV, w, lane, r, fa, qkv, false);
@@ -827,7 +938,6 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
             }
         }
         grid_arrive(bar, &target);
-        const bool has_c = (PHASES & 4) && TASK0(0, R_O) < DIM;
         if (has_c) {
             task_rows(0, R_O, DIM, w, rows);
             fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
@@ -836,23 +946,19 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
         // ---- C: x += Wo . attn ----
         if (has_c) {
-            quantize(attn, HEADS * D, 0, xq, xd, xs, red);
-            quantized();
+            ahead(0, PH_O(l), has_d, PH_GU(l), w, lane, rows);
+            stage(WF_O, attn, HEADS * D, 0, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_O) < DIM; ++k) {
                 if (k > 0) {
                     task_rows(k, R_O, DIM, w, rows);
                     fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
-                }
-                if (TASK0(k + 1, R_O) < DIM) {
-                    task_rows(k + 1, R_O, DIM, w, rows);
-                    rows_l2(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane);
+                    ahead(k, PH_O(l), has_d, PH_GU(l), w, lane, rows);
                 }
                 dots(WF_O, HEADS * D, R_O, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 task_store(k, R_O, DIM, w, lane, r, 1.0f, x, true);
             }
         }
         grid_arrive(bar, &target);
-        const bool has_d = (PHASES & 8) && TASK0(0, R_GU) < FFN;
         if (has_d) {
             pair_rows(0, w, rows);
             fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
@@ -861,15 +967,13 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
         // ---- D: h = silu(gate) * up ----
         if (has_d) {
-            const float fd = rms_after(quantize(x, DIM, fnw, xq, xd, xs, red), DIM, eps, red);
+            ahead(0, PH_GU(l), has_e, PH_D(l), w, lane, rows);
+            const float fd = stage(WF_GU, x, DIM, fnw, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_GU) < FFN; ++k) {
                 if (k > 0) {
                     pair_rows(k, w, rows);
                     fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
-                }
-                if (TASK0(k + 1, R_GU) < FFN) {
-                    pair_rows(k + 1, w, rows);
-                    rows_l2(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane);
+                    ahead(k, PH_GU(l), has_e, PH_D(l), w, lane, rows);
                 }
                 dots(WF_GU, DIM, 2 * R_GU, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 const int j0 = TASK0(k, R_GU) + w * R_GU;
@@ -882,7 +986,6 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
             }
         }
         grid_arrive(bar, &target);
-        const bool has_e = (PHASES & 16) && TASK0(0, R_D) < DIM;
         if (has_e) {
             task_rows(0, R_D, DIM, w, rows);
             fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
@@ -891,16 +994,15 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
         // ---- E: x += Wd . h ----
         if (has_e) {
-            quantize(h, FFN, 0, xq, xd, xs, red);
-            quantized();
+            // (after the launch's last layer, nothing)
+            const int m = min(l + 1, NL - 1);
+            ahead(0, PH_D(l), has_a && l + 1 < NL, PH_QKV(m), w, lane, rows);
+            stage(WF_D, h, FFN, 0, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_D) < DIM; ++k) {
                 if (k > 0) {
                     task_rows(k, R_D, DIM, w, rows);
                     fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
-                }
-                if (TASK0(k + 1, R_D) < DIM) {
-                    task_rows(k + 1, R_D, DIM, w, rows);
-                    rows_l2(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane);
+                    ahead(k, PH_D(l), has_a && l + 1 < NL, PH_QKV(m), w, lane, rows);
                 }
                 dots(WF_D, FFN, R_D, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 task_store(k, R_D, DIM, w, lane, r, 1.0f, x, true);

@@ -4,7 +4,7 @@ down projection, each added to the residual stream), up to MAX_LAYERS of them in
 work-groups that all run at once and meet at grid barriers, where the per-layer plan takes five
 launches a layer. Used where ``resident_groups`` finds the device runs that many work-groups
 together (the probe launches them and checks every barrier) and the layers' weights are 4- or
-8-bit with a scale per 32."""
+8-bit with a scale per 32, or float16."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from .launch import Launch, f32, i32, kernel
 from .matmul import Weight
 
 LS = 256  # work-items a group (layer.cl)
-FORMATS = {"q4": 3, "q8": 4}
+FORMATS = {"q4": 3, "q8": 4, "f16": 5}
 # Spins of a grid barrier before a work-group gives up on the others (and says so in bar[2]):
 # the probe's short, so that a device that cannot hold every group at once fails it quickly
 PROBE_SPINS = 1 << 18
@@ -123,29 +123,31 @@ def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
     """Whether ``decode_layers`` takes a layer of these weights ([qkv, o, gate_up, down]) on
     ``dev``: enabled, work-groups found resident, heads that divide 64 (multiples of 4), 4-
     and 8-bit row-major weights with a half or float scale per 32 values (Q4_0, Q4_1, Q8_0,
-    Q4_K; not Q6_K's 16) whose products may quantize their input to int8 (``Weight.int8``)."""
+    Q4_K; not Q6_K's 16) whose products may quantize their input to int8 (``Weight.int8``),
+    and row-major float16 weights (whose inputs it keeps as float16 values)."""
     if not enabled() or not resident_groups(dev):
         return False
     if 64 % head_dim or head_dim % 4:
         # PERF: heads of 128 (Llama 3 8B) keep the per-layer plan: attention's units read a
         # head's keys and values in registers, 64 dimensions at most
         return False
-    return all(w.fmt in FORMATS and w.layout == "rows" and w.int8 and w.k % 32 == 0
-               and w.defines.get("SCALE_HALF") in (0, 1) and w.defines.get("QGROUP") == 32
-               and not w.defines.get("Q4_SYM") for w in weights)
+    return all(w.layout == "rows" and w.k % 32 == 0 and (
+        w.fmt == "f16" or w.fmt in FORMATS and w.int8 and w.defines.get("SCALE_HALF") in (0, 1)
+        and w.defines.get("QGROUP") == 32 and not w.defines.get("Q4_SYM")) for w in weights)
 
 
-SLOTS = 16  # (row, block of 32) pairs a work-item holds in registers (layer.cl)
+SLOTS = 16  # (row, block) pairs a work-item holds in registers (layer.cl)
 NW = LS // 32
 
 
 def rows_per_task(fmt: str, k: int, n: int, groups: int, rows_an_item: int = 1) -> int:
     """Items (rows; [gate | up] pairs: ``rows_an_item`` 2) a warp takes at once in a phase of
     ``n`` items over ``k`` inputs: enough for one round of every warp of ``groups``
-    work-groups, no more than a lane's registers hold (SLOTS blocks of q4, half as many of q8,
-    whose blocks are twice the bytes)."""
-    lane_blocks = -(-(k // 32) // 32)
-    cap = (SLOTS if fmt == "q4" else SLOTS // 2) // (lane_blocks * rows_an_item)
+    work-groups, no more than a lane's registers hold (SLOTS blocks of q4 (32 values, 16
+    bytes), half as many of q8, whose blocks are twice the bytes; SLOTS of f16 (16 values, 32
+    bytes): the rows of 8192 that the down projection of a 1B model has)."""
+    lane_blocks = -(-(k // (16 if fmt == "f16" else 32)) // 32)
+    cap = (SLOTS // 2 if fmt == "q8" else SLOTS) // (lane_blocks * rows_an_item)
     if cap < 1:
         raise ValueError(f"decode_layers: rows of {k} inputs do not fit a lane's registers")
     return max(1, min(cap, -(-n // (groups * NW))))

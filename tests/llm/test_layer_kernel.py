@@ -15,7 +15,7 @@ from clops.kernels import layer
 from ..fuzz.tiny_files import TinyShape, write_gguf
 
 # every layer matrix 4- or 8-bit (what decode_layers takes: half scales, and Q4_K's float
-# ones); heads of 64
+# ones; and float16); heads of 64
 SHAPE = TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512,
                   embed_type="Q8_0", output_type="Q8_0", context=1024,
                   layer_types=(("Q4_0", "Q8_0", "Q4_1", "Q8_0"),
@@ -37,7 +37,11 @@ def model_file(files) -> str:
 WIDE = TinyShape(dim=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
                  embed_type="Q8_0", output_type="Q8_0", context=1024,
                  layer_types=(("Q8_0", "Q4_0", "Q4_1", "Q8_0"),))
-SHAPES = {"mixed": SHAPE, "same": SAME}
+# float16 layers, and one whose phases mix float16 and 4- and 8-bit weights
+F16 = TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512,
+                embed_type="Q8_0", output_type="Q8_0", context=1024,
+                layer_types=(("F16", "F16", "F16", "F16"), ("F16", "Q8_0", "Q4_0", "F16")))
+SHAPES = {"mixed": SHAPE, "same": SAME, "f16": F16}
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +131,7 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prom
     bar = np.empty(4, np.int32)
     device.read(bar, model.bar, blocking=True)
     groups = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers])
-    assert [len(g) for g in groups] == {"mixed": [1, 1], "same": [3]}[which]
+    assert [len(g) for g in groups] == {"mixed": [1, 1], "same": [3], "f16": [1, 1]}[which]
     # one decode step through the kernel: every grid barrier met
     assert layer.arrivals(bar) == _barriers(model) and bar[2] == 0, bar
 
