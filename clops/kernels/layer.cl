@@ -406,12 +406,70 @@ inline void rows_l2(const int fmt, const int sh, __global const uchar *W,
 #endif
 }
 
+// dots of f16 rows: each lane's blocks of a row . the same blocks of x, summed over the warp.
+// NVIDIA: tensor cores, where a float16 value costs the conversion to float a quarter-rate
+// instruction: an m16n8k16 product whose A row g (k 2c, 2c + 1, 2c + 8, 2c + 9) and B column g
+// (the same k) are both lane (g, c)'s, four values of x and of the row, so that its diagonal
+// D[g][g] gathers lanes (g, 0 .. 3)'s products (float32 accumulators; the other entries are
+// not read); a lane's diagonal entry (lane (g, g / 2), element g % 2) then goes to the sum
+// over the warp.
+inline void dots_f16(const int K, const int R, const int lane, const uint4 *a, const uint4 *b,
+                     __local const uint *xq, __local float *red, float *r) {
+#if PTX
+    float dm[4 * SLOTS];
+#pragma unroll
+    for (int e = 0; e < 4 * R; ++e) dm[e] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < KB(F16, K); ++i) {
+        const int blk = min(lane + 32 * i, NB(F16, K) - 1);  // (past the row: zero weights)
+        const uint4 x0 = vload4(2 * blk, xq), x1 = vload4(2 * blk + 1, xq);
+        const uint q0[4] = {x0.x, 0u, x0.y, 0u}, q1[4] = {x0.z, 0u, x0.w, 0u},
+                   q2[4] = {x1.x, 0u, x1.y, 0u}, q3[4] = {x1.z, 0u, x1.w, 0u};
+#pragma unroll
+        for (int e = 0; e < R; ++e) {
+            const int s = e * KB(F16, K) + i;
+            mma16816(dm + 4 * e, q0, a[s].x, a[s].y);
+            mma16816(dm + 4 * e, q1, a[s].z, a[s].w);
+            mma16816(dm + 4 * e, q2, b[s].x, b[s].y);
+            mma16816(dm + 4 * e, q3, b[s].z, b[s].w);
+        }
+    }
+    const int g = lane >> 2;
+#pragma unroll
+    for (int e = 0; e < R; ++e)
+        r[e] = (lane & 3) == g >> 1 ? dm[4 * e + (g & 1)] : 0.0f;
+#else
+#pragma unroll
+    for (int e = 0; e < R; ++e) r[e] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < KB(F16, K); ++i) {
+        const int blk = min(lane + 32 * i, NB(F16, K) - 1);
+        const uint4 x0 = vload4(2 * blk, xq), x1 = vload4(2 * blk + 1, xq);
+        const float4 f0 = half4_f(x0.xy), f1 = half4_f(x0.zw), f2 = half4_f(x1.xy),
+                     f3 = half4_f(x1.zw);
+#pragma unroll
+        for (int e = 0; e < R; ++e) {
+            const int s = e * KB(F16, K) + i;
+            const float4 q = mad(half4_f(a[s].xy), f0, half4_f(a[s].zw) * f1) +
+                             mad(half4_f(b[s].xy), f2, half4_f(b[s].zw) * f3);
+            r[e] += (q.x + q.y) + (q.z + q.w);
+        }
+    }
+#endif
+#pragma unroll
+    for (int e = 0; e < R; ++e) r[e] = lanes_total(r[e], 1, red);
+}
+
 // The sums over the warp of the fetched rows . the staged x (quantized; f16: float16 values),
 // in r[0 .. R) (lane 0).
 inline void dots(const int fmt, const int K, const int R, const int lane, const uint4 *a,
                  const uint4 *b, const float2 *d, __local const uint *xq,
                  __local const float *xd, __local const int *xs, __local float *red,
                  float *r) {
+    if (fmt == F16) {
+        dots_f16(K, R, lane, a, b, xq, red, r);
+        return;
+    }
     const uint M = 0x0f0f0f0fu;
 #pragma unroll
     for (int e = 0; e < R; ++e) r[e] = 0.0f;
@@ -419,18 +477,6 @@ inline void dots(const int fmt, const int K, const int R, const int lane, const 
     for (int i = 0; i < KB(fmt, K); ++i) {
         const int blk = min(lane + 32 * i, NB(fmt, K) - 1);  // (past the row: zero weights)
         const uint4 x0 = vload4(2 * blk, xq), x1 = vload4(2 * blk + 1, xq);
-        if (fmt == F16) {
-            const float4 f0 = half4_f(x0.xy), f1 = half4_f(x0.zw), f2 = half4_f(x1.xy),
-                         f3 = half4_f(x1.zw);
-#pragma unroll
-            for (int e = 0; e < R; ++e) {
-                const int s = e * KB(fmt, K) + i;
-                const float4 q = mad(half4_f(a[s].xy), f0, half4_f(a[s].zw) * f1) +
-                                 mad(half4_f(b[s].xy), f2, half4_f(b[s].zw) * f3);
-                r[e] += (q.x + q.y) + (q.z + q.w);
-            }
-            continue;
-        }
         const float dx = xd[blk], sx = dx * (float)xs[blk];
 #pragma unroll
         for (int e = 0; e < R; ++e) {

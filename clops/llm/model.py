@@ -6,6 +6,7 @@ runs on the device so that only the chosen token id comes back."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 import time
@@ -30,6 +31,12 @@ from .weights import WeightSource
 # at most this fraction of the device's memory (clops.llm.load's float16_copies).
 HALF_COPIES_FRACTION = 0.2
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>")
+
+
+def token_queue(dev: CLDevice) -> bool:
+    """Whether generation reads each chosen token on a queue of its own (GPUs; not
+    ``CLOPS_TOKEN_QUEUE=0``), rather than on the decode queue between steps."""
+    return dev.kind != "cpu" and os.environ.get("CLOPS_TOKEN_QUEUE", "1") != "0"
 
 
 @dataclass
@@ -117,6 +124,7 @@ class Model:
         self._branch = _branch_out(cfg)
         # decode rows' layers as one launch each (None: not decided yet)
         self._whole: bool | None = None
+        self._token_queue: Any = None  # (_read_token)
         self._alloc(float16_copies)
         self._plans: dict[tuple[int, str, bool, int | None], LaunchPlan] = {}
         self._sampler: dict[str, Any] = {}
@@ -648,8 +656,7 @@ class Model:
             pos = len(ids)
             produced = 0
             stops = set(stop_ids)
-            host = np.empty(1, np.int32)
-            ev = dev.read(host, self.tokens, pos * 4, blocking=False)
+            host, ev = self._read_token(pos)
             t1 = None
             # PERF (CPUs): the first step is enqueued once the prompt's token is in. Enqueued
             # during the prompt, it made the prompt a tenth slower (2-core EPYC, Intel's
@@ -679,8 +686,21 @@ class Model:
                 if produced >= budget:
                     return
                 pos += 1
-                host = np.empty(1, np.int32)
-                ev = dev.read(host, self.tokens, pos * 4, blocking=False)
+                host, ev = self._read_token(pos)
+
+    def _read_token(self, pos: int) -> tuple[np.ndarray, Any]:
+        """The token at ``pos`` (chosen by the steps enqueued so far) into a host array, and the
+        event of its read. GPUs: read on a queue of its own, after a marker on the decode
+        queue, so that the next step's kernels do not wait behind the copy to the host."""
+        dev = self.device
+        host = np.empty(1, np.int32)
+        if not token_queue(dev):
+            return host, dev.read(host, self.tokens, pos * 4, blocking=False)
+        if self._token_queue is None:
+            self._token_queue = dev.create_queue()
+        done = dev.queue.marker()
+        return host, dev.read(host, self.tokens, pos * 4, queue=self._token_queue,
+                              wait_for=[done], blocking=False)
 
     def generate(self, prompt: str | list[dict[str, str]], max_new_tokens: int = 128,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
