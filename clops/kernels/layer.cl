@@ -730,26 +730,19 @@ inline int phase_rows(int k, const int R, const int N, const bool pairs, int w, 
 #define PH_GU(l) WF_GU, SH_GU, R_GU, FFN, true, DIM, SEL(wgu, l), SEL(sgu, l)
 #define PH_D(l) WF_D, SH_D, R_D, DIM, false, FFN, SEL(wd, l), SEL(sd, l)
 
-// Into L2, while the warp works on task k of a phase (PH_*), the rows that follow it: the
-// phase's next task's, or after its last task (NEXT_L2) the first task's of the phase that
-// comes next (nxt: it has one), which the warp loads into registers while the work-groups meet
-// before that phase. Issued before the phase's input is staged: the weights stream while the
-// work-group reads and quantizes its input, sums its rows, stores them and meets the others.
-#ifndef NEXT_L2
-#define NEXT_L2 1
-#endif
+// Into L2, while the warp works on task k of a phase (PH_*), the rows of its next task (where
+// it has one). Task 0's is issued before the phase's input is staged: the weights stream while
+// the work-group reads and quantizes its input.
+// PERF (H100, decode tok/s, runs of one machine): the first rows of the phase after a phase's
+// last task prefetched too (what its warps load while the groups meet) were slower: 1B Q4_0
+// 1628-1630 against 1737-1738 after 128 positions, 999 against 1050 after 16384; 1B F16 762-766
+// against 795 (the phases' own streams held back)
 inline void ahead(int k, const int fmt, const int sh, const int R, const int N,
                   const bool pairs, const int K, __global const uchar *W,
-                  __global const half *S, const bool nxt, const int fmt2, const int sh2,
-                  const int R2, const int N2, const bool pairs2, const int K2,
-                  __global const uchar *W2, __global const half *S2, int w, int lane,
-                  int *rows) {
+                  __global const half *S, int w, int lane, int *rows) {
     if (TASK0(k + 1, R) < N) {
         const int n = phase_rows(k + 1, R, N, pairs, w, rows);
         rows_l2(fmt, sh, W, S, K, rows, n, lane);
-    } else if (NEXT_L2 && nxt) {
-        const int n = phase_rows(0, R2, N2, pairs2, w, rows);
-        rows_l2(fmt2, sh2, W2, S2, K2, rows, n, lane);
     }
 }
 
@@ -867,13 +860,13 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
         // ---- A: qkv = Wqkv . n(x) (the first task's rows loaded before) ----
         if (has_a) {
-            ahead(0, PH_QKV(l), has_c, PH_O(l), w, lane, rows);
+            ahead(0, PH_QKV(l), w, lane, rows);
             const float fa = stage(WF_QKV, x, DIM, anw, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_QKV) < NQKV; ++k) {
                 if (k > 0) {
                     task_rows(k, R_QKV, NQKV, w, rows);
                     fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
-                    ahead(k, PH_QKV(l), has_c, PH_O(l), w, lane, rows);
+                    ahead(k, PH_QKV(l), w, lane, rows);
                 }
                 dots(WF_QKV, DIM, R_QKV, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 task_store(k, R_QKV, NQKV, w, lane, r, fa, qkv, false);
@@ -992,13 +985,13 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
         // ---- C: x += Wo . attn ----
         if (has_c) {
-            ahead(0, PH_O(l), has_d, PH_GU(l), w, lane, rows);
+            ahead(0, PH_O(l), w, lane, rows);
             stage(WF_O, attn, HEADS * D, 0, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_O) < DIM; ++k) {
                 if (k > 0) {
                     task_rows(k, R_O, DIM, w, rows);
                     fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
-                    ahead(k, PH_O(l), has_d, PH_GU(l), w, lane, rows);
+                    ahead(k, PH_O(l), w, lane, rows);
                 }
                 dots(WF_O, HEADS * D, R_O, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 task_store(k, R_O, DIM, w, lane, r, 1.0f, x, true);
@@ -1013,13 +1006,13 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
         // ---- D: h = silu(gate) * up ----
         if (has_d) {
-            ahead(0, PH_GU(l), has_e, PH_D(l), w, lane, rows);
+            ahead(0, PH_GU(l), w, lane, rows);
             const float fd = stage(WF_GU, x, DIM, fnw, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_GU) < FFN; ++k) {
                 if (k > 0) {
                     pair_rows(k, w, rows);
                     fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
-                    ahead(k, PH_GU(l), has_e, PH_D(l), w, lane, rows);
+                    ahead(k, PH_GU(l), w, lane, rows);
                 }
                 dots(WF_GU, DIM, 2 * R_GU, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 const int j0 = TASK0(k, R_GU) + w * R_GU;
@@ -1040,15 +1033,13 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
         // ---- E: x += Wd . h ----
         if (has_e) {
-            // (after the launch's last layer, nothing)
-            const int m = min(l + 1, NL - 1);
-            ahead(0, PH_D(l), has_a && l + 1 < NL, PH_QKV(m), w, lane, rows);
+            ahead(0, PH_D(l), w, lane, rows);
             stage(WF_D, h, FFN, 0, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_D) < DIM; ++k) {
                 if (k > 0) {
                     task_rows(k, R_D, DIM, w, rows);
                     fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
-                    ahead(k, PH_D(l), has_a && l + 1 < NL, PH_QKV(m), w, lane, rows);
+                    ahead(k, PH_D(l), w, lane, rows);
                 }
                 dots(WF_D, FFN, R_D, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 task_store(k, R_D, DIM, w, lane, r, 1.0f, x, true);

@@ -54,6 +54,16 @@ def enabled() -> bool:
     return os.environ.get("CLOPS_LAYER_KERNEL", "1") != "0"
 
 
+def float16_weights() -> bool:
+    """Whether ``decode_layers`` takes float16 weights: only with ``CLOPS_LAYER_KERNEL_F16=1``.
+    PERF (H100, 1B F16 body, decode tok/s, one machine, 2026-11-26): 762-795 through the kernel
+    against 874 through the per-layer plan after 128 positions, 680-713 against 756 after 4096.
+    Its rows are summed by tensor cores (the float conversions of a float32 sum took as long),
+    but its phases stream below copy bandwidth: gate/up took 29 us for 67 MB a layer (0.78),
+    the down projection 20 us for 34 MB (0.56), where the plan's products are 0.8-1.0."""
+    return os.environ.get("CLOPS_LAYER_KERNEL_F16", "0") == "1"
+
+
 @probes.per_device
 def resident_groups(dev: CLDevice) -> int:
     """Work-groups of ``LS`` work-items the device runs all at once, found by launching that
@@ -124,7 +134,8 @@ def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
     ``dev``: enabled, work-groups found resident, heads that divide 64 (multiples of 4), 4-
     and 8-bit row-major weights with a half or float scale per 32 values (Q4_0, Q4_1, Q8_0,
     Q4_K; not Q6_K's 16) whose products may quantize their input to int8 (``Weight.int8``),
-    and row-major float16 weights (whose inputs it keeps as float16 values)."""
+    and, where ``float16_weights`` holds, row-major float16 weights (whose inputs it keeps
+    as float16 values)."""
     if not enabled() or not resident_groups(dev):
         return False
     if 64 % head_dim or head_dim % 4:
@@ -132,7 +143,8 @@ def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
         # head's keys and values in registers, 64 dimensions at most
         return False
     return all(w.layout == "rows" and w.k % 32 == 0 and (
-        w.fmt == "f16" or w.fmt in FORMATS and w.int8 and w.defines.get("SCALE_HALF") in (0, 1)
+        w.fmt == "f16" and float16_weights()
+        or w.fmt in ("q4", "q8") and w.int8 and w.defines.get("SCALE_HALF") in (0, 1)
         and w.defines.get("QGROUP") == 32 and not w.defines.get("Q4_SYM")) for w in weights)
 
 
