@@ -699,6 +699,7 @@ class Model:
         if self._token_queue is None:
             self._token_queue = dev.create_queue()
         done = dev.queue.marker()
+        dev.queue.flush()  # (the read waits on it: it must reach the device now)
         return host, dev.read(host, self.tokens, pos * 4, queue=self._token_queue,
                               wait_for=[done], blocking=False)
 
