@@ -18,12 +18,12 @@
 // a scale per 32 values, the sums of the int8 values per 32 for q4's minimums); the weights (q4:
 // 16 nibble bytes and a (scale, min) pair per 32; q8: 32 bytes and a scale per 32; half or float
 // scales) meet it through 4-byte integer dot products. Float16 weights (f16) meet it as float16
-// values in local memory (normalized first where a norm leads the phase), in float arithmetic.
-// Compile-time: NL (1 to 8), DIM, HEADS, KV_HEADS, HEAD_DIM, FFN, QKMAX (the longest input: max
-// of DIM, HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8, 5 f16), SH_QKV, SH_O, SH_GU,
-// SH_D (1: half scales, 0: float), R_QKV, R_O, R_GU (pairs of a gate and an up row), R_D (rows
-// a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX (NVIDIA: dp4a, shfl.sync, fences
-// and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a bitmask of the phases A..E that
+// values in local memory (normalized first where a norm leads the phase), summed in float32
+// (NVIDIA: on tensor cores). Compile-time: NL (1 to 8), DIM, HEADS, KV_HEADS, HEAD_DIM, FFN,
+// QKMAX (the longest input: max of DIM, HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4,
+// 4 q8, 5 f16), SH_QKV, SH_O, SH_GU, SH_D (1: half scales, 0: float), R_QKV, R_O, R_GU (pairs
+// of a gate and an up row), R_D (rows a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX
+// (NVIDIA: dp4a, shfl.sync, mma.sync, fences and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a bitmask of the phases A..E that
 // run, for timing them apart: default all), SPLITS_MAX (B's splits of a key-value head's
 // positions at most), SPLIT_MIN (positions a split takes at least), KV_HALF (1: float16 caches,
 // clops/kv.cl), TRACE (1: the groups' times at each grid barrier, for profiling; see stamp).
@@ -296,9 +296,9 @@ inline float rms_after(float ss, int K, float eps, __local float *red) {
 inline void quantized(void) { barrier(CLK_LOCAL_MEM_FENCE); }
 
 // A phase of float16 weights: the work-group stores v[i] = src[i] (nw: RMSNorm(src)[i] * nw[i],
-// eps inside the root) as float16 values into xh (two a uint, value i at half 2i of ...: the
-// order of the weights' rows), publishes them, and returns 1 (the factor quantize's phases
-// apply after their sums). The loads as quantize's.
+// eps inside the root) as float16 values into xh (two a uint, the first in its low half: the
+// order of a float16 row's values), publishes them, and returns 1 (the factor quantize's
+// phases apply after their sums). The loads as quantize's.
 inline float stage_half(__global const float *src, int K, __global const float *nw, float eps,
                         __local uint *xh, __local float *red) {
     const int t = get_local_id(0);
@@ -407,8 +407,8 @@ inline void rows_l2(const int fmt, const int sh, __global const uchar *W,
 }
 
 // dots of f16 rows: each lane's blocks of a row . the same blocks of x, summed over the warp.
-// NVIDIA: tensor cores, where a float16 value costs the conversion to float a quarter-rate
-// instruction: an m16n8k16 product whose A row g (k 2c, 2c + 1, 2c + 8, 2c + 9) and B column g
+// NVIDIA: on tensor cores (converting each float16 value to float32 takes an instruction of a
+// quarter of the arithmetic rate): an m16n8k16 product whose A row g (k 2c, 2c + 1, 2c + 8, 2c + 9) and B column g
 // (the same k) are both lane (g, c)'s, four values of x and of the row, so that its diagonal
 // D[g][g] gathers lanes (g, 0 .. 3)'s products (float32 accumulators; the other entries are
 // not read); a lane's diagonal entry (lane (g, g / 2), element g % 2) then goes to the sum

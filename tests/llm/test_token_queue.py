@@ -28,5 +28,5 @@ def test_token_queue_gives_the_same_tokens(device, monkeypatch, tmp_path, temper
                     for _ in range(2)]
     assert len(out[True][0]) == 24
     assert out[True] == out[False]
-    # the second generation reads its tokens on the queue the first one made
+    # (the queue of its own was made, and is kept for the next generation)
     assert model._token_queue is not None
