@@ -19,14 +19,15 @@
 // 16 nibble bytes and a (scale, min) pair per 32; q8: 32 bytes and a scale per 32; half or float
 // scales) meet it through 4-byte integer dot products. Float16 weights (f16) meet it as float16
 // values in local memory (normalized first where a norm leads the phase), summed in float32
-// (NVIDIA: on tensor cores). Compile-time: NL (1 to 8), DIM, HEADS, KV_HEADS, HEAD_DIM, FFN,
-// QKMAX (the longest input: max of DIM, HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4,
-// 4 q8, 5 f16), SH_QKV, SH_O, SH_GU, SH_D (1: half scales, 0: float), R_QKV, R_O, R_GU (pairs
-// of a gate and an up row), R_D (rows a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX
-// (NVIDIA: dp4a, shfl.sync, mma.sync, fences and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a bitmask of the phases A..E that
-// run, for timing them apart: default all), SPLITS_MAX (B's splits of a key-value head's
-// positions at most), SPLIT_MIN (positions a split takes at least), KV_HALF (1: float16 caches,
-// clops/kv.cl), TRACE (1: the groups' times at each grid barrier, for profiling; see stamp).
+// (NVIDIA: on tensor cores). Compile-time: NL (1 to 8), DIM, HEADS, KV_HEADS, HEAD_DIM, FFN, QKMAX
+// (the longest input: max of DIM, HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8, 5
+// f16), SH_QKV, SH_O, SH_GU, SH_D (1: half scales, 0: float), R_QKV, R_O, R_GU (pairs of a gate and
+// an up row), R_D (rows a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX (NVIDIA: dp4a,
+// shfl.sync, mma.sync, fences and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a bitmask
+// of the phases A..E that run, for timing them apart: default all), SPLITS_MAX (B's splits of a
+// key-value head's positions at most), SPLIT_MIN (positions a split takes at least), KV_HALF (1:
+// float16 caches, clops/kv.cl), TRACE (1: the groups' times at each grid barrier, for profiling;
+// see stamp).
 // Work geometry: global (G * LS), local (LS).
 #define LS 256
 #define NW (LS / 32)
@@ -408,11 +409,11 @@ inline void rows_l2(const int fmt, const int sh, __global const uchar *W,
 
 // dots of f16 rows: each lane's blocks of a row . the same blocks of x, summed over the warp.
 // NVIDIA: on tensor cores (converting each float16 value to float32 takes an instruction of a
-// quarter of the arithmetic rate): an m16n8k16 product whose A row g (k 2c, 2c + 1, 2c + 8, 2c + 9) and B column g
-// (the same k) are both lane (g, c)'s, four values of x and of the row, so that its diagonal
-// D[g][g] gathers lanes (g, 0 .. 3)'s products (float32 accumulators; the other entries are
-// not read); a lane's diagonal entry (lane (g, g / 2), element g % 2) then goes to the sum
-// over the warp.
+// quarter of the arithmetic rate): an m16n8k16 product whose A row g (k 2c, 2c + 1, 2c + 8, 2c + 9)
+// and B column g (the same k) are both lane (g, c)'s, four values of x and of the row, so that its
+// diagonal D[g][g] gathers lanes (g, 0 .. 3)'s products (float32 accumulators; the other entries
+// are not read); a lane's diagonal entry (lane (g, g / 2), element g % 2) then goes to the sum over
+// the warp.
 inline void dots_f16(const int K, const int R, const int lane, const uint4 *a, const uint4 *b,
                      __local const uint *xq, __local float *red, float *r) {
 #if PTX
