@@ -253,16 +253,23 @@ inline float eight(float v, bool max_of, __local float *red) {
 // used (one memory latency, not one a round), and every work-item runs every round (the
 // shuffles and barriers of eight()).
 #define QR ((QKMAX / 4 + LS - 1) / LS)
-inline float quantize(__global const float *src, int K, __global const float *nw,
-                      __local uint *xq, __local float *xd, __local int *xs, __local float *red) {
+// A work-group's K values of src, this work-item's four a round (zero past K), all loads issued
+// at once.
+inline void load_rounds(__global const float *src, int K, float4 *v) {
     const int t = get_local_id(0);
-    float4 v[QR];
-    float ss = 0.0f;
 #pragma unroll
     for (int r = 0; r < QR; ++r) {
         const int i = r * LS + t;
         v[r] = r * LS < K / 4 && i < K / 4 ? load4_fresh(src + 4 * i) : (float4)(0.0f);
     }
+}
+
+inline float quantize(__global const float *src, int K, __global const float *nw,
+                      __local uint *xq, __local float *xd, __local int *xs, __local float *red) {
+    const int t = get_local_id(0);
+    float4 v[QR];
+    float ss = 0.0f;
+    load_rounds(src, K, v);
 #pragma unroll
     for (int r = 0; r < QR; ++r) {
         if (r * LS >= K / 4) break;  // (the same for every work-item)
@@ -305,12 +312,9 @@ inline float stage_half(__global const float *src, int K, __global const float *
     const int t = get_local_id(0);
     float4 v[QR];
     float ss = 0.0f;
+    load_rounds(src, K, v);
 #pragma unroll
-    for (int r = 0; r < QR; ++r) {
-        const int i = r * LS + t;
-        v[r] = r * LS < K / 4 && i < K / 4 ? load4_fresh(src + 4 * i) : (float4)(0.0f);
-        ss += dot(v[r], v[r]);
-    }
+    for (int r = 0; r < QR; ++r) ss += dot(v[r], v[r]);
     const float f = nw ? rms_after(ss, K, eps, red) : 1.0f;
 #pragma unroll
     for (int r = 0; r < QR; ++r) {
