@@ -20,7 +20,7 @@ import numpy as np
 from ..kernels import Launch, LaunchPlan, activation, attention, layer, matmul, native_cpu, norm
 from ..kernels import sample as sample_kernel
 from ..nn.quant import DeviceWeight, PackedWeight, concat, upload
-from ..runtime import CLDevice
+from ..runtime import CLDevice, CLQueue
 from ..runtime.pool import Buffer
 from .arch import NORMS
 from .config import ModelConfig
@@ -124,7 +124,7 @@ class Model:
         self._branch = _branch_out(cfg)
         # decode rows' layers as one launch each (None: not decided yet)
         self._whole: bool | None = None
-        self._token_queue: Any = None  # (_read_token)
+        self._token_queue: CLQueue | None = None  # (_read_token)
         self._alloc(float16_copies)
         self._plans: dict[tuple[int, str, bool, int | None], LaunchPlan] = {}
         self._sampler: dict[str, Any] = {}
