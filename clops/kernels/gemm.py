@@ -68,6 +68,18 @@ NT_WGMMA_CONFIGS: list[dict[str, int]] = [
     dict(BM=128, BN=128, BK=64, STAGES=3, WAITN=0, RASTER=8),
     dict(BM=64, BN=128, BK=64, STAGES=4, WAITN=0, RASTER=8),
 ]
+# Prompts of up to NT_SMALL_M rows, whose products the weight's bytes bound: deeper rings of
+# tiles, a wgmma batch left in flight (and matmul.tensor_core_split's slices of k filling one
+# wave of work-groups, no more).
+# PERF (H100, device time, bench/sweep_gemm.py --nt, rows x N x K): 128x2048x8192 26.6 us (64 x
+# 128, 4 stages, 8 slices: the former choice) -> 20.2 (8 stages, WAITN 1, 4 slices);
+# 128x3072x2048 16.8 (4 slices) -> 14.3 (2); 128x2048x2048 13.9 -> 13.5; 128x16384x2048 41.8
+# -> 43.7. At 512 rows the same tiles were slower (the 1B body's pp512 124-129k against
+# 132-136k tok/s), so larger prompts keep NT_WGMMA_CONFIGS.
+NT_SMALL_M = 128
+NT_WGMMA_CONFIGS_SMALL: list[dict[str, int]] = [
+    dict(BM=64, BN=128, BK=64, STAGES=8, WAITN=1, RASTER=8),
+]
 
 _DT = {"float32": 0, "float16": 1}
 # CPUs (gemm_cpu.cl): float32 and float64 products from this many multiply-adds (below, the
@@ -261,7 +273,8 @@ def nt_config(dev: CLDevice, m: int, n: int, k: int) -> dict[str, int] | None:
     (else the one making most tiles), None where none divides or ``use_nt_wgmma`` fails."""
     if not use_nt_wgmma(dev):
         return None
-    fits = [c for c in NT_WGMMA_CONFIGS if n % c["BN"] == 0 and k % c["BK"] == 0]
+    configs = NT_WGMMA_CONFIGS_SMALL if m <= NT_SMALL_M else NT_WGMMA_CONFIGS
+    fits = [c for c in configs if n % c["BN"] == 0 and k % c["BK"] == 0]
     for cfg in fits:
         if -(-m // cfg["BM"]) * (n // cfg["BN"]) >= dev.caps.compute_units:
             return cfg
@@ -299,7 +312,7 @@ def _nt_wgmma_works(dev: CLDevice) -> bool:
     bp = dev.alloc(2 * m * n * 4)
     for buf, x in ((ba, a), (bb, b), (bbias, bias)):
         dev.write(buf, x, blocking=True)
-    for cfg in NT_WGMMA_CONFIGS:
+    for cfg in NT_WGMMA_CONFIGS + NT_WGMMA_CONFIGS_SMALL:
         for split in (1, 2):
             knl = nt_wgmma_kernel(dev, cfg, split, split == 1, False)
             if knl is None:

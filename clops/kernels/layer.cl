@@ -357,8 +357,16 @@ inline float stage(const int fmt, __global const float *src, int K, __global con
 #define ROW_BYTES(fmt, K) ((fmt) == 3 ? (K) / 2 : (fmt) == F16 ? 2 * (K) : (K))
 
 // Loads rows[0 .. R) of W [N][K] (format fmt), this lane's blocks, into slots e * KB + i: q4 a
-// uint4 of nibbles and (scale, min) in d; q8 two uint4 in a and b, the scale in d.x; f16 two
-// uint4 of 8 values each.
+// uint4 of nibbles and (scale, min) in d; q8 two uint4 in a and b, the scale in d.x; f16 the
+// row's 16-byte chunks lane + 64 i and lane + 64 i + 32 (8 values each), so that a warp's load
+// reads 512 consecutive bytes.
+// PERF (H100, 1B F16 body, decode tok/s after 128 positions, CLOPS_LAYER_KERNEL_F16=1, one
+// machine): a lane's 32 consecutive bytes (the two chunks of a q8 block: each load of the warp
+// touching half of each 32-byte sector of 1 KB) 782-800, these 859-860 (the per-layer plan 880).
+// A bulk prefetch a row (cp.async.bulk.prefetch.L2) for ahead() took the down projection from
+// 16.0 to 13.4 us but 867 tok/s in all (1B Q4_0: 1742-1750 -> 1656-1684); the gate/up phase's
+// first rows prefetched into L2 while the groups met after attention slowed attention (6.9 ->
+// 9.2 us; 859 tok/s), the down projection's while the last gate/up task ran gave 857.
 inline void fetch(const int fmt, const int sh, __global const uchar *W,
                   __global const half *S, const int K,
                   const int *rows, const int R, const int lane, uint4 *a, uint4 *b,
@@ -371,19 +379,24 @@ inline void fetch(const int fmt, const int sh, __global const uchar *W,
             const size_t n = (size_t)rows[e];
             a[s] = b[s] = (uint4)(0u);
             d[s] = (float2)(0.0f);
-            if (blk < nb) {
+            if (fmt == F16 ? lane + 64 * i < K / 8 : blk < nb) {
                 if (fmt == 3) {
                     a[s] = ((__global const uint4 *)(W + n * (K / 2)))[blk];
                     d[s] = sh ? vload_half2(n * nb + blk, S)
                               : vload2(n * nb + blk, (__global const float *)S);
+                } else if (fmt == F16) {
+                    __global const uint4 *wr =
+                        (__global const uint4 *)(W + n * ROW_BYTES(fmt, K));
+                    const int u0 = lane + 64 * i;
+                    a[s] = wr[u0];
+                    if (u0 + 32 < K / 8) b[s] = wr[u0 + 32];
                 } else {
                     __global const uint4 *wr =
                         (__global const uint4 *)(W + n * ROW_BYTES(fmt, K));
                     a[s] = wr[2 * blk];
                     b[s] = wr[2 * blk + 1];
-                    if (fmt != F16)
-                        d[s].x = sh ? vload_half(n * nb + blk, S)
-                                    : ((__global const float *)S)[n * nb + blk];
+                    d[s].x = sh ? vload_half(n * nb + blk, S)
+                                : ((__global const float *)S)[n * nb + blk];
                 }
             }
         }
@@ -418,6 +431,13 @@ inline void rows_l2(const int fmt, const int sh, __global const uchar *W,
 // diagonal D[g][g] gathers lanes (g, 0 .. 3)'s products (float32 accumulators; the other entries
 // are not read); a lane's diagonal entry (lane (g, g / 2), element g % 2) then goes to the sum over
 // the warp.
+// The values of x that meet a lane's slots i of an f16 row (fetch): the row's 16-byte chunks
+// lane + 64 i and lane + 64 i + 32 (past the row: the last, met by zero weights).
+inline void f16_x(const int K, int lane, int i, __local const uint *xq, uint4 *x0, uint4 *x1) {
+    *x0 = vload4(min(lane + 64 * i, K / 8 - 1), xq);
+    *x1 = vload4(min(lane + 64 * i + 32, K / 8 - 1), xq);
+}
+
 inline void dots_f16(const int K, const int R, const int lane, const uint4 *a, const uint4 *b,
                      __local const uint *xq, __local float *red, float *r) {
 #if PTX
@@ -426,8 +446,8 @@ inline void dots_f16(const int K, const int R, const int lane, const uint4 *a, c
     for (int e = 0; e < 4 * R; ++e) dm[e] = 0.0f;
 #pragma unroll
     for (int i = 0; i < KB(F16, K); ++i) {
-        const int blk = min(lane + 32 * i, NB(F16, K) - 1);  // (past the row: zero weights)
-        const uint4 x0 = vload4(2 * blk, xq), x1 = vload4(2 * blk + 1, xq);
+        uint4 x0, x1;
+        f16_x(K, lane, i, xq, &x0, &x1);
         const uint q0[4] = {x0.x, 0u, x0.y, 0u}, q1[4] = {x0.z, 0u, x0.w, 0u},
                    q2[4] = {x1.x, 0u, x1.y, 0u}, q3[4] = {x1.z, 0u, x1.w, 0u};
 #pragma unroll
@@ -448,8 +468,8 @@ inline void dots_f16(const int K, const int R, const int lane, const uint4 *a, c
     for (int e = 0; e < R; ++e) r[e] = 0.0f;
 #pragma unroll
     for (int i = 0; i < KB(F16, K); ++i) {
-        const int blk = min(lane + 32 * i, NB(F16, K) - 1);
-        const uint4 x0 = vload4(2 * blk, xq), x1 = vload4(2 * blk + 1, xq);
+        uint4 x0, x1;
+        f16_x(K, lane, i, xq, &x0, &x1);
         const float4 f0 = half4_f(x0.xy), f1 = half4_f(x0.zw), f2 = half4_f(x1.xy),
                      f3 = half4_f(x1.zw);
 #pragma unroll

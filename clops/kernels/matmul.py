@@ -408,14 +408,17 @@ SPLIT_GROUPS_PER_CU_WGMMA = 1
 
 def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
     """Slices of k for the tensor-core product (a power of two): enough work-groups for two
-    (wgmma: one) per compute unit, slices of at least 512 (and a whole number of the kernel's
-    depth)."""
+    (wgmma: one) per compute unit (wgmma products of up to ``gemm.NT_SMALL_M`` rows: as many
+    as one wave holds), slices of at least 512 (and a whole number of the kernel's depth)."""
     cfg = _gemm.nt_config(dev, m, n, k)
     bm, bn, depth = (cfg["BM"], cfg["BN"], cfg["BK"]) if cfg else (64, 64, 32)
     fill = SPLIT_GROUPS_PER_CU_WGMMA if cfg else SPLIT_GROUPS_PER_CU
     tiles = math.ceil(m / bm) * (n // bn)
+    # (small prompts on wgmma: at most one wave, gemm.NT_SMALL_M)
+    wave = cfg is not None and m <= _gemm.NT_SMALL_M
     split = 1
-    while (tiles * split < fill * dev.caps.compute_units
+    while ((tiles * split * 2 <= dev.caps.compute_units if wave
+            else tiles * split < fill * dev.caps.compute_units)
            and k % (2 * depth * split) == 0
            and k // (2 * split) >= 512):
         split *= 2

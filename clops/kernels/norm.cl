@@ -176,8 +176,8 @@ __kernel void half_rows(__global half *y, __global const float *x, int x_off, in
 
 // The split tensor-core products' partial sums (gemm.cl gemm_nt_mma and gemm_nt_wgmma with
 // SPLIT > 1: P [S][M][N], slices of M * N floats): the float4 k of row p's sum over the slices,
-// in order, 8 slices' loads issued before their use (a loop of one load and its use waits a
-// trip to memory a slice).
+// in order, the loads of 8 slices (then of 4) issued before their use (a loop of one load and
+// its use waits a trip to memory a slice).
 inline float4 slices_sum4(__global const float *p, size_t slice, int S, int k) {
     float4 v = (float4)(0.0f);
     int s = 0;
@@ -187,6 +187,14 @@ inline float4 slices_sum4(__global const float *p, size_t slice, int S, int k) {
         for (int u = 0; u < 8; ++u) a[u] = vload4(k, p + (s + u) * slice);
 #pragma unroll
         for (int u = 0; u < 8; ++u) v += a[u];
+    }
+    if (s + 4 <= S) {  // (a product split in 4: its loads issued together too)
+        float4 a[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) a[u] = vload4(k, p + (s + u) * slice);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v += a[u];
+        s += 4;
     }
     for (; s < S; ++s) v += vload4(k, p + s * slice);
     return v;
