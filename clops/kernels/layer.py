@@ -56,11 +56,13 @@ def enabled() -> bool:
 
 def float16_weights() -> bool:
     """Whether ``decode_layers`` takes float16 weights: only with ``CLOPS_LAYER_KERNEL_F16=1``.
-    PERF (H100, 1B F16 body, decode tok/s, one machine, 2026-11-26): 762-795 through the kernel
-    against 874 through the per-layer plan after 128 positions, 680-713 against 756 after 4096.
+    PERF (H100, 1B F16 body, decode tok/s after 128 positions, one machine, 2026-11-26): 855-860
+    through the kernel against 880 through the per-layer plan (762-795 against 874 before a
+    warp's loads of a row read whole sectors; after 4096 positions 680-713 against 756 then).
     Its rows are summed by tensor cores (the float conversions of a float32 sum took as long),
-    but its phases stream below copy bandwidth: gate/up took 29 us for 67 MB a layer (0.78),
-    the down projection 20 us for 34 MB (0.56), where the plan's products are 0.8-1.0."""
+    but its phases stream below copy bandwidth: gate/up 27.6 us for 67 MB a layer and 5.6 more
+    at the barrier before it while its first rows load (0.69 of copy bandwidth), the down
+    projection 16 us for 34 MB (0.71)."""
     return os.environ.get("CLOPS_LAYER_KERNEL_F16", "0") == "1"
 
 
