@@ -101,6 +101,26 @@ def test_split(device):
     assert matmul.tensor_core_split(dev, 16, 64, 96) == 1
 
 
+def test_split_small_prompts_fill_one_wave(device):
+    """wgmma products of up to NT_SMALL_M rows take their own tiles and split k into as many
+    slices as one wave of work-groups holds; larger prompts keep the former tiles and rule."""
+    dev = clops.device(device)
+    cfg = gemm.nt_config(dev, gemm.NT_SMALL_M, 2048, 8192)
+    if cfg is None:
+        pytest.skip("no gemm_nt_wgmma products on this device (Hopper GPUs)")
+    assert cfg in gemm.NT_WGMMA_CONFIGS_SMALL
+    cu = dev.caps.compute_units
+    for n in (2048, 3072):
+        tiles = -(-gemm.NT_SMALL_M // cfg["BM"]) * (n // cfg["BN"])
+        split = matmul.tensor_core_split(dev, gemm.NT_SMALL_M, n, 8192)
+        assert tiles * split <= cu < tiles * split * 2
+    big = gemm.nt_config(dev, 4 * gemm.NT_SMALL_M, 2048, 8192)
+    assert big in gemm.NT_WGMMA_CONFIGS
+    tiles = 4 * gemm.NT_SMALL_M // big["BM"] * (2048 // big["BN"])
+    split = matmul.tensor_core_split(dev, 4 * gemm.NT_SMALL_M, 2048, 8192)
+    assert tiles * split >= cu and (split == 1 or tiles * split // 2 < cu)
+
+
 @pytest.mark.parametrize("bias,accum", [(False, False), (True, False), (True, True)])
 def test_split_sum(device, bias, accum, s=11, m=5, n=40):
     """The slices of a split product added up in order, into rows of y at an offset."""
