@@ -348,7 +348,7 @@ inline float stage(const int fmt, __global const float *src, int K, __global con
 
 // ---- a warp's rows ----
 // Blocks in a row of K (32 values, f16 16: 32 bytes), and a lane's share of them (blocks lane,
-// lane + 32, ...).
+// lane + 32, ...; f16: as many, of two chunks each, as fetch deals them).
 #define NB(fmt, K) ((K) / ((fmt) == F16 ? 16 : 32))
 #define KB(fmt, K) ((NB(fmt, K) + 31) / 32)
 // bytes of a block's scales: q4 a (scale, min) pair, q8 a scale; half (sh) or float; f16 none
@@ -424,13 +424,6 @@ inline void rows_l2(const int fmt, const int sh, __global const uchar *W,
 #endif
 }
 
-// dots of f16 rows: each lane's blocks of a row . the same blocks of x, summed over the warp.
-// NVIDIA: on tensor cores (converting each float16 value to float32 takes an instruction of a
-// quarter of the arithmetic rate): an m16n8k16 product whose A row g (k 2c, 2c + 1, 2c + 8, 2c + 9)
-// and B column g (the same k) are both lane (g, c)'s, four values of x and of the row, so that its
-// diagonal D[g][g] gathers lanes (g, 0 .. 3)'s products (float32 accumulators; the other entries
-// are not read); a lane's diagonal entry (lane (g, g / 2), element g % 2) then goes to the sum over
-// the warp.
 // The values of x that meet a lane's slots i of an f16 row (fetch): the row's 16-byte chunks
 // lane + 64 i and lane + 64 i + 32 (past the row: the last, met by zero weights).
 inline void f16_x(const int K, int lane, int i, __local const uint *xq, uint4 *x0, uint4 *x1) {
@@ -438,6 +431,13 @@ inline void f16_x(const int K, int lane, int i, __local const uint *xq, uint4 *x
     *x1 = vload4(min(lane + 64 * i + 32, K / 8 - 1), xq);
 }
 
+// dots of f16 rows: each lane's blocks of a row . the same blocks of x, summed over the warp.
+// NVIDIA: on tensor cores (converting each float16 value to float32 takes an instruction of a
+// quarter of the arithmetic rate): an m16n8k16 product whose A row g (k 2c, 2c + 1, 2c + 8, 2c + 9)
+// and B column g (the same k) are both lane (g, c)'s, four values of x and of the row, so that its
+// diagonal D[g][g] gathers lanes (g, 0 .. 3)'s products (float32 accumulators; the other entries
+// are not read); a lane's diagonal entry (lane (g, g / 2), element g % 2) then goes to the sum over
+// the warp.
 inline void dots_f16(const int K, const int R, const int lane, const uint4 *a, const uint4 *b,
                      __local const uint *xq, __local float *red, float *r) {
 #if PTX
