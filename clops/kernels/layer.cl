@@ -377,22 +377,19 @@ inline void fetch(const int fmt, const int sh, __global const uchar *W,
         for (int i = 0; i < KB(fmt, K); ++i) {
             const int blk = lane + 32 * i, s = e * KB(fmt, K) + i, nb = NB(fmt, K);
             const size_t n = (size_t)rows[e];
+            __global const uint4 *wr = (__global const uint4 *)(W + n * ROW_BYTES(fmt, K));
             a[s] = b[s] = (uint4)(0u);
             d[s] = (float2)(0.0f);
-            if (fmt == F16 ? lane + 64 * i < K / 8 : blk < nb) {
+            if (fmt == F16) {
+                const int u0 = lane + 64 * i;  // (f16_x: the same chunks of x)
+                if (u0 < K / 8) a[s] = wr[u0];
+                if (u0 + 32 < K / 8) b[s] = wr[u0 + 32];
+            } else if (blk < nb) {
                 if (fmt == 3) {
-                    a[s] = ((__global const uint4 *)(W + n * (K / 2)))[blk];
+                    a[s] = wr[blk];
                     d[s] = sh ? vload_half2(n * nb + blk, S)
                               : vload2(n * nb + blk, (__global const float *)S);
-                } else if (fmt == F16) {
-                    __global const uint4 *wr =
-                        (__global const uint4 *)(W + n * ROW_BYTES(fmt, K));
-                    const int u0 = lane + 64 * i;
-                    a[s] = wr[u0];
-                    if (u0 + 32 < K / 8) b[s] = wr[u0 + 32];
                 } else {
-                    __global const uint4 *wr =
-                        (__global const uint4 *)(W + n * ROW_BYTES(fmt, K));
                     a[s] = wr[2 * blk];
                     b[s] = wr[2 * blk + 1];
                     d[s].x = sh ? vload_half(n * nb + blk, S)
