@@ -366,7 +366,12 @@ inline float stage(const int fmt, __global const float *src, int K, __global con
 // A bulk prefetch a row (cp.async.bulk.prefetch.L2) for ahead() took the down projection from
 // 16.0 to 13.4 us but 867 tok/s in all (1B Q4_0: 1742-1750 -> 1656-1684); the gate/up phase's
 // first rows prefetched into L2 while the groups met after attention slowed attention (6.9 ->
-// 9.2 us; 859 tok/s), the down projection's while the last gate/up task ran gave 857.
+// 9.2 us; 859 tok/s), the down projection's while the last gate/up task ran gave 857. A ring of
+// RING units (4 KB of a row) a warp in local memory, filled by cp.async in the order the tasks
+// take them and running on through the grid barriers (each lane reading back its own chunks,
+// the unit RING on issued once a unit's values were used): the same logits, but 822 / 795 /
+// 734 tok/s at RING 4 / 5 / 6 (128 KB / 160 KB / 192 KB) against 860, 710 / 695 / 658 against
+// 769 after 4096 positions; units L2-prefetched further on made it slower still (363-420).
 inline void fetch(const int fmt, const int sh, __global const uchar *W,
                   __global const half *S, const int K,
                   const int *rows, const int R, const int lane, uint4 *a, uint4 *b,

@@ -55,15 +55,18 @@ def enabled() -> bool:
 
 
 def float16_weights() -> bool:
-    """Whether ``decode_layers`` takes float16 weights: only with ``CLOPS_LAYER_KERNEL_F16=1``.
-    PERF (H100, 1B F16 body, decode tok/s after 128 positions, one machine, 2026-11-26): 855-860
-    through the kernel against 880 through the per-layer plan (762-795 against 874 before a
-    warp's loads of a row read whole sectors; after 4096 positions 680-713 against 756 then).
-    Its rows are summed by tensor cores (the float conversions of a float32 sum took as long),
-    but its phases stream below copy bandwidth: gate/up 27.6 us for 67 MB a layer and 5.6 more
-    at the barrier before it while its first rows load (0.69 of copy bandwidth), the down
-    projection 16 us for 34 MB (0.71)."""
-    return os.environ.get("CLOPS_LAYER_KERNEL_F16", "0") == "1"
+    """Whether ``decode_layers`` takes float16 weights: on unless ``CLOPS_LAYER_KERNEL_F16=0``.
+    PERF (H100, 1B F16 body, decode tok/s, one machine whose host enqueues fast, 2026-11-26):
+    after 128 positions 853-861 through the kernel against 866-877 through the per-layer plan,
+    after 4096 764-769 against 687-765, after 16384 659-661 against 610; on a host that enqueued
+    half as fast the plan's 83 launches a token fell to 743 after 128 positions (1.15 ms of
+    enqueues a token), where the kernel's 5 are bound by the device. Its rows are summed by
+    tensor cores (the float conversions of a float32 sum took as long), but its phases stream
+    below copy bandwidth (``bench/profile_layers.py trace`` after 128 positions, the slowest
+    work-group and the release after: gate/up 27.3 + 2.3 us for 67 MB a layer, with 3.8 us
+    more at the barrier before it while its first rows load; down 15.4 + 1.3 for 34 MB;
+    attention 6.9 + 1.0)."""
+    return os.environ.get("CLOPS_LAYER_KERNEL_F16", "1") != "0"
 
 
 @probes.per_device

@@ -57,7 +57,6 @@ def _both(device, monkeypatch, path: str, prompt: int, splits: int | None,
     head's positions at most ``splits``) and a prompt of ``prompt`` tokens; the decode step's
     logits of the per-layer plan and of it."""
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
-    monkeypatch.setenv("CLOPS_LAYER_KERNEL_F16", "1")  # (the float16 shape: asked for)
     monkeypatch.setattr(layer, "SPLITS", splits)
     model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False,
                            kv_cache=kv_cache)
@@ -159,15 +158,16 @@ def test_layer_kernel_refuses_heads_past_64(device, monkeypatch, files):
     assert list(model.generate_ids([1, 2, 3], max_new_tokens=3, stop_ids=[]))
 
 
-@pytest.mark.parametrize("asked", [False, True])
-def test_layer_kernel_takes_float16_weights_when_asked(device, monkeypatch, files, asked):
-    # (slower than the per-layer plan on an H100: float16_weights)
+@pytest.mark.parametrize("setting", [None, "0", "1"])
+def test_layer_kernel_takes_float16_weights_unless_turned_off(device, monkeypatch, files,
+                                                              setting):
     from clops.nn import quant
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
-    if asked:
-        monkeypatch.setenv("CLOPS_LAYER_KERNEL_F16", "1")
-    else:
+    if setting is None:
         monkeypatch.delenv("CLOPS_LAYER_KERNEL_F16", raising=False)
+    else:
+        monkeypatch.setenv("CLOPS_LAYER_KERNEL_F16", setting)
+    asked = setting != "0"
     monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
     model = clops.llm.load(files["f16"], device=device, max_seq_len=256, progress=False)
