@@ -60,6 +60,41 @@ def test_greedy_is_first_argmax(device):
     assert (ids == 17).all()
 
 
+def _first_argmax_ignoring_nan(lg: np.ndarray) -> int:
+    """The sampler's greedy choice: the first index of the largest value that is not NaN
+    (-inf counts), the last index where every value is NaN."""
+    ok = ~np.isnan(lg)
+    if not ok.any():
+        return lg.size - 1
+    return int(np.flatnonzero(ok & (lg == lg[ok].max()))[0])
+
+
+@pytest.mark.parametrize("v", [1, 7, 255, 257, 4099, 49152, 151936])
+@pytest.mark.parametrize("kind", ["normal", "ties", "special", "penalty"])
+def test_greedy_matches_numpy(device, v, kind):
+    rng = np.random.default_rng(v)
+    lg = (rng.standard_normal(v) * 4).astype(np.float32)
+    seen, penalty = None, 1.0
+    if kind == "ties":
+        lg = np.minimum(np.round(lg), 2).astype(np.float32)  # the largest tied: the first wins
+    elif kind == "special":
+        lg[rng.random(v) < 0.3] = np.nan
+        lg[rng.random(v) < 0.3] = -np.inf
+        if v == 7:
+            lg[:] = np.nan
+        elif v == 255:
+            lg[::2] = np.nan
+            lg[1::2] = -np.inf
+    elif kind == "penalty":
+        seen = rng.random(v) < 0.5
+        penalty = 1.7
+    ref = lg.copy()
+    if seen is not None:
+        ref[seen] = np.where(ref[seen] > 0, ref[seen] / penalty, ref[seen] * penalty)
+    got = _draw(device, lg, temperature=0.0, penalty=penalty, seen=seen, draws=1)
+    assert got[0] == _first_argmax_ignoring_nan(ref)
+
+
 def test_temperature_top_k(device):
     p = _softmax(LOGITS / 0.7)
     keep = np.nonzero(LOGITS >= np.sort(LOGITS)[-5])[0]  # ties with the 5th stay
