@@ -353,6 +353,9 @@ inline float stage(const int fmt, __global const float *src, int K, __global con
 #define KB(fmt, K) ((NB(fmt, K) + 31) / 32)
 // bytes of a block's scales: q4 a (scale, min) pair, q8 a scale; half (sh) or float; f16 none
 #define SCALE_BYTES(fmt, sh) ((fmt) == F16 ? 0 : ((fmt) == 3 ? 2 : 1) * ((sh) ? 2 : 4))
+// f16 rows: the first of the two 16-byte chunks (8 values) of a row in a lane's slot i, the
+// second 32 chunks further on (a warp's load reads 512 consecutive bytes)
+#define F16_CHUNK(lane, i) ((lane) + 64 * (i))
 // bytes of a row of K
 #define ROW_BYTES(fmt, K) ((fmt) == 3 ? (K) / 2 : (fmt) == F16 ? 2 * (K) : (K))
 
@@ -386,7 +389,7 @@ inline void fetch(const int fmt, const int sh, __global const uchar *W,
             a[s] = b[s] = (uint4)(0u);
             d[s] = (float2)(0.0f);
             if (fmt == F16) {
-                const int u0 = lane + 64 * i;  // (f16_x: the same chunks of x)
+                const int u0 = F16_CHUNK(lane, i);  // (f16_x: the same chunks of x)
                 if (u0 < K / 8) a[s] = wr[u0];
                 if (u0 + 32 < K / 8) b[s] = wr[u0 + 32];
             } else if (blk < nb) {
@@ -427,10 +430,10 @@ inline void rows_l2(const int fmt, const int sh, __global const uchar *W,
 }
 
 // The values of x that meet a lane's slots i of an f16 row (fetch): the row's 16-byte chunks
-// lane + 64 i and lane + 64 i + 32 (past the row: the last, met by zero weights).
+// F16_CHUNK and 32 further on (past the row: the last, met by zero weights).
 inline void f16_x(const int K, int lane, int i, __local const uint *xq, uint4 *x0, uint4 *x1) {
-    *x0 = vload4(min(lane + 64 * i, K / 8 - 1), xq);
-    *x1 = vload4(min(lane + 64 * i + 32, K / 8 - 1), xq);
+    *x0 = vload4(min(F16_CHUNK(lane, i), K / 8 - 1), xq);
+    *x1 = vload4(min(F16_CHUNK(lane, i) + 32, K / 8 - 1), xq);
 }
 
 // dots of f16 rows: each lane's blocks of a row . the same blocks of x, summed over the warp.

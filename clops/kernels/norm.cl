@@ -174,6 +174,18 @@ __kernel void half_rows(__global half *y, __global const float *x, int x_off, in
     }
 }
 
+// v + slices s .. s + n of the float4 k, in order, their loads issued together (n a constant,
+// 8 at most)
+inline float4 slices_add(float4 v, __global const float *p, size_t slice, int s, int k,
+                         const int n) {
+    float4 a[8];
+#pragma unroll
+    for (int u = 0; u < n; ++u) a[u] = vload4(k, p + (s + u) * slice);
+#pragma unroll
+    for (int u = 0; u < n; ++u) v += a[u];
+    return v;
+}
+
 // The split tensor-core products' partial sums (gemm.cl gemm_nt_mma and gemm_nt_wgmma with
 // SPLIT > 1: P [S][M][N], slices of M * N floats): the float4 k of row p's sum over the slices,
 // in order, the loads of 8 slices (then of 4) issued before their use (a loop of one load and
@@ -181,19 +193,9 @@ __kernel void half_rows(__global half *y, __global const float *x, int x_off, in
 inline float4 slices_sum4(__global const float *p, size_t slice, int S, int k) {
     float4 v = (float4)(0.0f);
     int s = 0;
-    for (; s + 8 <= S; s += 8) {
-        float4 a[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) a[u] = vload4(k, p + (s + u) * slice);
-#pragma unroll
-        for (int u = 0; u < 8; ++u) v += a[u];
-    }
+    for (; s + 8 <= S; s += 8) v = slices_add(v, p, slice, s, k, 8);
     if (s + 4 <= S) {  // (a product split in 4: its loads issued together too)
-        float4 a[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) a[u] = vload4(k, p + (s + u) * slice);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) v += a[u];
+        v = slices_add(v, p, slice, s, k, 4);
         s += 4;
     }
     for (; s < S; ++s) v += vload4(k, p + s * slice);

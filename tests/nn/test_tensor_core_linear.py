@@ -121,8 +121,9 @@ def test_split_small_prompts_fill_one_wave(device):
     assert tiles * split >= cu and (split == 1 or tiles * split // 2 < cu)
 
 
+@pytest.mark.parametrize("s", [4, 11, 13])  # (the slices' loads go 8, then 4, at a time)
 @pytest.mark.parametrize("bias,accum", [(False, False), (True, False), (True, True)])
-def test_split_sum(device, bias, accum, s=11, m=5, n=40):
+def test_split_sum(device, bias, accum, s, m=5, n=40):
     """The slices of a split product added up in order, into rows of y at an offset."""
     from clops.kernels import kernel
     from clops.kernels.launch import Launch
@@ -147,7 +148,7 @@ def test_split_sum(device, bias, accum, s=11, m=5, n=40):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("s,k", [(3, 96), (11, 1000)])
+@pytest.mark.parametrize("s,k", [(3, 96), (11, 1000), (13, 96)])
 def test_split_norm_half(device, s, k, m=5):
     """The slices of a split product added to the residual rows (at an offset, rows wider than
     k), then the float16 rows of their RMSNorm: the same values as split_sum, then half_rows
