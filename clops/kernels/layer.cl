@@ -56,6 +56,25 @@
 // a phase of float16 weights: its input is kept in local memory as float16 values, two a uint
 // (twice the int8 values' bytes)
 #define F16 5
+// PIPE (NVIDIA): the float16 [gate | up] and down phases pipelined (pipe_phase), in GU_STAGES
+// and D_STAGES stages; PIPE 0 as the other phases are
+#ifndef PIPE
+#define PIPE 1
+#endif
+#ifndef GU_STAGES
+#define GU_STAGES 2
+#endif
+#ifndef D_STAGES
+#define D_STAGES 2
+#endif
+#define PIPE_GU (PIPE && PTX && WF_GU == F16)
+#define PIPE_D (PIPE && PTX && WF_D == F16)
+#if (PIPE_GU && GU_STAGES < 2) || (PIPE_D && D_STAGES < 2)
+#error "decode_layers: a pipelined phase takes 2 stages or more"
+#endif
+#if (PIPE_GU && R_GU != 1) || (PIPE_D && R_D != 1)
+#error "decode_layers: a pipelined phase takes a pair or a row a task (R_GU, R_D 1)"
+#endif
 #define ANY_F16 (WF_QKV == F16 || WF_O == F16 || WF_GU == F16 || WF_D == F16)
 
 #if PTX
@@ -375,6 +394,22 @@ inline float stage(const int fmt, __global const float *src, int K, __global con
 // the unit RING on issued once a unit's values were used): the same logits, but 822 / 795 /
 // 734 tok/s at RING 4 / 5 / 6 (128 KB / 160 KB / 192 KB) against 860, 710 / 695 / 658 against
 // 769 after 4096 positions; units L2-prefetched further on made it slower still (363-420).
+// A 16-byte chunk of float16 weights: NVIDIA, by the non-coherent path without a place in L1
+// (read once a step).
+// PERF (H100, 1B F16 body, decode tok/s after 128 / 4096 positions, one run): plain loads 862 /
+// 768, these 893 (and with the pipelined phases 981 / 854 against 933 / 825); ld.global.cs 890,
+// ld.global.nc.L1::no_allocate.L2::256B 864.
+inline uint4 wload(__global const uint4 *p) {
+#if PTX
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    return *p;
+#endif
+}
+
 inline void fetch(const int fmt, const int sh, __global const uchar *W,
                   __global const half *S, const int K,
                   const int *rows, const int R, const int lane, uint4 *a, uint4 *b,
@@ -390,8 +425,8 @@ inline void fetch(const int fmt, const int sh, __global const uchar *W,
             d[s] = (float2)(0.0f);
             if (fmt == F16) {
                 const int u0 = F16_CHUNK(lane, i);  // (f16_x: the same chunks of x)
-                if (u0 < K / 8) a[s] = wr[u0];
-                if (u0 + 32 < K / 8) b[s] = wr[u0 + 32];
+                if (u0 < K / 8) a[s] = wload(wr + u0);
+                if (u0 + 32 < K / 8) b[s] = wload(wr + u0 + 32);
             } else if (blk < nb) {
                 if (fmt == 3) {
                     a[s] = wr[blk];
@@ -436,38 +471,53 @@ inline void f16_x(const int K, int lane, int i, __local const uint *xq, uint4 *x
     *x1 = vload4(min(F16_CHUNK(lane, i) + 32, K / 8 - 1), xq);
 }
 
-// dots of f16 rows: each lane's blocks of a row . the same blocks of x, summed over the warp.
+// Dots of f16 rows: each lane's blocks of a row . the same blocks of x, summed over the warp.
 // NVIDIA: on tensor cores (converting each float16 value to float32 takes an instruction of a
 // quarter of the arithmetic rate): an m16n8k16 product whose A row g (k 2c, 2c + 1, 2c + 8, 2c + 9)
 // and B column g (the same k) are both lane (g, c)'s, four values of x and of the row, so that its
 // diagonal D[g][g] gathers lanes (g, 0 .. 3)'s products (float32 accumulators; the other entries
 // are not read); a lane's diagonal entry (lane (g, g / 2), element g % 2) then goes to the sum over
-// the warp.
-inline void dots_f16(const int K, const int R, const int lane, const uint4 *a, const uint4 *b,
-                     __local const uint *xq, __local float *red, float *r) {
+// the warp (mma_part, then mma_sums).
 #if PTX
-    float dm[4 * SLOTS];
+// part p of n f16 rows (spr slots a row from slot p * spr on: fetch_part) . the same values of
+// x, added to dm[4 e ..] (row e's m16n8k16 accumulators)
+inline void mma_part(const int K, const int n, const int spr, const int p, const int lane,
+                     const uint4 *a, const uint4 *b, __local const uint *xq, float *dm) {
 #pragma unroll
-    for (int e = 0; e < 4 * R; ++e) dm[e] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < KB(F16, K); ++i) {
+    for (int i = 0; i < spr; ++i) {
         uint4 x0, x1;
-        f16_x(K, lane, i, xq, &x0, &x1);
+        f16_x(K, lane, p * spr + i, xq, &x0, &x1);
         const uint q0[4] = {x0.x, 0u, x0.y, 0u}, q1[4] = {x0.z, 0u, x0.w, 0u},
                    q2[4] = {x1.x, 0u, x1.y, 0u}, q3[4] = {x1.z, 0u, x1.w, 0u};
 #pragma unroll
-        for (int e = 0; e < R; ++e) {
-            const int s = e * KB(F16, K) + i;
+        for (int e = 0; e < n; ++e) {
+            const int s = e * spr + i;
             mma16816(dm + 4 * e, q0, a[s].x, a[s].y);
             mma16816(dm + 4 * e, q1, a[s].z, a[s].w);
             mma16816(dm + 4 * e, q2, b[s].x, b[s].y);
             mma16816(dm + 4 * e, q3, b[s].z, b[s].w);
         }
     }
+}
+
+// rows[0 .. n)'s sums from their accumulators (mma_part), in r (lane 0)
+inline void mma_sums(const int n, const int lane, const float *dm, float *r) {
     const int g = lane >> 2;
 #pragma unroll
-    for (int e = 0; e < R; ++e)
-        r[e] = (lane & 3) == g >> 1 ? dm[4 * e + (g & 1)] : 0.0f;
+    for (int e = 0; e < n; ++e)
+        r[e] = lanes_total((lane & 3) == g >> 1 ? dm[4 * e + (g & 1)] : 0.0f, 1, 0);
+}
+#endif
+
+inline void dots_f16(const int K, const int R, const int lane, const uint4 *a, const uint4 *b,
+                     __local const uint *xq, __local float *red, float *r) {
+#if PTX
+    float dm[4 * SLOTS];
+#pragma unroll
+    for (int e = 0; e < 4 * R; ++e) dm[e] = 0.0f;
+    mma_part(K, R, KB(F16, K), 0, lane, a, b, xq, dm);
+    mma_sums(R, lane, dm, r);
+    return;
 #else
 #pragma unroll
     for (int e = 0; e < R; ++e) r[e] = 0.0f;
@@ -743,6 +793,112 @@ inline void pair_rows(int k, int w, int *rows) {
         rows[2 * e + 1] = FFN + rows[2 * e];
     }
 }
+
+#if PIPE_GU || PIPE_D
+// Pipelined float16 phases (PIPE): a warp's tasks, a [gate | up] pair or a row each (task k: pair
+// or row TASK0(k, 1) + w), go in parts of a stage of the registers (st stages of SLOTS / st
+// slots), and part c + st - 1's loads are issued before part c is used, so that a warp always
+// has loads in flight; the loads of the first st - 1 parts are issued while the groups meet.
+// A part holds spr slots of each of its rows (rows of K: cpt = KB / spr parts a task).
+// PERF (H100, 1B F16 body, decode tok/s after 128 / 4096 positions, one run): the phases as the
+// others are (a task of two pairs, or a row, fetched whole and then used, its next one's rows
+// prefetched into L2) 893 / 818; in 2 stages 981 / 854, 3 913 / 808, 4 957 / 836. A layer's
+// gate/up phase then streams its 67 MB in 24.5 us (2.7 TB/s), the down phase 34 MB in 14.6.
+#define GU_SPR min(KB(F16, DIM), SLOTS / GU_STAGES / 2)  // (2 rows a part)
+#define GU_CPT ((KB(F16, DIM) + GU_SPR - 1) / GU_SPR)
+#define D_SPR min(KB(F16, FFN), SLOTS / D_STAGES)
+#define D_CPT ((KB(F16, FFN) + D_SPR - 1) / D_SPR)
+#define PIPE_GU_ARGS(l) GU_STAGES, GU_CPT, GU_SPR, true, DIM, FFN, SEL(wgu, l)
+#define PIPE_D_ARGS(l) D_STAGES, D_CPT, D_SPR, false, FFN, DIM, SEL(wd, l)
+
+// part p (slots p * spr ..) of rows[0 .. n) of f16 W [..][K] into a, b (slot e * spr + i)
+inline void fetch_part(__global const uchar *W, const int K, const int *rows, const int n,
+                       const int spr, const int p, const int lane, uint4 *a, uint4 *b) {
+#pragma unroll
+    for (int e = 0; e < n; ++e) {
+        __global const uint4 *wr = (__global const uint4 *)(W + (size_t)rows[e] * (2 * K));
+#pragma unroll
+        for (int i = 0; i < spr; ++i) {
+            const int s = e * spr + i, u0 = F16_CHUNK(lane, p * spr + i);
+            a[s] = u0 < K / 8 ? wload(wr + u0) : (uint4)(0u);
+            b[s] = u0 + 32 < K / 8 ? wload(wr + u0 + 32) : (uint4)(0u);
+        }
+    }
+}
+
+// the parts of this warp's tasks in a phase of N rows or pairs (the group's first warp's: tasks
+// while TASK0(k, 1) < N, as the other phases count them)
+inline int pipe_parts(const int cpt, const int N) {
+    const int first = get_group_id(0) * NW, round = get_num_groups(0) * NW;
+    return (N - first + round - 1) / round * cpt;
+}
+
+// part c of nc into a, b (where c < nc); pairs: the gate row j and the up row FFN + j
+inline void pipe_fetch(const int c, const int nc, const int cpt, const int spr, const bool pairs,
+                       const int K, const int N, __global const uchar *W, const int w,
+                       const int lane, uint4 *a, uint4 *b) {
+    if (c < nc) {
+        const int j = min((int)TASK0(c / cpt, 1) + w, N - 1);
+        const int rows[2] = {j, FFN + j};
+        fetch_part(W, K, rows, pairs ? 2 : 1, spr, c % cpt, lane, a, b);
+    }
+}
+
+// part c (in a, b) into dm, and at a task's last part its sums stored (pairs: silu(gate) * up
+// into out; else added to out)
+inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs, const int K,
+                     const int N, const int w, const int lane, const uint4 *a, const uint4 *b,
+                     __local const uint *xq, float *dm, const float f, __global float *out) {
+    const int n = pairs ? 2 : 1, p = c % cpt;
+    if (p == 0)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dm[e] = 0.0f;
+    mma_part(K, n, spr, p, lane, a, b, xq, dm);
+    if (p == cpt - 1) {
+        float r[2];
+        mma_sums(n, lane, dm, r);
+        const int k = c / cpt;
+        if (pairs) {
+            const int j = TASK0(k, 1) + w;
+            if (lane == 0 && j < N) {
+                const float g = r[0] * f, v = r[1] * f;
+                out[j] = g / (1.0f + exp(-g)) * v;
+            }
+        } else {
+            task_store(k, 1, N, w, lane, r, f, out, true);
+        }
+    }
+}
+
+// a pipelined phase's first st - 1 parts, each into its stage
+inline void pipe_start(const int st, const int cpt, const int spr, const bool pairs,
+                       const int K, const int N, __global const uchar *W, const int w,
+                       const int lane, uint4 *a, uint4 *b) {
+    const int nc = pipe_parts(cpt, N), hs = SLOTS / st;
+#pragma unroll
+    for (int j = 0; j < st - 1; ++j)
+        pipe_fetch(j, nc, cpt, spr, pairs, K, N, W, w, lane, a + j * hs, b + j * hs);
+}
+
+// a pipelined phase (pipe_start's parts loaded before): part c in stage c % st
+inline void pipe_phase(const int st, const int cpt, const int spr, const bool pairs,
+                       const int K, const int N, __global const uchar *W, const int w,
+                       const int lane, uint4 *a, uint4 *b, __local const uint *xq,
+                       const float f, __global float *out) {
+    const int nc = pipe_parts(cpt, N), hs = SLOTS / st;
+    float dm[8];
+    for (int c = 0; c < nc; c += st)
+#pragma unroll
+        for (int j = 0; j < st; ++j) {
+            const int jn = (j + st - 1) % st;  // (the stage of the part used before)
+            pipe_fetch(c + j + st - 1, nc, cpt, spr, pairs, K, N, W, w, lane, a + jn * hs,
+                       b + jn * hs);
+            if (c + j < nc)
+                pipe_use(c + j, cpt, spr, pairs, K, N, w, lane, a + j * hs, b + j * hs, xq, dm,
+                         f, out);
+        }
+}
+#endif
 
 // The rows of task k of a phase (pairs: the [gate | up] phase's pairs), and how many.
 inline int phase_rows(int k, const int R, const int N, const bool pairs, int w, int *rows) {
@@ -1029,13 +1185,21 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         }
         grid_arrive(bar, &target);
         if (has_d) {
+#if PIPE_GU
+            pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb);
+#else
             pair_rows(0, w, rows);
             fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
+#endif
         }
         grid_wait(bar, target);
 
         // ---- D: h = silu(gate) * up ----
         if (has_d) {
+#if PIPE_GU
+            const float fd = stage(WF_GU, x, DIM, fnw, eps, xq, xd, xs, red);
+            pipe_phase(PIPE_GU_ARGS(l), w, lane, wa, wb, xq, fd, h);
+#else
             ahead(0, PH_GU(l), w, lane, rows);
             const float fd = stage(WF_GU, x, DIM, fnw, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_GU) < FFN; ++k) {
@@ -1053,16 +1217,25 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                         if (j0 + e < FFN) h[j0 + e] = g / (1.0f + exp(-g)) * v;
                     }
             }
+#endif
         }
         grid_arrive(bar, &target);
         if (has_e) {
+#if PIPE_D
+            pipe_start(PIPE_D_ARGS(l), w, lane, wa, wb);
+#else
             task_rows(0, R_D, DIM, w, rows);
             fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
+#endif
         }
         grid_wait(bar, target);
 
         // ---- E: x += Wd . h ----
         if (has_e) {
+#if PIPE_D
+            stage(WF_D, h, FFN, 0, eps, xq, xd, xs, red);
+            pipe_phase(PIPE_D_ARGS(l), w, lane, wa, wb, xq, 1.0f, x);
+#else
             ahead(0, PH_D(l), w, lane, rows);
             stage(WF_D, h, FFN, 0, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_D) < DIM; ++k) {
@@ -1074,6 +1247,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 dots(WF_D, FFN, R_D, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 task_store(k, R_D, DIM, w, lane, r, 1.0f, x, true);
             }
+#endif
         }
         if (l + 1 < NL) {  // the next layer's first QKV rows stream while the groups meet
             grid_arrive(bar, &target);

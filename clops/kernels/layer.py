@@ -61,11 +61,11 @@ def float16_weights() -> bool:
     after 4096 764-769 against 687-765, after 16384 659-661 against 610; on a host that enqueued
     half as fast the plan's 83 launches a token fell to 743 after 128 positions (1.15 ms of
     enqueues a token), where the kernel's 5 are bound by the device. Its rows are summed by
-    tensor cores (the float conversions of a float32 sum took as long), but its phases stream
-    below copy bandwidth (``bench/profile_layers.py trace`` after 128 positions, the slowest
-    work-group and the release after: gate/up 27.3 + 2.3 us for 67 MB a layer, with 3.8 us
-    more at the barrier before it while its first rows load; down 15.4 + 1.3 for 34 MB;
-    attention 6.9 + 1.0)."""
+    tensor cores (the float conversions of a float32 sum took as long). With its [gate | up]
+    and down phases pipelined (layer.cl's PIPE, 2026-11-27) the kernel gives 976-981 after 128
+    positions and 852-855 after 4096 (``bench/profile_layers.py trace`` after 128 positions, the
+    slowest work-group and the release after: gate/up 24.5 + 0.8 us for 67 MB a layer, 2.7
+    TB/s; down 14.6 + 1.0 for 34 MB; attention 6.6 + 1.0)."""
     return os.environ.get("CLOPS_LAYER_KERNEL_F16", "1") != "0"
 
 
@@ -247,6 +247,8 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     dim, ffn = o.n, down.k
     groups = resident_groups(dev)
     n_qkv = (n_heads + 2 * n_kv) * head_dim
+    # (NVIDIA's float16 [gate | up] and down phases are pipelined, a pair or a row a task)
+    pipe = bool(_ptx(dev)) and EXTRA_DEFINES.get("PIPE", 1) != 0
     defines = dict(
         NL=len(layers), DIM=dim, HEADS=n_heads, KV_HEADS=n_kv, HEAD_DIM=head_dim, FFN=ffn,
         QKMAX=max(dim, n_heads * head_dim, ffn),
@@ -255,8 +257,9 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         SH_D=_half(down),
         R_QKV=rows_per_task(qkv.fmt, dim, n_qkv, groups),
         R_O=rows_per_task(o.fmt, n_heads * head_dim, dim, groups),
-        R_GU=rows_per_task(gate_up.fmt, dim, ffn, groups, 2),
-        R_D=rows_per_task(down.fmt, ffn, dim, groups),
+        R_GU=1 if pipe and gate_up.fmt == "f16" else rows_per_task(gate_up.fmt, dim, ffn,
+                                                                   groups, 2),
+        R_D=1 if pipe and down.fmt == "f16" else rows_per_task(down.fmt, ffn, dim, groups),
         SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
         SPLITS_MAX=splits_max(dev, n_kv), SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
         **kv_defines(kv_half))

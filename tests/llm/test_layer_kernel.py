@@ -38,7 +38,7 @@ WIDE = TinyShape(dim=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
                  embed_type="Q8_0", output_type="Q8_0", context=1024,
                  layer_types=(("Q8_0", "Q4_0", "Q4_1", "Q8_0"),))
 # float16 layers, and one whose phases mix float16 and 4- and 8-bit weights
-F16 = TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512,
+F16 = TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=4608,
                 embed_type="Q8_0", output_type="Q8_0", context=1024,
                 layer_types=(("F16", "F16", "F16", "F16"), ("F16", "Q8_0", "Q4_0", "F16")))
 SHAPES = {"mixed": SHAPE, "same": SAME, "f16": F16}
