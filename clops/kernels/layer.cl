@@ -378,6 +378,22 @@ inline float stage(const int fmt, __global const float *src, int K, __global con
 // bytes of a row of K
 #define ROW_BYTES(fmt, K) ((fmt) == 3 ? (K) / 2 : (fmt) == F16 ? 2 * (K) : (K))
 
+// A 16-byte chunk of float16 weights: NVIDIA, by the non-coherent path without a place in L1
+// (read once a step).
+// PERF (H100, 1B F16 body, decode tok/s after 128 positions, runs of one machine): plain loads
+// 858-861, these 893, ld.global.cs 890, ld.global.nc.L1::no_allocate.L2::256B 864; with the
+// pipelined phases plain loads 932-933 (825 after 4096 positions), these 985 (862).
+inline uint4 wload(__global const uint4 *p) {
+#if PTX
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    return *p;
+#endif
+}
+
 // Loads rows[0 .. R) of W [N][K] (format fmt), this lane's blocks, into slots e * KB + i: q4 a
 // uint4 of nibbles and (scale, min) in d; q8 two uint4 in a and b, the scale in d.x; f16 the
 // row's 16-byte chunks lane + 64 i and lane + 64 i + 32 (8 values each), so that a warp's load
@@ -394,22 +410,6 @@ inline float stage(const int fmt, __global const float *src, int K, __global con
 // the unit RING on issued once a unit's values were used): the same logits, but 822 / 795 /
 // 734 tok/s at RING 4 / 5 / 6 (128 KB / 160 KB / 192 KB) against 860, 710 / 695 / 658 against
 // 769 after 4096 positions; units L2-prefetched further on made it slower still (363-420).
-// A 16-byte chunk of float16 weights: NVIDIA, by the non-coherent path without a place in L1
-// (read once a step).
-// PERF (H100, 1B F16 body, decode tok/s after 128 / 4096 positions, one run): plain loads 862 /
-// 768, these 893 (and with the pipelined phases 981 / 854 against 933 / 825); ld.global.cs 890,
-// ld.global.nc.L1::no_allocate.L2::256B 864.
-inline uint4 wload(__global const uint4 *p) {
-#if PTX
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-#else
-    return *p;
-#endif
-}
-
 inline void fetch(const int fmt, const int sh, __global const uchar *W,
                   __global const half *S, const int K,
                   const int *rows, const int R, const int lane, uint4 *a, uint4 *b,
@@ -800,10 +800,12 @@ inline void pair_rows(int k, int w, int *rows) {
 // slots), and part c + st - 1's loads are issued before part c is used, so that a warp always
 // has loads in flight; the loads of the first st - 1 parts are issued while the groups meet.
 // A part holds spr slots of each of its rows (rows of K: cpt = KB / spr parts a task).
-// PERF (H100, 1B F16 body, decode tok/s after 128 / 4096 positions, one run): the phases as the
-// others are (a task of two pairs, or a row, fetched whole and then used, its next one's rows
-// prefetched into L2) 893 / 818; in 2 stages 981 / 854, 3 913 / 808, 4 957 / 836. A layer's
-// gate/up phase then streams its 67 MB in 24.5 us (2.7 TB/s), the down phase 34 MB in 14.6.
+// PERF (H100, 1B F16 body, decode tok/s after 128 / 4096 positions): the phases as the others
+// are (a task of two pairs, or a row, fetched whole and then used, its next one's rows
+// prefetched into L2) 888 / 786 against 976-979 / 852-853 in one run; in 2 stages 981 / 854, 3
+// 913 / 808, 4 957 / 836 in another (4 stages of the down phase and 2 of gate/up 970-973 / 847-
+// 848). A layer's gate/up phase then streams its 67 MB in 24.5 us (2.7 TB/s), the down phase
+// 34 MB in 14.6.
 #define GU_SPR min(KB(F16, DIM), SLOTS / GU_STAGES / 2)  // (2 rows a part)
 #define GU_CPT ((KB(F16, DIM) + GU_SPR - 1) / GU_SPR)
 #define D_SPR min(KB(F16, FFN), SLOTS / D_STAGES)

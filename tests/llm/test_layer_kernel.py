@@ -37,7 +37,9 @@ def model_file(files) -> str:
 WIDE = TinyShape(dim=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
                  embed_type="Q8_0", output_type="Q8_0", context=1024,
                  layer_types=(("Q8_0", "Q4_0", "Q4_1", "Q8_0"),))
-# float16 layers, and one whose phases mix float16 and 4- and 8-bit weights
+# float16 layers, and one whose phases mix float16 and 4- and 8-bit weights; an FFN of 4608: on
+# NVIDIA the pipelined down phase takes a row in two parts, the second mostly past the row, and
+# the [gate | up] phase several pairs a warp
 F16 = TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=4608,
                 embed_type="Q8_0", output_type="Q8_0", context=1024,
                 layer_types=(("F16", "F16", "F16", "F16"), ("F16", "Q8_0", "Q4_0", "F16")))
