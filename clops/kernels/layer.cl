@@ -378,11 +378,13 @@ inline float stage(const int fmt, __global const float *src, int K, __global con
 // bytes of a row of K
 #define ROW_BYTES(fmt, K) ((fmt) == 3 ? (K) / 2 : (fmt) == F16 ? 2 * (K) : (K))
 
-// A 16-byte chunk of float16 weights: NVIDIA, by the non-coherent path without a place in L1
-// (read once a step).
+// A 16-byte chunk of float16 or 4-bit weights: NVIDIA, by the non-coherent path without a place
+// in L1 (read once a step).
 // PERF (H100, 1B F16 body, decode tok/s after 128 positions, runs of one machine): plain loads
 // 858-861, these 893, ld.global.cs 890, ld.global.nc.L1::no_allocate.L2::256B 864; with the
-// pipelined phases plain loads 932-933 (825 after 4096 positions), these 985 (862).
+// pipelined phases plain loads 932-933 (825 after 4096 positions), these 985 (862). 1B Q4_0
+// after 128 / 4096 positions 1762-1765 / 1386-1388 against 1733-1736 / 1373-1375; 1B Q8_0's
+// blocks (two chunks a lane) slower, 1386-1388 / 1167-1171 against 1430-1431 / 1212-1214.
 inline uint4 wload(__global const uint4 *p) {
 #if PTX
     uint4 v;
@@ -429,7 +431,7 @@ inline void fetch(const int fmt, const int sh, __global const uchar *W,
                 if (u0 + 32 < K / 8) b[s] = wload(wr + u0 + 32);
             } else if (blk < nb) {
                 if (fmt == 3) {
-                    a[s] = wr[blk];
+                    a[s] = wload(wr + blk);
                     d[s] = sh ? vload_half2(n * nb + blk, S)
                               : vload2(n * nb + blk, (__global const float *)S);
                 } else {
