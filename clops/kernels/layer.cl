@@ -396,6 +396,21 @@ inline uint4 wload(__global const uint4 *p) {
 #endif
 }
 
+// part p (slots p * spr ..) of rows[0 .. n) of f16 W [..][K] into a, b (slot e * spr + i)
+inline void fetch_part(__global const uchar *W, const int K, const int *rows, const int n,
+                       const int spr, const int p, const int lane, uint4 *a, uint4 *b) {
+#pragma unroll
+    for (int e = 0; e < n; ++e) {
+        __global const uint4 *wr = (__global const uint4 *)(W + (size_t)rows[e] * ROW_BYTES(F16, K));
+#pragma unroll
+        for (int i = 0; i < spr; ++i) {
+            const int s = e * spr + i, u0 = F16_CHUNK(lane, p * spr + i);
+            a[s] = u0 < K / 8 ? wload(wr + u0) : (uint4)(0u);
+            b[s] = u0 + 32 < K / 8 ? wload(wr + u0 + 32) : (uint4)(0u);
+        }
+    }
+}
+
 // Loads rows[0 .. R) of W [N][K] (format fmt), this lane's blocks, into slots e * KB + i: q4 a
 // uint4 of nibbles and (scale, min) in d; q8 two uint4 in a and b, the scale in d.x; f16 the
 // row's 16-byte chunks lane + 64 i and lane + 64 i + 32 (8 values each), so that a warp's load
@@ -416,6 +431,10 @@ inline void fetch(const int fmt, const int sh, __global const uchar *W,
                   __global const half *S, const int K,
                   const int *rows, const int R, const int lane, uint4 *a, uint4 *b,
                   float2 *d) {
+    if (fmt == F16) {  // (no scales: d is not read)
+        fetch_part(W, K, rows, R, KB(F16, K), 0, lane, a, b);
+        return;
+    }
 #pragma unroll
     for (int e = 0; e < R; ++e)
 #pragma unroll
@@ -425,11 +444,7 @@ inline void fetch(const int fmt, const int sh, __global const uchar *W,
             __global const uint4 *wr = (__global const uint4 *)(W + n * ROW_BYTES(fmt, K));
             a[s] = b[s] = (uint4)(0u);
             d[s] = (float2)(0.0f);
-            if (fmt == F16) {
-                const int u0 = F16_CHUNK(lane, i);  // (f16_x: the same chunks of x)
-                if (u0 < K / 8) a[s] = wload(wr + u0);
-                if (u0 + 32 < K / 8) b[s] = wload(wr + u0 + 32);
-            } else if (blk < nb) {
+            if (blk < nb) {
                 if (fmt == 3) {
                     a[s] = wload(wr + blk);
                     d[s] = sh ? vload_half2(n * nb + blk, S)
@@ -786,6 +801,9 @@ inline int split_len(int L) {
 #define PARTS_PTX PTX
 #include "clops/partials.cl"  // combine_parts: a head's chunks' partials, combined
 
+// silu(g) * v: the GLU of a gate and an up value
+inline float glu(const float g, const float v) { return g / (1.0f + exp(-g)) * v; }
+
 // The rows of a [gate | up] task: pair e is gate row j and up row FFN + j, j = the task's e-th.
 inline void pair_rows(int k, int w, int *rows) {
     const int j0 = TASK0(k, R_GU) + w * R_GU;
@@ -814,21 +832,6 @@ inline void pair_rows(int k, int w, int *rows) {
 #define D_CPT ((KB(F16, FFN) + D_SPR - 1) / D_SPR)
 #define PIPE_GU_ARGS(l) GU_STAGES, GU_CPT, GU_SPR, true, DIM, FFN, SEL(wgu, l)
 #define PIPE_D_ARGS(l) D_STAGES, D_CPT, D_SPR, false, FFN, DIM, SEL(wd, l)
-
-// part p (slots p * spr ..) of rows[0 .. n) of f16 W [..][K] into a, b (slot e * spr + i)
-inline void fetch_part(__global const uchar *W, const int K, const int *rows, const int n,
-                       const int spr, const int p, const int lane, uint4 *a, uint4 *b) {
-#pragma unroll
-    for (int e = 0; e < n; ++e) {
-        __global const uint4 *wr = (__global const uint4 *)(W + (size_t)rows[e] * (2 * K));
-#pragma unroll
-        for (int i = 0; i < spr; ++i) {
-            const int s = e * spr + i, u0 = F16_CHUNK(lane, p * spr + i);
-            a[s] = u0 < K / 8 ? wload(wr + u0) : (uint4)(0u);
-            b[s] = u0 + 32 < K / 8 ? wload(wr + u0 + 32) : (uint4)(0u);
-        }
-    }
-}
 
 // the parts of this warp's tasks in a phase of N rows or pairs (the group's first warp's: tasks
 // while TASK0(k, 1) < N, as the other phases count them)
@@ -865,8 +868,7 @@ inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs
         if (pairs) {
             const int j = TASK0(k, 1) + w;
             if (lane == 0 && j < N) {
-                const float g = r[0] * f, v = r[1] * f;
-                out[j] = g / (1.0f + exp(-g)) * v;
+                out[j] = glu(r[0] * f, r[1] * f);
             }
         } else {
             task_store(k, 1, N, w, lane, r, f, out, true);
@@ -1217,8 +1219,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 if (lane == 0)
 #pragma unroll
                     for (int e = 0; e < R_GU; ++e) {
-                        const float g = r[2 * e] * fd, v = r[2 * e + 1] * fd;
-                        if (j0 + e < FFN) h[j0 + e] = g / (1.0f + exp(-g)) * v;
+                        if (j0 + e < FFN) h[j0 + e] = glu(r[2 * e] * fd, r[2 * e + 1] * fd);
                     }
             }
 #endif
