@@ -8,7 +8,8 @@ runs it (NVIDIA: its grid-barrier probe passes):
 number of context tokens, for each variant in turn at each depth (alternate them, as
 ``--variant A --variant B --variant A``, to see the machine's drift), beside the per-layer plan
 (``--variant plan``). A SPEC is ``NAME=V;NAME=V`` -D defines of the kernel
-(``layer.EXTRA_DEFINES``: a switch under test, or PHASES), or empty for the kernel as it is.
+(``layer.EXTRA_DEFINES``: a switch under test, or PHASES; MAX_LAYERS: layers a launch at most),
+or empty for the kernel as it is.
 
 ``trace``: per phase of a layer (A QKV, B attention, C output, D gate/up, E down) the median
 and the slowest work-group's time from leaving one grid barrier to arriving at the next, and
@@ -48,10 +49,16 @@ def _load(path: str, device: str, longest: int, new: int):
     return model, ids
 
 
+_MOST = layer.MAX_LAYERS
+
+
 def _use(model, spec: str) -> None:
-    """The next step's plan from the layer kernel built with ``spec`` (or the per-layer plan)."""
+    """The next step's plan from the layer kernel built with ``spec`` (or the per-layer plan);
+    MAX_LAYERS in a spec caps the layers a launch (``layer.MAX_LAYERS``), not a -D define."""
     model._whole = spec != "plan"
-    layer.EXTRA_DEFINES = {} if spec == "plan" else _defines(spec)
+    defines = {} if spec == "plan" else _defines(spec)
+    layer.MAX_LAYERS = defines.pop("MAX_LAYERS", _MOST)
+    layer.EXTRA_DEFINES = defines
     model._plans.clear()
 
 
@@ -73,7 +80,8 @@ def trace(args) -> None:
     layer.TRACE = True  # (before the model allocates its barrier buffer)
     model, ids = _load(args.model, args.device, max(args.depths), 4)
     groups = layer.resident_groups(model.device)
-    launches = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers])
+    launches = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers],
+                                   layer.max_layers(model.device))
     for d in args.depths:
         for spec in args.variant or [""]:
             if spec == "plan":

@@ -19,15 +19,15 @@
 // 16 nibble bytes and a (scale, min) pair per 32; q8: 32 bytes and a scale per 32; half or float
 // scales) meet it through 4-byte integer dot products. Float16 weights (f16) meet it as float16
 // values in local memory (normalized first where a norm leads the phase), summed in float32
-// (NVIDIA: on tensor cores). Compile-time: NL (1 to 8), DIM, HEADS, KV_HEADS, HEAD_DIM, FFN, QKMAX
-// (the longest input: max of DIM, HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4 q8, 5
-// f16), SH_QKV, SH_O, SH_GU, SH_D (1: half scales, 0: float), R_QKV, R_O, R_GU (pairs of a gate and
-// an up row), R_D (rows a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX (NVIDIA: dp4a,
-// shfl.sync, mma.sync, fences and atomics of the PTX memory model), SPIN_LIMIT, PHASES (a bitmask
-// of the phases A..E that run, for timing them apart: default all), SPLITS_MAX (B's splits of a
-// key-value head's positions at most), SPLIT_MIN (positions a split takes at least), KV_HALF (1:
-// float16 caches, clops/kv.cl), TRACE (1: the groups' times at each grid barrier, for profiling;
-// see stamp).
+// (NVIDIA: on tensor cores). Compile-time: NL (1 to 16), DIM, HEADS, KV_HEADS, HEAD_DIM, FFN,
+// QKMAX (the longest input: max of DIM, HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4
+// q8, 5 f16), SH_QKV, SH_O, SH_GU, SH_D (1: half scales, 0: float), R_QKV, R_O, R_GU (pairs of a
+// gate and an up row), R_D (rows a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX
+// (NVIDIA: dp4a, shfl.sync, mma.sync, fences and atomics of the PTX memory model), SPIN_LIMIT,
+// PHASES (a bitmask of the phases A..E that run, for timing them apart: default all), SPLITS_MAX
+// (B's splits of a key-value head's positions at most), SPLIT_MIN (positions a split takes at
+// least), KV_HALF (1: float16 caches, clops/kv.cl), TRACE (1: the groups' times at each grid
+// barrier, for profiling; see stamp).
 // Work geometry: global (G * LS), local (LS).
 #define LS 256
 #define NW (LS / 32)
@@ -66,6 +66,31 @@
 #endif
 #ifndef D_STAGES
 #define D_STAGES 2
+#endif
+// CSKIP: the output phase's rows dealt to the work-groups without an attention unit first
+#ifndef CSKIP
+#define CSKIP 1
+#endif
+// GUEARLY: a work-group without output rows loads its first [gate | up] weights while
+// attention runs (kernels/layer.py packs the output rows into as few work-groups as the
+// registers allow where attention's leave them enough); GUWAIT (NVIDIA): the work-groups
+// without an attention unit issue those loads once attention has read its inputs (bar[3]: the
+// count, low 32 bits, of the barrier before the latest attention phase that has); XEARLY: an
+// accumulating task reads x's values at its rows before its sums.
+// PERF (H100, decode tok/s after 128 positions, runs of one machine): 1B F16 975 -> 989-994
+// with CSKIP, 978 -> 1009-1014 with CSKIP and XEARLY; GUEARLY without GUWAIT 1009-1013 against
+// 1043-1046 with it (attention 9.0 against 6.7 us a layer: the loads held its reads back); all
+// four against none: F16 970 -> 1040-1046, Q4_0 1885 -> 1912-1915, Q8_0 1424 -> 1480-1482 (and
+// after 4096 positions 842 -> 861-862, 1379 -> 1424-1447, 1191 -> 1184-1188). Prefetching the
+// first [gate | up] rows into L2 instead (prefetch.global.L2) was no faster: 968-978 tok/s.
+#ifndef GUEARLY
+#define GUEARLY 1
+#endif
+#ifndef XEARLY
+#define XEARLY 1
+#endif
+#ifndef GUWAIT
+#define GUWAIT 1
 #endif
 #define PIPE_GU (PIPE && PTX && WF_GU == F16)
 #define PIPE_D (PIPE && PTX && WF_D == F16)
@@ -610,22 +635,35 @@ inline void dots(const int fmt, const int K, const int R, const int lane, const 
 // (k * G + grp) * NW + w, rows from R times that on (past N: row N - 1, its sums dropped).
 // Work-groups loop over k while their first warp's task has rows (the same in all its warps:
 // lanes_total's barriers on portable devices).
-#define TASK0(k, R) ((((k) * get_num_groups(0) + get_group_id(0)) * NW) * (R))
-inline void task_rows(int k, const int R, const int N, int w, int *rows) {
-    const int n0 = TASK0(k, R) + w * R;
+// g: the work-group's place in the phase's order (the output phase's puts attention's last).
+#define TASK0(k, R, g) ((((k) * get_num_groups(0) + (g)) * NW) * (R))
+#define GRP get_group_id(0)
+inline void task_rows(int k, const int R, const int N, int g, int w, int *rows) {
+    const int n0 = TASK0(k, R, g) + w * R;
 #pragma unroll
     for (int e = 0; e < R; ++e) rows[e] = min(n0 + e, N - 1);
 }
 
-// The phase's y[n] (+)= total * f for the task's rows below N (lane 0); accumulating reads y
-// from L2 (written by other work-groups earlier in the launch).
-inline void task_store(int k, const int R, const int N, int w, int lane, const float *r,
-                       float f, __global float *y, bool accum) {
-    const int n0 = TASK0(k, R) + w * R;
+// The phase's y[n] (+)= total * f for the task's rows below N (lane 0); accumulating adds to
+// old[e] where given (task_old: y's values read before), else reads y from L2 (written by
+// other work-groups earlier in the launch).
+inline void task_store(int k, const int R, const int N, int g, int w, int lane, const float *r,
+                       float f, __global float *y, bool accum, const float *old) {
+    const int n0 = TASK0(k, R, g) + w * R;
     if (lane == 0)
 #pragma unroll
         for (int e = 0; e < R; ++e)
-            if (n0 + e < N) y[n0 + e] = accum ? ((vin)y)[n0 + e] + r[e] * f : r[e] * f;
+            if (n0 + e < N)
+                y[n0 + e] = accum ? (old ? old[e] : ((vin)y)[n0 + e]) + r[e] * f : r[e] * f;
+}
+
+// y's values at the task's rows (lane 0; the others 0), read ahead of the task's accumulating
+// store, while its weights stream: no trip to L2 after the sums (XEARLY).
+inline void task_old(int k, const int R, const int N, int g, int w, int lane,
+                     __global const float *y, float *old) {
+    const int n0 = TASK0(k, R, g) + w * R;
+#pragma unroll
+    for (int e = 0; e < R; ++e) old[e] = lane == 0 && n0 + e < N ? ((vin)y)[n0 + e] : 0.0f;
 }
 
 // Element t of the head at v (raw, written in A by other work-groups) turned by pos.
@@ -806,7 +844,7 @@ inline float glu(const float g, const float v) { return g / (1.0f + exp(-g)) * v
 
 // The rows of a [gate | up] task: pair e is gate row j and up row FFN + j, j = the task's e-th.
 inline void pair_rows(int k, int w, int *rows) {
-    const int j0 = TASK0(k, R_GU) + w * R_GU;
+    const int j0 = TASK0(k, R_GU, GRP) + w * R_GU;
 #pragma unroll
     for (int e = 0; e < R_GU; ++e) {
         rows[2 * e] = min(j0 + e, FFN - 1);
@@ -816,7 +854,7 @@ inline void pair_rows(int k, int w, int *rows) {
 
 #if PIPE_GU || PIPE_D
 // Pipelined float16 phases (PIPE): a warp's tasks, a [gate | up] pair or a row each (task k: pair
-// or row TASK0(k, 1) + w), go in parts of a stage of the registers (st stages of SLOTS / st
+// or row TASK0(k, 1, GRP) + w), go in parts of a stage of the registers (st stages of SLOTS / st
 // slots), and part c + st - 1's loads are issued before part c is used, so that a warp always
 // has loads in flight; the loads of the first st - 1 parts are issued while the groups meet.
 // A part holds spr slots of each of its rows (rows of K: cpt = KB / spr parts a task).
@@ -834,7 +872,7 @@ inline void pair_rows(int k, int w, int *rows) {
 #define PIPE_D_ARGS(l) D_STAGES, D_CPT, D_SPR, false, FFN, DIM, SEL(wd, l)
 
 // the parts of this warp's tasks in a phase of N rows or pairs (the group's first warp's: tasks
-// while TASK0(k, 1) < N, as the other phases count them)
+// while TASK0(k, 1, GRP) < N, as the other phases count them)
 inline int pipe_parts(const int cpt, const int N) {
     const int first = get_group_id(0) * NW, round = get_num_groups(0) * NW;
     return (N - first + round - 1) / round * cpt;
@@ -845,7 +883,7 @@ inline void pipe_fetch(const int c, const int nc, const int cpt, const int spr, 
                        const int K, const int N, __global const uchar *W, const int w,
                        const int lane, uint4 *a, uint4 *b) {
     if (c < nc) {
-        const int j = min((int)TASK0(c / cpt, 1) + w, N - 1);
+        const int j = min((int)TASK0(c / cpt, 1, GRP) + w, N - 1);
         const int rows[2] = {j, FFN + j};
         fetch_part(W, K, rows, pairs ? 2 : 1, spr, c % cpt, lane, a, b);
     }
@@ -855,64 +893,71 @@ inline void pipe_fetch(const int c, const int nc, const int cpt, const int spr, 
 // into out; else added to out)
 inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs, const int K,
                      const int N, const int w, const int lane, const uint4 *a, const uint4 *b,
-                     __local const uint *xq, float *dm, const float f, __global float *out) {
+                     __local const uint *xq, float *dm, const float f, __global float *out,
+                     float *old) {
     const int n = pairs ? 2 : 1, p = c % cpt;
-    if (p == 0)
+    if (p == 0) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) dm[e] = 0.0f;
+        if (XEARLY && !pairs) task_old(c / cpt, 1, N, GRP, w, lane, out, old);
+    }
     mma_part(K, n, spr, p, lane, a, b, xq, dm);
     if (p == cpt - 1) {
         float r[2];
         mma_sums(n, lane, dm, r);
         const int k = c / cpt;
         if (pairs) {
-            const int j = TASK0(k, 1) + w;
+            const int j = TASK0(k, 1, GRP) + w;
             if (lane == 0 && j < N) {
                 out[j] = glu(r[0] * f, r[1] * f);
             }
         } else {
-            task_store(k, 1, N, w, lane, r, f, out, true);
+            task_store(k, 1, N, GRP, w, lane, r, f, out, true, XEARLY ? old : 0);
         }
     }
 }
 
-// a pipelined phase's first st - 1 parts, each into its stage
+// a pipelined phase's first pre parts (st - 1, or st where the registers are free longer
+// before the phase), each into its stage
 inline void pipe_start(const int st, const int cpt, const int spr, const bool pairs,
                        const int K, const int N, __global const uchar *W, const int w,
-                       const int lane, uint4 *a, uint4 *b) {
+                       const int lane, uint4 *a, uint4 *b, const int pre) {
     const int nc = pipe_parts(cpt, N), hs = SLOTS / st;
 #pragma unroll
-    for (int j = 0; j < st - 1; ++j)
+    for (int j = 0; j < st; ++j)
+        if (j < pre)
         pipe_fetch(j, nc, cpt, spr, pairs, K, N, W, w, lane, a + j * hs, b + j * hs);
 }
 
-// a pipelined phase (pipe_start's parts loaded before): part c in stage c % st
+// a pipelined phase (pipe_start's pre parts loaded before): part c in stage c % st
 inline void pipe_phase(const int st, const int cpt, const int spr, const bool pairs,
                        const int K, const int N, __global const uchar *W, const int w,
-                       const int lane, uint4 *a, uint4 *b, __local const uint *xq,
-                       const float f, __global float *out) {
+                       const int lane, uint4 *a, uint4 *b, const int pre,
+                       __local const uint *xq, const float f, __global float *out) {
     const int nc = pipe_parts(cpt, N), hs = SLOTS / st;
-    float dm[8];
+    float dm[8], old[1];
     for (int c = 0; c < nc; c += st)
 #pragma unroll
         for (int j = 0; j < st; ++j) {
             const int jn = (j + st - 1) % st;  // (the stage of the part used before)
-            pipe_fetch(c + j + st - 1, nc, cpt, spr, pairs, K, N, W, w, lane, a + jn * hs,
-                       b + jn * hs);
+            if (c + j + st - 1 >= pre)
+                pipe_fetch(c + j + st - 1, nc, cpt, spr, pairs, K, N, W, w, lane, a + jn * hs,
+                           b + jn * hs);
             if (c + j < nc)
                 pipe_use(c + j, cpt, spr, pairs, K, N, w, lane, a + j * hs, b + j * hs, xq, dm,
-                         f, out);
+                         f, out, old);
         }
 }
 #endif
 
 // The rows of task k of a phase (pairs: the [gate | up] phase's pairs), and how many.
-inline int phase_rows(int k, const int R, const int N, const bool pairs, int w, int *rows) {
+inline int phase_rows(int k, const int R, const int N, const bool pairs, int g, int w,
+                      int *rows) {
     if (pairs) {
         pair_rows(k, w, rows);
         return 2 * R;
     }
-    task_rows(k, R, N, w, rows);
+    task_rows(k, R, N, g, w, rows);
     return R;
 }
 
@@ -931,9 +976,9 @@ inline int phase_rows(int k, const int R, const int N, const bool pairs, int w, 
 // against 795 (the phases' own streams held back)
 inline void ahead(int k, const int fmt, const int sh, const int R, const int N,
                   const bool pairs, const int K, __global const uchar *W,
-                  __global const half *S, int w, int lane, int *rows) {
-    if (TASK0(k + 1, R) < N) {
-        const int n = phase_rows(k + 1, R, N, pairs, w, rows);
+                  __global const half *S, int g, int w, int lane, int *rows) {
+    if (TASK0(k + 1, R, g) < N) {
+        const int n = phase_rows(k + 1, R, N, pairs, g, w, rows);
         rows_l2(fmt, sh, W, S, K, rows, n, lane);
     }
 }
@@ -981,10 +1026,51 @@ inline void ahead(int k, const int fmt, const int sh, const int R, const int N,
 #define L7(n, l)
 #endif
 #if NL > 8
-#error "decode_layers: at most 8 layers a launch"
+#define L8(n, l) : (l) == 8 ? n##8
+#else
+#define L8(n, l)
 #endif
-#define SEL(n, l) ((l) == 0 ? n##0 L1(n, l) L2(n, l) L3(n, l) L4(n, l) L5(n, l) L6(n, l) \
-                       L7(n, l) : n##0)
+#if NL > 9
+#define L9(n, l) : (l) == 9 ? n##9
+#else
+#define L9(n, l)
+#endif
+#if NL > 10
+#define L10(n, l) : (l) == 10 ? n##10
+#else
+#define L10(n, l)
+#endif
+#if NL > 11
+#define L11(n, l) : (l) == 11 ? n##11
+#else
+#define L11(n, l)
+#endif
+#if NL > 12
+#define L12(n, l) : (l) == 12 ? n##12
+#else
+#define L12(n, l)
+#endif
+#if NL > 13
+#define L13(n, l) : (l) == 13 ? n##13
+#else
+#define L13(n, l)
+#endif
+#if NL > 14
+#define L14(n, l) : (l) == 14 ? n##14
+#else
+#define L14(n, l)
+#endif
+#if NL > 15
+#define L15(n, l) : (l) == 15 ? n##15
+#else
+#define L15(n, l)
+#endif
+#if NL > 16
+#error "decode_layers: at most 16 layers a launch"
+#endif
+#define SEL(n, l)                                                                              \
+    ((l) == 0 ? n##0 L1(n, l) L2(n, l) L3(n, l) L4(n, l) L5(n, l) L6(n, l) L7(n, l) L8(n, l)    \
+         L9(n, l) L10(n, l) L11(n, l) L12(n, l) L13(n, l) L14(n, l) L15(n, l) : n##0)
 
 // NL consecutive decoder layers (the same formats), one after another, a grid barrier between.
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
@@ -1013,6 +1099,30 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 #if NL > 7
                    , LAYER_ARGS(7)
 #endif
+#if NL > 8
+                   , LAYER_ARGS(8)
+#endif
+#if NL > 9
+                   , LAYER_ARGS(9)
+#endif
+#if NL > 10
+                   , LAYER_ARGS(10)
+#endif
+#if NL > 11
+                   , LAYER_ARGS(11)
+#endif
+#if NL > 12
+                   , LAYER_ARGS(12)
+#endif
+#if NL > 13
+                   , LAYER_ARGS(13)
+#endif
+#if NL > 14
+                   , LAYER_ARGS(14)
+#endif
+#if NL > 15
+                   , LAYER_ARGS(15)
+#endif
                    ) {
     __local uint xq[ANY_F16 ? QKMAX / 2 : QKMAX / 4];  // (f16: float16 values)
     __local float xd[QKMAX / 32];
@@ -1030,16 +1140,34 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     uint4 wa[SLOTS], wb[SLOTS];
     float2 wdd[SLOTS];
     int rows[SLOTS];
-    float r[SLOTS];
+    float r[SLOTS], xo[SLOTS];  // (xo: x's values at an accumulating task's rows, XEARLY)
     kv4_t ka[KU], va[VU];  // a warp's tile of keys and values
     // attention's splits of a key-value head's positions (the same in every layer)
     const int per = split_len(L), NS = (L + per - 1) / per;
-    const bool has_a = (PHASES & 1) && TASK0(0, R_QKV) < NQKV;
-    const bool has_c = (PHASES & 4) && TASK0(0, R_O) < DIM;
-    const bool has_d = (PHASES & 8) && TASK0(0, R_GU) < FFN;
-    const bool has_e = (PHASES & 16) && TASK0(0, R_D) < DIM;
+    // the output phase's order of the work-groups: attention's units' groups last (CSKIP), so
+    // that where the others cover its rows those groups take none (their rows' loads would
+    // wait for attention: their loads are issued while the groups meet after it)
+    const int U = KV_HEADS * NS, gc = CSKIP && U < G ? (grp + G - U) % G : grp;
+    const bool has_a = (PHASES & 1) && TASK0(0, R_QKV, grp) < NQKV;
+    const bool has_c = (PHASES & 4) && TASK0(0, R_O, gc) < DIM;
+    const bool has_d = (PHASES & 8) && TASK0(0, R_GU, grp) < FFN;
+    const bool has_e = (PHASES & 16) && TASK0(0, R_D, grp) < DIM;
+    // a work-group without output rows loads its first [gate | up] weights as soon as it has
+    // left attention (GUEARLY), the registers of both stages of a pipelined phase
+    const bool gu_early = GUEARLY && !has_c;
+#if PIPE_GU
+    const int gu_pre = gu_early ? GU_STAGES : GU_STAGES - 1;
+#define gu_first(l) \
+    if (has_d) pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre)
+#else
+#define gu_first(l)                                                                         \
+    if (has_d) {                                                                            \
+        pair_rows(0, w, rows);                                                              \
+        fetch(WF_GU, SH_GU, SEL(wgu, l), SEL(sgu, l), DIM, rows, 2 * R_GU, lane, wa, wb, wdd); \
+    }
+#endif
     if (has_a) {
-        task_rows(0, R_QKV, NQKV, w, rows);
+        task_rows(0, R_QKV, NQKV, grp, w, rows);
         fetch(WF_QKV, SH_QKV, wqkv0, sqkv0, DIM, rows, R_QKV, lane, wa, wb, wdd);
     }
     for (int l = 0; l < NL; ++l) {
@@ -1052,16 +1180,16 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
         // ---- A: qkv = Wqkv . n(x) (the first task's rows loaded before) ----
         if (has_a) {
-            ahead(0, PH_QKV(l), w, lane, rows);
+            ahead(0, PH_QKV(l), grp, w, lane, rows);
             const float fa = stage(WF_QKV, x, DIM, anw, eps, xq, xd, xs, red);
-            for (int k = 0; TASK0(k, R_QKV) < NQKV; ++k) {
+            for (int k = 0; TASK0(k, R_QKV, grp) < NQKV; ++k) {
                 if (k > 0) {
-                    task_rows(k, R_QKV, NQKV, w, rows);
+                    task_rows(k, R_QKV, NQKV, grp, w, rows);
                     fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
-                    ahead(k, PH_QKV(l), w, lane, rows);
+                    ahead(k, PH_QKV(l), grp, w, lane, rows);
                 }
                 dots(WF_QKV, DIM, R_QKV, lane, wa, wb, wdd, xq, xd, xs, red, r);
-                task_store(k, R_QKV, NQKV, w, lane, r, fa, qkv, false);
+                task_store(k, R_QKV, NQKV, grp, w, lane, r, fa, qkv, false, 0);
             }
         }
         grid_arrive(bar, &target);
@@ -1093,6 +1221,10 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     vn[t] = kv_round(((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t]);
                 }
                 barrier(CLK_LOCAL_MEM_FENCE);
+#if PTX && GUWAIT
+                // (its inputs read: the work-groups waiting to load weights may go)
+                if ((PHASES & 2) && t == 0 && u == grp) atomic_xchg(bar + 3, (int)(uint)target);
+#endif
                 float m[N_REP], l[N_REP], acc[N_REP * VD];
 #pragma unroll
                 for (int i = 0; i < N_REP; ++i) {
@@ -1170,52 +1302,63 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         }
         grid_arrive(bar, &target);
         if (has_c) {
-            task_rows(0, R_O, DIM, w, rows);
+            task_rows(0, R_O, DIM, gc, w, rows);
             fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
+            if (XEARLY) task_old(0, R_O, DIM, gc, w, lane, x, xo);
+        } else if (gu_early) {
+#if PTX && GUWAIT
+            // (a work-group without an attention unit waits until attention has read its
+            // inputs: its loads would hold back those reads)
+            if ((PHASES & 2) && grp >= U) {
+                if (t == 0) {
+                    const uint want = (uint)(target - G);
+                    int spins = 0;
+                    while ((int)((uint)((volatile __global int *)bar)[3] - want) < 0 &&
+                           ++spins < SPIN_LIMIT)
+                        asm volatile("nanosleep.u32 64;");
+                }
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+#endif
+            gu_first(l);
         }
         grid_wait(bar, target);
 
         // ---- C: x += Wo . attn ----
         if (has_c) {
-            ahead(0, PH_O(l), w, lane, rows);
+            ahead(0, PH_O(l), gc, w, lane, rows);
             stage(WF_O, attn, HEADS * D, 0, eps, xq, xd, xs, red);
-            for (int k = 0; TASK0(k, R_O) < DIM; ++k) {
+            for (int k = 0; TASK0(k, R_O, gc) < DIM; ++k) {
                 if (k > 0) {
-                    task_rows(k, R_O, DIM, w, rows);
+                    task_rows(k, R_O, DIM, gc, w, rows);
                     fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
-                    ahead(k, PH_O(l), w, lane, rows);
+                    if (XEARLY) task_old(k, R_O, DIM, gc, w, lane, x, xo);
+                    ahead(k, PH_O(l), gc, w, lane, rows);
                 }
                 dots(WF_O, HEADS * D, R_O, lane, wa, wb, wdd, xq, xd, xs, red, r);
-                task_store(k, R_O, DIM, w, lane, r, 1.0f, x, true);
+                task_store(k, R_O, DIM, gc, w, lane, r, 1.0f, x, true, XEARLY ? xo : 0);
             }
         }
         grid_arrive(bar, &target);
-        if (has_d) {
-#if PIPE_GU
-            pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb);
-#else
-            pair_rows(0, w, rows);
-            fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
-#endif
-        }
+        if (!gu_early) gu_first(l);
         grid_wait(bar, target);
 
         // ---- D: h = silu(gate) * up ----
         if (has_d) {
 #if PIPE_GU
             const float fd = stage(WF_GU, x, DIM, fnw, eps, xq, xd, xs, red);
-            pipe_phase(PIPE_GU_ARGS(l), w, lane, wa, wb, xq, fd, h);
+            pipe_phase(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, xq, fd, h);
 #else
-            ahead(0, PH_GU(l), w, lane, rows);
+            ahead(0, PH_GU(l), grp, w, lane, rows);
             const float fd = stage(WF_GU, x, DIM, fnw, eps, xq, xd, xs, red);
-            for (int k = 0; TASK0(k, R_GU) < FFN; ++k) {
+            for (int k = 0; TASK0(k, R_GU, grp) < FFN; ++k) {
                 if (k > 0) {
                     pair_rows(k, w, rows);
                     fetch(WF_GU, SH_GU, wgu, sgu, DIM, rows, 2 * R_GU, lane, wa, wb, wdd);
-                    ahead(k, PH_GU(l), w, lane, rows);
+                    ahead(k, PH_GU(l), grp, w, lane, rows);
                 }
                 dots(WF_GU, DIM, 2 * R_GU, lane, wa, wb, wdd, xq, xd, xs, red, r);
-                const int j0 = TASK0(k, R_GU) + w * R_GU;
+                const int j0 = TASK0(k, R_GU, grp) + w * R_GU;
                 if (lane == 0)
 #pragma unroll
                     for (int e = 0; e < R_GU; ++e) {
@@ -1227,10 +1370,11 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         grid_arrive(bar, &target);
         if (has_e) {
 #if PIPE_D
-            pipe_start(PIPE_D_ARGS(l), w, lane, wa, wb);
+            pipe_start(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1);
 #else
-            task_rows(0, R_D, DIM, w, rows);
+            task_rows(0, R_D, DIM, grp, w, rows);
             fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
+            if (XEARLY) task_old(0, R_D, DIM, grp, w, lane, x, xo);
 #endif
         }
         grid_wait(bar, target);
@@ -1239,18 +1383,19 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         if (has_e) {
 #if PIPE_D
             stage(WF_D, h, FFN, 0, eps, xq, xd, xs, red);
-            pipe_phase(PIPE_D_ARGS(l), w, lane, wa, wb, xq, 1.0f, x);
+            pipe_phase(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, xq, 1.0f, x);
 #else
-            ahead(0, PH_D(l), w, lane, rows);
+            ahead(0, PH_D(l), grp, w, lane, rows);
             stage(WF_D, h, FFN, 0, eps, xq, xd, xs, red);
-            for (int k = 0; TASK0(k, R_D) < DIM; ++k) {
+            for (int k = 0; TASK0(k, R_D, grp) < DIM; ++k) {
                 if (k > 0) {
-                    task_rows(k, R_D, DIM, w, rows);
+                    task_rows(k, R_D, DIM, grp, w, rows);
                     fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
-                    ahead(k, PH_D(l), w, lane, rows);
+                    if (XEARLY) task_old(k, R_D, DIM, grp, w, lane, x, xo);
+                    ahead(k, PH_D(l), grp, w, lane, rows);
                 }
                 dots(WF_D, FFN, R_D, lane, wa, wb, wdd, xq, xd, xs, red, r);
-                task_store(k, R_D, DIM, w, lane, r, 1.0f, x, true);
+                task_store(k, R_D, DIM, grp, w, lane, r, 1.0f, x, true, XEARLY ? xo : 0);
             }
 #endif
         }
@@ -1258,7 +1403,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
             grid_arrive(bar, &target);
             if (has_a) {
                 const int m = l + 1;
-                task_rows(0, R_QKV, NQKV, w, rows);
+                task_rows(0, R_QKV, NQKV, grp, w, rows);
                 fetch(WF_QKV, SH_QKV, SEL(wqkv, m), SEL(sqkv, m), DIM, rows, R_QKV, lane, wa, wb,
                       wdd);
             }

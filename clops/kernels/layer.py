@@ -1,10 +1,10 @@
 """Kernels, decoder layers: ``layer.cl``'s ``decode_layers``, a decode step's decoder layers
 (QKV projection, rotation, the cache store, attention, the output projection, the GLU and the
-down projection, each added to the residual stream), up to MAX_LAYERS of them in one launch of
-work-groups that all run at once and meet at grid barriers, where the per-layer plan takes five
-launches a layer. Used where ``resident_groups`` finds the device runs that many work-groups
-together (the probe launches them and checks every barrier) and the layers' weights are 4- or
-8-bit with a scale per 32, or float16."""
+down projection, each added to the residual stream), up to ``max_layers`` of them in one
+launch of work-groups that all run at once and meet at grid barriers, where the per-layer plan
+takes five launches a layer. Used where ``resident_groups`` finds the device runs that many
+work-groups together (the probe launches them and checks every barrier) and the layers'
+weights are 4- or 8-bit with a scale per 32, or float16."""
 
 from __future__ import annotations
 
@@ -179,6 +179,17 @@ def splits_max(dev: CLDevice, n_kv: int) -> int:
     return max(1, resident_groups(dev) // n_kv if SPLITS is None else SPLITS)
 
 
+def units(dev: CLDevice, n_kv: int, positions: int) -> int:
+    """Attention's units (work-groups busy in phase B) for a row that attends to ``positions``
+    positions: n_kv times the splits of layer.cl's split_len (one while a round of a
+    work-group's warps covers them, 256 positions)."""
+    if positions <= NW * 32:
+        return n_kv
+    most = min(splits_max(dev, n_kv), -(-positions // SPLIT_MIN))
+    per = (-(-positions // most) + 31) // 32 * 32
+    return n_kv * -(-positions // per)
+
+
 def part_nbytes(dev: CLDevice, max_seq: int, n_heads: int, n_kv: int, head_dim: int) -> int:
     """The attention partials' scratch: a (query head, split) partial each."""
     splits = min(splits_max(dev, n_kv), -(-max_seq // SPLIT_MIN))
@@ -204,16 +215,24 @@ class DecoderLayer:
         return tuple((w.fmt, _half(w)) for w in (self.qkv, self.o, self.gate_up, self.down))
 
 
-# layers a launch at most (layer.cl's NL): 13 pointer arguments a layer, 8 layers and the
-# shared ones within the 1024 bytes of arguments every OpenCL device takes
-MAX_LAYERS = 8
+# layers a launch at most (layer.cl's NL): 13 pointer arguments a layer and 11 shared ones,
+# within the bytes of arguments the device takes (1024 on every OpenCL device: 8 layers)
+MAX_LAYERS = 16
+_SHARED_ARG_BYTES, _LAYER_ARG_BYTES = 8 * 8 + 3 * 4, 13 * 8
 
 
-def launch_groups(layers: list[DecoderLayer]) -> list[list[DecoderLayer]]:
-    """Consecutive layers of the same formats, MAX_LAYERS at most a group: a launch each."""
+def max_layers(dev: CLDevice) -> int:
+    """Layers a ``decode_layers`` launch may take on ``dev`` (at most MAX_LAYERS)."""
+    room = max(1024, dev.caps.max_parameter_size) - _SHARED_ARG_BYTES
+    return max(1, min(MAX_LAYERS, room // _LAYER_ARG_BYTES))
+
+
+def launch_groups(layers: list[DecoderLayer], most: int) -> list[list[DecoderLayer]]:
+    """Consecutive layers of the same formats, ``most`` at most a group (``max_layers``): a
+    launch each."""
     groups: list[list[DecoderLayer]] = []
     for ly in layers:
-        if groups and len(groups[-1]) < MAX_LAYERS and \
+        if groups and len(groups[-1]) < most and \
                 groups[-1][0].formats() == ly.formats():
             groups[-1].append(ly)
         else:
@@ -224,19 +243,22 @@ def launch_groups(layers: list[DecoderLayer]) -> list[list[DecoderLayer]]:
 def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_out: Buffer,
                   state: Buffer, attn: Buffer, part: Buffer, count: Buffer, h: Buffer,
                   bar: Buffer, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
-                  eps: float, scale: float, neox: bool, kv_half: bool = False) -> Launch:
-    """Consecutive decoder layers (one to MAX_LAYERS, the same ``formats``) of the decode row at
-    position state[0] in one launch: x (the residual stream, [dim]) in and out; ``qkv_out``
-    [(H + 2 KV) D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part`` (``part_nbytes``), ``count``
-    (n_heads int32, zero, left zero) and ``bar`` (``bar_nbytes(TRACE)`` bytes, zero at first;
-    ``arrivals``) shared by every launch; as many work-groups as the probe found resident.
-    ``kv_half``: the layers' caches hold float16 values, else float32."""
+                  eps: float, scale: float, neox: bool, kv_half: bool = False,
+                  positions: int | None = None) -> Launch:
+    """Consecutive decoder layers (one to ``max_layers(dev)``, the same ``formats``) of the
+    decode row at position state[0] in one launch: x (the residual stream, [dim]) in and out;
+    ``qkv_out`` [(H + 2 KV) D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part`` (``part_nbytes``),
+    ``count`` (n_heads int32, zero, left zero) and ``bar`` (``bar_nbytes(TRACE)`` bytes, zero at
+    first; ``arrivals``) shared by every launch; as many work-groups as the probe found
+    resident. ``kv_half``: the layers' caches hold float16 values, else float32. ``positions``:
+    the most positions the row attends to (None: ``max_seq``)."""
     if TRACE and (bar.nbytes < bar_nbytes(True) or resident_groups(dev) > MAX_GROUPS):
         raise ValueError(f"decode_layers: a traced launch needs a barrier buffer of "
                          f"bar_nbytes(True) = {bar_nbytes(True)} bytes and at most "
                          f"{MAX_GROUPS} work-groups")
-    if not 1 <= len(layers) <= MAX_LAYERS or len({ly.formats() for ly in layers}) != 1:
-        raise ValueError(f"decode_layers: 1 to {MAX_LAYERS} layers of the same formats, not "
+    most = max_layers(dev)
+    if not 1 <= len(layers) <= most or len({ly.formats() for ly in layers}) != 1:
+        raise ValueError(f"decode_layers: 1 to {most} layers of the same formats, not "
                          f"{[ly.formats() for ly in layers]}")
     if part.nbytes < part_nbytes(dev, max_seq, n_heads, n_kv, head_dim):
         raise ValueError(f"decode_layers: the partials' buffer holds {part.nbytes} bytes, "
@@ -247,6 +269,15 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     dim, ffn = o.n, down.k
     groups = resident_groups(dev)
     n_qkv = (n_heads + 2 * n_kv) * head_dim
+    # PERF: the output rows in as few work-groups as the registers allow, where those are not
+    # attention's: the others load their first [gate | up] weights while attention runs
+    # (GUEARLY; H100 decode tok/s after 128 positions, one run: 1B F16 981 -> 1043-1046, Q8_0
+    # 1422 -> 1480-1481); where attention's units take most work-groups (long spans) the rows
+    # go to every work-group (1B Q4_0 after 4096 positions 1408 with them, 1333-1335 packed)
+    r_o = rows_per_task(o.fmt, n_heads * head_dim, dim, 1)
+    if not EXTRA_DEFINES.get("GUEARLY", 1) or units(
+            dev, n_kv, positions or max_seq) + -(-dim // (NW * r_o)) > groups:
+        r_o = rows_per_task(o.fmt, n_heads * head_dim, dim, groups)
     # (NVIDIA's float16 [gate | up] and down phases are pipelined, a pair or a row a task)
     pipe = bool(_ptx(dev)) and EXTRA_DEFINES.get("PIPE", 1) != 0
     defines = dict(
@@ -256,7 +287,7 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         WF_D=FORMATS[down.fmt], SH_QKV=_half(qkv), SH_O=_half(o), SH_GU=_half(gate_up),
         SH_D=_half(down),
         R_QKV=rows_per_task(qkv.fmt, dim, n_qkv, groups),
-        R_O=rows_per_task(o.fmt, n_heads * head_dim, dim, groups),
+        R_O=r_o,
         R_GU=1 if pipe and gate_up.fmt == "f16" else rows_per_task(gate_up.fmt, dim, ffn,
                                                                    groups, 2),
         R_D=1 if pipe and down.fmt == "f16" else rows_per_task(down.fmt, ffn, dim, groups),

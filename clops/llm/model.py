@@ -350,10 +350,12 @@ class Model:
         # tok/s against the per-layer plan's 906 / 894 / 797 in the same run)
         layer_launches = m == 1 and self._layer_kernels()
         if layer_launches:
-            # PERF: up to 8 layers in one launch of work-groups that meet at grid barriers,
-            # where the launches below are five a layer
-            for group in layer.launch_groups([self._decoder_layer(ly) for ly in self.layers]):
-                add(self._whole_layers(group))
+            # PERF: up to 16 layers (8 where a device takes fewer bytes of arguments) in one
+            # launch of work-groups that meet at grid barriers, where the launches below are
+            # five a layer
+            for group in layer.launch_groups([self._decoder_layer(ly) for ly in self.layers],
+                                            layer.max_layers(self.device)):
+                add(self._whole_layers(group, span))
         for i, ly in enumerate([] if layer_launches else self.layers):
             src = normed(ly.attn_norm, [p[0] for p in ly.qkv.parts])
             # PERF (GPUs): a prompt's QKV product split over k leaves its slices for the
@@ -467,14 +469,14 @@ class Model:
             v_cache=ly.v_cache, inv_freq=ly.inv_freq, o=ly.o, ffn_norm=ly.ffn_norm,
             gate_up=ly.gate_up.parts[0][0], down=ly.down)
 
-    def _whole_layers(self, group: list[layer.DecoderLayer]) -> Launch:
+    def _whole_layers(self, group: list[layer.DecoderLayer], span: int | None) -> Launch:
         cfg = self.config
         return layer.decode_layers(
             self.device, group, x=self.x, qkv_out=self.qkv, state=self.state, attn=self.attn,
             part=self.lpart, count=self.count, h=self.h, bar=self.bar, n_heads=cfg.n_heads,
             n_kv=cfg.n_kv_heads, head_dim=cfg.head_dim, max_seq=self.max_seq,
             eps=cfg.norm_eps, scale=cfg.scale * cfg.rope_mscale() ** 2, neox=cfg.rope_neox,
-            kv_half=self.kv_half)
+            kv_half=self.kv_half, positions=span)
 
     def _decode_span(self, positions: int) -> int | None:
         """The span of the decode plan for a row that attends to ``positions`` positions: the

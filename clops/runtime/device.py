@@ -61,6 +61,8 @@ class DeviceCaps:
     unified_memory: bool
     # fused multiply-add for float reported (CL_FP_FMA): kernels may call fma() for it
     fma: bool = False
+    # bytes of a kernel's arguments (CL_DEVICE_MAX_PARAMETER_SIZE; 1024 at least)
+    max_parameter_size: int = 1024
     # Run-time probes (compile and run a small kernel); None means not yet probed.
     fp16: bool | None = None
     nvidia_ptx: bool | None = None
@@ -268,6 +270,7 @@ class CLDevice:
             extensions=exts, address_bits=d.address_bits,
             unified_memory=bool(d.host_unified_memory),
             fma=bool(int(d.single_fp_config) & int(cl.device_fp_config.FMA)),
+            max_parameter_size=int(d.max_parameter_size),
         )
 
     @cached_property

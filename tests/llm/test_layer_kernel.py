@@ -43,7 +43,12 @@ WIDE = TinyShape(dim=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
 F16 = TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=4608,
                 embed_type="Q8_0", output_type="Q8_0", context=1024,
                 layer_types=(("F16", "F16", "F16", "F16"), ("F16", "Q8_0", "Q4_0", "F16")))
-SHAPES = {"mixed": SHAPE, "same": SAME, "f16": F16}
+# ten layers of the same formats: one launch where the device's arguments hold them (16 layers
+# at most), else two; float16 (ten layers of int8 inputs drift past the bounds below)
+DEEP = TinyShape(dim=128, layers=10, heads=4, kv_heads=2, head_dim=32, ffn=256,
+                 embed_type="Q8_0", output_type="Q8_0", context=1024,
+                 layer_types=(("F16", "F16", "F16", "F16"),))
+SHAPES = {"mixed": SHAPE, "same": SAME, "f16": F16, "deep": DEEP}
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +74,8 @@ def _both(device, monkeypatch, path: str, prompt: int, splits: int | None,
 
 def _barriers(model) -> int:
     """Grid barriers a decode step meets: four a layer and one between layers of a launch."""
-    groups = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers])
+    groups = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers],
+                                  layer.max_layers(model.device))
     return sum(5 * len(g) - 1 for g in groups)
 
 
@@ -132,20 +138,44 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prom
     assert np.argmax(got) == np.argmax(want)
     bar = np.empty(4, np.int32)
     device.read(bar, model.bar, blocking=True)
-    groups = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers])
-    assert [len(g) for g in groups] == {"mixed": [1, 1], "same": [3], "f16": [1, 1]}[which]
+    groups = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers],
+                                  layer.max_layers(model.device))
+    most = layer.max_layers(device)
+    assert [len(g) for g in groups] == {"mixed": [1, 1], "same": [3], "f16": [1, 1],
+                                        "deep": [10] if most >= 10 else [most, 10 - most]}[which]
     # one decode step through the kernel: every grid barrier met
     assert layer.arrivals(bar) == _barriers(model) and bar[2] == 0, bar
 
 
 def test_launch_groups():
-    """Layers of the same formats share a launch, MAX_LAYERS at most."""
+    """Layers of the same formats share a launch, as many as the device's arguments hold."""
     def one(fmt: str) -> layer.DecoderLayer:
         w = type("W", (), {"fmt": fmt, "defines": {"SCALE_HALF": 1}})()
         return layer.DecoderLayer(None, w, None, None, None, w, None, w, w)  # type: ignore
 
     layers = [one("q4")] * 19 + [one("q8")] * 2 + [one("q4")]
-    assert [len(g) for g in layer.launch_groups(layers)] == [8, 8, 3, 2, 1]
+    assert [len(g) for g in layer.launch_groups(layers, 8)] == [8, 8, 3, 2, 1]
+    assert [len(g) for g in layer.launch_groups(layers, 16)] == [16, 3, 2, 1]
+
+    def dev(nbytes: int):
+        return type("D", (), {"caps": type("C", (), {"max_parameter_size": nbytes})()})()
+
+    # 1024 bytes (every device): 9 layers' 13 pointers and the 11 shared arguments fit
+    assert layer.max_layers(dev(1024)) == 9  # type: ignore[arg-type]
+    assert 76 + 9 * 104 <= 1024 < 76 + 10 * 104
+    assert layer.max_layers(dev(4352)) == layer.MAX_LAYERS == 16  # type: ignore[arg-type]
+
+
+def test_units_count_attention_work_groups(monkeypatch):
+    """Attention's units as layer.cl's split_len makes them: one a key-value head up to 256
+    positions, then splits of 64 positions at least, SPLITS_MAX at most, rounded to tiles of
+    32 (the output rows' packing is chosen from them)."""
+    monkeypatch.setattr(layer, "splits_max", lambda dev, n_kv: 16)
+    assert layer.units(None, 8, 256) == 8  # type: ignore[arg-type]
+    assert layer.units(None, 8, 257) == 8 * 5  # 5 splits of 64 positions (the last of 1)
+    assert layer.units(None, 8, 512) == 8 * 8
+    assert layer.units(None, 8, 4097) == 8 * 15  # 16 splits of 257 -> 288 positions: 15
+    assert layer.units(None, 2, 16384) == 2 * 16
 
 
 def test_layer_kernel_refuses_heads_past_64(device, monkeypatch, files):
