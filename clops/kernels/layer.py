@@ -221,6 +221,10 @@ MAX_LAYERS = 16
 _SHARED_ARG_BYTES, _LAYER_ARG_BYTES = 8 * 8 + 3 * 4, 13 * 8
 
 
+# bytes of a layer's [gate | up] values from which the output rows are packed (decode_layers)
+PACK_MIN_BYTES = 8 << 20
+
+
 def max_layers(dev: CLDevice) -> int:
     """Layers a ``decode_layers`` launch may take on ``dev`` (at most MAX_LAYERS)."""
     room = max(1024, dev.caps.max_parameter_size) - _SHARED_ARG_BYTES
@@ -273,9 +277,10 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     # attention's: the others load their first [gate | up] weights while attention runs
     # (GUEARLY; H100 decode tok/s after 128 positions, one run: 1B F16 981 -> 1043-1046, Q8_0
     # 1422 -> 1480-1481); where attention's units take most work-groups (long spans) the rows
-    # go to every work-group (1B Q4_0 after 4096 positions 1408 with them, 1333-1335 packed)
+    # go to every work-group (1B Q4_0 after 4096 positions 1408 with them, 1333-1335 packed),
+    # and where the [gate | up] weights are few (SmolLM2's 1 MB a layer: 2190 -> 2011 packed)
     r_o = rows_per_task(o.fmt, n_heads * head_dim, dim, 1)
-    if not EXTRA_DEFINES.get("GUEARLY", 1) or units(
+    if not EXTRA_DEFINES.get("GUEARLY", 1) or gate_up.data.nbytes < PACK_MIN_BYTES or units(
             dev, n_kv, positions or max_seq) + -(-dim // (NW * r_o)) > groups:
         r_o = rows_per_task(o.fmt, n_heads * head_dim, dim, groups)
     # (NVIDIA's float16 [gate | up] and down phases are pipelined, a pair or a row a task)
