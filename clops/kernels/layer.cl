@@ -72,8 +72,8 @@
 #define CSKIP 1
 #endif
 // GUEARLY: a work-group without output rows loads its first [gate | up] weights while
-// attention runs (kernels/layer.py packs the output rows into as few work-groups as the
-// registers allow where attention's leave them enough); GUWAIT (NVIDIA): the work-groups
+// attention runs (on NVIDIA kernels/layer.py sets it where it packs the output rows into as
+// few work-groups as the registers allow); GUWAIT (NVIDIA): the work-groups
 // without an attention unit issue those loads once attention has read its inputs (bar[3]: the
 // count, low 32 bits, of the barrier before the latest attention phase that has); XEARLY: an
 // accumulating task reads x's values at its rows before its sums.
@@ -863,7 +863,10 @@ inline void pair_rows(int k, int w, int *rows) {
 // prefetched into L2) 888 / 786 against 976-979 / 852-853 in one run; in 2 stages 981 / 854, 3
 // 913 / 808, 4 957 / 836 in another (4 stages of the down phase and 2 of gate/up 970-973 / 847-
 // 848). A layer's gate/up phase then streams its 67 MB in 24.5 us (2.7 TB/s), the down phase
-// 34 MB in 14.6.
+// 34 MB in 14.6. The slowest work-group of these phases takes 1.3-1.6 us more than the median
+// one (some SMs read slower, the same ones layer after layer); warps taking their tasks after
+// the first from a counter, a task ahead, were far slower (671 against 1042 tok/s, every phase
+// slower, QKV's too: the build as a whole, not the counter alone).
 #define GU_SPR min(KB(F16, DIM), SLOTS / GU_STAGES / 2)  // (2 rows a part)
 #define GU_CPT ((KB(F16, DIM) + GU_SPR - 1) / GU_SPR)
 #define D_SPR min(KB(F16, FFN), SLOTS / D_STAGES)

@@ -278,10 +278,12 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     # (GUEARLY; H100 decode tok/s after 128 positions, one run: 1B F16 981 -> 1043-1046, Q8_0
     # 1422 -> 1480-1481); where attention's units take most work-groups (long spans) the rows
     # go to every work-group (1B Q4_0 after 4096 positions 1408 with them, 1333-1335 packed),
-    # and where the [gate | up] weights are few (SmolLM2's 1 MB a layer: 2190 -> 2011 packed)
+    # and where the [gate | up] weights are few (SmolLM2's 1 MB a layer: 2190 -> 2011 packed).
+    # PACK=0 in EXTRA_DEFINES: never packed.
     r_o = rows_per_task(o.fmt, n_heads * head_dim, dim, 1)
-    if not EXTRA_DEFINES.get("GUEARLY", 1) or gate_up.data.nbytes < PACK_MIN_BYTES or units(
-            dev, n_kv, positions or max_seq) + -(-dim // (NW * r_o)) > groups:
+    packed = bool(EXTRA_DEFINES.get("PACK", 1)) and gate_up.data.nbytes >= PACK_MIN_BYTES and \
+        units(dev, n_kv, positions or max_seq) + -(-dim // (NW * r_o)) <= groups
+    if not packed:
         r_o = rows_per_task(o.fmt, n_heads * head_dim, dim, groups)
     # (NVIDIA's float16 [gate | up] and down phases are pipelined, a pair or a row a task)
     pipe = bool(_ptx(dev)) and EXTRA_DEFINES.get("PIPE", 1) != 0
@@ -299,6 +301,10 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
         SPLITS_MAX=splits_max(dev, n_kv), SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
         **kv_defines(kv_half))
+    if _ptx(dev):
+        # (elsewhere the kernel's default, 1: Intel's CPU compiler aborted building the float16
+        # layers' portable kernel with 0 after other builds in the same process)
+        defines["GUEARLY"] = int(packed)
     fixed = set(defines) & set(EXTRA_DEFINES)
     if fixed:
         raise ValueError(f"decode_layers: EXTRA_DEFINES may not set {sorted(fixed)}: the launch "
