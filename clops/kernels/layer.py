@@ -216,7 +216,7 @@ class DecoderLayer:
 
 
 # layers a launch at most (layer.cl's NL): 13 pointer arguments a layer and 11 shared ones,
-# within the bytes of arguments the device takes (1024 on every OpenCL device: 8 layers)
+# within the bytes of arguments the device takes (1024 on every OpenCL device: 9 layers)
 MAX_LAYERS = 16
 _SHARED_ARG_BYTES, _LAYER_ARG_BYTES = 8 * 8 + 3 * 4, 13 * 8
 

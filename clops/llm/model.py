@@ -350,9 +350,9 @@ class Model:
         # tok/s against the per-layer plan's 906 / 894 / 797 in the same run)
         layer_launches = m == 1 and self._layer_kernels()
         if layer_launches:
-            # PERF: up to 16 layers (8 where a device takes fewer bytes of arguments) in one
-            # launch of work-groups that meet at grid barriers, where the launches below are
-            # five a layer
+            # PERF: up to 16 layers (9 where a device takes only 1024 bytes of arguments) in
+            # one launch of work-groups that meet at grid barriers, where the launches below
+            # are five a layer
             for group in layer.launch_groups([self._decoder_layer(ly) for ly in self.layers],
                                             layer.max_layers(self.device)):
                 add(self._whole_layers(group, span))
