@@ -71,12 +71,12 @@
 #ifndef CSKIP
 #define CSKIP 1
 #endif
-// GUEARLY: a work-group without output rows loads its first [gate | up] weights while
-// attention runs (on NVIDIA kernels/layer.py sets it where it packs the output rows into as
-// few work-groups as the registers allow); GUWAIT (NVIDIA): the work-groups
-// without an attention unit issue those loads once attention has read its inputs (bar[3]: the
-// count, low 32 bits, of the barrier before the latest attention phase that has); XEARLY: an
-// accumulating task reads x's values at its rows before its sums.
+// GUEARLY: a work-group without output rows loads its first [gate | up] weights while attention
+// runs (on NVIDIA kernels/layer.py sets it where it packs the output rows into as few work-groups
+// as the registers allow); GUWAIT (NVIDIA): the work-groups without an attention unit issue those
+// loads once attention has read its inputs (bar[3]: the count, low 32 bits, of the barrier before
+// the latest attention phase that has); XEARLY: an accumulating task reads x's values at its rows
+// before its sums.
 // PERF (H100, decode tok/s after 128 positions, runs of one machine): 1B F16 975 -> 989-994
 // with CSKIP, 978 -> 1009-1014 with CSKIP and XEARLY; GUEARLY without GUWAIT 1009-1013 against
 // 1043-1046 with it (attention 9.0 against 6.7 us a layer: the loads held its reads back); all
