@@ -79,10 +79,11 @@
 // before its sums.
 // PERF (H100, decode tok/s after 128 positions, runs of one machine): 1B F16 975 -> 989-994
 // with CSKIP, 978 -> 1009-1014 with CSKIP and XEARLY; GUEARLY without GUWAIT 1009-1013 against
-// 1043-1046 with it (attention 9.0 against 6.7 us a layer: the loads held its reads back); all
-// four against none: F16 970 -> 1040-1046, Q4_0 1885 -> 1912-1915, Q8_0 1424 -> 1480-1482 (and
-// after 4096 positions 842 -> 861-862, 1379 -> 1424-1447, 1191 -> 1184-1188). Prefetching the
-// first [gate | up] rows into L2 instead (prefetch.global.L2) was no faster: 968-978 tok/s.
+// 1043-1046 with it (attention 9.0 against 6.7 us a layer: the loads held its reads back); the
+// packing with GUEARLY and GUWAIT against neither (CSKIP and XEARLY on in both): F16 970 ->
+// 1040-1046, Q4_0 1885 -> 1912-1915, Q8_0 1424 -> 1480-1482 (and after 4096 positions 842 ->
+// 861-862, 1379 -> 1424-1447, 1191 -> 1184-1188). Prefetching the first [gate | up] rows into
+// L2 instead (prefetch.global.L2) was no faster: 968-978 tok/s.
 #ifndef GUEARLY
 #define GUEARLY 1
 #endif
