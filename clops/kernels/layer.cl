@@ -930,7 +930,7 @@ inline void pipe_start(const int st, const int cpt, const int spr, const bool pa
 #pragma unroll
     for (int j = 0; j < st; ++j)
         if (j < pre)
-        pipe_fetch(j, nc, cpt, spr, pairs, K, N, W, w, lane, a + j * hs, b + j * hs);
+            pipe_fetch(j, nc, cpt, spr, pairs, K, N, W, w, lane, a + j * hs, b + j * hs);
 }
 
 // a pipelined phase (pipe_start's pre parts loaded before): part c in stage c % st
