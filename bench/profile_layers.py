@@ -93,6 +93,8 @@ def trace(args) -> None:
             work: dict[str, list[float]] = {p: [] for p in PHASES}
             slow: dict[str, list[float]] = {p: [] for p in PHASES}
             release: dict[str, list[float]] = {p: [] for p in PHASES}
+            wall: dict[str, list[float]] = {p: [] for p in PHASES}
+            spans: list[float] = []
             # the last step's barriers, launch by launch: 5 a layer but the last's
             at = len(t) - sum(5 * len(g) - 1 for g in launches)
             for g in launches:
@@ -104,12 +106,20 @@ def trace(args) -> None:
                     work[p].append(float(np.median(w)))
                     slow[p].append(float(w.max()))
                     release[p].append(float(np.median(t[b, 1]) - t[b, 0].max()))
+                    wall[p].append(float(np.median(t[b, 1]) - np.median(t[b - 1, 1])))
+                spans.append(float(np.median(t[at + n - 1, 1]) - np.median(t[at, 1])))
                 at += n
             cells = [f"{p} {statistics.median(work[p]) / 1e3:.1f}/"
                      f"{statistics.median(slow[p]) / 1e3:.1f}+"
                      f"{statistics.median(release[p]) / 1e3:.1f}" for p in PHASES if work[p]]
             print(f"after {d} tokens [{spec}], us (median group / slowest group + release): "
                   + "  ".join(cells), flush=True)
+            # (wall: between the median work-group's leaving the barriers before and after)
+            print(f"after {d} tokens [{spec}], us of wall time a phase: "
+                  + "  ".join(f"{p} {statistics.median(wall[p]) / 1e3:.1f}"
+                              for p in PHASES if wall[p])
+                  + "; first to last barrier of a launch: "
+                  + ", ".join(f"{v / 1e3:.0f}" for v in spans), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -83,7 +83,13 @@
 // packing with GUEARLY and GUWAIT against neither (CSKIP and XEARLY on in both): F16 970 ->
 // 1040-1046, Q4_0 1885 -> 1912-1915, Q8_0 1424 -> 1480-1482 (and after 4096 positions 842 ->
 // 861-862, 1379 -> 1424-1447, 1191 -> 1184-1188). Prefetching the first [gate | up] rows into
-// L2 instead (prefetch.global.L2) was no faster: 968-978 tok/s.
+// L2 instead (prefetch.global.L2) was no faster: 968-978 tok/s. Copying each warp's last 1 / 2 /
+// 3 [gate | up] pairs into local memory (cp.async, 64 KB a pair a work-group) while attention
+// ran, every work-group once it was free, and reading them back at the phase's end: the same
+// logits, 1036 / 1021 / 933 against 1038-1042 tok/s (2026-11-27; at 2: attention 7.8 -> 9.7 us,
+// the output phase 1.9 -> 3.3, gate/up only 21.3 -> 20.4, the down phase, which reads no local
+// copies, 13.1 -> 14.8: the loads in flight held the latency-bound phases back, and the local
+// memory taken from L1 slowed the streaming ones).
 #ifndef GUEARLY
 #define GUEARLY 1
 #endif
@@ -176,7 +182,8 @@ inline float group_reduce(float v, __local float *red, bool max_of) {
 // loads, then one acquire load (about 1 us a barrier of 132 work-groups on an H100, where a
 // membar.gl and a count reset by the last to arrive took 1.8); the portable path counts in 32
 // (work-groups run one at a time on CPUs: tests only). ACQUIRE() fences the splits' combine in
-// B.
+// B. Polling with acquire loads instead (no acquire load after): the same times (1039-1040
+// against 1034-1044 tok/s, 2026-11-27).
 #if PTX
 typedef ulong count_t;
 inline count_t count_now(__global int *bar) {
@@ -867,7 +874,10 @@ inline void pair_rows(int k, int w, int *rows) {
 // 34 MB in 14.6. The slowest work-group of these phases takes 1.3-1.6 us more than the median
 // one (some SMs read slower, the same ones layer after layer); warps taking their tasks after
 // the first from a counter, a task ahead, were far slower (671 against 1042 tok/s, every phase
-// slower, QKV's too: the build as a whole, not the counter alone).
+// slower, QKV's too: the build as a whole, not the counter alone). The work-groups slowest in
+// these phases (2026-11-27: the output phase's, whose first gate/up loads start later; gate/up
+// median 20.3 us, slowest 21.1; down 11.6 and 12.8) given the places with the fewest rows, from
+// a traced step: 1031-1033 against 1032-1039 tok/s.
 #define GU_SPR min(KB(F16, DIM), SLOTS / GU_STAGES / 2)  // (2 rows a part)
 #define GU_CPT ((KB(F16, DIM) + GU_SPR - 1) / GU_SPR)
 #define D_SPR min(KB(F16, FFN), SLOTS / D_STAGES)
