@@ -1,6 +1,7 @@
 // Choosing the next token on the device: repetition penalty, temperature, min-p, top-k, top-p
 // and a seeded counter-based random draw, or argmax when temperature <= 0. One work-group of
-// NT work-items (a power of two) does it all; only the token id leaves the device.
+// NT work-items (a power of two) does it all (greedy: argmax over several work-groups); only the
+// token id leaves the device.
 //
 // The chosen id goes to tokens[state[0] + advance], seen[id] is set (for the penalty), and
 // state[0] moves on by advance, so the next decode step finds its input on the device.
@@ -190,6 +191,71 @@ __kernel void sample(__global int *tokens, __global int *state, __global uchar *
         tokens[at] = tok;
         seen[tok] = 1;
         state[0] = at;
+    }
+}
+
+// A device-wide fence between a work-group's partial and the counter that announces it.
+#if PTX_FENCE
+#define GLOBAL_FENCE() asm volatile("membar.gl;" ::: "memory")
+#else
+#define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
+#endif
+
+// Greedy choice (sample at temperature <= 0) over NG work-groups of NT work-items: the argmax
+// (first index on ties) of the penalized logits. Each work-group leaves its best value and
+// index in z[2 g], z[2 g + 1]; the last to finish (a ticket in state[3], zero between launches
+// and left zero) picks among them and, as sample does, writes the id to tokens[state[0] +
+// advance], sets seen[id] and moves state[0] on by advance.
+// PERF (H100, vocab 49152, 1B F16 decode step): sample's single work-group 16.6 us a step.
+// Work geometry: global (NG * NT), local (NT).
+__kernel void greedy(__global int *tokens, __global int *state, __global uchar *restrict seen,
+                     __global const float *restrict logits, int l_off, __global float *z, int V,
+                     int advance, float penalty) {
+    __local float redf[NT];
+    __local int redi[NT];
+    __local int last;
+    const int lid = get_local_id(0), g = get_group_id(0), NG = get_num_groups(0);
+    __global const float *lg = logits + l_off;
+    float best = -INFINITY;
+    int bi = V;
+#pragma unroll 4
+    for (int v = g * NT + lid; v < V; v += NG * NT) {
+        const float l = penalized(lg, seen, v, penalty);
+        if (l > best || (l == best && v < bi)) {
+            best = l;
+            bi = v;
+        }
+    }
+    int am;
+    const float m = reduce_argmax(best, bi, redf, redi, lid, &am);
+    if (lid == 0) {
+        z[2 * g] = m;
+        z[2 * g + 1] = as_float(am);
+    }
+    GLOBAL_FENCE();
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) last = atomic_inc(state + 3) == NG - 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!last) return;
+    GLOBAL_FENCE();
+    best = -INFINITY;
+    bi = V;
+    for (int q = lid; q < NG; q += NT) {  // (q rises: the first group's index of a tie stays)
+        const float v = ((volatile __global const float *)z)[2 * q];
+        const int i = as_int(((volatile __global const float *)z)[2 * q + 1]);
+        if (v > best || (v == best && i < bi)) {
+            best = v;
+            bi = i;
+        }
+    }
+    reduce_argmax(best, bi, redf, redi, lid, &am);
+    if (lid == 0) {
+        const int tok = min(am, V - 1);
+        const int at = state[0] + advance;
+        tokens[at] = tok;
+        seen[tok] = 1;
+        state[0] = at;
+        state[3] = 0;
     }
 }
 

@@ -10,10 +10,21 @@ from ..runtime.pool import Buffer
 from . import launch
 from .launch import Launch, f32, i32, kernel, pow2_at_most
 
-# The positions of the sampler's settings in the launch's arguments (``sample``), where a
-# recorded plan changes them between replays.
+# The positions of the sampler's settings in the launch's arguments (``sample``; ``greedy``
+# takes the penalty alone), where a recorded plan changes them between replays.
 SETTING_ARGS = {"temperature": 8, "top_k": 9, "top_p": 10, "min_p": 11, "penalty": 12,
                 "seed": 13}
+GREEDY_ARGS = {"penalty": 8}
+
+
+def is_greedy(temperature: float) -> bool:
+    """Whether ``sample`` at ``temperature`` launches the greedy kernel (argmax)."""
+    return temperature <= 0.0
+
+
+def setting_args(ln: Launch) -> dict[str, int]:
+    """The positions of the settings a ``sample`` launch takes."""
+    return GREEDY_ARGS if ln.name == "greedy" else SETTING_ARGS
 
 
 def sample_lsize(dev: CLDevice) -> int:
@@ -25,8 +36,20 @@ def sample(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logits: B
            top_p: float, min_p: float, penalty: float, seed: int) -> Launch:
     """The next token from the ``vocab`` logits at ``l_off`` (repetition penalty over ``seen``,
     temperature, min-p, top-k, top-p and a draw seeded by ``seed``; argmax at temperature <= 0),
-    written to tokens[state[0] + advance]; state[0] moves on by ``advance``."""
+    written to tokens[state[0] + advance]; state[0] moves on by ``advance``. ``z``: ``vocab``
+    floats of scratch. At temperature <= 0, where the vocabulary is large enough, the argmax
+    runs over several work-groups (the ``greedy`` kernel, whose settings are the penalty alone:
+    a temperature > 0 needs a new launch) and state[3] must be zero (it is left zero)."""
     nt = sample_lsize(dev)
+    # (greedy: work-groups of nt for 4 logits each at least, two at least)
+    groups = min(dev.caps.compute_units, 128, vocab // (4 * nt))
+    if is_greedy(temperature) and groups >= 2:
+        ptx = not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
+        knl = kernel(dev, "sample", "greedy", NT=nt, PTX_FENCE=int(ptx))
+        args = [tokens, state, seen, logits, i32(l_off), z, i32(vocab), i32(advance),
+                f32(penalty)]
+        return Launch(knl, (groups * nt,), (nt,), args, [logits, state, seen],
+                      [tokens, state, seen, z], "greedy")
     knl = kernel(dev, "sample", "sample", NT=nt)
     args = [tokens, state, seen, logits, i32(l_off), z, i32(vocab), i32(advance),
             f32(temperature), i32(top_k), f32(top_p), f32(min_p), f32(penalty),

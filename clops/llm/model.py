@@ -556,9 +556,15 @@ class Model:
     def _set_sampler(self, **params: Any) -> None:
         if params == self._sampler:
             return
+        before = self._sampler or _sampler_defaults()
         self._sampler = params
-        for (_, _, sample, _), plan in self._plans.items():
-            if sample:
+        for key, plan in list(self._plans.items()):
+            if not key[2]:
+                continue
+            if sample_kernel.is_greedy(before["temperature"]) != \
+                    sample_kernel.is_greedy(params["temperature"]):
+                del self._plans[key]  # (another kernel: the plan is built again)
+            else:
                 _apply_sampler(plan.launches[-1], plan, params)
 
     # -- running ---------------------------------------------------------------------------------
@@ -801,7 +807,7 @@ def _apply_sampler(launch: Launch, plan: LaunchPlan, params: dict[str, Any]) -> 
     conv: dict[str, Any] = {"temperature": np.float32, "top_k": np.int32,
                             "top_p": np.float32, "min_p": np.float32, "penalty": np.float32,
                             "seed": np.uint32}
-    for key, pos in sample_kernel.SETTING_ARGS.items():
+    for key, pos in sample_kernel.setting_args(launch).items():
         plan.set_scalar(idx, pos, conv[key](params[key]))
 
 

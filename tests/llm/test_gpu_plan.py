@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import clops.llm  # noqa: E402
-from clops.kernels import attention, launch  # noqa: E402
+from clops.kernels import attention, launch, sample  # noqa: E402
 
 from .tiny import VOCAB, hf_logits, logit_tolerance, make_model  # noqa: E402
 
@@ -33,6 +33,8 @@ def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, comb
     monkeypatch.setattr(attention, "decode_combines", lambda dev: combine)
     monkeypatch.setattr(attention, "decode_chunk", lambda dev, max_seq, n_heads:
                         (8, -(-max_seq // 8)))
+    # (the sampler's work-groups of 16: greedy steps take several even at this vocabulary)
+    monkeypatch.setattr(sample, "sample_lsize", lambda dev: 16)
     ref = make_model(str(tmp_path), **case)
     model = clops.llm.load(str(tmp_path), device=device, max_seq_len=256, progress=False,
                            kv_cache=kv_cache)
@@ -46,6 +48,7 @@ def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, comb
     toks = list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.0, stop_ids=[]))
     # (the plan of the first decode step: the one whose attention spans its positions)
     decode = model._plan(1, "last", True, model._decode_span(len(prompt) + 1))
+    assert decode.launches[-1].name == "greedy"
     from clops.runtime import cmdbuf
 
     assert decode.recorded == cmdbuf.support(device.queue.cl_queue)[0]
@@ -53,6 +56,10 @@ def test_gpu_plan_matches_transformers(device, monkeypatch, tmp_path, case, comb
     # arguments when recording need the new recording; PoCL reads them at each enqueue)
     assert list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.9, seed=7,
                                    stop_ids=[])) == sampled
+    assert model._plan(1, "last", True, model._decode_span(len(prompt) + 1)).launches[-1].name \
+        == "sample"
+    assert list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.0,
+                                   stop_ids=[])) == toks
     with torch.no_grad():
         out = ref.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
                            eos_token_id=None, pad_token_id=0)
