@@ -27,7 +27,8 @@
 // PHASES (a bitmask of the phases A..E that run, for timing them apart: default all), SPLITS_MAX
 // (B's splits of a key-value head's positions at most), SPLIT_MIN (positions a split takes at
 // least), KV_HALF (1: float16 caches, clops/kv.cl), TRACE (1: the groups' times at each grid
-// barrier, for profiling; see stamp).
+// barrier, for profiling; see stamp), EMB (1: x is the float16 embedding row of tokens[state[0]],
+// emb [vocab][DIM], read here: no launch before this one).
 // Work geometry: global (G * LS), local (LS).
 #define LS 256
 #define NW (LS / 32)
@@ -41,6 +42,9 @@
 #endif
 #ifndef PHASES
 #define PHASES 31
+#endif
+#ifndef EMB
+#define EMB 0
 #endif
 #ifndef SPIN_LIMIT
 #define SPIN_LIMIT (1 << 26)
@@ -305,23 +309,25 @@ inline float eight(float v, bool max_of, __local float *red) {
 // used (one memory latency, not one a round), and every work-item runs every round (the
 // shuffles and barriers of eight()).
 #define QR ((QKMAX / 4 + LS - 1) / LS)
-// A work-group's K values of src, this work-item's four a round (zero past K), all loads issued
-// at once.
-inline void load_rounds(__global const float *src, int K, float4 *v) {
+// A work-group's K values of src (hsrc where given: float16 values, an embedding row), this
+// work-item's four a round (zero past K), all loads issued at once.
+inline void load_rounds(__global const float *src, __global const half *hsrc, int K, float4 *v) {
     const int t = get_local_id(0);
 #pragma unroll
     for (int r = 0; r < QR; ++r) {
         const int i = r * LS + t;
-        v[r] = r * LS < K / 4 && i < K / 4 ? load4_fresh(src + 4 * i) : (float4)(0.0f);
+        const bool in = r * LS < K / 4 && i < K / 4;
+        v[r] = in ? (hsrc ? vload_half4(i, hsrc) : load4_fresh(src + 4 * i)) : (float4)(0.0f);
     }
 }
 
-inline float quantize(__global const float *src, int K, __global const float *nw,
-                      __local uint *xq, __local float *xd, __local int *xs, __local float *red) {
+inline float quantize(__global const float *src, __global const half *hsrc, int K,
+                      __global const float *nw, __local uint *xq, __local float *xd,
+                      __local int *xs, __local float *red) {
     const int t = get_local_id(0);
     float4 v[QR];
     float ss = 0.0f;
-    load_rounds(src, K, v);
+    load_rounds(src, hsrc, K, v);
 #pragma unroll
     for (int r = 0; r < QR; ++r) {
         if (r * LS >= K / 4) break;  // (the same for every work-item)
@@ -359,12 +365,13 @@ inline void quantized(void) { barrier(CLK_LOCAL_MEM_FENCE); }
 // eps inside the root) as float16 values into xh (two a uint, the first in its low half: the
 // order of a float16 row's values), publishes them, and returns 1 (the factor quantize's
 // phases apply after their sums). The loads as quantize's.
-inline float stage_half(__global const float *src, int K, __global const float *nw, float eps,
-                        __local uint *xh, __local float *red) {
+inline float stage_half(__global const float *src, __global const half *hsrc, int K,
+                        __global const float *nw, float eps, __local uint *xh,
+                        __local float *red) {
     const int t = get_local_id(0);
     float4 v[QR];
     float ss = 0.0f;
-    load_rounds(src, K, v);
+    load_rounds(src, hsrc, K, v);
 #pragma unroll
     for (int r = 0; r < QR; ++r) ss += dot(v[r], v[r]);
     const float f = nw ? rms_after(ss, K, eps, red) : 1.0f;
@@ -387,12 +394,13 @@ inline float stage_half(__global const float *src, int K, __global const float *
 }
 
 // A phase's input into local memory for weights of format fmt: quantized (q4, q8; nw: the
-// returned 1 / RMS multiplies the sums) or float16 values (f16: normalized, returns 1).
-inline float stage(const int fmt, __global const float *src, int K, __global const float *nw,
-                   float eps, __local uint *xq, __local float *xd, __local int *xs,
-                   __local float *red) {
-    if (fmt == F16) return stage_half(src, K, nw, eps, xq, red);
-    const float ss = quantize(src, K, nw, xq, xd, xs, red);
+// returned 1 / RMS multiplies the sums) or float16 values (f16: normalized, returns 1). hsrc
+// where given: the input's float16 values, read instead of src.
+inline float stage(const int fmt, __global const float *src, __global const half *hsrc, int K,
+                   __global const float *nw, float eps, __local uint *xq, __local float *xd,
+                   __local int *xs, __local float *red) {
+    if (fmt == F16) return stage_half(src, hsrc, K, nw, eps, xq, red);
+    const float ss = quantize(src, hsrc, K, nw, xq, xd, xs, red);
     if (nw) return rms_after(ss, K, eps, red);
     quantized();
     return 1.0f;
@@ -1091,6 +1099,9 @@ __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
 void decode_layers(__global float *x, __global float *qkv, __global const int *state,
                    __global float *attn, __global float *part, __global int *count,
                    __global float *h, __global int *bar, int max_seq, float eps, float scale,
+#if EMB
+                   __global const int *tokens, __global const half *emb, int vocab,
+#endif
                    LAYER_ARGS(0)
 #if NL > 1
                    , LAYER_ARGS(1)
@@ -1184,6 +1195,15 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         task_rows(0, R_QKV, NQKV, grp, w, rows);
         fetch(WF_QKV, SH_QKV, wqkv0, sqkv0, DIM, rows, R_QKV, lane, wa, wb, wdd);
     }
+#if EMB
+    // x: the embedding row of the step's token (tokens[state[0]]), float16 values; the first
+    // layer's norm reads the row itself, work-group 0 stores x (read after the barriers)
+    __global const half *erow = emb + (size_t)clamp(tokens[pos], 0, vocab - 1) * DIM;
+    if (grp == 0)
+        for (int i = t; i < DIM / 4; i += LS) vstore4(vload_half4(i, erow), i, x);
+#else
+    __global const half *erow = 0;
+#endif
     for (int l = 0; l < NL; ++l) {
         __global const float *anw = SEL(anw, l), *inv_freq = SEL(inv_freq, l), *fnw = SEL(fnw, l);
         __global const uchar *wqkv = SEL(wqkv, l), *wo = SEL(wo, l), *wgu = SEL(wgu, l),
@@ -1195,7 +1215,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         // ---- A: qkv = Wqkv . n(x) (the first task's rows loaded before) ----
         if (has_a) {
             ahead(0, PH_QKV(l), grp, w, lane, rows);
-            const float fa = stage(WF_QKV, x, DIM, anw, eps, xq, xd, xs, red);
+            const float fa = stage(WF_QKV, x, l == 0 ? erow : 0, DIM, anw, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_QKV, grp) < NQKV; ++k) {
                 if (k > 0) {
                     task_rows(k, R_QKV, NQKV, grp, w, rows);
@@ -1341,7 +1361,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         // ---- C: x += Wo . attn ----
         if (has_c) {
             ahead(0, PH_O(l), gc, w, lane, rows);
-            stage(WF_O, attn, HEADS * D, 0, eps, xq, xd, xs, red);
+            stage(WF_O, attn, 0, HEADS * D, 0, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_O, gc) < DIM; ++k) {
                 if (k > 0) {
                     task_rows(k, R_O, DIM, gc, w, rows);
@@ -1360,11 +1380,11 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         // ---- D: h = silu(gate) * up ----
         if (has_d) {
 #if PIPE_GU
-            const float fd = stage(WF_GU, x, DIM, fnw, eps, xq, xd, xs, red);
+            const float fd = stage(WF_GU, x, 0, DIM, fnw, eps, xq, xd, xs, red);
             pipe_phase(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, xq, fd, h);
 #else
             ahead(0, PH_GU(l), grp, w, lane, rows);
-            const float fd = stage(WF_GU, x, DIM, fnw, eps, xq, xd, xs, red);
+            const float fd = stage(WF_GU, x, 0, DIM, fnw, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_GU, grp) < FFN; ++k) {
                 if (k > 0) {
                     pair_rows(k, w, rows);
@@ -1396,11 +1416,11 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         // ---- E: x += Wd . h ----
         if (has_e) {
 #if PIPE_D
-            stage(WF_D, h, FFN, 0, eps, xq, xd, xs, red);
+            stage(WF_D, h, 0, FFN, 0, eps, xq, xd, xs, red);
             pipe_phase(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, xq, 1.0f, x);
 #else
             ahead(0, PH_D(l), grp, w, lane, rows);
-            stage(WF_D, h, FFN, 0, eps, xq, xd, xs, red);
+            stage(WF_D, h, 0, FFN, 0, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_D, grp) < DIM; ++k) {
                 if (k > 0) {
                     task_rows(k, R_D, DIM, grp, w, rows);

@@ -231,6 +231,12 @@ def max_layers(dev: CLDevice) -> int:
     return max(1, min(MAX_LAYERS, room // _LAYER_ARG_BYTES))
 
 
+def takes_embedding(embed: Weight) -> bool:
+    """Whether ``decode_layers`` reads the step's embedding row from ``embed`` itself (float16
+    rows), so that no embedding launch goes before it."""
+    return embed.fmt == "f16" and embed.layout == "rows"
+
+
 def launch_groups(layers: list[DecoderLayer], most: int) -> list[list[DecoderLayer]]:
     """Consecutive layers of the same formats, ``most`` at most a group (``max_layers``): a
     launch each."""
@@ -248,14 +254,17 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
                   state: Buffer, attn: Buffer, part: Buffer, count: Buffer, h: Buffer,
                   bar: Buffer, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
                   eps: float, scale: float, neox: bool, kv_half: bool = False,
-                  positions: int | None = None) -> Launch:
+                  positions: int | None = None, embed: Weight | None = None,
+                  tokens: Buffer | None = None) -> Launch:
     """Consecutive decoder layers (one to ``max_layers(dev)``, the same ``formats``) of the
     decode row at position state[0] in one launch: x (the residual stream, [dim]) in and out;
     ``qkv_out`` [(H + 2 KV) D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part`` (``part_nbytes``),
     ``count`` (n_heads int32, zero, left zero) and ``bar`` (``bar_nbytes(TRACE)`` bytes, zero at
     first; ``arrivals``) shared by every launch; as many work-groups as the probe found
     resident. ``kv_half``: the layers' caches hold float16 values, else float32. ``positions``:
-    the most positions the row attends to (None: ``max_seq``)."""
+    the most positions the row attends to (None: ``max_seq``). ``embed`` (``takes_embedding``)
+    and ``tokens``: x is first the row of ``embed`` at tokens[state[0]] (the launch reads it;
+    x is written)."""
     if TRACE and (bar.nbytes < bar_nbytes(True) or resident_groups(dev) > MAX_GROUPS):
         raise ValueError(f"decode_layers: a traced launch needs a barrier buffer of "
                          f"bar_nbytes(True) = {bar_nbytes(True)} bytes and at most "
@@ -264,6 +273,9 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     if not 1 <= len(layers) <= most or len({ly.formats() for ly in layers}) != 1:
         raise ValueError(f"decode_layers: 1 to {most} layers of the same formats, not "
                          f"{[ly.formats() for ly in layers]}")
+    if embed is not None and (tokens is None or not takes_embedding(embed)):
+        raise ValueError("decode_layers: an embedding read in the launch needs float16 rows "
+                         "(takes_embedding) and the tokens buffer")
     if part.nbytes < part_nbytes(dev, max_seq, n_heads, n_kv, head_dim):
         raise ValueError(f"decode_layers: the partials' buffer holds {part.nbytes} bytes, "
                          f"attention's splits need part_nbytes(...) = "
@@ -300,6 +312,7 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         R_D=1 if pipe and down.fmt == "f16" else rows_per_task(down.fmt, ffn, dim, groups),
         SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
         SPLITS_MAX=splits_max(dev, n_kv), SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
+        EMB=int(embed is not None),
         **kv_defines(kv_half))
     if _ptx(dev):
         # (elsewhere the kernel's default, 1: Intel's CPU compiler aborted building the float16
@@ -313,6 +326,12 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     args: list[Any] = [x, qkv_out, state, attn, part, count, h, bar, i32(max_seq), f32(eps),
                        f32(scale)]
     reads: list[Buffer] = [x, state, count, bar]
+    if embed is not None:
+        assert tokens is not None
+        if embed.k != dim:
+            raise ValueError(f"decode_layers: embedding rows of {embed.k}, the layers' are {dim}")
+        args += [tokens, embed.data, i32(embed.n)]
+        reads += [tokens, embed.data]
     writes: list[Buffer] = [x, qkv_out, attn, part, count, h, bar]
     for ly in layers:
         own = [ly.attn_norm, ly.qkv.data, ly.qkv.scales, ly.k_cache, ly.v_cache, ly.inv_freq,

@@ -342,20 +342,25 @@ class Model:
             add(norm.residual(dev, self.x, self.t, post, m=m, k=dim, eps=eps,
                               scale=cfg.residual_scale))
 
-        add(matmul.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
-        if cfg.embed_scale != 1.0:
-            add(activation.scale_cap(dev, self.x, m * dim, mul=cfg.embed_scale))
-        n_qkv = (H + 2 * KV) * D
         # (at every span: H100, 1B Q4_0 after 1024 / 4096 / 16384 positions, 1404 / 1260 / 924
         # tok/s against the per-layer plan's 906 / 894 / 797 in the same run)
         layer_launches = m == 1 and self._layer_kernels()
+        # PERF: the first layer launch reads a float16 embedding row itself (one launch fewer:
+        # H100, 1B F16 decode, the embedding launch took 7.5 us a step)
+        fold = layer_launches and cfg.embed_scale == 1.0 and layer.takes_embedding(self.embed)
+        if not fold:
+            add(matmul.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
+        if cfg.embed_scale != 1.0:
+            add(activation.scale_cap(dev, self.x, m * dim, mul=cfg.embed_scale))
+        n_qkv = (H + 2 * KV) * D
         if layer_launches:
             # PERF: up to 16 layers (9 where a device takes only 1024 bytes of arguments) in
             # one launch of work-groups that meet at grid barriers, where the launches below
             # are five a layer
-            for group in layer.launch_groups([self._decoder_layer(ly) for ly in self.layers],
-                                            layer.max_layers(self.device)):
-                add(self._whole_layers(group, span))
+            for j, group in enumerate(layer.launch_groups(
+                    [self._decoder_layer(ly) for ly in self.layers],
+                    layer.max_layers(self.device))):
+                add(self._whole_layers(group, span, fold and j == 0))
         for i, ly in enumerate([] if layer_launches else self.layers):
             src = normed(ly.attn_norm, [p[0] for p in ly.qkv.parts])
             # PERF (GPUs): a prompt's QKV product split over k leaves its slices for the
@@ -469,14 +474,16 @@ class Model:
             v_cache=ly.v_cache, inv_freq=ly.inv_freq, o=ly.o, ffn_norm=ly.ffn_norm,
             gate_up=ly.gate_up.parts[0][0], down=ly.down)
 
-    def _whole_layers(self, group: list[layer.DecoderLayer], span: int | None) -> Launch:
+    def _whole_layers(self, group: list[layer.DecoderLayer], span: int | None,
+                      embed: bool = False) -> Launch:
         cfg = self.config
         return layer.decode_layers(
             self.device, group, x=self.x, qkv_out=self.qkv, state=self.state, attn=self.attn,
             part=self.lpart, count=self.count, h=self.h, bar=self.bar, n_heads=cfg.n_heads,
             n_kv=cfg.n_kv_heads, head_dim=cfg.head_dim, max_seq=self.max_seq,
             eps=cfg.norm_eps, scale=cfg.scale * cfg.rope_mscale() ** 2, neox=cfg.rope_neox,
-            kv_half=self.kv_half, positions=span)
+            kv_half=self.kv_half, positions=span, embed=self.embed if embed else None,
+            tokens=self.tokens if embed else None)
 
     def _decode_span(self, positions: int) -> int | None:
         """The span of the decode plan for a row that attends to ``positions`` positions: the

@@ -39,14 +39,15 @@ WIDE = TinyShape(dim=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
                  layer_types=(("Q8_0", "Q4_0", "Q4_1", "Q8_0"),))
 # float16 layers, and one whose phases mix float16 and 4- and 8-bit weights; an FFN of 4608: on
 # NVIDIA the pipelined down phase takes a row in two parts, the second mostly past the row, and
-# the [gate | up] phase several pairs a warp
+# the [gate | up] phase several pairs a warp; a float16 embedding, read by the first layer launch
+# (no embedding launch)
 F16 = TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=4608,
-                embed_type="Q8_0", output_type="Q8_0", context=1024,
+                embed_type="F16", output_type="Q8_0", context=1024,
                 layer_types=(("F16", "F16", "F16", "F16"), ("F16", "Q8_0", "Q4_0", "F16")))
 # ten layers of the same formats: one launch where the device's arguments hold them (16 layers
 # at most), else two; float16 (ten layers of int8 inputs drift past the bounds below)
 DEEP = TinyShape(dim=128, layers=10, heads=4, kv_heads=2, head_dim=32, ffn=256,
-                 embed_type="Q8_0", output_type="Q8_0", context=1024,
+                 embed_type="F16", output_type="Q8_0", context=1024,
                  layer_types=(("F16", "F16", "F16", "F16"),))
 SHAPES = {"mixed": SHAPE, "same": SAME, "f16": F16, "deep": DEEP}
 
@@ -79,6 +80,14 @@ def _barriers(model) -> int:
     return sum(5 * len(g) - 1 for g in groups)
 
 
+def _embedding_read_by_the_layers(model, folded: bool) -> None:
+    """The decode step's launches: a float16 embedding read by the first layer launch (no
+    embedding launch), any other by an embedding launch."""
+    names = [ln.name for ln in model._plan(1, "last", True, model._decode_span(1)).launches]
+    assert ("embedding" in names) != folded, names
+    assert names.index("decode_layers") == (0 if folded else 1), names
+
+
 def _step_logits(model, ids: list[int], whole: bool) -> np.ndarray:
     """The logits of the decode step after ``ids`` (the prompt's token, then one step)."""
     model._whole = whole
@@ -103,6 +112,7 @@ def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, files, whi
                     "resident, or it is a CPU)")
     model, ids, want, got = _both(device, monkeypatch, files[which], prompt, splits, kv_cache)
     assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
+    _embedding_read_by_the_layers(model, which in ("f16", "deep"))
     bar = np.empty(4, np.int32)
     device.read(bar, model.bar, blocking=True)
     # every barrier met, none timed out
@@ -145,6 +155,7 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prom
                                         "deep": [10] if most >= 10 else [most, 10 - most]}[which]
     # one decode step through the kernel: every grid barrier met
     assert layer.arrivals(bar) == _barriers(model) and bar[2] == 0, bar
+    _embedding_read_by_the_layers(model, which in ("f16", "deep"))
 
 
 def test_launch_groups():
