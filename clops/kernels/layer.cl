@@ -794,10 +794,12 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 // l (this lane's share of the weights' sum) a query head, acc (lane (g, c): the weighted sum of
 // dimensions VD c .. of its rows) a query head's VD; positions from `end` on are left out,
 // position pos (the step's own, not in the cache yet) is read from kn and vn. y: the query
-// heads (rotated, scaled); pw: the warp's N_REP * TP floats of local memory.
+// heads (rotated, scaled); pw: the warp's N_REP * TP floats of local memory. Query heads r0 ..
+// r1 only (the others' m, l and acc left as they are: a warp of a head split, see HSPLIT).
 inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos, int lane,
                      __local const float *y, __local const float *kn, __local const float *vn,
-                     __local float *pw, float *m, float *l, float *acc, __local float *red) {
+                     __local float *pw, float *m, float *l, float *acc, __local float *red,
+                     const int r0, const int r1) {
     const int j = base + lane;
     float4 a[N_REP];
 #pragma unroll
@@ -806,10 +808,12 @@ inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos,
     for (int d = 0; d < KU; ++d) {
         const float4 kk = j == pos ? vload4(d, kn) : kv4_f(k[d]);
 #pragma unroll
-        for (int r = 0; r < N_REP; ++r) a[r] = mad(vload4(d, y + r * HEAD_DIM), kk, a[r]);
+        for (int r = 0; r < N_REP; ++r)
+            if (r >= r0 && r < r1) a[r] = mad(vload4(d, y + r * HEAD_DIM), kk, a[r]);
     }
 #pragma unroll
     for (int r = 0; r < N_REP; ++r) {
+        if (r < r0 || r >= r1) continue;
         const float s = j < end ? (a[r].x + a[r].y) + (a[r].z + a[r].w) : -INFINITY;
         const float mn = fmax(m[r], warp_all(s, true, red));
         const float corr = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
@@ -831,6 +835,7 @@ inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos,
             const float4 vv = own ? vload4(VD / 4 * c + e, vn) : kv4_f(v[i * (VD / 4) + e]);
 #pragma unroll
             for (int r = 0; r < N_REP; ++r) {
+                if (r < r0 || r >= r1) continue;
                 const float p = pw[r * TP + jj];
                 acc[r * VD + 4 * e] = mad(p, vv.x, acc[r * VD + 4 * e]);
                 acc[r * VD + 4 * e + 1] = mad(p, vv.y, acc[r * VD + 4 * e + 1]);
@@ -850,6 +855,21 @@ inline int split_len(int L) {
     const int most = L <= NW * TP ? 1 : min(SPLITS_MAX, (L + SPLIT_MIN - 1) / SPLIT_MIN);
     const int per = (L + most - 1) / most;
     return (per + TP - 1) / TP * TP;
+}
+
+// HSPLIT (NVIDIA): where a unit's tiles fill half of the work-group's warps at most, each tile
+// is taken by two warps, each for half of the query heads (the arithmetic of a tile is a chain
+// of one warp's; portable devices: their warp sums meet the work-group's barriers, every
+// work-item at each). The split (1 or 2) of a unit of positions start .. end.
+#ifndef HSPLIT
+#define HSPLIT 1
+#endif
+inline int head_split(int start, int end) {
+#if PTX && HSPLIT && N_REP % 2 == 0
+    return (end - start + TP - 1) / TP <= NW / 2 ? 2 : 1;
+#else
+    return 1;
+#endif
 }
 
 #define PARTS_PTX PTX
@@ -1229,9 +1249,10 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         grid_arrive(bar, &target);
         // the first tile of this work-group's first attention unit streams while they meet
         if ((PHASES & 2) && grp < KV_HEADS * NS) {
-            const int s0 = grp % NS, b0 = s0 * per + w * TP;
-            tile_load(kc, vc, (size_t)(grp / NS) * max_seq + b0,
-                      min(min(L, s0 * per + per), pos) - b0, lane, ka, va);
+            const int s0 = grp % NS, e0 = min(L, s0 * per + per);
+            const int b0 = s0 * per + w % (NW / head_split(s0 * per, e0)) * TP;
+            tile_load(kc, vc, (size_t)(grp / NS) * max_seq + b0, min(e0, pos) - b0, lane, ka,
+                      va);
         }
         grid_wait(bar, target);
 
@@ -1243,10 +1264,13 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
             for (int u = grp; u < KV_HEADS * NS; u += G) {
                 const int kvh = u / NS, s = u % NS, h0 = kvh * N_REP;
                 const int start = s * per, end = min(L, start + per), stored = min(end, pos);
-                const int rounds = ((end - start + TP - 1) / TP + NW - 1) / NW;
+                // (a warp's tiles: wt, wt + nwt, ...; its query heads r0 .. r0 + N_REP / hs)
+                const int hs = head_split(start, end), nwt = NW / hs, wt = w % nwt;
+                const int r0 = w / nwt * (N_REP / hs), r1 = r0 + N_REP / hs;
+                const int rounds = ((end - start + TP - 1) / TP + nwt - 1) / nwt;
                 const size_t row0 = (size_t)kvh * max_seq;
                 if (u != grp)
-                    tile_load(kc, vc, row0 + start + w * TP, stored - start - w * TP, lane, ka,
+                    tile_load(kc, vc, row0 + start + wt * TP, stored - start - wt * TP, lane, ka,
                               va);
                 for (int c = t; c < N_REP * D; c += LS)
                     y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
@@ -1269,16 +1293,18 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 for (int i = 0; i < N_REP * VD; ++i) acc[i] = 0.0f;
                 __local float *pw = pwl + w * N_REP * TP;
                 for (int i = 0; i < rounds; ++i) {
-                    const int b0 = start + (i * NW + w) * TP;
+                    const int b0 = start + (i * nwt + wt) * TP;
                     if (i > 0) tile_load(kc, vc, row0 + b0, stored - b0, lane, ka, va);
-                    tile_use(ka, va, b0, end, pos, lane, y, kn, vn, pw, m, l, acc, red);
+                    tile_use(ka, va, b0, end, pos, lane, y, kn, vn, pw, m, l, acc, red, r0, r1);
                 }
                 // the warps' outputs combined: the unit's attention (one split) or its partial
+                // (a warp's other query heads: m -inf, weight 0)
 #pragma unroll
-                for (int i = 0; i < N_REP; ++i) l[i] = warp_all(l[i], false, red);
+                for (int i = 0; i < N_REP; ++i)
+                    if (i >= r0 && i < r1) l[i] = warp_all(l[i], false, red);
 #pragma unroll
                 for (int i = 0; i < N_REP * VD; ++i)  // (over the lanes of a dimension)
-                    acc[i] = lanes_total(acc[i], LPR, red);
+                    if (i / VD >= r0 && i / VD < r1) acc[i] = lanes_total(acc[i], LPR, red);
                 if (lane < LPR)
 #pragma unroll
                     for (int i = 0; i < N_REP * VD; ++i)
