@@ -857,6 +857,9 @@ inline int split_len(int L) {
     return (per + TP - 1) / TP * TP;
 }
 
+// PERF (H100, 1B F16 decode tok/s after 128 positions, 2026-11-27): one split up to 128 or 64
+// positions (the splits of 129 to 256 positions then take two warps a tile, HSPLIT) 830-998 /
+// 992-996 against 1005-1007.
 // HSPLIT (NVIDIA): where a unit's tiles fill half of the work-group's warps at most, each tile
 // is taken by two warps, each for half of the query heads (the arithmetic of a tile is a chain
 // of one warp's; portable devices: their warp sums meet the work-group's barriers, every
