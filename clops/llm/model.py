@@ -237,6 +237,8 @@ class Model:
         self.z = dev.alloc(cfg.vocab_size * f4)
         self.part = dev.alloc(attention.part_nbytes(dev, self.max_seq, H, D))
         self.count = upload(dev, np.zeros(H, np.int32))  # attn_decode_rope's, left zero
+        # state[0]: the position of the row the next step reads; state[3]: the greedy
+        # sampler's ticket (zero between launches)
         self.state = upload(dev, np.zeros(4, np.int32))
         # float16 rows for the tensor-core products of a prompt (kernels.matmul.linear), where the
         # device has them
@@ -345,8 +347,9 @@ class Model:
         # (at every span: H100, 1B Q4_0 after 1024 / 4096 / 16384 positions, 1404 / 1260 / 924
         # tok/s against the per-layer plan's 906 / 894 / 797 in the same run)
         layer_launches = m == 1 and self._layer_kernels()
-        # PERF: the first layer launch reads a float16 embedding row itself (one launch fewer:
-        # H100, 1B F16 decode, the embedding launch took 7.5 us a step)
+        # The first layer launch reads a float16 embedding row itself: one launch fewer to
+        # enqueue (H100, 1B F16 decode after 128 positions, same runs: 1048-1054 tok/s against
+        # 1049-1050 with the embedding launch, whose 7.5 us a step overlapped the launches')
         fold = layer_launches and cfg.embed_scale == 1.0 and layer.takes_embedding(self.embed)
         if not fold:
             add(matmul.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
