@@ -857,13 +857,17 @@ inline int split_len(int L) {
     return (per + TP - 1) / TP * TP;
 }
 
-// PERF (H100, 1B F16 decode tok/s after 128 positions, 2026-11-27): one split up to 128 or 64
-// positions (the splits of 129 to 256 positions then take two warps a tile, HSPLIT) 830-998 /
-// 992-996 against 1005-1007.
+// PERF (H100, 1B F16 decode tok/s after 128 positions, 2026-11-27): split_len's one split up to
+// 128 or 64 positions instead of 256 (the splits of 129 to 256 positions then take two warps a
+// tile, HSPLIT) 830-998 / 992-996 against 1005-1007.
 // HSPLIT (NVIDIA): where a unit's tiles fill half of the work-group's warps at most, each tile
 // is taken by two warps, each for half of the query heads (the arithmetic of a tile is a chain
 // of one warp's; portable devices: their warp sums meet the work-group's barriers, every
 // work-item at each). The split (1 or 2) of a unit of positions start .. end.
+// PERF (H100, decode tok/s after 300 positions, units of two tiles, one machine, 2026-11-27):
+// 1B Q4_0 1455-1473 -> 1560-1565, F16 957-962 -> 974-988, SmolLM2 1465-1473 -> 1470-1472;
+// after 128 positions (one unit of five tiles a key-value head: no split) the same within the
+// runs' spread. Logits identical.
 #ifndef HSPLIT
 #define HSPLIT 1
 #endif
