@@ -431,12 +431,7 @@ inline float rope_elem(__global const float *src, int t, int pos, __global const
 #ifndef COMBINE
 #define COMBINE 0
 #endif
-// A device-wide fence between a work-group's partial and the counter that announces it.
-#if PTX_FENCE
-#define GLOBAL_FENCE() asm volatile("membar.gl;" ::: "memory")
-#else
-#define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
-#endif
+#include "clops/fence.cl"  // GLOBAL_FENCE
 
 #if COMBINE
 // The partials part_h [active][D + 2] of a (row,) head's work-groups, each left by its own

@@ -26,9 +26,9 @@ __all__ = ["HEADERS", "Launch", "LaunchPlan", "expand_includes", "f32", "flat_ge
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)[>"][ \t]*'
                       r'(//.*)?$', re.M)
 HEADERS = ("philox.cl",)  # the Philox counter-based generator (clops.random documents it)
-# headers of clops' own kernels only: NVIDIA PTX helpers (included where the PTX probe passed)
-# and the KV cache's element type
-INTERNAL_HEADERS = ("ptx.cl", "kv.cl", "partials.cl")
+# headers of clops' own kernels only: NVIDIA PTX helpers (included where the PTX probe passed),
+# the KV cache's element type, split partials' combine and the fence before a partial's count
+INTERNAL_HEADERS = ("ptx.cl", "kv.cl", "partials.cl", "fence.cl")
 
 
 def expand_includes(source: str, internal: bool = False) -> str:

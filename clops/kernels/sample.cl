@@ -194,12 +194,7 @@ __kernel void sample(__global int *tokens, __global int *state, __global uchar *
     }
 }
 
-// A device-wide fence between a work-group's partial and the counter that announces it.
-#if PTX_FENCE
-#define GLOBAL_FENCE() asm volatile("membar.gl;" ::: "memory")
-#else
-#define GLOBAL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
-#endif
+#include "clops/fence.cl"  // GLOBAL_FENCE
 
 // Greedy choice (sample at temperature <= 0) over NG work-groups of NT work-items: the argmax
 // (first index on ties) of the penalized logits. Each work-group leaves its best value and
