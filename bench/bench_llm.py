@@ -31,7 +31,7 @@ import clops  # noqa: E402
 import clops.llm  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import back_to_back, copy_ceiling  # noqa: E402
+from common import back_to_back, copy_ceiling, gpu_clocks, nvidia_smi_id  # noqa: E402
 
 TEXT = ("Oxygen is the chemical element with the symbol O and atomic number 8. It is a member "
         "of the chalcogen group in the periodic table, a highly reactive nonmetal, and an "
@@ -122,8 +122,9 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int,
                 prompts: dict[int, list[int]] | None = None) -> dict:
     model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False)
     list(model.generate_ids(ids, max_new_tokens=4, stop_ids=[]))  # builds kernels once
-    prefill_tps, decode_tps, pp = measure_clops(model, ids, new, prompts)
     dev = model.device
+    with gpu_clocks(nvidia_smi_id(dev)) as clocks:
+        prefill_tps, decode_tps, pp = measure_clops(model, ids, new, prompts)
     moved = bytes_per_token(model, len(ids) + new // 2)
     ceiling = copy_ceiling(dev)
     # how long the host takes to enqueue one decode step, and the device time of one step
@@ -188,7 +189,7 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int,
             "replay": path,
             "replay_paths": {k: {"device_ms": v[0], "enqueue_ms": v[1]}
                              for k, v in replay.items()},
-            "kernel_us_per_step": by_name,
+            "kernel_us_per_step": by_name, "gpu_clocks": clocks,
             "prompt_chunk_rows": min(len(ids), model.chunk), "prompt_chunk_kernel_us": prompt}
 
 
@@ -397,9 +398,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.llama_bench:
         if args.shape:
             raise SystemExit("--llama-bench needs a GGUF file (-m), not --shape")
-        rows.append(bench_llama_bench(args.llama_bench, path, [args.prompt_tokens, *pps],
-                                      args.new_tokens, depths,
-                                      args.llama_bench_args.split()))
+        with gpu_clocks(nvidia_smi_id(clops.device(args.device))) as clocks:
+            rows.append(bench_llama_bench(args.llama_bench, path, [args.prompt_tokens, *pps],
+                                          args.new_tokens, depths,
+                                          args.llama_bench_args.split()))
+        rows[-1]["gpu_clocks"] = clocks
         if args.rounds > 1:
             rounds_with_llama_bench(rows, path, args.device, ids, args.new_tokens,
                                     {n: stream[:n] for n in pps}, args.rounds,
@@ -430,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     m = c["bytes_per_token"]
     print(f"per token {m['total'] / 1e6:.1f} MB read ({m['weights'] / 1e6:.1f} MB of weights): "
           f"{c['of_copy_bw']:.2f} of the copy bandwidth ({c['copy_ceiling_gbps']:.0f} GB/s)")
+    for r in rows:
+        if r.get("gpu_clocks"):
+            k = r["gpu_clocks"]
+            print(f"{r['name']}: SM clock {k['sm_mhz_median']:.0f} MHz (median; lowest "
+                  f"{k['sm_mhz_min']}), memory {k['mem_mhz_median']:.0f} MHz, "
+                  f"{k['samples']} samples")
     for peer in rows[1:]:
         ratios = [f"decode {c['decode_tps'] / peer['decode_tps']:.2f}x"]
         for n, v in peer.get("pp", {}).items():

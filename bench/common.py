@@ -5,14 +5,17 @@ the JSON each benchmark writes for ``run_all.py``."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -84,6 +87,49 @@ def torch_ms(torch: Any, fn: Callable[[], object], repeat: int = 20, warmup: int
         e.synchronize()
         times.append(s.elapsed_time(e))
     return statistics.median(times)
+
+
+def nvidia_smi_id(dev: clops.CLDevice) -> str | None:
+    """The GPU's PCI address as ``nvidia-smi -i`` takes it, or None (not an NVIDIA GPU, or its
+    driver does not say)."""
+    from clops.runtime import tma
+
+    pci = tma._pci(dev) if dev.backend == "nvidia" else None
+    return None if pci is None else f"{pci[0]:08x}:{pci[1]:02x}:{pci[2]:02x}.0"
+
+
+@contextlib.contextmanager
+def gpu_clocks(smi_id: str | None, every_ms: int = 50) -> Iterator[dict]:
+    """The GPU's SM and memory clocks (MHz) as ``nvidia-smi`` samples them every ``every_ms``
+    while the block runs, filled into the yielded dict when it ends: median and lowest SM clock,
+    median memory clock, samples (empty without nvidia-smi or ``smi_id``). A figure beside the
+    clock it ran at: machines of one kind can run a latency-bound kernel far apart."""
+    out: dict = {}
+    exe = shutil.which("nvidia-smi")
+    if exe is None or smi_id is None:
+        yield out
+        return
+    proc = subprocess.Popen([exe, "-i", smi_id, "--query-gpu=clocks.sm,clocks.mem",
+                             "--format=csv,noheader,nounits", "-lms", str(every_ms)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        yield out
+    finally:
+        proc.terminate()
+        try:
+            text = proc.communicate(timeout=10)[0]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text = proc.communicate()[0]
+        sm, mem = [], []
+        for line in text.splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) == 2 and all(p.isdigit() for p in parts):
+                sm.append(int(parts[0]))
+                mem.append(int(parts[1]))
+        if sm:
+            out.update(sm_mhz_median=statistics.median(sm), sm_mhz_min=min(sm),
+                       mem_mhz_median=statistics.median(mem), samples=len(sm))
 
 
 def copy_ceiling(dev: clops.CLDevice, nbytes: int = 1 << 28, repeat: int = 20) -> dict:
