@@ -95,6 +95,36 @@ def test_greedy_matches_numpy(device, v, kind):
     assert got[0] == _first_argmax_ignoring_nan(ref)
 
 
+@pytest.mark.parametrize("v", [4099, 49152])
+def test_greedy_row_at_an_offset_moves_state_on(device, v):
+    """The argmax over several work-groups of the logits row at l_off goes to tokens[state[0] +
+    advance]; state[0] moves on by advance and the work-groups' ticket (state[3]) is left zero,
+    launch after launch."""
+    rng = np.random.default_rng(v)
+    rows = (rng.standard_normal((3, v)) * 4).astype(np.float32)
+    dev = device
+    lg = dev.alloc(rows.nbytes)
+    dev.write(lg, rows, blocking=True)
+    tokens = dev.alloc(64 * 4)
+    dev.write(tokens, np.full(64, -1, np.int32), blocking=True)
+    state = dev.alloc(16)
+    dev.write(state, np.array([5, 0, 0, 0], np.int32), blocking=True)
+    seen = dev.alloc(v)
+    dev.write(seen, np.zeros(v, np.uint8), blocking=True)
+    z = dev.alloc(v * 4)
+    ln = sample.sample(dev, tokens, state, seen, lg, 2 * v, z, vocab=v, advance=3,
+                       temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, penalty=1.0, seed=0)
+    if device.caps.compute_units >= 2:  # (several work-groups: the greedy kernel)
+        assert ln.name == "greedy" and ln.global_size[0] > ln.local_size[0]
+    for _ in range(4):
+        ln.run(dev)
+    got, st = np.empty(64, np.int32), np.empty(4, np.int32)
+    dev.read(got, tokens)
+    dev.read(st, state)
+    assert st.tolist() == [5 + 4 * 3, 0, 0, 0]
+    assert got[[8, 11, 14, 17]].tolist() == [int(np.argmax(rows[2]))] * 4
+
+
 def test_temperature_top_k(device):
     p = _softmax(LOGITS / 0.7)
     keep = np.nonzero(LOGITS >= np.sort(LOGITS)[-5])[0]  # ties with the 5th stay
