@@ -201,8 +201,8 @@ __kernel void sample(__global int *tokens, __global int *state, __global uchar *
 // index in z[2 g], z[2 g + 1]; the last to finish (a ticket in state[3], zero between launches
 // and left zero) picks among them and, as sample does, writes the id to tokens[state[0] +
 // advance], sets seen[id] and moves state[0] on by advance.
-// PERF (H100, vocab 49152, 1B F16 decode step): 24 work-groups of 512 8.7 us, sample's one
-// work-group 16.6 (decode 1031-1035 -> 1047 tok/s).
+// PERF (H100, vocab 49152, kernel time a decode step under profiling, 2026-11-27): 24
+// work-groups of 512 8.6-8.9 us (three machines), sample's one work-group 16.5-16.6 (two).
 // Work geometry: global (NG * NT), local (NT).
 __kernel void greedy(__global int *tokens, __global int *state, __global uchar *restrict seen,
                      __global const float *restrict logits, int l_off, __global float *z, int V,
