@@ -567,13 +567,15 @@ class Model:
         if params == self._sampler:
             return
         before = self._sampler or _sampler_defaults()
+        # (greedy and sampling are two kernels: a switch builds the sampling plans again)
+        switched = sample_kernel.is_greedy(before["temperature"]) != \
+            sample_kernel.is_greedy(params["temperature"])
         self._sampler = params
         for key, plan in list(self._plans.items()):
             if not key[2]:
                 continue
-            if sample_kernel.is_greedy(before["temperature"]) != \
-                    sample_kernel.is_greedy(params["temperature"]):
-                del self._plans[key]  # (another kernel: the plan is built again)
+            if switched:
+                del self._plans[key]
             else:
                 _apply_sampler(plan.launches[-1], plan, params)
 
