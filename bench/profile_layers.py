@@ -112,6 +112,17 @@ def trace(args) -> None:
                     wall[p].append(float(np.median(t[b, 1]) - np.median(t[b - 1, 1])))
                 spans.append(float(np.median(t[at + n - 1, 1]) - np.median(t[at, 1])))
                 at += n
+            # inside attention: the last launch's units, from leaving the barrier before B
+            last = launches[-1]
+            pts = layer.read_attention_trace(model.device, model.bar, groups, len(last))
+            a0 = at - (5 * len(last) - 1)
+            inside: list[list[float]] = [[] for _ in range(layer.ATT_POINTS + 1)]
+            for li in range(len(last)):
+                leave, came = t[a0 + 5 * li, 1], t[a0 + 5 * li + 1, 0]
+                unit = pts[li, -1] > leave
+                for k in range(layer.ATT_POINTS):
+                    inside[k] += (pts[li, k][unit] - leave[unit]).tolist()
+                inside[-1] += (came[unit] - leave[unit]).tolist()
             cells = [f"{p} {statistics.median(work[p]) / 1e3:.1f}/"
                      f"{statistics.median(slow[p]) / 1e3:.1f}+"
                      f"{statistics.median(release[p]) / 1e3:.1f}" for p in PHASES if work[p]]
@@ -123,6 +134,12 @@ def trace(args) -> None:
                               for p in PHASES if wall[p])
                   + "; first to last barrier of a launch: "
                   + ", ".join(f"{v / 1e3:.0f}" for v in spans), flush=True)
+            if inside[0]:
+                names = ("inputs read", "tiles used", "warps' results", "stored", "arrived")
+                print(f"after {d} tokens [{spec}], attention units, us after leaving the "
+                      "barrier before B (median): " + ", ".join(
+                          f"{nm} {statistics.median(v) / 1e3:.2f}"
+                          for nm, v in zip(names, inside)), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

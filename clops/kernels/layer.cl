@@ -78,9 +78,9 @@
 // GUEARLY: a work-group without output rows loads its first [gate | up] weights while attention
 // runs (on NVIDIA kernels/layer.py sets it where it packs the output rows into as few work-groups
 // as the registers allow); GUWAIT (NVIDIA): the work-groups without an attention unit issue those
-// loads once attention has read its inputs (bar[3]: the count, low 32 bits, of the barrier before
-// the latest attention phase that has); XEARLY: an accumulating task reads x's values at its rows
-// before its sums.
+// loads, and the output phase's work-groups their output rows', once attention has read its
+// inputs (bar[3]: the count, low 32 bits, of the barrier before the latest attention phase that
+// has); XEARLY: an accumulating task reads x's values at its rows before its sums.
 // PERF (H100, decode tok/s after 128 positions, runs of one machine): 1B F16 975 -> 989-994
 // with CSKIP, 978 -> 1009-1014 with CSKIP and XEARLY; GUEARLY without GUWAIT 1009-1013 against
 // 1043-1046 with it (attention 9.0 against 6.7 us a layer: the loads held its reads back); the
@@ -94,6 +94,20 @@
 // the output phase 1.9 -> 3.3, gate/up only 21.3 -> 20.4, the down phase, which reads no local
 // copies, 13.1 -> 14.8: the loads in flight held the latency-bound phases back, and the local
 // memory taken from L1 slowed the streaming ones).
+// PERF (H100, decode tok/s after 128 positions, runs of one machine, 2026-11-27): the output
+// phase's work-groups waiting for attention's inputs too (they had loaded their rows at once)
+// 1B F16 997-1006 -> 1032-1040; attention's tile loads then came back sooner (traced: inputs
+// read 2.0 -> 1.3 us after the barrier). Signalling once attention had used its tiles instead
+// of read its inputs: 957-983 (the groups idle longer). Dealing the [gate | up] pairs unevenly
+// (the output phase's work-groups a pair a warp fewer, the others more, as they had loaded
+// theirs during attention): 1046-1051 against 1043-1051. Every stage of gate/up or down loaded
+// while the groups meet before it (not all but one): 991-1001 against 1000-1008. The down
+// phase's input loads issued before its second stage's (so that they come back while those are
+// on the way): the phase 14.6 -> 14.1 us, 996-1007 against 992-999 tok/s. Warp 0 (whose work-item
+// 0 polls the barrier's count) issuing its loads only after the barrier: 978-986 against
+// 1007-1023 (a work-group's loads come back in order: a poll waits behind every warp's loads,
+// not its own warp's alone). The weights' loads with an L2 evict_first cache policy: 1024-1026
+// against 1028-1033 (the .L2::evict_first qualifier itself takes 256-bit loads only here).
 #ifndef GUEARLY
 #define GUEARLY 1
 #endif
@@ -245,8 +259,23 @@ inline void stamp(__global int *bar, count_t target, int leaving) {
     ((__global ulong *)(bar + 4))[(2 * (b % TRACE_RING) + leaving) * get_num_groups(0) +
                                   get_group_id(0)] = now;
 }
+// and inside attention (B), work-item 0 of a work-group's first unit of layer l (of the launch)
+// writes the clock at its points k (ATT_POINTS: inputs read, tiles used, warps' results in
+// local memory, results stored) at trace[2 TRACE_RING G + (l ATT_POINTS + k) G + group]
+// (kernels/layer.py's read_attention_trace)
+#define ATT_POINTS 4
+inline void att_stamp(__global int *bar, int l, int k) {
+    if (get_local_id(0) == 0) {
+        ulong now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        const int G = get_num_groups(0);
+        ((__global ulong *)(bar + 4))[2 * TRACE_RING * G + (l * ATT_POINTS + k) * G +
+                                      get_group_id(0)] = now;
+    }
+}
 #else
 #define stamp(bar, target, leaving)
+#define att_stamp(bar, l, k)
 #endif
 
 inline void grid_arrive(__global int *bar, count_t *target) {
@@ -795,7 +824,18 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 // dimensions VD c .. of its rows) a query head's VD; positions from `end` on are left out,
 // position pos (the step's own, not in the cache yet) is read from kn and vn. y: the query
 // heads (rotated, scaled); pw: the warp's N_REP * TP floats of local memory. Query heads r0 ..
-// r1 only (the others' m, l and acc left as they are: a warp of a head split, see HSPLIT).
+// r1 only (the others' m, l and acc left as they are: a warp of a head split, see HSPLIT): every
+// head's arithmetic runs, without branches, and the others' weights are 0.
+// PERF (H100, decode tok/s, runs of one machine, 2026-11-27; the output phase's groups waiting
+// for attention's inputs in both): a branch per head around the arithmetic (HSPLIT's heads) ->
+// without, 1B F16 1031-1039 -> 1059-1062 after 128 positions, 1007-1014 -> 1017 after 300;
+// with that wait too, against neither, 1B Q4_0 1698-1719 -> 1986-2010 after 128 and 1229-1244
+// -> 1460-1468 after 4096, Q8_0 1392 -> 1567-1572 and 1100-1104 -> 1232, SmolLM2 1669-1672 ->
+// 2180-2184 and 1481 -> 1894-1902; logits identical. Traced (F16, 128 positions): a warp's
+// tile 5.7 -> 2.9 us, attention 9.5 -> 6.1. The kernel takes all 255 registers, and in the
+// branches each local load's value was used at once (a load's latency each, one warp on its
+// scheduler); a tile is still that much longer than its arithmetic: the loads of y and pw
+// wait in turn.
 inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos, int lane,
                      __local const float *y, __local const float *kn, __local const float *vn,
                      __local float *pw, float *m, float *l, float *acc, __local float *red,
@@ -808,22 +848,25 @@ inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos,
     for (int d = 0; d < KU; ++d) {
         const float4 kk = j == pos ? vload4(d, kn) : kv4_f(k[d]);
 #pragma unroll
-        for (int r = 0; r < N_REP; ++r)
-            if (r >= r0 && r < r1) a[r] = mad(vload4(d, y + r * HEAD_DIM), kk, a[r]);
+        for (int r = 0; r < N_REP; ++r) a[r] = mad(vload4(d, y + r * HEAD_DIM), kk, a[r]);
     }
+    // (every query head's arithmetic, without branches: a warp runs alone on its scheduler
+    // here, and the loads of local memory of one head meet the next's only where no branch
+    // stands between them; another warp's heads (r0 .. r1) get weight 0 and keep m, l, acc)
+    float corr[N_REP];
 #pragma unroll
     for (int r = 0; r < N_REP; ++r) {
-        if (r < r0 || r >= r1) continue;
-        const float s = j < end ? (a[r].x + a[r].y) + (a[r].z + a[r].w) : -INFINITY;
+        const bool in = j < end && r >= r0 && r < r1;
+        const float s = in ? (a[r].x + a[r].y) + (a[r].z + a[r].w) : -INFINITY;
         const float mn = fmax(m[r], warp_all(s, true, red));
-        const float corr = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
-        const float p = j < end ? exp(s - mn) : 0.0f;
-        l[r] = mad(l[r], corr, p);
+        corr[r] = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
+        const float p = in ? exp(s - mn) : 0.0f;
+        l[r] = mad(l[r], corr[r], p);
         m[r] = mn;
         pw[r * TP + lane] = p;
-#pragma unroll
-        for (int e = 0; e < VD; ++e) acc[r * VD + e] *= corr;
     }
+#pragma unroll
+    for (int i = 0; i < N_REP * VD; ++i) acc[i] *= corr[i / VD];
     warp_local_sync();
     const int g = lane / LPR, c = lane % LPR;
 #pragma unroll
@@ -835,7 +878,6 @@ inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos,
             const float4 vv = own ? vload4(VD / 4 * c + e, vn) : kv4_f(v[i * (VD / 4) + e]);
 #pragma unroll
             for (int r = 0; r < N_REP; ++r) {
-                if (r < r0 || r >= r1) continue;
                 const float p = pw[r * TP + jj];
                 acc[r * VD + 4 * e] = mad(p, vv.x, acc[r * VD + 4 * e]);
                 acc[r * VD + 4 * e + 1] = mad(p, vv.y, acc[r * VD + 4 * e + 1]);
@@ -867,7 +909,9 @@ inline int split_len(int L) {
 // PERF (H100, decode tok/s after 300 positions, units of two tiles, one machine, 2026-11-27):
 // 1B Q4_0 1455-1473 -> 1560-1565, F16 957-962 -> 974-988, SmolLM2 1465-1473 -> 1470-1472;
 // after 128 positions (one unit of five tiles a key-value head: no split) the same within the
-// runs' spread. Logits identical.
+// runs' spread. Logits identical. (Since tile_use's arithmetic went branch-free each warp of a
+// split computes every head's scores and weighs only its own, so the split no longer shortens a
+// warp's arithmetic; not measured apart since.)
 #ifndef HSPLIT
 #define HSPLIT 1
 #endif
@@ -1269,6 +1313,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         // by the unit of the last split
         if (PHASES & 2) {
             for (int u = grp; u < KV_HEADS * NS; u += G) {
+                const int li = l;  // (l: the softmax sums below)
                 const int kvh = u / NS, s = u % NS, h0 = kvh * N_REP;
                 const int start = s * per, end = min(L, start + per), stored = min(end, pos);
                 // (a warp's tiles: wt, wt + nwt, ...; its query heads r0 .. r0 + N_REP / hs)
@@ -1286,6 +1331,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     vn[t] = kv_round(((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t]);
                 }
                 barrier(CLK_LOCAL_MEM_FENCE);
+                if (u == grp) att_stamp(bar, li, 0);
 #if PTX && GUWAIT
                 // (its inputs read: the work-groups waiting to load weights may go)
                 if ((PHASES & 2) && t == 0 && u == grp) atomic_xchg(bar + 3, (int)(uint)target);
@@ -1304,14 +1350,14 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     if (i > 0) tile_load(kc, vc, row0 + b0, stored - b0, lane, ka, va);
                     tile_use(ka, va, b0, end, pos, lane, y, kn, vn, pw, m, l, acc, red, r0, r1);
                 }
+                if (u == grp) att_stamp(bar, li, 1);
                 // the warps' outputs combined: the unit's attention (one split) or its partial
                 // (a warp's other query heads: m -inf, weight 0)
 #pragma unroll
-                for (int i = 0; i < N_REP; ++i)
-                    if (i >= r0 && i < r1) l[i] = warp_all(l[i], false, red);
+                for (int i = 0; i < N_REP; ++i) l[i] = warp_all(l[i], false, red);
 #pragma unroll
                 for (int i = 0; i < N_REP * VD; ++i)  // (over the lanes of a dimension)
-                    if (i / VD >= r0 && i / VD < r1) acc[i] = lanes_total(acc[i], LPR, red);
+                    acc[i] = lanes_total(acc[i], LPR, red);
                 if (lane < LPR)
 #pragma unroll
                     for (int i = 0; i < N_REP * VD; ++i)
@@ -1323,6 +1369,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                         lw[w * N_REP + i] = l[i];
                     }
                 barrier(CLK_LOCAL_MEM_FENCE);
+                if (u == grp) att_stamp(bar, li, 2);
                 for (int c = t; c < N_REP * D; c += LS) {
                     const int hr = c / D, d = c % D;
                     float mx = -INFINITY, num = 0.0f, den = 0.0f;
@@ -1364,29 +1411,30 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     KV_PUT(kn[t], kc, at);
                     KV_PUT(vn[t], vc, at);
                 }
+                if (u == grp) att_stamp(bar, li, 3);
                 barrier(CLK_LOCAL_MEM_FENCE);
             }
         }
         grid_arrive(bar, &target);
+#if PTX && GUWAIT && (PHASES & 2)
+        // (a work-group without an attention unit that loads weights here waits until attention
+        // has read its inputs: its loads would hold back those reads)
+        if ((has_c || gu_early) && grp >= U) {
+            if (t == 0) {
+                const uint want = (uint)(target - G);
+                int spins = 0;
+                while ((int)((uint)((volatile __global int *)bar)[3] - want) < 0 &&
+                       ++spins < SPIN_LIMIT)
+                    asm volatile("nanosleep.u32 64;");
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+#endif
         if (has_c) {
             task_rows(0, R_O, DIM, gc, w, rows);
             fetch(WF_O, SH_O, wo, so, HEADS * D, rows, R_O, lane, wa, wb, wdd);
             if (XEARLY) task_old(0, R_O, DIM, gc, w, lane, x, xo);
         } else if (gu_early) {
-#if PTX && GUWAIT
-            // (a work-group without an attention unit waits until attention has read its
-            // inputs: its loads would hold back those reads)
-            if ((PHASES & 2) && grp >= U) {
-                if (t == 0) {
-                    const uint want = (uint)(target - G);
-                    int spins = 0;
-                    while ((int)((uint)((volatile __global int *)bar)[3] - want) < 0 &&
-                           ++spins < SPIN_LIMIT)
-                        asm volatile("nanosleep.u32 64;");
-                }
-                barrier(CLK_LOCAL_MEM_FENCE);
-            }
-#endif
             gu_first(l);
         }
         grid_wait(bar, target);

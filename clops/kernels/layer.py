@@ -40,6 +40,7 @@ SPLIT_MIN = 64
 TRACE = False
 TRACE_RING = 256  # the barriers a trace keeps, the latest (layer.cl)
 MAX_GROUPS = 1024  # work-groups a traced launch may have (bar_nbytes)
+ATT_POINTS = 4  # the clock points inside attention a traced launch keeps, a layer (layer.cl)
 # Measurement (bench/profile_layers.py): more -D defines for decode_layers' builds, such as
 # PHASES (the phases that run) or a switch of a kernel variant under test; none of the defines
 # the launch computes (sizes, formats, splits)
@@ -98,7 +99,7 @@ def grid_barriers_work(dev: CLDevice, groups: int) -> bool:
 def bar_nbytes(trace: bool = False) -> int:
     """The bytes of a barrier buffer (``decode_layers``' ``bar``): 4 int32, and with ``trace``
     the ring of barrier times (``TRACE``)."""
-    return 16 + (2 * TRACE_RING * MAX_GROUPS * 8 if trace else 0)
+    return 16 + ((2 * TRACE_RING + 16 * ATT_POINTS) * MAX_GROUPS * 8 if trace else 0)
 
 
 def read_trace(dev: CLDevice, bar: Buffer, groups: int) -> tuple[int, np.ndarray]:
@@ -112,6 +113,18 @@ def read_trace(dev: CLDevice, bar: Buffer, groups: int) -> tuple[int, np.ndarray
     keep = min(met, TRACE_RING)
     order = [(met - keep + i) % TRACE_RING for i in range(keep)]
     return met, ring[order].astype(np.int64)
+
+
+def read_attention_trace(dev: CLDevice, bar: Buffer, groups: int, layers: int) -> np.ndarray:
+    """A traced barrier buffer's attention points (ns) of the latest launch's layers, [layer,
+    point, group]: work-item 0 of each work-group's first attention unit at ATT_POINTS points
+    (inputs read, tiles used, warps' results in local memory, results stored); work-groups
+    without a unit keep older values."""
+    raw = np.empty(bar_nbytes(True) // 8 - 2, np.uint64)
+    dev.read(raw, bar, blocking=True, offset=16)
+    at = 2 * TRACE_RING * groups
+    pts = raw[at:at + layers * ATT_POINTS * groups].reshape(layers, ATT_POINTS, groups)
+    return pts.astype(np.int64)
 
 
 def arrivals(bar: np.ndarray) -> int:
