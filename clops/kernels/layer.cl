@@ -835,7 +835,10 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 // tile 5.7 -> 2.9 us, attention 9.5 -> 6.1. The kernel takes all 255 registers, and in the
 // branches each local load's value was used at once (a load's latency each, one warp on its
 // scheduler); a tile is still that much longer than its arithmetic: the loads of y and pw
-// wait in turn.
+// wait in turn. pw laid out a position's heads side by side (one 16-byte load of a position's
+// weights instead of N_REP) gave the same: 1060-1061 tok/s against this layout's 1061-1067
+// after 128 positions, 954-960 against 950-954 after 1024 (F16), Q4_0 1936-1940 against
+// 1935-1947 (2026-11-27).
 inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos, int lane,
                      __local const float *y, __local const float *kn, __local const float *vn,
                      __local float *pw, float *m, float *l, float *acc, __local float *red,
