@@ -832,7 +832,7 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 // with that wait too, against neither, 1B Q4_0 1698-1719 -> 1986-2010 after 128 and 1229-1244
 // -> 1460-1468 after 4096, Q8_0 1392 -> 1567-1572 and 1100-1104 -> 1232, SmolLM2 1669-1672 ->
 // 2180-2184 and 1481 -> 1894-1902; logits identical. Traced (F16, 128 positions): a warp's
-// tile 5.7 -> 2.9 us, attention 9.5 -> 6.1. The kernel takes all 255 registers, and in the
+// tile 5.7 -> 2.9 us, attention 9.2 -> 6.1. The kernel takes all 255 registers, and in the
 // branches each local load's value was used at once (a load's latency each, one warp on its
 // scheduler); a tile is still that much longer than its arithmetic: the loads of y and pw
 // wait in turn. pw laid out a position's heads side by side (one 16-byte load of a position's

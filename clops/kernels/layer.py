@@ -98,7 +98,8 @@ def grid_barriers_work(dev: CLDevice, groups: int) -> bool:
 
 def bar_nbytes(trace: bool = False) -> int:
     """The bytes of a barrier buffer (``decode_layers``' ``bar``): 4 int32, and with ``trace``
-    the ring of barrier times (``TRACE``)."""
+    the ring of barrier times and attention's points of up to 16 layers, a launch's most
+    (``TRACE``)."""
     return 16 + ((2 * TRACE_RING + 16 * ATT_POINTS) * MAX_GROUPS * 8 if trace else 0)
 
 
