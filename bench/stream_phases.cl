@@ -81,24 +81,16 @@ void phases_regs(__global const uint4 *W, int NP, int P, __global ulong *bar,
                     for (int u = 0; u < U; ++u) acc ^= fold(a[j][u]);
             }
         if (lane == 0) out[get_global_id(0)] = acc;  // (a store, as a phase's results)
-        if (BARRIERS) {
-            arrive(bar, &target);
-            if (p + 1 < P)
-#pragma unroll
-                for (int s = 0; s < PRE; ++s)
-                    if (s < np)
-#pragma unroll
-                        for (int u = 0; u < U; ++u)
-                            a[s][u] = nc_load(PART_AT(p + 1, gw + s * step) + u * 32 + lane);
-            await(bar, target);
-        } else if (p + 1 < P) {
+        if (BARRIERS) arrive(bar, &target);
+        // (the next phase's first parts load while the groups meet)
+        if (p + 1 < P)
 #pragma unroll
             for (int s = 0; s < PRE; ++s)
                 if (s < np)
 #pragma unroll
                     for (int u = 0; u < U; ++u)
                         a[s][u] = nc_load(PART_AT(p + 1, gw + s * step) + u * 32 + lane);
-        }
+        if (BARRIERS) await(bar, target);
     }
     out[get_global_id(0)] = acc;
 }
