@@ -839,6 +839,7 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 // weights instead of N_REP) gave the same: 1060-1061 tok/s against this layout's 1061-1067
 // after 128 positions, 954-960 against 950-954 after 1024 (F16), Q4_0 1936-1940 against
 // 1935-1947 (2026-11-27).
+#if PTX
 inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos, int lane,
                      __local const float *y, __local const float *kn, __local const float *vn,
                      __local float *pw, float *m, float *l, float *acc, __local float *red,
@@ -891,6 +892,62 @@ inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos,
     }
     warp_local_sync();
 }
+#else
+// (portable devices: the arithmetic in a branch a head, as it was; Intel's CPU compiler aborted
+// now and then building the branch-free form: in 3 of 8 runs of the one-group tests with no
+// cached programs, against none of 3 with this one; once since, a build of this one ran past
+// 10 minutes with another run beside it)
+inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos, int lane,
+                     __local const float *y, __local const float *kn, __local const float *vn,
+                     __local float *pw, float *m, float *l, float *acc, __local float *red,
+                     const int r0, const int r1) {
+    const int j = base + lane;
+    float4 a[N_REP];
+#pragma unroll
+    for (int r = 0; r < N_REP; ++r) a[r] = (float4)(0.0f);
+#pragma unroll
+    for (int d = 0; d < KU; ++d) {
+        const float4 kk = j == pos ? vload4(d, kn) : kv4_f(k[d]);
+#pragma unroll
+        for (int r = 0; r < N_REP; ++r)
+            if (r >= r0 && r < r1) a[r] = mad(vload4(d, y + r * HEAD_DIM), kk, a[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < N_REP; ++r) {
+        if (r < r0 || r >= r1) continue;
+        const float s = j < end ? (a[r].x + a[r].y) + (a[r].z + a[r].w) : -INFINITY;
+        const float mn = fmax(m[r], warp_all(s, true, red));
+        const float corr = mn == -INFINITY ? 1.0f : exp(m[r] - mn);
+        const float p = j < end ? exp(s - mn) : 0.0f;
+        l[r] = mad(l[r], corr, p);
+        m[r] = mn;
+        pw[r * TP + lane] = p;
+#pragma unroll
+        for (int e = 0; e < VD; ++e) acc[r * VD + e] *= corr;
+    }
+    warp_local_sync();
+    const int g = lane / LPR, c = lane % LPR;
+#pragma unroll
+    for (int i = 0; i < LPR; ++i) {
+        const int jj = RPI * i + g;
+        const bool own = base + jj == pos;
+#pragma unroll
+        for (int e = 0; e < VD / 4; ++e) {
+            const float4 vv = own ? vload4(VD / 4 * c + e, vn) : kv4_f(v[i * (VD / 4) + e]);
+#pragma unroll
+            for (int r = 0; r < N_REP; ++r) {
+                if (r < r0 || r >= r1) continue;
+                const float p = pw[r * TP + jj];
+                acc[r * VD + 4 * e] = mad(p, vv.x, acc[r * VD + 4 * e]);
+                acc[r * VD + 4 * e + 1] = mad(p, vv.y, acc[r * VD + 4 * e + 1]);
+                acc[r * VD + 4 * e + 2] = mad(p, vv.z, acc[r * VD + 4 * e + 2]);
+                acc[r * VD + 4 * e + 3] = mad(p, vv.w, acc[r * VD + 4 * e + 3]);
+            }
+        }
+    }
+    warp_local_sync();
+}
+#endif
 
 // The positions of each split of a key-value head's L positions (a multiple of TP; the last
 // split may hold fewer, none is empty): one split while one round of the work-group's warps
@@ -1357,10 +1414,12 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 // the warps' outputs combined: the unit's attention (one split) or its partial
                 // (a warp's other query heads: m -inf, weight 0)
 #pragma unroll
-                for (int i = 0; i < N_REP; ++i) l[i] = warp_all(l[i], false, red);
+                for (int i = 0; i < N_REP; ++i)
+                    if (PTX || (i >= r0 && i < r1)) l[i] = warp_all(l[i], false, red);
 #pragma unroll
                 for (int i = 0; i < N_REP * VD; ++i)  // (over the lanes of a dimension)
-                    acc[i] = lanes_total(acc[i], LPR, red);
+                    if (PTX || (i / VD >= r0 && i / VD < r1))
+                        acc[i] = lanes_total(acc[i], LPR, red);
                 if (lane < LPR)
 #pragma unroll
                     for (int i = 0; i < N_REP * VD; ++i)
