@@ -157,6 +157,18 @@ inline float4 load4_fresh(__global const float *p) {
 #endif
 }
 
+// A float written by other work-groups of this launch (as load4_fresh; NVIDIA: a volatile load
+// is a system-scope one there, this one goes no further than L2).
+inline float load_fresh(__global const float *p) {
+#if PTX
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+#else
+    return *(vin)p;
+#endif
+}
+
 // The sum of v over the lanes of the warp whose index matches this one's modulo s (a power of
 // two), in the first s lanes (every work-item of the group calls it); s 1: over the warp, in
 // lane 0.
@@ -176,9 +188,22 @@ inline float lanes_total(float v, const int s, __local float *red) {
 #endif
 }
 
-// The sum (max: the largest) of v over the work-group, in every work-item.
+// The sum (max: the largest) of v over the work-group, in every work-item (NVIDIA: over each
+// warp by shuffles, then the warps' results: two barriers, not a tree's nine).
 inline float group_reduce(float v, __local float *red, bool max_of) {
     const int t = get_local_id(0);
+#if PTX
+    for (int o = 16; o > 0; o >>= 1) {
+        const float u = shfl_xor(v, o);
+        v = max_of ? fmax(v, u) : v + u;
+    }
+    if ((t & 31) == 0) red[t >> 5] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float r = red[0];
+    for (int i = 1; i < NW; ++i) r = max_of ? fmax(r, red[i]) : r + red[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return r;
+#else
     red[t] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = LS / 2; s > 0; s >>= 1) {
@@ -188,6 +213,7 @@ inline float group_reduce(float v, __local float *red, bool max_of) {
     const float r = red[0];
     barrier(CLK_LOCAL_MEM_FENCE);
     return r;
+#endif
 }
 
 // The grid barrier: bar[0] counts the arrivals of every work-group at every barrier, launch
@@ -398,9 +424,16 @@ inline float stage_half(__global const float *src, __global const half *hsrc, in
                         __global const float *nw, float eps, __local uint *xh,
                         __local float *red) {
     const int t = get_local_id(0);
-    float4 v[QR];
+    float4 v[QR], g[QR];
     float ss = 0.0f;
     load_rounds(src, hsrc, K, v);
+    // (the norm's weights loaded with the values, not after the sum's barriers: one memory
+    // latency before the phase's arithmetic, not two)
+#pragma unroll
+    for (int r = 0; r < QR; ++r) {
+        const int i = r * LS + t;
+        g[r] = nw && r * LS < K / 4 && i < K / 4 ? vload4(i, nw) : (float4)(1.0f);
+    }
 #pragma unroll
     for (int r = 0; r < QR; ++r) ss += dot(v[r], v[r]);
     const float f = nw ? rms_after(ss, K, eps, red) : 1.0f;
@@ -409,7 +442,7 @@ inline float stage_half(__global const float *src, __global const half *hsrc, in
         const int i = r * LS + t;
         if (r * LS >= K / 4) break;
         if (i < K / 4) {
-            const float4 u = nw ? v[r] * vload4(i, nw) * f : v[r];
+            const float4 u = nw ? v[r] * g[r] * f : v[r];
 #if PTX
             xh[2 * i] = half2_bits(u.x, u.y);
             xh[2 * i + 1] = half2_bits(u.z, u.w);
@@ -699,7 +732,7 @@ inline void task_store(int k, const int R, const int N, int g, int w, int lane, 
 #pragma unroll
         for (int e = 0; e < R; ++e)
             if (n0 + e < N)
-                y[n0 + e] = accum ? (old ? old[e] : ((vin)y)[n0 + e]) + r[e] * f : r[e] * f;
+                y[n0 + e] = accum ? (old ? old[e] : load_fresh(y + n0 + e)) + r[e] * f : r[e] * f;
 }
 
 // y's values at the task's rows (lane 0; the others 0), read ahead of the task's accumulating
@@ -708,7 +741,7 @@ inline void task_old(int k, const int R, const int N, int g, int w, int lane,
                      __global const float *y, float *old) {
     const int n0 = TASK0(k, R, g) + w * R;
 #pragma unroll
-    for (int e = 0; e < R; ++e) old[e] = lane == 0 && n0 + e < N ? ((vin)y)[n0 + e] : 0.0f;
+    for (int e = 0; e < R; ++e) old[e] = lane == 0 && n0 + e < N ? load_fresh(y + n0 + e) : 0.0f;
 }
 
 // Element t of the head at v (raw, written in A by other work-groups) turned by pos.
@@ -719,7 +752,7 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
     const int i = t >> 1, a = 2 * i, b = 2 * i + 1;
 #endif
     float c, sn = sincos((float)pos * inv_freq[i], &c);
-    const float va = ((vin)v)[a], vb = ((vin)v)[b];
+    const float va = load_fresh(v + a), vb = load_fresh(v + b);
     return t == a ? va * c - vb * sn : va * sn + vb * c;
 }
 
@@ -1388,7 +1421,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
                 if (t < D) {  // (as the cache keeps them)
                     kn[t] = kv_round(rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq));
-                    vn[t] = kv_round(((vin)qkv)[(HEADS + KV_HEADS + kvh) * D + t]);
+                    vn[t] = kv_round(load_fresh(qkv + (HEADS + KV_HEADS + kvh) * D + t));
                 }
                 barrier(CLK_LOCAL_MEM_FENCE);
                 if (u == grp) att_stamp(bar, li, 0);
