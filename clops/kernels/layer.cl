@@ -1054,22 +1054,39 @@ inline void pair_rows(int k, int w, int *rows) {
 #define GU_CPT ((KB(F16, DIM) + GU_SPR - 1) / GU_SPR)
 #define D_SPR min(KB(F16, FFN), SLOTS / D_STAGES)
 #define D_CPT ((KB(F16, FFN) + D_SPR - 1) / D_SPR)
-#define PIPE_GU_ARGS(l) GU_STAGES, GU_CPT, GU_SPR, true, DIM, FFN, SEL(wgu, l)
-#define PIPE_D_ARGS(l) D_STAGES, D_CPT, D_SPR, false, FFN, DIM, SEL(wd, l)
+#define PIPE_GU_ARGS(l) GU_STAGES, GU_CPT, GU_SPR, true, DIM, FFN, SEL(wgu, l), gu_dl
+#define PIPE_D_ARGS(l) D_STAGES, D_CPT, D_SPR, false, FFN, DIM, SEL(wd, l), (int4)(-1, 0, 1, 0)
+
+// GU_DEAL (GUEARLY): the [gate | up] phase's pairs dealt as the other phases' rows (a pair a
+// warp, the groups in turn) for the rounds that fill every warp, and the rest to the work-groups
+// that loaded their first pairs while attention ran (the output phase's load theirs after their
+// output rows). dl: (the rounds every group takes, -1: all of them; this group's place among
+// the early loaders, -1: not one; their count).
+#ifndef GU_DEAL
+#define GU_DEAL 1
+#endif
+inline int deal_task(const int k, const int w, const int4 dl) {
+    const int G = get_num_groups(0);
+    if (dl.x < 0 || k < dl.x) return (k * G + GRP) * NW + w;
+    return dl.y < 0 ? 1 << 30 : (dl.x * G + (k - dl.x) * dl.z + dl.y) * NW + w;
+}
 
 // the parts of this warp's tasks in a phase of N rows or pairs (the group's first warp's: tasks
-// while TASK0(k, 1, GRP) < N, as the other phases count them)
-inline int pipe_parts(const int cpt, const int N) {
+// while deal_task(k, 0, dl) < N)
+inline int pipe_parts(const int cpt, const int N, const int4 dl) {
     const int first = get_group_id(0) * NW, round = get_num_groups(0) * NW;
-    return (N - first + round - 1) / round * cpt;
+    if (dl.x < 0) return (N - first + round - 1) / round * cpt;
+    if (dl.y < 0) return dl.x * cpt;
+    const int rem = N - dl.x * round;
+    return (dl.x + max(0, (rem - dl.y * NW + dl.z * NW - 1) / (dl.z * NW))) * cpt;
 }
 
 // part c of nc into a, b (where c < nc); pairs: the gate row j and the up row FFN + j
 inline void pipe_fetch(const int c, const int nc, const int cpt, const int spr, const bool pairs,
-                       const int K, const int N, __global const uchar *W, const int w,
-                       const int lane, uint4 *a, uint4 *b) {
+                       const int K, const int N, __global const uchar *W, const int4 dl,
+                       const int w, const int lane, uint4 *a, uint4 *b) {
     if (c < nc) {
-        const int j = min((int)TASK0(c / cpt, 1, GRP) + w, N - 1);
+        const int j = min(deal_task(c / cpt, w, dl), N - 1);
         const int rows[2] = {j, FFN + j};
         fetch_part(W, K, rows, pairs ? 2 : 1, spr, c % cpt, lane, a, b);
     }
@@ -1078,7 +1095,8 @@ inline void pipe_fetch(const int c, const int nc, const int cpt, const int spr, 
 // part c (in a, b) into dm, and at a task's last part its sums stored (pairs: silu(gate) * up
 // into out; else added to out)
 inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs, const int K,
-                     const int N, const int w, const int lane, const uint4 *a, const uint4 *b,
+                     const int N, const int4 dl, const int w, const int lane, const uint4 *a,
+                     const uint4 *b,
                      __local const uint *xq, float *dm, const float f, __global float *out,
                      float *old) {
     const int n = pairs ? 2 : 1, p = c % cpt;
@@ -1093,7 +1111,7 @@ inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs
         mma_sums(n, lane, dm, r);
         const int k = c / cpt;
         if (pairs) {
-            const int j = TASK0(k, 1, GRP) + w;
+            const int j = deal_task(k, w, dl);
             if (lane == 0 && j < N) {
                 out[j] = glu(r[0] * f, r[1] * f);
             }
@@ -1106,32 +1124,32 @@ inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs
 // a pipelined phase's first pre parts (st - 1, or st where the registers are free longer
 // before the phase), each into its stage
 inline void pipe_start(const int st, const int cpt, const int spr, const bool pairs,
-                       const int K, const int N, __global const uchar *W, const int w,
-                       const int lane, uint4 *a, uint4 *b, const int pre) {
-    const int nc = pipe_parts(cpt, N), hs = SLOTS / st;
+                       const int K, const int N, __global const uchar *W, const int4 dl,
+                       const int w, const int lane, uint4 *a, uint4 *b, const int pre) {
+    const int nc = pipe_parts(cpt, N, dl), hs = SLOTS / st;
 #pragma unroll
     for (int j = 0; j < st; ++j)
         if (j < pre)
-            pipe_fetch(j, nc, cpt, spr, pairs, K, N, W, w, lane, a + j * hs, b + j * hs);
+            pipe_fetch(j, nc, cpt, spr, pairs, K, N, W, dl, w, lane, a + j * hs, b + j * hs);
 }
 
 // a pipelined phase (pipe_start's pre parts loaded before): part c in stage c % st
 inline void pipe_phase(const int st, const int cpt, const int spr, const bool pairs,
-                       const int K, const int N, __global const uchar *W, const int w,
-                       const int lane, uint4 *a, uint4 *b, const int pre,
+                       const int K, const int N, __global const uchar *W, const int4 dl,
+                       const int w, const int lane, uint4 *a, uint4 *b, const int pre,
                        __local const uint *xq, const float f, __global float *out) {
-    const int nc = pipe_parts(cpt, N), hs = SLOTS / st;
+    const int nc = pipe_parts(cpt, N, dl), hs = SLOTS / st;
     float dm[8], old[1];
     for (int c = 0; c < nc; c += st)
 #pragma unroll
         for (int j = 0; j < st; ++j) {
             const int jn = (j + st - 1) % st;  // (the stage of the part used before)
             if (c + j + st - 1 >= pre)
-                pipe_fetch(c + j + st - 1, nc, cpt, spr, pairs, K, N, W, w, lane, a + jn * hs,
-                           b + jn * hs);
+                pipe_fetch(c + j + st - 1, nc, cpt, spr, pairs, K, N, W, dl, w, lane,
+                           a + jn * hs, b + jn * hs);
             if (c + j < nc)
-                pipe_use(c + j, cpt, spr, pairs, K, N, w, lane, a + j * hs, b + j * hs, xq, dm,
-                         f, out, old);
+                pipe_use(c + j, cpt, spr, pairs, K, N, dl, w, lane, a + j * hs, b + j * hs, xq,
+                         dm, f, out, old);
         }
 }
 #endif
@@ -1345,6 +1363,10 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     // left attention (GUEARLY), the registers of both stages of a pipelined phase
     const bool gu_early = GUEARLY && !has_c;
 #if PIPE_GU
+    // (GU_DEAL: the output phase's work-groups are places gc < ncg)
+    const int ncg = (PHASES & 4) ? (DIM + NW * R_O - 1) / (NW * R_O) : 0;
+    const int4 gu_dl = GU_DEAL && GUEARLY && ncg > 0 && ncg < G
+        ? (int4)(FFN / (G * NW), gu_early ? gc - ncg : -1, G - ncg, 0) : (int4)(-1, 0, 1, 0);
     const int gu_pre = gu_early ? GU_STAGES : GU_STAGES - 1;
 #define gu_first(l) \
     if (has_d) pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre)
