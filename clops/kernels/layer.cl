@@ -420,6 +420,11 @@ inline void quantized(void) { barrier(CLK_LOCAL_MEM_FENCE); }
 // eps inside the root) as float16 values into xh (two a uint, the first in its low half: the
 // order of a float16 row's values), publishes them, and returns 1 (the factor quantize's
 // phases apply after their sums). The loads as quantize's.
+// PERF (H100, 1B F16 body, decode tok/s, one machine, 2026-11-27): the norm's weights loaded
+// with src (they had been loaded after group_reduce's barriers, a second memory latency before
+// the phase's arithmetic) and group_reduce by shuffles (two barriers, not nine): after 128
+// positions 1060 -> 1076-1084, after 1024 949 -> 984-991; traced, the QKV phase 4.4 -> 3.6 us
+// a layer (its input staged 1.9 us after the barrier before, then 1.0).
 inline float stage_half(__global const float *src, __global const half *hsrc, int K,
                         __global const float *nw, float eps, __local uint *xh,
                         __local float *red) {
@@ -488,6 +493,12 @@ inline float stage(const int fmt, __global const float *src, __global const half
 // pipelined phases plain loads 932-933 (825 after 4096 positions), these 985 (862). 1B Q4_0
 // after 128 / 4096 positions 1762-1765 / 1386-1388 against 1733-1736 / 1373-1375; 1B Q8_0's
 // blocks (two chunks a lane) slower, 1386-1388 / 1167-1171 against 1430-1431 / 1212-1214.
+// A multiprocessor's loads come back in the order they were issued (bench/probe_order.py, H100,
+// 2026-11-27): with 32 KB of a work-group's 16-byte weight loads in flight, a load of a line
+// held in L2 issued after them took about 3400 clocks against 350 alone (behind as many
+// cp.async copies 3100, prefetch.global.L2 900), an atomic or a cp.async.bulk copy of that line
+// as long: whatever a phase reads after its weights' loads (its input, a barrier's count) waits
+// for them.
 inline uint4 wload(__global const uint4 *p) {
 #if PTX
     uint4 v;
@@ -871,7 +882,13 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 // wait in turn. pw laid out a position's heads side by side (one 16-byte load of a position's
 // weights instead of N_REP) gave the same: 1060-1061 tok/s against this layout's 1061-1067
 // after 128 positions, 954-960 against 950-954 after 1024 (F16), Q4_0 1936-1940 against
-// 1935-1947 (2026-11-27).
+// 1935-1947 (2026-11-27). The scores and the weighted values on tensor cores instead (mma.sync:
+// m16n8k16 with float16 queries for the scores, m16n8k8 tf32 for the values, the keys and
+// values loaded as the fragments want them): logits within 0.017 of 5.8, but a tile no shorter
+// (traced 2.9 -> 3.0 us; only the warps' combine shorter, 1.4 -> 0.8) and 1080-1083 -> 1090 tok/s
+// after 128 positions, 979-984 -> 969-978 after 1024, Q4_0 the same or slower; with the other
+// phases left out (PHASES=2) a tile still takes 2.0-2.3 us of one warp's dependent instructions
+// either way, so the arithmetic is not what the tile waits on.
 #if PTX
 inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos, int lane,
                      __local const float *y, __local const float *kn, __local const float *vn,
@@ -1062,6 +1079,15 @@ inline void pair_rows(int k, int w, int *rows) {
 // that loaded their first pairs while attention ran (the output phase's load theirs after their
 // output rows). dl: (the rounds every group takes, -1: all of them; this group's place among
 // the early loaders, -1: not one; their count).
+// PERF (H100, 1B F16 body, one machine, 2026-11-27): traced per work-group, the output phase's
+// groups were the gate/up phase's slowest, 2.0-2.3 us behind the median one in every layer
+// (their first pairs load after their output rows), and the down phase's after them, 0.6-1.0 us
+// (their first rows load last, as they arrive last); with this deal 1080-1085 -> 1089-1092 tok/s
+// after 128 positions, 982-987 -> 985-989 after 1024, the same logits (one trace: the gate/up
+// phase's slowest group 22.7 us against 21.6 without, its median 19.4 against 19.7). Their
+// pairs' L2 prefetched while attention ran as well (2 / 4 / 6 pairs a warp past the registers'
+// stages, the groups without attention units): 1066-1074 / 1022-1028 / 1006-1014 against
+// 1080-1089 tok/s (attention traced 8.2 -> 13.3 us at 4: the prefetches held its reads back).
 #ifndef GU_DEAL
 #define GU_DEAL 1
 #endif
