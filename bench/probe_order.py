@@ -10,11 +10,11 @@ Every multiprocessor's work-group issues N 16-byte pieces of cold memory a work-
 four kinds of load (or none), then work-item 0 reads a line of L2 by one of three; medians over
 the work-groups and 5 runs, in clocks.
 
-H100, 2026-11-27, 8 pieces a work-item (32 KB a multiprocessor): the L2 line alone 350 clocks
-(an atomic 540, a bulk copy 490); behind the ld.global.nc loads 3400 (an atomic 3600), about as
-long as the loads themselves (3900); behind cp.async 3100; behind bulk copies 1300; behind
-prefetch.global.L2 900. With 16 a work-item, behind ld.global.nc 2600-3100 for any kind of read
-(a bulk copy of the line too).
+H100, 2026-11-27, 8 pieces a work-item (32 KB a multiprocessor): the L2 line alone 400 clocks
+(an atomic 600, a bulk copy 580); behind ld.global.nc loads 3100-3200 by any of the three, about
+as long as the loads themselves (3450); behind cp.async 3300-4300; behind bulk copies 870-1020
+(a bulk copy of the line 2300); behind prefetch.global.L2 870-1010. With 16 a work-item (64 KB):
+behind ld.global.nc 5500-5600, behind bulk copies 880-1230 (a bulk copy of the line 4500).
 """
 
 from __future__ import annotations

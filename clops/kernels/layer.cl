@@ -495,10 +495,10 @@ inline float stage(const int fmt, __global const float *src, __global const half
 // blocks (two chunks a lane) slower, 1386-1388 / 1167-1171 against 1430-1431 / 1212-1214.
 // A multiprocessor's loads come back in the order they were issued (bench/probe_order.py, H100,
 // 2026-11-27): with 32 KB of a work-group's 16-byte weight loads in flight, a load of a line
-// held in L2 issued after them took about 3400 clocks against 350 alone (behind as many
-// cp.async copies 3100, prefetch.global.L2 900), an atomic or a cp.async.bulk copy of that line
+// held in L2 issued after them took 3100-3200 clocks against 400 alone (behind as many cp.async
+// copies 3300-4300, prefetch.global.L2 870-1010), an atomic or a cp.async.bulk copy of that line
 // as long: whatever a phase reads after its weights' loads (its input, a barrier's count) waits
-// for them.
+// for them. Behind the same bytes loaded by cp.async.bulk copies it took 870-1020.
 inline uint4 wload(__global const uint4 *p) {
 #if PTX
     uint4 v;
