@@ -1084,10 +1084,11 @@ inline void pair_rows(int k, int w, int *rows) {
 // (their first pairs load after their output rows), and the down phase's after them, 0.6-1.0 us
 // (their first rows load last, as they arrive last); with this deal 1080-1085 -> 1089-1092 tok/s
 // after 128 positions, 982-987 -> 985-989 after 1024, the same logits (one trace: the gate/up
-// phase's slowest group 22.7 us against 21.6 without, its median 19.4 against 19.7). Their
-// pairs' L2 prefetched while attention ran as well (2 / 4 / 6 pairs a warp past the registers'
-// stages, the groups without attention units): 1066-1074 / 1022-1028 / 1006-1014 against
-// 1080-1089 tok/s (attention traced 8.2 -> 13.3 us at 4: the prefetches held its reads back).
+// phase's slowest group 22.7 us against 21.6 without, its median 19.4 against 19.7). The early
+// loaders' next pairs prefetched into L2 while attention ran as well (2 / 4 / 6 pairs a warp
+// past the registers' stages, the groups without an attention unit): 1066-1074 / 1022-1028 /
+// 1006-1014 against 1080-1089 tok/s (attention traced 8.2 -> 13.3 us at 4: the prefetches held
+// its reads back).
 #ifndef GU_DEAL
 #define GU_DEAL 1
 #endif
