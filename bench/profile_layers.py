@@ -9,7 +9,7 @@ number of context tokens, for each variant in turn at each depth (alternate them
 ``--variant A --variant B --variant A``, to see the machine's drift), beside the per-layer plan
 (``--variant plan``). A SPEC is ``NAME=V;NAME=V`` -D defines of the kernel
 (``layer.EXTRA_DEFINES``: a switch under test, or PHASES; MAX_LAYERS: layers a launch at most;
-SLOTS: the registers' slots, ``layer.SLOTS``),
+SLOTS, SLOTS_LONG: the registers' slots, ``layer.SLOTS`` and for long spans ``layer.SLOTS_LONG``),
 or empty for the kernel as it is.
 
 ``trace``: per phase of a layer (A QKV, B attention, C output, D gate/up, E down) the median
@@ -50,17 +50,18 @@ def _load(path: str, device: str, longest: int, new: int):
     return model, ids
 
 
-_MOST, _SLOTS = layer.MAX_LAYERS, layer.SLOTS
+_MOST, _SLOTS, _SLOTS_LONG = layer.MAX_LAYERS, layer.SLOTS, layer.SLOTS_LONG
 
 
 def _use(model, spec: str) -> None:
     """The next step's plan from the layer kernel built with ``spec`` (or the per-layer plan);
-    MAX_LAYERS in a spec caps the layers a launch (``layer.MAX_LAYERS``) and SLOTS sets the
-    registers' slots (``layer.SLOTS``), not -D defines."""
+    MAX_LAYERS in a spec caps the layers a launch (``layer.MAX_LAYERS``), SLOTS and SLOTS_LONG
+    set the registers' slots (``layer.SLOTS``, ``layer.SLOTS_LONG``), not -D defines."""
     model._whole = spec != "plan"
     defines = {} if spec == "plan" else _defines(spec)
     layer.MAX_LAYERS = defines.pop("MAX_LAYERS", _MOST)
     layer.SLOTS = defines.pop("SLOTS", _SLOTS)
+    layer.SLOTS_LONG = defines.pop("SLOTS_LONG", _SLOTS_LONG)
     layer.EXTRA_DEFINES = defines
     model._plans.clear()
 

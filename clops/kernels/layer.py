@@ -171,17 +171,33 @@ def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
 # 128 positions, one run, 2026-11-27): 20 slots 973 tok/s, 24 887 (3 stages of the pipelined
 # phases 958), against 1047-1055 with 16
 SLOTS = 16
+# and on NVIDIA for a row that attends to SLOTS_LONG_FROM positions or more (the decode plan's
+# span), where every phase's rows fit them: attention takes the registers the weights' leave.
+# PERF (H100, decode tok/s, runs of one machine, 2026-11-27, 8 slots against 16): 1B F16 after
+# 128 / 200 / 300 positions 1067-1074 / 1062-1065 / 1022-1028 against 1085-1089 / 1081-1088 /
+# 1033-1041, after 512 / 1024 / 4096 / 16384 1016-1019 / 993-1000 / 928-929 / 796 against
+# 1000-1007 / 979-984 / 890-902 / 745-746; 1B Q4_0 after 128 1872-1880 against 1986-2002, after
+# 1024 / 4096 / 16384 1654 / 1465-1466 / 1148-1150 against 1657-1667 / 1454 / 1041-1046. As
+# chosen here (8 from spans of 1024), against 16 everywhere: F16 after 4096 / 16384 927 / 795-796
+# against 889 / 744, Q4_K 1344-1363 / 1081-1082 against 1304-1315 / 1001-1006, Q4_0 1452-1456 /
+# 1136 against 1450-1457 / 1047-1050; Q8_0 (its down rows do not fit 8) and SmolLM2 the same, and
+# every model the same after 128 positions
+SLOTS_LONG = 8
+SLOTS_LONG_FROM = 1024
 NW = LS // 32
 
 
-def rows_per_task(fmt: str, k: int, n: int, groups: int, rows_an_item: int = 1) -> int:
+def rows_per_task(fmt: str, k: int, n: int, groups: int, rows_an_item: int = 1,
+                  slots: int | None = None) -> int:
     """Items (rows; [gate | up] pairs: ``rows_an_item`` 2) a warp takes at once in a phase of
     ``n`` items over ``k`` inputs: enough for one round of every warp of ``groups``
     work-groups, no more than a lane's registers hold (SLOTS blocks of q4 (32 values, 16
     bytes), half as many of q8, whose blocks are twice the bytes; SLOTS of f16 (16 values, 32
-    bytes): the rows of 8192 that the down projection of a 1B model has)."""
+    bytes): the rows of 8192 that the down projection of a 1B model has); ``slots``: SLOTS
+    unless given."""
+    slots = SLOTS if slots is None else slots
     lane_blocks = -(-(k // (16 if fmt == "f16" else 32)) // 32)
-    cap = (SLOTS // 2 if fmt == "q8" else SLOTS) // (lane_blocks * rows_an_item)
+    cap = (slots // 2 if fmt == "q8" else slots) // (lane_blocks * rows_an_item)
     if cap < 1:
         raise ValueError(f"decode_layers: rows of {k} inputs do not fit a lane's registers")
     return max(1, min(cap, -(-n // (groups * NW))))
@@ -309,25 +325,37 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     # go to every work-group (1B Q4_0 after 4096 positions 1408 with them, 1333-1335 packed),
     # and where the [gate | up] weights are few (SmolLM2's 1 MB a layer: 2190 -> 2011 packed).
     # PACK=0 in EXTRA_DEFINES: never packed.
-    r_o = rows_per_task(o.fmt, n_heads * head_dim, dim, 1)
-    packed = bool(EXTRA_DEFINES.get("PACK", 1)) and gate_up.data.nbytes >= PACK_MIN_BYTES and \
-        units(dev, n_kv, positions or max_seq) + -(-dim // (NW * r_o)) <= groups
-    if not packed:
-        r_o = rows_per_task(o.fmt, n_heads * head_dim, dim, groups)
     # (NVIDIA's float16 [gate | up] and down phases are pipelined, a pair or a row a task)
     pipe = bool(_ptx(dev)) and EXTRA_DEFINES.get("PIPE", 1) != 0
+
+    def rows(slots: int) -> tuple[bool, dict[str, int]]:
+        """Whether the output rows are packed, and each phase's rows a task, in ``slots``."""
+        r_o = rows_per_task(o.fmt, n_heads * head_dim, dim, 1, slots=slots)
+        packed = bool(EXTRA_DEFINES.get("PACK", 1)) and \
+            gate_up.data.nbytes >= PACK_MIN_BYTES and \
+            units(dev, n_kv, positions or max_seq) + -(-dim // (NW * r_o)) <= groups
+        if not packed:
+            r_o = rows_per_task(o.fmt, n_heads * head_dim, dim, groups, slots=slots)
+        return packed, dict(
+            R_QKV=rows_per_task(qkv.fmt, dim, n_qkv, groups, slots=slots), R_O=r_o,
+            R_GU=1 if pipe and gate_up.fmt == "f16" else rows_per_task(
+                gate_up.fmt, dim, ffn, groups, 2, slots=slots),
+            R_D=1 if pipe and down.fmt == "f16" else rows_per_task(down.fmt, ffn, dim, groups,
+                                                                   slots=slots),
+            SLOTS=slots)
+
+    try:
+        if not pipe or (positions or max_seq) < SLOTS_LONG_FROM:
+            raise ValueError("a short span (or not NVIDIA's kernel): SLOTS")
+        packed, per = rows(SLOTS_LONG)
+    except ValueError:  # (or rows that do not fit SLOTS_LONG's registers)
+        packed, per = rows(SLOTS)
     defines = dict(
         NL=len(layers), DIM=dim, HEADS=n_heads, KV_HEADS=n_kv, HEAD_DIM=head_dim, FFN=ffn,
         QKMAX=max(dim, n_heads * head_dim, ffn),
         WF_QKV=FORMATS[qkv.fmt], WF_O=FORMATS[o.fmt], WF_GU=FORMATS[gate_up.fmt],
         WF_D=FORMATS[down.fmt], SH_QKV=_half(qkv), SH_O=_half(o), SH_GU=_half(gate_up),
-        SH_D=_half(down),
-        R_QKV=rows_per_task(qkv.fmt, dim, n_qkv, groups),
-        R_O=r_o,
-        R_GU=1 if pipe and gate_up.fmt == "f16" else rows_per_task(gate_up.fmt, dim, ffn,
-                                                                   groups, 2),
-        R_D=1 if pipe and down.fmt == "f16" else rows_per_task(down.fmt, ffn, dim, groups),
-        SLOTS=SLOTS, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
+        SH_D=_half(down), **per, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
         SPLITS_MAX=splits_max(dev, n_kv), SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
         EMB=int(embed is not None),
         **kv_defines(kv_half))
