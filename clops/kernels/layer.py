@@ -344,12 +344,13 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
                                                                    slots=slots),
             SLOTS=slots)
 
+    long = pipe and (positions or max_seq) >= SLOTS_LONG_FROM
     try:
-        if not pipe or (positions or max_seq) < SLOTS_LONG_FROM:
-            raise ValueError("a short span (or not NVIDIA's kernel): SLOTS")
-        packed, per = rows(SLOTS_LONG)
-    except ValueError:  # (or rows that do not fit SLOTS_LONG's registers)
-        packed, per = rows(SLOTS)
+        packed, per = rows(SLOTS_LONG if long else SLOTS)
+    except ValueError:
+        if not long:
+            raise
+        packed, per = rows(SLOTS)  # (rows that do not fit SLOTS_LONG's registers)
     defines = dict(
         NL=len(layers), DIM=dim, HEADS=n_heads, KV_HEADS=n_kv, HEAD_DIM=head_dim, FFN=ffn,
         QKMAX=max(dim, n_heads * head_dim, ffn),
