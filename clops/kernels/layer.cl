@@ -1093,9 +1093,8 @@ inline void pair_rows(int k, int w, int *rows) {
 #define GU_DEAL 1
 #endif
 inline int deal_task(const int k, const int w, const int4 dl) {
-    const int G = get_num_groups(0);
-    if (dl.x < 0 || k < dl.x) return (k * G + GRP) * NW + w;
-    return dl.y < 0 ? 1 << 30 : (dl.x * G + (k - dl.x) * dl.z + dl.y) * NW + w;
+    if (dl.x < 0 || k < dl.x) return TASK0(k, 1, GRP) + w;  // (the other phases' deal)
+    return dl.y < 0 ? 1 << 30 : (dl.x * get_num_groups(0) + (k - dl.x) * dl.z + dl.y) * NW + w;
 }
 
 // the parts of this warp's tasks in a phase of N rows or pairs (the group's first warp's: tasks
