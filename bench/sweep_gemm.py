@@ -45,11 +45,11 @@ def registers(dev, cfg: dict[str, int]) -> str:
     import pyopencl as cl
     if cfg.get("WG"):  # built from patched PTX: say whether it built
         from clops.kernels.launch import program
-        from clops.runtime.program import rebuilt_from_binary
+        from clops.runtime.program import rebuilt_from_binary, sm90a_ptx
         try:
             hidden = program(dev, "gemm", DT=1, USE_MMA=1, USE_WGMMA=1,
                              **{k: v for k, v in cfg.items() if k != "WG"})
-            rebuilt_from_binary(dev, hidden, gemm._sm90a)
+            rebuilt_from_binary(dev, hidden, sm90a_ptx)
             return "wgmma built"
         except Exception as e:  # noqa: BLE001
             return "wgmma build failed: " + str(e)[-400:]

@@ -10,7 +10,6 @@ generated kernels.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from typing import Any
@@ -21,7 +20,7 @@ from .. import _config
 from ..runtime import CLDevice, Event, probes, tma
 from ..runtime.device import add_cpu_default_check
 from ..runtime.pool import Buffer
-from ..runtime.program import new_kernel, rebuilt_from_binary
+from ..runtime.program import new_kernel, rebuilt_from_binary, sm90a_ptx
 from .launch import eager_kernel, kernel, program
 
 TILE = 128
@@ -149,15 +148,6 @@ def use_wgmma(dev: CLDevice) -> bool:
     return use_mma(dev, "float16") and _wgmma_works(dev)
 
 
-def _sm90a(ptx: bytes) -> bytes:
-    """gemm_wgmma's PTX for sm_90a: the hidden ("//@@") instructions uncommented."""
-    text = ptx.decode()
-    if not re.search(r"^\.target\s+sm_90\b", text, re.M):
-        raise ValueError("not PTX for sm_90")
-    text = re.sub(r"^(\.target\s+)sm_90\b", r"\1sm_90a", text, flags=re.M)
-    return text.replace("//@@", "").encode()
-
-
 def use_tma(dev: CLDevice) -> bool:
     """float16 products take TMA_CONFIGS' tiles where ``tma_builds``, unless ``CLOPS_TMA=0``."""
     return _config.tma() and tma_builds(dev)
@@ -247,7 +237,7 @@ def _wgmma_program_for(dev: CLDevice, cfg: tuple[tuple[str, int], ...]) -> Any |
         return None
     try:
         hidden = program(dev, "gemm", DT=1, USE_MMA=1, USE_WGMMA=1, **dict(cfg))
-        return rebuilt_from_binary(dev, hidden, _sm90a)
+        return rebuilt_from_binary(dev, hidden, sm90a_ptx)
     except Exception:  # noqa: BLE001 - a driver or GPU without sm_90a: the mma.sync kernels
         return None
 

@@ -126,6 +126,32 @@
 #error "decode_layers: a pipelined phase takes a pair or a row a task (R_GU, R_D 1)"
 #endif
 #define ANY_F16 (WF_QKV == F16 || WF_O == F16 || WF_GU == F16 || WF_D == F16)
+#define PMIN(a, b) ((a) < (b) ? (a) : (b))
+#define PMAX(a, b) ((a) > (b) ? (a) : (b))
+// a pipelined phase's slots a row of a part (gate/up: 2 rows a part), and its parts a task
+#define GU_SPR PMIN(KB(F16, DIM), SLOTS / GU_STAGES / 2)
+#define GU_CPT ((KB(F16, DIM) + GU_SPR - 1) / GU_SPR)
+#define D_SPR PMIN(KB(F16, FFN), SLOTS / D_STAGES)
+#define D_CPT ((KB(F16, FFN) + D_SPR - 1) / D_SPR)
+// BULK (NVIDIA, Hopper; kernels/layer.py builds its PTX for sm_90a, the hidden ("//@@")
+// instructions uncommented): weights that a work-group loads while the groups meet before a
+// phase go by bulk copies (cp.async.bulk, the copy engine) into a stage buffer of the warp's in
+// local memory rather than by loads into registers, and are read into the registers once the
+// phase's input is staged: a multiprocessor's loads come back in the order they were issued
+// (see wload), so the input's reads and the barrier's polls no longer wait behind them. Bit 1:
+// the pipelined phases' first part (gate/up, down), bit 2: the QKV phase's first task.
+#ifndef BULK
+#define BULK 0
+#endif
+#if BULK && !PTX
+#error "decode_layers: BULK takes PTX (NVIDIA)"
+#endif
+#define BULK_GU ((BULK & 1) && PIPE_GU)
+#define BULK_D ((BULK & 1) && PIPE_D)
+#define BULK_QKV ((BULK & 2) && WF_QKV == F16)
+// a warp's stage buffer, in 16-byte chunks
+#define STG PMAX(PMAX(BULK_GU ? 2 * GU_SPR * 64 : 0, BULK_D ? D_SPR * 64 : 0), \
+                 BULK_QKV ? R_QKV * KB(F16, DIM) * 64 : 0)
 
 #if PTX
 inline int dot4(uint a, uint b, int c) {
@@ -524,6 +550,74 @@ inline void fetch_part(__global const uchar *W, const int K, const int *rows, co
         }
     }
 }
+
+#if PTX
+// BULK: a warp's stage buffer (sb, its chunks sw; local addresses), its mbarrier (mb) and the
+// phase of it waited for next (par, the same in every lane); bar: the grid barrier's (bar[2]
+// set where a copy never completed)
+typedef struct {
+    uint sb, mb, par;
+    __local const uint4 *sw;
+    __global int *bar;
+} bulk_t;
+#ifndef HIDE
+#define HIDE "//@@"
+#endif
+inline uint smem_addr(__local const void *p) {
+    uint r;
+    asm volatile("{ .reg .pred q; .reg .u64 s; isspacep.shared q, %1; cvta.to.shared.u64 s, %1;"
+                 " selp.u64 s, s, %1, q; cvt.u32.u64 %0, s; }"
+                 : "=r"(r) : "l"((ulong)p));
+    return r;
+}
+
+// Lane 0: the first part of f16 rows[0 .. n) of K (spr slots of each, fetch_part's part 0:
+// their first 1024 spr bytes, or the row where it is shorter) copied into the warp's stage
+// buffer, row e at chunk 64 spr e, completing its mbarrier.
+inline void bulk_issue(__global const uchar *W, const int K, const int *rows, const int n,
+                       const int spr, const int lane, const bulk_t *bt) {
+    if (lane == 0) {
+        const uint bytes = min(1024 * spr, 2 * K);
+        // (the buffer's last reads, by the generic proxy, before the copies' writes)
+        asm volatile(HIDE "fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("{ .reg .b64 st; " HIDE "mbarrier.arrive.expect_tx.shared.b64 st, [%0], %1;\n}"
+                     :: "r"(bt->mb), "r"(n * bytes) : "memory");
+#pragma unroll
+        for (int e = 0; e < n; ++e)
+            asm volatile(HIDE "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                         " [%0], [%1], %2, [%3];\n"
+                         :: "r"(bt->sb + 1024 * spr * e),
+                            "l"(W + (size_t)rows[e] * ROW_BYTES(F16, K)), "r"(bytes),
+                            "r"(bt->mb) : "memory");
+    }
+}
+
+// bulk_issue's copies waited for, and read into slots e * spr + i as fetch_part loads them
+// (zero past the row)
+inline void bulk_take(const int K, const int n, const int spr, const int lane, bulk_t *bt,
+                      uint4 *a, uint4 *b) {
+    uint done = 0;
+    int spins = 0;
+    do {
+        asm volatile("{ .reg .pred p; " HIDE "mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bt->mb), "r"(bt->par)
+                     : "memory");
+        if (++spins > SPIN_LIMIT) {
+            ((volatile __global int *)bt->bar)[2] = 1;
+            break;
+        }
+    } while (!done);
+    bt->par ^= 1u;
+#pragma unroll
+    for (int e = 0; e < n; ++e)
+#pragma unroll
+        for (int i = 0; i < spr; ++i) {
+            const int u0 = F16_CHUNK(lane, i), s = 64 * spr * e;
+            a[e * spr + i] = u0 < K / 8 ? bt->sw[s + u0] : (uint4)(0u);
+            b[e * spr + i] = u0 + 32 < K / 8 ? bt->sw[s + u0 + 32] : (uint4)(0u);
+        }
+}
+#endif
 
 // Loads rows[0 .. R) of W [N][K] (format fmt), this lane's blocks, into slots e * KB + i: q4 a
 // uint4 of nibbles and (scale, min) in d; q8 two uint4 in a and b, the scale in d.x; f16 the
@@ -1067,12 +1161,9 @@ inline void pair_rows(int k, int w, int *rows) {
 // these phases (2026-11-27: the output phase's, whose first gate/up loads start later; gate/up
 // median 20.3 us, slowest 21.1; down 11.6 and 12.8) given the places with the fewest rows, from
 // a traced step: 1031-1033 against 1032-1039 tok/s.
-#define GU_SPR min(KB(F16, DIM), SLOTS / GU_STAGES / 2)  // (2 rows a part)
-#define GU_CPT ((KB(F16, DIM) + GU_SPR - 1) / GU_SPR)
-#define D_SPR min(KB(F16, FFN), SLOTS / D_STAGES)
-#define D_CPT ((KB(F16, FFN) + D_SPR - 1) / D_SPR)
-#define PIPE_GU_ARGS(l) GU_STAGES, GU_CPT, GU_SPR, true, DIM, FFN, SEL(wgu, l), gu_dl
-#define PIPE_D_ARGS(l) D_STAGES, D_CPT, D_SPR, false, FFN, DIM, SEL(wd, l), (int4)(-1, 0, 1, 0)
+#define PIPE_GU_ARGS(l) GU_STAGES, GU_CPT, GU_SPR, true, DIM, FFN, SEL(wgu, l), gu_dl, BULK_GU
+#define PIPE_D_ARGS(l) \
+    D_STAGES, D_CPT, D_SPR, false, FFN, DIM, SEL(wd, l), (int4)(-1, 0, 1, 0), BULK_D
 
 // GU_DEAL (GUEARLY): the [gate | up] phase's pairs dealt as the other phases' rows (a pair a
 // warp, the groups in turn) for the rounds that fill every warp, and the rest to the work-groups
@@ -1151,21 +1242,33 @@ inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs
 // before the phase), each into its stage
 inline void pipe_start(const int st, const int cpt, const int spr, const bool pairs,
                        const int K, const int N, __global const uchar *W, const int4 dl,
-                       const int w, const int lane, uint4 *a, uint4 *b, const int pre) {
+                       const bool bk, const int w, const int lane, uint4 *a, uint4 *b,
+                       const int pre, bulk_t *bt) {
     const int nc = pipe_parts(cpt, N, dl), hs = SLOTS / st;
 #pragma unroll
-    for (int j = 0; j < st; ++j)
-        if (j < pre)
+    for (int j = 0; j < st; ++j) {
+        if (j >= pre) continue;
+        if (j == 0 && bk) {  // (part 0 by bulk copies into the warp's stage buffer: bulk_take)
+            if (nc > 0) {
+                const int r = min(deal_task(0, w, dl), N - 1);
+                const int rows[2] = {r, FFN + r};
+                bulk_issue(W, K, rows, pairs ? 2 : 1, spr, lane, bt);
+            }
+        } else {
             pipe_fetch(j, nc, cpt, spr, pairs, K, N, W, dl, w, lane, a + j * hs, b + j * hs);
+        }
+    }
 }
 
 // a pipelined phase (pipe_start's pre parts loaded before): part c in stage c % st
 inline void pipe_phase(const int st, const int cpt, const int spr, const bool pairs,
                        const int K, const int N, __global const uchar *W, const int4 dl,
-                       const int w, const int lane, uint4 *a, uint4 *b, const int pre,
-                       __local const uint *xq, const float f, __global float *out) {
+                       const bool bk, const int w, const int lane, uint4 *a, uint4 *b,
+                       const int pre, bulk_t *bt, __local const uint *xq, const float f,
+                       __global float *out) {
     const int nc = pipe_parts(cpt, N, dl), hs = SLOTS / st;
     float dm[8], old[1];
+    if (bk && nc > 0) bulk_take(K, pairs ? 2 : 1, spr, lane, bt, a, b);  // (part 0, stage 0)
     for (int c = 0; c < nc; c += st)
 #pragma unroll
         for (int j = 0; j < st; ++j) {
@@ -1370,6 +1473,19 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     const int pos = state[0], L = pos + 1;
     count_t target = 0;
     if (t == 0) target = grid_start(bar);
+#if PTX
+    bulk_t bt = {0u, 0u, 0u, 0, bar};
+#endif
+#if BULK && STG > 0
+    __local uint4 stg[NW * STG] __attribute__((aligned(128)));
+    __local ulong mbar[NW];
+    bt.sw = stg + w * STG;
+    bt.sb = smem_addr(bt.sw);
+    bt.mb = smem_addr(mbar + w);
+    if (lane == 0) asm volatile(HIDE "mbarrier.init.shared.b64 [%0], 1;\n" :: "r"(bt.mb) : "memory");
+    asm volatile(HIDE "fence.proxy.async.shared::cta;\n" ::: "memory");
+    barrier(CLK_LOCAL_MEM_FENCE);
+#endif
     uint4 wa[SLOTS], wb[SLOTS];
     float2 wdd[SLOTS];
     int rows[SLOTS];
@@ -1395,7 +1511,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         ? (int4)(FFN / (G * NW), gu_early ? gc - ncg : -1, G - ncg, 0) : (int4)(-1, 0, 1, 0);
     const int gu_pre = gu_early ? GU_STAGES : GU_STAGES - 1;
 #define gu_first(l) \
-    if (has_d) pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre)
+    if (has_d) pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, &bt)
 #else
 #define gu_first(l)                                                                         \
     if (has_d) {                                                                            \
@@ -1405,7 +1521,11 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 #endif
     if (has_a) {
         task_rows(0, R_QKV, NQKV, grp, w, rows);
+#if BULK_QKV
+        bulk_issue(wqkv0, DIM, rows, R_QKV, KB(F16, DIM), lane, &bt);
+#else
         fetch(WF_QKV, SH_QKV, wqkv0, sqkv0, DIM, rows, R_QKV, lane, wa, wb, wdd);
+#endif
     }
 #if EMB
     // x: the embedding row of the step's token (tokens[state[0]]), float16 values; the first
@@ -1434,6 +1554,9 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
                     ahead(k, PH_QKV(l), grp, w, lane, rows);
                 }
+#if BULK_QKV
+                if (k == 0) bulk_take(DIM, R_QKV, KB(F16, DIM), lane, &bt, wa, wb);
+#endif
                 dots(WF_QKV, DIM, R_QKV, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 task_store(k, R_QKV, NQKV, grp, w, lane, r, fa, qkv, false, 0);
             }
@@ -1605,7 +1728,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         if (has_d) {
 #if PIPE_GU
             const float fd = stage(WF_GU, x, 0, DIM, fnw, eps, xq, xd, xs, red);
-            pipe_phase(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, xq, fd, h);
+            pipe_phase(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, &bt, xq, fd, h);
 #else
             ahead(0, PH_GU(l), grp, w, lane, rows);
             const float fd = stage(WF_GU, x, 0, DIM, fnw, eps, xq, xd, xs, red);
@@ -1628,7 +1751,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         grid_arrive(bar, &target);
         if (has_e) {
 #if PIPE_D
-            pipe_start(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1);
+            pipe_start(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, &bt);
 #else
             task_rows(0, R_D, DIM, grp, w, rows);
             fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
@@ -1641,7 +1764,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         if (has_e) {
 #if PIPE_D
             stage(WF_D, h, 0, FFN, 0, eps, xq, xd, xs, red);
-            pipe_phase(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, xq, 1.0f, x);
+            pipe_phase(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, &bt, xq, 1.0f, x);
 #else
             ahead(0, PH_D(l), grp, w, lane, rows);
             stage(WF_D, h, 0, FFN, 0, eps, xq, xd, xs, red);
@@ -1662,8 +1785,12 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
             if (has_a) {
                 const int m = l + 1;
                 task_rows(0, R_QKV, NQKV, grp, w, rows);
+#if BULK_QKV
+                bulk_issue(SEL(wqkv, m), DIM, rows, R_QKV, KB(F16, DIM), lane, &bt);
+#else
                 fetch(WF_QKV, SH_QKV, SEL(wqkv, m), SEL(sqkv, m), DIM, rows, R_QKV, lane, wa, wb,
                       wdd);
+#endif
             }
             grid_wait(bar, target);
         }

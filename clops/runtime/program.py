@@ -158,6 +158,18 @@ def release_kernel(knl: cl.Kernel, args: list[object]) -> None:
             spare.append(knl)
 
 
+def sm90a_ptx(ptx: bytes) -> bytes:
+    """NVIDIA's PTX of a program for sm_90 named for sm_90a (Hopper's wgmma, bulk copies and
+    mbarriers, which NVIDIA's OpenCL compiler does not target), its hidden ("//@@")
+    instructions uncommented: ``rebuilt_from_binary``'s patch. Raises ValueError for other
+    PTX."""
+    text = ptx.decode()
+    if not re.search(r"^\.target\s+sm_90\b", text, re.M):
+        raise ValueError("not PTX for sm_90")
+    text = re.sub(r"^(\.target\s+)sm_90\b", r"\1sm_90a", text, flags=re.M)
+    return text.replace("//@@", "").encode()
+
+
 def rebuilt_from_binary(device: CLDevice, program: cl.Program,
                         patch: Callable[[bytes], bytes]) -> cl.Program:
     """``program``'s binary passed through ``patch`` and built again as a binary (not cached).

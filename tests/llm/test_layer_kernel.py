@@ -125,6 +125,29 @@ def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, files, whi
     assert list(model.generate_ids(ids, max_new_tokens=6, stop_ids=[]))[:2] == toks[:2]
 
 
+@pytest.mark.parametrize("prompt", [40, 700])
+@pytest.mark.parametrize("which", ["f16", "deep"])
+def test_layer_kernel_bulk_copies_bring_the_same_values(device, monkeypatch, files, which,
+                                                        prompt):
+    """BULK's bulk copies into local memory (Hopper) bring the weights that loads into
+    registers would: the same logits, bit for bit, with the QKV phase's too (3) and with
+    neither (0). Float16 layers of rows shorter than a part (the copies' tails) and longer."""
+    if not layer.resident_groups(device) or not layer.bulk_builds(device):
+        pytest.skip(f"{device.name}: no bulk copies (decode_layers' sm_90a build: Hopper GPUs)")
+    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
+    model = clops.llm.load(files[which], device=device, max_seq_len=1024, progress=False)
+    ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
+    got = {}
+    for bulk in (0, 1, 3):
+        monkeypatch.setattr(layer, "EXTRA_DEFINES", {"BULK": bulk})
+        got[bulk] = _step_logits(model, ids, True)
+    assert np.array_equal(got[1], got[0]) and np.array_equal(got[3], got[0])
+    assert np.isfinite(got[0]).all() and np.abs(got[0]).max() > 0
+    bar = np.empty(4, np.int32)
+    device.read(bar, model.bar, blocking=True)
+    assert bar[2] == 0, bar  # (no copy waited for past the spin limit)
+
+
 @pytest.mark.parametrize("splits, kv_cache", [(None, "float32"), (3, "float32"),
                                               (3, "float16"), (1, "float16")])
 @pytest.mark.parametrize("prompt", [40, 700])
