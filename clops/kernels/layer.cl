@@ -143,6 +143,11 @@
 #ifndef BULK
 #define BULK 0
 #endif
+// PREL2 (measurement): those weights prefetched into L2 instead, and loaded once the input is
+// staged (bits as BULK's); PAD_LOCAL: 16-byte chunks of local memory taken and left unused
+#ifndef PREL2
+#define PREL2 0
+#endif
 #if BULK && !PTX
 #error "decode_layers: BULK takes PTX (NVIDIA)"
 #endif
@@ -1243,11 +1248,22 @@ inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs
 inline void pipe_start(const int st, const int cpt, const int spr, const bool pairs,
                        const int K, const int N, __global const uchar *W, const int4 dl,
                        const bool bk, const int w, const int lane, uint4 *a, uint4 *b,
-                       const int pre, bulk_t *bt) {
+                       const int pre, bulk_t *bt, const bool l2) {
     const int nc = pipe_parts(cpt, N, dl), hs = SLOTS / st;
 #pragma unroll
     for (int j = 0; j < st; ++j) {
         if (j >= pre) continue;
+        if (l2) {  // (PREL2: into L2 only; loaded by pipe_phase)
+            if (j < nc) {
+                const int r = min(deal_task(j / cpt, w, dl), N - 1), off = j % cpt * 1024 * spr;
+                const int len = min(1024 * spr, 2 * K - off);
+                for (int e = 0; e < (pairs ? 2 : 1); ++e)
+                    for (int o = 128 * lane; o < len; o += 32 * 128)
+                        asm volatile("prefetch.global.L2 [%0];"
+                                     :: "l"(W + (size_t)(r + e * FFN) * ROW_BYTES(F16, K) + off + o));
+            }
+            continue;
+        }
         if (j == 0 && bk) {  // (part 0 by bulk copies into the warp's stage buffer: bulk_take)
             if (nc > 0) {
                 const int r = min(deal_task(0, w, dl), N - 1);
@@ -1264,10 +1280,11 @@ inline void pipe_start(const int st, const int cpt, const int spr, const bool pa
 inline void pipe_phase(const int st, const int cpt, const int spr, const bool pairs,
                        const int K, const int N, __global const uchar *W, const int4 dl,
                        const bool bk, const int w, const int lane, uint4 *a, uint4 *b,
-                       const int pre, bulk_t *bt, __local const uint *xq, const float f,
-                       __global float *out) {
+                       const int pre, bulk_t *bt, const bool l2, __local const uint *xq,
+                       const float f, __global float *out) {
     const int nc = pipe_parts(cpt, N, dl), hs = SLOTS / st;
     float dm[8], old[1];
+    if (l2) pipe_start(st, cpt, spr, pairs, K, N, W, dl, false, w, lane, a, b, pre, bt, false);
     if (bk && nc > 0) bulk_take(K, pairs ? 2 : 1, spr, lane, bt, a, b);  // (part 0, stage 0)
     for (int c = 0; c < nc; c += st)
 #pragma unroll
@@ -1486,6 +1503,12 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     asm volatile(HIDE "fence.proxy.async.shared::cta;\n" ::: "memory");
     barrier(CLK_LOCAL_MEM_FENCE);
 #endif
+#ifdef PAD_LOCAL
+    __local uint4 padl[PAD_LOCAL];
+    padl[(t * 131 + pos) % PAD_LOCAL] = (uint4)(pos);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (padl[(t * 17 + 3 * pos) % PAD_LOCAL].x == 0x7fffffff) x[0] = 0.0f;
+#endif
     uint4 wa[SLOTS], wb[SLOTS];
     float2 wdd[SLOTS];
     int rows[SLOTS];
@@ -1511,7 +1534,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         ? (int4)(FFN / (G * NW), gu_early ? gc - ncg : -1, G - ncg, 0) : (int4)(-1, 0, 1, 0);
     const int gu_pre = gu_early ? GU_STAGES : GU_STAGES - 1;
 #define gu_first(l) \
-    if (has_d) pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, &bt)
+    if (has_d) pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, &bt, (PREL2 & 1) && !gu_early)
 #else
 #define gu_first(l)                                                                         \
     if (has_d) {                                                                            \
@@ -1523,6 +1546,8 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         task_rows(0, R_QKV, NQKV, grp, w, rows);
 #if BULK_QKV
         bulk_issue(wqkv0, DIM, rows, R_QKV, KB(F16, DIM), lane, &bt);
+#elif PREL2 & 2
+        rows_l2(WF_QKV, SH_QKV, wqkv0, sqkv0, DIM, rows, R_QKV, lane);
 #else
         fetch(WF_QKV, SH_QKV, wqkv0, sqkv0, DIM, rows, R_QKV, lane, wa, wb, wdd);
 #endif
@@ -1556,6 +1581,11 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 }
 #if BULK_QKV
                 if (k == 0) bulk_take(DIM, R_QKV, KB(F16, DIM), lane, &bt, wa, wb);
+#elif PREL2 & 2
+                if (k == 0) {
+                    task_rows(0, R_QKV, NQKV, grp, w, rows);
+                    fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
+                }
 #endif
                 dots(WF_QKV, DIM, R_QKV, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 task_store(k, R_QKV, NQKV, grp, w, lane, r, fa, qkv, false, 0);
@@ -1728,7 +1758,8 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         if (has_d) {
 #if PIPE_GU
             const float fd = stage(WF_GU, x, 0, DIM, fnw, eps, xq, xd, xs, red);
-            pipe_phase(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, &bt, xq, fd, h);
+            pipe_phase(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, &bt, (PREL2 & 1) && !gu_early, xq,
+                       fd, h);
 #else
             ahead(0, PH_GU(l), grp, w, lane, rows);
             const float fd = stage(WF_GU, x, 0, DIM, fnw, eps, xq, xd, xs, red);
@@ -1751,7 +1782,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         grid_arrive(bar, &target);
         if (has_e) {
 #if PIPE_D
-            pipe_start(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, &bt);
+            pipe_start(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, &bt, PREL2 & 1);
 #else
             task_rows(0, R_D, DIM, grp, w, rows);
             fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
@@ -1764,7 +1795,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         if (has_e) {
 #if PIPE_D
             stage(WF_D, h, 0, FFN, 0, eps, xq, xd, xs, red);
-            pipe_phase(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, &bt, xq, 1.0f, x);
+            pipe_phase(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, &bt, PREL2 & 1, xq, 1.0f, x);
 #else
             ahead(0, PH_D(l), grp, w, lane, rows);
             stage(WF_D, h, 0, FFN, 0, eps, xq, xd, xs, red);
@@ -1787,6 +1818,8 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 task_rows(0, R_QKV, NQKV, grp, w, rows);
 #if BULK_QKV
                 bulk_issue(SEL(wqkv, m), DIM, rows, R_QKV, KB(F16, DIM), lane, &bt);
+#elif PREL2 & 2
+                rows_l2(WF_QKV, SH_QKV, SEL(wqkv, m), SEL(sqkv, m), DIM, rows, R_QKV, lane);
 #else
                 fetch(WF_QKV, SH_QKV, SEL(wqkv, m), SEL(sqkv, m), DIM, rows, R_QKV, lane, wa, wb,
                       wdd);

@@ -50,7 +50,7 @@ EXTRA_DEFINES: dict[str, int] = {}
 # groups meet before a phase go by bulk copies into local memory (bit 1: the pipelined float16
 # gate/up and down phases' first part, bit 2: the float16 QKV phase's first task); 0: off.
 # EXTRA_DEFINES may set it (measurement).
-BULK = 1
+BULK = 0
 
 
 def enabled() -> bool:

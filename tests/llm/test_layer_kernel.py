@@ -136,6 +136,7 @@ def test_layer_kernel_bulk_copies_bring_the_same_values(device, monkeypatch, fil
         pytest.skip(f"{device.name}: no bulk copies (decode_layers' sm_90a build: Hopper GPUs)")
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
     model = clops.llm.load(files[which], device=device, max_seq_len=1024, progress=False)
+    assert model._layer_kernels()
     ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
     got = {}
     for bulk in (0, 1, 3):
