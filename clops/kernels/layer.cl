@@ -1188,6 +1188,9 @@ inline void pair_rows(int k, int w, int *rows) {
 #ifndef GU_DEAL
 #define GU_DEAL 1
 #endif
+#ifndef GU_ROUNDS
+#define GU_ROUNDS (1 << 20)
+#endif
 inline int deal_task(const int k, const int w, const int4 dl) {
     if (dl.x < 0 || k < dl.x) return TASK0(k, 1, GRP) + w;  // (the other phases' deal)
     return dl.y < 0 ? 1 << 30 : (dl.x * get_num_groups(0) + (k - dl.x) * dl.z + dl.y) * NW + w;
@@ -1531,7 +1534,8 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     // (GU_DEAL: the output phase's work-groups are places gc < ncg)
     const int ncg = (PHASES & 4) ? (DIM + NW * R_O - 1) / (NW * R_O) : 0;
     const int4 gu_dl = GU_DEAL && GUEARLY && ncg > 0 && ncg < G
-        ? (int4)(FFN / (G * NW), gu_early ? gc - ncg : -1, G - ncg, 0) : (int4)(-1, 0, 1, 0);
+        ? (int4)(min(GU_ROUNDS, FFN / (G * NW)), gu_early ? gc - ncg : -1, G - ncg, 0)
+        : (int4)(-1, 0, 1, 0);
     const int gu_pre = gu_early ? GU_STAGES : GU_STAGES - 1;
 #define gu_first(l) \
     if (has_d) pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, &bt, (PREL2 & 1) && !gu_early)
