@@ -1534,7 +1534,8 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     // (GU_DEAL: the output phase's work-groups are places gc < ncg)
     const int ncg = (PHASES & 4) ? (DIM + NW * R_O - 1) / (NW * R_O) : 0;
     const int4 gu_dl = GU_DEAL && GUEARLY && ncg > 0 && ncg < G
-        ? (int4)(min(GU_ROUNDS, FFN / (G * NW)), gu_early ? gc - ncg : -1, G - ncg, 0)
+        ? (GU_DEAL == 2 ? (int4)(FFN / (G * NW), gu_early ? gc - ncg : G - ncg + gc, G, 0)
+                        : (int4)(min(GU_ROUNDS, FFN / (G * NW)), gu_early ? gc - ncg : -1, G - ncg, 0))
         : (int4)(-1, 0, 1, 0);
     const int gu_pre = gu_early ? GU_STAGES : GU_STAGES - 1;
 #define gu_first(l) \
