@@ -126,37 +126,6 @@
 #error "decode_layers: a pipelined phase takes a pair or a row a task (R_GU, R_D 1)"
 #endif
 #define ANY_F16 (WF_QKV == F16 || WF_O == F16 || WF_GU == F16 || WF_D == F16)
-#define PMIN(a, b) ((a) < (b) ? (a) : (b))
-#define PMAX(a, b) ((a) > (b) ? (a) : (b))
-// a pipelined phase's slots a row of a part (gate/up: 2 rows a part), and its parts a task
-#define GU_SPR PMIN(KB(F16, DIM), SLOTS / GU_STAGES / 2)
-#define GU_CPT ((KB(F16, DIM) + GU_SPR - 1) / GU_SPR)
-#define D_SPR PMIN(KB(F16, FFN), SLOTS / D_STAGES)
-#define D_CPT ((KB(F16, FFN) + D_SPR - 1) / D_SPR)
-// BULK (NVIDIA, Hopper; kernels/layer.py builds its PTX for sm_90a, the hidden ("//@@")
-// instructions uncommented): weights that a work-group loads while the groups meet before a
-// phase go by bulk copies (cp.async.bulk, the copy engine) into a stage buffer of the warp's in
-// local memory rather than by loads into registers, and are read into the registers once the
-// phase's input is staged: a multiprocessor's loads come back in the order they were issued
-// (see wload), so the input's reads and the barrier's polls no longer wait behind them. Bit 1:
-// the pipelined phases' first part (gate/up, down), bit 2: the QKV phase's first task.
-#ifndef BULK
-#define BULK 0
-#endif
-// PREL2 (measurement): those weights prefetched into L2 instead, and loaded once the input is
-// staged (bits as BULK's); PAD_LOCAL: 16-byte chunks of local memory taken and left unused
-#ifndef PREL2
-#define PREL2 0
-#endif
-#if BULK && !PTX
-#error "decode_layers: BULK takes PTX (NVIDIA)"
-#endif
-#define BULK_GU ((BULK & 1) && PIPE_GU)
-#define BULK_D ((BULK & 1) && PIPE_D)
-#define BULK_QKV ((BULK & 2) && WF_QKV == F16)
-// a warp's stage buffer, in 16-byte chunks
-#define STG PMAX(PMAX(BULK_GU ? 2 * GU_SPR * 64 : 0, BULK_D ? D_SPR * 64 : 0), \
-                 BULK_QKV ? R_QKV * KB(F16, DIM) * 64 : 0)
 
 #if PTX
 inline int dot4(uint a, uint b, int c) {
@@ -529,7 +498,15 @@ inline float stage(const int fmt, __global const float *src, __global const half
 // held in L2 issued after them took 3100-3200 clocks against 400 alone (behind as many cp.async
 // copies 3300-4300, prefetch.global.L2 870-1010), an atomic or a cp.async.bulk copy of that line
 // as long: whatever a phase reads after its weights' loads (its input, a barrier's count) waits
-// for them. Behind the same bytes loaded by cp.async.bulk copies it took 870-1020.
+// for them. Behind the same bytes loaded by cp.async.bulk copies it took 870-1020. Yet in this
+// kernel (1B F16 body, decode tok/s after 128 / 1024 positions, runs of one machine,
+// 2026-11-27) the pipelined phases' first part loaded by cp.async.bulk into 64 KB of local
+// memory while the groups met (read into the registers once the phase's input was staged; the
+// same logits) gave 1021-1027 / 971-978 against 1085-1089 / 991-999, with the QKV phase's first
+// rows too (96 KB) 1000-1001 / 958-964: every phase and barrier release traced longer (the
+// release after attention 1.0 -> 2.0 us). Those weights prefetched into L2 instead and loaded
+// after the input: 1053-1056 / 973-978, with QKV's 1018-1019 / 960-964 (QKV 3.6 -> 6.7 us a
+// layer). 64 KB of local memory taken and left unused changed nothing (1082-1085 / 996-1001).
 inline uint4 wload(__global const uint4 *p) {
 #if PTX
     uint4 v;
@@ -555,74 +532,6 @@ inline void fetch_part(__global const uchar *W, const int K, const int *rows, co
         }
     }
 }
-
-#if PTX
-// BULK: a warp's stage buffer (sb, its chunks sw; local addresses), its mbarrier (mb) and the
-// phase of it waited for next (par, the same in every lane); bar: the grid barrier's (bar[2]
-// set where a copy never completed)
-typedef struct {
-    uint sb, mb, par;
-    __local const uint4 *sw;
-    __global int *bar;
-} bulk_t;
-#ifndef HIDE
-#define HIDE "//@@"
-#endif
-inline uint smem_addr(__local const void *p) {
-    uint r;
-    asm volatile("{ .reg .pred q; .reg .u64 s; isspacep.shared q, %1; cvta.to.shared.u64 s, %1;"
-                 " selp.u64 s, s, %1, q; cvt.u32.u64 %0, s; }"
-                 : "=r"(r) : "l"((ulong)p));
-    return r;
-}
-
-// Lane 0: the first part of f16 rows[0 .. n) of K (spr slots of each, fetch_part's part 0:
-// their first 1024 spr bytes, or the row where it is shorter) copied into the warp's stage
-// buffer, row e at chunk 64 spr e, completing its mbarrier.
-inline void bulk_issue(__global const uchar *W, const int K, const int *rows, const int n,
-                       const int spr, const int lane, const bulk_t *bt) {
-    if (lane == 0) {
-        const uint bytes = min(1024 * spr, 2 * K);
-        // (the buffer's last reads, by the generic proxy, before the copies' writes)
-        asm volatile(HIDE "fence.proxy.async.shared::cta;\n" ::: "memory");
-        asm volatile("{ .reg .b64 st; " HIDE "mbarrier.arrive.expect_tx.shared.b64 st, [%0], %1;\n}"
-                     :: "r"(bt->mb), "r"(n * bytes) : "memory");
-#pragma unroll
-        for (int e = 0; e < n; ++e)
-            asm volatile(HIDE "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                         " [%0], [%1], %2, [%3];\n"
-                         :: "r"(bt->sb + 1024 * spr * e),
-                            "l"(W + (size_t)rows[e] * ROW_BYTES(F16, K)), "r"(bytes),
-                            "r"(bt->mb) : "memory");
-    }
-}
-
-// bulk_issue's copies waited for, and read into slots e * spr + i as fetch_part loads them
-// (zero past the row)
-inline void bulk_take(const int K, const int n, const int spr, const int lane, bulk_t *bt,
-                      uint4 *a, uint4 *b) {
-    uint done = 0;
-    int spins = 0;
-    do {
-        asm volatile("{ .reg .pred p; " HIDE "mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bt->mb), "r"(bt->par)
-                     : "memory");
-        if (++spins > SPIN_LIMIT) {
-            ((volatile __global int *)bt->bar)[2] = 1;
-            break;
-        }
-    } while (!done);
-    bt->par ^= 1u;
-#pragma unroll
-    for (int e = 0; e < n; ++e)
-#pragma unroll
-        for (int i = 0; i < spr; ++i) {
-            const int u0 = F16_CHUNK(lane, i), s = 64 * spr * e;
-            a[e * spr + i] = u0 < K / 8 ? bt->sw[s + u0] : (uint4)(0u);
-            b[e * spr + i] = u0 + 32 < K / 8 ? bt->sw[s + u0 + 32] : (uint4)(0u);
-        }
-}
-#endif
 
 // Loads rows[0 .. R) of W [N][K] (format fmt), this lane's blocks, into slots e * KB + i: q4 a
 // uint4 of nibbles and (scale, min) in d; q8 two uint4 in a and b, the scale in d.x; f16 the
@@ -1166,15 +1075,19 @@ inline void pair_rows(int k, int w, int *rows) {
 // these phases (2026-11-27: the output phase's, whose first gate/up loads start later; gate/up
 // median 20.3 us, slowest 21.1; down 11.6 and 12.8) given the places with the fewest rows, from
 // a traced step: 1031-1033 against 1032-1039 tok/s.
-#define PIPE_GU_ARGS(l) GU_STAGES, GU_CPT, GU_SPR, true, DIM, FFN, SEL(wgu, l), gu_dl, BULK_GU
-#define PIPE_D_ARGS(l) \
-    D_STAGES, D_CPT, D_SPR, false, FFN, DIM, SEL(wd, l), (int4)(-1, 0, 1, 0), BULK_D
+#define GU_SPR min(KB(F16, DIM), SLOTS / GU_STAGES / 2)  // (2 rows a part)
+#define GU_CPT ((KB(F16, DIM) + GU_SPR - 1) / GU_SPR)
+#define D_SPR min(KB(F16, FFN), SLOTS / D_STAGES)
+#define D_CPT ((KB(F16, FFN) + D_SPR - 1) / D_SPR)
+#define PIPE_GU_ARGS(l) GU_STAGES, GU_CPT, GU_SPR, true, DIM, FFN, SEL(wgu, l), gu_dl
+#define PIPE_D_ARGS(l) D_STAGES, D_CPT, D_SPR, false, FFN, DIM, SEL(wd, l), (int4)(-1, 0, 1, 0)
 
 // GU_DEAL (GUEARLY): the [gate | up] phase's pairs dealt as the other phases' rows (a pair a
-// warp, the groups in turn) for the rounds that fill every warp, and the rest to the work-groups
-// that loaded their first pairs while attention ran (the output phase's load theirs after their
-// output rows). dl: (the rounds every group takes, -1: all of them; this group's place among
-// the early loaders, -1: not one; their count).
+// warp, the groups in turn) for the rounds that fill every warp, and the rest (less than a
+// round) to the work-groups that loaded their first pairs while attention ran first, then to
+// the output phase's (which load theirs after their output rows). dl: (the rounds every group
+// takes, -1: all of them, as the other phases; this group's place in the rounds after, -1: none;
+// the places a round).
 // PERF (H100, 1B F16 body, one machine, 2026-11-27): traced per work-group, the output phase's
 // groups were the gate/up phase's slowest, 2.0-2.3 us behind the median one in every layer
 // (their first pairs load after their output rows), and the down phase's after them, 0.6-1.0 us
@@ -1184,12 +1097,14 @@ inline void pair_rows(int k, int w, int *rows) {
 // loaders' next pairs prefetched into L2 while attention ran as well (2 / 4 / 6 pairs a warp
 // past the registers' stages, the groups without an attention unit): 1066-1074 / 1022-1028 /
 // 1006-1014 against 1080-1089 tok/s (attention traced 8.2 -> 13.3 us at 4: the prefetches held
-// its reads back).
+// its reads back). The rest to the early loaders alone (a second pair each for some of them, none
+// to the output phase's groups), as until 2026-11-27: traced by class of work-group, the early
+// loaders with two more pairs were the slowest (gate/up 21.3 us, the output phase's 19.2); dealt
+// as now the classes 19.5-20.2 us, and 1086-1092 -> 1104-1109 tok/s after 128 positions, after
+// 1024 991-993 -> 989-995; the same logits. Runs with every early loader a pair fewer
+// (GU_ROUNDS, the full rounds 6 or 5 rather than 7, the rest to the early loaders): 1049-1064.
 #ifndef GU_DEAL
 #define GU_DEAL 1
-#endif
-#ifndef GU_ROUNDS
-#define GU_ROUNDS (1 << 20)
 #endif
 inline int deal_task(const int k, const int w, const int4 dl) {
     if (dl.x < 0 || k < dl.x) return TASK0(k, 1, GRP) + w;  // (the other phases' deal)
@@ -1250,45 +1165,21 @@ inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs
 // before the phase), each into its stage
 inline void pipe_start(const int st, const int cpt, const int spr, const bool pairs,
                        const int K, const int N, __global const uchar *W, const int4 dl,
-                       const bool bk, const int w, const int lane, uint4 *a, uint4 *b,
-                       const int pre, bulk_t *bt, const bool l2) {
+                       const int w, const int lane, uint4 *a, uint4 *b, const int pre) {
     const int nc = pipe_parts(cpt, N, dl), hs = SLOTS / st;
 #pragma unroll
-    for (int j = 0; j < st; ++j) {
-        if (j >= pre) continue;
-        if (l2) {  // (PREL2: into L2 only; loaded by pipe_phase)
-            if (j < nc) {
-                const int r = min(deal_task(j / cpt, w, dl), N - 1), off = j % cpt * 1024 * spr;
-                const int len = min(1024 * spr, 2 * K - off);
-                for (int e = 0; e < (pairs ? 2 : 1); ++e)
-                    for (int o = 128 * lane; o < len; o += 32 * 128)
-                        asm volatile("prefetch.global.L2 [%0];"
-                                     :: "l"(W + (size_t)(r + e * FFN) * ROW_BYTES(F16, K) + off + o));
-            }
-            continue;
-        }
-        if (j == 0 && bk) {  // (part 0 by bulk copies into the warp's stage buffer: bulk_take)
-            if (nc > 0) {
-                const int r = min(deal_task(0, w, dl), N - 1);
-                const int rows[2] = {r, FFN + r};
-                bulk_issue(W, K, rows, pairs ? 2 : 1, spr, lane, bt);
-            }
-        } else {
+    for (int j = 0; j < st; ++j)
+        if (j < pre)
             pipe_fetch(j, nc, cpt, spr, pairs, K, N, W, dl, w, lane, a + j * hs, b + j * hs);
-        }
-    }
 }
 
 // a pipelined phase (pipe_start's pre parts loaded before): part c in stage c % st
 inline void pipe_phase(const int st, const int cpt, const int spr, const bool pairs,
                        const int K, const int N, __global const uchar *W, const int4 dl,
-                       const bool bk, const int w, const int lane, uint4 *a, uint4 *b,
-                       const int pre, bulk_t *bt, const bool l2, __local const uint *xq,
-                       const float f, __global float *out) {
+                       const int w, const int lane, uint4 *a, uint4 *b, const int pre,
+                       __local const uint *xq, const float f, __global float *out) {
     const int nc = pipe_parts(cpt, N, dl), hs = SLOTS / st;
     float dm[8], old[1];
-    if (l2) pipe_start(st, cpt, spr, pairs, K, N, W, dl, false, w, lane, a, b, pre, bt, false);
-    if (bk && nc > 0) bulk_take(K, pairs ? 2 : 1, spr, lane, bt, a, b);  // (part 0, stage 0)
     for (int c = 0; c < nc; c += st)
 #pragma unroll
         for (int j = 0; j < st; ++j) {
@@ -1493,25 +1384,6 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     const int pos = state[0], L = pos + 1;
     count_t target = 0;
     if (t == 0) target = grid_start(bar);
-#if PTX
-    bulk_t bt = {0u, 0u, 0u, 0, bar};
-#endif
-#if BULK && STG > 0
-    __local uint4 stg[NW * STG] __attribute__((aligned(128)));
-    __local ulong mbar[NW];
-    bt.sw = stg + w * STG;
-    bt.sb = smem_addr(bt.sw);
-    bt.mb = smem_addr(mbar + w);
-    if (lane == 0) asm volatile(HIDE "mbarrier.init.shared.b64 [%0], 1;\n" :: "r"(bt.mb) : "memory");
-    asm volatile(HIDE "fence.proxy.async.shared::cta;\n" ::: "memory");
-    barrier(CLK_LOCAL_MEM_FENCE);
-#endif
-#ifdef PAD_LOCAL
-    __local uint4 padl[PAD_LOCAL];
-    padl[(t * 131 + pos) % PAD_LOCAL] = (uint4)(pos);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (padl[(t * 17 + 3 * pos) % PAD_LOCAL].x == 0x7fffffff) x[0] = 0.0f;
-#endif
     uint4 wa[SLOTS], wb[SLOTS];
     float2 wdd[SLOTS];
     int rows[SLOTS];
@@ -1534,12 +1406,10 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     // (GU_DEAL: the output phase's work-groups are places gc < ncg)
     const int ncg = (PHASES & 4) ? (DIM + NW * R_O - 1) / (NW * R_O) : 0;
     const int4 gu_dl = GU_DEAL && GUEARLY && ncg > 0 && ncg < G
-        ? (GU_DEAL == 2 ? (int4)(FFN / (G * NW), gu_early ? gc - ncg : G - ncg + gc, G, 0)
-                        : (int4)(min(GU_ROUNDS, FFN / (G * NW)), gu_early ? gc - ncg : -1, G - ncg, 0))
-        : (int4)(-1, 0, 1, 0);
+        ? (int4)(FFN / (G * NW), gu_early ? gc - ncg : G - ncg + gc, G, 0) : (int4)(-1, 0, 1, 0);
     const int gu_pre = gu_early ? GU_STAGES : GU_STAGES - 1;
 #define gu_first(l) \
-    if (has_d) pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, &bt, (PREL2 & 1) && !gu_early)
+    if (has_d) pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre)
 #else
 #define gu_first(l)                                                                         \
     if (has_d) {                                                                            \
@@ -1549,13 +1419,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 #endif
     if (has_a) {
         task_rows(0, R_QKV, NQKV, grp, w, rows);
-#if BULK_QKV
-        bulk_issue(wqkv0, DIM, rows, R_QKV, KB(F16, DIM), lane, &bt);
-#elif PREL2 & 2
-        rows_l2(WF_QKV, SH_QKV, wqkv0, sqkv0, DIM, rows, R_QKV, lane);
-#else
         fetch(WF_QKV, SH_QKV, wqkv0, sqkv0, DIM, rows, R_QKV, lane, wa, wb, wdd);
-#endif
     }
 #if EMB
     // x: the embedding row of the step's token (tokens[state[0]]), float16 values; the first
@@ -1584,14 +1448,6 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
                     ahead(k, PH_QKV(l), grp, w, lane, rows);
                 }
-#if BULK_QKV
-                if (k == 0) bulk_take(DIM, R_QKV, KB(F16, DIM), lane, &bt, wa, wb);
-#elif PREL2 & 2
-                if (k == 0) {
-                    task_rows(0, R_QKV, NQKV, grp, w, rows);
-                    fetch(WF_QKV, SH_QKV, wqkv, sqkv, DIM, rows, R_QKV, lane, wa, wb, wdd);
-                }
-#endif
                 dots(WF_QKV, DIM, R_QKV, lane, wa, wb, wdd, xq, xd, xs, red, r);
                 task_store(k, R_QKV, NQKV, grp, w, lane, r, fa, qkv, false, 0);
             }
@@ -1763,8 +1619,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         if (has_d) {
 #if PIPE_GU
             const float fd = stage(WF_GU, x, 0, DIM, fnw, eps, xq, xd, xs, red);
-            pipe_phase(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, &bt, (PREL2 & 1) && !gu_early, xq,
-                       fd, h);
+            pipe_phase(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, xq, fd, h);
 #else
             ahead(0, PH_GU(l), grp, w, lane, rows);
             const float fd = stage(WF_GU, x, 0, DIM, fnw, eps, xq, xd, xs, red);
@@ -1787,7 +1642,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         grid_arrive(bar, &target);
         if (has_e) {
 #if PIPE_D
-            pipe_start(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, &bt, PREL2 & 1);
+            pipe_start(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1);
 #else
             task_rows(0, R_D, DIM, grp, w, rows);
             fetch(WF_D, SH_D, wd, sd, FFN, rows, R_D, lane, wa, wb, wdd);
@@ -1800,7 +1655,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         if (has_e) {
 #if PIPE_D
             stage(WF_D, h, 0, FFN, 0, eps, xq, xd, xs, red);
-            pipe_phase(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, &bt, PREL2 & 1, xq, 1.0f, x);
+            pipe_phase(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, xq, 1.0f, x);
 #else
             ahead(0, PH_D(l), grp, w, lane, rows);
             stage(WF_D, h, 0, FFN, 0, eps, xq, xd, xs, red);
@@ -1821,14 +1676,8 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
             if (has_a) {
                 const int m = l + 1;
                 task_rows(0, R_QKV, NQKV, grp, w, rows);
-#if BULK_QKV
-                bulk_issue(SEL(wqkv, m), DIM, rows, R_QKV, KB(F16, DIM), lane, &bt);
-#elif PREL2 & 2
-                rows_l2(WF_QKV, SH_QKV, SEL(wqkv, m), SEL(sqkv, m), DIM, rows, R_QKV, lane);
-#else
                 fetch(WF_QKV, SH_QKV, SEL(wqkv, m), SEL(sqkv, m), DIM, rows, R_QKV, lane, wa, wb,
                       wdd);
-#endif
             }
             grid_wait(bar, target);
         }

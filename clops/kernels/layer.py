@@ -16,7 +16,6 @@ import numpy as np
 
 from ..runtime import CLDevice, probes
 from ..runtime.pool import Buffer
-from ..runtime.program import new_kernel, rebuilt_from_binary, sm90a_ptx, spare_ok
 from . import launch
 from .attention import kv_defines
 from .launch import Launch, f32, i32, kernel
@@ -46,11 +45,6 @@ ATT_POINTS = 4  # the clock points inside attention a traced launch keeps, a lay
 # PHASES (the phases that run) or a switch of a kernel variant under test; none of the defines
 # the launch computes (sizes, formats, splits)
 EXTRA_DEFINES: dict[str, int] = {}
-# layer.cl's BULK on NVIDIA where its sm_90a build runs (Hopper): the weights loaded while the
-# groups meet before a phase go by bulk copies into local memory (bit 1: the pipelined float16
-# gate/up and down phases' first part, bit 2: the float16 QKV phase's first task); 0: off.
-# EXTRA_DEFINES may set it (measurement).
-BULK = 0
 
 
 def enabled() -> bool:
@@ -207,36 +201,6 @@ def rows_per_task(fmt: str, k: int, n: int, groups: int, rows_an_item: int = 1,
     if cap < 1:
         raise ValueError(f"decode_layers: rows of {k} inputs do not fit a lane's registers")
     return max(1, min(cap, -(-n // (groups * NW))))
-
-
-def _decode_kernel(dev: CLDevice, defines: dict[str, Any]) -> Any:
-    """A decode_layers kernel object of its own: with BULK (unless ``defines`` turn it off)
-    where its sm_90a build runs, else without."""
-    bulk = int(defines.pop("BULK", BULK)) if defines.get("PTX") else 0
-    defines.pop("BULK", None)
-    prog = _bulk_program(dev, tuple(sorted(defines.items())), bulk) if bulk else None
-    if prog is None:
-        return kernel(dev, "layer", "decode_layers", **defines)
-    return spare_ok(new_kernel(prog, "decode_layers", "layer.cl"))
-
-
-@probes.per_device
-def bulk_builds(dev: CLDevice) -> bool:
-    """Whether decode_layers' BULK builds here (its sm_90a PTX: Hopper GPUs), tried on a
-    small layer of float16 weights."""
-    small = {**_probe_defines(_ptx(dev)), "WF_QKV": 5, "WF_O": 5, "WF_GU": 5, "WF_D": 5}
-    return bool(_ptx(dev)) and _bulk_program(dev, tuple(sorted(small.items())), 3) is not None
-
-
-@probes.per_device
-def _bulk_program(dev: CLDevice, defines: tuple[tuple[str, Any], ...], bulk: int) -> Any | None:
-    """decode_layers with BULK ``bulk``, its PTX rebuilt for sm_90a (once per device and
-    defines), or None where that does not build (not a Hopper GPU, not NVIDIA's PTX)."""
-    try:
-        hidden = launch.program(dev, "layer", **dict(defines), BULK=bulk)
-        return rebuilt_from_binary(dev, hidden, sm90a_ptx)
-    except Exception:  # noqa: BLE001 - a driver or GPU without sm_90a: the build without
-        return None
 
 
 def _half(w: Weight) -> int:
@@ -404,7 +368,7 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     if fixed:
         raise ValueError(f"decode_layers: EXTRA_DEFINES may not set {sorted(fixed)}: the launch "
                          "computes them (sizes, formats, splits; TRACE is layer.TRACE)")
-    knl = _decode_kernel(dev, {**defines, **EXTRA_DEFINES})
+    knl = kernel(dev, "layer", "decode_layers", **{**defines, **EXTRA_DEFINES})
     args: list[Any] = [x, qkv_out, state, attn, part, count, h, bar, i32(max_seq), f32(eps),
                        f32(scale)]
     reads: list[Buffer] = [x, state, count, bar]
