@@ -1108,17 +1108,32 @@ inline void pair_rows(int k, int w, int *rows) {
 #endif
 inline int deal_task(const int k, const int w, const int4 dl) {
     if (dl.x < 0 || k < dl.x) return TASK0(k, 1, GRP) + w;  // (the other phases' deal)
-    return dl.y < 0 ? 1 << 30 : (dl.x * get_num_groups(0) + (k - dl.x) * dl.z + dl.y) * NW + w;
+    return k == dl.x && w < dl.z ? dl.y + w : 1 << 30;
 }
 
-// the parts of this warp's tasks in a phase of N rows or pairs (the group's first warp's: tasks
-// while deal_task(k, 0, dl) < N)
-inline int pipe_parts(const int cpt, const int N, const int4 dl) {
+// GU_DEAL's dl for this work-group (place gc of G; the output phase's work-groups: gc < ncg):
+// the early loaders' places first, a pair for each of their warps, then the output phase's,
+// the rest spread over them (GU_SPREAD: the fewest warps a group, else a pair for each warp)
+#ifndef GU_SPREAD
+#define GU_SPREAD 1
+#endif
+inline int4 gu_deal(const int gc, const int ncg, const int G) {
+    const int rounds = FFN / (G * NW), base = rounds * G * NW, rem = FFN - base;
+    if (gc >= ncg) {  // (an early loader)
+        const int at = (gc - ncg) * NW;
+        return (int4)(rounds, base + at, clamp(rem - at, 0, NW), 0);
+    }
+    const int e = min(rem, (G - ncg) * NW), r2 = rem - e;
+    const int per = GU_SPREAD ? min(NW, (r2 + ncg - 1) / ncg) : NW, at = e + gc * per;
+    return (int4)(rounds, base + at, clamp(rem - at, 0, per), 0);
+}
+
+// the parts of warp w's tasks in a phase of N rows or pairs (dl.x < 0: the group's first
+// warp's, tasks while TASK0(k, 1, GRP) < N; else while deal_task(k, w, dl) < N)
+inline int pipe_parts(const int cpt, const int N, const int4 dl, const int w) {
     const int first = get_group_id(0) * NW, round = get_num_groups(0) * NW;
     if (dl.x < 0) return (N - first + round - 1) / round * cpt;
-    if (dl.y < 0) return dl.x * cpt;
-    const int rem = N - dl.x * round;
-    return (dl.x + max(0, (rem - dl.y * NW + dl.z * NW - 1) / (dl.z * NW))) * cpt;
+    return (dl.x + (deal_task(dl.x, w, dl) < N)) * cpt;
 }
 
 // part c of nc into a, b (where c < nc); pairs: the gate row j and the up row FFN + j
@@ -1166,7 +1181,7 @@ inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs
 inline void pipe_start(const int st, const int cpt, const int spr, const bool pairs,
                        const int K, const int N, __global const uchar *W, const int4 dl,
                        const int w, const int lane, uint4 *a, uint4 *b, const int pre) {
-    const int nc = pipe_parts(cpt, N, dl), hs = SLOTS / st;
+    const int nc = pipe_parts(cpt, N, dl, w), hs = SLOTS / st;
 #pragma unroll
     for (int j = 0; j < st; ++j)
         if (j < pre)
@@ -1178,7 +1193,7 @@ inline void pipe_phase(const int st, const int cpt, const int spr, const bool pa
                        const int K, const int N, __global const uchar *W, const int4 dl,
                        const int w, const int lane, uint4 *a, uint4 *b, const int pre,
                        __local const uint *xq, const float f, __global float *out) {
-    const int nc = pipe_parts(cpt, N, dl), hs = SLOTS / st;
+    const int nc = pipe_parts(cpt, N, dl, w), hs = SLOTS / st;
     float dm[8], old[1];
     for (int c = 0; c < nc; c += st)
 #pragma unroll
@@ -1406,7 +1421,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     // (GU_DEAL: the output phase's work-groups are places gc < ncg)
     const int ncg = (PHASES & 4) ? (DIM + NW * R_O - 1) / (NW * R_O) : 0;
     const int4 gu_dl = GU_DEAL && GUEARLY && ncg > 0 && ncg < G
-        ? (int4)(FFN / (G * NW), gu_early ? gc - ncg : G - ncg + gc, G, 0) : (int4)(-1, 0, 1, 0);
+        ? gu_deal(gc, ncg, G) : (int4)(-1, 0, 1, 0);
     const int gu_pre = gu_early ? GU_STAGES : GU_STAGES - 1;
 #define gu_first(l) \
     if (has_d) pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre)

@@ -50,13 +50,19 @@ DEEP = TinyShape(dim=128, layers=10, heads=4, kv_heads=2, head_dim=32, ffn=256,
                  embed_type="F16", output_type="Q8_0", context=1024,
                  layer_types=(("F16", "F16", "F16", "F16"),))
 SHAPES = {"mixed": SHAPE, "same": SAME, "f16": F16, "deep": DEEP}
+# float16 rows of 1024 packed into 16 work-groups of output rows: of an FFN of 2016, an H100's
+# 132 work-groups take 1056 pairs a round, and the 960 after it go to the 116 early loaders (928)
+# and, spread over their warps, to the output phase's (GU_DEAL)
+SPREAD = TinyShape(dim=1024, layers=1, heads=16, kv_heads=4, head_dim=64, ffn=2016,
+                   embed_type="F16", output_type="Q8_0", context=1024,
+                   layer_types=(("F16", "F16", "F16", "F16"),))
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("layer")
     return {k: write_gguf(str(d / f"{k}.gguf"), shape=v)
-            for k, v in {**SHAPES, "wide": WIDE}.items()}
+            for k, v in {**SHAPES, "wide": WIDE, "spread": SPREAD}.items()}
 
 
 def _both(device, monkeypatch, path: str, prompt: int, splits: int | None,
@@ -126,13 +132,13 @@ def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, files, whi
 
 
 @pytest.mark.parametrize("prompt", [40, 700])
-@pytest.mark.parametrize("which", ["f16", "mixed"])
+@pytest.mark.parametrize("which", ["f16", "mixed", "spread"])
 def test_layer_kernel_packed_output_rows(device, monkeypatch, files, which, prompt):
     """The output rows packed into as few work-groups as the registers allow (on NVIDIA from
     8 MB of [gate | up] weights a layer; here from any): the others load their first [gate |
     up] weights while attention runs, and the pairs past the full rounds are dealt to them
-    first (GU_DEAL: an H100's 132 work-groups take 4608 pairs in four rounds and 384 more).
-    Against the per-layer plan."""
+    first, then to the output phase's (GU_DEAL: an H100's 132 work-groups take f16's 4608
+    pairs in four rounds and 384 more; SPREAD). Against the per-layer plan."""
     if not layer.resident_groups(device):
         pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
                     "resident, or it is a CPU)")
