@@ -1084,10 +1084,10 @@ inline void pair_rows(int k, int w, int *rows) {
 
 // GU_DEAL (GUEARLY): the [gate | up] phase's pairs dealt as the other phases' rows (a pair a
 // warp, the groups in turn) for the rounds that fill every warp, and the rest (less than a
-// round) to the work-groups that loaded their first pairs while attention ran first, then to
-// the output phase's (which load theirs after their output rows). dl: (the rounds every group
-// takes, -1: all of them, as the other phases; this group's place in the rounds after, -1: none;
-// the places a round).
+// round) to the work-groups that loaded their first pairs while attention ran first, a pair a
+// warp, then to the output phase's (which load theirs after their output rows), spread over
+// them (gu_deal). dl: (the full rounds, -1: every task as the other phases' deal; the first of
+// the group's pairs after them; the group's warps that take one).
 // PERF (H100, 1B F16 body, one machine, 2026-11-27): traced per work-group, the output phase's
 // groups were the gate/up phase's slowest, 2.0-2.3 us behind the median one in every layer
 // (their first pairs load after their output rows), and the down phase's after them, 0.6-1.0 us
@@ -1103,6 +1103,10 @@ inline void pair_rows(int k, int w, int *rows) {
 // as now the classes 19.5-20.2 us, and 1086-1092 -> 1104-1109 tok/s after 128 positions, after
 // 1024 991-993 -> 989-995; the same logits. Runs with every early loader a pair fewer
 // (GU_ROUNDS, the full rounds 6 or 5 rather than 7, the rest to the early loaders): 1049-1064.
+// The output phase's share (256 pairs) a pair for each warp of 32 of its work-groups, against
+// spread over the warps of all 64 (GU_SPREAD): 1092-1095 against 1094-1102 tok/s after 128
+// positions, 991-996 against 992 after 1024; the slowest of those groups' class 22.0 against 21.8
+// us (median over layers), the same logits.
 #ifndef GU_DEAL
 #define GU_DEAL 1
 #endif
