@@ -1080,7 +1080,7 @@ inline void pair_rows(int k, int w, int *rows) {
 #define D_SPR min(KB(F16, FFN), SLOTS / D_STAGES)
 #define D_CPT ((KB(F16, FFN) + D_SPR - 1) / D_SPR)
 #define PIPE_GU_ARGS(l) GU_STAGES, GU_CPT, GU_SPR, true, DIM, FFN, SEL(wgu, l), gu_dl
-#define PIPE_D_ARGS(l) D_STAGES, D_CPT, D_SPR, false, FFN, DIM, SEL(wd, l), (int4)(-1, 0, 1, 0)
+#define PIPE_D_ARGS(l) D_STAGES, D_CPT, D_SPR, false, FFN, DIM, SEL(wd, l), d_dl
 
 // GU_DEAL (GUEARLY): the [gate | up] phase's pairs dealt as the other phases' rows (a pair a
 // warp, the groups in turn) for the rounds that fill every warp, and the rest (less than a
@@ -1110,19 +1110,26 @@ inline void pair_rows(int k, int w, int *rows) {
 #ifndef GU_DEAL
 #define GU_DEAL 1
 #endif
+// E_DEAL: the down phase's rows past its full rounds dealt as GU_DEAL deals the pairs (the
+// work-groups that finish gate/up last, the output phase's, take fewer), else as the other
+// phases' rows (in the order of the work-groups)
+#ifndef E_DEAL
+#define E_DEAL 1
+#endif
 inline int deal_task(const int k, const int w, const int4 dl) {
     if (dl.x < 0 || k < dl.x) return TASK0(k, 1, GRP) + w;  // (the other phases' deal)
     return k == dl.x && w < dl.z ? dl.y + w : 1 << 30;
 }
 
-// GU_DEAL's dl for this work-group (place gc of G; the output phase's work-groups: gc < ncg):
-// the early loaders' places first, a pair for each of their warps, then the output phase's,
-// the rest spread over them (GU_SPREAD: the fewest warps a group, else a pair for each warp)
+// GU_DEAL's dl for this work-group in a phase of N pairs or rows (place gc of G; the output
+// phase's work-groups: gc < ncg): the early loaders' places first, a task for each of their
+// warps, then the output phase's, the rest spread over them (GU_SPREAD: the fewest warps a
+// group, else a task for each warp)
 #ifndef GU_SPREAD
 #define GU_SPREAD 1
 #endif
-inline int4 gu_deal(const int gc, const int ncg, const int G) {
-    const int rounds = FFN / (G * NW), base = rounds * G * NW, rem = FFN - base;
+inline int4 gu_deal(const int N, const int gc, const int ncg, const int G) {
+    const int rounds = N / (G * NW), base = rounds * G * NW, rem = N - base;
     if (gc >= ncg) {  // (an early loader)
         const int at = (gc - ncg) * NW;
         return (int4)(rounds, base + at, clamp(rem - at, 0, NW), 0);
@@ -1130,6 +1137,11 @@ inline int4 gu_deal(const int gc, const int ncg, const int G) {
     const int e = min(rem, (G - ncg) * NW), r2 = rem - e;
     const int per = GU_SPREAD ? min(NW, (r2 + ncg - 1) / ncg) : NW, at = e + gc * per;
     return (int4)(rounds, base + at, clamp(rem - at, 0, per), 0);
+}
+
+// Whether a phase dealt by dl (R rows a task where dl.x < 0) gives this work-group a task.
+inline bool dealt_any(const int4 dl, const int R, const int N) {
+    return dl.x < 0 ? TASK0(0, R, GRP) < N : dl.x > 0 || dl.z > 0;
 }
 
 // the parts of warp w's tasks in a phase of N rows or pairs (dl.x < 0: the group's first
@@ -1162,21 +1174,19 @@ inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs
     if (p == 0) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) dm[e] = 0.0f;
-        if (XEARLY && !pairs) task_old(c / cpt, 1, N, GRP, w, lane, out, old);
+        if (XEARLY && !pairs) {  // (task_old's, at the dealt row)
+            const int j = deal_task(c / cpt, w, dl);
+            old[0] = lane == 0 && j < N ? load_fresh(out + j) : 0.0f;
+        }
     }
     mma_part(K, n, spr, p, lane, a, b, xq, dm);
     if (p == cpt - 1) {
         float r[2];
         mma_sums(n, lane, dm, r);
-        const int k = c / cpt;
-        if (pairs) {
-            const int j = deal_task(k, w, dl);
-            if (lane == 0 && j < N) {
-                out[j] = glu(r[0] * f, r[1] * f);
-            }
-        } else {
-            task_store(k, 1, N, GRP, w, lane, r, f, out, true, XEARLY ? old : 0);
-        }
+        const int j = deal_task(c / cpt, w, dl);
+        if (lane == 0 && j < N)  // (pairs: silu(gate) * up; else task_store's accumulation)
+            out[j] = pairs ? glu(r[0] * f, r[1] * f)
+                           : (XEARLY ? old[0] : load_fresh(out + j)) + r[0] * f;
     }
 }
 
@@ -1416,16 +1426,27 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     const int U = KV_HEADS * NS, gc = CSKIP && U < G ? (grp + G - U) % G : grp;
     const bool has_a = (PHASES & 1) && TASK0(0, R_QKV, grp) < NQKV;
     const bool has_c = (PHASES & 4) && TASK0(0, R_O, gc) < DIM;
-    const bool has_d = (PHASES & 8) && TASK0(0, R_GU, grp) < FFN;
-    const bool has_e = (PHASES & 16) && TASK0(0, R_D, grp) < DIM;
     // a work-group without output rows loads its first [gate | up] weights as soon as it has
     // left attention (GUEARLY), the registers of both stages of a pipelined phase
     const bool gu_early = GUEARLY && !has_c;
-#if PIPE_GU
-    // (GU_DEAL: the output phase's work-groups are places gc < ncg)
+#if PIPE_GU || PIPE_D
+    // (GU_DEAL, E_DEAL: the output phase's work-groups are places gc < ncg)
     const int ncg = (PHASES & 4) ? (DIM + NW * R_O - 1) / (NW * R_O) : 0;
-    const int4 gu_dl = GU_DEAL && GUEARLY && ncg > 0 && ncg < G
-        ? gu_deal(gc, ncg, G) : (int4)(-1, 0, 1, 0);
+    const bool deal = GUEARLY && ncg > 0 && ncg < G;
+#endif
+#if PIPE_GU
+    const int4 gu_dl = GU_DEAL && deal ? gu_deal(FFN, gc, ncg, G) : (int4)(-1, 0, 1, 0);
+    const bool has_d = (PHASES & 8) && dealt_any(gu_dl, R_GU, FFN);
+#else
+    const bool has_d = (PHASES & 8) && TASK0(0, R_GU, grp) < FFN;
+#endif
+#if PIPE_D
+    const int4 d_dl = E_DEAL && deal ? gu_deal(DIM, gc, ncg, G) : (int4)(-1, 0, 1, 0);
+    const bool has_e = (PHASES & 16) && dealt_any(d_dl, R_D, DIM);
+#else
+    const bool has_e = (PHASES & 16) && TASK0(0, R_D, grp) < DIM;
+#endif
+#if PIPE_GU
     const int gu_pre = gu_early ? GU_STAGES : GU_STAGES - 1;
 #define gu_first(l) \
     if (has_d) pipe_start(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre)
