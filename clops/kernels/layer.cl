@@ -1111,10 +1111,12 @@ inline void pair_rows(int k, int w, int *rows) {
 #define GU_DEAL 1
 #endif
 // E_DEAL: the down phase's rows past its full rounds dealt as GU_DEAL deals the pairs (the
-// work-groups that finish gate/up last, the output phase's, take fewer), else as the other
-// phases' rows (in the order of the work-groups)
+// work-groups that finish gate/up last, the output phase's, take fewer), else (0) as the other
+// phases' rows, in the order of the work-groups.
+// PERF (H100, 1B F16 body, decode tok/s after 128 / 1024 positions, runs of one machine,
+// 2026-11-27): 1101-1111 / 990-997 dealt, 1109-1113 / 992 not; the same logits.
 #ifndef E_DEAL
-#define E_DEAL 1
+#define E_DEAL 0
 #endif
 inline int deal_task(const int k, const int w, const int4 dl) {
     if (dl.x < 0 || k < dl.x) return TASK0(k, 1, GRP) + w;  // (the other phases' deal)
