@@ -15,6 +15,8 @@ H100, 2026-11-27, 8 pieces a work-item (32 KB a multiprocessor): the L2 line alo
 as long as the loads themselves (3450); behind cp.async 3300-4300; behind bulk copies 870-1020
 (a bulk copy of the line 2300); behind prefetch.global.L2 870-1010. With 16 a work-item (64 KB):
 behind ld.global.nc 5500-5600, behind bulk copies 880-1230 (a bulk copy of the line 4500).
+In the layer kernel itself, the barrier-time weights loaded by bulk copies into local memory
+(or prefetched into L2) made decode slower, not faster: see the note at ``wload`` in layer.cl.
 """
 
 from __future__ import annotations
