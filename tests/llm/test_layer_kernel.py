@@ -138,8 +138,9 @@ def test_layer_kernel_packed_output_rows(device, monkeypatch, files, which, prom
     8 MB of [gate | up] weights a layer; here from any): the others load their first [gate |
     up] weights while attention runs, and the pairs past the full rounds are dealt to them
     first, then to the output phase's (GU_DEAL: an H100's 132 work-groups take f16's 4608
-    pairs in four rounds and 384 more; SPREAD; deep's 256 pairs are fewer than a round, all of
-    them dealt to work-groups past the first 32). Against the per-layer plan."""
+    pairs in four rounds and 384 more; SPREAD; deep's 256 pairs are fewer than a round, dealt
+    by place, so that some go to work-groups past the first 32, which a round in the groups'
+    order would give none). Against the per-layer plan."""
     if not layer.resident_groups(device):
         pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
                     "resident, or it is a CPU)")
