@@ -744,23 +744,31 @@ inline void task_rows(int k, const int R, const int N, int g, int w, int *rows) 
 // The phase's y[n] (+)= total * f for the task's rows below N (lane 0); accumulating adds to
 // old[e] where given (task_old: y's values read before), else reads y from L2 (written by
 // other work-groups earlier in the launch).
-inline void task_store(int k, const int R, const int N, int g, int w, int lane, const float *r,
-                       float f, __global float *y, bool accum, const float *old) {
-    const int n0 = TASK0(k, R, g) + w * R;
+// (task_store_at: at rows n0 .. n0 + R, wherever a deal put them)
+inline void task_store_at(const int n0, const int R, const int N, int lane, const float *r,
+                          float f, __global float *y, bool accum, const float *old) {
     if (lane == 0)
 #pragma unroll
         for (int e = 0; e < R; ++e)
             if (n0 + e < N)
                 y[n0 + e] = accum ? (old ? old[e] : load_fresh(y + n0 + e)) + r[e] * f : r[e] * f;
 }
+inline void task_store(int k, const int R, const int N, int g, int w, int lane, const float *r,
+                       float f, __global float *y, bool accum, const float *old) {
+    task_store_at(TASK0(k, R, g) + w * R, R, N, lane, r, f, y, accum, old);
+}
 
 // y's values at the task's rows (lane 0; the others 0), read ahead of the task's accumulating
 // store, while its weights stream: no trip to L2 after the sums (XEARLY).
-inline void task_old(int k, const int R, const int N, int g, int w, int lane,
-                     __global const float *y, float *old) {
-    const int n0 = TASK0(k, R, g) + w * R;
+// (task_old_at: at rows n0 .. n0 + R)
+inline void task_old_at(const int n0, const int R, const int N, int lane,
+                        __global const float *y, float *old) {
 #pragma unroll
     for (int e = 0; e < R; ++e) old[e] = lane == 0 && n0 + e < N ? load_fresh(y + n0 + e) : 0.0f;
+}
+inline void task_old(int k, const int R, const int N, int g, int w, int lane,
+                     __global const float *y, float *old) {
+    task_old_at(TASK0(k, R, g) + w * R, R, N, lane, y, old);
 }
 
 // Element t of the head at v (raw, written in A by other work-groups) turned by pos.
@@ -1176,19 +1184,17 @@ inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs
     if (p == 0) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) dm[e] = 0.0f;
-        if (XEARLY && !pairs) {  // (task_old's, at the dealt row)
-            const int j = deal_task(c / cpt, w, dl);
-            old[0] = lane == 0 && j < N ? load_fresh(out + j) : 0.0f;
-        }
+        if (XEARLY && !pairs) task_old_at(deal_task(c / cpt, w, dl), 1, N, lane, out, old);
     }
     mma_part(K, n, spr, p, lane, a, b, xq, dm);
     if (p == cpt - 1) {
         float r[2];
         mma_sums(n, lane, dm, r);
         const int j = deal_task(c / cpt, w, dl);
-        if (lane == 0 && j < N)  // (pairs: silu(gate) * up; else task_store's accumulation)
-            out[j] = pairs ? glu(r[0] * f, r[1] * f)
-                           : (XEARLY ? old[0] : load_fresh(out + j)) + r[0] * f;
+        if (!pairs)
+            task_store_at(j, 1, N, lane, r, f, out, true, XEARLY ? old : 0);
+        else if (lane == 0 && j < N)
+            out[j] = glu(r[0] * f, r[1] * f);
     }
 }
 
