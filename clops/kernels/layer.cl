@@ -1114,7 +1114,11 @@ inline void pair_rows(int k, int w, int *rows) {
 // The output phase's share (256 pairs) a pair for each warp of 32 of its work-groups, against
 // spread over the warps of all 64 (GU_SPREAD): 1092-1095 against 1094-1102 tok/s after 128
 // positions, 991-996 against 992 after 1024; the slowest of those groups' class 22.0 against 21.8
-// us (median over layers), the same logits.
+// us (median over layers), the same logits. The rest dealt instead to the work-groups in the
+// order they had finished their full rounds in the layer before (each group's clock stored after
+// them; 2026-11-27): 1051-1093 against 1106-1114 tok/s after 128 positions, 990-996 against
+// 994-1000 after 1024, the output phase's groups slower still (their class's slowest 22.0 against
+// 21.3 us); the same logits.
 #ifndef GU_DEAL
 #define GU_DEAL 1
 #endif
