@@ -133,7 +133,7 @@ inline int dot4(uint a, uint b, int c) {
     asm volatile("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
 }
-#include "clops/ptx.cl"  // shfl_xor
+#include "clops/ptx.cl"  // shfl_xor, ld_stream
 #else
 inline int dot4(uint a, uint b, int c) {
     const int4 p = convert_int4(as_char4(a)) * convert_int4(as_char4(b));
@@ -509,10 +509,7 @@ inline float stage(const int fmt, __global const float *src, __global const half
 // layer). 64 KB of local memory taken and left unused changed nothing (1082-1085 / 996-1001).
 inline uint4 wload(__global const uint4 *p) {
 #if PTX
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
+    return ld_stream(p);
 #else
     return *p;
 #endif

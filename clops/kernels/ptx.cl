@@ -8,6 +8,15 @@ inline float shfl_xor(float v, int o) {
     return r;
 }
 
+// 16 bytes read once: by the non-coherent path, without a place in L1 (layer.cl's wload says
+// what that gained)
+inline uint4 ld_stream(__global const uint4 *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
 // d += a (16x16, row) * b (16x8, col): float16 inputs, float32 accumulators. Fragments (g =
 // lane / 4, t = lane % 4): a[0] row g, k 2t and 2t + 1; a[1] row g + 8; a[2], a[3] the same
 // rows at k + 8; b0 k 2t and 2t + 1 of column g, b1 k + 8; d[0], d[1] row g, columns 2t and

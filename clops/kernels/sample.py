@@ -3,6 +3,9 @@ repetition penalty and the draw of the next token, on the device)."""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import numpy as np
 
 from ..runtime import CLDevice
@@ -15,6 +18,7 @@ from .launch import Launch, f32, i32, kernel, pow2_at_most
 SETTING_ARGS = {"temperature": 8, "top_k": 9, "top_p": 10, "min_p": 11, "penalty": 12,
                 "seed": 13}
 GREEDY_ARGS = {"penalty": 8}
+# (``head_greedy`` takes the penalty at the same place)
 
 
 def is_greedy(temperature: float) -> bool:
@@ -24,7 +28,7 @@ def is_greedy(temperature: float) -> bool:
 
 def setting_args(ln: Launch) -> dict[str, int]:
     """The positions of the settings a ``sample`` launch takes."""
-    return GREEDY_ARGS if ln.name == "greedy" else SETTING_ARGS
+    return GREEDY_ARGS if ln.name in ("greedy", "head_greedy") else SETTING_ARGS
 
 
 def sample_lsize(dev: CLDevice) -> int:
@@ -65,3 +69,53 @@ def row_stats(dev: CLDevice, stats: Buffer, logits: Buffer, *, rows: int, vocab:
     knl = kernel(dev, "sample", "row_stats", NT=nt)
     return Launch(knl, (nt, rows), (nt, 1), [stats, logits, i32(vocab)], [logits], [stats],
                   "row_stats")
+
+
+# work-groups of the LM head's kernel a compute unit, rows a warp loads at a time (the PERF
+# note at sample.cl's head_greedy)
+HEAD_GROUPS_PER_CU = 1
+HEAD_ROWS = 2
+
+
+def takes_head(dev: CLDevice, w: Any) -> bool:
+    """Whether ``head_greedy`` makes a decode row's logits and greedy token from the weight
+    ``w`` on ``dev`` (where it was measured faster than the product and ``greedy``: NVIDIA,
+    float16 row-major weights, rows of a multiple of 256 values); ``CLOPS_HEAD_GREEDY=0`` keeps
+    the product and ``greedy``."""
+    if os.environ.get("CLOPS_HEAD_GREEDY", "1") == "0" or launch.is_cpu(dev):
+        return False
+    return (w.fmt == "f16" and w.layout == "rows" and w.k % 256 == 0
+            and w.n >= 2 * dev.caps.compute_units and dev.probe("nvidia_ptx"))
+
+
+def head_greedy(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logits: Buffer,
+                l_off: int, z: Buffer, x: Buffer, x_off: int, w: Any,
+                norm: tuple[Buffer, float] | None, *, advance: int, penalty: float,
+                groups: int | None = None, ptx: bool | None = None) -> Launch:
+    """The LM head of one row (``x`` at ``x_off``, through RMSNorm with ``norm`` = (weight,
+    eps) where given) with float16 row-major weights ``w`` [vocab, k], its logits into
+    ``logits`` at ``l_off``, and the greedy token (the penalized argmax, as ``sample`` at
+    temperature 0 chooses it) into tokens[state[0] + advance]; state[0] moves on by
+    ``advance``. ``z``: two floats a work-group of scratch; state[3] must be zero (it is left
+    zero). ``groups`` (default: HEAD_GROUPS_PER_CU a compute unit) and ``ptx`` (warp shuffles,
+    default where the probe finds them) are for tests and benchmarks."""
+    if w.fmt != "f16" or w.layout != "rows" or w.k % 256:
+        raise ValueError(f"head_greedy takes float16 row-major weights of rows of a multiple of "
+                         f"256 values, not {w.fmt} {w.layout} rows of {w.k}")
+    nt = min(256, pow2_at_most(dev.caps.max_work_group))
+    if nt < 32:
+        raise ValueError(f"head_greedy needs work-groups of 32 work-items at least; "
+                         f"{dev.name} takes {dev.caps.max_work_group}")
+    ng = max(1, min(groups or HEAD_GROUPS_PER_CU * dev.caps.compute_units, w.n // 2))
+    if z.nbytes < 8 * ng:
+        raise ValueError(f"head_greedy: z holds {z.nbytes} bytes, {8 * ng} needed")
+    if ptx is None:
+        ptx = not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
+    knl = kernel(dev, "sample", "head_greedy", NT=nt, HK=w.k, NORM=int(norm is not None),
+                 HPTX=int(ptx), PTX_FENCE=int(ptx), HRB=HEAD_ROWS)
+    nw = norm[0] if norm is not None else x
+    args = [tokens, state, seen, logits, i32(l_off), z, i32(w.n), i32(advance), f32(penalty),
+            x, i32(x_off), nw, f32(norm[1] if norm is not None else 0.0), w.data]
+    reads = [state, seen, x, w.data] + ([norm[0]] if norm is not None else [])
+    return Launch(knl, (ng * nt,), (nt,), args, reads, [tokens, state, seen, logits, z],
+                  "head_greedy")

@@ -431,16 +431,26 @@ class Model:
                 block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}", **after_down)
         V = cfg.vocab_size
         rows = {"last": 1, "all": m}.get(logits, 0)
+        s = self._sampler or _sampler_defaults()
         if rows:
             src = normed(self.out_norm, [self.output], rows,
                          (m - 1) * dim if logits == "last" else 0)
+            if (sample and rows == 1 and sample_kernel.is_greedy(s["temperature"])
+                    and cfg.logit_scale == 1.0 and not cfg.final_softcap
+                    and not src.get("half_in") and sample_kernel.takes_head(dev, self.output)):
+                # PERF (NVIDIA): the LM head makes the greedy token too (one launch, not two)
+                add(sample_kernel.head_greedy(
+                    dev, self.tokens, self.state, self.seen, self.logits_buf, 0, self.z,
+                    src["x"], src["x_off"], self.output, src.get("norm"), advance=m,
+                    penalty=s["penalty"]))
+                self._plans[key] = plan
+                return plan
             mm(self.logits_buf, 0, V, src["x"], src["x_off"], dim, self.output, rows,
                norm=src.get("norm"), name="lm_head")
             if cfg.logit_scale != 1.0 or cfg.final_softcap:
                 add(activation.scale_cap(dev, self.logits_buf, rows * V, div=cfg.logit_scale,
                                 cap=cfg.final_softcap))
         if sample:
-            s = self._sampler or _sampler_defaults()
             add(sample_kernel.sample(dev, self.tokens, self.state, self.seen, self.logits_buf,
                                      0, self.z, vocab=V, advance=m, **s))
         self._plans[key] = plan

@@ -146,3 +146,39 @@ def test_prompt_qkv_slices_added_up_by_the_rotation(device, tmp_path, monkeypatc
     # logits' scale)
     want = hf_logits(ref, ids)
     assert np.abs(got - want).max() / np.abs(want).max() < 0.05
+
+
+def test_head_greedy_plan_matches_transformers(device, monkeypatch, tmp_path):
+    """Where the LM head makes the greedy token too (``head_greedy``: NVIDIA's float16 heads,
+    forced here), a prompt's and each step's greedy tokens match transformers', and a
+    repetition penalty reaches that launch as it reaches ``greedy``."""
+    import torch
+
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
+    monkeypatch.setattr(sample, "takes_head", lambda dev, w: w.fmt == "f16" and w.k % 256 == 0)
+    monkeypatch.setattr(sample, "sample_lsize", lambda dev: 16)  # (greedy: several groups)
+    ref = make_model(str(tmp_path), arch="qwen2", dtype="float16", tied=True, hidden=256)
+    model = clops.llm.load(str(tmp_path), device=device, max_seq_len=128, progress=False)
+    prompt = [5, 17, 42, 7, 99, 3]
+    toks = list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.0, stop_ids=[]))
+    decode = model._plan(1, "last", True, model._decode_span(len(prompt) + 1))
+    assert decode.launches[-1].name == "head_greedy"
+    with torch.no_grad():
+        out = ref.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
+                           eos_token_id=None, pad_token_id=0)
+    assert toks == out[0, len(prompt):].tolist()
+    # a sampled run between, then a penalty (below 1: the seen tokens favoured): the same tokens
+    # as the product and greedy give
+    list(model.generate_ids(prompt, max_new_tokens=4, temperature=0.9, seed=3, stop_ids=[]))
+    pen = list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.0,
+                                  repetition_penalty=0.2, stop_ids=[]))
+    assert model._plan(1, "last", True, model._decode_span(len(prompt) + 1)) \
+        .launches[-1].name == "head_greedy"
+    monkeypatch.setattr(sample, "takes_head", lambda dev, w: False)
+    model._plans.clear()
+    assert list(model.generate_ids(prompt, max_new_tokens=12, temperature=0.0,
+                                   repetition_penalty=0.2, stop_ids=[])) == pen
+    assert model._plan(1, "last", True, model._decode_span(len(prompt) + 1)) \
+        .launches[-1].name == "greedy"
+    assert pen != toks  # (the penalty changed the choice)

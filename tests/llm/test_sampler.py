@@ -202,3 +202,94 @@ def test_row_stats_flag_rows_the_host_must_read(device):
     arg, _, lse = _row_stats(device, x)
     assert np.isnan(lse[0])  # a NaN logit: the row is read and chosen on the host
     assert arg[1] == 300 and not np.isfinite(lse[1])  # no finite logit: no argmax
+
+
+def _head_case(device, v, k, *, norm, penalty=1.0, seen=None, rng, w=None, x=None,
+               groups=None, ptx=None, advance=1, start=0):
+    """head_greedy on random float16 weights [v, k] and a row x: (logits, token, state)."""
+    from clops.nn.quant import DeviceWeight
+
+    dev = device
+    if w is None:
+        w = (rng.standard_normal((v, k)) * 0.5).astype(np.float16)
+    if x is None:
+        x = rng.standard_normal(k).astype(np.float32)
+    nw = (rng.random(k) + 0.5).astype(np.float32)
+
+    def up(a):
+        b = dev.alloc(max(a.nbytes, 4))
+        dev.write(b, np.ascontiguousarray(a), blocking=True)
+        return b
+
+    wb = DeviceWeight.from_buffer(dev, up(w), "f16", v, k)
+    xs = np.concatenate([rng.standard_normal(k).astype(np.float32), x])  # (row at x_off k)
+    xb, nwb = up(xs), up(nw)
+    tokens = up(np.full(16, -1, np.int32))
+    state = up(np.array([start, 0, 0, 0], np.int32))
+    seen_b = up(np.zeros(v, np.uint8) if seen is None else seen.astype(np.uint8))
+    logits = up(np.full(v + 8, 7.0, np.float32))
+    z = dev.alloc(v * 4)
+    ln = sample.head_greedy(dev, tokens, state, seen_b, logits, 8, z, xb, k, wb,
+                            (nwb, 1e-5) if norm else None, advance=advance, penalty=penalty,
+                            groups=groups, ptx=ptx)
+    ln.run(dev)
+    got, tok, st = np.empty(v + 8, np.float32), np.empty(16, np.int32), np.empty(4, np.int32)
+    dev.read(got, logits)
+    dev.read(tok, tokens)
+    dev.read(st, state)
+    assert (got[:8] == 7.0).all()  # (nothing written before l_off)
+    xr = x.astype(np.float64)
+    if norm:
+        xr = xr * nw / np.sqrt(np.mean(xr * xr) + 1e-5)
+    ref = w.astype(np.float64) @ xr
+    return got[8:], ref, tok, st
+
+
+def _ptx_choices(device):
+    from clops.kernels import launch
+
+    return [False] + ([True] if not launch.is_cpu(device) and device.probe("nvidia_ptx") else [])
+
+
+@pytest.mark.parametrize("v,k,groups", [(64, 256, None), (1000, 512, 3), (4099, 256, None),
+                                        (49152, 2048, None), (5000, 2048, 1)])
+@pytest.mark.parametrize("norm", [True, False])
+def test_head_greedy_logits_and_token(device, v, k, groups, norm):
+    """The LM head kernel's logits match float64 numpy, and its token is the first argmax of
+    the logits it wrote, at tokens[state[0] + advance]; the ticket state[3] is left zero."""
+    for ptx in _ptx_choices(device):
+        rng = np.random.default_rng(v + k)
+        got, ref, tok, st = _head_case(device, v, k, norm=norm, rng=rng, groups=groups,
+                                       ptx=ptx, advance=2, start=3)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+        assert tok[5] == _first_argmax_ignoring_nan(got)
+        assert st.tolist() == [5, 0, 0, 0]
+
+
+@pytest.mark.parametrize("kind", ["ties", "penalty", "nan"])
+def test_head_greedy_ties_penalty_and_nan(device, kind):
+    """First index on ties (rows in different work-groups), the repetition penalty as
+    ``greedy`` applies it, and a NaN logit never chosen."""
+    v, k = 3000, 256
+    for ptx in _ptx_choices(device):
+        rng = np.random.default_rng(7)
+        w = (rng.standard_normal((v, k)) * 0.1).astype(np.float16)
+        x = np.abs(rng.standard_normal(k)).astype(np.float32)
+        seen, penalty = None, 1.0
+        if kind == "ties":
+            w[[40, 1500, 2990]] = np.float16(1.0)  # (the largest logits, equal)
+        elif kind == "penalty":
+            w[[40, 2990]] = np.float16(1.0)
+            w[1500] = np.float16(0.9)
+            seen, penalty = np.zeros(v, bool), 1.5
+            seen[40] = seen[2990] = True  # (penalized below row 1500)
+        else:
+            w[40, 0] = np.float16(np.inf)
+            w[40, 1] = np.float16(-np.inf)  # (row 40: NaN)
+            w[900] = np.float16(1.0)
+        got, ref, tok, _ = _head_case(device, v, k, norm=False, rng=rng, w=w, x=x,
+                                      seen=seen, penalty=penalty, groups=7, ptx=ptx)
+        want = {"ties": 40, "penalty": 1500, "nan": 900}[kind]
+        assert tok[1] == want
+        if kind == "nan":
+            assert np.isnan(got[40])
