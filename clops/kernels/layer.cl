@@ -460,44 +460,6 @@ inline float stage_half(__global const float *src, __global const half *hsrc, in
     return 1.0f;
 }
 
-// HALF_H (the pipelined gate/up and down phases): the gate/up phase leaves its GLU values as
-// float16 (rounded to nearest even, as stage_half rounds them), which the down phase copies
-// into local memory as they are: half the bytes of its input read after the barrier, the same
-// values.
-// PERF (H100, 1B F16 body, decode tok/s, runs of one machine, 2026-11-27): after 128 positions
-// 1085-1089 -> 1099, after 1024 994-998 against 994-995; the same logits.
-#ifndef HALF_H
-#define HALF_H 1
-#endif
-#if HALF_H && PIPE_GU && PIPE_D && FFN % 8 == 0
-#define HALF_H_ON 1
-#else
-#define HALF_H_ON 0
-#endif
-#if PTX
-// A work-group's K float16 values written by other work-groups of this launch (src: eight a
-// uint4, read as load4_fresh reads) into xh as they are, published.
-#define QH ((QKMAX / 8 + LS - 1) / LS)
-inline void stage_bits(__global const uint4 *src, int K, __local uint *xh) {
-    const int t = get_local_id(0);
-    uint4 v[QH];
-#pragma unroll
-    for (int r = 0; r < QH; ++r) {
-        const int i = r * LS + t;
-        if (i < K / 8)
-            asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(v[r].x), "=r"(v[r].y), "=r"(v[r].z), "=r"(v[r].w)
-                         : "l"(src + i));
-    }
-#pragma unroll
-    for (int r = 0; r < QH; ++r) {
-        const int i = r * LS + t;
-        if (i < K / 8) vstore4(v[r], i, xh);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-}
-#endif
-
 // A phase's input into local memory for weights of format fmt: quantized (q4, q8; nw: the
 // returned 1 / RMS multiplies the sums) or float16 values (f16: normalized, returns 1). hsrc
 // where given: the input's float16 values, read instead of src.
@@ -1214,6 +1176,11 @@ inline void pipe_fetch(const int c, const int nc, const int cpt, const int spr, 
 
 // part c (in a, b) into dm, and at a task's last part its sums stored (pairs: silu(gate) * up
 // into out; else added to out)
+// PERF (H100, 1B F16 body, decode tok/s after 128 / 1024 positions, runs of one machine,
+// 2026-11-27): the gate/up phase's values stored as float16 (rounded as stage_half rounds them)
+// and copied by the down phase into local memory as they are (half the bytes of its input read
+// after the barrier; the same logits): 1099 / 994-995 against 1085-1089 / 995-998 in one run,
+// 1084-1086 against 1094-1098 after 128 in the next. No gain: left out.
 inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs, const int K,
                      const int N, const int4 dl, const int w, const int lane, const uint4 *a,
                      const uint4 *b,
@@ -1233,11 +1200,7 @@ inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs
         if (!pairs)
             task_store_at(j, 1, N, lane, r, f, out, true, XEARLY ? old : 0);
         else if (lane == 0 && j < N)
-#if HALF_H_ON
-            vstore_half_rte(glu(r[0] * f, r[1] * f), j, (__global half *)out);
-#else
             out[j] = glu(r[0] * f, r[1] * f);
-#endif
     }
 }
 
@@ -1745,11 +1708,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         // ---- E: x += Wd . h ----
         if (has_e) {
 #if PIPE_D
-#if HALF_H_ON
-            stage_bits((__global const uint4 *)h, FFN, xq);
-#else
             stage(WF_D, h, 0, FFN, 0, eps, xq, xd, xs, red);
-#endif
             pipe_phase(PIPE_D_ARGS(l), w, lane, wa, wb, D_STAGES - 1, xq, 1.0f, x);
 #else
             ahead(0, PH_D(l), grp, w, lane, rows);
