@@ -338,10 +338,11 @@ inline void head_use(const uint4 *u, int r, int r1, int lane, int lid, __local c
             float l = acc * inv;
             logits[r + j] = l;
             if (penalty != 1.0f && seen[r + j]) l = l > 0.0f ? l / penalty : l * penalty;
-            if (l > *best) {  // (rows rise: the first index of a tie stays)
-                *best = l;
-                *bi = r + j;
-            }
+            // (rows rise: the first index of a tie stays; without a branch: PoCL lost the
+            // branch's updates of these, live across the loop's barriers)
+            const bool up = l > *best;
+            *bi = up ? r + j : *bi;
+            *best = fmax(l, *best);
         }
     }
 }

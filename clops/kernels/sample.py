@@ -71,21 +71,28 @@ def row_stats(dev: CLDevice, stats: Buffer, logits: Buffer, *, rows: int, vocab:
                   "row_stats")
 
 
-# work-groups of the LM head's kernel a compute unit, rows a warp loads at a time (the PERF
-# note at sample.cl's head_greedy)
+# work-groups of the LM head's kernel a compute unit, rows a warp loads at a time where rows
+# are 2048 values long (fewer where longer: a lane holds as many registers of weights), and the
+# longest rows it takes in a model (the PERF note at sample.cl's head_greedy)
 HEAD_GROUPS_PER_CU = 1
 HEAD_ROWS = 2
+HEAD_MAX_K = 4096
+
+
+def _head_local_nbytes(k: int, nt: int) -> int:
+    return 4 * k + 8 * nt + 16  # (x's normed values, the reductions' floats and ints)
 
 
 def takes_head(dev: CLDevice, w: Any) -> bool:
     """Whether ``head_greedy`` makes a decode row's logits and greedy token from the weight
     ``w`` on ``dev`` (where it was measured faster than the product and ``greedy``: NVIDIA,
-    float16 row-major weights, rows of a multiple of 256 values); ``CLOPS_HEAD_GREEDY=0`` keeps
-    the product and ``greedy``."""
+    float16 row-major weights, rows of a multiple of 256 values up to HEAD_MAX_K);
+    ``CLOPS_HEAD_GREEDY=0`` keeps the product and ``greedy``."""
     if os.environ.get("CLOPS_HEAD_GREEDY", "1") == "0" or launch.is_cpu(dev):
         return False
-    return (w.fmt == "f16" and w.layout == "rows" and w.k % 256 == 0
-            and w.n >= 2 * dev.caps.compute_units and dev.probe("nvidia_ptx"))
+    return (w.fmt == "f16" and w.layout == "rows" and w.k % 256 == 0 and w.k <= HEAD_MAX_K
+            and w.n >= 2 * dev.caps.compute_units
+            and _head_local_nbytes(w.k, 256) <= dev.caps.local_mem and dev.probe("nvidia_ptx"))
 
 
 def head_greedy(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logits: Buffer,
@@ -106,13 +113,17 @@ def head_greedy(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logi
     if nt < 32:
         raise ValueError(f"head_greedy needs work-groups of 32 work-items at least; "
                          f"{dev.name} takes {dev.caps.max_work_group}")
+    if _head_local_nbytes(w.k, nt) > dev.caps.local_mem:
+        raise ValueError(f"head_greedy: rows of {w.k} values need "
+                         f"{_head_local_nbytes(w.k, nt)} bytes of local memory; {dev.name} has "
+                         f"{dev.caps.local_mem}")
     ng = max(1, min(groups or HEAD_GROUPS_PER_CU * dev.caps.compute_units, w.n // 2))
     if z.nbytes < 8 * ng:
         raise ValueError(f"head_greedy: z holds {z.nbytes} bytes, {8 * ng} needed")
     if ptx is None:
         ptx = not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
     knl = kernel(dev, "sample", "head_greedy", NT=nt, HK=w.k, NORM=int(norm is not None),
-                 HPTX=int(ptx), PTX_FENCE=int(ptx), HRB=HEAD_ROWS)
+                 HPTX=int(ptx), PTX_FENCE=int(ptx), HRB=max(1, HEAD_ROWS * 2048 // w.k))
     nw = norm[0] if norm is not None else x
     args = [tokens, state, seen, logits, i32(l_off), z, i32(w.n), i32(advance), f32(penalty),
             x, i32(x_off), nw, f32(norm[1] if norm is not None else 0.0), w.data]

@@ -252,7 +252,7 @@ def _ptx_choices(device):
 
 
 @pytest.mark.parametrize("v,k,groups", [(64, 256, None), (1000, 512, 3), (4099, 256, None),
-                                        (49152, 2048, None), (5000, 2048, 1)])
+                                        (49152, 2048, None), (5000, 2048, 1), (3000, 4096, 5)])
 @pytest.mark.parametrize("norm", [True, False])
 def test_head_greedy_logits_and_token(device, v, k, groups, norm):
     """The LM head kernel's logits match float64 numpy, and its token is the first argmax of
