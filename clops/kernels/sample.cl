@@ -332,7 +332,8 @@ inline void head_use(const uint4 *u, int r, int r1, int lane, int lid, __local c
     for (int j = 0; j < HRB; ++j) {
         float acc = 0.0f;
 #pragma unroll
-        for (int c = 0; c < HCH; ++c) acc += chunk8(u[j * HCH + c], xa[32 * c + lane], xb[32 * c + lane]);
+        for (int c = 0; c < HCH; ++c)
+            acc += chunk8(u[j * HCH + c], xa[32 * c + lane], xb[32 * c + lane]);
         acc = team32_sum(acc, red, lid);
         if (lane == 0 && r + j < r1) {
             float l = acc * inv;
@@ -356,11 +357,12 @@ inline void head_use(const uint4 *u, int r, int r1, int lane, int lid, __local c
 // kernel saves the logits' round trip through memory and greedy's launch).
 // PERF (H100, the 1B F16 body's head of 49152 x 2048, kernel time a decode step under
 // profiling, runs of one machine, 2026-11-27): 74.4-75.0 us against the product's 71.7-72.1
-// and greedy's 8.1-8.3; decode tok/s 1103-1117 against 1103-1111 (within the runs' spread). Loads
-// through L1 78.2-78.6 (and each work-group a range of rows of its own rather than the teams in
-// turn, 81-83); 2 / 4 work-groups a compute unit 77.2 / 81.9 against 75.0 with one; a team's 2
-// rows at a time 74.5, 1 75.0, 3 (spilling) 221; float16 values by vload_half8 of a chunk
-// rather than by pairs 81.0 against 78.2 (loads through L1).
+// and greedy's 8.1-8.3; decode tok/s 1103-1117 against 1103-1111 (within the runs' spread).
+// Loads through L1 78.2-78.6 (then each work-group a range of rows of its own rather than the
+// teams in turn, 81-83, against 81-82); 2 / 4 work-groups a compute unit 77.2 / 81.9 against
+// 75.0 with one; a team's 2 rows at a time 74.5, 1 75.0, 3 (through L1, registers spilled)
+// 221; float16 values by vload_half8 of a chunk rather than by pairs 74.9 (81.0 against 78.2
+// through L1).
 // Work geometry: global (NG * NT), local (NT); NT a multiple of 32, NG <= V.
 __kernel void head_greedy(__global int *tokens, __global int *state, __global uchar *restrict seen,
                           __global float *restrict logits, int l_off, __global float *z,
