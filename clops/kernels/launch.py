@@ -27,8 +27,9 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)
                       r'(//.*)?$', re.M)
 HEADERS = ("philox.cl",)  # the Philox counter-based generator (clops.random documents it)
 # headers of clops' own kernels only: NVIDIA PTX helpers (included where the PTX probe passed),
-# the KV cache's element type, split partials' combine and the fence before a partial's count
-INTERNAL_HEADERS = ("ptx.cl", "kv.cl", "partials.cl", "fence.cl")
+# the KV cache's element type, split partials' combine, the fence before a partial's count and
+# the token choice's reductions
+INTERNAL_HEADERS = ("ptx.cl", "kv.cl", "partials.cl", "fence.cl", "choose.cl")
 
 
 def expand_includes(source: str, internal: bool = False) -> str:

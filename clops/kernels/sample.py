@@ -1,5 +1,7 @@
-"""Kernels, sampling: the launch of ``sample.cl`` (temperature, top-k, top-p, min-p, the
-repetition penalty and the draw of the next token, on the device)."""
+"""Kernels, sampling: the launches of ``sample.cl`` (temperature, top-k, top-p, min-p, the
+repetition penalty and the draw of the next token, on the device) and of ``argmax.cl`` (the
+greedy choice over several work-groups, the float16 LM head that makes it too, and a batch's
+rows' argmax and log-sum-exp)."""
 
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def sample(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logits: B
     groups = min(dev.caps.compute_units, 128, vocab // (4 * nt))
     if is_greedy(temperature) and groups >= 2:
         ptx = not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
-        knl = kernel(dev, "sample", "greedy", NT=nt, PTX_FENCE=int(ptx))
+        knl = kernel(dev, "argmax", "greedy", NT=nt, PTX_FENCE=int(ptx))
         args = [tokens, state, seen, logits, i32(l_off), z, i32(vocab), i32(advance),
                 f32(penalty)]
         return Launch(knl, (groups * nt,), (nt,), args, [logits, state, seen],
@@ -64,16 +66,16 @@ def sample(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logits: B
 
 def row_stats(dev: CLDevice, stats: Buffer, logits: Buffer, *, rows: int, vocab: int) -> Launch:
     """Per row of ``logits`` [rows][vocab]: (argmax as float bits, max, log-sum-exp) into
-    ``stats`` [rows][3] (``sample.cl`` row_stats)."""
+    ``stats`` [rows][3] (``argmax.cl`` row_stats)."""
     nt = sample_lsize(dev)
-    knl = kernel(dev, "sample", "row_stats", NT=nt)
+    knl = kernel(dev, "argmax", "row_stats", NT=nt)
     return Launch(knl, (nt, rows), (nt, 1), [stats, logits, i32(vocab)], [logits], [stats],
                   "row_stats")
 
 
 # work-groups of the LM head's kernel a compute unit, rows a warp loads at a time where rows
 # are 2048 values long (fewer where longer: a lane holds as many registers of weights), and the
-# longest rows it takes in a model (the PERF note at sample.cl's head_greedy)
+# longest rows it takes in a model (the PERF note at argmax.cl's head_greedy)
 HEAD_GROUPS_PER_CU = 1
 HEAD_ROWS = 2
 HEAD_MAX_K = 4096
@@ -122,7 +124,7 @@ def head_greedy(dev: CLDevice, tokens: Buffer, state: Buffer, seen: Buffer, logi
         raise ValueError(f"head_greedy: z holds {z.nbytes} bytes, {8 * ng} needed")
     if ptx is None:
         ptx = not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
-    knl = kernel(dev, "sample", "head_greedy", NT=nt, HK=w.k, NORM=int(norm is not None),
+    knl = kernel(dev, "argmax", "head_greedy", NT=nt, HK=w.k, NORM=int(norm is not None),
                  HPTX=int(ptx), PTX_FENCE=int(ptx), HRB=max(1, HEAD_ROWS * 2048 // w.k))
     nw = norm[0] if norm is not None else x
     args = [tokens, state, seen, logits, i32(l_off), z, i32(w.n), i32(advance), f32(penalty),

@@ -439,7 +439,7 @@ class Model:
                     and cfg.logit_scale == 1.0 and not cfg.final_softcap
                     and not src.get("half_in") and sample_kernel.takes_head(dev, self.output)):
                 # PERF (NVIDIA): the LM head makes the greedy token too, one launch (the note at
-                # sample.cl's head_greedy)
+                # argmax.cl's head_greedy)
                 add(sample_kernel.head_greedy(
                     dev, self.tokens, self.state, self.seen, self.logits_buf, 0, self.z,
                     src["x"], src["x_off"], self.output, src.get("norm"), advance=m,
