@@ -127,7 +127,8 @@ inline void head_use(const uint4 *u, int r, int r1, int lane, int lid, __local c
 // kernel saves the logits' round trip through memory and greedy's launch).
 // PERF (H100, the 1B F16 body's head of 49152 x 2048, kernel time a decode step under
 // profiling, runs of one machine, 2026-11-27): 74.4-75.0 us (76.1 in a later run, once its
-// loop met its barriers unconditionally) against the product's 71.7-72.1 and greedy's 8.1-8.3; decode tok/s 1103-1117 against 1103-1111 (within the runs' spread).
+// loop met its barriers unconditionally) against the product's 71.7-72.1 and greedy's 8.1-8.3;
+// decode tok/s 1103-1117 against 1103-1111 (within the runs' spread).
 // Loads through L1 78.2-78.6 (then each work-group a range of rows of its own rather than the
 // teams in turn, 81-83, against 81-82); 2 / 4 work-groups a compute unit 77.2 / 81.9 against
 // 75.0 with one; a team's 2 rows at a time 74.5, 1 75.0, 3 (through L1, registers spilled)
