@@ -432,26 +432,27 @@ class Model:
         V = cfg.vocab_size
         rows = {"last": 1, "all": m}.get(logits, 0)
         s = self._sampler or _sampler_defaults()
+        chosen = False  # (the token made with the logits)
         if rows:
             src = normed(self.out_norm, [self.output], rows,
                          (m - 1) * dim if logits == "last" else 0)
-            if (sample and rows == 1 and sample_kernel.is_greedy(s["temperature"])
-                    and cfg.logit_scale == 1.0 and not cfg.final_softcap
-                    and not src.get("half_in") and sample_kernel.takes_head(dev, self.output)):
+            chosen = (sample and rows == 1 and sample_kernel.is_greedy(s["temperature"])
+                      and cfg.logit_scale == 1.0 and not cfg.final_softcap
+                      and not src.get("half_in") and sample_kernel.takes_head(dev, self.output))
+            if chosen:
                 # PERF (NVIDIA): the LM head makes the greedy token too, one launch (the note at
                 # argmax.cl's head_greedy)
                 add(sample_kernel.head_greedy(
                     dev, self.tokens, self.state, self.seen, self.logits_buf, 0, self.z,
                     src["x"], src["x_off"], self.output, src.get("norm"), advance=m,
                     penalty=s["penalty"]))
-                self._plans[key] = plan
-                return plan
-            mm(self.logits_buf, 0, V, src["x"], src["x_off"], dim, self.output, rows,
-               norm=src.get("norm"), name="lm_head")
-            if cfg.logit_scale != 1.0 or cfg.final_softcap:
-                add(activation.scale_cap(dev, self.logits_buf, rows * V, div=cfg.logit_scale,
-                                cap=cfg.final_softcap))
-        if sample:
+            else:
+                mm(self.logits_buf, 0, V, src["x"], src["x_off"], dim, self.output, rows,
+                   norm=src.get("norm"), name="lm_head")
+                if cfg.logit_scale != 1.0 or cfg.final_softcap:
+                    add(activation.scale_cap(dev, self.logits_buf, rows * V,
+                                             div=cfg.logit_scale, cap=cfg.final_softcap))
+        if sample and not chosen:
             add(sample_kernel.sample(dev, self.tokens, self.state, self.seen, self.logits_buf,
                                      0, self.z, vocab=V, advance=m, **s))
         self._plans[key] = plan
