@@ -83,6 +83,12 @@ def depths(args) -> None:
 def trace(args) -> None:
     layer.TRACE = True  # (before the model allocates its barrier buffer)
     model, ids = _load(args.model, args.device, max(args.depths), 4)
+    if any(layer.fuses_down(model.device, ly.gate_up.parts[0][0], ly.down)
+           for ly in model.layers):
+        # (a fused layer meets four grid barriers: the phases below are read as five)
+        sys.exit("trace: these layers' down projection runs inside the [gate | up] phase "
+                 "(layer.cl's DFUSE), whose barriers this trace does not read; run it with "
+                 "CLOPS_FUSE_DOWN=0")
     groups = layer.resident_groups(model.device)
     launches = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers],
                                    layer.max_layers(model.device))

@@ -36,7 +36,7 @@ __kernel void greedy(__global int *tokens, __global int *state, __global uchar *
 
 #ifdef HK
 #if HPTX
-#include "clops/ptx.cl"  // shfl_xor, ld_stream
+#include "clops/ptx.cl"  // shfl_xor, ld_stream, half2_floats
 #define HLOAD(p) ld_stream(p)
 #else
 #define HLOAD(p) (*(p))
@@ -63,12 +63,7 @@ inline float team32_sum(float v, __local float *red, int lid) {
 
 // the two float16 values of v (the low half first)
 #if HPTX
-inline float2 halves(uint v) {
-    float a, b;
-    asm("{.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\t"
-        "cvt.f32.f16 %1, hi;}" : "=f"(a), "=f"(b) : "r"(v));
-    return (float2)(a, b);
-}
+inline float2 halves(uint v) { return half2_floats(v); }
 #else
 inline float2 halves(uint v) { return vload_half2(0, (const __private half *)&v); }
 #endif

@@ -740,19 +740,25 @@ inline void task_rows(int k, const int R, const int N, int g, int w, int *rows) 
 
 // The phase's y[n] (+)= total * f for the task's rows below N (lane 0); accumulating adds to
 // old[e] where given (task_old: y's values read before), else reads y from L2 (written by
-// other work-groups earlier in the launch).
+// other work-groups earlier in the launch); y2 where given: the values stored there too.
 // (task_store_at: at rows n0 .. n0 + R, wherever a deal put them)
 inline void task_store_at(const int n0, const int R, const int N, int lane, const float *r,
-                          float f, __global float *y, bool accum, const float *old) {
+                          float f, __global float *y, bool accum, const float *old,
+                          __global float *y2) {
     if (lane == 0)
 #pragma unroll
         for (int e = 0; e < R; ++e)
-            if (n0 + e < N)
-                y[n0 + e] = accum ? (old ? old[e] : load_fresh(y + n0 + e)) + r[e] * f : r[e] * f;
+            if (n0 + e < N) {
+                const float v =
+                    accum ? (old ? old[e] : load_fresh(y + n0 + e)) + r[e] * f : r[e] * f;
+                y[n0 + e] = v;
+                if (y2) y2[n0 + e] = v;
+            }
 }
 inline void task_store(int k, const int R, const int N, int g, int w, int lane, const float *r,
-                       float f, __global float *y, bool accum, const float *old) {
-    task_store_at(TASK0(k, R, g) + w * R, R, N, lane, r, f, y, accum, old);
+                       float f, __global float *y, bool accum, const float *old,
+                       __global float *y2) {
+    task_store_at(TASK0(k, R, g) + w * R, R, N, lane, r, f, y, accum, old, y2);
 }
 
 // y's values at the task's rows (lane 0; the others 0), read ahead of the task's accumulating
@@ -1198,7 +1204,7 @@ inline void pipe_use(const int c, const int cpt, const int spr, const bool pairs
         mma_sums(n, lane, dm, r);
         const int j = deal_task(c / cpt, w, dl);
         if (!pairs)
-            task_store_at(j, 1, N, lane, r, f, out, true, XEARLY ? old : 0);
+            task_store_at(j, 1, N, lane, r, f, out, true, XEARLY ? old : 0, 0);
         else if (lane == 0 && j < N)
             out[j] = glu(r[0] * f, r[1] * f);
     }
@@ -1234,6 +1240,147 @@ inline void pipe_phase(const int st, const int cpt, const int spr, const bool pa
                 pipe_use(c + j, cpt, spr, pairs, K, N, dl, w, lane, a + j * hs, b + j * hs, xq,
                          dm, f, out, old);
         }
+}
+#endif
+
+// DFUSE (NVIDIA; float16 [gate | up] and down weights, a pair a part): the down projection
+// inside the [gate | up] phase, with no grid barrier and no input staged between them. A warp
+// puts its pairs' h_j = silu(gate_j) up_j in local memory (hg) and counts them (hdone); after
+// its pairs it streams the down weights' columns j of the work-group's pairs (wd holds them as
+// rows of DIM values: kernels/layer.py's down_cols), warp w taking the values DIM / NW w .. of
+// every column (a lane's 16 bytes of each) once the warps' counts cover that part's pairs, and
+// adds its sums of h_j Wd[:, j] into x by atomic additions. x takes them while the phase runs,
+// so the phase reads its input from h, where the output phase stores x's rows as well. The
+// additions' order varies from run to run, and so may x's last bits.
+// PERF (H200, 1B F16 body, decode tok/s after 128 positions, runs of one machine, 2026-11-27;
+// the same tokens in each): 1261-1274 against the phases apart, 1298-1317 with a barrier of the
+// work-group before the down parts (1326-1330 without the atomic additions: a wrong x), 1324-1352
+// with the counts. With the counts, the work-groups' additions spread over 4 vectors (x and 3
+// more, summed by the next QKV phase and gathered into x by the output phase) 1131-1160, spread
+// without the gathering (a wrong x) 1360-1381. Each warp summing whole columns in registers (64
+// sums a lane: 660-681 against 1030-1033 on an H100) or in local memory by atomic additions
+// (1061-1073) was slower.
+#ifndef DFUSE
+#define DFUSE 0
+#endif
+#if DFUSE
+#define DF_SPR KB(F16, DIM)  // (GU_SPR: a row's slots)
+#if !(PIPE_GU && WF_D == F16 && GU_STAGES == 2 && DF_SPR <= SLOTS / GU_STAGES / 2 && \
+      DIM <= 8 * LS && (PHASES & 28) == 28)
+#error "decode_layers: DFUSE takes pipelined float16 phases C to E, a [gate | up] pair a part"
+#endif
+// a down part: a lane's 16-byte chunk of DF_RP columns (a stage's registers); DF_T (kernels/
+// layer.py): a warp's pairs at most
+#define DF_RP (SLOTS / GU_STAGES * 2)
+
+// the column of the work-group's pair q (pair q / NW of warp q % NW), or -1 where there is none
+inline int df_task(const int q, const int4 dl) {
+    const int j = deal_task(q / NW, q % NW, dl);
+    return q < DF_T * NW && j < FFN ? j : -1;
+}
+
+// part c into a, b: a warp's [gate | up] pairs (c < ng), nothing up to the most pairs a warp of
+// the work-group takes (ngm: parts of none), then the down parts (part ngm + i: the columns of
+// pairs DF_RP i .., zeros for none)
+inline void fuse_fetch(const int c, const int ng, const int ngm, const int nc,
+                       __global const uchar *Wgu, __global const uchar *Wdc, const int4 dl,
+                       const int w, const int lane, uint4 *a, uint4 *b) {
+    if (c < ng) {
+        pipe_fetch(c, ng, 1, DF_SPR, true, DIM, FFN, Wgu, dl, w, lane, a, b);
+    } else if (c >= ngm && c < nc) {
+        const int q0 = (c - ngm) * DF_RP, u = w * 32 + lane;  // (the chunk: columns 8 u ..)
+#pragma unroll
+        for (int r = 0; r < DF_RP; ++r) {
+            const int j = df_task(q0 + r, dl);
+            const uint4 v = j >= 0 && u < DIM / 8
+                ? wload((__global const uint4 *)(Wdc + (size_t)j * ROW_BYTES(F16, DIM)) + u)
+                : (uint4)(0u);
+            if (r < DF_RP / 2) a[r] = v;
+            else b[r - DF_RP / 2] = v;
+        }
+    }
+}
+
+// acc[0 .. 8) += h * the 8 float16 values of v
+inline void axpy8(float *acc, const uint4 v, const float h) {
+    const uint u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float2 p = half2_floats(u[k]);
+        acc[2 * k] = mad(h, p.x, acc[2 * k]);
+        acc[2 * k + 1] = mad(h, p.y, acc[2 * k + 1]);
+    }
+}
+
+// the pairs that every warp of the work-group has put in hg (hdone: each warp's count)
+inline int df_ready(__local const int *hdone) {
+    int n = ((volatile __local const int *)hdone)[0];
+#pragma unroll
+    for (int i = 1; i < NW; ++i) n = min(n, ((volatile __local const int *)hdone)[i]);
+    return n;
+}
+
+// part c (in a, b): a pair's h into hg (and the warp's count into hdone: ngm after its last),
+// or a down part's products added to acc (once every warp has put its pairs' h in hg)
+inline void fuse_use(const int c, const int ng, const int ngm, const int4 dl, const int w,
+                     const int lane, const uint4 *a, const uint4 *b, __local const uint *xq,
+                     const float f, __local float *hg, __local int *hdone, float *acc) {
+    if (c < ng) {
+        float dm[8], r[2];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dm[e] = 0.0f;
+        mma_part(DIM, 2, DF_SPR, 0, lane, a, b, xq, dm);
+        mma_sums(2, lane, dm, r);
+        if (lane == 0) {
+            if (deal_task(c, w, dl) < FFN) hg[c * NW + w] = glu(r[0] * f, r[1] * f);
+            mem_fence(CLK_LOCAL_MEM_FENCE);
+            ((volatile __local int *)hdone)[w] = c + 1 == ng ? ngm : c + 1;
+        }
+    } else if (c >= ngm) {
+        const int q0 = (c - ngm) * DF_RP;
+        // (the part's pairs: q0 / NW .. (q0 + DF_RP - 1) / NW of each warp)
+        const int need = min((q0 + DF_RP - 1) / NW + 1, ngm);
+        while (df_ready(hdone) < need) {
+            }
+        mem_fence(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+        for (int r = 0; r < DF_RP; ++r)  // (no pair: zeros in hg and in the part)
+            axpy8(acc, r < DF_RP / 2 ? a[r] : b[r - DF_RP / 2], hg[min(q0 + r, DF_T * NW - 1)]);
+    }
+}
+
+// the fused phase (pipe_start's pre parts loaded before; hg and hdone zero, ordered before by
+// a barrier of the work-group): x += Wd . h, the work-group's share
+inline void fuse_phase(__global const uchar *Wgu, __global const uchar *Wdc, const int4 dl,
+                       const int w, const int lane, uint4 *a, uint4 *b, const int pre,
+                       __local const uint *xq, const float f, __local float *hg,
+                       __local int *hdone, __global float *x) {
+    // (warp 0 takes the most pairs of the work-group's warps)
+    const int ng = pipe_parts(1, FFN, dl, w), ngm = pipe_parts(1, FFN, dl, 0);
+    const int nc = ngm + (ngm * NW + DF_RP - 1) / DF_RP, hs = SLOTS / GU_STAGES;
+    const int have = min(pre, ng);  // (the parts pipe_start loaded: pairs alone)
+    float acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+    if (ng == 0 && lane == 0) ((volatile __local int *)hdone)[w] = ngm;  // (no pairs)
+    for (int c = 0; c < nc; c += GU_STAGES)
+#pragma unroll
+        for (int j = 0; j < GU_STAGES; ++j) {
+            const int jn = (j + GU_STAGES - 1) % GU_STAGES, cn = c + j + GU_STAGES - 1;
+            if (cn >= have)
+                fuse_fetch(cn, ng, ngm, nc, Wgu, Wdc, dl, w, lane, a + jn * hs, b + jn * hs);
+            if (c + j < nc)
+                fuse_use(c + j, ng, ngm, dl, w, lane, a + j * hs, b + j * hs, xq, f, hg, hdone,
+                         acc);
+        }
+    __global float *xc = x + 8 * (w * 32 + lane);
+    if (w * 32 + lane < DIM / 8) {
+        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
+                     :: "l"(xc), "f"(acc[0]), "f"(acc[1]), "f"(acc[2]), "f"(acc[3]) : "memory");
+        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
+                     :: "l"(xc + 4), "f"(acc[4]), "f"(acc[5]), "f"(acc[6]), "f"(acc[7])
+                     : "memory");
+    }
 }
 #endif
 
@@ -1422,6 +1569,10 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     // scores and sums of weights
     __local float pwl[NW * N_REP * TP], ow[NW * N_REP * D], mw[NW * N_REP], lw[NW * N_REP];
     __local int last;
+#if DFUSE
+    __local float hg[DF_T * NW];  // (the work-group's [gate | up] pairs' values)
+    __local int hdone[NW];
+#endif
     const int t = get_local_id(0), w = t >> 5, lane = t & 31;
     const int grp = get_group_id(0), G = get_num_groups(0);
     const int pos = state[0], L = pos + 1;
@@ -1503,7 +1654,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     ahead(k, PH_QKV(l), grp, w, lane, rows);
                 }
                 dots(WF_QKV, DIM, R_QKV, lane, wa, wb, wdd, xq, xd, xs, red, r);
-                task_store(k, R_QKV, NQKV, grp, w, lane, r, fa, qkv, false, 0);
+                task_store(k, R_QKV, NQKV, grp, w, lane, r, fa, qkv, false, 0, 0);
             }
         }
         grid_arrive(bar, &target);
@@ -1662,7 +1813,9 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     ahead(k, PH_O(l), gc, w, lane, rows);
                 }
                 dots(WF_O, HEADS * D, R_O, lane, wa, wb, wdd, xq, xd, xs, red, r);
-                task_store(k, R_O, DIM, gc, w, lane, r, 1.0f, x, true, XEARLY ? xo : 0);
+                // (DFUSE: into h too, the [gate | up] phase's input)
+                task_store(k, R_O, DIM, gc, w, lane, r, 1.0f, x, true, XEARLY ? xo : 0,
+                           DFUSE ? h : 0);
             }
         }
         grid_arrive(bar, &target);
@@ -1671,7 +1824,12 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
         // ---- D: h = silu(gate) * up ----
         if (has_d) {
-#if PIPE_GU
+#if DFUSE
+            for (int i = t; i < DF_T * NW; i += LS) hg[i] = 0.0f;  // (stage's barriers follow)
+            if (t < NW) hdone[t] = 0;
+            const float fd = stage(WF_GU, h, 0, DIM, fnw, eps, xq, xd, xs, red);
+            fuse_phase(wgu, wd, gu_dl, w, lane, wa, wb, gu_pre, xq, fd, hg, hdone, x);
+#elif PIPE_GU
             const float fd = stage(WF_GU, x, 0, DIM, fnw, eps, xq, xd, xs, red);
             pipe_phase(PIPE_GU_ARGS(l), w, lane, wa, wb, gu_pre, xq, fd, h);
 #else
@@ -1693,6 +1851,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
             }
 #endif
         }
+#if !DFUSE
         grid_arrive(bar, &target);
         if (has_e) {
 #if PIPE_D
@@ -1721,10 +1880,11 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                     ahead(k, PH_D(l), grp, w, lane, rows);
                 }
                 dots(WF_D, FFN, R_D, lane, wa, wb, wdd, xq, xd, xs, red, r);
-                task_store(k, R_D, DIM, grp, w, lane, r, 1.0f, x, true, XEARLY ? xo : 0);
+                task_store(k, R_D, DIM, grp, w, lane, r, 1.0f, x, true, XEARLY ? xo : 0, 0);
             }
 #endif
         }
+#endif
         if (l + 1 < NL) {  // the next layer's first QKV rows stream while the groups meet
             grid_arrive(bar, &target);
             if (has_a) {

@@ -70,6 +70,12 @@ def float16_weights() -> bool:
     return os.environ.get("CLOPS_LAYER_KERNEL_F16", "1") != "0"
 
 
+def fused_down() -> bool:
+    """Whether ``decode_layers`` may run the down projection inside the [gate | up] phase
+    (layer.cl's DFUSE; ``fuses_down``): on unless ``CLOPS_FUSE_DOWN=0``."""
+    return os.environ.get("CLOPS_FUSE_DOWN", "1") != "0"
+
+
 @probes.per_device
 def resident_groups(dev: CLDevice) -> int:
     """Work-groups of ``LS`` work-items the device runs all at once, found by launching that
@@ -242,6 +248,9 @@ class DecoderLayer:
     ffn_norm: Buffer
     gate_up: Weight
     down: Weight
+    # the down weights' columns as rows ([ffn, dim] float16: ``down_columns``), where the
+    # launch fuses the down projection into the [gate | up] phase (``fuses_down``)
+    down_cols: Buffer | None = None
 
     def formats(self) -> tuple[tuple[str, int], ...]:
         """The compile-time formats of its weights: layers alike may share a launch."""
@@ -281,6 +290,32 @@ def launch_groups(layers: list[DecoderLayer], most: int) -> list[list[DecoderLay
         else:
             groups.append([ly])
     return groups
+
+
+def fuses_down(dev: CLDevice, gate_up: Weight, down: Weight, slots: int = SLOTS) -> bool:
+    """Whether ``decode_layers`` fuses these layers' down projection into the [gate | up] phase
+    (layer.cl's DFUSE) in ``slots`` registers, given their down weights' columns
+    (``down_cols``): NVIDIA, float16 [gate | up] and down weights (pipelined), a [gate | up]
+    pair in a stage of the registers (rows of at most 2048 inputs at 16 slots), and every
+    warp's pairs within a warp's lanes (a lane keeps a pair's value)."""
+    dim = down.n
+    return bool(fused_down() and _ptx(dev) and EXTRA_DEFINES.get("PIPE", 1) != 0
+                and EXTRA_DEFINES.get("GU_STAGES", _GU_STAGES) == _GU_STAGES
+                and "PHASES" not in EXTRA_DEFINES and gate_up.fmt == "f16"
+                and down.fmt == "f16" and down.layout == "rows" and dim <= 8 * LS
+                and -(-dim // 512) <= slots // _GU_STAGES // 2)
+
+
+_GU_STAGES = 2  # (layer.cl's GU_STAGES)
+
+
+def down_columns(dev: CLDevice, down: Weight) -> Buffer:
+    """The float16 down weights' columns as rows ([k, n]: ``DecoderLayer.down_cols``)."""
+    rows = np.empty((down.n, down.k), np.float16)
+    dev.read(rows, down.data, blocking=True)
+    cols = dev.alloc(rows.nbytes)
+    dev.write(cols, np.ascontiguousarray(rows.T), blocking=True)
+    return cols
 
 
 def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_out: Buffer,
@@ -351,6 +386,10 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         if not long:
             raise
         packed, per = rows(SLOTS)  # (rows that do not fit SLOTS_LONG's registers)
+    # PERF: the down projection inside the [gate | up] phase (DFUSE; where the [gate | up]
+    # pairs fit a part, SLOTS 16)
+    fuse = all(ly.down_cols is not None for ly in layers) and \
+        fuses_down(dev, gate_up, down, per["SLOTS"])
     defines = dict(
         NL=len(layers), DIM=dim, HEADS=n_heads, KV_HEADS=n_kv, HEAD_DIM=head_dim, FFN=ffn,
         QKMAX=max(dim, n_heads * head_dim, ffn),
@@ -358,7 +397,8 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         WF_D=FORMATS[down.fmt], SH_QKV=_half(qkv), SH_O=_half(o), SH_GU=_half(gate_up),
         SH_D=_half(down), **per, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
         SPLITS_MAX=splits_max(dev, n_kv), SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
-        EMB=int(embed is not None),
+        EMB=int(embed is not None), DFUSE=int(fuse),
+        **(dict(DF_T=-(-ffn // (groups * NW)) + 1) if fuse else {}),
         **kv_defines(kv_half))
     if _ptx(dev):
         # (elsewhere the kernel's default, 1: Intel's CPU compiler aborted building the float16
@@ -380,9 +420,10 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         reads += [tokens, embed.data]
     writes: list[Buffer] = [x, qkv_out, attn, part, count, h, bar]
     for ly in layers:
+        down_data = ly.down_cols if fuse and ly.down_cols is not None else ly.down.data
         own = [ly.attn_norm, ly.qkv.data, ly.qkv.scales, ly.k_cache, ly.v_cache, ly.inv_freq,
                ly.o.data, ly.o.scales, ly.ffn_norm, ly.gate_up.data, ly.gate_up.scales,
-               ly.down.data, ly.down.scales]
+               down_data, ly.down.scales]
         args += own
         reads += own
         writes += [ly.k_cache, ly.v_cache]

@@ -88,6 +88,8 @@ class _Layer:
     k_cache: Buffer
     v_cache: Buffer
     inv_freq: Buffer  # the rotary frequencies of this layer (zeros: no rotary)
+    # decode_layers' copy of the down weights' columns (layer.down_columns), made at first use
+    down_cols: Buffer | None = None
 
 
 # prompt rows a launch plan takes at once
@@ -487,10 +489,13 @@ class Model:
 
     def _decoder_layer(self, ly: _Layer) -> layer.DecoderLayer:
         assert ly.attn_norm is not None and ly.ffn_norm is not None
+        gate_up = ly.gate_up.parts[0][0]
+        if ly.down_cols is None and layer.fuses_down(self.device, gate_up, ly.down):
+            ly.down_cols = layer.down_columns(self.device, ly.down)
         return layer.DecoderLayer(
             attn_norm=ly.attn_norm, qkv=ly.qkv.parts[0][0], k_cache=ly.k_cache,
             v_cache=ly.v_cache, inv_freq=ly.inv_freq, o=ly.o, ffn_norm=ly.ffn_norm,
-            gate_up=ly.gate_up.parts[0][0], down=ly.down)
+            gate_up=gate_up, down=ly.down, down_cols=ly.down_cols)
 
     def _whole_layers(self, group: list[layer.DecoderLayer], span: int | None,
                       embed: bool = False) -> Launch:

@@ -299,3 +299,57 @@ def test_extra_defines_may_not_set_what_the_launch_computes(device, monkeypatch,
     assert model._layer_kernels()
     with pytest.raises(ValueError, match=r"may not set \['SPLIT_MIN'\]"):
         list(model.generate_ids([1, 2, 3], max_new_tokens=2, stop_ids=[]))
+
+
+@pytest.mark.parametrize("prompt", [40, 700])
+@pytest.mark.parametrize("which", ["f16", "spread", "deep"])
+def test_fused_down_projection_matches_the_phases_apart(device, monkeypatch, files, which,
+                                                        prompt):
+    """NVIDIA: the float16 layers' down projection inside the [gate | up] phase (DFUSE: the
+    down weights' columns, atomic additions into x) against the kernel with the phases apart,
+    whose sums differ only in order; and the layers it serves hold the columns' copy."""
+    if not layer.resident_groups(device):
+        pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
+                    "resident, or it is a CPU)")
+    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
+    model = clops.llm.load(files[which], device=device, max_seq_len=1024, progress=False)
+    assert model._layer_kernels()
+    ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
+    logits = {}
+    for fused in ("1", "0"):
+        monkeypatch.setenv("CLOPS_FUSE_DOWN", fused)
+        logits[fused] = _step_logits(model, ids, True)
+    fuses = [layer.fuses_down(device, ly.gate_up.parts[0][0], ly.down) for ly in model.layers]
+    # (f16's second layer mixes formats: it keeps the phases apart)
+    assert fuses == {"f16": [True, False], "spread": [True], "deep": [True] * 10}[which]
+    assert all((ly.down_cols is not None) == f for ly, f in zip(model.layers, fuses))
+    want, got = logits["0"], logits["1"]
+    assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
+    assert np.argmax(got) == np.argmax(want)
+
+
+def test_down_columns_are_the_weights_transposed(device):
+    """layer.down_columns: the float16 down weights' columns as rows, on the device."""
+    from types import SimpleNamespace
+
+    rows = np.random.default_rng(0).standard_normal((48, 80)).astype(np.float16)
+    buf = device.alloc(rows.nbytes)
+    device.write(buf, rows, blocking=True)
+    cols = layer.down_columns(device, SimpleNamespace(n=48, k=80, data=buf))  # type: ignore
+    got = np.empty((80, 48), np.float16)
+    device.read(got, cols, blocking=True)
+    assert np.array_equal(got, rows.T)
+
+
+def test_fused_down_projection_turned_off(device, monkeypatch):
+    """CLOPS_FUSE_DOWN=0 keeps the phases apart, as CPUs (no PTX) always do."""
+    from types import SimpleNamespace
+
+    w = SimpleNamespace(fmt="f16", layout="rows", n=2048, k=8192)
+    monkeypatch.setattr(layer, "_ptx", lambda dev: 1)
+    monkeypatch.setattr(layer, "resident_groups", lambda dev: 132)
+    assert layer.fuses_down(device, w, w)  # type: ignore[arg-type]
+    assert not layer.fuses_down(device, w, w, slots=8)  # type: ignore[arg-type]
+    assert not layer.fuses_down(device, w, SimpleNamespace(**{**vars(w), "n": 4096}))  # type: ignore
+    monkeypatch.setenv("CLOPS_FUSE_DOWN", "0")
+    assert not layer.fuses_down(device, w, w)  # type: ignore[arg-type]
