@@ -1259,7 +1259,9 @@ inline void pipe_phase(const int st, const int cpt, const int spr, const bool pa
 // more, summed by the next QKV phase and gathered into x by the output phase) 1131-1160, spread
 // without the gathering (a wrong x) 1360-1381. Each warp summing whole columns in registers (64
 // sums a lane: 660-681 against 1030-1033 on an H100) or in local memory by atomic additions
-// (1061-1073) was slower.
+// (1061-1073) was slower. On an H100 (one machine): 1076-1145 against 1106-1108 apart, and a
+// warp's sums added into x after each down part instead of once (four times the additions,
+// spread over the phase) 987-988.
 #ifndef DFUSE
 #define DFUSE 0
 #endif
