@@ -1243,15 +1243,15 @@ inline void pipe_phase(const int st, const int cpt, const int spr, const bool pa
 }
 #endif
 
-// DFUSE (NVIDIA; float16 [gate | up] and down weights, a pair a part): the down projection
-// inside the [gate | up] phase, with no grid barrier and no input staged between them. A warp
-// puts its pairs' h_j = silu(gate_j) up_j in local memory (hg) and counts them (hdone); after
-// its pairs it streams the down weights' columns j of the work-group's pairs (wd holds them as
-// rows of DIM values: kernels/layer.py's down_cols), warp w taking the values DIM / NW w .. of
-// every column (a lane's 16 bytes of each) once the warps' counts cover that part's pairs, and
-// adds its sums of h_j Wd[:, j] into x by atomic additions. x takes them while the phase runs,
-// so the phase reads its input from h, where the output phase stores x's rows as well. The
-// additions' order varies from run to run, and so may x's last bits.
+// DFUSE (NVIDIA; float16 [gate | up] and down weights, rows of 2048 values at most): the down
+// projection inside the [gate | up] phase, with no grid barrier and no input staged between
+// them. A warp puts its pairs' h_j = silu(gate_j) up_j in local memory (hg) and counts them
+// (hdone); after its pairs it streams the down weights' columns j of the work-group's pairs (wd
+// holds them as rows of DIM values: kernels/layer.py's down_cols), warp w taking the values
+// DIM / NW w .. of every column (a lane's 16 bytes of each) once the warps' counts cover that
+// part's pairs, and adds its sums of h_j Wd[:, j] into x by atomic additions. x takes them while
+// the phase runs, so the phase reads its input from h, where the output phase stores x's rows
+// as well. The additions' order varies from run to run, and so may x's last bits.
 // PERF (H200, 1B F16 body, decode tok/s after 128 positions, runs of one machine, 2026-11-27;
 // the same tokens in each): 1261-1274 against the phases apart, 1298-1317 with a barrier of the
 // work-group before the down parts (1326-1330 without the atomic additions: a wrong x), 1324-1352
@@ -1261,15 +1261,17 @@ inline void pipe_phase(const int st, const int cpt, const int spr, const bool pa
 // sums a lane: 660-681 against 1030-1033 on an H100) or in local memory by atomic additions
 // (1061-1073) was slower. On an H100 (one machine): 1076-1145 against 1106-1108 apart, and a
 // warp's sums added into x after each down part instead of once (four times the additions,
-// spread over the phase) 987-988.
+// spread over the phase) 987-988. Where the span is long (8 register slots: a pair in two
+// parts), H100 after 4096 positions: 952-971 against 898-929 apart.
 #ifndef DFUSE
 #define DFUSE 0
 #endif
 #if DFUSE
-#define DF_SPR KB(F16, DIM)  // (GU_SPR: a row's slots)
-#if !(PIPE_GU && WF_D == F16 && GU_STAGES == 2 && DF_SPR <= SLOTS / GU_STAGES / 2 && \
-      DIM <= 8 * LS && (PHASES & 28) == 28)
-#error "decode_layers: DFUSE takes pipelined float16 phases C to E, a [gate | up] pair a part"
+// a pair's parts (GU_CPT) of DF_SPR slots each (GU_SPR)
+#define DF_SPR (KB(F16, DIM) < SLOTS / GU_STAGES / 2 ? KB(F16, DIM) : SLOTS / GU_STAGES / 2)
+#define DF_CPT ((KB(F16, DIM) + DF_SPR - 1) / DF_SPR)
+#if !(PIPE_GU && WF_D == F16 && GU_STAGES == 2 && DIM <= 8 * LS && (PHASES & 28) == 28)
+#error "decode_layers: DFUSE takes pipelined float16 phases C to E, rows of 8 LS values at most"
 #endif
 // a down part: a lane's 16-byte chunk of DF_RP columns (a stage's registers); DF_T (kernels/
 // layer.py): a warp's pairs at most
@@ -1281,14 +1283,14 @@ inline int df_task(const int q, const int4 dl) {
     return q < DF_T * NW && j < FFN ? j : -1;
 }
 
-// part c into a, b: a warp's [gate | up] pairs (c < ng), nothing up to the most pairs a warp of
-// the work-group takes (ngm: parts of none), then the down parts (part ngm + i: the columns of
-// pairs DF_RP i .., zeros for none)
+// part c into a, b: a warp's [gate | up] pairs' parts (c < ng), nothing up to the most parts a
+// warp of the work-group takes (ngm: parts of none), then the down parts (part ngm + i: the
+// columns of pairs DF_RP i .., zeros for none)
 inline void fuse_fetch(const int c, const int ng, const int ngm, const int nc,
                        __global const uchar *Wgu, __global const uchar *Wdc, const int4 dl,
                        const int w, const int lane, uint4 *a, uint4 *b) {
     if (c < ng) {
-        pipe_fetch(c, ng, 1, DF_SPR, true, DIM, FFN, Wgu, dl, w, lane, a, b);
+        pipe_fetch(c, ng, DF_CPT, DF_SPR, true, DIM, FFN, Wgu, dl, w, lane, a, b);
     } else if (c >= ngm && c < nc) {
         const int q0 = (c - ngm) * DF_RP, u = w * 32 + lane;  // (the chunk: columns 8 u ..)
 #pragma unroll
@@ -1322,28 +1324,36 @@ inline int df_ready(__local const int *hdone) {
     return n;
 }
 
-// part c (in a, b): a pair's h into hg (and the warp's count into hdone: ngm after its last),
-// or a down part's products added to acc (once every warp has put its pairs' h in hg)
+// part c (in a, b): a pair's part summed into dm, at its last the pair's h into hg and the
+// warp's count into hdone (tm, the most pairs a warp takes, after its last pair); or a down
+// part's products added to acc, once every warp has put that part's pairs' h in hg
 inline void fuse_use(const int c, const int ng, const int ngm, const int4 dl, const int w,
                      const int lane, const uint4 *a, const uint4 *b, __local const uint *xq,
-                     const float f, __local float *hg, __local int *hdone, float *acc) {
+                     const float f, __local float *hg, __local int *hdone, float *dm,
+                     float *acc) {
+    const int tm = ngm / DF_CPT;
     if (c < ng) {
-        float dm[8], r[2];
+        const int p = c % DF_CPT, k = c / DF_CPT;
+        if (p == 0)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) dm[e] = 0.0f;
-        mma_part(DIM, 2, DF_SPR, 0, lane, a, b, xq, dm);
-        mma_sums(2, lane, dm, r);
-        if (lane == 0) {
-            if (deal_task(c, w, dl) < FFN) hg[c * NW + w] = glu(r[0] * f, r[1] * f);
-            mem_fence(CLK_LOCAL_MEM_FENCE);
-            ((volatile __local int *)hdone)[w] = c + 1 == ng ? ngm : c + 1;
+            for (int e = 0; e < 8; ++e) dm[e] = 0.0f;
+        mma_part(DIM, 2, DF_SPR, p, lane, a, b, xq, dm);
+        if (p == DF_CPT - 1) {
+            float r[2];
+            mma_sums(2, lane, dm, r);
+            if (lane == 0) {
+                if (deal_task(k, w, dl) < FFN) hg[k * NW + w] = glu(r[0] * f, r[1] * f);
+                mem_fence(CLK_LOCAL_MEM_FENCE);
+                ((volatile __local int *)hdone)[w] = c + 1 == ng ? tm : k + 1;
+            }
         }
     } else if (c >= ngm) {
         const int q0 = (c - ngm) * DF_RP;
         // (the part's pairs: q0 / NW .. (q0 + DF_RP - 1) / NW of each warp)
-        const int need = min((q0 + DF_RP - 1) / NW + 1, ngm);
+        const int need = min((q0 + DF_RP - 1) / NW + 1, tm);
         while (df_ready(hdone) < need) {
-            }
+            // (the other warps' pairs: they are at most a part behind)
+        }
         mem_fence(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
         for (int r = 0; r < DF_RP; ++r)  // (no pair: zeros in hg and in the part)
@@ -1358,13 +1368,13 @@ inline void fuse_phase(__global const uchar *Wgu, __global const uchar *Wdc, con
                        __local const uint *xq, const float f, __local float *hg,
                        __local int *hdone, __global float *x) {
     // (warp 0 takes the most pairs of the work-group's warps)
-    const int ng = pipe_parts(1, FFN, dl, w), ngm = pipe_parts(1, FFN, dl, 0);
-    const int nc = ngm + (ngm * NW + DF_RP - 1) / DF_RP, hs = SLOTS / GU_STAGES;
-    const int have = min(pre, ng);  // (the parts pipe_start loaded: pairs alone)
-    float acc[8];
+    const int ng = pipe_parts(DF_CPT, FFN, dl, w), ngm = pipe_parts(DF_CPT, FFN, dl, 0);
+    const int nc = ngm + (ngm / DF_CPT * NW + DF_RP - 1) / DF_RP, hs = SLOTS / GU_STAGES;
+    const int have = min(pre, ng);  // (the parts pipe_start loaded: pairs' alone)
+    float acc[8], dm[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
-    if (ng == 0 && lane == 0) ((volatile __local int *)hdone)[w] = ngm;  // (no pairs)
+    if (ng == 0 && lane == 0) ((volatile __local int *)hdone)[w] = ngm / DF_CPT;  // (no pairs)
     for (int c = 0; c < nc; c += GU_STAGES)
 #pragma unroll
         for (int j = 0; j < GU_STAGES; ++j) {
@@ -1373,7 +1383,7 @@ inline void fuse_phase(__global const uchar *Wgu, __global const uchar *Wdc, con
                 fuse_fetch(cn, ng, ngm, nc, Wgu, Wdc, dl, w, lane, a + jn * hs, b + jn * hs);
             if (c + j < nc)
                 fuse_use(c + j, ng, ngm, dl, w, lane, a + j * hs, b + j * hs, xq, f, hg, hdone,
-                         acc);
+                         dm, acc);
         }
     __global float *xc = x + 8 * (w * 32 + lane);
     if (w * 32 + lane < DIM / 8) {

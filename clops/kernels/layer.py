@@ -292,18 +292,15 @@ def launch_groups(layers: list[DecoderLayer], most: int) -> list[list[DecoderLay
     return groups
 
 
-def fuses_down(dev: CLDevice, gate_up: Weight, down: Weight, slots: int = SLOTS) -> bool:
+def fuses_down(dev: CLDevice, gate_up: Weight, down: Weight) -> bool:
     """Whether ``decode_layers`` fuses these layers' down projection into the [gate | up] phase
-    (layer.cl's DFUSE) in ``slots`` registers, given their down weights' columns
-    (``down_cols``): NVIDIA, float16 [gate | up] and down weights (pipelined), a [gate | up]
-    pair in a stage of the registers (rows of at most 2048 inputs at 16 slots), and every
-    warp's pairs within a warp's lanes (a lane keeps a pair's value)."""
-    dim = down.n
+    (layer.cl's DFUSE), given their down weights' columns (``down_cols``): NVIDIA, float16
+    [gate | up] and down weights (pipelined phases), rows of at most 2048 values (a lane's 16
+    bytes of each down column in a work-group)."""
     return bool(fused_down() and _ptx(dev) and EXTRA_DEFINES.get("PIPE", 1) != 0
                 and EXTRA_DEFINES.get("GU_STAGES", _GU_STAGES) == _GU_STAGES
                 and "PHASES" not in EXTRA_DEFINES and gate_up.fmt == "f16"
-                and down.fmt == "f16" and down.layout == "rows" and dim <= 8 * LS
-                and -(-dim // 512) <= slots // _GU_STAGES // 2)
+                and down.fmt == "f16" and down.layout == "rows" and down.n <= 8 * LS)
 
 
 _GU_STAGES = 2  # (layer.cl's GU_STAGES)
@@ -386,10 +383,8 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         if not long:
             raise
         packed, per = rows(SLOTS)  # (rows that do not fit SLOTS_LONG's registers)
-    # PERF: the down projection inside the [gate | up] phase (DFUSE; where the [gate | up]
-    # pairs fit a part, SLOTS 16)
-    fuse = all(ly.down_cols is not None for ly in layers) and \
-        fuses_down(dev, gate_up, down, per["SLOTS"])
+    # PERF: the down projection inside the [gate | up] phase (DFUSE)
+    fuse = all(ly.down_cols is not None for ly in layers) and fuses_down(dev, gate_up, down)
     defines = dict(
         NL=len(layers), DIM=dim, HEADS=n_heads, KV_HEADS=n_kv, HEAD_DIM=head_dim, FFN=ffn,
         QKMAX=max(dim, n_heads * head_dim, ffn),

@@ -301,10 +301,17 @@ def test_extra_defines_may_not_set_what_the_launch_computes(device, monkeypatch,
         list(model.generate_ids([1, 2, 3], max_new_tokens=2, stop_ids=[]))
 
 
+# float16 rows of 2048, whose [gate | up] pairs take two parts of a register stage where the span
+# is long (8 slots: prompts of 700 tokens here); written only where the test runs (46 MB)
+WIDE2048 = TinyShape(dim=2048, layers=1, heads=32, kv_heads=8, head_dim=64, ffn=2048,
+                     embed_type="F16", output_type="Q8_0", context=1024,
+                     layer_types=(("F16", "F16", "F16", "F16"),))
+
+
 @pytest.mark.parametrize("prompt", [40, 700])
-@pytest.mark.parametrize("which", ["f16", "spread", "deep"])
+@pytest.mark.parametrize("which", ["f16", "spread", "deep", "wide2048"])
 def test_fused_down_projection_matches_the_phases_apart(device, monkeypatch, files, which,
-                                                        prompt):
+                                                        prompt, tmp_path):
     """NVIDIA: the float16 layers' down projection inside the [gate | up] phase (DFUSE: the
     down weights' columns, atomic additions into x) against the kernel with the phases apart,
     and the layers it serves hold the columns' copy. (The phases apart round the GLU's values
@@ -314,7 +321,9 @@ def test_fused_down_projection_matches_the_phases_apart(device, monkeypatch, fil
         pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
                     "resident, or it is a CPU)")
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
-    model = clops.llm.load(files[which], device=device, max_seq_len=1024, progress=False)
+    path = write_gguf(str(tmp_path / "w.gguf"), shape=WIDE2048) if which == "wide2048" \
+        else files[which]
+    model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False)
     assert model._layer_kernels()
     ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
     logits = {}
@@ -323,7 +332,8 @@ def test_fused_down_projection_matches_the_phases_apart(device, monkeypatch, fil
         logits[fused] = _step_logits(model, ids, True)
     fuses = [layer.fuses_down(device, ly.gate_up.parts[0][0], ly.down) for ly in model.layers]
     # (f16's second layer mixes formats: it keeps the phases apart)
-    assert fuses == {"f16": [True, False], "spread": [True], "deep": [True] * 10}[which]
+    assert fuses == {"f16": [True, False], "spread": [True], "deep": [True] * 10,
+                     "wide2048": [True]}[which]
     assert all((ly.down_cols is not None) == f for ly, f in zip(model.layers, fuses))
     want, got = logits["0"], logits["1"]
     assert np.abs(got - want).max() <= 0.015 * np.abs(want).max()
@@ -350,7 +360,6 @@ def test_fused_down_projection_turned_off(device, monkeypatch):
     monkeypatch.setattr(layer, "_ptx", lambda dev: 1)
     monkeypatch.setattr(layer, "resident_groups", lambda dev: 132)
     assert layer.fuses_down(device, w, w)  # type: ignore[arg-type]
-    assert not layer.fuses_down(device, w, w, slots=8)  # type: ignore[arg-type]
     assert not layer.fuses_down(device, w, SimpleNamespace(**{**vars(w), "n": 4096}))  # type: ignore
     monkeypatch.setenv("CLOPS_FUSE_DOWN", "0")
     assert not layer.fuses_down(device, w, w)  # type: ignore[arg-type]
