@@ -387,7 +387,15 @@ void gemm_nt_mma(__global float *C, int c_off, int ldc, __global const half *A, 
             nt_store(C, ldc, M, m0 + wm + i * 16 + g, n0 + wn + j * 8 + 2 * t, acc[i][j], bias);
 }
 #if defined(USE_MMA_ASYNC) || defined(USE_WGMMA)
-// (smem_addr: clops/ptx.cl)
+// The shared-space address of a local pointer: NVIDIA's compiler may hand over the pointer as a
+// shared-window offset or as a generic address; isspacep tells which.
+inline uint smem_addr(__local const void *p) {
+    uint r;
+    asm volatile("{ .reg .pred q; .reg .u64 s; isspacep.shared q, %1; cvta.to.shared.u64 s, %1;"
+                 " selp.u64 s, s, %1, q; cvt.u32.u64 %0, s; }"
+                 : "=r"(r) : "l"((ulong)p));
+    return r;
+}
 
 // The tile of C (x: column, y: row) of a gx x gy grid of tiles that comes pid-th in an order
 // walking C in bands of raster tile rows, so that neighbours in that order share A and B tiles

@@ -133,7 +133,7 @@ inline int dot4(uint a, uint b, int c) {
     asm volatile("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
 }
-#include "clops/ptx.cl"  // shfl_xor, ld_stream
+#include "clops/ptx.cl"  // shfl_xor, ld_stream, half2_floats
 #else
 inline int dot4(uint a, uint b, int c) {
     const int4 p = convert_int4(as_char4(a)) * convert_int4(as_char4(b));

@@ -16,10 +16,11 @@ import numpy as np
 
 from ..runtime import CLDevice, probes
 from ..runtime.pool import Buffer
-from . import launch
+from . import launch, layout
 from .attention import kv_defines
 from .launch import Launch, f32, i32, kernel
 from .matmul import Weight
+from .operand import Operand
 
 LS = 256  # work-items a group (layer.cl)
 FORMATS = {"q4": 3, "q8": 4, "f16": 5}
@@ -307,12 +308,10 @@ _GU_STAGES = 2  # (layer.cl's GU_STAGES)
 
 
 def down_columns(dev: CLDevice, down: Weight) -> Buffer:
-    """The float16 down weights' columns as rows ([k, n]: ``DecoderLayer.down_cols``)."""
-    rows = np.empty((down.n, down.k), np.float16)
-    dev.read(rows, down.data, blocking=True)
-    cols = dev.alloc(rows.nbytes)
-    dev.write(cols, np.ascontiguousarray(rows.T), blocking=True)
-    return cols
+    """The float16 down weights' columns as rows ([k, n]: ``DecoderLayer.down_cols``), a copy
+    made on the device."""
+    cols = Operand(down.data, (down.k, down.n), "float16", (1, down.k), 0)
+    return layout.contiguous(dev, cols).buffer
 
 
 def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_out: Buffer,

@@ -8,13 +8,6 @@ inline float shfl_xor(float v, int o) {
     return r;
 }
 
-// v of lane src
-inline float shfl_idx(float v, int src) {
-    float r;
-    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(src));
-    return r;
-}
-
 // 16 bytes read once: by the non-coherent path, without a place in L1 (layer.cl's wload says
 // what that gained)
 inline uint4 ld_stream(__global const uint4 *p) {
@@ -49,14 +42,4 @@ inline float2 half2_floats(uint v) {
     asm("{.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\t"
         "cvt.f32.f16 %1, hi;}" : "=f"(a), "=f"(b) : "r"(v));
     return (float2)(a, b);
-}
-
-// The shared-space address of a local pointer: NVIDIA's compiler may hand over the pointer as a
-// shared-window offset or as a generic address; isspacep tells which.
-inline uint smem_addr(__local const void *p) {
-    uint r;
-    asm volatile("{ .reg .pred q; .reg .u64 s; isspacep.shared q, %1; cvta.to.shared.u64 s, %1;"
-                 " selp.u64 s, s, %1, q; cvt.u32.u64 %0, s; }"
-                 : "=r"(r) : "l"((ulong)p));
-    return r;
 }
