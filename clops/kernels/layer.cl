@@ -9,7 +9,7 @@
 //      -> attn
 //   C  x += Wo . attn
 //   D  h = silu(Wg . n(x)) * (Wu . n(x)), n(x) = RMSNorm(x) * fnw ([gate | up] rows of Wgu)
-//   E  x += Wd . h
+//   E  x += Wd . h (DFUSE, float16 layers on NVIDIA: inside D, with no grid barrier between)
 // and between E and the next layer's A (the last layer's: the launch boundary). Each phase's
 // rows are dealt to the warps of all work-groups, R rows a warp (a task), and a warp's rows of
 // the phase's first task are loaded into registers between the two halves of the grid barrier
