@@ -364,3 +364,17 @@ def test_fused_down_projection_turned_off(device, monkeypatch):
     assert not layer.fuses_down(device, w, SimpleNamespace(**{**vars(w), "n": 4096}))  # type: ignore
     monkeypatch.setenv("CLOPS_FUSE_DOWN", "0")
     assert not layer.fuses_down(device, w, w)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fraction, kept", [(0.0, False), (1.0, True)])
+def test_down_columns_kept_within_the_copies_memory(device, monkeypatch, files, fraction, kept):
+    """The fused layers' column copies are made only where they take at most the fraction of
+    the device's memory that float16 copies may (HALF_COPIES_FRACTION); else the phases stay
+    apart."""
+    from clops.llm import model as model_mod
+
+    monkeypatch.setattr(layer, "fuses_down", lambda dev, gu, down: True)
+    monkeypatch.setattr(model_mod, "HALF_COPIES_FRACTION", fraction)
+    model = clops.llm.load(files["deep"], device=device, max_seq_len=256, progress=False)
+    dl = model._decoder_layer(model.layers[0])
+    assert (dl.down_cols is not None) == kept
