@@ -1267,9 +1267,6 @@ inline void pipe_phase(const int st, const int cpt, const int spr, const bool pa
 #define DFUSE 0
 #endif
 #if DFUSE
-// a pair's parts (GU_CPT) of DF_SPR slots each (GU_SPR)
-#define DF_SPR (KB(F16, DIM) < SLOTS / GU_STAGES / 2 ? KB(F16, DIM) : SLOTS / GU_STAGES / 2)
-#define DF_CPT ((KB(F16, DIM) + DF_SPR - 1) / DF_SPR)
 #if !(PIPE_GU && WF_D == F16 && GU_STAGES == 2 && DIM <= 8 * LS && (PHASES & 28) == 28)
 #error "decode_layers: DFUSE takes pipelined float16 phases C to E, rows of 8 LS values at most"
 #endif
@@ -1290,7 +1287,7 @@ inline void fuse_fetch(const int c, const int ng, const int ngm, const int nc,
                        __global const uchar *Wgu, __global const uchar *Wdc, const int4 dl,
                        const int w, const int lane, uint4 *a, uint4 *b) {
     if (c < ng) {
-        pipe_fetch(c, ng, DF_CPT, DF_SPR, true, DIM, FFN, Wgu, dl, w, lane, a, b);
+        pipe_fetch(c, ng, GU_CPT, GU_SPR, true, DIM, FFN, Wgu, dl, w, lane, a, b);
     } else if (c >= ngm && c < nc) {
         const int q0 = (c - ngm) * DF_RP, u = w * 32 + lane;  // (the chunk: columns 8 u ..)
 #pragma unroll
@@ -1331,14 +1328,14 @@ inline void fuse_use(const int c, const int ng, const int ngm, const int4 dl, co
                      const int lane, const uint4 *a, const uint4 *b, __local const uint *xq,
                      const float f, __local float *hg, __local int *hdone, float *dm,
                      float *acc) {
-    const int tm = ngm / DF_CPT;
+    const int tm = ngm / GU_CPT;
     if (c < ng) {
-        const int p = c % DF_CPT, k = c / DF_CPT;
+        const int p = c % GU_CPT, k = c / GU_CPT;
         if (p == 0)
 #pragma unroll
             for (int e = 0; e < 8; ++e) dm[e] = 0.0f;
-        mma_part(DIM, 2, DF_SPR, p, lane, a, b, xq, dm);
-        if (p == DF_CPT - 1) {
+        mma_part(DIM, 2, GU_SPR, p, lane, a, b, xq, dm);
+        if (p == GU_CPT - 1) {
             float r[2];
             mma_sums(2, lane, dm, r);
             if (lane == 0) {
@@ -1368,13 +1365,13 @@ inline void fuse_phase(__global const uchar *Wgu, __global const uchar *Wdc, con
                        __local const uint *xq, const float f, __local float *hg,
                        __local int *hdone, __global float *x) {
     // (warp 0 takes the most pairs of the work-group's warps)
-    const int ng = pipe_parts(DF_CPT, FFN, dl, w), ngm = pipe_parts(DF_CPT, FFN, dl, 0);
-    const int nc = ngm + (ngm / DF_CPT * NW + DF_RP - 1) / DF_RP, hs = SLOTS / GU_STAGES;
+    const int ng = pipe_parts(GU_CPT, FFN, dl, w), ngm = pipe_parts(GU_CPT, FFN, dl, 0);
+    const int nc = ngm + (ngm / GU_CPT * NW + DF_RP - 1) / DF_RP, hs = SLOTS / GU_STAGES;
     const int have = min(pre, ng);  // (the parts pipe_start loaded: pairs' alone)
     float acc[8], dm[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
-    if (ng == 0 && lane == 0) ((volatile __local int *)hdone)[w] = ngm / DF_CPT;  // (no pairs)
+    if (ng == 0 && lane == 0) ((volatile __local int *)hdone)[w] = ngm / GU_CPT;  // (no pairs)
     for (int c = 0; c < nc; c += GU_STAGES)
 #pragma unroll
         for (int j = 0; j < GU_STAGES; ++j) {

@@ -293,6 +293,9 @@ def launch_groups(layers: list[DecoderLayer], most: int) -> list[list[DecoderLay
     return groups
 
 
+_GU_STAGES = 2  # (layer.cl's GU_STAGES)
+
+
 def fuses_down(dev: CLDevice, gate_up: Weight, down: Weight) -> bool:
     """Whether ``decode_layers`` fuses these layers' down projection into the [gate | up] phase
     (layer.cl's DFUSE), given their down weights' columns (``down_cols``): NVIDIA, float16
@@ -302,9 +305,6 @@ def fuses_down(dev: CLDevice, gate_up: Weight, down: Weight) -> bool:
                 and EXTRA_DEFINES.get("GU_STAGES", _GU_STAGES) == _GU_STAGES
                 and "PHASES" not in EXTRA_DEFINES and gate_up.fmt == "f16"
                 and down.fmt == "f16" and down.layout == "rows" and down.n <= 8 * LS)
-
-
-_GU_STAGES = 2  # (layer.cl's GU_STAGES)
 
 
 def down_columns(dev: CLDevice, down: Weight) -> Buffer:

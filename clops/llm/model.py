@@ -492,9 +492,9 @@ class Model:
         gate_up = ly.gate_up.parts[0][0]
         # (the copies of the down weights' columns, where they take at most the fraction of the
         # device's memory that float16 copies may)
-        copies = sum(other.down.n * other.down.k * 2 for other in self.layers)
         if ly.down_cols is None and layer.fuses_down(self.device, gate_up, ly.down) and \
-                copies <= HALF_COPIES_FRACTION * self.device.caps.global_mem:
+                sum(other.down.n * other.down.k * 2 for other in self.layers) <= \
+                HALF_COPIES_FRACTION * self.device.caps.global_mem:
             ly.down_cols = layer.down_columns(self.device, ly.down)
         return layer.DecoderLayer(
             attn_norm=ly.attn_norm, qkv=ly.qkv.parts[0][0], k_cache=ly.k_cache,
