@@ -70,7 +70,7 @@ def make_llama_1b(path: str) -> None:
 def measure_clops(model: Any, ids: list[int], new: int,
                   prompts: dict[int, list[int]] | None = None
                   ) -> tuple[float, float, dict[str, float]]:
-    """Prefill tokens/s at each prompt length (medians of 3 generations of one token: the
+    """Prefill tokens/s at each prompt length (medians of 5 generations of one token: the
     prompt alone, as llama-bench's pp times it) and decode tokens/s (the median of 5
     generations of ``new`` tokens), of a loaded model.
 
@@ -88,7 +88,7 @@ def measure_clops(model: Any, ids: list[int], new: int,
         list(model.generate_ids(p_ids, max_new_tokens=1, stop_ids=[]))
         pp[str(len(p_ids))] = statistics.median(
             (list(model.generate_ids(p_ids, max_new_tokens=1, stop_ids=[])),
-             model.stats.prefill_tps)[1] for _ in range(3))
+             model.stats.prefill_tps)[1] for _ in range(5))
     return pp[str(len(ids))], statistics.median(decode), pp
 
 

@@ -68,8 +68,8 @@ def run(a: argparse.Namespace) -> None:
             _run([os.path.join(HERE, "bench_llm.py"), *dev, "--shape", "llama-3.2-1b",
                   "--json", os.path.join(out, "llm_llama1b.json")], log)
     if a.models:
-        peer = ["--llama-bench", a.llama_bench, "--llama-bench-args", a.llama_bench_args] \
-            if a.llama_bench else []
+        peer = ["--llama-bench", a.llama_bench, "--llama-bench-args", a.llama_bench_args,
+                "--rounds", str(a.rounds)] if a.llama_bench else []
         for name in sorted(f for f in os.listdir(a.models) if f.endswith(".gguf")):
             stem = name[:-5]
             depths = ["--depths", a.depths] if a.depths and "1b" in stem else []
@@ -283,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llama-bench", default=None, metavar="PATH",
                     help="llama.cpp's llama-bench (scripts/llama_cpp.sh build)")
     ap.add_argument("--llama-bench-args", default="-ngl 99")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="with --llama-bench: rounds of both engines in turn on each model, "
+                    "each figure the median of its rounds (default: %(default)s)")
     ap.add_argument("--depths", default="4096,16384",
                     help="context lengths for the 1B models' long-context decode")
     ap.add_argument("--render-only", action="store_true")

@@ -631,14 +631,18 @@ class Model:
         ids_arr = np.asarray(ids, dtype=np.int64)
         if ids_arr.min() < 0 or ids_arr.max() >= self.config.vocab_size:
             raise ValueError(f"token ids must lie in [0, {self.config.vocab_size})")
+        # PERF: the copies are queued ahead of the prompt's launches on the plans' queue, not
+        # waited for one by one (each blocking copy cost a round trip to the device before the
+        # prompt's first launch)
         dev = self.device
-        dev.write(self.tokens, ids_arr.astype(np.int32), blocking=True)
+        dev.write(self.tokens, ids_arr.astype(np.int32), queue=dev.queue)
         seen = np.zeros(self.config.vocab_size, np.uint8)
         seen[ids_arr] = 1
-        dev.write(self.seen, seen, blocking=True)
+        dev.write(self.seen, seen, queue=dev.queue)
 
     def _set_pos(self, pos: int) -> None:
-        self.device.write(self.state, np.array([pos, 0, 0, 0], np.int32), blocking=True)
+        """Position ``pos`` for the next launches (a copy queued on the plans' queue)."""
+        self.device.write(self.state, np.array([pos, 0, 0, 0], np.int32), queue=self.device.queue)
 
     def _prefill(self, n: int, logits: str, sample: bool) -> Iterator[tuple[int, int]]:
         """Run the prompt (already in the tokens buffer) in chunks; yields (start, rows) after
