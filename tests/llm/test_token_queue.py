@@ -1,6 +1,6 @@
 """Generation's reads of the chosen tokens on a queue of their own (GPUs: the next step's
 kernels do not wait behind each copy to the host): the same tokens as reads on the decode
-queue, greedy and sampled, on any device."""
+queue, greedy and sampled, on any device; a generation's last token read on the decode queue."""
 
 from __future__ import annotations
 
@@ -28,5 +28,12 @@ def test_token_queue_gives_the_same_tokens(device, monkeypatch, tmp_path, temper
                     for _ in range(2)]
     assert len(out[True][0]) == 24
     assert out[True] == out[False]
+    # (a generation's last token, which no step follows, is read on the decode queue: one
+    # token alone, and two)
+    monkeypatch.setattr(model_mod, "token_queue", lambda dev: True)
+    for n in (1, 2):
+        got = list(model.generate_ids([5, 9, 2, 7], max_new_tokens=n, stop_ids=[],
+                                      temperature=temperature, seed=3))
+        assert got == out[False][0][:n]
     # (the queue of its own was made, and is kept for the next generation)
     assert model._token_queue is not None
