@@ -69,10 +69,11 @@ def make_llama_1b(path: str) -> None:
 
 def measure_clops(model: Any, ids: list[int], new: int,
                   prompts: dict[int, list[int]] | None = None
-                  ) -> tuple[float, float, dict[str, float]]:
+                  ) -> tuple[float, float, dict[str, float], dict[str, list[float]]]:
     """Prefill tokens/s at each prompt length (medians of 5 generations of one token: the
     prompt alone, as llama-bench's pp times it) and decode tokens/s (the median of 5
-    generations of ``new`` tokens), of a loaded model.
+    generations of ``new`` tokens), of a loaded model; and the 5 prefill figures at each
+    length, in the order measured.
 
     (A longer generation enqueues its first decode step before it waits for the prompt's
     token, so that the step follows the prompt on the device at once; its time to the first
@@ -83,13 +84,14 @@ def measure_clops(model: Any, ids: list[int], new: int,
     for _ in range(5):
         list(model.generate_ids(ids, max_new_tokens=new, stop_ids=[]))
         decode.append(model.stats.decode_tps)
-    pp = {}
+    samples: dict[str, list[float]] = {}
     for p_ids in [ids, *(prompts or {}).values()]:  # prompt tokens/s at each length
         list(model.generate_ids(p_ids, max_new_tokens=1, stop_ids=[]))
-        pp[str(len(p_ids))] = statistics.median(
+        samples[str(len(p_ids))] = [
             (list(model.generate_ids(p_ids, max_new_tokens=1, stop_ids=[])),
-             model.stats.prefill_tps)[1] for _ in range(5))
-    return pp[str(len(ids))], statistics.median(decode), pp
+             model.stats.prefill_tps)[1] for _ in range(5)]
+    pp = {n: statistics.median(v) for n, v in samples.items()}
+    return pp[str(len(ids))], statistics.median(decode), pp, samples
 
 
 def rounds_with_llama_bench(rows: list[dict], path: str, device: str | None, ids: list[int],
@@ -104,8 +106,11 @@ def rounds_with_llama_bench(rows: list[dict], path: str, device: str | None, ids
     list(model.generate_ids(ids, max_new_tokens=4, stop_ids=[]))
     c_rounds = [(c["prefill_tps"], c["decode_tps"], dict(c["pp"]))]
     p_rounds = [(peer["prefill_tps"], peer["decode_tps"], dict(peer["pp"]))]
+    c_samples = [c.get("pp_samples", {})]
     for _ in range(rounds - 1):
-        c_rounds.append(measure_clops(model, ids, new, prompts))
+        pre, dec, pps, smp = measure_clops(model, ids, new, prompts)
+        c_rounds.append((pre, dec, pps))
+        c_samples.append(smp)
         got = bench_llama_bench(binary, path, [len(ids), *prompts], new, [], extra)
         p_rounds.append((got["prefill_tps"], got["decode_tps"], got["pp"]))
     del model
@@ -116,6 +121,8 @@ def rounds_with_llama_bench(rows: list[dict], path: str, device: str | None, ids
         row["decode_tps"] = statistics.median(r[1] for r in rs)
         row["pp"] = {n: statistics.median(r[2][n] for r in rs) for n in rs[0][2]}
     c["of_copy_bw"] *= c["decode_tps"] / first
+    for r, smp in zip(c["rounds"], c_samples):
+        r["pp_samples"] = smp
 
 
 def bench_clops(path: str, device: str | None, ids: list[int], new: int,
@@ -124,7 +131,7 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int,
     list(model.generate_ids(ids, max_new_tokens=4, stop_ids=[]))  # builds kernels once
     dev = model.device
     with gpu_clocks(nvidia_smi_id(dev)) as clocks:
-        prefill_tps, decode_tps, pp = measure_clops(model, ids, new, prompts)
+        prefill_tps, decode_tps, pp, pp_samples = measure_clops(model, ids, new, prompts)
     moved = bytes_per_token(model, len(ids) + new // 2)
     ceiling = copy_ceiling(dev)
     # how long the host takes to enqueue one decode step, and the device time of one step
@@ -173,6 +180,7 @@ def bench_clops(path: str, device: str | None, ids: list[int], new: int,
         dev.synchronize()
     prompt = _by_name(prof.kernels(), 1)
     return {"name": f"clops ({dev.name[:30]})", "prefill_tps": prefill_tps, "pp": pp,
+            "pp_samples": pp_samples,
             "decode_tps": decode_tps, "bytes_per_token": moved,
             "kv_cache": "float16" if model.kv_half else "float32",
             "copy_ceiling_gbps": ceiling["gbps"],
