@@ -620,8 +620,9 @@ class Model:
             finally:
                 self._holder = None
 
-    def _start(self, ids: Sequence[int]) -> None:
-        """Reset the sequence to ``ids`` (positions 0..n-1 on the device)."""
+    def _start(self, ids: Sequence[int], seen: bool = False) -> None:
+        """Reset the sequence to ``ids`` (positions 0..n-1 on the device); ``seen``: the
+        tokens seen so far (a repetition penalty's) become ``ids`` too."""
         n = len(ids)
         if n == 0:
             raise ValueError("the prompt is empty: give at least one token")
@@ -636,9 +637,14 @@ class Model:
         # prompt's first launch)
         dev = self.device
         dev.write(self.tokens, ids_arr.astype(np.int32), queue=dev.queue)
-        seen = np.zeros(self.config.vocab_size, np.uint8)
-        seen[ids_arr] = 1
-        dev.write(self.seen, seen, queue=dev.queue)
+        # (only a repetition penalty reads them: without one the copy of a vocabulary's bytes
+        # is left out, 1.98-2.03 -> 1.92-1.93 ms to the first token of a 1B F16 body's
+        # 128-token prompt on an H100; the sampling kernels' marks of chosen tokens stay
+        # harmless until the next generation with a penalty writes them all)
+        if seen:
+            marks = np.zeros(self.config.vocab_size, np.uint8)
+            marks[ids_arr] = 1
+            dev.write(self.seen, marks, queue=dev.queue)
 
     def _set_pos(self, pos: int) -> None:
         """Position ``pos`` for the next launches (a copy queued on the plans' queue)."""
@@ -687,7 +693,7 @@ class Model:
             dev = self.device
             st = self.stats = GenerationStats(prompt_tokens=len(ids))
             t0 = time.perf_counter()
-            self._start(ids)
+            self._start(ids, seen=self._sampler["penalty"] != 1.0)
             for _ in self._prefill(len(ids), "last", True):
                 pass
             budget = min(max_new_tokens, self.max_seq - len(ids))

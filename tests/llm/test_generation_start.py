@@ -1,0 +1,35 @@
+"""A generation's start: the tokens seen so far (what a repetition penalty reads) are written
+only for a generation with a penalty, so that one after generations without it chooses as a
+freshly loaded model does; on any device."""
+
+from __future__ import annotations
+
+import pytest
+
+import clops.llm
+
+from ..fuzz.tiny_files import TinyShape, write_gguf
+
+SHAPE = TinyShape(dim=128, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=256,
+                  embed_type="Q8_0", output_type="Q8_0", context=256,
+                  layer_types=(("Q8_0", "Q4_0", "Q8_0", "Q4_0"),))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_penalty_after_generations_without_one(device, tmp_path, temperature):
+    path = write_gguf(str(tmp_path / "tiny.gguf"), shape=SHAPE)
+    used = clops.llm.load(path, device=device, max_seq_len=256, progress=False)
+    # (without a penalty: other prompts, whose chosen tokens the kernels mark as seen)
+    for prompt in ([11, 12, 13], [40, 41, 42, 43, 44]):
+        list(used.generate_ids(prompt, max_new_tokens=16, stop_ids=[], temperature=temperature,
+                               seed=1))
+    fresh = clops.llm.load(path, device=device, max_seq_len=256, progress=False)
+    prompt = [5, 9, 2, 7]
+    got = {name: list(m.generate_ids(prompt, max_new_tokens=16, stop_ids=[],
+                                     temperature=temperature, seed=3,
+                                     repetition_penalty=0.3))
+           for name, m in (("used", used), ("fresh", fresh))}
+    assert got["used"] == got["fresh"]
+    # (the penalty chose differently: the seen tokens were read)
+    assert got["fresh"] != list(fresh.generate_ids(prompt, max_new_tokens=16, stop_ids=[],
+                                                   temperature=temperature, seed=3))
