@@ -632,9 +632,8 @@ class Model:
         ids_arr = np.asarray(ids, dtype=np.int64)
         if ids_arr.min() < 0 or ids_arr.max() >= self.config.vocab_size:
             raise ValueError(f"token ids must lie in [0, {self.config.vocab_size})")
-        # PERF: the copies are queued ahead of the prompt's launches on the plans' queue, not
-        # waited for one by one (each blocking copy cost a round trip to the device before the
-        # prompt's first launch)
+        # (the copies go ahead of the prompt's launches on the plans' queue, in its order:
+        # nothing else waits for them)
         dev = self.device
         dev.write(self.tokens, ids_arr.astype(np.int32), queue=dev.queue)
         # (only a repetition penalty reads them: without one the copy of a vocabulary's bytes
@@ -752,7 +751,7 @@ class Model:
         # PERF (H100, 1B F16 body, a prompt of 128 tokens and one new token): the read after
         # the marker took 1.996 ms to the token, one on the decode queue 1.937-1.948
         if last or not token_queue(dev):
-            return host, dev.read(host, self.tokens, pos * 4, blocking=False)
+            return host, dev.read(host, self.tokens, pos * 4, queue=dev.queue, blocking=False)
         if self._token_queue is None:
             self._token_queue = dev.create_queue()
         done = dev.queue.marker()

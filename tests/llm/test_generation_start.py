@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import clops
 import clops.llm
 
 from ..fuzz.tiny_files import TinyShape, write_gguf
@@ -33,3 +34,20 @@ def test_penalty_after_generations_without_one(device, tmp_path, temperature):
     # (the penalty chose differently: the seen tokens were read)
     assert got["fresh"] != list(fresh.generate_ids(prompt, max_new_tokens=16, stop_ids=[],
                                                    temperature=temperature, seed=3))
+
+
+@pytest.mark.parametrize("own_queue", [False, True])
+def test_generation_inside_a_stream_block(device, monkeypatch, tmp_path, own_queue):
+    """A generation inside a ``clops.stream`` block (another queue, out of order) runs on the
+    model's own queue all the same: its copies and reads of tokens stay in order with its
+    launches, and it gives the tokens it gives outside the block."""
+    from clops.llm import model as model_mod
+
+    monkeypatch.setattr(model_mod, "token_queue", lambda dev: own_queue)
+    path = write_gguf(str(tmp_path / "tiny.gguf"), shape=SHAPE)
+    model = clops.llm.load(path, device=device, max_seq_len=256, progress=False)
+    prompt = [5, 9, 2, 7]
+    want = [list(model.generate_ids(prompt, max_new_tokens=n, stop_ids=[])) for n in (1, 12)]
+    with clops.stream(device=model.device, out_of_order=True):
+        got = [list(model.generate_ids(prompt, max_new_tokens=n, stop_ids=[])) for n in (1, 12)]
+    assert got == want
