@@ -667,7 +667,7 @@ class Model:
             V = self.config.vocab_size
             out = np.empty((len(ids), V), np.float32)
             for s, m in self._prefill(len(ids), "all", False):
-                self.device.read(out[s:s + m], self.logits_buf)
+                self.device.read(out[s:s + m], self.logits_buf, queue=self.device.queue)
             return out
 
     def generate_ids(self, ids: Sequence[int], max_new_tokens: int = 128,

@@ -4,6 +4,7 @@ freshly loaded model does; on any device."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import clops
@@ -40,14 +41,22 @@ def test_penalty_after_generations_without_one(device, tmp_path, temperature):
 def test_generation_inside_a_stream_block(device, monkeypatch, tmp_path, own_queue):
     """A generation inside a ``clops.stream`` block (another queue, out of order) runs on the
     model's own queue all the same: its copies and reads of tokens stay in order with its
-    launches, and it gives the tokens it gives outside the block."""
+    launches, and it gives the tokens and logits it gives outside the block."""
     from clops.llm import model as model_mod
 
     monkeypatch.setattr(model_mod, "token_queue", lambda dev: own_queue)
     path = write_gguf(str(tmp_path / "tiny.gguf"), shape=SHAPE)
     model = clops.llm.load(path, device=device, max_seq_len=256, progress=False)
-    prompt = [5, 9, 2, 7]
-    want = [list(model.generate_ids(prompt, max_new_tokens=n, stop_ids=[])) for n in (1, 12)]
+    # (two prompts in turn: a read that ran ahead of the launches would find the other
+    # prompt's token at that position)
+    prompts = ([5, 9, 2, 7], [60, 3, 81, 14])
+    want = {(i, n): list(model.generate_ids(p, max_new_tokens=n, stop_ids=[]))
+            for n in (1, 12) for i, p in enumerate(prompts)}
+    assert want[0, 1] != want[1, 1]
+    logits = [model.logits(p) for p in prompts]
     with clops.stream(device=model.device, out_of_order=True):
-        got = [list(model.generate_ids(prompt, max_new_tokens=n, stop_ids=[])) for n in (1, 12)]
+        got = {(i, n): list(model.generate_ids(p, max_new_tokens=n, stop_ids=[]))
+               for n in (1, 12) for i, p in enumerate(prompts)}
+        got_logits = [model.logits(p) for p in prompts]
     assert got == want
+    assert all(np.array_equal(a, b) for a, b in zip(got_logits, logits))
