@@ -1,6 +1,7 @@
-"""A generation's start: the tokens seen so far (what a repetition penalty reads) are written
-only for a generation with a penalty, so that one after generations without it chooses as a
-freshly loaded model does; on any device."""
+"""A generation's copies and reads: the tokens seen so far (what a repetition penalty reads)
+are written only for a generation with a penalty, so that one after generations without it
+chooses as a freshly loaded model does; inside a ``clops.stream`` block the copies and reads
+stay on the model's queue, in order with its launches. On any device."""
 
 from __future__ import annotations
 
