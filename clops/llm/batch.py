@@ -222,16 +222,16 @@ class BatchEngine:
         self.rpos = dev.alloc(R * 4)
         self.sel = dev.alloc(self.max_batch * 4)
         self.zero = dev.alloc(16)
-        dev.write(self.zero, np.zeros(4, np.int32), blocking=True)
+        dev.write(self.zero, np.zeros(4, np.int32), blocking=True, queue=dev.queue)
         # slot max_batch is the embedding's scratch sequence
         self.table_host = np.zeros((self.max_batch + 1, self.maxb), np.int32)
         self.table = dev.alloc(self.table_host.nbytes)
-        dev.write(self.table, self.table_host, blocking=True)
+        dev.write(self.table, self.table_host, blocking=True, queue=dev.queue)
         self.split = paged.split_attention(dev, D)
         if self.split:  # the partials of the attention split over positions, and its counters
             self.part = dev.alloc(paged.part_floats(dev, R, H, D, self.context) * f4)
             self.count = dev.alloc(R * H * 4)
-            dev.write(self.count, np.zeros(R * H, np.int32), blocking=True)
+            dev.write(self.count, np.zeros(R * H, np.int32), blocking=True, queue=dev.queue)
         pool = self.num_blocks * KV * self.block_size * D * (2 if self.kv_half else 4)
         self.kpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
         self.vpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
@@ -476,7 +476,7 @@ class BatchEngine:
         self.reused_tokens += s.done
         s.slot = slot
         self.table_host[slot, : len(s.blocks)] = s.blocks
-        self.device.write(self.table, self.table_host, blocking=True)
+        self.device.write(self.table, self.table_host, blocking=True, queue=self.device.queue)
         return True
 
     def _release(self, s: _Seq) -> None:
@@ -546,11 +546,11 @@ class BatchEngine:
                 self._register_prompt(s)
         arr = np.asarray(rows, np.int32)
         dev = self.device
-        dev.write(self.rslot, np.ascontiguousarray(arr[:, 0]))
-        dev.write(self.rpos, np.ascontiguousarray(arr[:, 1]))
-        dev.write(self.ids, np.ascontiguousarray(arr[:, 2]))
+        dev.write(self.rslot, np.ascontiguousarray(arr[:, 0]), queue=dev.queue)
+        dev.write(self.rpos, np.ascontiguousarray(arr[:, 1]), queue=dev.queue)
+        dev.write(self.ids, np.ascontiguousarray(arr[:, 2]), queue=dev.queue)
         if sel:
-            dev.write(self.sel, np.asarray(sel, np.int32))
+            dev.write(self.sel, np.asarray(sel, np.int32), queue=dev.queue)
         self._plan(len(rows), len(sel)).replay()
         if not want:
             dev.synchronize()
@@ -561,7 +561,7 @@ class BatchEngine:
         # (argmax, max, lse) serve greedy rows, and only the rows that need their logits
         # (sampling, a penalty, a mask, top log-probabilities) are read
         stats = np.empty((len(want), 3), np.float32)
-        dev.read(stats, self.rstats)
+        dev.read(stats, self.rstats, queue=dev.queue)
         args = stats[:, 0].copy().view(np.int32)
         greedy = [s.params.temperature == 0.0 and s.params.repetition_penalty == 1.0
                   and s.mask is None and not s.params.logprobs and 0 <= int(args[i]) < V
@@ -570,7 +570,7 @@ class BatchEngine:
         if need:  # the rows from the first to the last that need theirs, in one read
             lo, hi = need[0], need[-1] + 1
             logits = np.empty((hi - lo, V), np.float32)
-            dev.read(logits, self.logits, offset=lo * V * 4)
+            dev.read(logits, self.logits, offset=lo * V * 4, queue=dev.queue)
         out = []
         for i, s in enumerate(want):
             if greedy[i]:
@@ -650,16 +650,16 @@ class BatchEngine:
                     blocks.append(b)
                 slot = self.max_batch
                 self.table_host[slot, :need] = blocks
-                dev.write(self.table, self.table_host, blocking=True)
+                dev.write(self.table, self.table_host, blocking=True, queue=dev.queue)
                 total = np.zeros(cfg.dim, np.float64)
                 for s in range(0, len(ids), self.rows):
                     n = min(self.rows, len(ids) - s)
-                    dev.write(self.rslot, np.full(n, slot, np.int32))
-                    dev.write(self.rpos, np.arange(s, s + n, dtype=np.int32))
-                    dev.write(self.ids, np.asarray(ids[s:s + n], np.int32))
+                    dev.write(self.rslot, np.full(n, slot, np.int32), queue=dev.queue)
+                    dev.write(self.rpos, np.arange(s, s + n, dtype=np.int32), queue=dev.queue)
+                    dev.write(self.ids, np.asarray(ids[s:s + n], np.int32), queue=dev.queue)
                     self._plan(n, 0, embed=True).replay()
                     hidden = np.empty((n, cfg.dim), np.float32)
-                    dev.read(hidden, self.xn)
+                    dev.read(hidden, self.xn, queue=dev.queue)
                     total += hidden.sum(axis=0, dtype=np.float64)
                 return (total / len(ids)).astype(np.float32)
             finally:

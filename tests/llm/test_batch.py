@@ -248,3 +248,19 @@ def test_embedding_is_the_mean_last_hidden_state(tiny):
     tol = 2e-3 if model.kv_half else 1e-4
     np.testing.assert_allclose(e, want.numpy(), rtol=tol, atol=tol)
     assert engine.stats()["free_blocks"] == engine.stats()["total_blocks"]
+
+
+def test_engine_inside_a_stream_block(tiny):
+    """Steps inside a ``clops.stream`` block (another queue, out of order) keep their copies and
+    reads on the model's queue, in order with the step's launches: the tokens of the steps
+    outside the block, and an embedding's rows."""
+    model, _ = tiny
+    prompts = _prompts(1)
+    want = _run(_engine(model), prompts)
+    vecs = [_engine(model).embed(p) for p in prompts[:2]]
+    with clops.stream(device=model.device, out_of_order=True):
+        got = _run(_engine(model), prompts)
+        got_vecs = [_engine(model).embed(p) for p in prompts[:2]]
+    assert got == want
+    for a, b in zip(got_vecs, vecs):
+        np.testing.assert_array_equal(a, b)
