@@ -714,7 +714,7 @@ class Model:
             pos = len(ids)
             produced = 0
             stops = set(stop_ids)
-            host, ev = self._read_token(pos, last=budget == 1)
+            host, ev = self._read_token(pos, last=produced + 1 >= budget)
             t1 = None
             # PERF (CPUs): the first step is enqueued once the prompt's token is in. Enqueued
             # during the prompt, it made the prompt a tenth slower (2-core EPYC, Intel's
