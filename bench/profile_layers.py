@@ -12,7 +12,8 @@ number of context tokens, for each variant in turn at each depth (alternate them
 SLOTS, SLOTS_LONG: the registers' slots, ``layer.SLOTS`` and for long spans ``layer.SLOTS_LONG``),
 or empty for the kernel as it is.
 
-``trace``: per phase of a layer (A QKV, B attention, C output, D gate/up, E down) the median
+``trace``: per phase of a layer (A QKV, B attention, C output, D gate/up, E down; D gate/up with
+down where the down projection runs inside it, layer.cl's DFUSE) the median
 and the slowest work-group's time from leaving one grid barrier to arriving at the next, and
 the barrier's release (the median work-group's leaving after the last one arrived), from the
 GPU clock each work-group writes at its barriers (``layer.TRACE``); medians over the layers of
@@ -83,12 +84,6 @@ def depths(args) -> None:
 def trace(args) -> None:
     layer.TRACE = True  # (before the model allocates its barrier buffer)
     model, ids = _load(args.model, args.device, max(args.depths), 4)
-    if any(layer.fuses_down(model.device, ly.gate_up.parts[0][0], ly.down)
-           for ly in model.layers):
-        # (a fused layer meets four grid barriers: the phases below are read as five)
-        sys.exit("trace: these layers' down projection runs inside the [gate | up] phase "
-                 "(layer.cl's DFUSE), whose barriers this trace does not read; run it with "
-                 "CLOPS_FUSE_DOWN=0")
     groups = layer.resident_groups(model.device)
     launches = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers],
                                    layer.max_layers(model.device))
@@ -98,20 +93,27 @@ def trace(args) -> None:
                 print("(the per-layer plan meets no grid barriers: nothing to trace)")
                 continue
             _use(model, spec)
+            # a layer whose down projection runs inside the [gate | up] phase (layer.cl's
+            # DFUSE) meets four grid barriers, not five: its phases read as A B C and D
+            # (gate/up with down)
+            fused = any(layer.fuses_down(model.device, ly.gate_up.parts[0][0], ly.down)
+                        for ly in model.layers)
+            names = "ABCD" if fused else PHASES
+            per = len(names)
             list(model.generate_ids(ids[:d], max_new_tokens=4, stop_ids=[]))
             _, t = layer.read_trace(model.device, model.bar, groups)
-            work: dict[str, list[float]] = {p: [] for p in PHASES}
-            slow: dict[str, list[float]] = {p: [] for p in PHASES}
-            release: dict[str, list[float]] = {p: [] for p in PHASES}
-            wall: dict[str, list[float]] = {p: [] for p in PHASES}
+            work: dict[str, list[float]] = {p: [] for p in names}
+            slow: dict[str, list[float]] = {p: [] for p in names}
+            release: dict[str, list[float]] = {p: [] for p in names}
+            wall: dict[str, list[float]] = {p: [] for p in names}
             spans: list[float] = []
-            # the last step's barriers, launch by launch: 5 a layer but the last's
-            at = len(t) - sum(5 * len(g) - 1 for g in launches)
+            # the last step's barriers, launch by launch: per a layer but the last's
+            at = len(t) - sum(per * len(g) - 1 for g in launches)
             for g in launches:
-                n = 5 * len(g) - 1
+                n = per * len(g) - 1
                 for k in range(1, n):  # (the phase before barrier k; A of the launch's first
                     b = at + k          # layer has no barrier before it)
-                    p = PHASES[k % 5]
+                    p = names[k % per]
                     w = t[b, 0] - t[b - 1, 1]
                     work[p].append(float(np.median(w)))
                     slow[p].append(float(w.max()))
@@ -122,31 +124,31 @@ def trace(args) -> None:
             # inside attention: the last launch's units, from leaving the barrier before B
             last = launches[-1]
             pts = layer.read_attention_trace(model.device, model.bar, groups, len(last))
-            a0 = at - (5 * len(last) - 1)
+            a0 = at - (per * len(last) - 1)
             inside: list[list[float]] = [[] for _ in range(layer.ATT_POINTS + 1)]
             for li in range(len(last)):
-                leave, came = t[a0 + 5 * li, 1], t[a0 + 5 * li + 1, 0]
+                leave, came = t[a0 + per * li, 1], t[a0 + per * li + 1, 0]
                 unit = pts[li, -1] > leave
                 for k in range(layer.ATT_POINTS):
                     inside[k] += (pts[li, k][unit] - leave[unit]).tolist()
                 inside[-1] += (came[unit] - leave[unit]).tolist()
             cells = [f"{p} {statistics.median(work[p]) / 1e3:.1f}/"
                      f"{statistics.median(slow[p]) / 1e3:.1f}+"
-                     f"{statistics.median(release[p]) / 1e3:.1f}" for p in PHASES if work[p]]
+                     f"{statistics.median(release[p]) / 1e3:.1f}" for p in names if work[p]]
             print(f"after {d} tokens [{spec}], us (median group / slowest group + release): "
                   + "  ".join(cells), flush=True)
             # (wall: between the median work-group's leaving the barriers before and after)
             print(f"after {d} tokens [{spec}], us of wall time a phase: "
                   + "  ".join(f"{p} {statistics.median(wall[p]) / 1e3:.1f}"
-                              for p in PHASES if wall[p])
+                              for p in names if wall[p])
                   + "; first to last barrier of a launch: "
                   + ", ".join(f"{v / 1e3:.0f}" for v in spans), flush=True)
             if inside[0]:
-                names = ("inputs read", "tiles used", "warps' results", "stored", "arrived")
+                points = ("inputs read", "tiles used", "warps' results", "stored", "arrived")
                 print(f"after {d} tokens [{spec}], attention units, us after leaving the "
                       "barrier before B (median): " + ", ".join(
                           f"{nm} {statistics.median(v) / 1e3:.2f}"
-                          for nm, v in zip(names, inside)), flush=True)
+                          for nm, v in zip(points, inside)), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1817,6 +1817,18 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         grid_wait(bar, target);
 
         // ---- C: x += Wo . attn ----
+        // PERF (H100, 1B F16 body, decode tok/s after 128 positions, alternately in one
+        // process, 2026-11-27): the output projection inside attention instead (no barrier
+        // between B and C: OC work-groups a key-value head each running its attention and adding
+        // Wo's rows of the group at that head's columns times its values into x and h by atomic
+        // additions), the same tokens: 128 units, their rows loaded while the tiles were used,
+        // 1019-1029 against 1126-1157 (traced: the tiles 3.9 -> 6.1 us, the loads' registers
+        // spilled; the units' [gate | up] loads at the barrier after, its release 5.6 us); the rows
+        // prefetched into L2 and loaded after the tiles, the units a stage of [gate | up] 1041-1048
+        // against 1144-1149 (attention with the output 9.2 us against 12.9 for B and C, but the
+        // gate/up phase 4.6 us longer: fewer weights loaded while attention ran); 64 units (two
+        // rounds of rows, the others loading [gate | up] meanwhile) 1007-1009 against 1146-1148
+        // (the tiles 7.1 us: every load in flight holds attention's chain back).
         if (has_c) {
             ahead(0, PH_O(l), gc, w, lane, rows);
             stage(WF_O, attn, 0, HEADS * D, 0, eps, xq, xd, xs, red);
