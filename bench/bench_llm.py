@@ -107,12 +107,14 @@ def rounds_with_llama_bench(rows: list[dict], path: str, device: str | None, ids
     c_rounds = [(c["prefill_tps"], c["decode_tps"], dict(c["pp"]))]
     p_rounds = [(peer["prefill_tps"], peer["decode_tps"], dict(peer["pp"]))]
     c_samples = [c.get("pp_samples", {})]
+    p_empty = [peer.get("decode_tps_empty")]  # (llama-bench's decode from an empty context)
     for _ in range(rounds - 1):
         pre, dec, pps, smp = measure_clops(model, ids, new, prompts)
         c_rounds.append((pre, dec, pps))
         c_samples.append(smp)
         got = bench_llama_bench(binary, path, [len(ids), *prompts], new, [], extra)
         p_rounds.append((got["prefill_tps"], got["decode_tps"], got["pp"]))
+        p_empty.append(got.get("decode_tps_empty"))
     del model
     first = c["decode_tps"]
     for row, rs in ((c, c_rounds), (peer, p_rounds)):
@@ -123,6 +125,10 @@ def rounds_with_llama_bench(rows: list[dict], path: str, device: str | None, ids
     c["of_copy_bw"] *= c["decode_tps"] / first
     for r, smp in zip(c["rounds"], c_samples):
         r["pp_samples"] = smp
+    if all(v is not None for v in p_empty):
+        for r, v in zip(peer["rounds"], p_empty):
+            r["decode_tps_empty"] = v
+        peer["decode_tps_empty"] = statistics.median(p_empty)
 
 
 def bench_clops(path: str, device: str | None, ids: list[int], new: int,
@@ -282,8 +288,10 @@ def bench_llama_cpp(path: str, ids: list[int], new: int) -> dict | None:
 def bench_llama_bench(binary: str, path: str, prompts: list[int], new: int,
                       depths: list[int], extra: list[str]) -> dict:
     """llama.cpp's own benchmark (``llama-bench``) on the same file: pp (prompt tokens/s) for
-    each prompt length, tg (decode tokens/s) for ``new`` tokens after an empty context and after
-    ``depths`` tokens of context. Medians of its repetitions."""
+    each prompt length; tg (decode tokens/s) for ``new`` tokens after prompts[0] tokens of
+    context (``-d``: the positions clops decodes at after its prompt), after an empty context
+    (llama-bench's default; ``decode_tps_empty``) and after ``depths`` tokens of context.
+    Medians of its repetitions."""
     import subprocess
 
     def run(args: list[str]) -> list[dict]:
@@ -311,14 +319,17 @@ def bench_llama_bench(binary: str, path: str, prompts: list[int], new: int,
         if r.get("n_gen", 0) == 0:
             out["pp"][str(r["n_prompt"])] = tps(r)
         else:
-            out["decode_tps"] = tps(r)
+            out["decode_tps_empty"] = tps(r)
         for key in ("build_commit", "build_number", "gpu_info", "cpu_info", "backends",
                     "n_threads", "flash_attn", "type_k"):
             if key in r:
                 out.setdefault(key, r[key])
     out["prefill_tps"] = out["pp"].get(str(prompts[0]), 0.0)
-    if depths:
-        for r in run(["-p", "0", "-n", str(new), "-d", ",".join(map(str, depths))]):
+    # (decode where clops' is measured: after the prompt's tokens)
+    for r in run(["-p", "0", "-n", str(new), "-d", ",".join(map(str, [prompts[0], *depths]))]):
+        if r["n_depth"] == prompts[0]:
+            out["decode_tps"] = tps(r)
+        else:
             out["decode_at"][str(r["n_depth"])] = tps(r)
     return out
 
@@ -449,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{k['samples']} samples")
     for peer in rows[1:]:
         ratios = [f"decode {c['decode_tps'] / peer['decode_tps']:.2f}x"]
+        if peer.get("decode_tps_empty"):
+            ratios.append(f"decode beside {peer['name']}'s from an empty context "
+                          f"{c['decode_tps'] / peer['decode_tps_empty']:.2f}x")
         for n, v in peer.get("pp", {}).items():
             if n in c["pp"] and v:
                 ratios.append(f"pp{n} {c['pp'][n] / v:.2f}x")

@@ -106,6 +106,7 @@ def trace(args) -> None:
             slow: dict[str, list[float]] = {p: [] for p in names}
             release: dict[str, list[float]] = {p: [] for p in names}
             wall: dict[str, list[float]] = {p: [] for p in names}
+            each: dict[str, list[np.ndarray]] = {p: [] for p in names}
             spans: list[float] = []
             # the last step's barriers, launch by launch: per a layer but the last's
             at = len(t) - sum(per * len(g) - 1 for g in launches)
@@ -116,6 +117,7 @@ def trace(args) -> None:
                     p = names[k % per]
                     w = t[b, 0] - t[b - 1, 1]
                     work[p].append(float(np.median(w)))
+                    each[p].append(w)
                     slow[p].append(float(w.max()))
                     release[p].append(float(np.median(t[b, 1]) - t[b, 0].max()))
                     wall[p].append(float(np.median(t[b, 1]) - np.median(t[b - 1, 1])))
@@ -137,6 +139,16 @@ def trace(args) -> None:
                      f"{statistics.median(release[p]) / 1e3:.1f}" for p in names if work[p]]
             print(f"after {d} tokens [{spec}], us (median group / slowest group + release): "
                   + "  ".join(cells), flush=True)
+            if args.groups:  # (each group's median over the layers)
+                for p in names:
+                    if not each[p]:
+                        continue
+                    per_group = np.median(np.stack(each[p]), axis=0) / 1e3
+                    order = np.argsort(per_group)[::-1][:args.groups]
+                    q = np.percentile(per_group, [0, 10, 50, 90, 100])
+                    print(f"after {d} tokens [{spec}], phase {p}, us a group (min / p10 / "
+                          f"median / p90 / max): {' / '.join(f'{v:.1f}' for v in q)}; slowest: "
+                          + " ".join(f"{g}:{per_group[g]:.1f}" for g in order), flush=True)
             # (wall: between the median work-group's leaving the barriers before and after)
             print(f"after {d} tokens [{spec}], us of wall time a phase: "
                   + "  ".join(f"{p} {statistics.median(wall[p]) / 1e3:.1f}"
@@ -165,6 +177,8 @@ def main(argv: list[str] | None = None) -> None:
                        help="NAME=V;NAME=V defines, '' as it is, or plan (repeatable)")
         p.add_argument("--new", type=int, default=48)
         p.add_argument("--runs", type=int, default=3)
+        p.add_argument("--groups", type=int, default=0,
+                       help="trace: the N slowest work-groups of each phase, and percentiles")
     args = ap.parse_args(argv)
     {"depths": depths, "trace": trace}[args.cmd](args)
 

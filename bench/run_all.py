@@ -225,10 +225,13 @@ def decode_table(out: str) -> list[str]:
              f"built from {peer0.get('source', peer0.get('build_commit', '?'))}, arguments "
              f"`{' '.join(peer0.get('args', []))}`) on the same GGUF files, in the same run; "
              f"batch 1, {runs[0]['prompt_tokens']} prompt tokens, "
-             f"{runs[0]['new_tokens']} new tokens, medians"
+             f"{runs[0]['new_tokens']} new tokens, medians; llama.cpp's decode after the "
+             f"prompt's tokens of context (`-d`), where clops' is measured, and in brackets "
+             f"from an empty context (llama-bench's default)"
              + (f"; clops' KV cache {runs[0]['rows'][0]['kv_cache']}"
                 if "kv_cache" in runs[0]["rows"][0] else "") + ".", "",
-             "| model | clops decode tok/s | llama.cpp decode tok/s | clops / llama.cpp | "
+             "| model | clops decode tok/s | llama.cpp decode tok/s (from an empty context) | "
+             "clops / llama.cpp | "
              "launches/token | ms/token: host enqueue, device | of copy bw | "
              "pp128 clops / llama.cpp | pp512 clops / llama.cpp |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -241,8 +244,9 @@ def decode_table(out: str) -> list[str]:
             return f"{a:,.0f} / {b:,.0f} = {a / b:.2f}x" if a and b else ""
 
         lines.append(
-            f"| {d['model']} | {c['decode_tps']:.0f} | {p['decode_tps']:.0f} | "
-            f"**{c['decode_tps'] / p['decode_tps']:.2f}x** | {c['launches_per_step']} | "
+            f"| {d['model']} | {c['decode_tps']:.0f} | {p['decode_tps']:.0f}"
+            + (f" ({p['decode_tps_empty']:.0f})" if p.get("decode_tps_empty") else "")
+            + f" | **{c['decode_tps'] / p['decode_tps']:.2f}x** | {c['launches_per_step']} | "
             f"{c['enqueue_ms_per_step']:.2f}, {c['device_ms_per_step_no_events']:.2f} "
             f"| {c.get('of_copy_bw', 0):.2f} | {pp('128')} | {pp('512')} |")
         for depth, v in c.get("decode_at", {}).items():
