@@ -1655,6 +1655,9 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         // ---- A: qkv = Wqkv . n(x) (the first task's rows loaded before) ----
         if (has_a) {
             ahead(0, PH_QKV(l), grp, w, lane, rows);
+            // PERF (H100, 1B F16 body, decode tok/s after 128 positions, alternately in one
+            // process, 2026-11-27): an attention unit's first tile prefetched into L2 here (its
+            // loads at the barrier after this phase then L2 hits) 1133-1151 against 1143-1154.
             const float fa = stage(WF_QKV, x, l == 0 ? erow : 0, DIM, anw, eps, xq, xd, xs, red);
             for (int k = 0; TASK0(k, R_QKV, grp) < NQKV; ++k) {
                 if (k > 0) {
