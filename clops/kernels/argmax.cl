@@ -128,7 +128,10 @@ inline void head_use(const uint4 *u, int r, int r1, int lane, int lid, __local c
 // teams in turn, 81-83, against 81-82); 2 / 4 work-groups a compute unit 77.2 / 81.9 against
 // 75.0 with one; a team's 2 rows at a time 74.5, 1 75.0, 3 (through L1, registers spilled)
 // 221; float16 values by vload_half8 of a chunk rather than by pairs 74.9 (81.0 against 78.2
-// through L1).
+// through L1). The first 4096 / 8192 rows (16 / 32 MB) loaded with an L2 evict_last cache
+// policy (createpolicy, ld.global.L2::cache_hint), so that they might stay in L2 from one step
+// to the next: decode tok/s 1132-1137 / 1131-1133 against 1147-1150 (2026-11-27, alternately
+// in one process).
 // Work geometry: global (NG * NT), local (NT); NT a multiple of 32, NG <= V.
 __kernel void head_greedy(__global int *tokens, __global int *state, __global uchar *restrict seen,
                           __global float *restrict logits, int l_off, __global float *z,
