@@ -226,8 +226,8 @@ def decode_table(out: str) -> list[str]:
              f"`{' '.join(peer0.get('args', []))}`) on the same GGUF files, in the same run; "
              f"batch 1, {runs[0]['prompt_tokens']} prompt tokens, "
              f"{runs[0]['new_tokens']} new tokens, medians; llama.cpp's decode after the "
-             f"prompt's tokens of context (`-d`), where clops' is measured, and in brackets "
-             f"from an empty context (llama-bench's default)"
+             "prompt's tokens of context (`-d`), where clops' is measured, and in brackets "
+             "from an empty context (llama-bench's default)"
              + (f"; clops' KV cache {runs[0]['rows'][0]['kv_cache']}"
                 if "kv_cache" in runs[0]["rows"][0] else "") + ".", "",
              "| model | clops decode tok/s | llama.cpp decode tok/s (from an empty context) | "
