@@ -1108,7 +1108,10 @@ inline void pair_rows(int k, int w, int *rows) {
 // loaders' next pairs prefetched into L2 while attention ran as well (2 / 4 / 6 pairs a warp
 // past the registers' stages, the groups without an attention unit): 1066-1074 / 1022-1028 /
 // 1006-1014 against 1080-1089 tok/s (attention traced 8.2 -> 13.3 us at 4: the prefetches held
-// its reads back). The rest to the early loaders alone (a second pair each for some of them, none
+// its reads back); issued only once a unit had used its tiles (a second signal after GUWAIT's,
+// 2026-11-27), 1 / 2 / 4 pairs: 1132-1135 / 1033-1092 / 1083 against 1143-1146 (traced at 2: a
+// unit's tiles used 6.8 us after the barrier against 5.1; the first unit's signal let the
+// prefetches go while the others still used theirs). The rest to the early loaders alone (a second pair each for some of them, none
 // to the output phase's groups), as until 2026-11-27: traced by class of work-group, the early
 // loaders with two more pairs were the slowest (gate/up 21.3 us, the output phase's 19.2); dealt
 // as now the classes 19.5-20.2 us, and 1086-1092 -> 1104-1109 tok/s after 128 positions, after
@@ -1825,11 +1828,12 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         // between B and C: OC work-groups a key-value head each running its attention and adding
         // Wo's rows of the group at that head's columns times its values into x and h by atomic
         // additions), the same tokens: 128 units, their rows loaded while the tiles were used,
-        // 1019-1029 against 1126-1157 (traced: the tiles 3.9 -> 6.1 us, the loads' registers
-        // spilled; the units' [gate | up] loads at the barrier after, its release 5.6 us); the rows
-        // prefetched into L2 and loaded after the tiles, the units a stage of [gate | up] 1041-1048
-        // against 1144-1149 (attention with the output 9.2 us against 12.9 for B and C, but the
-        // gate/up phase 4.6 us longer: fewer weights loaded while attention ran); 64 units (two
+        // 1019-1029 against 1126-1157 (traced: the tiles 3.9 -> 6.1 us with those rows held in
+        // registers through them; the units' [gate | up] loads at the barrier after, its release
+        // 5.6 us); the rows prefetched into L2 and loaded after the tiles, the units a stage of
+        // [gate | up] 1041-1048 against 1144-1149 (attention with the output 12.4 us of wall time
+        // against 12.9 for B and C, but the gate/up phase 4.6 us longer and QKV 1.5: fewer weights
+        // loaded while attention ran, and h copied from x during QKV); 64 units (two
         // rounds of rows, the others loading [gate | up] meanwhile) 1007-1009 against 1146-1148
         // (the tiles 7.1 us: every load in flight holds attention's chain back).
         if (has_c) {
