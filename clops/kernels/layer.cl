@@ -1111,11 +1111,12 @@ inline void pair_rows(int k, int w, int *rows) {
 // its reads back); issued only once a unit had used its tiles (a second signal after GUWAIT's,
 // 2026-11-27), 1 / 2 / 4 pairs: 1132-1135 / 1033-1092 / 1083 against 1143-1146 (traced at 2: a
 // unit's tiles used 6.8 us after the barrier against 5.1; the first unit's signal let the
-// prefetches go while the others still used theirs). The rest to the early loaders alone (a second pair each for some of them, none
-// to the output phase's groups), as until 2026-11-27: traced by class of work-group, the early
-// loaders with two more pairs were the slowest (gate/up 21.3 us, the output phase's 19.2); dealt
-// as now the classes 19.5-20.2 us, and 1086-1092 -> 1104-1109 tok/s after 128 positions, after
-// 1024 991-993 -> 989-995; the same logits. Runs with every early loader a pair fewer
+// prefetches go while the others still used theirs). The rest to the early loaders alone (a
+// second pair each for some of them, none to the output phase's groups), as until 2026-11-27:
+// traced by class of work-group, the early loaders with two more pairs were the slowest
+// (gate/up 21.3 us, the output phase's 19.2); dealt as now the classes 19.5-20.2 us, and
+// 1086-1092 -> 1104-1109 tok/s after 128 positions, after 1024 991-993 -> 989-995; the same
+// logits. Runs with every early loader a pair fewer
 // (GU_ROUNDS, the full rounds 6 or 5 rather than 7, the rest to the early loaders): 1049-1064.
 // The output phase's share (256 pairs) a pair for each warp of 32 of its work-groups, against
 // spread over the warps of all 64 (GU_SPREAD): 1092-1095 against 1094-1102 tok/s after 128
