@@ -507,6 +507,12 @@ inline float stage(const int fmt, __global const float *src, __global const half
 // release after attention 1.0 -> 2.0 us). Those weights prefetched into L2 instead and loaded
 // after the input: 1053-1056 / 973-978, with QKV's 1018-1019 / 960-964 (QKV 3.6 -> 6.7 us a
 // layer). 64 KB of local memory taken and left unused changed nothing (1082-1085 / 996-1001).
+// Weights loaded with an L2 eviction policy (createpolicy.fractional and ld.global.nc's
+// L2::cache_hint; its plain L2::evict_first qualifier takes 256-bit loads alone), 2 / 3 / 4
+// chunks of 256 KB of every 64 MB evict_last (17 / 25 / 34 MB of the 1B F16 body's 2.1 GB a
+// token, the LM head's rows too: that they might stay in L2 from one step to the next) and the
+// others evict_first: 1021-1028 / 990-1006 / 1013-1036 tok/s against 1139-1153 after 128
+// positions (H100, 2026-11-27, the same tokens); the others with no policy (3 chunks) 1036-1053.
 inline uint4 wload(__global const uint4 *p) {
 #if PTX
     return ld_stream(p);
@@ -815,6 +821,10 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
 #define RPI (32 / LPR)
 #define KU (HEAD_DIM / 4)
 #define VU (LPR * VD / 4)
+// tile_use's score loop unrolled this many times (0: fully; kernels/layer.py's SCORE_UNROLL)
+#ifndef SCORE_UNROLL
+#define SCORE_UNROLL 0
+#endif
 // positions a split takes at least (short spans: fewer, fuller units)
 #ifndef SPLIT_MIN
 #define SPLIT_MIN 64
@@ -908,6 +918,17 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 // after 128 positions, 979-984 -> 969-978 after 1024, Q4_0 the same or slower; with the other
 // phases left out (PHASES=2) a tile still takes 2.0-2.3 us of one warp's dependent instructions
 // either way, so the arithmetic is not what the tile waits on.
+// The score loop unrolled twice rather than fully (SCORE_UNROLL; the tile's keys then sit in a
+// stack frame), H100, 1B F16 body, decode tok/s alternately in one process, 2026-11-27, the same
+// tokens: after 128 positions 1164-1170 (4 times 1164-1166, 8 times 1158-1162) against
+// 1139-1153, after 300 1083-1091 against 1045-1064, after 700 and 1000 the same within the
+// runs' spread (1017-1024 against 1018-1035). Traced after 128: a warp's tile longer (tiles used
+// 4.9 -> 5.6 us after the barrier) but the warps' results combined sooner (6.7 -> 6.2), and the
+// gate/up phase with the down projection 35.8 -> 34.6 us of wall time: the whole kernel's
+// registers are allocated otherwise. Slower in the kernel of 8 slots (after 1024 positions
+// 968-1020 against 1026-1039) and in Q4_0's (after 128 1936-1982 against 1987-2010): there the
+// loop stays unrolled (kernels/layer.py). The value loop unrolled twice or 4 times as well:
+// 1151-1154 against 1164-1165.
 #if PTX
 inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos, int lane,
                      __local const float *y, __local const float *kn, __local const float *vn,
@@ -917,7 +938,15 @@ inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos,
     float4 a[N_REP];
 #pragma unroll
     for (int r = 0; r < N_REP; ++r) a[r] = (float4)(0.0f);
+#if SCORE_UNROLL == 2
+#pragma unroll 2
+#elif SCORE_UNROLL == 4
+#pragma unroll 4
+#elif SCORE_UNROLL == 0
 #pragma unroll
+#else
+#error "decode_layers: SCORE_UNROLL takes 0, 2 or 4"
+#endif
     for (int d = 0; d < KU; ++d) {
         const float4 kk = j == pos ? vload4(d, kn) : kv4_f(k[d]);
 #pragma unroll

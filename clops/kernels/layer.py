@@ -191,6 +191,9 @@ SLOTS = 16
 # every model the same after 128 positions
 SLOTS_LONG = 8
 SLOTS_LONG_FROM = 1024
+# attention's score loop unrolled SCORE_UNROLL times (0: fully) in the float16 layers' kernel
+# (DFUSE) for spans shorter than SLOTS_LONG_FROM (layer.cl's tile_use says what it gained)
+SCORE_UNROLL = 2
 NW = LS // 32
 
 
@@ -393,6 +396,7 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         SPLITS_MAX=splits_max(dev, n_kv), SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
         EMB=int(embed is not None), DFUSE=int(fuse),
         **(dict(DF_T=-(-ffn // (groups * NW)) + 1) if fuse else {}),
+        **(dict(SCORE_UNROLL=SCORE_UNROLL) if fuse and not long and SCORE_UNROLL else {}),
         **kv_defines(kv_half))
     if _ptx(dev):
         # (elsewhere the kernel's default, 1: Intel's CPU compiler aborted building the float16

@@ -339,6 +339,35 @@ def test_fused_down_projection_matches_the_phases_apart(device, monkeypatch, fil
     assert np.abs(got - want).max() <= 0.015 * np.abs(want).max()
 
 
+@pytest.mark.parametrize("prompt, unrolled", [(40, 2), (700, 0)])
+def test_score_loop_unrolled_twice_where_spans_are_short(device, monkeypatch, files, prompt,
+                                                        unrolled):
+    """NVIDIA, the float16 layers' kernel (DFUSE): attention's score loop unrolled twice
+    (layer.SCORE_UNROLL) where the decode plan's span is shorter than SLOTS_LONG_FROM, fully
+    where it is not; the logits are those of the fully unrolled loop."""
+    if not layer.resident_groups(device):
+        pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
+                    "resident, or it is a CPU)")
+    monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
+    model = clops.llm.load(files["spread"], device=device, max_seq_len=1024, progress=False)
+    built: list[dict] = []
+    real = layer.kernel
+
+    def spy(*args, **defines):
+        built.append(defines)
+        return real(*args, **defines)
+
+    monkeypatch.setattr(layer, "kernel", spy)
+    ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
+    got = _step_logits(model, ids, True)
+    assert {d.get("SCORE_UNROLL", 0) for d in built if d.get("DFUSE")} == {unrolled}
+    built.clear()
+    monkeypatch.setattr(layer, "SCORE_UNROLL", 0)
+    want = _step_logits(model, ids, True)
+    assert built and all(d.get("DFUSE") and "SCORE_UNROLL" not in d for d in built)
+    assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
+
+
 def test_down_columns_are_the_weights_transposed(device):
     """layer.down_columns: the float16 down weights' columns as rows, on the device."""
     from types import SimpleNamespace
