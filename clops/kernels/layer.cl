@@ -821,7 +821,7 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
 #define RPI (32 / LPR)
 #define KU (HEAD_DIM / 4)
 #define VU (LPR * VD / 4)
-// tile_use's score loop unrolled this many times (0: fully; kernels/layer.py's SCORE_UNROLL)
+// tile_use's score loop unrolled this many times (0: fully; kernels/layer.py's SHORT_FUSED)
 #ifndef SCORE_UNROLL
 #define SCORE_UNROLL 0
 #endif
@@ -927,8 +927,8 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 // gate/up phase with the down projection 35.8 -> 34.6 us of wall time: the whole kernel's
 // registers are allocated otherwise. Slower in the kernel of 8 slots (after 1024 positions
 // 968-1020 against 1026-1039) and in Q4_0's (after 128 1936-1982 against 1987-2010): there the
-// loop stays unrolled (kernels/layer.py). The value loop unrolled twice or 4 times as well:
-// 1151-1154 against 1164-1165.
+// loop stays unrolled (kernels/layer.py's SHORT_FUSED). The value loop unrolled twice or 4 times
+// as well: 1151-1154 against 1164-1165.
 #if PTX
 inline void tile_use(const kv4_t *k, const kv4_t *v, int base, int end, int pos, int lane,
                      __local const float *y, __local const float *kn, __local const float *vn,
@@ -1154,7 +1154,12 @@ inline void pair_rows(int k, int w, int *rows) {
 // order they had finished their full rounds in the layer before (each group's clock stored after
 // them; 2026-11-27): 1051-1093 against 1106-1114 tok/s after 128 positions, 990-996 against
 // 994-1000 after 1024, the output phase's groups slower still (their class's slowest 22.0 against
-// 21.3 us); the same logits.
+// 21.3 us); the same logits. In the float16 layers' kernel (DFUSE) with attention's score loop
+// unrolled twice (tile_use), at spans under 1024 (kernels/layer.py's SHORT_FUSED), GU_DEAL 0:
+// 1176-1191 against 1160-1168 tok/s after 128 positions, 1118-1122 against 1085-1093 after 300
+// (H100, 2026-11-27, alternately in one process, the same tokens; with the loop fully unrolled
+// 1139-1153); after 1024 (8 slots) 1025-1036 against 1036, and 1B Q4_0 after 128 1993-2011
+// against 2007-2009: there it stays 1.
 #ifndef GU_DEAL
 #define GU_DEAL 1
 #endif

@@ -191,10 +191,10 @@ SLOTS = 16
 # every model the same after 128 positions
 SLOTS_LONG = 8
 SLOTS_LONG_FROM = 1024
-# attention's score loop unrolled SCORE_UNROLL times (0: fully) in the float16 layers' kernel
-# (DFUSE) for spans shorter than SLOTS_LONG_FROM (layer.cl's tile_use says what it gained); a
-# SCORE_UNROLL in EXTRA_DEFINES sets it for every build
-SCORE_UNROLL = 2
+# The float16 layers' kernel (DFUSE) for spans shorter than SLOTS_LONG_FROM: attention's score
+# loop unrolled twice, and the [gate | up] phase's last pairs to the early loaders alone (the
+# PERF notes at layer.cl's tile_use and GU_DEAL); EXTRA_DEFINES override them
+SHORT_FUSED = {"SCORE_UNROLL": 2, "GU_DEAL": 0}
 NW = LS // 32
 
 
@@ -397,8 +397,8 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         SPLITS_MAX=splits_max(dev, n_kv), SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
         EMB=int(embed is not None), DFUSE=int(fuse),
         **(dict(DF_T=-(-ffn // (groups * NW)) + 1) if fuse else {}),
-        **(dict(SCORE_UNROLL=SCORE_UNROLL) if fuse and not long and SCORE_UNROLL
-           and "SCORE_UNROLL" not in EXTRA_DEFINES else {}),
+        **({k: v for k, v in SHORT_FUSED.items() if k not in EXTRA_DEFINES}
+           if fuse and not long else {}),
         **kv_defines(kv_half))
     if _ptx(dev):
         # (elsewhere the kernel's default, 1: Intel's CPU compiler aborted building the float16

@@ -339,12 +339,13 @@ def test_fused_down_projection_matches_the_phases_apart(device, monkeypatch, fil
     assert np.abs(got - want).max() <= 0.015 * np.abs(want).max()
 
 
-@pytest.mark.parametrize("prompt, unrolled", [(40, 2), (700, 0)])
-def test_score_loop_unrolled_twice_where_spans_are_short(device, monkeypatch, files, prompt,
-                                                        unrolled):
-    """NVIDIA, the float16 layers' kernel (DFUSE): attention's score loop unrolled twice
-    (layer.SCORE_UNROLL) where the decode plan's span is shorter than SLOTS_LONG_FROM, fully
-    where it is not; the logits are those of the fully unrolled loop."""
+@pytest.mark.parametrize("prompt, short", [(40, True), (700, False)])
+def test_short_spans_build_the_fused_kernel_as_measured(device, monkeypatch, files, prompt,
+                                                       short):
+    """NVIDIA, the float16 layers' kernel (DFUSE): where the decode plan's span is shorter than
+    SLOTS_LONG_FROM it is built with layer.SHORT_FUSED's defines (attention's score loop
+    unrolled twice, the [gate | up] phase's last pairs dealt otherwise), elsewhere with the
+    kernel's own; the logits are those of the kernel's own defines."""
     if not layer.resident_groups(device):
         pytest.skip(f"{device.name}: no grid barriers (the probe found its work-groups not all "
                     "resident, or it is a CPU)")
@@ -358,16 +359,19 @@ def test_score_loop_unrolled_twice_where_spans_are_short(device, monkeypatch, fi
         built.append(defines)
         return real(*args, **defines)
 
+    def layer_builds() -> set[tuple]:  # (decode_layers' builds: DFUSE and SHORT_FUSED's keys)
+        return {(d["DFUSE"],) + tuple(d.get(k) for k in layer.SHORT_FUSED)
+                for d in built if "DFUSE" in d}
+
     monkeypatch.setattr(layer, "kernel", spy)
     ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
     got = _step_logits(model, ids, True)
-    layers = [d for d in built if "DFUSE" in d]  # (decode_layers' builds)
-    assert layers and {(d["DFUSE"], d.get("SCORE_UNROLL", 0)) for d in layers} == {(1, unrolled)}
+    assert layer_builds() == {(1,) + (tuple(layer.SHORT_FUSED.values()) if short
+                                      else (None,) * len(layer.SHORT_FUSED))}
     built.clear()
-    monkeypatch.setattr(layer, "SCORE_UNROLL", 0)
+    monkeypatch.setattr(layer, "SHORT_FUSED", {})
     want = _step_logits(model, ids, True)
-    layers = [d for d in built if "DFUSE" in d]
-    assert layers and {(d["DFUSE"], d.get("SCORE_UNROLL", 0)) for d in layers} == {(1, 0)}
+    assert layer_builds() == {(1,)}
     assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
 
 
