@@ -921,7 +921,7 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 // The score loop unrolled twice rather than fully (SCORE_UNROLL; the tile's keys then sit in a
 // stack frame), H100, 1B F16 body, decode tok/s alternately in one process, 2026-11-27, the same
 // tokens: after 128 positions 1164-1170 (4 times 1164-1166, 8 times 1158-1162) against
-// 1139-1153, after 300 1083-1091 against 1045-1064, after 700 and 1000 the same within the
+// 1139-1153, after 300 1086-1087 against 1045-1064, after 700 and 1000 the same within the
 // runs' spread (1017-1024 against 1018-1035). Traced after 128: a warp's tile longer (tiles used
 // 4.9 -> 5.6 us after the barrier) but the warps' results combined sooner (6.7 -> 6.2), and the
 // gate/up phase with the down projection 35.8 -> 34.6 us of wall time: the whole kernel's
