@@ -124,8 +124,9 @@ def measure(url: str, streams: int, new: int, words: int, rounds: int = 3) -> di
 
 def _start(cmd: list[str], cwd: str | None = None):
     """A server process of ``cmd`` (which names the port) once its /health answers: (url, its
-    log file, a stop). The log goes to a file: a pipe nobody reads fills up (64 KB) and stops
-    the server in its next write (llama-server's CUDA build logs every request)."""
+    log file, a stop, the process). The log goes to a file: a pipe nobody reads fills up
+    (64 KB) and stops the server in its next write (llama-server's CUDA build logs every
+    request)."""
     port = int(cmd[cmd.index("--port") + 1])
     log = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True, cwd=cwd)
@@ -137,25 +138,28 @@ def _start(cmd: list[str], cwd: str | None = None):
         print(log.read()[-3000:], file=sys.stderr)
         proc.kill()
         raise
-    return url, log, (lambda: (proc.terminate(), proc.wait(30), log.close()))
+    return url, log, (lambda: (proc.terminate(), proc.wait(30), log.close())), proc
 
 
-def start_clops(model: str | None, device: str | None, parallel: int, ctx: int):
+def start_clops(model: str | None, device: str | None, parallel: int, ctx: int,
+                with_process: bool = False):
     """``clops serve`` in a process of its own, as a user runs it (and as llama-server runs):
-    the clients' threads here do not share its interpreter."""
+    the clients' threads here do not share its interpreter. (url, stop, device name[, the
+    process])."""
     cmd = [sys.executable, "-m", "clops.serve", *([model] if model else []), "--port",
            str(_port()), "--parallel", str(parallel), "--ctx-size", str(ctx), "--queue", "1024",
            "--name", "m", *(["--device", device] if device else [])]
-    url, log, stop = _start(cmd, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    url, log, stop, proc = _start(cmd,
+                                  os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     log.seek(0)
     # its line "clops serve: NAME on DEVICE, N slots, URL" (a runtime's warnings may come first)
     said = next((ln for ln in log if ln.startswith("clops serve:")), "")
     dev = said.split(" on ", 1)[1].rsplit(",", 2)[0] if " on " in said else "?"
-    return url, stop, dev
+    return (url, stop, dev, proc) if with_process else (url, stop, dev)
 
 
 def start_llama(binary: str, model: str, parallel: int, ctx: int, extra: list[str]):
-    url, _, stop = _start([binary, "-m", model, "--port", str(_port()), "-np", str(parallel),
+    url, _, stop, _ = _start([binary, "-m", model, "--port", str(_port()), "-np", str(parallel),
                            "-c", str(ctx * parallel), *extra])
     return url, stop
 

@@ -134,6 +134,11 @@ def command_buffers() -> str:
     raise ValueError(f"CLOPS_COMMAND_BUFFERS={raw!r}: use 0, 1 or auto")
 
 
+def api_key() -> str | None:
+    """``CLOPS_API_KEY``: the key ``clops serve`` asks API requests for (``--api-key`` wins)."""
+    return os.environ.get("CLOPS_API_KEY") or None
+
+
 def debug_level() -> int:
     return CONFIG.debug
 

@@ -80,6 +80,9 @@ class StepOutput:
     top: list[tuple[int, float]]
     finished: bool
     reason: str | None
+    # set when this sequence failed alone (its token mask, its sampling): it is let go, and
+    # ``token`` means nothing
+    error: Exception | None = None
 
 
 @dataclass
@@ -579,7 +582,13 @@ class BatchEngine:
             row = logits[i - lo]
             top = row.max()
             z = float(top) + float(np.log(np.exp(row - top).sum(dtype=np.float64)))
-            out.append(self._choose(s, row, z))
+            try:
+                out.append(self._choose(s, row, z))
+            except Exception as e:  # noqa: BLE001 - this sequence fails, the others go on
+                self._running.pop(s.slot, None)
+                self._by_id.pop(s.id, None)
+                self._release(s)
+                out.append(StepOutput(s.id, -1, 0.0, [], True, "error", error=e))
         return out
 
     def _choose(self, s: _Seq, row: np.ndarray, lse: float) -> StepOutput:

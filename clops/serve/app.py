@@ -5,7 +5,9 @@ the API does not need), served by uvicorn.
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/completions`` (``stream`` as server-sent
 events), ``POST /v1/embeddings``, ``GET /v1/models``, ``GET /health``, ``GET /metrics``
 (Prometheus text) and the chat page at ``/``. Errors have OpenAI's body,
-``{"error": {"message", "type", "param", "code"}}``, and never stop the server.
+``{"error": {"message", "type", "param", "code"}}``, and never stop the server. Each route is
+one named function below; ``create_app`` only lists them. A client that goes away, streaming or
+not, has its sequences cancelled at once (their slots and cache blocks freed).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import json
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -34,11 +37,18 @@ from starlette.routing import Route
 from ..llm.batch import BatchEngine, SamplingParams, StepOutput
 from ..llm.tokenizer import TextStream
 from .constrain import Constraint, ConstraintError, Vocabulary, grammar_for
-from .runner import QueueFull, Runner
+from .limits import Limits, LimitsMiddleware
+from .runner import EngineDown, QueueFull, Runner
 from .tools import check_tools, parse_tool_calls
 
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>",
                 "<end_of_turn>", "<|end|>")
+# The default completion length of a request without max_tokens: OpenAI's 16 for completions;
+# chat requests run to the end of the context (or the server's --max-tokens).
+COMPLETIONS_DEFAULT_TOKENS = 16
+# Deeper JSON than this is refused (a request's tool schemas nest a few levels; templates and
+# grammars recurse on what they are given)
+MAX_JSON_DEPTH = 64
 
 
 class APIError(Exception):
@@ -101,17 +111,63 @@ def _stops(body: dict) -> list[str]:
     return [x for x in s if x]
 
 
+def _check_tree(body: Any) -> None:
+    """Refuse strings that are not text (a lone UTF-16 surrogate, which JSON's ``\\ud800``
+    escapes can carry and no tokenizer can encode) and nesting past ``MAX_JSON_DEPTH``."""
+    stack: list[tuple[Any, str, int]] = [(body, "", 0)]
+    while stack:
+        v, where, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise APIError(f"the request body nests deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise APIError(f"the string at {where or 'the top'} holds a lone surrogate "
+                               f"(U+{ord(v[e.start]):04X}): send text as valid UTF-8, or "
+                               "escape characters past U+FFFF as a pair of surrogates",
+                               param=where.split(".")[0].split("[")[0] or None) from None
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                stack.append((k, f"{where}.{k}" if where else "a key", depth + 1))
+                stack.append((x, f"{where}.{k}" if where else str(k), depth + 1))
+        elif isinstance(v, list):
+            stack += [(x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v)]
+
+
+async def _body(request: Request) -> dict:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise APIError(f"the request body nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+        raise APIError("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise APIError("the request body must be a JSON object")
+    _check_tree(body)
+    return body
+
+
 class Server:
-    """The state behind the routes: model, engine runner, counters."""
+    """The state behind the routes: model, engine runner, counters.
+
+    ``max_tokens``: the most tokens one request may ask for (None: the context);
+    ``parse_special``: read special-token text inside messages as special tokens (off: a
+    user's ``<|im_start|>`` is plain text, only the chat template's markers are special)."""
 
     def __init__(self, model: Any, parallel: int = 4, queue_limit: int = 64,
-                 model_name: str | None = None, prefill_chunk: int = 64) -> None:
+                 model_name: str | None = None, prefill_chunk: int = 64,
+                 max_tokens: int | None = None, parse_special: bool = False,
+                 on_engine_death: Callable[[BaseException], None] | None = None) -> None:
         self.model = model
         self.tok = model.tokenizer
         self.engine = BatchEngine(model, max_batch=parallel, prefill_chunk=prefill_chunk)
-        self.runner = Runner(self.engine, queue_limit)
+        self.runner = Runner(self.engine, queue_limit, on_death=on_engine_death)
         self.name = model_name or "clops"
         self.created = int(time.time())
+        self.max_tokens = max_tokens
+        self.parse_special = parse_special
         self._vocab: Vocabulary | None = None
         stops = set(self.tok.eos_ids)
         for marker in _END_OF_TURN:
@@ -148,11 +204,10 @@ class Server:
                                param="messages")
             clean.append({**m, "content": content or ""})
         try:
-            text = self.tok.apply_chat_template(clean, add_generation_prompt=True, tools=tools)
+            return self.tok.encode_chat(clean, add_generation_prompt=True, tools=tools,
+                                        parse_special=self.parse_special)
         except ValueError as e:
             raise APIError(str(e)) from None
-        bos = self.tok.token_text(self.tok.bos_id) if self.tok.bos_id is not None else None
-        return self.tok.encode(text, add_special_tokens=not (bos and text.startswith(bos)))
 
     def prompt_ids(self, prompt: Any) -> list[int]:
         if isinstance(prompt, str):
@@ -163,16 +218,24 @@ class Server:
             return self.prompt_ids(prompt[0])
         raise APIError("'prompt' must be a string or a list of token ids", param="prompt")
 
-    def budget(self, body: dict, ids: list[int]) -> int:
-        ctx = self.engine.context
+    def budget(self, body: dict, ids: list[int], chat: bool) -> int:
+        """The request's completion tokens: ``max_tokens`` (or ``max_completion_tokens``), by
+        default 16 for completions (as OpenAI's) and the rest of the context for chat, within
+        the server's ``max_tokens``."""
+        ctx, cap = self.engine.context, self.max_tokens
         if not ids:
             raise APIError("the prompt is empty", param="messages")
         if len(ids) >= ctx:
             raise APIError(f"the prompt has {len(ids)} tokens; the context is {ctx} tokens "
                            "(prompt and completion together)", code="context_length_exceeded")
         name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-        default = min(ctx - len(ids), 4096)
+        default = ctx - len(ids) if chat else min(COMPLETIONS_DEFAULT_TOKENS, ctx - len(ids))
+        if cap is not None:
+            default = min(default, cap)
         n = _get(body, name, int, default, lambda v: v >= 1, "1 or more")
+        if cap is not None and n > cap:
+            raise APIError(f"{name} {n} is more than this server gives one request ({cap} "
+                           "tokens)", param=name)
         if len(ids) + n > ctx:
             raise APIError(f"{name} {n} + {len(ids)} prompt tokens exceed the context of "
                            f"{ctx} tokens", param=name, code="context_length_exceeded")
@@ -244,6 +307,7 @@ class Server:
         return e
 
 
+
 async def _merged(gens: list[AsyncIterator[tuple[str, list[StepOutput], str | None]]],
                   ) -> AsyncIterator[tuple[int, str, list[StepOutput], str | None]]:
     """The items of several choices' generators as they come, each with its choice's index;
@@ -294,242 +358,334 @@ def _sse(obj: Any) -> str:
     return f"data: {json.dumps(obj)}\n\n"
 
 
-async def _body(request: Request) -> dict:
+# -- completions, chat and plain ------------------------------------------------------------------
+@dataclass
+class _Job:
+    """One completion request, read and checked."""
+
+    chat: bool
+    ids: list[int]
+    max_new: int
+    params: SamplingParams
+    n: int
+    stops: list[str]
+    grammar: str | None
+    tools: list[dict] | None
+    want_lp: bool
+    stream: bool
+    ignore_eos: bool
+    rid: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def kind(self) -> str:
+        return "chat.completion" if self.chat else "text_completion"
+
+    def choices(self, server: Server) -> list[AsyncIterator[tuple[str, list[StepOutput],
+                                                                  str | None]]]:
+        """A generator per choice (each with its own seed, where one was given)."""
+        base = self.params.__dict__
+        return [server.choice(self.ids, SamplingParams(**{
+                    **base, "seed": base["seed"] + i if base["seed"] is not None else None}),
+                    self.max_new, self.stops, self.grammar, self.ignore_eos)
+                for i in range(self.n)]
+
+    def usage(self, completion: int) -> dict:
+        return {"prompt_tokens": len(self.ids), "completion_tokens": completion,
+                "total_tokens": len(self.ids) + completion}
+
+
+def _job(server: Server, body: dict, chat: bool) -> _Job:
+    tools = None
+    if chat and body.get("tool_choice") != "none":
+        tools = check_tools(body.get("tools"), server.tok.chat_template)
+    ids = server.chat_ids(body, tools) if chat else server.prompt_ids(body.get("prompt"))
+    max_new = server.budget(body, ids, chat)
+    params, n = _sampling(body)
+    if chat:
+        want_lp = _get(body, "logprobs", bool, False)
+        top = _get(body, "top_logprobs", int, 0, lambda v: 0 <= v <= 20, "0 to 20")
+        params.logprobs = top if want_lp else 0
+    else:
+        lp = _get(body, "logprobs", int, None, lambda v: 0 <= v <= 5, "0 to 5")
+        want_lp = lp is not None
+        params.logprobs = lp or 0
+    grammar = grammar_for(body.get("response_format")) if chat else None
+    return _Job(chat, ids, max_new, params, n, _stops(body), grammar, tools, want_lp,
+                _get(body, "stream", bool, False), _get(body, "ignore_eos", bool, False),
+                ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24])
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _completions(request, chat=True)
+
+
+async def completions(request: Request) -> Response:
+    return await _completions(request, chat=False)
+
+
+async def _completions(request: Request, chat: bool) -> Response:
+    server: Server = request.app.state.server
+    body = await _body(request)
+    server.count("chat" if chat else "completions")
+    job = _job(server, body, chat)
+    if not server.runner.alive:
+        raise EngineDown(server.runner.health()[1])
+    if job.stream:
+        if job.grammar:  # what can fail, before the response starts
+            server.vocab()
+        return StreamingResponse(_events(server, job), media_type="text/event-stream")
+    # the client may leave while its answer is made: watch for it, and cancel the work
+    work = asyncio.ensure_future(_whole(server, job))
+    gone = asyncio.ensure_future(_until_disconnect(request))
     try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
-        raise APIError("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise APIError("the request body must be a JSON object")
-    return body
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():
+            work.cancel()
+    if work.cancelled() or not work.done():
+        server.runner.stats.disconnects += 1
+        with contextlib.suppress(asyncio.CancelledError):
+            await work  # its generators' cleanup (the sequences' cancels) runs now
+        return Response(status_code=499)  # nobody reads it
+    return work.result()
 
 
-def create_app(server: Server) -> Starlette:
-    """The ASGI app of ``server``."""
+async def _until_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
-    def guard(fn: Any) -> Any:
-        async def handler(request: Request) -> Response:
-            try:
-                return await fn(request)
-            except APIError as e:
-                server.runner.stats.errors += 1
-                return e.response()
-            except ConstraintError as e:
-                server.runner.stats.errors += 1
-                return APIError(str(e), param="response_format").response()
-            except QueueFull as e:
-                server.runner.stats.errors += 1
-                return APIError(str(e), status=429, kind="rate_limit_error").response()
-            except ValueError as e:  # the engine's own checks
-                server.runner.stats.errors += 1
-                return APIError(str(e)).response()
-            except Exception as e:  # noqa: BLE001 - reported to the client; the server goes on
-                server.runner.stats.errors += 1
-                return APIError(f"{type(e).__name__}: {e}", status=500,
-                                kind="server_error").response()
 
-        return handler
+def _chunk(server: Server, job: _Job, choices: list[dict], **extra: Any) -> str:
+    return _sse({"id": job.rid, "object": job.kind + ".chunk" if job.chat else job.kind,
+                 "created": job.created, "model": server.name, "choices": choices, **extra})
 
-    async def completions(request: Request, chat: bool) -> Response:
-        body = await _body(request)
-        server.count("chat" if chat else "completions")
-        tools = None
-        if chat and body.get("tool_choice") != "none":
-            tools = check_tools(body.get("tools"), server.tok.chat_template)
-        ids = server.chat_ids(body, tools) if chat else server.prompt_ids(body.get("prompt"))
-        max_new = server.budget(body, ids)
-        params, n = _sampling(body)
-        if chat:
-            want_lp = _get(body, "logprobs", bool, False)
-            top = _get(body, "top_logprobs", int, 0, lambda v: 0 <= v <= 20, "0 to 20")
-            params.logprobs = top if want_lp else 0
+
+async def _events(server: Server, job: _Job) -> AsyncIterator[str]:
+    """The server-sent events of a streamed request. An error once the stream has begun is
+    an event of OpenAI's error body (the status line has gone out already); a client that
+    leaves closes this generator, which cancels its sequences."""
+    finished = False
+    try:
+        async for event in _stream_events(server, job):
+            yield event
+        finished = True
+    except Exception as e:  # noqa: BLE001 - told to the client, in the stream
+        server.runner.stats.errors += 1
+        err = _as_api_error(e)
+        yield _sse({"error": {"message": str(err), "type": err.kind, "param": err.param,
+                              "code": err.code}})
+        finished = True
+    finally:
+        if not finished:
+            server.runner.stats.disconnects += 1
+
+
+async def _stream_events(server: Server, job: _Job) -> AsyncIterator[str]:
+    completion = 0
+    if job.chat:
+        for i in range(job.n):
+            yield _chunk(server, job, [{"index": i, "delta": {"role": "assistant",
+                                                              "content": ""},
+                                        "finish_reason": None}])
+    held = [""] * job.n
+    async for i, piece, toks, reason in _merged(job.choices(server)):
+        completion += len(toks)
+        if job.tools:  # the whole answer decides between content and calls
+            held[i] += piece
+            if reason is None:
+                continue
+            content, calls = parse_tool_calls(held[i], job.tools)
+            last = {"tool_calls": [{"index": j, **c} for j, c in enumerate(calls)]} \
+                if calls else {"content": content}
+            yield _chunk(server, job, [{"index": i, "delta": last,
+                                        "finish_reason": "tool_calls" if calls else reason}])
+            continue
+        if job.chat:
+            ch: dict = {"index": i, "delta": {"content": piece} if piece else {},
+                        "finish_reason": reason}
+            if job.want_lp and toks:
+                ch["logprobs"] = {"content": [server.logprob_entry(o) for o in toks]}
         else:
-            lp = _get(body, "logprobs", int, None, lambda v: 0 <= v <= 5, "0 to 5")
-            want_lp = lp is not None
-            params.logprobs = lp or 0
-        stops = _stops(body)
-        grammar = grammar_for(body.get("response_format")) if chat else None
-        stream = _get(body, "stream", bool, False)
-        ignore_eos = _get(body, "ignore_eos", bool, False)
-        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        created = int(time.time())
-        kind = "chat.completion" if chat else "text_completion"
-        seeds = [params.seed + i if params.seed is not None else None for i in range(n)]
+            ch = {"index": i, "text": piece, "finish_reason": reason}
+            if job.want_lp and toks:
+                ch["logprobs"] = _completion_logprobs(server, toks)
+        if piece or reason or ch.get("logprobs"):
+            yield _chunk(server, job, [ch])
+    yield _chunk(server, job, [], usage=job.usage(completion))
+    yield "data: [DONE]\n\n"
 
-        def params_for(i: int) -> SamplingParams:
-            return SamplingParams(**{**params.__dict__, "seed": seeds[i]})
 
-        if stream:
-            # check what can fail before the response starts
-            if grammar:
-                server.vocab()
-            gens = [server.choice(ids, params_for(i), max_new, stops, grammar, ignore_eos)
-                    for i in range(n)]
+async def _whole(server: Server, job: _Job) -> Response:
+    """The response of a request that is not streamed."""
+    texts, reasons = [""] * job.n, [None] * job.n
+    toks: list[list[StepOutput]] = [[] for _ in range(job.n)]
+    async for i, piece, t, r in _merged(job.choices(server)):
+        texts[i] += piece
+        toks[i] += t
+        reasons[i] = r or reasons[i]
+    choices = []
+    for i in range(job.n):
+        text, reason = texts[i], reasons[i]
+        if not job.chat:
+            choices.append({"index": i, "text": text, "finish_reason": reason,
+                            "logprobs": _completion_logprobs(server, toks[i])
+                            if job.want_lp else None})
+            continue
+        message: dict = {"role": "assistant", "content": text}
+        if job.tools:
+            content, calls = parse_tool_calls(text, job.tools)
+            if calls:
+                message = {"role": "assistant", "content": content, "tool_calls": calls}
+                reason = "tool_calls"
+        choices.append({"index": i, "message": message, "finish_reason": reason,
+                        "logprobs": {"content": [server.logprob_entry(o) for o in toks[i]]}
+                        if job.want_lp else None})
+    return JSONResponse({"id": job.rid, "object": job.kind, "created": job.created,
+                         "model": server.name, "choices": choices,
+                         "usage": job.usage(sum(len(t) for t in toks))})
 
-            async def events() -> AsyncIterator[str]:
-                completion = 0
-                if chat:
-                    for i in range(n):
-                        yield _sse({"id": rid, "object": "chat.completion.chunk",
-                                    "created": created, "model": server.name,
-                                    "choices": [{"index": i, "delta": {"role": "assistant",
-                                                                       "content": ""},
-                                                 "finish_reason": None}]})
-                held = [""] * n
-                async for i, piece, toks, reason in _merged(gens):
-                    completion += len(toks)
-                    if tools:  # the whole answer decides between content and calls
-                        held[i] += piece
-                        if reason is None:
-                            continue
-                        content, calls = parse_tool_calls(held[i], tools)
-                        last = {"tool_calls": [{"index": j, **c}
-                                               for j, c in enumerate(calls)]} \
-                            if calls else {"content": content}
-                        yield _sse({"id": rid, "object": kind + ".chunk",
-                                    "created": created, "model": server.name,
-                                    "choices": [{"index": i, "delta": last,
-                                                 "finish_reason": "tool_calls" if calls
-                                                 else reason}]})
-                        continue
-                    if chat:
-                        delta: dict = {"content": piece} if piece else {}
-                        ch: dict = {"index": i, "delta": delta, "finish_reason": reason}
-                        if want_lp and toks:
-                            ch["logprobs"] = {"content": [server.logprob_entry(o)
-                                                          for o in toks]}
-                    else:
-                        ch = {"index": i, "text": piece, "finish_reason": reason}
-                        if want_lp and toks:
-                            ch["logprobs"] = _completion_logprobs(server, toks)
-                    if piece or reason or ch.get("logprobs"):
-                        yield _sse({"id": rid, "object": kind + ".chunk" if chat else kind,
-                                    "created": created, "model": server.name,
-                                    "choices": [ch]})
-                yield _sse({"id": rid, "object": kind + ".chunk" if chat else kind,
-                            "created": created, "model": server.name, "choices": [],
-                            "usage": {"prompt_tokens": len(ids),
-                                      "completion_tokens": completion,
-                                      "total_tokens": len(ids) + completion}})
-                yield "data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream")
+# -- the other routes ---------------------------------------------------------------------------
+async def embeddings(request: Request) -> Response:
+    server: Server = request.app.state.server
+    body = await _body(request)
+    server.count("embeddings")
+    inp = body.get("input")
+    if isinstance(inp, str) or (isinstance(inp, list) and inp
+                                and all(isinstance(t, int) for t in inp)):
+        inp = [inp]
+    if not isinstance(inp, list) or not inp or len(inp) > 64:
+        raise APIError("'input' must be a string, a list of up to 64 strings, or token ids",
+                       param="input")
+    data, used = [], 0
+    for i, item in enumerate(inp):
+        ids = server.prompt_ids(item)
+        if len(ids) > server.engine.context:
+            raise APIError(f"input {i} has {len(ids)} tokens; the context is "
+                           f"{server.engine.context}", param="input")
+        vec = await server.runner.embed(ids)
+        used += len(ids)
+        data.append({"object": "embedding", "index": i, "embedding": [float(v) for v in vec]})
+    return JSONResponse({"object": "list", "data": data, "model": server.name,
+                         "usage": {"prompt_tokens": used, "total_tokens": used}})
 
-        texts = [""] * n
-        all_toks: list[list[StepOutput]] = [[] for _ in range(n)]
-        reasons: list[str | None] = [None] * n
-        async for i, piece, t, r in _merged(
-                [server.choice(ids, params_for(i), max_new, stops, grammar, ignore_eos)
-                 for i in range(n)]):
-            texts[i] += piece
-            all_toks[i] += t
-            reasons[i] = r or reasons[i]
-        choices, completion = [], 0
-        for i in range(n):
-            text, toks, reason = texts[i], all_toks[i], reasons[i]
-            completion += len(toks)
-            if chat:
-                message: dict = {"role": "assistant", "content": text}
-                if tools:
-                    content, calls = parse_tool_calls(text, tools)
-                    if calls:
-                        message = {"role": "assistant", "content": content,
-                                   "tool_calls": calls}
-                        reason = "tool_calls"
-                c: dict = {"index": i, "message": message, "finish_reason": reason,
-                           "logprobs": {"content": [server.logprob_entry(o) for o in toks]}
-                           if want_lp else None}
-            else:
-                c = {"index": i, "text": text, "finish_reason": reason,
-                     "logprobs": _completion_logprobs(server, toks) if want_lp else None}
-            choices.append(c)
-        return JSONResponse({"id": rid, "object": kind, "created": created,
-                             "model": server.name, "choices": choices,
-                             "usage": {"prompt_tokens": len(ids),
-                                       "completion_tokens": completion,
-                                       "total_tokens": len(ids) + completion}})
 
-    async def chat(request: Request) -> Response:
-        return await completions(request, True)
+async def models(request: Request) -> Response:
+    server: Server = request.app.state.server
+    return JSONResponse({"object": "list", "data": [
+        {"id": server.name, "object": "model", "created": server.created, "owned_by": "clops"}]})
 
-    async def complete(request: Request) -> Response:
-        return await completions(request, False)
 
-    async def embeddings(request: Request) -> Response:
-        body = await _body(request)
-        server.count("embeddings")
-        inp = body.get("input")
-        if isinstance(inp, str) or (isinstance(inp, list) and inp
-                                    and all(isinstance(t, int) for t in inp)):
-            inp = [inp]
-        if not isinstance(inp, list) or not inp or len(inp) > 64:
-            raise APIError("'input' must be a string, a list of up to 64 strings, or token "
-                           "ids", param="input")
-        data, used = [], 0
-        for i, item in enumerate(inp):
-            ids = server.prompt_ids(item)
-            if len(ids) > server.engine.context:
-                raise APIError(f"input {i} has {len(ids)} tokens; the context is "
-                               f"{server.engine.context}", param="input")
-            vec = await server.runner.embed(ids)
-            used += len(ids)
-            data.append({"object": "embedding", "index": i,
-                         "embedding": [float(v) for v in vec]})
-        return JSONResponse({"object": "list", "data": data, "model": server.name,
-                             "usage": {"prompt_tokens": used, "total_tokens": used}})
+async def health(request: Request) -> Response:
+    """200 while the engine serves; 503 with the reason when it cannot (its thread stopped,
+    a step stalled, or every recent step failed)."""
+    server: Server = request.app.state.server
+    ok, why = server.runner.health()
+    if ok:
+        try:
+            st = await server.runner.engine_stats(timeout=15.0)
+        except EngineDown as e:
+            ok, why = False, str(e)
+    if not ok:
+        return JSONResponse({"status": "error", "error": why}, status_code=503)
+    return JSONResponse({"status": "ok", "slots_idle": server.engine.max_batch - st["running"],
+                         "slots_processing": st["running"], "requests_waiting": st["waiting"]})
 
-    async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": server.name, "object": "model", "created": server.created,
-             "owned_by": "clops"}]})
 
-    async def health(request: Request) -> Response:
-        st = await server.runner.engine_stats()
-        return JSONResponse({"status": "ok", "slots_idle": server.engine.max_batch -
-                             st["running"], "slots_processing": st["running"]})
+async def metrics(request: Request) -> Response:
+    server: Server = request.app.state.server
+    st = await server.runner.engine_stats()
+    s = server.runner.stats
+    lines = ["# HELP clops_requests_total Requests received, by endpoint.",
+             "# TYPE clops_requests_total counter"]
+    lines += [f'clops_requests_total{{endpoint="{k}"}} {v}' for k, v in sorted(s.requests.items())]
+    refused = request.app.state.limits.refused
+    lines += ["# HELP clops_requests_refused_total Requests refused before they were read, by "
+              "reason.", "# TYPE clops_requests_refused_total counter"]
+    lines += [f'clops_requests_refused_total{{reason="{k}"}} {v}' for k, v in
+              sorted(refused.items())]
+    rows = [("clops_request_errors_total", "counter", "Requests refused or failed.", s.errors),
+            ("clops_client_disconnects_total", "counter", "Requests whose client left before "
+             "the answer was whole (their work cancelled).", s.disconnects),
+            ("clops_failed_steps_total", "counter", "Engine steps that failed.",
+             s.failed_steps),
+            ("clops_prompt_tokens_total", "counter", "Prompt tokens prefilled.",
+             st["prompt_tokens"]),
+            ("clops_generated_tokens_total", "counter", "Tokens generated.",
+             st["generated_tokens"]),
+            ("clops_requests_running", "gauge", "Sequences decoding now.", st["running"]),
+            ("clops_requests_waiting", "gauge", "Sequences waiting for a slot (queue depth).",
+             st["waiting"]),
+            ("clops_kv_blocks_free", "gauge", "Free KV cache blocks.", st["free_blocks"]),
+            ("clops_kv_blocks_total", "gauge", "KV cache blocks.", st["total_blocks"]),
+            ("clops_tokens_per_second", "gauge", "Generated tokens per second over the last "
+             "10 s.", round(s.rate(), 3))]
+    for name, kind, help_, v in rows:
+        lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {v}"]
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
-    async def metrics(request: Request) -> Response:
-        st = await server.runner.engine_stats()
-        s = server.runner.stats
-        lines = ["# HELP clops_requests_total Requests received, by endpoint.",
-                 "# TYPE clops_requests_total counter"]
-        lines += [f'clops_requests_total{{endpoint="{k}"}} {v}' for k, v in
-                  sorted(s.requests.items())]
-        rows = [("clops_request_errors_total", "counter", "Requests refused or failed.",
-                 s.errors),
-                ("clops_prompt_tokens_total", "counter", "Prompt tokens prefilled.",
-                 st["prompt_tokens"]),
-                ("clops_generated_tokens_total", "counter", "Tokens generated.",
-                 st["generated_tokens"]),
-                ("clops_requests_running", "gauge", "Sequences decoding now.", st["running"]),
-                ("clops_requests_waiting", "gauge", "Sequences waiting for a slot (queue "
-                 "depth).", st["waiting"]),
-                ("clops_kv_blocks_free", "gauge", "Free KV cache blocks.", st["free_blocks"]),
-                ("clops_kv_blocks_total", "gauge", "KV cache blocks.", st["total_blocks"]),
-                ("clops_tokens_per_second", "gauge", "Generated tokens per second over the "
-                 "last 10 s.", round(s.rate(), 3))]
-        for name, kind, help_, v in rows:
-            lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {v}"]
-        return PlainTextResponse("\n".join(lines) + "\n",
-                                 media_type="text/plain; version=0.0.4")
 
-    async def page(request: Request) -> Response:
-        html = resources.files(__package__).joinpath("static/index.html").read_text()
-        return HTMLResponse(html)
+async def page(request: Request) -> Response:
+    html = resources.files(__package__).joinpath("static/index.html").read_text()
+    return HTMLResponse(html)
 
-    routes = [Route("/v1/chat/completions", guard(chat), methods=["POST"]),
-              Route("/v1/completions", guard(complete), methods=["POST"]),
-              Route("/v1/embeddings", guard(embeddings), methods=["POST"]),
-              Route("/v1/models", guard(models), methods=["GET"]),
-              Route("/health", guard(health), methods=["GET"]),
-              Route("/metrics", guard(metrics), methods=["GET"]),
-              Route("/", page, methods=["GET"])]
+
+def _guarded(route: Callable[[Request], Awaitable[Response]]) -> Callable[[Request],
+                                                                           Awaitable[Response]]:
+    """The route, with every error it raises as OpenAI's error body (never a dropped
+    connection, never the server stopped)."""
+
+    async def handler(request: Request) -> Response:
+        try:
+            return await route(request)
+        except Exception as e:  # noqa: BLE001 - reported to the client; the server goes on
+            request.app.state.server.runner.stats.errors += 1
+            return _as_api_error(e).response()
+
+    handler.__name__ = route.__name__
+    return handler
+
+
+def _as_api_error(e: Exception) -> APIError:
+    """The OpenAI error of an exception raised while serving a request."""
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, ConstraintError):
+        return APIError(str(e), param="response_format")
+    if isinstance(e, QueueFull):
+        return APIError(str(e), status=429, kind="rate_limit_error")
+    if isinstance(e, EngineDown):
+        return APIError(str(e), status=503, kind="server_error", code="engine_down")
+    if isinstance(e, ValueError):  # the engine's own checks
+        return APIError(str(e))
+    return APIError(f"{type(e).__name__}: {e}", status=500, kind="server_error")
+
+
+ROUTES = [("/v1/chat/completions", chat_completions, "POST"),
+          ("/v1/completions", completions, "POST"),
+          ("/v1/embeddings", embeddings, "POST"),
+          ("/v1/models", models, "GET"),
+          ("/health", health, "GET"),
+          ("/metrics", metrics, "GET")]
+
+
+def create_app(server: Server, limits: Limits | None = None) -> Any:
+    """The ASGI app of ``server``, behind ``limits`` (an API key, body size and read time)."""
+    limits = limits or Limits()
+    routes = [Route(path, _guarded(fn), methods=[method]) for path, fn, method in ROUTES]
+    routes.append(Route("/", page, methods=["GET"]))
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         server.runner.close()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    guarded = LimitsMiddleware(app, limits)
+    app.state.server, app.state.limits = server, guarded
+    return guarded
 
 
 def _completion_logprobs(server: Server, toks: list[StepOutput]) -> dict:

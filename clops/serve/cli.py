@@ -1,50 +1,146 @@
-"""serve, cli: ``clops serve [MODEL] --host --port --parallel`` (also ``python -m clops.serve``)."""
+"""serve, cli: ``clops serve [MODEL] --host --port --parallel ...`` (``python -m clops.serve``).
+
+Every option is checked before the model loads; a mistake (an option out of range, a model
+file that is not there, a device that is not there, a model the server cannot run) ends with
+one line on stderr and status 2. If the engine's thread ever stops, the server stops too, with
+status 1, rather than answering nothing.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import Any
+
+from .. import _config
+from ..llama import USAGE_ERROR, _float, _int, _one_line, _Parser, _text
+
+PROG = "clops serve"
+MAX_PARALLEL = 1024
 
 
-def parser(prog: str = "clops serve") -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description=(
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
+    ap = _Parser(prog=prog, description=(
         "An OpenAI-compatible server (chat, completions, embeddings, models, health, metrics "
         "and a chat page at /) with continuous batching."))
     ap.add_argument("model", nargs="?", default=None,
                     help="a .gguf file or a model directory (default: the bundled SmolLM2)")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8080)
-    ap.add_argument("--parallel", "-np", type=int, default=4,
+    ap.add_argument("--host", default="127.0.0.1", type=_text("host"))
+    ap.add_argument("--port", type=_int(1, 65535), default=8080)
+    ap.add_argument("--parallel", "-np", type=_int(1, MAX_PARALLEL), default=4,
                     help="sequences decoded together (slots)")
-    ap.add_argument("--ctx-size", "-c", type=int, default=4096,
+    ap.add_argument("--ctx-size", "-c", type=_int(2), default=4096,
                     help="the longest prompt + completion, in tokens")
-    ap.add_argument("--queue", type=int, default=64,
+    ap.add_argument("--queue", type=_int(0), default=64,
                     help="requests that may wait for a slot; past it the server answers 429")
-    ap.add_argument("--device", default=None, help="an OpenCL device selector")
+    ap.add_argument("--device", default=None, type=_text("device selector"),
+                    help="an OpenCL device selector")
     ap.add_argument("--kv-cache", choices=("float16", "float32"), default=None,
                     help="type of the KV cache (default: float16 on GPUs, float32 on CPUs)")
-    ap.add_argument("--name", default=None, help="the model's name in the API")
+    ap.add_argument("--name", default=None, type=_text("name"), help="the model's name in the API")
+    limits = ap.add_argument_group("limits of a request (defaults a public server can keep)")
+    limits.add_argument("--max-tokens", type=_int(1), default=None,
+                        help="the most tokens one request may generate (default: the context). "
+                             "Without max_tokens a completion gets 16, a chat completion the "
+                             "rest of the context, within this")
+    limits.add_argument("--max-body", type=_bytes, default=8 << 20, metavar="BYTES",
+                        help="the largest request body (default 8MiB; e.g. 512KB, 16MiB): "
+                             "past it 413")
+    limits.add_argument("--timeout", type=_float(0.0, low_open=True), default=30.0,
+                        metavar="SECONDS",
+                        help="time a client has to send its request's headers, and again its "
+                             "body (default 30): past it the connection is closed (408)")
+    limits.add_argument("--api-key", default=None, type=_text("API key"),
+                        help="ask every API request for 'Authorization: Bearer KEY' (401 "
+                             "without it); also from CLOPS_API_KEY. /health and the chat page "
+                             "stay open")
+    limits.add_argument("--parse-special", action="store_true",
+                        help="read special-token text inside messages (<|im_start|>, ...) as "
+                             "special tokens, as older versions did; by default only the chat "
+                             "template's own markers are special")
     return ap
 
 
-def main(argv: list[str] | None = None, prog: str = "clops serve") -> int:
+def _bytes(raw: str) -> int:
+    try:
+        n = _config.parse_bytes(raw)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if n < 1024:
+        raise argparse.ArgumentTypeError(f"{raw!r} is too small: give at least 1KB")
+    return n
+
+
+class _Refused(Exception):
+    """What was asked cannot be served; the message says why."""
+
+
+def _load(a: argparse.Namespace) -> Any:
+    import clops
+    import clops.llm
+
+    if a.model is not None and not os.path.exists(a.model):
+        raise _Refused(f"no model at {a.model!r}: give a .gguf file or a model directory, or "
+                       "leave it out for the bundled SmolLM2")
+    try:
+        device = clops.device(a.device)
+    except (LookupError, ValueError) as e:
+        raise _Refused(str(e)) from None
+    try:
+        return clops.llm.load(a.model, device=device, max_seq_len=a.ctx_size,
+                              kv_cache=a.kv_cache)
+    except (OSError, ValueError, LookupError) as e:
+        raise _Refused(str(e)) from None
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     a = parser(prog).parse_args(argv)
     try:
         import uvicorn
     except ImportError:
-        print("clops serve needs uvicorn and starlette: pip install 'clops[serve]'",
-              file=sys.stderr)
-        return 2
-    import os
-
-    import clops.llm
-
+        print(f"{prog}: error: the server needs uvicorn and starlette: pip install "
+              "'clops[serve]'", file=sys.stderr)
+        return USAGE_ERROR
     from .app import Server, create_app
+    from .limits import Limits
 
-    model = clops.llm.load(a.model, device=a.device, max_seq_len=a.ctx_size, kv_cache=a.kv_cache)
-    name = a.name or os.path.basename(a.model or clops.llm.default_model_path())
-    server = Server(model, parallel=a.parallel, queue_limit=a.queue, model_name=name)
-    print(f"clops serve: {name} on {model.device.name}, {a.parallel} slots, "
-          f"http://{a.host}:{a.port}/", file=sys.stderr)
-    uvicorn.run(create_app(server), host=a.host, port=a.port, log_level="warning")
+    api_key = a.api_key or _config.api_key()
+    try:
+        model = _load(a)
+        name = a.name or os.path.basename(a.model or model.source_path)
+        server = Server(model, parallel=a.parallel, queue_limit=a.queue, model_name=name,
+                        max_tokens=a.max_tokens, parse_special=a.parse_special)
+    except (_Refused, ValueError) as e:
+        print(f"{prog}: error: {_one_line(str(e))}", file=sys.stderr)
+        return USAGE_ERROR
+    limits = Limits(api_key=api_key, max_body=a.max_body, read_timeout=a.timeout)
+    uv = uvicorn.Server(config(create_app(server, limits), a.host, a.port, a.timeout))
+    died: list[BaseException] = []
+
+    def engine_died(e: BaseException) -> None:
+        died.append(e)
+        uv.should_exit = True
+
+    server.runner.on_death = engine_died
+    print(f"{prog}: {name} on {model.device.name}, {a.parallel} slots, "
+          f"http://{a.host}:{a.port}/{' (API key required)' if api_key else ''}",
+          file=sys.stderr)
+    uv.run()
+    if died:
+        print(f"{prog}: stopped: the engine thread failed ({type(died[0]).__name__}: "
+              f"{_one_line(str(died[0]))})", file=sys.stderr)
+        return 1
     return 0
+
+
+def config(app: Any, host: str = "127.0.0.1", port: int = 8080, timeout: float = 30.0,
+           **kw: Any) -> Any:
+    """uvicorn's configuration for the server: its own HTTP protocol (closing connections
+    whose headers come too slowly) and quiet logs."""
+    import uvicorn
+
+    from .limits import protocol
+
+    return uvicorn.Config(app, host=host, port=port, log_level=kw.pop("log_level", "warning"),
+                          http=protocol(timeout), lifespan="on", **kw)

@@ -4,14 +4,21 @@ asyncio side are queued to it and get their tokens back through per-request asyn
 Everything that touches the engine (adding, cancelling, embedding, advancing a constraint
 after its token) runs on that thread between steps, so the engine needs no locking of its own
 and a cancelled request's slot and cache blocks are free before the next step begins.
+
+The thread outlives any one request: a request that fails (its constraint, its sampling) fails
+alone; a step that fails fails the requests in it and the thread goes on. Should the thread
+itself die (an error outside any request), every waiting caller hears of it at once, ``health``
+says so, and ``on_death`` is called (``clops serve`` then exits non-zero).
 """
 
 from __future__ import annotations
 
 import asyncio
 import queue
+import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -22,6 +29,9 @@ import numpy as np
 
 from ..llm.batch import BatchEngine, SamplingParams, StepOutput
 
+# A step that has not ended after this long while work waits: the engine is reported stalled.
+STALL_SECONDS = 120.0
+
 
 def _put_all(items: list[tuple[asyncio.Queue, Any]]) -> None:
     for q, item in items:
@@ -30,6 +40,10 @@ def _put_all(items: list[tuple[asyncio.Queue, Any]]) -> None:
 
 class QueueFull(Exception):
     """More requests are waiting than the server takes (HTTP 429)."""
+
+
+class EngineDown(RuntimeError):
+    """The engine's thread has stopped: nothing more can be generated (HTTP 503)."""
 
 
 @dataclass
@@ -47,6 +61,8 @@ class Handle:
 class Stats:
     requests: dict[str, int] = field(default_factory=dict)
     errors: int = 0
+    disconnects: int = 0
+    failed_steps: int = 0
     tokens_window: deque = field(default_factory=lambda: deque(maxlen=256))
 
     def rate(self) -> float:
@@ -61,37 +77,64 @@ class Stats:
 
 class Runner:
     """The engine's thread. ``queue_limit`` sequences may wait for a slot; past it ``submit``
-    raises ``QueueFull``."""
+    raises ``QueueFull``. ``on_death(error)`` is called (on the engine thread) if the thread
+    ever stops for an error."""
 
-    def __init__(self, engine: BatchEngine, queue_limit: int = 64) -> None:
+    def __init__(self, engine: BatchEngine, queue_limit: int = 64,
+                 on_death: Callable[[BaseException], None] | None = None) -> None:
         self.engine = engine
         self.queue_limit = queue_limit
+        self.on_death = on_death
         self.stats = Stats()
-        self._jobs: queue.Queue[Callable[[], None]] = queue.Queue()
+        self.failure: BaseException | None = None  # why the thread stopped, if it did
+        self.last_step_error: str | None = None  # the last step's error, until one succeeds
+        self._jobs: queue.Queue[tuple[Future, Callable[[], Any]]] = queue.Queue()
+        self._life = threading.Lock()  # a job is queued only while the thread serves
         self._handles: dict[int, Handle] = {}
         self._stop = False
-        self._waiting = 0  # sequences submitted and not yet given a token (approximate)
-        self._thread = threading.Thread(target=self._loop, name="clops-serve-engine",
+        self._step_started: float | None = None  # monotonic time of the step running now
+        self._thread = threading.Thread(target=self._main, name="clops-serve-engine",
                                         daemon=True)
         self._thread.start()
 
     # -- called from the asyncio side -----------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self.failure is None
+
+    def health(self) -> tuple[bool, str]:
+        """(serving, why not): the thread runs, and no step has run past ``STALL_SECONDS``."""
+        if not self.alive:
+            why = f"{type(self.failure).__name__}: {self.failure}" if self.failure else \
+                "stopped"
+            return False, f"the engine thread has stopped ({why})"
+        started = self._step_started
+        if started is not None and time.monotonic() - started > STALL_SECONDS:
+            return False, (f"the engine's step has run for {time.monotonic() - started:.0f} s "
+                           "(stalled)")
+        return True, ""
+
     def _call(self, fn: Callable[[], Any]) -> Future:
+        """Run ``fn`` on the engine's thread between steps. A future cancelled before its turn
+        (its caller gone) is skipped; one whose ``fn`` already runs is left to finish."""
         fut: Future = Future()
-
-        def job() -> None:
-            try:
-                fut.set_result(fn())
-            except BaseException as e:  # noqa: BLE001 - handed to the caller
-                fut.set_exception(e)
-
-        self._jobs.put(job)
+        with self._life:
+            if not self.alive:
+                fut.set_exception(self._down())
+            else:
+                self._jobs.put((fut, fn))
         return fut
+
+    def _down(self) -> EngineDown:
+        ok, why = self.health()
+        return EngineDown(why or "the engine thread has stopped")
 
     async def submit(self, ids: list[int], params: SamplingParams, max_new: int,
                      mask: Callable[[int], np.ndarray | None] | None = None,
                      on_token: Callable[[int], None] | None = None) -> Handle:
         """Queue a sequence; its StepOutputs arrive on the handle's queue."""
+        if not self.alive:
+            raise self._down()
         # (not engine.stats(): it waits for the engine's lock, which a step holds, and this
         # runs on the event loop that streams every other request's tokens)
         waiting = self.engine.waiting() + self._jobs.qsize()
@@ -104,10 +147,20 @@ class Runner:
         def add() -> int:
             seq = self.engine.add(ids, params, max_new, mask)
             h.seq = seq
-            self._handles[seq] = h
+            if h.done:  # cancelled meanwhile (see below): never let it run
+                self.engine.cancel(seq)
+            else:
+                self._handles[seq] = h
             return seq
 
-        await asyncio.wrap_future(self._call(add))
+        fut = self._call(add)
+        try:
+            # shielded: a caller that goes away must not leave ``add`` half done; its
+            # sequence is dropped instead, by the job queued after it
+            await asyncio.shield(asyncio.wrap_future(fut))
+        except asyncio.CancelledError:
+            self.cancel(h)
+            raise
         return h
 
     def cancel(self, h: Handle) -> None:
@@ -117,40 +170,69 @@ class Runner:
         h.done = True
 
         def drop() -> None:
-            self._handles.pop(h.seq, None)
-            self.engine.cancel(h.seq)
+            if h.seq >= 0:
+                self._handles.pop(h.seq, None)
+                self.engine.cancel(h.seq)
 
         self._call(drop)
 
     async def embed(self, ids: list[int]) -> np.ndarray:
         return await asyncio.wrap_future(self._call(lambda: self.engine.embed(ids)))
 
-    async def engine_stats(self) -> dict[str, int]:
-        return await asyncio.wrap_future(self._call(self.engine.stats))
+    async def engine_stats(self, timeout: float = 30.0) -> dict[str, int]:
+        """The engine's counters, read between steps; ``EngineDown`` if the thread has
+        stopped or does not answer within ``timeout`` seconds."""
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(self._call(self.engine.stats)),
+                                          timeout)
+        except TimeoutError:
+            raise EngineDown(f"the engine did not answer within {timeout:.0f} s") from None
 
     def close(self) -> None:
         self._stop = True
-        self._jobs.put(lambda: None)
+        self._jobs.put((Future(), lambda: None))
         self._thread.join(timeout=30)
 
     # -- the engine's thread -----------------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # noqa: BLE001 - the thread is ending: say why, everywhere
+            with self._life:
+                self.failure = e
+            print("clops serve: the engine thread stopped:", file=sys.stderr)
+            traceback.print_exception(e, file=sys.stderr)
+            self._fail_all(EngineDown(f"the engine thread has stopped ({type(e).__name__}: "
+                                      f"{e})"))
+            self._fail_jobs()
+            if self.on_death is not None:
+                try:
+                    self.on_death(e)
+                except Exception:  # noqa: BLE001 - nothing more to do on a dying thread
+                    traceback.print_exc()
+
     def _loop(self) -> None:
         while not self._stop:
             block = not self.engine.has_work()
             try:
-                job = self._jobs.get(block=block, timeout=None if block else 0)
-                job()
+                _run(*self._jobs.get(block=block, timeout=None if block else 0))
                 while True:  # every queued job before the next step
-                    self._jobs.get_nowait()()
+                    _run(*self._jobs.get_nowait())
             except queue.Empty:
                 pass
             if self._stop or not self.engine.has_work():
                 continue
+            self._step_started = time.monotonic()
             try:
                 outs = self.engine.step()
-            except Exception as e:  # noqa: BLE001 - every request in flight hears of it
+            except Exception as e:  # noqa: BLE001 - every request in the step hears of it
+                self.stats.failed_steps += 1
+                self.last_step_error = f"{type(e).__name__}: {e}"
                 self._fail_all(e)
                 continue
+            finally:
+                self._step_started = None
+            self.last_step_error = None
             if outs:
                 self.stats.tokens_window.append((time.monotonic(), len(outs)))
             # one wake-up of each event loop for the step's tokens, not one per token
@@ -162,7 +244,17 @@ class Runner:
     def _hand_over(self, by_loop: dict[asyncio.AbstractEventLoop,
                                        list[tuple[asyncio.Queue, Any]]]) -> None:
         for loop, items in by_loop.items():
-            loop.call_soon_threadsafe(_put_all, items)
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # that event loop is closed: its requests are gone
+                for q in {id(q): q for q, _ in items}.values():
+                    self._forget_queue(q)
+
+    def _forget_queue(self, q: asyncio.Queue) -> None:
+        for seq, h in list(self._handles.items()):
+            if h.queue is q:
+                self._handles.pop(seq, None)
+                self.engine.cancel(seq)
 
     def _deliver(self, o: StepOutput,
                  by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Any]]],
@@ -171,6 +263,10 @@ class Runner:
         if h is None:
             return
         items = by_loop.setdefault(h.loop, [])
+        if o.error is not None:  # this sequence failed alone (the engine let it go)
+            self._handles.pop(o.seq, None)
+            items.append((h.queue, o.error))
+            return
         if h.on_token is not None and not o.finished:
             try:
                 h.on_token(o.token)
@@ -183,8 +279,36 @@ class Runner:
             self._handles.pop(o.seq, None)
         items.append((h.queue, o))
 
-    def _fail_all(self, e: Exception) -> None:
+    def _fail_all(self, e: BaseException) -> None:
         for seq, h in list(self._handles.items()):
-            self.engine.cancel(seq)
-            h.loop.call_soon_threadsafe(h.queue.put_nowait, e)
+            try:
+                self.engine.cancel(seq)
+            except Exception:  # noqa: BLE001 - the engine may be what failed
+                pass
+            try:
+                h.loop.call_soon_threadsafe(h.queue.put_nowait, e)
+            except RuntimeError:  # its event loop is closed
+                pass
         self._handles.clear()
+
+    def _fail_jobs(self) -> None:
+        """Jobs still queued when the thread stops: their callers hear why, not nothing."""
+        while True:
+            try:
+                fut, _ = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(self._down())
+
+
+def _run(fut: Future, fn: Callable[[], Any]) -> None:
+    """One job: skipped if its caller cancelled it while it waited."""
+    if not fut.set_running_or_notify_cancel():
+        return
+    try:
+        result = fn()
+    except BaseException as e:  # noqa: BLE001 - handed to the caller
+        fut.set_exception(e)
+    else:
+        fut.set_result(result)

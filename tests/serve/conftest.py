@@ -14,14 +14,15 @@ uvicorn = pytest.importorskip("uvicorn")
 
 
 class Running:
-    def __init__(self, app, server) -> None:
+    def __init__(self, app, server, **kw) -> None:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         sock.close()
         self.server = server
-        self.uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
-                                                log_level="error", lifespan="on"))
+        from clops.serve.cli import config
+
+        self.uv = uvicorn.Server(config(app, port=self.port, log_level="error", **kw))
         self.thread = threading.Thread(target=self.uv.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30
@@ -36,8 +37,10 @@ class Running:
         self.thread.join(timeout=30)
 
 
-def start(model, **kw) -> Running:
+def start(model, limits=None, timeout: float = 30.0, **kw) -> Running:
+    """A server of ``model`` (``kw``: ``Server``'s options) behind ``limits``; ``timeout``:
+    the seconds a client has for its headers."""
     from clops.serve import Server, create_app
 
     server = Server(model, **kw)
-    return Running(create_app(server), server)
+    return Running(create_app(server, limits), server, timeout=timeout)

@@ -1,0 +1,157 @@
+"""serve, limits: what the server takes from a client before a route sees the request: an API key,
+a body no larger than ``max_body`` bytes read within ``read_timeout`` seconds (an ASGI
+middleware), and request headers within ``read_timeout`` seconds of a connection's start or its
+last response (a uvicorn protocol; uvicorn alone keeps a connection that drips header lines
+open for ever).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may be. ``api_key`` None: no key asked. ``open_paths`` answer without
+    a key (the health check and the chat page; the page asks for the key itself)."""
+
+    api_key: str | None = None
+    max_body: int = 8 << 20
+    read_timeout: float = 30.0
+    open_paths: tuple[str, ...] = ("/", "/health")
+
+
+def _error(status: int, message: str, kind: str, code: str | None) -> tuple[dict, bytes]:
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None,
+                                 "code": code}}).encode()
+    start = {"type": "http.response.start", "status": status,
+             "headers": [(b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode()),
+                         # the rest of the body is not read: the connection cannot go on
+                         (b"connection", b"close")]}
+    return start, body
+
+
+async def _refuse(send: Any, status: int, message: str, kind: str = "invalid_request_error",
+                  code: str | None = None, extra: list[tuple[bytes, bytes]] = ()) -> None:
+    start, body = _error(status, message, kind, code)
+    start["headers"] += list(extra)
+    await send(start)
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class LimitsMiddleware:
+    """Checks the key, reads the whole body under the limits, then hands the app the body as
+    one message (and the client's later messages, such as its disconnect, as they come)."""
+
+    def __init__(self, app: Any, limits: Limits) -> None:
+        self.app, self.limits = app, limits
+        self.refused: dict[str, int] = {"unauthorized": 0, "too_large": 0, "timeout": 0}
+
+    def _authorized(self, scope: dict) -> bool:
+        key = self.limits.api_key
+        if key is None or scope["path"] in self.limits.open_paths or scope["method"] == "OPTIONS":
+            return True
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, given = value.decode("latin-1").partition(" ")
+                return scheme.lower() == "bearer" and hmac.compare_digest(
+                    given.strip().encode(), key.encode())
+        return False
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        lim = self.limits
+        if not self._authorized(scope):
+            self.refused["unauthorized"] += 1
+            await _refuse(send, 401, "a valid API key is required: send 'Authorization: "
+                          "Bearer <key>' (the key the server was started with)",
+                          code="invalid_api_key",
+                          extra=[(b"www-authenticate", b'Bearer realm="clops"')])
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > lim.max_body:
+                self.refused["too_large"] += 1
+                await _refuse(send, 413, f"the request body has {int(value)} bytes; this "
+                              f"server takes at most {lim.max_body}", code="body_too_large")
+                return
+        body = bytearray()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + lim.read_timeout
+        while True:
+            try:
+                msg = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.0))
+            except TimeoutError:
+                self.refused["timeout"] += 1
+                await _refuse(send, 408, f"the request body did not arrive within "
+                              f"{lim.read_timeout:g} s", code="request_timeout")
+                return
+            if msg["type"] == "http.disconnect":
+                return
+            body += msg.get("body", b"")
+            if len(body) > lim.max_body:
+                self.refused["too_large"] += 1
+                await _refuse(send, 413, f"the request body is larger than {lim.max_body} "
+                              "bytes, the most this server takes", code="body_too_large")
+                return
+            if not msg.get("more_body", False):
+                break
+        whole: dict | None = {"type": "http.request", "body": bytes(body), "more_body": False}
+        del body
+
+        async def replay() -> dict:
+            nonlocal whole
+            if whole is not None:
+                msg, whole = whole, None
+                return msg
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request headers have not all come
+    within ``header_timeout`` seconds of its start or of its last response."""
+
+    header_timeout = 30.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        if getattr(self, "_header_timer", None) is not None:
+            self._header_timer.cancel()  # type: ignore[union-attr]
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_late)
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        # IDLE: no whole request line and headers since the connection or the last response
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if getattr(self, "_header_timer", None) is not None:
+            self._header_timer.cancel()  # type: ignore[union-attr]
+            self._header_timer = None
+        super().connection_lost(exc)
+
+
+def protocol(header_timeout: float) -> type[TimedH11Protocol]:
+    """The protocol class for uvicorn's ``http=`` with this header timeout."""
+    return type("ClopsH11Protocol", (TimedH11Protocol,), {"header_timeout": header_timeout})
