@@ -84,7 +84,7 @@ class Tally:
 
 
 def client(url: str, i: int, stop: float, new: int, words: int, leave: float,
-           tally: Tally) -> None:
+           temperature: float, tally: Tally) -> None:
     """One client's requests until ``stop``: each streamed to its end, or left early."""
     rng = random.Random(i)
     with httpx.Client(timeout=600) as c:
@@ -92,7 +92,7 @@ def client(url: str, i: int, stop: float, new: int, words: int, leave: float,
         while time.monotonic() < stop:
             n += 1
             body = {"prompt": _prompt(i * 1000 + n, words), "max_tokens": new,
-                    "temperature": 0.7, "seed": n, "stream": True, "ignore_eos": True}
+                    "temperature": temperature, "seed": n, "stream": True, "ignore_eos": True}
             quit_after = rng.randrange(new) if rng.random() < leave else None
             got, ended = 0, False
             try:
@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the fraction of requests whose client leaves early")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--prompt-words", type=int, default=48)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="0: greedy rows (the device chooses their tokens); above 0, rows "
+                         "sampled on the host")
     ap.add_argument("--every", type=float, default=30.0, help="seconds between samples")
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--json", default="bench/results/soak.json")
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         stop = t0 + 60 * a.minutes
         with ThreadPoolExecutor(a.streams) as ex:
             futs = [ex.submit(client, url, i, stop, a.new_tokens, a.prompt_words, a.leave,
-                              tally) for i in range(a.streams)]
+                              a.temperature, tally) for i in range(a.streams)]
             last_t, last_tokens = t0, _metrics(url)["clops_generated_tokens_total"]
             print(f"{'min':>5} {'tok/s':>8} {'RSS MiB':>8} {'device MiB':>10} {'running':>7} "
                   f"{'waiting':>7} {'done':>6} {'left':>5} {'errors':>6}", flush=True)
@@ -199,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                "device_flat": flat("device"), "no_errors": not tally.errors,
                "idle_after": bool(idle), "healthy_after": health.status_code == 200}
     print(f"{os.path.basename(model)} on {dev}, {a.streams} streams, {a.minutes:g} min, "
-          f"{a.leave:.0%} of requests left early, {platform.machine()}")
+          f"{a.leave:.0%} of requests left early, temperature {a.temperature:g}, "
+          f"{platform.machine()}")
     print(f"requests done {tally.done}, left early {tally.left}, errors {len(tally.errors)}; "
           f"tok/s first third {first:.1f}, last third {lastq:.1f}; RSS {base['rss'] / 2**20:.0f}"
           f" -> {samples[-1]['rss'] / 2**20:.0f} MiB")
@@ -211,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(a.json, "w") as f:
         json.dump({"bench": "soak_serve", "model": os.path.basename(model), "device": dev,
                    "streams": a.streams, "minutes": a.minutes, "leave": a.leave,
+                   "temperature": a.temperature,
                    "new_tokens": a.new_tokens, "done": tally.done, "left": tally.left,
                    "errors": tally.errors[:100], "samples": samples, "verdict": verdict},
                   f, indent=1)

@@ -580,7 +580,7 @@ async def models(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     """200 while the engine serves; 503 with the reason when it cannot (its thread stopped,
-    a step stalled, or every recent step failed)."""
+    a step stalled, or the last few steps all failed)."""
     server: Server = request.app.state.server
     ok, why = server.runner.health()
     if ok:

@@ -31,6 +31,9 @@ from ..llm.batch import BatchEngine, SamplingParams, StepOutput
 
 # A step that has not ended after this long while work waits: the engine is reported stalled.
 STALL_SECONDS = 120.0
+# Steps failed one after another before the engine is reported unable to serve (one failed
+# step is a request's bad luck; several in a row, a device that no longer works)
+FAILED_STEPS_DOWN = 3
 
 
 def _put_all(items: list[tuple[asyncio.Queue, Any]]) -> None:
@@ -88,6 +91,7 @@ class Runner:
         self.stats = Stats()
         self.failure: BaseException | None = None  # why the thread stopped, if it did
         self.last_step_error: str | None = None  # the last step's error, until one succeeds
+        self.failed_in_row = 0
         self._jobs: queue.Queue[tuple[Future, Callable[[], Any]]] = queue.Queue()
         self._life = threading.Lock()  # a job is queued only while the thread serves
         self._handles: dict[int, Handle] = {}
@@ -103,7 +107,8 @@ class Runner:
         return self._thread.is_alive() and self.failure is None
 
     def health(self) -> tuple[bool, str]:
-        """(serving, why not): the thread runs, and no step has run past ``STALL_SECONDS``."""
+        """(serving, why not): the thread runs, no step has run past ``STALL_SECONDS``, and
+        the last ``FAILED_STEPS_DOWN`` steps have not all failed."""
         if not self.alive:
             why = f"{type(self.failure).__name__}: {self.failure}" if self.failure else \
                 "stopped"
@@ -112,6 +117,8 @@ class Runner:
         if started is not None and time.monotonic() - started > STALL_SECONDS:
             return False, (f"the engine's step has run for {time.monotonic() - started:.0f} s "
                            "(stalled)")
+        if self.failed_in_row >= FAILED_STEPS_DOWN:
+            return False, (f"the last {self.failed_in_row} steps failed ({self.last_step_error})")
         return True, ""
 
     def _call(self, fn: Callable[[], Any]) -> Future:
@@ -227,12 +234,13 @@ class Runner:
                 outs = self.engine.step()
             except Exception as e:  # noqa: BLE001 - every request in the step hears of it
                 self.stats.failed_steps += 1
+                self.failed_in_row += 1
                 self.last_step_error = f"{type(e).__name__}: {e}"
                 self._fail_all(e)
                 continue
             finally:
                 self._step_started = None
-            self.last_step_error = None
+            self.last_step_error, self.failed_in_row = None, 0
             if outs:
                 self.stats.tokens_window.append((time.monotonic(), len(outs)))
             # one wake-up of each event loop for the step's tokens, not one per token

@@ -498,3 +498,24 @@ def test_default_and_most_tokens_a_request_gets(model):
         assert r.status_code == 400 and "40 tokens" in r.json()["error"]["message"]
     finally:
         run.stop()
+
+
+def test_steps_failing_in_a_row_fail_health_until_one_succeeds(srv, want, monkeypatch):
+    engine = srv.server.engine
+
+    def broken(*args, **kw):
+        raise RuntimeError("CL_OUT_OF_RESOURCES")
+
+    monkeypatch.setattr(engine, "step", broken)
+    for i in range(3):
+        assert httpx.get(srv.url + "/health").status_code == 200
+        r = httpx.post(srv.url + "/v1/completions", timeout=60,
+                       json={"prompt": f"w{i}", "max_tokens": 3})
+        assert r.status_code == 500
+    h = httpx.get(srv.url + "/health")
+    assert h.status_code == 503 and "the last 3 steps failed" in h.json()["error"] and \
+        "CL_OUT_OF_RESOURCES" in h.json()["error"]
+    monkeypatch.undo()
+    assert httpx.post(srv.url + "/v1/completions", timeout=60,
+                      json={"prompt": "w1", "max_tokens": 3}).status_code == 200
+    _whole_again(srv, want)
