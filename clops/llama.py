@@ -158,10 +158,7 @@ def _prompt_tokens(model: Model, prompt: str, chat: bool) -> int:
     tok = model.tokenizer
     if not chat:
         return len(tok.encode(prompt, add_special_tokens=True))
-    text = tok.apply_chat_template([{"role": "user", "content": prompt}],
-                                   add_generation_prompt=True)
-    bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else None
-    return len(tok.encode(text, add_special_tokens=not (bos and text.startswith(bos))))
+    return len(tok.encode_chat([{"role": "user", "content": prompt}], add_generation_prompt=True))
 
 
 def _run(args: argparse.Namespace) -> int:

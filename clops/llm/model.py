@@ -781,9 +781,8 @@ class Model:
         if chat or isinstance(prompt, list):
             messages = prompt if isinstance(prompt, list) else [
                 {"role": "user", "content": prompt}]
-            text = tok.apply_chat_template(messages, add_generation_prompt=True)
-            bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else None
-            ids = tok.encode(text, add_special_tokens=not (bos and text.startswith(bos)))
+            # the messages' text stays text: a role marker typed in one opens no turn
+            ids = tok.encode_chat(messages, add_generation_prompt=True)
             for marker in _END_OF_TURN:
                 tid = tok.backend.token_to_id(marker)
                 if tid is not None:

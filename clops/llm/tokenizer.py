@@ -8,8 +8,8 @@ import functools
 import heapq
 import json
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
@@ -52,6 +52,79 @@ def byte_alphabet() -> dict[int, str]:
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
+class Encoder(Protocol):
+    """Text -> ids, matching special tokens in the text or (``parse_special=False``) not."""
+
+    def __call__(self, text: str, parse_special: bool = True) -> list[int]: ...
+
+
+class SpecialMatch(NamedTuple):
+    """A special token found in a text: its span there and its id."""
+
+    start: int
+    end: int
+    id: int
+
+
+class SpecialTokens:
+    """Where the special tokens of a vocabulary are in a text, found as the ``tokenizers``
+    library finds its added tokens: leftmost, then longest, spans that do not overlap."""
+
+    def __init__(self, tokens: dict[str, tuple[int, bool, bool]]) -> None:
+        self.tokens = tokens  # text -> (id, lstrip, rstrip)
+        self.lengths = sorted({len(t) for t in tokens}, reverse=True)
+        # where a token may start: one class of characters, found at C speed
+        firsts = "".join(re.escape(c) for c in sorted({t[0] for t in tokens}))
+        self.firsts = re.compile(f"[{firsts}]" if firsts else "(?!)")
+        # what a string may end (begin) with to make one with the text after (before) it
+        self.heads = {t[:k] for t in tokens for k in range(1, len(t))}
+        self.tails = {t[k:] for t in tokens for k in range(1, len(t))}
+        self.longest = max(self.lengths, default=0)
+
+    def find(self, text: str, start: int = 0, end: int | None = None) -> Iterator[SpecialMatch]:
+        """The special tokens in ``text[start:end]``, spans as in ``text``."""
+        end = len(text) if end is None else end
+        pos = start
+        while True:
+            m = self.firsts.search(text, pos, end)
+            if m is None:
+                return
+            at = m.start()
+            for n in self.lengths:
+                if at + n <= end and text[at:at + n] in self.tokens:
+                    yield SpecialMatch(at, at + n, self.tokens[text[at:at + n]][0])
+                    pos = at + n
+                    break
+            else:
+                pos = at + 1
+
+    def contains(self, text: str) -> bool:
+        return next(self.find(text), None) is not None
+
+    def pieces(self, text: str) -> list[tuple[int, int]]:
+        """The spans of ``text`` that must stay text beside a template's own text: its special
+        tokens, and an end (a start) that could make one with the text after (before) it, the
+        longest such, whitespace aside (templates trim it). Sorted and disjoint."""
+        spans = [(m.start, m.end) for m in self.find(text)]
+        body = text.rstrip()
+        for k in range(min(len(body), self.longest - 1), 0, -1):
+            if body[-k:] in self.heads:
+                spans.append((len(body) - k, len(body)))
+                break
+        lead = len(text) - len(text.lstrip())
+        for k in range(min(len(text) - lead, self.longest - 1), 0, -1):
+            if text[lead:lead + k] in self.tails:
+                spans.append((lead, lead + k))
+                break
+        merged: list[tuple[int, int]] = []
+        for start, end in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+            else:
+                merged.append((start, end))
+        return merged
+
+
 class TextTokenizer:
     """Text <-> token ids, with the special tokens and chat template of a model.
 
@@ -62,7 +135,7 @@ class TextTokenizer:
 
     def __init__(self, backend: Tokenizer, bos_id: int | None, eos_ids: Sequence[int],
                  add_bos: bool, chat_template: str | None,
-                 encoder: Callable[[str], list[int]] | None = None) -> None:
+                 encoder: Encoder | None = None) -> None:
         self.backend = backend
         # text -> ids where the backend's own model cannot do it exactly (SentencePiece BPE)
         self.encoder = encoder
@@ -76,9 +149,14 @@ class TextTokenizer:
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of ``text``; BOS is prepended only when asked and the model wants it."""
-        if self.encoder is not None:
+    def encode(self, text: str, add_special_tokens: bool = False,
+               parse_special: bool = True) -> list[int]:
+        """Token ids of ``text``; BOS is prepended only when asked and the model wants it.
+        Special tokens written in the text become their ids, or (``parse_special=False``)
+        plain text."""
+        if not parse_special:
+            ids = self._encode_plain(text, True)
+        elif self.encoder is not None:
             ids = self.encoder(text)
         else:
             ids = self.backend.encode(text, add_special_tokens=False).ids
@@ -113,6 +191,155 @@ class TextTokenizer:
         eos = self.token_text(self.eos_ids[0]) if self.eos_ids else ""
         return render(self.chat_template, messages, add_generation_prompt, bos or "", eos or "",
                       tools=tools)
+
+    def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                    tools: list[dict[str, Any]] | None = None,
+                    parse_special: bool = False) -> list[int]:
+        """Token ids of the conversation rendered with the chat template, with BOS first
+        where the model wants one and the rendered text does not start with it. The template's
+        own markers are special tokens; text that came in the messages or ``tools`` (any
+        string: contents, text parts, tool descriptions) is tokenized as text, even where it
+        spells a special token, so that a message cannot open a turn of its own.
+        ``parse_special=True`` tokenizes the whole rendered text with its special tokens, as
+        the text is (what a server that trusts its clients may want).
+
+        Conversations whose strings spell no special token get exactly the ids of the whole
+        rendered text. Raises ``ValueError`` when a string spells one and the template rewrote
+        or tested it, so that it cannot be told apart from the template's own text.
+
+        >>> ids = tok.encode_chat([{"role": "user", "content": "Hi"}])
+        """
+        text = self.apply_chat_template(messages, add_generation_prompt, tools)
+        bos = self._bos_text()
+
+        def whole() -> list[int]:
+            return self.encode(text, add_special_tokens=not (bos and text.startswith(bos)))
+
+        specials = self.special_tokens
+        if parse_special or not specials.tokens:
+            return whole()
+        strings = list(_strings([messages, tools]))
+        if not any(specials.pieces(s) for s in strings):
+            return whole()
+        from .chat import locate
+
+        eos = self.token_text(self.eos_ids[0]) if self.eos_ids else ""
+        spans = locate(self.chat_template or "", messages, text, specials.pieces,
+                       add_generation_prompt, bos or "", eos or "", tools=tools)
+        if spans is None:
+            hostile = next((s for s in strings if specials.contains(s)), None)
+            if hostile is None:
+                # only a string's end that could make a token with the template's text: the
+                # text as it is (no string spells a special token itself)
+                return whole()
+            token = next(specials.find(hostile))
+            raise ValueError(
+                f"the conversation holds the text of the special token "
+                f"{hostile[token.start:token.end]!r}, and this chat template rewrites or tests "
+                "that text, so that it cannot be kept apart from the template's own markers; "
+                "take the token's text out of the message")
+        if not any(_overlaps(m, spans) for m in specials.find(text)):
+            return whole()  # the strings' pieces make no special token here: as before
+        return self._encode_apart(text, spans, bos)
+
+    def _encode_apart(self, text: str, spans: list[tuple[int, int]],
+                      bos: str | None) -> list[int]:
+        """``text`` with special tokens only outside ``spans``; the text between two of them
+        is tokenized as a whole, as ``encode`` tokenizes the text between special tokens."""
+        specials = self.special_tokens
+        cuts: list[SpecialMatch] = []
+        pos = 0
+        for start, end in [*spans, (len(text), len(text))]:
+            cuts.extend(specials.find(text, pos, start))
+            pos = end
+        ids: list[int] = []
+        template_bos = bool(bos) and text.startswith(bos or "") and (
+            not spans or spans[0][0] >= len(bos or ""))
+        if self.add_bos and self.bos_id is not None and not template_bos:
+            ids.append(self.bos_id)
+        pos = 0
+        for k, cut in enumerate(cuts):
+            # a token with lstrip/rstrip takes the whitespace beside it, as the backend's own
+            # matching does
+            _, lstrip, rstrip = specials.tokens[text[cut.start:cut.end]]
+            start, end = cut.start, cut.end
+            limit = cuts[k + 1].start if k + 1 < len(cuts) else len(text)
+            while lstrip and start > pos and text[start - 1].isspace():
+                start -= 1
+            while rstrip and end < limit and text[end].isspace():
+                end += 1
+            if start > pos:
+                ids += self._encode_plain(text[pos:start], pos == 0)
+            ids.append(cut.id)
+            pos = end
+        if pos < len(text):
+            ids += self._encode_plain(text[pos:], pos == 0)
+        return ids
+
+    def _bos_text(self) -> str | None:
+        return self.token_text(self.bos_id) if self.bos_id is not None else None
+
+    @functools.cached_property
+    def special_tokens(self) -> SpecialTokens:
+        """The special tokens that ``encode`` finds in text."""
+        tokens: dict[str, tuple[int, bool, bool]] = {}
+        for tid, added in sorted(self.backend.get_added_tokens_decoder().items()):
+            if added.special and added.content:
+                tokens.setdefault(added.content, (tid, added.lstrip, added.rstrip))
+        return SpecialTokens(tokens)
+
+    def _encode_plain(self, text: str, at_start: bool) -> list[int]:
+        """Ids of ``text`` with no special token matched; ``at_start``: the text begins the
+        whole text to encode (a Metaspace pre-tokenizer puts its space before that alone)."""
+        if self.encoder is not None:
+            return self.encoder(text, parse_special=False)
+        first, later = self._plain_backends
+        return (first if at_start else later).encode(text, add_special_tokens=False).ids
+
+    @functools.cached_property
+    def _plain_backends(self) -> tuple[Tokenizer, Tokenizer]:
+        # NOTE: copies with encode_special_tokens set, so that the backend other threads use
+        # is never changed
+        data = json.loads(self.backend.to_str())
+        first = Tokenizer.from_str(json.dumps(data))
+        first.encode_special_tokens = True
+        if not _prepend_first_to_never(data.get("pre_tokenizer")):
+            return first, first
+        later = Tokenizer.from_str(json.dumps(data))
+        later.encode_special_tokens = True
+        return first, later
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in nested lists and dicts (keys too)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+
+
+def _overlaps(match: SpecialMatch, spans: list[tuple[int, int]]) -> bool:
+    return any(match.start < end and start < match.end for start, end in spans)
+
+
+def _prepend_first_to_never(pre: Any) -> bool:
+    """Turns a Metaspace pre-tokenizer's ``prepend_scheme: first`` (a space before the text at
+    the start of the input only) into ``never``, in a pre-tokenizer's JSON; whether it did."""
+    if not isinstance(pre, dict):
+        return False
+    changed = False
+    if pre.get("type") == "Metaspace" and pre.get("prepend_scheme") == "first":
+        pre["prepend_scheme"] = "never"
+        changed = True
+    for inner in pre.get("pretokenizers") or []:
+        changed = _prepend_first_to_never(inner) or changed
+    return changed
 
 
 class TextStream:
@@ -292,17 +519,19 @@ class SentencePieceBPE:
         # so the text is encoded in independent (and cached) stretches cut there.
         self.bigrams = {p[k:k + 2] for p in self.pieces for k in range(len(p) - 1)}
         self.added = added
-        # special tokens are matched in the raw text first, longest first (like transformers)
-        self.added_re = (re.compile("|".join(re.escape(t) for t in
-                                             sorted(added, key=len, reverse=True)))
-                         if added else None)
+        # special tokens are matched in the raw text first, longest first (like transformers);
+        # user-defined ones also where special tokens are not (parse_special=False)
+        self.added_re = _alternatives(added)
+        self.user_re = _alternatives([t for t, i in added.items()
+                                      if types[i] == TOKEN_USER_DEFINED])
         self._stretch = functools.lru_cache(maxsize=1 << 16)(self._merge)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, parse_special: bool = True) -> list[int]:
         out: list[int] = []
         pos, after_special = 0, True
-        if self.added_re is not None:
-            for m in self.added_re.finditer(text):
+        pattern = self.added_re if parse_special else self.user_re
+        if pattern is not None:
+            for m in pattern.finditer(text):
                 if m.start() > pos:
                     self._fragment(text[pos:m.start()], after_special, out)
                 out.append(self.added[m.group()])
@@ -371,6 +600,13 @@ class SentencePieceBPE:
                 out.extend(b for b in ids if b is not None)
             elif self.unk_id is not None:
                 out.append(self.unk_id)
+
+
+def _alternatives(texts: Sequence[str] | dict[str, int]) -> re.Pattern[str] | None:
+    """A pattern that matches any of ``texts``, the longest first."""
+    if not texts:
+        return None
+    return re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True)))
 
 
 def load_hf_tokenizer_config(path: str) -> dict[str, Any]:
