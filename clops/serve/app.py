@@ -43,6 +43,8 @@ from .tools import check_tools, parse_tool_calls
 
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>",
                 "<end_of_turn>", "<|end|>")
+# The roles a message may have (OpenAI's)
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 # The default completion length of a request without max_tokens: OpenAI's 16 for completions;
 # chat requests run to the end of the context (or the server's --max-tokens).
 COMPLETIONS_DEFAULT_TOKENS = 16
@@ -195,6 +197,11 @@ class Server:
             if not isinstance(m, dict) or not isinstance(m.get("role"), str):
                 raise APIError(f"messages[{i}] must be an object with a 'role'",
                                param="messages")
+            if m["role"] not in ROLES:
+                # (a role is written into the template's markup: an arbitrary one could
+                # spell the markers of another turn)
+                raise APIError(f"messages[{i}].role {m['role']!r} is not one of "
+                               f"{', '.join(ROLES)}", param="messages")
             content = m.get("content")
             if isinstance(content, list):  # content parts: the text ones
                 content = "".join(p.get("text", "") for p in content
@@ -519,7 +526,8 @@ async def _stream_events(server: Server, job: _Job) -> AsyncIterator[str]:
 
 async def _whole(server: Server, job: _Job) -> Response:
     """The response of a request that is not streamed."""
-    texts, reasons = [""] * job.n, [None] * job.n
+    texts = [""] * job.n
+    reasons: list[str | None] = [None] * job.n
     toks: list[list[StepOutput]] = [[] for _ in range(job.n)]
     async for i, piece, t, r in _merged(job.choices(server)):
         texts[i] += piece

@@ -40,7 +40,8 @@ def _error(status: int, message: str, kind: str, code: str | None) -> tuple[dict
 
 
 async def _refuse(send: Any, status: int, message: str, kind: str = "invalid_request_error",
-                  code: str | None = None, extra: list[tuple[bytes, bytes]] = ()) -> None:
+                  code: str | None = None,
+                  extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     start, body = _error(status, message, kind, code)
     start["headers"] += list(extra)
     await send(start)
@@ -76,7 +77,7 @@ class LimitsMiddleware:
             await _refuse(send, 401, "a valid API key is required: send 'Authorization: "
                           "Bearer <key>' (the key the server was started with)",
                           code="invalid_api_key",
-                          extra=[(b"www-authenticate", b'Bearer realm="clops"')])
+                          extra=((b"www-authenticate", b'Bearer realm="clops"'),))
             return
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > lim.max_body:
