@@ -394,7 +394,12 @@ def from_hf(config: dict[str, Any], source: str) -> ModelConfig:
     scaling = config.get("rope_scaling") or None
     if scaling is None and rope.get("rope_type", "default") != "default":
         scaling = dict(rope)
-    theta = config.get("rope_theta") or rope.get("rope_theta") or 10000.0
+    # NOTE: by presence, not truth: a written 0 (or false, or "") must reach the checks
+    # below and be refused, as GGUF's rope.freq_base = 0 is, not become the default.
+    theta_key, theta_from = "rope_theta", config
+    if config.get("rope_theta") is None and rope.get("rope_theta") is not None:
+        theta_key, theta_from = "rope_parameters.rope_theta", rope
+    theta = _float({theta_key: theta_from.get("rope_theta")}, theta_key, source, 10000.0)
     tied = config.get("tie_word_embeddings", a.name in ("gemma2", "gemma3"))
     if not isinstance(tied, bool):
         raise ModelFileError(f"{source}: 'tie_word_embeddings' is {tied!r}, expected true or "
@@ -432,14 +437,14 @@ def from_hf(config: dict[str, Any], source: str) -> ModelConfig:
         nope = tuple(not bool(f) for f in flags)
     keys = _HF_KEYS if config.get("head_dim") is not None else {
         **_HF_KEYS, "head_dim": "hidden_size / num_attention_heads"}
-    keys = {**keys, **{k: s.hf for k, s in a.settings.items() if s.hf}}
+    keys = {**keys, **{k: s.hf for k, s in a.settings.items() if s.hf}, "rope_theta": theta_key}
     cfg = ModelConfig(
         arch=arch, n_layers=n_layers, dim=dim,
         n_heads=n_heads, n_kv_heads=_int(config, "num_key_value_heads", source, n_heads),
         head_dim=head_dim, ffn_dim=_int(config, "intermediate_size", source),
         vocab_size=_int(config, "vocab_size", source),
         norm_eps=_float(config, "rms_norm_eps", source, 1e-6),
-        rope_theta=_float({"rope_theta": theta}, "rope_theta", source), rope_neox=True,
+        rope_theta=theta, rope_neox=True,
         context_length=_int(config, "max_position_embeddings", source, 2048),
         tied_embeddings=tied,
         qkv_bias=arch == "qwen2" or (a.biases and bool(config.get("attention_bias", False))),

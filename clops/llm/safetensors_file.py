@@ -100,9 +100,10 @@ class SafetensorsFile:
         if not isinstance(info, dict):
             raise ModelFileError(f"{where}: entry is not an object")
         dtype, shape, offs = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if dtype not in DTYPES:
-            raise ModelFileError(f"{where}: dtype {dtype!r} is not supported "
-                                 f"({', '.join(DTYPES)})")
+        # NOTE: a list or object is unhashable, so test for a string before the lookup.
+        if not isinstance(dtype, str) or dtype not in DTYPES:
+            raise ModelFileError(f"{where}: dtype {dtype!r} is not supported, expected one of "
+                                 f"the strings {', '.join(DTYPES)}")
         if not isinstance(shape, list) or len(shape) > 8 or not all(
                 isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 40
                 for s in shape):

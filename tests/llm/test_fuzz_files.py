@@ -142,3 +142,52 @@ def test_clear_messages(tmp_path, gguf_bytes, st_bytes):
     with pytest.raises(ModelFileError, match="no \\*.safetensors"):
         open_directory(str(d))
     assert not os.path.exists(d / "unpickled")
+
+
+@pytest.mark.parametrize("dtype", [["F32"], {"F32": 1}, 32, None, True])
+def test_safetensors_non_string_dtype(tmp_path, st_bytes, dtype):
+    """A header dtype that is not a string (a list is unhashable) is refused by name."""
+    n = struct.unpack("<Q", st_bytes[:8])[0]
+    header = json.loads(st_bytes[8:8 + n])
+    header["a"]["dtype"] = dtype
+    raw = json.dumps(header).encode()
+    p = tmp_path / "dtype.safetensors"
+    p.write_bytes(struct.pack("<Q", len(raw)) + raw + st_bytes[8 + n:])
+    with pytest.raises(ModelFileError, match=r"tensor 'a': dtype .* is not supported, expected "
+                                             r"one of the strings F32"):
+        SafetensorsFile(str(p))
+
+
+def _hf_config(**changes: object) -> dict:
+    cfg = {"model_type": "llama", "hidden_act": "silu", "hidden_size": 64,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1,
+           "intermediate_size": 96, "vocab_size": 320, "rms_norm_eps": 1e-5}
+    cfg.update(changes)
+    return cfg
+
+
+@pytest.mark.parametrize("where, theta", [
+    ("top", 0), ("top", 0.0), ("top", -10000.0), ("top", float("inf")), ("top", float("nan")),
+    ("top", "10000"), ("top", False), ("top", [10000]),
+    ("rope_parameters", 0), ("rope_parameters", -1.0),
+])
+def test_hf_rope_theta_refused(where, theta):
+    """config.json's rope_theta is checked as GGUF's rope.freq_base is: 0 is refused, not
+    replaced by the default."""
+    source = "/m/config.json"
+    if where == "top":
+        cfg, key = _hf_config(rope_theta=theta), "'rope_theta'"
+    else:
+        cfg = _hf_config(rope_parameters={"rope_type": "default", "rope_theta": theta})
+        key = "'rope_parameters.rope_theta'"
+    with pytest.raises(ModelFileError) as err:
+        cfgmod.from_hf(cfg, source)
+    msg = str(err.value)
+    assert source in msg and key in msg and "number" in msg, msg
+
+
+def test_hf_rope_theta_default_and_nested():
+    assert cfgmod.from_hf(_hf_config(), "c").rope_theta == 10000.0
+    assert cfgmod.from_hf(_hf_config(rope_theta=5e5), "c").rope_theta == 5e5
+    nested = _hf_config(rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    assert cfgmod.from_hf(nested, "c").rope_theta == 1e6
