@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from .array import dispatch
-from .array.tensor import Tensor
+from .array.arguments import check_namespace
+from .array.tensor import Tensor, axis_int
 from .graph import dtypes as _dt
 from .kernels import layout
 from .kernels.operand import Operand
@@ -64,6 +65,7 @@ def _real_dtype(d: _dt.DType) -> str:
 
 
 def _axis(axis: int, ndim: int) -> int:
+    axis = axis_int(axis)
     if not -ndim <= axis < ndim:
         raise ValueError(f"axis {axis} is out of range for a {ndim}-d tensor")
     return axis % ndim
@@ -333,3 +335,7 @@ def fftshift(x: Tensor, /, *, axes: int | Sequence[int] | None = None) -> Tensor
 def ifftshift(x: Tensor, /, *, axes: int | Sequence[int] | None = None) -> Tensor:
     """Inverse of :func:`fftshift`."""
     return _shift(x, axes, inverse=True)
+
+
+# Every function here that takes arrays refuses anything else by name (see array/arguments.py).
+check_namespace(globals(), __all__)

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .array import elementwise as _ew
+from .array.arguments import check_namespace
 from .array.creation import asarray, eye
 from .array.elementwise import apply
 from .array.linalg_core import matmul, tensordot, vecdot
@@ -22,7 +23,7 @@ from .array.statistics import max as _max
 from .array.statistics import min as _min
 from .array.statistics import prod_ as _prod
 from .array.statistics import sum as _sum
-from .array.tensor import Tensor, same_device
+from .array.tensor import Tensor, axis_int, same_device
 from .graph import dtypes as _dt
 from .graph import ir
 from .graph.ir import View
@@ -132,6 +133,7 @@ def cross(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
     Tensor([0., 0., 1.], dtype=float32, device=opencl:cpu:0)
     """
     same_device("cross", x1, x2)
+    axis = axis_int(axis)
     if axis >= 0:
         raise ValueError("cross: axis must be negative (counted from the end)")
     if x1.ndim < -axis or x2.ndim < -axis:
@@ -635,3 +637,7 @@ def matrix_rank(x: Tensor, /, *, rtol: float | Tensor | None = None) -> Tensor:
     from .array.searching import count_nonzero
 
     return count_nonzero(apply("greater", s, cut), axis=-1)
+
+
+# Every function here that takes arrays refuses anything else by name (see array/arguments.py).
+check_namespace(globals(), __all__)

@@ -17,6 +17,9 @@ from .kernel_ops import gather_flat, scatter_flat
 from .manipulation import broadcast_to, normalize_axis, reshape
 from .tensor import Tensor, same_device
 
+VALID_INDICES = ("only integers, slices (`:`), ellipsis (`...`), None (`newaxis`) and integer "
+                 "or boolean arrays are valid indices")
+
 
 def _as_index(k: Any, x: Tensor) -> Any:
     from .creation import asarray
@@ -28,6 +31,10 @@ def _as_index(k: Any, x: Tensor) -> Any:
     if isinstance(k, Tensor) and k.dtype.kind not in "iub":
         raise IndexError(f"arrays used as indices must be of integer or bool dtype, not "
                          f"{k.dtype}")
+    if not (k is None or k is Ellipsis or isinstance(k, slice | Tensor)
+            or hasattr(k, "__index__")):
+        # numpy's words: x[0.5] is refused, not truncated to x[0]
+        raise IndexError(f"{VALID_INDICES}; got {k!r} ({type(k).__name__})")
     return k
 
 

@@ -24,6 +24,7 @@ from ..graph.dtypes import (
 from ..graph.dtypes import bool_ as bool  # noqa: A001
 from . import elementwise as _ew
 from .advanced_indexing import take, take_along_axis
+from .arguments import check_namespace
 from .creation import (
     arange,
     asarray,
@@ -108,3 +109,6 @@ __all__ = [
     "triu", "uint8", "uint16", "uint32", "uint64", "var", "where", "zeros", "zeros_like",
     *_ew.TABLE,
 ]
+
+# Every function here that takes arrays refuses anything else by name (see arguments.py).
+check_namespace(globals(), __all__)

@@ -11,7 +11,7 @@ import numpy as np
 from .. import runtime
 from ..graph import dtypes as _dt
 from ..graph.dtypes import DType
-from .tensor import Tensor, spec_sequence
+from .tensor import MAX_DIMS, Tensor, spec_sequence
 
 _STANDARD = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
              "float32", "float64", "complex64", "complex128")
@@ -150,7 +150,7 @@ class Info:
 
     def capabilities(self) -> dict[str, Any]:
         return {"boolean indexing": True, "data-dependent shapes": True,
-                "max dimensions": 64}
+                "max dimensions": MAX_DIMS}
 
     def default_device(self) -> runtime.CLDevice:
         return runtime.device()

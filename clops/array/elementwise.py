@@ -86,7 +86,8 @@ def _scalar_dtype(value: Any, other: DType) -> DType:
         return other if other.kind == "c" else _dt.complex_of(other) if other.kind == "f" \
             else _dt.complex64
     raise TypeError(f"unsupported operand type {type(value).__name__}; use a Tensor or a "
-                    "Python bool, int, float or complex")
+                    "Python bool, int, float or complex (clops.asarray(...) makes a Tensor of "
+                    "a list)")
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -129,7 +130,9 @@ def _check_device_dtype(device: runtime.CLDevice, d: DType) -> None:
 def _operands(args: tuple[Any, ...], fn: str) -> tuple[list[ir.Node], runtime.CLDevice, DType]:
     tensors = [a for a in args if isinstance(a, Tensor)]
     if not tensors:
-        raise TypeError(f"{fn} needs at least one clops Tensor operand")
+        raise TypeError(f"{fn} needs at least one clops Tensor operand, got "
+                        f"{', '.join(type(a).__name__ for a in args)}; convert one first "
+                        "with clops.asarray(...)")
     dev = same_device(fn, *tensors)
     assert dev is not None
     dtype = tensors[0].dtype

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..graph import ir
-from .tensor import Tensor, same_device
+from .tensor import Tensor, check_rank, same_device
 
 
 def _expand_key(key: Any, ndim: int) -> list[Any]:
@@ -38,6 +40,10 @@ def is_basic(key: Any) -> bool:
             return False
         if isinstance(k, int) or (isinstance(k, Tensor) and k.ndim == 0 and k.dtype.is_int):
             continue
+        # NOTE: every numpy array has __index__, but only a 0-d integer one is an integer
+        # (a numpy mask or index array is advanced indexing)
+        if isinstance(k, np.ndarray) and (k.ndim or k.dtype.kind not in "iu"):
+            return False
         if hasattr(k, "__index__") and not isinstance(k, Tensor):
             continue
         return False
@@ -74,6 +80,7 @@ def basic_view(x: Tensor, key: Any) -> Tensor:
             drop.append(dim)
         dim += 1
     node = ir.movement(node, lambda v: v.slice(starts, stops, steps))
+    check_rank(x.ndim - len(drop) + len(newaxes), "x[key]")
     if drop or newaxes:
         kept = [n for i, n in enumerate(node.shape) if i not in drop]
         for p in newaxes:

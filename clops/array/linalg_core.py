@@ -10,7 +10,7 @@ from typing import Any
 from ..graph import dtypes as _dt
 from ..graph import ir
 from .elementwise import broadcast_node, broadcast_shapes
-from .tensor import Tensor, same_device
+from .tensor import Tensor, axis_int, same_device
 
 # Multiply-adds (roughly) from which a vendor library may take a product.
 PROVIDER_MIN_WORK = 1 << 21
@@ -134,6 +134,7 @@ def vecdot(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
     same_device("vecdot", x1, x2)
     if x1.ndim == 0 or x2.ndim == 0:
         raise ValueError("vecdot needs at least 1-d tensors")
+    axis = axis_int(axis)
     if axis >= 0:
         raise ValueError("vecdot: axis must be negative (counted from the end)")
     shape = broadcast_shapes(x1.shape, x2.shape)

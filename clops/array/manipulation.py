@@ -11,20 +11,38 @@ from ..graph import ir
 from ..graph.ir import prod
 from .elementwise import _check_device_dtype, broadcast_node
 from .elementwise import broadcast_shapes as _broadcast
-from .tensor import MAX_SIZE, Tensor, as_shape, same_device, spec_sequence
+from .tensor import (
+    AXIS_TYPES,
+    MAX_SIZE,
+    Tensor,
+    as_shape,
+    axis_int,
+    check_rank,
+    same_device,
+    spec_sequence,
+)
 
 
 def normalize_axis(axis: int, ndim: int) -> int:
+    axis = axis_int(axis)
     if not -ndim <= axis < max(ndim, 1) or (ndim == 0 and axis not in (0, -1)):
         raise IndexError(f"axis {axis} is out of bounds for a tensor of {ndim} dims")
     return axis % ndim if ndim else 0
 
 
+def axis_tuple(axis: int | Sequence[int]) -> tuple[int, ...]:
+    """``axis`` (an int or a sequence of ints) as a tuple of ints, checked as ``axis_int``."""
+    if hasattr(axis, "__index__") and not isinstance(axis, bool):
+        return (axis_int(axis),)
+    if not isinstance(axis, Sequence) or isinstance(axis, str | bytes):
+        raise TypeError(f"{AXIS_TYPES}, not {axis!r} ({type(axis).__name__})")
+    return tuple(axis_int(a) for a in axis)
+
+
 def normalize_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
-    if isinstance(axis, int):
-        axis = (axis,)
+    axis = axis_tuple(axis)
     out = tuple(normalize_axis(a, ndim) for a in axis)
     if len(set(out)) != len(out):
         raise ValueError(f"repeated axis in {axis}")
@@ -101,8 +119,9 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def expand_dims(x: Tensor, /, axis: int | Sequence[int] = 0) -> Tensor:
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = axis_tuple(axis)
     nd = x.ndim + len(axes)
+    check_rank(nd, "expand_dims")
     norm = sorted(normalize_axis(a, nd) for a in axes)
     if len(set(norm)) != len(norm):
         raise ValueError(f"expand_dims: repeated axis in {axis}")
@@ -192,6 +211,7 @@ def stack(arrays: Sequence[Tensor] | tuple[Tensor, ...], /, *, axis: int = 0) ->
     if not arrays:
         raise ValueError("stack needs at least one tensor")
     nd = arrays[0].ndim + 1
+    check_rank(nd, "stack")
     ax = normalize_axis(axis, nd)
     for a in arrays[1:]:
         if a.shape != arrays[0].shape:
@@ -239,7 +259,7 @@ def roll(x: Tensor, /, shift: int | tuple[int, ...], *,
         if not isinstance(shift, int):
             shift = sum(shift)
         return reshape(roll(reshape(x, (-1,)), shift, axis=0), x.shape)
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = axis_tuple(axis)
     shifts = (shift,) * len(axes) if isinstance(shift, int) else tuple(shift)
     if len(shifts) != len(axes):
         raise ValueError("roll: shift and axis must have the same length")

@@ -43,6 +43,18 @@ def _reads_buffer(node: Node, buf: Any, seen: set[int] | None = None) -> bool:
 
 # numpy's limit on a dimension and on an element count (its intp); past it no buffer exists.
 MAX_SIZE = 2**63 - 1
+# The most dimensions a tensor may have: numpy's own limit (NPY_MAXDIMS), so every tensor has a
+# host copy; ``__array_namespace_info__().capabilities()["max dimensions"]`` reports it.
+MAX_DIMS = 64
+
+
+def check_rank(ndim: int, what: str) -> None:
+    """ValueError naming ``what`` and the limit when a result would have more than
+    ``MAX_DIMS`` dimensions."""
+    if ndim > MAX_DIMS:
+        raise ValueError(f"{what}: the result would have {ndim} dimensions; clops tensors have "
+                         f"at most {MAX_DIMS} (the namespace's 'max dimensions'): merge "
+                         "dimensions with reshape")
 
 
 def as_shape(shape: Any, what: str, arg: str = "shape", unknown: bool = False
@@ -70,6 +82,7 @@ def as_shape(shape: Any, what: str, arg: str = "shape", unknown: bool = False
             raise TypeError(f"{what}: {arg} {tuple(entries)!r} has an entry that is not an "
                             f"integer: {n!r} ({type(n).__name__})") from None
     shp = tuple(out)
+    check_rank(len(shp), what)
     lowest = -1 if unknown else 0
     if any(n < lowest for n in shp):
         why = "only -1 may stand for an unknown size" if unknown else \
@@ -82,6 +95,22 @@ def as_shape(shape: Any, what: str, arg: str = "shape", unknown: bool = False
         raise ValueError(f"{what}: {arg} {shp} is too big: a dimension or the number of "
                          f"elements exceeds {MAX_SIZE} (int64)")
     return shp
+
+
+AXIS_TYPES = "axis must be an int or a tuple of ints"
+
+
+def axis_int(axis: Any) -> int:
+    """``axis`` as a Python int; TypeError for anything else (a bool too, as numpy says; a
+    string would otherwise fail later on a comparison that names no axis).
+
+    >>> axis_int("0")
+    Traceback (most recent call last):
+    TypeError: axis must be an int or a tuple of ints, not '0' (str)
+    """
+    if isinstance(axis, bool) or not hasattr(axis, "__index__"):
+        raise TypeError(f"{AXIS_TYPES}, not {axis!r} ({type(axis).__name__})")
+    return int(axis.__index__())
 
 
 def same_device(what: str, *operands: Any) -> runtime.CLDevice | None:
@@ -126,6 +155,9 @@ class Tensor:
     __array_priority__ = 100
 
     def __init__(self, node: Node, device: runtime.CLDevice) -> None:
+        # NOTE: every function that makes a tensor passes here, so no rank past the limit
+        # reaches the compiler; the functions that take a shape refuse it sooner, by name.
+        check_rank(len(node.shape), "Tensor")
         self._node = node
         self.device = device
         if node.op != "load":

@@ -277,7 +277,7 @@ def _version_key(version: str) -> tuple[int, ...]:
     nums: list[int] = []
     for tok in version.replace("+", " ").replace("-", " ").split():
         parts = tok.split(".")
-        if all(p.isdigit() for p in parts) and len(parts) >= 2:
+        if all(p.isascii() and p.isdigit() for p in parts) and len(parts) >= 2:
             nums.extend(-int(p) for p in parts)
     return tuple(nums)
 
@@ -288,13 +288,18 @@ def parse_selector(selector: str) -> tuple[str | None, str | None, int | None]:
     >>> parse_selector("opencl:gpu:1")
     ('opencl', 'gpu', 1)
     """
+    if not isinstance(selector, str):
+        raise TypeError(f"a device selector is a string such as 'gpu' or 'cpu:0', not "
+                        f"{type(selector).__name__}")
     backend = kind = None
     index = None
     for raw in selector.strip().lower().split(":"):
         part = raw.strip()
         if not part:
             continue
-        if part.isdigit():
+        # NOTE: ASCII digits only: str.isdigit() is also true of '²' and other digits that
+        # int() refuses.
+        if part.isascii() and part.isdigit():
             if index is not None:
                 raise ValueError(f"selector {selector!r} names two indices")
             index = int(part)
@@ -308,8 +313,9 @@ def parse_selector(selector: str) -> tuple[str | None, str | None, int | None]:
             backend = part
         else:
             raise ValueError(
-                f"selector {selector!r}: unknown part {part!r}; use [backend][:kind][:index] with "
-                f"backend in {['opencl', *BACKEND_KEYWORDS]}, kind in {list(KINDS)}, index >= 0"
+                f"selector {selector!r} is malformed: unknown part {part!r}; a selector is "
+                f"[backend][:kind][:index] with backend in {['opencl', *BACKEND_KEYWORDS]}, kind "
+                f"in {list(KINDS)} and index a number in ASCII digits 0-9, e.g. 'cpu:0'"
             )
     return backend, kind, index
 

@@ -45,6 +45,13 @@ def stream(queue: CLQueue | None = None, *, device: CLDevice | str | None = None
     >>> with clops.stream(device=dev, out_of_order=True) as q:
     ...     c = (clops.ones(1000, device=dev) * 2).realize()   # runs on q
     """
+    from .device import CLQueue
+
+    if queue is not None and not isinstance(queue, CLQueue):
+        raise TypeError(
+            f"stream: expected a queue of a device (a CLQueue, such as "
+            f"clops.device().create_queue()) or None, got {queue!r} ({type(queue).__name__}); "
+            "for a new queue of a device, give stream(device=...)")
     if queue is None:
         from .device import device as _device
 

@@ -5,6 +5,8 @@ kernel builders refuse an ``n`` that runs past their tensors."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -70,6 +72,42 @@ def test_valid_sizes_at_the_edges_still_work(device):
     np.testing.assert_array_equal(clops.arange(5, 0, -2, device=device).to_numpy(), [5, 3, 1])
     np.testing.assert_array_equal(clops.arange(0, 1, 0.25, device=device).to_numpy(),
                                   np.arange(0, 1, 0.25, dtype=np.float32))
+
+
+ONES_64 = (1,) * 64
+ONES_65 = (1,) * 65
+
+
+@pytest.mark.parametrize("call, named", [
+    (lambda d: clops.zeros(ONES_65, device=d), "zeros"),
+    (lambda d: clops.ones(ONES_65, device=d), "ones"),
+    (lambda d: clops.empty(ONES_65, device=d), "empty"),
+    (lambda d: clops.full(ONES_65, 2.0, device=d), "full"),
+    (lambda d: clops.reshape(clops.ones(1, device=d), ONES_65), "reshape"),
+    (lambda d: clops.broadcast_to(clops.ones(1, device=d), ONES_65), "broadcast_to"),
+    (lambda d: clops.expand_dims(clops.ones(ONES_64, device=d), axis=0), "expand_dims"),
+    (lambda d: clops.expand_dims(clops.ones(ONES_64[2:], device=d), axis=(0, 1, 2)),
+     "expand_dims"),
+    (lambda d: clops.stack([clops.ones(ONES_64, device=d)] * 2), "stack"),
+    (lambda d: clops.ones(ONES_64, device=d)[None], "x[key]"),
+    (lambda d: clops.ones((), device=d)[(None,) * 65], "x[key]"),
+    (lambda d: clops.broadcast_shapes(ONES_65, (1,)), "broadcast_shapes"),
+])
+def test_more_dimensions_than_the_limit_are_refused(call, named, device):
+    """64 dimensions, numpy's limit and the namespace's 'max dimensions', at most; past it
+    a ValueError that names the function and the limit (a 65-d tensor used to be made)."""
+    assert clops.__array_namespace_info__().capabilities()["max dimensions"] == 64
+    with pytest.raises(ValueError, match=rf"^{re.escape(named)}: .*65 dimensions.*at most 64"):
+        call(device)
+
+
+def test_the_dimension_limit_itself_works(device):
+    x = clops.ones(ONES_64, device=device)
+    assert x.ndim == 64 and float(clops.sum(x)) == 1.0
+    assert clops.reshape(clops.arange(2, device=device), ONES_64[1:] + (2,)).ndim == 64
+    assert clops.expand_dims(clops.ones(ONES_64[1:], device=device), axis=0).ndim == 64
+    with pytest.raises(ValueError):  # numpy's own limit, the reference
+        np.ones(ONES_65)
 
 
 def test_too_much_memory_is_a_memory_error(device):

@@ -70,6 +70,18 @@ def test_stream_wrong_device(device: CLDevice) -> None:
             pass
 
 
+@pytest.mark.parametrize("not_a_queue", ["x", 0, object()])
+def test_stream_of_something_else_is_a_type_error(device: CLDevice, not_a_queue: object) -> None:
+    with pytest.raises(TypeError, match=r"stream: expected a queue of a device \(a CLQueue"):
+        with clops.stream(not_a_queue):  # type: ignore[arg-type]
+            pass
+    with pytest.raises(TypeError, match="device=") as info:
+        with clops.stream(device):  # type: ignore[arg-type]  # a device, not its queue
+            pass
+    assert "CLDevice" in str(info.value)
+    assert clops.current_queue(device) is device.queue
+
+
 def _program(rng: np.random.Generator, steps: int) -> list[tuple[str, int, int, float]]:
     return [(str(rng.choice(["axpy", "scale_inplace", "copy", "mul", "custom_add"])),
              int(rng.integers(0, 4)), int(rng.integers(0, 4)), float(rng.choice([0.25, 0.5, 1.0])))

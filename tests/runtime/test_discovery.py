@@ -52,6 +52,17 @@ def test_parse_selector_errors(text: str, complaint: str) -> None:
     assert repr(text) in str(info.value)
 
 
+@pytest.mark.parametrize("text", ["cpu:\u00b2", "gpu:\u0663", "\uff11", "cpu:1\u00b9"])
+def test_non_ascii_digits_are_a_malformed_selector(text: str) -> None:
+    """'²' and other digits of other scripts pass str.isdigit() but are no index: the selector
+    is malformed, and the message says what a selector looks like."""
+    for parse in (parse_selector, clops.device):
+        with pytest.raises(ValueError, match="is malformed") as info:
+            parse(text)
+        msg = str(info.value)
+        assert repr(text) in msg and "[backend][:kind][:index]" in msg and "'cpu:0'" in msg
+
+
 def test_unknown_part_lists_the_choices() -> None:
     with pytest.raises(ValueError) as info:
         parse_selector("tpu")
