@@ -10,13 +10,17 @@ scalar one scalar parameter, converted to the type the kernel declares.
 
 Tracking: a tensor passed to a ``__global const`` parameter counts as read, any other as read
 and written; ``reads=``/``writes=`` override that (arguments named in neither count as read).
-``#include "clops/philox.cl"`` pulls in the Philox counter-based RNG (see ``clops.random``)."""
+``#include "clops/philox.cl"`` pulls in the Philox counter-based RNG (see ``clops.random``).
+
+Bounds: ``per_work_item={"x": 1}`` (to ``clops.kernel`` or a launch) declares how many elements
+of an argument each work-item reaches; clops then refuses a global size that would reach past
+the argument's end, before enqueueing (see ``kernel``)."""
 
 from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +127,21 @@ def kernel_params(source: str, name: str) -> list[Param]:
     return parse_params(src[i:j - 1])
 
 
+def element_bytes(c_type: str) -> int | None:
+    """Bytes of one element of OpenCL C type ``c_type`` ("float", "uint4"; a 3-vector takes
+    the room of a 4-vector); None for a type clops cannot size (a struct, an image).
+
+    >>> element_bytes("float4"), element_bytes("uchar")
+    (16, 1)
+    """
+    m = re.fullmatch(r"([a-z ]+?)(2|3|4|8|16)?", c_type)
+    scalar = _SCALARS.get(m.group(1)) if m else None
+    if m is None or scalar is None:
+        return None
+    lanes = int(m.group(2) or 1)
+    return int(np.dtype(scalar).itemsize) * (4 if lanes == 3 else lanes)
+
+
 def _scalar(value: Any, p: Param) -> Any:
     t = p.np_type
     if t is None:
@@ -145,11 +164,70 @@ class CustomKernel:
     >>> ev = k(x.size, None, 2.0, x, y)       # y += 2 x, after whatever last wrote x and y
     """
 
-    def __init__(self, source: str, name: str, options: Sequence[str] = ()) -> None:
+    def __init__(self, source: str, name: str, options: Sequence[str] = (), *,
+                 per_work_item: Mapping[str, int] | None = None) -> None:
         self.source = expand_includes(source)
         self.name = name
         self.options = tuple(options)
         self.params = kernel_params(self.source, name)
+        self.per_work_item = self._checked_extents(per_work_item or {})
+
+    def _checked_extents(self, per_work_item: Mapping[str, int]) -> dict[str, int]:
+        """``per_work_item`` checked against the parameters: global pointers, whole counts."""
+        by_name = {p.name: p for p in self.params}
+        out = {}
+        for pname, k in per_work_item.items():
+            p = by_name.get(pname)
+            if p is None or not p.pointer or p.space not in ("global", "constant"):
+                pointers = [q.name for q in self.params
+                            if q.pointer and q.space in ("global", "constant")]
+                raise ValueError(f"{self.name}: per_work_item names {pname!r}, which is not a "
+                                 f"__global pointer parameter of the kernel ({pointers})")
+            if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+                raise ValueError(f"{self.name}: per_work_item[{pname!r}] = {k!r}, expected a "
+                                 "whole number >= 1 of elements each work-item reaches")
+            if element_bytes(p.type) is None:
+                raise ValueError(f"{self.name}: per_work_item[{pname!r}]: the size of "
+                                 f"{p.type} is unknown, so its extent cannot be checked")
+            out[pname] = int(k)
+        return out
+
+    def _extent(self, p: Param, a: Any) -> tuple[int, str] | None:
+        """(elements, how counted) that argument ``a`` of pointer parameter ``p`` holds from
+        where the kernel's index starts, or None where clops cannot tell (an object without
+        a byte size)."""
+        if isinstance(a, Tensor):
+            return a.size, f"a Tensor of {a.size} elements"
+        if a is None:
+            return 0, "a null pointer"
+        nbytes = a.nbytes if isinstance(a, runtime.Buffer) else getattr(a, "size", None)
+        eb = element_bytes(p.type)
+        if not isinstance(nbytes, int) or eb is None:
+            return None
+        return nbytes // eb, f"a buffer of {nbytes} bytes, {nbytes // eb} {p.type}s"
+
+    def _check_extents(self, args: Sequence[Any], global_size: tuple[int, ...],
+                       declared: Mapping[str, int]) -> None:
+        """ValueError before enqueueing when a declared argument is smaller than the launch
+        reaches: past a buffer's end a kernel reads garbage, corrupts other memory, or takes
+        the driver down with the process (Intel's CPU runtime)."""
+        items = 1
+        for g in global_size:
+            items *= g
+        pi = 0
+        for a in args:
+            p = self.params[pi]
+            k = declared.get(p.name)
+            if k is not None:
+                have = self._extent(p, a)
+                if have is not None and items * k > have[0]:
+                    most = have[0] // k
+                    raise ValueError(
+                        f"{self.name}: argument {p.name} is {have[1]}, but global size "
+                        f"{global_size} ({items} work-items, {k} element{'s' * (k > 1)} "
+                        f"each, as per_work_item declares) reaches {items * k}; launch at "
+                        f"most {most} work-items or pass a larger {p.name}")
+            pi += 2 if isinstance(a, Tensor) else 1
 
     def _bind(self, args: Sequence[Any]) -> tuple[list[Any], list[tuple[Any, bool]], list[Any]]:
         """Kernel arguments, tracked (buffer, const) pairs, and the tensors among the args."""
@@ -207,9 +285,19 @@ class CustomKernel:
                  *args: Any, wait_for: Sequence[Any] = (), depends: Sequence[Any] = (),
                  reads: Sequence[Any] | None = None, writes: Sequence[Any] | None = None,
                  queue: runtime.CLQueue | None = None, device: Any = None,
-                 name: str | None = None) -> runtime.Event:
-        """Enqueue the kernel; returns its event (``depends`` is an alias of ``wait_for``)."""
+                 name: str | None = None, per_work_item: Mapping[str, int] | None = None
+                 ) -> runtime.Event:
+        """Enqueue the kernel; returns its event (``depends`` is an alias of ``wait_for``).
+        ``per_work_item`` declares, for this launch, what the kernel's own declaration does
+        (see :func:`kernel`); the arguments it names are checked before anything is enqueued.
+        """
         cl_args, tracked, tensors = self._bind(args)
+        gsize = (global_size,) if isinstance(global_size, int | np.integer) else global_size
+        gsize = tuple(int(g) for g in gsize)
+        declared = self.per_work_item if per_work_item is None else \
+            {**self.per_work_item, **self._checked_extents(per_work_item)}
+        if declared:
+            self._check_extents(args, gsize, declared)
         dev = _device_of(tensors, device, queue, self.name)
         q = queue or streams.current_queue(dev)
         if reads is None and writes is None:
@@ -225,10 +313,9 @@ class CustomKernel:
         r_bufs = [b for b in _unique(r_bufs) if id(b) not in wids]
         for b in w_bufs:
             _flush_readers(b)  # lazy tensors that read the old contents are computed first
-        gsize = (global_size,) if isinstance(global_size, int | np.integer) else global_size
         lsize = (local_size,) if isinstance(local_size, int | np.integer) else local_size
         k = dev.kernel(self.source, self.name, self.options)
-        return dev.launch(k, tuple(int(g) for g in gsize),
+        return dev.launch(k, gsize,
                           tuple(int(x) for x in lsize) if lsize is not None else None,
                           cl_args, reads=r_bufs, writes=w_bufs, queue=q,
                           wait_for=interop.wait_list([*wait_for, *depends]),
@@ -273,14 +360,30 @@ def _device_of(tensors: Sequence[Tensor], device: Any, queue: Any, what: str) ->
     return dev if dev is not None else runtime.device()
 
 
-def kernel(source: str, name: str, options: Sequence[str] = ()) -> CustomKernel:
+def kernel(source: str, name: str, options: Sequence[str] = (), *,
+           per_work_item: Mapping[str, int] | None = None) -> CustomKernel:
     """A custom kernel from OpenCL C (built per device on first launch).
 
+    clops cannot see which elements a kernel indexes, so a launch whose global size reaches
+    past an argument's end is enqueued as given (and can crash the driver). ``per_work_item``
+    declares the access pattern so that clops checks it: ``{"x": k}`` says each work-item
+    reaches ``k`` elements of pointer parameter ``x`` from its offset on (``x[xo + i]`` is
+    ``k = 1``; ``x[xo + 4*i + j]``, ``j < 4``, is ``k = 4``), so the argument must hold at
+    least ``k`` x (the product of the global size) elements: a Tensor its ``size`` (from its
+    offset on), a Buffer or pyopencl buffer its bytes over the size of the pointer's type
+    (from its start: an offset given as a separate scalar is the kernel's business). A launch
+    that asks for more raises ``ValueError`` naming the argument, its size and the global
+    size, before anything is enqueued. Parameters not named are not checked; a launch may also
+    pass ``per_work_item=`` for itself.
+
     >>> k = clops.kernel("__kernel void fill(__global float *x, long o, float v)"
-    ...                  "{ x[o + get_global_id(0)] = v; }", "fill")
+    ...                  "{ x[o + get_global_id(0)] = v; }", "fill", per_work_item={"x": 1})
     >>> x = clops.empty(8); k(8, None, x, 3.0).wait()
+    >>> k(9, None, x, 3.0)
+    Traceback (most recent call last):
+    ValueError: fill: argument x is a Tensor of 8 elements, but global size (9,) ...
     """
-    return CustomKernel(source, name, options)
+    return CustomKernel(source, name, options, per_work_item=per_work_item)
 
 
 # -- builders --------------------------------------------------------------------------------------

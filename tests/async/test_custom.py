@@ -4,6 +4,8 @@ builders against numpy."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -58,6 +60,60 @@ def test_kernel_errors(device: CLDevice) -> None:
     bad = clops.kernel("__kernel void f(__global float *x, float o) {}", "f")
     with pytest.raises(TypeError, match="integer offset"):
         bad(1, None, x)
+
+
+FILL = "__kernel void fill(__global float *x, long o, float v) { x[o + get_global_id(0)] = v; }"
+
+
+def _no_enqueue(device: CLDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From here on a launch that reaches the device fails the test (an out-of-bounds one
+    could crash it)."""
+    def launch(*a: object, **k: object) -> None:
+        raise AssertionError("the kernel was enqueued")
+    monkeypatch.setattr(type(device), "launch", launch)
+
+
+def test_declared_extent_refuses_before_enqueueing(device: CLDevice,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A global size past a declared argument's end is refused by name, not enqueued (Intel's
+    CPU runtime takes the process down)."""
+    k = clops.kernel(FILL, "fill", per_work_item={"x": 1})
+    x = clops.zeros(8, device=device).realize()
+    _no_enqueue(device, monkeypatch)
+    cases = [((9,), x, "a Tensor of 8 elements", "(9,)", 8),
+             ((5,), x[4:], "a Tensor of 4 elements", "(5,)", 4),
+             ((3, 3), x, "a Tensor of 8 elements", "(3, 3)", 8),
+             ((9,), device.alloc(32), "a buffer of 32 bytes, 8 floats", "(9,)", 8),
+             ((1,), None, "a null pointer", "(1,)", 0)]
+    for gsize, arg, size, shown, most in cases:
+        args = (arg, 2.0) if isinstance(arg, clops.Tensor) else (arg, 0, 2.0)
+        with pytest.raises(ValueError) as info:
+            k(gsize, None, *args)
+        msg = str(info.value)
+        assert f"fill: argument x is {size}" in msg and f"global size {shown}" in msg, msg
+        assert f"at most {most} work-items" in msg, msg
+    # declared per launch: 3 elements a work-item
+    plain = clops.kernel(FILL, "fill")
+    with pytest.raises(ValueError, match=r"global size \(3,\) \(3 work-items, 3 elements each"):
+        plain(3, None, x, 2.0, per_work_item={"x": 3})
+
+
+def test_declared_extent_in_bounds_runs(device: CLDevice) -> None:
+    k = clops.kernel(FILL, "fill", per_work_item={"x": 1})
+    x = clops.zeros(8, device=device)
+    k(4, None, x[4:], 2.0).wait()
+    np.testing.assert_array_equal(x.to_numpy(), [0, 0, 0, 0, 2, 2, 2, 2])
+
+
+@pytest.mark.parametrize("declared, words", [
+    ({"v": 1}, "'v', which is not a __global pointer parameter of the kernel (['x'])"),
+    ({"y": 1}, "'y', which is not a __global pointer"),
+    ({"x": 0}, "expected a whole number >= 1"),
+    ({"x": 1.5}, "expected a whole number >= 1"),
+])
+def test_bad_extent_declaration(declared: dict, words: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        clops.kernel(FILL, "fill", per_work_item=declared)
 
 
 def test_kernel_waits_and_tracks(device: CLDevice, gate: Gate) -> None:
