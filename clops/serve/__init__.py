@@ -2,6 +2,7 @@
 batching (``clops.llm.batch``). Needs the ``serve`` extra: ``pip install 'clops[serve]'``."""
 
 from .app import APIError, Server, create_app
-from .cli import main
+from .limits import Limits
 
-__all__ = ["APIError", "Server", "create_app", "main"]
+# (the command line, ``clops.serve.cli``, is of the cli layer: ``clops serve`` imports it)
+__all__ = ["APIError", "Limits", "Server", "create_app"]
