@@ -22,8 +22,8 @@ _HF_TOP = {"embed": "model.embed_tokens.weight", "out_norm": "model.norm.weight"
            "output": "lm_head.weight"}
 _HF_FMT = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
 # a per-layer tensor's name: its layer, and its name within the layer
-_GGUF_LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)")
-_HF_LAYER_NAME = re.compile(r"model\.layers\.(\d+)\.(.+)")
+_GGUF_LAYER_NAME = re.compile(r"blk\.([0-9]+)\.(.+)")
+_HF_LAYER_NAME = re.compile(r"model\.layers\.([0-9]+)\.(.+)")
 
 # The shape of each tensor, by the names of the config's sizes (see _sizes): 2-D ones are read
 # as weights [n, k] (row n is output n), 1-D ones as float vectors.

@@ -200,3 +200,13 @@ def test_seeded_mutations_repeat(tiny_gguf, tmp_path):
     b = [m.what for _, m in zip(range(20), mutations("t", tiny_gguf, random.Random(5)))]
     assert a == b and len(set(a)) > 10
     assert os.path.exists(tiny_gguf)
+
+
+def test_layer_numbers_are_ascii_digits():
+    # int() reads Arabic-Indic and other digits: a hostile file's "blk.٣." must not be layer 3
+    from clops.llm import weights
+
+    assert weights._GGUF_LAYER_NAME.fullmatch("blk.3.attn_q.weight").group(1) == "3"
+    for name in ("blk.\u0663.attn_q.weight", "blk.\uff13.attn_q.weight", "blk.3\u0663.x"):
+        assert weights._GGUF_LAYER_NAME.fullmatch(name) is None
+    assert weights._HF_LAYER_NAME.fullmatch("model.layers.\u0663.mlp.up_proj.weight") is None
