@@ -678,19 +678,39 @@ class BatchEngine:
 
 
 def _sample(z: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
-    """A token drawn from softmax(z) after top-k, top-p and min-p (z: logits / temperature,
-    disallowed tokens at -inf)."""
-    order = np.argsort(-z, kind="stable")
-    zs = z[order]
-    keep = int(np.isfinite(zs).sum())
-    if p.top_k > 0:
-        keep = min(keep, p.top_k)
-    zs = zs[:keep]
-    probs = np.exp(zs - zs[0])
-    probs /= probs.sum()
-    if p.top_p < 1.0:
-        keep = int(np.searchsorted(np.cumsum(probs), p.top_p) + 1)
-        probs = probs[:keep]
+    """A token drawn from softmax(z) after top-k, top-p and min-p (z: float64 logits /
+    temperature, disallowed tokens at -inf).
+
+    The filters keep a prefix of the tokens in descending order (ties by index), so only that
+    prefix is ever sorted: the candidates above a partition's threshold, more of them until
+    top-p's mass is inside. Unfiltered, the draw needs no order at all.
+    PERF: a whole sort of a 49,152-token vocabulary took 5-15 ms a row: 64 sampled rows made a
+    step of the server's last several hundred milliseconds."""
+    finite = np.isfinite(z)
+    n = int(finite.sum())
+    e = np.exp(z - z.max())  # disallowed tokens: 0
+    k = min(p.top_k, n) if p.top_k > 0 else n
+    if p.top_k <= 0 and p.top_p >= 1.0 and p.min_p <= 0.0:
+        c = np.cumsum(e)
+        return int(np.searchsorted(c, rng.random() * c[-1], side="right"))
+    want = k if p.top_k > 0 else min(n, 256)
+    if p.min_p > 0.0 and p.top_k <= 0:  # every token min-p may keep (and a few more)
+        want = max(want, min(n, int((e >= 0.999 * p.min_p).sum()) + 1))
+    while True:
+        if want >= n:
+            cand = np.flatnonzero(finite)
+        else:  # every token at or above the want-th largest value (ties at it too)
+            cand = np.flatnonzero(z >= np.partition(z, len(z) - want)[len(z) - want])
+        order = cand[np.argsort(-z[cand], kind="stable")][:k]
+        # normalised over what top-k keeps (everything allowed, without it)
+        probs = e[order] / (e[order].sum() if p.top_k > 0 else e.sum())
+        if p.top_p < 1.0:
+            keep = int(np.searchsorted(np.cumsum(probs), p.top_p) + 1)
+            if keep > len(probs) and want < n and p.top_k <= 0:
+                want = min(n, want * 4)  # top-p's mass lies past these candidates
+                continue
+            probs = probs[:keep]
+        break
     if p.min_p > 0.0:
         probs = probs[probs >= p.min_p * probs[0]]
     probs = probs / probs.sum()
