@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _config
@@ -29,6 +30,18 @@ class Plan:
     outputs: list[tuple[Any, View, Any, Any]]  # (Slot or kept buffer, view, dtype, device)
     out_allocs: list[tuple[Any, int, str]]  # per "out" slot: (device, bytes, memory kind)
     structure: Any
+    # NOTE: buffers a call made besides its outputs (a product's result that a later kernel
+    # reads, a split reduction's partials) are the same memory in every replay: replays on
+    # two threads enqueued step by step in turn read each other's. One replay's steps are
+    # enqueued at a time (dependency tracking then orders their kernels on the device).
+    replaying: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+# NOTE: the lazy work from before a call is every thread's (one set of pending tensors): a
+# thread that computed it while another captured would compute that capture's own work outside
+# it (its plan then lacks those kernels, and its replays give back stale results). Captures and
+# that computing take turns; replays do not wait (re-entrant: a jitted function may call one).
+_CAPTURING = threading.RLock()
 
 
 def jit(fn: Callable[..., Any] | None = None, *, strict: bool = True) -> Any:
@@ -62,10 +75,12 @@ def jit(fn: Callable[..., Any] | None = None, *, strict: bool = True) -> Any:
         # Lazy work from before the call is computed outside the capture (a replay must not
         # compute it again, and in-place writes below must not change what it reads).
         if _PENDING:
-            realize(*list(_PENDING.values()))
+            with _CAPTURING:
+                realize(*list(_PENDING.values()))
         got = plans.get(sig)
         if got is None:
-            return _capture(fn, args, kwargs, tensors, sig, plans, strict)
+            with _CAPTURING:
+                return _capture(fn, args, kwargs, tensors, sig, plans, strict)
         if isinstance(got, str):
             return fn(*args, **kwargs)
         return _replay(got, tensors)
@@ -166,8 +181,9 @@ def _replay(p: Plan, tensors: list[Tensor]) -> Any:
             return ins[x.index] if x.kind == "in" else outs[x.index]
         return x
 
-    for dev, step in p.steps:
-        step.replay(dev, sub)
+    with p.replaying:
+        for dev, step in p.steps:
+            step.replay(dev, sub)
     results = [Tensor(ir.load(sub(src), view, dtype), dev) for src, view, dtype, dev in
                p.outputs]
     return _unflatten(p.structure, results, [0])

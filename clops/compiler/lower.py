@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..graph.dtypes import DType
-from ..graph.ir import Node, View, prod
+from ..graph.ir import Node, View, prod, resolved
 from .device import Device
 from .geometry import (
     launches_exactly,
@@ -81,7 +81,7 @@ class _Lowerer:
         return slot
 
     def expr(self, node: Node, ctx: int) -> int:
-        node = node.resolve()
+        node = resolved(node)
         mk = (self.region, node.id, ctx)
         got = self.memo.get(mk)
         if got is not None:
@@ -98,16 +98,16 @@ class _Lowerer:
             out = self.emit("iota", axis=node.arg, ctx=ctx, dtype=node.dtype.name)
         elif op == "ew":
             srcs = tuple(self.expr(s, ctx) for s in node.srcs)
-            kinds = tuple(s.resolve().dtype.name for s in node.srcs)
+            kinds = tuple(resolved(s).dtype.name for s in node.srcs)
             out = self.emit("ew", fn=node.arg, srcs=srcs, kinds=kinds, dtype=node.dtype.name)
             if len(self.names) < 4 and node.arg not in self.names:
                 self.names.append(node.arg)
         elif op == "cast":
             src = self.expr(node.srcs[0], ctx)
-            out = self.emit("cast", srcs=(src,), kinds=(node.srcs[0].resolve().dtype.name,),
+            out = self.emit("cast", srcs=(src,), kinds=(resolved(node.srcs[0]).dtype.name,),
                             dtype=node.dtype.name)
         elif op == "view":
-            vsrc = node.srcs[0].resolve()
+            vsrc = resolved(node.srcs[0])
             vw: View = node.arg
             item = self.item
             if item.raxes and is_expand_back(vw, vsrc, item.full, item.raxes):
@@ -149,7 +149,7 @@ class _Lowerer:
         slot = len(self.reduce_regions)
         op = node.arg[0]
         acc = storage_dtype(node.dtype).name
-        self.reduce_regions.append(Reduction(op, acc, node.srcs[0].resolve().dtype.name, body,
+        self.reduce_regions.append(Reduction(op, acc, resolved(node.srcs[0]).dtype.name, body,
                                              instrs))
         self.red_of[node.id] = slot
         if op not in self.names:
@@ -162,7 +162,7 @@ def lower(item: KernelItem, device: Device) -> Lowered:
     lw = _Lowerer(item)
     outs = []
     for o in item.outputs:
-        root = o.node.resolve()
+        root = resolved(o.node)
         if item.chunks > 1:
             # stage 1 of a split reduction: the root is the reduction itself
             v = lw.val()

@@ -5,6 +5,7 @@ the device with sizes, strides and offsets as arguments."""
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,8 @@ import numpy as np
 from .. import _config
 from ..graph import ir
 from ..graph.ir import Node, View, contiguous_strides
+from ..runtime import plan as launch_plan
+from ..runtime.keylocks import KeyedLocks
 from . import schedule as scheduler
 from .device import Device
 from .geometry import local_size
@@ -21,21 +24,32 @@ from .lower import scalar_arg
 from .render import CLRenderer
 from .schedule import AllocStep, KernelStep, Plan
 
+# NOTE: shared by every thread; each render works on a copy of it (``render_kernel``)
 _RENDERER = CLRenderer()
 # (device id, renderer class, structural key, local size) -> (built kernel, name)
 _KERNELS: dict[tuple[int, type, KernelKey, int], tuple[Any, str]] = {}
+_FILLING = KeyedLocks()  # a key of _KERNELS being rendered and built
 STATS = {"launches": 0}
+_STATS_LOCK = threading.Lock()
+
+
+# NOTE: a plan is made from the graph as it is (a node another thread computed meanwhile is a
+# load), and a plan that ran marks its nodes computed; both under this lock, so that no node
+# of a graph being planned turns computed halfway through (threads share nodes: a tensor they
+# all compute from). Rendering, builds and launches run outside it.
+_GRAPH_LOCK = threading.RLock()
 
 
 def realize(targets: list[tuple[Node, Any, View | None]], device: Device) -> None:
     """Compute ``targets`` (node, destination buffer or None, destination view or None)."""
-    run(scheduler.schedule(targets, device), device)
+    run(plan(targets, device), device)
 
 
 def plan(targets: list[tuple[Node, Any, View | None]], device: Device) -> Plan:
     """The plan ``realize`` would run, for inspection: nothing is allocated or launched and
     the graph is left as it was."""
-    return scheduler.schedule(targets, device)
+    with _GRAPH_LOCK:
+        return scheduler.schedule(targets, device)
 
 
 def run(p: Plan, device: Device, renderer: CLRenderer | None = None) -> None:
@@ -53,13 +67,14 @@ def run(p: Plan, device: Device, renderer: CLRenderer | None = None) -> None:
             buffers[id(t)] = counter(device) if t.counter else device.alloc(t.nbytes)
         else:
             run_kernel(step, device, buffer, renderer or _RENDERER)
-    for b in p.bindings:
-        loaded = ir.load(buffer(b.buffer), b.view, b.dtype)
-        if b.reduce is not None:
-            op, axes, dtype = b.reduce
-            b.node.realized = ir.reduce(op, loaded, axes, dtype)
-        else:
-            b.node.realized = loaded
+    with _GRAPH_LOCK:
+        for b in p.bindings:
+            loaded = ir.load(buffer(b.buffer), b.view, b.dtype)
+            if b.reduce is not None:
+                op, axes, dtype = b.reduce
+                b.node.realized = ir.reduce(op, loaded, axes, dtype)
+            else:
+                b.node.realized = loaded
 
 
 def run_kernel(step: KernelStep, device: Device, buffer: Callable[[Any], Any],
@@ -77,21 +92,34 @@ def run_kernel(step: KernelStep, device: Device, buffer: Callable[[Any], Any],
     ck = (id(device), type(renderer), lw.key, local)
     hit = _KERNELS.get(ck)
     if hit is None:
-        src = renderer.render(lw.key, local, step.name)
-        if _config.CONFIG.debug >= 1:
-            print(f"[clops] kernel {step.name}:\n{src}", file=sys.stderr)
-        hit = _KERNELS[ck] = (device.kernel(src, step.name, arg_types=renderer.arg_types),
-                              step.name)
+        hit = _build(ck, step, device, renderer, local)
     kernel, name = hit
     if geo is None:
         return  # nothing to write (sizes of other axes may not even fit the index type)
     if _config.CONFIG.debug >= 1:
         print(f"[clops] launch {name} global={geo.global_size} local={geo.local_size}",
               file=sys.stderr)
-    STATS["launches"] += 1
+    with _STATS_LOCK:
+        STATS["launches"] += 1
     device.launch(kernel, geo.global_size, geo.local_size, launch_args(lw, buffer),
                   reads=[buffer(b) for b in lw.reads], writes=[buffer(b) for b in lw.writes],
                   name=name)
+
+
+def _build(ck: tuple[int, type, KernelKey, int], step: KernelStep, device: Device,
+           renderer: CLRenderer, local: int) -> tuple[Any, str]:
+    """Render and build ``step``'s kernel for cache key ``ck`` once: a thread that misses a
+    key another thread is building waits for that build; kernels of other keys are built
+    meanwhile."""
+    with _FILLING.hold(ck):
+        hit = _KERNELS.get(ck)
+        if hit is None:
+            src, arg_types = renderer.render_kernel(step.lowered.key, local, step.name)
+            if _config.CONFIG.debug >= 1:
+                print(f"[clops] kernel {step.name}:\n{src}", file=sys.stderr)
+            hit = _KERNELS[ck] = (device.kernel(src, step.name, arg_types=arg_types),
+                                  step.name)
+    return hit
 
 
 def launch_args(lw: Lowered, buffer: Callable[[Any], Any]) -> list[Any]:
@@ -138,17 +166,24 @@ def launch_args(lw: Lowered, buffer: Callable[[Any], Any]) -> list[Any]:
 
 
 _COUNTERS: dict[int, tuple[Any, Any]] = {}
+_COUNTERS_LOCK = threading.Lock()
 
 
 def counter(device: Device) -> Any:
     """The device's work-group counter of one-kernel split reductions: an int, zero between
     kernels (each kernel's last work-group sets it back). Kernels that use it write it, so the
-    runtime orders them."""
+    runtime orders them, also those of threads on different queues (``CLDevice.launch`` reads
+    a launch's dependencies and records its event under one lock)."""
     got = _COUNTERS.get(id(device))
     if got is None or got[0] is not device:
-        buf = device.alloc(4)
-        device.write(buf, np.zeros(1, np.int32), blocking=True)
-        got = _COUNTERS[id(device)] = (device, buf)
+        # one buffer per device, whichever thread asks first; (made outside any clops.jit
+        # capture: it is the device's, not the captured function's)
+        with _COUNTERS_LOCK, launch_plan.paused():
+            got = _COUNTERS.get(id(device))
+            if got is None or got[0] is not device:
+                buf = device.alloc(4)
+                device.write(buf, np.zeros(1, np.int32), blocking=True)
+                got = _COUNTERS[id(device)] = (device, buf)
     return got[1]
 
 

@@ -6,8 +6,10 @@ stores and casts."""
 
 from __future__ import annotations
 
+import copy
+import threading
 from importlib import resources
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -17,6 +19,7 @@ from . import cl_ops
 from .kernel import Instr, KernelKey, KernelOutput, Leaf, Reduction
 
 RENDER_STATS = {"renders": 0}
+_STATS_LOCK = threading.Lock()
 
 # NVIDIA warp shuffles (inline PTX), by accumulator type; only rendered for devices whose
 # capability probe found inline PTX (the local-memory tree is the portable finish).
@@ -40,8 +43,17 @@ _C_SCALARS = {"char": "int8", "short": "int16", "int": "int32", "long": "int64",
               "float": "float32", "double": "float64"}
 
 
+class RenderedKernel(NamedTuple):
+    """A rendered kernel: its source, and the numpy dtypes of its scalar arguments in order
+    (None for pointers), which the launch path packs arguments with."""
+
+    source: str
+    arg_types: list[Any]
+
+
 class CLRenderer:
-    """OpenCL C. Class attributes name the language's spellings."""
+    """OpenCL C. Class attributes name the language's spellings; one render's state lives on a
+    copy of the renderer made for that render, so threads can share one renderer."""
 
     # dtype name -> storage type, and the type arithmetic is done in
     storage_types: ClassVar[dict[str, str]] = cltypes.STORAGE
@@ -132,8 +144,22 @@ class CLRenderer:
     # -- the kernel --------------------------------------------------------------------------------
     def render(self, key: KernelKey, local_size: int, name: str) -> str:
         """The source of kernel ``name`` for ``key``, built for ``local_size`` work-items per
-        row (0: no reduction); ``arg_types`` then holds its scalar argument types."""
-        RENDER_STATS["renders"] += 1
+        row (0: no reduction)."""
+        return self.render_kernel(key, local_size, name).source
+
+    def render_kernel(self, key: KernelKey, local_size: int, name: str) -> RenderedKernel:
+        """Kernel ``name`` for ``key`` (as ``render``) with its scalar argument types.
+
+        NOTE: the methods below keep the state of one render on ``self`` (value types, the
+        vector component, the register cache step, ...); each render runs on a shallow copy,
+        so that renders on other threads, which share this renderer, never see it (they did,
+        and launched kernels with another kernel's argument list)."""
+        self.prelude()  # read once, into the copies too
+        return copy.copy(self)._render(key, local_size, name)
+
+    def _render(self, key: KernelKey, local_size: int, name: str) -> RenderedKernel:
+        with _STATS_LOCK:
+            RENDER_STATS["renders"] += 1
         rank, raxes, chunked, reduced_out = key.rank, key.raxes, key.chunked, key.reduced_out
         flat, wide, leaves, views, consts = key.flat, key.wide, key.leaves, key.views, key.consts
         reductions, out_instrs, outs, guard = key.reductions, key.instrs, key.outputs, key.guard
@@ -202,7 +228,7 @@ class CLRenderer:
         else:
             body += self._row_kernel(raxes, chunked, reduced_out, reductions, out_instrs, outs,
                                      local_size)
-        self.arg_types = [self._arg_dtype(a) for a in args]
+        arg_types = [self._arg_dtype(a) for a in args]
         uses_fp64 = any(n in ("float64", "complex128") for n in key.dtype_names())
         head = self.fp64_pragma if uses_fp64 else ""
         # NOTE: no contraction of a*b + c into one fma: numpy rounds the product first, and a
@@ -212,7 +238,7 @@ class CLRenderer:
             src += self.shfl_helpers
         src += f"{self.kernel_prefix} {name}(\n    " + ",\n    ".join(args) + ")\n{\n"
         src += "\n".join("    " + line for line in body) + "\n}\n"
-        return src
+        return RenderedKernel(src, arg_types)
 
     def _vec_component(self, name: str, comp: str) -> str:
         d = self.dt(name)

@@ -37,7 +37,7 @@ def _first_reduce(node: Node) -> Node | None:
     """A reduction reachable from ``node`` through elementwise ops and casts only."""
     stack, seen = [node], set()
     while stack:
-        n = stack.pop().resolve()
+        n = ir.resolved(stack.pop())
         if n.id in seen:
             continue
         seen.add(n.id)
@@ -99,7 +99,7 @@ class _Analysis:
         return False
 
     def walk(self, node: Node, ctx: str) -> None:
-        node = node.resolve()
+        node = ir.resolved(node)
         key = (node.id, ctx)
         if key in self._seen or node.op in ("load", "const", "iota"):
             return
@@ -113,7 +113,7 @@ class _Analysis:
             for s in node.srcs:
                 self.walk(s, ctx)
         elif node.op == "view":
-            src = node.srcs[0].resolve()
+            src = ir.resolved(node.srcs[0])
             if self.row_view(node.arg, src, ctx):
                 self.walk(src, "row")
             elif src.op == "reduce":
@@ -217,10 +217,8 @@ def schedule(targets: list[tuple[Node, Any, View | None]], device: Device) -> Pl
     read earlier results as loads. The graph is left as it was: the plan's ``bindings`` mark
     the computed nodes realized when it runs."""
     planner = _Planner(device)
-    try:
+    with ir.planning() as planner.binds:
         planner.schedule(targets)
-    finally:
-        planner.restore()
     return planner.plan
 
 
@@ -228,27 +226,22 @@ class _Planner:
     def __init__(self, device: Device) -> None:
         self.device = device
         self.plan = Plan()
-        self._saved: list[tuple[Node, Node | None]] = []
+        # node id -> the node planning takes it for (``ir.planning``: this thread's alone)
+        self.binds: dict[int, Node] = {}
         self._ntemps = 0
 
     # -- the graph, as it will be once earlier steps have run ------------------------------------
     def _bind(self, binding: Binding) -> None:
-        """Realize ``binding.node`` for the rest of planning (undone by ``restore``); the plan
-        does it for good when it runs."""
+        """Realize ``binding.node`` for the rest of planning (in ``binds``, which this thread's
+        ``resolve`` reads); the plan does it for good when it runs."""
         node = binding.node
-        self._saved.append((node, node.realized))
         loaded = ir.load(binding.buffer, binding.view, binding.dtype)
         if binding.reduce is not None:
             op, axes, dtype = binding.reduce
-            node.realized = ir.reduce(op, loaded, axes, dtype)
+            self.binds[node.id] = ir.reduce(op, loaded, axes, dtype)
         else:
-            node.realized = loaded
+            self.binds[node.id] = loaded
         self.plan.bindings.append(binding)
-
-    def restore(self) -> None:
-        for node, before in reversed(self._saved):
-            node.realized = before
-        self._saved.clear()
 
     def _temp(self, nbytes: int, what: str, counter: bool = False) -> Temp:
         self._ntemps += 1
@@ -266,7 +259,7 @@ class _Planner:
         return Output(node, buf, View.contiguous(node.shape))
 
     def schedule(self, targets: list[tuple[Node, Any, View | None]]) -> None:
-        todo = [(node.resolve(), buf, v) for node, buf, v in targets]
+        todo = [(ir.resolved(node), buf, v) for node, buf, v in targets]
         todo = [(n, buf, v) for n, buf, v in todo if not (n.op == "load" and buf is None)]
         # A target inside another target's graph is computed first and read, not recomputed.
         ids = {n.id for n, _, _ in todo}
@@ -281,7 +274,7 @@ class _Planner:
                 self.schedule([(m, None, None) for m in a.materialize])
         groups: dict[tuple[Shape, tuple[int, ...], Shape, bool], list[Output]] = {}
         for node, buf, v in todo:
-            n = node.resolve()
+            n = ir.resolved(node)
             if n.op == "load" and buf is None:
                 continue  # computed above, as a dependency of another target
             if materialized or n.id not in first:
@@ -363,7 +356,7 @@ class _Planner:
         fin = item.outputs[0]
         parts = [Output(pnode, pbuf, View.contiguous(pshape))]
         if not serial_rows(device) and rows == 1 and len(item.outputs) == 1 and \
-                fin.node.resolve() is red:
+                ir.resolved(fin.node) is red:
             # PERF (H100, sum of 2^24 float32, profiled): one kernel took 32-34 us, two 37-38
             counter = self._temp(4, "counter", counter=True)
             stage1 = KernelItem(item.full, item.raxes, parts, reduced_out=True, chunks=chunks,
@@ -387,7 +380,7 @@ def _single_reduce(item: KernelItem) -> Node | None:
     seen: set[int] = set()
 
     def walk(n: Node) -> None:
-        n = n.resolve()
+        n = ir.resolved(n)
         if n.id in seen:
             return
         seen.add(n.id)

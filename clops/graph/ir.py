@@ -3,9 +3,11 @@ strided views that movement ops produce without copying."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,6 +134,43 @@ class View:
 
 
 _ids = itertools.count()
+
+
+class _Planning(threading.local):
+    # node id -> what a plan being made on this thread takes the node for (a load of the
+    # buffer an earlier step of the plan computes it into); None when not planning
+    binds: dict[int, Node] | None = None
+
+
+_PLANNING = _Planning()
+
+
+@contextlib.contextmanager
+def planning() -> Iterator[dict[int, Node]]:
+    """While a plan is made on this thread: a dict of node id -> node that ``resolved`` on
+    this thread takes the node for. Threads share graph nodes (a tensor several of them
+    compute from); what a plan only assumes computed is seen by the planning thread alone."""
+    before = _PLANNING.binds
+    binds: dict[int, Node] = {}
+    _PLANNING.binds = binds
+    try:
+        yield binds
+    finally:
+        _PLANNING.binds = before
+
+
+def resolved(node: Node) -> Node:
+    """``node.resolve()`` as the plan being made on this thread sees the graph: also through
+    the nodes it takes for computed (``planning``). Planning resolves nodes with this."""
+    binds = _PLANNING.binds
+    if not binds:
+        return node.resolve()
+    n = node
+    while True:
+        r = binds.get(n.id) or n.realized
+        if r is None:
+            return n
+        n = r
 
 
 class Node:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 
@@ -149,14 +150,19 @@ def touch(path: str, now: float | None = None) -> None:
 
 
 _REGISTERED = False
+_REGISTER_LOCK = threading.Lock()
 
 
 def trim_at_exit() -> None:
-    """Trim once when this process ends (called when it first compiles a program)."""
+    """Trim once when this process ends (called when it first compiles a program; threads
+    may compile at once)."""
     global _REGISTERED
     if _REGISTERED or not _config.CONFIG.disk_cache:
         return
-    _REGISTERED = True
+    with _REGISTER_LOCK:
+        if _REGISTERED:
+            return
+        _REGISTERED = True
     import atexit
 
     atexit.register(_trim_quietly)

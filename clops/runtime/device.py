@@ -470,7 +470,8 @@ class CLDevice:
             k = cl.Kernel(self.build(source, options), name)
             if arg_types is not None:
                 k.set_scalar_arg_dtypes(list(arg_types))
-            self._kernels[key] = k
+            # (threads that made one each at once all get the first one kept)
+            k = self._kernels.setdefault(key, k)
         return k
 
     # -- tracked launches and copies ---------------------------------------------------------------
@@ -486,17 +487,21 @@ class CLDevice:
                                     else tuple(local_size), list(args), tuple(reads),
                                     tuple(writes), name or "", queue))
         q = queue or streams.current_queue(self)  # the stream block's queue, if any
-        deps = _wait_list(wait_for) if wait_for else []
-        for b in reads:
-            lw = b.last_write
-            if lw is not None and not (lw[1] is q and q.in_order):
-                deps.append(lw[0])
-        for b in writes:
-            deps.extend(b.write_deps(q))
         cl_args = [a.mem if isinstance(a, Buffer) else a for a in args]
         gsize = tuple(global_size)
         lsize = tuple(local_size) if local_size is not None else None
+        # NOTE: the dependencies are read and the new event recorded under the lock too: two
+        # threads launching kernels that write one buffer (the compiler's work-group counter
+        # of split reductions, a tensor both update) on different queues would otherwise each
+        # read the buffer's last write before the other recorded its own, and run at once.
         with self._launch_lock:
+            deps = _wait_list(wait_for) if wait_for else []
+            for b in reads:
+                lw = b.last_write
+                if lw is not None and not (lw[1] is q and q.in_order):
+                    deps.append(lw[0])
+            for b in writes:
+                deps.extend(b.write_deps(q))
             kernel.set_args(*cl_args)
             if isinstance(kernel, NativeKernel):
                 ev = kernel.enqueue(q.cl_queue, deps)
@@ -505,10 +510,10 @@ class CLDevice:
                 # pyopencl.
                 ev = cl.enqueue_nd_range_kernel(q.cl_queue, kernel, gsize, lsize, None,
                                                 deps or None)
-        for b in reads:
-            b.mark_read(ev, q)
-        for b in writes:
-            b.mark_write(ev, q)
+            for b in reads:
+                b.mark_read(ev, q)
+            for b in writes:
+                b.mark_write(ev, q)
         if profiler.ACTIVE:
             profiler.record(name or kernel.function_name, "kernel", self.name, ev,
                             queue=q.index, global_size=list(gsize))
