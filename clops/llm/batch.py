@@ -53,6 +53,19 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     seed: int | None = None
     logprobs: int = 0
+    # OpenAI's: each token's logit less presence_penalty if it was generated before, and
+    # frequency_penalty times how often; logit_bias added to the logits of its tokens
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def shapes_logits(self) -> bool:
+        """Whether a token's choice needs the row's logits on the host (not the device's
+        argmax alone)."""
+        return (self.temperature != 0.0 or self.repetition_penalty != 1.0
+                or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+                or bool(self.logit_bias) or bool(self.logprobs))
 
     def check(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
@@ -68,6 +81,13 @@ class SamplingParams:
                              f"{self.repetition_penalty}")
         if not 0 <= self.logprobs <= 20:
             raise ValueError(f"logprobs must lie in [0, 20], not {self.logprobs}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and -2.0 <= v <= 2.0):
+                raise ValueError(f"{name} must lie in [-2, 2], not {v}")
+        for t, b in self.logit_bias.items():
+            if not (math.isfinite(b) and -100.0 <= b <= 100.0):
+                raise ValueError(f"logit_bias of token {t} must lie in [-100, 100], not {b}")
 
 
 @dataclass
@@ -98,7 +118,8 @@ class _Seq:
     done: int = 0  # prompt positions whose KV is in the cache
     produced: int = 0
     last: int = -1  # the last token chosen (the next decode row's input)
-    seen: set[int] = field(default_factory=set)
+    seen: set[int] = field(default_factory=set)  # the prompt's tokens and the generated
+    counts: dict[int, int] = field(default_factory=dict)  # generated tokens, how often each
 
     @property
     def length(self) -> int:
@@ -369,6 +390,8 @@ class BatchEngine:
             raise ValueError("the prompt is empty: give at least one token")
         if min(ids) < 0 or max(ids) >= V:
             raise ValueError(f"token ids must lie in [0, {V})")
+        if any(not 0 <= t < V for t in params.logit_bias):
+            raise ValueError(f"logit_bias names tokens outside [0, {V})")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, not {max_new_tokens}")
         if len(ids) + max_new_tokens > self.context:
@@ -566,8 +589,7 @@ class BatchEngine:
         stats = np.empty((len(want), 3), np.float32)
         dev.read(stats, self.rstats, queue=dev.queue)
         args = stats[:, 0].copy().view(np.int32)
-        greedy = [s.params.temperature == 0.0 and s.params.repetition_penalty == 1.0
-                  and s.mask is None and not s.params.logprobs and 0 <= int(args[i]) < V
+        greedy = [not s.params.shapes_logits and s.mask is None and 0 <= int(args[i]) < V
                   and bool(np.isfinite(stats[i, 2])) for i, s in enumerate(want)]
         need = [i for i, g in enumerate(greedy) if not g]
         if need:  # the rows from the first to the last that need theirs, in one read
@@ -599,6 +621,15 @@ class BatchEngine:
             idx = np.fromiter(s.seen, np.int64)
             v = z[idx]
             z[idx] = np.where(v > 0, v / p.repetition_penalty, v * p.repetition_penalty)
+        if (p.presence_penalty or p.frequency_penalty) and s.counts:
+            z = z.astype(np.float64)
+            idx = np.fromiter(s.counts, np.int64, len(s.counts))
+            n = np.fromiter(s.counts.values(), np.float64, len(s.counts))
+            z[idx] -= p.presence_penalty + p.frequency_penalty * n
+        if p.logit_bias:
+            z = z.astype(np.float64)
+            idx = np.fromiter(p.logit_bias, np.int64, len(p.logit_bias))
+            z[idx] += np.fromiter(p.logit_bias.values(), np.float64, len(p.logit_bias))
         allowed = s.mask(s.id) if s.mask is not None else None
         if allowed is not None:
             allowed = np.asarray(allowed, bool)
@@ -626,6 +657,7 @@ class BatchEngine:
         s.produced += 1
         s.last = tok
         s.seen.add(tok)
+        s.counts[tok] = s.counts.get(tok, 0) + 1
         self.generated_tokens += 1
         finished = s.produced >= s.max_new
         if finished:

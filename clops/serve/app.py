@@ -24,6 +24,7 @@ from importlib import resources
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -38,6 +39,7 @@ from ..llm.batch import BatchEngine, SamplingParams, StepOutput
 from ..llm.tokenizer import TextStream
 from .constrain import Constraint, ConstraintError, Vocabulary, grammar_for
 from .limits import Limits, LimitsMiddleware
+from .metrics import Latencies
 from .runner import EngineDown, QueueFull, Runner
 from .tools import check_tools, parse_tool_calls
 
@@ -97,9 +99,27 @@ def _sampling(body: dict) -> tuple[SamplingParams, int]:
         repetition_penalty=_get(body, "repetition_penalty", float, 1.0,
                                 lambda v: finite(v) and v > 0, "a positive number"),
         seed=_get(body, "seed", int, None),
+        presence_penalty=_get(body, "presence_penalty", float, 0.0,
+                              lambda v: finite(v) and -2 <= v <= 2, "a number in [-2, 2]"),
+        frequency_penalty=_get(body, "frequency_penalty", float, 0.0,
+                               lambda v: finite(v) and -2 <= v <= 2, "a number in [-2, 2]"),
+        logit_bias=_logit_bias(body),
     )
     n = _get(body, "n", int, 1, lambda v: 1 <= v <= 16, "1 to 16")
     return p, n
+
+
+def _logit_bias(body: dict) -> dict[int, float]:
+    """``logit_bias``: {"token id": bias in [-100, 100]} (JSON keys are strings)."""
+    raw = _get(body, "logit_bias", dict, {})
+    out = {}
+    for k, v in raw.items():
+        if not (k.isascii() and k.isdigit()) or isinstance(v, bool) or \
+                not isinstance(v, (int, float)) or not (math.isfinite(v) and -100 <= v <= 100):
+            raise APIError(f"'logit_bias' maps token ids to numbers in [-100, 100]; "
+                           f"{k!r}: {v!r} is not one", param="logit_bias")
+        out[int(k)] = float(v)
+    return out
 
 
 def _stops(body: dict) -> list[str]:
@@ -170,6 +190,7 @@ class Server:
         self.created = int(time.time())
         self.max_tokens = max_tokens
         self.parse_special = parse_special
+        self.latencies = Latencies()
         self._vocab: Vocabulary | None = None
         stops = set(self.tok.eos_ids)
         for marker in _END_OF_TURN:
@@ -203,9 +224,14 @@ class Server:
                 raise APIError(f"messages[{i}].role {m['role']!r} is not one of "
                                f"{', '.join(ROLES)}", param="messages")
             content = m.get("content")
-            if isinstance(content, list):  # content parts: the text ones
-                content = "".join(p.get("text", "") for p in content
-                                  if isinstance(p, dict) and p.get("type") == "text")
+            if isinstance(content, list):  # content parts: text only
+                for j, part in enumerate(content):
+                    kind = part.get("type") if isinstance(part, dict) else None
+                    if kind != "text" or not isinstance(part.get("text"), str):
+                        raise APIError(f"messages[{i}].content[{j}] is {kind or 'not'} a text "
+                                       "part: this server's models read text only",
+                                       param="messages")
+                content = "".join(part["text"] for part in content)
             if content is not None and not isinstance(content, str):
                 raise APIError(f"messages[{i}].content must be a string or text parts",
                                param="messages")
@@ -251,9 +277,21 @@ class Server:
     # -- one choice --------------------------------------------------------------------------------
     async def choice(self, ids: list[int], params: SamplingParams, max_new: int,
                      stops: list[str], grammar: str | None, ignore_eos: bool = False,
+                     arrived: float | None = None,
                      ) -> AsyncIterator[tuple[str, list[StepOutput], str | None]]:
         """(new text, the tokens it came from, finish reason or None), as tokens arrive;
-        ``ignore_eos`` runs past end-of-text tokens (as llama-server's option does)."""
+        ``ignore_eos`` runs past end-of-text tokens (as llama-server's option does);
+        ``arrived``: the request's ``time.monotonic()``, for the latency histograms."""
+        arrived = time.monotonic() if arrived is None else arrived
+        first: float | None = None
+        made = 0
+
+        def ended() -> None:  # the choice ran to its end: its latencies
+            now = time.monotonic()
+            self.latencies.request.observe(now - arrived)
+            if first is not None and made > 1:
+                self.latencies.per_token.observe((now - first) / (made - 1))
+
         stop_ids = set() if ignore_eos else self.stop_ids
         constraint = Constraint(self.vocab(), grammar) if grammar else None
         h = await self.runner.submit(ids, params, max_new,
@@ -269,8 +307,13 @@ class Server:
                 o = await h.queue.get()
                 if isinstance(o, Exception):
                     raise o
+                made += 1
+                if first is None:
+                    first = time.monotonic()
+                    self.latencies.first_token.observe(first - arrived)
                 if o.token in stop_ids:
                     self.runner.cancel(h)
+                    ended()
                     yield self.tok.decode(stream.ids)[sent:], pending, "stop"
                     return
                 pending.append(o)
@@ -282,6 +325,7 @@ class Server:
                 cut = _find_stop(text, stops)
                 if cut is not None:
                     self.runner.cancel(h)
+                    ended()
                     yield text[sent:cut], pending, "stop"
                     return
                 if finished:
@@ -289,6 +333,7 @@ class Server:
                         h.done = True  # the engine has let it go already
                     else:  # the grammar is complete: free the sequence now
                         self.runner.cancel(h)
+                    ended()
                     yield text[sent:], pending, "length" if o.finished else "stop"
                     return
                 if stream.held or not h.queue.empty():
@@ -381,8 +426,11 @@ class _Job:
     want_lp: bool
     stream: bool
     ignore_eos: bool
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
+    echo: str | None = None  # completions' echo: the prompt's text, before the completion's
     rid: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
+    arrived: float = field(default_factory=time.monotonic)
 
     @property
     def kind(self) -> str:
@@ -394,7 +442,7 @@ class _Job:
         base = self.params.__dict__
         return [server.choice(self.ids, SamplingParams(**{
                     **base, "seed": base["seed"] + i if base["seed"] is not None else None}),
-                    self.max_new, self.stops, self.grammar, self.ignore_eos)
+                    self.max_new, self.stops, self.grammar, self.ignore_eos, self.arrived)
                 for i in range(self.n)]
 
     def usage(self, completion: int) -> dict:
@@ -418,8 +466,23 @@ def _job(server: Server, body: dict, chat: bool) -> _Job:
         want_lp = lp is not None
         params.logprobs = lp or 0
     grammar = grammar_for(body.get("response_format")) if chat else None
-    return _Job(chat, ids, max_new, params, n, _stops(body), grammar, tools, want_lp,
-                _get(body, "stream", bool, False), _get(body, "ignore_eos", bool, False),
+    stream = _get(body, "stream", bool, False)
+    opts = _get(body, "stream_options", dict, {})
+    if opts and not stream:
+        raise APIError("'stream_options' is for streamed requests ('stream': true)",
+                       param="stream_options")
+    echo = None
+    if not chat and _get(body, "echo", bool, False):
+        prompt = body.get("prompt")
+        echo = prompt if isinstance(prompt, str) else \
+            prompt[0] if isinstance(prompt, list) and isinstance(prompt[0], str) else \
+            server.tok.decode(ids)
+    if echo is not None and want_lp:
+        raise APIError("'echo' with 'logprobs' would need the prompt's log-probabilities, "
+                       "which this server does not compute", param="echo")
+    return _Job(chat, ids, max_new, params, n, _stops(body), grammar, tools, want_lp, stream,
+                _get(body, "ignore_eos", bool, False),
+                _get(opts, "include_usage", bool, False), echo,
                 ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24])
 
 
@@ -433,9 +496,11 @@ async def completions(request: Request) -> Response:
 
 async def _completions(request: Request, chat: bool) -> Response:
     server: Server = request.app.state.server
+    arrived = time.monotonic()
     body = await _body(request)
     server.count("chat" if chat else "completions")
     job = _job(server, body, chat)
+    job.arrived = arrived
     if not server.runner.alive:
         raise EngineDown(server.runner.health()[1])
     if job.stream:
@@ -497,6 +562,9 @@ async def _stream_events(server: Server, job: _Job) -> AsyncIterator[str]:
                                                               "content": ""},
                                         "finish_reason": None}])
     held = [""] * job.n
+    if job.echo:
+        for i in range(job.n):
+            yield _chunk(server, job, [{"index": i, "text": job.echo, "finish_reason": None}])
     async for i, piece, toks, reason in _merged(job.choices(server)):
         completion += len(toks)
         if job.tools:  # the whole answer decides between content and calls
@@ -520,13 +588,14 @@ async def _stream_events(server: Server, job: _Job) -> AsyncIterator[str]:
                 ch["logprobs"] = _completion_logprobs(server, toks)
         if piece or reason or ch.get("logprobs"):
             yield _chunk(server, job, [ch])
-    yield _chunk(server, job, [], usage=job.usage(completion))
+    if job.include_usage:
+        yield _chunk(server, job, [], usage=job.usage(completion))
     yield "data: [DONE]\n\n"
 
 
 async def _whole(server: Server, job: _Job) -> Response:
     """The response of a request that is not streamed."""
-    texts = [""] * job.n
+    texts = [job.echo or ""] * job.n
     reasons: list[str | None] = [None] * job.n
     toks: list[list[StepOutput]] = [[] for _ in range(job.n)]
     async for i, piece, t, r in _merged(job.choices(server)):
@@ -586,6 +655,43 @@ async def models(request: Request) -> Response:
         {"id": server.name, "object": "model", "created": server.created, "owned_by": "clops"}]})
 
 
+async def model(request: Request) -> Response:
+    server: Server = request.app.state.server
+    name = request.path_params["name"]
+    if name != server.name:
+        raise APIError(f"the model {name!r} does not exist here: this server serves "
+                       f"{server.name!r}", status=404, param="model", code="model_not_found")
+    return JSONResponse({"id": server.name, "object": "model", "created": server.created,
+                         "owned_by": "clops"})
+
+
+async def tokenize(request: Request) -> Response:
+    """``{"content": text, "add_special": false, "parse_special": false}`` -> ``{"tokens":
+    [ids], "count": n}`` (llama-server's shape; ``add_special`` prepends BOS where the model
+    wants one)."""
+    server: Server = request.app.state.server
+    body = await _body(request)
+    text = _get(body, "content", str, None)
+    if text is None:
+        raise APIError("'content' must be the text to tokenize", param="content")
+    ids = server.tok.encode(text, add_special_tokens=_get(body, "add_special", bool, False),
+                            parse_special=_get(body, "parse_special", bool, False))
+    return JSONResponse({"tokens": ids, "count": len(ids),
+                         "max_model_len": server.engine.context})
+
+
+async def detokenize(request: Request) -> Response:
+    """``{"tokens": [ids]}`` -> ``{"content": text}``."""
+    server: Server = request.app.state.server
+    body = await _body(request)
+    ids = body.get("tokens")
+    vocab = server.model.config.vocab_size
+    if not isinstance(ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in ids):
+        raise APIError(f"'tokens' must be a list of token ids in [0, {vocab})", param="tokens")
+    return JSONResponse({"content": server.tok.decode(ids)})
+
+
 async def health(request: Request) -> Response:
     """200 while the engine serves; 503 with the reason when it cannot (its thread stopped,
     a step stalled, or the last few steps all failed)."""
@@ -632,6 +738,7 @@ async def metrics(request: Request) -> Response:
              "10 s.", round(s.rate(), 3))]
     for name, kind, help_, v in rows:
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {v}"]
+    lines += server.latencies.text()
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
@@ -675,6 +782,9 @@ ROUTES = [("/v1/chat/completions", chat_completions, "POST"),
           ("/v1/completions", completions, "POST"),
           ("/v1/embeddings", embeddings, "POST"),
           ("/v1/models", models, "GET"),
+          ("/v1/models/{name:path}", model, "GET"),
+          ("/tokenize", tokenize, "POST"),
+          ("/detokenize", detokenize, "POST"),
           ("/health", health, "GET"),
           ("/metrics", metrics, "GET")]
 
@@ -693,7 +803,12 @@ def create_app(server: Server, limits: Limits | None = None) -> Any:
     app = Starlette(routes=routes, lifespan=lifespan)
     guarded = LimitsMiddleware(app, limits)
     app.state.server, app.state.limits = server, guarded
-    return guarded
+    if not limits.cors_origins:
+        return guarded
+    # outermost: a browser's preflight is answered before the key and body are asked for
+    return CORSMiddleware(guarded, allow_origins=list(limits.cors_origins),
+                          allow_methods=["GET", "POST", "OPTIONS"],
+                          allow_headers=["Authorization", "Content-Type"], max_age=600)
 
 
 def _completion_logprobs(server: Server, toks: list[StepOutput]) -> dict:

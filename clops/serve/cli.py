@@ -55,6 +55,9 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                         help="ask every API request for 'Authorization: Bearer KEY' (401 "
                              "without it); also from CLOPS_API_KEY. /health and the chat page "
                              "stay open")
+    limits.add_argument("--cors-origins", default="", metavar="ORIGINS",
+                        help="comma-separated web origins whose pages may call the API "
+                             "(e.g. https://example.org; * for any); none by default")
     limits.add_argument("--parse-special", action="store_true",
                         help="read special-token text inside messages (<|im_start|>, ...) as "
                              "special tokens, as older versions did; by default only the chat "
@@ -114,7 +117,9 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     except (_Refused, ValueError) as e:
         print(f"{prog}: error: {_one_line(str(e))}", file=sys.stderr)
         return USAGE_ERROR
-    limits = Limits(api_key=api_key, max_body=a.max_body, read_timeout=a.timeout)
+    limits = Limits(api_key=api_key, max_body=a.max_body, read_timeout=a.timeout,
+                    cors_origins=tuple(o.strip() for o in a.cors_origins.split(",")
+                                       if o.strip()))
     uv = uvicorn.Server(config(create_app(server, limits), a.host, a.port, a.timeout))
     died: list[BaseException] = []
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +21,12 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 @dataclass(frozen=True)
 class Limits:
     """What one request may be. ``api_key`` None: no key asked. ``open_paths`` answer without
-    a key (the health check and the chat page; the page asks for the key itself)."""
+    a key (the health check and the chat page; the page asks for the key itself).
+    ``cors_origins``: the web origins whose pages may call the API (``*``: any), none by
+    default."""
 
     api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
     max_body: int = 8 << 20
     read_timeout: float = 30.0
     open_paths: tuple[str, ...] = ("/", "/health")
@@ -56,7 +60,7 @@ class LimitsMiddleware:
         self.app, self.limits = app, limits
         self.refused: dict[str, int] = {"unauthorized": 0, "too_large": 0, "timeout": 0}
 
-    def _authorized(self, scope: dict) -> bool:
+    def _authorized(self, scope: MutableMapping[str, Any]) -> bool:
         key = self.limits.api_key
         if key is None or scope["path"] in self.limits.open_paths or scope["method"] == "OPTIONS":
             return True
@@ -67,7 +71,7 @@ class LimitsMiddleware:
                     given.strip().encode(), key.encode())
         return False
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -79,3 +79,43 @@ def test_one_allowed_token_is_chosen():
     z[637] = -3.0
     for p in [SamplingParams(temperature=1.0), *FILTERED]:
         assert _sample(z, p, np.random.default_rng(0)) == 637
+
+
+def _choose(row, params, counts=None, seen=None):
+    """The engine's choice of a token from ``row`` for a sequence that generated ``counts``."""
+    import types
+
+    from clops.llm.batch import BatchEngine, _Seq
+
+    s = _Seq(0, [1], params, 8, None, np.random.default_rng(0), seen=set(seen or ()),
+             counts=dict(counts or {}))
+    fake = types.SimpleNamespace(_chosen=lambda s, tok, lp, top: tok)
+    return BatchEngine._choose(fake, s, np.asarray(row, np.float32), 0.0)
+
+
+def test_presence_and_frequency_penalties_are_openais():
+    row = [0.0, 3.0, 2.6, 2.0, -1.0]
+    assert _choose(row, SamplingParams()) == 1
+    # generated once: 3.0 - 0.5 = 2.5 < 2.6
+    assert _choose(row, SamplingParams(presence_penalty=0.5), {1: 1}) == 2
+    assert _choose(row, SamplingParams(presence_penalty=0.3), {1: 1}) == 1
+    # three times: 3.0 - 3 * 0.2 = 2.4 < 2.6; once: 2.8 > 2.6
+    assert _choose(row, SamplingParams(frequency_penalty=0.2), {1: 3}) == 2
+    assert _choose(row, SamplingParams(frequency_penalty=0.2), {1: 1}) == 1
+    # both: 3.0 - 0.1 - 2 * 0.2 = 2.5 < 2.6
+    assert _choose(row, SamplingParams(presence_penalty=0.1, frequency_penalty=0.2),
+                   {1: 2}) == 2
+    # the prompt's tokens are not penalised (only generated ones), and negative values reward
+    assert _choose(row, SamplingParams(presence_penalty=2.0), {}, seen={1}) == 1
+    assert _choose(row, SamplingParams(presence_penalty=-1.5), {3: 1}) == 3
+
+
+def test_logit_bias_is_added_to_the_logits():
+    row = [0.0, 3.0, 2.6, 2.0, -1.0]
+    assert _choose(row, SamplingParams(logit_bias={4: 4.5})) == 4
+    assert _choose(row, SamplingParams(logit_bias={4: 3.9})) == 1
+    assert _choose(row, SamplingParams(logit_bias={1: -100.0})) == 2
+    with pytest.raises(ValueError, match="logit_bias"):
+        SamplingParams(logit_bias={1: 101.0}).check()
+    with pytest.raises(ValueError, match="presence_penalty"):
+        SamplingParams(presence_penalty=2.5).check()
