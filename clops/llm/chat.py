@@ -584,7 +584,6 @@ def _short(text: str, most: int = 300) -> str:
     return text if len(text) <= most else text[:most] + "..."
 
 
-
 # -- where pieces of the caller's strings went -------------------------------------------------
 # One private-use character of plane 16 stands for each piece in a second render: no text a
 # model reads, and one character that trimming, splitting or JSON leaves as it is; Python's

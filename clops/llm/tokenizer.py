@@ -187,7 +187,7 @@ class TextTokenizer:
 
         if not self.chat_template:
             raise ValueError("this model has no chat template; run without chat mode")
-        bos = self.token_text(self.bos_id) if self.bos_id is not None else ""
+        bos = self._bos_text()
         eos = self.token_text(self.eos_ids[0]) if self.eos_ids else ""
         return render(self.chat_template, messages, add_generation_prompt, bos or "", eos or "",
                       tools=tools)

@@ -38,8 +38,8 @@ from starlette.routing import Route
 from ..llm.batch import BatchEngine, SamplingParams, StepOutput
 from ..llm.tokenizer import TextStream
 from .constrain import Constraint, ConstraintError, Vocabulary, grammar_for
-from .limits import Limits, LimitsMiddleware
-from .metrics import Latencies
+from .limits import Limits, LimitsMiddleware, error_body
+from .metrics import Latencies, metric
 from .runner import EngineDown, QueueFull, Runner
 from .tools import check_tools, parse_tool_calls
 
@@ -61,10 +61,11 @@ class APIError(Exception):
         super().__init__(message)
         self.status, self.param, self.kind, self.code = status, param, kind, code
 
+    def body(self) -> dict:
+        return error_body(str(self), self.kind, self.param, self.code)
+
     def response(self) -> JSONResponse:
-        return JSONResponse({"error": {"message": str(self), "type": self.kind,
-                                       "param": self.param, "code": self.code}},
-                            status_code=self.status)
+        return JSONResponse(self.body(), status_code=self.status)
 
 
 # -- request fields ------------------------------------------------------------------------------
@@ -136,25 +137,39 @@ def _stops(body: dict) -> list[str]:
 def _check_tree(body: Any) -> None:
     """Refuse strings that are not text (a lone UTF-16 surrogate, which JSON's ``\\ud800``
     escapes can carry and no tokenizer can encode) and nesting past ``MAX_JSON_DEPTH``."""
-    stack: list[tuple[Any, str, int]] = [(body, "", 0)]
+    # (value, its depth, its path as (the parent's path, key): words for an error alone)
+    stack: list[tuple[Any, int, Any]] = [(body, 0, None)]
     while stack:
-        v, where, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise APIError(f"the request body nests deeper than {MAX_JSON_DEPTH} levels")
+        v, depth, path = stack.pop()
         if isinstance(v, str):
             try:
                 v.encode("utf-8")
             except UnicodeEncodeError as e:
+                keys = []
+                while path is not None:
+                    path, key = path
+                    keys.append(_printable(key))
+                where = "".join(f"[{k}]" if isinstance(k, int) else f".{k}"
+                                for k in reversed(keys)).lstrip(".")
                 raise APIError(f"the string at {where or 'the top'} holds a lone surrogate "
                                f"(U+{ord(v[e.start]):04X}): send text as valid UTF-8, or "
                                "escape characters past U+FFFF as a pair of surrogates",
-                               param=where.split(".")[0].split("[")[0] or None) from None
-        elif isinstance(v, dict):
-            for k, x in v.items():
-                stack.append((k, f"{where}.{k}" if where else "a key", depth + 1))
-                stack.append((x, f"{where}.{k}" if where else str(k), depth + 1))
-        elif isinstance(v, list):
-            stack += [(x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v)]
+                               param=str(keys[-1]) if keys else None) from None
+        elif isinstance(v, (dict, list)):
+            if v and depth + 1 > MAX_JSON_DEPTH:
+                raise APIError(f"the request body nests deeper than {MAX_JSON_DEPTH} levels")
+            is_dict = isinstance(v, dict)
+            pairs = v.items() if isinstance(v, dict) else enumerate(v)
+            for k, x in pairs:
+                if is_dict:  # a key is a string too
+                    stack.append((k, depth + 1, (path, k)))
+                if isinstance(x, (str, dict, list)):  # (numbers, booleans, nulls: nothing)
+                    stack.append((x, depth + 1, (path, k)))
+
+
+def _printable(key: Any) -> Any:
+    """A key of the body as an error may print it (a lone surrogate escaped)."""
+    return key.encode("utf-8", "backslashreplace").decode() if isinstance(key, str) else key
 
 
 async def _body(request: Request) -> dict:
@@ -180,12 +195,11 @@ class Server:
 
     def __init__(self, model: Any, parallel: int = 4, queue_limit: int = 64,
                  model_name: str | None = None, prefill_chunk: int = 64,
-                 max_tokens: int | None = None, parse_special: bool = False,
-                 on_engine_death: Callable[[BaseException], None] | None = None) -> None:
+                 max_tokens: int | None = None, parse_special: bool = False) -> None:
         self.model = model
         self.tok = model.tokenizer
         self.engine = BatchEngine(model, max_batch=parallel, prefill_chunk=prefill_chunk)
-        self.runner = Runner(self.engine, queue_limit, on_death=on_engine_death)
+        self.runner = Runner(self.engine, queue_limit)
         self.name = model_name or "clops"
         self.created = int(time.time())
         self.max_tokens = max_tokens
@@ -198,6 +212,11 @@ class Server:
             if tid is not None:
                 stops.add(tid)
         self.stop_ids = stops
+
+    def card(self) -> dict:
+        """The served model, as ``/v1/models`` lists it."""
+        return {"id": self.name, "object": "model", "created": self.created,
+                "owned_by": "clops"}
 
     def vocab(self) -> Vocabulary:
         if self._vocab is None:
@@ -359,7 +378,6 @@ class Server:
         return e
 
 
-
 async def _merged(gens: list[AsyncIterator[tuple[str, list[StepOutput], str | None]]],
                   ) -> AsyncIterator[tuple[int, str, list[StepOutput], str | None]]:
     """The items of several choices' generators as they come, each with its choice's index;
@@ -429,8 +447,8 @@ class _Job:
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
     echo: str | None = None  # completions' echo: the prompt's text, before the completion's
     rid: str = ""
+    arrived: float = 0.0  # the request's time.monotonic(), for the latency histograms
     created: int = field(default_factory=lambda: int(time.time()))
-    arrived: float = field(default_factory=time.monotonic)
 
     @property
     def kind(self) -> str:
@@ -450,7 +468,7 @@ class _Job:
                 "total_tokens": len(self.ids) + completion}
 
 
-def _job(server: Server, body: dict, chat: bool) -> _Job:
+def _job(server: Server, body: dict, chat: bool, arrived: float) -> _Job:
     tools = None
     if chat and body.get("tool_choice") != "none":
         tools = check_tools(body.get("tools"), server.tok.chat_template)
@@ -483,7 +501,7 @@ def _job(server: Server, body: dict, chat: bool) -> _Job:
     return _Job(chat, ids, max_new, params, n, _stops(body), grammar, tools, want_lp, stream,
                 _get(body, "ignore_eos", bool, False),
                 _get(opts, "include_usage", bool, False), echo,
-                ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24])
+                ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24], arrived)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -499,8 +517,7 @@ async def _completions(request: Request, chat: bool) -> Response:
     arrived = time.monotonic()
     body = await _body(request)
     server.count("chat" if chat else "completions")
-    job = _job(server, body, chat)
-    job.arrived = arrived
+    job = _job(server, body, chat, arrived)
     if not server.runner.alive:
         raise EngineDown(server.runner.health()[1])
     if job.stream:
@@ -545,9 +562,7 @@ async def _events(server: Server, job: _Job) -> AsyncIterator[str]:
         finished = True
     except Exception as e:  # noqa: BLE001 - told to the client, in the stream
         server.runner.stats.errors += 1
-        err = _as_api_error(e)
-        yield _sse({"error": {"message": str(err), "type": err.kind, "param": err.param,
-                              "code": err.code}})
+        yield _sse(_as_api_error(e).body())
         finished = True
     finally:
         if not finished:
@@ -650,9 +665,7 @@ async def embeddings(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
-    server: Server = request.app.state.server
-    return JSONResponse({"object": "list", "data": [
-        {"id": server.name, "object": "model", "created": server.created, "owned_by": "clops"}]})
+    return JSONResponse({"object": "list", "data": [request.app.state.server.card()]})
 
 
 async def model(request: Request) -> Response:
@@ -661,8 +674,7 @@ async def model(request: Request) -> Response:
     if name != server.name:
         raise APIError(f"the model {name!r} does not exist here: this server serves "
                        f"{server.name!r}", status=404, param="model", code="model_not_found")
-    return JSONResponse({"id": server.name, "object": "model", "created": server.created,
-                         "owned_by": "clops"})
+    return JSONResponse(server.card())
 
 
 async def tokenize(request: Request) -> Response:
@@ -712,15 +724,12 @@ async def metrics(request: Request) -> Response:
     server: Server = request.app.state.server
     st = await server.runner.engine_stats()
     s = server.runner.stats
-    lines = ["# HELP clops_requests_total Requests received, by endpoint.",
-             "# TYPE clops_requests_total counter"]
-    lines += [f'clops_requests_total{{endpoint="{k}"}} {v}' for k, v in sorted(s.requests.items())]
-    refused = request.app.state.limits.refused
-    lines += ["# HELP clops_requests_refused_total Requests refused before they were read, by "
-              "reason.", "# TYPE clops_requests_refused_total counter"]
-    lines += [f'clops_requests_refused_total{{reason="{k}"}} {v}' for k, v in
-              sorted(refused.items())]
-    rows = [("clops_request_errors_total", "counter", "Requests refused or failed.", s.errors),
+    rows: list[tuple[Any, ...]] = [
+            ("clops_requests_total", "counter", "Requests received, by endpoint.", s.requests,
+             "endpoint"),
+            ("clops_requests_refused_total", "counter", "Requests refused before they were "
+             "read, by reason.", request.app.state.limits.refused, "reason"),
+            ("clops_request_errors_total", "counter", "Requests refused or failed.", s.errors),
             ("clops_client_disconnects_total", "counter", "Requests whose client left before "
              "the answer was whole (their work cancelled).", s.disconnects),
             ("clops_failed_steps_total", "counter", "Engine steps that failed.",
@@ -736,8 +745,7 @@ async def metrics(request: Request) -> Response:
             ("clops_kv_blocks_total", "gauge", "KV cache blocks.", st["total_blocks"]),
             ("clops_tokens_per_second", "gauge", "Generated tokens per second over the last "
              "10 s.", round(s.rate(), 3))]
-    for name, kind, help_, v in rows:
-        lines += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {v}"]
+    lines = [line for row in rows for line in metric(*row)]
     lines += server.latencies.text()
     return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 

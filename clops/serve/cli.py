@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from .. import _config
-from ..llama import USAGE_ERROR, _float, _int, _one_line, _Parser, _text
+from ..llama import USAGE_ERROR, _float, _int, _one_line, _Parser, _Refused, _text
 
 PROG = "clops serve"
 MAX_PARALLEL = 1024
@@ -73,10 +73,6 @@ def _bytes(raw: str) -> int:
     if n < 1024:
         raise argparse.ArgumentTypeError(f"{raw!r} is too small: give at least 1KB")
     return n
-
-
-class _Refused(Exception):
-    """What was asked cannot be served; the message says why."""
 
 
 def _load(a: argparse.Namespace) -> Any:

@@ -32,23 +32,20 @@ class Limits:
     open_paths: tuple[str, ...] = ("/", "/health")
 
 
-def _error(status: int, message: str, kind: str, code: str | None) -> tuple[dict, bytes]:
-    body = json.dumps({"error": {"message": message, "type": kind, "param": None,
-                                 "code": code}}).encode()
-    start = {"type": "http.response.start", "status": status,
-             "headers": [(b"content-type", b"application/json"),
-                         (b"content-length", str(len(body)).encode()),
-                         # the rest of the body is not read: the connection cannot go on
-                         (b"connection", b"close")]}
-    return start, body
+def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> dict:
+    """OpenAI's error body, ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-async def _refuse(send: Any, status: int, message: str, kind: str = "invalid_request_error",
-                  code: str | None = None,
+async def _refuse(send: Any, status: int, message: str, code: str,
                   extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    start, body = _error(status, message, kind, code)
-    start["headers"] += list(extra)
-    await send(start)
+    body = json.dumps(error_body(message, code=code)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            # the rest of the body is not read: the connection cannot go on
+                            (b"connection", b"close"), *extra]})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
@@ -128,15 +125,15 @@ class TimedH11Protocol(H11Protocol):
     within ``header_timeout`` seconds of its start or of its last response."""
 
     header_timeout = 30.0
+    _header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._header_timer: asyncio.TimerHandle | None = None
         self._arm()
 
     def _arm(self) -> None:
-        if getattr(self, "_header_timer", None) is not None:
-            self._header_timer.cancel()  # type: ignore[union-attr]
+        if self._header_timer is not None:
+            self._header_timer.cancel()
         self._header_timer = self.loop.call_later(self.header_timeout, self._headers_late)
 
     def _headers_late(self) -> None:
@@ -151,8 +148,8 @@ class TimedH11Protocol(H11Protocol):
             self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if getattr(self, "_header_timer", None) is not None:
-            self._header_timer.cancel()  # type: ignore[union-attr]
+        if self._header_timer is not None:
+            self._header_timer.cancel()
             self._header_timer = None
         super().connection_lost(exc)
 

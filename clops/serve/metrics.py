@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 # Seconds; a request's time to its first token spans a few milliseconds (a short prompt on a
 # GPU) to minutes (a long one queued behind others on a CPU)
@@ -12,6 +13,20 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
                    120.0, 300.0)
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5,
                  1.0, 2.5)
+
+
+def metric(name: str, kind: str, help_: str, value: Any, label: str = "") -> list[str]:
+    """The lines of one metric: ``value`` a number, or {``label``'s value: number}."""
+    lines = _header(name, kind, help_)
+    if isinstance(value, dict):
+        lines += [f'{name}{{{label}="{k}"}} {v}' for k, v in sorted(value.items())]
+    else:
+        lines.append(f"{name} {value}")
+    return lines
+
+
+def _header(name: str, kind: str, help_: str) -> list[str]:
+    return [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
 
 
 @dataclass
@@ -38,7 +53,7 @@ class Histogram:
     def text(self) -> list[str]:
         with self._lock:
             counts, total, n = list(self.counts), self.total, self.n
-        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
+        lines = _header(self.name, "histogram", self.help)
         running = 0
         for bound, c in zip(self.buckets, counts):
             running += c

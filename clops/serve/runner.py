@@ -133,8 +133,7 @@ class Runner:
         return fut
 
     def _down(self) -> EngineDown:
-        ok, why = self.health()
-        return EngineDown(why or "the engine thread has stopped")
+        return EngineDown(self.health()[1] or "the engine thread has stopped")
 
     async def submit(self, ids: list[int], params: SamplingParams, max_new: int,
                      mask: Callable[[int], np.ndarray | None] | None = None,
