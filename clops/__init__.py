@@ -7,6 +7,7 @@ from .array.api import *  # noqa: F403  (the Array API namespace)
 from .array.api import __all__ as _array_all
 from .array.creation import from_host
 from .array.jit import JitError, jit
+from .array.tensor import asnumpy
 from .runtime import (
     BuildError,
     CLDevice,

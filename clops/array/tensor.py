@@ -260,6 +260,66 @@ class Tensor:
             return host.astype(bool)
         return host
 
+    def get(self, stream: Any = None, order: str = "C", out: np.ndarray | None = None,
+            ) -> np.ndarray:
+        """A numpy copy of this tensor (waits for the device), as CuPy's ``ndarray.get``:
+        ``order`` "C", "F" or "A" (Fortran order where this tensor is Fortran-contiguous and
+        not C-contiguous); ``out``, a writable numpy array of this shape and of the dtype the
+        copy has (bfloat16 comes back as float32), receives the values and is returned.
+        ``stream`` must be None: the copy is ordered after every write to this tensor (for a
+        copy that does not wait, ``to_host_async``).
+
+        >>> clops.asarray([[1, 2], [3, 4]]).T.get(order="F").flags.f_contiguous
+        True
+        """
+        if stream is not None:
+            raise ValueError("Tensor.get(stream=...) is not supported: the copy already waits "
+                             "for every write to the tensor; use to_host_async() for a copy "
+                             "that does not block")
+        if order not in ("C", "F", "A"):
+            raise ValueError(f"order must be 'C', 'F' or 'A', not {order!r}")
+        host_dtype = np.dtype(np.float32) if self.dtype.name == "bfloat16" else \
+            np.dtype(bool) if self.dtype.kind == "b" else self.dtype.np
+        if out is not None:
+            if not isinstance(out, np.ndarray):
+                raise TypeError(f"out must be a numpy.ndarray, not {type(out).__name__}")
+            if out.shape != self.shape:
+                raise ValueError(f"out has shape {out.shape}, the tensor {self.shape}")
+            if out.dtype != host_dtype:
+                raise TypeError(f"out has dtype {out.dtype}, the tensor's host copy "
+                                f"{host_dtype} (tensor dtype {self.dtype.name})")
+            if not out.flags.writeable:
+                raise ValueError("out is read-only")
+            out[...] = self.to_numpy()
+            return out
+        host = self.to_numpy()
+        if order == "F" or (order == "A" and self.ndim > 1 and not self._c_layout()
+                            and self._f_layout()):
+            return np.asarray(host, order="F")  # (np.asfortranarray makes 0-d 1-d)
+        return host
+
+    def _c_layout(self) -> bool:
+        return self._load.arg[1].is_contiguous
+
+    def _f_layout(self) -> bool:
+        """Whether this tensor's elements lie in Fortran order (the first axis fastest)."""
+        v = self._load.arg[1]
+        step = 1
+        for n, s in zip(v.shape, v.strides):
+            if n != 1 and s != step:
+                return False
+            step *= n
+        return True
+
+    def tolist(self) -> Any:
+        """The values as nested Python lists of Python scalars, as numpy's ``tolist`` (a 0-d
+        tensor gives one scalar).
+
+        >>> clops.asarray([[1, 2], [3, 4]]).tolist()
+        [[1, 2], [3, 4]]
+        """
+        return self.to_numpy().tolist()
+
     @property
     def usm_type(self) -> str:
         """The memory kind of this tensor's buffer: ``"device"``, ``"host"`` or ``"shared"``
@@ -696,3 +756,32 @@ def realize(*tensors: Tensor) -> None:
                 t._node.realized = done
             t._node = done
             _PENDING.pop(id(t), None)
+
+
+def asnumpy(a: Any, stream: Any = None, order: str = "C", out: np.ndarray | None = None,
+            ) -> np.ndarray:
+    """A numpy array of ``a``, as ``cupy.asnumpy``: a tensor is copied to the host
+    (``Tensor.get``, with its ``stream``, ``order`` and ``out``); anything else (a numpy array,
+    a scalar, nested lists) goes through ``numpy.asarray`` in ``order``, then into ``out``
+    where one is given.
+
+    >>> clops.asnumpy(clops.arange(3))
+    array([0, 1, 2])
+    """
+    if isinstance(a, Tensor):
+        return a.get(stream=stream, order=order, out=out)
+    if stream is not None:
+        raise ValueError("asnumpy(stream=...) applies to tensors only")
+    if order not in ("C", "F", "A", "K"):
+        raise ValueError(f"order must be 'C', 'F', 'A' or 'K', not {order!r}")
+    host = np.asarray(a, order=order)
+    if out is None:
+        return host
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy.ndarray, not {type(out).__name__}")
+    if out.shape != host.shape:
+        raise ValueError(f"out has shape {out.shape}, the array {host.shape}")
+    if out.dtype != host.dtype:
+        raise TypeError(f"out has dtype {out.dtype}, the array {host.dtype}")
+    out[...] = host
+    return out
