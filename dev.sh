@@ -37,6 +37,10 @@ setup() {
   local stamp="$VENV/.clops-setup"
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ dev.sh -nt "$stamp" ]; then
     python -m pip install -q --upgrade pip >/dev/null
+    # The distribution is clops-opencl; an environment set up before the rename still holds
+    # this checkout as "clops" (also the name of an unrelated project on PyPI): drop it first,
+    # so that one distribution owns the clops package and the clops command.
+    python -m pip uninstall -q -y clops >/dev/null 2>&1 || true
     # [intel]: Intel's OpenCL CPU runtime as wheels (x86-64 Linux only; nothing elsewhere),
     # the default CPU device where it installs, as in the README's user set-up
     python -m pip install -q -e ".[llm,test,intel]"

@@ -1,10 +1,11 @@
 """Benchmarks, all of them: runs each benchmark script on one device, collects their JSON in
 ``bench/results/``, writes ``bench/results/RESULTS.md`` (every figure beside its peer from the
-same run and the device's copy ceiling) and, with ``--readme``, replaces the section of
-README.md between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` with the same table.
+same run and the device's copy ceiling): its section between ``<!-- bench:begin -->`` and
+``<!-- bench:end -->``, leaving the file's other sections (soaks, serving, CPU runtimes) as
+they are.
 
-    python bench/run_all.py --device gpu [--model SmolLM2.gguf] [--readme README.md]
-    python bench/run_all.py --render-only --readme README.md     # from the JSON already there
+    python bench/run_all.py --device gpu [--model SmolLM2.gguf]
+    python bench/run_all.py --render-only     # from the JSON already there
 
 With ``--models DIR`` (the GGUF files ``bench/models.py write`` makes) and ``--llama-bench
 PATH`` (``scripts/llama_cpp.sh build``), each file is run by clops and by llama.cpp's
@@ -205,7 +206,7 @@ def render(out: str) -> str:
             f"{_f(c['prefill_tps'] / peer['prefill_tps'] if peer else None, '.2f')}x | |")
     lines += decode_table(out)
     lines += ["", "Regenerate with `scripts/bench_nvidia.sh` (GPU) or "
-              "`python bench/run_all.py --readme README.md` (any device)."]
+              "`python bench/run_all.py` (any device)."]
     return "\n".join(lines) + "\n"
 
 
@@ -261,11 +262,17 @@ def decode_table(out: str) -> list[str]:
     return lines
 
 
-def update_readme(path: str, section: str) -> None:
-    with open(path) as f:
-        text = f.read()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{path} has no {BEGIN} ... {END} section")
+def write_section(path: str, section: str) -> None:
+    """Replace the text between BEGIN and END in ``path`` (a new file holds only the section);
+    a file without both markers is left alone, with an error, rather than overwritten."""
+    if not os.path.exists(path):
+        text = f"# clops benchmark results\n\n{BEGIN}\n{END}\n"
+    else:
+        with open(path) as f:
+            text = f.read()
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise SystemExit(f"{path} has no single {BEGIN} ... {END} section to replace: add "
+                         "the two markers around the generated part, or pass --out DIR")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     with open(path, "w") as f:
@@ -281,7 +288,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--only", default="compiler,kernels,runtime,llm")
     ap.add_argument("--no-1b", action="store_true", help="skip the Llama-3.2-1B-shaped model")
-    ap.add_argument("--readme", default=None, help="README.md whose bench section to replace")
     ap.add_argument("--models", default=None,
                     help="a folder of GGUF files (bench/models.py write) to run beside llama.cpp")
     ap.add_argument("--llama-bench", default=None, metavar="PATH",
@@ -297,11 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     if not a.render_only:
         run(a)
     section = render(a.out)
-    with open(os.path.join(a.out, "RESULTS.md"), "w") as f:
-        f.write("# clops benchmark results\n\n" + section)
+    write_section(os.path.join(a.out, "RESULTS.md"), section)
     print(section)
-    if a.readme:
-        update_readme(a.readme, section)
     return 0
 
 

@@ -3,10 +3,9 @@
 # pyopencl wheels carried in .whl/ (scripts/device_env.sh; clops registers the NVIDIA OpenCL
 # driver, libnvidia-opencl.so.1, in an ICD folder of its own when no loader lists it), then
 # bench/run_all.py on the GPU with PyTorch (same GPU) as the peer. Results go to
-# bench/results/ (or --out DIR); --readme README.md also rewrites the README's bench section.
+# bench/results/ (or --out DIR): RESULTS.md's generated section, the rest of it kept.
 #
 #   scripts/bench_nvidia.sh [--model SmolLM2.gguf [--model-label NAME]] [--out DIR]
-#                           [--readme README.md]
 #                           [--models DIR --llama-bench PATH]   # beside llama.cpp CUDA
 #
 # The decode table beside llama.cpp: `scripts/llama_cpp.sh pack` and `python bench/models.py

@@ -3,17 +3,24 @@ environment where no system OpenCL driver is visible (an empty ``OCL_ICD_VENDORS
 gives a working CPU device: ``clops info`` names it and why it is the default, a fused chain
 and a matrix product match numpy, and the bundled model writes a few tokens. First with the
 PoCL that pyopencl's wheels bring, then (x86-64 Linux) with Intel's CPU runtime of the
-``clops[intel]`` extra, which becomes the default.
+``clops-opencl[intel]`` extra, which becomes the default. The wheel holds every file of the
+package that git tracks (kernels, headers, the chat page), and with the ``serve`` extra
+``clops serve`` answers its chat page and API.
 
 Needs the package index (or the machine's wheel folders) for clops' requirements."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -57,7 +64,7 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
             shutil.copy(ROOT / name, src / name)
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp / "dist"),
           str(src)], env, tmp)
-    wheel = next((tmp / "dist").glob("clops-*.whl"))
+    wheel = _wheel(tmp)
     _run([sys.executable, "-m", "venv", str(tmp / "venv")], env, tmp)
     py = tmp / "venv" / "bin" / "python"
     _run([str(py), "-m", "pip", "install", "-q", f"{wheel}[llm]"], env, tmp)
@@ -67,6 +74,14 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
                VIRTUAL_ENV=str(tmp / "venv"))
     env["PATH"] = f"{tmp / 'venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     return tmp, env
+
+
+def _wheel(tmp: Path) -> Path:
+    """The wheel the fixture built: the distribution is clops-opencl (PyPI's "clops" is another
+    project), the import name and the command stay clops."""
+    found = list((tmp / "dist").glob("clops_opencl-*.whl"))
+    assert len(found) == 1, f"expected one clops_opencl-*.whl, found {found}"
+    return found[0]
 
 
 def _smoke(tmp: Path, env: dict[str, str]) -> tuple[str, str]:
@@ -89,7 +104,7 @@ def test_the_wheel_alone_gives_a_working_cpu_device(fresh: tuple[Path, dict[str,
         # PoCL 3.0 of pyopencl's wheel (LLVM 14) cannot compile for processors newer than its
         # LLVM (AMD Zen 5: "unknown target CPU 'generic'"): then clops must say so and what to
         # do, at `clops info` and at the first kernel, instead of a wall of kernel source
-        assert "cannot compile any kernel" in info and "clops[intel]" in info, info
+        assert "cannot compile any kernel" in info and "clops-opencl[intel]" in info, info
         res = subprocess.run([str(tmp / "venv" / "bin" / "python"), "-c", SMOKE], env=env,
                              cwd=tmp, capture_output=True, text=True, timeout=900)
         assert res.returncode != 0 and "cannot compile any kernel" in res.stderr, res.stderr
@@ -104,9 +119,91 @@ def test_the_wheel_alone_gives_a_working_cpu_device(fresh: tuple[Path, dict[str,
 def test_the_intel_extra_brings_the_default_cpu_runtime(
         fresh: tuple[Path, dict[str, str]]) -> None:
     tmp, env = fresh
-    wheel = next((tmp / "dist").glob("clops-*.whl"))
+    wheel = _wheel(tmp)
     _run([str(tmp / "venv" / "bin" / "python"), "-m", "pip", "install", "-q",
           f"{wheel}[intel]"], env, tmp)
     info, out = _smoke(tmp, env)
     assert "SMOKE OK intel" in out
     assert "Intel's CPU runtime is preferred" in info and "PoCL" in info
+
+
+def _package_files() -> list[str]:
+    """Every file of the package that git tracks (and that the checkout still has), as the
+    wheel names it; without git, every file under clops/ but compiled Python."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--", "clops"], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout
+        paths = [p for p in listed.split("\0") if p and (ROOT / p).is_file()]
+    except (OSError, subprocess.CalledProcessError):
+        paths = [p.relative_to(ROOT).as_posix() for p in (ROOT / "clops").rglob("*")
+                 if p.is_file() and p.suffix != ".pyc"]
+    return sorted(p for p in paths if "__pycache__" not in p.split("/"))
+
+
+def test_the_wheel_holds_every_file_of_the_package(
+        fresh: tuple[Path, dict[str, str]]) -> None:
+    tmp, _ = fresh
+    with zipfile.ZipFile(_wheel(tmp)) as zf:
+        names = set(zf.namelist())
+        meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        assert "Name: clops-opencl\n" in zf.read(meta).decode()
+    wanted = _package_files()
+    assert "clops/serve/static/index.html" in wanted and "clops/__init__.py" in wanted
+    missing = [p for p in wanted if p not in names]
+    assert not missing, f"the wheel leaves out {missing}: see package-data in pyproject.toml"
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return r.status, r.headers.get("content-type", ""), r.read().decode()
+
+
+def test_the_serve_extra_serves_the_chat_page(fresh: tuple[Path, dict[str, str]]) -> None:
+    tmp, env = fresh
+    bin_ = tmp / "venv" / "bin"
+    _run([str(bin_ / "python"), "-m", "pip", "install", "-q", f"{_wheel(tmp)}[serve]"], env, tmp)
+    # the extra's own requirements came in, and nothing of PyPI's unrelated "clops"
+    _run([str(bin_ / "python"), "-c", "import llguidance, starlette, uvicorn"], env, tmp)
+    dists = _run([str(bin_ / "python"), "-c", "import importlib.metadata as m; "
+                  "print(sorted(d.metadata['Name'].lower() for d in m.distributions()))"],
+                 env, tmp)
+    assert "'clops-opencl'" in dists and "'clops'" not in dists, dists
+    port = _free_port()
+    log = tmp / "serve.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([str(bin_ / "clops"), "serve", "--port", str(port),
+                                 "--parallel", "1", "--ctx-size", "256"],
+                                env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=err)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                if _get(base + "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"clops serve did not start (status {proc.poll()}):\n"
+                            f"{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        status, kind, html = _get(base + "/")
+        assert status == 200 and kind.startswith("text/html"), (status, kind)
+        assert "<title>clops chat</title>" in html
+        status, _, body = _get(base + "/v1/models")
+        models = json.loads(body)
+        assert status == 200 and models["object"] == "list" and models["data"], body
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

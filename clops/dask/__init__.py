@@ -1,5 +1,5 @@
 """dask: clops tensors as the chunks of Dask arrays, and a Dask cluster of one worker per OpenCL
-device. Needs Dask: ``pip install 'clops[dask]'``.
+device. Needs Dask: ``pip install 'clops-opencl[dask]'``.
 
 Importing this module registers clops with Dask:
 
@@ -34,7 +34,7 @@ try:
     import dask.array as _da  # noqa: F401 - Dask must be there
     from dask.array import dispatch as _dispatch
 except ImportError as e:  # pragma: no cover - a clear message, not a traceback in Dask
-    raise ImportError("clops.dask needs Dask: pip install 'clops[dask]'") from e
+    raise ImportError("clops.dask needs Dask: pip install 'clops-opencl[dask]'") from e
 
 from ..array.numpy_protocols import rebuild_tensor
 from ..array.tensor import Tensor

@@ -44,7 +44,7 @@ class BuildError(RuntimeError):
                 f"{device_name} cannot compile any kernel: its OpenCL compiler does not know "
                 f"this processor ({cpu.group(0)}; an older PoCL's LLVM, such as PoCL 3.0 of "
                 "pyopencl's wheel, predates it). Use another OpenCL runtime: Intel's CPU "
-                "runtime (pip install 'clops[intel]'), a newer PoCL (apt install "
+                "runtime (pip install 'clops-opencl[intel]'), a newer PoCL (apt install "
                 "pocl-opencl-icd), or pick another device with CLOPS_DEVICE (clops info "
                 "lists them).")
             return

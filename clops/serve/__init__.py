@@ -1,5 +1,5 @@
 """serve: ``clops serve``, an OpenAI-compatible HTTP server over one model with continuous
-batching (``clops.llm.batch``). Needs the ``serve`` extra: ``pip install 'clops[serve]'``."""
+batching (``clops.llm.batch``). Needs the ``serve`` extra: ``pip install 'clops-opencl[serve]'``."""
 
 from .app import APIError, Server, create_app
 from .limits import Limits

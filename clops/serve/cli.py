@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         import uvicorn
     except ImportError:
         print(f"{prog}: error: the server needs uvicorn and starlette: pip install "
-              "'clops[serve]'", file=sys.stderr)
+              "'clops-opencl[serve]'", file=sys.stderr)
         return USAGE_ERROR
     from .app import Server, create_app
     from .limits import Limits

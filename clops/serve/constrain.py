@@ -23,7 +23,7 @@ class Vocabulary:
             import llguidance.numpy  # noqa: F401 - the bitmask helpers
         except ImportError as e:
             raise ConstraintError("response_format needs llguidance: pip install "
-                                  "'clops[serve]'") from e
+                                  "'clops-opencl[serve]'") from e
         to_str = getattr(tokenizer.backend, "to_str", None)
         if to_str is None:
             raise ConstraintError("this model's tokenizer cannot be used for constrained "
