@@ -17,21 +17,184 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = (
     1, 2, 3, 4, 5, 6)
 
-# How text is split before BPE, by GGUF ``tokenizer.ggml.pre``. Vocabularies not listed split
-# with GPT-2's own pattern (byte-level pre-tokenizer with its regex).
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-SPLITS = {
-    "llama3": _LLAMA3_SPLIT, "llama-v3": _LLAMA3_SPLIT, "llama-bpe": _LLAMA3_SPLIT,
-    "smaug-bpe": _LLAMA3_SPLIT, "dbrx": _LLAMA3_SPLIT, "falcon3": _LLAMA3_SPLIT,
-    "qwen2": _QWEN2_SPLIT, "deepseek-r1-qwen": _QWEN2_SPLIT, "megrez": _QWEN2_SPLIT,
+# How a byte-level BPE vocabulary splits text before its merges, by GGUF ``tokenizer.ggml.pre``
+# (the names llama.cpp's converter writes): a sequence of regex splits, each match its own piece,
+# as the model's tokenizer.json splits. BYTE_LEVEL is GPT-2's byte-level step with its own regex
+# (steps after it see the text as byte characters, as in tokenizer.json); a sequence without it
+# ends with the byte mapping alone. The regexes are the tokenizer.json ones where llama.cpp
+# quotes them, else llama.cpp's own.
+BYTE_LEVEL = "<byte-level>"
+_CONTRACTIONS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+_LLAMA3 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (_CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_UPPER, _LOWER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+_NOT_WORD = r"[^\r\n\p{L}\p{N}]?"
+_GPT4O = (f"{_NOT_WORD}{_UPPER}*{_LOWER}+{_CONTRACTIONS}?|{_NOT_WORD}{_UPPER}+{_LOWER}*"
+          rf"{_CONTRACTIONS}?|\p{{N}}{{1,3}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n/]*|\s*[\r\n]+"
+          r"|\s+(?!\S)|\s+")
+# GPT-2's regex without its last alternative (llama.cpp's lists; the text it would match stays
+# a piece of its own all the same)
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+# the cased letters (Unicode's Lu, Ll, Lt), as DeepSeek LLM's tokenizer lists them
+_DEEPSEEK_LETTERS = (
+    "A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-"
+    "\u02af\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-"
+    "\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5"
+    "\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00"
+    "-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-"
+    "\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-"
+    "\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-"
+    "\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f\u2145-\u2149"
+    "\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d"
+    "\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13"
+    "-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
+    "\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df"
+    "\U0001e900-\U0001e943")
+_HAN_HANGUL = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+_HAN_KANA = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"
+_DEEPSEEK3_WORDS = (r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+"""
+                    r"|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+")
+_BLOOM = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
+
+
+class PreSplits(NamedTuple):
+    """The splits of a ``tokenizer.ggml.pre`` name, and how its BPE model and text behave."""
+
+    steps: tuple[str, ...]
+    ignore_merges: bool = False  # a word that is a token is that token, merges or not
+    nfc: bool = False  # the text is NFC-normalized first
+
+
+def _family(*steps: str, ignore_merges: bool = False, nfc: bool = False) -> PreSplits:
+    return PreSplits(steps, ignore_merges, nfc)
+
+
+_PRE_FAMILIES: list[tuple[tuple[str, ...], PreSplits]] = [
+    # llama.cpp's own, for files that name no family of their own
+    (("default",), _family(r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", "[0-9][0-9][0-9]")),
+    (("gpt-2", "phi-2", "mpt", "olmo", "jais", "trillion", "granite-docling", "exaone4",
+      "jina-es", "jina-de", "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code",
+      "roberta-bpe", "gigachat", "a.x-4.0", "mellum", "modern-bert"), _family(BYTE_LEVEL)),
+    (("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b",
+      "mellum2"), _family(r"\p{N}", BYTE_LEVEL)),
+    (("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+      "jina-v5-nano"), _family(_LLAMA3, ignore_merges=True)),
+    (("dbrx", "smaug-bpe", "glm4", "chatglm-bpe"), _family(_LLAMA3)),
+    (("qwen2", "deepseek-r1-qwen"), _family(_QWEN2, nfc=True)),
+    (("kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open"), _family(_QWEN2)),
+    (("qwen35",), _family(
+        _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+        r"|\s*[\r\n]+|\s+(?!\S)|\s+", nfc=True)),
+    (("jais-2",), _family(
+        _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+        r"|\s*[\r\n]+|\s{512}(?!\S)|\s{256}(?!\S)|\s{128}(?!\S)|\s{64}(?!\S)|\s{32}(?!\S)"
+        r"|\s{16}(?!\S)|\s{8}(?!\S)|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1}")),
+    (("deepseek-llm",), _family(
+        r"[\r\n]", rf"\s?[{_DEEPSEEK_LETTERS}]+",
+        "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+", r"\s+$",
+        _HAN_HANGUL, r"\p{N}+")),
+    (("deepseek-coder",), _family(r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _HAN_HANGUL, r"\p{N}")),
+    (("deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4"), _family(
+        r"\p{N}{1,3}", _HAN_KANA,
+        _DEEPSEEK3_WORDS + r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")),
+    (("spark2_5",), _family(
+        r"\p{N}{1,3}", _HAN_KANA, _DEEPSEEK3_WORDS + r"|[\r\n]|\s+(?!\S)|\s+", r"\p{N}")),
+    (("youtu",), _family(
+        "[\uac00-\ud7a3\u3131-\u318e]+|[\uff01\u2026\u201c\u201d\u2018\u2019\u2014\uff1a\uff1b"
+        "\uff0c\u3001-\u303f\ufe30-\ufe4f]+|[\u3105-\u312f]+|" + _HAN_KANA,
+        f"{_NOT_WORD}{_UPPER}*{_LOWER}+{_CONTRACTIONS}?|{_NOT_WORD}{_UPPER}+{_LOWER}*"
+        rf"{_CONTRACTIONS}?|\p{{N}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        ignore_merges=True)),
+    # Falcon's tokenizer.json: punctuation, GPT-2's split, runs of digits, then threes of them
+    (("falcon",), _family(r"[\p{P}$+<=>^`|~]+", BYTE_LEVEL, r"\p{N}+", "[0-9][0-9][0-9]")),
+    (("poro-chat", "bloom", "gpt3-finnish"), _family(_BLOOM)),
+    (("viking",), _family(_BLOOM, r"\p{N}")),
+    (("tekken",), _family(
+        f"{_NOT_WORD}{_UPPER}*{_LOWER}+|{_NOT_WORD}{_UPPER}+{_LOWER}*"
+        r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+", ignore_merges=True)),
+    (("chameleon",), _family(
+        "<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )",
+        r"\p{N}", r"[\p{P}!-/:-@\[-`{-~]", _GPT2)),
+    (("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"), _family(_GPT4O)),
+    (("granite-embed-multi-97m",), _family(
+        r"[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))*((?=[\p{L}\p{M}])([^A-Z]))+"
+        + _CONTRACTIONS + r"?|[^\r\n\p{L}\p{N}]?((?=[\p{L}\p{M}])([^a-z]))+"
+        r"((?=[\p{L}\p{M}])([^A-Z]))*" + _CONTRACTIONS + r"?|\p{N}{1,3}"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+", ignore_merges=True)),
+    (("tiny_aya", "cohere2moe"), _family(r"\d{1,3}(?=(?:\d{3})*\b)", _GPT4O)),
+    (("superbpe",), _family(r"\p{N}+", r"(?=(\d{3})+(?!\d))")),
+    (("bailingmoe", "bailingmoe2", "llada-moe"), _family(
+        r"'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*"
+        r"|\s*[\r\n]|\s+(?!\S)|\s+")),
+    (("seed-coder",), _family(
+        _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|\s*[\r\n]+"
+        r"|\s+(?!\S)|\s+")),
+    (("ufakzeka",), _family(
+        r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")),
+    (("grok-2",), _family(_QWEN2)),
+    (("laguna",), _family(r"[^\n]+|[\n]+", _QWEN2)),
+    (("exaone-moe",), _family(
+        _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?(?:\p{L}\p{M}*(?: \p{L}\p{M}*)*)+|\p{N}"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n/]?|\s*[\r\n]|\s+(?!\S)|\s+")),
+    (("minicpm5",), _family(
+        r"\p{N}{1,3}", _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+", ignore_merges=True)),
+]
+PRE_TOKENIZERS: dict[str, PreSplits] = {
+    name: pre for names, pre in _PRE_FAMILIES for name in names}
+# names llama.cpp knows whose splitting clops does not reproduce, and why
+UNSUPPORTED_PRE: dict[str, str] = {
+    "kimi-k2": "its splitting is a hand-written procedure of llama.cpp's, not a regex",
+    "afmoe": "its digit grouping is a hand-written procedure of llama.cpp's, not a regex",
+    "gemma4": "its vocabulary is not byte-level (spaces are \u2581)",
+    "granite-embed-multi-311m": "its vocabulary is not byte-level (spaces are \u2581)",
+    "sarvam-moe": "its vocabulary is not byte-level (spaces are \u2581)",
+    "whitespace": "its vocabulary is not byte-level (a whitespace-split word-piece model)",
 }
+
+
+def pre_tokenizer(name: Any, source: str = "GGUF file") -> PreSplits:
+    """The splitting of the ``tokenizer.ggml.pre`` name ``name``; a ``ValueError`` that says
+    what is known for a name clops does not know or reproduce, or a missing one (guessing would
+    split text wrongly, and so give wrong ids, without a sign).
+
+    >>> pre_tokenizer("qwen2").nfc
+    True
+    """
+    pre = PRE_TOKENIZERS.get(name) if isinstance(name, str) else None
+    if pre is not None:
+        return pre
+    if name is None:
+        raise ValueError(
+            f"{source}: a byte-level BPE vocabulary (tokenizer.ggml.model 'gpt2') without "
+            "tokenizer.ggml.pre, so how it splits text before its merges is unknown; convert "
+            "the model again with a current llama.cpp convert_hf_to_gguf.py, or load its "
+            "Hugging Face directory (config.json, *.safetensors, tokenizer.json)")
+    why = UNSUPPORTED_PRE.get(name) if isinstance(name, str) else None
+    if why:
+        raise ValueError(f"{source}: tokenizer.ggml.pre {name!r} is not supported: {why}; "
+                         "load the model's Hugging Face directory (with its tokenizer.json) "
+                         "instead")
+    raise ValueError(
+        f"{source}: tokenizer.ggml.pre {name!r} is not a pre-tokenizer clops knows, so it "
+        "cannot split text as the model was trained to; known: "
+        f"{', '.join(sorted(PRE_TOKENIZERS))}. Load the model's Hugging Face directory (with "
+        "its tokenizer.json) instead, or convert it with a llama.cpp that names a known one")
+
+
+def byte_level_pre_tokenizer(pre: PreSplits) -> pre_tokenizers.PreTokenizer:
+    """``pre``'s splits as a ``tokenizers`` pre-tokenizer, ending in the byte mapping."""
+    steps: list[pre_tokenizers.PreTokenizer] = []
+    for step in pre.steps:
+        if step == BYTE_LEVEL:
+            steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
+        else:
+            steps.append(pre_tokenizers.Split(Regex(step), behavior="isolated"))
+    if BYTE_LEVEL not in pre.steps:
+        steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
+    return steps[0] if len(steps) == 1 else pre_tokenizers.Sequence(steps)
 
 
 @functools.cache
@@ -412,7 +575,7 @@ def from_gguf_metadata(meta: dict[str, Any], source: str = "GGUF file") -> TextT
     types = meta.get("tokenizer.ggml.token_type") or [TOKEN_NORMAL] * len(tokens)
     encoder = None
     if kind == "gpt2":
-        backend, is_byte_level = _gguf_byte_level(meta, tokens), True
+        backend, is_byte_level = _gguf_byte_level(meta, tokens, source), True
     elif kind == "llama":
         backend, is_byte_level = _gguf_sentencepiece(meta, tokens), False
         encoder = SentencePieceBPE(meta, tokens, types).encode
@@ -438,7 +601,8 @@ def from_gguf_metadata(meta: dict[str, Any], source: str = "GGUF file") -> TextT
                          meta.get("tokenizer.chat_template"), encoder)
 
 
-def _gguf_byte_level(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
+def _gguf_byte_level(meta: dict[str, Any], tokens: list[str], source: str) -> Tokenizer:
+    pre = pre_tokenizer(meta.get("tokenizer.ggml.pre"), source)
     spell = byte_alphabet()
     alphabet = set(spell.values())
     vocab: dict[str, int] = {}
@@ -447,15 +611,12 @@ def _gguf_byte_level(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
         vocab.setdefault(key, i)
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or []]
     bpe = models.BPE(vocab=vocab, merges=[m for m in merges if len(m) == 2],
-                     continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
+                     continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False,
+                     ignore_merges=pre.ignore_merges)
     tk = Tokenizer(bpe)
-    split = SPLITS.get(str(meta.get("tokenizer.ggml.pre", "")))
-    if split is None:
-        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    else:
-        tk.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(split), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.pre_tokenizer = byte_level_pre_tokenizer(pre)
+    if pre.nfc:
+        tk.normalizer = normalizers.NFC()
     tk.decoder = decoders.ByteLevel()
     return tk
 
