@@ -130,6 +130,21 @@ def _reply(browser, index: int = -1):
     return browser.find_elements(*_by(".msg.assistant"))[index]
 
 
+def _fake_stream(browser, events: str) -> None:
+    """The page's next requests answered in the page by a stream of ``events`` (server-sent
+    events), cut into reads of 50 characters."""
+    browser.execute_script("""
+        const events = arguments[0];
+        window.fetch = async () => new Response(new ReadableStream({
+          start(c) {
+            const enc = new TextEncoder();
+            for (let i = 0; i < events.length; i += 50) {
+              c.enqueue(enc.encode(events.slice(i, i + 50)));
+            }
+            c.close();
+          }}), {status: 200, headers: {'Content-Type': 'text/event-stream'}});""", events)
+
+
 def _api(run, body: dict, key: str | None = None) -> dict:
     import httpx
 
@@ -271,6 +286,18 @@ def test_the_apis_errors_are_shown(served, browser):
     assert browser.execute_script("return window.sent")[1]["messages"] == [
         {"role": "user", "content": QUESTION}]
 
+    # an error event in the middle of a stream (the status line had gone out): shown too, the
+    # text before it kept
+    _fake_stream(browser, "data: " + json.dumps({"choices": [{"index": 0, "delta": {
+        "content": "w1 w2"}, "finish_reason": None}]}) + "\n\ndata: " + json.dumps(
+        {"error": {"message": "the engine thread has stopped", "type": "server_error",
+                   "param": None, "code": "engine_down"}}) + "\n\n")
+    _ask(browser, "w3")
+    out = _reply(browser, 2)
+    assert out.get_attribute("data-state") == "error" and out.text == "w1 w2"
+    assert "the engine thread has stopped" in browser.find_elements(*_by(".turn .error"))[-1].text
+    assert browser.find_element(*_by("#send")).is_enabled()
+
 
 HOSTILE = ("Hi <img src=x onerror=\"window.pwned=1\"> and <script>window.pwned=2</script>\n"
            "[x](javascript:window.pwned=3) [y](data:text/html,hi) [ok](https://example.com/a)\n"
@@ -305,16 +332,7 @@ def test_model_text_is_markdown_and_never_markup(served, browser):
         "data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": piece},
                                             "finish_reason": None}]}) + "\n\n"
         for piece in re.findall(r"[\s\S]{1,7}", HOSTILE)) + "data: [DONE]\n\n"
-    browser.execute_script("""
-        const events = arguments[0];
-        window.fetch = async () => new Response(new ReadableStream({
-          start(c) {
-            const enc = new TextEncoder();
-            for (let i = 0; i < events.length; i += 50) {
-              c.enqueue(enc.encode(events.slice(i, i + 50)));
-            }
-            c.close();
-          }}), {status: 200, headers: {'Content-Type': 'text/event-stream'}});""", events)
+    _fake_stream(browser, events)
     _ask(browser, "say it")
     out = _reply(browser)
     assert out.get_attribute("data-state") == "done"
