@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -61,6 +62,29 @@ MAX_ARRAY_DEPTH = 4  # an array of arrays is depth 2
 MAX_TENSOR_NAME_BYTES = 1024
 MAX_DIMS = 4  # GGML's
 DEFAULT_ALIGNMENT = 32
+# A model split by llama.cpp's gguf-split (or the gguf package's writer): files
+# ``<name>-00001-of-00003.gguf``..., each with these keys; the first holds the metadata.
+SPLIT_NAME = re.compile(r"(.*)-([0-9]{5})-of-([0-9]{5})\.gguf")
+SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS = "split.no", "split.count", "split.tensors.count"
+MAX_SPLITS = 9999
+_UNSIGNED = (0, 2, 4, 10)  # uint8, uint16, uint32, uint64
+_INTEGER = (*_UNSIGNED, 1, 3, 5, 11)
+
+
+def split_paths(path: str, count: int) -> list[str]:
+    """The files of a model split in ``count`` whose one file is ``path``, in order."""
+    m = SPLIT_NAME.fullmatch(os.path.basename(path))
+    if m is None:
+        raise ModelFileError(
+            f"{path}: one of {count} splits of a model (split.count), but its name is not "
+            "<name>-0000k-of-0000n.gguf, so the other files cannot be found (keep the names "
+            "llama.cpp's gguf-split gave them)")
+    if int(m.group(3)) != count:
+        raise ModelFileError(f"{path}: its name says {int(m.group(3))} splits, its metadata "
+                             f"split.count {count}")
+    folder = os.path.dirname(path)
+    return [os.path.join(folder, f"{m.group(1)}-{k:05d}-of-{count:05d}.gguf")
+            for k in range(1, count + 1)]
 
 
 class ModelFileError(ValueError):
@@ -182,13 +206,20 @@ class _Cursor:
 class GGUFFile:
     """A GGUF file opened read-only: ``metadata`` (key -> Python value) and ``tensors``.
 
+    A split model (``name-00001-of-00003.gguf``, ...) opened by any of its files is the whole
+    model: the metadata of the first file, the tensors of all (``whole=False``: this file's
+    alone). ``paths``: the files read.
+
     >>> f = GGUFFile("model.gguf")
     >>> f.metadata["general.architecture"]
     'llama'
     """
 
-    def __init__(self, path: str) -> None:
+    version: int
+
+    def __init__(self, path: str, whole: bool = True) -> None:
         self.path = path
+        self.paths = [path]
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no GGUF file at {path}")
         size = os.path.getsize(path)
@@ -232,6 +263,74 @@ class GGUFFile:
             data = np.frombuffer(self._map, np.uint8, nbytes, begin)
             self.tensors[name] = GGUFTensor(name, ggml_type, shape, data, begin)
         self._check_overlaps()
+        self.split = self._split_keys()
+        if whole and self.split is not None:
+            self._join_splits(*self.split)
+
+    def _split_keys(self) -> tuple[int, int, int] | None:
+        """(split.no, split.count, split.tensors.count) of a split model's file, checked; None
+        for a file that is the whole model."""
+        if SPLIT_COUNT not in self.metadata:
+            if SPLIT_NO in self.metadata or SPLIT_TENSORS in self.metadata:
+                raise ModelFileError(f"{self.path}: has {SPLIT_NO} or {SPLIT_TENSORS} but no "
+                                     f"{SPLIT_COUNT}")
+            return None
+        values = []
+        for key, types, low, high in (
+                (SPLIT_NO, _UNSIGNED, 0, MAX_SPLITS - 1), (SPLIT_COUNT, _UNSIGNED, 1, MAX_SPLITS),
+                (SPLIT_TENSORS, _INTEGER, 0, MAX_ENTRIES * MAX_SPLITS)):
+            v, vtype = self.metadata.get(key), self.metadata_types.get(key)
+            if vtype not in types or not isinstance(v, int) or not low <= v <= high:
+                raise ModelFileError(
+                    f"{self.path}: metadata {key!r} is {v!r} "
+                    f"({TYPE_NAMES.get(vtype, 'missing') if vtype is not None else 'missing'}), "
+                    f"expected an integer in [{low}, {high}]")
+            values.append(v)
+        no, count, total = values
+        if no >= count:
+            raise ModelFileError(f"{self.path}: split.no {no} of split.count {count} (they count "
+                                 f"from 0)")
+        return (no, count, total) if count > 1 else None
+
+    def _join_splits(self, no: int, count: int, total: int) -> None:
+        """The metadata of the first split and the tensors of every split, each checked to be
+        one of the same model's."""
+        paths = split_paths(self.path, count)
+        if os.path.abspath(paths[no]) != os.path.abspath(self.path):
+            raise ModelFileError(f"{self.path}: split.no {no} says it is "
+                                 f"{os.path.basename(paths[no])}")
+        parts: list[GGUFFile] = []
+        for k, p in enumerate(paths):
+            if k == no:
+                parts.append(self)
+                continue
+            if not os.path.isfile(p):
+                raise ModelFileError(
+                    f"{self.path}: split {k + 1} of {count} of this model, {p}, is missing "
+                    "(download every file of the split model into one folder)")
+            part = GGUFFile(p, whole=False)
+            if part.split is None or part.split != (k, count, total):
+                raise ModelFileError(
+                    f"{p}: split keys (split.no, split.count, split.tensors.count) are "
+                    f"{part.split}, expected {(k, count, total)} beside {self.path}")
+            parts.append(part)
+        first = parts[0]
+        self.metadata, self.metadata_types = first.metadata, first.metadata_types
+        self.version = first.version
+        tensors: dict[str, GGUFTensor] = {}
+        for part in parts:
+            for name, t in part.tensors.items():
+                if name in tensors:
+                    raise ModelFileError(f"{part.path}: tensor {name} is in another split of "
+                                         "the model too")
+                tensors[name] = t
+        if len(tensors) != total:
+            raise ModelFileError(
+                f"{self.path}: the {count} splits hold {len(tensors)} tensors, but "
+                f"split.tensors.count says {total}")
+        self.tensors = tensors
+        self.paths = paths
+        self._parts = parts  # NOTE: the maps stay open while the model is
 
     def _read_header(self, cur: _Cursor) -> None:
         path = self.path
@@ -247,8 +346,8 @@ class GGUFFile:
             raise ModelFileError(f"{path}: GGUF version {version} is not supported "
                                  f"({' or '.join(map(str, VERSIONS))})")
         self.version = version
-        self.n_tensors = cur.u64("the tensor count")
-        self.n_kv = cur.u64("the metadata count")
+        self.n_tensors: int = cur.u64("the tensor count")
+        self.n_kv: int = cur.u64("the metadata count")
         # each metadata entry takes at least 8 (key length) + 4 (type) + 1 bytes; each tensor
         # entry 8 (name length) + 4 (dims) + 8 (one dim) + 4 (type) + 8 (offset)
         left = cur.size - cur.pos
