@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -758,8 +758,8 @@ def realize(*tensors: Tensor) -> None:
             _PENDING.pop(id(t), None)
 
 
-def asnumpy(a: Any, stream: Any = None, order: str = "C", out: np.ndarray | None = None,
-            ) -> np.ndarray:
+def asnumpy(a: Any, stream: Any = None, order: Literal["C", "F", "A", "K"] = "C",
+            out: np.ndarray | None = None) -> np.ndarray:
     """A numpy array of ``a``, as ``cupy.asnumpy``: a tensor is copied to the host
     (``Tensor.get``, with its ``stream``, ``order`` and ``out``); anything else (a numpy array,
     a scalar, nested lists) goes through ``numpy.asarray`` in ``order``, then into ``out``

