@@ -13,7 +13,9 @@ not, has its sequences cancelled at once (their slots and cache blocks freed).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import functools
 import json
 import math
 import time
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+import numpy as np
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -37,11 +40,18 @@ from starlette.routing import Route
 
 from ..llm.batch import BatchEngine, SamplingParams, StepOutput
 from ..llm.tokenizer import TextStream
-from .constrain import Constraint, ConstraintError, Vocabulary, grammar_for
+from .constrain import Constraint, ConstraintError, Vocabulary, grammar_for, tool_call_grammar
 from .limits import Limits, LimitsMiddleware, error_body
 from .metrics import Latencies, metric
 from .runner import EngineDown, QueueFull, Runner
-from .tools import check_tools, parse_tool_calls
+from .tools import (
+    SYNTAXES,
+    ToolChoice,
+    call_syntax,
+    check_tools,
+    parse_tool_calls,
+    read_tool_choice,
+)
 
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>",
                 "<end_of_turn>", "<|end|>")
@@ -223,6 +233,12 @@ class Server:
             self._vocab = Vocabulary(self.tok, self.model.config.vocab_size)
         return self._vocab
 
+    @functools.cached_property
+    def added_tokens(self) -> dict[str, int]:
+        """The tokenizer's added tokens, text -> id (a tool-call syntax's markers among them)."""
+        return {t.content: i for i, t in self.tok.backend.get_added_tokens_decoder().items()
+                if t.content}
+
     def count(self, endpoint: str) -> None:
         r = self.runner.stats.requests
         r[endpoint] = r.get(endpoint, 0) + 1
@@ -280,7 +296,12 @@ class Server:
         if len(ids) >= ctx:
             raise APIError(f"the prompt has {len(ids)} tokens; the context is {ctx} tokens "
                            "(prompt and completion together)", code="context_length_exceeded")
-        name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        name = "max_tokens"
+        if body.get("max_completion_tokens") is not None:
+            name = "max_completion_tokens"
+            if body.get("max_tokens") not in (None, body["max_completion_tokens"]):
+                raise APIError("'max_tokens' and 'max_completion_tokens' differ: give one of "
+                               "them", param="max_tokens")
         default = ctx - len(ids) if chat else min(COMPLETIONS_DEFAULT_TOKENS, ctx - len(ids))
         if cap is not None:
             default = min(default, cap)
@@ -337,7 +358,8 @@ class Server:
                     return
                 pending.append(o)
                 stream.push(o.token)
-                finished = o.finished or (constraint is not None and constraint.finished)
+                finished = o.finished or (constraint is not None
+                                          and constraint.finished(len(stream.ids)))
                 # the whole text once at the end: ids held back (an incomplete UTF-8
                 # sequence) come out as one decode of them all gives them
                 text = self.tok.decode(stream.ids) if finished else stream.text
@@ -440,12 +462,13 @@ class _Job:
     n: int
     stops: list[str]
     grammar: str | None
-    tools: list[dict] | None
+    tools: list[dict] | None  # where given, the answer is read for tool calls
     want_lp: bool
     stream: bool
     ignore_eos: bool
     include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
     echo: str | None = None  # completions' echo: the prompt's text, before the completion's
+    parallel: bool = True  # parallel_tool_calls: more than one call may be read back
     rid: str = ""
     arrived: float = 0.0  # the request's time.monotonic(), for the latency histograms
     created: int = field(default_factory=lambda: int(time.time()))
@@ -469,21 +492,31 @@ class _Job:
 
 
 def _job(server: Server, body: dict, chat: bool, arrived: float) -> _Job:
-    tools = None
-    if chat and body.get("tool_choice") != "none":
-        tools = check_tools(body.get("tools"), server.tok.chat_template)
+    _refuse_what_cannot_take_effect(body, chat)
+    tools, choice, parallel = _tools(server, body) if chat else (None, ToolChoice("none"), True)
     ids = server.chat_ids(body, tools) if chat else server.prompt_ids(body.get("prompt"))
     max_new = server.budget(body, ids, chat)
     params, n = _sampling(body)
     if chat:
         want_lp = _get(body, "logprobs", bool, False)
         top = _get(body, "top_logprobs", int, 0, lambda v: 0 <= v <= 20, "0 to 20")
+        if top and not want_lp:
+            raise APIError("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         params.logprobs = top if want_lp else 0
     else:
         lp = _get(body, "logprobs", int, None, lambda v: 0 <= v <= 5, "0 to 5")
         want_lp = lp is not None
         params.logprobs = lp or 0
-    grammar = grammar_for(body.get("response_format")) if chat else None
+        best_of = _get(body, "best_of", int, n, lambda v: v >= 1, "1 or more")
+        if best_of != n:
+            raise APIError(f"'best_of' {best_of} would rank more choices than the {n} returned, "
+                           "which this server does not do: leave it out or make it 'n'",
+                           param="best_of")
+    grammar = grammar_for(body.get("response_format"))
+    if choice.forced:
+        grammar = _forced_tool_grammar(server, body, tools or [], choice, parallel, grammar)
+    if grammar is not None:
+        server.vocab().check(grammar, "tools" if choice.forced else "response_format")
     stream = _get(body, "stream", bool, False)
     opts = _get(body, "stream_options", dict, {})
     if opts and not stream:
@@ -500,8 +533,90 @@ def _job(server: Server, body: dict, chat: bool, arrived: float) -> _Job:
                        "which this server does not compute", param="echo")
     return _Job(chat, ids, max_new, params, n, _stops(body), grammar, tools, want_lp, stream,
                 _get(body, "ignore_eos", bool, False),
-                _get(opts, "include_usage", bool, False), echo,
+                _get(opts, "include_usage", bool, False), echo, parallel,
                 ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24], arrived)
+
+
+def _tools(server: Server, body: dict) -> tuple[list[dict] | None, ToolChoice, bool]:
+    """The tools offered to the model (None: none), the request's tool_choice, and whether
+    more than one call may come back (``parallel_tool_calls``)."""
+    parallel = _get(body, "parallel_tool_calls", bool, True)
+    offered = body.get("tool_choice") != "none"  # "none": the model is not told of them
+    try:
+        tools = check_tools(body.get("tools"), server.tok.chat_template, offered)
+    except ValueError as e:
+        raise APIError(str(e), param="tools") from None
+    try:
+        choice = read_tool_choice(body.get("tool_choice"), tools)
+    except ValueError as e:
+        raise APIError(str(e), param="tool_choice") from None
+    return (tools if offered else None), choice, parallel
+
+
+def _forced_tool_grammar(server: Server, body: dict, tools: list[dict], choice: ToolChoice,
+                         parallel: bool, response_grammar: str | None) -> str:
+    """The grammar that holds the answer to tool calls (``tool_choice`` "required" or a named
+    function), in the tool-call syntax of the model's chat template."""
+    what = repr(choice.name) if choice.name else '"required"'
+    syntax = call_syntax(server.tok.chat_template)
+    if syntax is None:
+        raise APIError(f"tool_choice {what} cannot be enforced: this model's chat template asks "
+                       "for no tool-call syntax this server knows (" +
+                       ", ".join(" or ".join(repr(m) for m in s.markers) for s in SYNTAXES) +
+                       "); use \"auto\"", param="tool_choice")
+    if response_grammar is not None:
+        raise APIError(f"'response_format' shapes a text answer, and tool_choice {what} allows "
+                       "tool calls alone: leave one of them out", param="response_format")
+    if _stops(body):
+        raise APIError(f"'stop' cannot end an answer that tool_choice {what} holds to tool "
+                       "calls (the calls' syntax decides where it ends)", param="stop")
+    return tool_call_grammar(syntax, tools, choice.name, parallel, server.added_tokens)
+
+
+def _one_of(*values: Any) -> Callable[[Any], bool]:
+    return lambda v: v in values
+
+
+def _text_only(v: Any) -> bool:
+    return v == ["text"]
+
+
+def _strings_map(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+
+
+# OpenAI's request fields that this server cannot honour beyond some values (absent or null
+# always passes): (field, the routes that have it, the values it takes, why others cannot take
+# effect). A value outside them is refused, naming the field.
+_HONOURED_ONLY: list[tuple[str, str, Callable[[Any], bool], str]] = [
+    ("modalities", "chat", _text_only, "this server's models write text only (['text'])"),
+    ("audio", "chat", _one_of(), "this server's models write text only, not audio"),
+    ("prediction", "chat", _one_of(), "predicted outputs are not supported"),
+    ("reasoning_effort", "chat", _one_of(), "this server has no reasoning effort to set"),
+    ("verbosity", "chat", _one_of(), "this server has no verbosity to set"),
+    ("web_search_options", "chat", _one_of(), "this server does not search the web"),
+    ("functions", "chat", _one_of(), "the deprecated 'functions' are not read: send 'tools'"),
+    ("function_call", "chat", _one_of(), "the deprecated 'function_call' is not read: send "
+     "'tool_choice' with 'tools'"),
+    ("service_tier", "chat completions", _one_of("auto", "default"),
+     "this server has one service tier, \"default\""),
+    ("store", "chat completions", _one_of(False), "this server does not store completions"),
+    ("metadata", "chat completions", _strings_map, "metadata is an object of strings"),
+    ("user", "chat completions", lambda v: isinstance(v, str), "'user' is a string"),
+    ("suffix", "completions", _one_of(""), "insertion (text after the completion) is not "
+     "supported"),
+    ("tools", "completions", _one_of(), "tools are for /v1/chat/completions"),
+    ("tool_choice", "completions", _one_of(), "tool_choice is for /v1/chat/completions"),
+]
+
+
+def _refuse_what_cannot_take_effect(body: dict, chat: bool) -> None:
+    route = "chat" if chat else "completions"
+    for name, routes, honoured, why in _HONOURED_ONLY:
+        v = body.get(name)
+        if v is not None and route in routes.split() and not honoured(v):
+            raise APIError(f"'{name}' {json.dumps(v)[:80]} is refused: {why}",
+                           param=name)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -577,6 +692,7 @@ async def _stream_events(server: Server, job: _Job) -> AsyncIterator[str]:
                                                               "content": ""},
                                         "finish_reason": None}])
     held = [""] * job.n
+    held_toks: list[list[StepOutput]] = [[] for _ in range(job.n)]
     if job.echo:
         for i in range(job.n):
             yield _chunk(server, job, [{"index": i, "text": job.echo, "finish_reason": None}])
@@ -584,13 +700,11 @@ async def _stream_events(server: Server, job: _Job) -> AsyncIterator[str]:
         completion += len(toks)
         if job.tools:  # the whole answer decides between content and calls
             held[i] += piece
+            held_toks[i] += toks
             if reason is None:
                 continue
-            content, calls = parse_tool_calls(held[i], job.tools)
-            last = {"tool_calls": [{"index": j, **c} for j, c in enumerate(calls)]} \
-                if calls else {"content": content}
-            yield _chunk(server, job, [{"index": i, "delta": last,
-                                        "finish_reason": "tool_calls" if calls else reason}])
+            for last in _tool_deltas(server, job, i, held[i], held_toks[i], reason):
+                yield _chunk(server, job, [last])
             continue
         if job.chat:
             ch: dict = {"index": i, "delta": {"content": piece} if piece else {},
@@ -606,6 +720,29 @@ async def _stream_events(server: Server, job: _Job) -> AsyncIterator[str]:
     if job.include_usage:
         yield _chunk(server, job, [], usage=job.usage(completion))
     yield "data: [DONE]\n\n"
+
+
+def _tool_deltas(server: Server, job: _Job, i: int, text: str, toks: list[StepOutput],
+                 reason: str) -> list[dict]:
+    """The last chunks of choice ``i`` of a streamed request with tools, its whole ``text``
+    read: each call's id, type and name with empty arguments, then its arguments, then
+    ``finish_reason`` "tool_calls" (as OpenAI streams them); or the text as content."""
+    content, calls = parse_tool_calls(text, job.tools or [], job.parallel)
+    out: list[dict] = []
+    for j, c in enumerate(calls):
+        fn = c["function"]
+        out.append({"index": i, "delta": {"tool_calls": [{
+            "index": j, "id": c["id"], "type": "function",
+            "function": {"name": fn["name"], "arguments": ""}}]}, "finish_reason": None})
+        out.append({"index": i, "delta": {"tool_calls": [{
+            "index": j, "function": {"arguments": fn["arguments"]}}]}, "finish_reason": None})
+    if content and calls:
+        out.insert(0, {"index": i, "delta": {"content": content}, "finish_reason": None})
+    out.append({"index": i, "delta": {} if calls else {"content": content},
+                "finish_reason": "tool_calls" if calls else reason})
+    if job.want_lp and toks:
+        out[0]["logprobs"] = {"content": [server.logprob_entry(o) for o in toks]}
+    return out
 
 
 async def _whole(server: Server, job: _Job) -> Response:
@@ -627,7 +764,7 @@ async def _whole(server: Server, job: _Job) -> Response:
             continue
         message: dict = {"role": "assistant", "content": text}
         if job.tools:
-            content, calls = parse_tool_calls(text, job.tools)
+            content, calls = parse_tool_calls(text, job.tools, job.parallel)
             if calls:
                 message = {"role": "assistant", "content": content, "tool_calls": calls}
                 reason = "tool_calls"
@@ -651,6 +788,16 @@ async def embeddings(request: Request) -> Response:
     if not isinstance(inp, list) or not inp or len(inp) > 64:
         raise APIError("'input' must be a string, a list of up to 64 strings, or token ids",
                        param="input")
+    fmt = _get(body, "encoding_format", str, "float", _one_of("float", "base64"),
+               '"float" or "base64"')
+    width = server.model.config.dim
+    dims = _get(body, "dimensions", int, width, lambda v: v >= 1, "1 or more")
+    if dims != width:
+        raise APIError(f"'dimensions' {dims}: this model's embeddings have {width} dimensions, "
+                       "and this server does not shorten them", param="dimensions")
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise APIError("'user' must be a string", param="user")
     data, used = [], 0
     for i, item in enumerate(inp):
         ids = server.prompt_ids(item)
@@ -659,7 +806,10 @@ async def embeddings(request: Request) -> Response:
                            f"{server.engine.context}", param="input")
         vec = await server.runner.embed(ids)
         used += len(ids)
-        data.append({"object": "embedding", "index": i, "embedding": [float(v) for v in vec]})
+        # base64: the little-endian float32 bytes (what OpenAI's clients decode)
+        emb: Any = base64.b64encode(np.asarray(vec, "<f4").tobytes()).decode() \
+            if fmt == "base64" else [float(v) for v in vec]
+        data.append({"object": "embedding", "index": i, "embedding": emb})
     return JSONResponse({"object": "list", "data": data, "model": server.name,
                          "usage": {"prompt_tokens": used, "total_tokens": used}})
 
@@ -776,7 +926,7 @@ def _as_api_error(e: Exception) -> APIError:
     if isinstance(e, APIError):
         return e
     if isinstance(e, ConstraintError):
-        return APIError(str(e), param="response_format")
+        return APIError(str(e), param=e.param)
     if isinstance(e, QueueFull):
         return APIError(str(e), status=429, kind="rate_limit_error")
     if isinstance(e, EngineDown):
