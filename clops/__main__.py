@@ -1,5 +1,5 @@
-"""Command line: ``python -m clops info`` lists devices and capabilities; ``python -m clops demo``
-runs a short computation on the default device and checks it against numpy."""
+"""The clops command line: language models on any OpenCL device (run, chat, serve, bench) and the
+devices themselves (info, demo, cache). ``clops <command> --help`` tells more of each."""
 
 from __future__ import annotations
 
@@ -135,15 +135,31 @@ def cache(trim: bool = False, clear: bool = False) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"]:  # its own options: clops.serve.cli
-        from .serve.cli import main as serve
+# name -> (module whose main(argv, prog) runs it, one line for `clops --help`)
+MODEL_COMMANDS = {
+    "run": ("clops.cli.run", "generate text from a prompt, streamed to stdout"),
+    "chat": ("clops.cli.chat", "talk with the model: an interactive conversation"),
+    "serve": ("clops.serve.cli", "an OpenAI-compatible HTTP server with continuous batching"),
+    "bench": ("clops.cli.bench", "measure prompt processing and generation speed (tokens/s)"),
+}
 
-        return serve(argv[1:])
-    parser = argparse.ArgumentParser(prog="clops", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd")
-    sub.add_parser("serve", help="an OpenAI-compatible server (clops serve --help)")
+
+DESCRIPTION = ("The clops command line: language models on any OpenCL device (run, chat, serve, "
+               "bench) and the devices themselves (info, demo, cache). `clops COMMAND --help` "
+               "tells more of each.")
+
+
+def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser (for --help), and the parsers of the commands of this module."""
+    from .cli.args import Parser
+
+    p = Parser(prog="clops", description=DESCRIPTION,
+               epilog="the model commands take llama.cpp's options: -m/--model, "
+                      "-c/--ctx-size, -n/--n-predict, --temp, --top-k, --top-p, -s/--seed, "
+                      "and --device")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=Parser)
+    for name, (_, what) in MODEL_COMMANDS.items():
+        sub.add_parser(name, help=what, add_help=False)
     p_info = sub.add_parser("info", help="list OpenCL devices and their capabilities")
     p_info.add_argument("--no-probe", action="store_true", help="skip compile-and-run probes")
     sub.add_parser("demo", help="run a short computation on the default device")
@@ -151,17 +167,33 @@ def main(argv: list[str] | None = None) -> int:
     what = p_cache.add_mutually_exclusive_group()
     what.add_argument("--trim", action="store_true", help="trim to the limit now")
     what.add_argument("--clear", action="store_true", help="remove every compiled kernel")
-    args = parser.parse_args(argv)
+    return p, {name: sub.choices[name] for name in ("info", "demo", "cache")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    name = argv[0] if argv else None
+    if name in MODEL_COMMANDS:  # each parses its own options
+        import importlib
+
+        command = importlib.import_module(MODEL_COMMANDS[name][0])
+        return int(command.main(argv[1:], prog=f"clops {name}"))
+    top, own = parser()
+    if name is None or name.startswith("-"):
+        top.parse_args(argv)  # --help, or an option clops itself does not have
+        top.print_help()
+        return 0
+    if name not in own:
+        known = ", ".join([*MODEL_COMMANDS, *own])
+        top.error(f"unknown command {name!r}: give one of {known}")
+    args = own[name].parse_args(argv[1:])
     commands = {"info": lambda: info(probe=not args.no_probe), "demo": demo,
                 "cache": lambda: cache(trim=args.trim, clear=args.clear)}
-    if args.cmd not in commands:
-        parser.print_help()
-        return 0
     try:
-        return commands[args.cmd]()
+        return commands[name]()
     except (LookupError, ValueError) as e:  # CLOPS_DEVICE names no device, or a bad selector
         message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
-        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        print(f"{top.prog}: error: {message}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -1,9 +1,11 @@
-"""serve, cli: ``clops serve [MODEL] --host --port --parallel ...`` (``python -m clops.serve``).
+"""serve, cli: ``clops serve -m MODEL --host --port -np ...`` (``python -m clops.serve``).
 
 Every option is checked before the model loads; a mistake (an option out of range, a model
 file that is not there, a device that is not there, a model the server cannot run) ends with
 one line on stderr and status 2. If the engine's thread ever stops, the server stops too, with
-status 1, rather than answering nothing.
+status 1, rather than answering nothing. The options the model subcommands share are spelled as
+in ``clops run`` and ``clops chat`` (``clops.cli.args``); the model may also be given as the
+first argument, as before.
 """
 
 from __future__ import annotations
@@ -14,44 +16,45 @@ import sys
 from typing import Any
 
 from .. import _config
-from ..llama import USAGE_ERROR, _float, _int, _one_line, _Parser, _Refused, _text
+from ..cli import args as cli
+from ..cli.args import USAGE_ERROR, one_line
 
 PROG = "clops serve"
 MAX_PARALLEL = 1024
 
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
-    ap = _Parser(prog=prog, description=(
+    ap = cli.Parser(prog=prog, description=(
         "An OpenAI-compatible server (chat, completions, embeddings, models, health, metrics "
         "and a chat page at /) with continuous batching."))
-    ap.add_argument("model", nargs="?", default=None,
-                    help="a .gguf file or a model directory (default: the bundled SmolLM2)")
-    ap.add_argument("--host", default="127.0.0.1", type=_text("host"))
-    ap.add_argument("--port", type=_int(1, 65535), default=8080)
-    ap.add_argument("--parallel", "-np", type=_int(1, MAX_PARALLEL), default=4,
-                    help="sequences decoded together (slots)")
-    ap.add_argument("--ctx-size", "-c", type=_int(2), default=4096,
-                    help="the longest prompt + completion, in tokens")
-    ap.add_argument("--queue", type=_int(0), default=64,
+    # (the model as the first argument: the spelling before -m)
+    ap.add_argument("model_arg", nargs="?", default=None, metavar="MODEL", help=argparse.SUPPRESS)
+    cli.add_model_options(ap, ctx_default=4096, ctx_min=2,
+                          ctx_help="the longest prompt + completion, in tokens")
+    ap.add_argument("--host", default="127.0.0.1", type=cli.text("host"),
+                    help="the address to listen on (default 127.0.0.1)")
+    ap.add_argument("--port", type=cli.whole(1, 65535), default=8080,
+                    help="the port to listen on (default 8080)")
+    ap.add_argument("-np", "--parallel", type=cli.whole(1, MAX_PARALLEL), default=4, metavar="N",
+                    help="sequences decoded together (slots; default 4)")
+    ap.add_argument("--queue", type=cli.whole(0), default=64,
                     help="requests that may wait for a slot; past it the server answers 429")
-    ap.add_argument("--device", default=None, type=_text("device selector"),
-                    help="an OpenCL device selector")
-    ap.add_argument("--kv-cache", choices=("float16", "float32"), default=None,
-                    help="type of the KV cache (default: float16 on GPUs, float32 on CPUs)")
-    ap.add_argument("--name", default=None, type=_text("name"), help="the model's name in the API")
+    ap.add_argument("--name", default=None, type=cli.text("name"),
+                    help="the model's name in the API")
     limits = ap.add_argument_group("limits of a request (defaults a public server can keep)")
-    limits.add_argument("--max-tokens", type=_int(1), default=None,
+    limits.add_argument("-n", "--n-predict", "--max-tokens", dest="max_tokens",
+                        type=cli.whole(1), default=None, metavar="N",
                         help="the most tokens one request may generate (default: the context). "
                              "Without max_tokens a completion gets 16, a chat completion the "
                              "rest of the context, within this")
     limits.add_argument("--max-body", type=_bytes, default=8 << 20, metavar="BYTES",
                         help="the largest request body (default 8MiB; e.g. 512KB, 16MiB): "
                              "past it 413")
-    limits.add_argument("--timeout", type=_float(0.0, low_open=True), default=30.0,
+    limits.add_argument("--timeout", type=cli.number(0.0, low_open=True), default=30.0,
                         metavar="SECONDS",
                         help="time a client has to send its request's headers, and again its "
                              "body (default 30): past it the connection is closed (408)")
-    limits.add_argument("--api-key", default=None, type=_text("API key"),
+    limits.add_argument("--api-key", default=None, type=cli.text("API key"),
                         help="ask every API request for 'Authorization: Bearer KEY' (401 "
                              "without it); also from CLOPS_API_KEY. /health and the chat page "
                              "stay open")
@@ -76,25 +79,18 @@ def _bytes(raw: str) -> int:
 
 
 def _load(a: argparse.Namespace) -> Any:
-    import clops
-    import clops.llm
-
-    if a.model is not None and not os.path.exists(a.model):
-        raise _Refused(f"no model at {a.model!r}: give a .gguf file or a model directory, or "
-                       "leave it out for the bundled SmolLM2")
-    try:
-        device = clops.device(a.device)
-    except (LookupError, ValueError) as e:
-        raise _Refused(str(e)) from None
-    try:
-        return clops.llm.load(a.model, device=device, max_seq_len=a.ctx_size,
-                              kv_cache=a.kv_cache)
-    except (OSError, ValueError, LookupError) as e:
-        raise _Refused(str(e)) from None
+    cli.check_model_path(a.model)
+    device = cli.open_device(a.device)
+    return cli.load_model(a.model, device, a.ctx_size, True, a.kv_cache)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    a = parser(prog).parse_args(argv)
+    ap = parser(prog)
+    a = ap.parse_args(argv)
+    if a.model_arg is not None:
+        if a.model is not None and a.model != a.model_arg:
+            ap.error(f"two models given ({a.model_arg!r} and -m {a.model!r}): give one")
+        a.model = a.model_arg
     try:
         import uvicorn
     except ImportError:
@@ -110,8 +106,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         name = a.name or os.path.basename(a.model or model.source_path)
         server = Server(model, parallel=a.parallel, queue_limit=a.queue, model_name=name,
                         max_tokens=a.max_tokens, parse_special=a.parse_special)
-    except (_Refused, ValueError) as e:
-        print(f"{prog}: error: {_one_line(str(e))}", file=sys.stderr)
+    except (cli.Refused, ValueError) as e:
+        print(f"{prog}: error: {one_line(str(e))}", file=sys.stderr)
         return USAGE_ERROR
     limits = Limits(api_key=api_key, max_body=a.max_body, read_timeout=a.timeout,
                     cors_origins=tuple(o.strip() for o in a.cors_origins.split(",")
@@ -130,7 +126,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     uv.run()
     if died:
         print(f"{prog}: stopped: the engine thread failed ({type(died[0]).__name__}: "
-              f"{_one_line(str(died[0]))})", file=sys.stderr)
+              f"{one_line(str(died[0]))})", file=sys.stderr)
         return 1
     return 0
 

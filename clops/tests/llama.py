@@ -1,5 +1,5 @@
-"""CLI alias: ``python3 -m clops.tests.llama -p "What's Oxygen?" -n 32`` is
-``python -m clops.llama`` (the seed's spelling of the LLM command)."""
+"""cli: ``python3 -m clops.tests.llama -p "What's Oxygen?" -n 32`` is ``clops run`` (the seed's
+spelling of the LLM command, like ``python -m clops.llama``)."""
 
 from __future__ import annotations
 

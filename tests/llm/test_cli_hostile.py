@@ -98,7 +98,7 @@ def test_edge_values_are_accepted():
     args = llama.build_parser().parse_args(
         ["-p", " ", "-n", "0", "--temperature", "0", "--top-k", "0", "--top-p", "1",
          "--min-p", "1", "--repeat-penalty", "0.5", "--seed", str(2**32 - 1), "--ctx", "1"])
-    assert (args.n_predict, args.top_p, args.min_p, args.seed, args.ctx) == \
+    assert (args.n_predict, args.top_p, args.min_p, args.seed, args.ctx_size) == \
         (0, 1.0, 1.0, 2**32 - 1, 1)
     assert llama.build_parser().parse_args(["-p", "x", "--kv-cache", "float16"]).kv_cache == \
         "float16"
