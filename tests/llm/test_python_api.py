@@ -11,7 +11,7 @@ import pytest
 import clops.llm
 from clops.llm import SamplingParams, batch
 
-from .tiny import make_model
+from .tiny import logit_tolerance, make_model
 
 NEW = 10
 PROMPTS = ["w1 w2 w3", "w40 w7", "w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 w20 w21",
@@ -96,11 +96,13 @@ def test_penalties_and_logit_bias_against_numpy(model):
     plain = list(model.generate_ids(ids, 16, stop_ids=[]))
     assert len(got) == 16 and got != plain  # the settings change the answer
     assert 11 not in got
+    # (the reference's logits come from the prompt path: within its rounding of the decode's)
     logits = model.logits(ids + got[:-1])[len(ids) - 1:]
+    tol = 2 * logit_tolerance(model)
     for k, tok in enumerate(got):
         z = _reference_choice(logits[k], got[:k], presence, frequency, bias)
         scale = float(np.abs(logits[k]).max())
-        assert z[tok] >= z.max() - 1e-4 * scale, (k, tok, int(np.argmax(z)))
+        assert z[tok] >= z.max() - tol * scale, (k, tok, int(np.argmax(z)))
 
 
 def test_the_host_chooser_follows_the_devices_positions(model):
