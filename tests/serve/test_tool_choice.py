@@ -281,6 +281,9 @@ def test_tool_choice_refusals(srv, template):
     bad_params = [{"type": "function", "function": {"name": "f",
                                                     "parameters": {"type": "string"}}}]
     _refused(_post(srv, **base, tools=bad_params, tool_choice="required"), "tools", "'f'")
+    dangling = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"$ref": "#/$defs/nowhere"}}}}}]
+    _refused(_post(srv, **base, tools=dangling, tool_choice="required", stream=True), "tools")
     _refused(_post(srv, **base, tools=TOOLS, parallel_tool_calls="yes"), "parallel_tool_calls")
     template("unknown")
     _refused(_post(srv, **base, tools=TOOLS, tool_choice="required"), "tool_choice",
