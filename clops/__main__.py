@@ -158,8 +158,8 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
                       "-c/--ctx-size, -n/--n-predict, --temp, --top-k, --top-p, -s/--seed, "
                       "and --device")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=Parser)
-    for name, (_, what) in MODEL_COMMANDS.items():
-        sub.add_parser(name, help=what, add_help=False)
+    for name, (_, summary) in MODEL_COMMANDS.items():
+        sub.add_parser(name, help=summary, add_help=False)
     p_info = sub.add_parser("info", help="list OpenCL devices and their capabilities")
     p_info.add_argument("--no-probe", action="store_true", help="skip compile-and-run probes")
     sub.add_parser("demo", help="run a short computation on the default device")

@@ -170,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
             "kv_cache": "float16" if model.kv_half else "float32",
             "ctx_size": model.max_seq, "tests": results}, indent=2))
     else:
-        print(head)
+        print(f"{head}; {args.repetitions} run(s) a test, after a warm-up")
         print(table(results))
     return 0
 

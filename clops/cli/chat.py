@@ -13,8 +13,8 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Callable
-from typing import IO, TYPE_CHECKING, Any
+from collections.abc import Callable, Generator
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from . import args as cli
 
@@ -103,8 +103,11 @@ class Chat:
         budget = self.model.max_seq if self.n_predict is None else self.n_predict
         pieces: list[str] = []
         stopped = False
-        reply = self.model.generate(messages, max_new_tokens=budget, **self.sampling)
+        reply: Generator[str, None, None] | None = None
         try:
+            # (one conversation is one prompt: its pieces come as a generator)
+            reply = cast(Generator[str, None, None], self.model.generate(
+                messages, max_new_tokens=budget, **self.sampling))
             for piece in reply:
                 self.out.write(piece)
                 self.out.flush()
@@ -116,7 +119,8 @@ class Chat:
             self.note(f"error: {cli.one_line(str(e))}")
             return None
         finally:
-            reply.close()  # (frees the model for the next reply, however this one ended)
+            if reply is not None:  # (frees the model for the next reply, however this ended)
+                reply.close()
         self.out.write("\n")
         self.out.flush()
         if stopped:
