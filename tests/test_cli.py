@@ -21,11 +21,12 @@ SUBCOMMANDS = ("run", "chat", "serve", "bench", "info", "demo", "cache")
 HERE = os.path.abspath(__file__)  # a file that is there but no model: the device is checked
 
 
-def _clops(*args: str | bytes, stdin: bytes | None = None, module: str = "clops"
-           ) -> subprocess.CompletedProcess[bytes]:
+def _clops(*args: str | bytes, stdin: bytes | None = None, module: str = "clops",
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([sys.executable, "-m", module, *args], input=stdin,
                           capture_output=True, timeout=300,
-                          env={**os.environ, "PYTHONIOENCODING": "utf-8", "CLOPS_PROGRESS": "0"})
+                          env={**os.environ, "PYTHONIOENCODING": "utf-8", "CLOPS_PROGRESS": "0",
+                               **(env or {})})
 
 
 def _missing_device() -> str:
@@ -172,6 +173,24 @@ def test_run_and_its_older_spellings_write_the_same_text(tiny, model):
     want = "".join(model.generate("w1 w2 w3", max_new_tokens=6))
     assert want.strip()
     assert runs[0].stdout.decode() == runs[1].stdout.decode() == want + "\n"
+
+
+def test_run_takes_a_hub_id_from_the_local_cache(tiny, model, tmp_path):
+    """``-m org/name`` is the model of huggingface_hub's cache (offline); an id that is not
+    cached is one line, with how to download it, and status 2."""
+    pytest.importorskip("huggingface_hub")
+    from .llm.test_hub import cached
+
+    cached(tmp_path, "someorg/tiny", {name: os.path.join(tiny, name) for name in os.listdir(tiny)})
+    env = {"HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    res = _clops("run", "-m", "someorg/tiny", "-p", "w1 w2 w3", "-n", "6", "--temp", "0", "-q",
+                 "--device", model.device.selector, env=env)
+    assert res.returncode == 0, res.stderr.decode()
+    assert res.stdout.decode() == "".join(model.generate("w1 w2 w3", max_new_tokens=6)) + "\n"
+    res = _clops("run", "-m", "someorg/absent", "-p", "hi", env=env)
+    err = res.stderr.decode()
+    assert res.returncode == 2 and len(err.strip().splitlines()) == 1, err
+    assert "someorg/absent" in err and "download" in err and "Traceback" not in err
 
 
 def test_run_reads_the_prompt_from_a_file_or_stdin(tiny, model, tmp_path):

@@ -177,8 +177,16 @@ def check_model_path(model: str | None) -> None:
         except FileNotFoundError as e:
             raise Refused(str(e)) from None
     elif not os.path.exists(model):
-        raise Refused(f"no model at {model!r}: give a .gguf file or a model directory with -m, "
-                      "or leave -m out for the bundled SmolLM2")
+        from ..llm import hub
+
+        if hub.parse(model) is None:
+            raise Refused(f"no model at {model!r}: give a .gguf file, a model directory or a "
+                          "Hugging Face id (org/name) with -m, or leave -m out for the bundled "
+                          "SmolLM2")
+        try:  # a hub id: found in the local cache (or fetched, when not offline) before the
+            hub.resolve(model)  # device opens
+        except (OSError, ValueError) as e:
+            raise Refused(str(e)) from None
 
 
 def open_device(selector: str | None) -> CLDevice:
