@@ -66,8 +66,8 @@ case "$cmd" in
   demo)
     setup
     python -m clops info
-    if [ $# -eq 0 ]; then set -- --chat -p "What's Oxygen?" -n 64; fi
-    python -m clops.llama "$@"
+    if [ $# -eq 0 ]; then set -- -p "What's Oxygen?" -n 64; fi
+    python -m clops run "$@"
     ;;
   test)
     setup
