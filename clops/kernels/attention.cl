@@ -5,8 +5,10 @@
 //             0: rotate adjacent pairs (2i, 2i + 1) as GGUF llama weights expect
 //
 //   ROT_DIM   the rotated dimensions of a head (rope_store; default HEAD_DIM): the rest pass
-//   SOFTCAP   scores become SOFTCAP * tanh(score / SOFTCAP) (attend; a float literal)
-//   WINDOW    keys (pos - WINDOW, pos] only, a sliding window (attn_decode, attn_prefill)
+//   SOFTCAP   scores become SOFTCAP * tanh(score / SOFTCAP) (attend, chunk_scores; a float
+//             literal)
+//   WINDOW    keys (pos - WINDOW, pos] only, a sliding window (attn_decode, attn_prefill, the
+//             paged kernels)
 //   CPU_VEC   1: the CPU kernels (attn_decode_cpu; attn_prefill 16-wide)
 //   KV_HALF   1: the cache holds float16 values (clops/kv.cl), else float32
 //
@@ -369,7 +371,11 @@ inline float chunk_scores(__local float *p, __local const float *qs, __local flo
             float4 a = (float4)(0.0f);
             __local const float *kr = j < nc ? kt + t * KROW : kn;
             for (int d = 0; d < D4; ++d) a = mad(vload4(d, kr), vload4(d, qs), a);
+#ifdef SOFTCAP
+            const float sc = SOFTCAP * tanh(((a.x + a.y) + (a.z + a.w)) / SOFTCAP);
+#else
             const float sc = (a.x + a.y) + (a.z + a.w);
+#endif
             p[j] = sc;
             mx = fmax(mx, sc);
         }
@@ -534,8 +540,12 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
 // depend on its own positions alone. With COMBINE the last work-group of a (row, head)
 // to finish combines the partials into out [R][H][D] (count [R][H], zero between launches);
 // a row whose positions fit one chunk writes out directly. Without COMBINE, every work-group
-// leaves its partial in part [R][H][S][D + 2].
+// leaves its partial in part [R][H][S][D + 2]. With WINDOW the row's positions are the last
+// WINDOW of them: chunks wholly before them take no part, and the partials are numbered from
+// the first chunk that does.
 // Work geometry: global (S * D, H, R), local (D, 1, 1).
+inline int first_chunk(int pos) { return first_key(pos) / CHUNK; }
+
 __kernel void paged_attn_wg(__global float *out, __global float *part, __global int *count,
                             __global const float *q, __global const kv_t *kp,
                             __global const kv_t *vp, __global const int *table, int maxb,
@@ -546,9 +556,10 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
     __local int last;
     const int t = get_local_id(0), s = get_group_id(0), h = get_group_id(1);
     const int r = get_group_id(2), S = get_num_groups(0);
-    const int L = rpos[r] + 1, active = (L + CHUNK - 1) / CHUNK;
-    const int j0 = s * CHUNK, n = min(L - j0, CHUNK);
-    if (n <= 0) return;  // the same for the whole work-group
+    const int L = rpos[r] + 1, s0 = first_chunk(L - 1);
+    const int active = (L + CHUNK - 1) / CHUNK - s0;  // the chunks that take part
+    const int j0 = max(s * CHUNK, first_key(L - 1)), n = min(L, s * CHUNK + CHUNK) - j0;
+    if (s < s0 || n <= 0) return;  // the same for the whole work-group
     const int kvh = h / (H / KV), rh = r * H + h;
     __global const int *blocks = table + rslot[r] * maxb;
     qs[t] = q[(size_t)rh * HEAD_DIM + t] * scale;
@@ -562,7 +573,7 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
         return;
     }
 #endif
-    __global float *pp = part + ((size_t)rh * S + s) * (HEAD_DIM + 2);
+    __global float *pp = part + ((size_t)rh * S + s - s0) * (HEAD_DIM + 2);
     pp[t] = acc;
     if (t == 0) {
         pp[HEAD_DIM] = ms.x;
@@ -592,7 +603,8 @@ __kernel void paged_attn_combine(__global float *out, __global const float *part
     const int d = get_global_id(0), h = get_global_id(1), r = get_global_id(2);
     const size_t rh = (size_t)r * get_global_size(1) + h;
     out[rh * HEAD_DIM + d] = combine_parts(part + rh * S * (HEAD_DIM + 2),
-                                           (rpos[r] + CHUNK) / CHUNK, d, false);
+                                           (rpos[r] + CHUNK) / CHUNK - first_chunk(rpos[r]), d,
+                                           false);
 }
 #endif
 
@@ -940,7 +952,8 @@ __kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
 // Batched decode on CPUs over a paged cache (clops.llm.batch; kernels/paged.cl spells out the
 // pool, table, rslot and rpos): work-item (h, r) attends query head h of row r, the position
 // rpos[r] of the sequence in slot rslot[r], to that sequence's keys 0..rpos[r], block by
-// block (a block's positions lie HEAD_DIM apart), 16-wide with one exp per key. q and out
+// block (a block's positions lie HEAD_DIM apart), 16-wide with one exp per key (the last
+// WINDOW positions only where WINDOW > 0; no SOFTCAP: paged.cl's paged_attn caps). q and out
 // [R][H][D]. Work geometry: global (1, H, R), local (1, 1, 1) (paged_attn's axes).
 __kernel void paged_attn_cpu(__global float *out, __global const float *q,
                              __global const kv_t *kp, __global const kv_t *vp,
@@ -956,9 +969,11 @@ __kernel void paged_attn_cpu(__global float *out, __global const float *q,
     }
     // (the first key's score exceeds -INFINITY: acc * 0 + v, l = 0 * 0 + 1)
     float mx = -INFINITY, l = 0.0f;
-    for (int j = 0; j * BS <= pos; ++j) {
+    const int first = first_key(pos);
+    for (int j = first / BS; j * BS <= pos; ++j) {
         const size_t at = ((size_t)table[slot * maxb + j] * KV + kvh) * BS * HEAD_DIM;
-        attend_cpu(qv, acc, &mx, &l, kp + at, vp + at, 0, min(BS, pos + 1 - j * BS));
+        attend_cpu(qv, acc, &mx, &l, kp + at, vp + at, max(0, first - j * BS),
+                   min(BS, pos + 1 - j * BS));
     }
     const float inv = 1.0f / l;
     __global float *o = out + ((size_t)r * H + h) * HEAD_DIM;

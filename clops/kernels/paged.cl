@@ -8,12 +8,24 @@
 // as alone.
 //
 //   HEAD_DIM  D, a multiple of 4
-//   ROPE_NEOX 1: rotate split halves (i, i + D/2); 0: adjacent pairs (2i, 2i + 1)
+//   ROPE_NEOX 1: rotate split halves (i, i + ROT_DIM/2); 0: adjacent pairs (2i, 2i + 1)
+//   ROT_DIM   the rotated dimensions of a head (default HEAD_DIM): the rest pass unrotated
 //   LS        work-items per (row, head) in paged_attn, splitting the positions
+//   WINDOW    keys (pos - WINDOW, pos] only, a sliding window (paged_attn; default 0: all)
+//   SOFTCAP   scores become SOFTCAP * tanh(score / SOFTCAP) (paged_attn; a float literal)
 //   KV_HALF   1: the pools hold float16 values (clops/kv.cl), else float32
 
 #ifndef ROPE_NEOX
 #define ROPE_NEOX 1
+#endif
+#ifndef ROT_DIM
+#define ROT_DIM HEAD_DIM
+#endif
+#ifndef WINDOW
+#define WINDOW 0
+#endif
+#if ROT_DIM % 2 || ROT_DIM > HEAD_DIM
+#error "ROT_DIM must be even and at most HEAD_DIM"
 #endif
 #ifndef LS
 #define LS 1
@@ -25,7 +37,7 @@
 
 inline int2 pair_index(int i) {
 #if ROPE_NEOX
-    return (int2)(i, i + HEAD_DIM / 2);
+    return (int2)(i, i + ROT_DIM / 2);
 #else
     return (int2)(2 * i, 2 * i + 1);
 #endif
@@ -38,7 +50,9 @@ inline size_t kv_index(__global const int *table, int maxb, int slot, int pos, i
 }
 
 // After the fused QKV projection (rows [q (H*D) | k (KV*D) | v (KV*D)], ld_qkv apart): rotate
-// q and k by each row's position, write q to q_out [R][H][D] and k, v into the cache.
+// the first ROT_DIM dimensions of q and k by each row's position (work-items i >= ROT_DIM / 2
+// copy a pair of the rest), write q to q_out [R][H][D] and k, v into the cache. A layer
+// without rotary takes inv_freq of zeros (angle 0: the values as they are).
 // Work geometry: global (D/2, H + 2*KV, R).
 __kernel void paged_rope_store(__global float *q_out, __global const float *qkv, int ld_qkv,
                                __global kv_t *kp, __global kv_t *vp,
@@ -51,6 +65,21 @@ __kernel void paged_rope_store(__global float *q_out, __global const float *qkv,
     const int2 p = pair_index(i);
     if (h < H + KV) {
         __global const float *src = row + h * HEAD_DIM;
+#if ROT_DIM < HEAD_DIM
+        if (i >= ROT_DIM / 2) {  // partial rotary: the rest of the head passes
+            const int d = ROT_DIM + 2 * (i - ROT_DIM / 2);
+            if (h < H) {
+                __global float *dst = q_out + ((size_t)r * H + h) * HEAD_DIM;
+                dst[d] = src[d];
+                dst[d + 1] = src[d + 1];
+            } else {
+                __global kv_t *dst = kp + kv_index(table, maxb, slot, pos, h - H, KV, BS);
+                KV_PUT(src[d], dst, d);
+                KV_PUT(src[d + 1], dst, d + 1);
+            }
+            return;
+        }
+#endif
         float c, s = sincos((float)pos * inv_freq[i], &c);
         const float a = src[p.x], b = src[p.y];
         if (h < H) {
@@ -71,8 +100,9 @@ __kernel void paged_rope_store(__global float *q_out, __global const float *qkv,
     }
 }
 
-// Causal grouped-query attention of each row over its own sequence's positions 0 .. rpos[r]:
-// out [R][H][D] = softmax(q k^T * scale) v. Each of the LS work-items of a (row, head) keeps a
+// Causal grouped-query attention of each row over its own sequence's positions 0 .. rpos[r]
+// (the last WINDOW of them where WINDOW > 0): out [R][H][D] = softmax(cap(q k^T * scale)) v
+// (cap: the soft cap where SOFTCAP is defined). Each of the LS work-items of a (row, head) keeps a
 // running softmax over positions lid, lid + LS, ...; their partial results are then combined.
 // Work geometry: global (LS, H, R), local (LS, 1, 1).
 __kernel void paged_attn(__global float *out, __global const float *q,
@@ -90,13 +120,18 @@ __kernel void paged_attn(__global float *out, __global const float *q,
         acc[d] = (float4)(0.0f);
     }
     float mx = -INFINITY, l = 0.0f;
-    for (int p = lid; p <= pos; p += LS) {
+    const int first = WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0;
+    for (int p = first + lid; p <= pos; p += LS) {
         const size_t at = kv_index(table, maxb, slot, p, kvh, KV, BS);
         __global const kv_t *k = kp + at;
         __global const kv_t *v = vp + at;
         float4 t = qv[0] * KV_LOAD4(0, k);
         for (int d = 1; d < HEAD_DIM / 4; ++d) t = fma(qv[d], KV_LOAD4(d, k), t);
+#ifdef SOFTCAP
+        const float s = SOFTCAP * tanh(((t.x + t.y) + (t.z + t.w)) * scale / SOFTCAP);
+#else
         const float s = ((t.x + t.y) + (t.z + t.w)) * scale;
+#endif
         const float m2 = fmax(mx, s);
         const float c = exp(mx - m2), e = exp(s - m2);
         l = l * c + e;

@@ -1,5 +1,6 @@
-"""Kernels, paged KV cache: launches of ``paged.cl`` for batched decoding (``llm.batch``):
-rotation with the store of k and v into pool blocks, attention over a sequence's blocks, and
+"""Kernels, paged KV cache: launches of ``paged.cl`` for batched decoding (``llm.step``):
+rotation (whole or partial) with the store of k and v into pool blocks, attention over a
+sequence's blocks (with a sliding window and soft-capped scores where a layer has them), and
 the gather of chosen rows. Every row's result depends on that row and its sequence's cache
 alone, whatever else the step holds."""
 
@@ -11,7 +12,7 @@ from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from . import attention as _attention
 from . import launch
-from .launch import Launch, f32, i32, kernel
+from .launch import Launch, f32, float_define, i32, kernel
 
 
 @dataclass(frozen=True)
@@ -35,16 +36,29 @@ class PagedRows:
         return [self.table, self.slots, self.positions]
 
 
+def _rot(head_dim: int, rot_dim: int) -> dict[str, int]:
+    return {"ROT_DIM": rot_dim} if rot_dim and rot_dim != head_dim else {}
+
+
+def _scores(softcap: float, window: int) -> dict[str, object]:
+    """The defines of soft-capped (``softcap`` > 0) or windowed (``window`` > 0) scores."""
+    out: dict[str, object] = {"SOFTCAP": float_define(softcap)} if softcap else {}
+    if window:
+        out["WINDOW"] = int(window)
+    return out
+
+
 def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kp: Buffer, vp: Buffer,
                rows: PagedRows, inv_freq: Buffer, *, m: int, n_heads: int, n_kv: int,
-               head_dim: int, neox: bool, name: str = "rope_store",
+               head_dim: int, neox: bool, rot_dim: int = 0, name: str = "rope_store",
                kv_half: bool = False) -> Launch:
-    """Rotate q and k of m QKV rows, q to ``q_out``, k and v into the pools ``kp``, ``vp``
-    (``kv_half``: pools of float16 values, else float32; the same for every function here
-    that takes them)."""
+    """Rotate the first ``rot_dim`` dimensions (0: all) of each head of q and k of m QKV rows
+    (``inv_freq``: rot_dim / 2 frequencies; zeros for a layer without rotary), q to ``q_out``,
+    k and v into the pools ``kp``, ``vp`` (``kv_half``: pools of float16 values, else
+    float32; the same for every function here that takes them)."""
     # (a kernel object per launch: a plan sets each one's arguments once)
     knl = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
-                 **_attention.kv_defines(kv_half))
+                 **_rot(head_dim, rot_dim), **_attention.kv_defines(kv_half))
     return Launch(knl, (head_dim // 2, n_heads + 2 * n_kv, m), None,
                   [q_out, qkv, i32(ld_qkv), kp, vp, *rows.args, inv_freq, i32(n_heads),
                    i32(n_kv), i32(rows.block_size)],
@@ -53,23 +67,26 @@ def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kp: Buffe
 
 def attention(dev: CLDevice, out: Buffer, q: Buffer, kp: Buffer, vp: Buffer, rows: PagedRows,
               *, m: int, n_heads: int, n_kv: int, head_dim: int, scale: float, lsize: int,
-              name: str = "attn", kv_half: bool = False) -> Launch:
+              softcap: float = 0.0, window: int = 0, name: str = "attn",
+              kv_half: bool = False) -> Launch:
     """Causal attention of m query rows over their sequences' blocks (``lsize`` work-items
-    per row and head, splitting the positions). CPUs that pass the product probe, with heads
-    of a multiple of 16, take ``attention.cl``'s ``paged_attn_cpu`` (16-wide, one exp per key,
-    a work-item per row and head; ``lsize`` unused; the same axes).
+    per row and head, splitting the positions): scores ``scale`` q.k, soft-capped to
+    (-softcap, softcap) where ``softcap`` > 0, over the last ``window`` positions of each row
+    where ``window`` > 0. CPUs that pass the product probe, with heads of a multiple of 16,
+    take ``attention.cl``'s ``paged_attn_cpu`` where scores are not capped (16-wide, one exp
+    per key, a work-item per row and head; ``lsize`` unused; the same axes).
 
     PERF (2-core EPYC, Intel's runtime, SmolLM2, 8 rows at about 80 positions): the scalar
     kernel took 264 us a layer, 7.9 of a step's 18 ms."""
-    if _attention.cpu_decode(dev, head_dim):
+    if _attention.cpu_decode(dev, head_dim) and not softcap:
         knl = kernel(dev, "attention", "paged_attn_cpu", HEAD_DIM=head_dim, CPU_VEC=1,
-                     **_attention.kv_defines(kv_half))
+                     **_scores(0.0, window), **_attention.kv_defines(kv_half))
         return Launch(knl, (1, n_heads, m), (1, 1, 1),
                       [out, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv),
                        i32(rows.block_size), f32(scale)],
                       [q, kp, vp, *rows.reads], [out], name)
     knl = kernel(dev, "paged", "paged_attn", HEAD_DIM=head_dim, LS=lsize,
-                 **_attention.kv_defines(kv_half))
+                 **_scores(softcap, window), **_attention.kv_defines(kv_half))
     return Launch(knl, (lsize, n_heads, m), (lsize, 1, 1),
                   [out, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv), i32(rows.block_size),
                    f32(scale)],
@@ -84,11 +101,13 @@ def split_attention(dev: CLDevice, head_dim: int) -> bool:
 
 def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: Buffer,
                     kp: Buffer, vp: Buffer, rows: PagedRows, *, m: int, n_heads: int, n_kv: int,
-                    head_dim: int, scale: float, context: int, combine: bool | None = None,
-                    name: str = "attn", kv_half: bool = False) -> list[Launch]:
+                    head_dim: int, scale: float, context: int, softcap: float = 0.0,
+                    window: int = 0, combine: bool | None = None, name: str = "attn",
+                    kv_half: bool = False) -> list[Launch]:
     """``attention`` on GPUs split over each row's positions (``attention.cl``'s
     paged_attn_wg): work-groups of head_dim work-items take a chunk of a row's positions each
-    (``attention.decode_chunk`` of ``context``). Where ``combine`` (default: where
+    (``attention.decode_chunk`` of ``context``); ``softcap`` and ``window`` as in
+    ``attention``. Where ``combine`` (default: where
     ``attention.decode_combines``) the last of a (row, head) combines their partials in the
     same launch, else paged_attn_combine does in a second. ``part``: ``part_floats`` floats;
     ``count``: m * n_heads int32, zero, left zero. Both launches have the rows on axis 2.
@@ -101,7 +120,7 @@ def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: 
         combine = _attention.decode_combines(dev)
     ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
     knl = kernel(dev, "attention", "paged_attn_wg", HEAD_DIM=head_dim, CHUNK=chunk,
-                 COMBINE=int(combine), PTX_FENCE=int(ptx),
+                 COMBINE=int(combine), PTX_FENCE=int(ptx), **_scores(softcap, window),
                  **_attention.kv_defines(kv_half))
     out_ = [out, part, count] if combine else [part]
     launches = [Launch(knl, (splits * head_dim, n_heads, m), (head_dim, 1, 1),
@@ -109,7 +128,8 @@ def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: 
                         i32(rows.block_size), f32(scale)],
                        [q, kp, vp, count, *rows.reads], out_, name)]
     if not combine:
-        k2 = kernel(dev, "attention", "paged_attn_combine", HEAD_DIM=head_dim, CHUNK=chunk)
+        k2 = kernel(dev, "attention", "paged_attn_combine", HEAD_DIM=head_dim, CHUNK=chunk,
+                    **_scores(0.0, window))
         launches.append(Launch(k2, (head_dim, n_heads, m), None,
                                [out, part, rows.positions, i32(splits)],
                                [part, rows.positions], [out], name + ".combine"))
@@ -123,8 +143,9 @@ def part_floats(dev: CLDevice, rows: int, n_heads: int, head_dim: int, context: 
 
 
 def gather_rows(dev: CLDevice, out: Buffer, x: Buffer, sel: Buffer, *, m: int, k: int,
-                head_dim: int, neox: bool) -> Launch:
-    """out[i, :k] = x[sel[i], :k] for i < m (``head_dim`` and ``neox``: the program the step's
-    other paged kernels were built in)."""
-    knl = kernel(dev, "paged", "gather_rows", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
+                head_dim: int, neox: bool, rot_dim: int = 0) -> Launch:
+    """out[i, :k] = x[sel[i], :k] for i < m (``head_dim``, ``neox`` and ``rot_dim``: the
+    program the step's rope_store was built in)."""
+    knl = kernel(dev, "paged", "gather_rows", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
+                 **_rot(head_dim, rot_dim))
     return Launch(knl, (k, m), None, [out, x, sel, i32(k)], [x, sel], [out], "gather_rows")

@@ -32,13 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import Launch, LaunchPlan, activation, launch, matmul, norm, paged, sample
-from ..kernels.launch import i32
+from ..kernels import LaunchPlan, paged
 from ..kernels.paged import PagedRows
-from ..nn.quant import DeviceWeight
-from ..runtime.pool import Buffer
-
-ARCHS = ("llama", "qwen2")
+from .arch import ARCHS
+from .step import PagedStep, StepBuffers, StepPlan, branch_out
 
 
 @dataclass
@@ -126,15 +123,11 @@ def unsupported(model: Any) -> str | None:
     """Why ``BatchEngine`` cannot run ``model`` (None: it can)."""
     cfg = model.config
     if cfg.arch not in ARCHS:
-        return (f"batched decoding runs the {', '.join(ARCHS)} architectures, not {cfg.arch!r} "
-                "(clops.llm.Model runs it one sequence at a time)")
-    if cfg.sliding_window and cfg.sliding_window < model.max_seq:
-        return (f"batched decoding has no sliding-window attention: this model's window of "
-                f"{cfg.sliding_window} positions is shorter than its context of "
-                f"{model.max_seq} (load it with max_seq_len={cfg.sliding_window})")
-    if cfg.rotary != cfg.head_dim:
-        return (f"batched decoding rotates whole heads; this model rotates {cfg.rotary} of its "
-                f"{cfg.head_dim} head dimensions")
+        return (f"batched decoding runs the {', '.join(sorted(ARCHS))} architectures, not "
+                f"{cfg.arch!r} (clops.llm.Model runs it one sequence at a time)")
+    if cfg.head_dim % 4:
+        return (f"batched decoding needs heads of a multiple of 4 dimensions, not "
+                f"{cfg.head_dim}")
     return None
 
 
@@ -205,44 +198,6 @@ class _Seq:
         return len(self.ids) + self.produced
 
 
-# A launch's arguments (position, value) and global size at another row count
-_Resize = tuple[list[tuple[int, Any]], tuple[int, ...]]
-
-
-@dataclass
-class _StepPlan:
-    """A step's launches, made for some row count and count of logits rows, with how each
-    launch whose arguments or sizes follow either is resized (``rows``, ``nl``: the counts the
-    plan holds now; ``logits`` in a resize: it follows the logits rows)."""
-
-    plan: LaunchPlan
-    resizes: list[tuple[int, Callable[[int], _Resize], bool]]
-    rows: int
-    nl: int
-
-    def add_rows(self, ln: Launch, axis: int, per_row: int = 1, logits: bool = False) -> None:
-        """``ln`` with ``per_row`` work-items of global axis ``axis`` per row (per logits row
-        with ``logits``)."""
-        g = ln.global_size
-
-        def at(rows: int) -> _Resize:
-            return [], tuple(rows * per_row if a == axis else s for a, s in enumerate(g))
-
-        self.add_resized(ln, at, logits)
-
-    def add_resized(self, ln: Launch, at: Callable[[int], _Resize],
-                    logits: bool = False) -> None:
-        self.resizes.append((len(self.plan.launches), at, logits))
-        self.plan.add(ln)
-
-    def resize(self, rows: int, nl: int) -> None:
-        changes = [(i, *at(nl if logits else rows)) for i, at, logits in self.resizes
-                   if (nl != self.nl if logits else rows != self.rows)]
-        if changes:
-            self.plan.resize(changes)
-        self.rows, self.nl = rows, nl
-
-
 class BatchEngine:
     """Continuous batching over ``model`` (see the module's text).
 
@@ -278,10 +233,11 @@ class BatchEngine:
             raise ValueError("num_blocks must be positive")
         self.num_blocks = int(num_blocks)
         self.rows = max_batch + prefill_chunk  # the most rows one step runs
+        self.weights = model.weights
         self._alloc()
         # one plan per (rows per work-item of the products and of the logits, embed), resized
         # to each step's rows (see _plan)
-        self._plans: dict[tuple[int | None, int | None, bool], _StepPlan] = {}
+        self._plans: dict[tuple[int | None, int | None, bool], StepPlan] = {}
         self._lock = threading.RLock()
         self._waiting: deque[_Seq] = deque()
         self._running: dict[int, _Seq] = {}  # by slot
@@ -305,6 +261,8 @@ class BatchEngine:
         self.x = dev.alloc(R * dim * f4)
         self.xn = dev.alloc(R * dim * f4)
         self.xl = dev.alloc(self.max_batch * dim * f4)
+        # a block's output before its post-norm or residual scale (families that have them)
+        self.t = dev.alloc(R * dim * f4 if branch_out(cfg, self.weights) else 4)
         self.qkv = dev.alloc(R * (H + 2 * KV) * D * f4)
         self.q = dev.alloc(R * H * D * f4)
         self.attn = dev.alloc(R * H * D * f4)
@@ -330,43 +288,18 @@ class BatchEngine:
         pool = self.num_blocks * KV * self.block_size * D * (2 if self.kv_half else 4)
         self.kpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
         self.vpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
+        bufs = StepBuffers(x=self.x, xn=self.xn, t=self.t, qkv=self.qkv, q=self.q,
+                           attn=self.attn, gu=self.gu, h=self.h, xl=self.xl, logits=self.logits,
+                           rstats=self.rstats, ids=self.ids, sel=self.sel, zero=self.zero,
+                           part=self.part if self.split else None,
+                           count=self.count if self.split else None)
+        rows = PagedRows(self.table, self.maxb, self.rslot, self.rpos, self.block_size)
+        self.builder = PagedStep(dev, cfg, self.weights, bufs, rows, self.kpool, self.vpool,
+                                 context=self.context, kv_half=self.kv_half, split=self.split)
 
     def _tm(self, m: int) -> int | None:
-        """Rows per work-item of the step's matmuls on CPUs (a compile-time constant, so a plan
-        serves the row counts of one value); None on GPUs (one geometry for every batch)."""
-        return min(8, launch.pow2_at_most(m)) if launch.is_cpu(self.device) else None
-
-    def _matmul(self, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
-                w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
-                name: str = "matmul", norm: tuple[Buffer, float] | None = None,
-                glu: bool = False) -> tuple[Launch, Callable[[int], _Resize]]:
-        """The matmul kernel with the geometry it takes for several rows, run on ``m`` rows,
-        so that a row's sums are added in the same order whatever the batch: on GPUs one
-        geometry for every batch; on CPUs (one work-item a column, no split of k) a row's
-        result does not depend on the rows a work-item takes (TM), which follows the batch.
-        Also returns how to resize the launch to another row count."""
-        dev = self.device
-        tm = self._tm(m)
-        if tm is not None and w.layout == "rb16":
-            # float weights take fewer rows (and two blocks of columns) a work-item: a function
-            # of tm, so the plan's key still holds it
-            tm = matmul.rb_rows(tm, w.fmt)
-        ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), bias=bias,
-                           accum=accum, name=name, norm=norm, glu=glu, tm=tm,
-                           row_invariant=True)
-        if tm is None:
-            tm, _ = matmul.matmul_geometry(dev, 2, w.k, w.fmt)
-        axis = 0 if w.layout == "rb16" else 1  # rb16: (row tiles, column blocks)
-        g = ln.global_size
-
-        def at(rows: int) -> _Resize:
-            size = list(g)
-            size[axis] = -(-rows // tm)
-            return [(9, i32(rows))], tuple(size)
-
-        ((_, rows_arg),), ln.global_size = at(m)
-        ln.args[9] = rows_arg
-        return ln, at
+        """Rows per work-item of the step's products for ``m`` rows (``PagedStep.tm``)."""
+        return self.builder.tm(m)
 
     def _plan(self, n: int, nl: int, embed: bool = False) -> LaunchPlan:
         """The launches of a step of ``n`` rows with logits for ``nl`` of them (or, ``embed``,
@@ -380,76 +313,9 @@ class BatchEngine:
         key = (self._tm(n), self._tm(nl) if nl else 0, embed)
         got = self._plans.get(key)
         if got is None:
-            got = self._plans[key] = self._make_plan(n, nl, embed)
+            got = self._plans[key] = self.builder.build(n, nl, embed)
         got.resize(n, nl)
         return got.plan
-
-    def _make_plan(self, n: int, nl: int, embed: bool) -> _StepPlan:
-        m, cfg, dev = self.model, self.model.config, self.device
-        H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
-        n_qkv, eps = (H + 2 * KV) * D, cfg.norm_eps
-        step = _StepPlan(LaunchPlan(dev), [], n, nl)
-        add_rows, add_resized = step.add_rows, step.add_resized
-        add_rows(matmul.embedding(dev, self.x, self.ids, self.zero, m.embed, n), axis=1)
-        ls = 1 if launch.is_cpu(dev) else 32
-        rows = PagedRows(self.table, self.maxb, self.rslot, self.rpos, self.block_size)
-        # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them
-        fuse = matmul.fused_prologues(dev)
-        xin = self.x if fuse else self.xn
-
-        def rmsnorm(x: Buffer, w: Buffer) -> None:
-            ln = norm.rmsnorm(dev, self.xn, x, 0, dim, w, m=n, k=dim, eps=eps)
-            add_rows(ln, axis=0, per_row=ln.global_size[0] // n)
-
-        for i, ly in enumerate(m.layers):
-            prologue = (ly.attn_norm, eps) if fuse else None
-            if not fuse:
-                rmsnorm(self.x, ly.attn_norm)
-            for w, off, b in ly.qkv.parts:
-                add_resized(*self._matmul(self.qkv, off, n_qkv, xin, 0, dim, w, n, bias=b,
-                                         name=f"qkv.{i}", norm=prologue))
-            kp, vp = self.kpool[i], self.vpool[i]
-            add_rows(paged.rope_store(dev, self.q, self.qkv, n_qkv, kp, vp, rows, m.inv_freq,
-                                      m=n, n_heads=H, n_kv=KV, head_dim=D, neox=cfg.rope_neox,
-                                      name=f"rope_store.{i}", kv_half=self.kv_half), axis=2)
-            scale = cfg.scale * cfg.rope_mscale() ** 2
-            if self.split:
-                for ln in paged.attention_split(dev, self.attn, self.part, self.count, self.q,
-                                                kp, vp, rows, m=n, n_heads=H, n_kv=KV,
-                                                head_dim=D, scale=scale, context=self.context,
-                                                name=f"attn.{i}", kv_half=self.kv_half):
-                    add_rows(ln, axis=2)
-            else:
-                add_rows(paged.attention(dev, self.attn, self.q, kp, vp, rows, m=n, n_heads=H,
-                                         n_kv=KV, head_dim=D, scale=scale, lsize=ls,
-                                         name=f"attn.{i}", kv_half=self.kv_half), axis=2)
-            add_resized(*self._matmul(self.x, 0, dim, self.attn, 0, H * D, ly.o, n, accum=True,
-                                     name=f"o.{i}"))
-            prologue = (ly.ffn_norm, eps) if fuse else None
-            if not fuse:
-                rmsnorm(self.x, ly.ffn_norm)
-            for w, off, b in ly.gate_up.parts:
-                add_resized(*self._matmul(self.gu, off, 2 * F, xin, 0, dim, w, n, bias=b,
-                                         name=f"gate_up.{i}", norm=prologue))
-            if fuse:
-                add_resized(*self._matmul(self.x, 0, dim, self.gu, 0, 2 * F, ly.down, n,
-                                         accum=True, name=f"down.{i}", glu=True))
-            else:
-                add_rows(activation.glu(dev, self.h, self.gu, m=n, f=F), axis=1)
-                add_resized(*self._matmul(self.x, 0, dim, self.h, 0, F, ly.down, n, accum=True,
-                                         name=f"down.{i}"))
-        if embed:
-            rmsnorm(self.x, m.out_norm)
-        elif nl:  # the logits rows
-            add_rows(paged.gather_rows(dev, self.xl, self.x, self.sel, m=nl, k=dim, head_dim=D,
-                                       neox=cfg.rope_neox), axis=1, logits=True)
-            ln = norm.rmsnorm(dev, self.xn, self.xl, 0, dim, m.out_norm, m=nl, k=dim, eps=eps)
-            add_rows(ln, axis=0, per_row=ln.global_size[0] // nl, logits=True)
-            add_resized(*self._matmul(self.logits, 0, cfg.vocab_size, self.xn, 0, dim, m.output,
-                                      nl, name="lm_head"), logits=True)
-            add_rows(sample.row_stats(dev, self.rstats, self.logits, rows=nl,
-                                      vocab=cfg.vocab_size), axis=1, logits=True)
-        return step
 
     # -- sequences -----------------------------------------------------------------------------
     def add(self, ids: list[int], params: SamplingParams, max_new_tokens: int,

@@ -77,11 +77,48 @@ class GenerationStats:
 
 
 @dataclass
-class _Parts:
-    """A projection as one or more weights writing column ranges of one output."""
+class Projection:
+    """A projection as one or more weights writing column ranges of one output of ``n``
+    columns: (weight, its first output column, its bias or None) each (one part where the
+    weights fuse into one matrix)."""
 
     parts: list[tuple[DeviceWeight, int, Buffer | None]]
     n: int
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One layer's weights on the device as a plan builder reads them (``Model.weights``):
+    norms the family does not have are None (norm weights hold the family's offset already:
+    every norm is RMSNorm(x) * w); ``qkv`` writes rows [q | k | v], ``gate_up`` [gate | up].
+    ``inv_freq``: the layer's rotary frequencies (rotary / 2 of them; zeros where it does not
+    rotate, ``rotates`` False); ``window``: the positions a query attends to on this layer
+    (0: all of them)."""
+
+    attn_norm: Buffer | None
+    qkv: Projection
+    q_norm: Buffer | None
+    k_norm: Buffer | None
+    o: DeviceWeight
+    post_attn_norm: Buffer | None
+    ffn_norm: Buffer | None
+    gate_up: Projection
+    down: DeviceWeight
+    post_ffn_norm: Buffer | None
+    inv_freq: Buffer
+    rotates: bool
+    window: int
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """A model's weights on the device: the token embedding, the final norm, the output
+    projection (the embedding where they are tied) and the layers."""
+
+    embed: DeviceWeight
+    out_norm: Buffer
+    output: DeviceWeight
+    layers: tuple[LayerWeights, ...]
 
 
 class _Layer:
@@ -93,9 +130,9 @@ class _Layer:
     post_attn_norm: Buffer | None = None
     ffn_norm: Buffer | None = None
     post_ffn_norm: Buffer | None = None
-    qkv: _Parts
+    qkv: Projection
     o: DeviceWeight
-    gate_up: _Parts
+    gate_up: Projection
     down: DeviceWeight
     k_cache: Buffer
     v_cache: Buffer
@@ -218,24 +255,40 @@ class Model:
         self.inv_freq = rotary[False]
         bar.close()
 
+    @property
+    def weights(self) -> ModelWeights:
+        """The weights on the device, typed, for a plan builder (``llm.step``)."""
+        cfg = self.config
+        layers = []
+        for i, ly in enumerate(self.layers):
+            # a window no shorter than the context changes nothing
+            window = cfg.sliding_window if cfg.sliding(i) and cfg.sliding_window < self.max_seq \
+                else 0
+            layers.append(LayerWeights(
+                attn_norm=ly.attn_norm, qkv=ly.qkv, q_norm=ly.q_norm, k_norm=ly.k_norm, o=ly.o,
+                post_attn_norm=ly.post_attn_norm, ffn_norm=ly.ffn_norm, gate_up=ly.gate_up,
+                down=ly.down, post_ffn_norm=ly.post_ffn_norm, inv_freq=ly.inv_freq,
+                rotates=not (i < len(cfg.nope) and cfg.nope[i]), window=window))
+        return ModelWeights(self.embed, self.out_norm, self.output, tuple(layers))
+
     def _layer_matrices(self) -> list[DeviceWeight]:
         """The weight matrices of the layers."""
         return [w for ly in self.layers for w in
                 [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]]
 
-    def _fuse(self, parts: list[PackedWeight], biases: list[np.ndarray] | None) -> _Parts:
+    def _fuse(self, parts: list[PackedWeight], biases: list[np.ndarray] | None) -> Projection:
         dev = self.device
         n = sum(p.n for p in parts)
         fused = concat(parts)
         if fused is not None:
             b = upload(dev, np.concatenate(biases).astype(np.float32)) if biases else None
-            return _Parts([(DeviceWeight(dev, fused), 0, b)], n)
+            return Projection([(DeviceWeight(dev, fused), 0, b)], n)
         out, off = [], 0
         for j, p in enumerate(parts):
             b = upload(dev, biases[j].astype(np.float32)) if biases else None
             out.append((DeviceWeight(dev, p), off, b))
             off += p.n
-        return _Parts(out, n)
+        return Projection(out, n)
 
     def _alloc(self, float16_copies: bool | None = None) -> None:
         cfg, dev, C = self.config, self.device, self.chunk
@@ -853,10 +906,10 @@ class Model:
         of ``max_new_tokens`` and add to ``stop``.
 
         Many prompts run as one batch (``BatchEngine``: continuous batching, prompts that
-        share a beginning share its cache) where the model's family allows it (the
-        architectures of ``batch.ARCHS`` without a sliding window shorter than the context),
-        else one after another. Greedy answers are the same either way; sampled ones are
-        drawn on the host in a batch and on the device alone, so a seed gives other draws.
+        share a beginning share its cache) where ``batch.unsupported`` allows it (every
+        family of ``arch.ARCHS``), else one after another. Greedy answers are the same
+        either way; sampled ones are drawn on the host in a batch and on the device alone, so
+        a seed gives other draws.
 
         >>> for piece in model.generate("What's Oxygen?", max_new_tokens=32):
         ...     print(piece, end="")
