@@ -80,32 +80,36 @@ def test_batched_equals_alone_and_transformers(family):
     engine = BatchEngine(model, max_batch=4, block_size=8, prefill_chunk=16)
     together, tops = _run(engine, prompts, SamplingParams(logprobs=TOP))
     assert together == alone, f"{name}: batched tokens differ from each prompt alone"
-    # each step's top log-probabilities against transformers' at that position
-    bound = logit_tolerance(model)
-    for p, toks, steps in zip(prompts, together, tops):
-        seq = p + toks
-        want = hf_logits(ref, seq[:-1])[len(p) - 1:]
-        want_lp = want - np.log(np.exp(want - want.max(-1, keepdims=True)).sum(
-            -1, keepdims=True)) - want.max(-1, keepdims=True)
-        for j, top in enumerate(steps):
-            assert len(top) == TOP and toks[j] in top
-            t = np.fromiter(top, np.int64)
-            got = np.fromiter(top.values(), np.float64)
-            err = float(np.abs(got - want_lp[j, t]).max() / np.abs(want[j]).max())
-            # (a log-probability is a logit less the row's log-sum-exp: the error of both)
-            assert err < 2 * bound, f"{name}: step {j} of a {len(p)}-token prompt: {err:.2e}"
+    err = _worst_error(ref, prompts, together, tops)
+    # (a log-probability is a logit less the row's log-sum-exp: the error of both)
+    assert err < 2 * logit_tolerance(model), f"{name}: relative log-probability error {err:.2e}"
+
+
+def _worst_error(ref, prompts, tokens, tops) -> float:
+    """The largest error of the steps' top log-probabilities against transformers' at the same
+    positions, relative to the largest logit of the position's row."""
+    worst = 0.0
+    for p, toks, steps in zip(prompts, tokens, tops):
+        want = hf_logits(ref, (p + toks)[:-1])[len(p) - 1:]
+        top = want.max(-1, keepdims=True)
+        want_lp = want - top - np.log(np.exp(want - top).sum(-1, keepdims=True))
+        for j, got in enumerate(steps):
+            assert len(got) == TOP and toks[j] in got
+            t = np.fromiter(got, np.int64)
+            lp = np.fromiter(got.values(), np.float64)
+            worst = max(worst, float(np.abs(lp - want_lp[j, t]).max() / np.abs(want[j]).max()))
+    return worst
 
 
 def test_batched_attention_needs_the_window(tmp_path, device):
     """The comparison can fail: gemma2 whose batched step forgets its window (the layers' views
-    without it) gives other tokens than the model alone, which keeps it."""
+    without it) is further from transformers than the bound."""
     ref, hf, _ = make("gemma2", str(tmp_path))
     model = clops.llm.load(hf, device=device, max_seq_len=64, progress=False,
                            kv_cache="float32")
-    prompts = _prompts(model.config.vocab_size)
-    alone = [list(model.generate_ids(p, max_new_tokens=NEW, stop_ids=[])) for p in prompts]
+    prompts = _prompts(model.config.vocab_size)[-3:]  # (the longer ones)
     engine = BatchEngine(model, max_batch=4, block_size=8, prefill_chunk=16)
     w = engine.builder.w
     engine.builder.w = replace(w, layers=tuple(replace(ly, window=0) for ly in w.layers))
-    together, _ = _run(engine, prompts, SamplingParams())
-    assert together != alone
+    tokens, tops = _run(engine, prompts, SamplingParams(logprobs=TOP))
+    assert _worst_error(ref, prompts, tokens, tops) > 2 * logit_tolerance(model)
