@@ -92,8 +92,12 @@ def _smoke(tmp: Path, env: dict[str, str]) -> tuple[str, str]:
     assert found.startswith(str(tmp / "venv")), found  # the installed wheel, not the checkout
     out = _run([py, "-c", SMOKE], env, tmp)
     assert "SMOKE OK" in out
-    text = _run([py, "-m", "clops.llama", "-p", "What's Oxygen?", "-n", "4"], env, tmp)
-    assert text.startswith("What's Oxygen?") and "decode 3 tokens" in text
+    # the main job as installed: the bundled instruct model answers through its chat template
+    text = _run([str(tmp / "venv" / "bin" / "clops"), "run", "-p", "What's Oxygen?", "-n", "4"],
+                env, tmp)
+    answer = text.split("\n[")[0]
+    assert answer.strip() and not answer.startswith("What's Oxygen?"), text
+    assert "decode 3 tokens" in text, text
     return info, out
 
 
