@@ -261,15 +261,18 @@ class Model:
         cfg = self.config
         layers = []
         for i, ly in enumerate(self.layers):
-            # a window no shorter than the context changes nothing
-            window = cfg.sliding_window if cfg.sliding(i) and cfg.sliding_window < self.max_seq \
-                else 0
             layers.append(LayerWeights(
                 attn_norm=ly.attn_norm, qkv=ly.qkv, q_norm=ly.q_norm, k_norm=ly.k_norm, o=ly.o,
                 post_attn_norm=ly.post_attn_norm, ffn_norm=ly.ffn_norm, gate_up=ly.gate_up,
                 down=ly.down, post_ffn_norm=ly.post_ffn_norm, inv_freq=ly.inv_freq,
-                rotates=not (i < len(cfg.nope) and cfg.nope[i]), window=window))
+                rotates=not (i < len(cfg.nope) and cfg.nope[i]), window=self._window(i)))
         return ModelWeights(self.embed, self.out_norm, self.output, tuple(layers))
+
+    def _window(self, i: int) -> int:
+        """The positions a query of layer ``i`` attends to (0: all of them)."""
+        cfg = self.config
+        # a window no shorter than the context changes nothing
+        return cfg.sliding_window if cfg.sliding(i) and cfg.sliding_window < self.max_seq else 0
 
     def _layer_matrices(self) -> list[DeviceWeight]:
         """The weight matrices of the layers."""
@@ -602,9 +605,7 @@ class Model:
         H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         # YaRN's factor on cos and sin, on both q and k: squared on the scores
         scale = cfg.scale * cfg.rope_mscale() ** 2
-        # a window no shorter than the context changes nothing
-        window = cfg.sliding_window if cfg.sliding(i) and cfg.sliding_window < self.max_seq \
-            else 0
+        window = self._window(i)
         plain = cfg.rotary == D and not cfg.attn_softcap and not window
         kv_half = self.kv_half
         common: dict[str, Any] = dict(state=self.state, n_heads=H, n_kv=KV, head_dim=D,

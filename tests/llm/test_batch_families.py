@@ -113,3 +113,26 @@ def test_batched_attention_needs_the_window(tmp_path, device):
     engine.builder.w = replace(w, layers=tuple(replace(ly, window=0) for ly in w.layers))
     tokens, tops = _run(engine, prompts, SamplingParams(logprobs=TOP))
     assert _worst_error(ref, prompts, tokens, tops) > 2 * logit_tolerance(model)
+
+
+@pytest.mark.parametrize("combine", [True, False], ids=["one-launch", "two-launches"])
+def test_windows_across_the_split_attentions_chunks(tmp_path, device, monkeypatch, combine):
+    """The GPUs' split attention (paged_attn_wg: a row's positions in chunks of 32 or 64
+    here), run on this device too, with windows that leave the first chunks of long rows out (their
+    partials not counted) and rows whose window spans two chunks: gemma2's tokens alone and
+    its log-probabilities within the bound of transformers'."""
+    from clops.kernels import attention, paged
+
+    monkeypatch.setattr(paged, "split_attention", lambda dev, head_dim: True)
+    monkeypatch.setattr(attention, "decode_combines", lambda dev: combine)
+    ref, hf, _ = make("gemma2", str(tmp_path))
+    model = clops.llm.load(hf, device=device, max_seq_len=128, progress=False,
+                           kv_cache="float32")
+    rng = np.random.default_rng(11)
+    prompts = [rng.integers(0, model.config.vocab_size, n).tolist() for n in (5, 68, 93)]
+    alone = [list(model.generate_ids(p, max_new_tokens=NEW, stop_ids=[])) for p in prompts]
+    engine = BatchEngine(model, max_batch=4, block_size=8, prefill_chunk=32)
+    assert engine.split
+    tokens, tops = _run(engine, prompts, SamplingParams(logprobs=TOP))
+    assert tokens == alone
+    assert _worst_error(ref, prompts, tokens, tops) < 2 * logit_tolerance(model)
