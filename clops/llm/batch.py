@@ -28,17 +28,15 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..kernels import LaunchPlan, paged
 from ..kernels.paged import PagedRows
 from .arch import ARCHS
+from .loaded import LoadedModel
 from .step import PagedStep, StepBuffers, StepPlan, branch_out
-
-if TYPE_CHECKING:  # (Model drives a BatchEngine for lists of prompts)
-    from .model import Model
 
 
 @dataclass
@@ -122,7 +120,7 @@ class SamplingParams:
             raise TypeError(f"stop must be a list of strings, not {self.stop!r}")
 
 
-def unsupported(model: Model) -> str | None:
+def unsupported(model: LoadedModel) -> str | None:
     """Why ``BatchEngine`` cannot run ``model`` (None: it can)."""
     cfg = model.config
     if cfg.arch not in ARCHS:
@@ -211,7 +209,7 @@ class BatchEngine:
     ...         print(out.seq, out.token)
     """
 
-    def __init__(self, model: Model, max_batch: int = 8, block_size: int = 16,
+    def __init__(self, model: LoadedModel, max_batch: int = 8, block_size: int = 16,
                  num_blocks: int | None = None, prefill_chunk: int = 64) -> None:
         cfg = model.config
         why = unsupported(model)

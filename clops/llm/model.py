@@ -34,6 +34,7 @@ from .completion import (
     stop_list,
 )
 from .config import ModelConfig
+from .loaded import LayerWeights, ModelWeights, Projection
 from .tokenizer import TextTokenizer
 from .weights import WeightSource
 
@@ -74,51 +75,6 @@ class GenerationStats:
         return (f"prefill {self.prompt_tokens} tokens in {self.prefill_s * 1e3:.0f} ms "
                 f"({self.prefill_tps:.1f} tok/s); decode {max(self.new_tokens - 1, 0)} tokens "
                 f"in {self.decode_s * 1e3:.0f} ms ({self.decode_tps:.1f} tok/s)")
-
-
-@dataclass
-class Projection:
-    """A projection as one or more weights writing column ranges of one output of ``n``
-    columns: (weight, its first output column, its bias or None) each (one part where the
-    weights fuse into one matrix)."""
-
-    parts: list[tuple[DeviceWeight, int, Buffer | None]]
-    n: int
-
-
-@dataclass(frozen=True)
-class LayerWeights:
-    """One layer's weights on the device as a plan builder reads them (``Model.weights``):
-    norms the family does not have are None (norm weights hold the family's offset already:
-    every norm is RMSNorm(x) * w); ``qkv`` writes rows [q | k | v], ``gate_up`` [gate | up].
-    ``inv_freq``: the layer's rotary frequencies (rotary / 2 of them; zeros where it does not
-    rotate, ``rotates`` False); ``window``: the positions a query attends to on this layer
-    (0: all of them)."""
-
-    attn_norm: Buffer | None
-    qkv: Projection
-    q_norm: Buffer | None
-    k_norm: Buffer | None
-    o: DeviceWeight
-    post_attn_norm: Buffer | None
-    ffn_norm: Buffer | None
-    gate_up: Projection
-    down: DeviceWeight
-    post_ffn_norm: Buffer | None
-    inv_freq: Buffer
-    rotates: bool
-    window: int
-
-
-@dataclass(frozen=True)
-class ModelWeights:
-    """A model's weights on the device: the token embedding, the final norm, the output
-    projection (the embedding where they are tied) and the layers."""
-
-    embed: DeviceWeight
-    out_norm: Buffer
-    output: DeviceWeight
-    layers: tuple[LayerWeights, ...]
 
 
 class _Layer:

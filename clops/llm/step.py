@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..kernels import Launch, LaunchPlan, activation, launch, matmul, norm, paged, sample
 from ..kernels.launch import i32
@@ -25,9 +25,7 @@ from ..nn.quant import DeviceWeight
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from .config import ModelConfig
-
-if TYPE_CHECKING:  # (model.py drives BatchEngine, which drives this)
-    from .model import LayerWeights, ModelWeights
+from .loaded import LayerWeights, ModelWeights
 
 # A launch's arguments (position, value) and global size at another row count
 Resize = tuple[list[tuple[int, Any]], tuple[int, ...]]

@@ -1,0 +1,70 @@
+"""llm, loaded: a model's weights on the device, as the typed views the plan builders read
+(``Model.weights``; ``step.PagedStep``), and what a batched engine needs of a model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..nn.quant import DeviceWeight
+from ..runtime import CLDevice
+from ..runtime.pool import Buffer
+from .config import ModelConfig
+
+
+@dataclass
+class Projection:
+    """A projection as one or more weights writing column ranges of one output of ``n``
+    columns: (weight, its first output column, its bias or None) each (one part where the
+    weights fuse into one matrix)."""
+
+    parts: list[tuple[DeviceWeight, int, Buffer | None]]
+    n: int
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One layer's weights on the device as a plan builder reads them (``Model.weights``):
+    norms the family does not have are None (norm weights hold the family's offset already:
+    every norm is RMSNorm(x) * w); ``qkv`` writes rows [q | k | v], ``gate_up`` [gate | up].
+    ``inv_freq``: the layer's rotary frequencies (rotary / 2 of them; zeros where it does not
+    rotate, ``rotates`` False); ``window``: the positions a query attends to on this layer
+    (0: all of them)."""
+
+    attn_norm: Buffer | None
+    qkv: Projection
+    q_norm: Buffer | None
+    k_norm: Buffer | None
+    o: DeviceWeight
+    post_attn_norm: Buffer | None
+    ffn_norm: Buffer | None
+    gate_up: Projection
+    down: DeviceWeight
+    post_ffn_norm: Buffer | None
+    inv_freq: Buffer
+    rotates: bool
+    window: int
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """A model's weights on the device: the token embedding, the final norm, the output
+    projection (the embedding where they are tied) and the layers."""
+
+    embed: DeviceWeight
+    out_norm: Buffer
+    output: DeviceWeight
+    layers: tuple[LayerWeights, ...]
+
+
+class LoadedModel(Protocol):
+    """What ``BatchEngine`` reads of a model (``Model`` is one): its config, device, context
+    (``max_seq``), cache type (``kv_half``: float16 values) and weights."""
+
+    config: ModelConfig
+    device: CLDevice
+    max_seq: int
+    kv_half: bool
+
+    @property
+    def weights(self) -> ModelWeights: ...
