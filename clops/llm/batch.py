@@ -1,7 +1,8 @@
 """llm, batch: continuous batching of many sequences on one loaded model, for ``clops serve``.
 
-A ``BatchEngine`` keeps up to ``max_batch`` sequences in flight. Each ``step()`` runs one
-launch plan over a ragged batch of rows: one row for every sequence that is decoding, and the
+A ``BatchEngine`` keeps up to ``max_batch`` sequences in flight, on a model of any family
+of ``arch.ARCHS``. Each ``step()`` runs one launch plan (built by ``step.PagedStep``) over a
+ragged batch of rows: one row for every sequence that is decoding, and the
 next chunk of the prompt of sequences still being prefilled (at most ``prefill_chunk`` prompt
 rows a step, so that a long prompt does not stall the others). The KV cache is paged: every
 layer has one pool of blocks of ``block_size`` positions, each sequence a table of its blocks,
