@@ -15,7 +15,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..nn.quant import BLOCKS, GGML_BF16, GGML_F16, GGML_F32, SUPPORTED, PackedWeight, pack_ggml
+from ..nn.quant import (
+    BLOCKS,
+    GGML_BF16,
+    GGML_F16,
+    GGML_F32,
+    SUPPORTED,
+    SUPPORTED_NAMES,
+    PackedWeight,
+    pack_ggml,
+)
 
 GGUF_MAGIC = b"GGUF"
 VERSIONS = (2, 3)
@@ -413,8 +422,7 @@ class GGUFFile:
         if t.ggml_type not in SUPPORTED:
             raise ModelFileError(
                 f"{self.path}: tensor {name} has GGML type {ggml_type_name(t.ggml_type)}, "
-                "which clops cannot compute with (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, F32, F16, BF16 "
-                "are supported)")
+                f"which clops cannot compute with (supported: {', '.join(SUPPORTED_NAMES)})")
         k = t.shape[-1]
         n = int(np.prod(t.shape[:-1])) if len(t.shape) > 1 else 1
         if t.ggml_type in BLOCKS and k % BLOCKS[t.ggml_type][0]:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..nn.quant import SUPPORTED, PackedWeight, pack_float
+from ..nn.quant import SUPPORTED, SUPPORTED_NAMES, PackedWeight, pack_float
 from .arch import ARCHS, BIASES, NORMS, Arch
 from .config import ModelConfig, check_rotary
 from .gguf_file import GGUFFile, ModelFileError, ggml_type_name
@@ -272,7 +272,7 @@ class GGUFSource(WeightSource):
         if t.ggml_type in SUPPORTED:
             return None
         return (f"is {ggml_type_name(t.ggml_type)}, which clops cannot compute with "
-                f"({', '.join(ggml_type_name(g) for g in sorted(SUPPORTED))})")
+                f"(supported: {', '.join(SUPPORTED_NAMES)})")
 
     def layer_tensors(self) -> Iterator[tuple[int, str, str]]:
         for fn in self.f.tensors:

@@ -7,8 +7,14 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
 - ``f32``, ``f16``, ``bf16``: row-major ``[N, K]``.
 - ``q4``: 4-bit values, a (scale, min) pair per 32; from Q4_0, Q4_1 (half scales, exact) and
   Q4_K (float scales: the 6-bit sub-scales times the super-block scale, exact).
-- ``q8``: int8 values, a scale per 32 (Q8_0, half) or per 16 (Q6_K, float; its 6-bit values less
-  32 fit in int8).
+- ``q8``: int8 values, a scale per 32 or per 16, half where the file's scale is one (Q8_0, Q5_0
+  less 16, IQ4_NL's table values), else float, the file's scale times its sub-scale computed as
+  GGUF does (Q6_K less 32 and Q3_K per 16; IQ4_XS, and MXFP4's doubled E2M1 values times its
+  power-of-two scale, per 32).
+
+Types whose values carry a min term (Q5_1, Q5_K, Q2_K) are dequantized on the host, in the
+order of GGUF's own formula, and kept as ``f32`` for now (exact, 4 bytes a value). Every value
+a device reads thus equals ``gguf.quants.dequantize`` of the file bit for bit.
 
 Layouts: ``rows`` (row-major, as above) on GPUs; ``rb16`` on CPUs (``interleave_rows``,
 ``kernels/matmul_cpu.cl``): blocks of 16 rows stored value by value, the block's 16 rows side
@@ -29,12 +35,23 @@ from ..runtime.pool import Buffer
 # GGML type ids (the numbers are the file format's) and their block sizes in values and bytes.
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q4_1, GGML_Q8_0 = 0, 1, 2, 3, 8
 GGML_Q4_K, GGML_Q6_K, GGML_BF16 = 12, 14, 30
+GGML_Q5_0, GGML_Q5_1, GGML_Q2_K, GGML_Q3_K, GGML_Q5_K = 6, 7, 10, 11, 13
+GGML_IQ4_NL, GGML_IQ4_XS, GGML_MXFP4 = 20, 23, 39
 BLOCKS: dict[int, tuple[int, int]] = {
     GGML_Q4_0: (32, 18), GGML_Q4_1: (32, 20), GGML_Q8_0: (32, 34),
     GGML_Q4_K: (256, 144), GGML_Q6_K: (256, 210),
+    GGML_Q5_0: (32, 22), GGML_Q5_1: (32, 24), GGML_Q2_K: (256, 84), GGML_Q3_K: (256, 110),
+    GGML_Q5_K: (256, 176), GGML_IQ4_NL: (32, 18), GGML_IQ4_XS: (256, 136), GGML_MXFP4: (32, 17),
 }
 FLOATS: dict[int, str] = {GGML_F32: "f32", GGML_F16: "f16", GGML_BF16: "bf16"}
 SUPPORTED = set(BLOCKS) | set(FLOATS)
+# the names of the types above, in the order messages list them
+SUPPORTED_NAMES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_0", "Q5_1", "Q5_K", "Q4_0", "Q4_1",
+                   "Q4_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS", "MXFP4")
+# IQ4_NL's and IQ4_XS's non-linear 4-bit values; MXFP4's E2M1 values, doubled (0..15 -> int8)
+IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                      np.int8)
+E2M1_DOUBLED = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
 WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4}
 
 
@@ -118,8 +135,8 @@ def pack_ggml(raw: np.ndarray, ggml_type: int, n: int, k: int) -> PackedWeight:
         return pack_float(np.asarray(raw).view(dt).reshape(n, k), FLOATS[ggml_type])
     if ggml_type not in BLOCKS:
         raise UnsupportedFormatError(
-            f"GGML type {ggml_type} is not supported; supported quantizations are Q4_0, Q4_1, "
-            "Q8_0, Q4_K, Q6_K and F32/F16/BF16")
+            f"GGML type {ggml_type} is not supported; the supported types are "
+            f"{', '.join(SUPPORTED_NAMES)}")
     bs, bb = BLOCKS[ggml_type]
     if k % bs:
         raise ValueError(f"rows of {k} values do not split into blocks of {bs}")
@@ -138,9 +155,7 @@ def pack_ggml(raw: np.ndarray, ggml_type: int, n: int, k: int) -> PackedWeight:
             qs = b[..., 4:]
         sm = np.stack([d, m], axis=-1)
         return PackedWeight("q4", n, k, np.ascontiguousarray(qs).reshape(n, k // 2), sm, 32)
-    if ggml_type == GGML_Q4_K:
-        return _pack_q4_k(b, n, k)
-    return _pack_q6_k(b, n, k)
+    return _PACKERS[ggml_type](b, n, k)
 
 
 def _pack_q4_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
@@ -177,6 +192,127 @@ def _pack_q6_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     return PackedWeight("q8", n, k, q.astype(np.int8).reshape(n, k), scales, 16)
 
 
+def _low_high_nibbles(qs: np.ndarray) -> np.ndarray:
+    """Bytes ``[..., 16]`` -> values ``[..., 32]``: the low nibbles, then the high ones (the
+    order of Q4_0, Q5_0, IQ4_NL, IQ4_XS and MXFP4 blocks of 32)."""
+    return np.concatenate([qs & 15, qs >> 4], axis=-1)
+
+
+def _bits(raw: np.ndarray, count: int) -> np.ndarray:
+    """Bytes ``[..., count // 8]`` -> their bits ``[..., count]``, bit j of byte j // 8 at j."""
+    return np.unpackbits(raw, axis=-1, count=count, bitorder="little")
+
+
+def _pack_q5_0(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # value = d * (q - 16): q less 16 fits int8; d stays half (the kernels widen it exactly)
+    d = _f16(b[..., 0:2]).reshape(n, k // 32)
+    q = _low_high_nibbles(b[..., 6:22]) | (_bits(b[..., 2:6], 32) << 4)
+    q8 = (q.astype(np.int16) - 16).astype(np.int8).reshape(n, k)
+    return PackedWeight("q8", n, k, q8, d.copy(), 32)
+
+
+def _pack_iq4_nl(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # value = d * table[q]: the table's values are int8
+    d = _f16(b[..., 0:2]).reshape(n, k // 32)
+    q8 = IQ4_VALUES[_low_high_nibbles(b[..., 2:18])].reshape(n, k)
+    return PackedWeight("q8", n, k, q8, d.copy(), 32)
+
+
+def _pack_mxfp4(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # value = 2^(e - 128) * doubled E2M1 value: the scale is the float32 of exponent e - 128
+    # (GGUF's half of the E8M0 scale), exact as a float scale
+    e = b[..., 0].astype(np.uint32)  # [n, k/32]
+    q8 = E2M1_DOUBLED[_low_high_nibbles(b[..., 1:17])]  # [n, k/32, 32]
+    tiny = (e < 2) & (q8 != 0).any(axis=-1)
+    if tiny.any():
+        row, blk = (int(i[0]) for i in np.nonzero(tiny))
+        raise UnsupportedFormatError(
+            f"MXFP4 block {blk} of row {row} has scale exponent byte {int(e[row, blk])}: its "
+            "values are float32 subnormals (below 2^-126), which not every device computes "
+            "exactly; clops refuses such blocks")
+    scale = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << np.uint32(23))
+    return PackedWeight("q8", n, k, q8.reshape(n, k), scale.view(np.float32), 32)
+
+
+def _pack_q3_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # block: hmask[32], qs[64], 12 bytes of 6-bit signed sub-scales, d (half).
+    # value = (d * (sub-scale - 32)) * q, q = 2-bit low part less 4 where the hmask bit is 0
+    nb = k // 256
+    d = _f16(b[..., 108:110]).astype(np.float32)  # [n, nb, 1]
+    s = b[..., 96:108]
+    lo = np.concatenate([s[..., 0:8] & 15, s[..., 0:8] >> 4], axis=-1)  # sub-scale i, low 4 bits
+    hi = np.concatenate([(s[..., 8:12] >> sh) & 3 for sh in (0, 2, 4, 6)], axis=-1)
+    sub = ((lo | (hi << 4)).astype(np.int16) - 32).astype(np.float32)  # [n, nb, 16]
+    qs = b[..., 32:96].reshape(n, nb, 2, 1, 32)
+    low = (qs >> np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)) & 3  # [n, nb, 2, 4, 32]
+    hbit = _bits(b[..., 0:32].reshape(n, nb, 32, 1), 8).transpose(0, 1, 3, 2)  # [n, nb, 8, 32]
+    q = low.reshape(n, nb, 8, 32).astype(np.int8) - ((1 - hbit.astype(np.int8)) << 2)
+    scales = (d * sub).reshape(n, k // 16).astype(np.float32)
+    return PackedWeight("q8", n, k, q.reshape(n, k), scales, 16)
+
+
+def _pack_iq4_xs(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # block: d (half), scales_h (uint16: 2 bits a group), scales_l[4] (4 bits a group),
+    # qs[128]. value = (d * (sub-scale - 32)) * table[q], a sub-scale per 32
+    nb = k // 256
+    d = _f16(b[..., 0:2]).astype(np.float32)  # [n, nb, 1]
+    sh = b[..., 2].astype(np.uint16) | (b[..., 3].astype(np.uint16) << 8)  # [n, nb]
+    sl = b[..., 4:8]
+    lo = np.stack([sl & 15, sl >> 4], axis=-1).reshape(n, nb, 8)
+    hi = (sh[..., None] >> (2 * np.arange(8, dtype=np.uint16))) & 3
+    sub = (lo.astype(np.int16) | (hi.astype(np.int16) << 4)) - 32
+    scales = (d * sub.astype(np.float32)).reshape(n, k // 32).astype(np.float32)
+    q8 = IQ4_VALUES[_low_high_nibbles(b[..., 8:136].reshape(n, nb, 8, 16))]
+    return PackedWeight("q8", n, k, q8.reshape(n, k), scales, 32)
+
+
+def _k_scales_mins(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 12 bytes of Q4_K's and Q5_K's packed 6-bit scales and mins -> 8 of each."""
+    sc = np.concatenate([s[..., 0:4] & 63, (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)],
+                        axis=-1)
+    mn = np.concatenate([s[..., 4:8] & 63, (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)],
+                        axis=-1)
+    return sc, mn
+
+
+def _float_q5_1(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # value = (d * q) + m, q 5-bit (float32 arithmetic, two roundings)
+    d = _f16(b[..., 0:2]).astype(np.float32)  # [n, k/32, 1]
+    m = _f16(b[..., 2:4]).astype(np.float32)
+    q = (_low_high_nibbles(b[..., 8:24]) | (_bits(b[..., 4:8], 32) << 4)).astype(np.float32)
+    return PackedWeight("f32", n, k, (d * q + m).reshape(n, k))
+
+
+def _float_q5_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # block: d, dmin (half), 12 bytes of scales and mins, qh[32], qs[128].
+    # value = (d * sc) * q - (dmin * m), a (sc, m) per 32, q 5-bit
+    nb = k // 256
+    d = _f16(b[..., 0:2]).astype(np.float32)  # [n, nb, 1]
+    dmin = _f16(b[..., 2:4]).astype(np.float32)
+    sc, mn = _k_scales_mins(b[..., 4:16])
+    qs = b[..., 48:176].reshape(n, nb, 4, 1, 32)
+    low = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(n, nb, 8, 32)
+    high = _bits(b[..., 16:48].reshape(n, nb, 32, 1), 8).transpose(0, 1, 3, 2)  # [n, nb, 8, 32]
+    q = (low | (high << 4)).astype(np.float32)
+    dl = (d * sc.astype(np.float32))[..., None]
+    ml = (dmin * mn.astype(np.float32))[..., None]
+    return PackedWeight("f32", n, k, (dl * q - ml).reshape(n, k))
+
+
+def _float_q2_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # block: 16 bytes of 4-bit scales (low) and mins (high), qs[64], d, dmin (half).
+    # value = (d * sc) * q - (dmin * m), a (sc, m) per 16, q 2-bit
+    nb = k // 256
+    s = b[..., 0:16]
+    d = _f16(b[..., 80:82]).astype(np.float32)  # [n, nb, 1]
+    dmin = _f16(b[..., 82:84]).astype(np.float32)
+    qs = b[..., 16:80].reshape(n, nb, 2, 1, 32)
+    q = ((qs >> np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)) & 3).reshape(n, nb, 16, 16)
+    dl = (d * (s & 15).astype(np.float32))[..., None]
+    ml = (dmin * (s >> 4).astype(np.float32))[..., None]
+    return PackedWeight("f32", n, k, (dl * q.astype(np.float32) - ml).reshape(n, k))
+
+
 def concat(parts: list[PackedWeight]) -> PackedWeight | None:
     """Stack weights along the output axis (fused QKV, gate/up) when they share one format;
     None when they do not (the caller then launches them separately into one output)."""
@@ -191,6 +327,13 @@ def concat(parts: list[PackedWeight]) -> PackedWeight | None:
         scales = np.concatenate([p.scales for p in parts], axis=0)  # type: ignore[misc]
     return PackedWeight(first.fmt, sum(p.n for p in parts), first.k, data, scales, first.group)
 
+
+_PACKERS = {
+    GGML_Q4_K: _pack_q4_k, GGML_Q6_K: _pack_q6_k, GGML_Q5_0: _pack_q5_0,
+    GGML_IQ4_NL: _pack_iq4_nl, GGML_MXFP4: _pack_mxfp4, GGML_Q3_K: _pack_q3_k,
+    GGML_IQ4_XS: _pack_iq4_xs, GGML_Q5_1: _float_q5_1, GGML_Q5_K: _float_q5_k,
+    GGML_Q2_K: _float_q2_k,
+}
 
 # Rows per block of the CPU layout (kernels/matmul_cpu.cl)
 RB = 16

@@ -73,6 +73,15 @@ class TinyShape:
     context: int = 256
 
 
+# the types written as random blocks: (values and bytes a block, {byte offset of a half scale:
+# its value}); Q4_K: d, dmin, 12 bytes of 6-bit scales and mins, 128 of 4-bit values
+RANDOM_BLOCKS: dict[str, tuple[int, int, dict[int, float]]] = {
+    "Q4_K": (256, 144, {0: 4e-4, 2: 3e-3}), "Q5_K": (256, 176, {0: 2e-4, 2: 3e-3}),
+    "Q2_K": (256, 84, {80: 6e-3, 82: 1e-2}), "Q3_K": (256, 110, {108: 2e-3}),
+    "IQ4_XS": (256, 136, {0: 5e-5}), "IQ4_NL": (32, 18, {0: 2e-3}),
+    "Q6_K": (256, 210, {208: 5e-5}), "IQ2_XS": (256, 74, {0: 1e-3}),
+}
+
 LLAMA = TinyShape()
 QWEN2 = TinyShape(embed_type="F32", output_type=None, rope_freqs=False, qkv_bias=True,
                   alignment=64, layer_types=(("F32", "F16", "F32", "F16"),
@@ -142,12 +151,14 @@ def write_gguf(path: str, arch: str = "llama", seed: int = 0,
         elif kind == "BF16":
             bits = (x.view(np.uint32) >> 16).astype(np.uint16)
             w.add_tensor(name, bits, raw_shape=shape, raw_dtype=q.BF16)
-        elif kind == "Q4_K":  # (gguf cannot quantize to it) random blocks: d, dmin, 12 bytes
-            # of 6-bit scales and mins, 128 of 4-bit values; values about x's scale
-            raw = rng.integers(0, 256, (shape[0], shape[1] // 256, 144), dtype=np.uint8)
-            raw[..., 0:4] = np.frombuffer(np.array([4e-4, 3e-3], np.float16).tobytes(), np.uint8)
+        elif kind in RANDOM_BLOCKS:  # (gguf cannot quantize to these) random blocks, their
+            # half scales set so that the values are about x's scale
+            bs, bb, halves = RANDOM_BLOCKS[kind]
+            raw = rng.integers(0, 256, (shape[0], shape[1] // bs, bb), dtype=np.uint8)
+            for at, value in halves.items():
+                raw[..., at:at + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
             data = raw.reshape(shape[0], -1)
-            w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=q.Q4_K)
+            w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=getattr(q, kind))
         else:
             qt = getattr(q, kind)
             data = gguf.quants.quantize(x, qt)

@@ -1,0 +1,73 @@
+"""Model files that mix the GGUF weight types, as llama.cpp's mixes do (Q5_K_M-like: Q5_K, Q6_K,
+Q5_0 and the other K types; one of IQ4_XS, IQ4_NL and MXFP4): their logits are a float32
+model's of the file's dequantized weights (``gguf.quants.dequantize``, in transformers), and a
+file with a type clops cannot compute with is refused by name before anything is uploaded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import clops
+import clops.llm
+from clops.nn.quant import SUPPORTED_NAMES
+
+from ..fuzz.tiny_files import TinyShape, write_gguf
+
+pytest.importorskip("transformers")
+
+_SIZES = dict(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512, context=256,
+              rope_freqs=False)
+MIXES = {
+    # layers (q/k/v, o, gate/up, down)
+    "k": TinyShape(embed_type="Q5_K", output_type="Q6_K", **_SIZES,
+                   layer_types=(("Q5_K", "Q5_0", "Q5_K", "Q6_K"),
+                                ("Q3_K", "Q2_K", "Q5_1", "Q4_K"))),
+    "iq": TinyShape(embed_type="IQ4_NL", output_type="MXFP4", **_SIZES,
+                    layer_types=(("IQ4_XS", "MXFP4", "IQ4_NL", "IQ4_XS"),
+                                 ("MXFP4", "IQ4_XS", "MXFP4", "Q8_0"))),
+}
+
+
+@pytest.mark.parametrize("mix", sorted(MIXES))
+def test_mix_logits_equal_a_float32_reference(device, tmp_path, mix):
+    import torch
+
+    from .reference import hf_model_from_gguf
+
+    path = write_gguf(str(tmp_path / f"{mix}.gguf"), shape=MIXES[mix], seed=63)
+    # float rows (no int8 activations): the products are float32 sums of the exact weights
+    model = clops.llm.load(path, device=device, max_seq_len=256, progress=False,
+                           int8_activations=False)
+    reference = hf_model_from_gguf(path)
+    ids = np.random.default_rng(1).integers(0, model.config.vocab_size, 12).tolist()
+    with torch.no_grad():
+        want = reference(torch.tensor([ids])).logits[0].numpy()
+    got = model.logits(ids)  # the prompt's products: 12 rows at once
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err < 2e-3, err
+    # decode steps (products of one row): greedy tokens as the reference's, unless the
+    # reference's best two logits lie within that error
+    new = list(model.generate_ids(ids, max_new_tokens=4, stop_ids=[]))
+    for step, token in enumerate(new):
+        with torch.no_grad():
+            logits = reference(torch.tensor([ids + new[:step]])).logits[0, -1].numpy()
+        best = int(logits.argmax())
+        gap = float(logits[best] - logits[token])
+        assert token == best or gap <= 4e-3 * float(np.abs(logits).max()), (step, token, best)
+
+
+def test_unsupported_types_are_refused_before_upload(device, tmp_path, monkeypatch):
+    shape = TinyShape(**{**_SIZES, "layers": 1}, embed_type="Q8_0", output_type="Q8_0",
+                      layer_types=(("Q8_0", "Q8_0", "IQ2_XS", "Q8_0"),))
+    path = write_gguf(str(tmp_path / "iq2.gguf"), shape=shape)
+
+    def no_alloc(*a, **kw):
+        raise AssertionError("the device allocated memory before refusing the file")
+
+    monkeypatch.setattr(type(clops.device(device)), "alloc", no_alloc)
+    with pytest.raises(clops.llm.ModelFileError) as e:
+        clops.llm.load(path, device=device, max_seq_len=256, progress=False)
+    msg = str(e.value)
+    assert "blk.0.ffn_gate.weight" in msg and "is IQ2_XS" in msg, msg
+    assert ", ".join(SUPPORTED_NAMES) in msg, msg
