@@ -5,6 +5,8 @@
 //          a scale per QGROUP values)
 //   SCALE_HALF  1: q4/q8 scales are stored as half (exact for Q4_0/Q4_1/Q8_0), 0: as float
 //   QGROUP 32 or 16 (q8 only: Q6_K has a scale per 16 values)
+//   QMIN   1 (q8): a (scale, min) pair per QGROUP values, value = (q * scale) + min (Q5_1, Q5_K,
+//          Q2_K), rounded twice as GGUF computes it; not with QX
 //   TM     rows of x per work-item: the dequantized weights are reused TM times from registers
 //   LSIZE  work-items that split K for one output column (1 on CPUs; up to 256 on GPUs)
 //   ROWS   output columns per work-item, one after another (CPUs: fewer, longer work-items)
@@ -31,7 +33,8 @@
 // Layouts (row n of W is K values, K a multiple of 32):
 //   q4: qs uchar[N][K/2]; in each 32-value group, byte j holds value j (low nibble) and value
 //       j+16 (high nibble). sm: (scale, min) pairs per group, value = q * scale + min.
-//   q8: qs char[N][K]; sc: one scale per QGROUP values, value = q * scale.
+//   q8: qs char[N][K]; sc: one scale per QGROUP values, value = q * scale; QMIN: (scale, min)
+//       pairs per QGROUP values, value = (q * scale) + min.
 // Work geometry: global (ceil(N / ROWS) * LSIZE, ceil(M / TM)), local (LSIZE, 1); on GPUs
 // global (ceil(N / (NCOL * CPT)) * NCOL * LSIZE, ceil(M / TM)), local (NCOL * LSIZE, 1); QX:
 // global (ceil(N / (CB * NCOL * CPT)) * NCOL * LSIZE, 1).
@@ -87,6 +90,12 @@
 #if QX && !(CHUNKED && TM == 1 && WFMT >= 3 && ROWS == 1)
 #error "QX needs CHUNKED, TM 1, ROWS 1 and q4/q8 weights"
 #endif
+#ifndef QMIN
+#define QMIN 0
+#endif
+#if QMIN && (QX || WFMT != 4)
+#error "QMIN takes q8 weights and no QX"
+#endif
 
 #if SCALE_HALF
 #define LOAD_SCALE(p, i) vload_half((i), (p))
@@ -109,6 +118,21 @@
 inline float4 bf16x4(ushort4 v) {
     return as_float4(convert_uint4(v) << 16);
 }
+
+#if QMIN
+// (q * d) + mn and (a * d) + (b * mn), each operation rounded on its own as GGUF's
+// dequantization rounds it. (For Q5_1, Q5_K and Q2_K, q * d is exact in float32: d has at most
+// 17 significant bits, q 5; a fused multiply-add would give the same values. The pragma keeps
+// the formula's roundings for any scale.)
+inline float16 qmin16(float16 q, float d, float mn) {
+#pragma OPENCL FP_CONTRACT OFF
+    return q * d + mn;
+}
+inline float qmin_dot(float a, float d, float b, float mn) {
+#pragma OPENCL FP_CONTRACT OFF
+    return a * d + b * mn;
+}
+#endif
 
 // Dequantize the 32 weights of group g of row n into w[0..7].
 inline void load_group(__global const W_T *W, __global const SCALE_T *S, int K, int n, int g,
@@ -134,12 +158,21 @@ inline void load_group(__global const W_T *W, __global const SCALE_T *S, int K, 
     size_t base = (size_t)n * K + g * 32;
     float16 a = convert_float16(vload16(0, W + base));
     float16 b = convert_float16(vload16(1, W + base));
+#if QMIN && QGROUP == 32
+    const float d0 = LOAD_SCALE(S, 2 * (base / 32)), m0 = LOAD_SCALE(S, 2 * (base / 32) + 1);
+    a = qmin16(a, d0, m0); b = qmin16(b, d0, m0);
+#elif QMIN
+    const size_t gi = base / 16;
+    a = qmin16(a, LOAD_SCALE(S, 2 * gi), LOAD_SCALE(S, 2 * gi + 1));
+    b = qmin16(b, LOAD_SCALE(S, 2 * gi + 2), LOAD_SCALE(S, 2 * gi + 3));
+#else
 #if QGROUP == 32
     float d0 = LOAD_SCALE(S, base / 32), d1 = d0;
 #else
     float d0 = LOAD_SCALE(S, base / 16), d1 = LOAD_SCALE(S, base / 16 + 1);
 #endif
     a *= d0; b *= d1;
+#endif
     w[0] = a.s0123; w[1] = a.s4567; w[2] = a.s89ab; w[3] = a.scdef;
     w[4] = b.s0123; w[5] = b.s4567; w[6] = b.s89ab; w[7] = b.scdef;
 #endif
@@ -250,7 +283,15 @@ inline float chunk_dot(__global const W_T *W, __global const SCALE_T *S, int K, 
     // - 384 sum x
     const uint4 u = *((__global const uint4 *)(W + base)) ^ (uint4)0x80808080u;
     const float16 xv = X16(xr, c);
+#if QMIN
+    // sum ((q d) + mn) x = (sum q x) d + (sum x) mn
+    const size_t gi = base / QGROUP;
+    const float sx = hsum16(xv);
+    return qmin_dot(256.0f * hsum16(byte_f(u) * xv) - 384.0f * sx, LOAD_SCALE(S, 2 * gi), sx,
+                    LOAD_SCALE(S, 2 * gi + 1));
+#else
     return LOAD_SCALE(S, base / QGROUP) * (256.0f * hsum16(byte_f(u) * xv) - 384.0f * hsum16(xv));
+#endif
 #endif
 }
 #endif

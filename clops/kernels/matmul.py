@@ -41,7 +41,7 @@ class Weight(Protocol):
 
 
 # values per 16-byte chunk of a weight row, by format (matmul.cl CHUNKED)
-CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16}
+CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16, "q8m": 16}
 
 
 def matmul_geometry(dev: CLDevice, m: int, k: int, fmt: str = "q4") -> tuple[int, int]:
@@ -124,6 +124,7 @@ def int8_activations(dev: CLDevice, m: int, fmt: str, k: int) -> bool:
     H100 to 0.14..0.64 of its copy bandwidth; dp4a does 4 weights per instruction. Other GPUs
     keep the float path until measured (the kernel's plain-C dot4 runs anywhere), CPUs too
     (PoCL's float path is vectorized; the int8 path is not faster there)."""
+    # (q8m, values with mins, keeps the float path: not written for int8 activations)
     if m != 1 or fmt not in ("q4", "q8") or launch.is_cpu(dev):
         return False
     # int8 x, (dx, dx * sum q) per 32 and the reduction scratch in local memory (qx_geometry's

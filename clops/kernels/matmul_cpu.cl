@@ -9,6 +9,8 @@
 //   SCALE_HALF  1: q4/q8 scales stored as half; 0: as float
 //   Q4_SYM 1 (q4): every min is -8 x its scale (Q4_0): only the scales are stored, S[b][g][16]
 //   QGROUP 32 or 16 (q8)
+//   QMIN   1 (q8): a (scale, min) pair per QGROUP values (Q5_1, Q5_K, Q2_K), value =
+//          (q * scale) + min, each operation rounded on its own as GGUF rounds it
 //   TM     rows of x per work-item (each weight vector meets TM rows from registers)
 //   TM_DEQ quantized weights, TM >= TM_DEQ: dequantized once per vector for the TM rows;
 //          TM < TM_DEQ: integer values meet x, the sums scaled per group (fewer operations
@@ -31,7 +33,8 @@
 //          j (low nibble) and value j + 16 (high nibble) of its group; S[b][g][2][16]: the
 //          scales, then the mins (value = q * scale + min); Q4_SYM: S[b][g][16], the scales
 //          (value = (q - 8) * scale, 18 bytes per 32 values as the file's, not 20)
-//   q8:    W char[b][k][16]; S[b][k / QGROUP][16] (value = q * scale)
+//   q8:    W char[b][k][16]; S[b][k / QGROUP][16] (value = q * scale); QMIN:
+//          S[b][k / QGROUP][2][16], the scales, then the mins (value = (q * scale) + min)
 // Work geometry: global (ceil(M / TM), ceil(NOUT / (16 * NBW))), local (1, 1): one work-item
 // per group, so that the compiler does not vectorize across work-items (its loads would become
 // gathers).
@@ -92,6 +95,12 @@ inline float hsum16(float16 v) {
 #ifndef Q4_SYM
 #define Q4_SYM 0
 #endif
+#ifndef QMIN
+#define QMIN 0
+#endif
+#if QMIN && WFMT != 4
+#error "QMIN takes q8 weights"
+#endif
 // q4: the scales of block b (G groups), and group g's scales and mins as 16-wide vectors
 #if Q4_SYM
 #define Q4_SCALES_OF(b, G) (S + (size_t)(b) * (G) * 16)
@@ -136,6 +145,19 @@ inline float hsum16(float16 v) {
 #define FMA(a, b, c) fma((a), (b), (c))
 #else
 #define FMA(a, b, c) mad((a), (b), (c))
+#endif
+
+#if QMIN
+// (q * d) + mn and a + ((t * d) + (sx * mn)), each operation rounded on its own as GGUF's
+// dequantization rounds it (matmul.cl's qmin16 says why this holds with fused ones too)
+inline float16 qmin16(float16 q, float16 d, float16 mn) {
+#pragma OPENCL FP_CONTRACT OFF
+    return q * d + mn;
+}
+inline float16 qmin_acc(float16 a, float16 t, float16 d, float sx, float16 mn) {
+#pragma OPENCL FP_CONTRACT OFF
+    return a + (t * d + sx * mn);
+}
 #endif
 
 __kernel void matmul_rb(__global float *y, int y_off, int ldy,
@@ -243,14 +265,23 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
 #elif WFMT == 4 && TM >= TM_DEQ
     const int G = K / QGROUP;
     __global const char *wb = W + (size_t)b * K * 16;
-    __global const SCALE_T *sb = S + (size_t)b * G * 16;
+    __global const SCALE_T *sb = S + (size_t)b * G * 16 * (1 + QMIN);
     for (int g = 0; g < G; ++g) {
         if ((g * QGROUP) % 32 == 0) { NORM_GROUP(g * QGROUP) }
+#if QMIN
+        const float16 d = LOAD16_SCALE(2 * g, sb), mn = LOAD16_SCALE(2 * g + 1, sb);
+#else
         const float16 d = LOAD16_SCALE(g, sb);
+#endif
         for (int j = 0; j < QGROUP; j += 2) {
             const int k = g * QGROUP + j;
+#if QMIN
+            const float16 w0 = qmin16(convert_float16(vload16(k, wb)), d, mn);
+            const float16 w1 = qmin16(convert_float16(vload16(k + 1, wb)), d, mn);
+#else
             const float16 w0 = convert_float16(vload16(k, wb)) * d;
             const float16 w1 = convert_float16(vload16(k + 1, wb)) * d;
+#endif
             #pragma unroll
             for (int i = 0; i < TM; ++i) {
                 acc[i] = FMA(w0, (float16)XV(i, k), acc[i]);
@@ -261,7 +292,7 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
 #elif WFMT == 4
     const int G = K / QGROUP;
     __global const char *wb = W + (size_t)b * K * 16;
-    __global const SCALE_T *sb = S + (size_t)b * G * 16;
+    __global const SCALE_T *sb = S + (size_t)b * G * 16 * (1 + QMIN);
     for (int g = 0; g < G; ++g) {
         if ((g * QGROUP) % 32 == 0) { NORM_GROUP(g * QGROUP) }
         float16 t0[TM], t1[TM], t2[TM], t3[TM];
@@ -281,9 +312,23 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
                 t3[i] = FMA(q3, (float16)XV(i, k + 3), t3[i]);
             }
         }
+#if QMIN
+        // the mins meet the sum of the group's x values
+        const float16 d = LOAD16_SCALE(2 * g, sb), mn = LOAD16_SCALE(2 * g + 1, sb);
+        #pragma unroll
+        for (int i = 0; i < TM; ++i) {
+#if QGROUP == 32
+            const float sx = hsum16(XV16(i, g * 32) + XV16(i, g * 32 + 16));
+#else
+            const float sx = hsum16(XV16(i, g * QGROUP));
+#endif
+            acc[i] = qmin_acc(acc[i], (t0[i] + t1[i]) + (t2[i] + t3[i]), d, sx, mn);
+        }
+#else
         const float16 d = LOAD16_SCALE(g, sb);
         #pragma unroll
         for (int i = 0; i < TM; ++i) acc[i] = FMA(d, (t0[i] + t1[i]) + (t2[i] + t3[i]), acc[i]);
+#endif
     }
 #else
     // PERF (2-core EPYC, Intel's runtime, f16 16384x2048 with 64 rows): NBC 2 with TM 4, 401
@@ -418,6 +463,20 @@ __kernel void embedding_rb(__global float *out, __global const int *tokens,
         const uchar q = wg[j * 16 + r];
         o[j] = (q & 15) * d + mn;
         o[j + 16] = (q >> 4) * d + mn;
+    }
+#elif WFMT == 4 && QMIN
+    __global const char *wb = W + (size_t)b * K * 16;
+    __global const SCALE_T *sb = S + (size_t)b * (K / QGROUP) * 32;
+    for (int j = 0; j < 32; j += 16) {
+        const int k = g * 32 + j, gi = k / QGROUP;
+#if SCALE_HALF
+        const float d = vload_half(gi * 32 + r, sb), mn = vload_half(gi * 32 + 16 + r, sb);
+#else
+        const float d = sb[gi * 32 + r], mn = sb[gi * 32 + 16 + r];
+#endif
+        float q[16];
+        for (int t = 0; t < 16; ++t) q[t] = wb[(size_t)(k + t) * 16 + r];
+        vstore16(qmin16(vload16(0, q), (float16)d, (float16)mn), 0, o + j);
     }
 #elif WFMT == 4
     __global const char *wb = W + (size_t)b * K * 16;

@@ -112,8 +112,10 @@ def _check_values(where: str, p: PackedWeight) -> None:
         return
     assert p.scales is not None
     sc = np.abs(p.scales.astype(np.float32))
-    # q4: value = q * scale + min with q in 0..15; q8: value = q * scale with q in -128..127
-    bound = sc[..., 0] * 15 + sc[..., 1] if p.fmt == "q4" else sc * 128
+    # q4: value = q * scale + min with q in 0..15; q8: value = q * scale with q in -128..127;
+    # q8m: q * scale + min with q in -128..127
+    bound = (sc[..., 0] * 15 + sc[..., 1] if p.fmt == "q4"
+             else sc[..., 0] * 128 + sc[..., 1] if p.fmt == "q8m" else sc * 128)
     worst = float(bound.max()) if bound.size else 0.0
     if not worst < MAX_WEIGHT:
         bad = int(np.argmax(~(bound < MAX_WEIGHT).reshape(-1)))

@@ -11,10 +11,16 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
   less 16, IQ4_NL's table values), else float, the file's scale times its sub-scale computed as
   GGUF does (Q6_K less 32 and Q3_K per 16; IQ4_XS, and MXFP4's doubled E2M1 values times its
   power-of-two scale, per 32).
+- ``q8m``: the values of a type with a min term, int8, and a (scale, min) pair per 32 or per
+  16, value = (q * scale) + min rounded twice as GGUF computes it (q * scale is exact in
+  float32 for these types, so a fused multiply-add gives the same value): Q5_1 (its half
+  d and m; 5-bit q), Q5_K (d * sub-scale and -(dmin * sub-min) per 32, float; 5-bit q) and Q2_K
+  (the same per 16; 2-bit q). 1 byte a value and 8 bytes per group (Q5_1: 4), 1.125 to 1.5
+  bytes a value, not float32's 4. The kernels see ``WFMT`` 4 with ``QMIN`` 1; products that
+  quantize their rows to int8 (the GPU decode row, the native CPU kernels) and the fused decode
+  layers do not take it, the float paths do.
 
-Types whose values carry a min term (Q5_1, Q5_K, Q2_K) are dequantized on the host, in the
-order of GGUF's own formula, and kept as ``f32`` for now (exact, 4 bytes a value). Every value
-a device reads thus equals ``gguf.quants.dequantize`` of the file bit for bit.
+Every value a device reads equals ``gguf.quants.dequantize`` of the file bit for bit.
 
 Layouts: ``rows`` (row-major, as above) on GPUs; ``rb16`` on CPUs (``interleave_rows``,
 ``kernels/matmul_cpu.cl``): blocks of 16 rows stored value by value, the block's 16 rows side
@@ -52,7 +58,7 @@ SUPPORTED_NAMES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_0", "Q5_1", "Q5_K",
 IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
                       np.int8)
 E2M1_DOUBLED = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
-WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4}
+WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4}
 
 
 class UnsupportedFormatError(ValueError):
@@ -67,7 +73,7 @@ class PackedWeight:
     n: int
     k: int
     data: np.ndarray
-    scales: np.ndarray | None = None  # q4: [n, k/32, 2]; q8: [n, k/group]
+    scales: np.ndarray | None = None  # q4: [n, k/32, 2]; q8: [n, k/group]; q8m [n, k/group, 2]
     group: int = 32
 
     @property
@@ -93,6 +99,8 @@ class PackedWeight:
             q = np.concatenate([b & 15, b >> 4], axis=-1).astype(np.float32)
             return (q * sc[..., :1] + sc[..., 1:]).reshape(self.n, self.k)
         q = self.data.astype(np.float32).reshape(self.n, self.k // self.group, self.group)
+        if self.fmt == "q8m":
+            return (q * sc[..., :1] + sc[..., 1:]).reshape(self.n, self.k)
         return (q * sc[..., None]).reshape(self.n, self.k)
 
 
@@ -275,17 +283,24 @@ def _k_scales_mins(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, mn
 
 
-def _float_q5_1(b: np.ndarray, n: int, k: int) -> PackedWeight:
-    # value = (d * q) + m, q 5-bit (float32 arithmetic, two roundings)
-    d = _f16(b[..., 0:2]).astype(np.float32)  # [n, k/32, 1]
-    m = _f16(b[..., 2:4]).astype(np.float32)
-    q = (_low_high_nibbles(b[..., 8:24]) | (_bits(b[..., 4:8], 32) << 4)).astype(np.float32)
-    return PackedWeight("f32", n, k, (d * q + m).reshape(n, k))
+def _q8m(n: int, k: int, q: np.ndarray, scale: np.ndarray, mn: np.ndarray,
+         group: int) -> PackedWeight:
+    sm = np.stack([scale, mn], axis=-1).reshape(n, k // group, 2)
+    return PackedWeight("q8m", n, k, q.astype(np.int8).reshape(n, k), sm, group)
 
 
-def _float_q5_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
+def _pack_q5_1(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # value = (d * q) + m, q 5-bit; d and m stay half (the kernels widen them exactly)
+    d = _f16(b[..., 0:2]).reshape(n, k // 32)
+    m = _f16(b[..., 2:4]).reshape(n, k // 32)
+    q = _low_high_nibbles(b[..., 8:24]) | (_bits(b[..., 4:8], 32) << 4)
+    return _q8m(n, k, q, d, m, 32)
+
+
+def _pack_q5_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # block: d, dmin (half), 12 bytes of scales and mins, qh[32], qs[128].
-    # value = (d * sc) * q - (dmin * m), a (sc, m) per 32, q 5-bit
+    # value = (d * sc) * q - (dmin * m), a (sc, m) per 32, q 5-bit: the scale d * sc and the
+    # min -(dmin * m) in float32, as GGUF rounds them (a - b is a + -b exactly)
     nb = k // 256
     d = _f16(b[..., 0:2]).astype(np.float32)  # [n, nb, 1]
     dmin = _f16(b[..., 2:4]).astype(np.float32)
@@ -293,13 +308,11 @@ def _float_q5_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     qs = b[..., 48:176].reshape(n, nb, 4, 1, 32)
     low = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(n, nb, 8, 32)
     high = _bits(b[..., 16:48].reshape(n, nb, 32, 1), 8).transpose(0, 1, 3, 2)  # [n, nb, 8, 32]
-    q = (low | (high << 4)).astype(np.float32)
-    dl = (d * sc.astype(np.float32))[..., None]
-    ml = (dmin * mn.astype(np.float32))[..., None]
-    return PackedWeight("f32", n, k, (dl * q - ml).reshape(n, k))
+    q = low | (high << 4)
+    return _q8m(n, k, q, d * sc.astype(np.float32), -(dmin * mn.astype(np.float32)), 32)
 
 
-def _float_q2_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
+def _pack_q2_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # block: 16 bytes of 4-bit scales (low) and mins (high), qs[64], d, dmin (half).
     # value = (d * sc) * q - (dmin * m), a (sc, m) per 16, q 2-bit
     nb = k // 256
@@ -308,9 +321,8 @@ def _float_q2_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     dmin = _f16(b[..., 82:84]).astype(np.float32)
     qs = b[..., 16:80].reshape(n, nb, 2, 1, 32)
     q = ((qs >> np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)) & 3).reshape(n, nb, 16, 16)
-    dl = (d * (s & 15).astype(np.float32))[..., None]
-    ml = (dmin * (s >> 4).astype(np.float32))[..., None]
-    return PackedWeight("f32", n, k, (dl * q.astype(np.float32) - ml).reshape(n, k))
+    return _q8m(n, k, q, d * (s & 15).astype(np.float32),
+                -(dmin * (s >> 4).astype(np.float32)), 16)
 
 
 def concat(parts: list[PackedWeight]) -> PackedWeight | None:
@@ -331,8 +343,8 @@ def concat(parts: list[PackedWeight]) -> PackedWeight | None:
 _PACKERS = {
     GGML_Q4_K: _pack_q4_k, GGML_Q6_K: _pack_q6_k, GGML_Q5_0: _pack_q5_0,
     GGML_IQ4_NL: _pack_iq4_nl, GGML_MXFP4: _pack_mxfp4, GGML_Q3_K: _pack_q3_k,
-    GGML_IQ4_XS: _pack_iq4_xs, GGML_Q5_1: _float_q5_1, GGML_Q5_K: _float_q5_k,
-    GGML_Q2_K: _float_q2_k,
+    GGML_IQ4_XS: _pack_iq4_xs, GGML_Q5_1: _pack_q5_1, GGML_Q5_K: _pack_q5_k,
+    GGML_Q2_K: _pack_q2_k,
 }
 
 # Rows per block of the CPU layout (kernels/matmul_cpu.cl)
@@ -364,6 +376,11 @@ def interleave_rows(packed: PackedWeight,
         return a.reshape((nb, RB) + a.shape[1:])
 
     sc = packed.scales
+    if packed.fmt == "q8m":  # values as q8's; S[b][g][2][16]: the scales, then the mins
+        assert sc is not None
+        data = blocks(packed.data.reshape(n, k)).transpose(0, 2, 1)  # [b, k, r]
+        scales = blocks(sc.reshape(n, k // packed.group, 2)).transpose(0, 2, 3, 1)
+        return np.ascontiguousarray(data), np.ascontiguousarray(scales)
     if packed.fmt == "q4":
         assert sc is not None
         g = k // 32
@@ -441,8 +458,11 @@ class DeviceWeight:
 
     @property
     def defines(self) -> dict[str, Any]:
-        return {"WFMT": WFMT[self.fmt], "SCALE_HALF": int(self.scale_half), "QGROUP": self.group,
-                "Q4_SYM": int(self.q4_sym)}
+        d = {"WFMT": WFMT[self.fmt], "SCALE_HALF": int(self.scale_half), "QGROUP": self.group,
+             "Q4_SYM": int(self.q4_sym)}
+        if self.fmt == "q8m":
+            d["QMIN"] = 1
+        return d
 
     def __repr__(self) -> str:
         return f"<clops.nn.DeviceWeight {self.fmt} [{self.n}, {self.k}] {self.layout}>"

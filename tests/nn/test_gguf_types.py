@@ -13,13 +13,16 @@ from gguf import quants
 
 import clops
 import clops.nn as nn
-from clops.kernels import matmul
-from clops.nn.quant import BLOCKS, SUPPORTED_NAMES, UnsupportedFormatError, pack_ggml
+from clops.kernels import layer, matmul, native_cpu
+from clops.nn.quant import BLOCKS, SUPPORTED_NAMES, DeviceWeight, UnsupportedFormatError, pack_ggml
 
 from .test_functional import check_quantized_matmul
 
 RNG = np.random.default_rng(63)
 NEW = ["Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS", "MXFP4"]
+# the types whose values carry a min term: int8 values and a (scale, min) pair per group, the
+# group, and the most bytes clops keeps per byte of the file (1 + 8 / group bytes a value)
+WITH_MIN = {"Q5_1": (32, 1.5), "Q5_K": (32, 1.82), "Q2_K": (16, 4.58)}
 # byte offsets of each block's half scales (MXFP4: its exponent byte, at 0)
 HALVES = {"Q5_0": (0,), "Q5_1": (0, 2), "Q2_K": (80, 82), "Q3_K": (108,), "Q5_K": (0, 2),
           "IQ4_NL": (0,), "IQ4_XS": (0,)}
@@ -81,11 +84,27 @@ def test_mxfp4_subnormal_scales_are_refused():
 
 @pytest.mark.parametrize("kind", NEW)
 def test_device_values_equal_gguf(device, kind, n=20, k=256):
-    # every row through the embedding lookup (the device's layout: rows or the CPU blocks),
-    # and columns of the weight picked by unit rows through the product, one row and several
     raw = blocks(kind, n, k)
-    want = quants.dequantize(raw, Q[kind]).reshape(n, k)
     table = nn.quantized(raw, ggml_type=int(Q[kind]), shape=(n, k), device=device)
+    check_device_values(device, table, quants.dequantize(raw, Q[kind]).reshape(n, k))
+
+
+@pytest.mark.parametrize("kind", list(WITH_MIN))
+def test_min_types_row_major_on_cpus(device, kind, n=20, k=256):
+    # CPUs take the layout rb16; the row-major kernels (GPUs', and CPUs' that cannot run
+    # 16-wide vector kernels) read the (scale, min) pairs too
+    dev = clops.device(device)
+    if dev.kind != "cpu":
+        pytest.skip("GPUs take the row-major layout in test_device_values_equal_gguf")
+    raw = blocks(kind, n, k)
+    table = DeviceWeight(dev, pack_ggml(raw, int(Q[kind]), n, k), layout="rows")
+    check_device_values(device, table, quants.dequantize(raw, Q[kind]).reshape(n, k))
+
+
+def check_device_values(device, table, want):
+    # every row through the embedding lookup (the weight's layout: rows or the CPU blocks),
+    # and columns of the weight picked by unit rows through the product, one row and several
+    n, k = want.shape
     ids = np.arange(n, dtype=np.int32)[::-1].copy()
     got = np.asarray(nn.embedding(clops.asarray(ids, device=device), table))
     np.testing.assert_array_equal(bits(got), bits(want[ids]))
@@ -100,6 +119,26 @@ def test_device_values_equal_gguf(device, kind, n=20, k=256):
         else:
             # (a sum of products: -0.0 comes out +0.0)
             np.testing.assert_array_equal(bits(got), bits(want[:, cols].T + 0.0))
+
+
+@pytest.mark.parametrize("kind", list(WITH_MIN))
+def test_min_types_keep_int8_values(device, kind, n=16, k=512):
+    # int8 values and a (scale, min) pair per group: about the file's size, not float32's 4
+    # bytes a value
+    group, most = WITH_MIN[kind]
+    raw = blocks(kind, n, k)
+    p = pack_ggml(raw, int(Q[kind]), n, k)
+    assert (p.fmt, p.group, p.data.dtype) == ("q8m", group, np.int8)
+    assert p.nbytes == n * k + n * (k // group) * 2 * p.scales.dtype.itemsize
+    assert p.nbytes <= most * raw.nbytes
+    assert 2 * p.nbytes < 4 * n * k
+    w = DeviceWeight(clops.device(device), p)
+    assert w.nbytes == p.nbytes  # 16 rows: no padding in the CPU blocks either
+    # the paths written for weights without mins do not take them (the float paths do)
+    assert w.defines["QMIN"] == 1
+    assert not matmul.int8_activations(clops.device(device), 1, w.fmt, k)
+    assert not native_cpu.takes(clops.device(device), w)
+    assert not layer.takes(clops.device(device), [w] * 4, 64)
 
 
 @pytest.mark.parametrize("kind", NEW)
@@ -122,3 +161,22 @@ def test_other_types_are_refused_by_name(kind):
         pack_ggml(np.zeros(1024, np.uint8), int(Q[kind]), 1, 256)
     for name in SUPPORTED_NAMES:
         assert name in str(e.value)
+
+
+@pytest.mark.parametrize("kind", list(WITH_MIN))
+def test_min_types_huge_values_are_refused(kind, n=12, k=256):
+    # the load's check of a weight's magnitudes reads the (scale, min) pairs: values past
+    # MAX_WEIGHT (a corrupt file's) are refused, ordinary ones pass
+    from clops.llm.weights import MAX_WEIGHT, ModelFileError, _check_values
+
+    bs, bb = BLOCKS[int(Q[kind])]
+    raw = blocks(kind, n + 9, k)[9:]  # random blocks (the first rows have huge scales)
+    b = raw.reshape(n, k // bs, bb)
+    for at in HALVES[kind]:
+        b[..., at:at + 2] = np.array([0.01], np.float16).view(np.uint8)  # every d and dmin
+    _check_values("w", pack_ggml(raw, int(Q[kind]), n, k))
+    for at in HALVES[kind]:
+        b[2, :, at:at + 2] = np.array([60000.0], np.float16).view(np.uint8)
+    assert np.abs(quants.dequantize(raw, Q[kind])).max() >= MAX_WEIGHT
+    with pytest.raises(ModelFileError, match="the scales of row 2"):
+        _check_values("w", pack_ggml(raw, int(Q[kind]), n, k))
