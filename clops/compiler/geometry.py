@@ -36,7 +36,9 @@ GPU_FLAT_LOCAL = 256
 # Work-items per group, per GPU compute unit to launch in all (the reduced axes are split into
 # chunks until there are that many), and the fewest reduced elements per chunk.
 GPU_COL_LOCAL = 128
-CPU_COL_LOCAL = 16  # PERF (PoCL, 4096x4096 column sum): 16 work-items 5.3 ms, 64 22, 256 16
+# CPUs (where no strip applies, ``lower.column_strip``): the group steps through the loop
+# together. PERF (PoCL, 4096x4096 column sum): 16 work-items 5.3 ms, 64 22, 256 16
+CPU_COL_LOCAL = 16
 GPU_COL_ITEMS_PER_CU = 2048
 GPU_COL_MIN_CHUNK = 32
 # Columns shorter than this are never split on GPUs: a second kernel (and its build, the first
@@ -179,6 +181,9 @@ def geometry(device: Device, lw: Lowered) -> Geometry | None:
             # a work-item per output (the first axis) and chunk (the second). CPUs launch
             # exactly (the kernel has no bounds check) in groups that divide the outputs: the
             # group's work-items step through their loops together
+            if lw.strip:
+                # CPUs: a strip of outputs per work-item, no lockstep (the driver's groups)
+                return Geometry(L, (outputs // lw.strip, lw.chunks), None)
             if launches_exactly(device):
                 wg = math.gcd(outputs, CPU_COL_LOCAL)
                 return Geometry(L, (outputs, lw.chunks), (wg, 1))

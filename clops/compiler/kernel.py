@@ -167,6 +167,12 @@ class KernelKey:
     # flat kernels: the instructions on n-wide vectors (OpenCL's vector math) instead of per
     # component (see ``vector_math``)
     vmath: bool = False
+    # CPUs: a column layout's outputs per work-item, a strip along the last axis in float8
+    # vectors (0: one output per work-item; see ``lower.column_strip``)
+    strip: int = 0
+    # CPUs: a serial row over several reduced axes walks its last axis in runs (one unravel
+    # per run, not per element)
+    runs: bool = False
 
     def dtype_names(self) -> set[str]:
         """Every dtype the kernel touches (a float64 one needs the fp64 extension)."""
@@ -204,6 +210,7 @@ class Lowered:
     # one-kernel split reductions: (counter, final buffer, final view)
     combine: tuple[Any, Any, View] | None = None
     col: bool = False  # a reduction over leading axes, a work-item per output
+    strip: int = 0  # CPUs' column layout: outputs per work-item (0: one)
 
     @property
     def reads(self) -> list[Any]:

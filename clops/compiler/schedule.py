@@ -300,7 +300,7 @@ class _Planner:
             lw = lower(item, self.device) if item.raxes and \
                 (len(item.full) - 1) not in item.raxes else None
             col = lw is not None and lw.col
-            split = self._split_choice(item, col)
+            split = self._split_choice(item, col, lw)
             if split is None:
                 self._kernel(item, lw if lw is not None else lower(item, self.device))
                 return
@@ -312,7 +312,8 @@ class _Planner:
                 return
             # a column layout over the parts: split again while they are long
 
-    def _split_choice(self, item: KernelItem, col: bool) -> tuple[Node, int] | None:
+    def _split_choice(self, item: KernelItem, col: bool, lw: Lowered | None
+                      ) -> tuple[Node, int] | None:
         """Few long rows: compute the reduction in chunks first (stage 1, its own kernel), so
         that every compute unit works; the item then reduces the chunks (stage 2). The single
         reduction and the number of chunks, or None to run the item as it is."""
@@ -323,7 +324,8 @@ class _Planner:
             # a work-item per output element: split the reduced axes until the work-items fill
             # every compute unit, and the parts again while they are long (each work-item of a
             # stage reads its part in order: a short part keeps every stage short)
-            chunks = min(column_items(device) // max(rows, 1), rn // GPU_COL_MIN_CHUNK)
+            items = rows // lw.strip if lw is not None and lw.strip else rows
+            chunks = min(column_items(device) // max(items, 1), rn // GPU_COL_MIN_CHUNK)
             if rn < column_min_split(device):
                 return None  # short columns are not worth a second kernel
             red = _single_reduce(item)

@@ -49,12 +49,16 @@ def test_layout_is_chosen_by_axes_and_strides():
 def test_rendered_forms():
     from clops.compiler.render import CLRenderer
 
-    cpu = CLRenderer().render(lower(_sum_item((512, 64), (0,)), SimpleNamespace(kind="cpu")).key,
-                            1, "k_test")
+    cpu_dev = SimpleNamespace(kind="cpu")
+    cpu = CLRenderer().render(lower(_sum_item((512, 60), (0,)), cpu_dev).key, 1, "k_test")
     # CPUs: the global id is the output (consecutive lanes), the loop steps the whole group
     # together, and the exact launch needs no bounds check
-    assert "row = (long)get_global_id(0)" in cpu and "barrier(CLK_LOCAL_MEM_FENCE)" in cpu
+    assert "row = (long)get_global_id(0);" in cpu and "barrier(CLK_LOCAL_MEM_FENCE)" in cpu
     assert "row >= total" not in cpu and "%" not in cpu.split("__kernel")[1]
+    # a last axis of a multiple of 8: a strip of outputs per work-item, float8 vectors
+    strip = CLRenderer().render(lower(_sum_item((512, 64), (0,)), cpu_dev).key, 1, "k_test")
+    assert "row = (long)get_global_id(0) * 64;" in strip and "vload8(7, b0" in strip
+    assert "barrier" not in strip.split("__kernel")[1] and "row >= total" not in strip
     gpu = CLRenderer().render(lower(_sum_item((512, 64), (0,)), GPU).key, 1, "k_test")
     assert "row >= total" in gpu and "barrier" not in gpu.split("__kernel")[1]
 
