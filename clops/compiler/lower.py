@@ -355,7 +355,9 @@ def _strip_instr(ins: Instr, loads: bool) -> bool:
     if ins.op == "ew":
         return ins.fn in STRIP_EW and ins.dtype == "float32" and \
             all(k == "float32" for k in ins.kinds)
-    return ins.op == "red" and not loads
+    # an earlier reduction's result (var: the mean), read in a row context of its own (loads
+    # in it are refused above: only context 0 is rendered on vectors)
+    return ins.op in ("red", "rowctx")
 
 
 def _unit_last(v: View) -> bool:

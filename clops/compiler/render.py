@@ -587,6 +587,8 @@ class CLRenderer:
         n = self.strip_vector
         lines = []
         for ins in instrs:
+            if ins.op == "rowctx":
+                continue  # opens the context of a reduction's result alone (no loads)
             if ins.op == "load":
                 lrank, unit = self.leaves[ins.slot].rank, self.leaves[ins.slot].unit_last
                 addr = self._addr(0, lrank, f"o{ins.slot}", f"s{ins.slot}_", unit)
