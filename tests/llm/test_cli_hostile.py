@@ -41,7 +41,10 @@ def _no_match_selector() -> str:
     (["-p", ""], ["--prompt", "empty"]),
     (["-p", b"caf\xe9"], ["--prompt", "not valid UTF-8"]),
     (["-p", "hi", "-n", "-1"], ["--n-predict", "-1"]),
-    (["-p", "hi", "--device", _no_match_selector()], ["no OpenCL device matches"]),
+    # a file that is there (not a model): the device is checked next, also where the bundled
+    # model is not installed
+    (["-p", "hi", "-m", os.path.abspath(__file__), "--device", _no_match_selector()],
+     ["no OpenCL device matches"]),
     (["-p", "hi", "--profile", os.path.join(os.sep, "no", "such", "folder", "t.json")],
      ["cannot write the trace", "No such file or directory"]),
     (["-p", "hi", "--profile", os.path.dirname(os.path.abspath(__file__))],
