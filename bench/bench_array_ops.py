@@ -16,9 +16,7 @@ import datetime
 import json
 import os
 import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +25,9 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import clops  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import interleaved_medians  # noqa: E402
 
 # elements of each size class, and the 1-D, 2-D and 3-D shapes of that many elements
 SHAPES = {
@@ -78,20 +79,6 @@ ELEMENTWISE: dict[str, tuple[int, Callable[..., Any], Callable[..., Any]]] = {
 def axes_of(ndim: int) -> list[Any]:
     """None (every axis) and each single axis (a 1-D array: None alone)."""
     return [None] + (list(range(ndim)) if ndim > 1 else [])
-
-
-def interleaved(fns: list[Callable[[], object]], repeat: int, warmup: int = 2) -> list[float]:
-    """Median seconds of each function, sampled in turns so both see the same machine."""
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, ts in zip(fns, times):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-    return [statistics.median(ts) for ts in times]
 
 
 def cpu_line() -> str:
@@ -151,7 +138,7 @@ def main() -> None:
                     got, want = run_c(), nf(a, axis)
                     ok = np.allclose(got, want, rtol=1e-3, atol=1e-3 * np.sqrt(
                         a.size / max(np.size(want), 1)))
-                    tc, tn = interleaved([run_c, lambda nf=nf, axis=axis, a=a: nf(a, axis)],
+                    tc, tn = interleaved_medians([run_c, lambda nf=nf, axis=axis, a=a: nf(a, axis)],
                                          args.repeat)
                     rows.append(_row(op, shape, axis, size, tc, tn, ok))
         n = FLAT[size]
@@ -166,7 +153,7 @@ def main() -> None:
             ok = np.allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
                              rtol=1e-3, atol=1e-2 * (np.sqrt(n) if np.ndim(want) == 0
                                                     else 1e-3))
-            tc, tn = interleaved([run_e, lambda nf=nf, k=k, arrays=arrays: nf(*arrays[:k])],
+            tc, tn = interleaved_medians([run_e, lambda nf=nf, k=k, arrays=arrays: nf(*arrays[:k])],
                                  args.repeat)
             rows.append(_row(op, (n,), None, size, tc, tn, ok))
     if args.json:

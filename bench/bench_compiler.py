@@ -21,7 +21,13 @@ import pyopencl as cl
 import clops
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import device_ms, same_size_copy_ms, torch_cuda, torch_ms  # noqa: E402
+from common import (  # noqa: E402
+    device_ms,
+    interleaved_medians,
+    same_size_copy_ms,
+    torch_cuda,
+    torch_ms,
+)
 
 HAND_CHAIN = """
 __kernel void chain(__global const float *a, __global const float *b, __global const float *c,
@@ -47,26 +53,6 @@ def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 2) -> fl
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def interleaved_medians(fns: list[Callable[[], object]], repeat: int,
-                        warmup: int = 2, samples: list[list[float]] | None = None
-                        ) -> list[float]:
-    """Median seconds of each function, sampled in turns (a, b, c, a, b, c, ...) so that all of
-    them see the same drifting machine; a shared VM's memory bandwidth moves by tens of percent
-    from one second to the next. ``samples`` receives each function's times, round by round."""
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, ts in zip(fns, times):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-    if samples is not None:
-        samples.extend(times)
-    return [statistics.median(ts) for ts in times]
 
 
 def paired_ratio(num: list[float], den: list[float]) -> float:

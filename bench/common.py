@@ -431,3 +431,23 @@ def arg_parser(description: str | None) -> argparse.ArgumentParser:
                    help="device selector, e.g. 'gpu', 'cpu:0', 'pocl' (default: clops' choice)")
     p.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
     return p
+
+
+def interleaved_medians(fns: list[Callable[[], object]], repeat: int,
+                        warmup: int = 2, samples: list[list[float]] | None = None
+                        ) -> list[float]:
+    """Median seconds of each function, sampled in turns (a, b, c, a, b, c, ...) so that all of
+    them see the same drifting machine; a shared VM's memory bandwidth moves by tens of percent
+    from one second to the next. ``samples`` receives each function's times, round by round."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    if samples is not None:
+        samples.extend(times)
+    return [statistics.median(ts) for ts in times]
