@@ -2,8 +2,9 @@
 classes and SmolLM2's tokenizer, saved as a safetensors directory and written as a GGUF file
 the way llama.cpp's converter writes that family (tensor names from the gguf package's
 ``TensorNameMap``, llama-style Q/K rows permuted for adjacent-pair rotary, Gemma's norm
-weights stored as 1 + w, fused tensors kept fused), for tests that compare clops on both files
-with transformers on PyTorch CPU in float32."""
+weights stored as 1 + w, fused tensors kept fused but for the experts' gate and up, which the
+converter writes apart: see MOE), for tests that compare clops on both files with transformers
+on PyTorch CPU in float32."""
 
 from __future__ import annotations
 
@@ -55,9 +56,46 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
                      attention_multiplier=0.2, logits_scaling=4.0, rope_parameters=_rope()),
                 "granite"),
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(rope_parameters=_rope(5e5)), "olmo2"),
+    # mixtures of experts (see MOE below for their tensors)
+    "qwen3moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                 dict(head_dim=16, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                      norm_topk_prob=True, rope_parameters=_rope(1e6)), "qwen3moe"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2, intermediate_size=64,
+                     sliding_window=None, rope_parameters=_rope(1e6)), "llama"),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM",
+              dict(num_experts=8, num_experts_per_tok=2, intermediate_size=32,
+                   norm_topk_prob=False, rope_parameters=_rope()), "olmoe"),
 }
 # families whose converter permutes Q/K rows (llama.cpp's LlamaModel and its subclasses)
-PERMUTED = ("llama", "mistral", "smollm3", "granite")
+PERMUTED = ("llama", "mistral", "smollm3", "granite", "mixtral")
+
+
+# mixtures of experts. transformers 5 holds each layer's experts fused in memory (what
+# ``write_gguf`` reads): ``model.layers.N.mlp.experts.gate_up_proj`` [E, 2F, dim] (gate rows, then
+# up rows: the forward's ``.chunk(2, dim=-1)``), ``model.layers.N.mlp.experts.down_proj``
+# [E, dim, F] and the router ``model.layers.N.mlp.gate.weight`` [E, dim], for all three. Its
+# ``save_pretrained`` writes the original checkpoints' names instead, one tensor per expert
+# (shapes as torch gives them):
+#   qwen3moe, olmoe: model.layers.N.mlp.experts.E.gate_proj.weight [F, dim],
+#                    model.layers.N.mlp.experts.E.up_proj.weight [F, dim],
+#                    model.layers.N.mlp.experts.E.down_proj.weight [dim, F],
+#                    model.layers.N.mlp.gate.weight [E, dim]
+#   mixtral:         model.layers.N.block_sparse_moe.experts.E.w1.weight [F, dim] (gate),
+#                    model.layers.N.block_sparse_moe.experts.E.w3.weight [F, dim] (up),
+#                    model.layers.N.block_sparse_moe.experts.E.w2.weight [dim, F] (down),
+#                    model.layers.N.block_sparse_moe.gate.weight [E, dim]
+# (attention and norm tensors as their dense families'; OLMoE's q_norm/k_norm span the whole
+# projection, [H*D] and [KV*D]). config.json names the expert count "num_local_experts" for
+# qwen3moe (the real Qwen3-30B-A3B's says "num_experts") and mixtral, "num_experts" for olmoe;
+# F is "moe_intermediate_size" for qwen3moe ("intermediate_size", the dense width, is unused
+# there) and "intermediate_size" for mixtral and olmoe. The GGUF file holds, as llama.cpp's
+# converter writes them (numpy shapes), blk.N.ffn_gate_inp.weight [E, dim],
+# blk.N.ffn_gate_exps.weight and blk.N.ffn_up_exps.weight [E, F, dim],
+# blk.N.ffn_down_exps.weight [E, dim, F], and <arch>.expert_count, <arch>.expert_used_count,
+# and for qwen3moe <arch>.expert_feed_forward_length (F; feed_forward_length stays
+# intermediate_size). Mixtral's architecture is "llama" with its Q/K rows permuted.
+MOE = ("qwen3moe", "mixtral", "olmoe")
 
 
 def smollm2_gguf() -> str:
@@ -175,6 +213,11 @@ def write_gguf(family: str, model, path: str) -> None:
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(full["factor"])
         w.add_rope_scaling_orig_ctx_len(full["original_max_position_embeddings"])
+    if family in MOE:  # as llama.cpp's TextModel and Qwen2MoeModel write them
+        w.add_expert_count(cfg.num_local_experts)  # a name each of their configs maps
+        w.add_expert_used_count(cfg.num_experts_per_tok)
+        if family == "qwen3moe":
+            w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
     if family == "granite":
         w.add_embedding_scale(cfg.embedding_multiplier)
         w.add_residual_scale(cfg.residual_multiplier)
@@ -192,6 +235,17 @@ def write_gguf(family: str, model, path: str) -> None:
             x = _permute(x, cfg.num_key_value_heads)
         if family.startswith("gemma") and name.endswith("norm.weight"):
             x = x + 1.0  # llama.cpp's Gemma converters store 1 + w
+        if name.endswith(".mlp.experts.gate_up_proj"):
+            # the experts' forward: gate, up = (x @ gate_up_proj[e].T).chunk(2, dim=-1)
+            bid = name.split(".")[2]
+            f = x.shape[1] // 2
+            w.add_tensor(f"blk.{bid}.ffn_gate_exps.weight", np.ascontiguousarray(x[:, :f]))
+            w.add_tensor(f"blk.{bid}.ffn_up_exps.weight", np.ascontiguousarray(x[:, f:]))
+            continue
+        if name.endswith(".mlp.experts.down_proj"):
+            bid = name.split(".")[2]
+            w.add_tensor(f"blk.{bid}.ffn_down_exps.weight", np.ascontiguousarray(x, np.float32))
+            continue
         new = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if new is None:
             raise KeyError(f"{family}: no GGUF name for {name}")
