@@ -41,7 +41,21 @@ SOURCES = {
     "phi3_5": "llama.cpp microsoft-Phi-3.5-mini-instruct.jinja",
     "phi4_mini": "Hub history: microsoft/Phi-4-mini-instruct tokenizer_config.json at 618e63e6",
     "qwen2_5": "llama.cpp Qwen-Qwen2.5-7B-Instruct.jinja",
-    "qwen3": "llama.cpp Qwen-Qwen3-0.6B.jinja (the Hub's revision of 2025-04-28)",
+    "qwen3": "llama.cpp Qwen-Qwen3-0.6B.jinja (the Hub's revision of 2025-04-28; Qwen/"
+             "Qwen3-30B-A3B's first revision, fd4bf3be of 2025-04-28, is this text too)",
+    "qwen3_30b_a3b": "Hub history: Qwen/Qwen3-30B-A3B tokenizer_config.json at f0abbbee "
+                     "(2025-05-19, the latest: content and reasoning_content taken only where "
+                     "they are strings); that history file's sha256 checked against the data "
+                     "set's MANIFEST.sha256",
+    "mixtral": "llama-cpp-python 0.3.36 (PyPI sdist) llama_cpp/llama_chat_format.py "
+               "MIXTRAL_INSTRUCT_CHAT_TEMPLATE, which it records from mistralai/Mixtral-8x7B-"
+               "Instruct-v0.1's tokenizer_config.json: the original revision, as GGUF files of "
+               "that time carry it (a later Hub revision that takes a system prompt was not "
+               "to be had verbatim here)",
+    "gpt_oss": "llama.cpp openai-gpt-oss-120b.jinja, from the llama-cpp-python 0.3.36 (PyPI "
+               "sdist) vendor/llama.cpp/models/templates (OpenAI's harmony template; its 16714 "
+               "characters and its ending are those of openai/gpt-oss-20b's latest Hub "
+               "revision, chat_template.jinja at cbf31f62, 2025-08-08)",
     "smollm2": "Hub history: HuggingFaceTB/SmolLM2-135M-Instruct tokenizer_config.json at "
                "eba0825d",
     "smollm3": "Hub history: HuggingFaceTB/SmolLM3-3B chat_template.jinja at 486a602f (the "
