@@ -190,44 +190,103 @@ def fused_prologues(dev: CLDevice) -> bool:
     return not launch.is_cpu(dev)
 
 
+def expert_strides(w: Weight, n_experts: int) -> tuple[int, int]:
+    """(values, scales): the elements of ``w.data`` and of ``w.scales`` (in the kernels'
+    element types) between one expert's weights and the next's, for a weight holding
+    ``n_experts`` experts' rows stacked (expert e's rows e * N .. e * N + N - 1, N = w.n /
+    n_experts a multiple of 16, so that the CPU layout's blocks of 16 rows never straddle two
+    experts): N * k values (q4: N * k / 2 bytes) and N * k / group scales (q4: a (scale, min)
+    pair per 32, Q4_SYM the scale alone; q8m a pair per group; float formats none)."""
+    if n_experts < 1 or w.n % n_experts or (w.n // n_experts) % 16:
+        raise ValueError(f"matmul: {w.n} rows do not split into {n_experts} experts of a "
+                         "multiple of 16 rows")
+    d = w.defines
+    n = w.n // n_experts
+    if w.fmt in FLOAT_FORMATS:
+        return n * w.k, 0
+    if w.fmt == "q4":
+        return n * w.k // 2, n * (w.k // 32) * (1 if d.get("Q4_SYM") else 2)
+    group = int(d.get("QGROUP", 32))
+    return n * w.k, n * (w.k // group) * (2 if d.get("QMIN") else 1)
+
+
+def _experts_args(w: Weight, m: int, tm: int | None, experts: tuple[Buffer, int],
+                  refused: dict[str, bool]) -> tuple[int, list[Any]]:
+    """The row tile, and the trailing arguments (tile_e, strides) of an ``experts`` product;
+    what it does not take refused."""
+    for what, given in refused.items():
+        if given:
+            raise ValueError(f"matmul: {what} does not go with experts= (a grouped product of "
+                             "a mixture of experts)")
+    if tm is None or tm < 1 or m % tm:
+        raise ValueError(f"matmul: experts= needs tm= (the rows of a tile of tile_e), dividing "
+                         f"the {m} rows")
+    tile_e, n_experts = experts
+    ws, ss = expert_strides(w, n_experts)
+    if max(ws, ss) >= 1 << 31:
+        raise ValueError(f"matmul: experts of {ws} values do not fit the kernels' int strides")
+    return tm, [tile_e, i32(ws), i32(ss)]
+
+
 def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
            w: Weight, m: int, *, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None,
            glu: bool = False, tm: int | None = None, row_invariant: bool = False,
-           glu_out: bool = False) -> Launch:
+           glu_out: bool = False, experts: tuple[Buffer, int] | None = None) -> Launch:
     """y[i, j] (+)= x[i, :] . w[j, :] (+ bias[j]) for i < m, j < w.n.
 
     ``tm`` (rows of x per work-item) overrides the geometry's choice for m > 1.
-    ``row_invariant``: a row's sums are added in the same order whatever ``tm`` (the batch
-    engine: a sequence's tokens do not depend on the others in its batch).
+    ``row_invariant``: a row's sums are added in the same order whatever ``tm`` and m (the
+    batch engine: a sequence's tokens do not depend on the others in its batch); on GPUs one
+    row then takes the geometry of several and never the int8 rows.
     ``glu_out`` (CPU layout, ``glu_output``): w is [gate | up] and y gets w.n / 2 columns,
     silu(gate) * up (the GLU folded into the product that makes its input).
 
     Where ``fused_prologues(dev)``: ``norm=(weight, eps)`` puts RMSNorm(x) * weight in place
     of x, and ``glu=True`` puts silu(x[i, :k]) * x[i, k:2k] (rows [gate | up]) in place of x,
-    saving the launch (and the round trip through memory) of the norm or the GLU."""
+    saving the launch (and the round trip through memory) of the norm or the GLU.
+
+    ``experts=(tile_e, E)``: a mixture of experts' grouped product. w holds E experts' weights
+    stacked (w.n = E * N rows, N a multiple of 16; ``bias``, where given, E * N values), y gets
+    N columns, and row tile t (rows t * tm .. t * tm + tm - 1; ``tm`` required, dividing m)
+    meets expert ``tile_e[t]`` (int32, m / tm of them; -1: a padding tile, not stored). Not
+    with norm=, glu= or glu_out=; never the int8 rows of the GPU decode path or the native CPU
+    products. With ``row_invariant`` the geometry is the one of several rows for every m, so
+    that a tile of one row adds its sums as a tile of many does (GPUs)."""
     if norm is not None and glu:
         raise ValueError("matmul: norm= and glu= do not go together")
+    if experts is not None:
+        _experts_args(w, m, tm, experts, {"norm=": norm is not None, "glu=": glu,
+                                          "glu_out=": glu_out})
     if w.layout == "rb16":
         if glu:
             raise ValueError("matmul: glu= (the GLU of x) needs a GPU; on CPUs the product "
                              "that makes the GLU's input takes glu_out=")
         return matmul_rb(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias=bias, accum=accum,
                          name=name, tm=tm, row_invariant=row_invariant, norm=norm,
-                         glu_out=glu_out)
+                         glu_out=glu_out, experts=experts)
     if glu_out:
         raise ValueError("matmul: glu_out= needs weights in the CPU layout (glu_output)")
     if (norm is not None or glu) and not fused_prologues(dev):
         raise ValueError("matmul: norm= and glu= need a GPU or the CPU layout (see "
                          "fused_prologues)")
-    tm0, ls = matmul_geometry(dev, m, w.k, w.fmt)
-    tm = tm if tm is not None and m > 1 else tm0
-    rows = matmul_rows(dev, w.n) if ls == 1 and m == 1 else 1
-    cpt = matmul_cpt(dev, m, w.n, w.fmt)
-    ncol = matmul_columns(dev, ls, w.n, cpt)
+    n_out = w.n
+    extra: list[Any] = []
+    # (row_invariant: the geometry of several rows for one row too, whose teams would add in
+    # another order)
+    tm0, ls = matmul_geometry(dev, max(m, 2) if row_invariant else m, w.k, w.fmt)
+    if experts is not None:
+        tm, extra = _experts_args(w, m, tm, experts, {})
+        n_out = w.n // experts[1]
+    else:
+        tm = tm if tm is not None and m > 1 else tm0 if m > 1 else 1
+    rows = matmul_rows(dev, n_out) if ls == 1 and m == 1 else 1
+    cpt = matmul_cpt(dev, m, n_out, w.fmt)
+    ncol = matmul_columns(dev, ls, n_out, cpt)
     qx: dict[str, int] = {}
     cb = 1
-    if w.int8 and int8_activations(dev, m, w.fmt, w.k):
+    if w.int8 and experts is None and not row_invariant and \
+            int8_activations(dev, m, w.fmt, w.k):
         ls, ncol, cpt, unr, cb, pipe = qx_geometry(dev, w.n, w.k, w.fmt)
         qx = {"QX": 1, "QK": w.k, "UNR": unr, "CB": cb, "PIPE": pipe,
               "DP4A": int(dev.probe("nvidia_ptx"))}
@@ -237,27 +296,32 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
                  USE_SHFL=int(shfl), CHUNKED=int(not launch.is_cpu(dev)),
                  X_ALIGNED=int(not launch.is_cpu(dev) and x_off % 4 == 0 and ldx % 4 == 0),
                  CPT=cpt, XMODE=1 if norm is not None else 2 if glu else 0,
-                 HAS_BIAS=int(bias is not None), ACCUM=int(accum), **w.defines)
-    args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm)
+                 HAS_BIAS=int(bias is not None), ACCUM=int(accum), **w.defines,
+                 **({"EXPERTS": 1} if experts is not None else {}))
+    args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm, n_out)
+    args += extra
+    reads += extra[:1]
     tiles = math.ceil(m / tm)
     # PERF: on CPUs one work-item per group: PoCL would otherwise vectorize across
     # work-items, turning each one's contiguous row loads into gathers.
     # (prefill tiles measured faster with the driver's choice)
     local = (ls * ncol, 1) if ls > 1 or m == 1 else None
-    cols = math.ceil(w.n / rows) if ncol == 1 else math.ceil(w.n / ncol) * ncol
+    cols = math.ceil(n_out / rows) if ncol == 1 else math.ceil(n_out / ncol) * ncol
     if cpt > 1 or cb > 1:
-        cols = math.ceil(w.n / (ncol * cpt * cb)) * ncol
+        cols = math.ceil(n_out / (ncol * cpt * cb)) * ncol
     return Launch(knl, (cols * ls, tiles), local, args, reads, [y], name)
 
 
 def _matmul_args(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
                  w: Weight, m: int, bias: Buffer | None, accum: bool,
-                 norm: tuple[Buffer, float] | None) -> tuple[list[Any], list[Buffer]]:
-    """The arguments of matmul.cl's and matmul_cpu.cl's kernels (the same list) and the
-    buffers they read."""
+                 norm: tuple[Buffer, float] | None,
+                 n: int | None = None) -> tuple[list[Any], list[Buffer]]:
+    """The arguments of matmul.cl's and matmul_cpu.cl's kernels (the same list; ``n`` the
+    output columns, w.n unless given) and the buffers they read."""
     args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
-            bias if bias is not None else w.scales, i32(m), i32(w.n), i32(w.k),
-            norm[0] if norm is not None else w.scales, f32(norm[1] if norm is not None else 0)]
+            bias if bias is not None else w.scales, i32(m), i32(w.n if n is None else n),
+            i32(w.k), norm[0] if norm is not None else w.scales,
+            f32(norm[1] if norm is not None else 0)]
     reads = [x, w.data, w.scales] + ([bias] if bias is not None else []) + ([y] if accum else [])
     if norm is not None:
         reads.append(norm[0])
@@ -299,18 +363,27 @@ RB_DEQ_ROWS = 4
 def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
               w: Weight, m: int, *, bias: Buffer | None = None, accum: bool = False,
               name: str = "matmul", tm: int | None = None, row_invariant: bool = False,
-              norm: tuple[Buffer, float] | None = None, glu_out: bool = False) -> Launch:
+              norm: tuple[Buffer, float] | None = None, glu_out: bool = False,
+              experts: tuple[Buffer, int] | None = None) -> Launch:
     """``matmul`` for a weight in the CPU layout (``w.layout == "rb16"``): a work-item per
     block of 16 output columns and ``tm`` rows of x (``matmul_cpu.cl``). Quantized weights
     meet one row of x as integers scaled once per group, several rows dequantized (each row's
     sums in another order); ``row_invariant`` takes the second way for every ``tm``.
-    ``norm=(weight, eps)``: RMSNorm(x) * weight in place of x; ``glu_out``: see ``matmul``."""
+    ``norm=(weight, eps)``: RMSNorm(x) * weight in place of x; ``glu_out``, ``experts``: see
+    ``matmul`` (an experts product always takes matmul_cpu.cl, never the native kernels)."""
+    n_out = w.n // 2 if glu_out else w.n
+    extra: list[Any] = []
+    if experts is not None:
+        tm, extra = _experts_args(w, m, tm, experts, {"norm=": norm is not None,
+                                                      "glu_out=": glu_out})
+        n_out = w.n // experts[1]
     if glu_out and not glu_output(w):
         raise ValueError(f"matmul: glu_out= needs [gate | up] weights of 2 x a multiple of 16 "
                          f"rows, not {w.n}")
     if glu_out and accum:
         raise ValueError("matmul: glu_out= and accum= do not go together")
-    if native_cpu.takes(dev, w) or (not row_invariant and native_cpu.takes_float(dev, w, m)):
+    if experts is None and (native_cpu.takes(dev, w) or
+                            (not row_invariant and native_cpu.takes_float(dev, w, m))):
         # PERF: integer dot products (AVX-512 VNNI) on int8 rows of x, a row's sums in one
         # order whatever the rows (row_invariant holds); float16 weights natively for a
         # decode step's few rows (the batch engine's plans, row_invariant, keep matmul_cpu.cl
@@ -325,14 +398,17 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
     # (the row stride as a constant where several rows are read: immediate offsets; fma()
     # where the device reports fused multiply-add: PoCL compiles mad() to a multiply and an
     # add)
-    n_out = w.n // 2 if glu_out else w.n
     nbw = rb_blocks(dev, n_out) if tm == 1 else 1
     knl = kernel(dev, "matmul_cpu", "matmul_rb", TM=tm, LDX=ldx if tm > 1 else 0, NBW=nbw,
                  NBC=nbc, NORM=int(norm is not None), GLU=int(glu_out),
                  HAS_BIAS=int(bias is not None),
                  ACCUM=int(accum), TM_DEQ=1 if row_invariant else RB_DEQ_ROWS,
-                 HW_FMA=int(dev.caps.fma), **w.defines)
-    args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm)
+                 HW_FMA=int(dev.caps.fma), **w.defines,
+                 **({"EXPERTS": 1} if experts is not None else {}))
+    args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm,
+                               None if experts is None else n_out)
+    args += extra
+    reads += extra[:1]
     # PERF: one work-item per group (PoCL would otherwise vectorize across work-items, turning
     # the 16-wide loads into gathers); the row tiles of one block next to each other, so that
     # its weights are read from cache by all but the first

@@ -1,0 +1,150 @@
+// A mixture of experts' routing on the device: each row's top-k experts and their weights
+// (moe_route), the (row, slot) pairs grouped by expert into tiles of TILE rows (moe_align), the
+// grouped rows of x (moe_gather), and each row's weighted sum of its experts' outputs
+// (moe_combine). The grouped products between them are matmul.cl's / matmul_cpu.cl's with
+// EXPERTS 1. Every kernel takes the row count M as an argument (a plan resizes it).
+//
+// Compile-time parameters (one program holds the four kernels; each reads its own):
+//   TOPK, NORM  moe_route: experts a row; 1: weights renormalized over them
+//   NE, LS      moe_align: the experts; the work-items of its one work-group
+//   ACCUM       moe_combine: 1: add into out
+
+#ifndef TOPK
+#define TOPK 1
+#endif
+#ifndef NORM
+#define NORM 0
+#endif
+#ifndef NE
+#define NE 1
+#endif
+#ifndef LS
+#define LS 1
+#endif
+#ifndef ACCUM
+#define ACCUM 0
+#endif
+
+// Row r's top TOPK experts of its E logits, by descending logit (an exact tie: the lower
+// expert first), into ids[r * TOPK ..], and their weights into wts[r * TOPK ..]: NORM 1, the
+// softmax over the TOPK chosen logits; NORM 0, exp(l - max) / sum over all E of exp(l - max).
+// Work geometry: global (at least M), a work-item per row.
+__kernel void moe_route(__global int *ids, __global float *wts, __global const float *logits,
+                        int M, int E) {
+    const int r = get_global_id(0);
+    if (r >= M) return;
+    __global const float *l = logits + (size_t)r * E;
+    float best[TOPK];
+    int idx[TOPK];
+    int n = 0;  // places filled
+    for (int e = 0; e < E; ++e) {
+        const float v = l[e];
+        if (n == TOPK && !(v > best[TOPK - 1])) continue;
+        int j = n < TOPK ? n++ : TOPK - 1;  // the place freed: the last
+        // (strictly greater moves up: an equal logit stays behind the lower expert)
+        for (; j > 0 && v > best[j - 1]; --j) {
+            best[j] = best[j - 1];
+            idx[j] = idx[j - 1];
+        }
+        best[j] = v;
+        idx[j] = e;
+    }
+    const float mx = best[0];
+    float s = 0.0f;
+#if NORM
+    for (int j = 0; j < TOPK; ++j) s += exp(best[j] - mx);
+#else
+    for (int e = 0; e < E; ++e) s += exp(l[e] - mx);
+#endif
+    for (int j = 0; j < TOPK; ++j) {
+        ids[(size_t)r * TOPK + j] = idx[j];
+        wts[(size_t)r * TOPK + j] = exp(best[j] - mx) / s;
+    }
+}
+
+// From ids [M * K] (pair v = r * K + j: row r's j-th expert): the P slots of the grouped rows,
+// experts in ascending order, each expert's pairs in ascending v, each expert's group padded to
+// a multiple of TILE. order[s]: the pair of slot s, -1 for padding; tile_e[t]: the expert of
+// tile t (slots t * TILE ..), -1 past the last group; pos[v]: the slot of pair v. NE: the
+// experts (a local count each). Work geometry: global (LS), local (LS): one work-group.
+__kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
+void moe_align(__global int *order, __global int *tile_e, __global int *pos,
+               __global const int *ids, int M, int P, int K, int TILE) {
+    __local int count[NE], start[NE], cursor[NE], chunk[LS];
+    __local int total;
+    const int t = get_local_id(0), V = M * K;
+    for (int e = t; e < NE; e += LS) count[e] = cursor[e] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int v = t; v < V; v += LS) atomic_inc(&count[clamp(ids[v], 0, NE - 1)]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t == 0) {
+        int s = 0;
+        for (int e = 0; e < NE; ++e) {
+            start[e] = s;
+            s += (count[e] + TILE - 1) / TILE * TILE;
+        }
+        total = s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // each group's padding slots and tiles; the unused tail (slots none of the pairs take, so
+    // these stores race with nothing below)
+    for (int e = t; e < NE; e += LS) {
+        const int s0 = start[e], c = count[e], end = s0 + (c + TILE - 1) / TILE * TILE;
+        for (int s = s0 + c; s < end; ++s) order[s] = -1;
+        for (int q = s0 / TILE; q < end / TILE; ++q) tile_e[q] = e;
+    }
+    for (int s = total + t; s < P; s += LS) order[s] = -1;
+    for (int q = total / TILE + t; q < P / TILE; q += LS) tile_e[q] = -1;
+    // the pairs, LS at a time in order of v: a pair's slot is its expert's start, the count
+    // of its expert's pairs in the chunks before (cursor) and in this chunk before it
+    for (int base = 0; base < V; base += LS) {
+        const int v = base + t;
+        const int e = v < V ? clamp(ids[v], 0, NE - 1) : -1;
+        chunk[t] = e;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        int rank = 0, last = 1;
+        if (e >= 0) {
+            for (int j = 0; j < LS; ++j)
+                if (chunk[j] == e) {
+                    if (j < t) ++rank;
+                    else if (j > t) last = 0;
+                }
+            const int s = start[e] + cursor[e] + rank;
+            order[s] = v;
+            pos[v] = s;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (e >= 0 && last) cursor[e] += rank + 1;  // (the chunk's last pair of its expert)
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+// xg[s, :] = x[order[s] / K, :] for s < P (zeros where order[s] < 0), rows of D floats.
+// Work geometry: global (D, P).
+__kernel void moe_gather(__global float *xg, __global const float *x,
+                         __global const int *order, int P, int K, int D) {
+    const int c = get_global_id(0), s = get_global_id(1);
+    if (s >= P) return;
+    const int v = order[s];
+    xg[(size_t)s * D + c] = v < 0 ? 0.0f : x[(size_t)(v / K) * D + c];
+}
+
+// out[r, :] (ACCUM: +=) sum over j < K, in order, of wts[r * K + j] * yd[pos[r * K + j], :],
+// rows of D floats, for r < M. Work geometry: global (D, M).
+__kernel void moe_combine(__global float *out, __global const float *yd,
+                          __global const int *pos, __global const float *wts, int M, int K,
+                          int D) {
+    const int c = get_global_id(0), r = get_global_id(1);
+    if (r >= M) return;
+    float s = 0.0f;
+    for (int j = 0; j < K; ++j) {
+        const int v = r * K + j;
+        s += wts[v] * yd[(size_t)pos[v] * D + c];
+    }
+    __global float *o = out + (size_t)r * D + c;
+#if ACCUM
+    *o += s;
+#else
+    *o = s;
+#endif
+}

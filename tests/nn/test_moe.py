@@ -1,0 +1,426 @@
+"""The device kernels of a mixture-of-experts FFN block (``kernels/moe.py`` and the grouped
+products of ``kernels/matmul.py``, ``experts=``) against numpy: the routing (top-k with exact
+ties, both weight modes), the grouping of (row, slot) pairs by expert into padded tiles, the
+per-expert strides of every weight format and layout, the whole block (router, route, align,
+gather, gate and up, GLU, down, combine onto the residual) for every format, row counts and
+expert counts, on the device's layout, the row-major kernels and the GPU geometry forced on
+the device; and each row's output the same bits alone as inside a batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+from gguf import quants
+
+from clops.kernels import activation, launch, matmul, moe, native_cpu
+from clops.nn import quant
+from clops.nn.quant import DeviceWeight, concat, interleave_rows, pack_float, pack_ggml
+
+from .test_functional import _random_k_quant
+from .test_gguf_types import blocks as gguf_blocks
+
+RNG = np.random.default_rng(2026)
+DIM, F = 64, 32
+# a device format, the file type it is made from
+FORMATS = {"f32": "f32", "f16": "f16", "bf16": "bf16", "q4": "Q4_1", "q4sym": "Q4_0",
+           "q8": "Q8_0", "q8m": "Q5_1"}
+
+
+@pytest.fixture(autouse=True)
+def _no_native_products(monkeypatch):
+    # the router's float32 product and the grouped products never take the native kernels;
+    # other products' native int8 rows are tested elsewhere
+    monkeypatch.setattr(native_cpu, "takes", lambda dev, w: False)
+
+
+@pytest.fixture(params=["device", "rows", "gpu"])
+def path(request, monkeypatch):
+    """The device's own layout and kernels; row-major weights (matmul.cl's CPU loop on a CPU);
+    the GPU geometry (teams of work-items per column, chunked loads) forced on the device."""
+    if request.param == "gpu":
+        monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    if request.param in ("rows", "gpu"):
+        monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    return request.param
+
+
+def _packed(kind: str, n: int, k: int):
+    """A packed weight [n, k] made from the file type ``kind`` and its float64 values."""
+    w = RNG.standard_normal((n, k)).astype(np.float32)
+    if kind in ("f32", "f16", "bf16"):
+        p = pack_float(w, kind)
+        return p, p.dequantize().astype(np.float64)
+    t = Q[kind]
+    raw = quants.quantize(w, t)
+    return pack_ggml(raw, int(t), n, k), quants.dequantize(raw, t).reshape(n, k).astype(
+        np.float64)
+
+
+def _up(dev, a):
+    a = np.ascontiguousarray(a)
+    buf = dev.alloc(max(a.nbytes, 4))
+    dev.write(buf, a, blocking=True)
+    return buf
+
+
+def _read(dev, buf, shape, dtype=np.float32):
+    out = np.empty(shape, dtype)
+    dev.read(out, buf)
+    return out
+
+
+# -- the per-expert strides -------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["f32", "f16", "bf16", "Q4_0", "Q4_1", "Q4_K", "Q8_0", "Q6_K",
+                                  "Q5_1", "Q2_K", "Q5_K"])
+@pytest.mark.parametrize("layout", ["rows", "rb16"])
+def test_each_experts_weights_start_a_whole_stride_apart(device, kind, layout, n_experts=3):
+    """Expert e's values and scales start at e / E of the stacked weight's buffers, in every
+    format (q4 with Q4_SYM, q8 per 16, q8m included) and both layouts: the strides
+    ``expert_strides`` passes the kernels."""
+    k = 512  # (two K-quant super-blocks a row: room for gguf_blocks' special scales)
+    parts = []
+    for _ in range(n_experts):
+        if kind in ("Q4_K", "Q6_K", "Q2_K", "Q5_K"):
+            t = Q[kind]
+            raw = _random_k_quant(t, 16, k) if kind in ("Q4_K", "Q6_K") else \
+                gguf_blocks(kind, 16, k)
+            parts.append(pack_ggml(raw, int(t), 16, k))
+        else:
+            parts.append(_packed(kind, 16, k)[0])
+    stacked = concat(parts)
+    assert stacked is not None
+    w = DeviceWeight(device, stacked, layout=layout)
+    assert w.q4_sym == (kind == "Q4_0" and layout == "rb16")
+    ws, ss = matmul.expert_strides(w, n_experts)
+    data_item = {"f32": 4, "f16": 2, "bf16": 2}.get(stacked.fmt, 1)
+    assert ws * n_experts * data_item == w.data.nbytes
+    if stacked.scales is not None:
+        assert ss * n_experts * (2 if w.scale_half else 4) == w.scales.nbytes
+    else:
+        assert ss == 0
+    # the experts' own arrays, at those strides
+    if layout == "rb16":
+        whole = interleave_rows(stacked, w.q4_sym)
+        own = [interleave_rows(p, w.q4_sym) for p in parts]
+    else:
+        whole, own = (stacked.data, stacked.scales), [(p.data, p.scales) for p in parts]
+    for e in range(n_experts):
+        np.testing.assert_array_equal(whole[0].reshape(-1)[e * ws:(e + 1) * ws],
+                                      own[e][0].reshape(-1))
+        if stacked.scales is not None:
+            np.testing.assert_array_equal(whole[1].reshape(-1)[e * ss:(e + 1) * ss],
+                                          own[e][1].reshape(-1))
+
+
+def test_experts_of_rows_not_in_blocks_of_16_are_refused(device):
+    w = DeviceWeight(device, _packed("f32", 3 * 24, 32)[0])
+    with pytest.raises(ValueError, match="multiple of 16"):
+        matmul.expert_strides(w, 3)
+
+
+# -- route ------------------------------------------------------------------------------------
+def _top_k(logits: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarray]:
+    """numpy's choice: descending logits, an exact tie to the lower expert; the weights in
+    float64."""
+    ids = np.argsort(-logits, axis=1, kind="stable")[:, :k].astype(np.int32)
+    lg = logits.astype(np.float64)
+    mx = lg.max(axis=1, keepdims=True)
+    chosen = np.take_along_axis(lg, ids, axis=1)
+    den = np.exp(chosen - mx).sum(1, keepdims=True) if norm else np.exp(lg - mx).sum(
+        1, keepdims=True)
+    return ids, np.exp(chosen - mx) / den
+
+
+def _route(dev, logits, k, norm):
+    m, e = logits.shape
+    ids, wts = dev.alloc(m * k * 4), dev.alloc(m * k * 4)
+    moe.route(dev, ids, wts, _up(dev, logits), m=m, n_experts=e, k=k, norm=norm).run(dev)
+    return _read(dev, ids, (m, k), np.int32), _read(dev, wts, (m, k))
+
+
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("n_experts,k", [(4, 1), (8, 2), (64, 8), (512, 16), (16, 16)])
+def test_route_picks_the_top_k_ties_to_the_lower_expert(device, n_experts, k, norm, m=41):
+    # few distinct values: many exact ties, across the k-th place too; a row of one value; a
+    # row with -inf logits
+    logits = RNG.integers(-3, 3, (m, n_experts)).astype(np.float32) * 0.5
+    logits[1] = 1.25
+    logits[2, ::2] = -np.inf
+    got_ids, got_w = _route(device, logits, k, norm)
+    want_ids, want_w = _top_k(logits, k, norm)
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_allclose(got_w, want_w, rtol=2e-6, atol=1e-7)
+    assert got_ids[1].tolist() == list(range(k))  # all tied: the first k experts, in order
+    if k < n_experts and norm:
+        np.testing.assert_allclose(got_w.sum(1), 1.0, rtol=1e-6)
+    if k < n_experts and not norm:
+        assert (got_w.sum(1) < 1.0 + 1e-6).all() and (got_w.sum(1)[3:] < 1.0 - 1e-6).any()
+
+
+def test_route_weights_of_distinct_logits(device, m=9, n_experts=32, k=4):
+    logits = (RNG.standard_normal((m, n_experts)) * 4).astype(np.float32)
+    for norm in (True, False):
+        got_ids, got_w = _route(device, logits, k, norm)
+        want_ids, want_w = _top_k(logits, k, norm)
+        np.testing.assert_array_equal(got_ids, want_ids)
+        np.testing.assert_allclose(got_w, want_w, rtol=2e-6, atol=1e-8)
+        # the two modes differ: renormalized over k, or over all E
+        assert not np.allclose(_route(device, logits, k, not norm)[1], got_w)
+
+
+# -- align ------------------------------------------------------------------------------------
+def _align(dev, ids, m, k, n_experts, tile):
+    p = moe.padded_rows(m, k, n_experts, tile)
+    order, tile_e, pos = dev.alloc(p * 4), dev.alloc(p // tile * 4), dev.alloc(m * k * 4)
+    # (stale values where the kernel writes nothing would show)
+    dev.write(order, np.full(p, 12345, np.int32), blocking=True)
+    dev.write(tile_e, np.full(p // tile, 12345, np.int32), blocking=True)
+    moe.align(dev, order, tile_e, pos, _up(dev, ids.astype(np.int32)), m=m, k=k,
+              n_experts=n_experts, tile=tile, p=p).run(dev)
+    return (p, _read(dev, order, p, np.int32), _read(dev, tile_e, p // tile, np.int32),
+            _read(dev, pos, m * k, np.int32))
+
+
+def check_alignment(ids, order, tile_e, pos, n_experts, tile):
+    """The grouping and padding rules: every pair once; its slot in pos; experts ascending,
+    pairs of an expert ascending, each group starting a tile and padded to whole tiles with
+    -1; each tile's expert; -1 past the last group."""
+    flat = ids.reshape(-1)
+    v = order[order >= 0]
+    assert sorted(v.tolist()) == list(range(flat.size))  # a permutation of the pairs
+    np.testing.assert_array_equal(order[pos], np.arange(flat.size))
+    s = 0
+    for e in range(n_experts):
+        mine = np.nonzero(flat == e)[0]
+        if mine.size == 0:
+            continue
+        span = -(-mine.size // tile) * tile
+        np.testing.assert_array_equal(order[s:s + mine.size], mine)  # ascending v
+        assert (order[s + mine.size:s + span] == -1).all()
+        assert (tile_e[s // tile:(s + span) // tile] == e).all()
+        s += span
+    assert (order[s:] == -1).all() and (tile_e[s // tile:] == -1).all()
+
+
+@pytest.mark.parametrize("m,k,n_experts,tile", [(1, 1, 4, 1), (1, 4, 16, 1), (3, 2, 4, 2),
+                                                (37, 4, 16, 8), (37, 2, 16, 4),
+                                                (2048, 4, 512, 8), (1000, 8, 64, 4),
+                                                (300, 1, 8, 8)])
+def test_align_groups_pairs_by_expert_into_whole_tiles(device, m, k, n_experts, tile):
+    # distinct experts per row (as route gives), some experts never chosen
+    used = max(k, n_experts * 3 // 4)
+    ids = np.stack([RNG.permutation(used)[:k] for _ in range(m)])
+    p, order, tile_e, pos = _align(device, ids, m, k, n_experts, tile)
+    check_alignment(ids, order, tile_e, pos, n_experts, tile)
+    assert p >= (order >= 0).sum() and p % tile == 0
+
+
+def test_align_pads_each_expert_and_the_bound_is_reached(device):
+    # every pair a different expert: each group one pair and tile - 1 padding; P is exact
+    m, k, n_experts, tile = 4, 2, 8, 4
+    ids = np.arange(8).reshape(m, k)[::-1]
+    p, order, tile_e, pos = _align(device, ids, m, k, n_experts, tile)
+    assert p == 32
+    check_alignment(ids, order, tile_e, pos, n_experts, tile)
+    np.testing.assert_array_equal(tile_e, np.arange(8))
+    # a checker that can fail: another order of the pairs is caught
+    with pytest.raises(AssertionError):
+        check_alignment(ids[::-1], order, tile_e, pos, n_experts, tile)
+
+
+def test_padded_rows_is_an_upper_bound():
+    for m in (1, 3, 37, 100):
+        for k in (1, 2, 4):
+            for n_experts in (4, 16):
+                for tile in (1, 2, 4, 8):
+                    p = moe.padded_rows(m, k, n_experts, tile)
+                    assert p % tile == 0
+                    for _ in range(5):
+                        c = np.bincount(RNG.integers(0, n_experts, m * k),
+                                        minlength=n_experts)
+                        assert (-(-c // tile) * tile).sum() <= p
+    assert moe.padded_rows(1, 1, 4, 1) == 1 and moe.padded_rows(4, 2, 8, 4) == 32
+
+
+# -- the block --------------------------------------------------------------------------------
+class Block:
+    """An MoE block's weights: a float32 router [E, dim], and E experts' gate, up [E * F, dim]
+    and down [E * dim, F] in one format, on the device and as float64 values."""
+
+    def __init__(self, dev, fmt: str, n_experts: int) -> None:
+        kind = FORMATS[fmt]
+        self.n_experts = n_experts
+        rp, self.router = _packed("f32", n_experts, DIM)
+        gp, self.gate = _packed(kind, n_experts * F, DIM)
+        upk, self.up = _packed(kind, n_experts * F, DIM)
+        dp, self.down = _packed(kind, n_experts * DIM, F)
+        self.w = [DeviceWeight(dev, p) for p in (rp, gp, upk, dp)]
+
+    def reference(self, x: np.ndarray, logits: np.ndarray, k: int, norm: bool,
+                  residual: np.ndarray) -> np.ndarray:
+        """The block's output in float64, routed by the device's logits (float32 values whose
+        order decides the experts)."""
+        ids, wts = _top_k(logits, k, norm)
+        x64 = x.astype(np.float64)
+        out = residual.astype(np.float64).copy()
+        for r in range(len(x)):
+            for j in range(k):
+                e = ids[r, j]
+                g = self.gate[e * F:(e + 1) * F] @ x64[r]
+                u = self.up[e * F:(e + 1) * F] @ x64[r]
+                h = g / (1 + np.exp(-g)) * u
+                out[r] += wts[r, j] * (self.down[e * DIM:(e + 1) * DIM] @ h)
+        return out
+
+
+def run_block(dev, blk: Block, x: np.ndarray, residual: np.ndarray, *, k: int, norm: bool):
+    """The launches of the block on m rows, as a plan records them (nothing read back between
+    them): the block's output rows, and the logits, ids, order, tile_e and pos."""
+    m, n_e = len(x), blk.n_experts
+    router, gate, up, down = blk.w
+    tile = moe.tile_rows(dev, [gate.fmt, up.fmt, down.fmt], m, k)
+    p = moe.padded_rows(m, k, n_e, tile)
+    xb, out = _up(dev, x), _up(dev, residual)
+    logits, ids, wts = dev.alloc(m * n_e * 4), dev.alloc(m * k * 4), dev.alloc(m * k * 4)
+    order, tile_e, pos = dev.alloc(p * 4), dev.alloc(p // tile * 4), dev.alloc(m * k * 4)
+    xg, gu, h, yd = (dev.alloc(p * DIM * 4), dev.alloc(p * 2 * F * 4), dev.alloc(p * F * 4),
+                     dev.alloc(p * DIM * 4))
+    ex = (tile_e, n_e)
+    launches = [
+        matmul.matmul(dev, logits, 0, n_e, xb, 0, DIM, router, m, row_invariant=True),
+        moe.route(dev, ids, wts, logits, m=m, n_experts=n_e, k=k, norm=norm),
+        moe.align(dev, order, tile_e, pos, ids, m=m, k=k, n_experts=n_e, tile=tile, p=p),
+        moe.gather(dev, xg, xb, order, p=p, k=k, dim=DIM),
+        matmul.matmul(dev, gu, 0, 2 * F, xg, 0, DIM, gate, p, experts=ex, tm=tile,
+                      row_invariant=True),
+        matmul.matmul(dev, gu, F, 2 * F, xg, 0, DIM, up, p, experts=ex, tm=tile,
+                      row_invariant=True),
+        activation.glu(dev, h, gu, m=p, f=F),
+        matmul.matmul(dev, yd, 0, DIM, h, 0, F, down, p, experts=ex, tm=tile,
+                      row_invariant=True),
+        moe.combine(dev, out, yd, pos, wts, m=m, k=k, dim=DIM, accum=True),
+    ]
+    for ln in launches:
+        ln.run(dev)
+    return (_read(dev, out, (m, DIM)), _read(dev, logits, (m, n_e)),
+            _read(dev, ids, (m, k), np.int32), _read(dev, order, p, np.int32),
+            _read(dev, tile_e, p // tile, np.int32), _read(dev, pos, m * k, np.int32), tile)
+
+
+def _inputs(m: int):
+    return (RNG.standard_normal((m, DIM)).astype(np.float32),
+            RNG.standard_normal((m, DIM)).astype(np.float32))
+
+
+def _check_block(dev, blk, x, res, k, norm):
+    got, logits, ids, order, tile_e, pos, tile = run_block(dev, blk, x, res, k=k, norm=norm)
+    np.testing.assert_array_equal(ids, _top_k(logits, k, norm)[0])
+    check_alignment(ids, order, tile_e, pos, blk.n_experts, tile)
+    want = blk.reference(x, logits, k, norm, res)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-4 * np.abs(want - res).max())
+    return got
+
+
+# (E, k, norm) cases: every E with every k, both weight modes
+CASES = [(4, 1, True), (4, 2, False), (4, 4, True), (16, 1, False), (16, 2, True),
+         (16, 4, False)]
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("m", [1, 3, 37])
+def test_the_block_of_every_format(device, fmt, m):
+    for n_e, k, norm in CASES:
+        blk = Block(device, fmt, n_e)
+        x, res = _inputs(m)
+        _check_block(device, blk, x, res, k, norm)
+
+
+@pytest.mark.parametrize("fmt", ["f16", "q4sym", "q8m"])
+@pytest.mark.parametrize("m", [1, 37])
+def test_the_block_on_row_major_and_gpu_kernels(device, path, fmt, m):
+    if path == "device":
+        pytest.skip("test_the_block_of_every_format")
+    blk = Block(device, fmt, 16)
+    assert all(w.layout == "rows" for w in blk.w)
+    x, res = _inputs(m)
+    for k, norm in ((1, True), (4, False)):
+        _check_block(device, blk, x, res, k, norm)
+
+
+@pytest.mark.parametrize("fmt", ["f32", "bf16", "q4", "q8"])
+def test_a_rows_output_is_the_same_alone_and_in_a_batch(device, path, fmt, m=37, k=2):
+    """Each row's block output, alone (tiles of one row) and among 37 (tiles of several
+    rows, its expert groups beside other rows'): the same bits."""
+    blk = Block(device, fmt, 16)
+    x, res = _inputs(m)
+    batch = _check_block(device, blk, x, res, k, True)
+    assert run_block(device, blk, x, res, k=k, norm=True)[-1] > 1  # tiles of several rows
+    for r in range(m):
+        alone = run_block(device, blk, x[r:r + 1], res[r:r + 1], k=k, norm=True)[0]
+        np.testing.assert_array_equal(alone[0], batch[r])
+
+
+def test_a_wrong_expert_stride_is_seen(device, monkeypatch):
+    """The strides matter: every expert read at expert 0's weights (or half a stride off)
+    gives another block."""
+    blk = Block(device, "q4", 4)
+    x, res = _inputs(5)
+    _check_block(device, blk, x, res, 2, True)
+    real = matmul.expert_strides
+    for wrong in (lambda w, e: (0, 0), lambda w, e: (real(w, e)[0] // 2, real(w, e)[1])):
+        monkeypatch.setattr(matmul, "expert_strides", wrong)
+        with pytest.raises(AssertionError):
+            _check_block(device, blk, x, res, 2, True)
+
+
+def test_grouped_products_refuse_what_they_do_not_take(device, monkeypatch):
+    blk = Block(device, "q8", 4)
+    _, gate, _, _ = blk.w
+    y, x, tile_e = device.alloc(8 * 2 * F * 4), _up(device, np.ones((8, DIM), np.float32)), \
+        _up(device, np.zeros(2, np.int32))
+    ex = (tile_e, 4)
+    for kw in ({"norm": (x, 1e-5)}, {"glu_out": True}, {"glu": True}):
+        with pytest.raises(ValueError, match="experts|glu"):
+            matmul.matmul(device, y, 0, F, x, 0, DIM, gate, 8, experts=ex, tm=4, **kw)
+    for tm in (None, 3):
+        with pytest.raises(ValueError, match="tm="):
+            matmul.matmul(device, y, 0, F, x, 0, DIM, gate, 8, experts=ex, tm=tm)
+    # never the native CPU products nor the int8 rows of the GPU decode path
+    monkeypatch.setattr(native_cpu, "takes", lambda dev, w: True)
+    monkeypatch.setattr(matmul, "int8_activations", lambda dev, m, fmt, k: True)
+
+    def refused(*a, **kw):
+        raise AssertionError("an experts product took the native kernels")
+
+    monkeypatch.setattr(native_cpu, "matmul", refused)
+    x1 = RNG.standard_normal((1, DIM)).astype(np.float32)
+    one = _up(device, np.array([3], np.int32))
+    y1 = device.alloc(F * 4)
+    matmul.matmul(device, y1, 0, F, _up(device, x1), 0, DIM, gate, 1, experts=(one, 4),
+                  tm=1).run(device)
+    np.testing.assert_allclose(_read(device, y1, F), blk.gate[3 * F:4 * F] @ x1[0],
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_padding_tiles_store_nothing(device):
+    """A tile of expert -1 leaves its rows of y as they were; bias is per expert."""
+    n_e = 4
+    p, ref = _packed("Q8_0", n_e * F, DIM)
+    w = DeviceWeight(device, p)
+    tile = 2
+    x = RNG.standard_normal((6, DIM)).astype(np.float32)
+    bias = RNG.standard_normal(n_e * F).astype(np.float32)
+    y0 = np.full((6, F), 7.0, np.float32)
+    y = _up(device, y0)
+    experts = np.array([2, -1, 0], np.int32)
+    matmul.matmul(device, y, 0, F, _up(device, x), 0, DIM, w, 6, bias=_up(device, bias),
+                  experts=(_up(device, experts), n_e), tm=tile).run(device)
+    got = _read(device, y, (6, F))
+    for t, e in enumerate(experts):
+        rows = slice(t * tile, (t + 1) * tile)
+        if e < 0:
+            np.testing.assert_array_equal(got[rows], y0[rows])
+        else:
+            want = x[rows] @ ref[e * F:(e + 1) * F].T + bias[e * F:(e + 1) * F]
+            np.testing.assert_allclose(got[rows], want, rtol=1e-4, atol=1e-4)
