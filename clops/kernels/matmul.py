@@ -251,8 +251,9 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     N columns, and row tile t (rows t * tm .. t * tm + tm - 1; ``tm`` required, dividing m)
     meets expert ``tile_e[t]`` (int32, m / tm of them; -1: a padding tile, not stored). Not
     with norm=, glu= or glu_out=; never the int8 rows of the GPU decode path or the native CPU
-    products. With ``row_invariant`` the geometry is the one of several rows for every m, so
-    that a tile of one row adds its sums as a tile of many does (GPUs)."""
+    products. The kernel's arguments 14 .. 16 are then tile_e and the per-expert strides
+    (``expert_strides``); argument 9 stays m, and the row tiles' axis of the global size (1;
+    ``matmul_rb``: 0) holds m / tm."""
     if norm is not None and glu:
         raise ValueError("matmul: norm= and glu= do not go together")
     if experts is not None:

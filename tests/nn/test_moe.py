@@ -274,9 +274,12 @@ class Block:
         return out
 
 
-def run_block(dev, blk: Block, x: np.ndarray, residual: np.ndarray, *, k: int, norm: bool):
+def run_block(dev, blk: Block, x: np.ndarray, residual: np.ndarray, *, k: int, norm: bool,
+              rows: int | None = None):
     """The launches of the block on m rows, as a plan records them (nothing read back between
-    them): the block's output rows, and the logits, ids, order, tile_e and pos."""
+    them): the block's output rows, and the logits, ids, order, tile_e and pos. ``rows``: the
+    launches made for m rows, then resized to the first ``rows`` (as their docstrings say)
+    before they run."""
     m, n_e = len(x), blk.n_experts
     router, gate, up, down = blk.w
     tile = moe.tile_rows(dev, [gate.fmt, up.fmt, down.fmt], m, k)
@@ -288,7 +291,8 @@ def run_block(dev, blk: Block, x: np.ndarray, residual: np.ndarray, *, k: int, n
                      dev.alloc(p * DIM * 4))
     ex = (tile_e, n_e)
     launches = [
-        matmul.matmul(dev, logits, 0, n_e, xb, 0, DIM, router, m, row_invariant=True),
+        matmul.matmul(dev, logits, 0, n_e, xb, 0, DIM, router, m, row_invariant=True,
+                      tm=min(ROUTER_TM, launch.pow2_at_most(m))),
         moe.route(dev, ids, wts, logits, m=m, n_experts=n_e, k=k, norm=norm),
         moe.align(dev, order, tile_e, pos, ids, m=m, k=k, n_experts=n_e, tile=tile, p=p),
         moe.gather(dev, xg, xb, order, p=p, k=k, dim=DIM),
@@ -301,11 +305,42 @@ def run_block(dev, blk: Block, x: np.ndarray, residual: np.ndarray, *, k: int, n
                       row_invariant=True),
         moe.combine(dev, out, yd, pos, wts, m=m, k=k, dim=DIM, accum=True),
     ]
+    if rows is not None:
+        assert moe.tile_rows(dev, [gate.fmt, up.fmt, down.fmt], rows, k) == tile
+        m, p = rows, moe.padded_rows(rows, k, n_e, tile)
+        _resize(dev, launches, m, p, tile, router.layout)
     for ln in launches:
         ln.run(dev)
     return (_read(dev, out, (m, DIM)), _read(dev, logits, (m, n_e)),
             _read(dev, ids, (m, k), np.int32), _read(dev, order, p, np.int32),
             _read(dev, tile_e, p // tile, np.int32), _read(dev, pos, m * k, np.int32), tile)
+
+
+ROUTER_TM = 4  # (the router product's rows a work-item, fewer for fewer rows)
+
+
+def _resize(dev, launches, m: int, p: int, tile: int, layout: str) -> None:
+    """The block's launches to m rows (p slots), by the argument indices and global sizes
+    their functions document (the products: argument 9 and the row tiles' axis)."""
+    router, route, align, gather, gate, up, glu, down, combine = launches
+
+    def product(ln, rows, tm):
+        ln.args[9] = np.int32(rows)
+        size = list(ln.global_size)
+        size[0 if layout == "rb16" else 1] = -(-rows // tm)
+        ln.global_size = tuple(size)
+
+    product(router, m, ROUTER_TM)  # (made for more than 4 rows)
+    route.args[3] = np.int32(m)
+    route.global_size = launch.flat_geometry(dev, m)[0]
+    align.args[4], align.args[5] = np.int32(m), np.int32(p)
+    gather.args[3] = np.int32(p)
+    gather.global_size = (DIM, p)
+    for ln in (gate, up, down):
+        product(ln, p, tile)
+    glu.global_size = (F, p)
+    combine.args[4] = np.int32(m)
+    combine.global_size = (DIM, m)
 
 
 def _inputs(m: int):
@@ -338,9 +373,8 @@ def test_the_block_of_every_format(device, fmt, m):
 
 @pytest.mark.parametrize("fmt", ["f16", "q4sym", "q8m"])
 @pytest.mark.parametrize("m", [1, 37])
+@pytest.mark.parametrize("path", ["rows", "gpu"], indirect=True)
 def test_the_block_on_row_major_and_gpu_kernels(device, path, fmt, m):
-    if path == "device":
-        pytest.skip("test_the_block_of_every_format")
     blk = Block(device, fmt, 16)
     assert all(w.layout == "rows" for w in blk.w)
     x, res = _inputs(m)
@@ -403,7 +437,7 @@ def test_grouped_products_refuse_what_they_do_not_take(device, monkeypatch):
                                rtol=1e-4, atol=1e-4)
 
 
-def test_padding_tiles_store_nothing(device):
+def test_padding_tiles_store_nothing(device, path):
     """A tile of expert -1 leaves its rows of y as they were; bias is per expert."""
     n_e = 4
     p, ref = _packed("Q8_0", n_e * F, DIM)
@@ -424,3 +458,16 @@ def test_padding_tiles_store_nothing(device):
         else:
             want = x[rows] @ ref[e * F:(e + 1) * F].T + bias[e * F:(e + 1) * F]
             np.testing.assert_allclose(got[rows], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", ["f16", "q4"])
+def test_the_launches_resize_to_fewer_rows(device, path, fmt, k=2):
+    """Launches made for 37 rows, resized to 20 by their row arguments and global sizes, give
+    what launches made for 20 rows give, bit for bit."""
+    blk = Block(device, fmt, 16)
+    x, res = _inputs(37)
+    want = run_block(device, blk, x[:20], res[:20], k=k, norm=False)[0]
+    got = run_block(device, blk, x, res, k=k, norm=False, rows=20)
+    np.testing.assert_array_equal(got[0], want)
+    # (align saw 20 rows' pairs: an m left at 37 would have filled more slots)
+    check_alignment(got[2], got[3], got[4], got[5], 16, got[6])
