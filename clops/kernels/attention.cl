@@ -11,6 +11,11 @@
 //             paged kernels)
 //   CPU_VEC   1: the CPU kernels (attn_decode_cpu; attn_prefill 16-wide)
 //   KV_HALF   1: the cache holds float16 values (clops/kv.cl), else float32
+//   SINKS     1: each query head h has a learned sink logit sinks[h] (gpt-oss; the kernel's
+//             last argument, float32 [H]): one more term exp(sinks[h]) in the softmax's
+//             denominator, with no value. The running softmax of a head's first (or only)
+//             part begins with it, so that a combine of parts counts it once (attn_decode,
+//             attn_decode_wg, attn_prefill and its GPU kernels, the paged kernels)
 //
 // The KV cache of a layer is k[KV][max_seq][D] and v[KV][max_seq][D] of kv_t.
 // state[0] is the position of the first row of the current batch, on the device, so that a
@@ -27,6 +32,14 @@
 #endif
 #ifndef WINDOW
 #define WINDOW 0
+#endif
+#ifndef SINKS
+#define SINKS 0
+#endif
+#if SINKS
+#define SINKS_ARG , __global const float *sinks
+#else
+#define SINKS_ARG
 #endif
 #define D4 (HEAD_DIM / 4)
 #include "clops/kv.cl"
@@ -221,7 +234,7 @@ inline void attend_cpu(const float16 *qv, float16 *acc, float *mx, float *l,
 __kernel void attn_decode(__global float *part, __global const float *q,
                           __global const kv_t *kc, __global const kv_t *vc,
                           __global const int *state, int max_seq, int chunk, int n_rep,
-                          float scale) {
+                          float scale SINKS_ARG) {
     const int s = get_global_id(0), h = get_global_id(1), S = get_global_size(0);
     const int L = state[0] + 1;
     __global float *out = part + ((size_t)h * S + s) * (HEAD_DIM + 2);
@@ -239,6 +252,12 @@ __kernel void attn_decode(__global float *part, __global const float *q,
         acc[d] = (float4)(0.0f);
     }
     float mx = -INFINITY, l = 0.0f;
+#if SINKS
+    if (s == first_key(L - 1) / chunk) {  // (the head's first split that takes part)
+        mx = sinks[h];
+        l = 1.0f;
+    }
+#endif
     attend(qv, acc, &mx, &l, kc + (size_t)kvh * max_seq * HEAD_DIM,
            vc + (size_t)kvh * max_seq * HEAD_DIM, j0, j1);
     for (int d = 0; d < D4; ++d) vstore4(acc[d], d, out);
@@ -278,6 +297,15 @@ inline float2 chunk_softmax(__local float *p, __local float *red, int t, int n, 
     }
     return (float2)(mx, red[0]);
 }
+
+#if SINKS
+// A chunk's (max, sum) ms and value sum acc with the head's sink folded in (its first chunk)
+inline void sink_fold(float2 *ms, float *acc, float sink) {
+    const float m = fmax(ms->x, sink), c = exp(ms->x - m);
+    *ms = (float2)(m, ms->y * c + exp(sink - m));
+    *acc *= c;
+}
+#endif
 
 // rows a local tile of keys or values (no more rows than a head's work-items)
 #define TJ (HEAD_DIM <= 64 ? HEAD_DIM : 4096 / HEAD_DIM)
@@ -390,7 +418,7 @@ inline float chunk_scores(__local float *p, __local const float *qs, __local flo
 __kernel void attn_decode_wg(__global float *part, __global const float *q,
                              __global const kv_t *kc, __global const kv_t *vc,
                              __global const int *state, int max_seq, int chunk, int n_rep,
-                             float scale) {
+                             float scale SINKS_ARG) {
     __local float qs[HEAD_DIM] __attribute__((aligned(16))), p[CHUNK], red[HEAD_DIM];
     __local float kt[TJ * KROW] __attribute__((aligned(16)));
     const int t = get_local_id(0), s = get_group_id(0), h = get_global_id(1);
@@ -412,8 +440,14 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
     __global const kv_t *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
     __global const int *flat = 0;  // (rows HEAD_DIM apart)
     const float mx = chunk_scores(p, qs, kt, kb, qs, n, n, t, t, flat, 0, 0, 0, 0);
+#if SINKS
+    float2 ms = chunk_softmax(p, red, t, n, mx);
+    float acc = value_sum(p, kt, vb, n, t, t, flat, 0, 0, 0, 0);
+    if (s == 0) sink_fold(&ms, &acc, sinks[h]);
+#else
     const float2 ms = chunk_softmax(p, red, t, n, mx);
     const float acc = value_sum(p, kt, vb, n, t, t, flat, 0, 0, 0, 0);
+#endif
     out[t] = acc;
     if (t == 0) {
         out[HEAD_DIM] = ms.x;
@@ -550,7 +584,7 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
                             __global const float *q, __global const kv_t *kp,
                             __global const kv_t *vp, __global const int *table, int maxb,
                             __global const int *rslot, __global const int *rpos, int H, int KV,
-                            int BS, float scale) {
+                            int BS, float scale SINKS_ARG) {
     __local float qs[HEAD_DIM] __attribute__((aligned(16))), p[CHUNK], red[HEAD_DIM];
     __local float kt[TJ * KROW] __attribute__((aligned(16)));
     __local int last;
@@ -565,8 +599,14 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
     qs[t] = q[(size_t)rh * HEAD_DIM + t] * scale;
     barrier(CLK_LOCAL_MEM_FENCE);
     const float mx = chunk_scores(p, qs, kt, kp, qs, n, n, t, t, blocks, j0, BS, KV, kvh);
+#if SINKS
+    float2 ms = chunk_softmax(p, red, t, n, mx);
+    float acc = value_sum(p, kt, vp, n, t, t, blocks, j0, BS, KV, kvh);
+    if (s == s0) sink_fold(&ms, &acc, sinks[h]);
+#else
     const float2 ms = chunk_softmax(p, red, t, n, mx);
     const float acc = value_sum(p, kt, vp, n, t, t, blocks, j0, BS, KV, kvh);
+#endif
 #if COMBINE
     if (active == 1) {
         out[(size_t)rh * HEAD_DIM + t] = acc / ms.y;
@@ -615,7 +655,7 @@ __kernel void paged_attn_combine(__global float *out, __global const float *part
 __kernel void attn_prefill(__global float *out, __global const float *q, int q_off, int ld_q,
                            __global const kv_t *kc, __global const kv_t *vc, int k_off,
                            int v_off, int kv_stride, __global const int *state, int pos_add,
-                           int causal, int n_keys, int n_rep, float scale) {
+                           int causal, int n_keys, int n_rep, float scale SINKS_ARG) {
     const int m = get_global_id(0), h = get_global_id(1), H = get_global_size(1);
     const int kvh = h / n_rep;
     const int L = causal ? min(n_keys, state[0] + pos_add + m + 1) : n_keys;
@@ -626,6 +666,10 @@ __kernel void attn_prefill(__global float *out, __global const float *q, int q_o
         acc[d] = (QV)(0.0f);
     }
     float mx = -INFINITY, l = 0.0f;
+#if SINKS
+    mx = sinks[h];
+    l = 1.0f;
+#endif
     ATTEND(qv, acc, &mx, &l, kc + k_off + (size_t)kvh * kv_stride,
            vc + v_off + (size_t)kvh * kv_stride,
            causal ? first_key(state[0] + pos_add + m) : 0, L);
@@ -648,7 +692,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void attn_prefill_wg(__global float *out, __global const float *q, int q_off, int ld_q,
                      __global const kv_t *kc, __global const kv_t *vc, int k_off, int v_off,
                      int kv_stride, __global const int *state, int pos_add, int causal,
-                     int n_keys, int n_rep, float scale, int M) {
+                     int n_keys, int n_rep, float scale, int M SINKS_ARG) {
     __local float qs[PQ * HEAD_DIM] __attribute__((aligned(16)));
     __local float ks[PK * KROW] __attribute__((aligned(16)));
     __local float vs[PK * HEAD_DIM] __attribute__((aligned(16)));
@@ -670,6 +714,10 @@ void attn_prefill_wg(__global float *out, __global const float *q, int q_off, in
     float acc[DPT];
     for (int d = 0; d < DPT; ++d) acc[d] = 0.0f;
     float mx = -INFINITY, l = 0.0f;
+#if SINKS
+    mx = sinks[h];
+    l = 1.0f;
+#endif
     for (int j0 = 0; j0 < lmax; j0 += PK) {
         barrier(CLK_LOCAL_MEM_FENCE);  // the last tile is used up (and the q tile written)
         for (int i = t; i < PK * HEAD_DIM; i += 128) {
@@ -728,7 +776,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void attn_prefill_mma(__global float *out, __global const float *q, int q_off, int ld_q,
                       __global const kv_t *kc, __global const kv_t *vc, int k_off, int v_off,
                       int kv_stride, __global const int *state, int pos_add, int causal,
-                      int n_keys, int n_rep, float scale, int M) {
+                      int n_keys, int n_rep, float scale, int M SINKS_ARG) {
     __local ushort ks[FK * FROW] __attribute__((aligned(16)));
     __local ushort vs[FK * FROW] __attribute__((aligned(16)));
     const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5;
@@ -761,6 +809,12 @@ void attn_prefill_mma(__global float *out, __global const float *q, int q_off, i
 #pragma unroll
     for (int j = 0; j < FND; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float mx0 = -INFINITY, mx1 = -INFINITY, s0 = 0.0f, s1 = 0.0f;
+#if SINKS
+    // the sink as a score of weight 1 at the start (base 2, as the scores); the row's sum is
+    // its 4 lanes' parts added, so one lane holds it
+    mx0 = mx1 = sinks[h] * 1.44269504088896f;
+    s0 = s1 = t == 0 ? 1.0f : 0.0f;
+#endif
     for (int j0 = 0; j0 < lmax; j0 += FK) {
         barrier(CLK_LOCAL_MEM_FENCE);  // the last tile is used up
         // (every load of the tile issued before any is stored: one memory latency a tile)
@@ -958,7 +1012,8 @@ __kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
 __kernel void paged_attn_cpu(__global float *out, __global const float *q,
                              __global const kv_t *kp, __global const kv_t *vp,
                              __global const int *table, int maxb, __global const int *rslot,
-                             __global const int *rpos, int H, int KV, int BS, float scale) {
+                             __global const int *rpos, int H, int KV, int BS,
+                             float scale SINKS_ARG) {
     const int h = get_global_id(1), r = get_global_id(2);
     const int pos = rpos[r], slot = rslot[r], kvh = h / (H / KV);
     __global const float *qr = q + ((size_t)r * H + h) * HEAD_DIM;
@@ -969,6 +1024,10 @@ __kernel void paged_attn_cpu(__global float *out, __global const float *q,
     }
     // (the first key's score exceeds -INFINITY: acc * 0 + v, l = 0 * 0 + 1)
     float mx = -INFINITY, l = 0.0f;
+#if SINKS
+    mx = sinks[h];
+    l = 1.0f;
+#endif
     const int first = first_key(pos);
     for (int j = first / BS; j * BS <= pos; ++j) {
         const size_t at = ((size_t)table[slot * maxb + j] * KV + kvh) * BS * HEAD_DIM;

@@ -94,6 +94,17 @@ def _attn_combine(dev: CLDevice, out: Buffer, part: Buffer, state: Buffer, head_
                   [part, state], [out], "attn_combine")
 
 
+def sink_defines(sinks: Buffer | None) -> dict[str, Any]:
+    """The defines of a sink logit a query head (``sinks``, float32 [n_heads]; gpt-oss), whose
+    kernels take ``sinks`` as their last argument; none without."""
+    return {"SINKS": 1} if sinks is not None else {}
+
+
+def sink_args(sinks: Buffer | None) -> list[Buffer]:
+    """The last argument (and a read) of a kernel built with ``sink_defines(sinks)``."""
+    return [sinks] if sinks is not None else []
+
+
 def _score_defines(softcap: float, window: int) -> dict[str, Any]:
     out: dict[str, Any] = {"SOFTCAP": float_define(softcap)} if softcap else {}
     if window:
@@ -104,23 +115,28 @@ def _score_defines(softcap: float, window: int) -> dict[str, Any]:
 def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer, vc: Buffer,
                 state: Buffer, *, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
                 scale: float, softcap: float = 0.0, window: int = 0,
-                kv_half: bool = False) -> list[Launch]:
+                kv_half: bool = False, sinks: Buffer | None = None) -> list[Launch]:
     """Attention of one query row over the cache: split over positions, then combined.
     ``softcap``: scores soft-capped to (-softcap, softcap); ``window``: the last ``window``
-    positions only (both take the one-work-item-per-split kernel)."""
+    positions only (both take the one-work-item-per-split kernel); ``sinks``: float32
+    [n_heads], a sink logit a head (gpt-oss: exp(sinks[h]) one more term of the softmax's
+    denominator, with no value), taken by the head's first split that attends to any position,
+    so that the combine counts it once (the combine itself is the same)."""
     chunk, splits = decode_chunk(dev, max_seq, n_heads)
-    a1 = [part, q, kc, vc, state, i32(max_seq), i32(chunk), i32(n_heads // n_kv), f32(scale)]
+    a1 = [part, q, kc, vc, state, i32(max_seq), i32(chunk), i32(n_heads // n_kv), f32(scale),
+          *sink_args(sinks)]
     if softcap or window or not fused_decode(dev, head_dim):
         # one work-item per split (no work-group of head_dim work-items, or scores capped or
         # windowed, which attn_decode_wg does not do)
         k1 = kernel(dev, "attention", "attn_decode", HEAD_DIM=head_dim,
-                    **_score_defines(softcap, window), **kv_defines(kv_half))
+                    **_score_defines(softcap, window), **kv_defines(kv_half),
+                    **sink_defines(sinks))
         g1, l1 = (splits, n_heads), None
     else:
         k1 = kernel(dev, "attention", "attn_decode_wg", HEAD_DIM=head_dim, CHUNK=chunk,
-                    **kv_defines(kv_half))
+                    **kv_defines(kv_half), **sink_defines(sinks))
         g1, l1 = (splits * head_dim, n_heads), (head_dim, 1)
-    return [Launch(k1, g1, l1, a1, [q, kc, vc, state], [part], "attn_decode"),
+    return [Launch(k1, g1, l1, a1, [q, kc, vc, state, *sink_args(sinks)], [part], "attn_decode"),
             _attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits)]
 
 
@@ -242,42 +258,45 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
                  vc: Buffer, k_off: int, v_off: int, kv_stride: int, state: Buffer, *,
                  pos_add: int, causal: bool, n_keys: int, m: int, n_heads: int, n_kv: int,
                  head_dim: int, scale: float, softcap: float = 0.0, window: int = 0,
-                 half: bool = False, kv_half: bool = False, half_out: bool = False) -> Launch:
-    """Attention of m query rows; ``softcap`` and ``window`` as in attn_decode (a causal
-    window: the keys (pos - window, pos] of each row). ``half``: q, k, v and the softmax
-    weights may be rounded to float16 for tensor cores (``prefill_mma``), as an LLM's prompt
-    takes them; else float32 throughout. ``half_out`` (where ``prefill_half_out`` holds):
-    out takes the rows as float16 values."""
+                 half: bool = False, kv_half: bool = False, half_out: bool = False,
+                 sinks: Buffer | None = None) -> Launch:
+    """Attention of m query rows; ``softcap``, ``window`` and ``sinks`` as in attn_decode (a
+    causal window: the keys (pos - window, pos] of each row; every kernel here takes sinks).
+    ``half``: q, k, v and the softmax weights may be rounded to float16 for tensor cores
+    (``prefill_mma``), as an LLM's prompt takes them; else float32 throughout. ``half_out``
+    (where ``prefill_half_out`` holds): out takes the rows as float16 values."""
     if half_out and not prefill_half_out(dev, head_dim, half, softcap, window):
         raise ValueError("attn_prefill: float16 output rows come from the tensor-core kernel "
                          "only (half=True, no cap or window, prefill_mma)")
     args = [out, q, i32(q_off), i32(ld_q), kc, vc, i32(k_off), i32(v_off), i32(kv_stride),
             state, i32(pos_add), i32(int(causal)), i32(n_keys), i32(n_heads // n_kv),
             f32(scale)]
-    reads = [q, kc, vc, state]
-    kv = kv_defines(kv_half)
+    reads = [q, kc, vc, state, *sink_args(sinks)]
+    defs = {**kv_defines(kv_half), **sink_defines(sinks)}
+    # (the sinks, where given, are every kernel's last argument: after M where it has one)
+    sink = sink_args(sinks)
     if softcap or window:
         # PERF: capped or windowed scores take the work-item-per-row kernel on GPUs too
         knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim,
-                     **_score_defines(softcap, window), **kv)
-        return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
+                     **_score_defines(softcap, window), **defs)
+        return Launch(knl, (m, n_heads), None, args + sink, reads, [out], "attn_prefill")
     if half and prefill_mma(dev, head_dim):
         # PERF (H200, Llama-3.2-1B body, a prompt of 512 rows): 198 -> 32 us a layer
         knl = kernel(dev, "attention", "attn_prefill_mma", HEAD_DIM=head_dim, PREFILL_MMA=1,
-                     **({"HALF_OUT": 1} if half_out else {}), **kv)
-        return Launch(knl, (math.ceil(m / 64) * 128, n_heads), (128, 1), args + [i32(m)],
-                      reads, [out], "attn_prefill")
+                     **({"HALF_OUT": 1} if half_out else {}), **defs)
+        return Launch(knl, (math.ceil(m / 64) * 128, n_heads), (128, 1),
+                      args + [i32(m), *sink], reads, [out], "attn_prefill")
     if not launch.is_cpu(dev) and head_dim % 8 == 0:
         # PERF: GPUs: 16 rows per work-group share each tile of keys and values through local
         # memory (a work-item per row and head walked every key alone: 0.5 ms a layer for 128
         # rows of Llama-3.2-1B on an H100)
-        knl = kernel(dev, "attention", "attn_prefill_wg", HEAD_DIM=head_dim, PREFILL_WG=1, **kv)
-        return Launch(knl, (math.ceil(m / 16) * 128, n_heads), (128, 1), args + [i32(m)],
-                      reads, [out], "attn_prefill")
+        knl = kernel(dev, "attention", "attn_prefill_wg", HEAD_DIM=head_dim, PREFILL_WG=1, **defs)
+        return Launch(knl, (math.ceil(m / 16) * 128, n_heads), (128, 1),
+                      args + [i32(m), *sink], reads, [out], "attn_prefill")
     if head_dim % 16 == 0 and cpu_vectors(dev):
         # PERF (CPUs): 16-wide arithmetic, one exp per key, a work-item per group (rows of
         # different lengths vectorized across work-items ran slower on PoCL)
-        knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim, CPU_VEC=1, **kv)
-        return Launch(knl, (m, n_heads), (1, 1), args, reads, [out], "attn_prefill")
-    knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim, **kv)
-    return Launch(knl, (m, n_heads), None, args, reads, [out], "attn_prefill")
+        knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim, CPU_VEC=1, **defs)
+        return Launch(knl, (m, n_heads), (1, 1), args + sink, reads, [out], "attn_prefill")
+    knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim, **defs)
+    return Launch(knl, (m, n_heads), None, args + sink, reads, [out], "attn_prefill")

@@ -14,6 +14,8 @@
 //   WINDOW    keys (pos - WINDOW, pos] only, a sliding window (paged_attn; default 0: all)
 //   SOFTCAP   scores become SOFTCAP * tanh(score / SOFTCAP) (paged_attn; a float literal)
 //   KV_HALF   1: the pools hold float16 values (clops/kv.cl), else float32
+//   SINKS     1: a sink logit a query head, sinks[h] (paged_attn's last argument; float32 [H]):
+//             one more term exp(sinks[h]) in the softmax's denominator, with no value (gpt-oss)
 
 #ifndef ROPE_NEOX
 #define ROPE_NEOX 1
@@ -29,6 +31,14 @@
 #endif
 #ifndef LS
 #define LS 1
+#endif
+#ifndef SINKS
+#define SINKS 0
+#endif
+#if SINKS
+#define SINKS_ARG , __global const float *sinks
+#else
+#define SINKS_ARG
 #endif
 #if HEAD_DIM % 4
 #error "the paged cache's kernels need HEAD_DIM a multiple of 4"
@@ -108,7 +118,8 @@ __kernel void paged_rope_store(__global float *q_out, __global const float *qkv,
 __kernel void paged_attn(__global float *out, __global const float *q,
                          __global const kv_t *kp, __global const kv_t *vp,
                          __global const int *table, int maxb, __global const int *rslot,
-                         __global const int *rpos, int H, int KV, int BS, float scale) {
+                         __global const int *rpos, int H, int KV, int BS,
+                         float scale SINKS_ARG) {
     const int lid = get_local_id(0), h = get_group_id(1), r = get_group_id(2);
     const int pos = rpos[r], slot = rslot[r], kvh = h / (H / KV);
     __global const float *qr = q + ((size_t)r * H + h) * HEAD_DIM;
@@ -120,6 +131,12 @@ __kernel void paged_attn(__global float *out, __global const float *q,
         acc[d] = (float4)(0.0f);
     }
     float mx = -INFINITY, l = 0.0f;
+#if SINKS
+    if (lid == 0) {  // (the sink once: in the first work-item's part)
+        mx = sinks[h];
+        l = 1.0f;
+    }
+#endif
     const int first = WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0;
     for (int p = first + lid; p <= pos; p += LS) {
         const size_t at = kv_index(table, maxb, slot, p, kvh, KV, BS);

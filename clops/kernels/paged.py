@@ -68,29 +68,32 @@ def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kp: Buffe
 def attention(dev: CLDevice, out: Buffer, q: Buffer, kp: Buffer, vp: Buffer, rows: PagedRows,
               *, m: int, n_heads: int, n_kv: int, head_dim: int, scale: float, lsize: int,
               softcap: float = 0.0, window: int = 0, name: str = "attn",
-              kv_half: bool = False) -> Launch:
+              kv_half: bool = False, sinks: Buffer | None = None) -> Launch:
     """Causal attention of m query rows over their sequences' blocks (``lsize`` work-items
     per row and head, splitting the positions): scores ``scale`` q.k, soft-capped to
     (-softcap, softcap) where ``softcap`` > 0, over the last ``window`` positions of each row
-    where ``window`` > 0. CPUs that pass the product probe, with heads of a multiple of 16,
-    take ``attention.cl``'s ``paged_attn_cpu`` where scores are not capped (16-wide, one exp
-    per key, a work-item per row and head; ``lsize`` unused; the same axes).
+    where ``window`` > 0; ``sinks`` (float32 [n_heads]): a sink logit a head, one more term
+    exp(sinks[h]) of each softmax's denominator, with no value (gpt-oss), the launch's last
+    argument where given (both kernels take it). CPUs that pass the product probe, with heads
+    of a multiple of 16, take ``attention.cl``'s ``paged_attn_cpu`` where scores are not
+    capped (16-wide, one exp per key, a work-item per row and head; ``lsize`` unused; the same
+    axes).
 
     PERF (2-core EPYC, Intel's runtime, SmolLM2, 8 rows at about 80 positions): the scalar
     kernel took 264 us a layer, 7.9 of a step's 18 ms."""
+    sink = _attention.sink_args(sinks)
+    defs = {**_attention.kv_defines(kv_half), **_attention.sink_defines(sinks)}
+    args = [out, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv), i32(rows.block_size),
+            f32(scale), *sink]
     if _attention.cpu_decode(dev, head_dim) and not softcap:
         knl = kernel(dev, "attention", "paged_attn_cpu", HEAD_DIM=head_dim, CPU_VEC=1,
-                     **_scores(0.0, window), **_attention.kv_defines(kv_half))
-        return Launch(knl, (1, n_heads, m), (1, 1, 1),
-                      [out, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv),
-                       i32(rows.block_size), f32(scale)],
-                      [q, kp, vp, *rows.reads], [out], name)
+                     **_scores(0.0, window), **defs)
+        return Launch(knl, (1, n_heads, m), (1, 1, 1), args, [q, kp, vp, *rows.reads, *sink],
+                      [out], name)
     knl = kernel(dev, "paged", "paged_attn", HEAD_DIM=head_dim, LS=lsize,
-                 **_scores(softcap, window), **_attention.kv_defines(kv_half))
-    return Launch(knl, (lsize, n_heads, m), (lsize, 1, 1),
-                  [out, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv), i32(rows.block_size),
-                   f32(scale)],
-                  [q, kp, vp, *rows.reads], [out], name)
+                 **_scores(softcap, window), **defs)
+    return Launch(knl, (lsize, n_heads, m), (lsize, 1, 1), args,
+                  [q, kp, vp, *rows.reads, *sink], [out], name)
 
 
 def split_attention(dev: CLDevice, head_dim: int) -> bool:
@@ -103,11 +106,12 @@ def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: 
                     kp: Buffer, vp: Buffer, rows: PagedRows, *, m: int, n_heads: int, n_kv: int,
                     head_dim: int, scale: float, context: int, softcap: float = 0.0,
                     window: int = 0, combine: bool | None = None, name: str = "attn",
-                    kv_half: bool = False) -> list[Launch]:
+                    kv_half: bool = False, sinks: Buffer | None = None) -> list[Launch]:
     """``attention`` on GPUs split over each row's positions (``attention.cl``'s
     paged_attn_wg): work-groups of head_dim work-items take a chunk of a row's positions each
-    (``attention.decode_chunk`` of ``context``); ``softcap`` and ``window`` as in
-    ``attention``. Where ``combine`` (default: where
+    (``attention.decode_chunk`` of ``context``); ``softcap``, ``window`` and ``sinks`` as in
+    ``attention`` (a head's sink taken by its row's first chunk that takes part, so that the
+    combine, the same as without, counts it once). Where ``combine`` (default: where
     ``attention.decode_combines``) the last of a (row, head) combines their partials in the
     same launch, else paged_attn_combine does in a second. ``part``: ``part_floats`` floats;
     ``count``: m * n_heads int32, zero, left zero. Both launches have the rows on axis 2.
@@ -121,12 +125,13 @@ def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: 
     ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
     knl = kernel(dev, "attention", "paged_attn_wg", HEAD_DIM=head_dim, CHUNK=chunk,
                  COMBINE=int(combine), PTX_FENCE=int(ptx), **_scores(softcap, window),
-                 **_attention.kv_defines(kv_half))
+                 **_attention.kv_defines(kv_half), **_attention.sink_defines(sinks))
     out_ = [out, part, count] if combine else [part]
     launches = [Launch(knl, (splits * head_dim, n_heads, m), (head_dim, 1, 1),
                        [out, part, count, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv),
-                        i32(rows.block_size), f32(scale)],
-                       [q, kp, vp, count, *rows.reads], out_, name)]
+                        i32(rows.block_size), f32(scale), *_attention.sink_args(sinks)],
+                       [q, kp, vp, count, *rows.reads, *_attention.sink_args(sinks)], out_,
+                       name)]
     if not combine:
         k2 = kernel(dev, "attention", "paged_attn_combine", HEAD_DIM=head_dim, CHUNK=chunk,
                     **_scores(0.0, window))
