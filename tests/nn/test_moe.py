@@ -27,13 +27,6 @@ FORMATS = {"f32": "f32", "f16": "f16", "bf16": "bf16", "q4": "Q4_1", "q4sym": "Q
            "q8": "Q8_0", "q8m": "Q5_1"}
 
 
-@pytest.fixture(autouse=True)
-def _no_native_products(monkeypatch):
-    # the router's float32 product and the grouped products never take the native kernels;
-    # other products' native int8 rows are tested elsewhere
-    monkeypatch.setattr(native_cpu, "takes", lambda dev, w: False)
-
-
 @pytest.fixture(params=["device", "rows", "gpu"])
 def path(request, monkeypatch):
     """The device's own layout and kernels; row-major weights (matmul.cl's CPU loop on a CPU);
