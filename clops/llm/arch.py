@@ -24,6 +24,8 @@ GGUF_NAMES: dict[str, str] = {
     "post_attn_norm": "post_attention_norm.weight", "ffn_norm": "ffn_norm.weight",
     "gate": "ffn_gate.weight", "up": "ffn_up.weight", "gate_up": "ffn_up.weight",
     "down": "ffn_down.weight", "post_ffn_norm": "post_ffw_norm.weight",
+    "router": "ffn_gate_inp.weight", "gate_exps": "ffn_gate_exps.weight",
+    "up_exps": "ffn_up_exps.weight", "down_exps": "ffn_down_exps.weight",
 }
 HF_NAMES: dict[str, str] = {
     "attn_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight",
@@ -35,8 +37,15 @@ HF_NAMES: dict[str, str] = {
     "ffn_norm": "post_attention_layernorm.weight", "gate": "mlp.gate_proj.weight",
     "up": "mlp.up_proj.weight", "gate_up": "mlp.gate_up_proj.weight",
     "down": "mlp.down_proj.weight", "post_ffn_norm": "post_feedforward_layernorm.weight",
+    # experts: one tensor per expert, "{e}" its index
+    "router": "mlp.gate.weight", "gate_exps": "mlp.experts.{e}.gate_proj.weight",
+    "up_exps": "mlp.experts.{e}.up_proj.weight", "down_exps": "mlp.experts.{e}.down_proj.weight",
 }
 BIASES = ("q_bias", "k_bias", "v_bias")
+# a mixture of experts' FFN (the router and the experts' stacked gate, up and down weights), in
+# place of the dense one
+DENSE_FFN = ("gate", "up", "gate_up", "down")
+EXPERTS = ("router", "gate_exps", "up_exps", "down_exps")
 NORMS = ("attn_norm", "q_norm", "k_norm", "post_attn_norm", "ffn_norm", "post_ffn_norm")
 
 # The layer of a pre-norm decoder with separate projections (Llama)
@@ -80,6 +89,10 @@ class Arch:
     swa_theta: float | None = None   # rope base of sliding layers where the file has none
     nope_interval: int = 0           # every n-th layer (i % n == n - 1) has no rotary
     partial_rotary: bool = False     # rope.dimension_count may be less than the head size
+    # mixtures of experts: None, the family has none; else whether the chosen experts' weights
+    # are renormalised to sum to 1 where the file does not say (llama.cpp's choice per family)
+    experts_norm: bool | None = None
+    experts_always: bool = False     # every file of the family has experts
 
     def gguf_name(self, key: str) -> str:
         return self.gguf_names.get(key, GGUF_NAMES[key])
@@ -87,8 +100,11 @@ class Arch:
     def hf_name(self, key: str) -> str:
         return self.hf_names.get(key, HF_NAMES[key])
 
-    def layer_keys(self, qkv_bias: bool) -> tuple[str, ...]:
-        return self.layer + (BIASES if qkv_bias else ())
+    def layer_keys(self, qkv_bias: bool, experts: bool = False) -> tuple[str, ...]:
+        keys = self.layer
+        if experts:
+            keys = tuple(k for k in keys if k not in DENSE_FFN) + EXPERTS
+        return keys + (BIASES if qkv_bias else ())
 
 
 def _gemma_scale(v: float) -> float:
@@ -107,8 +123,15 @@ _GEMMA3_SETTINGS = {
     "attn_scale": Setting("query_pre_attn_scalar", "attention.scale", _gemma_scale),
 }
 
+_MIXTRAL_HF = {"router": "block_sparse_moe.gate.weight",
+               "gate_exps": "block_sparse_moe.experts.{e}.w1.weight",
+               "up_exps": "block_sparse_moe.experts.{e}.w3.weight",
+               "down_exps": "block_sparse_moe.experts.{e}.w2.weight"}
+
 ARCHS: dict[str, Arch] = {a.name: a for a in (
-    Arch("llama", ("llama", "mistral"), biases=True, gguf_neox=False),
+    # (Mixtral: llama with experts)
+    Arch("llama", ("llama", "mistral", "mixtral"), biases=True, gguf_neox=False,
+         hf_names=_MIXTRAL_HF, experts_norm=True),
     Arch("qwen2", ("qwen2",), biases=True),
     Arch("qwen3", ("qwen3",), layer=PRE_NORM + ("q_norm", "k_norm"), qk_norm="head"),
     Arch("gemma2", ("gemma2",), layer=SANDWICH, hf_names=_GEMMA_HF, act="gelu_tanh",
@@ -128,6 +151,10 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("olmo2", ("olmo2",), layer=("q", "k", "v", "o", "q_norm", "k_norm", "post_attn_norm",
                                      "gate", "up", "down", "post_ffn_norm"), qk_norm="full"),
     Arch("smollm3", ("smollm3",), gguf_neox=False, nope_interval=4),
+    Arch("qwen3moe", ("qwen3_moe",), layer=PRE_NORM + ("q_norm", "k_norm"), qk_norm="head",
+         experts_norm=True, experts_always=True),
+    Arch("olmoe", ("olmoe",), layer=PRE_NORM + ("q_norm", "k_norm"), qk_norm="full",
+         experts_norm=False, experts_always=True),
 )}
 
 HF_TYPES: dict[str, Arch] = {t: a for a in ARCHS.values() for t in a.hf_types}

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..kernels import LaunchPlan, paged
 from ..kernels.paged import PagedRows
+from . import experts
 from .arch import ARCHS
 from .loaded import LoadedModel
 from .step import PagedStep, StepBuffers, StepPlan, branch_out
@@ -290,11 +291,13 @@ class BatchEngine:
         pool = self.num_blocks * KV * self.block_size * D * (2 if self.kv_half else 4)
         self.kpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
         self.vpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
+        moe = [ly.experts for ly in self.weights.layers if ly.experts is not None]
         bufs = StepBuffers(x=self.x, xn=self.xn, t=self.t, qkv=self.qkv, q=self.q,
                            attn=self.attn, gu=self.gu, h=self.h, xl=self.xl, logits=self.logits,
                            rstats=self.rstats, ids=self.ids, sel=self.sel, zero=self.zero,
                            part=self.part if self.split else None,
-                           count=self.count if self.split else None)
+                           count=self.count if self.split else None,
+                           experts=experts.buffers(dev, cfg, moe, R) if moe else None)
         rows = PagedRows(self.table, self.maxb, self.rslot, self.rpos, self.block_size)
         self.builder = PagedStep(dev, cfg, self.weights, bufs, rows, self.kpool, self.vpool,
                                  context=self.context, kv_half=self.kv_half, split=self.split)

@@ -15,6 +15,9 @@ from .arch import ACTIVATIONS, ARCHS, HF_TYPES, Arch, nope_layers, sqrt_dim, sup
 from .gguf_file import ModelFileError
 
 ARCHITECTURES = tuple(ARCHS)
+# (Qwen3-235B-A22B: 128 experts, 8 a token; DeepSeek-V3: 256, 8)
+MAX_EXPERTS = 512
+MAX_EXPERTS_USED = 16
 ROPE_TYPES = rotary.ROPE_TYPES
 
 # Upper bounds of the integer sizes, far above any real model's (a 405B Llama: 126 layers, dim
@@ -56,6 +59,13 @@ class ModelConfig:
     rope_dims: int = 0               # rotated dimensions of a head (0: all)
     rope_theta_swa: float = 0.0      # rope base of sliding layers, unscaled (0: rope_theta)
     nope: tuple[bool, ...] = ()      # per layer: no rotary embedding
+    # a mixture of experts in place of each layer's FFN (n_experts 0: a dense FFN): the experts
+    # a token uses, each expert's FFN size, and whether the chosen experts' weights are
+    # renormalised to sum to 1 (else each keeps its softmax over every expert)
+    n_experts: int = 0
+    n_experts_used: int = 0
+    expert_ffn_dim: int = 0
+    experts_norm: bool = False
     # where each field came from in the file ("ffn_dim": "llama.feed_forward_length"), for
     # messages
     keys: dict[str, str] = field(default_factory=dict, repr=False)
@@ -74,6 +84,10 @@ class ModelConfig:
     def scale(self) -> float:
         """The attention score scale."""
         return self.attn_scale or 1.0 / math.sqrt(self.head_dim)
+
+    def layer_keys(self) -> tuple[str, ...]:
+        """The canonical keys of the tensors each layer reads (``Arch.layer_keys``)."""
+        return self.desc.layer_keys(self.qkv_bias, experts=self.n_experts > 0)
 
     def sliding(self, layer: int) -> bool:
         return bool(self.sliding_window) and layer < len(self.swa) and self.swa[layer]
@@ -126,6 +140,7 @@ class ModelConfig:
             if not (math.isfinite(v) and v > 0):
                 raise ModelFileError(f"{source}: {self.name(name)} = {v!r}, expected a "
                                      "positive finite number")
+        self._validate_experts(source)
         if not 0 <= self.sliding_window < (1 << 31):
             raise ModelFileError(f"{source}: {self.name('sliding_window')} = "
                                  f"{self.sliding_window!r}, expected a window >= 0")
@@ -144,6 +159,30 @@ class ModelConfig:
                 f"{source}: rope scaling {self.rope_scaling!r} scales the rotated part of "
                 "each head; clops runs it on whole heads only (partial rotary with rope_dims "
                 f"{self.rope_dims} < head_dim {self.head_dim})")
+
+    def _validate_experts(self, source: str) -> None:
+        desc = self.desc
+        if self.n_experts == 0:
+            if desc.experts_always:
+                raise ModelFileError(f"{source}: a {self.arch} model has experts, but the file "
+                                     f"gives no {self.name('n_experts')}")
+            return
+        if desc.experts_norm is None:
+            raise ModelFileError(f"{source}: {self.name('n_experts')} = {self.n_experts}, but "
+                                 f"clops runs {self.arch} models without experts")
+        for name, high in (("n_experts", MAX_EXPERTS), ("n_experts_used", MAX_EXPERTS_USED),
+                           ("expert_ffn_dim", LIMITS["ffn_dim"])):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= high:
+                raise ModelFileError(f"{source}: {self.name(name)} = {v!r}, expected an "
+                                     f"integer in [1, {high}]")
+        if self.n_experts_used > self.n_experts:
+            raise ModelFileError(
+                f"{source}: {self.name('n_experts_used')} = {self.n_experts_used} experts a "
+                f"token, more than the {self.name('n_experts')} = {self.n_experts} there are")
+        if self.expert_ffn_dim % 32:
+            raise ModelFileError(f"{source}: {self.name('expert_ffn_dim')} = "
+                                 f"{self.expert_ffn_dim}, expected a multiple of 32")
 
     def rope_mscale(self) -> float:
         """The factor rope scaling puts on cos and sin (YaRN's attention factor), 1 for others:
@@ -291,9 +330,37 @@ def from_gguf(meta: dict[str, Any], tensor_names: set[str], source: str) -> Mode
     for name, s in a.settings.items():
         if s.gguf:
             setattr(cfg, name, _float(meta, p + s.gguf, source, getattr(cfg, name)))
+    if p + "expert_count" in meta and _int(meta, p + "expert_count", source) > 0:
+        cfg.n_experts = _int(meta, p + "expert_count", source)
+        cfg.n_experts_used = _int(meta, p + "expert_used_count", source)
+        cfg.expert_ffn_dim = _int(meta, p + "expert_feed_forward_length", source, cfg.ffn_dim)
+        norm = meta.get(p + "expert_weights_norm", a.experts_norm)
+        cfg.experts_norm = bool(norm)
+        cfg.keys.update({k: p + v for k, v in (
+            ("n_experts", "expert_count"), ("n_experts_used", "expert_used_count"),
+            ("expert_ffn_dim", "expert_feed_forward_length"
+             if p + "expert_feed_forward_length" in meta else "feed_forward_length"))})
+        _gguf_gating(meta, p, source)
     cfg.validate(source)
     check_gguf_tokenizer(meta, cfg.vocab_size, source)
     return cfg
+
+
+def _gguf_gating(meta: dict[str, Any], p: str, source: str) -> None:
+    """Refuse a router that does not take a softmax of its scores (llama.cpp's gating
+    function 1; 2 is a sigmoid, DeepSeek-V3's)."""
+    gating = meta.get(p + "expert_gating_func", 1)
+    if gating != 1:
+        raise ModelFileError(f"{source}: {p}expert_gating_func = {gating!r}: clops' routers "
+                             "take the softmax of the router's scores (1)")
+    scale = meta.get(p + "expert_weights_scale", 1.0)
+    if scale not in (0, 0.0, 1, 1.0):
+        raise ModelFileError(f"{source}: {p}expert_weights_scale = {scale!r}: clops' routers "
+                             "do not scale the experts' weights (1)")
+    shared = meta.get(p + "expert_shared_count", 0)
+    if shared:
+        raise ModelFileError(f"{source}: {p}expert_shared_count = {shared!r}: shared experts "
+                             "are not supported yet")
 
 
 def _gguf_scaling(meta: dict[str, Any], p: str, source: str) -> dict[str, Any] | None:
@@ -458,5 +525,31 @@ def from_hf(config: dict[str, Any], source: str) -> ModelConfig:
         if s.hf and config.get(s.hf) is not None:
             v = _float(config, s.hf, source)
             setattr(cfg, name, s.convert(v) if s.convert else v)
+    _hf_experts(cfg, config, source)
     cfg.validate(source)
     return cfg
+
+
+def _hf_experts(cfg: ModelConfig, config: dict[str, Any], source: str) -> None:
+    """The mixture of experts of a config.json, where it has one (Mixtral's num_local_experts,
+    Qwen3-MoE's and OLMoE's num_experts)."""
+    key = next((k for k in ("num_local_experts", "num_experts") if config.get(k)), None)
+    if key is None:
+        return
+    cfg.n_experts = _int(config, key, source)
+    cfg.n_experts_used = _int(config, "num_experts_per_tok", source)
+    ffn_key = "moe_intermediate_size" if "moe_intermediate_size" in config else \
+        "intermediate_size"
+    cfg.expert_ffn_dim = _int(config, ffn_key, source)
+    norm = config.get("norm_topk_prob", cfg.desc.experts_norm)
+    if not isinstance(norm, bool):
+        raise ModelFileError(f"{source}: 'norm_topk_prob' is {norm!r}, expected true or false")
+    cfg.experts_norm = norm
+    cfg.keys.update(n_experts=key, n_experts_used="num_experts_per_tok",
+                    expert_ffn_dim=ffn_key)
+    for k, dense in (("mlp_only_layers", []), ("decoder_sparse_step", 1),
+                     ("num_shared_experts", 0), ("shared_expert_intermediate_size", 0)):
+        if config.get(k, dense) not in (dense, None):
+            raise ModelFileError(f"{source}: {k!r} is {config[k]!r}: clops runs models whose "
+                                 f"every layer is a mixture of experts without shared experts "
+                                 f"({k} {dense!r})")

@@ -23,13 +23,31 @@ class Projection:
 
 
 @dataclass(frozen=True)
+class Experts:
+    """A mixture of experts in place of a layer's FFN: the router ``[n, dim]`` and each
+    projection's weights of every expert stacked, expert e's rows after the e experts before it
+    (``gate`` and ``up`` ``[n * ffn, dim]``, ``down`` ``[n * dim, ffn]``); a token takes the
+    ``k`` experts of its highest router scores, weighted by their softmax over every expert
+    (renormalised over the k where ``norm``)."""
+
+    router: DeviceWeight
+    gate: DeviceWeight
+    up: DeviceWeight
+    down: DeviceWeight
+    n: int
+    k: int
+    ffn: int
+    norm: bool
+
+
+@dataclass(frozen=True)
 class LayerWeights:
     """One layer's weights on the device as a plan builder reads them (``Model.weights``):
     norms the family does not have are None (norm weights hold the family's offset already:
     every norm is RMSNorm(x) * w); ``qkv`` writes rows [q | k | v], ``gate_up`` [gate | up].
     ``inv_freq``: the layer's rotary frequencies (rotary / 2 of them; zeros where it does not
     rotate, ``rotates`` False); ``window``: the positions a query attends to on this layer
-    (0: all of them)."""
+    (0: all of them). A layer with ``experts`` has no ``gate_up`` and ``down``."""
 
     attn_norm: Buffer | None
     qkv: Projection
@@ -38,12 +56,13 @@ class LayerWeights:
     o: DeviceWeight
     post_attn_norm: Buffer | None
     ffn_norm: Buffer | None
-    gate_up: Projection
-    down: DeviceWeight
+    gate_up: Projection | None
+    down: DeviceWeight | None
     post_ffn_norm: Buffer | None
     inv_freq: Buffer
     rotates: bool
     window: int
+    experts: Experts | None = None
 
 
 @dataclass(frozen=True)

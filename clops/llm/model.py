@@ -22,7 +22,7 @@ from ..kernels import sample as sample_kernel
 from ..nn.quant import DeviceWeight, PackedWeight, concat, upload
 from ..runtime import CLDevice, CLQueue
 from ..runtime.pool import Buffer
-from . import batch
+from . import batch, experts
 from .arch import NORMS
 from .batch import SamplingParams, choose, shape_logits
 from .completion import (
@@ -34,7 +34,7 @@ from .completion import (
     stop_list,
 )
 from .config import ModelConfig
-from .loaded import LayerWeights, ModelWeights, Projection
+from .loaded import Experts, LayerWeights, ModelWeights, Projection
 from .tokenizer import TextTokenizer
 from .weights import WeightSource
 
@@ -97,8 +97,9 @@ class _Layer:
     post_ffn_norm: Buffer | None = None
     qkv: Projection
     o: DeviceWeight
-    gate_up: Projection
-    down: DeviceWeight
+    gate_up: Projection | None = None  # (None where a mixture of experts takes the FFN's place)
+    down: DeviceWeight | None = None
+    experts: Experts | None = None
     k_cache: Buffer
     v_cache: Buffer
     inv_freq: Buffer  # the rotary frequencies of this layer (zeros: no rotary)
@@ -161,7 +162,7 @@ class Model:
         src.validate(cfg)
         for name in ("embed", "out_norm"):
             src.need(name)
-        keys = cfg.desc.layer_keys(cfg.qkv_bias)
+        keys = cfg.layer_keys()
         names = ["embed", "out_norm", "output"] + [
             f"blk.{i}.{k}" for i in range(cfg.n_layers) for k in keys]
         total = sum(src.nbytes(n) for n in names)
@@ -212,9 +213,18 @@ class Model:
                     biases = [np.concatenate(biases)]
             ly.qkv = self._fuse(qkv, biases)
             ly.o = DeviceWeight(dev, mat(p + "o"))
-            gu = [mat(p + "gate_up")] if "gate_up" in keys else [mat(p + "gate"), mat(p + "up")]
-            ly.gate_up = self._fuse(gu, None)
-            ly.down = DeviceWeight(dev, mat(p + "down"))
+            if cfg.n_experts:
+                ly.experts = Experts(
+                    router=DeviceWeight(dev, mat(p + "router")),
+                    gate=DeviceWeight(dev, mat(p + "gate_exps")),
+                    up=DeviceWeight(dev, mat(p + "up_exps")),
+                    down=DeviceWeight(dev, mat(p + "down_exps")), n=cfg.n_experts,
+                    k=cfg.n_experts_used, ffn=cfg.expert_ffn_dim, norm=cfg.experts_norm)
+            else:
+                gu = ([mat(p + "gate_up")] if "gate_up" in keys
+                      else [mat(p + "gate"), mat(p + "up")])
+                ly.gate_up = self._fuse(gu, None)
+                ly.down = DeviceWeight(dev, mat(p + "down"))
             ly.inv_freq = nope if i < len(cfg.nope) and cfg.nope[i] else rotary[cfg.sliding(i)]
             self.layers.append(ly)
         self.inv_freq = rotary[False]
@@ -230,7 +240,8 @@ class Model:
                 attn_norm=ly.attn_norm, qkv=ly.qkv, q_norm=ly.q_norm, k_norm=ly.k_norm, o=ly.o,
                 post_attn_norm=ly.post_attn_norm, ffn_norm=ly.ffn_norm, gate_up=ly.gate_up,
                 down=ly.down, post_ffn_norm=ly.post_ffn_norm, inv_freq=ly.inv_freq,
-                rotates=not (i < len(cfg.nope) and cfg.nope[i]), window=self._window(i)))
+                rotates=not (i < len(cfg.nope) and cfg.nope[i]), window=self._window(i),
+                experts=ly.experts))
         return ModelWeights(self.embed, self.out_norm, self.output, tuple(layers))
 
     def _window(self, i: int) -> int:
@@ -240,9 +251,14 @@ class Model:
         return cfg.sliding_window if cfg.sliding(i) and cfg.sliding_window < self.max_seq else 0
 
     def _layer_matrices(self) -> list[DeviceWeight]:
-        """The weight matrices of the layers."""
-        return [w for ly in self.layers for w in
-                [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]]
+        """The weight matrices of the layers (but the experts', which only their own products
+        read)."""
+        out = []
+        for ly in self.layers:
+            out += [p[0] for p in ly.qkv.parts] + [ly.o]
+            if ly.gate_up is not None and ly.down is not None:
+                out += [p[0] for p in ly.gate_up.parts] + [ly.down]
+        return out
 
     def _fuse(self, parts: list[PackedWeight], biases: list[np.ndarray] | None) -> Projection:
         dev = self.device
@@ -308,6 +324,8 @@ class Model:
         self.ph = dev.alloc(max([matmul.split_nbytes(dev, C, w) for w in mats] + [4]))
         self.tokens = upload(dev, np.zeros(self.max_seq + 2, np.int32))
         self.seen = upload(dev, np.zeros(cfg.vocab_size, np.uint8))
+        moe = [ly.experts for ly in self.layers if ly.experts is not None]
+        self.ex = experts.buffers(dev, cfg, moe, C) if moe else None
         cache = attention.kv_nbytes(KV, self.max_seq, D, self.kv_half)
         for ly in self.layers:
             ly.k_cache = dev.alloc(cache)
@@ -428,6 +446,12 @@ class Model:
             # same day: pp128 56.2k -> 58.4k tok/s, pp512 131k -> 134k)
             o_half = self._attention(add, i, ly, m, span, half_to=self.xh if fuse and (
                 matmul.tensor_core_route(dev, m, ly.o, self.wh)) else None, qkv_slices=slices)
+            if ly.experts is not None:
+                block_out(ly.o, self.xh if o_half else self.attn, H * D, ly.post_attn_norm,
+                          f"o.{i}", half_in=o_half)
+                self._experts(add, i, ly, ly.experts, m)
+                continue
+            assert ly.gate_up is not None and ly.down is not None
             gu = ly.gate_up.parts
             block_out(ly.o, self.xh if o_half else self.attn, H * D, ly.post_attn_norm,
                       f"o.{i}", half_in=o_half, **then_norm(ly.o, ly.ffn_norm, [p[0] for p in gu]))
@@ -496,6 +520,26 @@ class Model:
         self._plans[key] = plan
         return plan
 
+    def _experts(self, add: Any, i: int, ly: _Layer, ex: Experts, m: int) -> None:
+        """A layer's mixture of experts on its m rows (``experts.ffn``), after its pre-norm,
+        added to the residual stream (after its post-norm and scale where it has them)."""
+        cfg, dev, dim, b = self.config, self.device, self.config.dim, self.ex
+        assert b is not None
+        xn = self.x
+        if ly.ffn_norm is not None:
+            xn = self.xn
+            add(norm.rmsnorm(dev, xn, self.x, 0, dim, ly.ffn_norm, m=m, k=dim, eps=cfg.norm_eps))
+        add(matmul.matmul(dev, b.logits, 0, ex.n, xn, 0, dim, ex.router, m,
+                          row_invariant=True, name=f"router.{i}"))
+        out = self.t if self._branch else self.x
+        tile = experts.tile(dev, [ex], m)
+        for ln, _ in experts.ffn(dev, cfg, ex, xn, m, b, out, tile, accum=not self._branch,
+                                 name=str(i)):
+            add(ln)
+        if self._branch:
+            add(norm.residual(dev, self.x, self.t, ly.post_ffn_norm, m=m, k=dim,
+                              eps=cfg.norm_eps, scale=cfg.residual_scale))
+
     def _layer_kernels(self) -> bool:
         """Whether a decode row's layers run as ``decode_layers`` launches: a plain
         decoder (pre-norms only, SiLU GLU, rotation of whole heads, no window, cap, bias or
@@ -503,12 +547,14 @@ class Model:
         if self._whole is not None:
             return self._whole
         cfg = self.config
-        ok = (not self._branch and cfg.act == "silu" and cfg.rotary == cfg.head_dim
+        ok = (not self._branch and not cfg.n_experts and cfg.act == "silu"
+              and cfg.rotary == cfg.head_dim
               and not cfg.attn_softcap and not cfg.qkv_bias
               and not any(cfg.sliding(i) and 0 < cfg.sliding_window < self.max_seq
                           for i in range(cfg.n_layers))
               and all(ly.attn_norm is not None and ly.ffn_norm is not None
                       and ly.q_norm is None and ly.k_norm is None
+                      and ly.gate_up is not None and ly.down is not None
                       and len(ly.qkv.parts) == 1 and len(ly.gate_up.parts) == 1
                       and ly.qkv.parts[0][2] is None and ly.gate_up.parts[0][2] is None
                       and layer.takes(self.device, [ly.qkv.parts[0][0], ly.o,
@@ -525,11 +571,12 @@ class Model:
 
     def _decoder_layer(self, ly: _Layer) -> layer.DecoderLayer:
         assert ly.attn_norm is not None and ly.ffn_norm is not None
+        assert ly.gate_up is not None and ly.down is not None
         gate_up = ly.gate_up.parts[0][0]
         # (the copies of the down weights' columns, where they take at most the fraction of the
         # device's memory that float16 copies may)
         if ly.down_cols is None and layer.fuses_down(self.device, gate_up, ly.down) and \
-                sum(other.down.n * other.down.k * 2 for other in self.layers) <= \
+                sum(w.n * w.k * 2 for other in self.layers if (w := other.down)) <= \
                 HALF_COPIES_FRACTION * self.device.caps.global_mem:
             ly.down_cols = layer.down_columns(self.device, ly.down)
         return layer.DecoderLayer(

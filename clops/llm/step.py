@@ -24,8 +24,10 @@ from ..kernels.paged import PagedRows
 from ..nn.quant import DeviceWeight
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
+from . import experts
 from .config import ModelConfig
-from .loaded import LayerWeights, ModelWeights
+from .experts import ExpertBuffers
+from .loaded import Experts, LayerWeights, ModelWeights
 
 # A launch's arguments (position, value) and global size at another row count
 Resize = tuple[list[tuple[int, Any]], tuple[int, ...]]
@@ -73,7 +75,8 @@ class StepBuffers:
     [gate | up] rows ``gu`` and the GLU's ``h``; the gathered logits rows ``xl``, ``logits``
     and their statistics ``rstats`` (argmax, max, log-sum-exp); per row its token ``ids``;
     the logits rows' indices ``sel``; ``zero`` (an int32 0); and the split attention's
-    partials and counters (``part``, ``count``; None where it does not run)."""
+    partials and counters (``part``, ``count``; None where it does not run); the mixture of
+    experts' scratch (``experts``; None for a dense model)."""
 
     x: Buffer
     xn: Buffer
@@ -91,6 +94,7 @@ class StepBuffers:
     zero: Buffer
     part: Buffer | None
     count: Buffer | None
+    experts: ExpertBuffers | None = None
 
 
 def branch_out(cfg: ModelConfig, weights: ModelWeights) -> bool:
@@ -255,6 +259,10 @@ class PagedStep:
                                           name=f"attn.{i}", kv_half=self.kv_half, **scores),
                           axis=2)
         self._block_out(step, ly.o, b.attn, H * D, ly.post_attn_norm, n, f"o.{i}")
+        if ly.experts is not None:
+            self._experts(step, i, ly, ly.experts, n)
+            return
+        assert ly.gate_up is not None and ly.down is not None
         xin, prologue = self._normed(step, ly.ffn_norm, n, fuse)
         for wg, off, bias in ly.gate_up.parts:
             step.add_resized(*self._matmul(b.gu, off, 2 * F, xin, 0, dim, wg, n, bias=bias,
@@ -266,3 +274,25 @@ class PagedStep:
         else:
             step.add_rows(activation.glu(dev, b.h, b.gu, m=n, f=F, act=cfg.act), axis=1)
             self._block_out(step, ly.down, b.h, F, ly.post_ffn_norm, n, f"down.{i}")
+
+    def _experts(self, step: StepPlan, i: int, ly: LayerWeights, ex: Experts, n: int) -> None:
+        """A layer's mixture of experts (``experts.ffn``) after its pre-norm, added to the
+        residual stream (after its post-norm and scale where it has them)."""
+        cfg, b = self.cfg, self.b
+        assert b.experts is not None
+        xn = b.x
+        if ly.ffn_norm is not None:
+            self._rmsnorm(step, b.xn, b.x, ly.ffn_norm, n)
+            xn = b.xn
+        step.add_resized(*self._matmul(b.experts.logits, 0, ex.n, xn, 0, cfg.dim, ex.router, n,
+                                       name=f"router.{i}"))
+        # (GPUs: one plan serves every row count, so its tile is a batch's, also for one row)
+        t = experts.tile(self.dev, [ex], n if launch.is_cpu(self.dev) else max(n, 2))
+        out = b.t if self.branch else b.x
+        for ln, at in experts.ffn(self.dev, cfg, ex, xn, n, b.experts, out, t,
+                                  accum=not self.branch, name=str(i)):
+            step.add_resized(ln, at)
+        if self.branch:
+            ln = norm.residual(self.dev, b.x, b.t, ly.post_ffn_norm, m=n, k=cfg.dim,
+                               eps=cfg.norm_eps, scale=cfg.residual_scale)
+            step.add_rows(ln, axis=0, per_row=ln.global_size[0] // n)

@@ -24,6 +24,7 @@ _HF_FMT = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
 # a per-layer tensor's name: its layer, and its name within the layer
 _GGUF_LAYER_NAME = re.compile(r"blk\.([0-9]+)\.(.+)")
 _HF_LAYER_NAME = re.compile(r"model\.layers\.([0-9]+)\.(.+)")
+_HF_EXPERT = re.compile(r"(.*\.experts\.)([0-9]+)(\..+)")  # an expert's index in a name
 
 # The shape of each tensor, by the names of the config's sizes (see _sizes): 2-D ones are read
 # as weights [n, k] (row n is output n), 1-D ones as float vectors.
@@ -38,6 +39,10 @@ _LAYER_SHAPES: dict[str, tuple[str, ...]] = {
     "qkv": ("qkv_rows", "dim"), "o": ("dim", "q_rows"), "gate": ("ffn_dim", "dim"),
     "up": ("ffn_dim", "dim"), "gate_up": ("ffn_rows", "dim"), "down": ("dim", "ffn_dim"),
     "q_bias": ("q_rows",), "k_bias": ("kv_rows",), "v_bias": ("kv_rows",),
+    # experts' weights [experts, n, k], read as one weight [experts * n, k]
+    "router": ("n_experts", "dim"), "gate_exps": ("n_experts", "expert_ffn_dim", "dim"),
+    "up_exps": ("n_experts", "expert_ffn_dim", "dim"),
+    "down_exps": ("n_experts", "dim", "expert_ffn_dim"),
 }
 # QK-norm weights: one per head dimension, shared by the heads, or one per projected value
 _QK_NORM_SHAPES = {"head": {"q_norm": ("head_dim",), "k_norm": ("head_dim",)},
@@ -75,13 +80,14 @@ def _sizes(cfg: ModelConfig) -> dict[str, int]:
             "q_rows": cfg.n_heads * cfg.head_dim, "kv_rows": cfg.n_kv_heads * cfg.head_dim,
             "rope_pairs": cfg.rotary // 2, "head_dim": cfg.head_dim,
             "qkv_rows": (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim,
-            "ffn_rows": 2 * cfg.ffn_dim}
+            "ffn_rows": 2 * cfg.ffn_dim, "n_experts": cfg.n_experts,
+            "expert_ffn_dim": cfg.expert_ffn_dim}
 
 
 def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
     """The dimension names of each tensor a layer of ``cfg``'s family reads."""
     shapes = {**_LAYER_SHAPES, **_QK_NORM_SHAPES.get(cfg.desc.qk_norm or "", {})}
-    return {k: shapes[k] for k in cfg.desc.layer_keys(cfg.qkv_bias)}
+    return {k: shapes[k] for k in cfg.layer_keys()}
 
 
 def expected_tensors(cfg: ModelConfig) -> Iterator[tuple[str, tuple[str, ...], bool]]:
@@ -284,10 +290,18 @@ class GGUFSource(WeightSource):
 
 
 class SafetensorsSource(WeightSource):
+    """A safetensors directory's tensors. An experts' weight (a name with ``{e}``) is one
+    tensor per expert in the files, read as their stack [experts, n, k]."""
+
     qkv_bias_source = "config.json: no attention_bias"
+    n_experts = 0  # (set by validate)
 
     def __init__(self, path: str, tensors: dict[str, SafetensorsFile]) -> None:
         self.path, self.tensors = path, tensors
+
+    def validate(self, cfg: ModelConfig) -> None:
+        self.n_experts = cfg.n_experts
+        super().validate(cfg)
 
     def layer_name(self, key: str) -> str:
         return self.desc.hf_name(key)
@@ -296,23 +310,43 @@ class SafetensorsSource(WeightSource):
         i, key = _split(name)
         return _HF_TOP[key] if i is None else f"model.layers.{i}.{self.layer_name(key)}"
 
+    def _names(self, name: str) -> list[str]:
+        """The file's names of tensor ``name``: one, or one per expert."""
+        fn = self.file_name(name)
+        return [fn.format(e=e) for e in range(self.n_experts)] if "{e}" in fn else [fn]
+
     def has(self, name: str) -> bool:
         i, key = _split(name)
         if i is None and key not in _HF_TOP:
             return False
-        return self.file_name(name) in self.tensors
+        return all(fn in self.tensors for fn in self._names(name))
+
+    def need(self, name: str) -> None:
+        for fn in self._names(name):
+            if fn not in self.tensors:
+                raise ModelFileError(f"{self.path}: tensor {fn!r} is missing")
 
     def _array(self, name: str) -> tuple[np.ndarray, str]:
         self.need(name)
-        fn = self.file_name(name)
-        sf = self.tensors[fn]
-        dt = sf.dtype(fn)
-        if dt not in _HF_FMT:
-            raise ModelFileError(f"{sf.path}: tensor {fn!r} is {dt}, not a float type")
-        return sf.array(fn), _HF_FMT[dt]
+        arrays, fmts = [], set()
+        for fn in self._names(name):
+            sf = self.tensors[fn]
+            dt = sf.dtype(fn)
+            if dt not in _HF_FMT:
+                raise ModelFileError(f"{sf.path}: tensor {fn!r} is {dt}, not a float type")
+            arrays.append(sf.array(fn))
+            fmts.add(_HF_FMT[dt])
+        if len(fmts) > 1:
+            raise ModelFileError(f"{self.path}: the tensors {self.file_name(name)!r} mix the "
+                                 f"types {sorted(fmts)}; expected one type for every expert")
+        if len(arrays) == 1:
+            return arrays[0], fmts.pop()
+        return np.stack([np.asarray(a) for a in arrays]), fmts.pop()
 
     def matrix(self, name: str) -> PackedWeight:
         arr, fmt = self._array(name)
+        if arr.ndim == 3:  # experts: [experts, n, k] as one weight [experts * n, k]
+            arr = np.asarray(arr).reshape(-1, arr.shape[-1])
         if arr.ndim != 2:
             raise ModelFileError(f"{self.path}: tensor {self.file_name(name)!r} has shape "
                                  f"{arr.shape}, expected 2-D")
@@ -335,23 +369,35 @@ class SafetensorsSource(WeightSource):
     def nbytes(self, name: str) -> int:
         if not self.has(name):
             return 0
-        fn = self.file_name(name)
-        return int(self.tensors[fn].array(fn).nbytes)
+        return sum(int(self.tensors[fn].array(fn).nbytes) for fn in self._names(name))
 
     def shape(self, name: str) -> tuple[int, ...]:
-        fn = self.file_name(name)
-        return self.tensors[fn].shape(fn)
+        names = self._names(name)
+        shapes = {self.tensors[fn].shape(fn) for fn in names}
+        if len(shapes) > 1:
+            raise ModelFileError(f"{self.path}: the tensors {self.file_name(name)!r} have "
+                                 f"shapes {sorted(shapes)}; expected one shape for every "
+                                 "expert")
+        one = shapes.pop()
+        return (len(names),) + one if "{e}" in self.file_name(name) else one
 
     def type_error(self, name: str) -> str | None:
-        fn = self.file_name(name)
-        dt = self.tensors[fn].dtype(fn)
-        return None if dt in _HF_FMT else f"is {dt}, not a float type ({', '.join(_HF_FMT)})"
+        for fn in self._names(name):
+            dt = self.tensors[fn].dtype(fn)
+            if dt not in _HF_FMT:
+                return f"is {dt}, not a float type ({', '.join(_HF_FMT)})"
+        return None
 
     def layer_tensors(self) -> Iterator[tuple[int, str, str]]:
         for fn in self.tensors:
             m = _HF_LAYER_NAME.fullmatch(fn)
             if m:
-                yield int(m.group(1)), fn, m.group(2)
+                within = m.group(2)
+                e = _HF_EXPERT.fullmatch(within)
+                if e and int(e.group(2)) < self.n_experts:
+                    # (an expert past the config's count keeps its index: not part of a layer)
+                    within = e.group(1) + "{e}" + e.group(3)
+                yield int(m.group(1)), fn, within
 
 
 def _check_vector(where: str, v: np.ndarray) -> None:

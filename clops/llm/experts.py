@@ -1,0 +1,123 @@
+"""llm, experts: the launches of a mixture of experts in place of a layer's FFN, for both plan
+builders (``Model``'s and ``step.PagedStep``), from the router's scores to the weighted sum of
+the chosen experts' outputs, all on the device (the host never reads a routing).
+
+For ``m`` rows of normed activations: the router's product gives each row a score per expert
+(the caller's launch, so that it takes the builder's own product geometry); ``route`` picks each
+row's k experts and their weights; ``align`` sorts the m * k (row, expert) pairs by expert into
+tiles of ``tile`` rows that each meet one expert's weights (padded per expert); ``gather``
+copies each pair's row into its place; the gate, up and down products run over the padded rows,
+each tile reading only its expert's weights; ``combine`` adds each row's k outputs, weighted, to
+the residual stream (or writes them where a post-norm follows).
+
+A row's result depends on that row alone: its experts, its weights and its products' sums do
+not change with the other rows of the batch (the products take the row-invariant geometry)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..kernels import Launch, activation, matmul, moe
+from ..runtime import CLDevice
+from ..runtime.pool import Buffer
+from .config import ModelConfig
+from .loaded import Experts
+
+# A launch's changed scalar arguments (position, value) and global size at another row count
+Resize = tuple[list[tuple[int, Any]], tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class ExpertBuffers:
+    """Scratch of a mixture-of-experts block for up to ``rows`` rows: the router's scores,
+    each row's chosen experts and weights, the pairs' padded order, each tile's expert and each
+    pair's slot, and the padded rows of the products (input, [gate | up], the GLU, output)."""
+
+    rows: int
+    logits: Buffer
+    ids: Buffer
+    wts: Buffer
+    order: Buffer
+    tile_e: Buffer
+    pos: Buffer
+    xg: Buffer
+    gu: Buffer
+    h: Buffer
+    yd: Buffer
+
+
+def tile(dev: CLDevice, layers: list[Experts], m: int) -> int:
+    """The rows of a tile of the experts' products for ``m`` rows (one for a decode row)."""
+    fmts = sorted({w.fmt for ex in layers for w in (ex.gate, ex.up, ex.down)})
+    return moe.tile_rows(dev, fmts, m, layers[0].k)
+
+
+def padded(cfg: ModelConfig, t: int, m: int) -> int:
+    """The padded rows of the experts' products for ``m`` rows in tiles of ``t``."""
+    return moe.padded_rows(m, cfg.n_experts_used, cfg.n_experts, t)
+
+
+def buffers(dev: CLDevice, cfg: ModelConfig, layers: list[Experts], rows: int) -> ExpertBuffers:
+    """Scratch for blocks of up to ``rows`` rows (every smaller count pads to fewer rows)."""
+    E, k, F, dim = cfg.n_experts, cfg.n_experts_used, cfg.expert_ffn_dim, cfg.dim
+    t = tile(dev, layers, rows)
+    p = padded(cfg, t, rows)
+    f4 = 4
+    return ExpertBuffers(
+        rows=rows, logits=dev.alloc(rows * E * f4), ids=dev.alloc(rows * k * f4),
+        wts=dev.alloc(rows * k * f4), order=dev.alloc(p * f4),
+        tile_e=dev.alloc(max(1, p // t) * f4),
+        pos=dev.alloc(rows * k * f4), xg=dev.alloc(p * dim * f4), gu=dev.alloc(p * 2 * F * f4),
+        h=dev.alloc(p * F * f4), yd=dev.alloc(p * dim * f4))
+
+
+def _follows(make: Callable[[int], Launch], m: int) -> tuple[Launch, Callable[[int], Resize]]:
+    """``make(m)``, and how to resize it to another row count: the scalar arguments and the
+    global size ``make`` gives for that count (the kernel, its buffers and its local size do
+    not depend on it)."""
+    ln = make(m)
+
+    def at(rows: int) -> Resize:
+        new = make(rows)
+        if new.name != ln.name or new.local_size != ln.local_size:
+            raise AssertionError(f"{ln.name}: {rows} rows take another kernel geometry")
+        return ([(i, a) for i, a in enumerate(new.args) if isinstance(a, np.generic)],
+                tuple(new.global_size))
+
+    return ln, at
+
+
+def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: ExpertBuffers,
+        out: Buffer, t: int, *, accum: bool, name: str
+        ) -> list[tuple[Launch, Callable[[int], Resize]]]:
+    """The launches after the router's product (its scores in ``b.logits``, [m, n_experts])
+    for ``m`` rows of normed activations ``xn`` ([m, dim]), in tiles of ``t`` rows: ``out``
+    [m, dim] gets (``accum``: += ) each row's weighted sum of its experts' outputs. Each comes
+    with how to resize it to another row count that takes the same tile."""
+    E, k, F, dim = ex.n, ex.k, ex.ffn, cfg.dim
+
+    def rows(m: int) -> int:
+        return moe.padded_rows(m, k, E, t)
+
+    def product(y: Buffer, y_off: int, ldy: int, x: Buffer, ldx: int, w: Any,
+                what: str) -> Callable[[int], Launch]:
+        return lambda m: matmul.matmul(dev, y, y_off, ldy, x, 0, ldx, w, rows(m),
+                                       experts=(b.tile_e, E), tm=t, row_invariant=True,
+                                       name=f"{what}.{name}")
+
+    makers: list[Callable[[int], Launch]] = [
+        lambda m: moe.route(dev, b.ids, b.wts, b.logits, m=m, n_experts=E, k=k, norm=ex.norm),
+        lambda m: moe.align(dev, b.order, b.tile_e, b.pos, b.ids, m=m, k=k, n_experts=E,
+                            tile=t, p=rows(m)),
+        lambda m: moe.gather(dev, b.xg, xn, b.order, p=rows(m), k=k, dim=dim),
+        product(b.gu, 0, 2 * F, b.xg, dim, ex.gate, "gate_exps"),
+        product(b.gu, F, 2 * F, b.xg, dim, ex.up, "up_exps"),
+        lambda m: activation.glu(dev, b.h, b.gu, m=rows(m), f=F, act=cfg.act),
+        product(b.yd, 0, dim, b.h, F, ex.down, "down_exps"),
+        lambda m: moe.combine(dev, out, b.yd, b.pos, b.wts, m=m, k=k, dim=dim, accum=accum),
+    ]
+    return [_follows(make, m) for make in makers]
