@@ -45,7 +45,10 @@ MARKERS = {
     "phi4_mini": ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|tool|>",
                   "<|/tool|>"],
     "qwen2_5": _CHATML, "qwen3": _CHATML, "smollm2": _CHATML, "smollm3": _CHATML,
-    "smollm3_unsloth": _CHATML,
+    "smollm3_unsloth": _CHATML, "qwen3_30b_a3b": _CHATML,
+    "gpt_oss": ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>",
+                "<|constrain|>"],
+    "mixtral": ["[INST]", "[/INST]"],
 }
 # added tokens that are not special (as Qwen's vocabulary has them)
 PLAIN_ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
@@ -65,6 +68,9 @@ CONVERSATIONS: dict[str, tuple[list[dict], list[dict] | None]] = {
                           {"role": "user", "content": "Hi"},
                           {"role": "assistant", "content": "Hello!"},
                           {"role": "user", "content": "2+2?"}], None),
+    # (turns without a system prompt: the templates that take no system role)
+    "turns": ([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+               {"role": "user", "content": "And you?"}], None),
     "tool call": ([{"role": "user", "content": "Weather in Zürich?"}, CALL,
                    {"role": "tool", "tool_call_id": "call00001", "content": "18 C, sunny"},
                    {"role": "assistant", "content": "18 °C and sunny."}], [WEATHER]),
