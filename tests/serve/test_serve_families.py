@@ -1,6 +1,7 @@
 """``clops serve`` on families other than Llama, through the official ``openai`` client: a
-Gemma 3 body with sliding-window layers shorter than the prompts and a Phi-3 body with partial
-rotary, several requests at once, answer the same greedy text as ``Model.generate`` alone."""
+Gemma 3 body with sliding-window layers shorter than the prompts, a Phi-3 body with partial
+rotary and a Qwen3-MoE body (a mixture of experts), several requests at once, answer the same
+greedy text as ``Model.generate`` alone."""
 
 from __future__ import annotations
 
@@ -22,17 +23,19 @@ PROMPTS = ["w1 w2", "w5 w17 w42 w7 w3 w9", "the cat sat on the mat and then it s
            "w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13"]
 
 
-@pytest.mark.parametrize("family", ["gemma3", "phi3"])
+@pytest.mark.parametrize("family", ["gemma3", "phi3", "qwen3moe"])
 def test_served_family_answers_as_the_model_alone(family, tmp_path, device):
     _, hf, gguf_path = make(family, str(tmp_path))
-    model = clops.llm.load(gguf_path if family == "phi3" else hf, device=device,
+    model = clops.llm.load(gguf_path if family != "gemma3" else hf, device=device,
                            max_seq_len=64, progress=False, kv_cache="float32")
     cfg = model.config
     if family == "gemma3":
         assert cfg.sliding_window == WINDOW
         assert max(len(model.tokenizer.encode(p)) for p in PROMPTS) > WINDOW
-    else:
+    elif family == "phi3":
         assert cfg.rotary < cfg.head_dim
+    else:
+        assert cfg.n_experts > cfg.n_experts_used > 1
     alone = ["".join(model.generate(p, max_new_tokens=NEW)) for p in PROMPTS]
     run = start(model, parallel=4, model_name=family, prefill_chunk=16)
     try:
