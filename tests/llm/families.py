@@ -66,6 +66,16 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "olmoe": ("OlmoeConfig", "OlmoeForCausalLM",
               dict(num_experts=8, num_experts_per_tok=2, intermediate_size=32,
                    norm_topk_prob=False, rope_parameters=_rope()), "olmoe"),
+    # layer_types left to GptOssConfig: sliding_attention on even layers, full_attention on odd
+    # (["sliding_attention", "full_attention"] here); the rope parameters are GptOssConfig's own
+    # defaults, the family's YaRN (HF's truncate=False has no GGUF key: see MOE)
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
+                dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2, intermediate_size=32,
+                     sliding_window=WINDOW, attention_bias=True,
+                     rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0,
+                                      "factor": 32.0, "original_max_position_embeddings": 4096,
+                                      "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}),
+                "gpt-oss"),
 }
 # families whose converter permutes Q/K rows (llama.cpp's LlamaModel and its subclasses)
 PERMUTED = ("llama", "mistral", "smollm3", "granite", "mixtral")
@@ -95,7 +105,40 @@ PERMUTED = ("llama", "mistral", "smollm3", "granite", "mixtral")
 # blk.N.ffn_down_exps.weight [E, dim, F], and <arch>.expert_count, <arch>.expert_used_count,
 # and for qwen3moe <arch>.expert_feed_forward_length (F; feed_forward_length stays
 # intermediate_size). Mixtral's architecture is "llama" with its Q/K rows permuted.
-MOE = ("qwen3moe", "mixtral", "olmoe")
+#
+# gpt-oss differs throughout. Its save_pretrained writes the names it holds in memory, experts
+# fused (F = intermediate_size, H heads, KV kv heads, D head_dim; all float32 here):
+#   model.layers.N.self_attn.sinks [H] (per-head sink logits), self_attn.{q,k,v,o}_proj.weight
+#   [H*D, dim], [KV*D, dim], [KV*D, dim], [dim, H*D] and .bias [H*D], [KV*D], [KV*D], [dim],
+#   model.layers.N.input_layernorm.weight [dim], model.layers.N.post_attention_layernorm.weight
+#   [dim] (the pre-FFN norm), model.layers.N.mlp.router.weight [E, dim] and .bias [E],
+#   model.layers.N.mlp.experts.gate_up_proj [E, dim, 2F] (x @ it: gate in the even columns, up
+#   in the odd ones), model.layers.N.mlp.experts.gate_up_proj_bias [E, 2F] (interleaved alike),
+#   model.layers.N.mlp.experts.down_proj [E, F, dim] (h @ it), ...down_proj_bias [E, dim],
+#   model.embed_tokens.weight, model.norm.weight, lm_head.weight (untied);
+# config.json says "num_local_experts", "intermediate_size" (F), "sliding_window", "layer_types"
+# and "rope_parameters" (rope_theta inside it). The expert FFN is clamped SwiGLU with biases:
+# gate = min(g, 7), up = clamp(u, -7, 7), (up + 1) * gate * sigmoid(1.702 * gate); the router
+# adds its bias, takes the top k and softmaxes over those k. The GGUF file (GptOssModel's
+# float path) holds blk.N.attn_sinks.weight [H], blk.N.attn_norm.weight,
+# blk.N.post_attention_norm.weight, blk.N.attn_{q,k,v,output}.{weight,bias} (unpermuted),
+# blk.N.ffn_gate_inp.weight [E, dim] and .bias [E], blk.N.ffn_gate_exps.weight and
+# blk.N.ffn_up_exps.weight [E, F, dim] (gate_up_proj transposed, its even and odd rows),
+# blk.N.ffn_gate_exps.bias and blk.N.ffn_up_exps.bias [E, F], blk.N.ffn_down_exps.weight
+# [E, dim, F] (down_proj transposed), blk.N.ffn_down_exps.bias [E, dim], and the keys
+# gpt-oss.expert_count, .expert_used_count, .expert_feed_forward_length (F), .feed_forward_length
+# (F too), .attention.sliding_window, .rope.scaling.type "yarn", .rope.scaling.factor,
+# .rope.scaling.original_context_length, .rope.scaling.yarn_beta_fast and yarn_beta_slow (today's
+# converter; older ones wrote no beta keys), .rope.freq_base, .attention.key_length and
+# value_length; write_gguf adds rope.dimension_count (D), as for every family, which the
+# converter's GptOssModel does not write. No key says which layers slide (even ones: the
+# converter writes none, llama.cpp hard-codes the pattern) nor HF's yarn "truncate": False
+# (transformers then leaves the correction range unrounded, where ggml's
+# ggml_rope_yarn_corr_dims floors and ceils it: a reader matching transformers takes
+# truncate=False from the architecture). context_length stays COMMON's 512 (real gpt-oss:
+# 131072 = 32 * 4096); transformers warns that 512 / 4096 is not the factor and uses the
+# explicit factor 32, as llama.cpp does.
+MOE = ("qwen3moe", "mixtral", "olmoe", "gpt_oss")
 
 
 def smollm2_gguf() -> str:
@@ -156,6 +199,8 @@ def make(family: str, path: str, seed: int = 0, **overrides: Any):
                 # Gemma applies 1 + w: keep its weights near 0 there (near 1 elsewhere)
                 base = 0.0 if family.startswith("gemma") else 1.0
                 p.copy_(base + 0.1 * torch.randn_like(p))
+            elif name.endswith(".self_attn.sinks"):  # gpt-oss's per-head sink logits
+                p.normal_(0.0, 1.0)
             else:
                 p.normal_(0.0, 0.2)
     model.save_pretrained(hf, safe_serialization=True)
@@ -204,7 +249,7 @@ def write_gguf(family: str, model, path: str) -> None:
     if family == "gemma2":
         w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         w.add_final_logit_softcapping(cfg.final_logit_softcapping)
-    if family.startswith("gemma"):
+    if family.startswith("gemma") or family == "gpt_oss":
         w.add_sliding_window(cfg.sliding_window)
     if full.get("rope_type") == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
@@ -213,11 +258,19 @@ def write_gguf(family: str, model, path: str) -> None:
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(full["factor"])
         w.add_rope_scaling_orig_ctx_len(full["original_max_position_embeddings"])
+        # as the converter's TextModel writes them (older converters' GptOssModel wrote only
+        # the three keys above); "truncate" has no key
+        if "beta_fast" in full:
+            w.add_rope_scaling_yarn_beta_fast(full["beta_fast"])
+        if "beta_slow" in full:
+            w.add_rope_scaling_yarn_beta_slow(full["beta_slow"])
     if family in MOE:  # as llama.cpp's TextModel and Qwen2MoeModel write them
         w.add_expert_count(cfg.num_local_experts)  # a name each of their configs maps
         w.add_expert_used_count(cfg.num_experts_per_tok)
         if family == "qwen3moe":
             w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+        elif family == "gpt_oss":  # GptOssModel: F is intermediate_size
+            w.add_expert_feed_forward_length(cfg.intermediate_size)
     if family == "granite":
         w.add_embedding_scale(cfg.embedding_multiplier)
         w.add_residual_scale(cfg.residual_multiplier)
@@ -235,6 +288,11 @@ def write_gguf(family: str, model, path: str) -> None:
             x = _permute(x, cfg.num_key_value_heads)
         if family.startswith("gemma") and name.endswith("norm.weight"):
             x = x + 1.0  # llama.cpp's Gemma converters store 1 + w
+        if family == "gpt_oss" and ".mlp.experts." in name:
+            _gpt_oss_experts(w, name, x)
+            continue
+        if family == "gpt_oss" and name.endswith(".self_attn.sinks"):
+            name += ".weight"  # as GptOssModel.filter_tensors: blk.N.attn_sinks.weight
         if name.endswith(".mlp.experts.gate_up_proj"):
             # the experts' forward: gate, up = (x @ gate_up_proj[e].T).chunk(2, dim=-1)
             bid = name.split(".")[2]
@@ -254,6 +312,28 @@ def write_gguf(family: str, model, path: str) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def _gpt_oss_experts(w, name: str, x: np.ndarray) -> None:
+    """gpt-oss's fused experts as llama.cpp's GptOssModel splits them from a float checkpoint:
+    transformers computes gate_up = x @ gate_up_proj[e] + gate_up_proj_bias[e] with gate and up
+    interleaved in its last axis (gate = [..., ::2], up = [..., 1::2]), then
+    h @ down_proj[e] + down_proj_bias[e]; GGUF holds them as [out, in] matrices per expert."""
+    bid = name.split(".")[2]
+    t = lambda a: np.ascontiguousarray(a, np.float32)  # noqa: E731
+    if name.endswith(".gate_up_proj"):  # [E, dim, 2F] -> [E, 2F, dim]
+        x = x.transpose(0, 2, 1)
+        w.add_tensor(f"blk.{bid}.ffn_gate_exps.weight", t(x[:, ::2]))  # [E, F, dim]
+        w.add_tensor(f"blk.{bid}.ffn_up_exps.weight", t(x[:, 1::2]))
+    elif name.endswith(".gate_up_proj_bias"):  # [E, 2F]
+        w.add_tensor(f"blk.{bid}.ffn_gate_exps.bias", t(x[:, ::2]))  # [E, F]
+        w.add_tensor(f"blk.{bid}.ffn_up_exps.bias", t(x[:, 1::2]))
+    elif name.endswith(".down_proj"):  # [E, F, dim] -> [E, dim, F]
+        w.add_tensor(f"blk.{bid}.ffn_down_exps.weight", t(x.transpose(0, 2, 1)))
+    elif name.endswith(".down_proj_bias"):  # [E, dim]
+        w.add_tensor(f"blk.{bid}.ffn_down_exps.bias", t(x))
+    else:
+        raise KeyError(f"gpt_oss: no GGUF name for {name}")
 
 
 def _add_meta(w, key: str, value: Any) -> None:
