@@ -20,6 +20,16 @@ __kernel void glu(__global float *h, __global const float *gu, int F, int act) {
     h[(size_t)m * F + f] = a * r[F + f];
 }
 
+// gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit),
+// h = (u + 1) * g * sigmoid(alpha * g). Work geometry: global (F, M).
+__kernel void glu_clamp(__global float *h, __global const float *gu, int F, float limit,
+                        float alpha) {
+    const int f = get_global_id(0), m = get_global_id(1);
+    __global const float *r = gu + (size_t)m * 2 * F;
+    const float g = fmin(r[f], limit), u = clamp(r[F + f], -limit, limit);
+    h[(size_t)m * F + f] = (u + 1.0f) * (g / (1.0f + exp(-alpha * g)));
+}
+
 // In place over n values: y = y * mul / div, then, if cap > 0, cap * tanh(y / cap) (embedding
 // multipliers, logit scaling and soft-capping). Work geometry: global (n).
 __kernel void scale_cap(__global float *y, float mul, float div, float cap) {

@@ -19,8 +19,18 @@ def scale_cap(dev: CLDevice, y: Buffer, n: int, mul: float = 1.0, div: float = 1
 ACTS = {"silu": 0, "gelu_tanh": 1, "gelu": 2}
 
 
-def glu(dev: CLDevice, h: Buffer, gu: Buffer, *, m: int, f: int, act: str = "silu") -> Launch:
-    """h[i, :f] = act(gu[i, :f]) * gu[i, f:2f] for i < m (rows [gate | up])."""
+def glu(dev: CLDevice, h: Buffer, gu: Buffer, *, m: int, f: int, act: str = "silu",
+        limit: float = 0.0, alpha: float = 1.0) -> Launch:
+    """h[i, :f] = act(gu[i, :f]) * gu[i, f:2f] for i < m (rows [gate | up]). ``limit`` > 0
+    (gpt-oss's clamped SwiGLU, act "silu"): with g = min(gate, limit) and u = up clamped to
+    [-limit, limit], h = (u + 1) * g * sigmoid(alpha * g)."""
+    if limit > 0:
+        if act != "silu":
+            raise ValueError(f"glu: the clamped SwiGLU (limit {limit}) takes act 'silu', not "
+                             f"{act!r}")
+        knl = kernel(dev, "activation", "glu_clamp")
+        return Launch(knl, (f, m), None, [h, gu, i32(f), f32(limit), f32(alpha)], [gu], [h],
+                      "glu_clamp")
     knl = kernel(dev, "activation", "glu")
     return Launch(knl, (f, m), None, [h, gu, i32(f), i32(ACTS[act])], [gu], [h], "glu")
 

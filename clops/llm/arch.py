@@ -26,6 +26,9 @@ GGUF_NAMES: dict[str, str] = {
     "down": "ffn_down.weight", "post_ffn_norm": "post_ffw_norm.weight",
     "router": "ffn_gate_inp.weight", "gate_exps": "ffn_gate_exps.weight",
     "up_exps": "ffn_up_exps.weight", "down_exps": "ffn_down_exps.weight",
+    "o_bias": "attn_output.bias", "sinks": "attn_sinks.weight", "router_bias": "ffn_gate_inp.bias",
+    "gate_exps_bias": "ffn_gate_exps.bias", "up_exps_bias": "ffn_up_exps.bias",
+    "down_exps_bias": "ffn_down_exps.bias",
 }
 HF_NAMES: dict[str, str] = {
     "attn_norm": "input_layernorm.weight", "q": "self_attn.q_proj.weight",
@@ -40,12 +43,17 @@ HF_NAMES: dict[str, str] = {
     # experts: one tensor per expert, "{e}" its index
     "router": "mlp.gate.weight", "gate_exps": "mlp.experts.{e}.gate_proj.weight",
     "up_exps": "mlp.experts.{e}.up_proj.weight", "down_exps": "mlp.experts.{e}.down_proj.weight",
+    "o_bias": "self_attn.o_proj.bias", "sinks": "self_attn.sinks",
+    "router_bias": "mlp.gate.bias", "gate_exps_bias": "mlp.experts.{e}.gate_proj.bias",
+    "up_exps_bias": "mlp.experts.{e}.up_proj.bias",
+    "down_exps_bias": "mlp.experts.{e}.down_proj.bias",
 }
 BIASES = ("q_bias", "k_bias", "v_bias")
 # a mixture of experts' FFN (the router and the experts' stacked gate, up and down weights), in
 # place of the dense one
 DENSE_FFN = ("gate", "up", "gate_up", "down")
 EXPERTS = ("router", "gate_exps", "up_exps", "down_exps")
+EXPERT_BIASES = ("router_bias", "gate_exps_bias", "up_exps_bias", "down_exps_bias")
 NORMS = ("attn_norm", "q_norm", "k_norm", "post_attn_norm", "ffn_norm", "post_ffn_norm")
 
 # The layer of a pre-norm decoder with separate projections (Llama)
@@ -93,6 +101,17 @@ class Arch:
     # are renormalised to sum to 1 where the file does not say (llama.cpp's choice per family)
     experts_norm: bool | None = None
     experts_always: bool = False     # every file of the family has experts
+    experts_biases: bool = False     # the router and the experts have biases (gpt-oss)
+    # safetensors hold each layer's experts as two tensors, [experts, dim, 2 ffn] with gate and
+    # up columns interleaved and [experts, ffn, dim] (gpt-oss), not one tensor per expert
+    hf_experts_fused: bool = False
+    # the GLU's clamp (gpt-oss: gate <= limit, |up| <= limit, (up + 1) * gate * sigmoid(alpha *
+    # gate)); 0: none
+    glu_limit: float = 0.0
+    glu_alpha: float = 1.0
+    # YaRN's correction range rounded to whole dimensions (False: gpt-oss, as its reference
+    # computes it; a GGUF file does not say)
+    yarn_truncate: bool = True
 
     def gguf_name(self, key: str) -> str:
         return self.gguf_names.get(key, GGUF_NAMES[key])
@@ -104,6 +123,7 @@ class Arch:
         keys = self.layer
         if experts:
             keys = tuple(k for k in keys if k not in DENSE_FFN) + EXPERTS
+            keys += EXPERT_BIASES if self.experts_biases else ()
         return keys + (BIASES if qkv_bias else ())
 
 
@@ -127,6 +147,13 @@ _MIXTRAL_HF = {"router": "block_sparse_moe.gate.weight",
                "gate_exps": "block_sparse_moe.experts.{e}.w1.weight",
                "up_exps": "block_sparse_moe.experts.{e}.w3.weight",
                "down_exps": "block_sparse_moe.experts.{e}.w2.weight"}
+
+_GPT_OSS_HF = {"router": "mlp.router.weight", "router_bias": "mlp.router.bias",
+               "gate_exps": "mlp.experts.gate_up_proj", "up_exps": "mlp.experts.gate_up_proj",
+               "down_exps": "mlp.experts.down_proj",
+               "gate_exps_bias": "mlp.experts.gate_up_proj_bias",
+               "up_exps_bias": "mlp.experts.gate_up_proj_bias",
+               "down_exps_bias": "mlp.experts.down_proj_bias"}
 
 ARCHS: dict[str, Arch] = {a.name: a for a in (
     # (Mixtral: llama with experts)
@@ -155,6 +182,12 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
          experts_norm=True, experts_always=True),
     Arch("olmoe", ("olmoe",), layer=PRE_NORM + ("q_norm", "k_norm"), qk_norm="full",
          experts_norm=False, experts_always=True),
+    # gpt-oss: attention sinks, an output bias, even layers sliding; experts with biases, the
+    # softmax over the chosen experts' scores, the clamped SwiGLU
+    Arch("gpt-oss", ("gpt_oss",), layer=PRE_NORM + ("o_bias", "sinks"), biases=True,
+         gguf_names={"ffn_norm": "post_attention_norm.weight"}, hf_names=_GPT_OSS_HF,
+         swa_pattern=2, experts_norm=True, experts_always=True, experts_biases=True,
+         hf_experts_fused=True, glu_limit=7.0, glu_alpha=1.702, yarn_truncate=False),
 )}
 
 HF_TYPES: dict[str, Arch] = {t: a for a in ARCHS.values() for t in a.hf_types}

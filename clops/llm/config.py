@@ -66,6 +66,8 @@ class ModelConfig:
     n_experts_used: int = 0
     expert_ffn_dim: int = 0
     experts_norm: bool = False
+    glu_limit: float = 0.0           # the GLU's clamp (arch.Arch.glu_limit; 0: none)
+    glu_alpha: float = 1.0
     # where each field came from in the file ("ffn_dim": "llama.feed_forward_length"), for
     # messages
     keys: dict[str, str] = field(default_factory=dict, repr=False)
@@ -130,11 +132,15 @@ class ModelConfig:
         if self.act not in ("silu", "gelu_tanh"):
             raise ModelFileError(f"{source}: activation {self.act!r} is not supported ("
                                  f"{', '.join(ACTIVATIONS)})")
-        for name in ("attn_softcap", "final_softcap", "attn_scale", "rope_theta_swa"):
+        for name in ("attn_softcap", "final_softcap", "attn_scale", "rope_theta_swa",
+                     "glu_limit"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ModelFileError(f"{source}: {self.name(name)} = {v!r}, expected a "
                                      "finite number >= 0 (0: none)")
+        if self.glu_limit and not (0 < self.glu_alpha < math.inf):
+            raise ModelFileError(f"{source}: swiglu_alpha = {self.glu_alpha!r}, expected a "
+                                 "positive finite number")
         for name in ("embed_scale", "residual_scale", "logit_scale"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
@@ -300,6 +306,8 @@ def from_gguf(meta: dict[str, Any], tensor_names: set[str], source: str) -> Mode
     if keys["vocab_size"] not in meta:
         keys["vocab_size"] = "the length of tokenizer.ggml.tokens"
     scaling = _gguf_scaling(meta, p, source)
+    if scaling is not None and scaling["rope_type"] == "yarn" and not a.yarn_truncate:
+        scaling["truncate"] = False
     n_layers = _n_layers(meta, p + "block_count", source)
     window = _int(meta, p + "attention.sliding_window", source, 0)
     pattern = meta.get(p + "attention.sliding_window_pattern")
@@ -324,6 +332,7 @@ def from_gguf(meta: dict[str, Any], tensor_names: set[str], source: str) -> Mode
         tied_embeddings="output.weight" not in tensor_names,
         qkv_bias="blk.0.attn_q.bias" in tensor_names, rope_scaling=scaling, keys=keys,
         act=a.act, embed_scale=sqrt_dim(dim) if a.embed_scale_sqrt_dim else 1.0,
+        glu_limit=a.glu_limit, glu_alpha=a.glu_alpha,
         sliding_window=window, swa=swa if window else (), rope_dims=rope_dims,
         rope_theta_swa=_float(meta, p + "rope.freq_base_swa", source, a.swa_theta or 0.0),
         nope=nope_layers(a.nope_interval, n_layers))
@@ -334,8 +343,9 @@ def from_gguf(meta: dict[str, Any], tensor_names: set[str], source: str) -> Mode
         cfg.n_experts = _int(meta, p + "expert_count", source)
         cfg.n_experts_used = _int(meta, p + "expert_used_count", source)
         cfg.expert_ffn_dim = _int(meta, p + "expert_feed_forward_length", source, cfg.ffn_dim)
+        # (a softmax of the chosen experts' scores is the softmax of all, renormalised)
         norm = meta.get(p + "expert_weights_norm", a.experts_norm)
-        cfg.experts_norm = bool(norm)
+        cfg.experts_norm = bool(norm) or meta.get(p + "expert_gating_func") == 3
         cfg.keys.update({k: p + v for k, v in (
             ("n_experts", "expert_count"), ("n_experts_used", "expert_used_count"),
             ("expert_ffn_dim", "expert_feed_forward_length"
@@ -350,9 +360,10 @@ def _gguf_gating(meta: dict[str, Any], p: str, source: str) -> None:
     """Refuse a router that does not take a softmax of its scores (llama.cpp's gating
     function 1; 2 is a sigmoid, DeepSeek-V3's)."""
     gating = meta.get(p + "expert_gating_func", 1)
-    if gating != 1:
+    if gating not in (1, 3):
         raise ModelFileError(f"{source}: {p}expert_gating_func = {gating!r}: clops' routers "
-                             "take the softmax of the router's scores (1)")
+                             "take the softmax of the router's scores (1), or of the chosen "
+                             "experts' (3)")
     scale = meta.get(p + "expert_weights_scale", 1.0)
     if scale not in (0, 0.0, 1, 1.0):
         raise ModelFileError(f"{source}: {p}expert_weights_scale = {scale!r}: clops' routers "
@@ -517,6 +528,8 @@ def from_hf(config: dict[str, Any], source: str) -> ModelConfig:
         qkv_bias=arch == "qwen2" or (a.biases and bool(config.get("attention_bias", False))),
         rope_scaling=scaling, keys=keys, act=act,
         embed_scale=sqrt_dim(dim) if a.embed_scale_sqrt_dim else 1.0,
+        glu_limit=_float(config, "swiglu_limit", source, a.glu_limit) if a.glu_limit else 0.0,
+        glu_alpha=_float(config, "swiglu_alpha", source, a.glu_alpha),
         sliding_window=window, swa=swa if window else (),
         rope_dims=int(head_dim * partial) if partial < 1 else 0,
         rope_theta_swa=_float(local, "rope_theta", source, _float(

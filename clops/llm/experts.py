@@ -104,8 +104,8 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         return moe.padded_rows(m, k, E, t)
 
     def product(y: Buffer, y_off: int, ldy: int, x: Buffer, ldx: int, w: Any,
-                what: str) -> Callable[[int], Launch]:
-        return lambda m: matmul.matmul(dev, y, y_off, ldy, x, 0, ldx, w, rows(m),
+                bias: Buffer | None, what: str) -> Callable[[int], Launch]:
+        return lambda m: matmul.matmul(dev, y, y_off, ldy, x, 0, ldx, w, rows(m), bias=bias,
                                        experts=(b.tile_e, E), tm=t, row_invariant=True,
                                        name=f"{what}.{name}")
 
@@ -114,10 +114,11 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         lambda m: moe.align(dev, b.order, b.tile_e, b.pos, b.ids, m=m, k=k, n_experts=E,
                             tile=t, p=rows(m)),
         lambda m: moe.gather(dev, b.xg, xn, b.order, p=rows(m), k=k, dim=dim),
-        product(b.gu, 0, 2 * F, b.xg, dim, ex.gate, "gate_exps"),
-        product(b.gu, F, 2 * F, b.xg, dim, ex.up, "up_exps"),
-        lambda m: activation.glu(dev, b.h, b.gu, m=rows(m), f=F, act=cfg.act),
-        product(b.yd, 0, dim, b.h, F, ex.down, "down_exps"),
+        product(b.gu, 0, 2 * F, b.xg, dim, ex.gate, ex.gate_bias, "gate_exps"),
+        product(b.gu, F, 2 * F, b.xg, dim, ex.up, ex.up_bias, "up_exps"),
+        lambda m: activation.glu(dev, b.h, b.gu, m=rows(m), f=F, act=cfg.act,
+                                 limit=cfg.glu_limit, alpha=cfg.glu_alpha),
+        product(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps"),
         lambda m: moe.combine(dev, out, b.yd, b.pos, b.wts, m=m, k=k, dim=dim, accum=accum),
     ]
     return [_follows(make, m) for make in makers]

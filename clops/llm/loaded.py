@@ -28,7 +28,8 @@ class Experts:
     projection's weights of every expert stacked, expert e's rows after the e experts before it
     (``gate`` and ``up`` ``[n * ffn, dim]``, ``down`` ``[n * dim, ffn]``); a token takes the
     ``k`` experts of its highest router scores, weighted by their softmax over every expert
-    (renormalised over the k where ``norm``)."""
+    (renormalised over the k where ``norm``). Biases (gpt-oss) are per expert where given:
+    ``router_bias`` [n], ``gate_bias`` and ``up_bias`` [n * ffn], ``down_bias`` [n * dim]."""
 
     router: DeviceWeight
     gate: DeviceWeight
@@ -38,6 +39,10 @@ class Experts:
     k: int
     ffn: int
     norm: bool
+    router_bias: Buffer | None = None
+    gate_bias: Buffer | None = None
+    up_bias: Buffer | None = None
+    down_bias: Buffer | None = None
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,8 @@ class LayerWeights:
     every norm is RMSNorm(x) * w); ``qkv`` writes rows [q | k | v], ``gate_up`` [gate | up].
     ``inv_freq``: the layer's rotary frequencies (rotary / 2 of them; zeros where it does not
     rotate, ``rotates`` False); ``window``: the positions a query attends to on this layer
-    (0: all of them). A layer with ``experts`` has no ``gate_up`` and ``down``."""
+    (0: all of them). A layer with ``experts`` has no ``gate_up`` and ``down``. ``o_bias``:
+    the output projection's bias; ``sinks``: each head's attention sink (gpt-oss)."""
 
     attn_norm: Buffer | None
     qkv: Projection
@@ -63,6 +69,8 @@ class LayerWeights:
     rotates: bool
     window: int
     experts: Experts | None = None
+    o_bias: Buffer | None = None
+    sinks: Buffer | None = None
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,8 @@ class _Layer:
     gate_up: Projection | None = None  # (None where a mixture of experts takes the FFN's place)
     down: DeviceWeight | None = None
     experts: Experts | None = None
+    o_bias: Buffer | None = None
+    sinks: Buffer | None = None  # each head's attention sink (gpt-oss)
     k_cache: Buffer
     v_cache: Buffer
     inv_freq: Buffer  # the rotary frequencies of this layer (zeros: no rotary)
@@ -213,13 +215,20 @@ class Model:
                     biases = [np.concatenate(biases)]
             ly.qkv = self._fuse(qkv, biases)
             ly.o = DeviceWeight(dev, mat(p + "o"))
+            for name in ("o_bias", "sinks"):
+                if name in keys:
+                    setattr(ly, name, vec(p + name))
             if cfg.n_experts:
+                ebias = {f"{w}_bias": vec(f"{p}{w}_exps_bias") if w != "router" else
+                         vec(p + "router_bias") for w in ("router", "gate", "up", "down")
+                         } if "router_bias" in keys else {}
                 ly.experts = Experts(
                     router=DeviceWeight(dev, mat(p + "router")),
                     gate=DeviceWeight(dev, mat(p + "gate_exps")),
                     up=DeviceWeight(dev, mat(p + "up_exps")),
                     down=DeviceWeight(dev, mat(p + "down_exps")), n=cfg.n_experts,
-                    k=cfg.n_experts_used, ffn=cfg.expert_ffn_dim, norm=cfg.experts_norm)
+                    k=cfg.n_experts_used, ffn=cfg.expert_ffn_dim, norm=cfg.experts_norm,
+                    **ebias)
             else:
                 gu = ([mat(p + "gate_up")] if "gate_up" in keys
                       else [mat(p + "gate"), mat(p + "up")])
@@ -241,7 +250,7 @@ class Model:
                 post_attn_norm=ly.post_attn_norm, ffn_norm=ly.ffn_norm, gate_up=ly.gate_up,
                 down=ly.down, post_ffn_norm=ly.post_ffn_norm, inv_freq=ly.inv_freq,
                 rotates=not (i < len(cfg.nope) and cfg.nope[i]), window=self._window(i),
-                experts=ly.experts))
+                experts=ly.experts, o_bias=ly.o_bias, sinks=ly.sinks))
         return ModelWeights(self.embed, self.out_norm, self.output, tuple(layers))
 
     def _window(self, i: int) -> int:
@@ -391,8 +400,9 @@ class Model:
 
         def block_out(w: DeviceWeight, x: Buffer, k: int, post: Buffer | None, name: str,
                       **kw: Any) -> None:
-            """A block's output projection, added to the residual stream (after the block's
-            post-norm and residual scale where the family has them)."""
+            """A block's output projection (and its bias, ``bias=``, where it has one), added
+            to the residual stream (after the block's post-norm and residual scale where the
+            family has them)."""
             if not self._branch:
                 mm(self.x, 0, dim, x, 0, k, w, m, accum=True, name=name, **kw)
                 return
@@ -448,13 +458,14 @@ class Model:
                 matmul.tensor_core_route(dev, m, ly.o, self.wh)) else None, qkv_slices=slices)
             if ly.experts is not None:
                 block_out(ly.o, self.xh if o_half else self.attn, H * D, ly.post_attn_norm,
-                          f"o.{i}", half_in=o_half)
+                          f"o.{i}", half_in=o_half, bias=ly.o_bias)
                 self._experts(add, i, ly, ly.experts, m)
                 continue
             assert ly.gate_up is not None and ly.down is not None
             gu = ly.gate_up.parts
             block_out(ly.o, self.xh if o_half else self.attn, H * D, ly.post_attn_norm,
-                      f"o.{i}", half_in=o_half, **then_norm(ly.o, ly.ffn_norm, [p[0] for p in gu]))
+                      f"o.{i}", half_in=o_half, bias=ly.o_bias,
+                      **then_norm(ly.o, ly.ffn_norm, [p[0] for p in gu]))
             src = normed(ly.ffn_norm, [p[0] for p in gu])
             nxt = self.layers[i + 1] if i + 1 < len(self.layers) else None
             after_down = then_norm(ly.down, nxt.attn_norm, [p[0] for p in nxt.qkv.parts]) \
@@ -530,7 +541,7 @@ class Model:
             xn = self.xn
             add(norm.rmsnorm(dev, xn, self.x, 0, dim, ly.ffn_norm, m=m, k=dim, eps=cfg.norm_eps))
         add(matmul.matmul(dev, b.logits, 0, ex.n, xn, 0, dim, ex.router, m,
-                          row_invariant=True, name=f"router.{i}"))
+                          bias=ex.router_bias, row_invariant=True, name=f"router.{i}"))
         out = self.t if self._branch else self.x
         tile = experts.tile(dev, [ex], m)
         for ln, _ in experts.ffn(dev, cfg, ex, xn, m, b, out, tile, accum=not self._branch,
@@ -618,7 +629,7 @@ class Model:
         # YaRN's factor on cos and sin, on both q and k: squared on the scores
         scale = cfg.scale * cfg.rope_mscale() ** 2
         window = self._window(i)
-        plain = cfg.rotary == D and not cfg.attn_softcap and not window
+        plain = cfg.rotary == D and not cfg.attn_softcap and not window and ly.sinks is None
         kv_half = self.kv_half
         common: dict[str, Any] = dict(state=self.state, n_heads=H, n_kv=KV, head_dim=D,
                                       scale=scale, kv_half=kv_half)
@@ -660,7 +671,7 @@ class Model:
         if m == 1:
             for ln in attention.attn_decode(dev, self.attn, self.part, self.q, ly.k_cache,
                                             ly.v_cache, max_seq=self.max_seq, **common,
-                                            **capped):
+                                            **capped, sinks=ly.sinks):
                 add(ln)
             return False
         half = self.half_prompt and m >= matmul.TENSOR_CORE_ROWS
@@ -670,7 +681,8 @@ class Model:
         add(attention.attn_prefill(dev, out, self.q, q_off=0, ld_q=H * D, kc=ly.k_cache,
                                    vc=ly.v_cache, k_off=0, v_off=0, kv_stride=self.max_seq * D,
                                    pos_add=0, causal=True, n_keys=self.max_seq, m=m, half=half,
-                                   half_out=out is not self.attn, **common, **capped))
+                                   half_out=out is not self.attn, **common, **capped,
+                                   sinks=ly.sinks))
         return out is not self.attn
 
     def _set_sampler(self, **params: Any) -> None:

@@ -209,15 +209,17 @@ class PagedStep:
         return b.xn, None
 
     def _block_out(self, step: StepPlan, wo: DeviceWeight, x: Buffer, k: int,
-                   post: Buffer | None, n: int, name: str, glu: bool = False) -> None:
-        """A block's output product added to the residual stream (after the block's post-norm
-        and residual scale where the family has them)."""
+                   post: Buffer | None, n: int, name: str, glu: bool = False,
+                   bias: Buffer | None = None) -> None:
+        """A block's output product (with its bias where it has one) added to the residual
+        stream (after the block's post-norm and residual scale where the family has them)."""
         cfg, b = self.cfg, self.b
         if not self.branch:
             step.add_resized(*self._matmul(b.x, 0, cfg.dim, x, 0, k, wo, n, accum=True,
-                                           name=name, glu=glu))
+                                           name=name, glu=glu, bias=bias))
             return
-        step.add_resized(*self._matmul(b.t, 0, cfg.dim, x, 0, k, wo, n, name=name, glu=glu))
+        step.add_resized(*self._matmul(b.t, 0, cfg.dim, x, 0, k, wo, n, name=name, glu=glu,
+                                       bias=bias))
         ln = norm.residual(self.dev, b.x, b.t, post, m=n, k=cfg.dim, eps=cfg.norm_eps,
                            scale=cfg.residual_scale)
         step.add_rows(ln, axis=0, per_row=ln.global_size[0] // n)
@@ -244,7 +246,8 @@ class PagedStep:
                                        kv_half=self.kv_half), axis=2)
         # YaRN's factor on cos and sin, on both q and k: squared on the scores
         scale = cfg.scale * cfg.rope_mscale() ** 2
-        scores: dict[str, Any] = dict(softcap=cfg.attn_softcap, window=ly.window)
+        scores: dict[str, Any] = dict(softcap=cfg.attn_softcap, window=ly.window,
+                                      sinks=ly.sinks)
         if self.split:
             assert b.part is not None and b.count is not None
             for ln in paged.attention_split(dev, b.attn, b.part, b.count, b.q, kp, vp,
@@ -258,7 +261,8 @@ class PagedStep:
                                           n_kv=KV, head_dim=D, scale=scale, lsize=ls,
                                           name=f"attn.{i}", kv_half=self.kv_half, **scores),
                           axis=2)
-        self._block_out(step, ly.o, b.attn, H * D, ly.post_attn_norm, n, f"o.{i}")
+        self._block_out(step, ly.o, b.attn, H * D, ly.post_attn_norm, n, f"o.{i}",
+                        bias=ly.o_bias)
         if ly.experts is not None:
             self._experts(step, i, ly, ly.experts, n)
             return
@@ -285,7 +289,7 @@ class PagedStep:
             self._rmsnorm(step, b.xn, b.x, ly.ffn_norm, n)
             xn = b.xn
         step.add_resized(*self._matmul(b.experts.logits, 0, ex.n, xn, 0, cfg.dim, ex.router, n,
-                                       name=f"router.{i}"))
+                                       bias=ex.router_bias, name=f"router.{i}"))
         # (GPUs: one plan serves every row count, so its tile is a batch's, also for one row)
         t = experts.tile(self.dev, [ex], n if launch.is_cpu(self.dev) else max(n, 2))
         out = b.t if self.branch else b.x

@@ -24,6 +24,10 @@ _HF_FMT = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
 # a per-layer tensor's name: its layer, and its name within the layer
 _GGUF_LAYER_NAME = re.compile(r"blk\.([0-9]+)\.(.+)")
 _HF_LAYER_NAME = re.compile(r"model\.layers\.([0-9]+)\.(.+)")
+# safetensors' fused experts (arch.Arch.hf_experts_fused): (which of the interleaved [gate, up]
+# columns, None: all; whether the last two axes are swapped) of each canonical key
+_HF_FUSED = {"gate_exps": (0, True), "up_exps": (1, True), "down_exps": (None, True),
+             "gate_exps_bias": (0, False), "up_exps_bias": (1, False)}
 _HF_EXPERT = re.compile(r"(.*\.experts\.)([0-9]+)(\..+)")  # an expert's index in a name
 
 # The shape of each tensor, by the names of the config's sizes (see _sizes): 2-D ones are read
@@ -43,6 +47,9 @@ _LAYER_SHAPES: dict[str, tuple[str, ...]] = {
     "router": ("n_experts", "dim"), "gate_exps": ("n_experts", "expert_ffn_dim", "dim"),
     "up_exps": ("n_experts", "expert_ffn_dim", "dim"),
     "down_exps": ("n_experts", "dim", "expert_ffn_dim"),
+    "o_bias": ("dim",), "sinks": ("n_heads",), "router_bias": ("n_experts",),
+    "gate_exps_bias": ("n_experts", "expert_ffn_dim"),
+    "up_exps_bias": ("n_experts", "expert_ffn_dim"), "down_exps_bias": ("n_experts", "dim"),
 }
 # QK-norm weights: one per head dimension, shared by the heads, or one per projected value
 _QK_NORM_SHAPES = {"head": {"q_norm": ("head_dim",), "k_norm": ("head_dim",)},
@@ -81,7 +88,7 @@ def _sizes(cfg: ModelConfig) -> dict[str, int]:
             "rope_pairs": cfg.rotary // 2, "head_dim": cfg.head_dim,
             "qkv_rows": (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim,
             "ffn_rows": 2 * cfg.ffn_dim, "n_experts": cfg.n_experts,
-            "expert_ffn_dim": cfg.expert_ffn_dim}
+            "expert_ffn_dim": cfg.expert_ffn_dim, "n_heads": cfg.n_heads}
 
 
 def layer_shapes(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
@@ -339,9 +346,19 @@ class SafetensorsSource(WeightSource):
         if len(fmts) > 1:
             raise ModelFileError(f"{self.path}: the tensors {self.file_name(name)!r} mix the "
                                  f"types {sorted(fmts)}; expected one type for every expert")
+        fused = self._fused(name)
+        if fused is not None:
+            half, swap = fused
+            a = np.asarray(arrays[0])
+            a = a[..., half::2] if half is not None else a
+            return np.ascontiguousarray(a.swapaxes(-1, -2) if swap else a), fmts.pop()
         if len(arrays) == 1:
             return arrays[0], fmts.pop()
         return np.stack([np.asarray(a) for a in arrays]), fmts.pop()
+
+    def _fused(self, name: str) -> tuple[int | None, bool] | None:
+        """How a fused experts' tensor gives ``name`` (``_HF_FUSED``), or None."""
+        return _HF_FUSED.get(_split(name)[1]) if self.desc.hf_experts_fused else None
 
     def matrix(self, name: str) -> PackedWeight:
         arr, fmt = self._array(name)
@@ -379,6 +396,14 @@ class SafetensorsSource(WeightSource):
                                  f"shapes {sorted(shapes)}; expected one shape for every "
                                  "expert")
         one = shapes.pop()
+        fused = self._fused(name)
+        if fused is not None and len(one) in (2, 3):
+            half, swap = fused
+            if half is not None:
+                if one[-1] % 2:
+                    return one  # (no interleaved halves: refused as the wrong shape)
+                one = one[:-1] + (one[-1] // 2,)
+            return one[:-2] + (one[-1], one[-2]) if swap else one
         return (len(names),) + one if "{e}" in self.file_name(name) else one
 
     def type_error(self, name: str) -> str | None:
