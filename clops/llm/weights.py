@@ -10,7 +10,14 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..nn.quant import SUPPORTED, SUPPORTED_NAMES, PackedWeight, pack_float
+from ..nn.quant import (
+    GGML_MXFP4,
+    SUPPORTED,
+    SUPPORTED_NAMES,
+    PackedWeight,
+    pack_float,
+    pack_ggml,
+)
 from .arch import ARCHS, BIASES, NORMS, Arch
 from .config import ModelConfig, check_rotary
 from .gguf_file import GGUFFile, ModelFileError, ggml_type_name
@@ -326,9 +333,49 @@ class SafetensorsSource(WeightSource):
         i, key = _split(name)
         if i is None and key not in _HF_TOP:
             return False
-        return all(fn in self.tensors for fn in self._names(name))
+        return self._mxfp4(name) is not None or all(fn in self.tensors
+                                                    for fn in self._names(name))
+
+    def _mxfp4(self, name: str) -> tuple[str, str] | None:
+        """The (blocks, scales) tensors of a fused experts' weight stored in MXFP4, as gpt-oss's
+        checkpoints store them (``<name>_blocks`` [experts, rows, k / 32, 16] bytes, two E2M1
+        values a byte, the lower nibble first; ``<name>_scales`` [experts, rows, k / 32], E8M0
+        exponents; rows are outputs), or None."""
+        fused = self._fused(name)
+        fn = self.file_name(name)
+        if fused is None or name.endswith("_bias") or fn in self.tensors:
+            return None
+        blocks, scales = fn + "_blocks", fn + "_scales"
+        return (blocks, scales) if blocks in self.tensors and scales in self.tensors else None
+
+    def _mxfp4_matrix(self, name: str, blocks: str, scales: str) -> PackedWeight:
+        """``_mxfp4``'s tensors as GGUF's MXFP4 blocks (a scale byte, then 16 bytes holding
+        values j and j + 16 of 32), packed as a GGUF tensor is."""
+        where = f"{self.path}: tensors {blocks!r}, {scales!r}"
+        for fn in (blocks, scales):
+            if self.tensors[fn].dtype(fn) != "U8":
+                raise ModelFileError(f"{where}: {fn!r} is {self.tensors[fn].dtype(fn)}, "
+                                     "expected U8 (MXFP4)")
+        b = np.asarray(self.tensors[blocks].array(blocks))
+        e = np.asarray(self.tensors[scales].array(scales))
+        if b.ndim != 4 or b.shape[-1] != 16 or e.shape != b.shape[:-1]:
+            raise ModelFileError(f"{where}: shapes {list(b.shape)} and {list(e.shape)}, "
+                                 "expected [experts, rows, blocks, 16] and [experts, rows, "
+                                 "blocks]")
+        half = self._fused(name)[0]  # type: ignore[index]
+        if half is not None:
+            b, e = b[:, half::2], e[:, half::2]
+        codes = np.empty(b.shape[:-1] + (32,), np.uint8)
+        codes[..., 0::2], codes[..., 1::2] = b & 15, b >> 4
+        raw = np.concatenate([e[..., None], codes[..., :16] | (codes[..., 16:] << 4)], axis=-1)
+        n, k = b.shape[0] * b.shape[1], b.shape[2] * 32
+        p = pack_ggml(raw, GGML_MXFP4, n, k)
+        _check_values(where, p)
+        return p
 
     def need(self, name: str) -> None:
+        if self._mxfp4(name) is not None:
+            return
         for fn in self._names(name):
             if fn not in self.tensors:
                 raise ModelFileError(f"{self.path}: tensor {fn!r} is missing")
@@ -361,6 +408,9 @@ class SafetensorsSource(WeightSource):
         return _HF_FUSED.get(_split(name)[1]) if self.desc.hf_experts_fused else None
 
     def matrix(self, name: str) -> PackedWeight:
+        mx = self._mxfp4(name)
+        if mx is not None:
+            return self._mxfp4_matrix(name, *mx)
         arr, fmt = self._array(name)
         if arr.ndim == 3:  # experts: [experts, n, k] as one weight [experts * n, k]
             arr = np.asarray(arr).reshape(-1, arr.shape[-1])
@@ -386,9 +436,19 @@ class SafetensorsSource(WeightSource):
     def nbytes(self, name: str) -> int:
         if not self.has(name):
             return 0
+        mx = self._mxfp4(name)
+        if mx is not None:
+            return sum(int(self.tensors[fn].array(fn).nbytes) for fn in mx) // 2
         return sum(int(self.tensors[fn].array(fn).nbytes) for fn in self._names(name))
 
     def shape(self, name: str) -> tuple[int, ...]:
+        mx = self._mxfp4(name)
+        if mx is not None:
+            b = self.tensors[mx[0]].shape(mx[0])
+            if len(b) != 4:
+                return b  # (refused as the wrong shape)
+            halves = self._fused(name)[0] is not None  # type: ignore[index]
+            return (b[0], b[1] // 2 if halves and b[1] % 2 == 0 else b[1], b[2] * 32)
         names = self._names(name)
         shapes = {self.tensors[fn].shape(fn) for fn in names}
         if len(shapes) > 1:
@@ -407,6 +467,10 @@ class SafetensorsSource(WeightSource):
         return (len(names),) + one if "{e}" in self.file_name(name) else one
 
     def type_error(self, name: str) -> str | None:
+        mx = self._mxfp4(name)
+        if mx is not None:
+            bad = [fn for fn in mx if self.tensors[fn].dtype(fn) != "U8"]
+            return f"is stored in MXFP4 with {bad[0]!r} not U8" if bad else None
         for fn in self._names(name):
             dt = self.tensors[fn].dtype(fn)
             if dt not in _HF_FMT:
@@ -418,6 +482,8 @@ class SafetensorsSource(WeightSource):
             m = _HF_LAYER_NAME.fullmatch(fn)
             if m:
                 within = m.group(2)
+                if self.desc.hf_experts_fused and within.endswith(("_blocks", "_scales")):
+                    within = within[:-len("_blocks")]  # (MXFP4: see _mxfp4)
                 e = _HF_EXPERT.fullmatch(within)
                 if e and int(e.group(2)) < self.n_experts:
                     # (an expert past the config's count keeps its index: not part of a layer)

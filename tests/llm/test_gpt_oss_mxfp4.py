@@ -1,0 +1,101 @@
+"""gpt-oss's safetensors checkpoints as OpenAI publishes them: the experts' weights in MXFP4
+(``*_blocks``: two E2M1 values a byte, the lower nibble first; ``*_scales``: an E8M0 exponent
+per 32 values; rows are the outputs, gate and up rows interleaved). A tiny gpt-oss whose experts
+are quantized so (by the gguf package's MXFP4 quantizer), saved that way, gives the logits and
+greedy tokens of transformers running the dequantized weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+
+import clops.llm  # noqa: E402
+from clops.llm.gguf_file import ModelFileError  # noqa: E402
+
+from .families import hf_greedy, hf_logits, make  # noqa: E402
+from .tiny import logit_tolerance  # noqa: E402
+
+PROMPT = 24
+
+
+def _mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``w`` [experts, rows, k] quantized: (blocks [experts, rows, k / 32, 16], scales
+    [experts, rows, k / 32], the dequantized values)."""
+    from gguf import GGMLQuantizationType as T
+    from gguf import quants
+
+    e, rows, k = w.shape
+    q = quants.quantize(w.reshape(-1, k).astype(np.float32), T.MXFP4)
+    deq = quants.dequantize(q, T.MXFP4).reshape(w.shape)
+    blk = q.reshape(e, rows, k // 32, 17)
+    scales, qs = blk[..., 0], blk[..., 1:]
+    codes = np.concatenate([qs & 15, qs >> 4], axis=-1)  # GGUF: values j and j + 16 a byte
+    blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)  # the checkpoint: 2i and 2i + 1
+    return np.ascontiguousarray(blocks), np.ascontiguousarray(scales), deq
+
+
+@pytest.fixture(scope="module")
+def mxfp4_model(tmp_path_factory):
+    from safetensors.numpy import load_file, save_file
+
+    tmp = tmp_path_factory.mktemp("gpt_oss_mxfp4")
+    ref, hf, _ = make("gpt_oss", str(tmp))
+    out = str(tmp / "mxfp4")
+    shutil.copytree(hf, out)
+    [st] = [f for f in os.listdir(out) if f.endswith(".safetensors")]
+    tensors = load_file(os.path.join(out, st))
+    for i, layer in enumerate(ref.model.layers):
+        ex = layer.mlp.experts
+        for name in ("gate_up_proj", "down_proj"):
+            p = getattr(ex, name)
+            # the parameter is [experts, in, out]; the checkpoint's blocks are [.., out, in]
+            blocks, scales, deq = _mxfp4(p.detach().numpy().transpose(0, 2, 1))
+            key = f"model.layers.{i}.mlp.experts.{name}"
+            del tensors[key]
+            tensors[key + "_blocks"], tensors[key + "_scales"] = blocks, scales
+            with torch.no_grad():
+                p.copy_(torch.from_numpy(deq.transpose(0, 2, 1).copy()))
+    save_file(tensors, os.path.join(out, st))
+    with open(os.path.join(out, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "mxfp4"}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return ref, out
+
+
+def test_mxfp4_experts_match_transformers_dequantized(mxfp4_model, device):
+    ref, path = mxfp4_model
+    model = clops.llm.load(path, device=device, max_seq_len=64, progress=False,
+                           kv_cache="float32")
+    assert model.layers[0].experts.gate.fmt == "q8"  # (MXFP4 values as int8 and a scale)
+    ids = np.random.default_rng(4).integers(0, ref.config.vocab_size, PROMPT).tolist()
+    got, want = model.logits(ids), hf_logits(ref, ids)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < logit_tolerance(model), f"relative logit error {err:.2e}"
+    prompt = ids[:5]
+    tokens = list(model.generate_ids(prompt, max_new_tokens=16, stop_ids=[]))
+    assert tokens == hf_greedy(ref, prompt, 16)
+
+
+def test_mxfp4_blocks_of_the_wrong_type_are_refused(mxfp4_model, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    _, path = mxfp4_model
+    bad = str(tmp_path / "bad")
+    shutil.copytree(path, bad)
+    [st] = [f for f in os.listdir(bad) if f.endswith(".safetensors")]
+    tensors = load_file(os.path.join(bad, st))
+    key = "model.layers.0.mlp.experts.down_proj_scales"
+    tensors[key] = tensors[key].astype(np.int16)
+    save_file(tensors, os.path.join(bad, st))
+    with pytest.raises(ModelFileError, match="down_proj_scales.*not U8"):
+        clops.llm.load(bad, progress=False)
