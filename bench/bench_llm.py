@@ -351,11 +351,19 @@ def bench_clops_depths(path: str, device: str | None, ids: list[int], depths: li
 
 def bytes_per_token(model, pos: int) -> dict:
     """What one decode step at position ``pos`` reads: every weight matrix once (the embedding
-    only its row) and the KV cache up to ``pos``."""
+    only its row; of a mixture of experts the router and the k chosen experts' weights, k / n
+    of theirs) and the KV cache up to ``pos``."""
     seen: set[int] = set()
     weights = 0
     for ly in model.layers:
-        for w in [p[0] for p in ly.qkv.parts + ly.gate_up.parts] + [ly.o, ly.down]:
+        mats = [p[0] for p in ly.qkv.parts] + [ly.o]
+        if ly.experts is not None:
+            ex = ly.experts
+            mats.append(ex.router)
+            weights += sum(w.nbytes for w in (ex.gate, ex.up, ex.down)) * ex.k // ex.n
+        else:
+            mats += [p[0] for p in ly.gate_up.parts] + [ly.down]
+        for w in mats:
             if id(w) not in seen:
                 seen.add(id(w))
                 weights += w.nbytes

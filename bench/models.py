@@ -11,6 +11,9 @@ Models (NAME):
   llama1b-q8_0   output) with SmolLM2's tokenizer and vocabulary (49152), in F16, Q8_0, Q4_0
   llama1b-q4_0   and Q4_K (Q4_K layers with a Q6_K embedding, as llama.cpp's Q4_K_M keeps its
   llama1b-q4_k   output); norms are float32
+  qwen3moe-a3b-q4_0  a Qwen3-30B-A3B body (hidden 2048, 48 layers, 32/4 heads of 128 with QK-norm,
+                 128 experts of FFN 768, 8 a token; 17 GB) with SmolLM2's tokenizer, Q4_0
+                 layers and experts, a float32 router
 
 ``prepare`` keeps SmolLM2's header (``standin_gguf.py skeleton``) and a GGUF holding only its
 tokenizer; ``write`` builds every model from them. The weights are random numbers of about the
@@ -30,8 +33,11 @@ import standin_gguf  # noqa: E402
 
 BODY_1B = dict(dim=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192,
                rope_base=500000.0, eps=1e-5, context=131072)
+BODY_A3B = dict(dim=2048, layers=48, heads=32, kv_heads=4, head_dim=128, ffn=6144,
+                rope_base=1e6, eps=1e-6, context=40960, experts=128, used=8, expert_ffn=768)
 MODELS = {"smollm2-q4_1": None, "llama1b-f16": ("F16", "F16"), "llama1b-q8_0": ("Q8_0", "Q8_0"),
-          "llama1b-q4_0": ("Q4_0", "Q4_0"), "llama1b-q4_k": ("Q4_K", "Q6_K")}
+          "llama1b-q4_0": ("Q4_0", "Q4_0"), "llama1b-q4_k": ("Q4_K", "Q6_K"),
+          "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0")}
 # (bytes, values) per block of each weight type this writer makes
 _BLOCK = {"F16": (2, 1), "Q8_0": (34, 32), "Q4_0": (18, 32), "Q4_K": (144, 256),
           "Q6_K": (210, 256)}
@@ -96,15 +102,23 @@ def random_rows(kind: str, n: int, k: int, rng: np.random.Generator) -> np.ndarr
     return raw.reshape(n, -1)
 
 
-def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: int = 0) -> None:
-    """A Llama-3.2-1B-bodied model with the tokenizer of ``tok_path`` at ``dst``."""
+def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: int = 0,
+               moe: bool = False) -> None:
+    """A Llama-3.2-1B-bodied model (``moe``: a Qwen3-30B-A3B body) with the tokenizer of
+    ``tok_path`` at ``dst``."""
     from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 
-    b = BODY_1B
+    b = BODY_A3B if moe else BODY_1B
     tok = GGUFReader(tok_path)
     vocab = len(tok.fields["tokenizer.ggml.tokens"].data)
-    w = GGUFWriter(dst, "llama")
-    w.add_name(f"llama1b-body {layer_kind}")
+    w = GGUFWriter(dst, "qwen3moe" if moe else "llama")
+    w.add_name(f"{'qwen3moe-a3b' if moe else 'llama1b'}-body {layer_kind}")
+    if moe:
+        w.add_expert_count(b["experts"])
+        w.add_expert_used_count(b["used"])
+        w.add_expert_feed_forward_length(b["expert_ffn"])
+        w.add_key_length(b["head_dim"])
+        w.add_value_length(b["head_dim"])
     w.add_block_count(b["layers"])
     w.add_context_length(b["context"])
     w.add_embedding_length(b["dim"])
@@ -120,16 +134,18 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
             _copy_field(w, name, field)
     rng = np.random.default_rng(seed)
 
-    def mat(name: str, kind: str, n: int, k: int) -> None:
-        rows = random_rows(kind, n, k, rng)
+    def mat(name: str, kind: str, n: int, k: int, experts: int = 0) -> None:
+        rows = random_rows(kind, n * max(experts, 1), k, rng)
+        if experts:
+            rows = rows.reshape(experts, n, rows.shape[-1])
         if kind == "F16":
             w.add_tensor(name, rows)
         else:
             w.add_tensor(name, rows, raw_shape=rows.shape,
                          raw_dtype=getattr(GGMLQuantizationType, kind))
 
-    def norm(name: str) -> None:
-        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(b["dim"])).astype(np.float32))
+    def norm(name: str, n: int = b["dim"]) -> None:
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
 
     D, H, KV, F = b["dim"], b["heads"], b["kv_heads"], b["ffn"]
     hd = b["head_dim"]
@@ -143,6 +159,16 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
         mat(p + "attn_v.weight", layer_kind, KV * hd, D)
         mat(p + "attn_output.weight", layer_kind, D, H * hd)
         norm(p + "ffn_norm.weight")
+        if moe:
+            E, FE = b["experts"], b["expert_ffn"]
+            norm(p + "attn_q_norm.weight", hd)
+            norm(p + "attn_k_norm.weight", hd)
+            w.add_tensor(p + "ffn_gate_inp.weight",
+                         (0.05 * rng.standard_normal((E, D))).astype(np.float32))
+            mat(p + "ffn_gate_exps.weight", layer_kind, FE, D, experts=E)
+            mat(p + "ffn_up_exps.weight", layer_kind, FE, D, experts=E)
+            mat(p + "ffn_down_exps.weight", layer_kind, D, FE, experts=E)
+            continue
         mat(p + "ffn_gate.weight", layer_kind, F, D)
         mat(p + "ffn_up.weight", layer_kind, F, D)
         mat(p + "ffn_down.weight", layer_kind, D, F)
@@ -166,7 +192,8 @@ def write(prep: str, out: str, only: list[str] | None = None) -> list[str]:
         if kinds is None:
             standin_gguf.fill(os.path.join(prep, "smollm2.skel.npz"), dst)
         else:
-            write_body(os.path.join(prep, "tokenizer.gguf"), dst, *kinds)
+            write_body(os.path.join(prep, "tokenizer.gguf"), dst, *kinds,
+                       moe=name.startswith("qwen3moe"))
         print(f"{dst} ({os.path.getsize(dst) / 1e6:.0f} MB)", flush=True)
         paths.append(dst)
     return paths
