@@ -27,7 +27,7 @@ from ..runtime.pool import Buffer
 from .config import ModelConfig
 from .loaded import Experts
 
-# A launch's changed scalar arguments (position, value) and global size at another row count
+# A launch's changed arguments (position, value) and global size at another row count
 Resize = tuple[list[tuple[int, Any]], tuple[int, ...]]
 
 

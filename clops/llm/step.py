@@ -26,11 +26,8 @@ from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from . import experts
 from .config import ModelConfig
-from .experts import ExpertBuffers
+from .experts import ExpertBuffers, Resize
 from .loaded import Experts, LayerWeights, ModelWeights
-
-# A launch's arguments (position, value) and global size at another row count
-Resize = tuple[list[tuple[int, Any]], tuple[int, ...]]
 
 
 @dataclass
