@@ -3,8 +3,8 @@ builds it with compile-time parameters and describes its launches (runtime ``Lau
 enqueues on runtime Buffers); ``launch.py`` loads and builds them. Families: matmul
 (``matmul.cl``, the CPU layout ``matmul_cpu.cl``, quantized GEMV), gemm (``gemm.cl``,
 ``gemm_cpu.cl``), attention, layer (a decode row's decoder layer in one persistent launch),
-norm, activation, sample, paged (the batched KV cache), fft, layout (relayout for providers and
-FFT), random, gather, scan, sort, linalg; ``operand.py``
+norm, activation, sample, paged (the batched KV cache), moe (a mixture of experts' routing),
+fft, layout (relayout for providers and FFT), random, gather, scan, sort, linalg; ``operand.py``
 holds the strided operand the layout, FFT and provider code share. The kernels import only the
 runtime and the graph; ``nn``, ``llm``, the array layer and the providers call them."""
 
