@@ -33,14 +33,6 @@
 #ifndef WINDOW
 #define WINDOW 0
 #endif
-#ifndef SINKS
-#define SINKS 0
-#endif
-#if SINKS
-#define SINKS_ARG , __global const float *sinks
-#else
-#define SINKS_ARG
-#endif
 #define D4 (HEAD_DIM / 4)
 #include "clops/kv.cl"
 

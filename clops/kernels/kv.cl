@@ -72,3 +72,14 @@ inline kv4_t kv4_zero(void) { return (float4)(0.0f); }
 inline kv4_t kv4_load(__global const kv_t *p, size_t i) { return vload4(i, p); }
 inline float4 kv4_f(kv4_t u) { return u; }
 #endif
+
+// SINKS 1 (gpt-oss): the attention kernels take each head's sink logit, one more term of each
+// softmax's denominator, as their last argument
+#ifndef SINKS
+#define SINKS 0
+#endif
+#if SINKS
+#define SINKS_ARG , __global const float *sinks
+#else
+#define SINKS_ARG
+#endif

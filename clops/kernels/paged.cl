@@ -32,14 +32,6 @@
 #ifndef LS
 #define LS 1
 #endif
-#ifndef SINKS
-#define SINKS 0
-#endif
-#if SINKS
-#define SINKS_ARG , __global const float *sinks
-#else
-#define SINKS_ARG
-#endif
 #if HEAD_DIM % 4
 #error "the paged cache's kernels need HEAD_DIM a multiple of 4"
 #endif
