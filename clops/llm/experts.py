@@ -8,7 +8,9 @@ row's k experts and their weights; ``align`` sorts the m * k (row, expert) pairs
 tiles of ``tile`` rows that each meet one expert's weights (padded per expert); ``gather``
 copies each pair's row into its place; the gate, up and down products run over the padded rows,
 each tile reading only its expert's weights; ``combine`` adds each row's k outputs, weighted, to
-the residual stream (or writes them where a post-norm follows).
+the residual stream (or writes them where a post-norm follows). A lone decode row (one row,
+tiles of one) needs no sorting: its k products read the row itself, each tile the expert of
+its slot, and the sum takes the slots in order.
 
 A row's result depends on that row alone: its experts, its weights and its products' sums do
 not change with the other rows of the batch (the products take the row-invariant geometry)."""
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import Launch, activation, matmul, moe
+from ..nn.quant import upload
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from .config import ModelConfig
@@ -35,7 +38,8 @@ Resize = tuple[list[tuple[int, Any]], tuple[int, ...]]
 class ExpertBuffers:
     """Scratch of a mixture-of-experts block for up to ``rows`` rows: the router's scores,
     each row's chosen experts and weights, the pairs' padded order, each tile's expert and each
-    pair's slot, and the padded rows of the products (input, [gate | up], the GLU, output)."""
+    pair's slot, and the padded rows of the products (input, [gate | up], the GLU, output);
+    ``slots``: 0 .. k - 1, a lone row's pairs' slots."""
 
     rows: int
     logits: Buffer
@@ -48,6 +52,7 @@ class ExpertBuffers:
     gu: Buffer
     h: Buffer
     yd: Buffer
+    slots: Buffer
 
 
 def tile(dev: CLDevice, layers: list[Experts], m: int) -> int:
@@ -72,7 +77,8 @@ def buffers(dev: CLDevice, cfg: ModelConfig, layers: list[Experts], rows: int) -
         wts=dev.alloc(rows * k * f4), order=dev.alloc(p * f4),
         tile_e=dev.alloc(max(1, p // t) * f4),
         pos=dev.alloc(rows * k * f4), xg=dev.alloc(p * dim * f4), gu=dev.alloc(p * 2 * F * f4),
-        h=dev.alloc(p * F * f4), yd=dev.alloc(p * dim * f4))
+        h=dev.alloc(p * F * f4), yd=dev.alloc(p * dim * f4),
+        slots=upload(dev, np.arange(k, dtype=np.int32)))
 
 
 def _follows(make: Callable[[int], Launch], m: int) -> tuple[Launch, Callable[[int], Resize]]:
@@ -104,11 +110,28 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         return moe.padded_rows(m, k, E, t)
 
     def product(y: Buffer, y_off: int, ldy: int, x: Buffer, ldx: int, w: Any,
-                bias: Buffer | None, what: str) -> Callable[[int], Launch]:
+                bias: Buffer | None, what: str,
+                tiles: Buffer = b.tile_e) -> Callable[[int], Launch]:
         return lambda m: matmul.matmul(dev, y, y_off, ldy, x, 0, ldx, w, rows(m), bias=bias,
-                                       experts=(b.tile_e, E), tm=t, row_invariant=True,
+                                       experts=(tiles, E), tm=t, row_invariant=True,
                                        name=f"{what}.{name}")
 
+    if m == 1 and t == 1:
+        # PERF: a lone decode row: its k slots in the router's order, each its own tile (the
+        # chosen experts themselves), the gate and up products reading the row itself (ldx
+        # 0); no alignment, no gathered copy: two launches fewer a layer
+        lone: list[Callable[[int], Launch]] = [
+            lambda m: moe.route(dev, b.ids, b.wts, b.logits, m=m, n_experts=E, k=k,
+                                norm=ex.norm),
+            product(b.gu, 0, 2 * F, xn, 0, ex.gate, ex.gate_bias, "gate_exps", b.ids),
+            product(b.gu, F, 2 * F, xn, 0, ex.up, ex.up_bias, "up_exps", b.ids),
+            lambda m: activation.glu(dev, b.h, b.gu, m=k, f=F, act=cfg.act,
+                                     limit=cfg.glu_limit, alpha=cfg.glu_alpha),
+            product(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps", b.ids),
+            lambda m: moe.combine(dev, out, b.yd, b.slots, b.wts, m=m, k=k, dim=dim,
+                                  accum=accum),
+        ]
+        return [_follows(make, m) for make in lone]
     makers: list[Callable[[int], Launch]] = [
         lambda m: moe.route(dev, b.ids, b.wts, b.logits, m=m, n_experts=E, k=k, norm=ex.norm),
         lambda m: moe.align(dev, b.order, b.tile_e, b.pos, b.ids, m=m, k=k, n_experts=E,
