@@ -1155,7 +1155,8 @@ class Model:
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"<clops.llm.Model {c.arch} {c.n_layers} layers, dim {c.dim}, vocab "
+        experts = f", {c.n_experts} experts ({c.n_experts_used} a token)" if c.n_experts else ""
+        return (f"<clops.llm.Model {c.arch} {c.n_layers} layers, dim {c.dim}{experts}, vocab "
                 f"{c.vocab_size} on {self.device.name}>")
 
 

@@ -91,3 +91,9 @@ def test_experts_tensors_must_agree_with_the_counts(qwen3moe, tmp_path):
     n = hf_config[key]
     with pytest.raises(ModelFileError, match=rf"mlp\.(gate\.weight|experts\.{n}\.)"):
         clops.llm.load(str(bad), progress=False)
+
+
+def test_a_models_repr_names_its_experts(qwen3moe):
+    _, _, hf_config, hf = qwen3moe
+    model = clops.llm.load(hf, progress=False, max_seq_len=32)
+    assert "qwen3moe 2 layers, dim 64, 8 experts (2 a token), vocab" in repr(model)
