@@ -29,10 +29,7 @@
 //          per column each work-item loads before using them (bytes in flight), CB: blocks of
 //          NCOL * CPT columns per work-group (one after another: x quantized once for them),
 //          PIPE: 1 to load a step ahead
-//   EXPERTS 1: a mixture of experts' grouped product: W (and S, and bias) hold E experts'
-//          weights stacked, expert e's at W + e * w_stride, S + e * s_stride, bias + e * N;
-//          tile_e[t] is the expert whose weights row tile t (rows t * TM ..) meets, or -1 (a
-//          padding tile: its work-items store nothing). Not with QX.
+//   EXPERTS 1: a mixture of experts' grouped product (experts.cl); not with QX
 //
 // Layouts (row n of W is K values, K a multiple of 32):
 //   q4: qs uchar[N][K/2]; in each 32-value group, byte j holds value j (low nibble) and value
@@ -100,9 +97,7 @@
 #if QMIN && (QX || WFMT != 4)
 #error "QMIN takes q8 weights and no QX"
 #endif
-#ifndef EXPERTS
-#define EXPERTS 0
-#endif
+#include "clops/experts.cl"
 #if EXPERTS && QX
 #error "EXPERTS takes no QX"
 #endif
@@ -669,22 +664,9 @@ __kernel MATMUL_ATTR void matmul(__global float *y, int y_off, int ldy,
                      __global const float *x, int x_off, int ldx,
                      __global const W_T *W, __global const SCALE_T *S,
                      __global const float *bias, int M, int N, int K,
-                     __global const float *nw, float eps
-#if EXPERTS
-                     , __global const int *tile_e, int w_stride, int s_stride
-#endif
-                     ) {
+                     __global const float *nw, float eps EXPERT_ARGS) {
     __local float red[RN2 * LSIZE * NCOL];
-#if EXPERTS
-    // (a work-group's work-items share their row tile: a padding tile's leave together)
-    const int expert = tile_e[get_global_id(1)];
-    if (expert < 0) return;
-    W += (size_t)expert * w_stride;
-    S += (size_t)expert * s_stride;
-#if HAS_BIAS
-    bias += (size_t)expert * N;
-#endif
-#endif
+    TAKE_EXPERT(get_global_id(1));
     // NOTE: from the global id, so that with LSIZE 1 the driver may pick any local size.
     const int c = get_global_id(0) / LSIZE;
     const int lid = get_global_id(0) % LSIZE;

@@ -24,10 +24,7 @@
 //   NORM   1: RMSNorm(x) * nw (eps) in place of x
 //   GLU    1: W is [gate (N/2 rows) | up (N/2 rows)], N/2 a multiple of 16; y gets N/2 columns
 //          silu(x . gate) * (x . up) (bias, where given, added to both before)
-//   EXPERTS 1: a mixture of experts' grouped product: W (and S, and bias) hold E experts'
-//          weights stacked, expert e's at W + e * w_stride, S + e * s_stride, bias + e * N;
-//          tile_e[t] is the expert whose weights row tile t (rows t * TM .., M a multiple of
-//          TM) meets, or -1 (a padding tile: stores nothing). Not with GLU.
+//   EXPERTS 1: a mixture of experts' grouped product (experts.cl); not with GLU
 // M >= TM: the last tile of rows ends at row M - 1.
 //
 // Layouts (N padded to a multiple of 16 with zero rows; block b holds rows 16b .. 16b + 15;
@@ -105,9 +102,7 @@ inline float hsum16(float16 v) {
 #if QMIN && WFMT != 4
 #error "QMIN takes q8 weights"
 #endif
-#ifndef EXPERTS
-#define EXPERTS 0
-#endif
+#include "clops/experts.cl"
 #if EXPERTS && GLU
 #error "EXPERTS takes no GLU"
 #endif
@@ -174,24 +169,12 @@ __kernel void matmul_rb(__global float *y, int y_off, int ldy,
                         __global const float *x, int x_off, int ldx,
                         __global const W_T *W, __global const SCALE_T *S,
                         __global const float *bias, int M, int N, int K,
-                        __global const float *nw, float eps
-#if EXPERTS
-                        , __global const int *tile_e, int w_stride, int s_stride
-#endif
-                        ) {
+                        __global const float *nw, float eps EXPERT_ARGS) {
     // the last tile of rows ends at row M - 1 (it may share rows with the one before, which
     // compute the same sums; only the rows past the tile before are stored): every tile is
     // whole (needs M >= TM), so that x's rows lie LDX apart from one pointer
     const int first = get_global_id(0) * TM, m0 = min(first, M - TM);
-#if EXPERTS
-    const int expert = tile_e[get_global_id(0)];
-    if (expert < 0) return;
-    W += (size_t)expert * w_stride;
-    S += (size_t)expert * s_stride;
-#if HAS_BIAS
-    bias += (size_t)expert * N;
-#endif
-#endif
+    TAKE_EXPERT(get_global_id(0));
 #if LDX
     const int ldx_ = LDX;  // a constant: the rows' loads take immediate offsets
 #else
