@@ -286,13 +286,7 @@ class CLRenderer:
         vt = f"float{n}"
         lines = []
         for ins in instrs:
-            if ins.op == "load":
-                expr = f"lv{ins.slot}"
-            elif ins.op == "const":
-                expr = f"({vt})(c{ins.slot})"
-            else:
-                names = dict(zip("abc", (f"v{s}" for s in ins.srcs)))
-                expr = self.ew_table[ins.fn]["f"].format(T=vt, R="float", **names)
+            expr = f"lv{ins.slot}" if ins.op == "load" else self._vector_expr(ins, vt)
             lines.append(f"{vt} v{ins.out} = {expr};")
         for k, o in enumerate(outs):
             lines.append(f"vstore{n}(v{o.value}, 0, out{k} + oo{k} + base);")
@@ -593,15 +587,20 @@ class CLRenderer:
                 lrank, unit = self.leaves[ins.slot].rank, self.leaves[ins.slot].unit_last
                 addr = self._addr(0, lrank, f"o{ins.slot}", f"s{ins.slot}_", unit)
                 expr = f"vload{n}({u}, b{ins.slot} + {addr})"
-            elif ins.op == "const":
-                expr = f"({vt})(c{ins.slot})"
             elif ins.op == "red":
                 expr = f"red{ins.slot}_{u}"
             else:
-                names = dict(zip("abc", (f"v{x}_{u}" for x in ins.srcs)))
-                expr = self.ew_table[ins.fn]["f"].format(T=vt, R="float", **names)
+                expr = self._vector_expr(ins, vt, f"_{u}")
             lines.append(f"{vt} v{ins.out}_{u} = {expr};")
         return lines
+
+    def _vector_expr(self, ins: Instr, vt: str, suffix: str = "") -> str:
+        """A constant's or an operator's expression on ``vt`` vectors, its operands the values
+        ``v<index><suffix>`` (``_vector_math``; ``_strip_instrs``, a suffix a vector)."""
+        if ins.op == "const":
+            return f"({vt})(c{ins.slot})"
+        names = dict(zip("abc", (f"v{x}{suffix}" for x in ins.srcs)))
+        return self.ew_table[ins.fn]["f"].format(T=vt, R="float", **names)
 
     def _red_setup(self, slot: int, op: str, acc: str) -> tuple[str, str, str]:
         """(accumulator type, identity, combine template) of reduction ``slot``."""
