@@ -12,6 +12,8 @@ import pytest
 import clops.kernels.launch
 from clops.kernels import attention, paged
 
+from .test_attention_choices import _buf, _read
+
 H, KV, D = 4, 2, 16
 SCALE = 0.4
 # sink logits a head: none; dominating; -inf-like (the result is attention without sinks);
@@ -35,18 +37,6 @@ def _ref(q, k, v, first, last, sinks):
             e = np.exp(s - top)
             den = e.sum() + (0.0 if sinks is None else np.exp(sinks[h] - top))
             out[m, h] = (e @ vm[h // n_rep, first[m]:last[m] + 1]) / den
-    return out
-
-
-def _buf(dev, a):
-    b = dev.alloc(max(a.nbytes, 4))
-    dev.write(b, np.ascontiguousarray(a), blocking=True)
-    return b
-
-
-def _read(dev, b, shape):
-    out = np.empty(shape, np.float32)
-    dev.read(out, b)
     return out
 
 
