@@ -36,12 +36,11 @@ Resize = tuple[list[tuple[int, Any]], tuple[int, ...]]
 
 @dataclass(frozen=True)
 class ExpertBuffers:
-    """Scratch of a mixture-of-experts block for up to ``rows`` rows: the router's scores,
+    """Scratch of a mixture-of-experts block for some count of rows: the router's scores,
     each row's chosen experts and weights, the pairs' padded order, each tile's expert and each
     pair's slot, and the padded rows of the products (input, [gate | up], the GLU, output);
     ``slots``: 0 .. k - 1, a lone row's pairs' slots."""
 
-    rows: int
     logits: Buffer
     ids: Buffer
     wts: Buffer
@@ -61,19 +60,14 @@ def tile(dev: CLDevice, layers: list[Experts], m: int) -> int:
     return moe.tile_rows(dev, fmts, m, layers[0].k)
 
 
-def padded(cfg: ModelConfig, t: int, m: int) -> int:
-    """The padded rows of the experts' products for ``m`` rows in tiles of ``t``."""
-    return moe.padded_rows(m, cfg.n_experts_used, cfg.n_experts, t)
-
-
 def buffers(dev: CLDevice, cfg: ModelConfig, layers: list[Experts], rows: int) -> ExpertBuffers:
     """Scratch for blocks of up to ``rows`` rows (every smaller count pads to fewer rows)."""
     E, k, F, dim = cfg.n_experts, cfg.n_experts_used, cfg.expert_ffn_dim, cfg.dim
     t = tile(dev, layers, rows)
-    p = padded(cfg, t, rows)
+    p = moe.padded_rows(rows, k, E, t)
     f4 = 4
     return ExpertBuffers(
-        rows=rows, logits=dev.alloc(rows * E * f4), ids=dev.alloc(rows * k * f4),
+        logits=dev.alloc(rows * E * f4), ids=dev.alloc(rows * k * f4),
         wts=dev.alloc(rows * k * f4), order=dev.alloc(p * f4),
         tile_e=dev.alloc(max(1, p // t) * f4),
         pos=dev.alloc(rows * k * f4), xg=dev.alloc(p * dim * f4), gu=dev.alloc(p * 2 * F * f4),
