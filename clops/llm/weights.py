@@ -436,10 +436,11 @@ class SafetensorsSource(WeightSource):
     def nbytes(self, name: str) -> int:
         if not self.has(name):
             return 0
-        mx = self._mxfp4(name)
-        if mx is not None:
-            return sum(int(self.tensors[fn].array(fn).nbytes) for fn in mx) // 2
-        return sum(int(self.tensors[fn].array(fn).nbytes) for fn in self._names(name))
+        names = self._mxfp4(name) or self._names(name)
+        total = sum(int(self.tensors[fn].array(fn).nbytes) for fn in names)
+        fused = self._fused(name)
+        # (the gate and the up weights are the halves of one fused tensor)
+        return total // 2 if fused is not None and fused[0] is not None else total
 
     def shape(self, name: str) -> tuple[int, ...]:
         mx = self._mxfp4(name)
