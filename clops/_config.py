@@ -106,10 +106,16 @@ def raw_enqueue() -> bool:
 
 
 def native_cpu() -> bool:
-    """``CLOPS_NATIVE_CPU`` (default on): CPU devices run the products of quantized weights as
-    native kernels compiled with the system's C compiler, where it is found and the CPU has
-    AVX-512 VNNI; ``0``: OpenCL C kernels only."""
+    """``CLOPS_NATIVE_CPU`` (default on): CPU devices run the LLM's products and decode attention
+    as native kernels compiled with the system's C compiler, where it is found and the CPU has
+    AVX2 with FMA (or AVX-512 with VNNI); ``0``: OpenCL C kernels only; ``avx2``: built for AVX2
+    even where the CPU has AVX-512 (to measure what an AVX2 machine runs)."""
     return os.environ.get("CLOPS_NATIVE_CPU", "1") not in ("0", "false", "no", "off")
+
+
+def native_cpu_avx2() -> bool:
+    """``CLOPS_NATIVE_CPU=avx2``: the native CPU kernels built for AVX2 (no AVX-512)."""
+    return os.environ.get("CLOPS_NATIVE_CPU", "").lower() == "avx2"
 
 
 def tma() -> bool:

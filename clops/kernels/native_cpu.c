@@ -1,10 +1,15 @@
 // Products of quantized weights in the CPU layout (rb16, kernels/matmul_cpu.cl) with integer dot
-// products (x86-64 AVX-512 VNNI, vpdpbusd), run by the CPU device's queue as an OpenCL native
-// kernel (clEnqueueNativeKernel), on the same buffers as its other kernels.
+// products, run by the CPU device's queue as an OpenCL native kernel (clEnqueueNativeKernel), on
+// the same buffers as its other kernels. Built for the CPU at hand, in one of two widths:
+//   ISA 2: AVX-512 with VNNI and VBMI: a row's 16 columns of a block are one 16-wide vector, and
+//          the weights meet x through vpdpbusd;
+//   ISA 1: AVX2 with FMA and F16C: they are two 8-wide vectors, and the weights meet x through
+//          vpmaddubsw and vpmaddwd (16 registers: at most 4 rows a tile, not 8).
+// The 16-wide float arithmetic shared by both is written once over `vf` (below).
 //
 // y[m, n] (+)= sum_k x[m, k] * W[n, k] (+ bias[n]): the rows of x (after RMSNorm * nw where
 // asked) are first quantized to int8 with a scale per 32 values (dx = amax / 127, as GGML's
-// q8_1 does), then each weight group meets them as 4-byte integer dot products, and each group's
+// q8_1 does), then each weight group meets them as integer dot products, and each group's
 // integer sum meets the float scales once. A row's sums are added in the same order whatever
 // the number of rows (the batch engine's tokens do not depend on their batch).
 //
@@ -12,12 +17,14 @@
 // j + 16 in the high nibble of byte j of a 32-value group, scales [b][g][16] (Q4_SYM: value =
 // (q - 8) * d) or [b][g][2][16] (value = q * d + min); q8 char[b][k][16], scales
 // [b][k / QGROUP][16]. Scales are half or float. A 64-byte load holds 4 k of the 16 rows; a
-// byte permutation gives each 32-bit lane (a row) its 4 consecutive k, as vpdpbusd takes them:
-// weights as the unsigned operand (q4: 0..15; q8: q + 128) and x as the signed one; the offsets
-// come back out through the sums of x's int8 values (kept per 16).
+// byte permutation gives each 32-bit lane (a row) its 4 consecutive k, as the dot products take
+// them. ISA 2: weights as the unsigned operand (q4: 0..15; q8: q + 128) and x as the signed
+// one; the offsets come back out through the sums of x's int8 values (kept per 16). ISA 1: q4
+// as there (the 16-bit pair sums of a group, at most 4 x 2 x 2 x 15 x 127, stay in 16 bits);
+// q8 as |q| against x with q's sign (pairs at most 2 x 128 x 127, no offset).
 //
 // Float16 weights (f16: half[b][k][16]) meet float rows of x (after RMSNorm where asked), a row
-// at a time in four chains of k: products of few rows (a decode step), bound by the weights'
+// at a time in chains of k: products of few rows (a decode step), bound by the weights'
 // bytes. A row's sums do not depend on the other rows here either.
 //
 // Work is split over a small pool of threads (the device's cores): blocks of 16 output columns,
@@ -35,13 +42,17 @@
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && \
     defined(__AVX512VBMI__) && defined(__F16C__)
-#define HAVE_VNNI 1
-#include <immintrin.h>
+#define ISA 2
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define ISA 1
 #else
-#define HAVE_VNNI 0
+#define ISA 0
+#endif
+#if ISA
+#include <immintrin.h>
 #endif
 
-#define CLOPS_NATIVE_VERSION 1
+#define CLOPS_NATIVE_VERSION 2
 
 // The argument block: the runtime replaces the memory objects (the first 6 fields) with their
 // host pointers in its copy. Offsets and strides are in elements.
@@ -59,7 +70,7 @@ typedef struct {
 } clops_mm_args;
 
 int clops_native_version(void) { return CLOPS_NATIVE_VERSION; }
-int clops_native_vnni(void) { return HAVE_VNNI; }
+int clops_native_isa(void) { return ISA; }
 int clops_native_args_size(void) { return (int)sizeof(clops_mm_args); }
 
 // ---- a pool of threads: run(fn) on all of them and wait ----
@@ -108,7 +119,7 @@ static void *worker(void *arg) {
         // spin a little for the next task (a step's products follow each other), then sleep
         int g = __atomic_load_n(&P.gen, __ATOMIC_ACQUIRE);
         for (int i = 0; g == seen && i < 20000; ++i) {
-#if HAVE_VNNI
+#if ISA
             _mm_pause();
 #endif
             g = __atomic_load_n(&P.gen, __ATOMIC_ACQUIRE);
@@ -156,13 +167,140 @@ static void run_all(task_fn fn, void *ctx, int nt) {
     fn(ctx, 0, nt);
     // every started worker counts itself (those past nt run nothing)
     while (__atomic_load_n(&P.done, __ATOMIC_ACQUIRE) < P.started) {
-#if HAVE_VNNI
+#if ISA
         _mm_pause();
 #endif
     }
 }
 
-#if HAVE_VNNI
+#if ISA
+// ---- 16 floats (a row's 16 columns of a block): one vector of ISA 2, two of ISA 1 ----
+#if ISA == 2
+typedef __m512 vf;
+static inline vf vf_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void vf_store(float *p, vf v) { _mm512_storeu_ps(p, v); }
+static inline vf vf_set1(float f) { return _mm512_set1_ps(f); }
+static inline vf vf_zero(void) { return _mm512_setzero_ps(); }
+static inline vf vf_add(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline vf vf_sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+static inline vf vf_mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+static inline vf vf_div(vf a, vf b) { return _mm512_div_ps(a, b); }
+static inline vf vf_max(vf a, vf b) { return _mm512_max_ps(a, b); }
+static inline vf vf_abs(vf a) { return _mm512_abs_ps(a); }
+static inline vf vf_fmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vf vf_fnmadd(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }
+static inline float vf_sum(vf a) { return _mm512_reduce_add_ps(a); }
+static inline float vf_amax(vf a) { return _mm512_reduce_max_ps(a); }
+static inline vf vf_half(const void *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline __mmask16 first_n(int n) {
+    return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+}
+// the first n (at most 16) values, zeros after them
+static inline vf vf_load_n(const float *p, int n) { return _mm512_maskz_loadu_ps(first_n(n), p); }
+static inline void vf_store_n(float *p, vf v, int n) { _mm512_mask_storeu_ps(p, first_n(n), v); }
+static inline vf vf_keep_n(vf v, int n) { return _mm512_maskz_mov_ps(first_n(n), v); }
+static inline vf vf_round(vf a) {
+    return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+// p * 2^n for whole n (inf and 0 past the float range)
+static inline vf vf_scale2(vf p, vf n) { return _mm512_scalef_ps(p, n); }
+// x where exp16 takes it (vscalefps takes the whole float range)
+static inline vf vf_exp_range(vf x) { return x; }
+// v < 0 ? a : b
+static inline vf vf_neg_select(vf v, vf a, vf b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), b, a);
+}
+#else
+typedef struct {
+    __m256 lo, hi;
+} vf;
+static inline vf vf_of(__m256 lo, __m256 hi) {
+    vf r = {lo, hi};
+    return r;
+}
+#define VF_MAP1(name, op) \
+    static inline vf name(vf a) { return vf_of(op(a.lo), op(a.hi)); }
+#define VF_MAP2(name, op) \
+    static inline vf name(vf a, vf b) { return vf_of(op(a.lo, b.lo), op(a.hi, b.hi)); }
+static inline vf vf_load(const float *p) { return vf_of(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)); }
+static inline void vf_store(float *p, vf v) {
+    _mm256_storeu_ps(p, v.lo);
+    _mm256_storeu_ps(p + 8, v.hi);
+}
+static inline vf vf_set1(float f) { return vf_of(_mm256_set1_ps(f), _mm256_set1_ps(f)); }
+static inline vf vf_zero(void) { return vf_of(_mm256_setzero_ps(), _mm256_setzero_ps()); }
+VF_MAP2(vf_add, _mm256_add_ps)
+VF_MAP2(vf_sub, _mm256_sub_ps)
+VF_MAP2(vf_mul, _mm256_mul_ps)
+VF_MAP2(vf_div, _mm256_div_ps)
+VF_MAP2(vf_max, _mm256_max_ps)
+static inline __m256 abs8(__m256 a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+VF_MAP1(vf_abs, abs8)
+static inline vf vf_fmadd(vf a, vf b, vf c) {
+    return vf_of(_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi));
+}
+static inline vf vf_fnmadd(vf a, vf b, vf c) {
+    return vf_of(_mm256_fnmadd_ps(a.lo, b.lo, c.lo), _mm256_fnmadd_ps(a.hi, b.hi, c.hi));
+}
+static inline float sum8(__m256 a) {
+    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+static inline float vf_sum(vf a) { return sum8(_mm256_add_ps(a.lo, a.hi)); }
+static inline float vf_amax(vf a) {
+    const __m256 m = _mm256_max_ps(a.lo, a.hi);
+    const __m128 b = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    const __m128 c = _mm_max_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_max_ss(c, _mm_movehdup_ps(c)));
+}
+static inline vf vf_half(const void *p) {
+    return vf_of(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
+                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + 1)));
+}
+// lanes below n (of 8) all ones, the others zero
+static inline __m256i first_n8(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline vf vf_load_n(const float *p, int n) {
+    return vf_of(_mm256_maskload_ps(p, first_n8(n)), _mm256_maskload_ps(p + 8, first_n8(n - 8)));
+}
+static inline void vf_store_n(float *p, vf v, int n) {
+    _mm256_maskstore_ps(p, first_n8(n), v.lo);
+    _mm256_maskstore_ps(p + 8, first_n8(n - 8), v.hi);
+}
+static inline vf vf_keep_n(vf v, int n) {
+    return vf_of(_mm256_and_ps(v.lo, _mm256_castsi256_ps(first_n8(n))),
+                 _mm256_and_ps(v.hi, _mm256_castsi256_ps(first_n8(n - 8))));
+}
+static inline __m256 round8(__m256 a) {
+    return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+VF_MAP1(vf_round, round8)
+// p * 2^n for whole n: 2^n made in the exponent field, n clamped to -127 (0) .. 128 (inf)
+static inline __m256 scale2_8(__m256 p, __m256 n) {
+    const __m256 c = _mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)),
+                                   _mm256_set1_ps(128.0f));
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(c), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+VF_MAP2(vf_scale2, scale2_8)
+// x where exp16 takes it: -104 .. 89, so that r stays finite and n lands past both ends of the
+// float range (NaN stays NaN: minps and maxps give their second operand then)
+static inline __m256 exp_range8(__m256 x) {
+    return _mm256_max_ps(_mm256_set1_ps(-104.0f), _mm256_min_ps(_mm256_set1_ps(89.0f), x));
+}
+VF_MAP1(vf_exp_range, exp_range8)
+static inline vf vf_neg_select(vf v, vf a, vf b) {
+    const __m256 z = _mm256_setzero_ps();
+    return vf_of(_mm256_blendv_ps(b.lo, a.lo, _mm256_cmp_ps(v.lo, z, _CMP_LT_OQ)),
+                 _mm256_blendv_ps(b.hi, a.hi, _mm256_cmp_ps(v.hi, z, _CMP_LT_OQ)));
+}
+#endif
+
 // ---- int8 rows of x ----
 // (rows a cache line further apart than k bytes: the 8 rows of a tile fall in different sets)
 #define XQ_STRIDE(k) ((int64_t)(k) + 64)
@@ -176,12 +314,38 @@ typedef struct {
 
 // 1 / RMS of a row of x (k values), eps inside the root
 static float rms_inverse(const clops_mm_args *a, const float *xr) {
-    __m512 ss = _mm512_setzero_ps();
+    vf ss = vf_zero();
     for (int j = 0; j < a->k; j += 16) {
-        const __m512 v = _mm512_loadu_ps(xr + j);
-        ss = _mm512_fmadd_ps(v, v, ss);
+        const vf v = vf_load(xr + j);
+        ss = vf_fmadd(v, v, ss);
     }
-    return 1.0f / sqrtf(_mm512_reduce_add_ps(ss) / a->k + a->eps);
+    return 1.0f / sqrtf(vf_sum(ss) / a->k + a->eps);
+}
+
+// q[0..31] <- v0, v1 times id rounded to int8 (|values| at most 127); s[0], s[1]: the sums of
+// each 16 of them
+static inline void to_int8(vf v0, vf v1, float id, int8_t *q, int32_t *s) {
+#if ISA == 2
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+    const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+    _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(q0));
+    _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtsepi32_epi8(q1));
+    s[0] = _mm512_reduce_add_epi32(q0);
+    s[1] = _mm512_reduce_add_epi32(q1);
+#else
+    const __m256 f = _mm256_set1_ps(id);
+    const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(v0.lo, f));
+    const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(v0.hi, f));
+    const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(v1.lo, f));
+    const __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(v1.hi, f));
+    // packs work within 128-bit lanes: a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7, put back
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(
+                                          p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const __m256i s0 = _mm256_add_epi32(a, b), s1 = _mm256_add_epi32(c, d);
+    s[0] = (int32_t)sum8(_mm256_cvtepi32_ps(s0));
+    s[1] = (int32_t)sum8(_mm256_cvtepi32_ps(s1));
+#endif
 }
 
 static void quantize_rows(void *p, int tid, int nt) {
@@ -190,25 +354,19 @@ static void quantize_rows(void *p, int tid, int nt) {
     const int k = a->k;
     for (int i = tid; i < a->m; i += nt) {
         const float *xr = a->x + a->x_off + (int64_t)i * a->ldx;
-        const __m512 inv = _mm512_set1_ps(a->norm ? rms_inverse(a, xr) : 1.0f);
+        const vf inv = vf_set1(a->norm ? rms_inverse(a, xr) : 1.0f);
         int8_t *q = c->xq + (int64_t)i * XQ_STRIDE(k);
         for (int g = 0; g < k / 32; ++g) {
-            __m512 v0 = _mm512_mul_ps(_mm512_loadu_ps(xr + 32 * g), inv);
-            __m512 v1 = _mm512_mul_ps(_mm512_loadu_ps(xr + 32 * g + 16), inv);
+            vf v0 = vf_mul(vf_load(xr + 32 * g), inv);
+            vf v1 = vf_mul(vf_load(xr + 32 * g + 16), inv);
             if (a->norm) {
-                v0 = _mm512_mul_ps(v0, _mm512_loadu_ps(a->nw + 32 * g));
-                v1 = _mm512_mul_ps(v1, _mm512_loadu_ps(a->nw + 32 * g + 16));
+                v0 = vf_mul(v0, vf_load(a->nw + 32 * g));
+                v1 = vf_mul(v1, vf_load(a->nw + 32 * g + 16));
             }
-            const float amax = _mm512_reduce_max_ps(
-                _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            const float amax = vf_amax(vf_max(vf_abs(v0), vf_abs(v1)));
             const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
-            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-            _mm_storeu_si128((__m128i *)(q + 32 * g), _mm512_cvtsepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(q + 32 * g + 16), _mm512_cvtsepi32_epi8(q1));
             c->dx[(int64_t)i * (k / 32) + g] = d;
-            c->xs[(int64_t)i * (k / 16) + 2 * g] = _mm512_reduce_add_epi32(q0);
-            c->xs[(int64_t)i * (k / 16) + 2 * g + 1] = _mm512_reduce_add_epi32(q1);
+            to_int8(v0, v1, id, q + 32 * g, c->xs + (int64_t)i * (k / 16) + 2 * g);
         }
     }
 }
@@ -226,6 +384,13 @@ typedef struct {
     int next;   // the first block no thread has taken
 } mm_ctx;
 
+static inline vf scales16(const void *s, int64_t at, int half) {
+    return half ? vf_half((const uint16_t *)s + at) : vf_load((const float *)s + at);
+}
+
+#if ISA == 2
+// rows of x a tile takes at most
+#define TILE_ROWS 8
 // lane r (a row of the block) <- bytes r, 16 + r, 32 + r, 48 + r (4 k of that row)
 static inline __m512i rows_of(const uint8_t *p) {
     const __m512i idx = _mm512_set_epi8(
@@ -234,11 +399,6 @@ static inline __m512i rows_of(const uint8_t *p) {
         55, 39, 23, 7, 54, 38, 22, 6, 53, 37, 21, 5, 52, 36, 20, 4,
         51, 35, 19, 3, 50, 34, 18, 2, 49, 33, 17, 1, 48, 32, 16, 0);
     return _mm512_permutexvar_epi8(idx, _mm512_loadu_si512(p));
-}
-
-static inline __m512 scales16(const void *s, int64_t at, int half) {
-    return half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)s + at)))
-                : _mm512_loadu_ps((const float *)s + at);
 }
 
 // acc[t][0..15] += the sums of rows i0 + t (t < TM) of x with block b of W over the 32-value
@@ -338,6 +498,126 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
     }
     for (int t = 0; t < TM; ++t) _mm512_storeu_ps(acc + 16 * t, out[t]);
 }
+#else
+// rows of x a tile takes at most (16 registers: 2 per row for its integer sums)
+#define TILE_ROWS 4
+// The 64 bytes at p (4 k of 16 rows, [k][16]) as two vectors whose 32-bit lanes each hold the
+// 4 k of one row: rows 0-3 and 8-11 in *r0, rows 4-7 and 12-15 in *r1 (the order "P" below)
+static inline void rows_of2(const uint8_t *p, __m256i *r0, __m256i *r1) {
+    const __m128i *q = (const __m128i *)p;
+    const __m256i s = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(q)),
+                                              _mm_loadu_si128(q + 2), 1);  // k0 | k2
+    const __m256i t = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(q + 1)),
+                                              _mm_loadu_si128(q + 3), 1);  // k1 | k3
+    const __m256i u = _mm256_unpacklo_epi8(s, t);  // (k0 k1) rows 0-7 | (k2 k3) rows 0-7
+    const __m256i v = _mm256_unpackhi_epi8(s, t);  // the same of rows 8-15
+    const __m256i k01 = _mm256_permute2x128_si256(u, v, 0x20);
+    const __m256i k23 = _mm256_permute2x128_si256(u, v, 0x31);
+    *r0 = _mm256_unpacklo_epi16(k01, k23);
+    *r1 = _mm256_unpackhi_epi16(k01, k23);
+}
+
+// 16 values of rows 0..15 <-> the order P (rows 0-3, 8-11 | 4-7, 12-15): its own inverse
+static inline vf order_p(vf v) {
+    return vf_of(_mm256_permute2f128_ps(v.lo, v.hi, 0x20),
+                 _mm256_permute2f128_ps(v.lo, v.hi, 0x31));
+}
+
+static inline vf vf_of_int(__m256i lo, __m256i hi) {
+    return vf_of(_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi));
+}
+
+// acc[t][0..15] += the sums of rows i0 + t (t < TM) of x with block b of W over the 32-value
+// groups g0 .. g1 - 1, added group by group (as ISA 2 adds them: the same integer sums, the
+// same float operations).
+static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, int i0,
+                                                       const int TM, int g0, int g1,
+                                                       float *acc, int64_t pfd) {
+    const clops_mm_args *a = c->a;
+    const int k = a->k, G = k / 32, half = a->scale_half;
+    const int pf = TM == 1 && pfd != 0;
+    const int8_t *xq[TILE_ROWS];
+    const float *dx[TILE_ROWS];
+    const int32_t *xs[TILE_ROWS];
+    vf out[TILE_ROWS];  // in the order P
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int t = 0; t < TM; ++t) {
+        const int i = i0 + t < a->m ? i0 + t : a->m - 1;
+        xq[t] = c->xq + (int64_t)i * XQ_STRIDE(k);
+        dx[t] = c->dx + (int64_t)i * G;
+        xs[t] = c->xs + (int64_t)i * (k / 16);
+        out[t] = order_p(vf_load(acc + 16 * t));
+    }
+    if (a->fmt == 3) {  // q4
+        const __m256i lowmask = _mm256_set1_epi8(0x0F);
+        const uint8_t *wb = a->w + (int64_t)b * G * 256;
+        const int sstride = a->q4_sym ? 16 : 32;
+        for (int g = g0; g < g1; ++g) {
+            __m256i s0[TILE_ROWS], s1[TILE_ROWS];  // 16-bit sums of pairs of k, order P
+            for (int t = 0; t < TM; ++t) s0[t] = s1[t] = _mm256_setzero_si256();
+            for (int v = 0; v < 4; ++v) {
+                const uint8_t *wp = wb + (int64_t)g * 256 + 64 * v;
+                if (pf) _mm_prefetch((const char *)wp + pfd, _MM_HINT_T0);
+                __m256i r0, r1;
+                rows_of2(wp, &r0, &r1);
+                const __m256i l0 = _mm256_and_si256(r0, lowmask);
+                const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), lowmask);
+                const __m256i l1 = _mm256_and_si256(r1, lowmask);
+                const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), lowmask);
+                for (int t = 0; t < TM; ++t) {
+                    const int32_t *xp = (const int32_t *)(xq[t] + 32 * g);
+                    const __m256i xl = _mm256_set1_epi32(xp[v]), xh = _mm256_set1_epi32(xp[4 + v]);
+                    s0[t] = _mm256_add_epi16(s0[t], _mm256_add_epi16(_mm256_maddubs_epi16(l0, xl),
+                                                                     _mm256_maddubs_epi16(h0, xh)));
+                    s1[t] = _mm256_add_epi16(s1[t], _mm256_add_epi16(_mm256_maddubs_epi16(l1, xl),
+                                                                     _mm256_maddubs_epi16(h1, xh)));
+                }
+            }
+            const int64_t sat = ((int64_t)b * G + g) * sstride;
+            const vf d = order_p(scales16(a->s, sat, half));
+            const vf mn = a->q4_sym ? d : order_p(scales16(a->s, sat + 16, half));
+            for (int t = 0; t < TM; ++t) {
+                const int xsum = xs[t][2 * g] + xs[t][2 * g + 1];
+                __m256i i0v = _mm256_madd_epi16(s0[t], ones16);
+                __m256i i1v = _mm256_madd_epi16(s1[t], ones16);
+                if (a->q4_sym) {
+                    const __m256i off = _mm256_set1_epi32(8 * xsum);
+                    i0v = _mm256_sub_epi32(i0v, off);
+                    i1v = _mm256_sub_epi32(i1v, off);
+                }
+                out[t] = vf_fmadd(vf_of_int(i0v, i1v), vf_mul(d, vf_set1(dx[t][g])), out[t]);
+                if (!a->q4_sym) out[t] = vf_fmadd(mn, vf_set1(dx[t][g] * (float)xsum), out[t]);
+            }
+        }
+    } else {  // q8: scale groups of QGROUP (16 or 32) values, 4 k a 64-byte load
+        const uint8_t *wb = a->w + (int64_t)b * k * 16;
+        const int QG = a->qgroup, NSG = k / QG;
+        for (int sg = g0 * 32 / QG; sg < g1 * 32 / QG; ++sg) {
+            __m256i i0s[TILE_ROWS], i1s[TILE_ROWS];  // 32-bit sums, order P
+            for (int t = 0; t < TM; ++t) i0s[t] = i1s[t] = _mm256_setzero_si256();
+            for (int v = 0; v < QG / 4; ++v) {
+                const int k0 = sg * QG + 4 * v;
+                if (pf) _mm_prefetch((const char *)wb + (int64_t)k0 * 16 + pfd, _MM_HINT_T0);
+                __m256i r0, r1;
+                rows_of2(wb + (int64_t)k0 * 16, &r0, &r1);
+                const __m256i a0 = _mm256_abs_epi8(r0), a1 = _mm256_abs_epi8(r1);
+                for (int t = 0; t < TM; ++t) {
+                    const __m256i xb = _mm256_set1_epi32(*(const int32_t *)(xq[t] + k0));
+                    i0s[t] = _mm256_add_epi32(i0s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(
+                        a0, _mm256_sign_epi8(xb, r0)), ones16));
+                    i1s[t] = _mm256_add_epi32(i1s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(
+                        a1, _mm256_sign_epi8(xb, r1)), ones16));
+                }
+            }
+            const vf d = order_p(scales16(a->s, ((int64_t)b * NSG + sg) * 16, half));
+            const int g = sg * QG / 32;
+            for (int t = 0; t < TM; ++t)
+                out[t] = vf_fmadd(vf_of_int(i0s[t], i1s[t]), vf_mul(d, vf_set1(dx[t][g])), out[t]);
+        }
+    }
+    for (int t = 0; t < TM; ++t) vf_store(acc + 16 * t, order_p(out[t]));
+}
+#endif
 
 // The sums of all rows of x with block b of W into acc [m][16]: the groups in runs whose
 // weights stay in the first-level cache while every tile of rows meets them.
@@ -349,11 +629,15 @@ static void block_sums(const mm_ctx *c, int b, float *acc, int64_t pfd) {
     for (int g0 = 0; g0 < G; g0 += run) {
         const int g1 = g0 + run < G ? g0 + run : G;
         int i0 = 0;
+#if TILE_ROWS >= 8
         for (; i0 + 8 <= m; i0 += 8) tile(c, b, i0, 8, g0, g1, acc + 16 * i0, pfd);
         if (m - i0 >= 4) {
             tile(c, b, i0, 4, g0, g1, acc + 16 * i0, pfd);
             i0 += 4;
         }
+#else
+        for (; i0 + 4 <= m; i0 += 4) tile(c, b, i0, 4, g0, g1, acc + 16 * i0, pfd);
+#endif
         if (m - i0 >= 2) {
             tile(c, b, i0, 2, g0, g1, acc + 16 * i0, pfd);
             i0 += 2;
@@ -363,28 +647,27 @@ static void block_sums(const mm_ctx *c, int b, float *acc, int64_t pfd) {
 }
 
 // e^x to about 2 ulp: x = n ln 2 + r (ln 2 in two parts), e^r by Cephes' expf polynomial on
-// |r| <= ln 2 / 2, times 2^n by vscalefps (which gives inf and 0 past the float range)
-static inline __m512 exp16(__m512 x) {
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
+// |r| <= ln 2 / 2, times 2^n (inf and 0 past the float range)
+static inline vf exp16(vf x) {
+    x = vf_exp_range(x);
+    const vf n = vf_round(vf_mul(x, vf_set1(1.44269504088896341f)));
+    vf r = vf_fnmadd(n, vf_set1(0.693359375f), x);
+    r = vf_fnmadd(n, vf_set1(-2.12194440e-4f), r);
+    vf p = vf_set1(1.9875691500e-4f);
+    p = vf_fmadd(p, r, vf_set1(1.3981999507e-3f));
+    p = vf_fmadd(p, r, vf_set1(8.3334519073e-3f));
+    p = vf_fmadd(p, r, vf_set1(4.1665795894e-2f));
+    p = vf_fmadd(p, r, vf_set1(1.6666665459e-1f));
+    p = vf_fmadd(p, r, vf_set1(5.0000001201e-1f));
+    p = vf_fmadd(p, vf_mul(r, r), vf_add(r, vf_set1(1.0f)));
+    return vf_scale2(p, n);
 }
 
 // v * sigmoid(v), with e = e^-|v| (no overflow): sigmoid = 1 / (1 + e), or e / (1 + e) below 0
-static inline __m512 silu(__m512 v) {
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(v)));
-    const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), e);
-    const __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
-    return _mm512_mul_ps(v, _mm512_div_ps(_mm512_mask_blend_ps(neg, _mm512_set1_ps(1.0f), e), d));
+static inline vf silu(vf v) {
+    const vf e = exp16(vf_sub(vf_zero(), vf_abs(v)));
+    const vf d = vf_add(vf_set1(1.0f), e);
+    return vf_mul(v, vf_div(vf_neg_select(v, e, vf_set1(1.0f)), d));
 }
 
 // y columns 16 * b .. of every row from the sums acc (and, GLU, the up rows' sums up)
@@ -392,17 +675,15 @@ static void finish_block(const mm_ctx *c, int b, const float *acc, const float *
     const clops_mm_args *a = c->a;
     const int m = a->m, nout = a->glu ? a->n / 2 : a->n;
     const int col = 16 * b, left = nout - col < 16 ? nout - col : 16;
-    const __mmask16 mask = (__mmask16)((1u << left) - 1u);
-    const __m512 zero = _mm512_setzero_ps();
-    const __m512 bv = a->has_bias ? _mm512_maskz_loadu_ps(mask, a->bias + col) : zero;
-    const __m512 bu =
-        a->has_bias && a->glu ? _mm512_maskz_loadu_ps(mask, a->bias + nout + col) : zero;
+    const vf zero = vf_zero();
+    const vf bv = a->has_bias ? vf_load_n(a->bias + col, left) : zero;
+    const vf bu = a->has_bias && a->glu ? vf_load_n(a->bias + nout + col, left) : zero;
     for (int i = 0; i < m; ++i) {
-        __m512 v = _mm512_add_ps(_mm512_loadu_ps(acc + 16 * i), bv);
-        if (a->glu) v = _mm512_mul_ps(silu(v), _mm512_add_ps(_mm512_loadu_ps(up + 16 * i), bu));
+        vf v = vf_add(vf_load(acc + 16 * i), bv);
+        if (a->glu) v = vf_mul(silu(v), vf_add(vf_load(up + 16 * i), bu));
         float *yp = a->y + a->y_off + (int64_t)i * a->ldy + col;
-        if (a->accum) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, yp));
-        _mm512_mask_storeu_ps(yp, mask, v);
+        if (a->accum) v = vf_add(v, vf_load_n(yp, left));
+        vf_store_n(yp, v, left);
     }
 }
 
@@ -425,41 +706,39 @@ static void float_rows(void *p, int tid, int nt) {
             memcpy(out, xr, sizeof(float) * k);
             continue;
         }
-        const __m512 inv = _mm512_set1_ps(rms_inverse(a, xr));
+        const vf inv = vf_set1(rms_inverse(a, xr));
         for (int j = 0; j < k; j += 16)
-            _mm512_storeu_ps(out + j, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(xr + j), inv),
-                                                    _mm512_loadu_ps(a->nw + j)));
+            vf_store(out + j, vf_mul(vf_mul(vf_load(xr + j), inv), vf_load(a->nw + j)));
     }
 }
 
-// acc0 (and, TWO, acc1) [0..15] = row xr with block b0 (b1) of W: four chains, k by k
+// chains of k a row's float16 products keep (ISA 1: 2 x 2 x 2 registers of sums for two blocks)
+#define F16_CHAINS (ISA == 2 ? 4 : 2)
+
+// acc0 (and, TWO, acc1) [0..15] = row xr with block b0 (b1) of W: F16_CHAINS chains, k by k
 static inline __attribute__((always_inline)) void row_f16(const mm_ctx *c, const float *xr,
                                                           int b0, int b1, const int TWO,
                                                           float *acc0, float *acc1) {
     const int64_t k = c->a->k;
     const uint16_t *w0 = (const uint16_t *)c->a->w + (int64_t)b0 * k * 16;
     const uint16_t *w1 = (const uint16_t *)c->a->w + (int64_t)(TWO ? b1 : b0) * k * 16;
-    __m512 o0[4], o1[4];
-    for (int u = 0; u < 4; ++u) o0[u] = o1[u] = _mm512_setzero_ps();
-    for (int64_t kk = 0; kk < k; kk += 4) {
-        for (int u = 0; u < 4; ++u) {
-            const __m512 xb = _mm512_set1_ps(xr[kk + u]);
-            o0[u] = _mm512_fmadd_ps(
-                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w0 + (kk + u) * 16))), xb,
-                o0[u]);
-            if (TWO)
-                o1[u] = _mm512_fmadd_ps(
-                    _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w1 + (kk + u) * 16))),
-                    xb, o1[u]);
+    vf o0[F16_CHAINS], o1[F16_CHAINS];
+    for (int u = 0; u < F16_CHAINS; ++u) o0[u] = o1[u] = vf_zero();
+    for (int64_t kk = 0; kk < k; kk += F16_CHAINS) {
+        for (int u = 0; u < F16_CHAINS; ++u) {
+            const vf xb = vf_set1(xr[kk + u]);
+            o0[u] = vf_fmadd(vf_half(w0 + (kk + u) * 16), xb, o0[u]);
+            if (TWO) o1[u] = vf_fmadd(vf_half(w1 + (kk + u) * 16), xb, o1[u]);
         }
     }
-    _mm512_storeu_ps(acc0, _mm512_add_ps(_mm512_add_ps(o0[0], o0[1]),
-                                         _mm512_add_ps(o0[2], o0[3])));
-    if (TWO)
-        _mm512_storeu_ps(acc1, _mm512_add_ps(_mm512_add_ps(o1[0], o1[1]),
-                                             _mm512_add_ps(o1[2], o1[3])));
+#if F16_CHAINS == 4
+    vf_store(acc0, vf_add(vf_add(o0[0], o0[1]), vf_add(o0[2], o0[3])));
+    if (TWO) vf_store(acc1, vf_add(vf_add(o1[0], o1[1]), vf_add(o1[2], o1[3])));
+#else
+    vf_store(acc0, vf_add(o0[0], o0[1]));
+    if (TWO) vf_store(acc1, vf_add(o1[0], o1[1]));
+#endif
 }
-
 // Blocks b0 .. b1 - 1 of y for float16 weights: two blocks of W at once (the gate's and the up
 // rows' under GLU, else b and b + 1)
 static void f16_blocks(const mm_ctx *c, int b0, int b1, float *acc, float *acc2) {
@@ -527,7 +806,7 @@ static __thread size_t scratch_bytes;
 
 // The entry of the native kernel: the runtime's copy of a clops_mm_args.
 void clops_native_matmul(void *args) {
-#if HAVE_VNNI
+#if ISA
     const clops_mm_args *a = args;
     const int64_t m = a->m, k = a->k;
     const int64_t xqb = m * XQ_STRIDE(k);
@@ -567,6 +846,7 @@ void clops_native_matmul(void *args) {
 #endif
 }
 
+
 // ---- decode attention ----
 // One query row at position pos = state[0] straight from the QKV projection (attn_decode_cpu of
 // attention.cl, natively): q and the new k rotated (NEOX: pairs (i, i + D/2), else (2i, 2i+1)),
@@ -586,7 +866,7 @@ typedef struct {
 
 int clops_native_attn_args_size(void) { return (int)sizeof(clops_attn_args); }
 
-#if HAVE_VNNI
+#if ISA
 typedef struct {
     const clops_attn_args *a;
     const float *cs, *sn;  // [D / 2]: the angles' cosines and sines at pos
@@ -628,40 +908,36 @@ static void attend_heads(void *p, int tid, int nt) {
         for (int r = 0; r < R; ++r) {
             const float *qr = q + r * D;
             float *sr = s + (size_t)r * L16;
-            __m512 qv[16];
-            for (int d = 0; d < DV; ++d) qv[d] = _mm512_loadu_ps(qr + 16 * d);
+            vf qv[16];
+            for (int d = 0; d < DV; ++d) qv[d] = vf_load(qr + 16 * d);
             float mx = -INFINITY;
             for (int j = 0; j < L; ++j) {
                 const float *kj = kb + (int64_t)j * D;
-                __m512 t = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kj));
-                for (int d = 1; d < DV; ++d)
-                    t = _mm512_fmadd_ps(qv[d], _mm512_loadu_ps(kj + 16 * d), t);
-                sr[j] = _mm512_reduce_add_ps(t);
+                vf t = vf_mul(qv[0], vf_load(kj));
+                for (int d = 1; d < DV; ++d) t = vf_fmadd(qv[d], vf_load(kj + 16 * d), t);
+                sr[j] = vf_sum(t);
                 mx = sr[j] > mx ? sr[j] : mx;
             }
             // the weights e^(s - max), 0 past L, and their sum
-            const __m512 m = _mm512_set1_ps(mx);
-            __m512 l = _mm512_setzero_ps();
+            const vf m = vf_set1(mx);
+            vf l = vf_zero();
             for (int j = 0; j < L; j += 16) {
-                const __mmask16 in =
-                    L - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (L - j)) - 1u);
-                const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(in, sr + j), m);
-                const __m512 e = _mm512_maskz_mov_ps(in, exp16(x));
-                _mm512_store_ps(sr + j, e);
-                l = _mm512_add_ps(l, e);
+                const int in = L - j;
+                const vf x = vf_sub(vf_load_n(sr + j, in), m);
+                const vf e = vf_keep_n(exp16(x), in);
+                vf_store(sr + j, e);
+                l = vf_add(l, e);
             }
-            const float inv = 1.0f / _mm512_reduce_add_ps(l);
-            __m512 acc[16];
-            for (int d = 0; d < DV; ++d) acc[d] = _mm512_setzero_ps();
+            const float inv = 1.0f / vf_sum(l);
+            vf acc[16];
+            for (int d = 0; d < DV; ++d) acc[d] = vf_zero();
             for (int j = 0; j < L; ++j) {
-                const __m512 w = _mm512_set1_ps(sr[j]);
+                const vf w = vf_set1(sr[j]);
                 const float *vj = vb + (int64_t)j * D;
-                for (int d = 0; d < DV; ++d)
-                    acc[d] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vj + 16 * d), acc[d]);
+                for (int d = 0; d < DV; ++d) acc[d] = vf_fmadd(w, vf_load(vj + 16 * d), acc[d]);
             }
             float *o = a->out + (int64_t)(g * R + r) * D;
-            for (int d = 0; d < DV; ++d)
-                _mm512_storeu_ps(o + 16 * d, _mm512_mul_ps(acc[d], _mm512_set1_ps(inv)));
+            for (int d = 0; d < DV; ++d) vf_store(o + 16 * d, vf_mul(acc[d], vf_set1(inv)));
         }
     }
     free(scratch);
@@ -670,7 +946,7 @@ static void attend_heads(void *p, int tid, int nt) {
 
 // The entry of the native decode attention: the runtime's copy of a clops_attn_args.
 void clops_native_attention(void *args) {
-#if HAVE_VNNI
+#if ISA
     const clops_attn_args *a = args;
     float cs[128], sn[128];  // (D at most 256)
     const float pos = (float)a->state[0];

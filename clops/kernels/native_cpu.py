@@ -1,13 +1,19 @@
 """Kernels, native CPU products: ``native_cpu.c`` (products of quantized weights in the CPU
-layout with AVX-512 VNNI integer dot products, on int8 rows of x; of float16 weights with few
-rows of x, as in a decode step; and a decode row's attention) built once with the system's C
-compiler for this machine's CPU, and run by the CPU device's queue as a native kernel
+layout with integer dot products, on int8 rows of x; of float16 weights with few rows of x, as
+in a decode step; and a decode row's attention) built once with the system's C compiler for
+this machine's CPU, and run by the CPU device's queue as a native kernel
 (``runtime.nativekernel``) on the same buffers as its OpenCL kernels.
 
+The library is built in the width the CPU runs natively (``isa()``): AVX-512 with VNNI and
+VBMI (16-wide vectors, ``vpdpbusd``), else AVX2 with FMA and F16C (8-wide vectors, ``vpmaddubsw``
+and ``vpmaddwd``, 4 rows a tile where the first takes 8); ``CLOPS_NATIVE_CPU=avx2`` builds the
+second on a CPU that has the first.
+
 Used where ``available(dev)`` holds: a CPU device whose runtime runs native kernels, a C
-compiler (``CC``, else ``cc``, ``gcc`` or ``clang``), an x86-64 CPU with AVX-512 VNNI and VBMI,
-and ``CLOPS_NATIVE_CPU`` not ``0``; elsewhere ``matmul_cpu.cl`` serves. The library is kept in
-the cache folder under a name made of its source, the compiler and the CPU's model and flags.
+compiler (``CC``, else ``cc``, ``gcc`` or ``clang``), an x86-64 CPU with one of the two, and
+``CLOPS_NATIVE_CPU`` not ``0``; elsewhere ``matmul_cpu.cl`` serves. The library is kept in the
+cache folder under a name made of its source, the compiler, its flags and the CPU's model and
+flags.
 
 PERF (2-core AMD EPYC Zen 5, 64 rows, 2 threads): q4 2048x8192 about 1100 GOP/s and q8 about
 650, where the float kernels of matmul_cpu.cl reach about 400 GFLOP/s (float FMAs)."""
@@ -51,7 +57,9 @@ RUNTIMES = ("intel",)
 # holding the handle, and crashed writing through it): native kernels in a row go to their
 # queues as one command (nativekernel.Chain) there
 CHAIN_RUNTIMES = ("intel",)
-_VERSION = 1  # CLOPS_NATIVE_VERSION of native_cpu.c
+_VERSION = 2  # CLOPS_NATIVE_VERSION of native_cpu.c
+# clops_native_isa() of native_cpu.c
+ISAS = {1: "avx2", 2: "avx512-vnni"}
 
 
 class _Args(ctypes.Structure):
@@ -105,7 +113,7 @@ def _cpu_identity() -> str:
 @functools.cache
 def library() -> Any | None:
     """The built library (ctypes), or None where it cannot be had: not x86-64 Linux, no C
-    compiler, a failed build, or a CPU without AVX-512 VNNI."""
+    compiler, a failed build, or a CPU with neither AVX2 and FMA nor AVX-512 VNNI."""
     if not _config.native_cpu() or platform.machine() not in ("x86_64", "AMD64"):
         return None
     if not sys.platform.startswith("linux"):
@@ -118,6 +126,8 @@ def library() -> Any | None:
     except OSError:  # (an installation without the source)
         return None
     flags = ["-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-std=gnu11"]
+    if _config.native_cpu_avx2():
+        flags.append("-mno-avx512f")  # (and with it every AVX-512 extension)
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  timeout=60).stdout
@@ -157,11 +167,18 @@ def library() -> Any | None:
         lib = ctypes.CDLL(path)
     except OSError:
         return None
-    if (lib.clops_native_version() != _VERSION or not lib.clops_native_vnni()
+    if (lib.clops_native_version() != _VERSION or lib.clops_native_isa() not in ISAS
             or lib.clops_native_args_size() != ctypes.sizeof(_Args)
             or lib.clops_native_attn_args_size() != ctypes.sizeof(_AttnArgs)):
         return None
     return lib
+
+
+def isa() -> str | None:
+    """The instructions the native kernels were built for (``"avx512-vnni"``, ``"avx2"``), or
+    None where they are not built."""
+    lib = library()
+    return None if lib is None else ISAS[lib.clops_native_isa()]
 
 
 @functools.cache
@@ -202,7 +219,7 @@ def why_not(dev: CLDevice) -> str | None:
         return "the runtime runs no native kernels"
     if library() is None:
         return ("not built here: needs x86-64 Linux, a C compiler (CC, cc, gcc or clang) and a "
-                "CPU with AVX-512 VNNI and VBMI")
+                "CPU with AVX2 and FMA or AVX-512 VNNI")
     return None if available(dev) else "the check product through the queue came out wrong"
 
 
