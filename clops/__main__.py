@@ -61,7 +61,7 @@ def info(probe: bool = True) -> int:
 
             why = native_cpu.why_not(d)
             print("    native products " + (
-                "4- and 8-bit LLM weights meet int8 rows through AVX-512 VNNI, natively"
+                f"4- and 8-bit LLM weights meet int8 rows natively ({native_cpu.isa()})"
                 if why is None else f"off: {why}"))
         recorded, why = cmdbuf.support(d.queue.cl_queue)
         print(f"    launch plans    {'one command buffer a replay' if recorded else why}")

@@ -385,7 +385,7 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
         raise ValueError("matmul: glu_out= and accum= do not go together")
     if experts is None and (native_cpu.takes(dev, w) or
                             (not row_invariant and native_cpu.takes_float(dev, w, m))):
-        # PERF: integer dot products (AVX-512 VNNI) on int8 rows of x, a row's sums in one
+        # PERF: integer dot products (AVX-512 VNNI, AVX2) on int8 rows of x, a row's sums in one
         # order whatever the rows (row_invariant holds); float16 weights natively for a
         # decode step's few rows (the batch engine's plans, row_invariant, keep matmul_cpu.cl
         # for every row count)

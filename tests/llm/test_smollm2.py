@@ -63,7 +63,7 @@ def test_logits_match_reference(long_reference):
 
 def test_logits_with_int8_activations_near_reference(model, long_reference):
     # where the device quantizes the rows of the 4- and 8-bit products to int8 (CPUs with
-    # AVX-512 VNNI: every row, natively), logits move by a few percent of the largest and
+    # AVX2 or AVX-512 VNNI: every row, natively), logits move by a few percent of the largest and
     # near-equal best tokens may swap; elsewhere the rows stay float
     from clops.kernels import native_cpu
 

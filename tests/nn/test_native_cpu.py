@@ -1,5 +1,5 @@
 """The native CPU products (``kernels/native_cpu.c``: quantized weights in the CPU layout meet
-int8 rows of x through AVX-512 VNNI) against numpy: called on host arrays wherever the library
+int8 rows of x through AVX-512 VNNI or AVX2) against numpy: called on host arrays wherever the library
 builds for this machine, and through a CPU device's queue where the device runs them."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def lib():
     got = native_cpu.library()
     if got is None:
         pytest.skip("the native CPU products do not build here (no C compiler, not x86-64 "
-                    "Linux, or a CPU without AVX-512 VNNI)")
+                    "Linux, or a CPU with neither AVX2 nor AVX-512 VNNI)")
     return got
 
 
@@ -142,7 +142,7 @@ def test_float16_weights_meet_float_rows(lib, m):
 def _queue_device(device):
     if not native_cpu.available(device):
         pytest.skip(f"{device.name} does not run the native products (runtimes "
-                    f"{native_cpu.RUNTIMES}, a C compiler and AVX-512 VNNI)")
+                    f"{native_cpu.RUNTIMES}, a C compiler and AVX2 or AVX-512 VNNI)")
     return device
 
 
