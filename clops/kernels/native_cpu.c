@@ -739,11 +739,78 @@ static inline __attribute__((always_inline)) void row_f16(const mm_ctx *c, const
     if (TWO) vf_store(acc1, vf_add(o1[0], o1[1]));
 #endif
 }
-// Blocks b0 .. b1 - 1 of y for float16 weights: two blocks of W at once (the gate's and the up
-// rows' under GLU, else b and b + 1)
-static void f16_blocks(const mm_ctx *c, int b0, int b1, float *acc, float *acc2) {
+// ---- float16 weights, many rows (a prompt's products) ----
+// rows of x a tile takes at most: 2 x 6 registers of sums on ISA 1, 8 of ISA 2's 32
+#ifndef F16_TILE_ROWS
+#define F16_TILE_ROWS (ISA == 2 ? 8 : 6)
+#endif
+// k a run takes: 8 KB of a block's weights, which every tile of rows meets from the first-level
+// cache
+#ifndef F16_RUN
+#define F16_RUN 256
+#endif
+
+// acc[t][0..15] += rows i0 + t (t < TM) of the float rows with wf, the float values of a block
+// of W over k0 .. k1 - 1 ([k1 - k0][16]): one chain of k per row (a row's sums in the same order
+// whatever TM)
+static inline __attribute__((always_inline)) void tile_f16(const mm_ctx *c, const float *wf,
+                                                           int i0, const int TM, int k0, int k1,
+                                                           float *acc) {
+    const float *xr[F16_TILE_ROWS];
+    vf out[F16_TILE_ROWS];
+    for (int t = 0; t < TM; ++t) {
+        xr[t] = c->xf + (int64_t)(i0 + t) * c->ldf + k0;
+        out[t] = vf_load(acc + 16 * t);
+    }
+    for (int kk = 0; kk < k1 - k0; ++kk) {
+        const vf wv = vf_load(wf + 16 * kk);
+        for (int t = 0; t < TM; ++t) out[t] = vf_fmadd(wv, vf_set1(xr[t][kk]), out[t]);
+    }
+    for (int t = 0; t < TM; ++t) vf_store(acc + 16 * t, out[t]);
+}
+
+// The sums of all rows with block b of float16 W into acc [m][16]: k in runs, each run's
+// weights made float once (into wf, F16_RUN x 16) for every tile of rows
+static void block_sums_f16(const mm_ctx *c, int b, float *acc, float *wf) {
+    const int m = c->a->m, k = c->a->k;
+    const uint16_t *w = (const uint16_t *)c->a->w + (int64_t)b * k * 16;
+    memset(acc, 0, sizeof(float) * 16 * m);
+    for (int k0 = 0; k0 < k; k0 += F16_RUN) {
+        const int k1 = k0 + F16_RUN < k ? k0 + F16_RUN : k;
+        for (int kk = k0; kk < k1; ++kk) vf_store(wf + 16 * (kk - k0), vf_half(w + 16 * (int64_t)kk));
+        int i0 = 0;
+        for (; i0 + F16_TILE_ROWS <= m; i0 += F16_TILE_ROWS)
+            tile_f16(c, wf, i0, F16_TILE_ROWS, k0, k1, acc + 16 * i0);
+        if (m - i0 >= 4) {
+            tile_f16(c, wf, i0, 4, k0, k1, acc + 16 * i0);
+            i0 += 4;
+        }
+        if (m - i0 >= 2) {
+            tile_f16(c, wf, i0, 2, k0, k1, acc + 16 * i0);
+            i0 += 2;
+        }
+        if (m - i0 >= 1) tile_f16(c, wf, i0, 1, k0, k1, acc + 16 * i0);
+    }
+}
+
+// float16 weights meet more rows than this in tiles of rows (block_sums_f16), fewer a row at a
+// time (row_f16)
+#define F16_FEW_ROWS 4
+
+// Blocks b0 .. b1 - 1 of y for float16 weights: a decode step's few rows one at a time, two
+// blocks of W at once (the gate's and the up rows' under GLU, else b and b + 1); more rows in
+// tiles
+static void f16_blocks(const mm_ctx *c, int b0, int b1, float *acc, float *acc2, float *wf) {
     const clops_mm_args *a = c->a;
     const int m = a->m;
+    if (m > F16_FEW_ROWS) {
+        for (int b = b0; b < b1; ++b) {
+            block_sums_f16(c, b, acc, wf);
+            if (a->glu) block_sums_f16(c, b + c->nb, acc2, wf);
+            finish_block(c, b, acc, acc2);
+        }
+        return;
+    }
     for (int b = b0; b < b1; ++b) {
         const int two = a->glu || b + 1 < b1;
         const int other = a->glu ? b + c->nb : b + 1;
@@ -769,9 +836,11 @@ static void products(void *p, int tid, int nt) {
     const int m = a->m;
     (void)tid;
     (void)nt;
-    float *acc = malloc(sizeof(float) * 32 * m);
+    // the sums [m][16] of a block (and of the up rows' block under GLU), and float16 weights'
+    // float values of a run of k (aligned for their loads)
+    float *acc = aligned_alloc(64, sizeof(float) * (32 * (size_t)m + 16 * F16_RUN));
     if (!acc) return;
-    float *acc2 = acc + 16 * m;
+    float *acc2 = acc + 16 * m, *wf = acc2 + 16 * m;
     // Threads take runs of neighbouring blocks as they come free (each block's weights are read
     // once from memory, in order within a run): a thread the system holds back for a while
     // leaves its share to the others instead of making them wait at the end.
@@ -780,7 +849,7 @@ static void products(void *p, int tid, int nt) {
         if (b0 >= c->nb) break;
         const int b1 = b0 + c->chunk < c->nb ? b0 + c->chunk : c->nb;
         if (a->fmt == 1) {
-            f16_blocks(c, b0, b1, acc, acc2);
+            f16_blocks(c, b0, b1, acc, acc2, wf);
             continue;
         }
         for (int b = b0; b < b1; ++b) {

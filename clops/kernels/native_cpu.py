@@ -292,20 +292,27 @@ def takes(dev: CLDevice, w: Any) -> bool:
     return (w.fmt == "q4" or w.group in (16, 32)) and available(dev)
 
 
-# float16 weights run natively for at most this many rows
+# float16 weights run natively for at most this many rows where the library is built for
+# AVX-512 (for any number on AVX2)
 FLOAT_ROWS = 4
 
 
 def takes_float(dev: CLDevice, w: Any, m: int) -> bool:
     """Whether the product of m rows with float16 weight ``w`` runs natively on ``dev``: the
-    CPU layout, m at most ``FLOAT_ROWS`` (a decode step), float rows a row at a time.
+    CPU layout; on AVX-512, m at most ``FLOAT_ROWS`` (a decode step), on AVX2 any m (more than
+    4 rows in tiles of 6).
 
-    PERF (2-core EPYC Zen 5, Intel's runtime): a decode row's products stream the weights at
-    about 52 GB/s where matmul_cpu.cl streams about 41; prompts keep matmul_cpu.cl, which takes
-    several rows a tile (natively, 8 rows a tile gave a 1B F16 prompt 156-165 tok/s against
-    170-176)."""
-    return (w.layout == "rb16" and w.fmt == "f16" and w.k % 32 == 0 and 0 < m <= FLOAT_ROWS
-            and available(dev))
+    PERF (2-core EPYC Zen 5, AVX-512, Intel's runtime): a decode row's products stream the
+    weights at about 52 GB/s where matmul_cpu.cl streams about 41; prompts keep matmul_cpu.cl,
+    which takes several rows a tile (natively, 8 rows a tile gave a 1B F16 prompt 156-165
+    tok/s against 170-176). PERF (2-core EPYC without AVX-512, Intel's runtime, f16
+    16384x2048 with 64 rows): natively 6 rows a tile, each run of 256 k made float once,
+    144-146 GFLOP/s (of about 195 for FMAs alone), where matmul_cpu.cl's 16-wide vectors made
+    64 (4 rows, 3 blocks a work-item) and 89 at best (2 and 2)."""
+    if not (w.layout == "rb16" and w.fmt == "f16" and w.k % 32 == 0 and m > 0
+            and available(dev)):
+        return False
+    return m <= FLOAT_ROWS or isa() == "avx2"
 
 
 def _chain_fn(lib: Any, dev: CLDevice) -> int | None:

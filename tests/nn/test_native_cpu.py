@@ -107,11 +107,14 @@ def test_a_rows_sums_do_not_depend_on_the_other_rows(lib, kind):
         assert np.array_equal(_host(lib, p, x[i:i + 1].copy())[0], batch[i])
 
 
-@pytest.mark.parametrize("m", [1, 2, 3, 4])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 13])
 def test_float16_weights_meet_float_rows(lib, m):
-    # a decode step's products of float16 weights (native_cpu.takes_float) against float64:
-    # 72 columns (four blocks of 16 in pairs and one cut short alone) with bias, accumulation
-    # and norm; the GLU of 2 x 48 columns; a row's sums whatever the other rows
+    # products of float16 weights (native_cpu.takes_float) against float64: up to 4 rows (a
+    # decode step) a row at a time, more in tiles of rows (5: a tile of 4 and one row; 13: tiles
+    # of 6 (AVX2) or 8 (AVX-512), then of 4, 2 and 1 as they fit); 72 columns (four blocks of
+    # 16 in pairs and one cut short alone) with bias, accumulation and norm; the GLU of 2 x 48
+    # columns; a row's sums whatever the other rows (alone, for a decode step's rows; in the
+    # rows reversed, in another place of the tiles, for more)
     k = 2080
     x = RNG.standard_normal((m, k)).astype(np.float32)
     xd = x.astype(np.float64)
@@ -134,6 +137,10 @@ def test_float16_weights_meet_float_rows(lib, m):
             got = _host(lib, p, x, **kw)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max(),
                                        err_msg=str(list(kw)))
+            if m > 4:
+                rev = {a: (b[::-1].copy() if a == "accum" else b) for a, b in kw.items()}
+                assert np.array_equal(_host(lib, p, x[::-1].copy(), **rev)[::-1], got)
+                continue
             for i in range(m):
                 one = {a: (b[i:i + 1].copy() if a == "accum" else b) for a, b in kw.items()}
                 assert np.array_equal(_host(lib, p, x[i:i + 1].copy(), **one)[0], got[i])
@@ -170,10 +177,12 @@ def test_through_the_queue_in_a_plan_resized_to_other_rows(device, kind):
         assert not got[rows:].any()
 
 
-def test_float16_weights_natively_for_a_decode_step_only(device):
-    # the native float16 products serve up to FLOAT_ROWS rows outside the batch engine's
-    # row-invariant plans; a prompt's rows and those plans keep matmul_cpu.cl
+def test_float16_weights_natively_where_chosen(device):
+    # the native float16 products serve outside the batch engine's row-invariant plans: up to
+    # FLOAT_ROWS rows where built for AVX-512 (a prompt's rows keep matmul_cpu.cl there), any
+    # number where built for AVX2; the row-invariant plans keep matmul_cpu.cl
     dev = _queue_device(device)
+    many = native_cpu.isa() == "avx2"
     n, k = 48, 256
     w = RNG.standard_normal((n, k)).astype(np.float32)
     p = pack_float(w, "f16")
@@ -181,7 +190,8 @@ def test_float16_weights_natively_for_a_decode_step_only(device):
     x = RNG.standard_normal((8, k)).astype(np.float32)
     xb, yb = _up(dev, x), _up(dev, np.zeros((8, n), np.float32))
     for m, invariant, native in ((1, False, True), (native_cpu.FLOAT_ROWS, False, True),
-                                 (native_cpu.FLOAT_ROWS + 1, False, False), (1, True, False)):
+                                 (native_cpu.FLOAT_ROWS + 1, False, many), (8, False, many),
+                                 (1, True, False)):
         ln = matmul.matmul(dev, yb, 0, n, xb, 0, k, dw, m, row_invariant=invariant)
         assert isinstance(ln.kernel, native_cpu.MatmulKernel) == native, (m, invariant)
         assert not matmul.int8_rows(dev, m, dw)
