@@ -1,6 +1,6 @@
 """The native CPU products (``kernels/native_cpu.c``: quantized weights in the CPU layout meet
-int8 rows of x through AVX-512 VNNI or AVX2) against numpy: called on host arrays wherever the library
-builds for this machine, and through a CPU device's queue where the device runs them."""
+int8 rows of x through AVX-512 VNNI or AVX2) against numpy: called on host arrays wherever the
+library builds for this machine, and through a CPU device's queue where the device runs them."""
 
 from __future__ import annotations
 
