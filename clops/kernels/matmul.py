@@ -329,24 +329,41 @@ def _matmul_args(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: in
     return args, reads
 
 
-def rb_rows(m: int, fmt: str = "q4") -> int:
+def narrow_cpu(dev: CLDevice | None) -> bool:
+    """Whether ``dev`` is a CPU whose native float vectors are 8 wide or fewer (AVX2: 16
+    registers of 8), where matmul_cpu.cl's 16-wide vectors take 2 registers each: fewer sums
+    per work-item fit."""
+    return (dev is not None and dev.kind == "cpu"
+            and 0 < dev.caps.native_vector_width_float < 16)
+
+
+def rb_rows(m: int, fmt: str = "q4", dev: CLDevice | None = None) -> int:
     """Rows of x per work-item of ``matmul_cpu.cl`` (TM): one for a decode row, else up to 8
     (each dequantized weight vector meets them all from registers), float weights up to 4
-    (with ``rb_columns`` blocks at once), never more than m."""
-    most = RB_FLOAT_ROWS if fmt in FLOAT_FORMATS else RB_ROWS_MAX
+    (with ``rb_columns`` blocks at once; 2 on a CPU of 8-wide vectors, ``narrow_cpu``), never
+    more than m."""
+    if fmt in FLOAT_FORMATS:
+        most = RB_FLOAT_ROWS_NARROW if narrow_cpu(dev) else RB_FLOAT_ROWS
+    else:
+        most = RB_ROWS_MAX
     return min(most, pow2_at_most(m))
 
 
 def rb_columns(fmt: str, tm: int, dev: CLDevice | None = None) -> int:
     """Blocks of 16 output columns a work-item of ``matmul_cpu.cl`` computes at once (NBC):
     for float weights and 2..RB_FLOAT_ROWS rows per work-item (registers for their sums), 3 on
-    Intel's CPU runtime, else 2; 1 otherwise.
+    Intel's CPU runtime, else 2 (2 on a CPU of 8-wide vectors); 1 otherwise.
 
     PERF (2-core EPYC Zen 5, a 1B F16 prompt of 64 tokens, 4 rows a work-item): 3 blocks on
     Intel's runtime 190-195 -> 203-207 tok/s (the products 411 -> 440 GFLOP/s); on PoCL 3.1
-    185-191 -> 170-172; 4 blocks spill (162 on Intel's)."""
+    185-191 -> 170-172; 4 blocks spill (162 on Intel's). PERF (2-core EPYC with AVX2, no
+    AVX-512, f16 16384x2048 with 64 rows, GFLOP/s): Intel's runtime (4 rows, 3 blocks) 63,
+    (4, 2) 67, (4, 1) 57, (2, 2) 83-89, (8, 1) 68; PoCL 3.1 (4, 2) 64, (4, 1) 98, (2, 2)
+    88-91, (8, 1) 71."""
     if fmt not in FLOAT_FORMATS or not 1 < tm <= RB_FLOAT_ROWS:
         return 1
+    if narrow_cpu(dev):
+        return 2
     return 3 if dev is not None and dev.backend == "intel" else 2
 
 
@@ -356,6 +373,8 @@ RB_ROWS_MAX = 8
 # PERF (2-core EPYC, Intel's runtime, f16 16384x2048 with 64 rows): 4 rows and 2 blocks of
 # columns per work-item 401 GFLOP/s, 8 rows and one block 329, 8 and 2 (spilled) 306
 RB_FLOAT_ROWS = 4
+# the same on a CPU of 8-wide vectors (narrow_cpu; rb_columns)
+RB_FLOAT_ROWS_NARROW = 2
 # PERF (same machine): from this many rows the weights are dequantized once for all of them;
 # for one row (decode) the integer sums scaled per group are 10-15% faster (q4 and q8)
 RB_DEQ_ROWS = 4
@@ -392,7 +411,7 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
         args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm)
         return native_cpu.matmul(dev, args, reads, y, w, bias=bias is not None, accum=accum,
                                  norm=norm is not None, glu_out=glu_out, name=name)
-    tm = tm if tm is not None and m > 1 else rb_rows(m, w.fmt)
+    tm = tm if tm is not None and m > 1 else rb_rows(m, w.fmt, dev)
     if tm > m:
         raise ValueError(f"matmul_rb: {tm} rows per work-item for {m} rows (at most m)")
     nbc = rb_columns(w.fmt, tm, dev)

@@ -53,14 +53,14 @@ def tile_rows(dev: CLDevice, fmts: Iterable[str], m: int, k: int) -> int:
     """The rows of a tile of the grouped products (their ``tm``) of m token rows with k
     experts each, whose three expert weights are in formats ``fmts``: 1 for one row; else on
     CPUs the fewest rows a work-item of ``matmul_cpu.cl`` takes for them
-    (``matmul.rb_rows(8, fmt)``), at most the largest power of two not above m * k; on GPUs
+    (``matmul.rb_rows(8, fmt, dev)``), at most the largest power of two not above m * k; on GPUs
     the TM of the geometry several rows take (``matmul.matmul_geometry(dev, 2, ...)``, the one
     geometry of every batch)."""
     if m <= 1:
         return 1
     fmts = list(fmts)
     if launch.is_cpu(dev):
-        return min(min(matmul.rb_rows(8, f) for f in fmts), pow2_at_most(m * k))
+        return min(min(matmul.rb_rows(8, f, dev) for f in fmts), pow2_at_most(m * k))
     return min(matmul.matmul_geometry(dev, 2, 32, f)[0] for f in fmts)
 
 

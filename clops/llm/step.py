@@ -137,7 +137,7 @@ class PagedStep:
         if tm is not None and w.layout == "rb16":
             # float weights take fewer rows (and two blocks of columns) a work-item: a function
             # of tm, so the plan's key still holds it
-            tm = matmul.rb_rows(tm, w.fmt)
+            tm = matmul.rb_rows(tm, w.fmt, dev)
         ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), bias=bias,
                            accum=accum, name=name, norm=norm, glu=glu, tm=tm,
                            row_invariant=True)

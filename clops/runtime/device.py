@@ -63,6 +63,9 @@ class DeviceCaps:
     fma: bool = False
     # bytes of a kernel's arguments (CL_DEVICE_MAX_PARAMETER_SIZE; 1024 at least)
     max_parameter_size: int = 1024
+    # floats in the vectors the device's arithmetic runs natively (CL_DEVICE_NATIVE_VECTOR_WIDTH_
+    # FLOAT: a CPU with AVX-512 16, with AVX2 8, as its runtime compiles for it; 0 unknown)
+    native_vector_width_float: int = 0
     # Run-time probes (compile and run a small kernel); None means not yet probed.
     fp16: bool | None = None
     nvidia_ptx: bool | None = None
@@ -271,6 +274,7 @@ class CLDevice:
             unified_memory=bool(d.host_unified_memory),
             fma=bool(int(d.single_fp_config) & int(cl.device_fp_config.FMA)),
             max_parameter_size=int(d.max_parameter_size),
+            native_vector_width_float=int(d.native_vector_width_float),
         )
 
     @cached_property
