@@ -891,8 +891,11 @@ void clops_native_matmul(void *args) {
     const int nout = a->glu ? a->n / 2 : a->n;
     const int rows_threads = m < a->threads ? (int)m : a->threads;
     const int nb = (nout + 15) / 16;
-    // about 8 runs a thread (a run of at least one block)
-    const int per = nb / (8 * (a->threads > 0 ? a->threads : 1));
+    // about 8 runs a thread (a run of at least one block), where the weights stream from
+    // memory; float16 weights in tiles of rows (a prompt's), bound by their FMAs: a block at a
+    // time (the last runs, a sixteenth of the product each, kept a thread waiting for the other)
+    const int per = a->fmt == 1 && m > F16_FEW_ROWS ? 1
+                                                    : nb / (8 * (a->threads > 0 ? a->threads : 1));
     mm_ctx c = {a, NULL, NULL, NULL, NULL, 0, nb, per > 0 ? per : 1, 0};
     pthread_mutex_lock(&P.call);
     if (a->fmt == 1) {
