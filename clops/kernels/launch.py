@@ -128,6 +128,14 @@ def is_cpu(dev: CLDevice) -> bool:
     return dev.kind == "cpu"
 
 
+def narrow_cpu(dev: CLDevice | None) -> bool:
+    """Whether ``dev`` is a CPU whose native float vectors are 8 wide or fewer (AVX2: 16
+    registers of 8), where the CPU kernels' 16-wide vectors take 2 registers each: fewer sums
+    per work-item fit (``matmul.rb_rows``, ``gemm.gemm_cpu``)."""
+    return (dev is not None and dev.kind == "cpu"
+            and 0 < dev.caps.native_vector_width_float < 16)
+
+
 def pow2_at_most(n: int) -> int:
     """The largest power of two not above ``n`` (1 for n < 2)."""
     return 1 << max(0, int(n).bit_length() - 1)

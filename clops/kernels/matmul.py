@@ -329,21 +329,13 @@ def _matmul_args(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: in
     return args, reads
 
 
-def narrow_cpu(dev: CLDevice | None) -> bool:
-    """Whether ``dev`` is a CPU whose native float vectors are 8 wide or fewer (AVX2: 16
-    registers of 8), where matmul_cpu.cl's 16-wide vectors take 2 registers each: fewer sums
-    per work-item fit."""
-    return (dev is not None and dev.kind == "cpu"
-            and 0 < dev.caps.native_vector_width_float < 16)
-
-
 def rb_rows(m: int, fmt: str = "q4", dev: CLDevice | None = None) -> int:
     """Rows of x per work-item of ``matmul_cpu.cl`` (TM): one for a decode row, else up to 8
     (each dequantized weight vector meets them all from registers), float weights up to 4
-    (with ``rb_columns`` blocks at once; 2 on a CPU of 8-wide vectors, ``narrow_cpu``), never
+    (with ``rb_columns`` blocks at once; 2 on a CPU of 8-wide vectors, ``launch.narrow_cpu``), never
     more than m."""
     if fmt in FLOAT_FORMATS:
-        most = RB_FLOAT_ROWS_NARROW if narrow_cpu(dev) else RB_FLOAT_ROWS
+        most = RB_FLOAT_ROWS_NARROW if launch.narrow_cpu(dev) else RB_FLOAT_ROWS
     else:
         most = RB_ROWS_MAX
     return min(most, pow2_at_most(m))
@@ -362,7 +354,7 @@ def rb_columns(fmt: str, tm: int, dev: CLDevice | None = None) -> int:
     88-91, (8, 1) 71."""
     if fmt not in FLOAT_FORMATS or not 1 < tm <= RB_FLOAT_ROWS:
         return 1
-    if narrow_cpu(dev):
+    if launch.narrow_cpu(dev):
         return 2
     return 3 if dev is not None and dev.backend == "intel" else 2
 
@@ -373,7 +365,7 @@ RB_ROWS_MAX = 8
 # PERF (2-core EPYC, Intel's runtime, f16 16384x2048 with 64 rows): 4 rows and 2 blocks of
 # columns per work-item 401 GFLOP/s, 8 rows and one block 329, 8 and 2 (spilled) 306
 RB_FLOAT_ROWS = 4
-# the same on a CPU of 8-wide vectors (narrow_cpu; rb_columns)
+# the same on a CPU of 8-wide vectors (launch.narrow_cpu; rb_columns)
 RB_FLOAT_ROWS_NARROW = 2
 # PERF (same machine): from this many rows the weights are dequantized once for all of them;
 # for one row (decode) the integer sums scaled per group are 10-15% faster (q4 and q8)
