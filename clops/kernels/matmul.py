@@ -332,8 +332,8 @@ def _matmul_args(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: in
 def rb_rows(m: int, fmt: str = "q4", dev: CLDevice | None = None) -> int:
     """Rows of x per work-item of ``matmul_cpu.cl`` (TM): one for a decode row, else up to 8
     (each dequantized weight vector meets them all from registers), float weights up to 4
-    (with ``rb_columns`` blocks at once; 2 on a CPU of 8-wide vectors, ``launch.narrow_cpu``), never
-    more than m."""
+    (with ``rb_columns`` blocks at once; 2 on a CPU of 8-wide vectors, ``launch.narrow_cpu``),
+    never more than m."""
     if fmt in FLOAT_FORMATS:
         most = RB_FLOAT_ROWS_NARROW if launch.narrow_cpu(dev) else RB_FLOAT_ROWS
     else:
@@ -398,8 +398,8 @@ def matmul_rb(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: 
                             (not row_invariant and native_cpu.takes_float(dev, w, m))):
         # PERF: integer dot products (AVX-512 VNNI, AVX2) on int8 rows of x, a row's sums in one
         # order whatever the rows (row_invariant holds); float16 weights natively for a
-        # decode step's few rows (the batch engine's plans, row_invariant, keep matmul_cpu.cl
-        # for every row count)
+        # decode step's few rows, or on AVX2 for any rows (the batch engine's plans,
+        # row_invariant, keep matmul_cpu.cl for every row count)
         args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm)
         return native_cpu.matmul(dev, args, reads, y, w, bias=bias is not None, accum=accum,
                                  norm=norm is not None, glu_out=glu_out, name=name)
