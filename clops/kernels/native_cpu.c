@@ -224,7 +224,9 @@ static inline vf vf_of(__m256 lo, __m256 hi) {
     static inline vf name(vf a) { return vf_of(op(a.lo), op(a.hi)); }
 #define VF_MAP2(name, op) \
     static inline vf name(vf a, vf b) { return vf_of(op(a.lo, b.lo), op(a.hi, b.hi)); }
-static inline vf vf_load(const float *p) { return vf_of(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)); }
+static inline vf vf_load(const float *p) {
+    return vf_of(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8));
+}
 static inline void vf_store(float *p, vf v) {
     _mm256_storeu_ps(p, v.lo);
     _mm256_storeu_ps(p + 8, v.hi);
@@ -739,13 +741,14 @@ static inline __attribute__((always_inline)) void row_f16(const mm_ctx *c, const
     if (TWO) vf_store(acc1, vf_add(o1[0], o1[1]));
 #endif
 }
+
 // ---- float16 weights, many rows (a prompt's products) ----
 // rows of x a tile takes at most: 2 x 6 registers of sums on ISA 1, 8 of ISA 2's 32
 #ifndef F16_TILE_ROWS
 #define F16_TILE_ROWS (ISA == 2 ? 8 : 6)
 #endif
-// k a run takes: 8 KB of a block's weights, which every tile of rows meets from the first-level
-// cache
+// k a run takes: 16 KB of a block's weights made float, which every tile of rows meets from the
+// first-level cache
 #ifndef F16_RUN
 #define F16_RUN 256
 #endif
@@ -777,7 +780,8 @@ static void block_sums_f16(const mm_ctx *c, int b, float *acc, float *wf) {
     memset(acc, 0, sizeof(float) * 16 * m);
     for (int k0 = 0; k0 < k; k0 += F16_RUN) {
         const int k1 = k0 + F16_RUN < k ? k0 + F16_RUN : k;
-        for (int kk = k0; kk < k1; ++kk) vf_store(wf + 16 * (kk - k0), vf_half(w + 16 * (int64_t)kk));
+        for (int kk = k0; kk < k1; ++kk)
+            vf_store(wf + 16 * (kk - k0), vf_half(w + 16 * (int64_t)kk));
         int i0 = 0;
         for (; i0 + F16_TILE_ROWS <= m; i0 += F16_TILE_ROWS)
             tile_f16(c, wf, i0, F16_TILE_ROWS, k0, k1, acc + 16 * i0);
