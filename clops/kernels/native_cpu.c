@@ -390,6 +390,21 @@ static inline vf scales16(const void *s, int64_t at, int half) {
     return half ? vf_half((const uint16_t *)s + at) : vf_load((const float *)s + at);
 }
 
+// A tile's rows i0 .. i0 + TM - 1 of x (past m: the last row again): their int8 values, scales
+// (a per 32 values) and sums (a per 16 values)
+static inline __attribute__((always_inline)) void tile_rows(const mm_ctx *c, int i0,
+                                                            const int TM, const int8_t **xq,
+                                                            const float **dx,
+                                                            const int32_t **xs) {
+    const int k = c->a->k, m = c->a->m;
+    for (int t = 0; t < TM; ++t) {
+        const int i = i0 + t < m ? i0 + t : m - 1;
+        xq[t] = c->xq + (int64_t)i * XQ_STRIDE(k);
+        dx[t] = c->dx + (int64_t)i * (k / 32);
+        xs[t] = c->xs + (int64_t)i * (k / 16);
+    }
+}
+
 #if ISA == 2
 // rows of x a tile takes at most
 #define TILE_ROWS 8
@@ -419,13 +434,8 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
     const float *dx[8];
     const int32_t *xs[8];
     __m512 out[8];
-    for (int t = 0; t < TM; ++t) {
-        const int i = i0 + t < a->m ? i0 + t : a->m - 1;
-        xq[t] = c->xq + (int64_t)i * XQ_STRIDE(k);
-        dx[t] = c->dx + (int64_t)i * G;
-        xs[t] = c->xs + (int64_t)i * (k / 16);
-        out[t] = _mm512_loadu_ps(acc + 16 * t);
-    }
+    tile_rows(c, i0, TM, xq, dx, xs);
+    for (int t = 0; t < TM; ++t) out[t] = _mm512_loadu_ps(acc + 16 * t);
     if (a->fmt == 3) {  // q4
         const __m512i lowmask = _mm512_set1_epi8(0x0F);
         const uint8_t *wb = a->w + (int64_t)b * G * 256;
@@ -543,13 +553,8 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
     const int32_t *xs[TILE_ROWS];
     vf out[TILE_ROWS];  // in the order P
     const __m256i ones16 = _mm256_set1_epi16(1);
-    for (int t = 0; t < TM; ++t) {
-        const int i = i0 + t < a->m ? i0 + t : a->m - 1;
-        xq[t] = c->xq + (int64_t)i * XQ_STRIDE(k);
-        dx[t] = c->dx + (int64_t)i * G;
-        xs[t] = c->xs + (int64_t)i * (k / 16);
-        out[t] = order_p(vf_load(acc + 16 * t));
-    }
+    tile_rows(c, i0, TM, xq, dx, xs);
+    for (int t = 0; t < TM; ++t) out[t] = order_p(vf_load(acc + 16 * t));
     if (a->fmt == 3) {  // q4
         const __m256i lowmask = _mm256_set1_epi8(0x0F);
         const uint8_t *wb = a->w + (int64_t)b * G * 256;
