@@ -281,17 +281,21 @@ static inline __m256 round8(__m256 a) {
     return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 VF_MAP1(vf_round, round8)
-// p * 2^n for whole n: 2^n made in the exponent field, n clamped to -127 (0) .. 128 (inf)
+// p * 2^n for whole n (-150 .. 128): made as 2^h * 2^(n - h), h = floor(n / 2), each a normal
+// float, so that a result past the largest float is inf and one below the smallest normal comes
+// out subnormal or 0, as vscalefps gives them
 static inline __m256 scale2_8(__m256 p, __m256 n) {
-    const __m256 c = _mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-127.0f)),
-                                   _mm256_set1_ps(128.0f));
-    const __m256i e = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(c), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    const __m256i ni = _mm256_cvtps_epi32(
+        _mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-150.0f)), _mm256_set1_ps(128.0f)));
+    const __m256i h = _mm256_srai_epi32(ni, 1), bias = _mm256_set1_epi32(127);
+    const __m256 a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
+    const __m256 b = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), bias), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, a), b);
 }
 VF_MAP2(vf_scale2, scale2_8)
-// x where exp16 takes it: -104 .. 89, so that r stays finite and n lands past both ends of the
-// float range (NaN stays NaN: minps and maxps give their second operand then)
+// x where exp16 takes it: -104 .. 89, so that r stays finite and n within -150 .. 128, past
+// both ends of the float range (NaN stays NaN: minps and maxps give their second operand then)
 static inline __m256 exp_range8(__m256 x) {
     return _mm256_max_ps(_mm256_set1_ps(-104.0f), _mm256_min_ps(_mm256_set1_ps(89.0f), x));
 }
