@@ -11,10 +11,9 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..runtime import CLDevice
-from ..runtime import device as _device
 from .batch import SamplingParams
 from .config import ModelConfig
 from .gguf_file import GGUFFile, ModelFileError
@@ -44,10 +43,11 @@ def default_model_path() -> str:
     raise FileNotFoundError(f"the {DEFAULT_PACKAGE} package holds no .gguf file")
 
 
-def load(path: str | None = None, device: CLDevice | str | None = None,
+def load(path: str | None = None,
+         device: CLDevice | str | Sequence[CLDevice | str] | None = None,
          max_seq_len: int | None = None, progress: bool = True,
          float16_copies: bool | None = None, int8_activations: bool = True,
-         kv_cache: str | None = None) -> Model:
+         kv_cache: str | None = None, split: Sequence[float] | None = None) -> Model:
     """Load a model: a ``.gguf`` file (any file of a split one), or a directory with
     ``config.json``, ``*.safetensors`` and ``tokenizer.json``, or a Hugging Face hub id
     (``org/name``, ``org/name:Q4_K_M``, ``org/name/file.gguf``) found in huggingface_hub's
@@ -70,12 +70,22 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
     ``"float32"``; ``None`` is float16 on GPUs (half the bytes to read at long contexts; logits
     move by about 0.2% of their largest value) and float32 on CPUs.
 
+    ``device``: one device (a selector, a device, None for the default), or several to split
+    the model's layers over: a selector list such as ``"gpu:0,gpu:1"`` (one OpenCL context is
+    made of them), or devices of one context (``clops.context``, or a device's
+    ``create_sub_devices``). Each device takes a contiguous run of layers (the first the
+    embedding, the last the output head), in proportion to the memory it has free, or to
+    ``split`` (a share of the layers per device, as llama.cpp's ``--tensor-split``); between
+    them only a row's hidden state moves. A model that does not fit is refused before any
+    upload (``placement.DoesNotFitError``, with the bytes needed and free per device).
+
     >>> model = clops.llm.load(device="cpu")
     >>> model.tokenizer.encode("Hello")
     [19556]
+    >>> split = clops.llm.load(device=clops.device("cpu").create_sub_devices(2))
     """
     from . import config as cfgmod
-    from . import safetensors_file, tokenizer
+    from . import placement, safetensors_file, tokenizer
     from .weights import GGUFSource, SafetensorsSource
 
     path = path or default_model_path()
@@ -83,7 +93,7 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
         from . import hub
 
         path = hub.resolve(path)
-    dev = _device(device)
+    devs = placement.devices(device)
     if os.path.isdir(path):
         ggufs = sorted(glob.glob(os.path.join(path, "*.gguf")))
         has_st = glob.glob(os.path.join(path, "*.safetensors"))
@@ -117,9 +127,9 @@ def load(path: str | None = None, device: CLDevice | str | None = None,
         source.validate(cfg)
         tok = _built_tokenizer(f"{path}: tokenizer.ggml.* metadata",
                                lambda: tokenizer.from_gguf_metadata(f.metadata, path))
-    return Model(cfg, source, tok, dev, max_seq_len, progress=progress,
-                 float16_copies=float16_copies, int8_activations=int8_activations,
-                 kv_cache=kv_cache)
+    return Model(cfg, source, tok, devs if len(devs) > 1 else devs[0], max_seq_len,
+                 progress=progress, float16_copies=float16_copies,
+                 int8_activations=int8_activations, kv_cache=kv_cache, split=split)
 
 
 def _built_tokenizer(where: str, build: Callable[[], TextTokenizer]) -> TextTokenizer:

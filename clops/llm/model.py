@@ -16,13 +16,14 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
+import pyopencl as cl
 
 from ..kernels import Launch, LaunchPlan, activation, attention, layer, matmul, native_cpu, norm
 from ..kernels import sample as sample_kernel
 from ..nn.quant import DeviceWeight, PackedWeight, concat, upload
 from ..runtime import CLDevice, CLQueue
 from ..runtime.pool import Buffer
-from . import batch, experts
+from . import batch, experts, placement
 from .arch import NORMS
 from .batch import SamplingParams, choose, shape_logits
 from .completion import (
@@ -114,6 +115,41 @@ PROMPT_CHUNK_CPU = 128
 PROMPT_CHUNK_GPU = 512
 
 
+@dataclass(frozen=True)
+class _Part:
+    """The layers ``first`` .. ``stop - 1`` of a model split over devices, and the buffers all
+    its parts share (in one OpenCL context): the token ids and the position state."""
+
+    first: int
+    stop: int
+    tokens: Buffer | None = None
+    state: Buffer | None = None
+
+
+class _SplitPlan:
+    """A step of a model split over devices: each part's plan on its device's queue, in turn,
+    each after the one before (a marker and a barrier), with the rows of the residual stream
+    copied from part to part (``rows`` x ``dim`` float32, device to device in their context)."""
+
+    def __init__(self, parts: list[tuple[Model, LaunchPlan]], nbytes: int) -> None:
+        self.parts, self.nbytes = parts, nbytes
+
+    def replay(self) -> None:
+        parts = self.parts
+        # (the host's copies, and the step before, went to the last part's queue)
+        done = parts[-1][0].device.queue.marker()
+        for k, (part, plan) in enumerate(parts):
+            q = part.device.queue
+            q.barrier([done])
+            if k:
+                cl.enqueue_copy(q.cl_queue, part.x.mem, parts[k - 1][0].x.mem,
+                                byte_count=self.nbytes)
+            plan.replay()
+            if k + 1 < len(parts):
+                done = q.marker()
+            q.flush()  # (the next part's queue waits on this one's work)
+
+
 class Model:
     """A loaded model. Use ``clops.llm.load`` to make one.
 
@@ -121,24 +157,61 @@ class Model:
     >>> "".join(model.generate("What's Oxygen?", max_new_tokens=8))
     """
 
+    # (the token embedding is loaded on the first part of a split model, the final norm and the
+    # output head on the last)
+    embed: DeviceWeight
+    out_norm: Buffer
+    output: DeviceWeight
+
     def __init__(self, config: ModelConfig, source: WeightSource, tokenizer: TextTokenizer,
-                 device: CLDevice, max_seq_len: int | None = None, chunk: int | None = None,
-                 progress: bool = True, float16_copies: bool | None = None,
-                 int8_activations: bool = True, kv_cache: str | None = None) -> None:
+                 device: CLDevice | Sequence[CLDevice], max_seq_len: int | None = None,
+                 chunk: int | None = None, progress: bool = True,
+                 float16_copies: bool | None = None, int8_activations: bool = True,
+                 kv_cache: str | None = None, split: Sequence[float] | None = None,
+                 _part: _Part | None = None) -> None:
+        devs = [device] if isinstance(device, CLDevice) else list(device)
+        if not devs:
+            raise ValueError("a model needs at least one device")
         self.config = cfg = config
         self.tokenizer = tokenizer
-        self.device = device
+        # (a split model is its last part: the head, the sampler and the tokens read are there)
+        self.device = devs[-1]
         self.source_path = source.path
         self.max_seq = int(min(max_seq_len or 4096, cfg.context_length or 4096))
         if chunk is None:
             # PERF (H200, pp512 in one chunk of 512 rather than four of 128): SmolLM2 31k ->
             # 78k tok/s, a 1B body 31k -> 38k (fewer launches, fuller products)
-            chunk = PROMPT_CHUNK_CPU if device.kind == "cpu" else PROMPT_CHUNK_GPU
+            chunk = PROMPT_CHUNK_CPU if any(d.kind == "cpu" for d in devs) else PROMPT_CHUNK_GPU
         self.chunk = int(max(1, min(chunk, self.max_seq)))
-        self.kv_half = _kv_half(kv_cache, device)
+        self.kv_half = _kv_half(kv_cache, self.device)
         self.stats = GenerationStats()
+        # the parts before this one, of a model split over devices
+        self._prev: list[Model] = []
+        self.stages: list[placement.Stage] = []
+        if _part is None:
+            # every device's bytes checked before any upload
+            self.stages = placement.plan(cfg, source, devs, self.max_seq, self.kv_half,
+                                         [self.chunk] * len(devs), split)
+            _part = _Part(0, cfg.n_layers)
+            if len(devs) > 1:
+                if progress:
+                    print("clops: " + "; ".join(st.describe(cfg.n_layers) for st in self.stages),
+                          file=sys.stderr)
+                # token ids and positions live in the context the parts share: the first part's
+                # embedding reads the token the last part's sampler chose
+                shared = dict(tokens=upload(self.device, np.zeros(self.max_seq + 2, np.int32)),
+                              state=upload(self.device, np.zeros(4, np.int32)))
+                kv = "float16" if self.kv_half else "float32"
+                for st in self.stages[:-1]:
+                    self._prev.append(Model(
+                        cfg, source, tokenizer, st.device, self.max_seq, self.chunk, progress,
+                        float16_copies, int8_activations, kv,
+                        _part=_Part(st.first, st.stop, **shared)))
+                _part = _Part(self.stages[-1].first, cfg.n_layers, **shared)
+        self._part = _part
         self._load_weights(source, progress)
-        for w in [self.embed, self.output] + self._layer_matrices():
+        ends = ([self.embed] if self._embeds else []) + ([self.output] if self._heads else [])
+        for w in ends + self._layer_matrices():
             w.int8 = int8_activations
         self._branch = _branch_out(cfg)
         # decode rows' layers as one launch each (None: not decided yet)
@@ -156,6 +229,21 @@ class Model:
         self._engine: batch.BatchEngine | None = None
         self._engine_lock = threading.Lock()
 
+    @property
+    def _embeds(self) -> bool:
+        """Whether this part holds the token embedding (the first part, or the whole model)."""
+        return self._part.first == 0
+
+    @property
+    def _heads(self) -> bool:
+        """Whether this part holds the final norm and the output head (the last part)."""
+        return self._part.stop == self.config.n_layers
+
+    @property
+    def devices(self) -> list[CLDevice]:
+        """The devices of the model's parts, in the order of its layers (one, unless split)."""
+        return [p.device for p in self._prev] + [self.device]
+
     # -- loading -----------------------------------------------------------------------------
     def _load_weights(self, src: WeightSource, progress: bool) -> None:
         cfg, dev = self.config, self.device
@@ -165,8 +253,11 @@ class Model:
         for name in ("embed", "out_norm"):
             src.need(name)
         keys = cfg.layer_keys()
-        names = ["embed", "out_norm", "output"] + [
-            f"blk.{i}.{k}" for i in range(cfg.n_layers) for k in keys]
+        first, stop = self._part.first, self._part.stop
+        tied = not src.has("output")
+        ends = (["embed"] if self._embeds or (self._heads and tied) else []) + (
+            ["out_norm", "output"] if self._heads else [])
+        names = ends + [f"blk.{i}.{k}" for i in range(first, stop) for k in keys]
         total = sum(src.nbytes(n) for n in names)
         bar = _progress(total, f"weights -> {dev.name[:40]}", progress)
 
@@ -180,13 +271,17 @@ class Model:
             bar.update(src.nbytes(name))
             return upload(dev, v)
 
-        emb = mat("embed")
-        if emb.n != cfg.vocab_size or emb.k != cfg.dim:
-            raise ValueError(f"{src.path}: token embedding is [{emb.n}, {emb.k}], expected "
-                             f"[{cfg.vocab_size}, {cfg.dim}]")
-        self.embed = DeviceWeight(dev, emb)
-        self.out_norm = vec("out_norm")
-        self.output = DeviceWeight(dev, mat("output")) if src.has("output") else self.embed
+        if "embed" in ends:
+            emb = mat("embed")
+            if emb.n != cfg.vocab_size or emb.k != cfg.dim:
+                raise ValueError(f"{src.path}: token embedding is [{emb.n}, {emb.k}], expected "
+                                 f"[{cfg.vocab_size}, {cfg.dim}]")
+            if self._embeds:
+                self.embed = DeviceWeight(dev, emb)
+        if self._heads:
+            self.out_norm = vec("out_norm")
+            self.output = (DeviceWeight(dev, mat("output")) if not tied else
+                           self.embed if self._embeds else DeviceWeight(dev, emb))
         if src.has("rope_freqs") and cfg.rope_freq_factors is None:
             cfg.rope_freq_factors = src.vector("rope_freqs")
         rotary = {False: upload(dev, cfg.inv_freq()),
@@ -194,7 +289,7 @@ class Model:
         nope = upload(dev, np.zeros(cfg.rotary // 2, np.float32))  # angle 0: no rotation
         H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.layers: list[_Layer] = []
-        for i in range(cfg.n_layers):
+        for i in range(first, stop):
             p = f"blk.{i}."
             ly = _Layer()
             for norm_name in NORMS:
@@ -241,17 +336,24 @@ class Model:
 
     @property
     def weights(self) -> ModelWeights:
-        """The weights on the device, typed, for a plan builder (``llm.step``)."""
+        """The weights on the device (on their devices, for a split model), typed, for a plan
+        builder (``llm.step``)."""
+        parts = self._prev + [self]
+        layers = [w for p in parts for w in p._layer_weights()]
+        return ModelWeights(parts[0].embed, self.out_norm, self.output, tuple(layers))
+
+    def _layer_weights(self) -> list[LayerWeights]:
+        """This part's layers, typed."""
         cfg = self.config
         layers = []
-        for i, ly in enumerate(self.layers):
+        for i, ly in enumerate(self.layers, self._part.first):
             layers.append(LayerWeights(
                 attn_norm=ly.attn_norm, qkv=ly.qkv, q_norm=ly.q_norm, k_norm=ly.k_norm, o=ly.o,
                 post_attn_norm=ly.post_attn_norm, ffn_norm=ly.ffn_norm, gate_up=ly.gate_up,
                 down=ly.down, post_ffn_norm=ly.post_ffn_norm, inv_freq=ly.inv_freq,
                 rotates=not (i < len(cfg.nope) and cfg.nope[i]), window=self._window(i),
                 experts=ly.experts, o_bias=ly.o_bias, sinks=ly.sinks))
-        return ModelWeights(self.embed, self.out_norm, self.output, tuple(layers))
+        return layers
 
     def _window(self, i: int) -> int:
         """The positions a query of layer ``i`` attends to (0: all of them)."""
@@ -296,18 +398,21 @@ class Model:
         self.attn = dev.alloc(C * H * D * f4)
         self.gu = dev.alloc(C * 2 * F * f4)
         self.h = dev.alloc(C * F * f4)
-        self.logits_buf = dev.alloc(C * cfg.vocab_size * f4)
-        self.z = dev.alloc(cfg.vocab_size * f4)
+        # (the head's and the sampler's, on the last part)
+        V = cfg.vocab_size if self._heads else 1
+        self.logits_buf = dev.alloc(C * V * f4)
+        self.z = dev.alloc(V * f4)
         self.part = dev.alloc(attention.part_nbytes(dev, self.max_seq, H, D))
         self.count = upload(dev, np.zeros(H, np.int32))  # attn_decode_rope's, left zero
         # state[0]: the position of the row the next step reads; state[3]: the greedy
         # sampler's ticket (zero between launches)
-        self.state = upload(dev, np.zeros(4, np.int32))
+        self.state = self._part.state if self._part.state is not None else \
+            upload(dev, np.zeros(4, np.int32))
         # float16 rows for the tensor-core products of a prompt (kernels.matmul.linear), where the
         # device has them
         mats = self._layer_matrices()
         tc = [w for w in mats if matmul.tensor_core_rows(dev, C, w)]
-        rows_tc = tc or matmul.tensor_core_rows(dev, C, self.output)
+        rows_tc = tc or (self._heads and matmul.tensor_core_rows(dev, C, self.output))
         # a prompt's attention may round to float16 too where its products do (float32
         # weights keep float32 throughout, and so do chunks of too few rows for tensor cores)
         self.half_prompt = bool(tc)
@@ -331,8 +436,9 @@ class Model:
         self.wh = dev.alloc(max(big, 4))
         # and the partial sums of the products split over k (for full chunks)
         self.ph = dev.alloc(max([matmul.split_nbytes(dev, C, w) for w in mats] + [4]))
-        self.tokens = upload(dev, np.zeros(self.max_seq + 2, np.int32))
-        self.seen = upload(dev, np.zeros(cfg.vocab_size, np.uint8))
+        self.tokens = self._part.tokens if self._part.tokens is not None else \
+            upload(dev, np.zeros(self.max_seq + 2, np.int32))
+        self.seen = upload(dev, np.zeros(V, np.uint8))
         moe = [ly.experts for ly in self.layers if ly.experts is not None]
         self.ex = experts.buffers(dev, cfg, moe, C) if moe else None
         cache = attention.kv_nbytes(KV, self.max_seq, D, self.kv_half)
@@ -341,11 +447,21 @@ class Model:
             ly.v_cache = dev.alloc(cache)
 
     # -- plans -------------------------------------------------------------------------------
-    def _plan(self, m: int, logits: str, sample: bool, span: int | None = None) -> LaunchPlan:
+    def _plan(self, m: int, logits: str, sample: bool,
+              span: int | None = None) -> LaunchPlan | _SplitPlan:
         """Launches for m rows at positions state[0].. : logits "last", "all" or "none". The
         family's choices (``config.desc`` and the config's settings) pick the launches.
         ``span`` (a decode row, ``_decode_span``): the row attends to at most that many
-        positions."""
+        positions. A split model's step is each part's launches in turn (``_SplitPlan``)."""
+        own = self._part_plan(m, logits, sample, span)
+        if not self._prev:
+            return own
+        return _SplitPlan([(p, p._part_plan(m, "none", False, span)) for p in self._prev]
+                          + [(self, own)], m * self.config.dim * 4)
+
+    def _part_plan(self, m: int, logits: str, sample: bool,
+                   span: int | None = None) -> LaunchPlan:
+        """This part's launches of ``_plan`` (the whole model's, unless it is split)."""
         key = (m, logits, sample, span)
         plan = self._plans.get(key)
         if plan is not None:
@@ -416,10 +532,12 @@ class Model:
         # The first layer launch reads a float16 embedding row itself: one launch fewer to
         # enqueue (H100, 1B F16 decode after 128 positions, same runs: 1048-1054 tok/s against
         # 1049-1050 with the embedding launch, whose 7.5 us a step overlapped the launches')
-        fold = layer_launches and cfg.embed_scale == 1.0 and layer.takes_embedding(self.embed)
-        if not fold:
+        embeds = self._embeds
+        fold = layer_launches and embeds and cfg.embed_scale == 1.0 and \
+            layer.takes_embedding(self.embed)
+        if embeds and not fold:
             add(matmul.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
-        if cfg.embed_scale != 1.0:
+        if embeds and cfg.embed_scale != 1.0:
             add(activation.scale_cap(dev, self.x, m * dim, mul=cfg.embed_scale))
         n_qkv = (H + 2 * KV) * D
         if layer_launches:
@@ -433,7 +551,8 @@ class Model:
                     [self._decoder_layer(ly) for ly in self.layers],
                     layer.max_layers(self.device))):
                 add(self._whole_layers(group, span, fold and j == 0))
-        for i, ly in enumerate([] if layer_launches else self.layers):
+        for j, ly in enumerate([] if layer_launches else self.layers):
+            i = self._part.first + j  # (the layer's index in the model)
             src = normed(ly.attn_norm, [p[0] for p in ly.qkv.parts])
             # PERF (GPUs): a prompt's QKV product split over k leaves its slices for the
             # rotation to add up as it reads them (no launch to sum them into QKV rows)
@@ -467,7 +586,7 @@ class Model:
                       f"o.{i}", half_in=o_half, bias=ly.o_bias,
                       **then_norm(ly.o, ly.ffn_norm, [p[0] for p in gu]))
             src = normed(ly.ffn_norm, [p[0] for p in gu])
-            nxt = self.layers[i + 1] if i + 1 < len(self.layers) else None
+            nxt = self.layers[j + 1] if j + 1 < len(self.layers) else None
             after_down = then_norm(ly.down, nxt.attn_norm, [p[0] for p in nxt.qkv.parts]) \
                 if nxt is not None else {}
             if (not fuse and cfg.act == "silu" and len(gu) == 1 and gu[0][1] == 0
@@ -503,6 +622,8 @@ class Model:
                 add(activation.glu(dev, self.h, self.gu, m=m, f=F, act=cfg.act))
                 block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}", **after_down)
         V = cfg.vocab_size
+        if not self._heads and (logits != "none" or sample):
+            raise ValueError("only the last part of a split model makes logits")
         rows = {"last": 1, "all": m}.get(logits, 0)
         s = self._sampler or _sampler_defaults()
         chosen = False  # (the token made with the logits)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..nn.quant import (
+    DEVICE_BYTES,
     GGML_MXFP4,
     SUPPORTED,
     SUPPORTED_NAMES,
@@ -181,6 +182,13 @@ class WeightSource:
     def nbytes(self, name: str) -> int:
         raise NotImplementedError
 
+    def device_nbytes(self, name: str) -> int:
+        """The bytes the tensor takes on a device (vectors as float32; 0 where it is absent)."""
+        if not self.has(name):
+            return 0
+        shape = self.shape(name)
+        return 4 * int(np.prod(shape)) if len(shape) == 1 else self.nbytes(name)
+
     def need(self, name: str) -> None:
         if not self.has(name):
             raise ModelFileError(f"{self.path}: tensor {self.file_name(name)!r} is missing")
@@ -288,6 +296,15 @@ class GGUFSource(WeightSource):
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.f.tensors[self.file_name(name)].shape
+
+    def device_nbytes(self, name: str) -> int:
+        if not self.has(name):
+            return 0
+        t = self.f.tensors[self.file_name(name)]
+        values = int(np.prod(t.shape))
+        if len(t.shape) == 1:
+            return 4 * values
+        return int(values * DEVICE_BYTES.get(t.ggml_type, 4))
 
     def type_error(self, name: str) -> str | None:
         t = self.f.tensors[self.file_name(name)]

@@ -1,0 +1,176 @@
+"""llm, placement: which layers of a model go to which device when it is split over several
+(``clops.llm.load(path, device="gpu:0,gpu:1")``).
+
+Each device takes a contiguous run of layers, the first the token embedding too and the last
+the final norm and the output head; each layer's KV cache stays beside it. The runs follow each
+device's share: the memory it has free, or ``split=`` given by the user (as llama.cpp's
+``--tensor-split``). Before any weight is uploaded the bytes each device needs (weights in
+their device formats, KV cache, the activations of a prompt chunk) are set against the bytes it
+has; a model that does not fit is refused with both, per device.
+
+Sub-devices of one CPU share its memory: their needs are summed against it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..kernels import attention
+from ..runtime import CLDevice
+from ..runtime.device import context as _context
+from ..runtime.device import device as _one_device
+from .config import ModelConfig
+from .weights import WeightSource
+
+
+class DoesNotFitError(ValueError):
+    """A model needs more memory than the devices given have."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A device's part of a split model: layers ``first`` to ``stop - 1``, the embedding with
+    the first stage and the head with the last, and the bytes it was planned to take."""
+
+    device: CLDevice
+    first: int
+    stop: int
+    nbytes: int
+
+    def describe(self, n_layers: int) -> str:
+        what = f"layers {self.first}-{self.stop - 1}" if self.stop - self.first > 1 else \
+            f"layer {self.first}" if self.stop > self.first else "no layers"
+        extra = (["embedding"] if self.first == 0 else []) + (
+            ["head"] if self.stop == n_layers else [])
+        return (f"{self.device.selector} ({self.device.name}): {what}"
+                f"{' + ' + ' + '.join(extra) if extra else ''}, {_gib(self.nbytes)}")
+
+
+def devices(device: CLDevice | str | Sequence[CLDevice | str] | None) -> list[CLDevice]:
+    """The devices a model is loaded on: one device (a selector, a device, None for the
+    default), or several (a comma-separated selector list such as ``"gpu:0,gpu:1"``, made into
+    one shared OpenCL context by ``clops.context``, or a list of devices that share one, such
+    as ``clops.device("cpu").create_sub_devices(2)``)."""
+    if isinstance(device, str) and "," in device:
+        return _context(device)
+    if device is None or isinstance(device, (str, CLDevice)):
+        return [_one_device(device)]
+    devs = list(device)
+    if not devs:
+        raise ValueError("device: the list of devices is empty")
+    if len(devs) == 1:
+        return [_one_device(devs[0])]
+    if not all(isinstance(d, CLDevice) for d in devs):
+        return _context(devs)
+    out = [d for d in devs if isinstance(d, CLDevice)]
+    if len({d.cl_device.int_ptr for d in out}) != len(out):
+        raise ValueError(f"device: a device is named twice in {[d.selector for d in out]}")
+    for d in out[1:]:
+        if not out[0].shares_context(d):
+            raise ValueError(
+                f"devices {out[0].selector} and {d.selector} are not in one OpenCL context: "
+                "give a selector list such as 'gpu:0,gpu:1' (clops.context makes them one), "
+                "or sub-devices of one device (create_sub_devices)")
+    return out
+
+
+def _memory_of(dev: CLDevice) -> int:
+    """The identity of the memory ``dev`` allocates from (a sub-device shares its parent's)."""
+    parent = getattr(dev, "parent", None)
+    while parent is not None and getattr(parent, "parent", None) is not None:
+        parent = parent.parent
+    return int((parent or dev).cl_device.int_ptr)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
+
+
+def layer_nbytes(cfg: ModelConfig, src: WeightSource, max_seq: int,
+                 kv_half: bool) -> list[int]:
+    """The device bytes of each layer: its weights and its key and value caches."""
+    kv = 2 * attention.kv_nbytes(cfg.n_kv_heads, max_seq, cfg.head_dim, kv_half)
+    keys = cfg.layer_keys()
+    return [sum(src.device_nbytes(f"blk.{i}.{k}") for k in keys) + kv
+            for i in range(cfg.n_layers)]
+
+
+def scratch_nbytes(cfg: ModelConfig, chunk: int, head: bool) -> int:
+    """The activations of a prompt chunk of ``chunk`` rows (and the logits, for the stage
+    with the head)."""
+    H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
+    per_row = 3 * dim + (H + 2 * KV) * D + 2 * H * D + 3 * F
+    return 4 * chunk * (per_row + (cfg.vocab_size if head else 0))
+
+
+def plan(cfg: ModelConfig, src: WeightSource, devs: Sequence[CLDevice], max_seq: int,
+         kv_half: bool, chunk: Sequence[int], split: Sequence[float] | None = None
+         ) -> list[Stage]:
+    """The stages of ``cfg``'s model over ``devs`` (see the module's text): ``split`` gives
+    each device's share of the layers (as llama.cpp's ``--tensor-split``), else each takes a
+    share of all the bytes in proportion to the memory it has free. Raises
+    ``DoesNotFitError`` where a device (or a memory its sub-devices share) lacks the bytes."""
+    n, L = len(devs), cfg.n_layers
+    if n > L:
+        raise ValueError(f"{n} devices for {L} layers: each device takes at least one layer")
+    free = [max(0, d.caps.global_mem - int(d.memory_stats()["in_use"])) for d in devs]
+    layers = layer_nbytes(cfg, src, max_seq, kv_half)
+    head_bytes = src.device_nbytes("out_norm") + (
+        src.device_nbytes("output") if src.has("output") else src.device_nbytes("embed"))
+    fixed = [(src.device_nbytes("embed") if k == 0 else 0) + (head_bytes if k == n - 1 else 0)
+             + scratch_nbytes(cfg, chunk[k], k == n - 1) for k in range(n)]
+    if split is not None:
+        shares = [float(s) for s in split]
+        if len(shares) != n or not all(s > 0 for s in shares):
+            raise ValueError(f"split {list(split)}: give {n} positive shares, one a device")
+        # layer boundaries at each device's share of the layers
+        edges = [round(L * sum(shares[:k + 1]) / sum(shares)) for k in range(n - 1)]
+    else:
+        users: dict[int, int] = {}
+        for d in devs:
+            users[_memory_of(d)] = users.get(_memory_of(d), 0) + 1
+        # a device's share of a memory that several of them use is its part of it
+        shares = [f / users[_memory_of(d)] for d, f in zip(devs, free)]
+        everything = sum(layers) + sum(fixed)
+        edges, i, acc, target = [], 0, float(fixed[0]), 0.0
+        for k in range(n - 1):
+            target += everything * shares[k] / (sum(shares) or 1)
+            # (a layer goes where its middle falls)
+            while i < L and acc + layers[i] / 2 <= target:
+                acc += layers[i]
+                i += 1
+            edges.append(i)
+            acc += fixed[k + 1]
+    # at least one layer each, in order
+    stops: list[int] = []
+    for k, e in enumerate(edges):
+        stops.append(min(max(e, (stops[-1] if stops else 0) + 1), L - (n - 1 - k)))
+    stops.append(L)
+    stages, first = [], 0
+    for k, d in enumerate(devs):
+        stages.append(Stage(d, first, stops[k], fixed[k] + sum(layers[first:stops[k]])))
+        first = stops[k]
+    check(stages, free, L)
+    return stages
+
+
+def check(stages: Sequence[Stage], free: Sequence[int], n_layers: int) -> None:
+    """Raise ``DoesNotFitError`` unless every memory holds what its stages need."""
+    need: dict[int, int] = {}
+    have: dict[int, int] = {}
+    for st, f in zip(stages, free):
+        key = _memory_of(st.device)
+        need[key] = need.get(key, 0) + st.nbytes
+        have[key] = f
+    short = [k for k in need if need[k] > have[k]]
+    if not short:
+        return
+    rows = "; ".join(
+        f"{st.describe(n_layers)} of {_gib(free[j])} free" for j, st in enumerate(stages))
+    many = len(stages) > 1
+    raise DoesNotFitError(
+        f"the model does not fit {'these devices' if many else 'the device'}: {rows} "
+        f"(needed {_gib(sum(need.values()))}, free {_gib(sum(have.values()))}). "
+        + ("Give more devices (device='gpu:0,gpu:1,...'), " if many else
+           "Split it over several devices (device='gpu:0,gpu:1'), ")
+        + "a smaller context (max_seq_len / -c), a float16 KV cache, or a smaller quantization")
