@@ -28,16 +28,18 @@ import math
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from ..kernels import LaunchPlan, paged
 from ..kernels.paged import PagedRows
+from ..runtime import CLDevice
 from . import experts
 from .arch import ARCHS
-from .loaded import LoadedModel
+from .loaded import LoadedModel, ModelWeights
+from .placement import Chain
 from .step import PagedStep, StepBuffers, StepPlan, branch_out
 
 
@@ -201,6 +203,70 @@ class _Seq:
         return len(self.ids) + self.produced
 
 
+class _EnginePart:
+    """The engine's buffers, cache pools and step builder on one device: the whole model's, or
+    for a model split over devices, one part's (``weights.layers`` its layers alone, the
+    embedding where it ``embeds``, the final norm and logits where it ``heads``)."""
+
+    def __init__(self, engine: BatchEngine, dev: CLDevice, weights: ModelWeights, *,
+                 embeds: bool, heads: bool) -> None:
+        cfg, R, e = engine.model.config, engine.rows, engine
+        H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
+        f4 = 4
+        self.device = dev
+        self.x = dev.alloc(R * dim * f4)
+        self.xn = dev.alloc(R * dim * f4)
+        # (the logits rows, on the part with the head)
+        B, V = (e.max_batch, cfg.vocab_size) if heads else (1, 1)
+        self.xl = dev.alloc(B * dim * f4)
+        # a block's output before its post-norm or residual scale (families that have them)
+        self.t = dev.alloc(R * dim * f4 if branch_out(cfg, weights) else 4)
+        self.qkv = dev.alloc(R * (H + 2 * KV) * D * f4)
+        self.q = dev.alloc(R * H * D * f4)
+        self.attn = dev.alloc(R * H * D * f4)
+        self.gu = dev.alloc(R * 2 * F * f4)
+        self.h = dev.alloc(R * F * f4)
+        self.logits = dev.alloc(B * V * f4)
+        self.rstats = dev.alloc(B * 3 * f4)  # (argmax, max, lse) a row
+        self.ids = dev.alloc(R * 4)
+        self.rslot = dev.alloc(R * 4)
+        self.rpos = dev.alloc(R * 4)
+        self.sel = dev.alloc(B * 4)
+        self.zero = dev.alloc(16)
+        dev.write(self.zero, np.zeros(4, np.int32), blocking=True, queue=dev.queue)
+        self.table = dev.alloc(e.table_host.nbytes)
+        dev.write(self.table, e.table_host, blocking=True, queue=dev.queue)
+        self.split = paged.split_attention(dev, D)
+        part = count = None
+        if self.split:  # the partials of the attention split over positions, and its counters
+            part = dev.alloc(paged.part_floats(dev, R, H, D, e.context) * f4)
+            count = dev.alloc(R * H * 4)
+            dev.write(count, np.zeros(R * H, np.int32), blocking=True, queue=dev.queue)
+        pool = e.num_blocks * KV * e.block_size * D * (2 if e.kv_half else 4)
+        self.kpool = [dev.alloc(pool) for _ in weights.layers]
+        self.vpool = [dev.alloc(pool) for _ in weights.layers]
+        moe = [ly.experts for ly in weights.layers if ly.experts is not None]
+        bufs = StepBuffers(x=self.x, xn=self.xn, t=self.t, qkv=self.qkv, q=self.q,
+                           attn=self.attn, gu=self.gu, h=self.h, xl=self.xl, logits=self.logits,
+                           rstats=self.rstats, ids=self.ids, sel=self.sel, zero=self.zero,
+                           part=part, count=count,
+                           experts=experts.buffers(dev, cfg, moe, R) if moe else None)
+        rows = PagedRows(self.table, e.maxb, self.rslot, self.rpos, e.block_size)
+        self.builder = PagedStep(dev, cfg, weights, bufs, rows, self.kpool, self.vpool,
+                                 context=e.context, kv_half=e.kv_half, split=self.split,
+                                 embeds=embeds, heads=heads)
+        self.plans: dict[int | None, StepPlan] = {}
+
+    def plan(self, n: int) -> LaunchPlan:
+        """The launches of this part (not the last) for a step of ``n`` rows."""
+        key = self.builder.tm(n)
+        got = self.plans.get(key)
+        if got is None:
+            got = self.plans[key] = self.builder.build(n, 0)
+        got.resize(n, 0)
+        return got.plan
+
+
 class BatchEngine:
     """Continuous batching over ``model`` (see the module's text).
 
@@ -237,6 +303,8 @@ class BatchEngine:
         self.num_blocks = int(num_blocks)
         self.rows = max_batch + prefill_chunk  # the most rows one step runs
         self.weights = model.weights
+        # slot max_batch is the embedding's scratch sequence
+        self.table_host = np.zeros((self.max_batch + 1, self.maxb), np.int32)
         self._alloc()
         # one plan per (rows per work-item of the products and of the logits, embed), resized
         # to each step's rows (see _plan)
@@ -258,49 +326,20 @@ class BatchEngine:
 
     # -- device memory and plans ------------------------------------------------------------
     def _alloc(self) -> None:
-        cfg, dev, R = self.model.config, self.device, self.rows
-        H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
-        f4 = 4
-        self.x = dev.alloc(R * dim * f4)
-        self.xn = dev.alloc(R * dim * f4)
-        self.xl = dev.alloc(self.max_batch * dim * f4)
-        # a block's output before its post-norm or residual scale (families that have them)
-        self.t = dev.alloc(R * dim * f4 if branch_out(cfg, self.weights) else 4)
-        self.qkv = dev.alloc(R * (H + 2 * KV) * D * f4)
-        self.q = dev.alloc(R * H * D * f4)
-        self.attn = dev.alloc(R * H * D * f4)
-        self.gu = dev.alloc(R * 2 * F * f4)
-        self.h = dev.alloc(R * F * f4)
-        self.logits = dev.alloc(self.max_batch * cfg.vocab_size * f4)
-        self.rstats = dev.alloc(self.max_batch * 3 * f4)  # (argmax, max, lse) a row
-        self.ids = dev.alloc(R * 4)
-        self.rslot = dev.alloc(R * 4)
-        self.rpos = dev.alloc(R * 4)
-        self.sel = dev.alloc(self.max_batch * 4)
-        self.zero = dev.alloc(16)
-        dev.write(self.zero, np.zeros(4, np.int32), blocking=True, queue=dev.queue)
-        # slot max_batch is the embedding's scratch sequence
-        self.table_host = np.zeros((self.max_batch + 1, self.maxb), np.int32)
-        self.table = dev.alloc(self.table_host.nbytes)
-        dev.write(self.table, self.table_host, blocking=True, queue=dev.queue)
-        self.split = paged.split_attention(dev, D)
-        if self.split:  # the partials of the attention split over positions, and its counters
-            self.part = dev.alloc(paged.part_floats(dev, R, H, D, self.context) * f4)
-            self.count = dev.alloc(R * H * 4)
-            dev.write(self.count, np.zeros(R * H, np.int32), blocking=True, queue=dev.queue)
-        pool = self.num_blocks * KV * self.block_size * D * (2 if self.kv_half else 4)
-        self.kpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
-        self.vpool = [dev.alloc(pool) for _ in range(cfg.n_layers)]
-        moe = [ly.experts for ly in self.weights.layers if ly.experts is not None]
-        bufs = StepBuffers(x=self.x, xn=self.xn, t=self.t, qkv=self.qkv, q=self.q,
-                           attn=self.attn, gu=self.gu, h=self.h, xl=self.xl, logits=self.logits,
-                           rstats=self.rstats, ids=self.ids, sel=self.sel, zero=self.zero,
-                           part=self.part if self.split else None,
-                           count=self.count if self.split else None,
-                           experts=experts.buffers(dev, cfg, moe, R) if moe else None)
-        rows = PagedRows(self.table, self.maxb, self.rslot, self.rpos, self.block_size)
-        self.builder = PagedStep(dev, cfg, self.weights, bufs, rows, self.kpool, self.vpool,
-                                 context=self.context, kv_half=self.kv_half, split=self.split)
+        # a model split over devices: a part of the engine on each (its layers, their cache
+        # pools and the step's buffers), the last one's the engine's own
+        stages = list(self.model.stages)
+        w = self.weights
+        spans = [(st.device, st.first, st.stop) for st in stages] if len(stages) > 1 else \
+            [(self.device, 0, len(w.layers))]
+        parts = [_EnginePart(self, dev, replace(w, layers=w.layers[first:stop]),
+                             embeds=first == 0, heads=stop == len(w.layers))
+                 for dev, first, stop in spans]
+        self._before = parts[:-1]
+        last = parts[-1]
+        self._last = last
+        self.x, self.xn, self.logits, self.rstats = last.x, last.xn, last.logits, last.rstats
+        self.sel, self.split, self.builder = last.sel, last.split, last.builder
 
     def _tm(self, m: int) -> int | None:
         """Rows per work-item of the step's products for ``m`` rows (``PagedStep.tm``)."""
@@ -321,6 +360,31 @@ class BatchEngine:
             got = self._plans[key] = self.builder.build(n, nl, embed)
         got.resize(n, nl)
         return got.plan
+
+    def _run(self, n: int, nl: int, embed: bool = False) -> None:
+        """Run a step of ``n`` rows (``_plan``'s), through every part of a split model."""
+        plan = self._plan(n, nl, embed)
+        if not self._before:
+            plan.replay()
+            return
+        chain = [(p.device, p.x, p.plan(n)) for p in self._before]
+        Chain(chain + [(self.device, self.x, plan)], n * self.model.config.dim * 4).replay()
+
+    def _write_rows(self, slots: np.ndarray, positions: np.ndarray, ids: np.ndarray) -> None:
+        """The step's rows (each one's slot, position and token) to every part's buffers."""
+        for p in self._parts():
+            q = p.device.queue
+            p.device.write(p.rslot, np.ascontiguousarray(slots), queue=q)
+            p.device.write(p.rpos, np.ascontiguousarray(positions), queue=q)
+            p.device.write(p.ids, np.ascontiguousarray(ids), queue=q)
+
+    def _write_table(self) -> None:
+        """The block tables to every part's device."""
+        for p in self._parts():
+            p.device.write(p.table, self.table_host, blocking=True, queue=p.device.queue)
+
+    def _parts(self) -> list[_EnginePart]:
+        return self._before + [self._last]
 
     # -- sequences -----------------------------------------------------------------------------
     def add(self, ids: list[int], params: SamplingParams, max_new_tokens: int,
@@ -444,7 +508,7 @@ class BatchEngine:
         self.reused_tokens += s.done
         s.slot = slot
         self.table_host[slot, : len(s.blocks)] = s.blocks
-        self.device.write(self.table, self.table_host, blocking=True, queue=self.device.queue)
+        self._write_table()
         return True
 
     def _release(self, s: _Seq) -> None:
@@ -514,12 +578,10 @@ class BatchEngine:
                 self._register_prompt(s)
         arr = np.asarray(rows, np.int32)
         dev = self.device
-        dev.write(self.rslot, np.ascontiguousarray(arr[:, 0]), queue=dev.queue)
-        dev.write(self.rpos, np.ascontiguousarray(arr[:, 1]), queue=dev.queue)
-        dev.write(self.ids, np.ascontiguousarray(arr[:, 2]), queue=dev.queue)
+        self._write_rows(arr[:, 0], arr[:, 1], arr[:, 2])
         if sel:
             dev.write(self.sel, np.asarray(sel, np.int32), queue=dev.queue)
-        self._plan(len(rows), len(sel)).replay()
+        self._run(len(rows), len(sel))
         if not want:
             dev.synchronize()
             return []
@@ -616,14 +678,14 @@ class BatchEngine:
                     blocks.append(b)
                 slot = self.max_batch
                 self.table_host[slot, :need] = blocks
-                dev.write(self.table, self.table_host, blocking=True, queue=dev.queue)
+                self._write_table()
                 total = np.zeros(cfg.dim, np.float64)
                 for s in range(0, len(ids), self.rows):
                     n = min(self.rows, len(ids) - s)
-                    dev.write(self.rslot, np.full(n, slot, np.int32), queue=dev.queue)
-                    dev.write(self.rpos, np.arange(s, s + n, dtype=np.int32), queue=dev.queue)
-                    dev.write(self.ids, np.asarray(ids[s:s + n], np.int32), queue=dev.queue)
-                    self._plan(n, 0, embed=True).replay()
+                    self._write_rows(np.full(n, slot, np.int32),
+                                     np.arange(s, s + n, dtype=np.int32),
+                                     np.asarray(ids[s:s + n], np.int32))
+                    self._run(n, 0, embed=True)
                     hidden = np.empty((n, cfg.dim), np.float32)
                     dev.read(hidden, self.xn, queue=dev.queue)
                     total += hidden.sum(axis=0, dtype=np.float64)

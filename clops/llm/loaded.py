@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..nn.quant import DeviceWeight
 from ..runtime import CLDevice
@@ -92,6 +93,11 @@ class LoadedModel(Protocol):
     device: CLDevice
     max_seq: int
     kv_half: bool
+
+    @property
+    def stages(self) -> Sequence[Any]:
+        """Where its layers are (``placement.Stage``s: several for a model split over devices,
+        whose ``device`` is the last one's)."""
 
     @property
     def weights(self) -> ModelWeights: ...

@@ -16,7 +16,6 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
 
 from ..kernels import Launch, LaunchPlan, activation, attention, layer, matmul, native_cpu, norm
 from ..kernels import sample as sample_kernel
@@ -124,30 +123,6 @@ class _Part:
     stop: int
     tokens: Buffer | None = None
     state: Buffer | None = None
-
-
-class _SplitPlan:
-    """A step of a model split over devices: each part's plan on its device's queue, in turn,
-    each after the one before (a marker and a barrier), with the rows of the residual stream
-    copied from part to part (``rows`` x ``dim`` float32, device to device in their context)."""
-
-    def __init__(self, parts: list[tuple[Model, LaunchPlan]], nbytes: int) -> None:
-        self.parts, self.nbytes = parts, nbytes
-
-    def replay(self) -> None:
-        parts = self.parts
-        # (the host's copies, and the step before, went to the last part's queue)
-        done = parts[-1][0].device.queue.marker()
-        for k, (part, plan) in enumerate(parts):
-            q = part.device.queue
-            q.barrier([done])
-            if k:
-                cl.enqueue_copy(q.cl_queue, part.x.mem, parts[k - 1][0].x.mem,
-                                byte_count=self.nbytes)
-            plan.replay()
-            if k + 1 < len(parts):
-                done = q.marker()
-            q.flush()  # (the next part's queue waits on this one's work)
 
 
 class Model:
@@ -448,16 +423,17 @@ class Model:
 
     # -- plans -------------------------------------------------------------------------------
     def _plan(self, m: int, logits: str, sample: bool,
-              span: int | None = None) -> LaunchPlan | _SplitPlan:
+              span: int | None = None) -> LaunchPlan | placement.Chain:
         """Launches for m rows at positions state[0].. : logits "last", "all" or "none". The
         family's choices (``config.desc`` and the config's settings) pick the launches.
         ``span`` (a decode row, ``_decode_span``): the row attends to at most that many
-        positions. A split model's step is each part's launches in turn (``_SplitPlan``)."""
+        positions. A split model's step is each part's launches in turn (``placement.Chain``)."""
         own = self._part_plan(m, logits, sample, span)
         if not self._prev:
             return own
-        return _SplitPlan([(p, p._part_plan(m, "none", False, span)) for p in self._prev]
-                          + [(self, own)], m * self.config.dim * 4)
+        return placement.Chain([(p.device, p.x, p._part_plan(m, "none", False, span))
+                                for p in self._prev] + [(self.device, self.x, own)],
+                               m * self.config.dim * 4)
 
     def _part_plan(self, m: int, logits: str, sample: bool,
                    span: int | None = None) -> LaunchPlan:

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import pyopencl as cl
 
 from ..kernels import attention
 from ..runtime import CLDevice
 from ..runtime.device import context as _context
 from ..runtime.device import device as _one_device
+from ..runtime.pool import Buffer
 from .config import ModelConfig
 from .weights import WeightSource
 
@@ -174,3 +178,29 @@ def check(stages: Sequence[Stage], free: Sequence[int], n_layers: int) -> None:
         + ("Give more devices (device='gpu:0,gpu:1,...'), " if many else
            "Split it over several devices (device='gpu:0,gpu:1'), ")
         + "a smaller context (max_seq_len / -c), a float16 KV cache, or a smaller quantization")
+
+
+class Chain:
+    """A step of a model split over devices: each part's plan (anything with ``replay()``) on
+    its device's default queue, in turn, each after the one before (a marker and a barrier),
+    with the rows of the residual stream (``nbytes`` from the start of each part's ``x``)
+    copied from part to part, device to device in the context they share.
+
+    The first part waits for the last part's queue too: the host's copies for a step and the
+    step before go there."""
+
+    def __init__(self, parts: list[tuple[CLDevice, Buffer, Any]], nbytes: int) -> None:
+        self.parts, self.nbytes = parts, nbytes
+
+    def replay(self) -> None:
+        parts = self.parts
+        done = parts[-1][0].queue.marker()
+        for k, (dev, x, plan) in enumerate(parts):
+            q = dev.queue
+            q.barrier([done])
+            if k and self.nbytes:
+                cl.enqueue_copy(q.cl_queue, x.mem, parts[k - 1][1].mem, byte_count=self.nbytes)
+            plan.replay()
+            if k + 1 < len(parts):
+                done = q.marker()
+            q.flush()  # (the next part's queue waits on this one's work)

@@ -108,14 +108,22 @@ class PagedStep:
     >>> builder = PagedStep(dev, model.config, model.weights, bufs, rows, kpool, vpool,
     ...                     context=4096, kv_half=False, split=False)
     >>> builder.build(n=5, nl=2).plan.replay()
+
+    A part of a model split over devices (``weights.layers`` its layers alone, ``kpool`` and
+    ``vpool`` theirs) leaves out the embedding (``embeds=False``: its rows arrive in ``x``) or
+    the final norm and logits (``heads=False``).
     """
 
     def __init__(self, dev: CLDevice, cfg: ModelConfig, weights: ModelWeights,
                  bufs: StepBuffers, rows: PagedRows, kpool: list[Buffer], vpool: list[Buffer],
-                 *, context: int, kv_half: bool, split: bool) -> None:
+                 *, context: int, kv_half: bool, split: bool, embeds: bool = True,
+                 heads: bool = True) -> None:
         self.dev, self.cfg, self.w, self.b = dev, cfg, weights, bufs
         self.rows, self.kpool, self.vpool = rows, kpool, vpool
         self.context, self.kv_half, self.split = context, kv_half, split
+        # (a part of a model split over devices: whether it makes the rows from the tokens, and
+        # whether it ends them with the final norm and the logits)
+        self.embeds, self.heads = embeds, heads
         self.branch = branch_out(cfg, weights)
 
     def tm(self, m: int) -> int | None:
@@ -162,12 +170,15 @@ class PagedStep:
         cfg, dev, w, b = self.cfg, self.dev, self.w, self.b
         dim = cfg.dim
         step = StepPlan(LaunchPlan(dev), [], n, nl)
-        step.add_rows(matmul.embedding(dev, b.x, b.ids, b.zero, w.embed, n), axis=1)
-        if cfg.embed_scale != 1.0:
+        if self.embeds:
+            step.add_rows(matmul.embedding(dev, b.x, b.ids, b.zero, w.embed, n), axis=1)
+        if self.embeds and cfg.embed_scale != 1.0:
             step.add_rows(activation.scale_cap(dev, b.x, n * dim, mul=cfg.embed_scale), axis=0,
                           per_row=dim)
         for i, ly in enumerate(w.layers):
             self._layer(step, i, ly, n)
+        if not self.heads:
+            return step
         if embed:
             self._rmsnorm(step, b.xn, b.x, w.out_norm, n)
         elif nl:  # the logits rows
