@@ -86,6 +86,22 @@ def whole(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def shares(raw: str) -> list[float]:
+    """``3,1``: positive numbers, comma-separated (a device's share of the layers)."""
+    out = []
+    for part in raw.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{raw!r}: give positive numbers separated by commas, one a device, such as "
+                "3,1") from None
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"{raw!r}: each share must be a positive number")
+        out.append(value)
+    return out
+
+
 def number(low: float, high: float | None = None, low_open: bool = False
            ) -> Callable[[str], float]:
     if high is None:
@@ -134,7 +150,12 @@ def add_model_options(p: argparse.ArgumentParser, ctx_default: int | None, ctx_m
     hidden_alias(g, "--ctx", "ctx_size", type=whole(ctx_min))
     g.add_argument("--device", type=text("device selector"), default=None, metavar="SEL",
                    help="OpenCL device selector: gpu, cpu, nvidia, pocl, opencl:0:1 ... "
-                        "(default: CLOPS_DEVICE or the best device; `clops info` lists them)")
+                        "(default: CLOPS_DEVICE or the best device; `clops info` lists them); "
+                        "several, comma-separated (gpu:0,gpu:1), split the model's layers "
+                        "over them")
+    g.add_argument("-ts", "--tensor-split", type=shares, default=None, metavar="N0,N1,...",
+                   help="each device's share of the layers, with several devices (default: in "
+                        "proportion to their free memory)")
     g.add_argument("--kv-cache", choices=KV_CACHE_TYPES, default=None,
                    help="type of the KV cache (default: float16 on GPUs, float32 on CPUs)")
 
@@ -189,22 +210,29 @@ def check_model_path(model: str | None) -> None:
             raise Refused(str(e)) from None
 
 
-def open_device(selector: str | None) -> CLDevice:
-    import clops
+def open_device(selector: str | None) -> CLDevice | list[CLDevice]:
+    """The device of ``--device``, or the devices of a comma-separated list (one context)."""
+    from ..llm import placement
 
     try:
-        return clops.device(selector)
+        devs = placement.devices(selector)
     except (LookupError, ValueError) as e:
         raise Refused(str(e)) from None
+    return devs if len(devs) > 1 else devs[0]
 
 
-def load_model(model: str | None, device: CLDevice, ctx_size: int | None, progress: bool,
-               kv_cache: str | None) -> Model:
+def load_model(model: str | None, device: CLDevice | list[CLDevice], ctx_size: int | None,
+               progress: bool, kv_cache: str | None,
+               split: list[float] | None = None) -> Model:
     from .. import llm
 
+    if split is not None and (not isinstance(device, list) or len(split) != len(device)):
+        count = len(device) if isinstance(device, list) else 1
+        raise Refused(f"--tensor-split gives {len(split)} shares for {count} device(s): give "
+                      "one share a device, and several devices in --device (gpu:0,gpu:1)")
     try:
         return llm.load(model, device=device, max_seq_len=ctx_size, progress=progress,
-                        kv_cache=kv_cache)
+                        kv_cache=kv_cache, split=split)
     except (OSError, ValueError, LookupError) as e:
         raise Refused(str(e)) from None
 

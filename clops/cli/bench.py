@@ -148,13 +148,14 @@ def _run(args: argparse.Namespace) -> int:
     device = cli.open_device(args.device)
     t0 = time.perf_counter()
     model = cli.load_model(args.model, device, args.ctx_size or need, not args.quiet,
-                           args.kv_cache)
+                           args.kv_cache, args.tensor_split)
     if model.max_seq < need:
         raise cli.Refused(f"the model's context is {model.max_seq} tokens, and the tests need "
                           f"{need}: give smaller -p and -n")
     c = model.config
     head = (f"{c.arch}, {c.n_layers} layers, dim {c.dim}, {_size(model.source_path) / 2**20:.1f} "
-            f"MiB ({model.source_path}) on {device_text(model.device)}")
+            f"MiB ({model.source_path}) on {device_text(model.device)}"
+            + (f", layers split: {model.where}" if len(model.devices) > 1 else ""))
     if not args.quiet:
         print(f"[{head}, loaded in {time.perf_counter() - t0:.1f} s]", file=sys.stderr)
     results = run_tests(model, args.n_prompt, args.n_gen, args.repetitions,
@@ -167,6 +168,8 @@ def _run(args: argparse.Namespace) -> int:
             "device": {"selector": dev.selector, "name": dev.name, "kind": dev.kind,
                        "backend": dev.backend,
                        "isa": cpu_isa() if dev.kind == "cpu" else None},
+            "stages": [{"selector": st.device.selector, "first_layer": st.first,
+                        "layers": st.stop - st.first} for st in model.stages],
             "kv_cache": "float16" if model.kv_half else "float32",
             "ctx_size": model.max_seq, "tests": results}, indent=2))
     else:

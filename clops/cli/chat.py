@@ -215,7 +215,8 @@ def _run(args: argparse.Namespace) -> int:
     cli.check_model_path(args.model)
     device = cli.open_device(args.device)
     t0 = time.perf_counter()
-    model = cli.load_model(args.model, device, args.ctx_size, not args.quiet, args.kv_cache)
+    model = cli.load_model(args.model, device, args.ctx_size, not args.quiet, args.kv_cache,
+                           args.tensor_split)
 
     def note(text: str) -> None:
         if not args.quiet or text.startswith("error:"):
@@ -226,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
         chat.prompt_tokens(chat.history + [{"role": "user", "content": "Hi"}])
     except ValueError as e:  # a model without a chat template, or one that fails
         raise cli.Refused(str(e)) from None
-    note(f"{model.config.arch} from {model.source_path} on {model.device.name}, loaded in "
+    note(f"{model.config.arch} from {model.source_path} on {model.where}, loaded in "
          f"{time.perf_counter() - t0:.1f} s; context {model.max_seq} tokens. /clear forgets "
          "the conversation, /exit or Ctrl-D ends it, Ctrl-C stops a reply")
     tty = sys.stdin.isatty()

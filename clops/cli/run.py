@@ -116,9 +116,10 @@ def _run(args: argparse.Namespace) -> int:
     cli.check_model_path(args.model)
     device = cli.open_device(args.device)
     t0 = time.perf_counter()
-    model = cli.load_model(args.model, device, args.ctx_size, not args.quiet, args.kv_cache)
+    model = cli.load_model(args.model, device, args.ctx_size, not args.quiet, args.kv_cache,
+                           args.tensor_split)
     if not args.quiet:
-        print(f"[{model.config.arch} from {model.source_path} on {model.device.name}, "
+        print(f"[{model.config.arch} from {model.source_path} on {model.where}, "
               f"loaded in {time.perf_counter() - t0:.1f} s]", file=sys.stderr)
     chat = args.chat if args.chat is not None else \
         bool(model.tokenizer.chat_template) or args.system_prompt is not None

@@ -219,6 +219,14 @@ class Model:
         """The devices of the model's parts, in the order of its layers (one, unless split)."""
         return [p.device for p in self._prev] + [self.device]
 
+    @property
+    def where(self) -> str:
+        """The device's name, or for a split model each device's layers."""
+        if not self._prev:
+            return self.device.name
+        return ", ".join(f"{st.device.selector} (layers {st.first}-{st.stop - 1})"
+                         for st in self.stages)
+
     # -- loading -----------------------------------------------------------------------------
     def _load_weights(self, src: WeightSource, progress: bool) -> None:
         cfg, dev = self.config, self.device
@@ -1254,7 +1262,7 @@ class Model:
         c = self.config
         experts = f", {c.n_experts} experts ({c.n_experts_used} a token)" if c.n_experts else ""
         return (f"<clops.llm.Model {c.arch} {c.n_layers} layers, dim {c.dim}{experts}, vocab "
-                f"{c.vocab_size} on {self.device.name}>")
+                f"{c.vocab_size} on {self.where}>")
 
 
 KV_CACHE_TYPES = ("float16", "float32")

@@ -81,7 +81,7 @@ def _bytes(raw: str) -> int:
 def _load(a: argparse.Namespace) -> Any:
     cli.check_model_path(a.model)
     device = cli.open_device(a.device)
-    return cli.load_model(a.model, device, a.ctx_size, True, a.kv_cache)
+    return cli.load_model(a.model, device, a.ctx_size, True, a.kv_cache, a.tensor_split)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         uv.should_exit = True
 
     server.runner.on_death = engine_died
-    print(f"{prog}: {name} on {model.device.name}, {a.parallel} slots, "
+    print(f"{prog}: {name} on {model.where}, {a.parallel} slots, "
           f"http://{a.host}:{a.port}/{' (API key required)' if api_key else ''}",
           file=sys.stderr)
     uv.run()
