@@ -86,6 +86,12 @@ def _memory_of(dev: CLDevice) -> int:
     return int((parent or dev).cl_device.int_ptr)
 
 
+def free_bytes(dev: CLDevice) -> int:
+    """The bytes ``dev`` has for a model: its global memory less what clops holds there (OpenCL
+    does not say what other programs hold)."""
+    return max(0, dev.caps.global_mem - int(dev.memory_stats()["in_use"]))
+
+
 def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
 
@@ -117,7 +123,7 @@ def plan(cfg: ModelConfig, src: WeightSource, devs: Sequence[CLDevice], max_seq:
     n, L = len(devs), cfg.n_layers
     if n > L:
         raise ValueError(f"{n} devices for {L} layers: each device takes at least one layer")
-    free = [max(0, d.caps.global_mem - int(d.memory_stats()["in_use"])) for d in devs]
+    free = [free_bytes(d) for d in devs]
     layers = layer_nbytes(cfg, src, max_seq, kv_half)
     head_bytes = src.device_nbytes("out_norm") + (
         src.device_nbytes("output") if src.has("output") else src.device_nbytes("embed"))
