@@ -68,6 +68,24 @@ def info(probe: bool = True) -> int:
     return 0
 
 
+def placement(model: str | None, device: str | None, ctx_size: int | None,
+              kv_cache: str | None, split: list[float] | None) -> int:
+    """Where ``clops run/serve`` with these options put the model's layers (nothing loaded)."""
+    from clops import llm
+    from clops.cli.args import check_model_path
+
+    check_model_path(model)
+    if split is not None and len(split) != len((device or "").split(",")):
+        raise ValueError(f"--tensor-split gives {len(split)} shares: give one a device of "
+                         "--device")
+    stages = llm.place(model, device, max_seq_len=ctx_size, kv_cache=kv_cache, split=split)
+    cfg_layers = stages[-1].stop
+    print(f"{model or 'the bundled SmolLM2'}: {cfg_layers} layers on {len(stages)} device(s)")
+    for st in stages:
+        print("  " + st.describe(cfg_layers))
+    return 0
+
+
 def _why_no_builds(d: Any) -> str:
     """What the device's compiler says to a one-line kernel (the builds probe failed)."""
     try:
@@ -160,8 +178,12 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=Parser)
     for name, (_, summary) in MODEL_COMMANDS.items():
         sub.add_parser(name, help=summary, add_help=False)
-    p_info = sub.add_parser("info", help="list OpenCL devices and their capabilities")
+    p_info = sub.add_parser("info", help="list OpenCL devices and their capabilities; with "
+                                         "-m, where a model's layers would go")
     p_info.add_argument("--no-probe", action="store_true", help="skip compile-and-run probes")
+    from .cli.args import add_model_options
+
+    add_model_options(p_info, ctx_default=None)
     sub.add_parser("demo", help="run a short computation on the default device")
     p_cache = sub.add_parser("cache", help="the kernel caches' folder and size (CLOPS_CACHE_LIMIT)")
     what = p_cache.add_mutually_exclusive_group()
@@ -189,11 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     args = own[name].parse_args(argv[1:])
     commands = {"info": lambda: info(probe=not args.no_probe), "demo": demo,
                 "cache": lambda: cache(trim=args.trim, clear=args.clear)}
+    if name == "info" and (args.model or args.tensor_split or "," in (args.device or "")):
+        commands["info"] = lambda: placement(args.model, args.device, args.ctx_size,
+                                             args.kv_cache, args.tensor_split)
+    from .cli.args import Refused
+
     try:
         return commands[name]()
-    except (LookupError, ValueError) as e:  # CLOPS_DEVICE names no device, or a bad selector
+    except (LookupError, ValueError, Refused) as e:  # CLOPS_DEVICE names no device, a bad
+        # selector, a model that is not there or does not fit
         message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
-        print(f"{top.prog}: error: {message}", file=sys.stderr)
+        print(f"{top.prog} {name}: error: {message}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -94,6 +95,12 @@ BAD = [
     ("bench", ["-m", HERE, "--device", _missing_device()], ["no OpenCL device"]),
     ("bench", ["--device", b"gpu\xff"], ["--device", "not valid UTF-8"]),
     ("info", ["--bogus"], ["unrecognized arguments: --bogus"]),
+    ("run", ["-p", "hi", "-ts", "1,x"], ["-ts/--tensor-split", "positive numbers"]),
+    ("run", ["-p", "hi", "-ts", "1,-1"], ["-ts/--tensor-split", "positive number"]),
+    ("run", ["-p", "hi", "-ts", "1,1"], ["--tensor-split gives 2 shares for 1 device"]),
+    ("serve", ["-ts", "3,1"], ["--tensor-split gives 2 shares for 1 device"]),
+    ("info", ["-m", "/no/such/model.gguf"], ["no model at"]),
+    ("info", ["--device", "cpu", "-ts", "1,1"], ["--tensor-split gives 2 shares"]),
     ("demo", ["extra"], ["unrecognized arguments: extra"]),
 ]
 
@@ -110,6 +117,25 @@ def test_a_bad_argument_is_one_line_and_status_2(sub, args, words):
     for w in words:
         assert w in lines[0], err
     assert res.stdout == b""
+
+
+def test_a_model_larger_than_the_memory_is_refused_with_its_bytes():
+    # (the pool's limit stands for a device's memory)
+    for sub, args in (("info", ["-m", _smollm2()]), ("run", ["-p", "hi"])):
+        res = _clops(sub, *args, env={"CLOPS_MEMORY_LIMIT": "64MB"})
+        err = res.stderr.decode()
+        assert res.returncode == 2 and len(err.splitlines()) == 1, err
+        assert "does not fit the device" in err and "layers 0-29 + embedding + head" in err
+        assert re.search(r"needs [0-9.]+ [MG]iB, 64\.0 MiB free", err) and "Traceback" not in err
+    res = _clops("info", "-m", _smollm2(), "-c", "512")
+    assert res.returncode == 0, res.stderr
+    assert "layers 0-29 + embedding + head" in res.stdout.decode()
+
+
+def _smollm2() -> str:
+    from clops.llm import default_model_path
+
+    return default_model_path()
 
 
 def test_an_unknown_subcommand_is_one_line_and_status_2():

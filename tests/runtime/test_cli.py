@@ -49,7 +49,7 @@ def test_a_device_that_is_not_there_is_one_line_not_a_traceback() -> None:
         res = _run(cmd, env={"CLOPS_DEVICE": "cpu:99"})
         assert res.returncode == 2, res.stdout + res.stderr
         lines = res.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("clops: error: no OpenCL "
+        assert len(lines) == 1 and lines[0].startswith(f"clops {cmd}: error: no OpenCL "
                                                        "device matches"), res.stderr
 
 
