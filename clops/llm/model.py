@@ -157,6 +157,8 @@ class Model:
         # the parts before this one, of a model split over devices
         self._prev: list[Model] = []
         self.stages: list[placement.Stage] = []
+        # (a model split over several OpenCL contexts: the buffers the other contexts copy)
+        self._copies: list[tuple[Buffer, list[tuple[CLDevice, Buffer]]]] = []
         if _part is None:
             # every device's bytes checked before any upload
             self.stages = placement.plan(cfg, source, devs, self.max_seq, self.kv_half,
@@ -166,17 +168,29 @@ class Model:
                 if progress:
                     print("clops: " + "; ".join(st.describe(cfg.n_layers) for st in self.stages),
                           file=sys.stderr)
-                # token ids and positions live in the context the parts share: the first part's
-                # embedding reads the token the last part's sampler chose
-                shared = dict(tokens=upload(self.device, np.zeros(self.max_seq + 2, np.int32)),
-                              state=upload(self.device, np.zeros(4, np.int32)))
+                # token ids and positions: one pair of buffers in each OpenCL context of the
+                # parts (the first part's embedding reads the token the last part's sampler
+                # chose); the last part's are the ones the host and the sampler write, the
+                # others' copies of them (placement.Chain)
+                shared: dict[int, dict[str, Buffer]] = {}
+                for d in devs:
+                    key = d.context.int_ptr
+                    if key not in shared:
+                        shared[key] = dict(
+                            tokens=upload(d, np.zeros(self.max_seq + 2, np.int32)),
+                            state=upload(d, np.zeros(4, np.int32)))
                 kv = "float16" if self.kv_half else "float32"
                 for st in self.stages[:-1]:
                     self._prev.append(Model(
                         cfg, source, tokenizer, st.device, self.max_seq, self.chunk, progress,
                         float16_copies, int8_activations, kv,
-                        _part=_Part(st.first, st.stop, **shared)))
-                _part = _Part(self.stages[-1].first, cfg.n_layers, **shared)
+                        _part=_Part(st.first, st.stop, **shared[st.device.context.int_ptr])))
+                ours = shared.pop(self.device.context.int_ptr)
+                _part = _Part(self.stages[-1].first, cfg.n_layers, **ours)
+                first = {d.context.int_ptr: d for d in reversed(devs)}
+                self._copies = [(ours[name], [(first[key], bufs[name])
+                                              for key, bufs in shared.items()])
+                                for name in ("tokens", "state")] if shared else []
         self._part = _part
         self._load_weights(source, progress)
         ends = ([self.embed] if self._embeds else []) + ([self.output] if self._heads else [])
@@ -435,7 +449,7 @@ class Model:
             return own
         return placement.Chain([(p.device, p.x, p._part_plan(m, "none", False, span))
                                 for p in self._prev] + [(self.device, self.x, own)],
-                               m * self.config.dim * 4)
+                               m * self.config.dim * 4, self._copies)
 
     def _part_plan(self, m: int, logits: str, sample: bool,
                    span: int | None = None) -> LaunchPlan:

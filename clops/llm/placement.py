@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyopencl as cl
 
 from ..kernels import attention
@@ -56,29 +57,36 @@ class Stage:
 
 def devices(device: CLDevice | str | Sequence[CLDevice | str] | None) -> list[CLDevice]:
     """The devices a model is loaded on: one device (a selector, a device, None for the
-    default), or several (a comma-separated selector list such as ``"gpu:0,gpu:1"``, made into
-    one shared OpenCL context by ``clops.context``, or a list of devices that share one, such
-    as ``clops.device("cpu").create_sub_devices(2)``)."""
+    default), or several: a comma-separated selector list such as ``"gpu:0,gpu:1"`` or
+    ``"gpu,cpu"`` (the devices of each platform made into one OpenCL context by
+    ``clops.context``, so that rows move between them device to device), or a list of devices
+    (``clops.context``'s, a device's ``create_sub_devices``, or any others: devices of
+    different contexts meet through the host)."""
     if isinstance(device, str) and "," in device:
-        return _context(device)
+        from ..runtime import discovery
+
+        device = discovery.split_selectors(device, "device list")
     if device is None or isinstance(device, (str, CLDevice)):
         return [_one_device(device)]
-    devs = list(device)
-    if not devs:
+    items = list(device)
+    if not items:
         raise ValueError("device: the list of devices is empty")
-    if len(devs) == 1:
-        return [_one_device(devs[0])]
-    if not all(isinstance(d, CLDevice) for d in devs):
-        return _context(devs)
-    out = [d for d in devs if isinstance(d, CLDevice)]
+    if len(items) == 1:
+        return [_one_device(items[0])]
+    if all(isinstance(d, CLDevice) for d in items):
+        out = [d for d in items if isinstance(d, CLDevice)]
+    else:  # selectors: one context for the devices of each platform
+        bases = [_one_device(d) for d in items]
+        by_platform: dict[int, list[int]] = {}
+        for j, b in enumerate(bases):
+            by_platform.setdefault(b.entry.platform.int_ptr, []).append(j)
+        out = list(bases)
+        for idx in by_platform.values():
+            if len({bases[j].cl_device.int_ptr for j in idx}) == len(idx) and len(idx) > 1:
+                for j, d in zip(idx, _context([bases[j] for j in idx])):
+                    out[j] = d
     if len({d.cl_device.int_ptr for d in out}) != len(out):
         raise ValueError(f"device: a device is named twice in {[d.selector for d in out]}")
-    for d in out[1:]:
-        if not out[0].shares_context(d):
-            raise ValueError(
-                f"devices {out[0].selector} and {d.selector} are not in one OpenCL context: "
-                "give a selector list such as 'gpu:0,gpu:1' (clops.context makes them one), "
-                "or sub-devices of one device (create_sub_devices)")
     return out
 
 
@@ -196,24 +204,43 @@ def check(stages: Sequence[Stage], free: Sequence[int], n_layers: int) -> None:
 
 class Chain:
     """A step of a model split over devices: each part's plan (anything with ``replay()``) on
-    its device's default queue, in turn, each after the one before (a marker and a barrier),
-    with the rows of the residual stream (``nbytes`` from the start of each part's ``x``)
-    copied from part to part, device to device in the context they share.
+    its device's default queue, in turn, each after the one before, with the rows of the
+    residual stream (``nbytes`` from the start of each part's ``x``) moved from part to part.
 
-    The first part waits for the last part's queue too: the host's copies for a step and the
-    step before go there."""
+    Parts in one OpenCL context: the next one's queue waits on a marker of the one before
+    (a barrier), then copies the rows device to device; nothing waits on the host. The first
+    part waits for the last part's queue too: the host's copies for a step, and the step before,
+    go there. Parts in different contexts (devices of different platforms: a GPU and a CPU
+    runtime) meet through the host: the rows are read once the part before is done and written
+    to the next (a few KiB a row), and ``copies`` (the last part's buffers of token ids and
+    positions, each with its copies in the other contexts) are brought over before the step."""
 
-    def __init__(self, parts: list[tuple[CLDevice, Buffer, Any]], nbytes: int) -> None:
-        self.parts, self.nbytes = parts, nbytes
+    def __init__(self, parts: list[tuple[CLDevice, Buffer, Any]], nbytes: int,
+                 copies: Sequence[tuple[Buffer, Sequence[tuple[CLDevice, Buffer]]]] = ()
+                 ) -> None:
+        self.parts, self.nbytes, self.copies = parts, nbytes, copies
 
     def replay(self) -> None:
         parts = self.parts
-        done = parts[-1][0].queue.marker()
+        last = parts[-1][0]
+        for src, dsts in self.copies:
+            host = np.empty(src.nbytes, np.uint8)
+            last.read(host, src, queue=last.queue)  # (after every command before it)
+            for dev, buf in dsts:
+                dev.write(buf, host, queue=dev.queue, blocking=True)
+        done = last.queue.marker()
         for k, (dev, x, plan) in enumerate(parts):
             q = dev.queue
-            q.barrier([done])
-            if k and self.nbytes:
-                cl.enqueue_copy(q.cl_queue, x.mem, parts[k - 1][1].mem, byte_count=self.nbytes)
+            before = parts[k - 1][0] if k else last
+            if dev.shares_context(before):
+                q.barrier([done])
+                if k and self.nbytes:
+                    cl.enqueue_copy(q.cl_queue, x.mem, parts[k - 1][1].mem,
+                                    byte_count=self.nbytes)
+            elif k and self.nbytes:
+                rows = np.empty(self.nbytes, np.uint8)
+                before.read(rows, parts[k - 1][1], queue=before.queue)
+                dev.write(x, rows, queue=q, blocking=True)
             plan.replay()
             if k + 1 < len(parts):
                 done = q.marker()
