@@ -11,6 +11,11 @@ Models (NAME):
   llama1b-q8_0   output) with SmolLM2's tokenizer and vocabulary (49152), in F16, Q8_0, Q4_0
   llama1b-q4_0   and Q4_K (Q4_K layers with a Q6_K embedding, as llama.cpp's Q4_K_M keeps its
   llama1b-q4_k   output); norms are float32
+  llama8b-q8_0   a Llama-3.1-8B body (hidden 4096, 32 layers, 32/8 heads of 128, FFN 14336),
+  llama8b-q4_0   with SmolLM2's tokenizer and a tied output, as the 1B bodies
+  llama70b-q8_0  a Llama-3.1-70B body (hidden 8192, 80 layers, 64/8 heads of 128, FFN 28672;
+                 73 GB), every layer the same random weights (the same bytes move per token;
+                 written at the disk's speed)
   qwen3moe-a3b-q4_0  a Qwen3-30B-A3B body (hidden 2048, 48 layers, 32/4 heads of 128 with QK-norm,
                  128 experts of FFN 768, 8 a token; 17 GB) with SmolLM2's tokenizer, Q4_0
                  layers and experts, a float32 router
@@ -33,11 +38,17 @@ import standin_gguf  # noqa: E402
 
 BODY_1B = dict(dim=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192,
                rope_base=500000.0, eps=1e-5, context=131072)
+BODY_8B = dict(dim=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=14336,
+               rope_base=500000.0, eps=1e-5, context=131072)
+BODY_70B = dict(dim=8192, layers=80, heads=64, kv_heads=8, head_dim=128, ffn=28672,
+                rope_base=500000.0, eps=1e-5, context=131072)
 BODY_A3B = dict(dim=2048, layers=48, heads=32, kv_heads=4, head_dim=128, ffn=6144,
                 rope_base=1e6, eps=1e-6, context=40960, experts=128, used=8, expert_ffn=768)
 MODELS = {"smollm2-q4_1": None, "llama1b-f16": ("F16", "F16"), "llama1b-q8_0": ("Q8_0", "Q8_0"),
           "llama1b-q4_0": ("Q4_0", "Q4_0"), "llama1b-q4_k": ("Q4_K", "Q6_K"),
-          "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0")}
+          "llama8b-q8_0": ("Q8_0", "Q8_0"), "llama8b-q4_0": ("Q4_0", "Q4_0"),
+          "llama70b-q8_0": ("Q8_0", "Q8_0"), "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0")}
+BODIES = {"llama1b": BODY_1B, "llama8b": BODY_8B, "llama70b": BODY_70B}
 # (bytes, values) per block of each weight type this writer makes
 _BLOCK = {"F16": (2, 1), "Q8_0": (34, 32), "Q4_0": (18, 32), "Q4_K": (144, 256),
           "Q6_K": (210, 256)}
@@ -103,16 +114,20 @@ def random_rows(kind: str, n: int, k: int, rng: np.random.Generator) -> np.ndarr
 
 
 def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: int = 0,
-               moe: bool = False) -> None:
-    """A Llama-3.2-1B-bodied model (``moe``: a Qwen3-30B-A3B body) with the tokenizer of
-    ``tok_path`` at ``dst``."""
+               moe: bool = False, body: str = "llama1b") -> None:
+    """A Llama-3.2-1B-bodied model (``body``: another of ``BODIES``; ``moe``: a Qwen3-30B-A3B
+    body) with the tokenizer of ``tok_path`` at ``dst``."""
     from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 
-    b = BODY_A3B if moe else BODY_1B
+    b = BODY_A3B if moe else BODIES[body]
+    # the 70B body's layers share one layer's random values (generating 73 GB of them would
+    # take longer than writing them)
+    reuse = body == "llama70b"
+    made: dict[str, np.ndarray] = {}
     tok = GGUFReader(tok_path)
     vocab = len(tok.fields["tokenizer.ggml.tokens"].data)
     w = GGUFWriter(dst, "qwen3moe" if moe else "llama")
-    w.add_name(f"{'qwen3moe-a3b' if moe else 'llama1b'}-body {layer_kind}")
+    w.add_name(f"{'qwen3moe-a3b' if moe else body}-body {layer_kind}")
     if moe:
         w.add_expert_count(b["experts"])
         w.add_expert_used_count(b["used"])
@@ -135,7 +150,13 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
     rng = np.random.default_rng(seed)
 
     def mat(name: str, kind: str, n: int, k: int, experts: int = 0) -> None:
-        rows = random_rows(kind, n * max(experts, 1), k, rng)
+        role = name.split(".", 2)[-1] if reuse and name.startswith("blk.") else None
+        if role is not None and role in made:
+            rows = made[role]
+        else:
+            rows = random_rows(kind, n * max(experts, 1), k, rng)
+            if role is not None:
+                made[role] = rows
         if experts:
             rows = rows.reshape(experts, n, rows.shape[-1])
         if kind == "F16":
@@ -193,7 +214,7 @@ def write(prep: str, out: str, only: list[str] | None = None) -> list[str]:
             standin_gguf.fill(os.path.join(prep, "smollm2.skel.npz"), dst)
         else:
             write_body(os.path.join(prep, "tokenizer.gguf"), dst, *kinds,
-                       moe=name.startswith("qwen3moe"))
+                       moe=name.startswith("qwen3moe"), body=name.split("-")[0])
         print(f"{dst} ({os.path.getsize(dst) / 1e6:.0f} MB)", flush=True)
         paths.append(dst)
     return paths
