@@ -7,6 +7,8 @@ model that does not fit is refused, with the bytes per device, before any upload
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -91,6 +93,30 @@ def test_every_family_split_gives_the_tokens_of_one_device(family, halves, tmp_p
 def test_weight_type_mixes_split(mix, halves, tmp_path):
     path = write_gguf(str(tmp_path / f"{mix}.gguf"), shape=MIXES[mix], seed=63)
     _same_as_alone(path, halves)
+
+
+def test_a_split_model_is_served(halves, tmp_path):
+    openai = pytest.importorskip("openai")
+    from ..serve.conftest import start
+
+    _, hf, _ = make("gemma3", str(tmp_path))  # six layers, sliding windows
+    model = _load(hf, halves, split=[1, 2])
+    prompts = ["w1 w2", "w5 w17 w42 w7 w3 w9", "w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13"]
+    alone = ["".join(_load(hf, halves[1]).generate(p, max_new_tokens=NEW)) for p in prompts]
+    run = start(model, parallel=3, model_name="split", prefill_chunk=8)
+    try:
+        client = openai.OpenAI(base_url=run.url + "/v1", api_key="none", max_retries=0,
+                               timeout=120)
+
+        def ask(p: str) -> str:
+            return client.completions.create(model="split", prompt=p, max_tokens=NEW,
+                                             temperature=0).choices[0].text
+
+        with ThreadPoolExecutor(len(prompts)) as pool:  # (batched together)
+            served = list(pool.map(ask, prompts))
+    finally:
+        run.stop()
+    assert served == alone and any(alone)
 
 
 def test_shares_place_the_layers(halves, tmp_path):
