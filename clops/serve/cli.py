@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import _config
 from ..cli import args as cli
+from ..cli import serve_ray
 from ..cli.args import USAGE_ERROR, one_line
 
 PROG = "clops serve"
@@ -65,6 +66,7 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                         help="read special-token text inside messages (<|im_start|>, ...) as "
                              "special tokens, as older versions did; by default only the chat "
                              "template's own markers are special")
+    serve_ray.add_options(ap)
     return ap
 
 
@@ -91,6 +93,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         if a.model is not None and a.model != a.model_arg:
             ap.error(f"two models given ({a.model_arg!r} and -m {a.model!r}): give one")
         a.model = a.model_arg
+    if serve_ray.wanted(ap, a):
+        return serve_ray.main(a, prog)
     try:
         import uvicorn
     except ImportError:
