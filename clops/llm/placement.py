@@ -99,13 +99,36 @@ def _memory_of(dev: CLDevice) -> int:
 
 
 def free_bytes(dev: CLDevice) -> int:
-    """The bytes ``dev`` has for a model: its global memory, or the pool's limit where one is
-    set (``CLOPS_MEMORY_LIMIT``), less what clops holds there (OpenCL does not say what other
-    programs hold)."""
+    """The bytes ``dev`` has for a model: what its driver says is free where it says (NVIDIA's
+    through the CUDA driver, AMD's ``GLOBAL_FREE_MEMORY_AMD``: other programs' memory counted),
+    else its global memory less what clops holds there; within the pool's limit where one is set
+    (``CLOPS_MEMORY_LIMIT``)."""
     st = dev.memory_stats()
-    total = dev.caps.global_mem if st["limit"] is None else min(dev.caps.global_mem,
-                                                                int(st["limit"]))
-    return max(0, total - int(st["in_use"]))
+    in_use = int(st["in_use"])
+    free = max(0, dev.caps.global_mem - in_use)
+    told = _driver_free(dev)
+    if told is not None:
+        # (memory the pool keeps for reuse is free to the model)
+        free = min(free, told + int(st["cached"]))
+    if st["limit"] is not None:
+        free = min(free, max(0, int(st["limit"]) - in_use))
+    return free
+
+
+def _driver_free(dev: CLDevice) -> int | None:
+    if dev.kind != "gpu":
+        return None
+    if dev.backend == "nvidia":
+        from ..runtime import tma
+
+        cuda = tma.cuda(dev)
+        got = cuda.memory() if cuda is not None else None
+        return got[0] if got is not None else None
+    try:  # AMD: the free KiB in all, then the largest free block's
+        kib: Any = dev.cl_device.get_info(cl.device_info.GLOBAL_FREE_MEMORY_AMD)
+        return int(kib[0] if isinstance(kib, (list, tuple)) else kib) * 1024
+    except (cl.Error, AttributeError, ValueError, TypeError):
+        return None
 
 
 def _gib(n: float) -> str:

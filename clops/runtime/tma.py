@@ -64,6 +64,19 @@ class _Cuda:
                 self.known.popitem(last=False)
         return got
 
+    def memory(self) -> tuple[int, int] | None:
+        """The GPU's free and total bytes as the CUDA driver counts them (every process's
+        allocations), or None where it does not say."""
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        with _LOCK:
+            if self.lib.cuCtxPushCurrent_v2(self.ctx) != 0:
+                return None
+            try:
+                ok = self.lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)) == 0
+            finally:
+                self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+        return (int(free.value), int(total.value)) if ok else None
+
     def _encode(self, address: int, dims: tuple[int, ...], strides: tuple[int, ...],
                 box: tuple[int, ...]) -> bytes | None:
         u64, u32 = ctypes.c_uint64, ctypes.c_uint32
