@@ -140,6 +140,59 @@ def command_buffers() -> str:
     raise ValueError(f"CLOPS_COMMAND_BUFFERS={raw!r}: use 0, 1 or auto")
 
 
+def _on(name: str) -> bool:
+    """A flag on unless set to 0 (false, no, off)."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def progress() -> bool:
+    """``CLOPS_PROGRESS`` (default on): a note on the terminal while programs compile."""
+    return _on("CLOPS_PROGRESS")
+
+
+def token_queue() -> bool:
+    """``CLOPS_TOKEN_QUEUE`` (default on): generation on GPUs reads each token on a queue of its
+    own."""
+    return _on("CLOPS_TOKEN_QUEUE")
+
+
+def head_greedy() -> bool:
+    """``CLOPS_HEAD_GREEDY`` (default on): the LM head makes a decode row's greedy token too
+    (NVIDIA)."""
+    return _on("CLOPS_HEAD_GREEDY")
+
+
+def layer_kernel() -> bool:
+    """``CLOPS_LAYER_KERNEL`` (default on): decode rows run many layers a launch on GPUs."""
+    return _on("CLOPS_LAYER_KERNEL")
+
+
+def layer_kernel_f16() -> bool:
+    """``CLOPS_LAYER_KERNEL_F16`` (default on): the layer kernel takes float16 weights."""
+    return _on("CLOPS_LAYER_KERNEL_F16")
+
+
+def fuse_down() -> bool:
+    """``CLOPS_FUSE_DOWN`` (default on): the layer kernel may run the down projection inside
+    the [gate | up] phase."""
+    return _on("CLOPS_FUSE_DOWN")
+
+
+def device_selector() -> str | None:
+    """``CLOPS_DEVICE``, read now (a Dask worker's process has its own)."""
+    return os.environ.get("CLOPS_DEVICE") or None
+
+
+def dask_subdevice() -> tuple[int, int] | None:
+    """``CLOPS_DASK_SUBDEVICE`` ("i/n", set by ``clops.dask.LocalCluster`` for each worker):
+    the worker takes sub-device i of its device split in n."""
+    raw = os.environ.get("CLOPS_DASK_SUBDEVICE")
+    if not raw:
+        return None
+    i, n = (int(v) for v in raw.split("/"))
+    return i, n
+
+
 def api_key() -> str | None:
     """``CLOPS_API_KEY``: the key ``clops serve`` asks API requests for (``--api-key`` wins)."""
     return os.environ.get("CLOPS_API_KEY") or None

@@ -4,17 +4,17 @@ registers clops' Dask lookups and serializers there."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 
 def dask_setup(worker: Any) -> None:
     import clops
     import clops.dask  # noqa: F401 - the lookups and serializers
+    from clops import _config
 
-    dev = clops.device(os.environ.get("CLOPS_DEVICE") or None)
-    part = os.environ.get("CLOPS_DASK_SUBDEVICE")
-    if part:
-        i, n = (int(v) for v in part.split("/"))
+    dev = clops.device(_config.device_selector())
+    part = _config.dask_subdevice()
+    if part is not None:
+        i, n = part
         dev = dev.create_sub_devices(n)[i]
     clops.set_default_device(dev)

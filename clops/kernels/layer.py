@@ -8,12 +8,12 @@ weights are 4- or 8-bit with a scale per 32, or float16."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .. import _config
 from ..runtime import CLDevice, probes
 from ..runtime.pool import Buffer
 from . import launch, layout
@@ -53,7 +53,7 @@ def enabled() -> bool:
     H100s (2026-11-26) against the per-layer plan: SmolLM2 1.6-2.2x (the plan's 153 launches a
     token are bound by the driver's enqueues); the 1B Q4_0 body after 128 / 1024 / 4096 / 16384
     positions 1480 / 1404 / 1260 / 924 tok/s against 928 / 906 / 894 / 797 in one run."""
-    return os.environ.get("CLOPS_LAYER_KERNEL", "1") != "0"
+    return _config.layer_kernel()
 
 
 def float16_weights() -> bool:
@@ -68,13 +68,13 @@ def float16_weights() -> bool:
     positions and 852-855 after 4096 (``bench/profile_layers.py trace`` after 128 positions, the
     slowest work-group and the release after: gate/up 24.5 + 0.8 us for 67 MB a layer, 2.7
     TB/s; down 14.6 + 1.0 for 34 MB; attention 6.6 + 1.0)."""
-    return os.environ.get("CLOPS_LAYER_KERNEL_F16", "1") != "0"
+    return _config.layer_kernel_f16()
 
 
 def fused_down() -> bool:
     """Whether ``decode_layers`` may run the down projection inside the [gate | up] phase
     (layer.cl's DFUSE; ``fuses_down``): on unless ``CLOPS_FUSE_DOWN=0``."""
-    return os.environ.get("CLOPS_FUSE_DOWN", "1") != "0"
+    return _config.fuse_down()
 
 
 @probes.per_device

@@ -5,11 +5,11 @@ rows' argmax and log-sum-exp)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
+from .. import _config
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from . import launch
@@ -90,7 +90,7 @@ def takes_head(dev: CLDevice, w: Any) -> bool:
     ``w`` on ``dev`` (where it was measured faster than the product and ``greedy``: NVIDIA,
     float16 row-major weights, rows of a multiple of 256 values up to HEAD_MAX_K);
     ``CLOPS_HEAD_GREEDY=0`` keeps the product and ``greedy``."""
-    if os.environ.get("CLOPS_HEAD_GREEDY", "1") == "0" or launch.is_cpu(dev):
+    if not _config.head_greedy() or launch.is_cpu(dev):
         return False
     return (w.fmt == "f16" and w.layout == "rows" and w.k % 256 == 0 and w.k <= HEAD_MAX_K
             and w.n >= 2 * dev.caps.compute_units

@@ -6,7 +6,6 @@ runs on the device so that only the chosen token id comes back."""
 from __future__ import annotations
 
 import math
-import os
 import sys
 import threading
 import time
@@ -17,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _config
 from ..kernels import Launch, LaunchPlan, activation, attention, layer, matmul, native_cpu, norm
 from ..kernels import sample as sample_kernel
 from ..nn.quant import DeviceWeight, PackedWeight, concat, upload
@@ -49,7 +49,7 @@ _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", 
 def token_queue(dev: CLDevice) -> bool:
     """Whether generation reads each chosen token on a queue of its own (GPUs; not
     ``CLOPS_TOKEN_QUEUE=0``), rather than on the decode queue between steps."""
-    return dev.kind != "cpu" and os.environ.get("CLOPS_TOKEN_QUEUE", "1") != "0"
+    return dev.kind != "cpu" and _config.token_queue()
 
 
 @dataclass

@@ -231,7 +231,7 @@ class _BuildNote:
 
     def on(self) -> bool:
         try:
-            return sys.stderr.isatty() and os.environ.get("CLOPS_PROGRESS", "1") != "0"
+            return sys.stderr.isatty() and _config.progress()
         except (AttributeError, ValueError):  # a replaced or closed stderr
             return False
 
