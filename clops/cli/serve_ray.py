@@ -63,6 +63,7 @@ def spec_of(a: argparse.Namespace) -> Spec:
     limits = Limits(api_key=a.api_key or _config.api_key(), max_body=a.max_body,
                     read_timeout=a.timeout, cors_origins=origins)
     return Spec(model=a.model, devices=devices, ctx_size=a.ctx_size, kv_cache=a.kv_cache,
+                tensor_split=tuple(a.tensor_split) if a.tensor_split else None,
                 parallel=a.parallel, queue=a.queue, name=a.name, max_tokens=a.max_tokens,
                 parse_special=a.parse_special, limits=limits)
 

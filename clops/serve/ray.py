@@ -45,6 +45,8 @@ class Spec:
     devices: tuple[str | None, ...] = (None,)
     ctx_size: int | None = 4096
     kv_cache: str | None = None
+    # each device's share of the layers, where a replica's model is split over several
+    tensor_split: tuple[float, ...] | None = None
     parallel: int = 4
     queue: int = 64
     name: str | None = None
@@ -67,7 +69,8 @@ class Replica:
 
         ctx = serve.get_replica_context()
         model = load(spec.model, device=_selector(spec.devices, ctx.rank),
-                     max_seq_len=spec.ctx_size, progress=False, kv_cache=spec.kv_cache)
+                     max_seq_len=spec.ctx_size, progress=False, kv_cache=spec.kv_cache,
+                     split=spec.tensor_split)
         name = spec.name or os.path.basename(spec.model or model.source_path)
         self.server = Server(model, parallel=spec.parallel, queue_limit=spec.queue,
                              model_name=name, prefill_chunk=spec.prefill_chunk,
