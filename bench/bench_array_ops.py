@@ -1,11 +1,13 @@
 """Array ops beside numpy, op by op: reductions (``sum``, ``mean``, ``max``, ``argmax``, ``var``,
 ``logsumexp``) over every axis (and all of them) of 1-D, 2-D and 3-D float32 arrays, a few
 elementwise ops and fused chains, each at a small (L1-sized), a medium (2 MiB) and a large
-(64 MiB) size. Each row: clops' wall time of a call including the read of its result to the
-host, numpy's time in the same process, sampled in turns; the median of ``--repeat`` runs and
-the ratio (numpy / clops: above 1, clops is faster).
+(64 MiB) size, and ``sin``, ``cos`` and ``tan`` of 4M float32 (size ``4M``). Each row: clops'
+wall time of a call including the read of its result to the host, numpy's time in the same
+process, sampled in turns; the median of ``--repeat`` runs and the ratio (numpy / clops: above
+1, clops is faster).
 
-    python bench/bench_array_ops.py [--device SEL] [--repeat 7] [--sizes small,medium,large]
+    python bench/bench_array_ops.py [--device SEL] [--repeat 7]
+                                    [--sizes small,medium,large,4M]
                                     [--only sum,max] [--json OUT]
 """
 
@@ -36,6 +38,11 @@ SHAPES = {
     "large": [(1 << 24,), (4096, 4096), (256, 256, 256)],  # 64 MiB
 }
 FLAT = {"small": 4096, "medium": 1 << 19, "large": 1 << 24}
+# size "4M": the trigonometric functions alone, of 4M float32 uniform in [-10, 10) (vector math
+# on CPUs: the runtime's, or clops' own where the runtime's is wrong)
+MATH_N = 1 << 22
+MATH: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    "sin": (clops.sin, np.sin), "cos": (clops.cos, np.cos), "tan": (clops.tan, np.tan)}
 
 
 def _lse_clops(x: Any, axis: Any) -> Any:
@@ -110,11 +117,27 @@ def _row(op: str, shape: tuple[int, ...], axis: Any, size: str, t_clops: float,
     return r
 
 
+def _math_rows(dev: Any, only: set[str], repeat: int, rng: np.random.Generator) -> list[dict]:
+    a = rng.uniform(-10, 10, MATH_N).astype(np.float32)
+    x = clops.asarray(a, device=dev).realize()
+    rows = []
+    for op, (cf, nf) in MATH.items():
+        if only and op not in only:
+            continue
+        def run_m(cf=cf) -> np.ndarray:
+            return np.asarray(cf(x))
+        got, want = run_m(), nf(a)
+        ok = np.allclose(got, want, rtol=1e-5, atol=1e-6)
+        tc, tn = interleaved_medians([run_m, lambda nf=nf: nf(a)], repeat)
+        rows.append(_row(op, (MATH_N,), None, "4M", tc, tn, ok))
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default=None, help="clops device selector (default: clops')")
     p.add_argument("--repeat", type=int, default=7)
-    p.add_argument("--sizes", default="small,medium,large")
+    p.add_argument("--sizes", default="small,medium,large,4M")
     p.add_argument("--only", default="", help="comma-separated op names (default: all)")
     p.add_argument("--json", default=None, help="write the rows here")
     args = p.parse_args()
@@ -126,6 +149,9 @@ def main() -> None:
           f"numpy {np.__version__}; median of {args.repeat}")
     rows = []
     for size in sizes:
+        if size == "4M":
+            rows += _math_rows(dev, only, args.repeat, rng)
+            continue
         for shape in SHAPES[size]:
             a = rng.standard_normal(shape).astype(np.float32)
             x = clops.asarray(a, device=dev).realize()

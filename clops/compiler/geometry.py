@@ -11,7 +11,7 @@ from typing import NamedTuple
 from ..graph.ir import prod
 from ..runtime import probes
 from .device import Device
-from .kernel import Lowered
+from .kernel import OWN_VECTOR_MATH, Lowered
 
 # Elements per work-item of contiguous elementwise kernels, by device kind. PERF: PoCL already
 # vectorizes across work-items; explicit vectors measured 15-20% slower there.
@@ -110,6 +110,24 @@ def vector_math_agrees(device: Device, fn: str) -> bool:
     if not hasattr(device, "remembered"):
         return False
     return probes.vector_math_agrees(device, fn)
+
+
+def own_vector_math_widths(device: Device) -> tuple[int, ...]:
+    """Vector widths for vmath kernels of clops' own functions: none wider than the CPU's own
+    float vectors. PERF (PoCL 3.1, AVX2, sin of 4M float32): float8 1.6 ms, float16 3.5-4.5;
+    Intel's runtime ran both alike."""
+    widths = vector_math_widths(device)
+    native = getattr(device.caps, "native_vector_width_float", 0)  # (0: not known)
+    narrow = tuple(w for w in widths if w <= native)
+    return narrow if narrow else widths
+
+
+def own_vector_math(device: Device, fn: str) -> bool:
+    """Whether a vmath kernel computes ``fn`` with clops' own vector form (``OWN_VECTOR_MATH``)
+    instead of the runtime's: where the runtime's vector form disagrees with its scalar one
+    (a device the runtime cannot probe, which cannot build one either: no)."""
+    return fn in OWN_VECTOR_MATH and hasattr(device, "remembered") and \
+        not probes.vector_math_agrees(device, fn)
 
 
 def warp_shuffles(device: Device) -> bool:

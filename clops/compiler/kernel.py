@@ -167,6 +167,9 @@ class KernelKey:
     # flat kernels: the instructions on n-wide vectors (OpenCL's vector math) instead of per
     # component (see ``vector_math``)
     vmath: bool = False
+    # vmath kernels: the functions computed by clops' own vector forms (``OWN_VECTOR_MATH``,
+    # ``cl/trig.cl``), not the runtime's
+    own_math: tuple[str, ...] = ()
     # CPUs: a column layout's outputs per work-item, a strip along the last axis in float8
     # vectors (0: one output per work-item; see ``lower.column_strip``)
     strip: int = 0
@@ -231,13 +234,19 @@ VECTOR_ARITHMETIC = frozenset({"add", "subtract", "multiply", "negative", "posit
                                "square"})
 VECTOR_MATH = frozenset({"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
                          "asinh", "acosh", "atanh", "expm1", "log", "log1p", "log2", "log10"})
+# Functions clops computes on vectors itself (``cl/trig.cl``: range reduction and polynomials,
+# right for every float32), used where the runtime's vector form disagrees with its scalar one.
+# PERF (sin of 4M float32, 2-core EPYC, AVX2): PoCL 3.1 scalar 76 ms a call, clops' own on
+# float8 vectors 1.6 ms a kernel; Intel's runtime: its own vector sin 1.2-1.3 ms, clops' 1.4
+# (cos and tan alike), so it keeps its own.
+OWN_VECTOR_MATH = frozenset({"sin", "cos", "tan"})
 
 
 def vector_math(instrs: tuple[Instr, ...], leaves: tuple[Leaf, ...],
                 outputs: tuple[KernelOutput, ...], agrees: Callable[[str], bool]) -> bool:
     """Whether a flat kernel is float32 loads, constants, ``VECTOR_ARITHMETIC`` and
     ``VECTOR_MATH`` functions alone, at least one of the latter, each of which ``agrees``
-    (so that it can run on n-wide vectors as written, with the same values)."""
+    (so that it can run on n-wide vectors, the runtime's or clops' own, with right values)."""
     fns = set()
     for ins in instrs:
         if ins.op in ("load", "const"):

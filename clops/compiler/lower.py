@@ -16,6 +16,8 @@ from .geometry import (
     launches_exactly,
     long_flat_index,
     long_row_index,
+    own_vector_math,
+    own_vector_math_widths,
     serial_rows,
     vector_math_agrees,
     vector_math_widths,
@@ -206,15 +208,22 @@ def lower(item: KernelItem, device: Device) -> Lowered:
     outputs = tuple(KernelOutput(val, dname, len(ov.shape), _unit_last(ov))
                     for val, dname, ov in outs)
     vmath = False
+    own: tuple[str, ...] = ()
     widths = vector_math_widths(device)
-    if flat == 1 and widths and vector_math(out_instrs, leaves, outputs,
-                                           lambda fn: vector_math_agrees(device, fn)):
-        # PERF: CPUs run slow scalar math (sin, log, ...) on vectors as written
-        for w in widths:
+    if flat == 1 and widths and vector_math(
+            out_instrs, leaves, outputs,
+            lambda fn: vector_math_agrees(device, fn) or own_vector_math(device, fn)):
+        # PERF: CPUs run slow scalar math (sin, log, ...) on vectors as written; clops' own
+        # functions where the runtime's vector forms are wrong
+        own = tuple(sorted({i.fn for i in out_instrs if i.op == "ew" and
+                            own_vector_math(device, i.fn)}))
+        for w in own_vector_math_widths(device) if own else widths:
             if total % w == 0 and all(v.offset % w == 0 for v in leaf_views) and \
                     all(o.view.offset % w == 0 for o in item.outputs):
                 flat, vmath = w, True
                 break
+        if not vmath:
+            own = ()
     row_class = _row_class(item, lw, out_instrs, device)
     if ((flat or row_class[3]) and long_flat_index(device)) or \
             (item.raxes and long_row_index(device, len(lw.reduce_regions))):
@@ -240,7 +249,8 @@ def lower(item: KernelItem, device: Device) -> Lowered:
         # Bounds check on the flat index: GPUs launch whole work-groups past the end; CPUs
         # launch exactly (and PERF: an early return keeps PoCL from vectorizing).
         guard=not launches_exactly(device),
-        vrow=vrow, cache=cache, shfl=shfl, col=col, vmath=vmath, strip=strip, runs=runs,
+        vrow=vrow, cache=cache, shfl=shfl, col=col, vmath=vmath, own_math=own,
+        strip=strip, runs=runs,
     )
     return Lowered(
         key=key, leaf_buffers=[b for b, _, _ in lw.leaf_list], leaf_views=leaf_views,

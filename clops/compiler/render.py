@@ -67,6 +67,10 @@ class CLRenderer:
     # helpers included at the top of every program (a file of the package: kernels are files)
     prelude_package = "clops.compiler"
     prelude_file = "cl/prelude.cl"
+    # clops' own vector sin, cos and tan (``kernel.OWN_VECTOR_MATH``), included where used,
+    # after a line setting their vector width
+    own_math_file = "cl/trig.cl"
+    own_math_width = "#define CLOPS_TRIG_N {n}\n"
     shfl_funcs: ClassVar[dict[str, str]] = SHFL_FUNCS
     shfl_helpers = SHFL_HELPERS
     # scalar argument types (numpy dtypes, so the launch path packs arguments cheaply)
@@ -87,12 +91,20 @@ class CLRenderer:
 
     def __init__(self) -> None:
         self._prelude: str | None = None
+        self._own_math: str | None = None
 
     def prelude(self) -> str:
         if self._prelude is None:
             self._prelude = resources.files(self.prelude_package).joinpath(
                 self.prelude_file).read_text()
         return self._prelude
+
+    def own_math(self, n: int) -> str:
+        """The source of clops' own vector math on ``n``-wide vectors."""
+        if self._own_math is None:
+            self._own_math = resources.files(self.prelude_package).joinpath(
+                self.own_math_file).read_text()
+        return self.own_math_width.format(n=n) + self._own_math
 
     # -- types -------------------------------------------------------------------------------------
     @staticmethod
@@ -156,6 +168,8 @@ class CLRenderer:
         so that renders on other threads, which share this renderer, never see it (they did,
         and launched kernels with another kernel's argument list)."""
         self.prelude()  # read once, into the copies too
+        if key.own_math:
+            self.own_math(key.flat)
         return copy.copy(self)._render(key, local_size, name)
 
     def _render(self, key: KernelKey, local_size: int, name: str) -> RenderedKernel:
@@ -181,6 +195,7 @@ class CLRenderer:
         self.vrow, self.cache, self.col = vrow, cache, col
         self.strip, self.runs = key.strip, key.runs
         self.vmath = key.vmath
+        self._own = frozenset(key.own_math)
         self.shfl = shfl and local_size % 32 == 0 and local_size >= 32
         self._vec_name: dict[int, str] = {}  # vector (or cached value) of a leaf at this step
         self._cache_k: int | None = None  # register cache step being rendered (None: off)
@@ -236,6 +251,8 @@ class CLRenderer:
         # NOTE: no contraction of a*b + c into one fma: numpy rounds the product first, and a
         # driver that contracts (NVIDIA's does) gave linspace(-64, 100, 7, int8)[3] 17, not 18
         src = head + self.contract_pragma + self.prelude() + "\n"
+        if key.own_math:
+            src += self.own_math(flat) + "\n"
         if self._uses_shfl:
             src += self.shfl_helpers
         src += f"{self.kernel_prefix} {name}(\n    " + ",\n    ".join(args) + ")\n{\n"
@@ -600,6 +617,8 @@ class CLRenderer:
         if ins.op == "const":
             return f"({vt})(c{ins.slot})"
         names = dict(zip("abc", (f"v{x}{suffix}" for x in ins.srcs)))
+        if ins.fn in self._own:
+            return f"clops_{ins.fn}({names['a']})"
         return self.ew_table[ins.fn]["f"].format(T=vt, R="float", **names)
 
     def _red_setup(self, slot: int, op: str, acc: str) -> tuple[str, str, str]:

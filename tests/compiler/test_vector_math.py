@@ -1,7 +1,7 @@
 """Flat float32 kernels of slow scalar math (sin, log, ...) run on n-wide vectors on CPUs, each
-function only where the device's vector form agrees with its scalar form (a runtime probe):
-values against numpy, special values included, on sizes that take the vector path, and the
-choice following the probe."""
+function only where the device's vector form agrees with its scalar form (a runtime probe), or
+clops has its own vector form (sin, cos, tan; see test_trig.py): values against numpy, special
+values included, on sizes that take the vector path, and the choice following the probe."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import clops
-from clops.compiler.kernel import VECTOR_MATH
+from clops.compiler.kernel import OWN_VECTOR_MATH, VECTOR_MATH
 from clops.runtime import probes
 
 NP = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
@@ -36,7 +36,9 @@ def test_vector_math_gives_numpys_values(fn: str, device: clops.CLDevice) -> Non
     t = clops.asarray(x, device=device)
     expr = getattr(clops, fn)(t * 1.0) * 2.0 - 0.5
     (key,) = _kernel_keys(expr)
-    assert key.vmath == (device.kind == "cpu" and probes.vector_math_agrees(device, fn))
+    agrees = probes.vector_math_agrees(device, fn)
+    assert key.vmath == (device.kind == "cpu" and (agrees or fn in OWN_VECTOR_MATH))
+    assert key.own_math == ((fn,) if key.vmath and not agrees else ())
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         want = getattr(np, NP.get(fn, fn))(x) * np.float32(2.0) - np.float32(0.5)
