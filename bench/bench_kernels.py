@@ -242,7 +242,9 @@ def bench_attention(dev, torch, repeat: int, ceiling: float) -> list[dict]:
 # products gemm.cl's tiled kernels do not take, for gemm_any: (m, n, k, dtype, A transposed view)
 ANY_SHAPES = [(64, 64, 500_000, "float32", True), (1000, 1000, 1000, "float32", False),
               (3000, 3000, 3000, "float32", False), (100, 4096, 4096, "float32", False),
-              (1000, 1000, 1000, "float16", False), (200, 200, 200_000, "float16", True)]
+              (1000, 1000, 1000, "float16", False), (200, 200, 200_000, "float16", True),
+              (3000, 3000, 3000, "float16", False), (1536, 4000, 2500, "float16", False),
+              (4000, 1000, 5000, "float16", True)]
 
 
 def bench_gemm_any(dev, torch, repeat: int, shapes=ANY_SHAPES) -> list[dict]:
@@ -276,19 +278,26 @@ def bench_gemm_any(dev, torch, repeat: int, shapes=ANY_SHAPES) -> list[dict]:
                 times.append((time.perf_counter() - t0) * 1e3)
             peer_ms, peer = statistics.median(times), "numpy"
         want = a.astype(np.float64) @ b.astype(np.float64)
-        saved = gemm.ANY_MIN_MACS, gemm.CPU_PAD_MIN
-        # the generated kernel: neither gemm_any (GPUs) nor gemm_cpu's padded columns (CPUs)
-        variants = [("clops.matmul", saved), ("generated kernel", (1 << 62,) * 2)]
+        names = ("ANY_MIN_MACS", "CPU_PAD_MIN", "PAD_MIN_MACS")
+        saved = tuple(getattr(gemm, v) for v in names)
+        never = 1 << 62
+        # the generated kernel: neither gemm_any (GPUs) nor gemm_cpu's padded columns (CPUs);
+        # and (float16 on tensor cores) gemm_any_mma where the padded copies would serve
+        variants = [("clops.matmul", saved), ("generated kernel", (never, never, never))]
+        if gemm.padded_shape(dev, dtype, m, n, k) is not None:
+            variants.insert(1, ("gemm_any_mma, no padded copies", (saved[0], saved[1], never)))
         if dev.kind == "cpu" and n % gemm.CPU_COLS.get(dtype, 1) == 0:
             variants = variants[:1]  # gemm_cpu took it already: nothing replaced
         for variant, floors in variants:
-            gemm.ANY_MIN_MACS, gemm.CPU_PAD_MIN = floors
+            for name, v in zip(names, floors):
+                setattr(gemm, name, v)
             try:
                 ms, wall = device_ms(dev, lambda ta=ta, tb=tb: clops.matmul(ta, tb).realize(),
                                      repeat)
                 err = rel_err(np.asarray(clops.matmul(ta, tb)), want)
             finally:
-                gemm.ANY_MIN_MACS, gemm.CPU_PAD_MIN = saved
+                for name, v in zip(names, saved):
+                    setattr(gemm, name, v)
             if dev.kind == "cpu":  # PoCL's profiled kernel times disagree with the clock
                 ms = wall
             rows.append({"kernel": f"{label} ({variant})", "ms": ms, "wall_ms": wall,

@@ -449,6 +449,47 @@ def any_supports(dev: CLDevice, dtype: str, m: int, n: int, k: int, force: bool 
     return force or m * n * k >= ANY_MIN_MACS
 
 
+@probes.per_device
+def any_mma_builds(dev: CLDevice) -> bool:
+    """Whether gemm_any_mma builds on ``dev`` (an NVIDIA GPU whose mma.sync gemm builds)."""
+    try:
+        eager_kernel(dev, "gemm_any", "gemm_any_mma", _ANY_ARG_TYPES, DT=1, MMA=1, PART=0)
+        return True
+    except Exception:  # noqa: BLE001 - a driver without these PTX forms: the float kernel
+        return False
+
+
+# float16 products of other shapes go to gemm's tensor-core tiles on zero-padded copies of
+# their operands from this many multiply-adds, where the padding adds at most this fraction of
+# work (below or beyond: gemm_any_mma). PERF (H200, 2026-11-29): see RESULTS' gemm_any rows.
+PAD_MIN_MACS = 1 << 29
+PAD_MAX_WORK = 1.3
+
+
+def padded_shape(dev: CLDevice, dtype: str, m: int, n: int, k: int
+                 ) -> tuple[int, int, int] | None:
+    """(M, N, K) rounded up to gemm's tiles, where a float16 product of this shape runs faster
+    on zero-padded copies through them than through gemm_any_mma; else None."""
+    if not use_mma(dev, dtype) or m * n * k < PAD_MIN_MACS:
+        return None
+    mp, np_, kp = (-(-v // r) * r for v, r in ((m, TILE), (n, TILE), (k, MMA_DEPTH)))
+    return (mp, np_, kp) if mp * np_ * kp <= PAD_MAX_WORK * m * n * k else None
+
+
+def pad_copy(dev: CLDevice, src: Buffer, s_off: int, strides: tuple[int, int, int], m: int,
+             k: int, mp: int, kp: int, batch: int) -> Buffer:
+    """A new buffer of ``batch`` contiguous float16 [mp][kp] matrices: the (m, k) matrices of a
+    view of ``src`` (element (b, m, k) at s_off + b*strides[0] + m*strides[1] + k*strides[2])
+    with zeros past their edges."""
+    out = dev.alloc(batch * mp * kp * 2)
+    i64 = np.int64
+    dev.launch(eager_kernel(dev, "gemm_any", "pad_copy", [None, None] + [_I64] * 4 + [_I32] * 4),
+               (-(-kp // 32) * 32, -(-mp // 32) * 8, batch), (32, 8, 1),
+               [out, src, i64(s_off), *(i64(v) for v in strides), np.int32(m), np.int32(k),
+                np.int32(mp), np.int32(kp)], reads=[src], writes=[out], name="gemm.pad_copy")
+    return out
+
+
 def any_slices(dev: CLDevice, m: int, n: int, k: int, batch: int) -> int:
     """Slices of K ``gemm_any`` splits a product into: enough work-groups to fill the device."""
     tiles = -(-m // ANY_TILE) * -(-n // ANY_TILE) * batch
@@ -481,14 +522,18 @@ def gemm_any(dev: CLDevice, c: Buffer, c_off: int, c_strides: tuple[int, int],
     tail = [b, i64(b_off), *(i64(v) for v in b_strides), i32(m), i32(n), i32(k), i32(s),
             i32(ks)]
     head = [a, i64(a_off), *(i64(v) for v in a_strides)]
-    knl = eager_kernel(dev, "gemm_any", "gemm_any", _ANY_ARG_TYPES, **defs)
+    # float16 on NVIDIA's tensor cores (the same tiles, slices and argument order)
+    mma = use_mma(dev, dtype) and any_mma_builds(dev)
+    knl = eager_kernel(dev, "gemm_any", "gemm_any_mma" if mma else "gemm_any", _ANY_ARG_TYPES,
+                       **defs, **({"MMA": 1} if mma else {}))
+    name = "gemm_any_mma" if mma else "gemm_any"
     if s == 1:
         return dev.launch(knl, grid, (16, 16, 1),
                           [c, i64(c_off), i64(c_strides[0]), i64(c_strides[1]), *head, *tail],
-                          reads=[a, b], writes=[c], name="gemm_any")
+                          reads=[a, b], writes=[c], name=name)
     p = dev.alloc(batch * s * m * n * 4)
     dev.launch(knl, grid, (16, 16, 1), [p, i64(0), i64(0), i64(0), *head, *tail], reads=[a, b],
-               writes=[p], name="gemm_any.slices")
+               writes=[p], name=f"{name}.slices")
     return dev.launch(eager_kernel(dev, "gemm_any", "splitk_sum", _SUM_ARG_TYPES,
                                    DT=_DT[dtype]), (n, m, batch), None,
                       [c, i64(c_off), i64(c_strides[0]), i64(c_strides[1]), p, i32(s), i32(m),
@@ -676,10 +721,20 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
             return out
     if not any_supports(dev, dtype.name, m, n, k):
         return None
-    # any shape and strides (a transposed view is read in place)
-    out = empty((*x1.shape[:-2], m, n), dtype, dev)
     sa = x1.strides if x1.ndim == 3 else (0, *x1.strides)
     sb = x2.strides if x2.ndim == 3 else (0, *x2.strides)
+    pads = padded_shape(dev, dtype.name, m, n, k)
+    if pads is not None:
+        # zero-padded copies through gemm's tensor-core tiles; the result a view of C's corner
+        mp, np_, kp = pads
+        ap = pad_copy(dev, x1.buffer, x1.offset, sa, m, k, mp, kp, batch)
+        bp = pad_copy(dev, x2.buffer, x2.offset, sb, k, n, kp, np_, batch)
+        wide = empty((*x1.shape[:-2], mp, np_), dtype, dev)
+        gemm(dev, wide.buffer, wide.offset, np_, ap, 0, kp, bp, 0, np_, mp, np_, kp,
+             dtype.name, batch, (mp * np_, mp * kp, kp * np_))
+        return wide[..., :m, :n]
+    # any shape and strides (a transposed view is read in place)
+    out = empty((*x1.shape[:-2], m, n), dtype, dev)
     gemm_any(dev, out.buffer, out.offset, (m * n, n), x1.buffer, x1.offset, sa, x2.buffer,
              x2.offset, sb, m, n, k, batch, dtype.name)
     return out

@@ -12,6 +12,7 @@
 //               batch z / S and slice z % S of K (KS deep): with PART, it writes its sums as
 //               float32 to P[z] ([M][N]) and splitk_sum adds the S slices up in order, so that
 //               a result repeats exactly whatever runs first; without, C[b] directly.
+//   gemm_any_mma  the same on float16 storage through NVIDIA's tensor cores (MMA; below).
 //   splitk_sum  C[b][m][n] = sum over s < S, in order, of P[b * S + s][m][n].
 //
 // Work geometry: gemm_any global (ceil(N / 64) * 16, ceil(M / 64) * 16, batch * S), local
@@ -28,6 +29,9 @@
 #endif
 #ifndef PART
 #define PART 0
+#endif
+#ifndef MMA
+#define MMA 0
 #endif
 
 #if DT == 0
@@ -112,6 +116,114 @@ void gemm_any(
             ST(acc[i][j], C, c_off + b * scb + m * scm + n);
 #endif
         }
+    }
+}
+
+#if MMA
+// gemm_any_mma: gemm_any's product (the same arguments, geometry, tiles of C and slices of K) on
+// float16 storage through tensor cores (NVIDIA mma.sync m16n8k16, float32 sums). The A and B
+// tiles are 32 deep, staged as float16 in local memory (A as [m][k], B as [n][k], so that a
+// fragment's k-pairs are one word), elements past an edge zeros; warp w of the 8 takes rows
+// 16 (w % 4) .. + 15 and columns 32 (w / 4) .. + 31 of the tile: four mma a step of 16 k.
+#include "clops/ptx.cl"  // mma16816
+
+#define MD 32             // depth of the A and B tiles
+#define MLD (MD + 8)      // halves per local row: fragment reads spread over the banks
+#define ML (GT * MD / 256)  // elements of each tile a work-item loads
+
+// Element e of a tile (a work-item takes e = its id + 256 i), in the order memory is walked (k
+// fastest where the stride along k is 1, else the row or column): its k and its row (A) or
+// column (B). PERF (H200): the next tile loaded into registers during this one's mma (and
+// tiles 64 deep) was slower: 3000^3 24 against 36 TFLOP/s.
+#define A_K(e) (A_KFAST ? (e) % MD : (e) / GT)
+#define A_R(e) (A_KFAST ? (e) / MD : (e) % GT)
+#define B_K(e) (B_NFAST ? (e) / GT : (e) % MD)
+#define B_C(e) (B_NFAST ? (e) % GT : (e) / MD)
+
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void gemm_any_mma(
+#if PART
+                  __global float *C,
+#else
+                  __global half *C,
+#endif
+                  long c_off, long scb, long scm,
+                  __global const half *A, long a_off, long sab, long sam, long sak,
+                  __global const half *B, long b_off, long sbb, long sbk, long sbn,
+                  int M, int N, int K, int S, int KS) {
+    __local ushort As[GT * MLD] __attribute__((aligned(16)));  // As[m][k]
+    __local ushort Bs[GT * MLD] __attribute__((aligned(16)));  // Bs[n][k]
+    const int tid = get_local_id(1) * 16 + get_local_id(0);
+    const int lane = tid % 32, w = tid / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wm = (w % 4) * 16, wn = (w / 4) * 32;
+    const int n0 = get_group_id(0) * GT, m0 = get_group_id(1) * GT;
+    const int z = get_group_id(2);
+    const int b = z / S, s = z % S;
+    const int k0 = s * KS, k1 = min(K, k0 + KS);
+    __global const ushort *Ab = (__global const ushort *)A + a_off + b * sab;
+    __global const ushort *Bb = (__global const ushort *)B + b_off + b * sbb;
+    float acc[4][4];
+    for (int j = 0; j < 4; ++j)
+        for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+    for (int kt = k0; kt < k1; kt += MD) {
+        for (int i = 0; i < ML; ++i) {
+            const int e = tid + i * 256;
+            const int m = m0 + A_R(e), k = kt + A_K(e);
+            As[A_R(e) * MLD + A_K(e)] = (m < M && k < k1) ? Ab[m * sam + k * sak] : (ushort)0;
+            const int n = n0 + B_C(e), k2 = kt + B_K(e);
+            Bs[B_C(e) * MLD + B_K(e)] = (n < N && k2 < k1) ? Bb[k2 * sbk + n * sbn] : (ushort)0;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int kk = 0; kk < MD; kk += 16) {
+            uint a[4];
+            __local const ushort *pa = As + (wm + g) * MLD + kk + 2 * t;
+            a[0] = *(__local const uint *)pa;
+            a[1] = *(__local const uint *)(pa + 8 * MLD);
+            a[2] = *(__local const uint *)(pa + 8);
+            a[3] = *(__local const uint *)(pa + 8 * MLD + 8);
+            for (int j = 0; j < 4; ++j) {
+                __local const ushort *pb = Bs + (wn + 8 * j + g) * MLD + kk + 2 * t;
+                mma16816(acc[j], a, *(__local const uint *)pb, *(__local const uint *)(pb + 8));
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int j = 0; j < 4; ++j) {
+        for (int i = 0; i < 4; ++i) {
+            const int m = m0 + wm + g + (i / 2) * 8, n = n0 + wn + 8 * j + 2 * t + i % 2;
+            if (m >= M || n >= N) continue;
+#if PART
+            C[((long)z * M + m) * N + n] = acc[j][i];
+#else
+            vstore_half(acc[j][i], 0, C + c_off + b * scb + m * scm + n);
+#endif
+        }
+    }
+}
+#endif
+
+// pad_copy: dst[b] ([MP][KP], contiguous) = the (M, K) matrix b of a view (element (m, k) at
+// src[s_off + b*ssb + m*ssm + k*ssk]) with zeros past its edges, for the tiled kernels of
+// gemm.cl: tiles of 32 x 32 through local memory, read along the view's fast axis (k where
+// its stride is 1, else m: a transposed view) and written along k. Global (KP, MP / 4, batch),
+// local (32, 8, 1).
+__kernel __attribute__((reqd_work_group_size(32, 8, 1)))
+void pad_copy(__global ushort *dst, __global const ushort *src, long s_off, long ssb,
+              long ssm, long ssk, int M, int K, int MP, int KP) {
+    __local ushort tile[32][33];
+    const int tx = get_local_id(0), ty = get_local_id(1), b = get_group_id(2);
+    const int k0 = get_group_id(0) * 32, m0 = get_group_id(1) * 32;
+    __global const ushort *s = src + s_off + b * ssb;
+    for (int j = ty; j < 32; j += 8) {
+        const int m = ssk == 1 ? m0 + j : m0 + tx, k = ssk == 1 ? k0 + tx : k0 + j;
+        const ushort v = (m < M && k < K) ? s[m * ssm + k * ssk] : (ushort)0;
+        if (ssk == 1) tile[j][tx] = v; else tile[tx][j] = v;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int j = ty; j < 32; j += 8) {
+        const int m = m0 + j, k = k0 + tx;
+        if (m < MP && k < KP) dst[((long)b * MP + m) * KP + k] = tile[j][tx];
     }
 }
 

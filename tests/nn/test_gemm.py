@@ -162,10 +162,48 @@ def test_matmul_takes_gemm_any_on_gpus(device, dtype):
     t = clops.asarray(x, device=device).realize()
     out, names = _names(lambda: clops.matmul(clops.matrix_transpose(t), t).realize())
     assert any(n.startswith("gemm_any") for n in names) == (device.kind != "cpu")
+    # float16 on NVIDIA's tensor cores
+    assert any(n.startswith("gemm_any_mma") for n in names) == (
+        dtype == "float16" and gemm.use_mma(device, dtype) and gemm.any_mma_builds(device))
     want = x.T.astype(np.float64) @ x.astype(np.float64)
     tol = 1e-5 if dtype == "float32" else 2e-3
     np.testing.assert_allclose(np.asarray(out).astype(np.float64), want, rtol=tol,
                                atol=tol * np.abs(want).max() * 4)
+
+
+@pytest.mark.parametrize("view", ["plain", "transposed", "strided", "flipped"])
+def test_pad_copy(device, view):
+    # a view's matrices, zero-padded to the tiles' multiples, read in place on every device
+    a = RNG.standard_normal((2, 45, 70)).astype(np.float16)
+    t, a = _view(device, a, view)
+    out = gemm.pad_copy(device, t.buffer, t.offset, t.strides, 45, 70, 64, 96, 2)
+    got = np.empty((2, 64, 96), np.float16)
+    device.read(got, out)
+    want = np.zeros((2, 64, 96), np.float16)
+    want[:, :45, :70] = a
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape,view", [((1000, 1000, 1000), "plain"),
+                                        ((3, 1000, 900, 700), "transposed"),
+                                        ((1200, 1030, 600), "strided")])
+def test_float16_products_of_any_shape_take_padded_tensor_core_tiles(device, shape, view):
+    # float16 products whose sizes are not multiples of the tiles: zero-padded copies through
+    # gemm's tensor-core tiles (NVIDIA), the result a view of the padded product's corner
+    if not gemm.use_mma(device, "float16"):
+        pytest.skip(f"{device.name}: no tensor-core float16 products")
+    *batch, m, n, k = shape
+    assert gemm.padded_shape(device, "float16", m, n, k) is not None
+    a = (RNG.standard_normal((*batch, m, k)) / 8).astype(np.float16)
+    b = (RNG.standard_normal((*batch, k, n)) / 8).astype(np.float16)
+    ta, a = _view(device, a, view)
+    tb = clops.asarray(b, device=device).realize()
+    out, names = _names(lambda: clops.matmul(ta, tb).realize())
+    assert "gemm.pad_copy" in names and not any(x.startswith("gemm_any") for x in names)
+    assert out.shape == (*batch, m, n)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    got = np.asarray(out).astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max() * 4)
 
 
 def test_matmul_dispatch(device):
