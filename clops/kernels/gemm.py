@@ -435,8 +435,11 @@ _SUM_ARG_TYPES = [None, _I64, _I64, _I64, None, _I32, _I32, _I32]
 # (below, the generated kernel's fusion with its neighbours is worth more).
 ANY_MIN_MACS = 1 << 22
 ANY_TILE, ANY_DEPTH = 64, 16
-# work-groups gemm_any launches per compute unit at least (K is sliced until it does) ...
+# work-groups gemm_any launches per compute unit at least (K is sliced until it does; more for
+# gemm_any_mma, whose tiles wait on memory: H200, 200x200x200000 float16, 17 / 34 / 66 / 132
+# slices 1.00 / 0.83 / 0.67 / 0.67 ms) ...
 ANY_GROUPS_PER_CU = 2
+ANY_MMA_GROUPS_PER_CU = 8
 # ... each slice of K at least this deep
 ANY_MIN_SLICE = 256
 
@@ -490,10 +493,20 @@ def pad_copy(dev: CLDevice, src: Buffer, s_off: int, strides: tuple[int, int, in
     return out
 
 
-def any_slices(dev: CLDevice, m: int, n: int, k: int, batch: int) -> int:
-    """Slices of K ``gemm_any`` splits a product into: enough work-groups to fill the device."""
+def _vec_view(off: int, strides: tuple[int, int, int], fast: int) -> bool:
+    """Whether gemm_any_mma reads an operand 8 float16 values a load: stride 1 along axis
+    ``fast`` (1: rows, 2: columns), its other strides and its offset multiples of 8."""
+    other = 3 - fast
+    return strides[fast] == 1 and off % 8 == 0 and strides[0] % 8 == 0 and \
+        strides[other] % 8 == 0 and strides[other] != 0
+
+
+def any_slices(dev: CLDevice, m: int, n: int, k: int, batch: int,
+               per_cu: int = ANY_GROUPS_PER_CU) -> int:
+    """Slices of K ``gemm_any`` splits a product into: enough work-groups to fill the device
+    (``per_cu`` a compute unit)."""
     tiles = -(-m // ANY_TILE) * -(-n // ANY_TILE) * batch
-    want = ANY_GROUPS_PER_CU * dev.caps.compute_units
+    want = per_cu * dev.caps.compute_units
     if tiles >= want:
         return 1
     return max(1, min(-(-want // tiles), k // ANY_MIN_SLICE))
@@ -511,7 +524,10 @@ def gemm_any(dev: CLDevice, c: Buffer, c_off: int, c_strides: tuple[int, int],
     buffer and ``splitk_sum`` adds them up in order."""
     if dtype not in _DT:
         raise ValueError(f"gemm_any takes float32 or float16, not {dtype}")
-    s = slices or any_slices(dev, m, n, k, batch)
+    # float16 on NVIDIA's tensor cores (the same tiles, slices and argument order)
+    mma = use_mma(dev, dtype) and any_mma_builds(dev)
+    s = slices or any_slices(dev, m, n, k, batch,
+                             ANY_MMA_GROUPS_PER_CU if mma else ANY_GROUPS_PER_CU)
     per = -(-k // s)
     ks = -(-per // ANY_DEPTH) * ANY_DEPTH  # each slice a whole number of tiles deep
     s = max(1, -(-k // ks))
@@ -522,10 +538,14 @@ def gemm_any(dev: CLDevice, c: Buffer, c_off: int, c_strides: tuple[int, int],
     tail = [b, i64(b_off), *(i64(v) for v in b_strides), i32(m), i32(n), i32(k), i32(s),
             i32(ks)]
     head = [a, i64(a_off), *(i64(v) for v in a_strides)]
-    # float16 on NVIDIA's tensor cores (the same tiles, slices and argument order)
-    mma = use_mma(dev, dtype) and any_mma_builds(dev)
+    # each operand of gemm_any_mma 16 bytes a load where one axis has stride 1 and the rest
+    # keep 16-byte alignment
+    if mma:
+        defs.update(MMA=1, VEC_A=int(_vec_view(a_off, a_strides, fast=2 if defs["A_KFAST"]
+                                               else 1)),
+                    VEC_B=int(_vec_view(b_off, b_strides, fast=2 if defs["B_NFAST"] else 1)))
     knl = eager_kernel(dev, "gemm_any", "gemm_any_mma" if mma else "gemm_any", _ANY_ARG_TYPES,
-                       **defs, **({"MMA": 1} if mma else {}))
+                       **defs)
     name = "gemm_any_mma" if mma else "gemm_any"
     if s == 1:
         return dev.launch(knl, grid, (16, 16, 1),

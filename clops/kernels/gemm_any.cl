@@ -33,6 +33,12 @@
 #ifndef MMA
 #define MMA 0
 #endif
+#ifndef VEC_A
+#define VEC_A 0
+#endif
+#ifndef VEC_B
+#define VEC_B 0
+#endif
 
 #if DT == 0
 #define IN_T float
@@ -123,7 +129,9 @@ void gemm_any(
 // gemm_any_mma: gemm_any's product (the same arguments, geometry, tiles of C and slices of K) on
 // float16 storage through tensor cores (NVIDIA mma.sync m16n8k16, float32 sums). The A and B
 // tiles are 32 deep, staged as float16 in local memory (A as [m][k], B as [n][k], so that a
-// fragment's k-pairs are one word), elements past an edge zeros; warp w of the 8 takes rows
+// fragment's k-pairs are one word), elements past an edge zeros (VEC_A / VEC_B: a view whose
+// stride is 1 along one axis and whose other strides and offset are multiples of 8 is read 16
+// bytes a load, 8 values along that axis a work-item); warp w of the 8 takes rows
 // 16 (w % 4) .. + 15 and columns 32 (w / 4) .. + 31 of the tile: four mma a step of 16 k.
 #include "clops/ptx.cl"  // mma16816
 
@@ -167,13 +175,66 @@ void gemm_any_mma(
     for (int j = 0; j < 4; ++j)
         for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
     for (int kt = k0; kt < k1; kt += MD) {
+#if VEC_A
+        {   // 8 values along the fast axis (stride 1, 16-byte aligned) a work-item
+            const int r = A_KFAST ? tid / (MD / 8) : (tid % (GT / 8)) * 8;
+            const int kk = A_KFAST ? (tid % (MD / 8)) * 8 : tid / (GT / 8);
+            const int m = m0 + r, k = kt + kk;
+            __global const ushort *p = Ab + m * sam + k * sak;
+            ushort8 v = (ushort8)(0);
+            if (A_KFAST ? (m < M && k + 8 <= k1) : (m + 8 <= M && k < k1)) {
+                v = *(__global const ushort8 *)p;
+            } else {
+                ushort w[8];
+                for (int i = 0; i < 8; ++i)
+                    w[i] = (A_KFAST ? (m < M && k + i < k1) : (m + i < M && k < k1)) ? p[i]
+                                                                                   : (ushort)0;
+                v = (ushort8)(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
+            }
+            if (A_KFAST) {
+                *(__local ushort8 *)(As + r * MLD + kk) = v;
+            } else {
+                const ushort w[8] = {v.s0, v.s1, v.s2, v.s3, v.s4, v.s5, v.s6, v.s7};
+                for (int i = 0; i < 8; ++i) As[(r + i) * MLD + kk] = w[i];
+            }
+        }
+#else
         for (int i = 0; i < ML; ++i) {
             const int e = tid + i * 256;
             const int m = m0 + A_R(e), k = kt + A_K(e);
             As[A_R(e) * MLD + A_K(e)] = (m < M && k < k1) ? Ab[m * sam + k * sak] : (ushort)0;
+        }
+#endif
+#if VEC_B
+        {   // likewise: n fastest (B_NFAST) or k fastest
+            const int c = B_NFAST ? (tid % (GT / 8)) * 8 : tid / (MD / 8);
+            const int kk = B_NFAST ? tid / (GT / 8) : (tid % (MD / 8)) * 8;
+            const int n = n0 + c, k = kt + kk;
+            __global const ushort *p = Bb + k * sbk + n * sbn;
+            ushort8 v = (ushort8)(0);
+            if (B_NFAST ? (n + 8 <= N && k < k1) : (n < N && k + 8 <= k1)) {
+                v = *(__global const ushort8 *)p;
+            } else {
+                ushort w[8];
+                for (int i = 0; i < 8; ++i)
+                    w[i] = (B_NFAST ? (n + i < N && k < k1) : (n < N && k + i < k1)) ? p[i]
+                                                                                   : (ushort)0;
+                v = (ushort8)(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]);
+            }
+            if (B_NFAST) {
+                const ushort w[8] = {v.s0, v.s1, v.s2, v.s3, v.s4, v.s5, v.s6, v.s7};
+                for (int i = 0; i < 8; ++i) Bs[(c + i) * MLD + kk] = w[i];
+            } else {
+                *(__local ushort8 *)(Bs + c * MLD + kk) = v;
+            }
+        }
+#else
+        for (int i = 0; i < ML; ++i) {
+            const int e = tid + i * 256;
             const int n = n0 + B_C(e), k2 = kt + B_K(e);
             Bs[B_C(e) * MLD + B_K(e)] = (n < N && k2 < k1) ? Bb[k2 * sbk + n * sbn] : (ushort)0;
         }
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int kk = 0; kk < MD; kk += 16) {
             uint a[4];
