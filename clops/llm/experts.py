@@ -56,7 +56,7 @@ class ExpertBuffers:
 
 def tile(dev: CLDevice, layers: list[Experts], m: int) -> int:
     """The rows of a tile of the experts' products for ``m`` rows (one for a decode row)."""
-    fmts = sorted({w.fmt for ex in layers for w in (ex.gate, ex.up, ex.down)})
+    fmts = sorted({w.fmt for ex in layers for w in ex.products()})
     return moe.tile_rows(dev, fmts, m, layers[0].k)
 
 
@@ -110,6 +110,15 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
                                        experts=(tiles, E), tm=t, row_invariant=True,
                                        name=f"{what}.{name}")
 
+    def gate_up(x: Buffer, ldx: int, tiles: Buffer = b.tile_e) -> list[Callable[[int], Launch]]:
+        """The [gate | up] rows of the padded rows ``x``: one product where the experts' gate
+        and up weights are one (``Experts.gate_up``), else two."""
+        if ex.gate_up is not None:
+            return [product(b.gu, 0, 2 * F, x, ldx, ex.gate_up, ex.gate_up_bias, "gate_up_exps",
+                            tiles)]
+        return [product(b.gu, 0, 2 * F, x, ldx, ex.gate, ex.gate_bias, "gate_exps", tiles),
+                product(b.gu, F, 2 * F, x, ldx, ex.up, ex.up_bias, "up_exps", tiles)]
+
     if m == 1 and t == 1:
         # PERF: a lone decode row: its k slots in the router's order, each its own tile (the
         # chosen experts themselves), the gate and up products reading the row itself (ldx
@@ -117,8 +126,7 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         lone: list[Callable[[int], Launch]] = [
             lambda m: moe.route(dev, b.ids, b.wts, b.logits, m=m, n_experts=E, k=k,
                                 norm=ex.norm),
-            product(b.gu, 0, 2 * F, xn, 0, ex.gate, ex.gate_bias, "gate_exps", b.ids),
-            product(b.gu, F, 2 * F, xn, 0, ex.up, ex.up_bias, "up_exps", b.ids),
+            *gate_up(xn, 0, b.ids),
             lambda m: activation.glu(dev, b.h, b.gu, m=k, f=F, act=cfg.act,
                                      limit=cfg.glu_limit, alpha=cfg.glu_alpha),
             product(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps", b.ids),
@@ -131,8 +139,7 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         lambda m: moe.align(dev, b.order, b.tile_e, b.pos, b.ids, m=m, k=k, n_experts=E,
                             tile=t, p=rows(m)),
         lambda m: moe.gather(dev, b.xg, xn, b.order, p=rows(m), k=k, dim=dim),
-        product(b.gu, 0, 2 * F, b.xg, dim, ex.gate, ex.gate_bias, "gate_exps"),
-        product(b.gu, F, 2 * F, b.xg, dim, ex.up, ex.up_bias, "up_exps"),
+        *gate_up(b.xg, dim),
         lambda m: activation.glu(dev, b.h, b.gu, m=rows(m), f=F, act=cfg.act,
                                  limit=cfg.glu_limit, alpha=cfg.glu_alpha),
         product(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps"),

@@ -30,11 +30,12 @@ class Experts:
     (``gate`` and ``up`` ``[n * ffn, dim]``, ``down`` ``[n * dim, ffn]``); a token takes the
     ``k`` experts of its highest router scores, weighted by their softmax over every expert
     (renormalised over the k where ``norm``). Biases (gpt-oss) are per expert where given:
-    ``router_bias`` [n], ``gate_bias`` and ``up_bias`` [n * ffn], ``down_bias`` [n * dim]."""
+    ``router_bias`` [n], ``gate_bias`` and ``up_bias`` [n * ffn], ``down_bias`` [n * dim].
+    Either ``gate_up`` is given, or ``gate`` and ``up``."""
 
     router: DeviceWeight
-    gate: DeviceWeight
-    up: DeviceWeight
+    gate: DeviceWeight | None
+    up: DeviceWeight | None
     down: DeviceWeight
     n: int
     k: int
@@ -44,6 +45,14 @@ class Experts:
     gate_bias: Buffer | None = None
     up_bias: Buffer | None = None
     down_bias: Buffer | None = None
+    # (in place of gate and up, where they share a format: each expert's gate rows, then its up
+    # rows, [n * 2 ffn, dim], and their biases alike: one product a layer instead of two)
+    gate_up: DeviceWeight | None = None
+    gate_up_bias: Buffer | None = None
+
+    def products(self) -> list[DeviceWeight]:
+        """The experts' weights: [gate | up] (or gate and up) and down."""
+        return [w for w in (self.gate_up, self.gate, self.up, self.down) if w is not None]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import numpy as np
 from .. import _config
 from ..kernels import Launch, LaunchPlan, activation, attention, layer, matmul, native_cpu, norm
 from ..kernels import sample as sample_kernel
-from ..nn.quant import DeviceWeight, PackedWeight, concat, upload
+from ..nn.quant import DeviceWeight, PackedWeight, concat, concat_experts, upload
 from ..runtime import CLDevice, CLQueue
 from ..runtime.pool import Buffer
 from . import batch, experts, placement
@@ -305,16 +305,7 @@ class Model:
                 if name in keys:
                     setattr(ly, name, vec(p + name))
             if cfg.n_experts:
-                ebias = {f"{w}_bias": vec(f"{p}{w}_exps_bias") if w != "router" else
-                         vec(p + "router_bias") for w in ("router", "gate", "up", "down")
-                         } if "router_bias" in keys else {}
-                ly.experts = Experts(
-                    router=DeviceWeight(dev, mat(p + "router")),
-                    gate=DeviceWeight(dev, mat(p + "gate_exps")),
-                    up=DeviceWeight(dev, mat(p + "up_exps")),
-                    down=DeviceWeight(dev, mat(p + "down_exps")), n=cfg.n_experts,
-                    k=cfg.n_experts_used, ffn=cfg.expert_ffn_dim, norm=cfg.experts_norm,
-                    **ebias)
+                ly.experts = self._experts_of(src, p, mat, vec, "router_bias" in keys)
             else:
                 gu = ([mat(p + "gate_up")] if "gate_up" in keys
                       else [mat(p + "gate"), mat(p + "up")])
@@ -324,6 +315,31 @@ class Model:
             self.layers.append(ly)
         self.inv_freq = rotary[False]
         bar.close()
+
+    def _experts_of(self, src: WeightSource, p: str, mat: Any, vec: Any,
+                    biases: bool) -> Experts:
+        """Layer ``p``'s mixture of experts on the device: gate and up as one [gate | up]
+        weight where they share a format (one product a layer instead of two)."""
+        cfg, dev, E = self.config, self.device, self.config.n_experts
+        ebias = {f"{w}_bias": vec(f"{p}{w}_exps_bias") if w != "router" else
+                 vec(p + "router_bias") for w in ("router", "down")} if biases else {}
+        gate, up = mat(p + "gate_exps"), mat(p + "up_exps")
+        fused = concat_experts(gate, up, E)
+        if fused is None:
+            if biases:
+                ebias.update(gate_bias=vec(p + "gate_exps_bias"), up_bias=vec(p + "up_exps_bias"))
+            parts: dict[str, Any] = dict(gate=DeviceWeight(dev, gate), up=DeviceWeight(dev, up))
+        else:
+            del gate, up  # (the host's copies: the fused one is enough)
+            parts = dict(gate=None, up=None, gate_up=DeviceWeight(dev, fused))
+            if biases:
+                b = [src.vector(f"{p}{w}_exps_bias").astype(np.float32).reshape(E, -1)
+                     for w in ("gate", "up")]
+                ebias["gate_up_bias"] = upload(dev, np.concatenate(b, axis=1).reshape(-1))
+        return Experts(router=DeviceWeight(dev, mat(p + "router")),
+                       down=DeviceWeight(dev, mat(p + "down_exps")), n=E,
+                       k=cfg.n_experts_used, ffn=cfg.expert_ffn_dim, norm=cfg.experts_norm,
+                       **parts, **ebias)
 
     @property
     def weights(self) -> ModelWeights:

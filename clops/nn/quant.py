@@ -348,6 +348,24 @@ def concat(parts: list[PackedWeight]) -> PackedWeight | None:
     return PackedWeight(first.fmt, sum(p.n for p in parts), first.k, data, scales, first.group)
 
 
+def concat_experts(gate: PackedWeight, up: PackedWeight, n_experts: int) -> PackedWeight | None:
+    """Each expert's gate rows, then its up rows: [E * F, k] twice -> [E * 2F, k] (a mixture of
+    experts' [gate | up] product in one launch), where the two share one format; else None."""
+    if (up.fmt, up.k, up.group, up.scale_half, up.data.dtype, up.n) != (
+            gate.fmt, gate.k, gate.group, gate.scale_half, gate.data.dtype, gate.n) or \
+            gate.n % n_experts:
+        return None
+
+    def per_expert(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        e = n_experts
+        return np.concatenate([a.reshape(e, -1, *a.shape[1:]), b.reshape(e, -1, *b.shape[1:])],
+                              axis=1).reshape(-1, *a.shape[1:])
+
+    scales = None if gate.scales is None else per_expert(gate.scales, up.scales)  # type: ignore[arg-type]
+    return PackedWeight(gate.fmt, 2 * gate.n, gate.k, per_expert(gate.data, up.data), scales,
+                        gate.group)
+
+
 _PACKERS = {
     GGML_Q4_K: _pack_q4_k, GGML_Q6_K: _pack_q6_k, GGML_Q5_0: _pack_q5_0,
     GGML_IQ4_NL: _pack_iq4_nl, GGML_MXFP4: _pack_mxfp4, GGML_Q3_K: _pack_q3_k,

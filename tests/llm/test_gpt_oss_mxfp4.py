@@ -76,7 +76,9 @@ def test_mxfp4_experts_match_transformers_dequantized(mxfp4_model, device):
     ref, path = mxfp4_model
     model = clops.llm.load(path, device=device, max_seq_len=64, progress=False,
                            kv_cache="float32")
-    assert model.layers[0].experts.gate.fmt == "q8"  # (MXFP4 values as int8 and a scale)
+    ex = model.layers[0].experts
+    # (MXFP4 values as int8 and a scale; gate and up one weight)
+    assert ex.gate_up is not None and ex.gate_up.fmt == "q8"
     ids = np.random.default_rng(4).integers(0, ref.config.vocab_size, PROMPT).tolist()
     got, want = model.logits(ids), hf_logits(ref, ids)
     err = float(np.abs(got - want).max() / np.abs(want).max())

@@ -236,6 +236,20 @@ def test_padded_rows_is_an_upper_bound():
     assert moe.padded_rows(1, 1, 4, 1) == 1 and moe.padded_rows(4, 2, 8, 4) == 32
 
 
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_gate_and_up_fuse_expert_by_expert(fmt):
+    # each expert's gate rows, then its up rows: the values of both, in that order
+    E, F_ = 3, 32
+    g, gv = _packed(FORMATS[fmt], E * F_, DIM)
+    u, uv = _packed(FORMATS[fmt], E * F_, DIM)
+    fused = quant.concat_experts(g, u, E)
+    assert fused is not None and (fused.fmt, fused.n, fused.k) == (g.fmt, 2 * E * F_, DIM)
+    want = np.concatenate([gv.reshape(E, F_, DIM), uv.reshape(E, F_, DIM)], axis=1)
+    assert np.array_equal(fused.dequantize().astype(np.float64), want.reshape(-1, DIM))
+    other = "f32" if fmt != "f32" else "f16"
+    assert quant.concat_experts(g, _packed(FORMATS[other], E * F_, DIM)[0], E) is None
+
+
 # -- the block --------------------------------------------------------------------------------
 class Block:
     """An MoE block's weights: a float32 router [E, dim], and E experts' gate, up [E * F, dim]
