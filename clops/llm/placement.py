@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyopencl as cl
 
 from ..kernels import attention
-from ..runtime import CLDevice
+from ..runtime import CLDevice, meminfo
 from ..runtime.device import context as _context
 from ..runtime.device import device as _one_device
 from ..runtime.pool import Buffer
@@ -106,29 +105,13 @@ def free_bytes(dev: CLDevice) -> int:
     st = dev.memory_stats()
     in_use = int(st["in_use"])
     free = max(0, dev.caps.global_mem - in_use)
-    told = _driver_free(dev)
+    told = meminfo.free_bytes(dev)
     if told is not None:
         # (memory the pool keeps for reuse is free to the model)
         free = min(free, told + int(st["cached"]))
     if st["limit"] is not None:
         free = min(free, max(0, int(st["limit"]) - in_use))
     return free
-
-
-def _driver_free(dev: CLDevice) -> int | None:
-    if dev.kind != "gpu":
-        return None
-    if dev.backend == "nvidia":
-        from ..runtime import tma
-
-        cuda = tma.cuda(dev)
-        got = cuda.memory() if cuda is not None else None
-        return got[0] if got is not None else None
-    try:  # AMD: the free KiB in all, then the largest free block's
-        kib: Any = dev.cl_device.get_info(cl.device_info.GLOBAL_FREE_MEMORY_AMD)
-        return int(kib[0] if isinstance(kib, (list, tuple)) else kib) * 1024
-    except (cl.Error, AttributeError, ValueError, TypeError):
-        return None
 
 
 def _gib(n: float) -> str:
@@ -258,8 +241,7 @@ class Chain:
             if dev.shares_context(before):
                 q.barrier([done])
                 if k and self.nbytes:
-                    cl.enqueue_copy(q.cl_queue, x.mem, parts[k - 1][1].mem,
-                                    byte_count=self.nbytes)
+                    dev.copy(x, parts[k - 1][1], self.nbytes, queue=q)
             elif k and self.nbytes:
                 rows = np.empty(self.nbytes, np.uint8)
                 before.read(rows, parts[k - 1][1], queue=before.queue)
