@@ -116,8 +116,8 @@ PROMPT_CHUNK_GPU = 512
 
 @dataclass(frozen=True)
 class _Part:
-    """The layers ``first`` .. ``stop - 1`` of a model split over devices, and the buffers all
-    its parts share (in one OpenCL context): the token ids and the position state."""
+    """The layers ``first`` .. ``stop - 1`` of a model split over devices, and the buffers of
+    token ids and positions that its parts in one OpenCL context share."""
 
     first: int
     stop: int
