@@ -141,6 +141,22 @@ class KernelOutput(NamedTuple):
     unit_last: bool
 
 
+class Param(NamedTuple):
+    """One parameter of a generated kernel: its ``name`` in the source and the ``role`` that
+    says what a launch passes (``KernelKey.params``): the buffer or the offset of output or
+    leaf ``slot``, its stride along ``axis``, and so on."""
+
+    name: str
+    role: str
+    slot: int = 0
+    axis: int = 0
+
+
+# Roles of parameters that are buffers; every other role but ``const`` is an index (``int``, or
+# ``long`` in ``wide`` kernels)
+BUFFER_ROLES = frozenset({"out", "leaf", "count", "fin"})
+
+
 @dataclass(frozen=True)
 class KernelKey:
     """Everything that shapes a generated kernel's source: the program-cache key. Sizes,
@@ -176,6 +192,51 @@ class KernelKey:
     # CPUs: a serial row over several reduced axes walks its last axis in runs (one unravel
     # per run, not per element)
     runs: bool = False
+
+    def params(self) -> tuple[Param, ...]:
+        """The kernel's parameters in order: the one place it is written; the renderer declares
+        them and a launch passes their values (``realize.launch_args``).
+
+        ===========  ==========================================================================
+        out          output ``slot``'s buffer, ``out_offset`` its offset and, unless ``flat``,
+                     ``out_stride`` its stride along ``axis``
+        leaf         input ``slot``'s buffer, ``leaf_offset``, ``leaf_stride`` (as outputs)
+        view_*       view ``slot``: its ``offset``, ``stride`` along ``axis``, its source's
+                     ``shape`` and row-major ``pitch`` (the strides that unravel an index)
+        const        constant ``slot``
+        size         the kernel's size along ``axis`` (unless ``flat``)
+        total        the rows of a row kernel, else the work-items
+        rn           a row's length (row kernels)
+        nchunks      the parts of a split row, ``chunk`` the length of one
+        count        the work-group counter, ``fin`` the final buffer and ``fin_offset`` its
+                     offset (a split row finished in the same kernel)
+        ===========  ==========================================================================
+        """
+        out: list[Param] = []
+        for k, o in enumerate(self.outputs):
+            out += [Param(f"out{k}", "out", k), Param(f"oo{k}", "out_offset", k)]
+            if not self.flat:
+                out += [Param(f"os{k}_{j}", "out_stride", k, j) for j in range(o.rank)]
+        for k, leaf in enumerate(self.leaves):
+            out += [Param(f"b{k}", "leaf", k), Param(f"o{k}", "leaf_offset", k)]
+            if not self.flat:
+                out += [Param(f"s{k}_{j}", "leaf_stride", k, j) for j in range(leaf.rank)]
+        for v, view in enumerate(self.views):
+            out.append(Param(f"vo{v}", "view_offset", v))
+            out += [Param(f"vs{v}_{j}", "view_stride", v, j) for j in range(view.rank)]
+            out += [Param(f"vq{v}_{d}", "view_shape", v, d) for d in range(view.src_rank)]
+            out += [Param(f"vp{v}_{d}", "view_pitch", v, d) for d in range(view.src_rank)]
+        out += [Param(f"c{k}", "const", k) for k in range(len(self.consts))]
+        if not self.flat:
+            out += [Param(f"n{j}", "size", 0, j) for j in range(self.rank)]
+        out.append(Param("total", "total"))
+        if self.raxes:
+            out.append(Param("rn", "rn"))
+        if self.chunked:
+            out += [Param("nchunks", "nchunks"), Param("chunk", "chunk")]
+        if self.combine is not None:
+            out += [Param("count", "count"), Param("fin", "fin"), Param("fo", "fin_offset")]
+        return tuple(out)
 
     def dtype_names(self) -> set[str]:
         """Every dtype the kernel touches (a float64 one needs the fp64 extension)."""

@@ -19,15 +19,13 @@ from ..runtime.keylocks import KeyedLocks
 from . import schedule as scheduler
 from .device import Device
 from .geometry import local_size
-from .kernel import KernelKey, Lowered, Temp
+from .kernel import BUFFER_ROLES, KernelKey, Lowered, Param, Temp
 from .lower import scalar_arg
 from .render import CLRenderer
 from .schedule import AllocStep, KernelStep, Plan
 
-# NOTE: shared by every thread; each render works on a copy of it (``render_kernel``)
-_RENDERER = CLRenderer()
-# (device id, renderer class, structural key, local size) -> (built kernel, name)
-_KERNELS: dict[tuple[int, type, KernelKey, int], tuple[Any, str]] = {}
+# (device id, renderer class, structural key, local size) -> (built kernel, name, parameters)
+_KERNELS: dict[tuple[int, type, KernelKey, int], tuple[Any, str, tuple[Param, ...]]] = {}
 _FILLING = KeyedLocks()  # a key of _KERNELS being rendered and built
 STATS = {"launches": 0}
 _STATS_LOCK = threading.Lock()
@@ -56,6 +54,7 @@ def run(p: Plan, device: Device, renderer: CLRenderer | None = None) -> None:
     """Run plan ``p``: allocate each temporary when its step comes, launch each kernel (its
     source from ``renderer``, the OpenCL C one by default), then mark the computed nodes
     realized as loads of their buffers."""
+    spell = renderer if renderer is not None else CLRenderer()
     buffers: dict[int, Any] = {}
 
     def buffer(b: Any) -> Any:
@@ -66,7 +65,7 @@ def run(p: Plan, device: Device, renderer: CLRenderer | None = None) -> None:
             t = step.temp
             buffers[id(t)] = counter(device) if t.counter else device.alloc(t.nbytes)
         else:
-            run_kernel(step, device, buffer, renderer or _RENDERER)
+            run_kernel(step, device, buffer, spell)
     with _GRAPH_LOCK:
         for b in p.bindings:
             loaded = ir.load(buffer(b.buffer), b.view, b.dtype)
@@ -93,7 +92,7 @@ def run_kernel(step: KernelStep, device: Device, buffer: Callable[[Any], Any],
     hit = _KERNELS.get(ck)
     if hit is None:
         hit = _build(ck, step, device, renderer, local)
-    kernel, name = hit
+    kernel, name, params = hit
     if geo is None:
         return  # nothing to write (sizes of other axes may not even fit the index type)
     if _config.CONFIG.debug >= 1:
@@ -101,68 +100,90 @@ def run_kernel(step: KernelStep, device: Device, buffer: Callable[[Any], Any],
               file=sys.stderr)
     with _STATS_LOCK:
         STATS["launches"] += 1
-    device.launch(kernel, geo.global_size, geo.local_size, launch_args(lw, buffer),
+    device.launch(kernel, geo.global_size, geo.local_size, launch_args(lw, buffer, params),
                   reads=[buffer(b) for b in lw.reads], writes=[buffer(b) for b in lw.writes],
                   name=name)
 
 
 def _build(ck: tuple[int, type, KernelKey, int], step: KernelStep, device: Device,
-           renderer: CLRenderer, local: int) -> tuple[Any, str]:
+           renderer: CLRenderer, local: int) -> tuple[Any, str, tuple[Param, ...]]:
     """Render and build ``step``'s kernel for cache key ``ck`` once: a thread that misses a
     key another thread is building waits for that build; kernels of other keys are built
     meanwhile."""
     with _FILLING.hold(ck):
         hit = _KERNELS.get(ck)
         if hit is None:
-            src, arg_types = renderer.render_kernel(step.lowered.key, local, step.name)
+            src, arg_types, params = renderer.render_kernel(step.lowered.key, local, step.name)
             if _config.CONFIG.debug >= 1:
                 print(f"[clops] kernel {step.name}:\n{src}", file=sys.stderr)
             hit = _KERNELS[ck] = (device.kernel(src, step.name, arg_types=arg_types),
-                                  step.name)
+                                  step.name, params)
     return hit
 
 
-def launch_args(lw: Lowered, buffer: Callable[[Any], Any]) -> list[Any]:
-    """The kernel arguments of ``lw``, in the renderer's order."""
-    I = np.int64 if lw.wide else np.int32
+def launch_args(lw: Lowered, buffer: Callable[[Any], Any],
+                params: tuple[Param, ...] | None = None) -> list[Any]:
+    """The kernel arguments of ``lw``: a value for each parameter of its kernel, in order
+    (``KernelKey.params``, or ``params``, the rendered kernel's, where the caller has them).
+    ``buffer`` maps the plan's temporaries to their buffers."""
+    index = np.int64 if lw.wide else np.int32
     args: list[Any] = []
-    flat = lw.flat
-    for buf, v in zip(lw.out_buffers, lw.out_views):
-        args += [buffer(buf), I(v.offset)]
-        if not flat:
-            args += [I(s) for s in v.strides]
-    for buf, v in zip(lw.leaf_buffers, lw.leaf_views):
-        args += [buffer(buf), I(v.offset)]
-        if not flat:
-            args += [I(s) for s in v.strides]
-    for v, src_shape in lw.view_args:
-        args.append(I(v.offset))
-        args += [I(s) for s in v.strides]
-        args += [I(n) for n in src_shape]
-        args += [I(p) for p in contiguous_strides(src_shape)]
-    for value, dt in lw.const_values:
-        args.append(scalar_arg(value, dt))
-    full = lw.full
-    if not flat:
-        args += [I(n) for n in full]
-    if lw.raxes:
-        rows = ir.prod([n for i, n in enumerate(full) if i not in lw.raxes])
-        rn = ir.prod([full[i] for i in lw.raxes])
-        args += [I(rows), I(rn)]
-        if lw.chunks > 1:
-            chunk = -(-rn // lw.chunks)
-            if lw.vrow:
-                chunk = -(-chunk // lw.vrow) * lw.vrow  # chunks start aligned to the vectors
-            args += [I(lw.chunks), I(chunk)]
-            if lw.combine is not None:
-                count, fbuf, fview = lw.combine
-                args += [buffer(count), buffer(fbuf), I(fview.offset)]
-    else:
-        total = ir.prod(full)
-        if flat > 1:
-            total //= flat  # work-items, each on a vector of `flat` elements
-        args.append(I(total))
+    for p in params if params is not None else lw.key.params():
+        value = _ARG_VALUES[p.role](lw, p, buffer)
+        args.append(value if p.role in _AS_IS else index(value))
     return args
+
+
+def _rows(lw: Lowered) -> int:
+    return ir.prod([n for i, n in enumerate(lw.full) if i not in lw.raxes])
+
+
+def _row_length(lw: Lowered) -> int:
+    return ir.prod([lw.full[i] for i in lw.raxes])
+
+
+def _chunk(lw: Lowered) -> int:
+    chunk = -(-_row_length(lw) // lw.chunks)
+    if lw.vrow:
+        chunk = -(-chunk // lw.vrow) * lw.vrow  # chunks start aligned to the vectors
+    return chunk
+
+
+def _work_items(lw: Lowered) -> int:
+    total = ir.prod(lw.full)
+    return total // lw.flat if lw.flat > 1 else total  # a work-item per vector of `flat`
+
+
+def _combine(lw: Lowered) -> tuple[Any, Any, View]:
+    assert lw.combine is not None
+    return lw.combine
+
+
+_Value = Callable[[Lowered, Param, Callable[[Any], Any]], Any]
+# a parameter's role -> its value at a launch of ``lw`` (``buf``: the plan's temporaries to
+# buffers); buffers and constants are passed as they are, the rest as the kernel's index type
+_ARG_VALUES: dict[str, _Value] = {
+    "out": lambda lw, p, buf: buf(lw.out_buffers[p.slot]),
+    "out_offset": lambda lw, p, buf: lw.out_views[p.slot].offset,
+    "out_stride": lambda lw, p, buf: lw.out_views[p.slot].strides[p.axis],
+    "leaf": lambda lw, p, buf: buf(lw.leaf_buffers[p.slot]),
+    "leaf_offset": lambda lw, p, buf: lw.leaf_views[p.slot].offset,
+    "leaf_stride": lambda lw, p, buf: lw.leaf_views[p.slot].strides[p.axis],
+    "view_offset": lambda lw, p, buf: lw.view_args[p.slot][0].offset,
+    "view_stride": lambda lw, p, buf: lw.view_args[p.slot][0].strides[p.axis],
+    "view_shape": lambda lw, p, buf: lw.view_args[p.slot][1][p.axis],
+    "view_pitch": lambda lw, p, buf: contiguous_strides(lw.view_args[p.slot][1])[p.axis],
+    "const": lambda lw, p, buf: scalar_arg(*lw.const_values[p.slot]),
+    "size": lambda lw, p, buf: lw.full[p.axis],
+    "total": lambda lw, p, buf: _rows(lw) if lw.raxes else _work_items(lw),
+    "rn": lambda lw, p, buf: _row_length(lw),
+    "nchunks": lambda lw, p, buf: lw.chunks,
+    "chunk": lambda lw, p, buf: _chunk(lw),
+    "count": lambda lw, p, buf: buf(_combine(lw)[0]),
+    "fin": lambda lw, p, buf: buf(_combine(lw)[1]),
+    "fin_offset": lambda lw, p, buf: _combine(lw)[2].offset,
+}
+_AS_IS = BUFFER_ROLES | {"const"}
 
 
 _COUNTERS: dict[int, tuple[Any, Any]] = {}

@@ -2,11 +2,12 @@
 The backend seam: the language's spellings are class attributes of ``CLRenderer`` (types, the
 elementwise and reduction tables, the prelude file, index and barrier spellings); a renderer
 for another language subclasses it and changes those and the few methods that spell loads,
-stores and casts."""
+stores and casts. A renderer holds no state: each render is a ``_KernelSource`` of its own, made
+for that call, so one renderer serves every thread and a render is a function of its key."""
 
 from __future__ import annotations
 
-import copy
+import functools
 import threading
 from importlib import resources
 from typing import Any, ClassVar, NamedTuple
@@ -16,7 +17,7 @@ import numpy as np
 from ..graph import dtypes
 from ..runtime import cltypes
 from . import cl_ops
-from .kernel import Instr, KernelKey, KernelOutput, Leaf, Reduction
+from .kernel import Instr, KernelKey, KernelOutput, Leaf, Param, Reduction
 
 RENDER_STATS = {"renders": 0}
 _STATS_LOCK = threading.Lock()
@@ -44,16 +45,27 @@ _C_SCALARS = {"char": "int8", "short": "int16", "int": "int32", "long": "int64",
 
 
 class RenderedKernel(NamedTuple):
-    """A rendered kernel: its source, and the numpy dtypes of its scalar arguments in order
-    (None for pointers), which the launch path packs arguments with."""
+    """A rendered kernel: its source, the numpy dtypes of its scalar arguments in order (None
+    for pointers), which the launch path packs arguments with, and its parameters
+    (``KernelKey.params``: what a launch passes, in the order the source declares them)."""
 
     source: str
     arg_types: list[Any]
+    params: tuple[Param, ...]
+
+
+@functools.cache
+def _package_text(package: str, file: str) -> str:
+    """A file of the package (kernels are files), read once."""
+    return resources.files(package).joinpath(file).read_text()
 
 
 class CLRenderer:
-    """OpenCL C. Class attributes name the language's spellings; one render's state lives on a
-    copy of the renderer made for that render, so threads can share one renderer."""
+    """OpenCL C. Class attributes name the language's spellings, methods spell what a table
+    cannot; an instance holds nothing else, and ``render_kernel`` keeps one render's state in
+    a ``_KernelSource`` made for that call."""
+
+    __slots__ = ()
 
     # dtype name -> storage type, and the type arithmetic is done in
     storage_types: ClassVar[dict[str, str]] = cltypes.STORAGE
@@ -89,22 +101,13 @@ class CLRenderer:
     group_unroll = 4  # accumulators (steps in flight) per work-item of a work-group reduction
     strip_vector = 8  # vector width of a CPU column strip (``lower.CPU_STRIP_WIDTHS`` divide)
 
-    def __init__(self) -> None:
-        self._prelude: str | None = None
-        self._own_math: str | None = None
-
     def prelude(self) -> str:
-        if self._prelude is None:
-            self._prelude = resources.files(self.prelude_package).joinpath(
-                self.prelude_file).read_text()
-        return self._prelude
+        return _package_text(self.prelude_package, self.prelude_file)
 
     def own_math(self, n: int) -> str:
         """The source of clops' own vector math on ``n``-wide vectors."""
-        if self._own_math is None:
-            self._own_math = resources.files(self.prelude_package).joinpath(
-                self.own_math_file).read_text()
-        return self.own_math_width.format(n=n) + self._own_math
+        return self.own_math_width.format(n=n) + _package_text(self.prelude_package,
+                                                               self.own_math_file)
 
     # -- types -------------------------------------------------------------------------------------
     @staticmethod
@@ -154,112 +157,17 @@ class CLRenderer:
             return f"({self.math(to)})({src}.x)"
         return f"({self.math(to)})({src})"
 
-    # -- the kernel --------------------------------------------------------------------------------
-    def render(self, key: KernelKey, local_size: int, name: str) -> str:
-        """The source of kernel ``name`` for ``key``, built for ``local_size`` work-items per
-        row (0: no reduction)."""
-        return self.render_kernel(key, local_size, name).source
+    # -- n-wide vectors (``flat`` kernels, vector rows) ------------------------------------------
+    def vector_type(self, name: str, n: int) -> str:
+        """The type ``n`` values of dtype ``name`` are held in, loaded or to be stored."""
+        return f"float{n}" if name == "float16" else f"{self.storage(name)}{n}"
 
-    def render_kernel(self, key: KernelKey, local_size: int, name: str) -> RenderedKernel:
-        """Kernel ``name`` for ``key`` (as ``render``) with its scalar argument types.
+    def vector_load(self, name: str, n: int, ptr: str) -> str:
+        """``n`` elements of dtype ``name`` from ``ptr`` on (in ``vector_type``)."""
+        return f"vload_half{n}(0, {ptr})" if name == "float16" else f"vload{n}(0, {ptr})"
 
-        NOTE: the methods below keep the state of one render on ``self`` (value types, the
-        vector component, the register cache step, ...); each render runs on a shallow copy,
-        so that renders on other threads, which share this renderer, never see it (they did,
-        and launched kernels with another kernel's argument list)."""
-        self.prelude()  # read once, into the copies too
-        if key.own_math:
-            self.own_math(key.flat)
-        return copy.copy(self)._render(key, local_size, name)
-
-    def _render(self, key: KernelKey, local_size: int, name: str) -> RenderedKernel:
-        with _STATS_LOCK:
-            RENDER_STATS["renders"] += 1
-        rank, raxes, chunked, reduced_out = key.rank, key.raxes, key.chunked, key.reduced_out
-        flat, wide, leaves, views, consts = key.flat, key.wide, key.leaves, key.views, key.consts
-        reductions, out_instrs, outs, guard = key.reductions, key.instrs, key.outputs, key.guard
-        vrow, cache, shfl, col = key.vrow, key.cache, key.shfl, key.col
-        check = ["if (gid >= total) return;"] if guard else []
-        self._check = check
-        idx = "long" if wide else "int"
-        self.idx = idx
-        self.rank = rank
-        self.leaves = leaves
-        self.flat = flat
-        self._types: dict[int, str] = {}
-        self._ctx_ranks: dict[int, int] = {0: rank}
-        self._red_types: dict[int, str] = {}
-        self._row_ctx: set[int] = set()
-        self._raxes = raxes
-        self._comp: int | None = None
-        self.vrow, self.cache, self.col = vrow, cache, col
-        self.strip, self.runs = key.strip, key.runs
-        self.vmath = key.vmath
-        self._own = frozenset(key.own_math)
-        self.shfl = shfl and local_size % 32 == 0 and local_size >= 32
-        self._vec_name: dict[int, str] = {}  # vector (or cached value) of a leaf at this step
-        self._cache_k: int | None = None  # register cache step being rendered (None: off)
-        self._filled: set[int] = set()  # leaves whose cache holds this step's values
-        self._uses_shfl = False
-        args: list[str] = []
-        for k, o in enumerate(outs):
-            args.append(f"{self.global_ptr} {self.storage_ptr_type(o.dtype)} *out{k}")
-            args.append(f"{idx} oo{k}")
-            if not flat:
-                args += [f"{idx} os{k}_{j}" for j in range(o.rank)]
-        for k, (lname, lrank, _) in enumerate(leaves):
-            args.append(f"{self.global_ptr} const {self.storage_ptr_type(lname)} *b{k}")
-            args.append(f"{idx} o{k}")
-            if not flat:
-                args += [f"{idx} s{k}_{j}" for j in range(lrank)]
-        for v, (vrank, srank) in enumerate(views):
-            args.append(f"{idx} vo{v}")
-            args += [f"{idx} vs{v}_{j}" for j in range(vrank)]
-            args += [f"{idx} vq{v}_{d}" for d in range(srank)]
-            args += [f"{idx} vp{v}_{d}" for d in range(srank)]
-        for k, cname in enumerate(consts):
-            args.append(f"{self.math(cname)} c{k}")
-        if not flat:
-            args += [f"{idx} n{j}" for j in range(rank)]
-        args.append(f"{idx} total")
-        if raxes:
-            args.append(f"{idx} rn")
-        if chunked:
-            args += [f"{idx} nchunks", f"{idx} chunk"]
-        self._combine = key.combine
-        if self._combine is not None:
-            args += [f"{self.global_ptr} int *count",
-                     f"{self.global_ptr} {self.storage_ptr_type(self._combine)} *fin",
-                     f"{idx} fo"]
-
-        body: list[str] = []
-        if flat > 1:
-            body += self._vector_body(flat, leaves, out_instrs, outs)
-        elif not raxes:
-            body.append(f"{idx} gid = ({idx}){self.gid};")
-            body += check
-            if not flat:
-                body += self._unravel("gid", list(range(rank)))
-            body += self._instrs(out_instrs)
-            body += self._stores(outs)
-        else:
-            body += self._row_kernel(raxes, chunked, reduced_out, reductions, out_instrs, outs,
-                                     local_size)
-        arg_types = [self._arg_dtype(a) for a in args]
-        uses_fp64 = any(n in ("float64", "complex128") for n in key.dtype_names())
-        head = self.fp64_pragma if uses_fp64 else ""
-        # NOTE: no contraction of a*b + c into one fma: numpy rounds the product first, and a
-        # driver that contracts (NVIDIA's does) gave linspace(-64, 100, 7, int8)[3] 17, not 18
-        src = head + self.contract_pragma + self.prelude() + "\n"
-        if key.own_math:
-            src += self.own_math(flat) + "\n"
-        if self._uses_shfl:
-            src += self.shfl_helpers
-        src += f"{self.kernel_prefix} {name}(\n    " + ",\n    ".join(args) + ")\n{\n"
-        src += "\n".join("    " + line for line in body) + "\n}\n"
-        return RenderedKernel(src, arg_types)
-
-    def _vec_component(self, name: str, comp: str) -> str:
+    def vector_component(self, name: str, comp: str) -> str:
+        """A loaded vector's component ``comp`` as a value of dtype ``name``'s math type."""
         d = self.dt(name)
         if d.name == "bfloat16":
             return f"clops_bf16_load({comp})"
@@ -267,22 +175,137 @@ class CLRenderer:
             return f"(int)({comp} != 0)"
         return comp
 
+    def vector_store_component(self, name: str, comp: str, val: str) -> str:
+        """Set component ``comp`` of a vector to be stored to value ``val`` (dtype ``name``)."""
+        d = self.dt(name)
+        if d.name == "bfloat16":
+            return f"{comp} = clops_bf16_store({val});"
+        if d.kind == "b":
+            return f"{comp} = (uchar)({val} != 0);"
+        if d.name == "float16":
+            return f"{comp} = {val};"
+        return f"{comp} = ({self.storage(d.name)})({val});"
+
+    def vector_store(self, name: str, n: int, vec: str, ptr: str) -> str:
+        """Store vector ``vec`` of ``n`` elements of dtype ``name`` from ``ptr`` on."""
+        if name == "float16":
+            return f"vstore_half{n}_rte({vec}, 0, {ptr});"
+        return f"vstore{n}({vec}, 0, {ptr});"
+
+    # -- parameters --------------------------------------------------------------------------------
+    def param_decl(self, p: Param, key: KernelKey, idx: str) -> str:
+        """The declaration of ``key``'s parameter ``p`` (``idx``: the index type)."""
+        if p.role == "out":
+            return f"{self.global_ptr} {self.storage_ptr_type(key.outputs[p.slot].dtype)} " \
+                f"*{p.name}"
+        if p.role == "leaf":
+            return f"{self.global_ptr} const {self.storage_ptr_type(key.leaves[p.slot].dtype)}" \
+                f" *{p.name}"
+        if p.role == "count":
+            return f"{self.global_ptr} int *{p.name}"
+        if p.role == "fin":
+            assert key.combine is not None
+            return f"{self.global_ptr} {self.storage_ptr_type(key.combine)} *{p.name}"
+        if p.role == "const":
+            return f"{self.math(key.consts[p.slot])} {p.name}"
+        return f"{idx} {p.name}"
+
+    def arg_dtype(self, decl: str) -> Any:
+        """numpy dtype of a scalar kernel argument (None for pointers and vector types), so the
+        launch path can pack arguments without inspecting them."""
+        if "*" in decl:
+            return None
+        name = self.scalar_args.get(decl.split()[0])
+        return np.dtype(name) if name else None
+
+    # -- the kernel --------------------------------------------------------------------------------
+    def render(self, key: KernelKey, local_size: int, name: str) -> str:
+        """The source of kernel ``name`` for ``key``, built for ``local_size`` work-items per
+        row (0: no reduction)."""
+        return self.render_kernel(key, local_size, name).source
+
+    def render_kernel(self, key: KernelKey, local_size: int, name: str) -> RenderedKernel:
+        """Kernel ``name`` for ``key`` (as ``render``) with its scalar argument types and its
+        parameters."""
+        with _STATS_LOCK:
+            RENDER_STATS["renders"] += 1
+        return _KernelSource(self, key, local_size, name).rendered()
+
+
+class _KernelSource:
+    """One render of one key: the state the steps of a render share (value types, index
+    contexts, the vector component, the register cache step, ...), made for that render alone
+    (renders on several threads once shared one renderer's state, and launched kernels with
+    another kernel's argument list). Spellings come from ``lang``."""
+
+    def __init__(self, lang: CLRenderer, key: KernelKey, local_size: int, name: str) -> None:
+        self.lang, self.key, self.local_size, self.name = lang, key, local_size, name
+        self.idx = "long" if key.wide else "int"
+        self.rank, self.leaves, self.flat = key.rank, key.leaves, key.flat
+        self.vrow, self.cache, self.col = key.vrow, key.cache, key.col
+        self.strip, self.runs, self.vmath = key.strip, key.runs, key.vmath
+        self.shfl = key.shfl and local_size % 32 == 0 and local_size >= 32
+        self._check = ["if (gid >= total) return;"] if key.guard else []
+        self._raxes = key.raxes
+        self._combine = key.combine
+        self._own = frozenset(key.own_math)
+        self._types: dict[int, str] = {}
+        self._ctx_ranks: dict[int, int] = {0: key.rank}
+        self._red_types: dict[int, str] = {}
+        self._row_ctx: set[int] = set()
+        self._comp: int | None = None  # vector component being rendered (None: scalar)
+        self._vec_name: dict[int, str] = {}  # vector (or cached value) of a leaf at this step
+        self._cache_k: int | None = None  # register cache step being rendered (None: off)
+        self._filled: set[int] = set()  # leaves whose cache holds this step's values
+        self._uses_shfl = False
+
+    def rendered(self) -> RenderedKernel:
+        """The kernel (called once: the steps fill this render's state as they go)."""
+        key, lang, idx, rank = self.key, self.lang, self.idx, self.rank
+        flat, raxes, outs = key.flat, key.raxes, key.outputs
+        params = key.params()
+        args = [lang.param_decl(p, key, idx) for p in params]
+        body: list[str] = []
+        if flat > 1:
+            body += self._vector_body(flat, key.leaves, key.instrs, outs)
+        elif not raxes:
+            body.append(f"{idx} gid = ({idx}){lang.gid};")
+            body += self._check
+            if not flat:
+                body += self._unravel("gid", list(range(rank)))
+            body += self._instrs(key.instrs)
+            body += self._stores(outs)
+        else:
+            body += self._row_kernel(raxes, key.chunked, key.reduced_out, key.reductions,
+                                     key.instrs, outs, self.local_size)
+        arg_types = [lang.arg_dtype(a) for a in args]
+        uses_fp64 = any(n in ("float64", "complex128") for n in key.dtype_names())
+        head = lang.fp64_pragma if uses_fp64 else ""
+        # NOTE: no contraction of a*b + c into one fma: numpy rounds the product first, and a
+        # driver that contracts (NVIDIA's does) gave linspace(-64, 100, 7, int8)[3] 17, not 18
+        src = head + lang.contract_pragma + lang.prelude() + "\n"
+        if key.own_math:
+            src += lang.own_math(flat) + "\n"
+        if self._uses_shfl:
+            src += lang.shfl_helpers
+        src += f"{lang.kernel_prefix} {self.name}(\n    " + ",\n    ".join(args) + ")\n{\n"
+        src += "\n".join("    " + line for line in body) + "\n}\n"
+        return RenderedKernel(src, arg_types, params)
+
     def _vector_body(self, n: int, leaves: tuple[Leaf, ...], instrs: tuple[Instr, ...],
                      outs: tuple[KernelOutput, ...]) -> list[str]:
         """Contiguous elementwise kernel: ``n`` elements per work-item through vector loads
         and stores; the scalar expression is repeated per component."""
         idx = self.idx
-        lines = [f"{idx} gid = ({idx}){self.gid};", *self._check,
+        lines = [f"{idx} gid = ({idx}){self.lang.gid};", *self._check,
                  f"{idx} base = gid * {n};"]
         used = {ins.slot for ins in instrs if ins.op == "load"}
         for k, (lname, _, _) in enumerate(leaves):
             if k not in used:
                 continue
-            d = self.dt(lname)
-            if d.name == "float16":
-                lines.append(f"float{n} lv{k} = vload_half{n}(0, b{k} + o{k} + base);")
-            else:
-                lines.append(f"{self.storage(lname)}{n} lv{k} = vload{n}(0, b{k} + o{k} + base);")
+            vt, load = self.lang.vector_type(lname, n), \
+                self.lang.vector_load(lname, n, f"b{k} + o{k} + base")
+            lines.append(f"{vt} lv{k} = {load};")
         if self.vmath:
             return lines + self._vector_math(n, instrs, outs)
         lines += self._sv_decls(outs, n)
@@ -360,18 +383,18 @@ class CLRenderer:
                 slot, ctx, dname = ins.slot, ins.ctx, ins.dtype
                 if self._comp is not None and ctx == 0:
                     vec = self._vec_name.get(slot, f"lv{slot}")
-                    expr, t = self._vec_component(dname, f"{vec}.s{self._comp:x}"), \
-                        self.math(dname)
+                    expr, t = self.lang.vector_component(dname, f"{vec}.s{self._comp:x}"), \
+                        self.lang.math(dname)
                     types[v] = t
                     out.append(f"{t} v{v} = {expr};")
                     continue
                 if self._cache_k is not None and ctx == 0:
-                    t = self.math(dname)
+                    t = self.lang.math(dname)
                     cname = f"c{slot}_{self._cache_k}"
                     if slot not in self._filled:
                         lrank, unit = self.leaves[slot].rank, self.leaves[slot].unit_last
                         addr = self._addr(ctx, lrank, f"o{slot}", f"s{slot}_", unit)
-                        out.append(f"{cname} = {self.load_expr(dname, f'b{slot}', addr)};")
+                        out.append(f"{cname} = {self.lang.load_expr(dname, f'b{slot}', addr)};")
                     types[v] = t
                     out.append(f"{t} v{v} = {cname};")
                     continue
@@ -380,21 +403,21 @@ class CLRenderer:
                 else:
                     lrank, unit = self.leaves[slot].rank, self.leaves[slot].unit_last
                     addr = self._addr(ctx, lrank, f"o{slot}", f"s{slot}_", unit)
-                expr = self.load_expr(dname, f"b{slot}", addr)
-                t = self.math(dname)
+                expr = self.lang.load_expr(dname, f"b{slot}", addr)
+                t = self.lang.math(dname)
             elif op == "const":
                 slot, dname = ins.slot, ins.dtype
-                expr, t = f"c{slot}", self.math(dname)
+                expr, t = f"c{slot}", self.lang.math(dname)
             elif op == "iota":
                 axis, ctx, dname = ins.axis, ins.ctx, ins.dtype
                 names = self._ctx_names(ctx, ctx_ranks[ctx])
-                expr, t = f"({self.math(dname)}){names[axis]}", self.math(dname)
+                expr, t = f"({self.lang.math(dname)}){names[axis]}", self.lang.math(dname)
             elif op == "ew":
                 dname = ins.dtype
-                expr, t = self._ew(ins.fn, ins.srcs, ins.kinds, dname), self.math(dname)
+                expr, t = self._ew(ins.fn, ins.srcs, ins.kinds, dname), self.lang.math(dname)
             elif op == "cast":
-                expr, t = self.cast_expr(f"v{ins.srcs[0]}", ins.kinds[0], ins.dtype), \
-                    self.math(ins.dtype)
+                expr, t = self.lang.cast_expr(f"v{ins.srcs[0]}", ins.kinds[0], ins.dtype), \
+                    self.lang.math(ins.dtype)
             elif op == "red":
                 expr, t = f"red{ins.slot}", self._red_types[ins.slot]
             else:
@@ -404,30 +427,30 @@ class CLRenderer:
         return out
 
     def _ew(self, fn: str, srcs: tuple[int, ...], kinds: tuple[str, ...], dname: str) -> str:
-        res = self.dt(dname)
+        res = self.lang.dt(dname)
         if fn == "where":
-            operand = self.dt(kinds[1])
+            operand = self.lang.dt(kinds[1])
             names = {"c": f"v{srcs[0]}", "a": f"v{srcs[1]}", "b": f"v{srcs[2]}"}
         else:
-            operand = self.dt(kinds[0])
+            operand = self.lang.dt(kinds[0])
             names = dict(zip("abc", (f"v{s}" for s in srcs)))
         cat = operand.kind
-        if cat == "c" and fn in self.complex_special:
-            fn = self.complex_special[fn]
-        table = self.ew_table.get(fn)
+        if cat == "c" and fn in self.lang.complex_special:
+            fn = self.lang.complex_special[fn]
+        table = self.lang.ew_table.get(fn)
         if table is None or cat not in table:
             raise TypeError(f"{fn} is not defined for {operand.name} in the OpenCL renderer")
         real = "double" if operand.name in ("complex128", "float64") else "float"
-        lo, hi = self.int_limits.get(self.math(operand.name), ("0", "0"))
-        return table[cat].format(T=self.math(res.name), R=real, BITS=operand.bits, MIN=lo, MAX=hi,
-                                 **names)
+        lo, hi = self.lang.int_limits.get(self.lang.math(operand.name), ("0", "0"))
+        return table[cat].format(T=self.lang.math(res.name), R=real, BITS=operand.bits, MIN=lo,
+                                 MAX=hi, **names)
 
     def _stores(self, outs: tuple[KernelOutput, ...]) -> list[str]:
         lines = []
         for k, o in enumerate(outs):
             addr = f"oo{k} + gid" if self.flat else self._addr(0, o.rank, f"oo{k}", f"os{k}_",
                                                                 o.unit_last)
-            lines.append(self.store_stmt(o.dtype, f"out{k}", addr, f"v{o.value}"))
+            lines.append(self.lang.store_stmt(o.dtype, f"out{k}", addr, f"v{o.value}"))
         return lines
 
     def _row_kernel(self, raxes: tuple[int, ...], chunked: bool, reduced_out: bool,
@@ -442,21 +465,21 @@ class CLRenderer:
             # elements (GPUs round them up to whole groups), the chunks on the second axis.
             # PERF: the output index is the global id itself, which PoCL sees as consecutive
             # across a group's lanes (vector loads; `g % total` made them gathers, 8x slower)
-            lines.append(f"{idx} row = ({idx}){self.gid};" if not self.strip else
-                         f"{idx} row = ({idx}){self.gid} * {self.strip};")
+            lines.append(f"{idx} row = ({idx}){self.lang.gid};" if not self.strip else
+                         f"{idx} row = ({idx}){self.lang.gid} * {self.strip};")
             if chunked:
-                lines.append(f"{idx} ck = ({idx}){self.gid1};")
+                lines.append(f"{idx} ck = ({idx}){self.lang.gid1};")
                 lines.append(f"{idx} rbeg = ck * chunk, rend = min(rn, rbeg + chunk);")
             else:
                 lines.append(f"{idx} rbeg = 0, rend = rn;")
         elif chunked:
-            lines.append(f"{idx} g = ({idx}){self.group_id};")
+            lines.append(f"{idx} g = ({idx}){self.lang.group_id};")
             lines.append(f"{idx} row = g / nchunks, ck = g % nchunks;")
             lines.append(f"{idx} rbeg = ck * chunk, rend = min(rn, rbeg + chunk);")
         else:
-            lines.append(f"{idx} row = ({idx}){self.group_id};")
+            lines.append(f"{idx} row = ({idx}){self.lang.group_id};")
             lines.append(f"{idx} rbeg = 0, rend = rn;")
-        lines.append(f"{idx} lid = ({idx}){self.local_id};" if L > 1 else f"{idx} lid = 0;")
+        lines.append(f"{idx} lid = ({idx}){self.lang.local_id};" if L > 1 else f"{idx} lid = 0;")
         if self._check or not self.col:
             # PERF: no early return in a CPU's column layout (launched exactly): PoCL then
             # runs the work-items of a group as vector lanes
@@ -484,7 +507,7 @@ class CLRenderer:
         # adjacent outputs as vector lanes (5.3 ms with 16 work-items a group). The loop
         # bounds are the same for the whole group (a chunk is the launch's second axis).
         lockstep = self.col and not self._check
-        sync = ["    " + self.barrier] if lockstep else []
+        sync = ["    " + self.lang.barrier] if lockstep else []
         for slot, (op, acc, _src, body, instrs) in enumerate(reductions):
             at, ident, comb = self._red_setup(slot, op, acc)
             lines.append(f"{at} red{slot};")
@@ -501,7 +524,7 @@ class CLRenderer:
                 # PERF: independent accumulators over unrolled steps let a CPU compiler
                 # vectorize the loads and combines (a single chain of adds cannot be).
                 lines += self._unrolled_accumulate(
-                    at, ident, comb, self.unroll, "rbeg", 1,
+                    at, ident, comb, self.lang.unroll, "rbeg", 1,
                     lambda a, pos, instrs=instrs, body=body, at=at, comb=comb:
                     self._reduce_step(raxes, instrs, body, at, comb, a, pos))
             lines.append(f"    red{slot} = acc;")
@@ -531,7 +554,7 @@ class CLRenderer:
         once per run, and within it the last index steps as in a row of one axis.
         PERF (4096x4096 float32 ``sum()``, Intel's runtime, two cores): unravelled per
         element 33 ms (numpy 4.4)."""
-        idx, U, last = self.idx, self.unroll, raxes[-1]
+        idx, U, last = self.idx, self.lang.unroll, raxes[-1]
 
         def step(a: str, pos: str) -> list[str]:
             lines = [f"i{last} = {pos} - run;", *self._instrs(instrs)]
@@ -561,7 +584,7 @@ class CLRenderer:
         """A column layout's strip (CPUs): ``strip`` adjacent outputs per work-item, from
         ``row`` on along the last axis, in float8 vectors; each step of the loop over the
         reduced axes reads a contiguous run of every row operand."""
-        idx, n = self.idx, self.strip_vector
+        idx, n = self.idx, self.lang.strip_vector
         vt = f"float{n}"
         parts = range(self.strip // n)
         lines: list[str] = []
@@ -595,7 +618,7 @@ class CLRenderer:
     def _strip_instrs(self, instrs: tuple[Instr, ...], u: int, vt: str) -> list[str]:
         """``instrs`` (float32 loads along the row, constants, arithmetic, reduction results;
         ``lower.column_strip``) on the ``u``-th vector of a strip."""
-        n = self.strip_vector
+        n = self.lang.strip_vector
         lines = []
         for ins in instrs:
             if ins.op == "rowctx":
@@ -619,17 +642,17 @@ class CLRenderer:
         names = dict(zip("abc", (f"v{x}{suffix}" for x in ins.srcs)))
         if ins.fn in self._own:
             return f"clops_{ins.fn}({names['a']})"
-        return self.ew_table[ins.fn]["f"].format(T=vt, R="float", **names)
+        return self.lang.ew_table[ins.fn]["f"].format(T=vt, R="float", **names)
 
     def _red_setup(self, slot: int, op: str, acc: str) -> tuple[str, str, str]:
         """(accumulator type, identity, combine template) of reduction ``slot``."""
-        accd = self.dt(acc)
-        at = self.math(acc)
+        accd = self.lang.dt(acc)
+        at = self.lang.math(acc)
         self._red_types[slot] = at
         cat = accd.kind
-        lo, hi = self.int_limits.get(at, ("0", "0"))
-        ident = self.reduce_identity[op][cat].format(T=at, MIN=lo, MAX=hi)
-        return at, ident, self.reduce_combine[op][cat]
+        lo, hi = self.lang.int_limits.get(at, ("0", "0"))
+        ident = self.lang.reduce_identity[op][cat].format(T=at, MIN=lo, MAX=hi)
+        return at, ident, self.lang.reduce_combine[op][cat]
 
     @staticmethod
     def _row_slots(instrs: tuple[Instr, ...]) -> list[int]:
@@ -656,10 +679,10 @@ class CLRenderer:
             at, ident, comb = self._red_setup(slot, op, acc)
             setups.append((at, ident, comb))
             n = L // 32 if self._shfl_ok(at) else L
-            lines.append(f"{self.local_decl} {at} scratch{slot}[{n}];")
+            lines.append(f"{self.lang.local_decl} {at} scratch{slot}[{n}];")
             lines.append(f"{at} red{slot};")
         if self._combine is not None:
-            lines.append(f"{self.local_decl} int last_group;")
+            lines.append(f"{self.lang.local_decl} int last_group;")
         row_out = not (reduced_out or chunked)
 
         def passes(cached: bool) -> list[str]:
@@ -706,7 +729,7 @@ class CLRenderer:
             lines.append("    // the row fits in registers: read it once, every load in flight")
             for s in slots:
                 vt = self._vec_type(self.leaves[s].dtype) if self.vrow else \
-                    self.math(self.leaves[s].dtype)
+                    self.lang.math(self.leaves[s].dtype)
                 lines.append(f"    {vt} " + ", ".join(f"c{s}_{k}" for k in range(self.cache))
                              + ";")
             for k in range(self.cache):
@@ -735,20 +758,20 @@ class CLRenderer:
         fence = "asm volatile(\"membar.gl;\" ::: \"memory\");" if self.shfl else \
             "mem_fence(CLK_GLOBAL_MEM_FENCE);"
         acc_name, final = reduction.acc, str(self._combine)
-        load = self.load_expr(part, "out0", "oo0 + j")
-        val = load if self.math(part) == at else f"({at})({load})"
+        load = self.lang.load_expr(part, "out0", "oo0 + j")
+        val = load if self.lang.math(part) == at else f"({at})({load})"
         lines = ["// the last work-group to finish adds up the parts (no second kernel)",
                  "if (lid == 0) {",
                  f"    {fence}  // this group's part, before the count that announces it",
                  "    last_group = atomic_inc(count) == nchunks - 1;", "}",
-                 self.barrier, "if (last_group) {", f"    {fence}",
+                 self.lang.barrier, "if (last_group) {", f"    {fence}",
                  "    {", f"        {at} acc = ({at})({ident});",
                  f"        for ({self.idx} j = lid; j < nchunks; j += {L}) acc = "
                  + comb.format(a="acc", b=val, T=at) + ";"]
         lines += ["        " + s for s in self._finish(0, at, comb, L)]
-        cast = self.cast_expr("red0", acc_name, final)
+        cast = self.lang.cast_expr("red0", acc_name, final)
         lines += ["    }", "    if (lid == 0) {",
-                  "        " + self.store_stmt(final, "fin", "fo", cast),
+                  "        " + self.lang.store_stmt(final, "fin", "fo", cast),
                   "        *count = 0;", "    }", "}"]
         return lines
 
@@ -762,17 +785,14 @@ class CLRenderer:
         for s in slots:
             name, lrank, unit = self.leaves[s]  # a Leaf
             addr = self._addr(0, lrank, f"o{s}", f"s{s}_", unit)
-            lines.append(f"c{s}_{k} = {self.load_expr(name, f'b{s}', addr)};")
+            lines.append(f"c{s}_{k} = {self.lang.load_expr(name, f'b{s}', addr)};")
         return lines
 
     def _vec_type(self, name: str) -> str:
-        d = self.dt(name)
-        return f"float{self.vrow}" if d.name == "float16" else f"{self.storage(name)}{self.vrow}"
+        return self.lang.vector_type(name, self.vrow)
 
     def _vec_load(self, name: str, slot: int) -> str:
-        if self.dt(name).name == "float16":
-            return f"vload_half{self.vrow}(0, b{slot} + o{slot} + base)"
-        return f"vload{self.vrow}(0, b{slot} + o{slot} + base)"
+        return self.lang.vector_load(name, self.vrow, f"b{slot} + o{slot} + base")
 
     def _vec_loads(self, instrs: tuple[Instr, ...], k: int | None) -> list[str]:
         """Vector loads at ``base`` of the leaves ``instrs`` read along the row (into the
@@ -826,7 +846,7 @@ class CLRenderer:
             # PERF: independent accumulators over unrolled strided steps: several loads in
             # flight per work-item, each step coalesced across the work-group.
             lines += self._unrolled_accumulate(
-                at, ident, comb, self.group_unroll, f"rbeg + lid * {V}", L * V,
+                at, ident, comb, self.lang.group_unroll, f"rbeg + lid * {V}", L * V,
                 lambda a, pos: self._group_step(raxes, instrs, body, at, comb, a, pos, None))
         lines += ["    " + s for s in self._finish(slot, at, comb, L)]
         lines.append("}")
@@ -857,7 +877,7 @@ class CLRenderer:
         return lines
 
     def _shfl_ok(self, at: str) -> bool:
-        return self.shfl and at in self.shfl_funcs
+        return self.shfl and at in self.lang.shfl_funcs
 
     def _finish(self, slot: int, at: str, comb: str, L: int) -> list[str]:
         """Combine the work-group's accumulators into ``red{slot}``, seen by every work-item."""
@@ -866,23 +886,23 @@ class CLRenderer:
             # NVIDIA: butterfly shuffles within each warp of 32, one barrier, then every warp
             # combines the per-warp values itself (each lane ends with the total).
             self._uses_shfl = True
-            fn, nw = self.shfl_funcs[at], L // 32
+            fn, nw = self.lang.shfl_funcs[at], L // 32
             # Every lane of the warp must reach each shuffle: take it before the combine
             # (a combine may name its operand twice, once in a conditional).
             step = (f"{{ {at} o = {fn}(acc, s); acc = "
                     + comb.format(a="acc", b="o", T=at) + "; }")
             lines = [f"for (int s = 16; s > 0; s >>= 1) {step}",
-                     f"if ((lid & 31) == 0) {sc}[lid >> 5] = acc;", self.barrier,
+                     f"if ((lid & 31) == 0) {sc}[lid >> 5] = acc;", self.lang.barrier,
                      f"acc = {sc}[lid & {nw - 1}];"]
             if nw > 1:
                 lines.append(f"for (int s = {nw // 2}; s > 0; s >>= 1) {step}")
             lines.append(f"red{slot} = acc;")
             return lines
-        return [f"{sc}[lid] = acc;", self.barrier,
+        return [f"{sc}[lid] = acc;", self.lang.barrier,
                 f"for (int s = {L // 2}; s > 0; s >>= 1) {{",
                 f"    if (lid < s) {sc}[lid] = " + comb.format(
                     a=f"{sc}[lid]", b=f"{sc}[lid + s]", T=at) + ";",
-                f"    {self.barrier}", "}", f"red{slot} = {sc}[0];"]
+                f"    {self.lang.barrier}", "}", f"red{slot} = {sc}[0];"]
 
     def _row_out_step(self, raxes: tuple[int, ...], out_instrs: tuple[Instr, ...],
                       outs: tuple[KernelOutput, ...], pos: str,
@@ -907,36 +927,16 @@ class CLRenderer:
         return lines + self._sv_stores(outs, n)
 
     def _sv_decls(self, outs: tuple[KernelOutput, ...], n: int) -> list[str]:
-        lines = []
-        for k, o in enumerate(outs):
-            d = self.dt(o.dtype)
-            vt = "float" if d.name == "float16" else self.storage(o.dtype)
-            lines.append(f"{vt}{n} sv{k};")
-        return lines
+        """The vectors ``sv<k>`` the outputs' values are gathered in, ``n`` per work-item."""
+        return [f"{self.lang.vector_type(o.dtype, n)} sv{k};" for k, o in enumerate(outs)]
 
     def _sv_component(self, outs: tuple[KernelOutput, ...], c: int) -> list[str]:
-        block = []
-        for k, o in enumerate(outs):
-            val, d = o.value, self.dt(o.dtype)
-            comp = f"sv{k}.s{c:x}"
-            if d.name == "bfloat16":
-                block.append(f"{comp} = clops_bf16_store(v{val});")
-            elif d.kind == "b":
-                block.append(f"{comp} = (uchar)(v{val} != 0);")
-            elif d.name == "float16":
-                block.append(f"{comp} = v{val};")
-            else:
-                block.append(f"{comp} = ({self.storage(d.name)})(v{val});")
-        return block
+        return [self.lang.vector_store_component(o.dtype, f"sv{k}.s{c:x}", f"v{o.value}")
+                for k, o in enumerate(outs)]
 
     def _sv_stores(self, outs: tuple[KernelOutput, ...], n: int) -> list[str]:
-        lines = []
-        for k, o in enumerate(outs):
-            if self.dt(o.dtype).name == "float16":
-                lines.append(f"vstore_half{n}_rte(sv{k}, 0, out{k} + oo{k} + base);")
-            else:
-                lines.append(f"vstore{n}(sv{k}, 0, out{k} + oo{k} + base);")
-        return lines
+        return [self.lang.vector_store(o.dtype, n, f"sv{k}", f"out{k} + oo{k} + base")
+                for k, o in enumerate(outs)]
 
     def _reduce_step(self, raxes: tuple[int, ...], instrs: tuple[Instr, ...], body: int, at: str,
                      comb: str, acc: str, r: str) -> list[str]:
@@ -952,11 +952,3 @@ class CLRenderer:
             lines.append(f"i{j} = t_r % n{j}; t_r /= n{j};")
         lines.append(f"i{raxes[0]} = t_r;")
         return lines
-
-    def _arg_dtype(self, decl: str) -> Any:
-        """numpy dtype of a scalar kernel argument (None for pointers and vector types), so the
-        launch path can pack arguments without inspecting them."""
-        if "*" in decl:
-            return None
-        name = self.scalar_args.get(decl.split()[0])
-        return np.dtype(name) if name else None
