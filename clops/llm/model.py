@@ -157,8 +157,9 @@ class Model:
         # the parts before this one, of a model split over devices
         self._prev: list[Model] = []
         self.stages: list[placement.Stage] = []
-        # (a model split over several OpenCL contexts: the buffers the other contexts copy)
-        self._copies: list[tuple[Buffer, list[tuple[CLDevice, Buffer]]]] = []
+        # (a model split over several OpenCL contexts: the token ids and positions the other
+        # contexts copy, placement.Chain's ``copies``)
+        self._copies: placement.Copies | None = None
         if _part is None:
             # every device's bytes checked before any upload
             self.stages = placement.plan(cfg, source, devs, self.max_seq, self.kv_half,
@@ -188,9 +189,11 @@ class Model:
                 ours = shared.pop(self.device.context.int_ptr)
                 _part = _Part(self.stages[-1].first, cfg.n_layers, **ours)
                 first = {d.context.int_ptr: d for d in reversed(devs)}
-                self._copies = [(ours[name], [(first[key], bufs[name])
-                                              for key, bufs in shared.items()])
-                                for name in ("tokens", "state")] if shared else []
+                if shared:
+                    self._copies = placement.Copies(
+                        ours["tokens"], ours["state"],
+                        [(first[key], bufs["tokens"], bufs["state"])
+                         for key, bufs in shared.items()])
         self._part = _part
         self._load_weights(source, progress)
         ends = ([self.embed] if self._embeds else []) + ([self.output] if self._heads else [])
@@ -465,7 +468,7 @@ class Model:
             return own
         return placement.Chain([(p.device, p.x, p._part_plan(m, "none", False, span))
                                 for p in self._prev] + [(self.device, self.x, own)],
-                               m * self.config.dim * 4, self._copies)
+                               m * self.config.dim * 4, self._copies, m)
 
     def _part_plan(self, m: int, logits: str, sample: bool,
                    span: int | None = None) -> LaunchPlan:

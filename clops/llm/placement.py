@@ -208,6 +208,16 @@ def check(stages: Sequence[Stage], free: Sequence[int], n_layers: int) -> None:
         "a float16 KV cache (--kv-cache float16) or a smaller quantization")
 
 
+@dataclass(frozen=True)
+class Copies:
+    """The last part's token ids and positions (``tokens``, ``state``), and each other OpenCL
+    context's copies of them (a device of that context and its two buffers)."""
+
+    tokens: Buffer
+    state: Buffer
+    others: list[tuple[CLDevice, Buffer, Buffer]]
+
+
 class Chain:
     """A step of a model split over devices: each part's plan (anything with ``replay()``) on
     its device's default queue, in turn, each after the one before, with the rows of the
@@ -218,22 +228,27 @@ class Chain:
     part waits for the last part's queue too: the host's copies for a step, and the step before,
     go there. Parts in different contexts (devices of different platforms: a GPU and a CPU
     runtime) meet through the host: the rows are read once the part before is done and written
-    to the next (a few KiB a row), and ``copies`` (the last part's buffers of token ids and
-    positions, each with its copies in the other contexts) are brought over before the step."""
+    to the next (a few KiB a row), and ``copies`` (``Copies``: the positions, and the token ids
+    of the step's ``rows`` from the position on) are brought to the other contexts before the
+    step."""
 
     def __init__(self, parts: list[tuple[CLDevice, Buffer, Any]], nbytes: int,
-                 copies: Sequence[tuple[Buffer, Sequence[tuple[CLDevice, Buffer]]]] = ()
-                 ) -> None:
-        self.parts, self.nbytes, self.copies = parts, nbytes, copies
+                 copies: Copies | None = None, rows: int = 0) -> None:
+        self.parts, self.nbytes, self.copies, self.rows = parts, nbytes, copies, rows
 
     def replay(self) -> None:
         parts = self.parts
         last = parts[-1][0]
-        for src, dsts in self.copies:
-            host = np.empty(src.nbytes, np.uint8)
-            last.read(host, src, queue=last.queue)  # (after every command before it)
-            for dev, buf in dsts:
-                dev.write(buf, host, queue=dev.queue, blocking=True)
+        c = self.copies
+        if c is not None:
+            state = np.empty(4, np.int32)
+            last.read(state, c.state, queue=last.queue)  # (after every command before it)
+            pos = int(state[0])
+            ids = np.empty(max(0, min(self.rows, c.tokens.nbytes // 4 - pos)), np.int32)
+            last.read(ids, c.tokens, pos * 4, queue=last.queue)
+            for dev, tokens, st in c.others:
+                dev.write(st, state, queue=dev.queue, blocking=True)
+                dev.write(tokens, ids, pos * 4, queue=dev.queue, blocking=True)
         done = last.queue.marker()
         for k, (dev, x, plan) in enumerate(parts):
             q = dev.queue
