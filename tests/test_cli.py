@@ -132,6 +132,21 @@ def test_a_model_larger_than_the_memory_is_refused_with_its_bytes():
     assert "layers 0-29 + embedding + head" in res.stdout.decode()
 
 
+def test_info_says_where_a_split_model_would_go():
+    # two CPU runtimes (Intel's and PoCL, where both are here): the layers by the shares given
+    cpus = {d.platform_name: d for d in clops.devices() if d.kind == "cpu"}
+    if len(cpus) < 2:
+        pytest.skip("one CPU runtime here: a split over two platforms needs two")
+    a, b = list(cpus.values())[:2]
+    res = _clops("info", "-m", _smollm2(), "--device", f"{a.selector},{b.selector}", "-ts",
+                 "2,1", "-c", "256")
+    out = res.stdout.decode()
+    assert res.returncode == 0, res.stderr
+    assert "30 layers on 2 device(s)" in out
+    assert f"{a.selector} ({a.name}): layers 0-19 + embedding" in out
+    assert f"{b.selector} ({b.name}): layers 20-29 + head" in out
+
+
 def _smollm2() -> str:
     from clops.llm import default_model_path
 

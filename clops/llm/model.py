@@ -235,7 +235,7 @@ class Model:
         """The device's name, or for a split model each device's layers."""
         if not self._prev:
             return self.device.name
-        return ", ".join(f"{st.device.selector} (layers {st.first}-{st.stop - 1})"
+        return ", ".join(f"{placement.shown(st.device)} (layers {st.first}-{st.stop - 1})"
                          for st in self.stages)
 
     # -- loading -----------------------------------------------------------------------------

@@ -50,8 +50,13 @@ class Stage:
             ["head"] if self.stop == n_layers else [])
         size = _gib(self.nbytes) if free is None else \
             f"needs {_gib(self.nbytes)}, {_gib(free)} free"
-        return (f"{self.device.selector} ({self.device.name}): {what}"
+        return (f"{shown(self.device)} ({self.device.name}): {what}"
                 f"{' + ' + ' + '.join(extra) if extra else ''}, {size}")
+
+
+def shown(dev: CLDevice) -> str:
+    """``dev``'s selector as the user gave it (without the ``@ctx`` of a shared context)."""
+    return dev.selector.split("@", 1)[0]
 
 
 def devices(device: CLDevice | str | Sequence[CLDevice | str] | None) -> list[CLDevice]:
