@@ -211,7 +211,8 @@ def check_model_path(model: str | None) -> None:
 
 
 def open_device(selector: str | None) -> CLDevice | list[CLDevice]:
-    """The device of ``--device``, or the devices of a comma-separated list (one context)."""
+    """The device of ``--device``, or the devices of a comma-separated list (the devices of each
+    platform in one context)."""
     from ..llm import placement
 
     try:

@@ -72,13 +72,14 @@ def load(path: str | None = None,
     move by about 0.2% of their largest value) and float32 on CPUs.
 
     ``device``: one device (a selector, a device, None for the default), or several to split
-    the model's layers over: a selector list such as ``"gpu:0,gpu:1"`` (one OpenCL context is
-    made of them), or devices of one context (``clops.context``, or a device's
-    ``create_sub_devices``). Each device takes a contiguous run of layers (the first the
-    embedding, the last the output head), in proportion to the memory it has free, or to
-    ``split`` (a share of the layers per device, as llama.cpp's ``--tensor-split``); between
-    them only a row's hidden state moves. A model that does not fit is refused before any
-    upload (``placement.DoesNotFitError``, with the bytes needed and free per device).
+    the model's layers over: a selector list such as ``"gpu:0,gpu:1"`` or ``"gpu,cpu"`` (the
+    devices of each platform made one OpenCL context), or a list of devices (a device's
+    ``create_sub_devices``, ``clops.context``'s, or devices of several contexts, which meet
+    through the host). Each device takes a contiguous run of layers (the first the embedding,
+    the last the output head), in proportion to the memory it has free, or to ``split`` (a share
+    of the layers per device, as llama.cpp's ``--tensor-split``); between them only a row's
+    hidden state moves. A model that does not fit is refused before any upload
+    (``placement.DoesNotFitError``, with the bytes needed and free per device).
 
     >>> model = clops.llm.load(device="cpu")
     >>> model.tokenizer.encode("Hello")
