@@ -353,6 +353,11 @@ class SafetensorsSource(WeightSource):
         return self._mxfp4(name) is not None or all(fn in self.tensors
                                                     for fn in self._names(name))
 
+    def device_nbytes(self, name: str) -> int:
+        if self.has(name) and self._mxfp4(name):  # (MXFP4 blocks become int8 values)
+            return int(np.prod(self.shape(name)) * DEVICE_BYTES[GGML_MXFP4])
+        return super().device_nbytes(name)
+
     def _mxfp4(self, name: str) -> tuple[str, str] | None:
         """The (blocks, scales) tensors of a fused experts' weight stored in MXFP4, as gpt-oss's
         checkpoints store them (``<name>_blocks`` [experts, rows, k / 32, 16] bytes, two E2M1

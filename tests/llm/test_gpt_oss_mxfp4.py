@@ -72,10 +72,24 @@ def mxfp4_model(tmp_path_factory):
     return ref, out
 
 
+def _source(path):
+    from clops.llm.safetensors_file import open_directory
+    from clops.llm.weights import SafetensorsSource
+
+    return SafetensorsSource(path, open_directory(path)[1])
+
+
 def test_mxfp4_experts_match_transformers_dequantized(mxfp4_model, device):
     ref, path = mxfp4_model
     model = clops.llm.load(path, device=device, max_seq_len=64, progress=False,
                            kv_cache="float32")
+    # the placement's estimate of the experts' device bytes: the repacked format's, not the file's
+    src = _source(path)
+    src.validate(model.config)
+    fused = model.layers[0].experts.gate_up
+    assert fused is not None
+    assert src.device_nbytes("blk.0.gate_exps") + src.device_nbytes("blk.0.up_exps") == \
+        fused.nbytes
     ex = model.layers[0].experts
     # (MXFP4 values as int8 and a scale; gate and up one weight)
     assert ex.gate_up is not None and ex.gate_up.fmt == "q8"
