@@ -358,7 +358,10 @@ def test_the_page_asks_for_the_key_of_a_server_that_wants_one(tiny_model, browse
         # asks again without max_tokens, which gives the reply the rest of the context
         _settings(browser, temperature=0)
         _ask(browser, QUESTION)
-        alert = _wait(browser, lambda b: b.switch_to.alert, 60)
+        # (alert_is_present: False until the prompt shows, where switch_to.alert would raise)
+        from selenium.webdriver.support import expected_conditions
+
+        alert = _wait(browser, expected_conditions.alert_is_present(), 60)
         alert.send_keys("sesame")
         alert.accept()
         out = _reply(browser)
