@@ -12,9 +12,13 @@ import numpy as np
 
 from ..graph import dtypes as _dt
 from ..graph import ir
-from .elementwise import apply, broadcast_shapes
+from ._ops import register
+from .creation import asarray, empty, zeros
+from .elementwise import apply, broadcast_node, broadcast_shapes
+from .indexing import basic_view
 from .kernel_ops import gather_flat, scatter_flat
 from .manipulation import broadcast_to, normalize_axis, reshape
+from .searching import nonzero_of
 from .tensor import Tensor, same_device
 
 VALID_INDICES = ("only integers, slices (`:`), ellipsis (`...`), None (`newaxis`) and integer "
@@ -22,8 +26,6 @@ VALID_INDICES = ("only integers, slices (`:`), ellipsis (`...`), None (`newaxis`
 
 
 def _as_index(k: Any, x: Tensor) -> Any:
-    from .creation import asarray
-
     if isinstance(k, bool):
         return asarray(k, device=x.device)
     if isinstance(k, list | np.ndarray):
@@ -62,8 +64,6 @@ def _plan(x: Tensor, key: Any) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[
     Returns (view, [(view axis, index)], output shape, output axes of the index dims,
     output axis of every other view axis (-1 for indexed ones), whether the indices can
     repeat)."""
-    from .indexing import basic_view
-
     keys = list(key) if isinstance(key, tuple) else [key]
     keys = [_as_index(k, x) for k in keys]
     n_ell = sum(1 for k in keys if k is Ellipsis)
@@ -89,8 +89,6 @@ def _plan(x: Tensor, key: Any) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[
             xdim += 0 if k is None else 1
         elif isinstance(k, Tensor) and k.dtype.kind == "b":
             if k.ndim == 0:
-                from .creation import zeros
-
                 basic.append(None)
                 adv.append((vax, zeros((1 if bool(k) else 0,), dtype=_dt.int64,
                                        device=x.device)))
@@ -102,8 +100,6 @@ def _plan(x: Tensor, key: Any) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[
             if len(want) != k.ndim or any(ks not in (ws, 0) for ks, ws in zip(k.shape, want)):
                 raise IndexError(f"boolean index of shape {k.shape} does not match the "
                                  f"indexed dims {want}")
-            from .searching import nonzero_of
-
             for c in nonzero_of(k, "indexing with a boolean mask"):
                 masked.append(c)
                 basic.append(slice(None))
@@ -146,8 +142,6 @@ def _plan(x: Tensor, key: Any) -> tuple[Tensor, list[tuple[int, Tensor]], tuple[
 
 
 def _int0(k: Any, x: Tensor) -> Tensor:
-    from .creation import asarray
-
     return asarray(int(k.__index__()), dtype=_dt.int64, device=x.device)
 
 
@@ -177,23 +171,21 @@ def _offsets(view: Tensor, adv: list[tuple[int, Tensor]], out_shape: tuple[int, 
     return total
 
 
+@register(name="advanced_getitem")
 def getitem(x: Tensor, key: Any) -> Tensor:
     """``x[key]`` with integer arrays and boolean masks (a copy)."""
     x.realize()  # gather straight from x's memory (its view needs no copy first)
     view, adv, out_shape, badv, out_of, _ = _plan(x, key)
     if not adv:
         return view
-    from .creation import empty
-
     if int(np.prod(out_shape)) == 0:
         return empty(out_shape, dtype=x.dtype, device=x.device)
     return gather_flat(view.realize(), _offsets(view, adv, out_shape, badv, out_of))
 
 
+@register(name="advanced_setitem")
 def setitem(x: Tensor, key: Any, value: Any) -> None:
     """``x[key] = value`` with integer arrays and boolean masks, in place."""
-    from .creation import asarray
-
     if isinstance(key, Tensor) and key.dtype.kind == "b" and key.ndim >= 1 and \
             key.shape == x.shape[:key.ndim]:
         v = value if isinstance(value, Tensor) else None
@@ -220,14 +212,13 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
 
 
 def _where_keep(mask: Tensor, value: Tensor, x: Tensor) -> Tensor:
-    from .elementwise import broadcast_node
-
     shape = x.shape
     c = broadcast_node(mask._node.resolve(), shape)
     v = broadcast_node(ir.cast(value._node.resolve(), x.dtype), shape)
     return Tensor(ir.ew("where", [c, v, x._node.resolve()], x.dtype), x.device)
 
 
+@register
 def take(x: Tensor, indices: Tensor, /, *, axis: int | None = None) -> Tensor:
     """Elements of ``x`` at ``indices`` along ``axis`` (``axis`` may be omitted for 1-d x).
 
@@ -260,8 +251,6 @@ def take_along_axis(x: Tensor, indices: Tensor, /, *, axis: int = -1) -> Tensor:
     shape = broadcast_shapes(tuple(1 if i == ax else n for i, n in enumerate(x.shape)),
                              tuple(1 if i == ax else n for i, n in enumerate(indices.shape)))
     out_shape = shape[:ax] + (indices.shape[ax],) + shape[ax + 1:]
-    from .creation import empty
-
     if int(np.prod(out_shape)) == 0:
         return empty(out_shape, dtype=x.dtype, device=x.device)
     xr = x.realize()

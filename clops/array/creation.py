@@ -16,7 +16,9 @@ from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.dtypes import DType
 from ..graph.ir import View, prod
+from ._ops import OPS, register
 from .elementwise import _check_device_dtype, broadcast_node
+from .interop import from_pyopencl, is_pyopencl_array
 from .tensor import MAX_SIZE, Tensor, as_shape, same_device, spec_sequence
 
 
@@ -98,6 +100,7 @@ def to_host_bits(arr: np.ndarray, d: DType) -> np.ndarray:
     return np.array(arr, dtype=d.np, order="C", copy=True)
 
 
+@register
 def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | None = None,
             usm_type: str | None = None) -> Tensor:
     """A tensor from a Tensor, numpy array, Python scalar, nested sequence or buffer, in memory
@@ -122,20 +125,14 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | 
         if d != out.dtype:
             if copy is False:
                 raise ValueError("asarray: a dtype change needs a copy, but copy=False")
-            from .manipulation import astype
-
-            return astype(out, d)
+            return OPS.astype(out, d)
         if copy:
             return Tensor(ir.ew("identity", [out._node.resolve()], out.dtype), out.device)
         return out
-    from .interop import from_pyopencl, is_pyopencl_array
-
     if is_pyopencl_array(obj):
         out = from_pyopencl(obj, device)
         if dtype is not None and _dt.to_dtype(dtype) != out.dtype:
-            from .manipulation import astype
-
-            return astype(out, dtype)
+            return OPS.astype(out, dtype)
         return asarray(out, copy=copy) if copy else out
     if copy is False:
         raise ValueError("asarray: host data cannot be used without a copy (copy=False); "

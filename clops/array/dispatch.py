@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .. import _config
 from ..kernels import fft, layout
 from ..kernels.operand import Operand, measure, queue_of
@@ -28,11 +30,13 @@ from ..providers import registry
 from ..providers.base import ProviderError
 from ..providers.registry import choose
 from ..runtime import plan
+from ._ops import OPS
+from .creation import zeros
+from .tensor import Tensor
 
 if TYPE_CHECKING:
     from ..runtime.device import CLDevice
     from ..runtime.events import Event
-    from .tensor import Tensor
 
 _STATE = threading.local()
 
@@ -61,8 +65,6 @@ def operand(t: Tensor) -> Operand:
 
 def tensor(op: Operand, device: CLDevice) -> Tensor:
     """A Tensor over an operand's buffer, shape, strides and offset (no copy)."""
-    from .tensor import Tensor
-
     return Tensor._from_buffer(op.buffer, op.shape, op.dtype, device, strides=op.strides,
                                offset=op.offset)
 
@@ -87,8 +89,6 @@ def _matmul_plan(x1: Tensor, x2: Tensor) -> tuple[str, tuple[int, ...]] | None:
         if x1.ndim == 1:
             return "gemv", (x2.shape[1], x2.shape[0])
         return "gemm", (x1.shape[0], x2.shape[1], x1.shape[1])
-    import numpy as np
-
     a = x1.shape if x1.ndim > 1 else (1, x1.shape[0])
     b = x2.shape if x2.ndim > 1 else (x2.shape[0], 1)
     batch = np.broadcast_shapes(a[:-2], b[:-2])
@@ -133,17 +133,13 @@ def _provided(x1: Tensor, x2: Tensor,
 
 def _generated_matmul_cost(s1: tuple[int, ...], s2: tuple[int, ...], dtype: str,
                            device: CLDevice) -> float:
-    import clops
-
-    a = clops.zeros(s1, dtype=dtype, device=device)
-    b = clops.zeros(s2, dtype=dtype, device=device)
+    a = zeros(s1, dtype=dtype, device=device)
+    b = zeros(s2, dtype=dtype, device=device)
     with generated_only():
-        return measure(lambda: clops.matmul(a, b).realize(), device)
+        return measure(lambda: OPS.matmul(a, b).realize(), device)
 
 
 def _run_matmul(provider: Any, op: str, x1: Tensor, x2: Tensor) -> Tensor:
-    import numpy as np
-
     dev = x1.device
     dt = x1.dtype.name
     a, b = operand(x1), operand(x2)

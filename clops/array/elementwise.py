@@ -12,6 +12,7 @@ from .. import runtime
 from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.dtypes import DType
+from ._ops import OPS, register
 from .tensor import Tensor, same_device
 
 # Categories (Array API): which dtype kinds a function accepts.
@@ -149,10 +150,8 @@ def _operands(args: tuple[Any, ...], fn: str) -> tuple[list[ir.Node], runtime.CL
             own = _dt.to_dtype(a.dtype)
             if _KIND_RANK[own.kind] > _KIND_RANK[dtype.kind]:
                 dtype = own
-            from .creation import asarray
-
-            a = asarray(a, dtype=dtype if _KIND_RANK[own.kind] <= _KIND_RANK[dtype.kind]
-                        else own, device=dev)
+            a = OPS.asarray(a, dtype=dtype if _KIND_RANK[own.kind] <= _KIND_RANK[dtype.kind]
+                            else own, device=dev)
         if isinstance(a, Tensor):
             nodes.append(a._node.resolve())
         else:
@@ -200,6 +199,7 @@ def lifted(nodes: list[ir.Node], make: Any) -> ir.Node:
     return ir.movement(out, lambda v: v.reshape(shape))
 
 
+@register
 def apply(fn: str, *args: Any) -> Tensor:
     """Apply table function ``fn`` with broadcasting and promotion."""
     arity, cat, result = TABLE[fn]

@@ -8,6 +8,10 @@ from typing import Any
 import numpy as np
 
 from ..graph import ir
+from ._ops import OPS, register
+from .creation import asarray
+from .elementwise import broadcast_node
+from .manipulation import astype
 from .tensor import Tensor, check_rank, same_device
 
 
@@ -94,26 +98,20 @@ def _key_tensors(key: Any) -> list[Tensor]:
     return [k for k in (key if isinstance(key, tuple) else (key,)) if isinstance(k, Tensor)]
 
 
+@register
 def getitem(x: Tensor, key: Any) -> Tensor:
     # Index tensors on another device would reach a kernel of x's device (it never completes)
     same_device("x[key]", x, *_key_tensors(key))
     if is_basic(key):
         return basic_view(x, key)
-    from . import advanced_indexing
-
-    return advanced_indexing.getitem(x, key)
+    return OPS.advanced_getitem(x, key)
 
 
+@register
 def setitem(x: Tensor, key: Any, value: Any) -> None:
-    from .creation import asarray
-    from .elementwise import broadcast_node
-    from .manipulation import astype
-
     same_device("x[key] = value", x, *_key_tensors(key), value)
     if not is_basic(key):
-        from . import advanced_indexing
-
-        advanced_indexing.setitem(x, key, value)
+        OPS.advanced_setitem(x, key, value)
         return
     x.realize()
     target = basic_view(x, key)

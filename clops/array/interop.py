@@ -8,6 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import native, runtime
+from ..runtime import plan
+from ._ops import OPS, register
 from .tensor import Tensor
 
 kDLCPU = 1
@@ -22,11 +25,10 @@ class _Holder:
         self.__array_interface__ = view.__array_interface__
 
 
+@register
 def host_array(t: Tensor) -> np.ndarray:
     """``t``'s own memory as a numpy array, no copy, once the device is done with it (the
     array keeps the memory alive). BufferError where the host cannot address the memory."""
-    from ..runtime import plan
-
     plan.refuse("a host view of a tensor")
     d = t.dtype
     if d.name == "bfloat16":
@@ -39,6 +41,7 @@ def host_array(t: Tensor) -> np.ndarray:
                       offset=v.offset * isz, strides=tuple(st * isz for st in v.strides))
 
 
+@register
 def zero_copy(t: Tensor) -> bool:
     """Whether ``t`` is in host or shared memory the host addresses in place (numpy and DLPack
     consumers then read it without a copy)."""
@@ -46,11 +49,10 @@ def zero_copy(t: Tensor) -> bool:
     return buf.kind != "device" and buf.host_addressable and t.dtype.name != "bfloat16"
 
 
+@register
 def dlpack_device(t: Tensor) -> tuple[int, int]:
     """DLPack device of a tensor: the CPU for host or shared memory the host addresses in
     place, else OpenCL, with the index of the device among clops.devices()."""
-    from .. import runtime
-
     if zero_copy(t):
         return (kDLCPU, 0)
     devs = runtime.devices()
@@ -58,6 +60,7 @@ def dlpack_device(t: Tensor) -> tuple[int, int]:
     return (kDLOpenCL, idx)
 
 
+@register
 def dlpack(t: Tensor, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
            copy: bool | None = None) -> Any:
     """A DLPack capsule for a consumer on the CPU (numpy, torch): the tensor's own memory where
@@ -83,6 +86,7 @@ def dlpack(t: Tensor, *, stream: Any = None, max_version: Any = None, dl_device:
     return host.__dlpack__(max_version=max_version)
 
 
+@register
 def to_host_future(t: Tensor) -> concurrent.futures.Future[np.ndarray]:
     """Start a non-blocking device-to-host copy; the future resolves to the numpy array."""
     src = t.contiguous()
@@ -110,10 +114,8 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> T
     >>> clops.from_dlpack(np.arange(3.0, dtype=np.float32))
     Tensor([0., 1., 2.], dtype=float32, device=opencl:cpu:0)
     """
-    from .creation import asarray
-
     if isinstance(x, Tensor):
-        return asarray(x, device=device, copy=copy)
+        return OPS.asarray(x, device=device, copy=copy)
     if copy is False:
         raise BufferError("from_dlpack: host memory cannot be used by an OpenCL device "
                           "without a copy (copy=False)")
@@ -123,7 +125,7 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> T
         host = np.from_dlpack(x)
     except (BufferError, RuntimeError, TypeError):
         host = np.from_dlpack(x, device="cpu")
-    return asarray(np.array(host, copy=True), dtype=host.dtype, device=device)
+    return OPS.asarray(np.array(host, copy=True), dtype=host.dtype, device=device)
 
 
 def is_pyopencl_array(obj: Any) -> bool:
@@ -133,14 +135,11 @@ def is_pyopencl_array(obj: Any) -> bool:
 
 def from_pyopencl(a: Any, device: Any = None) -> Tensor:
     """A tensor over a ``pyopencl.array.Array``'s memory, without a copy (``clops.native``)."""
-    from .. import native
-
     return native.from_pyopencl(a, device)
 
 
+@register
 def to_pyopencl(t: Tensor) -> Any:
     """A ``pyopencl.array.Array`` over this tensor's memory, without a copy
     (``clops.native``)."""
-    from .. import native
-
     return native.to_pyopencl(t)

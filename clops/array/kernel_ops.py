@@ -15,7 +15,7 @@ from ..graph.dtypes import DType
 from ..graph.ir import View, prod
 from ..kernels import gather, scan, sort
 from ..runtime import plan as _plan
-from .tensor import Tensor, same_device
+from .tensor import Tensor, _flush_readers, same_device
 
 
 def data_dependent(what: str) -> None:
@@ -84,8 +84,6 @@ def scatter_flat(x: Tensor, offsets: Tensor, values: Tensor, unique: bool = True
     """Write ``values`` (shape of ``offsets``) into ``x``'s memory at ``offsets`` (in place).
     Offsets that may repeat (``unique`` False) are sorted first, so that the last write wins
     as in numpy, on every device."""
-    from .tensor import _flush_readers
-
     same_device("scatter", x, offsets, values)
     x = x.realize()
     off = contiguous(offsets, _dt.int64)

@@ -9,13 +9,18 @@ from typing import Any
 
 from ..graph import dtypes as _dt
 from ..graph import ir
-from .elementwise import broadcast_node, broadcast_shapes
+from ._ops import register
+from .creation import asarray, empty
+from .elementwise import apply, broadcast_node, broadcast_shapes
+from .manipulation import normalize_axis, permute_dims, reshape
+from .statistics import sum as _sum
 from .tensor import Tensor, axis_int, same_device
 
 # Multiply-adds (roughly) from which a vendor library may take a product.
 PROVIDER_MIN_WORK = 1 << 21
 
 
+@register
 def matmul(x1: Any, x2: Any, /) -> Tensor:
     """Matrix product with broadcasting over leading (batch) dims (Array API ``matmul``)."""
     if not isinstance(x1, Tensor) or not isinstance(x2, Tensor):
@@ -27,6 +32,9 @@ def matmul(x1: Any, x2: Any, /) -> Tensor:
     if dtype.kind == "b":
         raise TypeError("matmul is not defined for bool tensors")
     # -- a vendor library that CLOPS_PROVIDERS forces (+NAME) takes every product it can -----
+    # NOTE: dispatch (clops.providers with it) and kernels.gemm are imported on the first
+    # product, not with clops: `import clops` loads no provider, and importing gemm adds a check
+    # to the choice of the default CPU device
     from . import dispatch
 
     forced = dispatch.forced_matmul(x1, x2)
@@ -34,7 +42,6 @@ def matmul(x1: Any, x2: Any, /) -> Tensor:
         return forced
     # -- GPU GEMM (clops/kernels/gemm.py): large float32/float16 products; None otherwise --
     from ..kernels import gemm as _gemm
-    from .creation import empty
 
     fast = _gemm.matmul(x1, x2, dtype, lambda s, d, dev: empty(s, dtype=d, device=dev))
     if fast is not None:
@@ -83,8 +90,6 @@ def tensordot(x1: Tensor, x2: Tensor, /, *,
     >>> clops.tensordot(clops.ones((2, 3)), clops.ones((3, 4)), axes=1).shape
     (2, 4)
     """
-    from .manipulation import normalize_axis, permute_dims, reshape
-
     same_device("tensordot", x1, x2)
     if isinstance(axes, int):
         if axes < 0:
@@ -128,9 +133,6 @@ def vecdot(x1: Tensor, x2: Tensor, /, *, axis: int = -1) -> Tensor:
     >>> clops.vecdot(clops.asarray([1.0, 2.0]), clops.asarray([3.0, 4.0])).item()
     11.0
     """
-    from .elementwise import apply
-    from .statistics import sum as _sum
-
     same_device("vecdot", x1, x2)
     if x1.ndim == 0 or x2.ndim == 0:
         raise ValueError("vecdot needs at least 1-d tensors")
@@ -159,8 +161,6 @@ def einsum(subscripts: str, /, *operands: Tensor) -> Tensor:
     >>> clops.einsum("ij,jk->ik", clops.ones((2, 3)), clops.ones((3, 4))).shape
     (2, 4)
     """
-    from .manipulation import permute_dims, reshape
-
     if not operands:
         raise ValueError("einsum: give at least one operand")
     ops = [o if isinstance(o, Tensor) else _as_tensor(o, operands) for o in operands]
@@ -206,8 +206,6 @@ def einsum(subscripts: str, /, *operands: Tensor) -> Tensor:
 
 
 def _as_tensor(o: Any, operands: Sequence[Any]) -> Tensor:
-    from .creation import asarray
-
     dev = next((x.device for x in operands if isinstance(x, Tensor)), None)
     return asarray(o, device=dev)
 
@@ -261,8 +259,6 @@ def _einsum_matmul(ops: list[Tensor], ins: list[str], out: str,
     """Two operands whose contraction is a batched product (labels of both and the output:
     batch; of both only: contracted; of one and the output: its rows or columns), as
     ``matmul``; None where it is not (labels summed within one operand, sizes broadcast)."""
-    from .manipulation import permute_dims, reshape
-
     (a, b), (la, lb) = ops, ins
     if any(c not in out and c not in (lb if c in la else la) for c in la + lb):
         return None  # a label summed within one operand

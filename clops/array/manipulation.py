@@ -9,8 +9,11 @@ from typing import Any
 from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.ir import prod
+from ._ops import OPS, register
+from .creation import arange, empty
 from .elementwise import _check_device_dtype, broadcast_node
 from .elementwise import broadcast_shapes as _broadcast
+from .kernel_ops import read_int, scan_last, searchsorted_flat
 from .tensor import (
     AXIS_TYPES,
     MAX_SIZE,
@@ -49,6 +52,7 @@ def normalize_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ..
     return out
 
 
+@register
 def reshape(x: Tensor, /, shape: Sequence[int], *, copy: bool | None = None) -> Tensor:
     """The same elements in a new shape (a view when the strides allow it)."""
     shape = list(as_shape(shape, "reshape", unknown=True))
@@ -71,6 +75,7 @@ def reshape(x: Tensor, /, shape: Sequence[int], *, copy: bool | None = None) -> 
     return out
 
 
+@register
 def permute_dims(x: Tensor, /, axes: Sequence[int]) -> Tensor:
     axes = tuple(normalize_axis(a, x.ndim) for a in axes)
     if sorted(axes) != list(range(x.ndim)):
@@ -131,6 +136,7 @@ def expand_dims(x: Tensor, /, axis: int | Sequence[int] = 0) -> Tensor:
     return reshape(x, shape)
 
 
+@register
 def squeeze(x: Tensor, /, axis: int | Sequence[int]) -> Tensor:
     axes = normalize_axes(axis, x.ndim)
     for a in axes:
@@ -151,6 +157,7 @@ def flip(x: Tensor, /, *, axis: int | Sequence[int] | None = None) -> Tensor:
     return x._move(fn)
 
 
+@register
 def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Tensor:
     d = _dt.to_dtype(dtype)
     if device is not None:
@@ -190,8 +197,6 @@ def concat(arrays: Sequence[Tensor] | tuple[Tensor, ...], /, *, axis: int | None
             if i != ax and a.shape[i] != arrays[0].shape[i]:
                 raise ValueError(f"concat: shapes {arrays[0].shape} and {a.shape} differ "
                                  f"outside axis {ax}")
-    from .creation import empty
-
     shape = list(arrays[0].shape)
     shape[ax] = sum(a.shape[ax] for a in arrays)
     out = empty(shape, dtype=dtype, device=arrays[0].device)
@@ -319,14 +324,10 @@ def repeat(x: Tensor, repeats: int | Tensor, /, *, axis: int | None = None) -> T
         return _interleave(x, ax, int(reshape(repeats, ()).item()), False)
     if repeats.shape != (n,):
         raise ValueError(f"repeat: {repeats.shape[0]} counts for an axis of size {n}")
-    from .advanced_indexing import take
-    from .creation import arange
-    from .kernel_ops import read_int, scan_last, searchsorted_flat
-
     cum = scan_last(repeats, "sum", _dt.int64)
     total = read_int(cum, n - 1, "repeat with a tensor of counts") if n else 0
     pos = searchsorted_flat(cum, arange(total, device=x.device), True)
-    return take(x, pos, axis=ax)
+    return OPS.take(x, pos, axis=ax)
 
 
 def tile(x: Tensor, repetitions: tuple[int, ...], /) -> Tensor:

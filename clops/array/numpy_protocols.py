@@ -15,11 +15,16 @@ the default device of the receiving process (``CLOPS_DEVICE``).
 from __future__ import annotations
 
 import math
+import pickle
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from .. import _config
+from ._ops import register
+from .tensor import Tensor
 
 _FALLBACK = object()
 
@@ -31,8 +36,6 @@ def _xp() -> Any:
 
 
 def _is_tensor(x: Any) -> bool:
-    from .tensor import Tensor
-
     return isinstance(x, Tensor)
 
 
@@ -65,8 +68,6 @@ def _host(x: Any) -> Any:
 
 
 def _fallback(func: Callable, args: Any, kwargs: dict) -> Any:
-    from .. import _config
-
     if _config.debug_level():
         print(f"clops: numpy.{getattr(func, '__name__', func)} runs on the host (no clops "
               "counterpart for these arguments: "
@@ -210,8 +211,6 @@ def _einsum(subscripts: str, *operands: Any, dtype: Any = None, optimize: Any = 
         out = _xp().einsum(subscripts, *operands)
     except NotImplementedError:
         # (a diagonal) the host's, with the result back on the operands' device
-        from .. import _config
-
         if _config.debug_level():
             print(f"clops: numpy.einsum({subscripts!r}) runs on the host (a label repeats "
                   "within one operand)", file=sys.stderr)
@@ -263,6 +262,7 @@ FUNCTIONS: dict[Any, Callable] = {
 }
 
 
+@register
 def array_function(func: Any, types: Any, args: Any, kwargs: dict) -> Any:
     impl = FUNCTIONS.get(func)
     if impl is not None:
@@ -270,8 +270,6 @@ def array_function(func: Any, types: Any, args: Any, kwargs: dict) -> Any:
             out = impl(*args, **kwargs)
         except TypeError as e:
             out = _FALLBACK  # a signature clops does not take
-            from .. import _config
-
             if _config.debug_level():
                 print(f"clops: numpy.{func.__name__} on tensors: {e}", file=sys.stderr)
         if out is not _FALLBACK:
@@ -301,6 +299,7 @@ REDUCE = {"add": "sum", "multiply": "prod", "maximum": "max", "minimum": "min",
           "logical_and": "all", "logical_or": "any"}
 
 
+@register
 def array_ufunc(ufunc: Any, method: str, inputs: Any, kwargs: dict) -> Any:
     xp = _xp()
     plain = not kwargs or set(kwargs) <= {"dtype"} and kwargs.get("dtype") is None
@@ -326,8 +325,6 @@ def array_ufunc(ufunc: Any, method: str, inputs: Any, kwargs: dict) -> Any:
         if out is not _FALLBACK:
             return out
     # the host's ufunc on host copies, as before
-    from .. import _config
-
     if _config.debug_level():
         print(f"clops: numpy.{ufunc.__name__}.{method} runs on the host ({sorted(kwargs)})",
               file=sys.stderr)
@@ -337,12 +334,11 @@ def array_ufunc(ufunc: Any, method: str, inputs: Any, kwargs: dict) -> Any:
 
 
 # -- pickling -------------------------------------------------------------------------------------
+@register
 def reduce_tensor(t: Any, protocol: int = 5) -> tuple:
     """(rebuild, (bytes, dtype name, shape, memory kind)): one copy from the device into host
     memory, which pickle protocol 5 hands on as an out-of-band buffer (Dask sends it as a
     frame, not copied again)."""
-    import pickle
-
     host = np.ascontiguousarray(np.asarray(t))
     data: Any = pickle.PickleBuffer(host.data) if protocol >= 5 else host.tobytes()
     return (rebuild_tensor, (data, t.dtype.name, tuple(t.shape), t.usm_type))

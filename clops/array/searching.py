@@ -8,6 +8,7 @@ import numpy as np
 
 from ..graph import dtypes as _dt
 from ..graph import ir
+from ._ops import OPS
 from .creation import asarray, full
 from .elementwise import _scalar_dtype, apply, where
 from .kernel_ops import flat_nonzero, searchsorted_flat
@@ -141,7 +142,5 @@ def searchsorted(x1: Tensor, x2: Tensor | int | float, /, *, side: str = "left",
     if x1.dtype.kind == "c" or x2.dtype.kind == "c":
         raise TypeError("searchsorted is not defined for complex tensors")
     if sorter is not None:
-        from .advanced_indexing import take
-
-        x1 = take(x1, sorter)
+        x1 = OPS.take(x1, sorter)
     return searchsorted_flat(x1, x2, side == "right")

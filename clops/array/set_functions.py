@@ -11,7 +11,9 @@ import numpy as np
 
 from ..graph import dtypes as _dt
 from ..graph import ir
-from .elementwise import apply
+from .advanced_indexing import take
+from .creation import asarray, full, zeros
+from .elementwise import _scalar_dtype, apply
 from .kernel_ops import (
     flat_nonzero,
     gather_flat,
@@ -46,8 +48,6 @@ class UniqueInverseResult(NamedTuple):
 def _sorted_complex(flat: Tensor) -> tuple[Tensor, Tensor]:
     """Complex values in lexicographic (real, imaginary) order, and the permutation: a stable
     sort by the imaginary parts, then a stable sort of those by the real parts."""
-    from .advanced_indexing import take
-
     _, by_imag = sort_last(apply("imag", flat), False)
     _, by_real = sort_last(take(apply("real", flat), by_imag), False)
     perm = take(by_imag, by_real)
@@ -71,8 +71,6 @@ def _runs(x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 
 
 def _counts(starts: Tensor, n: int) -> Tensor:
-    from .creation import asarray
-
     ends = concat([starts[1:], asarray([n], dtype=_dt.int64, device=starts.device)])
     return apply("subtract", ends, starts)
 
@@ -90,8 +88,6 @@ def unique_values(x: Tensor, /) -> Tensor:
     >>> clops.unique_values(clops.asarray([3, 1, 3]))
     Tensor([1, 3], dtype=int64, device=opencl:cpu:0)
     """
-    from .advanced_indexing import take
-
     vals, _, _, starts = _runs(x)
     return take(vals, starts)
 
@@ -102,8 +98,6 @@ def unique_counts(x: Tensor, /) -> UniqueCountsResult:
     >>> clops.unique_counts(clops.asarray([3, 1, 3])).counts
     Tensor([1, 2], dtype=int64, device=opencl:cpu:0)
     """
-    from .advanced_indexing import take
-
     vals, _, _, starts = _runs(x)
     return UniqueCountsResult(take(vals, starts), _counts(starts, x.size))
 
@@ -114,8 +108,6 @@ def unique_inverse(x: Tensor, /) -> UniqueInverseResult:
     >>> clops.unique_inverse(clops.asarray([3, 1, 3])).inverse_indices
     Tensor([1, 0, 1], dtype=int64, device=opencl:cpu:0)
     """
-    from .advanced_indexing import take
-
     vals, perm, flags, starts = _runs(x)
     return UniqueInverseResult(take(vals, starts), _inverse(x, perm, flags))
 
@@ -127,8 +119,6 @@ def unique_all(x: Tensor, /) -> UniqueAllResult:
     >>> clops.unique_all(clops.asarray([3, 1, 3])).indices
     Tensor([1, 0], dtype=int64, device=opencl:cpu:0)
     """
-    from .advanced_indexing import take
-
     vals, perm, flags, starts = _runs(x)
     return UniqueAllResult(take(vals, starts), take(perm, starts), _inverse(x, perm, flags),
                            _counts(starts, x.size))
@@ -149,9 +139,6 @@ def isin(x1: Tensor | int, x2: Tensor | int, /, *, invert: bool = False) -> Tens
     >>> clops.isin(clops.asarray([1, 2, 3]), clops.asarray([3, 1]))
     Tensor([ True, False,  True], dtype=bool, device=opencl:cpu:0)
     """
-    from .creation import asarray, full
-    from .elementwise import _scalar_dtype
-
     if not isinstance(x1, Tensor) and not isinstance(x2, Tensor):
         raise TypeError("isin needs at least one clops Tensor operand (x1 or x2)")
     dev = same_device("isin", x1, x2)
@@ -176,8 +163,6 @@ def isin(x1: Tensor | int, x2: Tensor | int, /, *, invert: bool = False) -> Tens
 
 
 def _isin(x1: Tensor, x2: Tensor) -> Tensor:
-    from .creation import zeros
-
     d1, d2 = x1.dtype, x2.dtype
     valid: Tensor | None = None
     if _dt.can_promote(d1, d2):

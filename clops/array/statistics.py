@@ -10,7 +10,10 @@ from typing import Any
 from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.ir import prod
-from .manipulation import normalize_axes, reshape
+from ._ops import register
+from .elementwise import apply
+from .kernel_ops import scan_last
+from .manipulation import concat, moveaxis, normalize_axes, normalize_axis, reshape
 from .tensor import Tensor, same_device
 
 Axis = int | Sequence[int] | None
@@ -44,18 +47,21 @@ def _reduce(op: str, x: Tensor, axis: Axis, keepdims: bool, dtype: _dt.DType) ->
     return _finish(x, ir.reduce(op, src, axes, dtype), axes, keepdims)
 
 
+@register
 def sum(x: Tensor, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = False
         ) -> Tensor:
     """Sum over ``axis`` (all axes when None)."""
     return _reduce("sum", x, axis, keepdims, _sum_dtype(x, dtype))
 
 
+@register
 def prod_(x: Tensor, /, *, axis: Axis = None, dtype: Any = None, keepdims: bool = False
           ) -> Tensor:
     """Product over ``axis``."""
     return _reduce("prod", x, axis, keepdims, _sum_dtype(x, dtype))
 
 
+@register
 def max(x: Tensor, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
     """Maximum over ``axis`` (NaN propagates)."""
     if x.dtype.kind == "c":
@@ -65,6 +71,7 @@ def max(x: Tensor, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
     return _reduce("max", x, axis, keepdims, x.dtype)
 
 
+@register
 def min(x: Tensor, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
     """Minimum over ``axis`` (NaN propagates)."""
     if x.dtype.kind == "c":
@@ -88,6 +95,7 @@ def _float_check(x: Tensor, fn: str) -> None:
                         "astype first")
 
 
+@register
 def mean(x: Tensor, /, *, axis: Axis = None, keepdims: bool = False) -> Tensor:
     """Arithmetic mean over ``axis`` (one fused kernel: sum, then divide)."""
     _float_check(x, "mean")
@@ -142,9 +150,6 @@ def std(x: Tensor, /, *, axis: Axis = None, correction: int | float = 0.0,
 
 def _cumulative(op: str, x: Tensor, axis: int | None, dtype: Any, include_initial: bool
                 ) -> Tensor:
-    from .kernel_ops import scan_last
-    from .manipulation import moveaxis, normalize_axis
-
     if axis is None:
         if x.ndim > 1:
             raise ValueError(f"cumulative_{op}: axis is required for a tensor of {x.ndim} dims")
@@ -185,9 +190,6 @@ def diff(x: Tensor, /, *, axis: int = -1, n: int = 1, prepend: Tensor | None = N
     >>> clops.diff(clops.asarray([1, 4, 9]))
     Tensor([3, 5], dtype=int64, device=opencl:cpu:0)
     """
-    from .elementwise import apply
-    from .manipulation import concat, normalize_axis
-
     same_device("diff", x, prepend, append)
     if x.ndim == 0:
         raise ValueError("diff needs at least 1 dim")

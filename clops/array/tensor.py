@@ -3,6 +3,8 @@ device. Operations record lazy graph nodes; values are computed when needed."""
 
 from __future__ import annotations
 
+import asyncio
+import operator
 import weakref
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -16,6 +18,7 @@ from ..graph import ir
 from ..graph.dtypes import DType
 from ..graph.ir import Node, View, prod
 from ..runtime import plan as _plan
+from ._ops import OPS
 
 # Graph depth past which an op realizes its result at once (bounds kernel size and memory).
 MAX_DEPTH = 256
@@ -67,8 +70,6 @@ def as_shape(shape: Any, what: str, arg: str = "shape", unknown: bool = False
     >>> as_shape(3, "zeros")
     (3,)
     """
-    import operator
-
     entries = (shape,) if not isinstance(shape, Sequence) and hasattr(shape, "__index__") \
         else shape
     if isinstance(entries, str | bytes) or not isinstance(entries, Sequence | np.ndarray):
@@ -327,10 +328,8 @@ class Tensor:
         return str(self.buffer.kind)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        from .interop import host_array, zero_copy
-
-        if copy is not True and zero_copy(self):
-            a = host_array(self)  # host or shared memory: numpy reads it in place
+        if copy is not True and OPS.zero_copy(self):
+            a = OPS.host_array(self)  # host or shared memory: numpy reads it in place
             return a if dtype is None else a.astype(dtype, copy=copy is not False)
         if copy is False:
             raise ValueError("this tensor's memory is not readable by the host in place: "
@@ -385,23 +384,17 @@ class Tensor:
             out = dev.alloc(max(self.nbytes, 1), buf.kind)
             dev.copy(out, buf, self.nbytes, 0, v.offset * self.dtype.itemsize)
             return Tensor(ir.load(out, View.contiguous(self.shape), self.dtype), dev)
-        from .creation import asarray
-
-        return asarray(self.to_numpy(), dtype=self.dtype, device=dev)
+        return OPS.asarray(self.to_numpy(), dtype=self.dtype, device=dev)
 
     # -- views -------------------------------------------------------------------------------------
     def _move(self, fn: Any) -> Tensor:
         return Tensor(ir.movement(self._node.resolve(), fn), self.device)
 
     def reshape(self, shape: Sequence[int], /, *, copy: bool | None = None) -> Tensor:
-        from .manipulation import reshape
-
-        return reshape(self, shape, copy=copy)
+        return OPS.reshape(self, shape, copy=copy)
 
     def permute_dims(self, axes: Sequence[int]) -> Tensor:
-        from .manipulation import permute_dims
-
-        return permute_dims(self, axes)
+        return OPS.permute_dims(self, axes)
 
     @property
     def T(self) -> Tensor:
@@ -418,14 +411,10 @@ class Tensor:
         return self._move(lambda v: v.permute(axes))
 
     def __getitem__(self, key: Any, /) -> Tensor:
-        from .indexing import getitem
-
-        return getitem(self, key)
+        return OPS.getitem(self, key)
 
     def __setitem__(self, key: Any, value: Any, /) -> None:
-        from .indexing import setitem
-
-        setitem(self, key, value)
+        OPS.setitem(self, key, value)
 
     def _assign(self, value: Tensor) -> None:
         """Write ``value`` (same shape) into this tensor's memory, in place."""
@@ -446,19 +435,13 @@ class Tensor:
     # -- Array API protocol ------------------------------------------------------------------------
     # -- NumPy's dispatch protocols and pickling (see numpy_protocols) ------------------------
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        from .numpy_protocols import array_function
-
-        return array_function(func, types, args, kwargs)
+        return OPS.array_function(func, types, args, kwargs)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        from .numpy_protocols import array_ufunc
-
-        return array_ufunc(ufunc, method, inputs, kwargs)
+        return OPS.array_ufunc(ufunc, method, inputs, kwargs)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        from .numpy_protocols import reduce_tensor
-
-        return reduce_tensor(self, protocol)
+        return OPS.reduce_tensor(self, protocol)
 
     def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
         if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12", "2025.12"):
@@ -469,22 +452,16 @@ class Tensor:
         return clops
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        from .interop import dlpack_device
-
-        return dlpack_device(self)
+        return OPS.dlpack_device(self)
 
     def __dlpack__(self, /, *, stream: Any = None, max_version: Any = None,
                    dl_device: Any = None, copy: bool | None = None) -> Any:
-        from .interop import dlpack
-
-        return dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
-                      copy=copy)
+        return OPS.dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                          copy=copy)
 
     def to_pyopencl(self) -> Any:
         """A ``pyopencl.array.Array`` over this tensor's memory (no copy)."""
-        from .interop import to_pyopencl
-
-        return to_pyopencl(self)
+        return OPS.to_pyopencl(self)
 
     # -- events and futures ------------------------------------------------------------------------
     def ready(self) -> runtime.Event:
@@ -496,13 +473,9 @@ class Tensor:
     def to_host_async(self) -> Any:
         """A ``concurrent.futures.Future`` of the numpy value; awaitable through asyncio with
         ``await asyncio.wrap_future(...)`` or ``await t.numpy_async()``."""
-        from .interop import to_host_future
-
-        return to_host_future(self)
+        return OPS.to_host_future(self)
 
     async def numpy_async(self) -> np.ndarray:
-        import asyncio
-
         return await asyncio.wrap_future(self.to_host_async())
 
     def __await__(self) -> Any:
@@ -511,9 +484,7 @@ class Tensor:
 
     # -- operators (the Array API's, each a lazy elementwise node) -------------------------------
     def _ew(self, fn: str, *args: Any) -> Tensor:
-        from . import elementwise
-
-        return elementwise.apply(fn, *args)
+        return OPS.apply(fn, *args)
 
     def __add__(self, other: Any, /) -> Tensor:
         return self._ew("add", self, other)
@@ -654,14 +625,10 @@ class Tensor:
         return self._ew("bitwise_invert", self)
 
     def __matmul__(self, other: Any, /) -> Tensor:
-        from .linalg_core import matmul
-
-        return matmul(self, other)
+        return OPS.matmul(self, other)
 
     def __rmatmul__(self, other: Any, /) -> Tensor:
-        from .linalg_core import matmul
-
-        return matmul(other, self)
+        return OPS.matmul(other, self)
 
     def __imatmul__(self, other: Any, /) -> Tensor:
         return self._inplace(self.__matmul__(other), "matmul")
@@ -678,42 +645,28 @@ class Tensor:
 
     # -- convenience methods in the manner of numpy and PyTorch ------------------------------------
     def sum(self, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
-        from . import statistics
-
-        return statistics.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+        return OPS.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
 
     def prod(self, *, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
-        from . import statistics
-
-        return statistics.prod_(self, axis=axis, dtype=dtype, keepdims=keepdims)
+        return OPS.prod_(self, axis=axis, dtype=dtype, keepdims=keepdims)
 
     def mean(self, *, axis: Any = None, keepdims: bool = False) -> Tensor:
-        from . import statistics
-
-        return statistics.mean(self, axis=axis, keepdims=keepdims)
+        return OPS.mean(self, axis=axis, keepdims=keepdims)
 
     def max(self, *, axis: Any = None, keepdims: bool = False) -> Tensor:
-        from . import statistics
-
-        return statistics.max(self, axis=axis, keepdims=keepdims)
+        return OPS.max(self, axis=axis, keepdims=keepdims)
 
     def min(self, *, axis: Any = None, keepdims: bool = False) -> Tensor:
-        from . import statistics
-
-        return statistics.min(self, axis=axis, keepdims=keepdims)
+        return OPS.min(self, axis=axis, keepdims=keepdims)
 
     def astype(self, dtype: Any, /, *, copy: bool = True) -> Tensor:
-        from .manipulation import astype
-
-        return astype(self, dtype, copy=copy)
+        return OPS.astype(self, dtype, copy=copy)
 
     def squeeze(self, axis: Any = None) -> Tensor:
         """Without the axes of length 1 named (all of them by default), as numpy's."""
-        from . import manipulation
-
         if axis is None:
             axis = tuple(i for i, n in enumerate(self.shape) if n == 1)
-        return manipulation.squeeze(self, axis=axis)
+        return OPS.squeeze(self, axis=axis)
 
     __hash__ = None  # type: ignore[assignment]
 
