@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import registry
 from .device import (
     CLDevice,
     CLQueue,
@@ -39,16 +40,12 @@ def memory_stats(device_: CLDevice | str | None = None) -> dict[str, Any]:
 
 def empty_cache(device_: CLDevice | str | None = None) -> int:
     """Release the pool's cached buffers to the driver (all devices when none is named)."""
-    from .device import _DEVICES
-
-    devs = [device(device_)] if device_ is not None else list(_DEVICES.values())
+    devs = [device(device_)] if device_ is not None else list(registry.DEVICES.values())
     return sum(d.pool.empty() for d in devs)
 
 
 def synchronize(device_: CLDevice | str | None = None) -> None:
     """Wait for every queue of a device (all devices in use when none is named)."""
-    from .device import _DEVICES
-
-    devs = [device(device_)] if device_ is not None else list(_DEVICES.values())
+    devs = [device(device_)] if device_ is not None else list(registry.DEVICES.values())
     for d in devs:
         d.synchronize()

@@ -5,14 +5,16 @@ and between them and their parent through the host."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyopencl as cl
 
-from . import discovery
+from . import discovery, registry
 
 if TYPE_CHECKING:
-    from .device import CLDevice
+    from .protocols import Device
+
+D = TypeVar("D", bound="Device")
 
 _PP = cl.device_partition_property
 _AFFINITY = {
@@ -29,7 +31,7 @@ class FissionError(RuntimeError):
     """A device cannot be split the way that was asked."""
 
 
-def partition_support(dev: CLDevice) -> dict[str, object]:
+def partition_support(dev: Device) -> dict[str, object]:
     """What partitioning a device supports: the largest number of sub-devices, the partition
     types (``"equally"``, ``"by_counts"``, ``"by_affinity_domain"``) and affinity domains.
 
@@ -55,22 +57,21 @@ def partition_support(dev: CLDevice) -> dict[str, object]:
     }
 
 
-def create_sub_devices(dev: CLDevice, n: int | None = None, *, units: int | None = None,
+def create_sub_devices(dev: D, n: int | None = None, *, units: int | None = None,
                        counts: list[int] | None = None,
-                       affinity: str | None = None) -> list[CLDevice]:
+                       affinity: str | None = None) -> list[D]:
     """Split ``dev`` into sub-devices: ``n`` of them with equal compute units (the default is
     one per compute unit, up to the device's maximum), ``units`` compute units each, explicit
     ``counts`` per sub-device, or along an ``affinity`` domain (``"numa"``, ``"l1"`` ..
     ``"l4"``, ``"next"``).
 
-    Raises ``FissionError`` naming what the device does support when it cannot.
+    Raises ``FissionError`` naming what the device does support when it cannot. Each
+    sub-device is of ``dev``'s class, made as ``type(dev)(entry, selector, context=)``.
 
     >>> subs = clops.device("cpu").create_sub_devices(2)
     >>> [s.caps.compute_units for s in subs]
     [1, 1]
     """
-    from .device import CLDevice, register
-
     sup = partition_support(dev)
     max_sub = int(sup["max_sub_devices"])  # type: ignore[call-overload]
     types: list[str] = sup["types"]  # type: ignore[assignment]
@@ -130,14 +131,15 @@ def create_sub_devices(dev: CLDevice, n: int | None = None, *, units: int | None
         raise FissionError(f"{dev.name} refused the partition {spec}: {e}") from None
     if spec[0] == int(_PP.EQUALLY):
         subs = subs[:want]
-    out: list[CLDevice] = []
+    out: list[D] = []
+    make: Any = type(dev)
     parent = dev.entry
     # the siblings share one context: a tensor moves between them by a device-side copy
     ctx = cl.Context(list(subs))
     for i, sub in enumerate(subs):
         entry = discovery.DeviceEntry(parent.platform, sub, parent.kind, parent.backend)
-        child = CLDevice(entry, f"{dev.selector}.{i}", context=ctx)
+        child = make(entry, f"{dev.selector}.{i}", context=ctx)
         child.parent = dev  # type: ignore[attr-defined]  # NOTE: keeps the parent alive
-        register(child, sub.int_ptr)  # seen by clops.synchronize() and empty_cache()
+        registry.register(child, sub.int_ptr)  # seen by clops.synchronize() and empty_cache()
         out.append(child)
     return out

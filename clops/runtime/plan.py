@@ -1,39 +1,44 @@
-"""Runtime, the launch seam: the commands clops enqueues (``Launch``, ``Copy``, ``Write``, a
-provider ``Call``), ``LaunchPlan`` (launches replayed with their arguments set once) and
-``Capture``, the recording that ``clops.jit`` replays.
+"""Runtime, the launch seam's commands: what clops enqueues (``Launch``, ``Copy``, ``Write``, a
+provider ``Call``) as a capture records and replays them, and ``LaunchPlan`` (launches replayed
+with their arguments set once).
 
 Every enqueue clops makes goes through one of ``CLDevice.launch`` / ``copy`` / ``write`` /
-``read`` (generated kernels, hand kernels, custom kernels, a CPU device's native kernels
-(``nativekernel``), transfers), ``LaunchPlan.replay``
-(the LLM's decode and prompt steps) or ``providers.base.guarded_call`` (vendor libraries). Each
-of them hooks the capture in here, once: a launch, copy or host-to-device write is recorded; a
-device-to-host read, or a provider call that is not recorded as a whole ``Call``, is refused.
+``read`` (``launch.py``, ``memory.py``: generated kernels, hand kernels, custom kernels, a CPU
+device's native kernels (``nativekernel``), transfers), ``LaunchPlan.replay`` (the LLM's decode
+and prompt steps) or ``providers.base.guarded_call`` (vendor libraries). Each of them hooks the
+capture (``capture.py``, whose names this module also gives) in once: a launch, copy or
+host-to-device write is recorded; a device-to-host read, or a provider call that is not
+recorded as a whole ``Call``, is refused.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import threading
-import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import program, rawenqueue
+from .capture import (  # noqa: F401 - the capture's names, as the layers above import them
+    _ACTIVE,  # NOTE: for a reader not yet on capturing() (providers/base.py)
+    Capture,
+    JitError,
+    active,
+    capture,
+    capturing,
+    note_alloc,
+    paused,
+    record,
+    refuse,
+)
 from .nativekernel import NativeKernel
 from .pool import Buffer
 
 if TYPE_CHECKING:
-    from .device import CLDevice, CLQueue
     from .events import Event
-
-
-class JitError(RuntimeError):
-    """A ``clops.jit`` function did something a replay could not repeat (read a value back to
-    the host, made a shape that depends on the data, ...). The message names the op."""
+    from .protocols import Device, Queue
 
 
 # -- the commands ---------------------------------------------------------------------------------
@@ -51,26 +56,26 @@ class Launch:
     reads: Sequence[Buffer] = ()
     writes: Sequence[Buffer] = ()
     name: str = ""
-    queue: CLQueue | None = None
+    queue: Queue | None = None
 
-    def run(self, dev: CLDevice, queue: CLQueue | None = None,
+    def run(self, dev: Device, queue: Queue | None = None,
             wait_for: Sequence[Any] = ()) -> Event:
         """Enqueue now through the device's tracked launch path."""
         return dev.launch(self.kernel, self.global_size, self.local_size, self.args,
                           reads=self.reads, writes=self.writes, queue=queue or self.queue,
                           wait_for=wait_for, name=self.name or None)
 
-    def run_once(self, dev: CLDevice, queue: CLQueue | None = None) -> Event:
+    def run_once(self, dev: Device, queue: Queue | None = None) -> Event:
         """``run``, for a launch made to run once and then be dropped (an eager op's): its
         kernel object then goes back to ``program.new_kernel`` for the next such launch,
         saving pyopencl's ~0.1 ms to make one (unless a clops.jit capture is open anywhere:
         the capture keeps the object)."""
         ev = self.run(dev, queue)
-        if not _ACTIVE[0]:
+        if not capturing():
             program.release_kernel(self.kernel, self.args)
         return ev
 
-    def replay(self, dev: CLDevice, sub: Sub) -> None:
+    def replay(self, dev: Device, sub: Sub) -> None:
         dev.launch(self.kernel, self.global_size, self.local_size, [sub(a) for a in self.args],
                    reads=[sub(b) for b in self.reads], writes=[sub(b) for b in self.writes],
                    queue=self.queue, name=self.name or None)
@@ -85,13 +90,13 @@ class Copy:
     nbytes: int
     dst_offset: int = 0
     src_offset: int = 0
-    queue: CLQueue | None = None
+    queue: Queue | None = None
 
     @property
     def writes(self) -> tuple[Buffer]:
         return (self.dst,)
 
-    def replay(self, dev: CLDevice, sub: Sub) -> None:
+    def replay(self, dev: Device, sub: Sub) -> None:
         dev.copy(sub(self.dst), sub(self.src), self.nbytes, self.dst_offset, self.src_offset,
                  queue=self.queue)
 
@@ -103,13 +108,13 @@ class Write:
     buf: Buffer
     host: np.ndarray
     offset: int = 0
-    queue: CLQueue | None = None
+    queue: Queue | None = None
 
     @property
     def writes(self) -> tuple[Buffer]:
         return (self.buf,)
 
-    def replay(self, dev: CLDevice, sub: Sub) -> None:
+    def replay(self, dev: Device, sub: Sub) -> None:
         dev.write(sub(self.buf), self.host, self.offset, queue=self.queue)
 
 
@@ -124,7 +129,7 @@ class Call:
     writes: Sequence[Buffer] = ()
     name: str = ""
 
-    def replay(self, dev: CLDevice | None, sub: Sub) -> None:
+    def replay(self, dev: Device | None, sub: Sub) -> None:
         call(self.fn, *map_buffers(self.args, sub), writes=map_buffers(self.writes, sub),
              name=self.name, **map_buffers(self.kwargs, sub))
 
@@ -158,99 +163,6 @@ def map_buffers(obj: Any, sub: Sub) -> Any:
     return obj
 
 
-# -- capture --------------------------------------------------------------------------------------
-class Capture:
-    """What a function enqueued, in order, while it ran once (``with capture() as cap:``).
-
-    ``allocated`` holds the buffers allocated meanwhile (a replay makes its own outputs; every
-    other buffer is the same memory on every replay). A step that cannot be recorded refuses
-    the capture: ``strict`` raises ``JitError`` at once, otherwise ``refused`` says what and the
-    rest of the run goes on uncaptured (eager)."""
-
-    def __init__(self, strict: bool = True) -> None:
-        self.steps: list[tuple[CLDevice | None, Step]] = []
-        self.allocated: weakref.WeakSet[Buffer] = weakref.WeakSet()
-        self.strict = strict
-        self.refused: str | None = None
-
-    def add(self, device: CLDevice | None, step: Step) -> None:
-        if self.refused is None:
-            self.steps.append((device, step))
-
-    def refuse(self, what: str) -> None:
-        if self.refused is not None:
-            return
-        msg = (f"clops.jit cannot capture {what}: a replay could not repeat it. Keep the "
-               "function on the device (return tensors and read them after the call), with "
-               "shapes that depend only on the arguments' shapes")
-        if self.strict:
-            raise JitError(msg)
-        self.refused = what
-        self.steps.clear()
-
-
-class _State(threading.local):
-    def __init__(self) -> None:
-        self.captures: list[Capture] = []
-        self.paused = 0
-
-
-_STATE = _State()
-_ACTIVE = [0]  # captures open on any thread: the seam's hot path tests this first
-_ACTIVE_LOCK = threading.Lock()
-
-
-def active() -> list[Capture]:
-    """The captures recording this thread's enqueues now (innermost last; none while paused)."""
-    if not _ACTIVE[0]:
-        return []
-    st = _STATE
-    return st.captures if st.captures and not st.paused else []
-
-
-def record(device: CLDevice | None, step: Step) -> None:
-    for cap in active():
-        cap.add(device, step)
-
-
-def refuse(what: str) -> None:
-    """Called where an enqueue cannot be replayed: refuses every capture open here."""
-    for cap in active():
-        cap.refuse(what)
-
-
-def note_alloc(buf: Buffer) -> None:
-    for cap in active():
-        cap.allocated.add(buf)
-
-
-@contextlib.contextmanager
-def capture(strict: bool = True) -> Iterator[Capture]:
-    """Record this thread's enqueues (nested captures each record them all)."""
-    cap = Capture(strict)
-    st = _STATE
-    st.captures.append(cap)
-    with _ACTIVE_LOCK:
-        _ACTIVE[0] += 1
-    try:
-        yield cap
-    finally:
-        with _ACTIVE_LOCK:
-            _ACTIVE[0] -= 1
-        st.captures.remove(cap)
-
-
-@contextlib.contextmanager
-def paused() -> Iterator[None]:
-    """Work that is not part of the captured function (measuring a provider, say)."""
-    st = _STATE
-    st.paused += 1
-    try:
-        yield
-    finally:
-        st.paused -= 1
-
-
 def call(fn: Callable[..., Any], *args: Any, writes: Sequence[Buffer] = (), name: str = "",
          **kwargs: Any) -> Any:
     """Run ``fn(*args, **kwargs)`` now; where a capture is open, record it as one ``Call`` step
@@ -278,7 +190,7 @@ class LaunchPlan:
     a capture they are recorded (and replayed) one by one, tracked.
     """
 
-    device: CLDevice
+    device: Device
     launches: list[Launch] = field(default_factory=list)
     _ready: bool = False
     _prepared: Any = None
@@ -289,12 +201,12 @@ class LaunchPlan:
         self.launches.append(launch)
         self._ready = False
 
-    def _prepare(self, record: bool) -> None:
+    def _prepare(self, recording: bool) -> None:
         for ln in self.launches:
             ln.kernel.set_args(*[a.mem if isinstance(a, Buffer) else a for a in ln.args])
         self._prepared = self.device.prepare_launches(
             [(ln.kernel, ln.global_size, ln.local_size, ln.name) for ln in self.launches],
-            record=record)
+            record=recording)
         self._ready = True
 
     @property
@@ -311,9 +223,9 @@ class LaunchPlan:
         # a single launch gains nothing from a recording, nor a plan resized between replays
         worth = len(self.launches) > 1 and not self._resized
         if not self._ready:
-            self._prepare(record=self._replays > 0 and worth)
+            self._prepare(recording=self._replays > 0 and worth)
         elif self._replays == 1 and worth:
-            self._prepare(record=True)
+            self._prepare(recording=True)
         self._replays += 1
         self.device.enqueue_prepared(self._prepared)
 

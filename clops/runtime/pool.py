@@ -18,7 +18,7 @@ import numpy as np
 import pyopencl as cl
 
 if TYPE_CHECKING:
-    from .device import CLDevice, CLQueue
+    from .protocols import Device, Queue
 
 MIN_BLOCK = 256  # bytes; also the alignment every sub-buffer offset can rely on
 CLASSES_PER_OCTAVE_LOG2 = 3  # 8 size classes per power of two: rounding waste < 12.5%
@@ -50,7 +50,7 @@ class MemoryStats:
                 "hits": self.hits, "misses": self.misses, "limit": self.limit}
 
 
-Dep = tuple[cl.Event, "CLQueue"]
+Dep = tuple[cl.Event, "Queue"]
 
 
 class Buffer:
@@ -76,7 +76,7 @@ class Buffer:
         self.host = host
 
     # -- dependency tracking -------------------------------------------------------------------
-    def read_deps(self, queue: CLQueue) -> list[cl.Event]:
+    def read_deps(self, queue: Queue) -> list[cl.Event]:
         """Events a read on ``queue`` must wait for: the last write (unless already ordered by
         the same in-order queue)."""
         lw = self.last_write
@@ -84,14 +84,14 @@ class Buffer:
             return []
         return [lw[0]]
 
-    def write_deps(self, queue: CLQueue) -> list[cl.Event]:
+    def write_deps(self, queue: Queue) -> list[cl.Event]:
         """Events a write must wait for: the last write and every read since."""
         out = self.read_deps(queue)
         same = queue.in_order
         out.extend(ev for ev, q in self.reads if not (same and q is queue))
         return out
 
-    def mark_read(self, event: cl.Event, queue: CLQueue) -> None:
+    def mark_read(self, event: cl.Event, queue: Queue) -> None:
         reads = self.reads
         if queue.in_order and reads and reads[-1][1] is queue:
             reads[-1] = (event, queue)  # later on the same in-order queue implies the earlier
@@ -100,7 +100,7 @@ class Buffer:
             if len(reads) > 32:
                 self.reads = [r for r in reads if r[0].command_execution_status != 0]
 
-    def mark_write(self, event: cl.Event, queue: CLQueue) -> None:
+    def mark_write(self, event: cl.Event, queue: Queue) -> None:
         self.last_write = (event, queue)
         self.reads = []
 
@@ -176,7 +176,7 @@ class _SVMBytes:
 class BufferPool:
     """Reuses device buffers by size class. Thread-safe. One per context."""
 
-    def __init__(self, device: CLDevice, limit: int | None = None) -> None:
+    def __init__(self, device: Device, limit: int | None = None) -> None:
         self.device = device
         self.context = device.context
         self.limit = limit

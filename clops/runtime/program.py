@@ -11,7 +11,7 @@ import sys
 import threading
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from . import cachefiles, cachesize
 from .keylocks import KeyedLocks
 
 if TYPE_CHECKING:
-    from .device import CLDevice
+    from .protocols import Device
 
 # Counted for tests and benchmarks: "builds" (compiler runs), "disk_hits", "memory_hits" and
 # "disk_refused" (cache entries that failed a check and were rebuilt).
@@ -208,7 +208,7 @@ def sm90a_ptx(ptx: bytes) -> bytes:
     return text.replace("//@@", "").encode()
 
 
-def rebuilt_from_binary(device: CLDevice, program: cl.Program,
+def rebuilt_from_binary(device: Device, program: cl.Program,
                         patch: Callable[[bytes], bytes]) -> cl.Program:
     """``program``'s binary passed through ``patch`` and built again as a binary (not cached).
     NVIDIA's binaries are PTX text: gemm.py names the sm_90a target there, which NVIDIA's
@@ -257,7 +257,7 @@ class ProgramCache:
     """Per-device cache of built programs: memory first, then disk binaries. Threads may share
     it: each program is built once, different programs at the same time."""
 
-    def __init__(self, device: CLDevice, disk_dir: str | None) -> None:
+    def __init__(self, device: Device, disk_dir: str | None) -> None:
         self.device = device
         self.disk_dir = disk_dir
         self._mem: dict[tuple[str, tuple[str, ...]], cl.Program] = {}
@@ -386,3 +386,26 @@ class ProgramCache:
 
     def clear(self) -> None:
         self._mem.clear()
+
+
+class KernelObjects:
+    """A device's kernel objects of its cached programs: one per (source, options, name),
+    shared by every caller (``CLDevice.kernel``)."""
+
+    def __init__(self) -> None:
+        self._objects: dict[tuple[str, tuple[str, ...], str], cl.Kernel] = {}
+
+    def get(self, build: Callable[[str, Sequence[str]], cl.Program], source: str, name: str,
+            options: Sequence[str] = (), arg_types: Sequence[Any] | None = None) -> cl.Kernel:
+        """The kernel object of ``name`` in ``build(source, options)``'s program; ``arg_types``
+        (numpy dtypes of scalar arguments, None for buffers) makes setting arguments about 100
+        times cheaper."""
+        key = (source, tuple(options), name)
+        k = self._objects.get(key)
+        if k is None:
+            k = cl.Kernel(build(source, options), name)
+            if arg_types is not None:
+                k.set_scalar_arg_dtypes(list(arg_types))
+            # (threads that made one each at once all get the first one kept)
+            k = self._objects.setdefault(key, k)
+        return k

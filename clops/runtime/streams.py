@@ -2,21 +2,18 @@
 clops.stream(q):`` sends generated kernels, copies and custom kernels of ``q``'s device to ``q``;
 dependency tracking on buffers keeps results correct across queues.
 
-The choice is a ``contextvars`` variable, so each thread and each asyncio task has its own."""
+The choice is a ``contextvars`` variable (``launch.py`` holds it, for the enqueues), so each thread
+and each asyncio task has its own."""
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
-if TYPE_CHECKING:
-    from .device import CLDevice, CLQueue
-
-# id(device) -> queue chosen for it; a new dict per ``stream`` block (never mutated in place).
-_CURRENT: contextvars.ContextVar[dict[int, CLQueue] | None] = contextvars.ContextVar(
-    "clops_current_queue", default=None)
+from . import launch
+from .device import CLDevice, CLQueue
+from .device import device as _device
 
 
 def current_queue(device: CLDevice) -> CLQueue:
@@ -27,12 +24,7 @@ def current_queue(device: CLDevice) -> CLQueue:
     >>> clops.current_queue(dev) is dev.queue
     True
     """
-    chosen = _CURRENT.get()
-    if chosen:
-        q = chosen.get(id(device))
-        if q is not None:
-            return q
-    return device.queue
+    return cast(CLQueue, launch.current_queue(device))
 
 
 @contextlib.contextmanager
@@ -45,29 +37,18 @@ def stream(queue: CLQueue | None = None, *, device: CLDevice | str | None = None
     >>> with clops.stream(device=dev, out_of_order=True) as q:
     ...     c = (clops.ones(1000, device=dev) * 2).realize()   # runs on q
     """
-    from .device import CLQueue
-
     if queue is not None and not isinstance(queue, CLQueue):
         raise TypeError(
             f"stream: expected a queue of a device (a CLQueue, such as "
             f"clops.device().create_queue()) or None, got {queue!r} ({type(queue).__name__}); "
             "for a new queue of a device, give stream(device=...)")
     if queue is None:
-        from .device import device as _device
-
         queue = _device(device).create_queue(out_of_order=out_of_order)
     elif device is not None:
-        from .device import device as _device
-
         if _device(device) is not queue.device:
             raise ValueError(f"stream: {queue} belongs to {queue.device}, not to {device}")
-    chosen = dict(_CURRENT.get() or {})
-    chosen[id(queue.device)] = queue
-    token = _CURRENT.set(chosen)
-    try:
+    with launch.routed(queue.device, queue):
         yield queue
-    finally:
-        _CURRENT.reset(token)
 
 
 def use_queue(queue: CLQueue) -> contextlib.AbstractContextManager[Any]:

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
-from . import plan, probes
+from . import probes
+from .capture import capturing
 from .device import CLDevice
 from .pool import Buffer
 from .program import new_kernel
@@ -227,7 +228,7 @@ def matrix_map(dev: CLDevice, buf: Buffer, offset: int, rows: int, cols: int, ld
     ``box`` (columns, rows) with the 128-byte swizzle; None where the CUDA driver is not there
     or refuses (addresses and strides must be multiples of 16 bytes)."""
     cu = cuda(dev)
-    if cu is None or plan._ACTIVE[0]:  # a plan being recorded reads nothing back
+    if cu is None or capturing():  # a plan being recorded reads nothing back
         return None
     if not describable(offset, rows, ld, batch, bstride):
         return None

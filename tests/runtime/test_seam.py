@@ -1,6 +1,6 @@
-"""The launch seam (runtime/plan.py): every enqueue passes CLDevice's tracked launch and copy
-paths, prepared launch plans, or the providers' guarded call; the compiler does not reach up
-into the array layer. Source is read with ``ast``."""
+"""The launch seam (runtime/launch.py, memory.py, plan.py): every enqueue passes CLDevice's
+tracked launch and copy paths, prepared launch plans, or the providers' guarded call; the
+compiler does not reach up into the array layer. Source is read with ``ast``."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ import clops
 from clops.runtime import plan
 
 ROOT = Path(clops.__file__).parent
-# Where work may be enqueued (kernels, copies, fills, maps): the seam itself (device.py), and
-# host mappings: the staging buffers' and the pool's (host views of host-addressable memory).
-# Markers and barriers order work and may be anywhere.
-ENQUEUERS = {"runtime/device.py": None, "runtime/staging.py": {"enqueue_map_buffer"},
-             "runtime/pool.py": {"enqueue_map_buffer"}}
+# Where work may be enqueued (kernels, copies, fills, maps): the seam itself (launch.py for
+# kernels, memory.py for copies), host mappings: the staging buffers' and the pool's (host views
+# of host-addressable memory), and the disk-remembered probes' read of their result (a kernel
+# run on a device not yet known to build, before any of its work is tracked). Markers and
+# barriers order work and may be anywhere.
+ENQUEUERS = {"runtime/launch.py": None, "runtime/memory.py": {"enqueue_copy"},
+             "runtime/staging.py": {"enqueue_map_buffer"},
+             "runtime/pool.py": {"enqueue_map_buffer"}, "runtime/probes.py": {"enqueue_copy"}}
 ORDERING = {"enqueue_marker", "enqueue_barrier", "enqueue_wait_for_events"}
 
 
@@ -85,3 +88,20 @@ def test_capture_records_launches_copies_and_writes_and_refuses_reads(device):
     with plan.capture() as cap, plan.paused():
         device.copy(a, b, 64)
     assert not cap.steps
+
+
+def test_capturing_says_whether_a_capture_is_open_on_any_thread():
+    import threading
+
+    from clops.runtime import capture
+
+    assert not capture.capturing()
+    seen = []
+    with capture.capture():
+        assert capture.capturing() and plan.capturing()
+        t = threading.Thread(target=lambda: seen.append(capture.capturing()))
+        t.start()
+        t.join()
+        with capture.paused():
+            assert capture.capturing() and capture.active() == []
+    assert seen == [True] and not capture.capturing()
