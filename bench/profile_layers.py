@@ -45,7 +45,7 @@ def _defines(spec: str) -> dict[str, int]:
 
 def _load(path: str, device: str, longest: int, new: int):
     model = clops.llm.load(path, device=device, max_seq_len=longest + new + 8, progress=False)
-    if not model._layer_kernels():
+    if not model._builder.whole_layers():
         sys.exit(f"{path}: the layer kernel does not run this model on {model.device.name}")
     ids = np.random.default_rng(0).integers(100, model.config.vocab_size - 1, longest).tolist()
     return model, ids
@@ -58,7 +58,7 @@ def _use(model, spec: str) -> None:
     """The next step's plan from the layer kernel built with ``spec`` (or the per-layer plan);
     MAX_LAYERS in a spec caps the layers a launch (``layer.MAX_LAYERS``), SLOTS and SLOTS_LONG
     set the registers' slots (``layer.SLOTS``, ``layer.SLOTS_LONG``), not -D defines."""
-    model._whole = spec != "plan"
+    model._builder.whole = spec != "plan"
     defines = {} if spec == "plan" else _defines(spec)
     layer.MAX_LAYERS = defines.pop("MAX_LAYERS", _MOST)
     layer.SLOTS = defines.pop("SLOTS", _SLOTS)
@@ -85,7 +85,7 @@ def trace(args) -> None:
     layer.TRACE = True  # (before the model allocates its barrier buffer)
     model, ids = _load(args.model, args.device, max(args.depths), 4)
     groups = layer.resident_groups(model.device)
-    launches = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers],
+    launches = layer.launch_groups(model._builder.decoder_layers(),
                                    layer.max_layers(model.device))
     for d in args.depths:
         for spec in args.variant or [""]:
@@ -101,7 +101,7 @@ def trace(args) -> None:
             names = "ABCD" if fused else PHASES
             per = len(names)
             list(model.generate_ids(ids[:d], max_new_tokens=4, stop_ids=[]))
-            _, t = layer.read_trace(model.device, model.bar, groups)
+            _, t = layer.read_trace(model.device, model._builder.bar, groups)
             work: dict[str, list[float]] = {p: [] for p in names}
             slow: dict[str, list[float]] = {p: [] for p in names}
             release: dict[str, list[float]] = {p: [] for p in names}
@@ -125,7 +125,7 @@ def trace(args) -> None:
                 at += n
             # inside attention: the last launch's units, from leaving the barrier before B
             last = launches[-1]
-            pts = layer.read_attention_trace(model.device, model.bar, groups, len(last))
+            pts = layer.read_attention_trace(model.device, model._builder.bar, groups, len(last))
             a0 = at - (per * len(last) - 1)
             inside: list[list[float]] = [[] for _ in range(layer.ATT_POINTS + 1)]
             for li in range(len(last)):

@@ -1,7 +1,7 @@
 """llm, batch: continuous batching of many sequences on one loaded model, for ``clops serve``.
 
 A ``BatchEngine`` keeps up to ``max_batch`` sequences in flight, on a model of any family
-of ``arch.ARCHS``. Each ``step()`` runs one launch plan (built by ``step.PagedStep``) over a
+of ``arch.ARCHS``. Each ``step()`` runs one launch plan (built by ``step.StepBuilder``) over a
 ragged batch of rows: one row for every sequence that is decoding, and the
 next chunk of the prompt of sequences still being prefilled (at most ``prefill_chunk`` prompt
 rows a step, so that a long prompt does not stall the others). The KV cache is paged: every
@@ -40,7 +40,7 @@ from . import experts
 from .arch import ARCHS
 from .loaded import LoadedModel, ModelWeights
 from .placement import Chain
-from .step import PagedStep, StepBuffers, StepPlan, branch_out
+from .step import Paged, StepBuffers, StepBuilder, StepPlan, branch_out
 
 
 @dataclass
@@ -209,7 +209,7 @@ class _EnginePart:
     embedding where it ``embeds``, the final norm and logits where it ``heads``)."""
 
     def __init__(self, engine: BatchEngine, dev: CLDevice, weights: ModelWeights, *,
-                 embeds: bool, heads: bool) -> None:
+                 first: int, embeds: bool, heads: bool) -> None:
         cfg, R, e = engine.model.config, engine.rows, engine
         H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
         f4 = 4
@@ -247,14 +247,15 @@ class _EnginePart:
         self.vpool = [dev.alloc(pool) for _ in weights.layers]
         moe = [ly.experts for ly in weights.layers if ly.experts is not None]
         bufs = StepBuffers(x=self.x, xn=self.xn, t=self.t, qkv=self.qkv, q=self.q,
-                           attn=self.attn, gu=self.gu, h=self.h, xl=self.xl, logits=self.logits,
-                           rstats=self.rstats, ids=self.ids, sel=self.sel, zero=self.zero,
-                           part=part, count=count,
-                           experts=experts.buffers(dev, cfg, moe, R) if moe else None)
+                           attn=self.attn, gu=self.gu, h=self.h, logits=self.logits,
+                           ids=self.ids, ids_at=self.zero,
+                           experts=experts.buffers(dev, cfg, moe, R) if moe else None,
+                           xl=self.xl, rstats=self.rstats, sel=self.sel)
         rows = PagedRows(self.table, e.maxb, self.rslot, self.rpos, e.block_size)
-        self.builder = PagedStep(dev, cfg, weights, bufs, rows, self.kpool, self.vpool,
-                                 context=e.context, kv_half=e.kv_half, split=self.split,
-                                 embeds=embeds, heads=heads)
+        cache = Paged(tuple(self.kpool), tuple(self.vpool), rows, e.context, self.split, part,
+                      count)
+        self.builder = StepBuilder(dev, cfg, weights, bufs, cache, first=first,
+                                   embeds=embeds, heads=heads, kv_half=e.kv_half)
         self.plans: dict[int | None, StepPlan] = {}
 
     def plan(self, n: int) -> LaunchPlan:
@@ -262,7 +263,7 @@ class _EnginePart:
         key = self.builder.tm(n)
         got = self.plans.get(key)
         if got is None:
-            got = self.plans[key] = self.builder.build(n, 0)
+            got = self.plans[key] = self.builder.rows(n, 0)
         got.resize(n, 0)
         return got.plan
 
@@ -333,7 +334,7 @@ class BatchEngine:
         spans = [(st.device, st.first, st.stop) for st in stages] if len(stages) > 1 else \
             [(self.device, 0, len(w.layers))]
         parts = [_EnginePart(self, dev, replace(w, layers=w.layers[first:stop]),
-                             embeds=first == 0, heads=stop == len(w.layers))
+                             first=first, embeds=first == 0, heads=stop == len(w.layers))
                  for dev, first, stop in spans]
         self._before = parts[:-1]
         last = parts[-1]
@@ -342,7 +343,7 @@ class BatchEngine:
         self.sel, self.split, self.builder = last.sel, last.split, last.builder
 
     def _tm(self, m: int) -> int | None:
-        """Rows per work-item of the step's products for ``m`` rows (``PagedStep.tm``)."""
+        """Rows per work-item of the step's products for ``m`` rows (``StepBuilder.tm``)."""
         return self.builder.tm(m)
 
     def _plan(self, n: int, nl: int, embed: bool = False) -> LaunchPlan:
@@ -357,7 +358,7 @@ class BatchEngine:
         key = (self._tm(n), self._tm(nl) if nl else 0, embed)
         got = self._plans.get(key)
         if got is None:
-            got = self._plans[key] = self.builder.build(n, nl, embed)
+            got = self._plans[key] = self.builder.rows(n, nl, embed)
         got.resize(n, nl)
         return got.plan
 

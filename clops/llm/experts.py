@@ -1,6 +1,6 @@
-"""llm, experts: the launches of a mixture of experts in place of a layer's FFN, for both plan
-builders (``Model``'s and ``step.PagedStep``), from the router's scores to the weighted sum of
-the chosen experts' outputs, all on the device (the host never reads a routing).
+"""llm, experts: the launches of a mixture of experts in place of a layer's FFN, for the plan
+builder (``step.StepBuilder``, with either cache), from the router's scores to the weighted sum
+of the chosen experts' outputs, all on the device (the host never reads a routing).
 
 For ``m`` rows of normed activations: the router's product gives each row a score per expert
 (the caller's launch, so that it takes the builder's own product geometry); ``route`` picks each

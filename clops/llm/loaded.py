@@ -1,5 +1,5 @@
 """llm, loaded: a model's weights on the device, as the typed views the plan builders read
-(``Model.weights``; ``step.PagedStep``), and what a batched engine needs of a model."""
+(``Model.weights``; ``step.StepBuilder``), and what a batched engine needs of a model."""
 
 from __future__ import annotations
 
@@ -86,11 +86,13 @@ class LayerWeights:
 @dataclass(frozen=True)
 class ModelWeights:
     """A model's weights on the device: the token embedding, the final norm, the output
-    projection (the embedding where they are tied) and the layers."""
+    projection (the embedding where they are tied) and the layers. (A part of a model split
+    over devices holds the embedding if it is the first, the final norm and the output if it
+    is the last: the others are None.)"""
 
-    embed: DeviceWeight
-    out_norm: Buffer
-    output: DeviceWeight
+    embed: DeviceWeight | None
+    out_norm: Buffer | None
+    output: DeviceWeight | None
     layers: tuple[LayerWeights, ...]
 
 

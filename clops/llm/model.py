@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from .. import _config
-from ..kernels import Launch, LaunchPlan, activation, attention, layer, matmul, native_cpu, norm
+from ..kernels import Launch, LaunchPlan, attention, matmul
 from ..kernels import sample as sample_kernel
 from ..nn.quant import DeviceWeight, PackedWeight, concat, concat_experts, upload
 from ..runtime import CLDevice, CLQueue
 from ..runtime.pool import Buffer
-from . import batch, experts, placement
+from . import batch, experts, placement, step
 from .arch import NORMS
 from .batch import SamplingParams, choose, shape_logits
 from .completion import (
@@ -105,8 +105,6 @@ class _Layer:
     k_cache: Buffer
     v_cache: Buffer
     inv_freq: Buffer  # the rotary frequencies of this layer (zeros: no rotary)
-    # decode_layers' copy of the down weights' columns (layer.down_columns), made at first use
-    down_cols: Buffer | None = None
 
 
 # prompt rows a launch plan takes at once
@@ -199,9 +197,6 @@ class Model:
         ends = ([self.embed] if self._embeds else []) + ([self.output] if self._heads else [])
         for w in ends + self._layer_matrices():
             w.int8 = int8_activations
-        self._branch = _branch_out(cfg)
-        # decode rows' layers as one launch each (None: not decided yet)
-        self._whole: bool | None = None
         self._token_queue: CLQueue | None = None  # (_read_token)
         self._alloc(float16_copies)
         self._plans: dict[tuple[int, str, bool, int | None], LaunchPlan] = {}
@@ -352,6 +347,13 @@ class Model:
         layers = [w for p in parts for w in p._layer_weights()]
         return ModelWeights(parts[0].embed, self.out_norm, self.output, tuple(layers))
 
+    def _part_weights(self) -> ModelWeights:
+        """This part's weights, typed (the embedding if it is the first, the final norm and
+        the output if it is the last)."""
+        return ModelWeights(self.embed if self._embeds else None,
+                            self.out_norm if self._heads else None,
+                            self.output if self._heads else None, tuple(self._layer_weights()))
+
     def _layer_weights(self) -> list[LayerWeights]:
         """This part's layers, typed."""
         cfg = self.config
@@ -402,7 +404,8 @@ class Model:
         self.x = dev.alloc(C * cfg.dim * f4)
         self.xn = dev.alloc(C * cfg.dim * f4)
         # a block's output before its post-norm or residual scale (families that have them)
-        self.t = dev.alloc(C * cfg.dim * f4 if _branch_out(cfg) else 4)
+        part_weights = self._part_weights()
+        self.t = dev.alloc(C * cfg.dim * f4 if step.branch_out(cfg, part_weights) else 4)
         self.qkv = dev.alloc(C * (H + 2 * KV) * D * f4)
         self.q = dev.alloc(C * H * D * f4)
         self.attn = dev.alloc(C * H * D * f4)
@@ -412,8 +415,6 @@ class Model:
         V = cfg.vocab_size if self._heads else 1
         self.logits_buf = dev.alloc(C * V * f4)
         self.z = dev.alloc(V * f4)
-        self.part = dev.alloc(attention.part_nbytes(dev, self.max_seq, H, D))
-        self.count = upload(dev, np.zeros(H, np.int32))  # attn_decode_rope's, left zero
         # state[0]: the position of the row the next step reads; state[3]: the greedy
         # sampler's ticket (zero between launches)
         self.state = self._part.state if self._part.state is not None else \
@@ -455,6 +456,19 @@ class Model:
         for ly in self.layers:
             ly.k_cache = dev.alloc(cache)
             ly.v_cache = dev.alloc(cache)
+        one = step.OneSequence(
+            tuple(ly.k_cache for ly in self.layers), tuple(ly.v_cache for ly in self.layers),
+            self.state, self.max_seq, dev.alloc(attention.part_nbytes(dev, self.max_seq, H, D)),
+            upload(dev, np.zeros(H, np.int32)))  # (attn_decode_rope's count, left zero)
+        bufs = step.StepBuffers(
+            x=self.x, xn=self.xn, t=self.t, qkv=self.qkv, q=self.q, attn=self.attn, gu=self.gu,
+            h=self.h, logits=self.logits_buf, ids=self.tokens, ids_at=self.state,
+            experts=self.ex, seen=self.seen, z=self.z, xh=self.xh, wh=self.wh, ph=self.ph)
+        # (the one builder of this part's launches; ``_plan`` drives it)
+        self._builder = step.StepBuilder(
+            dev, cfg, part_weights, bufs, one, first=self._part.first, embeds=self._embeds,
+            heads=self._heads, kv_half=self.kv_half, half_prompt=self.half_prompt,
+            copies_fraction=HALF_COPIES_FRACTION)
 
     # -- plans -------------------------------------------------------------------------------
     def _plan(self, m: int, logits: str, sample: bool,
@@ -472,350 +486,19 @@ class Model:
 
     def _part_plan(self, m: int, logits: str, sample: bool,
                    span: int | None = None) -> LaunchPlan:
-        """This part's launches of ``_plan`` (the whole model's, unless it is split)."""
+        """This part's launches of ``_plan`` (the whole model's, unless it is split): the step
+        builder's (``step.StepBuilder.sequence``), made once for each key."""
         key = (m, logits, sample, span)
         plan = self._plans.get(key)
-        if plan is not None:
-            return plan
-        cfg, dev = self.config, self.device
-        H, KV, D, F, dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ffn_dim, cfg.dim
-        eps = cfg.norm_eps
-        plan = LaunchPlan(dev)
-        add = plan.add
-
-        def mm(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
-               w: DeviceWeight, rows: int, **kw: Any) -> None:
-            kw["scratch"], kw["wscratch"], kw["pscratch"] = self.xh, self.wh, self.ph
-            for ln in matmul.linear(dev, y, y_off, ldy, x, x_off, ldx, w, rows, **kw):
-                add(ln)
-
-        # PERF: on GPUs the norms and the GLU are folded into the matmuls that read them; on
-        # CPUs (weights in the CPU layout) the norms into the matmuls that read them and the
-        # GLU into the product that makes its input (fewer launches per token)
-        fuse = matmul.fused_prologues(dev)
-
-        def normed(w: Buffer | None, readers: list[DeviceWeight], rows: int = m,
-                   off: int = 0) -> dict[str, Any]:
-            """The input of the matmuls with ``readers`` after the pre-norm ``w`` (none: the
-            residual stream)."""
-            if w is None:
-                return {"x": self.x, "x_off": off}
-            if w is ready.pop("norm", None) and rows == m and off == 0:
-                return {"x": self.xh, "x_off": 0, "half_in": True}  # (then_norm's)
-            if all(matmul.fused_norm(dev, r, rows) for r in readers):
-                return {"x": self.x, "x_off": off, "norm": (w, eps)}
-            add(norm.rmsnorm(dev, self.xn, self.x, off, dim, w, m=rows, k=dim, eps=eps))
-            return {"x": self.xn, "x_off": 0}
-
-        # PERF (GPUs): a block's output product, added to the residual stream, makes the next
-        # products' float16 rows of RMSNorm(x) itself (for a split product: in the pass that
-        # adds up its slices), where those products are tensor-core ones of these m rows
-        # (H100, 1B body, two runs each way: Q4_0 pp128 53.0-56.2k -> 58.0-58.5k tok/s, pp512
-        # 130-132k -> 133-136k; F16 within the runs' spread, pp512 125-128k -> 128-131k)
-        ready: dict[str, Buffer] = {}
-
-        def then_norm(out: DeviceWeight, w: Buffer | None,
-                      readers: list[DeviceWeight]) -> dict[str, Any]:
-            """block_out's arguments for the product ``out`` to leave the float16 rows of the
-            next pre-norm ``w`` (read by ``readers``) in xh, which normed() then hands on."""
-            if (not fuse or self._branch or w is None
-                    or not all(matmul.tensor_core_route(dev, m, r, self.wh)
-                               and matmul.fused_norm(dev, r, m) for r in [out] + readers)):
-                return {}
-            ready["norm"] = w
-            return {"norm_after": (w, eps, self.xh)}
-
-        def block_out(w: DeviceWeight, x: Buffer, k: int, post: Buffer | None, name: str,
-                      **kw: Any) -> None:
-            """A block's output projection (and its bias, ``bias=``, where it has one), added
-            to the residual stream (after the block's post-norm and residual scale where the
-            family has them)."""
-            if not self._branch:
-                mm(self.x, 0, dim, x, 0, k, w, m, accum=True, name=name, **kw)
-                return
-            mm(self.t, 0, dim, x, 0, k, w, m, name=name, **kw)
-            add(norm.residual(dev, self.x, self.t, post, m=m, k=dim, eps=eps,
-                              scale=cfg.residual_scale))
-
-        # (at every span: H100, 1B Q4_0 after 1024 / 4096 / 16384 positions, 1404 / 1260 / 924
-        # tok/s against the per-layer plan's 906 / 894 / 797 in the same run)
-        layer_launches = m == 1 and self._layer_kernels()
-        # The first layer launch reads a float16 embedding row itself: one launch fewer to
-        # enqueue (H100, 1B F16 decode after 128 positions, same runs: 1048-1054 tok/s against
-        # 1049-1050 with the embedding launch, whose 7.5 us a step overlapped the launches')
-        embeds = self._embeds
-        fold = layer_launches and embeds and cfg.embed_scale == 1.0 and \
-            layer.takes_embedding(self.embed)
-        if embeds and not fold:
-            add(matmul.embedding(dev, self.x, self.tokens, self.state, self.embed, m))
-        if embeds and cfg.embed_scale != 1.0:
-            add(activation.scale_cap(dev, self.x, m * dim, mul=cfg.embed_scale))
-        n_qkv = (H + 2 * KV) * D
-        if layer_launches:
-            # PERF: up to 16 layers (9 where a device takes only 1024 bytes of arguments) in
-            # one launch of work-groups that meet at grid barriers, where the launches below
-            # are five a layer. The last launch making the logits and the greedy token too (a phase
-            # of the float16 LM head's rows and a last grid barrier for the argmax: one launch
-            # a step instead of three) was slower, H100, 1B F16 body: 1066-1068 against
-            # 1081-1082 tok/s after 128 positions, 950-960 against 981-982 after 1024
-            for j, group in enumerate(layer.launch_groups(
-                    [self._decoder_layer(ly) for ly in self.layers],
-                    layer.max_layers(self.device))):
-                add(self._whole_layers(group, span, fold and j == 0))
-        for j, ly in enumerate([] if layer_launches else self.layers):
-            i = self._part.first + j  # (the layer's index in the model)
-            src = normed(ly.attn_norm, [p[0] for p in ly.qkv.parts])
-            # PERF (GPUs): a prompt's QKV product split over k leaves its slices for the
-            # rotation to add up as it reads them (no launch to sum them into QKV rows)
-            w0, off0, b0 = ly.qkv.parts[0]
-            slices = matmul.product_slices(dev, m, w0, self.wh) if (
-                fuse and m > 1 and len(ly.qkv.parts) == 1 and off0 == 0 and b0 is None
-                and ly.q_norm is None and ly.k_norm is None
-                and matmul.split_nbytes(dev, m, w0) <= self.ph.nbytes) else 1
-            for w, off, b in ly.qkv.parts:
-                mm(self.qkv, off, n_qkv, src["x"], src["x_off"], dim, w, m, bias=b,
-                   norm=src.get("norm"), half_in=src.get("half_in", False), name=f"qkv.{i}",
-                   **({"keep_slices": True} if slices > 1 else {}))
-            if ly.q_norm is not None and ly.k_norm is not None:
-                whole = cfg.desc.qk_norm == "full"
-                add(norm.qk_norm(dev, self.qkv, n_qkv, m=m, nq=1 if whole else H,
-                              lq=H * D if whole else D, nk=1 if whole else KV,
-                              lk=KV * D if whole else D, wq=ly.q_norm, wk=ly.k_norm, eps=eps))
-            # PERF (NVIDIA): a prompt's attention writes the float16 rows the output product
-            # reads, where that product takes tensor cores (H100, 1B F16 body, runs of the
-            # same day: pp128 56.2k -> 58.4k tok/s, pp512 131k -> 134k)
-            o_half = self._attention(add, i, ly, m, span, half_to=self.xh if fuse and (
-                matmul.tensor_core_route(dev, m, ly.o, self.wh)) else None, qkv_slices=slices)
-            if ly.experts is not None:
-                block_out(ly.o, self.xh if o_half else self.attn, H * D, ly.post_attn_norm,
-                          f"o.{i}", half_in=o_half, bias=ly.o_bias)
-                self._experts(add, i, ly, ly.experts, m)
-                continue
-            assert ly.gate_up is not None and ly.down is not None
-            gu = ly.gate_up.parts
-            block_out(ly.o, self.xh if o_half else self.attn, H * D, ly.post_attn_norm,
-                      f"o.{i}", half_in=o_half, bias=ly.o_bias,
-                      **then_norm(ly.o, ly.ffn_norm, [p[0] for p in gu]))
-            src = normed(ly.ffn_norm, [p[0] for p in gu])
-            nxt = self.layers[j + 1] if j + 1 < len(self.layers) else None
-            after_down = then_norm(ly.down, nxt.attn_norm, [p[0] for p in nxt.qkv.parts]) \
-                if nxt is not None else {}
-            if (not fuse and cfg.act == "silu" and len(gu) == 1 and gu[0][1] == 0
-                    and matmul.glu_output(gu[0][0])):
-                # (CPUs) the product gives silu(gate) * up itself
-                mm(self.h, 0, F, src["x"], src["x_off"], dim, gu[0][0], m, bias=gu[0][2],
-                   norm=src.get("norm"), name=f"gate_up.{i}", glu_out=True)
-                block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}")
-                continue
-            if (fuse and cfg.act == "silu" and len(gu) == 1 and gu[0][1] == 0
-                    and gu[0][2] is None and matmul.glu_half_rows(dev, m, gu[0][0])
-                    and matmul.tensor_core_route(dev, m, gu[0][0], self.wh)
-                    and matmul.tensor_core_route(dev, m, ly.down, self.wh)):
-                # PERF (Hopper): the gate and up product's epilogue gives the GLU's float16
-                # rows (into h), which the down product reads as they are: no float32 [gate |
-                # up] rows written and read back, no launch to make float16 rows of the GLU
-                # (H100, 1B body, prompt tok/s, same run: F16 pp128 50.7k -> 53.4k, pp512
-                # 114k -> 125k; Q4_0 51.2k -> 55.5k, 116k -> 129k)
-                mm(self.h, 0, F, src["x"], src["x_off"], dim, gu[0][0], m,
-                   norm=src.get("norm"), half_in=src.get("half_in", False),
-                   name=f"gate_up.{i}", glu_half=True)
-                block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}", half_in=True,
-                          **after_down)
-                continue
-            for w, off, b in gu:
-                mm(self.gu, off, 2 * F, src["x"], src["x_off"], dim, w, m, bias=b,
-                   norm=src.get("norm"), half_in=src.get("half_in", False),
-                   name=f"gate_up.{i}")
-            if fuse and cfg.act == "silu":
-                block_out(ly.down, self.gu, 2 * F, ly.post_ffn_norm, f"down.{i}", glu=True,
-                          **after_down)
-            else:
-                add(activation.glu(dev, self.h, self.gu, m=m, f=F, act=cfg.act))
-                block_out(ly.down, self.h, F, ly.post_ffn_norm, f"down.{i}", **after_down)
-        V = cfg.vocab_size
-        if not self._heads and (logits != "none" or sample):
-            raise ValueError("only the last part of a split model makes logits")
-        rows = {"last": 1, "all": m}.get(logits, 0)
-        s = self._sampler or _sampler_defaults()
-        chosen = False  # (the token made with the logits)
-        if rows:
-            src = normed(self.out_norm, [self.output], rows,
-                         (m - 1) * dim if logits == "last" else 0)
-            chosen = (sample and rows == 1 and sample_kernel.is_greedy(s["temperature"])
-                      and cfg.logit_scale == 1.0 and not cfg.final_softcap
-                      and not src.get("half_in") and sample_kernel.takes_head(dev, self.output))
-            if chosen:
-                # PERF (NVIDIA): the LM head makes the greedy token too, one launch (the note at
-                # argmax.cl's head_greedy)
-                add(sample_kernel.head_greedy(
-                    dev, self.tokens, self.state, self.seen, self.logits_buf, 0, self.z,
-                    src["x"], src["x_off"], self.output, src.get("norm"), advance=m,
-                    penalty=s["penalty"]))
-            else:
-                mm(self.logits_buf, 0, V, src["x"], src["x_off"], dim, self.output, rows,
-                   norm=src.get("norm"), name="lm_head")
-                if cfg.logit_scale != 1.0 or cfg.final_softcap:
-                    add(activation.scale_cap(dev, self.logits_buf, rows * V,
-                                             div=cfg.logit_scale, cap=cfg.final_softcap))
-        if sample and not chosen:
-            add(sample_kernel.sample(dev, self.tokens, self.state, self.seen, self.logits_buf,
-                                     0, self.z, vocab=V, advance=m, **s))
-        self._plans[key] = plan
+        if plan is None:
+            sampler = (self._sampler or _sampler_defaults()) if sample else None
+            plan = self._plans[key] = self._builder.sequence(m, logits, sampler, span).plan
         return plan
 
-    def _experts(self, add: Any, i: int, ly: _Layer, ex: Experts, m: int) -> None:
-        """A layer's mixture of experts on its m rows (``experts.ffn``), after its pre-norm,
-        added to the residual stream (after its post-norm and scale where it has them)."""
-        cfg, dev, dim, b = self.config, self.device, self.config.dim, self.ex
-        assert b is not None
-        xn = self.x
-        if ly.ffn_norm is not None:
-            xn = self.xn
-            add(norm.rmsnorm(dev, xn, self.x, 0, dim, ly.ffn_norm, m=m, k=dim, eps=cfg.norm_eps))
-        add(matmul.matmul(dev, b.logits, 0, ex.n, xn, 0, dim, ex.router, m,
-                          bias=ex.router_bias, row_invariant=True, name=f"router.{i}"))
-        out = self.t if self._branch else self.x
-        tile = experts.tile(dev, [ex], m)
-        for ln, _ in experts.ffn(dev, cfg, ex, xn, m, b, out, tile, accum=not self._branch,
-                                 name=str(i)):
-            add(ln)
-        if self._branch:
-            add(norm.residual(dev, self.x, self.t, ly.post_ffn_norm, m=m, k=dim,
-                              eps=cfg.norm_eps, scale=cfg.residual_scale))
-
-    def _layer_kernels(self) -> bool:
-        """Whether a decode row's layers run as ``decode_layers`` launches: a plain
-        decoder (pre-norms only, SiLU GLU, rotation of whole heads, no window, cap, bias or
-        q/k norm) with one fused QKV and one [gate | up] weight that the kernel takes."""
-        if self._whole is not None:
-            return self._whole
-        cfg = self.config
-        ok = (not self._branch and not cfg.n_experts and cfg.act == "silu"
-              and cfg.rotary == cfg.head_dim
-              and not cfg.attn_softcap and not cfg.qkv_bias
-              and not any(cfg.sliding(i) and 0 < cfg.sliding_window < self.max_seq
-                          for i in range(cfg.n_layers))
-              and all(ly.attn_norm is not None and ly.ffn_norm is not None
-                      and ly.q_norm is None and ly.k_norm is None
-                      and ly.gate_up is not None and ly.down is not None
-                      and len(ly.qkv.parts) == 1 and len(ly.gate_up.parts) == 1
-                      and ly.qkv.parts[0][2] is None and ly.gate_up.parts[0][2] is None
-                      and layer.takes(self.device, [ly.qkv.parts[0][0], ly.o,
-                                                    ly.gate_up.parts[0][0], ly.down],
-                                      cfg.head_dim)
-                      for ly in self.layers))
-        if ok:
-            dev = self.device
-            self.lpart = dev.alloc(layer.part_nbytes(dev, self.max_seq, cfg.n_heads,
-                                                        cfg.n_kv_heads, cfg.head_dim))
-            self.bar = upload(dev, np.zeros(layer.bar_nbytes(layer.TRACE) // 4, np.int32))
-        self._whole = ok
-        return ok
-
-    def _decoder_layer(self, ly: _Layer) -> layer.DecoderLayer:
-        assert ly.attn_norm is not None and ly.ffn_norm is not None
-        assert ly.gate_up is not None and ly.down is not None
-        gate_up = ly.gate_up.parts[0][0]
-        # (the copies of the down weights' columns, where they take at most the fraction of the
-        # device's memory that float16 copies may)
-        if ly.down_cols is None and layer.fuses_down(self.device, gate_up, ly.down) and \
-                sum(w.n * w.k * 2 for other in self.layers if (w := other.down)) <= \
-                HALF_COPIES_FRACTION * self.device.caps.global_mem:
-            ly.down_cols = layer.down_columns(self.device, ly.down)
-        return layer.DecoderLayer(
-            attn_norm=ly.attn_norm, qkv=ly.qkv.parts[0][0], k_cache=ly.k_cache,
-            v_cache=ly.v_cache, inv_freq=ly.inv_freq, o=ly.o, ffn_norm=ly.ffn_norm,
-            gate_up=gate_up, down=ly.down, down_cols=ly.down_cols)
-
-    def _whole_layers(self, group: list[layer.DecoderLayer], span: int | None,
-                      embed: bool = False) -> Launch:
-        cfg = self.config
-        return layer.decode_layers(
-            self.device, group, x=self.x, qkv_out=self.qkv, state=self.state, attn=self.attn,
-            part=self.lpart, count=self.count, h=self.h, bar=self.bar, n_heads=cfg.n_heads,
-            n_kv=cfg.n_kv_heads, head_dim=cfg.head_dim, max_seq=self.max_seq,
-            eps=cfg.norm_eps, scale=cfg.scale * cfg.rope_mscale() ** 2, neox=cfg.rope_neox,
-            kv_half=self.kv_half, positions=span, embed=self.embed if embed else None,
-            tokens=self.tokens if embed else None)
-
     def _decode_span(self, positions: int) -> int | None:
-        """The span of the decode plan for a row that attends to ``positions`` positions: the
-        power of two at or above it (64 at least), where the decode attention is split in
-        chunks (GPUs: ``attention.attn_decode_rope``); None (the whole cache) elsewhere or at
-        the cache's length."""
-        cfg, dev = self.config, self.device
-        if attention.cpu_decode(dev, cfg.head_dim) or not attention.fused_decode(dev,
-                                                                                 cfg.head_dim):
-            return None
-        span = 1 << max(6, (positions - 1).bit_length())
-        return span if span < self.max_seq else None
-
-    def _attention(self, add: Any, i: int, ly: _Layer, m: int, span: int | None = None,
-                   half_to: Buffer | None = None, qkv_slices: int = 1) -> bool:
-        """Rotary, the KV cache store and attention of layer ``i`` for m rows (self.qkv ->
-        self.attn, or where a prompt's attention can, and ``half_to`` is given, into half_to
-        as float16 rows: then True). ``qkv_slices`` > 1 (m > 1): the QKV rows are that many
-        slices of partial sums in self.ph instead (``linear(keep_slices=True)``)."""
-        cfg, dev = self.config, self.device
-        H, KV, D = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        # YaRN's factor on cos and sin, on both q and k: squared on the scores
-        scale = cfg.scale * cfg.rope_mscale() ** 2
-        window = self._window(i)
-        plain = cfg.rotary == D and not cfg.attn_softcap and not window and ly.sinks is None
-        kv_half = self.kv_half
-        common: dict[str, Any] = dict(state=self.state, n_heads=H, n_kv=KV, head_dim=D,
-                                      scale=scale, kv_half=kv_half)
-        if m == 1 and plain and attention.cpu_decode(dev, D):
-            # PERF (CPUs): one launch a layer, a work-item per query head, or natively a task
-            # per key-value head (float32 caches)
-            if not kv_half and native_cpu.takes_attention(dev, D):
-                add(native_cpu.attention(dev, self.attn, self.qkv, ly.k_cache, ly.v_cache,
-                                         self.state, ly.inv_freq, n_heads=H, n_kv=KV,
-                                         head_dim=D, max_seq=self.max_seq, scale=scale,
-                                         neox=cfg.rope_neox))
-            else:
-                add(attention.attn_decode_cpu(dev, self.attn, self.qkv, ly.k_cache, ly.v_cache,
-                                              self.state, ly.inv_freq, n_heads=H, n_kv=KV,
-                                              head_dim=D, max_seq=self.max_seq, scale=scale,
-                                              neox=cfg.rope_neox, kv_half=kv_half))
-            return False
-        if m == 1 and plain and attention.fused_decode(dev, D):
-            # PERF: rotation, cache store, attention and (where the device allows) the
-            # split combine in one launch instead of four
-            for ln in attention.attn_decode_rope(dev, self.attn, self.part, self.count,
-                                                 self.qkv, ly.k_cache, ly.v_cache,
-                                                 inv_freq=ly.inv_freq, max_seq=self.max_seq,
-                                                 neox=cfg.rope_neox, positions=span,
-                                                 **common):
-                add(ln)
-            return False
-        # PERF (H100, 1B F16 body, a 128-token prompt, alternately in one process, 2026-11-27):
-        # the rotation and the cache's stores inside the tensor-core prompt attention instead
-        # (each work-group rotating q and every key of the chunk it reads, a sine and cosine
-        # an element; the logits and tokens the same) 50.4-51.4k tok/s against 63.2-66.9k
-        # with this launch, which takes 4.0 us a layer (the chunk replayed without it)
-        add(attention.rope_store(dev, self.q, self.ph if qkv_slices > 1 else self.qkv,
-                                 (H + 2 * KV) * D, ly.k_cache, ly.v_cache, self.state,
-                                 ly.inv_freq, m=m, n_heads=H, n_kv=KV, head_dim=D,
-                                 max_seq=self.max_seq, neox=cfg.rope_neox, rot_dim=cfg.rotary,
-                                 kv_half=kv_half, slices=qkv_slices))
-        capped: dict[str, Any] = dict(softcap=cfg.attn_softcap, window=window)
-        if m == 1:
-            for ln in attention.attn_decode(dev, self.attn, self.part, self.q, ly.k_cache,
-                                            ly.v_cache, max_seq=self.max_seq, **common,
-                                            **capped, sinks=ly.sinks):
-                add(ln)
-            return False
-        half = self.half_prompt and m >= matmul.TENSOR_CORE_ROWS
-        out = self.attn
-        if half_to is not None and attention.prefill_half_out(dev, D, half, **capped):
-            out = half_to
-        add(attention.attn_prefill(dev, out, self.q, q_off=0, ld_q=H * D, kc=ly.k_cache,
-                                   vc=ly.v_cache, k_off=0, v_off=0, kv_stride=self.max_seq * D,
-                                   pos_add=0, causal=True, n_keys=self.max_seq, m=m, half=half,
-                                   half_out=out is not self.attn, **common, **capped,
-                                   sinks=ly.sinks))
-        return out is not self.attn
+        """The span of the decode plan for a row that attends to ``positions`` positions
+        (``StepBuilder.span``)."""
+        return self._builder.span(positions)
 
     def _set_sampler(self, **params: Any) -> None:
         if params == self._sampler:
@@ -1317,13 +1000,6 @@ def _kv_half(kv_cache: str | None, dev: CLDevice) -> bool:
         raise ValueError(f"kv_cache must be one of {KV_CACHE_TYPES} (or None: float16 on GPUs, "
                          f"float32 on CPUs), not {kv_cache!r}")
     return kv_cache == "float16"
-
-
-def _branch_out(cfg: ModelConfig) -> bool:
-    """Whether a block's output goes through a post-norm or a residual scale before the add
-    (else the output projection adds to the residual stream itself)."""
-    keys = cfg.desc.layer
-    return cfg.residual_scale != 1.0 or "post_attn_norm" in keys or "post_ffn_norm" in keys
 
 
 def _check_sampling(p: SamplingParams) -> None:

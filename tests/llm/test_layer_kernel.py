@@ -74,14 +74,14 @@ def _both(device, monkeypatch, path: str, prompt: int, splits: int | None,
     monkeypatch.setattr(layer, "SPLITS", splits)
     model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False,
                            kv_cache=kv_cache)
-    assert model._layer_kernels()
+    assert model._builder.whole_layers()
     ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
     return model, ids, _step_logits(model, ids, False), _step_logits(model, ids, True)
 
 
 def _barriers(model) -> int:
     """Grid barriers a decode step meets: four a layer and one between layers of a launch."""
-    groups = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers],
+    groups = layer.launch_groups(model._builder.decoder_layers(),
                                   layer.max_layers(model.device))
     return sum(5 * len(g) - 1 for g in groups)
 
@@ -96,7 +96,7 @@ def _embedding_read_by_the_layers(model, folded: bool) -> None:
 
 def _step_logits(model, ids: list[int], whole: bool) -> np.ndarray:
     """The logits of the decode step after ``ids`` (the prompt's token, then one step)."""
-    model._whole = whole
+    model._builder.whole = whole
     model._plans.clear()
     list(model.generate_ids(ids, max_new_tokens=2, stop_ids=[]))
     out = np.empty(model.config.vocab_size, np.float32)
@@ -120,14 +120,14 @@ def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, files, whi
     assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
     _embedding_read_by_the_layers(model, which in ("f16", "deep"))
     bar = np.empty(4, np.int32)
-    device.read(bar, model.bar, blocking=True)
+    device.read(bar, model._builder.bar, blocking=True)
     # every barrier met, none timed out
     assert layer.arrivals(bar) % layer.resident_groups(device) == 0 and bar[2] == 0, bar
     # and a generation through it: the same greedy tokens as the per-layer plan's, the first
     # of them at least (random weights: later near-ties may part them)
-    model._whole, model._plans = True, {}
+    model._builder.whole, model._plans = True, {}
     toks = list(model.generate_ids(ids, max_new_tokens=6, stop_ids=[]))
-    model._whole, model._plans = False, {}
+    model._builder.whole, model._plans = False, {}
     assert list(model.generate_ids(ids, max_new_tokens=6, stop_ids=[]))[:2] == toks[:2]
 
 
@@ -171,8 +171,8 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prom
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
     assert np.argmax(got) == np.argmax(want)
     bar = np.empty(4, np.int32)
-    device.read(bar, model.bar, blocking=True)
-    groups = layer.launch_groups([model._decoder_layer(ly) for ly in model.layers],
+    device.read(bar, model._builder.bar, blocking=True)
+    groups = layer.launch_groups(model._builder.decoder_layers(),
                                   layer.max_layers(model.device))
     most = layer.max_layers(device)
     assert [len(g) for g in groups] == {"mixed": [1, 1], "same": [3], "f16": [1, 1],
@@ -221,7 +221,7 @@ def test_layer_kernel_refuses_heads_past_64(device, monkeypatch, files):
     monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
     model = clops.llm.load(files["wide"], device=device, max_seq_len=256, progress=False)
-    assert not model._layer_kernels()
+    assert not model._builder.whole_layers()
     assert list(model.generate_ids([1, 2, 3], max_new_tokens=3, stop_ids=[]))
 
 
@@ -238,28 +238,28 @@ def test_layer_kernel_takes_float16_weights_unless_turned_off(device, monkeypatc
     monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
     model = clops.llm.load(files["f16"], device=device, max_seq_len=256, progress=False)
-    assert model._layer_kernels() == asked
+    assert model._builder.whole_layers() == asked
     model = clops.llm.load(files["mixed"], device=device, max_seq_len=256, progress=False)
-    assert model._layer_kernels()
+    assert model._builder.whole_layers()
 
 
 def test_layer_kernel_turned_off(device, monkeypatch, model_file):
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "0")
     model = clops.llm.load(model_file, device=device, max_seq_len=256, progress=False)
-    assert not model._layer_kernels()
+    assert not model._builder.whole_layers()
 
 
 def test_layer_kernel_on_by_default(device, monkeypatch, model_file):
     monkeypatch.delenv("CLOPS_LAYER_KERNEL", raising=False)
     model = clops.llm.load(model_file, device=device, max_seq_len=256, progress=False)
-    assert model._layer_kernels() == bool(layer.resident_groups(device))
+    assert model._builder.whole_layers() == bool(layer.resident_groups(device))
 
 
 def test_layer_kernel_asked_for_runs_only_with_grid_barriers(device, monkeypatch, model_file):
     # CPU runtimes (and GPUs whose probe fails) keep the per-layer plan when it is asked for
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
     model = clops.llm.load(model_file, device=device, max_seq_len=256, progress=False)
-    assert model._layer_kernels() == bool(layer.resident_groups(device))
+    assert model._builder.whole_layers() == bool(layer.resident_groups(device))
     assert list(model.generate_ids([1, 2, 3], max_new_tokens=3, stop_ids=[]))
 
 
@@ -272,11 +272,11 @@ def test_layer_kernel_trace(device, monkeypatch, files):
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
     monkeypatch.setattr(layer, "TRACE", True)
     model = clops.llm.load(files["same"], device=device, max_seq_len=1024, progress=False)
-    assert model._layer_kernels()
-    assert model.bar.nbytes >= layer.bar_nbytes(True)
+    assert model._builder.whole_layers()
+    assert model._builder.bar.nbytes >= layer.bar_nbytes(True)
     list(model.generate_ids([1, 2, 3], max_new_tokens=3, stop_ids=[]))
     groups = layer.resident_groups(device)
-    met, times = layer.read_trace(device, model.bar, groups)
+    met, times = layer.read_trace(device, model._builder.bar, groups)
     assert met % _barriers(model) == 0 and met >= _barriers(model)
     step = times[-_barriers(model):]  # the last step's barriers, [barrier, arrive/leave, group]
     assert step.shape == (_barriers(model), 2, groups)
@@ -296,7 +296,7 @@ def test_extra_defines_may_not_set_what_the_launch_computes(device, monkeypatch,
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
     monkeypatch.setattr(layer, "EXTRA_DEFINES", {"SPLIT_MIN": 16, "PHASES": 31})
     model = clops.llm.load(files["same"], device=device, max_seq_len=256, progress=False)
-    assert model._layer_kernels()
+    assert model._builder.whole_layers()
     with pytest.raises(ValueError, match=r"may not set \['SPLIT_MIN'\]"):
         list(model.generate_ids([1, 2, 3], max_new_tokens=2, stop_ids=[]))
 
@@ -324,7 +324,7 @@ def test_fused_down_projection_matches_the_phases_apart(device, monkeypatch, fil
     path = write_gguf(str(tmp_path / "w.gguf"), shape=WIDE2048) if which == "wide2048" \
         else files[which]
     model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False)
-    assert model._layer_kernels()
+    assert model._builder.whole_layers()
     ids = np.random.default_rng(prompt).integers(0, model.config.vocab_size, prompt).tolist()
     logits = {}
     for fused in ("0", "1"):
@@ -334,7 +334,8 @@ def test_fused_down_projection_matches_the_phases_apart(device, monkeypatch, fil
     # (f16's second layer mixes formats: it keeps the phases apart)
     assert fuses == {"f16": [True, False], "spread": [True], "deep": [True] * 10,
                      "wide2048": [True]}[which]
-    assert all((ly.down_cols is not None) == f for ly, f in zip(model.layers, fuses))
+    assert all((model._builder.down_cols.get(j) is not None) == f
+               for j, f in enumerate(fuses))
     want, got = logits["0"], logits["1"]
     assert np.abs(got - want).max() <= 0.015 * np.abs(want).max()
 
@@ -351,7 +352,7 @@ def test_short_spans_build_the_fused_kernel_as_measured(device, monkeypatch, fil
                     "resident, or it is a CPU)")
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
     model = clops.llm.load(files["spread"], device=device, max_seq_len=1024, progress=False)
-    assert model._layer_kernels()
+    assert model._builder.whole_layers()
     built: list[dict] = []
     real = layer.kernel
 
@@ -412,5 +413,5 @@ def test_down_columns_kept_within_the_copies_memory(device, monkeypatch, files, 
     monkeypatch.setattr(layer, "fuses_down", lambda dev, gu, down: True)
     monkeypatch.setattr(model_mod, "HALF_COPIES_FRACTION", fraction)
     model = clops.llm.load(files["deep"], device=device, max_seq_len=256, progress=False)
-    dl = model._decoder_layer(model.layers[0])
+    dl = model._builder.decoder_layer(0)
     assert (dl.down_cols is not None) == kept
