@@ -256,14 +256,16 @@ class _EnginePart:
                       count)
         self.builder = StepBuilder(dev, cfg, weights, bufs, cache, first=first,
                                    embeds=embeds, heads=heads, kv_half=e.kv_half)
-        self.plans: dict[int | None, StepPlan] = {}
+        self.plans: dict[tuple[int | None, bool], StepPlan] = {}
 
-    def plan(self, n: int) -> LaunchPlan:
-        """The launches of this part (not the last) for a step of ``n`` rows."""
-        key = self.builder.tm(n)
+    def plan(self, n: int, decode: bool) -> LaunchPlan:
+        """The launches of this part (not the last) for a step of ``n`` rows (``decode``: every
+        row a decode row of its own sequence)."""
+        decode = decode and self.builder.fused_decode()
+        key = (self.builder.tm(n), decode)
         got = self.plans.get(key)
         if got is None:
-            got = self.plans[key] = self.builder.rows(n, 0)
+            got = self.plans[key] = self.builder.rows(n, 0, decode=decode)
         got.resize(n, 0)
         return got.plan
 
@@ -307,9 +309,9 @@ class BatchEngine:
         # slot max_batch is the embedding's scratch sequence
         self.table_host = np.zeros((self.max_batch + 1, self.maxb), np.int32)
         self._alloc()
-        # one plan per (rows per work-item of the products and of the logits, embed), resized
-        # to each step's rows (see _plan)
-        self._plans: dict[tuple[int | None, int | None, bool], StepPlan] = {}
+        # one plan per (rows per work-item of the products and of the logits, embed, decode),
+        # resized to each step's rows (see _plan)
+        self._plans: dict[tuple[int | None, int | None, bool, bool], StepPlan] = {}
         self._lock = threading.RLock()
         self._waiting: deque[_Seq] = deque()
         self._running: dict[int, _Seq] = {}  # by slot
@@ -346,29 +348,32 @@ class BatchEngine:
         """Rows per work-item of the step's products for ``m`` rows (``StepBuilder.tm``)."""
         return self.builder.tm(m)
 
-    def _plan(self, n: int, nl: int, embed: bool = False) -> LaunchPlan:
+    def _plan(self, n: int, nl: int, embed: bool = False, decode: bool = False) -> LaunchPlan:
         """The launches of a step of ``n`` rows with logits for ``nl`` of them (or, ``embed``,
-        the final norm of every row instead). A plan is made once per rows per work-item of
-        the step's products and of the logits' (a compile-time constant on CPUs; one value on
-        GPUs), whether there are logits rows, and ``embed``; it is resized to ``n`` and ``nl``
-        rows. Making one costs a kernel object per launch (about 0.06 ms each with pyopencl;
-        PERF, H100, SmolLM2, 16 streams: a plan per logits-row count made a step of 50-80 ms
-        for each count met first, and halved a wave's tokens a second), resizing sets a few
+        the final norm of every row instead; ``decode``: every row is a decode row of its own
+        sequence). A plan is made once per rows per work-item of the step's products and of
+        the logits' (a compile-time constant on CPUs; one value on GPUs), whether there are
+        logits rows, ``embed`` and ``decode`` (where the builder has a plan of its own for
+        decode rows: ``StepBuilder.fused_decode``); it is resized to ``n`` and ``nl`` rows.
+        Making one costs a kernel object per launch (about 0.06 ms each with pyopencl; PERF,
+        H100, SmolLM2, 16 streams: a plan per logits-row count made a step of 50-80 ms for
+        each count met first, and halved a wave's tokens a second), resizing sets a few
         arguments and sizes."""
-        key = (self._tm(n), self._tm(nl) if nl else 0, embed)
+        decode = decode and self.builder.fused_decode()
+        key = (self._tm(n), self._tm(nl) if nl else 0, embed, decode)
         got = self._plans.get(key)
         if got is None:
-            got = self._plans[key] = self.builder.rows(n, nl, embed)
+            got = self._plans[key] = self.builder.rows(n, nl, embed, decode)
         got.resize(n, nl)
         return got.plan
 
-    def _run(self, n: int, nl: int, embed: bool = False) -> None:
+    def _run(self, n: int, nl: int, embed: bool = False, decode: bool = False) -> None:
         """Run a step of ``n`` rows (``_plan``'s), through every part of a split model."""
-        plan = self._plan(n, nl, embed)
+        plan = self._plan(n, nl, embed, decode)
         if not self._before:
             plan.replay()
             return
-        chain = [(p.device, p.x, p.plan(n)) for p in self._before]
+        chain = [(p.device, p.x, p.plan(n, decode)) for p in self._before]
         Chain(chain + [(self.device, self.x, plan)], n * self.model.config.dim * 4).replay()
 
     def _write_rows(self, slots: np.ndarray, positions: np.ndarray, ids: np.ndarray) -> None:
@@ -563,6 +568,7 @@ class BatchEngine:
                 sel.append(len(rows))
                 rows.append((slot, s.length - 1, s.last))
                 want.append(s)
+        decoding = len(rows)  # (the decode rows: one a sequence, first)
         budget = self.prefill_chunk
         for slot in sorted(self._running):
             s = self._running[slot]
@@ -582,7 +588,7 @@ class BatchEngine:
         self._write_rows(arr[:, 0], arr[:, 1], arr[:, 2])
         if sel:
             dev.write(self.sel, np.asarray(sel, np.int32), queue=dev.queue)
-        self._run(len(rows), len(sel))
+        self._run(len(rows), len(sel), decode=len(rows) == decoding)
         if not want:
             dev.synchronize()
             return []

@@ -168,12 +168,14 @@ def branch_out(cfg: ModelConfig, weights: ModelWeights) -> bool:
 
 @dataclass
 class _Walk:
-    """One build's state: the plan, its rows, the decode span, and where a product left the
-    next pre-norm's float16 rows (``ready``: that norm's weights, read from ``xh``)."""
+    """One build's state: the plan, its rows, the decode span, whether every row is a decode
+    row of its own sequence (``decode``), and where a product left the next pre-norm's float16
+    rows (``ready``: that norm's weights, read from ``xh``)."""
 
     step: StepPlan
     m: int
     span: int | None = None
+    decode: bool = False
     ready: dict[str, Buffer] = field(default_factory=dict)
 
 
@@ -214,14 +216,15 @@ class StepBuilder:
         self.down_cols: dict[int, Buffer | None] = {}
 
     # -- the two drivers' entries -------------------------------------------------------------
-    def rows(self, n: int, nl: int, embed: bool = False) -> StepPlan:
+    def rows(self, n: int, nl: int, embed: bool = False, decode: bool = False) -> StepPlan:
         """(``Paged``) The launches of a step of ``n`` rows with logits for ``nl`` of them
         (or, ``embed``, the final norm of every row into ``xn`` instead), resizable to other
-        counts of rows that take the same rows per work-item (``tm``)."""
+        counts of rows that take the same rows per work-item (``tm``). ``decode``: every row
+        is a decode row, one new position of its own sequence (``fused_decode``)."""
         assert isinstance(self.cache, Paged)
         cfg, dev, w, b = self.cfg, self.dev, self.w, self.b
         dim = cfg.dim
-        walk = self._body(n, None)
+        walk = self._body(n, None, decode)
         step = walk.step
         step.nl = nl
         if not self.heads:
@@ -290,6 +293,13 @@ class StepBuilder:
         return step
 
     # -- choices a driver asks about ----------------------------------------------------------
+    def fused_decode(self) -> bool:
+        """(``Paged``) Whether a step of decode rows alone has its own plan: rotation, the
+        stores and attention in one launch a layer (``paged.decode_attention``) in place of
+        two or three."""
+        return isinstance(self.cache, Paged) and self.cache.part is not None and \
+            paged.decode_attention_runs(self.dev, self.cfg.head_dim)
+
     def tm(self, m: int) -> int | None:
         """(``Paged``) Rows per work-item of the step's products on CPUs (a compile-time
         constant, so a plan serves the row counts of one value); None on GPUs (one geometry
@@ -359,10 +369,10 @@ class StepBuilder:
             gate_up=gate_up, down=ly.down, down_cols=self.down_cols[j])
 
     # -- the layers, written once -------------------------------------------------------------
-    def _body(self, m: int, span: int | None) -> _Walk:
+    def _body(self, m: int, span: int | None, decode: bool = False) -> _Walk:
         """A step's embedding and layers for m rows."""
         cfg, dev, w, b = self.cfg, self.dev, self.w, self.b
-        walk = _Walk(StepPlan(LaunchPlan(dev), [], m, 0), m, span)
+        walk = _Walk(StepPlan(LaunchPlan(dev), [], m, 0), m, span, decode)
         step = walk.step
         # (at every span: H100, 1B Q4_0 after 1024 / 4096 / 16384 positions, 1404 / 1260 / 924
         # tok/s against the per-layer plan's 906 / 894 / 797 in the same run)
@@ -597,12 +607,24 @@ class StepBuilder:
         n_qkv = (H + 2 * KV) * D
         kp, vp = cache.kpool[j], cache.vpool[j]
         i = self.first + j
+        scores: dict[str, Any] = dict(softcap=cfg.attn_softcap, window=ly.window,
+                                      sinks=ly.sinks)
+        if walk.decode and self.fused_decode():
+            assert cache.part is not None and cache.count is not None
+            # PERF: a step of decode rows alone rotates, stores and attends in one launch (the
+            # paged attn_decode_rope)
+            for ln in paged.decode_attention(dev, b.attn, cache.part, cache.count, b.qkv, n_qkv,
+                                             kp, vp, cache.rows, ly.inv_freq, m=m, n_heads=H,
+                                             n_kv=KV, head_dim=D, scale=self._scale(),
+                                             neox=cfg.rope_neox, rot_dim=cfg.rotary,
+                                             context=cache.context, kv_half=self.kv_half,
+                                             name=f"attn.{i}", **scores):
+                step.add_rows(ln, axis=2)
+            return
         step.add_rows(paged.rope_store(dev, b.q, b.qkv, n_qkv, kp, vp, cache.rows, ly.inv_freq,
                                        m=m, n_heads=H, n_kv=KV, head_dim=D, neox=cfg.rope_neox,
                                        rot_dim=cfg.rotary, name=f"rope_store.{i}",
                                        kv_half=self.kv_half), axis=2)
-        scores: dict[str, Any] = dict(softcap=cfg.attn_softcap, window=ly.window,
-                                      sinks=ly.sinks)
         if cache.split:
             assert cache.part is not None and cache.count is not None
             for ln in paged.attention_split(dev, b.attn, cache.part, cache.count, b.q, kp, vp,
