@@ -19,6 +19,14 @@ Models (NAME):
   qwen3moe-a3b-q4_0  a Qwen3-30B-A3B body (hidden 2048, 48 layers, 32/4 heads of 128 with QK-norm,
                  128 experts of FFN 768, 8 a token; 17 GB) with SmolLM2's tokenizer, Q4_0
                  layers and experts, a float32 router
+  qwen3-0.6b-q8_0  a Qwen3-0.6B body (arch qwen3: hidden 1024, 28 layers, 16/8 heads of 128, so
+                 queries of 2048, QK-norm, FFN 3072, rope base 1e6, context 40960; 0.5 GB)
+  gemma3-1b-q8_0   a Gemma-3-1B body (arch gemma3: hidden 1152, 26 layers, 4/1 heads of 256,
+                 QK-norm, sandwich norms, GELU-tanh FFN 6912, a window of 512 on 5 layers of
+                 every 6 with rope base 10000 there and 1e6 on the others, context 32768;
+                 0.8 GB; the engine scales the embedding by sqrt(hidden))
+                 Both with SmolLM2's tokenizer and a tied output, Q8_0 layers and embedding,
+                 float32 norms
 
 ``prepare`` keeps SmolLM2's header (``standin_gguf.py skeleton``) and a GGUF holding only its
 tokenizer; ``write`` builds every model from them. The weights are random numbers of about the
@@ -44,11 +52,23 @@ BODY_70B = dict(dim=8192, layers=80, heads=64, kv_heads=8, head_dim=128, ffn=286
                 rope_base=500000.0, eps=1e-5, context=131072)
 BODY_A3B = dict(dim=2048, layers=48, heads=32, kv_heads=4, head_dim=128, ffn=6144,
                 rope_base=1e6, eps=1e-6, context=40960, experts=128, used=8, expert_ffn=768)
+# dense bodies of other families (``arch``: the GGUF architecture; ``qk_norm``: a norm weight per
+# head size on queries and keys; ``sandwich``: norms after attention and after the FFN too;
+# ``sliding_window``: llama.cpp's gemma3 loader derives its pattern, 5 sliding layers of 6,
+# whose rope base is ``rope_base_swa``)
+BODY_QWEN3_06B = dict(arch="qwen3", dim=1024, layers=28, heads=16, kv_heads=8, head_dim=128,
+                      ffn=3072, rope_base=1e6, eps=1e-6, context=40960, qk_norm=True)
+BODY_GEMMA3_1B = dict(arch="gemma3", dim=1152, layers=26, heads=4, kv_heads=1, head_dim=256,
+                      ffn=6912, rope_base=1e6, eps=1e-6, context=32768, qk_norm=True,
+                      sandwich=True, sliding_window=512, rope_base_swa=10000.0)
 MODELS = {"smollm2-q4_1": None, "llama1b-f16": ("F16", "F16"), "llama1b-q8_0": ("Q8_0", "Q8_0"),
           "llama1b-q4_0": ("Q4_0", "Q4_0"), "llama1b-q4_k": ("Q4_K", "Q6_K"),
           "llama8b-q8_0": ("Q8_0", "Q8_0"), "llama8b-q4_0": ("Q4_0", "Q4_0"),
-          "llama70b-q8_0": ("Q8_0", "Q8_0"), "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0")}
-BODIES = {"llama1b": BODY_1B, "llama8b": BODY_8B, "llama70b": BODY_70B}
+          "llama70b-q8_0": ("Q8_0", "Q8_0"), "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0"),
+          "qwen3-0.6b-q8_0": ("Q8_0", "Q8_0"), "gemma3-1b-q8_0": ("Q8_0", "Q8_0")}
+# a model's body is its name less the last "-" part
+BODIES = {"llama1b": BODY_1B, "llama8b": BODY_8B, "llama70b": BODY_70B,
+          "qwen3-0.6b": BODY_QWEN3_06B, "gemma3-1b": BODY_GEMMA3_1B}
 # (bytes, values) per block of each weight type this writer makes
 _BLOCK = {"F16": (2, 1), "Q8_0": (34, 32), "Q4_0": (18, 32), "Q4_K": (144, 256),
           "Q6_K": (210, 256)}
@@ -116,24 +136,30 @@ def random_rows(kind: str, n: int, k: int, rng: np.random.Generator) -> np.ndarr
 def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: int = 0,
                moe: bool = False, body: str = "llama1b") -> None:
     """A Llama-3.2-1B-bodied model (``body``: another of ``BODIES``; ``moe``: a Qwen3-30B-A3B
-    body) with the tokenizer of ``tok_path`` at ``dst``."""
+    body) with the tokenizer of ``tok_path`` at ``dst``. Metadata keys and tensor names are
+    those llama.cpp's loader reads for the body's architecture."""
     from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 
     b = BODY_A3B if moe else BODIES[body]
+    arch = "qwen3moe" if moe else b.get("arch", "llama")
     # the 70B body's layers share one layer's random values (generating 73 GB of them would
     # take longer than writing them)
     reuse = body == "llama70b"
     made: dict[str, np.ndarray] = {}
     tok = GGUFReader(tok_path)
     vocab = len(tok.fields["tokenizer.ggml.tokens"].data)
-    w = GGUFWriter(dst, "qwen3moe" if moe else "llama")
+    w = GGUFWriter(dst, arch)
     w.add_name(f"{'qwen3moe-a3b' if moe else body}-body {layer_kind}")
     if moe:
         w.add_expert_count(b["experts"])
         w.add_expert_used_count(b["used"])
         w.add_expert_feed_forward_length(b["expert_ffn"])
+    if arch != "llama":  # (a head need not be hidden / heads)
         w.add_key_length(b["head_dim"])
         w.add_value_length(b["head_dim"])
+    if b.get("sliding_window"):
+        w.add_sliding_window(b["sliding_window"])
+        w.add_rope_freq_base_swa(b["rope_base_swa"])
     w.add_block_count(b["layers"])
     w.add_context_length(b["context"])
     w.add_embedding_length(b["dim"])
@@ -179,6 +205,11 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
         mat(p + "attn_k.weight", layer_kind, KV * hd, D)
         mat(p + "attn_v.weight", layer_kind, KV * hd, D)
         mat(p + "attn_output.weight", layer_kind, D, H * hd)
+        if b.get("qk_norm"):
+            norm(p + "attn_q_norm.weight", hd)
+            norm(p + "attn_k_norm.weight", hd)
+        if b.get("sandwich"):
+            norm(p + "post_attention_norm.weight")
         norm(p + "ffn_norm.weight")
         if moe:
             E, FE = b["experts"], b["expert_ffn"]
@@ -193,6 +224,8 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
         mat(p + "ffn_gate.weight", layer_kind, F, D)
         mat(p + "ffn_up.weight", layer_kind, F, D)
         mat(p + "ffn_down.weight", layer_kind, D, F)
+        if b.get("sandwich"):
+            norm(p + "post_ffw_norm.weight")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -214,7 +247,7 @@ def write(prep: str, out: str, only: list[str] | None = None) -> list[str]:
             standin_gguf.fill(os.path.join(prep, "smollm2.skel.npz"), dst)
         else:
             write_body(os.path.join(prep, "tokenizer.gguf"), dst, *kinds,
-                       moe=name.startswith("qwen3moe"), body=name.split("-")[0])
+                       moe=name.startswith("qwen3moe"), body=name.rsplit("-", 1)[0])
         print(f"{dst} ({os.path.getsize(dst) / 1e6:.0f} MB)", flush=True)
         paths.append(dst)
     return paths
