@@ -154,11 +154,17 @@ def _combine(dev: CLDevice, out: Buffer, part: Buffer, rows: PagedRows, *, m: in
 
 def decode_attention_runs(dev: CLDevice, head_dim: int) -> bool:
     """Whether a step of decode rows alone takes ``decode_attention`` (rotation, the store and
-    attention in one launch) in place of ``rope_store`` and ``attention_split``: where
-    ``attention_split`` runs (GPUs with a work-group a head, heads of a power of two
-    dimensions). The kernel runs correctly on CPUs too (its tests run there); CPUs keep
-    ``rope_store`` and ``attention``'s CPU kernel."""
-    return split_attention(dev, head_dim)
+    attention in one launch) in place of ``rope_store`` and ``attention_split``: on no device
+    yet. The kernel is right on every device (its tests and the engine's, forced, run on
+    CPUs), but slower than the two launches it replaces.
+
+    PERF (H200, SmolLM2 body, a context of 1024, 2026-11-29, 20 replays of a decode step
+    back to back): with it a step's 155 launches took 2.44 ms of device time for one row and
+    3.92 for 16, against 1.91 and 3.58 for the 185 launches without it, and a step through the
+    engine 2.74 against 2.41 ms for one row (the host enqueues about 13 us a launch either
+    way). Its reductions go through local memory with a barrier a level, where paged_attn_wg's
+    go through warp shuffles; it is taken once it is at least as fast."""
+    return False
 
 
 def decode_attention(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qkv: Buffer,

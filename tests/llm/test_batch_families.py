@@ -147,6 +147,7 @@ def test_decode_steps_fused_attention_batched_equals_alone(tmp_path, device, mon
     from clops.kernels import paged
 
     monkeypatch.setattr(paged, "split_attention", lambda dev, head_dim: True)
+    monkeypatch.setattr(paged, "decode_attention_runs", lambda dev, head_dim: True)
     ref, hf, gguf_path = make(name, str(tmp_path))
     model = clops.llm.load(gguf_path if _kind(name) == "gguf" else hf, device=device,
                            max_seq_len=128, progress=False, kv_cache="float32")
