@@ -114,6 +114,11 @@ class Arch:
     # YaRN's correction range rounded to whole dimensions (False: gpt-oss, as its reference
     # computes it; a GGUF file does not say)
     yarn_truncate: bool = True
+    # the layer count of the family's one model whose attention scale is 1 / sqrt(dim / heads)
+    # rather than 1 / sqrt(head_dim) (Gemma 2 and 3 27B: query_pre_attn_scalar 144 and 168,
+    # head_dim 128): its GGUF files do not say (no attention.scale), and llama.cpp knows it by
+    # the layer count (0: none)
+    gguf_width_scale_layers: int = 0
 
     def gguf_name(self, key: str) -> str:
         return self.gguf_names.get(key, GGUF_NAMES[key])
@@ -165,11 +170,11 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     Arch("qwen3", ("qwen3",), layer=PRE_NORM + ("q_norm", "k_norm"), qk_norm="head"),
     Arch("gemma2", ("gemma2",), layer=SANDWICH, hf_names=_GEMMA_HF, act="gelu_tanh",
          hf_norm_offset=1.0, embed_scale_sqrt_dim=True, settings=_GEMMA2_SETTINGS,
-         swa_pattern=2),
+         swa_pattern=2, gguf_width_scale_layers=46),
     Arch("gemma3", ("gemma3_text",), layer=SANDWICH + ("q_norm", "k_norm"),
          hf_names=_GEMMA_HF, qk_norm="head", act="gelu_tanh", hf_norm_offset=1.0,
          embed_scale_sqrt_dim=True, settings=_GEMMA3_SETTINGS, swa_pattern=6,
-         swa_theta=10000.0),
+         swa_theta=10000.0, gguf_width_scale_layers=62),
     Arch("phi3", ("phi3",), layer=("attn_norm", "qkv", "o", "ffn_norm", "gate_up", "down"),
          partial_rotary=True),
     Arch("granite", ("granite",), gguf_neox=False, settings={

@@ -339,6 +339,10 @@ def from_gguf(meta: dict[str, Any], tensor_names: set[str], source: str) -> Mode
     for name, s in a.settings.items():
         if s.gguf:
             setattr(cfg, name, _float(meta, p + s.gguf, source, getattr(cfg, name)))
+    if n_layers == a.gguf_width_scale_layers and p + "attention.scale" not in meta and n_heads:
+        # (Gemma 2 / 3 27B: query_pre_attn_scalar is dim / heads, which the file does not hold)
+        cfg.attn_scale = (dim / n_heads) ** -0.5
+        cfg.keys["attn_scale"] = f"{p}embedding_length / {p}attention.head_count (27B)"
     if p + "expert_count" in meta and _int(meta, p + "expert_count", source) > 0:
         cfg.n_experts = _int(meta, p + "expert_count", source)
         cfg.n_experts_used = _int(meta, p + "expert_used_count", source)
