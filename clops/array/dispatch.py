@@ -73,7 +73,7 @@ def tensor(op: Operand, device: CLDevice) -> Tensor:
 MATMUL_DTYPES = ("float32", "float16")
 
 
-def _matmul_plan(x1: Tensor, x2: Tensor) -> tuple[str, tuple[int, ...]] | None:
+def _matmul_route(x1: Tensor, x2: Tensor) -> tuple[str, tuple[int, ...]] | None:
     """The provider op and shape key for ``x1 @ x2``, or ``None`` for cases left to generated
     code (vector dot products, mixed dtypes)."""
     dt = x1.dtype.name
@@ -124,11 +124,11 @@ def _provided(x1: Tensor, x2: Tensor,
     """``x1 @ x2`` through the provider ``pick(op, shape key)`` names, else ``None``."""
     if _generated_only() or x1.device is not x2.device:
         return None
-    plan_ = _matmul_plan(x1, x2)
-    if plan_ is None:
+    route = _matmul_route(x1, x2)
+    if route is None:
         return None
-    provider = pick(*plan_)
-    return None if provider is None else _run_matmul(provider, plan_[0], x1, x2)
+    provider = pick(*route)
+    return None if provider is None else _run_matmul(provider, route[0], x1, x2)
 
 
 def _generated_matmul_cost(s1: tuple[int, ...], s2: tuple[int, ...], dtype: str,

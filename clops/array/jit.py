@@ -15,31 +15,31 @@ from .. import _config
 from ..graph import ir
 from ..graph.ir import View
 from ..runtime import plan as _plan
-from ..runtime.plan import JitError, Slot, Step
+from ..runtime.plan import Command, JitError, Slot
 from .tensor import _PENDING, Tensor, realize
 
 __all__ = ["JitError", "jit"]
 
 
 @dataclass
-class Plan:
-    """A captured call: its steps (buffers of the arguments and of fresh outputs as ``Slot``s),
+class Trace:
+    """A captured call: its commands (buffers of the arguments and of fresh outputs as ``Slot``s),
     the outputs to build, and how they nest."""
 
-    steps: list[tuple[Any, Step]]
+    commands: list[tuple[Any, Command]]
     outputs: list[tuple[Any, View, Any, Any]]  # (Slot or kept buffer, view, dtype, device)
     out_allocs: list[tuple[Any, int, str]]  # per "out" slot: (device, bytes, memory kind)
     structure: Any
     # NOTE: buffers a call made besides its outputs (a product's result that a later kernel
     # reads, a split reduction's partials) are the same memory in every replay: replays on
-    # two threads enqueued step by step in turn read each other's. One replay's steps are
-    # enqueued at a time (dependency tracking then orders their kernels on the device).
+    # two threads enqueued command by command in turn read each other's. One replay's commands
+    # are enqueued at a time (dependency tracking then orders their kernels on the device).
     replaying: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 # NOTE: the lazy work from before a call is every thread's (one set of pending tensors): a
 # thread that computed it while another captured would compute that capture's own work outside
-# it (its plan then lacks those kernels, and its replays give back stale results). Captures and
+# it (its trace then lacks those kernels, and its replays give back stale results). Captures and
 # that computing take turns; replays do not wait (re-entrant: a jitted function may call one).
 _CAPTURING = threading.RLock()
 
@@ -66,7 +66,7 @@ def jit(fn: Callable[..., Any] | None = None, *, strict: bool = True) -> Any:
     """
     if fn is None:
         return functools.partial(jit, strict=strict)
-    plans: dict[Any, Plan | str] = {}
+    traces: dict[Any, Trace | str] = {}
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -77,15 +77,15 @@ def jit(fn: Callable[..., Any] | None = None, *, strict: bool = True) -> Any:
         if _PENDING:
             with _CAPTURING:
                 realize(*list(_PENDING.values()))
-        got = plans.get(sig)
+        got = traces.get(sig)
         if got is None:
             with _CAPTURING:
-                return _capture(fn, args, kwargs, tensors, sig, plans, strict)
+                return _capture(fn, args, kwargs, tensors, sig, traces, strict)
         if isinstance(got, str):
             return fn(*args, **kwargs)
         return _replay(got, tensors)
 
-    wrapper.plans = plans  # type: ignore[attr-defined]
+    wrapper.traces = traces  # type: ignore[attr-defined]
     return wrapper
 
 
@@ -129,14 +129,14 @@ def _unflatten(structure: Any, results: list[Tensor], pos: list[int]) -> Any:
 
 
 def _capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-             tensors: list[Tensor], sig: Any, plans: dict[Any, Plan | str], strict: bool) -> Any:
+             tensors: list[Tensor], sig: Any, traces: dict[Any, Trace | str], strict: bool) -> Any:
     with _plan.capture(strict=strict) as cap:
         result = fn(*args, **kwargs)
         outs: list[Tensor] = []
         structure = _flatten(result, outs)
         realize(*outs)
     if cap.refused is not None:
-        plans[sig] = cap.refused
+        traces[sig] = cap.refused
         if _config.debug_level():
             print(f"clops.jit: {getattr(fn, '__name__', fn)} runs eagerly for this signature "
                   f"(it {cap.refused})", file=sys.stderr)
@@ -167,12 +167,12 @@ def _capture(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, An
             return Slot("out", fresh[id(b)])
         return b  # the same memory on every replay: constants, scratch, outside tensors
 
-    steps = [(dev, _plan.map_buffers(step, slot)) for dev, step in cap.steps]
-    plans[sig] = Plan(steps, outputs, out_allocs, structure)
+    commands = [(dev, _plan.map_buffers(c, slot)) for dev, c in cap.commands]
+    traces[sig] = Trace(commands, outputs, out_allocs, structure)
     return result
 
 
-def _replay(p: Plan, tensors: list[Tensor]) -> Any:
+def _replay(p: Trace, tensors: list[Tensor]) -> Any:
     ins = [t.buffer for t in tensors]
     outs = [dev.alloc(n, kind) for dev, n, kind in p.out_allocs]
 
@@ -182,8 +182,8 @@ def _replay(p: Plan, tensors: list[Tensor]) -> Any:
         return x
 
     with p.replaying:
-        for dev, step in p.steps:
-            step.replay(dev, sub)
+        for dev, command in p.commands:
+            command.replay(dev, sub)
     results = [Tensor(ir.load(sub(src), view, dtype), dev) for src, view, dtype, dev in
                p.outputs]
     return _unflatten(p.structure, results, [0])

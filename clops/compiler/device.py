@@ -1,6 +1,6 @@
 """Compiler, device protocol: the little the compiler asks of a device (a runtime backend's
-device class satisfies it; ``runtime.CLDevice`` does). Planning and lowering read ``kind``,
-``caps`` and ``probe``; running a plan allocates, writes, builds and launches."""
+device class satisfies it; ``runtime.CLDevice`` does). Scheduling and lowering read ``kind``,
+``caps`` and ``probe``; running a schedule allocates, writes, builds and launches."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class Caps(Protocol):
 
 
 class Device(Protocol):
-    """A device to plan for and to run generated kernels on.
+    """A device to schedule for and to run generated kernels on.
 
     ``kind`` is ``"cpu"``, ``"gpu"`` or ``"accelerator"``; ``probe(what)`` answers a
     capability question by running something on the device once (``"nvidia_ptx"``). Where

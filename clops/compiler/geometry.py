@@ -1,7 +1,7 @@
 """Compiler, launch geometry: how many work-items a generated kernel runs as, in groups of what
 size, and the device questions that decide it (a CPU runs a row per work-item, a GPU a
 work-group per row). Lowering reads the vector widths; the scheduler the split thresholds; the
-plan the global and local sizes of every launch."""
+schedule the global and local sizes of every launch."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from ..graph.ir import Node, Shape, View
 
 
 class Temp:
-    """A buffer the plan allocates when it runs (``nbytes`` from the device's pool); until then
+    """A buffer the schedule allocates when it runs (``nbytes`` from the device's pool); until then
     it stands in for the buffer in the graph and in lowered kernels. ``counter``: the device's
     work-group counter of one-kernel split reductions instead of a new buffer."""
 
@@ -30,7 +30,7 @@ class Temp:
 @dataclass
 class Output:
     node: Node
-    buffer: Any  # runtime Buffer, or a Temp of the plan
+    buffer: Any  # runtime Buffer, or a Temp of the schedule
     view: View  # where in the buffer (elements), shape == node.shape
 
 
@@ -255,7 +255,7 @@ class KernelKey:
 @dataclass
 class Lowered:
     """A lowered kernel: its ``key`` (everything that shapes the source) and the runtime values
-    of its launch, in argument order (buffers may be the plan's ``Temp``s)."""
+    of its launch, in argument order (buffers may be the schedule's ``Temp``s)."""
 
     key: KernelKey
     leaf_buffers: list[Any] = field(default_factory=list)

@@ -1,4 +1,4 @@
-"""Compiler, realize: schedule pending nodes into a plan and run it: allocate its temporaries,
+"""Compiler, realize: schedule pending nodes and run the schedule: allocate its temporaries,
 look each kernel up by its ``KernelKey`` (render and build only on a miss), and launch it through
 the device with sizes, strides and offsets as arguments."""
 
@@ -22,7 +22,7 @@ from .geometry import local_size
 from .kernel import BUFFER_ROLES, KernelKey, Lowered, Param, Temp
 from .lower import scalar_arg
 from .render import CLRenderer
-from .schedule import AllocStep, KernelStep, Plan
+from .schedule import Alloc, KernelRun, Schedule
 
 # (device id, renderer class, structural key, local size) -> (built kernel, name, parameters)
 _KERNELS: dict[tuple[int, type, KernelKey, int], tuple[Any, str, tuple[Param, ...]]] = {}
@@ -31,27 +31,27 @@ STATS = {"launches": 0}
 _STATS_LOCK = threading.Lock()
 
 
-# NOTE: a plan is made from the graph as it is (a node another thread computed meanwhile is a
-# load), and a plan that ran marks its nodes computed; both under this lock, so that no node
-# of a graph being planned turns computed halfway through (threads share nodes: a tensor they
-# all compute from). Rendering, builds and launches run outside it.
+# NOTE: a schedule is made from the graph as it is (a node another thread computed meanwhile is
+# a load), and a schedule that ran marks its nodes computed; both under this lock, so that no
+# node of a graph being scheduled turns computed halfway through (threads share nodes: a tensor
+# they all compute from). Rendering, builds and launches run outside it.
 _GRAPH_LOCK = threading.RLock()
 
 
 def realize(targets: list[tuple[Node, Any, View | None]], device: Device) -> None:
     """Compute ``targets`` (node, destination buffer or None, destination view or None)."""
-    run(plan(targets, device), device)
+    run(schedule_of(targets, device), device)
 
 
-def plan(targets: list[tuple[Node, Any, View | None]], device: Device) -> Plan:
-    """The plan ``realize`` would run, for inspection: nothing is allocated or launched and
+def schedule_of(targets: list[tuple[Node, Any, View | None]], device: Device) -> Schedule:
+    """The schedule ``realize`` would run, for inspection: nothing is allocated or launched and
     the graph is left as it was."""
     with _GRAPH_LOCK:
         return scheduler.schedule(targets, device)
 
 
-def run(p: Plan, device: Device, renderer: CLRenderer | None = None) -> None:
-    """Run plan ``p``: allocate each temporary when its step comes, launch each kernel (its
+def run(p: Schedule, device: Device, renderer: CLRenderer | None = None) -> None:
+    """Run schedule ``p``: allocate each temporary when its entry comes, launch each kernel (its
     source from ``renderer``, the OpenCL C one by default), then mark the computed nodes
     realized as loads of their buffers."""
     spell = renderer if renderer is not None else CLRenderer()
@@ -60,12 +60,12 @@ def run(p: Plan, device: Device, renderer: CLRenderer | None = None) -> None:
     def buffer(b: Any) -> Any:
         return buffers[id(b)] if isinstance(b, Temp) else b
 
-    for step in p.steps:
-        if isinstance(step, AllocStep):
-            t = step.temp
+    for entry in p.entries:
+        if isinstance(entry, Alloc):
+            t = entry.temp
             buffers[id(t)] = counter(device) if t.counter else device.alloc(t.nbytes)
         else:
-            run_kernel(step, device, buffer, spell)
+            run_kernel(entry, device, buffer, spell)
     with _GRAPH_LOCK:
         for b in p.bindings:
             loaded = ir.load(buffer(b.buffer), b.view, b.dtype)
@@ -76,22 +76,22 @@ def run(p: Plan, device: Device, renderer: CLRenderer | None = None) -> None:
                 b.node.realized = loaded
 
 
-def run_kernel(step: KernelStep, device: Device, buffer: Callable[[Any], Any],
+def run_kernel(kr: KernelRun, device: Device, buffer: Callable[[Any], Any],
                renderer: CLRenderer) -> None:
-    """Build (once per device, key and local size) and launch ``step``; ``buffer`` maps the
-    plan's temporaries to their buffers."""
-    item, lw = step.item, step.lowered
+    """Build (once per device, key and local size) and launch ``kr``; ``buffer`` maps the
+    schedule's temporaries to their buffers."""
+    item, lw = kr.item, kr.lowered
     if _config.CONFIG.debug >= 2:
         outs = ", ".join(f"{o.node.dtype.name}{list(o.view.shape)}" for o in item.outputs)
         print(f"[clops] schedule: kernel over {list(item.full)} reduce axes {list(item.raxes)}"
               f"{' chunks ' + str(item.chunks) if item.chunks > 1 else ''} -> {outs}",
               file=sys.stderr)
-    geo = step.geometry
+    geo = kr.geometry
     local = geo.local if geo is not None else local_size(device, lw)
     ck = (id(device), type(renderer), lw.key, local)
     hit = _KERNELS.get(ck)
     if hit is None:
-        hit = _build(ck, step, device, renderer, local)
+        hit = _build(ck, kr, device, renderer, local)
     kernel, name, params = hit
     if geo is None:
         return  # nothing to write (sizes of other axes may not even fit the index type)
@@ -105,19 +105,19 @@ def run_kernel(step: KernelStep, device: Device, buffer: Callable[[Any], Any],
                   name=name)
 
 
-def _build(ck: tuple[int, type, KernelKey, int], step: KernelStep, device: Device,
+def _build(ck: tuple[int, type, KernelKey, int], kr: KernelRun, device: Device,
            renderer: CLRenderer, local: int) -> tuple[Any, str, tuple[Param, ...]]:
-    """Render and build ``step``'s kernel for cache key ``ck`` once: a thread that misses a
+    """Render and build ``kr``'s kernel for cache key ``ck`` once: a thread that misses a
     key another thread is building waits for that build; kernels of other keys are built
     meanwhile."""
     with _FILLING.hold(ck):
         hit = _KERNELS.get(ck)
         if hit is None:
-            src, arg_types, params = renderer.render_kernel(step.lowered.key, local, step.name)
+            src, arg_types, params = renderer.render_kernel(kr.lowered.key, local, kr.name)
             if _config.CONFIG.debug >= 1:
-                print(f"[clops] kernel {step.name}:\n{src}", file=sys.stderr)
-            hit = _KERNELS[ck] = (device.kernel(src, step.name, arg_types=arg_types),
-                                  step.name, params)
+                print(f"[clops] kernel {kr.name}:\n{src}", file=sys.stderr)
+            hit = _KERNELS[ck] = (device.kernel(src, kr.name, arg_types=arg_types),
+                                  kr.name, params)
     return hit
 
 
@@ -125,7 +125,7 @@ def launch_args(lw: Lowered, buffer: Callable[[Any], Any],
                 params: tuple[Param, ...] | None = None) -> list[Any]:
     """The kernel arguments of ``lw``: a value for each parameter of its kernel, in order
     (``KernelKey.params``, or ``params``, the rendered kernel's, where the caller has them).
-    ``buffer`` maps the plan's temporaries to their buffers."""
+    ``buffer`` maps the schedule's temporaries to their buffers."""
     index = np.int64 if lw.wide else np.int32
     args: list[Any] = []
     for p in params if params is not None else lw.key.params():
@@ -160,7 +160,7 @@ def _combine(lw: Lowered) -> tuple[Any, Any, View]:
 
 
 _Value = Callable[[Lowered, Param, Callable[[Any], Any]], Any]
-# a parameter's role -> its value at a launch of ``lw`` (``buf``: the plan's temporaries to
+# a parameter's role -> its value at a launch of ``lw`` (``buf``: the schedule's temporaries to
 # buffers); buffers and constants are passed as they are, the rest as the kernel's index type
 _ARG_VALUES: dict[str, _Value] = {
     "out": lambda lw, p, buf: buf(lw.out_buffers[p.slot]),

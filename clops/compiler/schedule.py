@@ -1,10 +1,12 @@
-"""Compiler, scheduler: splits the pending graph into kernels and makes the plan that computes
-it. Elementwise, cast and movement nodes fuse into their consumer; a reduction fuses into the
-kernel that consumes it when it is over that kernel's row axes, so ``(a*b + c).sum(axis=1)``,
-softmax and RMSNorm are one kernel each. Everything else is materialized into a buffer first.
+"""Compiler, scheduler: splits the pending graph into kernels and makes the schedule that
+computes it. Elementwise, cast and movement nodes fuse into their consumer; a reduction fuses
+into the kernel that consumes it when it is over that kernel's row axes, so
+``(a*b + c).sum(axis=1)``, softmax and RMSNorm are one kernel each. Everything else is
+materialized into a buffer first.
 
 Scheduling allocates nothing and launches nothing: new buffers are ``Temp`` placeholders, each
-kernel is lowered once, and the ``Plan`` (a list of steps) is run by ``realize.run``."""
+kernel is lowered once, and the ``Schedule`` (a list of entries: allocations and kernel
+runs) is run by ``realize.run``."""
 
 from __future__ import annotations
 
@@ -135,16 +137,16 @@ class _Analysis:
 
 
 
-# -- the plan -------------------------------------------------------------------------------------
+# -- the schedule ---------------------------------------------------------------------------------
 @dataclass
-class AllocStep:
-    """Allocate ``temp`` (from the device's pool) before the steps that follow use it."""
+class Alloc:
+    """Allocate ``temp`` (from the device's pool) before the entries that follow use it."""
 
     temp: Temp
 
 
 @dataclass
-class KernelStep:
+class KernelRun:
     """Launch one generated kernel: ``lowered`` holds its ``KernelKey`` and launch values
     (buffers may be ``Temp``s), ``geometry`` its sizes (None: nothing to write, no launch)."""
 
@@ -168,7 +170,7 @@ class KernelStep:
 
 @dataclass
 class Binding:
-    """After the plan has run: ``node`` is realized as a load of ``buffer`` at ``view`` (or, a
+    """After the schedule has run: ``node`` is realized as a load of ``buffer`` at ``view`` (or, a
     split reduction's stage 2, as the reduction ``reduce`` = (op, axes, dtype) of that load)."""
 
     node: Node
@@ -179,25 +181,25 @@ class Binding:
 
 
 @dataclass
-class Plan:
-    """The steps that compute some targets, in order, and what they leave realized."""
+class Schedule:
+    """The entries that compute some targets, in order, and what they leave realized."""
 
-    steps: list[AllocStep | KernelStep] = field(default_factory=list)
+    entries: list[Alloc | KernelRun] = field(default_factory=list)
     bindings: list[Binding] = field(default_factory=list)
 
     @property
-    def kernels(self) -> list[KernelStep]:
-        """The kernels realizing would launch (a step without geometry launches nothing)."""
-        return [s for s in self.steps if isinstance(s, KernelStep) and s.geometry is not None]
+    def kernels(self) -> list[KernelRun]:
+        """The kernels realizing would launch (a run without geometry launches nothing)."""
+        return [s for s in self.entries if isinstance(s, KernelRun) and s.geometry is not None]
 
     @property
     def temps(self) -> list[Temp]:
-        return [s.temp for s in self.steps if isinstance(s, AllocStep)]
+        return [s.temp for s in self.entries if isinstance(s, Alloc)]
 
     def __str__(self) -> str:
         lines = []
-        for s in self.steps:
-            if isinstance(s, AllocStep):
+        for s in self.entries:
+            if isinstance(s, Alloc):
                 lines.append(f"alloc {s.temp.label} ({s.temp.nbytes} bytes)")
             elif s.geometry is not None:
                 g = s.geometry
@@ -211,29 +213,29 @@ def kernel_name(lw: Lowered) -> str:
     return "k_" + re.sub(r"[^a-zA-Z0-9_]", "", base)[:40]
 
 
-def schedule(targets: list[tuple[Node, Any, View | None]], device: Device) -> Plan:
-    """The plan that computes each target node into its buffer (a target with no buffer gets a
-    new contiguous one, a ``Temp`` of the plan). Kernels come in launch order; later kernels
-    read earlier results as loads. The graph is left as it was: the plan's ``bindings`` mark
+def schedule(targets: list[tuple[Node, Any, View | None]], device: Device) -> Schedule:
+    """The schedule that computes each target node into its buffer (a target with no buffer gets a
+    new contiguous one, a ``Temp`` of the schedule). Kernels come in launch order; later kernels
+    read earlier results as loads. The graph is left as it was: the schedule's ``bindings`` mark
     the computed nodes realized when it runs."""
-    planner = _Planner(device)
-    with ir.planning() as planner.binds:
-        planner.schedule(targets)
-    return planner.plan
+    sch = _Scheduler(device)
+    with ir.scheduling() as sch.binds:
+        sch.schedule(targets)
+    return sch.out
 
 
-class _Planner:
+class _Scheduler:
     def __init__(self, device: Device) -> None:
         self.device = device
-        self.plan = Plan()
-        # node id -> the node planning takes it for (``ir.planning``: this thread's alone)
+        self.out = Schedule()
+        # node id -> the node scheduling takes it for (``ir.scheduling``: this thread's alone)
         self.binds: dict[int, Node] = {}
         self._ntemps = 0
 
-    # -- the graph, as it will be once earlier steps have run ------------------------------------
+    # -- the graph, as it will be once earlier entries have run ------------------------------------
     def _bind(self, binding: Binding) -> None:
-        """Realize ``binding.node`` for the rest of planning (in ``binds``, which this thread's
-        ``resolve`` reads); the plan does it for good when it runs."""
+        """Realize ``binding.node`` for the rest of scheduling (in ``binds``, which this thread's
+        ``resolve`` reads); the schedule does it for good when it runs."""
         node = binding.node
         loaded = ir.load(binding.buffer, binding.view, binding.dtype)
         if binding.reduce is not None:
@@ -241,16 +243,16 @@ class _Planner:
             self.binds[node.id] = ir.reduce(op, loaded, axes, dtype)
         else:
             self.binds[node.id] = loaded
-        self.plan.bindings.append(binding)
+        self.out.bindings.append(binding)
 
     def _temp(self, nbytes: int, what: str, counter: bool = False) -> Temp:
         self._ntemps += 1
         t = Temp(nbytes, f"t{self._ntemps}:{what}", counter=counter)
-        self.plan.steps.append(AllocStep(t))
+        self.out.entries.append(Alloc(t))
         return t
 
     def _kernel(self, item: KernelItem, lw: Lowered) -> None:
-        self.plan.steps.append(KernelStep(item, lw, kernel_name(lw), geometry(self.device, lw)))
+        self.out.entries.append(KernelRun(item, lw, kernel_name(lw), geometry(self.device, lw)))
 
     # -- scheduling ------------------------------------------------------------------------------
     def _new_output(self, node: Node) -> Output:
@@ -293,7 +295,7 @@ class _Planner:
                     self._bind(Binding(o.node, o.buffer, o.view, o.node.dtype))
 
     def _item(self, item: KernelItem) -> None:
-        """Plan ``item``, split into two stages where its rows are few and long. Each state
+        """Schedule ``item``, split into two stages where its rows are few and long. Each state
         of the item is lowered once."""
         while True:
             # the column layout is decided by lowering (a cheap structural test first)

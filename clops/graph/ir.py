@@ -136,33 +136,34 @@ class View:
 _ids = itertools.count()
 
 
-class _Planning(threading.local):
-    # node id -> what a plan being made on this thread takes the node for (a load of the
-    # buffer an earlier step of the plan computes it into); None when not planning
+class _Scheduling(threading.local):
+    # node id -> what a schedule being made on this thread takes the node for (a load of the
+    # buffer an earlier entry of the schedule computes it into); None when not scheduling
     binds: dict[int, Node] | None = None
 
 
-_PLANNING = _Planning()
+_SCHEDULING = _Scheduling()
 
 
 @contextlib.contextmanager
-def planning() -> Iterator[dict[int, Node]]:
-    """While a plan is made on this thread: a dict of node id -> node that ``resolved`` on
+def scheduling() -> Iterator[dict[int, Node]]:
+    """While a schedule is made on this thread: a dict of node id -> node that ``resolved`` on
     this thread takes the node for. Threads share graph nodes (a tensor several of them
-    compute from); what a plan only assumes computed is seen by the planning thread alone."""
-    before = _PLANNING.binds
+    compute from); what a schedule only assumes computed is seen by the scheduling thread
+    alone."""
+    before = _SCHEDULING.binds
     binds: dict[int, Node] = {}
-    _PLANNING.binds = binds
+    _SCHEDULING.binds = binds
     try:
         yield binds
     finally:
-        _PLANNING.binds = before
+        _SCHEDULING.binds = before
 
 
 def resolved(node: Node) -> Node:
-    """``node.resolve()`` as the plan being made on this thread sees the graph: also through
-    the nodes it takes for computed (``planning``). Planning resolves nodes with this."""
-    binds = _PLANNING.binds
+    """``node.resolve()`` as the schedule being made on this thread sees the graph: also through
+    the nodes it takes for computed (``scheduling``). Scheduling resolves nodes with this."""
+    binds = _SCHEDULING.binds
     if not binds:
         return node.resolve()
     n = node

@@ -57,19 +57,22 @@ def radices(n: int) -> list[int] | None:
 
 
 @dataclass
-class _Plan:
+class _Transform:
+    """How a length is transformed: radix passes and twiddles, or (Bluestein) a power-of-two
+    transform of a padded length with its chirps and filters."""
+
     n: int
     dtype: str
     passes: list[int] | None
     twiddles: Buffer | None
-    # Bluestein: padded length, the plan of that length, chirp and filter per direction
+    # Bluestein: padded length, the transform of that length, chirp and filter per direction
     m: int = 0
-    sub: _Plan | None = None
+    sub: _Transform | None = None
     chirp: tuple[Buffer, Buffer] | None = None
     filt: tuple[Buffer, Buffer] | None = None
 
 
-_PLANS: dict[tuple[int, int, str], _Plan] = {}
+_TRANSFORMS: dict[tuple[int, int, str], _Transform] = {}
 def _kernel(device: CLDevice, dtype: str, name: str) -> Kernel:
     """The kernel ``name`` of ``fft.cl`` for ``dtype`` (cached by the device)."""
     opts = ("-D CT=float2", "-D RT=float") if dtype == "complex64" else \
@@ -84,29 +87,29 @@ def _upload(device: CLDevice, values: np.ndarray, dtype: str) -> Buffer:
     return buf
 
 
-def plan(device: CLDevice, n: int, dtype: str) -> _Plan:
+def transform_for(device: CLDevice, n: int, dtype: str) -> _Transform:
     """The passes and device tables for length ``n`` (built once per device, length, dtype)."""
     key = (id(device), n, dtype)
-    p = _PLANS.get(key)
+    p = _TRANSFORMS.get(key)
     if p is not None:
         return p
     with _LOCK:
-        p = _PLANS.get(key)
+        p = _TRANSFORMS.get(key)
         if p is None:
-            p = _PLANS[key] = _make_plan(device, n, dtype)
+            p = _TRANSFORMS[key] = _make_transform(device, n, dtype)
     return p
 
 
-def _make_plan(device: CLDevice, n: int, dtype: str) -> _Plan:
+def _make_transform(device: CLDevice, n: int, dtype: str) -> _Transform:
     if dtype == "complex128" and not device.caps.fp64:
         raise TypeError(f"complex128 FFT needs cl_khr_fp64, which {device.name} lacks; "
                         "use complex64")
     passes = radices(n)
     if passes is not None:
         tw = _upload(device, np.exp(-2j * np.pi * np.arange(n) / n), dtype) if n > 1 else None
-        return _Plan(n, dtype, passes, tw)
+        return _Transform(n, dtype, passes, tw)
     m = 1 << (2 * n - 2).bit_length()  # a power of two >= 2n - 1
-    sub = plan(device, m, dtype)
+    sub = transform_for(device, m, dtype)
     k = np.arange(n, dtype=np.int64)
     # NOTE: k^2 mod 2n keeps the chirp's phase exact for large n
     phase = np.pi * ((k * k) % (2 * n)) / n
@@ -118,7 +121,7 @@ def _make_plan(device: CLDevice, n: int, dtype: str) -> _Plan:
         b[m - n + 1:] = np.conj(w[1:])[::-1]
         chirps.append(_upload(device, w, dtype))
         filts.append(_upload(device, np.fft.fft(b) / m, dtype))
-    return _Plan(n, dtype, None, None, m, sub, (chirps[0], chirps[1]), (filts[0], filts[1]))
+    return _Transform(n, dtype, None, None, m, sub, (chirps[0], chirps[1]), (filts[0], filts[1]))
 
 
 def _check(op: Operand, what: str) -> None:
@@ -139,7 +142,7 @@ def fft(device: CLDevice, x: Operand, y: Operand, *, inverse: bool = False, scal
         return queue_of(device, queue).marker()
     if x.buffer is y.buffer:
         x = layout.contiguous(device, x, queue=queue)
-    p = plan(device, n, x.dtype)
+    p = transform_for(device, n, x.dtype)
     return _run(device, p, x, y, batch, inverse, scale, queue)
 
 
@@ -147,7 +150,7 @@ def _real(dtype: str, value: float) -> np.floating:
     return np.float64(value) if dtype == "complex128" else np.float32(value)
 
 
-def _run(device: CLDevice, p: _Plan, x: Operand, y: Operand, batch: int, inverse: bool,
+def _run(device: CLDevice, p: _Transform, x: Operand, y: Operand, batch: int, inverse: bool,
          scale: float, queue: CLQueue | None) -> Event:
     n, dt = p.n, p.dtype
     if p.passes is None:
@@ -179,7 +182,7 @@ def _run(device: CLDevice, p: _Plan, x: Operand, y: Operand, batch: int, inverse
     return ev
 
 
-def _bluestein(device: CLDevice, p: _Plan, x: Operand, y: Operand, batch: int, inverse: bool,
+def _bluestein(device: CLDevice, p: _Transform, x: Operand, y: Operand, batch: int, inverse: bool,
                scale: float, queue: CLQueue | None) -> Event:
     assert p.sub is not None and p.chirp is not None and p.filt is not None
     n, m, dt = p.n, p.m, p.dtype

@@ -110,7 +110,7 @@ def place(path: str | None = None,
     cfg, source, _ = _open(path, tokenizer=False)
     devs = placement.devices(device)
     max_seq, chunk, kv_half = _model.sizes(cfg, devs, max_seq_len, None, kv_cache)
-    return placement.plan(cfg, source, devs, max_seq, kv_half, [chunk] * len(devs), split)
+    return placement.place(cfg, source, devs, max_seq, kv_half, [chunk] * len(devs), split)
 
 
 def _open(path: str | None, tokenizer: bool = True

@@ -6,9 +6,9 @@ them, safetensors as transformers saves them), the family's config keys, and its
 placement (pre, post, sandwich: which of the four norms a layer has), QK-norm, activation,
 rotary layout, sliding-window layers, soft-capping and scale multipliers, attention sinks, and a
 mixture of experts in place of the FFN (its router's normalisation, biases, the GLU's clamp).
-``config.py`` reads a file's settings through it and ``model.py`` and ``step.py`` build launches
-from the result; adding a family is one entry in ``ARCHS`` (and its test), not a change to the
-plan builders."""
+``config.py`` reads a file's settings through it and ``step.py`` builds launches from the
+result; adding a family is one entry in ``ARCHS`` (and its test), not a change to the step
+builder."""
 
 from __future__ import annotations
 

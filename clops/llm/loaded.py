@@ -1,4 +1,4 @@
-"""llm, loaded: a model's weights on the device, as the typed views the plan builders read
+"""llm, loaded: a model's weights on the device, as the typed views the step builder reads
 (``Model.weights``; ``step.StepBuilder``), and what a batched engine needs of a model."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class Experts:
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """One layer's weights on the device as a plan builder reads them (``Model.weights``):
+    """One layer's weights on the device as the step builder reads them (``Model.weights``):
     norms the family does not have are None (norm weights hold the family's offset already:
     every norm is RMSNorm(x) * w); ``qkv`` writes rows [q | k | v], ``gate_up`` [gate | up].
     ``inv_freq``: the layer's rotary frequencies (rotary / 2 of them; zeros where it does not

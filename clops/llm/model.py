@@ -160,7 +160,7 @@ class Model:
         self._copies: placement.Copies | None = None
         if _part is None:
             # every device's bytes checked before any upload
-            self.stages = placement.plan(cfg, source, devs, self.max_seq, self.kv_half,
+            self.stages = placement.place(cfg, source, devs, self.max_seq, self.kv_half,
                                          [self.chunk] * len(devs), split)
             _part = _Part(0, cfg.n_layers)
             if len(devs) > 1:

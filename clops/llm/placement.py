@@ -34,7 +34,7 @@ class DoesNotFitError(ValueError):
 @dataclass(frozen=True)
 class Stage:
     """A device's part of a split model: layers ``first`` to ``stop - 1``, the embedding with
-    the first stage and the head with the last, and the bytes it was planned to take."""
+    the first stage and the head with the last, and the bytes it is expected to take."""
 
     device: CLDevice
     first: int
@@ -140,7 +140,7 @@ def scratch_nbytes(cfg: ModelConfig, chunk: int, head: bool) -> int:
     return 4 * chunk * (per_row + (cfg.vocab_size if head else 0))
 
 
-def plan(cfg: ModelConfig, src: WeightSource, devs: Sequence[CLDevice], max_seq: int,
+def place(cfg: ModelConfig, src: WeightSource, devs: Sequence[CLDevice], max_seq: int,
          kv_half: bool, chunk: Sequence[int], split: Sequence[float] | None = None
          ) -> list[Stage]:
     """The stages of ``cfg``'s model over ``devs`` (see the module's text): ``split`` gives

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 _NP = {"float32": np.float32, "float64": np.float64, "complex64": np.complex64,
        "complex128": np.complex128}
-_MAX_PLANS = 32
+_MAX_APPS = 32
 
 
 class _DeviceArray:
@@ -69,8 +69,8 @@ class VkFFTProvider(Provider):
     def __init__(self) -> None:
         super().__init__()
         self._vk: Any = None
-        self._plans: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-        self._plan_lock = threading.Lock()
+        self._apps: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._app_lock = threading.Lock()
 
     def load(self) -> None:
         try:
@@ -83,8 +83,8 @@ class VkFFTProvider(Provider):
                 "headers and ICD loader, e.g. opencl-headers and ocl-icd-opencl-dev)") from None
         pyvkfft.config.WARN_OPENCL_QUEUE_MISMATCH = False
         self._vk = vk
-        # NOTE: plans are freed before interpreter shutdown tears pyvkfft's module down.
-        atexit.register(self.free_plans)
+        # NOTE: applications are freed before interpreter shutdown tears pyvkfft's module down.
+        atexit.register(self.free_apps)
         self.version = getattr(vk, "vkfft_version", lambda: "?")()
 
     def cannot_shape(self, op: str, shape_key: tuple[int, ...]) -> str | None:
@@ -107,17 +107,17 @@ class VkFFTProvider(Provider):
             mem = interop.sub_buffer(op.buffer, op.byte_offset, op.nbytes)
         return _DeviceArray(mem, shape, op.dtype, q.cl_queue)
 
-    def free_plans(self) -> None:
-        """Release every cached VkFFT plan."""
-        with self._plan_lock:
-            self._plans.clear()
+    def free_apps(self) -> None:
+        """Release every cached VkFFT application."""
+        with self._app_lock:
+            self._apps.clear()
 
-    def _plan(self, q: CLQueue, r2c: bool, batch: int, n: int, dtype: str, norm: int) -> Any:
+    def _app(self, q: CLQueue, r2c: bool, batch: int, n: int, dtype: str, norm: int) -> Any:
         key = (interop.queue_handle(q), r2c, batch, n, dtype, norm)
-        with self._plan_lock:
-            app = self._plans.get(key)
+        with self._app_lock:
+            app = self._apps.get(key)
             if app is not None:
-                self._plans.move_to_end(key)
+                self._apps.move_to_end(key)
                 return app
         shape = (batch, n) if batch > 1 else (n,)
         np_dtype = _NP[layout.REAL_OF[dtype]] if r2c else _NP[dtype]
@@ -125,12 +125,12 @@ class VkFFTProvider(Provider):
             app = self._vk.VkFFTApp(shape, np_dtype, queue=q.cl_queue, ndim=1, inplace=False,
                                     norm=norm, r2c=r2c)
         except Exception as e:  # noqa: BLE001 - pyvkfft raises plain RuntimeErrors
-            raise ProviderError(f"VkFFT could not plan a length-{n} {dtype} transform of "
-                                f"{batch} rows: {e}") from e
-        with self._plan_lock:
-            self._plans[key] = app
-            while len(self._plans) > _MAX_PLANS:
-                self._plans.popitem(last=False)
+            raise ProviderError(f"VkFFT could not make an application for a length-{n} {dtype} "
+                                f"transform of {batch} rows: {e}") from e
+        with self._app_lock:
+            self._apps[key] = app
+            while len(self._apps) > _MAX_APPS:
+                self._apps.popitem(last=False)
         return app
 
     # -- ops ----------------------------------------------------------------------------------
@@ -169,7 +169,7 @@ class VkFFTProvider(Provider):
         q = queue_of(device, queue)
         if batch == 0 or n == 0:
             return q.marker()
-        if n == 1:  # VkFFT plans no length-1 transform; it is a copy
+        if n == 1:  # VkFFT makes no length-1 transform; it is a copy
             return fft.run(op, device, x, y, inverse=inverse, scale=scale, queue=q)
         cdt = y.dtype if op == "fft" or op == "rfft" else x.dtype
         half = n // 2 + 1
@@ -190,7 +190,7 @@ class VkFFTProvider(Provider):
         # a separate pass over the output.
         norm = 1 if inverse and math.isclose(scale, 1.0 / n, rel_tol=1e-12) else 0
         extra = 1.0 if norm == 1 else scale
-        app = self._plan(q, op != "fft", batch, n, cdt, norm)
+        app = self._app(q, op != "fft", batch, n, cdt, norm)
         src = self._array(x, q, x_shape if batch > 1 else x_shape[1:])
         dst = self._array(y, q, y_shape if batch > 1 else y_shape[1:])
 

@@ -3,7 +3,7 @@ seam asks ``capturing()`` first on its hot path (one integer read while none is 
 each enqueue it may replay to ``record``; an enqueue it cannot replay, to ``refuse``.
 
 >>> with capture() as cap:
-...     ...               # every enqueue of this thread is recorded in cap.steps
+...     ...               # every enqueue of this thread is recorded in cap.commands
 """
 
 from __future__ import annotations
@@ -27,21 +27,22 @@ class JitError(RuntimeError):
 class Capture:
     """What a function enqueued, in order, while it ran once (``with capture() as cap:``).
 
-    ``steps`` holds (device, step) pairs, a step being one of ``plan.Step``. ``allocated``
-    holds the buffers allocated meanwhile (a replay makes its own outputs; every other buffer
-    is the same memory on every replay). A step that cannot be recorded refuses the capture:
+    ``commands`` holds (device, command) pairs, a command being one of ``plan.Command``.
+    ``allocated`` holds the buffers allocated meanwhile (a replay makes its own outputs; every
+    other buffer is the same memory on every replay). A command that cannot be recorded
+    refuses the capture:
     ``strict`` raises ``JitError`` at once, otherwise ``refused`` says what and the rest of the
     run goes on uncaptured (eager)."""
 
     def __init__(self, strict: bool = True) -> None:
-        self.steps: list[tuple[Any, Any]] = []
+        self.commands: list[tuple[Any, Any]] = []
         self.allocated: weakref.WeakSet[Buffer] = weakref.WeakSet()
         self.strict = strict
         self.refused: str | None = None
 
-    def add(self, device: Device | None, step: Any) -> None:
+    def add(self, device: Device | None, command: Any) -> None:
         if self.refused is None:
-            self.steps.append((device, step))
+            self.commands.append((device, command))
 
     def refuse(self, what: str) -> None:
         if self.refused is not None:
@@ -52,7 +53,7 @@ class Capture:
         if self.strict:
             raise JitError(msg)
         self.refused = what
-        self.steps.clear()
+        self.commands.clear()
 
 
 class _State(threading.local):
@@ -81,10 +82,10 @@ def active() -> list[Capture]:
     return st.captures if st.captures and not st.paused else []
 
 
-def record(device: Device | None, step: Any) -> None:
-    """Add ``step`` (enqueued on ``device``) to every capture open here."""
+def record(device: Device | None, command: Any) -> None:
+    """Add ``command`` (enqueued on ``device``) to every capture open here."""
     for cap in active():
-        cap.add(device, step)
+        cap.add(device, command)
 
 
 def refuse(what: str) -> None:

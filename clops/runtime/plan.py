@@ -134,7 +134,8 @@ class Call:
              name=self.name, **map_buffers(self.kwargs, sub))
 
 
-Step = Launch | Copy | Write | Call
+# a capture's commands: what the seam records and a replay enqueues again
+Command = Launch | Copy | Write | Call
 
 
 @dataclass(frozen=True)
@@ -165,14 +166,14 @@ def map_buffers(obj: Any, sub: Sub) -> Any:
 
 def call(fn: Callable[..., Any], *args: Any, writes: Sequence[Buffer] = (), name: str = "",
          **kwargs: Any) -> Any:
-    """Run ``fn(*args, **kwargs)`` now; where a capture is open, record it as one ``Call`` step
+    """Run ``fn(*args, **kwargs)`` now; where a capture is open, record it as one ``Call`` command
     (a replay calls it again on its own buffers) instead of the enqueues it makes."""
     caps = active()
     if not caps:
         return fn(*args, **kwargs)
-    step = Call(fn, args, kwargs, tuple(writes), name)
+    command = Call(fn, args, kwargs, tuple(writes), name)
     for cap in caps:
-        cap.add(None, step)
+        cap.add(None, command)
     with paused():
         return fn(*args, **kwargs)
 

@@ -41,7 +41,7 @@ def test_replay_matches_eager_and_does_no_compiler_work(device, monkeypatch):
         np.testing.assert_allclose(np.asarray(s), (ref * ref).sum(-1), rtol=1e-5, atol=1e-5)
         assert prof.kernel_count == 2
     assert render.RENDER_STATS["renders"] == r0
-    assert len(step.plans) == 1
+    assert len(step.traces) == 1
 
 
 def test_outputs_of_successive_replays_do_not_alias(device):
@@ -59,7 +59,7 @@ def test_new_signature_captures_again(device):
     f(clops.asarray([1.0], device=device))
     f(clops.asarray([1.0, 2.0], device=device))
     f(clops.asarray([1, 2], device=device))
-    assert len(f.plans) == 3
+    assert len(f.traces) == 3
 
 
 def test_host_reads_inside_are_refused(device):
@@ -195,7 +195,7 @@ def _check_corpus(name, device, calls=CALLS):
             assert g.shape == w.shape and g.dtype == w.dtype, (name, call)
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5,
                                        err_msg=f"{name}: call {call}")
-    assert len(jitted.plans) == 1 and not isinstance(next(iter(jitted.plans.values())), str)
+    assert len(jitted.traces) == 1 and not isinstance(next(iter(jitted.traces.values())), str)
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS))
@@ -290,7 +290,7 @@ def test_provider_calls_are_replayed_whole(device, clops_env, provider, op):
     assert len(calls) >= 2 * CALLS  # jit (capture and replays) and eager, every call
 
 
-def test_nested_jit_replays_the_inner_plan(device):
+def test_nested_jit_replays_the_inner_trace(device):
     inner = clops.jit(lambda x: clops.nn.softmax(x) + 1)
     outer = clops.jit(lambda x: inner(x * 2).sum(axis=1))
     rng = np.random.default_rng(1)
@@ -324,18 +324,18 @@ def test_strict_false_runs_eagerly_where_it_cannot_capture(device, capfd, clops_
         got = f(clops.asarray(np.arange(n, dtype=np.float32), device=device))
         np.testing.assert_array_equal(np.asarray(got), np.arange(2, n) * 2)
     assert capfd.readouterr().err.count("runs eagerly") == 3  # once for each signature
-    assert all("boolean mask" in why for why in f.plans.values())
+    assert all("boolean mask" in why for why in f.traces.values())
 
 
-def test_argument_trees_and_aliasing_key_the_plans(device):
+def test_argument_trees_and_aliasing_key_the_traces(device):
     f = clops.jit(lambda xs, scale=1.0: xs[0] * scale + xs[1])
     a = clops.asarray(np.ones(3, np.float32), device=device)
     b = clops.asarray(np.full(3, 2.0, np.float32), device=device)
     np.testing.assert_array_equal(np.asarray(f((a, b))), [3, 3, 3])
-    np.testing.assert_array_equal(np.asarray(f((a, a))), [2, 2, 2])  # aliased: own plan
+    np.testing.assert_array_equal(np.asarray(f((a, a))), [2, 2, 2])  # aliased: own trace
     np.testing.assert_array_equal(np.asarray(f([b, a], scale=3.0)), [7, 7, 7])
     np.testing.assert_array_equal(np.asarray(f((b, b))), [4, 4, 4])
-    assert len(f.plans) == 3
+    assert len(f.traces) == 3
 
 
 def test_lazy_work_from_before_the_call_is_not_replayed(device):

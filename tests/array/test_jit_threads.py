@@ -1,5 +1,5 @@
 """clops.jit from many threads at once: functions jitted once and called from eight threads, each
-with inputs of its own (so that the threads capture and replay the same plans at the same
+with inputs of its own (so that the threads capture and replay the same traces at the same
 time), give numpy's results."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def softmax_rows(x):
 
 @clops.jit
 def long_sum(x):
-    # one row of 100k: a split reduction, its partials in a buffer of the plan (not an output)
+    # one row of 100k: a split reduction, its partials in a buffer of the trace (not an output)
     return clops.sum(x * 0.5 + 1.0)
 
 
@@ -47,7 +47,7 @@ def test_jitted_functions_called_from_threads_at_once(device):
     def work(t: int) -> None:
         for r in range(CALLS):
             rng = np.random.default_rng(100 * t + r)
-            # half of the threads share each shape: the same plan captured and replayed at once
+            # half of the threads share each shape: the same trace captured and replayed at once
             rows = 3 + t % 2
             x = rng.standard_normal((rows, 16)).astype(np.float32)
             got = np.asarray(affine_tanh_sum(clops.asarray(x, device=device), cw, cb))
@@ -70,12 +70,12 @@ def test_jitted_functions_called_from_threads_at_once(device):
             np.testing.assert_allclose(float(m), (a * c).mean(), rtol=1e-6)
 
     run_threads(work)
-    # (each shape's plan is kept once, whichever thread captured it last)
-    assert len(long_sum.plans) == 1 and len(softmax_rows.plans) == 2
+    # (each shape's trace is kept once, whichever thread captured it last)
+    assert len(long_sum.traces) == 1 and len(softmax_rows.traces) == 2
 
 
-def test_one_plan_replayed_by_threads_at_once(device):
-    # captured first, then only replayed: the replays share the buffers the plan made besides
+def test_one_trace_replayed_by_threads_at_once(device):
+    # captured first, then only replayed: the replays share the buffers the trace made besides
     # its output (the product, the packed weight, the sums' partials)
     @clops.jit
     def energy(x, w):
@@ -98,4 +98,4 @@ def test_one_plan_replayed_by_threads_at_once(device):
             np.testing.assert_allclose(got, want[j], rtol=1e-4, err_msg=f"thread {t}, call {r}")
 
     run_threads(work)
-    assert len(energy.plans) == 1
+    assert len(energy.traces) == 1

@@ -17,7 +17,7 @@ from clops.compiler import realize
 from clops.compiler.kernel import KernelKey
 from clops.compiler.lower import scalar_arg
 from clops.compiler.render import CLRenderer, RenderedKernel
-from clops.compiler.schedule import KernelStep, schedule
+from clops.compiler.schedule import KernelRun, schedule
 from clops.graph import dtypes as dt
 from clops.graph import ir
 from clops.graph.ir import View, contiguous_strides
@@ -49,16 +49,16 @@ def _expressions(device: Any) -> dict[str, Any]:
     }
 
 
-def _steps(device: Any) -> list[KernelStep]:
+def _steps(device: Any) -> list[KernelRun]:
     steps = []
     for t in _expressions(device).values():
-        steps += clops.compiler.plan(t).kernels
+        steps += clops.compiler.schedule_of(t).kernels
     return steps
 
 
 @pytest.fixture(params=["as is", "gpu"])
 def steps(request: pytest.FixtureRequest, device: Any,
-          monkeypatch: pytest.MonkeyPatch) -> list[KernelStep]:
+          monkeypatch: pytest.MonkeyPatch) -> list[KernelRun]:
     """The kernels of ``_expressions``, planned for the device as it is and taken for a GPU
     (work-group rows, vector rows, the register cache, split rows finished in one kernel)."""
     if request.param == "gpu":
@@ -66,7 +66,7 @@ def steps(request: pytest.FixtureRequest, device: Any,
     return _steps(device)
 
 
-def _local(step: KernelStep) -> int:
+def _local(step: KernelRun) -> int:
     return step.geometry.local if step.geometry is not None else 0
 
 
@@ -132,7 +132,7 @@ def _expected(param: str, lw: Any) -> Any:
     return table[stem]()
 
 
-def _check_launch(step: KernelStep) -> set[str]:
+def _check_launch(step: KernelRun) -> set[str]:
     """Check one kernel's launch arguments against its rendered signature; its roles."""
     lw = step.lowered
     rendered = CLRenderer().render_kernel(lw.key, _local(step), step.name)

@@ -96,7 +96,7 @@ def form(request: pytest.FixtureRequest, device: clops.CLDevice,
 
 
 def _key(t: clops.Tensor):  # noqa: ANN202 - KernelKey
-    (key,) = [s.key for s in clops.compiler.plan(t).steps if hasattr(s, "key")]
+    (key,) = [s.key for s in clops.compiler.schedule_of(t).entries if hasattr(s, "key")]
     return key
 
 

@@ -27,7 +27,7 @@ def _values() -> np.ndarray:
 
 
 def _kernel_keys(t: clops.Tensor) -> list:
-    return [s.key for s in clops.compiler.plan(t).steps if hasattr(s, "key")]
+    return [s.key for s in clops.compiler.schedule_of(t).entries if hasattr(s, "key")]
 
 
 @pytest.mark.parametrize("fn", sorted(VECTOR_MATH))

@@ -201,4 +201,4 @@ def test_devices_that_cannot_be_split_over_are_refused(device, halves, tmp_path)
     cfg = _load(hf, halves[0]).config
     cfg.n_layers = 1
     with pytest.raises(ValueError, match="at least one layer"):
-        placement.plan(cfg, None, halves, 64, False, [8, 8])  # type: ignore[arg-type]
+        placement.place(cfg, None, halves, 64, False, [8, 8])  # type: ignore[arg-type]

@@ -71,7 +71,7 @@ def test_capture_records_launches_copies_and_writes_and_refuses_reads(device):
         device.write(a, np.arange(16, dtype=np.float32))
         device.copy(b, a, 64)
         c = device.alloc(64)
-    kinds = [type(step).__name__ for _, step in cap.steps]
+    kinds = [type(c).__name__ for _, c in cap.commands]
     assert kinds == ["Write", "Copy"] and c in cap.allocated and a not in cap.allocated
     host = np.empty(16, np.float32)
     try:
@@ -83,11 +83,11 @@ def test_capture_records_launches_copies_and_writes_and_refuses_reads(device):
         raise AssertionError("a read inside a capture must be refused")
     with plan.capture(strict=False) as cap:
         device.read(host, b)  # goes on, eagerly; the capture is void
-    assert cap.refused and not cap.steps
+    assert cap.refused and not cap.commands
     np.testing.assert_array_equal(host, np.arange(16))
     with plan.capture() as cap, plan.paused():
         device.copy(a, b, 64)
-    assert not cap.steps
+    assert not cap.commands
 
 
 def test_capturing_says_whether_a_capture_is_open_on_any_thread():
