@@ -84,6 +84,7 @@ inline void put_row(__global float *q, __global kv_t *k, int i, float v) {
     else
         KV_PUT(v, k, i);
 }
+// Picked by Model._attention for a prompt's rows, and for a decode row attn_decode takes
 __kernel void rope_store(__global float *q_out, __global const float *qkv, int ld_qkv,
                          __global kv_t *kc, __global kv_t *vc, __global const int *state,
                          __global const float *inv_freq, int H, int KV, int max_seq) {
@@ -129,6 +130,7 @@ __kernel void rope_store(__global float *q_out, __global const float *qkv, int l
 
 // In-place rotation of x [M][heads][D] (rows ld apart) at positions pos[m].
 // Work geometry: global (D/2, heads, M).
+// Picked by nn.functional.rope (no model plan)
 __kernel void rope(__global float *x, int x_off, int ld, __global const int *pos,
                    __global const float *inv_freq) {
     const int i = get_global_id(0), h = get_global_id(1), m = get_global_id(2);
@@ -169,11 +171,7 @@ inline void attend(const float4 *qv, float4 *acc, float *mx, float *l,
 #error "CPU_VEC needs HEAD_DIM a multiple of 16"
 #endif
 #define D16 (HEAD_DIM / 16)
-inline float hsum16(float16 v) {
-    const float8 a = v.lo + v.hi;
-    const float4 b = a.lo + a.hi;
-    return (b.x + b.y) + (b.z + b.w);
-}
+#include "clops/vec.cl"  // hsum16
 
 inline float dot16(const float16 *qv, const float *k) {
     float16 t = qv[0] * vload16(0, k);
@@ -223,6 +221,7 @@ inline void attend_cpu(const float16 *qv, float16 *acc, float *mx, float *l,
 // Decode, one query row, split over the KV length (flash-decoding): work-item (s, h) attends
 // to positions [s*chunk, (s+1)*chunk) and leaves its unnormalized output, running max and sum
 // in part [H][S][D + 2]. Work geometry: global (S, H).
+// Picked by attention.attn_decode for capped or windowed scores, or where !fused_decode
 __kernel void attn_decode(__global float *part, __global const float *q,
                           __global const kv_t *kc, __global const kv_t *vc,
                           __global const int *state, int max_seq, int chunk, int n_rep,
@@ -407,6 +406,7 @@ inline float chunk_scores(__local float *p, __local const float *qs, __local flo
 // Scores go one position per work-item, the softmax of the chunk through local memory, then
 // the value sum one dimension per work-item (coalesced rows). Same output as attn_decode.
 // Work geometry: global (S * D, H), local (D, 1).
+// Picked by attention.attn_decode where fused_decode holds, scores uncapped, unwindowed
 __kernel void attn_decode_wg(__global float *part, __global const float *q,
                              __global const kv_t *kc, __global const kv_t *vc,
                              __global const int *state, int max_seq, int chunk, int n_rep,
@@ -498,6 +498,7 @@ inline void combine_last(__global float *o, __global const float *part_h, __glob
 // Work geometry: global (S * D * NREP, H / NREP), local (D * NREP, 1).
 // (the work-group's size given: NVIDIA's compiler otherwise holds a work-item to the registers
 // of a work-group of 1024)
+// Picked by Model._attention for a decode row it calls plain, where fused_decode holds
 __kernel __attribute__((reqd_work_group_size(HEAD_DIM * NREP, 1, 1)))
 void attn_decode_rope(__global float *out, __global float *part, __global int *count,
                       __global const float *qkv, __global kv_t *kc, __global kv_t *vc,
@@ -572,6 +573,7 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
 // Work geometry: global (S * D, H, R), local (D, 1, 1).
 inline int first_chunk(int pos) { return first_key(pos) / CHUNK; }
 
+// Picked by paged.attention_split (a batch's rows, llm/step.py) where fused_decode holds
 __kernel void paged_attn_wg(__global float *out, __global float *part, __global int *count,
                             __global const float *q, __global const kv_t *kp,
                             __global const kv_t *vp, __global const int *table, int maxb,
@@ -619,6 +621,7 @@ __kernel void paged_attn_wg(__global float *out, __global float *part, __global 
 #endif
 
 // Combine the splits of attn_decode: out [H][D]. Work geometry: global (D, H).
+// Picked by attention.attn_decode, and attn_decode_rope where !decode_combines
 __kernel void attn_combine(__global float *out, __global const float *part,
                            __global const int *state, int chunk, int S) {
     const int d = get_global_id(0), h = get_global_id(1);
@@ -630,6 +633,7 @@ __kernel void attn_combine(__global float *out, __global const float *part,
 #ifdef CHUNK
 // Combine the partials of paged_attn_wg without COMBINE (part [R][H][S][D + 2]): out
 // [R][H][D]. Work geometry: global (D, H, R).
+// Picked by paged.attention_split where !decode_combines
 __kernel void paged_attn_combine(__global float *out, __global const float *part,
                                  __global const int *rpos, int S) {
     const int d = get_global_id(0), h = get_global_id(1), r = get_global_id(2);
@@ -644,6 +648,7 @@ __kernel void paged_attn_combine(__global float *out, __global const float *part
 // online softmax to keys [0, state[0] + pos_add + m] when causal, else to [0, n_keys).
 // q rows are ld_q apart with heads D apart; k/v heads kv_stride apart, positions D apart;
 // out [M][H][D]. Work geometry: global (M, H); CPU_VEC (16-wide, one exp per key): local (1, 1).
+// Picked by attention.attn_prefill for capped/windowed scores, CPUs, and GPUs where D % 8 != 0
 __kernel void attn_prefill(__global float *out, __global const float *q, int q_off, int ld_q,
                            __global const kv_t *kc, __global const kv_t *vc, int k_off,
                            int v_off, int kv_stride, __global const int *state, int pos_add,
@@ -680,6 +685,7 @@ __kernel void attn_prefill(__global float *out, __global const float *q, int q_o
 #define PK 32
 #define DPT (HEAD_DIM / 8)
 #define KROW (HEAD_DIM + 4)  // 8 rows read at once (one per c) fall in different banks
+// Picked by attention.attn_prefill on GPUs (D % 8 == 0), uncapped, unwindowed, not tensor cores'
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void attn_prefill_wg(__global float *out, __global const float *q, int q_off, int ld_q,
                      __global const kv_t *kc, __global const kv_t *vc, int k_off, int v_off,
@@ -764,6 +770,7 @@ void attn_prefill_wg(__global float *out, __global const float *q, int q_off, in
 #define FROW (HEAD_DIM + 8)  // halves a row in local memory: fragment reads hit all banks
 #define FND (HEAD_DIM / 8)   // 8-column tiles of a warp's output
 #define FKD (HEAD_DIM / 16)  // 16-deep steps of a score
+// Picked by attention.attn_prefill for half, uncapped, unwindowed rows where prefill_mma holds
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void attn_prefill_mma(__global float *out, __global const float *q, int q_off, int ld_q,
                       __global const kv_t *kc, __global const kv_t *vc, int k_off, int v_off,
@@ -925,6 +932,7 @@ void attn_prefill_mma(__global float *out, __global const float *q, int q_off, i
 #endif
 
 // Write k, v rows [M][KV][D] into the cache at positions pos0 + m. Work geometry: (D, KV, M).
+// Picked by nn.functional.KVCache.append (no model plan)
 __kernel void kv_store(__global kv_t *kc, __global kv_t *vc, __global const float *k,
                        int k_off, __global const float *v, int v_off, int pos0, int max_seq) {
     const int d = get_global_id(0), h = get_global_id(1), m = get_global_id(2);
@@ -960,6 +968,7 @@ inline void rotate_head(__private float *dst, __global const float *src, float p
 // attends to the cache's earlier positions and to the new key and value from registers (so no
 // work-item reads what another writes in this launch). out [H][D]. Work geometry: global (H),
 // local (1). Whole-head rotary, no cap, no window.
+// Picked by Model._attention for a plain decode row where cpu_decode holds, no native kernel
 __kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
                               __global kv_t *kc, __global kv_t *vc,
                               __global const int *state, __global const float *inv_freq,
@@ -1001,6 +1010,7 @@ __kernel void attn_decode_cpu(__global float *out, __global const float *qkv,
 // block (a block's positions lie HEAD_DIM apart), 16-wide with one exp per key (the last
 // WINDOW positions only where WINDOW > 0; no SOFTCAP: paged.cl's paged_attn caps). q and out
 // [R][H][D]. Work geometry: global (1, H, R), local (1, 1, 1) (paged_attn's axes).
+// Picked by paged.attention (a batch's rows, llm/step.py) where cpu_decode holds, uncapped
 __kernel void paged_attn_cpu(__global float *out, __global const float *q,
                              __global const kv_t *kp, __global const kv_t *vp,
                              __global const int *table, int maxb, __global const int *rslot,

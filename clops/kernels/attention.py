@@ -32,7 +32,8 @@ def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffe
     q to ``q_out``, k and v into the cache at positions state[0] + row (``kv_half``: a cache
     of float16 values, else float32; the same for every function here that takes a cache).
     ``slices`` > 1: ``qkv`` holds the QKV product split over k, [slices][m][ld_qkv] partial
-    sums (``matmul.linear(keep_slices=True)``), added up in order as they are read."""
+    sums (``matmul.linear(keep_slices=True)``), added up in order as they are read.
+    Picked by ``Model._attention`` for a prompt's rows and a decode row ``attn_decode`` takes."""
     rot = {"ROT_DIM": rot_dim} if rot_dim and rot_dim != head_dim else {}
     if slices > 1:
         rot["SLICES"] = slices
@@ -52,7 +53,8 @@ def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kc: Buffe
 
 def rope(dev: CLDevice, x: Buffer, x_off: int, ld: int, pos: Buffer, inv_freq: Buffer, *,
          m: int, heads: int, head_dim: int, neox: bool) -> Launch:
-    """Rotate, in place, m rows of ``heads`` heads (rows ``ld`` apart) at positions ``pos``."""
+    """Rotate, in place, m rows of ``heads`` heads (rows ``ld`` apart) at positions ``pos``.
+    Picked by ``nn.functional.rope`` (no model plan)."""
     knl = kernel(dev, "attention", "rope", HEAD_DIM=head_dim, ROPE_NEOX=int(neox))
     return Launch(knl, (head_dim // 2, heads, m), None, [x, i32(x_off), i32(ld), pos, inv_freq],
                   [x, pos, inv_freq], [x], "rope")
@@ -63,7 +65,7 @@ def kv_store(dev: CLDevice, kc: Buffer, vc: Buffer, k: Buffer, k_off: int, v: Bu
              kv_half: bool = False) -> Launch:
     """Store m rows of keys and values ``[m, n_kv, head_dim]`` (float32, at element offsets
     ``k_off``, ``v_off``) into the caches ``[n_kv, max_seq, head_dim]`` at positions
-    ``pos ..``."""
+    ``pos ..``. Picked by ``nn.functional.KVCache.append`` (no model plan)."""
     knl = kernel(dev, "attention", "kv_store", HEAD_DIM=head_dim, **kv_defines(kv_half))
     args = [kc, vc, k, i32(k_off), v, i32(v_off), i32(pos), i32(max_seq)]
     return Launch(knl, (head_dim, n_kv, m), None, args, [k, v], [kc, vc], "kv_store")
@@ -88,7 +90,8 @@ def decode_chunk(dev: CLDevice, max_seq: int, n_heads: int) -> tuple[int, int]:
 
 def _attn_combine(dev: CLDevice, out: Buffer, part: Buffer, state: Buffer, head_dim: int,
                   n_heads: int, chunk: int, splits: int) -> Launch:
-    """The combine of a split decode attention's partials into out [H][D]."""
+    """The combine of a split decode attention's partials into out [H][D]. Picked by
+    ``attn_decode``, and by ``attn_decode_rope`` where not ``decode_combines``."""
     knl = kernel(dev, "attention", "attn_combine", HEAD_DIM=head_dim)
     return Launch(knl, (head_dim, n_heads), None, [out, part, state, i32(chunk), i32(splits)],
                   [part, state], [out], "attn_combine")
@@ -121,7 +124,10 @@ def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer,
     positions only (both take the one-work-item-per-split kernel); ``sinks``: float32
     [n_heads], a sink logit a head (gpt-oss: exp(sinks[h]) one more term of the softmax's
     denominator, with no value), taken by the head's first split that attends to any position,
-    so that the combine counts it once (the combine itself is the same)."""
+    so that the combine counts it once (the combine itself is the same). Picked by
+    ``Model._attention`` for a decode row that neither ``attn_decode_cpu`` nor
+    ``attn_decode_rope`` takes (capped, windowed, sinks, partial rotary, or neither
+    ``cpu_decode`` nor ``fused_decode``), and by ``nn.functional.KVCache.attend``."""
     chunk, splits = decode_chunk(dev, max_seq, n_heads)
     a1 = [part, q, kc, vc, state, i32(max_seq), i32(chunk), i32(n_heads // n_kv), f32(scale),
           *sink_args(sinks)]
@@ -176,7 +182,8 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     cache and attends, in one launch where ``decode_combines`` (``count``: n_heads int32,
     zero, left zero), else two. ``out`` is [H][D]. ``positions``: the most positions the
     row attends to in any replay (state[0] + 1 at most that; default ``max_seq``): the
-    launch has work-groups for those chunks only."""
+    launch has work-groups for those chunks only. Picked by ``Model._attention`` for a plain
+    decode row (whole-head rotary, no cap, window or sinks) where ``fused_decode`` holds."""
     if chunk is None:
         # PERF: chunks sized by the positions the row attends to, not by the cache (a 1B Q4_0
         # decode on an H200 at 128 positions: 1383 tok/s with a cache of 4096 positions, whose
@@ -223,7 +230,9 @@ def attn_decode_cpu(dev: CLDevice, out: Buffer, qkv: Buffer, kc: Buffer, vc: Buf
                     state: Buffer, inv_freq: Buffer, *, n_heads: int, n_kv: int, head_dim: int,
                     max_seq: int, scale: float, neox: bool, kv_half: bool = False) -> Launch:
     """Decode attention of one row straight from the QKV projection on CPUs: rotation, the
-    cache store and attention in one launch (``out`` is [H][D])."""
+    cache store and attention in one launch (``out`` is [H][D]). Picked by
+    ``Model._attention`` for a plain decode row where ``cpu_decode`` holds and the native
+    kernel does not (float16 caches, or ``native_cpu.takes_attention`` false)."""
     knl = kernel(dev, "attention", "attn_decode_cpu", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
                  CPU_VEC=1, **kv_defines(kv_half))
     args = [out, qkv, kc, vc, state, inv_freq, i32(max_seq), i32(n_heads // n_kv),
@@ -264,7 +273,8 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
     causal window: the keys (pos - window, pos] of each row; every kernel here takes sinks).
     ``half``: q, k, v and the softmax weights may be rounded to float16 for tensor cores
     (``prefill_mma``), as an LLM's prompt takes them; else float32 throughout. ``half_out``
-    (where ``prefill_half_out`` holds): out takes the rows as float16 values."""
+    (where ``prefill_half_out`` holds): out takes the rows as float16 values. Picked by
+    ``Model._attention`` for a prompt's rows, and by ``nn.functional``'s attention."""
     if half_out and not prefill_half_out(dev, head_dim, half, softcap, window):
         raise ValueError("attn_prefill: float16 output rows come from the tensor-core kernel "
                          "only (half=True, no cap or window, prefill_mma)")

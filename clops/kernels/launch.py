@@ -28,8 +28,10 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]clops/([A-Za-z0-9_]+\.cl)
 HEADERS = ("philox.cl",)  # the Philox counter-based generator (clops.random documents it)
 # headers of clops' own kernels only: NVIDIA PTX helpers (included where the PTX probe passed),
 # the KV cache's element type, split partials' combine, the fence before a partial's count and
-# the token choice's reductions, a mixture of experts' grouped products
-INTERNAL_HEADERS = ("ptx.cl", "kv.cl", "partials.cl", "fence.cl", "choose.cl", "experts.cl")
+# the token choice's reductions, a mixture of experts' grouped products, horizontal sums and the
+# 4-byte dot product, the weight formats' storage types
+INTERNAL_HEADERS = ("ptx.cl", "kv.cl", "partials.cl", "fence.cl", "choose.cl", "experts.cl",
+                    "vec.cl", "formats.cl")
 
 
 def expand_includes(source: str, internal: bool = False) -> str:

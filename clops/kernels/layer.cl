@@ -127,18 +127,10 @@
 #endif
 #define ANY_F16 (WF_QKV == F16 || WF_O == F16 || WF_GU == F16 || WF_D == F16)
 
+#define DOT4_PTX PTX
+#include "clops/vec.cl"  // dot4: dp4a on NVIDIA
 #if PTX
-inline int dot4(uint a, uint b, int c) {
-    int d;
-    asm volatile("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
 #include "clops/ptx.cl"  // shfl_xor, ld_stream, half2_floats
-#else
-inline int dot4(uint a, uint b, int c) {
-    const int4 p = convert_int4(as_char4(a)) * convert_int4(as_char4(b));
-    return c + (p.x + p.y) + (p.z + p.w);
-}
 #endif
 
 typedef volatile __global const float *vin;  // written by other work-groups of this launch
@@ -1554,6 +1546,7 @@ inline void ahead(int k, const int fmt, const int sh, const int R, const int N,
          L9(n, l) L10(n, l) L11(n, l) L12(n, l) L13(n, l) L14(n, l) L15(n, l) : n##0)
 
 // NL consecutive decoder layers (the same formats), one after another, a grid barrier between.
+// Picked by the decode plan (llm/step.py) where every layer passes layer.takes (NVIDIA GPUs)
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
 void decode_layers(__global float *x, __global float *qkv, __global const int *state,
                    __global float *attn, __global float *part, __global int *count,
@@ -1969,6 +1962,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 
 // The probe: G work-groups meet at `rounds` grid barriers, each adding its id to a sum after
 // every one; a work-group that spun past SPIN_LIMIT sets bar[2].
+// Launched by layer.grid_barriers_work (the resident_groups probe), no plan
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
 void grid_probe(__global int *bar, __global int *sums, int rounds) {
     count_t target = 0;

@@ -46,9 +46,6 @@
 #ifndef LSIZE
 #define LSIZE 1
 #endif
-#ifndef QGROUP
-#define QGROUP 32
-#endif
 #ifndef ROWS
 #define ROWS 1
 #endif
@@ -91,33 +88,13 @@
 #if QX && !(CHUNKED && TM == 1 && WFMT >= 3 && ROWS == 1)
 #error "QX needs CHUNKED, TM 1, ROWS 1 and q4/q8 weights"
 #endif
-#ifndef QMIN
-#define QMIN 0
-#endif
+#include "clops/formats.cl"  // QGROUP, QMIN; W_T, SCALE_T, LOAD_SCALE
 #if QMIN && (QX || WFMT != 4)
 #error "QMIN takes q8 weights and no QX"
 #endif
 #include "clops/experts.cl"
 #if EXPERTS && QX
 #error "EXPERTS takes no QX"
-#endif
-
-#if SCALE_HALF
-#define LOAD_SCALE(p, i) vload_half((i), (p))
-#define SCALE_T half
-#else
-#define LOAD_SCALE(p, i) ((p)[i])
-#define SCALE_T float
-#endif
-
-#if WFMT == 0
-#define W_T float
-#elif WFMT == 1 || WFMT == 2
-#define W_T ushort
-#elif WFMT == 3
-#define W_T uchar
-#else
-#define W_T char
 #endif
 
 inline float4 bf16x4(ushort4 v) {
@@ -229,7 +206,10 @@ inline float4 silu4(float4 v) { return v / (1.0f + exp(-v)); }
 #define X8(p, i) ((float8)(XC4(p, 2 * (i)), XC4(p, 2 * (i) + 1)))
 #define X16(p, i) ((float16)(X8(p, 2 * (i)), X8(p, 2 * (i) + 1)))
 
-inline float hsum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+#if QX
+#define DOT4_PTX DP4A  // dot4, for QX's int8 products: dp4a where DP4A
+#endif
+#include "clops/vec.cl"  // hsum4, hsum8, hsum16 (QX: dot4)
 
 // PERF: quantized values become floats by placing their bits in the mantissa of 1.0 (a shift
 // and an and-or each), not by int-to-float conversions, which run at a fraction of the FMA rate
@@ -248,8 +228,6 @@ inline float16 nib_lo(uint4 w) {
 inline float16 nib_hi(uint4 w) {
     return (float16)(NIB4(w.x, 15), NIB4(w.y, 15), NIB4(w.z, 15), NIB4(w.w, 15));
 }
-inline float hsum8(float8 v) { return hsum4(v.lo + v.hi); }
-inline float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
 
 // x[c*VPC .. c*VPC+VPC) . W[n, same]: one 16-byte aligned load of weights.
 inline float chunk_dot(__global const W_T *W, __global const SCALE_T *S, int K, int n, int c,
@@ -428,20 +406,6 @@ inline void matmul_column(__global float *y, int y_off, int ldy,
 #define XQI(b, h) ((h) * NB + (b))
 #else
 #define XQI(b, h) (2 * (b) + (h))
-#endif
-
-// c + the dot product of the 4 signed bytes of a and of b
-#if DP4A
-inline int dot4(uint a, uint b, int c) {
-    int d;
-    asm volatile("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-#else
-inline int dot4(uint a, uint b, int c) {
-    const int4 p = convert_int4(as_char4(a)) * convert_int4(as_char4(b));
-    return c + (p.x + p.y) + (p.z + p.w);
-}
 #endif
 
 // The work-group quantizes x (after XMODE) into xq, xs: per block of 32 values

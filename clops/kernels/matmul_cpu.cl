@@ -82,23 +82,14 @@
 #define XV16(i, k) vload16(0, xr[i] + (k))
 #endif
 
-inline float hsum16(float16 v) {
-    const float8 a = v.lo + v.hi;
-    const float4 b = a.lo + a.hi;
-    return (b.x + b.y) + (b.z + b.w);
-}
+#include "clops/vec.cl"  // hsum16
 #ifndef TM_DEQ
 #define TM_DEQ 4
-#endif
-#ifndef QGROUP
-#define QGROUP 32
 #endif
 #ifndef Q4_SYM
 #define Q4_SYM 0
 #endif
-#ifndef QMIN
-#define QMIN 0
-#endif
+#include "clops/formats.cl"  // QGROUP, QMIN; W_T, SCALE_T, LOAD16_SCALE
 #if QMIN && WFMT != 4
 #error "QMIN takes q8 weights"
 #endif
@@ -115,24 +106,6 @@ inline float hsum16(float16 v) {
 #define Q4_SCALES_OF(b, G) (S + (size_t)(b) * (G) * 32)
 #define Q4_D(g, sb) LOAD16_SCALE(2 * (g), (sb))
 #define Q4_MIN(g, sb) LOAD16_SCALE(2 * (g) + 1, (sb))
-#endif
-
-#if WFMT == 0
-#define W_T float
-#elif WFMT == 1 || WFMT == 2
-#define W_T ushort
-#elif WFMT == 3
-#define W_T uchar
-#else
-#define W_T char
-#endif
-
-#if SCALE_HALF
-#define SCALE_T half
-#define LOAD16_SCALE(i, p) vload_half16((i), (p))
-#else
-#define SCALE_T float
-#define LOAD16_SCALE(i, p) vload16((i), (p))
 #endif
 
 // the 16 rows' values at position i of the block's stream (float formats)
