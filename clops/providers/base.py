@@ -192,9 +192,9 @@ def guarded_call(device: CLDevice, enqueue: Callable[[CLQueue], NativeEvent | No
     returns the library's event, or ``None`` when it gives none (a marker then stands for its
     work). After: the event is recorded on the buffers and in the profiler.
     """
-    if plan._ACTIVE[0]:
-        # a library's enqueue cannot be replayed alone: providers run as whole recorded steps
-        # (``plan.call``, as ``dispatch`` does)
+    if plan.capturing():
+        # a library's enqueue cannot be replayed alone: providers run as whole recorded
+        # commands (``plan.call``, as ``dispatch`` does)
         plan.refuse(f"a {provider} {op} call made outside a recorded provider step")
     q = queue_of(device, queue)
     reads = list(reads)

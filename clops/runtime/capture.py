@@ -63,8 +63,7 @@ class _State(threading.local):
 
 
 _STATE = _State()
-# NOTE: a one-item list, not an int, so that a module holding the list (``plan._ACTIVE``, kept
-# for its older readers) sees the count change
+# (a one-item list: the functions below change it in place)
 _ACTIVE = [0]  # captures open on any thread: the seam's hot path tests this first
 _ACTIVE_LOCK = threading.Lock()
 

@@ -22,7 +22,6 @@ import numpy as np
 
 from . import program, rawenqueue
 from .capture import (  # noqa: F401 - the capture's names, as the layers above import them
-    _ACTIVE,  # NOTE: for a reader not yet on capturing() (providers/base.py)
     Capture,
     JitError,
     active,
