@@ -87,9 +87,9 @@ def test_steps_of_any_logits_row_count_share_a_plan(tiny):
     asked: set[tuple] = set()
     plan = engine._plan
 
-    def recorded(n, nl, embed=False):
-        asked.add((n, nl, embed))
-        return plan(n, nl, embed)
+    def recorded(n, nl, embed=False, decode=False):
+        asked.add((n, nl, embed, decode and engine.builder.fused_decode()))
+        return plan(n, nl, embed, decode)
 
     engine._plan = recorded
     # staggered lengths: sequences leave one by one, so the logits rows go 4, 3, 2, 1
@@ -99,10 +99,10 @@ def test_steps_of_any_logits_row_count_share_a_plan(tiny):
         for o in engine.step():
             got[o.seq].append(o.token)
     assert [got[i][:NEW] for i in ids] == alone
-    assert {1, 2, 3, 4} <= {nl for _, nl, _ in asked}
+    assert {1, 2, 3, 4} <= {nl for _, nl, _, _ in asked}
     tm = engine._tm
-    kinds = {(tm(n), tm(nl) if nl else 0, e) for n, nl, e in asked}
-    assert len(engine._plans) == len(kinds) < len({(tm(n), nl, e) for n, nl, e in asked})
+    kinds = {(tm(n), tm(nl) if nl else 0, e, d) for n, nl, e, d in asked}
+    assert len(engine._plans) == len(kinds) < len({(tm(n), nl, e, d) for n, nl, e, d in asked})
 
 
 @pytest.mark.parametrize("combine", [True, False], ids=["one-launch", "two-launches"])
