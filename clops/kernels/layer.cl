@@ -238,13 +238,14 @@ inline void acquired(__global int *bar) {
 }
 #define ACQUIRE() asm volatile("fence.acq_rel.gpu;" ::: "memory")
 #else
+#include "clops/fence.cl"  // GLOBAL_FENCE (no PTX_FENCE here: OpenCL C's mem_fence)
 typedef uint count_t;
 inline count_t count_now(__global int *bar) { return (uint)((volatile __global int *)bar)[0]; }
 inline void arrive(__global int *bar) {
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    GLOBAL_FENCE();
     atomic_inc(bar);
 }
-#define ACQUIRE() mem_fence(CLK_GLOBAL_MEM_FENCE)
+#define ACQUIRE() GLOBAL_FENCE()
 inline void acquired(__global int *bar) { ACQUIRE(); }
 #endif
 
