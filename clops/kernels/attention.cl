@@ -39,13 +39,7 @@
 // The first key a query at position pos attends to, of keys [0, pos].
 inline int first_key(int pos) { return WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0; }
 
-inline int2 pair_index(int i) {
-#if ROPE_NEOX
-    return (int2)(i, i + ROT_DIM / 2);
-#else
-    return (int2)(2 * i, 2 * i + 1);
-#endif
-}
+#include "clops/rope.cl"  // pair_index
 
 inline float2 rotate(float a, float b, float ang) {
     float c, s = sincos(ang, &c);

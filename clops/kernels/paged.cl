@@ -37,13 +37,7 @@
 #endif
 #include "clops/kv.cl"
 
-inline int2 pair_index(int i) {
-#if ROPE_NEOX
-    return (int2)(i, i + ROT_DIM / 2);
-#else
-    return (int2)(2 * i, 2 * i + 1);
-#endif
-}
+#include "clops/rope.cl"  // pair_index
 
 inline size_t kv_index(__global const int *table, int maxb, int slot, int pos, int kvh, int KV,
                        int BS) {
