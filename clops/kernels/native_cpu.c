@@ -756,16 +756,22 @@ static inline __attribute__((always_inline)) void row_f16(const mm_ctx *c, const
 #ifndef F16_TILE_ROWS
 #define F16_TILE_ROWS (ISA == 2 ? 8 : 6)
 #endif
-// k a run takes: 16 KB of a block's weights made float, which every tile of rows meets from the
-// first-level cache
+// k a run takes: 64 KB of a block's float16 weights, which every tile of rows after the first
+// meets from the second-level cache.
+// PERF (as below, one core): longer runs give the prefetchers longer streams of x's rows: runs of
+// 256 k 88-91 GFLOP/s, 512 91-92, 1024 92-93, 2048 93-94 (f16 2048x8192: 92, 94, 94.5)
 #ifndef F16_RUN
-#define F16_RUN 256
+#define F16_RUN 2048
 #endif
 
-// acc[t][0..15] += rows i0 + t (t < TM) of the float rows with wf, the float values of a block
-// of W over k0 .. k1 - 1 ([k1 - k0][16]): one chain of k per row (a row's sums in the same order
-// whatever TM)
-static inline __attribute__((always_inline)) void tile_f16(const mm_ctx *c, const float *wf,
+// acc[t][0..15] += rows i0 + t (t < TM) of the float rows with wh, the float16 values of a block
+// of W over k0 .. k1 - 1 ([k1 - k0][16]), made float as they are loaded: one chain of k per row (a
+// row's sums in the same order whatever TM).
+// PERF (2-core EPYC without AVX-512, f16 16384x2048, 64 rows, one thread, runs of 256 k): 88-91
+// GFLOP/s where the run's weights made float once into a buffer (16 KB) that each tile read gave
+// 80-83: the two conversions a k take other pipes than the 12 FMAs, and the buffer's stores and
+// its share of the first-level cache are gone (the same sums: a value made float is the same).
+static inline __attribute__((always_inline)) void tile_f16(const mm_ctx *c, const uint16_t *wh,
                                                            int i0, const int TM, int k0, int k1,
                                                            float *acc) {
     const float *xr[F16_TILE_ROWS];
@@ -775,34 +781,33 @@ static inline __attribute__((always_inline)) void tile_f16(const mm_ctx *c, cons
         out[t] = vf_load(acc + 16 * t);
     }
     for (int kk = 0; kk < k1 - k0; ++kk) {
-        const vf wv = vf_load(wf + 16 * kk);
+        const vf wv = vf_half(wh + 16 * kk);
         for (int t = 0; t < TM; ++t) out[t] = vf_fmadd(wv, vf_set1(xr[t][kk]), out[t]);
     }
     for (int t = 0; t < TM; ++t) vf_store(acc + 16 * t, out[t]);
 }
 
 // The sums of all rows with block b of float16 W into acc [m][16]: k in runs, each run's
-// weights made float once (into wf, F16_RUN x 16) for every tile of rows
-static void block_sums_f16(const mm_ctx *c, int b, float *acc, float *wf) {
+// weights (F16_RUN x 16) met by every tile of rows
+static void block_sums_f16(const mm_ctx *c, int b, float *acc) {
     const int m = c->a->m, k = c->a->k;
     const uint16_t *w = (const uint16_t *)c->a->w + (int64_t)b * k * 16;
     memset(acc, 0, sizeof(float) * 16 * m);
     for (int k0 = 0; k0 < k; k0 += F16_RUN) {
         const int k1 = k0 + F16_RUN < k ? k0 + F16_RUN : k;
-        for (int kk = k0; kk < k1; ++kk)
-            vf_store(wf + 16 * (kk - k0), vf_half(w + 16 * (int64_t)kk));
+        const uint16_t *wh = w + 16 * (int64_t)k0;
         int i0 = 0;
         for (; i0 + F16_TILE_ROWS <= m; i0 += F16_TILE_ROWS)
-            tile_f16(c, wf, i0, F16_TILE_ROWS, k0, k1, acc + 16 * i0);
+            tile_f16(c, wh, i0, F16_TILE_ROWS, k0, k1, acc + 16 * i0);
         if (m - i0 >= 4) {
-            tile_f16(c, wf, i0, 4, k0, k1, acc + 16 * i0);
+            tile_f16(c, wh, i0, 4, k0, k1, acc + 16 * i0);
             i0 += 4;
         }
         if (m - i0 >= 2) {
-            tile_f16(c, wf, i0, 2, k0, k1, acc + 16 * i0);
+            tile_f16(c, wh, i0, 2, k0, k1, acc + 16 * i0);
             i0 += 2;
         }
-        if (m - i0 >= 1) tile_f16(c, wf, i0, 1, k0, k1, acc + 16 * i0);
+        if (m - i0 >= 1) tile_f16(c, wh, i0, 1, k0, k1, acc + 16 * i0);
     }
 }
 
@@ -813,13 +818,13 @@ static void block_sums_f16(const mm_ctx *c, int b, float *acc, float *wf) {
 // Blocks b0 .. b1 - 1 of y for float16 weights: a decode step's few rows one at a time, two
 // blocks of W at once (the gate's and the up rows' under GLU, else b and b + 1); more rows in
 // tiles
-static void f16_blocks(const mm_ctx *c, int b0, int b1, float *acc, float *acc2, float *wf) {
+static void f16_blocks(const mm_ctx *c, int b0, int b1, float *acc, float *acc2) {
     const clops_mm_args *a = c->a;
     const int m = a->m;
     if (m > F16_FEW_ROWS) {
         for (int b = b0; b < b1; ++b) {
-            block_sums_f16(c, b, acc, wf);
-            if (a->glu) block_sums_f16(c, b + c->nb, acc2, wf);
+            block_sums_f16(c, b, acc);
+            if (a->glu) block_sums_f16(c, b + c->nb, acc2);
             finish_block(c, b, acc, acc2);
         }
         return;
@@ -849,11 +854,10 @@ static void products(void *p, int tid, int nt) {
     const int m = a->m;
     (void)tid;
     (void)nt;
-    // the sums [m][16] of a block (and of the up rows' block under GLU), and float16 weights'
-    // float values of a run of k (aligned for their loads)
-    float *acc = aligned_alloc(64, sizeof(float) * (32 * (size_t)m + 16 * F16_RUN));
+    // the sums [m][16] of a block (and of the up rows' block under GLU), aligned for their loads
+    float *acc = aligned_alloc(64, sizeof(float) * 32 * (size_t)m);
     if (!acc) return;
-    float *acc2 = acc + 16 * m, *wf = acc2 + 16 * m;
+    float *acc2 = acc + 16 * m;
     // Threads take runs of neighbouring blocks as they come free (each block's weights are read
     // once from memory, in order within a run): a thread the system holds back for a while
     // leaves its share to the others instead of making them wait at the end.
@@ -862,7 +866,7 @@ static void products(void *p, int tid, int nt) {
         if (b0 >= c->nb) break;
         const int b1 = b0 + c->chunk < c->nb ? b0 + c->chunk : c->nb;
         if (a->fmt == 1) {
-            f16_blocks(c, b0, b1, acc, acc2, wf);
+            f16_blocks(c, b0, b1, acc, acc2);
             continue;
         }
         for (int b = b0; b < b1; ++b) {

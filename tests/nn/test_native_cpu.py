@@ -114,7 +114,7 @@ def test_float16_weights_meet_float_rows(lib, m):
     # of 6 (AVX2) or 8 (AVX-512), then of 4, 2 and 1 as they fit); 72 columns (four blocks of
     # 16 in pairs and one cut short alone) with bias, accumulation and norm; the GLU of 2 x 48
     # columns; a row's sums whatever the other rows (alone, for a decode step's rows; in the
-    # rows reversed, in another place of the tiles, for more)
+    # rows reversed, in another place of the tiles, for more); k: the tiles' runs of 2048 and 32
     k = 2080
     x = RNG.standard_normal((m, k)).astype(np.float32)
     xd = x.astype(np.float64)
