@@ -161,7 +161,7 @@ class Model:
         if _part is None:
             # every device's bytes checked before any upload
             self.stages = placement.place(cfg, source, devs, self.max_seq, self.kv_half,
-                                         [self.chunk] * len(devs), split)
+                                          [self.chunk] * len(devs), split)
             _part = _Part(0, cfg.n_layers)
             if len(devs) > 1:
                 if progress:

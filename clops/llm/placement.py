@@ -141,8 +141,8 @@ def scratch_nbytes(cfg: ModelConfig, chunk: int, head: bool) -> int:
 
 
 def place(cfg: ModelConfig, src: WeightSource, devs: Sequence[CLDevice], max_seq: int,
-         kv_half: bool, chunk: Sequence[int], split: Sequence[float] | None = None
-         ) -> list[Stage]:
+          kv_half: bool, chunk: Sequence[int], split: Sequence[float] | None = None
+          ) -> list[Stage]:
     """The stages of ``cfg``'s model over ``devs`` (see the module's text): ``split`` gives
     each device's share of the layers (as llama.cpp's ``--tensor-split``), else each takes a
     share of all the bytes in proportion to the memory it has free. Raises
