@@ -95,12 +95,15 @@ BAD = [
     ("bench", ["-m", HERE, "--device", _missing_device()], ["no OpenCL device"]),
     ("bench", ["--device", b"gpu\xff"], ["--device", "not valid UTF-8"]),
     ("info", ["--bogus"], ["unrecognized arguments: --bogus"]),
-    ("run", ["-p", "hi", "-ts", "1,x"], ["-ts/--tensor-split", "positive numbers"]),
-    ("run", ["-p", "hi", "-ts", "1,-1"], ["-ts/--tensor-split", "positive number"]),
-    ("run", ["-p", "hi", "-ts", "1,1"], ["--tensor-split gives 2 shares for 1 device"]),
-    ("serve", ["-ts", "3,1"], ["--tensor-split gives 2 shares for 1 device"]),
+    # (-m HERE: the split is checked before any model is read, also where the default model
+    # is not installed)
+    ("run", ["-m", HERE, "-p", "hi", "-ts", "1,x"], ["-ts/--tensor-split", "positive numbers"]),
+    ("run", ["-m", HERE, "-p", "hi", "-ts", "1,-1"], ["-ts/--tensor-split", "positive number"]),
+    ("run", ["-m", HERE, "-p", "hi", "-ts", "1,1"],
+     ["--tensor-split gives 2 shares for 1 device"]),
+    ("serve", ["-m", HERE, "-ts", "3,1"], ["--tensor-split gives 2 shares for 1 device"]),
     ("info", ["-m", "/no/such/model.gguf"], ["no model at"]),
-    ("info", ["--device", "cpu", "-ts", "1,1"], ["--tensor-split gives 2 shares"]),
+    ("info", ["-m", HERE, "--device", "cpu", "-ts", "1,1"], ["--tensor-split gives 2 shares"]),
     ("demo", ["extra"], ["unrecognized arguments: extra"]),
 ]
 
