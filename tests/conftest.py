@@ -80,6 +80,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("device", sels, ids=sels, indirect=True)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_forms() -> None:
+    """Each test schedules its graphs anew: a schedule kept by an earlier test would outlive
+    what that test changed (a probe's answer, a device taken for a GPU)."""
+    from clops.compiler import realize
+
+    realize.FORMS.clear()
+
+
 @pytest.fixture
 def device(request: pytest.FixtureRequest) -> clops.CLDevice:
     """One of the chosen devices (the test runs once for each)."""

@@ -16,6 +16,7 @@ from ..graph import ir
 from ..graph.ir import Node, View, contiguous_strides
 from ..runtime import plan as launch_plan
 from ..runtime.keylocks import KeyedLocks
+from . import form
 from . import schedule as scheduler
 from .device import Device
 from .geometry import local_size
@@ -38,9 +39,49 @@ _STATS_LOCK = threading.Lock()
 _GRAPH_LOCK = threading.RLock()
 
 
+# schedules that ran, by their graph's form (``form``): a graph of a known form runs again
+# without scheduling
+FORMS = form.FormCache()
+
+
 def realize(targets: list[tuple[Node, Any, View | None]], device: Device) -> None:
-    """Compute ``targets`` (node, destination buffer or None, destination view or None)."""
-    run(schedule_of(targets, device), device)
+    """Compute ``targets`` (node, destination buffer or None, destination view or None): by the
+    schedule a graph of their form ran last, where there is one, else by a new schedule (kept
+    for the next graph of the form)."""
+    if _config.CONFIG.debug >= 1:  # every schedule made and printed anew
+        run(schedule_of(targets, device), device)
+        return
+    with _GRAPH_LOCK:
+        shape = form.form_of(targets)
+        rec = FORMS.get(device, shape) if shape is not None else None
+        if rec is None:
+            sched = scheduler.schedule(targets, device)
+    if rec is not None:
+        assert shape is not None
+        _rerun(rec, shape, device)
+        return
+    kernels = run(sched, device)
+    if shape is not None:
+        kept = form.record(sched, shape, device, kernels, _ARG_VALUES)
+        if kept is not None:
+            FORMS.put(device, shape, kept)
+
+
+def _rerun(rec: form.Recorded, shape: form.Form, device: Device) -> None:
+    """Run the recorded schedule ``rec`` over the values of ``shape``."""
+    temps = [counter(device) if is_counter else device.alloc(nbytes)
+             for nbytes, is_counter in rec.temps]
+    launches = form.launch_values(rec, shape, temps)
+    with _STATS_LOCK:
+        STATS["launches"] += len(launches)
+    for ln, args, reads, writes in launches:
+        device.launch(ln.kernel, ln.global_size, ln.local_size, args, reads=reads,
+                      writes=writes, name=ln.name)
+    with _GRAPH_LOCK:
+        for node, buf, b in form.bound(rec, shape, temps):
+            loaded = ir.load(buf, b.view, b.dtype)
+            node.realized = loaded if b.reduce is None else ir.reduce(b.reduce[0], loaded,
+                                                                      b.reduce[1], b.reduce[2])
 
 
 def schedule_of(targets: list[tuple[Node, Any, View | None]], device: Device) -> Schedule:
@@ -50,12 +91,14 @@ def schedule_of(targets: list[tuple[Node, Any, View | None]], device: Device) ->
         return scheduler.schedule(targets, device)
 
 
-def run(p: Schedule, device: Device, renderer: CLRenderer | None = None) -> None:
+def run(p: Schedule, device: Device, renderer: CLRenderer | None = None
+        ) -> list[tuple[Any, tuple[Param, ...]]]:
     """Run schedule ``p``: allocate each temporary when its entry comes, launch each kernel (its
     source from ``renderer``, the OpenCL C one by default), then mark the computed nodes
-    realized as loads of their buffers."""
+    realized as loads of their buffers. Returns the launched kernels with their parameters."""
     spell = renderer if renderer is not None else CLRenderer()
     buffers: dict[int, Any] = {}
+    launched: list[tuple[Any, tuple[Param, ...]]] = []
 
     def buffer(b: Any) -> Any:
         return buffers[id(b)] if isinstance(b, Temp) else b
@@ -65,7 +108,9 @@ def run(p: Schedule, device: Device, renderer: CLRenderer | None = None) -> None
             t = entry.temp
             buffers[id(t)] = counter(device) if t.counter else device.alloc(t.nbytes)
         else:
-            run_kernel(entry, device, buffer, spell)
+            hit = run_kernel(entry, device, buffer, spell)
+            if hit is not None:
+                launched.append(hit)
     with _GRAPH_LOCK:
         for b in p.bindings:
             loaded = ir.load(buffer(b.buffer), b.view, b.dtype)
@@ -74,12 +119,14 @@ def run(p: Schedule, device: Device, renderer: CLRenderer | None = None) -> None
                 b.node.realized = ir.reduce(op, loaded, axes, dtype)
             else:
                 b.node.realized = loaded
+    return launched
 
 
 def run_kernel(kr: KernelRun, device: Device, buffer: Callable[[Any], Any],
-               renderer: CLRenderer) -> None:
+               renderer: CLRenderer) -> tuple[Any, tuple[Param, ...]] | None:
     """Build (once per device, key and local size) and launch ``kr``; ``buffer`` maps the
-    schedule's temporaries to their buffers."""
+    schedule's temporaries to their buffers. Returns the kernel launched with its parameters
+    (None: nothing to launch)."""
     item, lw = kr.item, kr.lowered
     if _config.CONFIG.debug >= 2:
         outs = ", ".join(f"{o.node.dtype.name}{list(o.view.shape)}" for o in item.outputs)
@@ -94,7 +141,7 @@ def run_kernel(kr: KernelRun, device: Device, buffer: Callable[[Any], Any],
         hit = _build(ck, kr, device, renderer, local)
     kernel, name, params = hit
     if geo is None:
-        return  # nothing to write (sizes of other axes may not even fit the index type)
+        return None  # nothing to write (sizes of other axes may not even fit the index type)
     if _config.CONFIG.debug >= 1:
         print(f"[clops] launch {name} global={geo.global_size} local={geo.local_size}",
               file=sys.stderr)
@@ -103,6 +150,7 @@ def run_kernel(kr: KernelRun, device: Device, buffer: Callable[[Any], Any],
     device.launch(kernel, geo.global_size, geo.local_size, launch_args(lw, buffer, params),
                   reads=[buffer(b) for b in lw.reads], writes=[buffer(b) for b in lw.writes],
                   name=name)
+    return kernel, params
 
 
 def _build(ck: tuple[int, type, KernelKey, int], kr: KernelRun, device: Device,
