@@ -127,6 +127,13 @@ def read(dev: Device, held: HostCopies, host: np.ndarray, buf: Buffer, offset: i
     if host.nbytes == 0:
         return Event(None, q)  # OpenCL rejects zero-byte copies
     deps = wait_list(wait_for) + buf.read_deps(q)
+    if blocking and dev.kind == "cpu" and host.nbytes >= MAP_READ_MIN and \
+            host.flags.c_contiguous and host.flags.writeable:
+        ev = _read_mapped(q, host, buf, offset, deps)
+        buf.mark_read(ev, q)
+        if profiler.ACTIVE:
+            profiler.record("device_to_host", "copy", dev.name, ev, host.nbytes, q.index)
+        return Event(ev, q)
     ev = cl.enqueue_copy(q.cl_queue, host, buf.mem, src_offset=offset,
                          is_blocking=blocking, wait_for=deps or None)
     if not blocking:
@@ -135,6 +142,26 @@ def read(dev: Device, held: HostCopies, host: np.ndarray, buf: Buffer, offset: i
     if profiler.ACTIVE:
         profiler.record("device_to_host", "copy", dev.name, ev, host.nbytes, q.index)
     return Event(ev, q)
+
+
+# PERF (2-core EPYC, 64 MiB float32 to the host): Intel's CPU runtime reads 24-46 ms by a copy,
+# 8-22 ms by mapping the buffer (the device's memory is the host's) and copying with numpy; PoCL
+# 3.1 the same either way from 16 MiB, 0.38 against 0.59 ms at 2 MiB, slower mapped at 16 KiB.
+MAP_READ_MIN = 1 << 20
+
+
+def _read_mapped(q: Queue, host: np.ndarray, buf: Buffer, offset: int,
+                 deps: list[Any]) -> Any:
+    """A blocking read on a CPU device: map ``buf`` for reading, copy, unmap; the unmap's event
+    (what a later write of ``buf`` waits for)."""
+    mapped, _ = cl.enqueue_map_buffer(q.cl_queue, buf.mem, cl.map_flags.READ, offset,
+                                      (host.nbytes,), np.uint8, wait_for=deps or None,
+                                      is_blocking=True)
+    try:
+        np.copyto(host.reshape(-1).view(np.uint8), mapped)
+    finally:
+        ev = mapped.base.release(q.cl_queue)
+    return ev
 
 
 def copy(dev: Device, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0,

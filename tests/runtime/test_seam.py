@@ -8,9 +8,10 @@ import ast
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import clops
-from clops.runtime import plan
+from clops.runtime import memory, plan
 
 ROOT = Path(clops.__file__).parent
 # Where work may be enqueued (kernels, copies, fills, maps): the seam itself (launch.py for
@@ -105,3 +106,32 @@ def test_capturing_says_whether_a_capture_is_open_on_any_thread():
         with capture.paused():
             assert capture.capturing() and capture.active() == []
     assert seen == [True] and not capture.capturing()
+
+
+@pytest.mark.parametrize("nbytes", [memory.MAP_READ_MIN - 4, memory.MAP_READ_MIN,
+                                    3 * memory.MAP_READ_MIN + 12])
+def test_reads_at_offsets_then_writes_keep_their_order(device, nbytes):
+    """Large blocking reads on a CPU device map the buffer (the others copy): every byte at
+    any offset, any dtype, and a write or launch queued right after the read waits for it."""
+    n = nbytes // 4
+    values = np.arange(n + 64, dtype=np.int32) * 7 - 3
+    buf = device.alloc(values.nbytes)
+    device.write(buf, values, blocking=True)
+    for off in (0, 4, 256):
+        host = np.empty(n, np.int32)
+        device.read(host, buf, off)
+        np.testing.assert_array_equal(host, values[off // 4: off // 4 + n])
+    as_bytes = np.empty(nbytes, np.uint8)
+    device.read(as_bytes, buf, 8)
+    np.testing.assert_array_equal(as_bytes, values.view(np.uint8)[8:8 + nbytes])
+    host = np.empty(n, np.int32)
+    device.read(host, buf)
+    device.write(buf, np.zeros_like(values))  # after the read (non-blocking)
+    again = np.empty(n, np.int32)
+    device.read(again, buf)
+    np.testing.assert_array_equal(host, values[:n])
+    np.testing.assert_array_equal(again, 0)
+    device.write(buf, values, blocking=True)
+    fortran = np.empty((4, n // 4), np.int32, order="F")
+    device.read(fortran, buf)  # not C-contiguous: the copy path, bytes in memory order
+    np.testing.assert_array_equal(fortran.ravel(order="K"), values[:4 * (n // 4)])
