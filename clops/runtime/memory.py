@@ -154,9 +154,10 @@ def _read_mapped(q: Queue, host: np.ndarray, buf: Buffer, offset: int,
                  deps: list[Any]) -> Any:
     """A blocking read on a CPU device: map ``buf`` for reading, copy, unmap; the unmap's event
     (what a later write of ``buf`` waits for)."""
-    mapped, _ = cl.enqueue_map_buffer(q.cl_queue, buf.mem, cl.map_flags.READ, offset,
-                                      (host.nbytes,), np.uint8, wait_for=deps or None,
-                                      is_blocking=True)
+    mapped: Any
+    mapped, _ = cl.enqueue_map_buffer(  # type: ignore[type-var, misc]
+        q.cl_queue, buf.mem, cl.map_flags.READ, offset, (host.nbytes,), np.dtype(np.uint8),
+        wait_for=deps or None, is_blocking=True)
     try:
         np.copyto(host.reshape(-1).view(np.uint8), mapped)
     finally:
