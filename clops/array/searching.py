@@ -1,11 +1,13 @@
-"""Array layer, searching: argmax/argmin (one fused kernel each: the extreme, then the first
-index holding it), nonzero (a scan and a compaction kernel), searchsorted (binary search
+"""Array layer, searching: argmax/argmin (on CPUs, of float32 along the last axis: one arg
+reduction; else one fused kernel each: the extreme, then the first index holding it),
+nonzero (a scan and a compaction kernel), searchsorted (binary search
 kernel), count_nonzero and where."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..compiler.lower import arg_reduce_native
 from ..graph import dtypes as _dt
 from ..graph import ir
 from ._ops import OPS
@@ -34,6 +36,12 @@ def _arg_extreme(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor
         raise ValueError(f"arg{op} of an empty axis")
     src = src_t._node.resolve()
     shape = src.shape
+    if ax == src_t.ndim - 1 and arg_reduce_native(x.device, x.dtype):
+        # PERF: one pass, the best value and its position per vector lane (CPUs, float32):
+        # argmax of 2^24 float32 31 -> 7.0 ms, of 4096x4096 rows 15.3 -> 3.6 (Intel's runtime,
+        # alternating rounds; numpy 4-5); not split yet, so a single row runs on one core
+        red = Tensor(ir.reduce(f"arg{op}", src, (ax,), _dt.int64), x.device)
+        return _arg_shape(red, x, axis, ax, keepdims)
     m = ir.reduce(op, src, (ax,))
     mb = ir.movement(m, lambda v: v.expand(shape))
     cond = ir.ew("equal", [src, mb], _dt.bool_)
@@ -42,6 +50,12 @@ def _arg_extreme(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor
     idx = ir.iota(ax, shape, _dt.int64)
     sel = ir.ew("where", [cond, idx, ir.const(shape[ax], _dt.int64, shape)], _dt.int64)
     red = Tensor(ir.reduce("min", sel, (ax,), _dt.int64), x.device)
+    return _arg_shape(red, x, axis, ax, keepdims)
+
+
+def _arg_shape(red: Tensor, x: Tensor, axis: int | None, ax: int, keepdims: bool) -> Tensor:
+    """The reduction ``red`` of ``x`` over ``axis`` (None: all, flattened; ``ax``: the axis
+    reduced) shaped as the result of ``argmax``."""
     if keepdims:
         return reshape(red, (1,) * x.ndim) if axis is None else red
     out_shape = () if axis is None else tuple(n for i, n in enumerate(x.shape) if i != ax)

@@ -126,6 +126,14 @@ REDUCE_COMBINE = {
     "all": {"b": "({a} && {b})"},
 }
 
+# Arg reductions of float values (the index of the first maximum or minimum, NaN counting as
+# either; ``render._arg_rows``): the accumulator's identity, the comparison that takes a later
+# element, and its form on vectors (component-wise, -1 for true).
+ARG_REDUCE = {
+    "argmax": {"ident": "-INFINITY", "cmp": "({b} > {a})", "vcmp": "isgreater({b}, {a})"},
+    "argmin": {"ident": "INFINITY", "cmp": "({b} < {a})", "vcmp": "isless({b}, {a})"},
+}
+
 INT_LIMITS = {
     "char": ("CHAR_MIN", "CHAR_MAX"), "short": ("SHRT_MIN", "SHRT_MAX"),
     "int": ("INT_MIN", "INT_MAX"), "long": ("LONG_MIN", "LONG_MAX"),

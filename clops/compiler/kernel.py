@@ -192,6 +192,9 @@ class KernelKey:
     # CPUs: a serial row over several reduced axes walks its last axis in runs (one unravel
     # per run, not per element)
     runs: bool = False
+    # CPUs: serial rows read along their contiguous last axis in n-wide vectors, several
+    # vector accumulators (0: scalar accumulators; see ``lower.serial_vector``)
+    vser: int = 0
 
     def params(self) -> tuple[Param, ...]:
         """The kernel's parameters in order: the one place it is written; the renderer declares

@@ -151,7 +151,9 @@ class _Lowerer:
         self.cur, self.region = saved_cur, saved_region
         slot = len(self.reduce_regions)
         op = node.arg[0]
-        acc = storage_dtype(node.dtype).name
+        # an arg reduction accumulates its values (and their position, the result)
+        acc = storage_dtype(resolved(node.srcs[0]).dtype if op in ARG_REDUCTIONS else
+                            node.dtype).name
         self.reduce_regions.append(Reduction(op, acc, resolved(node.srcs[0]).dtype.name, body,
                                              instrs))
         self.red_of[node.id] = slot
@@ -234,6 +236,7 @@ def lower(item: KernelItem, device: Device) -> Lowered:
     vrow, cache, shfl, col = row_class
     strip = column_strip(item, lw, out_instrs, device) if col else 0
     runs = serial_rows(device) and not col and len(item.raxes) > 1
+    vser = serial_vector(item, lw, device) if not col else 0
     key = KernelKey(
         rank=len(full), raxes=item.raxes,
         # split: stage 1 of a split reduction; combine: the final dtype where the last
@@ -250,7 +253,7 @@ def lower(item: KernelItem, device: Device) -> Lowered:
         # launch exactly (and PERF: an early return keeps PoCL from vectorizing).
         guard=not launches_exactly(device),
         vrow=vrow, cache=cache, shfl=shfl, col=col, vmath=vmath, own_math=own,
-        strip=strip, runs=runs,
+        strip=strip, runs=runs, vser=vser,
     )
     return Lowered(
         key=key, leaf_buffers=[b for b, _, _ in lw.leaf_list], leaf_views=leaf_views,
@@ -355,6 +358,51 @@ def column_strip(item: KernelItem, lw: _Lowerer, out_instrs: tuple[Instr, ...],
         return 0
     last = item.full[-1]
     return next((w for w in CPU_STRIP_WIDTHS if last % w == 0), 0)
+
+
+# Reductions to the position of the first maximum or minimum of float values along one axis
+# (NaN counts as either), rendered on CPUs' serial rows alone (``arg_reduce_native``).
+ARG_REDUCTIONS = frozenset({"argmax", "argmin"})
+
+
+def arg_reduce_native(device: Device, dtype: DType) -> bool:
+    """Whether an ``argmax``/``argmin`` reduction node of ``dtype`` values compiles on
+    ``device`` (CPUs, float32 values); elsewhere an arg reduction is a max reduction, then a
+    min reduction of the positions that hold it (two passes)."""
+    return serial_rows(device) and dtype.name == "float32"
+
+
+# CPUs: vector width of serial rows on vectors (``serial_vector``); the renderer keeps several
+# accumulators of it. PERF (sum of 2^24 float32, two cores, hand kernels, kernel time): 8
+# scalar accumulators 3.1-4.2 ms on Intel's runtime, float8 vectors x 4 accumulators 2.3-3.1,
+# float16 x 4 2.3-2.5 (numpy 4.3-5.3); an argmax on float8 lanes 3.0-3.4 ms on Intel's, 3.4-4.3
+# on PoCL 3.1, on scalar pairs 7-13.
+CPU_SERIAL_VECTOR = 8
+
+
+def serial_vector(item: KernelItem, lw: _Lowerer, device: Device) -> int:
+    """Vector width of a CPU's serial rows (0: scalar): in stage 1 of a split reduction or
+    a kernel of arg reductions, when the last axis is reduced, every
+    reduction is ``STRIP_REDUCTIONS`` (or an arg reduction) of float32 values computed by
+    float32 loads along the row with unit stride on the last axis, constants and operations
+    exact on vectors (a layout class, like ``column_strip``)."""
+    if not serial_rows(device) or (len(item.full) - 1) not in item.raxes or not lw.reduce_regions:
+        return 0
+    if item.chunks == 1 and not any(r.op in ARG_REDUCTIONS for r in lw.reduce_regions):
+        # PERF (6 alternating rounds, two cores; before -> after, ms): stage 1 of a split sum
+        # of 2^24 float32 4.6 -> 3.6 on Intel's runtime, 5.0 -> 2.8 on PoCL 3.1 (max 5.5 ->
+        # 4.4, 5.6 -> 3.0); but many rows at once (4096x4096 row sums) 3.4 -> 4.1 on PoCL
+        # (within its noise, Intel's 4.4 -> 3.4): rows of several work-items stay scalar
+        return 0
+    for r in lw.reduce_regions:
+        if (r.op not in STRIP_REDUCTIONS and r.op not in ARG_REDUCTIONS) or \
+                r.acc != "float32" or r.src != "float32":
+            return 0
+        for ins in r.instrs:
+            if not _strip_instr(ins, loads=True) or \
+                    (ins.op == "load" and not _unit_last(lw.leaf_list[ins.slot][1])):
+                return 0
+    return CPU_SERIAL_VECTOR
 
 
 def _strip_instr(ins: Instr, loads: bool) -> bool:

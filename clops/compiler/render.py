@@ -76,6 +76,7 @@ class CLRenderer:
     reduce_identity: ClassVar[dict[str, dict[str, str]]] = cl_ops.REDUCE_IDENTITY
     reduce_combine: ClassVar[dict[str, dict[str, str]]] = cl_ops.REDUCE_COMBINE
     int_limits: ClassVar[dict[str, tuple[str, str]]] = cl_ops.INT_LIMITS
+    arg_reduce: ClassVar[dict[str, dict[str, str]]] = cl_ops.ARG_REDUCE
     # helpers included at the top of every program (a file of the package: kernels are files)
     prelude_package = "clops.compiler"
     prelude_file = "cl/prelude.cl"
@@ -100,6 +101,7 @@ class CLRenderer:
     unroll = 8  # accumulators of a serial (one work-item) reduction
     group_unroll = 4  # accumulators (steps in flight) per work-item of a work-group reduction
     strip_vector = 8  # vector width of a CPU column strip (``lower.CPU_STRIP_WIDTHS`` divide)
+    vector_unroll = 4  # vector accumulators of a CPU's serial row on vectors (``vser``)
 
     def prelude(self) -> str:
         return _package_text(self.prelude_package, self.prelude_file)
@@ -244,6 +246,7 @@ class _KernelSource:
         self.rank, self.leaves, self.flat = key.rank, key.leaves, key.flat
         self.vrow, self.cache, self.col = key.vrow, key.cache, key.col
         self.strip, self.runs, self.vmath = key.strip, key.runs, key.vmath
+        self.vser = key.vser
         self.shfl = key.shfl and local_size % 32 == 0 and local_size >= 32
         self._check = ["if (gid >= total) return;"] if key.guard else []
         self._raxes = key.raxes
@@ -509,6 +512,9 @@ class _KernelSource:
         lockstep = self.col and not self._check
         sync = ["    " + self.lang.barrier] if lockstep else []
         for slot, (op, acc, _src, body, instrs) in enumerate(reductions):
+            if op in self.lang.arg_reduce:
+                lines += self._arg_row(slot, op, acc, raxes, instrs, body)
+                continue
             at, ident, comb = self._red_setup(slot, op, acc)
             lines.append(f"{at} red{slot};")
             lines.append("{")
@@ -518,6 +524,8 @@ class _KernelSource:
                 lines += ["    " + s for s in self._reduce_step(raxes, instrs, body, at, comb,
                                                                  "acc", "r")]
                 lines += ["    " + s for s in sync] + ["    }"]
+            elif self.vser:
+                lines += self._vector_accumulate(raxes, instrs, body, at, ident, comb)
             elif self.runs:
                 lines += self._run_accumulate(raxes, instrs, body, at, ident, comb)
             else:
@@ -576,6 +584,130 @@ class _KernelSource:
         lines += ["        }", "    }"]
         for u in range(U):
             lines.append("    acc = " + comb.format(a="acc", b=f"acc{u}", T=at) + ";")
+        return lines
+
+    def _arg_row(self, slot: int, op: str, acc: str, raxes: tuple[int, ...],
+                 instrs: tuple[Instr, ...], body: int) -> list[str]:
+        """Arg reduction ``slot`` of a serial row (CPUs; float values): ``red{slot}`` is the
+        position in the row of the first maximum (``argmax``) or minimum, a NaN
+        counting as either. On ``vser``-wide vectors where the row is contiguous: a best value
+        and position per lane, the lanes taken in at the end of each block of 2^30 elements
+        (positions in a lane are ``int`` offsets from the block's start); else one element at
+        a time."""
+        idx, at = self.idx, self.lang.math(acc)
+        self._red_types[slot] = "long"
+        table = self.lang.arg_reduce[op]
+        ident = table["ident"]
+        cmp = table["cmp"]
+        last = raxes[-1]
+        # a later element (b at bi) replaces the best so far (a at ai) when it is greater (less),
+        # or NaN where a is not; an element of another lane also when equal at a lower position
+        later = f"({cmp} || (isnan({{b}}) && !isnan({{a}})))"
+        other = f"({later} || ((({{b}}) == ({{a}}) || (isnan({{a}}) && isnan({{b}}))) && " \
+            "({bi}) < ({ai})))"
+
+        def take(cond: str, b: str, bi: str) -> list[str]:
+            return [f"if ({cond.format(a='acc', b=b, ai='acci', bi=bi)}) {{ acc = {b}; "
+                    f"acci = {bi}; }}"]
+
+        def step(pos: str) -> list[str]:
+            lines = [f"i{last} = {pos} - run;", *self._instrs(instrs)]
+            val = f"v{body}" if self._types[body] == at else f"({at})(v{body})"
+            return lines + [f"{at} b = {val};", *take(later, "b", pos)]
+
+        lines = [f"long red{slot};", "{", f"    {at} acc = ({at})({ident});",
+                 "    long acci = rbeg;", f"    {idx} r = rbeg;", "    while (r < rend) {"]
+        if len(raxes) > 1:
+            lines += ["        " + x for x in self._unravel_r(raxes)]
+            lines += [f"        {idx} run = r - i{last};",
+                      f"        {idx} rstop = min(rend, run + n{last});"]
+        else:
+            lines += [f"        {idx} run = 0, rstop = rend;"]
+        if self.vser:
+            n = self.vser
+            vt, it = f"{at}{n}", f"int{n}"
+            vcmp = table["vcmp"].format(a="vm", b=f"v{body}_v")
+            lanes = ", ".join(str(c) for c in range(n))
+            lines += [f"        while (r + {n} <= rstop) {{",
+                      f"            {idx} bbeg = r, bend = min(rstop, r + (1L << 30));",
+                      f"            {vt} vm = ({vt})({ident});",
+                      f"            {it} vi = ({it})({lanes}), cur = vi;",
+                      f"            for (; r + {n} <= bend; r += {n}) {{"]
+            lines += ["                " + x for x in [f"i{last} = r - run;",
+                                                        *self._serial_vector_instrs(instrs, vt)]]
+            lines += [f"                {it} t = {vcmp} | (isnan(v{body}_v) & ~isnan(vm));",
+                      f"                vm = select(vm, v{body}_v, t);",
+                      "                vi = select(vi, cur, t);",
+                      f"                cur += {n};", "            }"]
+            for c in range(n):
+                lines += ["            " + x for x in take(other, f"vm.s{c:x}",
+                                                            f"bbeg + vi.s{c:x}")]
+            lines.append("        }")
+        lines += ["        for (; r < rstop; r++) {"]
+        lines += ["            " + x for x in step("r")]
+        lines += ["        }", "    }", f"    red{slot} = acci;", "}"]
+        return lines
+
+    def _vector_accumulate(self, raxes: tuple[int, ...], instrs: tuple[Instr, ...], body: int,
+                           at: str, ident: str, comb: str) -> list[str]:
+        """Lines folding the elements ``rbeg`` .. ``rend`` of a serial row into ``acc`` on
+        ``vser``-wide vectors (``lower.serial_vector``): ``vector_unroll`` vector accumulators
+        over contiguous runs of the last reduced axis, the rest of a run one element at a time,
+        then the lanes in order. PERF: see ``lower.CPU_SERIAL_VECTOR``."""
+        idx, n, U, last = self.idx, self.vser, self.lang.vector_unroll, raxes[-1]
+        vt = f"{at}{n}"
+
+        def vstep(u: int) -> list[str]:
+            lines = [f"i{last} = r + {u * n} - run;", *self._serial_vector_instrs(instrs, vt)]
+            return lines + [f"vacc{u} = " + comb.format(a=f"vacc{u}", b=f"v{body}_v", T=vt)
+                            + ";"]
+
+        def step() -> list[str]:
+            lines = [f"i{last} = r - run;", *self._instrs(instrs)]
+            val = f"v{body}" if self._types[body] == at else f"({at})(v{body})"
+            return lines + ["acc = " + comb.format(a="acc", b=val, T=at) + ";"]
+
+        lines = [f"    {vt} " + ", ".join(f"vacc{u} = ({vt})({ident})" for u in range(U)) + ";",
+                 f"    {idx} r = rbeg;", "    while (r < rend) {"]
+        if len(raxes) > 1:
+            lines += ["        " + x for x in self._unravel_r(raxes)]
+            lines += [f"        {idx} run = r - i{last};  // the flat index of the run's start",
+                      f"        {idx} rstop = min(rend, run + n{last});"]
+        else:
+            lines += [f"        {idx} run = 0, rstop = rend;"]
+        lines.append(f"        for (; r + {U * n} <= rstop; r += {U * n}) {{")
+        for u in range(U):
+            lines.append("            {")
+            lines += ["                " + x for x in vstep(u)]
+            lines.append("            }")
+        lines += ["        }", "        for (; r < rstop; r++) {"]
+        lines += ["            " + x for x in step()]
+        lines += ["        }", "    }"]
+        for u in range(1, U):
+            lines.append("    vacc0 = " + comb.format(a="vacc0", b=f"vacc{u}", T=vt) + ";")
+        for c in range(n):
+            lines.append("    acc = " + comb.format(a="acc", b=f"vacc0.s{c:x}", T=at) + ";")
+        return lines
+
+    def _serial_vector_instrs(self, instrs: tuple[Instr, ...], vt: str) -> list[str]:
+        """A serial row's ``instrs`` (``lower.serial_vector``) on ``vt`` vectors from the
+        position the indices name on: loads along the last axis, constants and reduction
+        results broadcast, arithmetic as vector operators; values ``v<index>_v``."""
+        n = self.vser
+        lines = []
+        for ins in instrs:
+            if ins.op == "rowctx":
+                self._row_ctx.add(ins.ctx)
+                continue
+            if ins.op == "load":
+                lrank, unit = self.leaves[ins.slot].rank, self.leaves[ins.slot].unit_last
+                addr = self._addr(0, lrank, f"o{ins.slot}", f"s{ins.slot}_", unit)
+                expr = f"vload{n}(0, b{ins.slot} + {addr})"
+            elif ins.op == "red":
+                expr = f"({vt})(red{ins.slot})"
+            else:
+                expr = self._vector_expr(ins, vt, "_v")
+            lines.append(f"{vt} v{ins.out}_v = {expr};")
         return lines
 
     def _strip_rows(self, raxes: tuple[int, ...], chunked: bool,
