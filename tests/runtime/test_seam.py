@@ -15,10 +15,10 @@ from clops.runtime import memory, plan
 
 ROOT = Path(clops.__file__).parent
 # Where work may be enqueued (kernels, copies, fills, maps): the seam itself (launch.py for
-# kernels, memory.py for copies and a CPU device's large reads), host mappings: the staging buffers' and the pool's (host views
-# of host-addressable memory), and the disk-remembered probes' read of their result (a kernel
-# run on a device not yet known to build, before any of its work is tracked). Markers and
-# barriers order work and may be anywhere.
+# kernels, memory.py for copies and a CPU device's large reads), host mappings: the staging
+# buffers' and the pool's (host views of host-addressable memory), and the disk-remembered
+# probes' read of their result (a kernel run on a device not yet known to build, before any of
+# its work is tracked). Markers and barriers order work and may be anywhere.
 ENQUEUERS = {"runtime/launch.py": None,
              "runtime/memory.py": {"enqueue_copy", "enqueue_map_buffer"},
              "runtime/staging.py": {"enqueue_map_buffer"},
