@@ -11,6 +11,7 @@ runs) is run by ``realize.run``."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,9 +54,13 @@ def _first_reduce(node: Node) -> Node | None:
 class _Analysis:
     """Finds the kernel shape of a root and the nodes that must be materialized first."""
 
-    def __init__(self, root: Node, boundaries: set[int] | None = None) -> None:
+    def __init__(self, root: Node, boundaries: set[int] | None = None,
+                 split_rows: Callable[[Shape, tuple[int, ...]], bool] | None = None) -> None:
         self.root = root
         self.boundaries = boundaries or set()
+        # whether a kernel over (full, reduced axes) would split its rows (few, long): then a
+        # reduction inside a row is materialized first, so that it splits too
+        self.split_rows = split_rows
         self.full: Shape | None = None
         self.raxes: tuple[int, ...] = ()
         self.materialize: list[Node] = []
@@ -128,7 +133,12 @@ class _Analysis:
                 self.reduced_out = True
                 self.walk(node.srcs[0], "full")
             elif ctx == "row" and self.full == src_shape and self.raxes == axes:
-                self.walk(node.srcs[0], "full")
+                if self.split_rows is not None and self.split_rows(src_shape, axes):
+                    # PERF (H200, 2^24 float32): argmax's max fused into its index pass ran
+                    # on one work-group, 13.5 ms; logsumexp 6.1, var 5.2
+                    self._mat(node)
+                else:
+                    self.walk(node.srcs[0], "full")
             else:
                 self._mat(node)
         else:
@@ -268,7 +278,7 @@ class _Scheduler:
         first: dict[int, _Analysis] = {}
         materialized = False
         for n, _, _ in todo:
-            a = _Analysis(n, boundaries=ids - {n.id})
+            a = _Analysis(n, boundaries=ids - {n.id}, split_rows=self._split_rows)
             a.run()
             first[n.id] = a
             if a.materialize:
@@ -280,7 +290,8 @@ class _Scheduler:
             if n.op == "load" and buf is None:
                 continue  # computed above, as a dependency of another target
             if materialized or n.id not in first:
-                a = _Analysis(n)  # what was materialized above is a load now
+                # what was materialized above is a load now
+                a = _Analysis(n, split_rows=self._split_rows)
                 a.run()
             else:
                 a = first[n.id]
@@ -293,6 +304,19 @@ class _Scheduler:
             for o in outs:
                 if o.node.op != "load" and o.view == View.contiguous(o.node.shape):
                     self._bind(Binding(o.node, o.buffer, o.view, o.node.dtype))
+
+    def _split_rows(self, full: Shape, raxes: tuple[int, ...]) -> bool:
+        """Would a kernel reducing ``raxes`` of ``full`` over its last axis split its rows into
+        chunks (``_split_choice``: rows fewer than the work-groups wanted, each long)? On GPUs
+        only, where a row left whole runs on one work-group. Reductions over leading axes only
+        (the column layout) decide at lowering."""
+        # PERF (2-core EPYC, Intel's runtime, 2^24 float32): split, var 14 -> 8 ms, but
+        # logsumexp 20 -> 53-109 (stage 1's exp runs on scalars), so CPUs keep the fused row
+        if serial_rows(self.device) or not raxes or (len(full) - 1) not in raxes:
+            return False
+        rows = prod([n for i, n in enumerate(full) if i not in raxes])
+        rn = prod([full[i] for i in raxes])
+        return rn >= MIN_SPLIT_ROW and rows < split_groups(self.device) and rn // 2048 >= 2
 
     def _item(self, item: KernelItem) -> None:
         """Schedule ``item``, split into two stages where its rows are few and long. Each state

@@ -80,3 +80,39 @@ def test_counter_is_shared_and_ordered(gpu_path):
     assert float(s1) == pytest.approx(a.sum(dtype=np.float64), rel=1e-6)
     assert float(s2) == a.max()
     assert realize.counter(gpu_path) is realize.counter(gpu_path)
+
+
+def _first_stage_groups(t) -> int:
+    """Work-groups of the schedule's widest kernel (a split reduction's first stage)."""
+    p = clops.compiler.schedule_of(t)
+    return max(k.geometry.global_size[0] // (k.geometry.local_size or (1,))[0]
+               for k in p.kernels)
+
+
+@pytest.mark.parametrize("n", [70_001, 300_000])
+def test_a_reduction_inside_a_long_row_splits_too(gpu_path, n):
+    """argmax (the max, then the first index holding it), var (the mean) and logsumexp (the
+    max) of one long row: the inner reduction is computed first, split, and the outer one
+    splits as well, rather than one work-group walking the row (special values included)."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(n).astype(np.float32)
+    a[[5, n // 2, n - 1]] = a.max() + 1  # ties: the first index wins
+    x = clops.asarray(a, device=gpu_path).realize()
+
+    def lse(t):
+        m = clops.max(t, keepdims=True)
+        return clops.log(clops.sum(clops.exp(t - m), keepdims=True)) + m
+
+    for make in (clops.argmax, clops.var, lse):
+        assert _first_stage_groups(make(x)) > 1
+    assert int(clops.argmax(x)) == 5
+    assert int(clops.argmin(x)) == int(a.argmin())
+    np.testing.assert_allclose(float(clops.var(x)), a.astype(np.float64).var(), rtol=1e-5)
+    m = a.astype(np.float64).max()
+    want = np.log(np.exp(a.astype(np.float64) - m).sum()) + m
+    np.testing.assert_allclose(float(np.asarray(lse(x)).ravel()[0]), want, rtol=1e-6)
+    b = a.copy()
+    b[7] = np.nan
+    y = clops.asarray(b, device=gpu_path).realize()
+    assert int(clops.argmax(y)) == 7 and int(clops.argmin(y)) == 7
+    assert np.isnan(float(clops.var(y)))
