@@ -128,18 +128,38 @@ def sort_last(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
     return k, i
 
 
+def _flag_positions(flags: Tensor, what: str) -> tuple[Tensor, Tensor, int]:
+    """(contiguous bool flags, their inclusive prefix sum as int64, the count read back)."""
+    f = contiguous(flags, _dt.bool_)
+    n = f.size
+    pos = new((n,), _dt.int64, flags.device)
+    # the flags are read as uchar by the scan itself, with no int64 copy of them first
+    scan.scan(f.device, _dt.int64, "sum", f.buffer, f.offset, pos.buffer, 0, 1, n,
+              src_type="uchar")
+    return f, pos, read_int(pos, n - 1, what)
+
+
 def flat_nonzero(flags: Tensor, what: str = "nonzero") -> Tensor:
     """Flat (row-major) positions of the true elements of a bool tensor, as int64 (reads the
     count back to size the result)."""
-    f = contiguous(flags, _dt.bool_)
-    n = f.size
-    if n == 0:
+    if flags.size == 0:
         return new((0,), _dt.int64, flags.device)
-    pos = scan_last(Tensor(ir.movement(f._node.resolve(), lambda v: v.reshape((n,))),
-                           f.device), "sum", _dt.int64)
-    count = read_int(pos, n - 1, what)
+    f, pos, count = _flag_positions(flags, what)
     out = new((count,), _dt.int64, flags.device)
-    gather.compact_index(flags.device, out.buffer, f.buffer, f.offset, pos.buffer, pos.offset, n)
+    gather.compact_index(flags.device, out.buffer, f.buffer, f.offset, pos.buffer, 0, f.size)
+    return out
+
+
+def compress_rows(x: Tensor, mask: Tensor, what: str) -> Tensor:
+    """``x[mask]`` for a bool ``mask`` of ``x``'s leading dims and a C-contiguous ``x``: the
+    selected rows packed in order, straight from the mask's prefix sum (reads the count)."""
+    same_device(what, x, mask)
+    inner = prod(x.shape[mask.ndim:])
+    f, pos, count = _flag_positions(mask, what)
+    out = new((count,) + tuple(x.shape[mask.ndim:]), x.dtype, x.device)
+    if count:
+        gather.compress(x.device, x.dtype.itemsize, out.buffer, x.buffer, x.offset, f.buffer,
+                        f.offset, pos.buffer, 0, f.size, inner)
     return out
 
 

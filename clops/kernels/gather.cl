@@ -43,3 +43,64 @@ __kernel void scatter_last(__global T *dst, const long dst_off,
     if (i + 1 < n && sorted_idx[i + 1] == o) return;
     dst[dst_off + o] = val[val_off + perm[i]];
 }
+
+// Gather along one axis by an index array, in blocks: the view is outer x len x inner (outer and
+// inner each one stride), idx holds n raw int64 indices (negatives wrap, then clamped into
+// range as numpy's checked indices would be, so no access strays). Work-item (j, k, o) writes
+// out[(o * n + k) * inner + j] = src[src_off + o * os + wrap(idx[k]) * as + j * js]: dim 0 runs
+// along the inner block, so a CPU runtime vectorizes contiguous loads and stores (rows of
+// x[idx] are plain copies), with no per-element offsets tensor in memory.
+inline long wrap_index(long i, const long len)
+{
+    i = i < 0 ? i + len : i;
+    return clamp(i, 0L, len - 1);
+}
+
+// -DUNIT_INNER: the inner block is contiguous (js == 1), so the loads are unit-stride vectors.
+__kernel void take_blocks(__global T *out, __global const T *src, const long src_off,
+                          __global const long *idx, const long idx_off, const long n,
+                          const long len, const long as, const long os, const long js,
+                          const long inner)
+{
+    long j = get_global_id(0), k = get_global_id(1), o = get_global_id(2);
+    if (j >= inner) return;
+    long i = wrap_index(idx[idx_off + k], len);
+#ifdef UNIT_INNER
+    __global const T *row = src + src_off + o * os + i * as;
+    out[(o * n + k) * inner + j] = row[j];
+#else
+    out[(o * n + k) * inner + j] = src[src_off + o * os + i * as + j * js];
+#endif
+}
+
+// The same with an inner block of one element: dim 0 runs along the indices.
+__kernel void take_elems(__global T *out, __global const T *src, const long src_off,
+                         __global const long *idx, const long idx_off, const long n,
+                         const long len, const long as, const long os)
+{
+    long k = get_global_id(0), o = get_global_id(1);
+    if (k >= n) return;
+    long i = wrap_index(idx[idx_off + k], len);
+    out[o * n + k] = src[src_off + o * os + i * as];
+}
+
+// x[mask] straight from the mask: pos is the inclusive prefix sum of flags, flagged row i (of
+// inner contiguous elements) goes to row pos[i] - 1 of out. No index array in between.
+__kernel void compress_blocks(__global T *out, __global const T *src, const long src_off,
+                              __global const uchar *flags, const long f_off,
+                              __global const long *pos, const long p_off, const long n,
+                              const long inner)
+{
+    long j = get_global_id(0), i = get_global_id(1);
+    if (j >= inner || !flags[f_off + i]) return;
+    out[(pos[p_off + i] - 1) * inner + j] = src[src_off + i * inner + j];
+}
+
+__kernel void compress_elems(__global T *out, __global const T *src, const long src_off,
+                             __global const uchar *flags, const long f_off,
+                             __global const long *pos, const long p_off, const long n)
+{
+    long i = get_global_id(0);
+    if (i >= n || !flags[f_off + i]) return;
+    out[pos[p_off + i] - 1] = src[src_off + i];
+}

@@ -58,3 +58,55 @@ def compact_index(dev: CLDevice, out: Buffer, flags: Buffer, f_off: int, pos: Bu
     g, loc = flat_geometry(dev, n)
     dev.launch(k, g, loc, [out, flags, I64(f_off), pos, I64(p_off), I64(n)], reads=[flags, pos],
                writes=[out], name="compact_index")
+
+
+def take_axis(dev: CLDevice, itemsize: int, out: Buffer, src: Buffer, src_off: int, idx: Buffer,
+              idx_off: int, n: int, length: int, axis_stride: int, outer: int,
+              outer_stride: int, inner: int, inner_stride: int) -> None:
+    """``out`` (contiguous, outer x n x inner) = the view ``src[src_off + o * outer_stride +
+    i * axis_stride + j * inner_stride]`` at the ``n`` raw int64 indices ``i`` of ``idx``
+    (negatives wrap by ``length``, then clamped into range)."""
+    if n == 0 or outer == 0 or inner == 0:
+        return
+    opts = (f"-DT={_BITS_TYPE[itemsize]}",)
+    common = [out, src, I64(src_off), idx, I64(idx_off), I64(n), I64(length), I64(axis_stride),
+              I64(outer_stride)]
+    if inner == 1:
+        k = shared_kernel(dev, "gather", "take_elems", opts)
+        g, loc = _grid(dev, (n, outer))
+        dev.launch(k, g, loc, common, reads=[src, idx], writes=[out], name="take_elems")
+        return
+    k = shared_kernel(dev, "gather", "take_blocks",
+                      opts + (("-DUNIT_INNER",) if inner_stride == 1 else ()))
+    g, loc = _grid(dev, (inner, n, outer))
+    dev.launch(k, g, loc, common + [I64(inner_stride), I64(inner)], reads=[src, idx],
+               writes=[out], name="take_blocks")
+
+
+def _grid(dev: CLDevice, dims: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """A global size over ``dims`` (dim 0 padded to groups of up to 256 off CPUs; the kernels
+    check dim 0's bound) and its local size (the driver's choice on CPUs)."""
+    if dev.kind == "cpu":
+        return dims, None
+    wg = min(256, dev.caps.max_work_group, 1 << max(0, (dims[0] - 1).bit_length()))
+    return (-(-dims[0] // wg) * wg,) + dims[1:], (wg,) + (1,) * (len(dims) - 1)
+
+
+def compress(dev: CLDevice, itemsize: int, out: Buffer, src: Buffer, src_off: int,
+             flags: Buffer, f_off: int, pos: Buffer, p_off: int, n: int, inner: int) -> None:
+    """Rows ``i < n`` of ``inner`` contiguous elements of ``src`` whose uchar flag is set, packed
+    in order into ``out`` (``pos``: the inclusive prefix sum of the flags)."""
+    if n == 0 or inner == 0:
+        return
+    opts = (f"-DT={_BITS_TYPE[itemsize]}",)
+    args = [out, src, I64(src_off), flags, I64(f_off), pos, I64(p_off), I64(n)]
+    if inner == 1:
+        k = shared_kernel(dev, "gather", "compress_elems", opts)
+        g, loc = _grid(dev, (n,))
+        dev.launch(k, g, loc, args, reads=[src, flags, pos], writes=[out],
+                   name="compress_elems")
+        return
+    k = shared_kernel(dev, "gather", "compress_blocks", opts)
+    g, loc = _grid(dev, (inner, n))
+    dev.launch(k, g, loc, args + [I64(inner)], reads=[src, flags, pos], writes=[out],
+               name="compress_blocks")

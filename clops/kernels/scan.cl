@@ -2,10 +2,15 @@
 // Three phases, all work-item parallel (no local memory, so the same code is right on CPUs and
 // GPUs): each chunk of a row scans itself and records its total; one work-item per row turns the
 // totals into exclusive prefixes; each chunk but the first combines its prefix in.
-// Build options: -DT=<math type> -DOP_MUL (products; sums otherwise) -DCOMPLEX -DFP64.
+// Build options: -DT=<math type> -DOP_MUL (products; sums otherwise) -DCOMPLEX -DFP64
+// -DS=<input type> (read as another type and converted, as bool flags into long positions).
 
 #ifdef FP64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
+#ifndef S
+#define S T
 #endif
 
 #ifdef OP_MUL
@@ -26,7 +31,7 @@
 #endif
 
 // x: rows of n (row stride n); out: rows of n + shift (shift 1 puts the identity first).
-__kernel void scan_chunks(__global const T *x, const long x_off, __global T *out,
+__kernel void scan_chunks(__global const S *x, const long x_off, __global T *out,
                           const long o_off, __global T *totals, const long n, const long shift,
                           const long chunk, const long nchunks, const long total_items)
 {
@@ -34,12 +39,12 @@ __kernel void scan_chunks(__global const T *x, const long x_off, __global T *out
     if (g >= total_items) return;
     long row = g / nchunks, c = g % nchunks;
     long beg = c * chunk, end = min(n, beg + chunk);
-    __global const T *xr = x + x_off + row * n;
+    __global const S *xr = x + x_off + row * n;
     __global T *orow = out + o_off + row * (n + shift) + shift;
     if (shift && c == 0) orow[-1] = IDENT;
     T acc = IDENT;
     for (long i = beg; i < end; i++) {
-        acc = COMB(acc, xr[i]);
+        acc = COMB(acc, (T)xr[i]);
         orow[i] = acc;
     }
     totals[g] = acc;
