@@ -357,12 +357,13 @@ def depth(dev: CLDevice, dtype: str) -> int:
 
 
 def supports(dev: CLDevice, dtype: str, m: int, n: int, k: int, offsets: tuple[int, ...],
-             strides: tuple[int, ...], force: bool = False) -> bool:
-    """Whether ``gemm`` takes this product: a GPU (unless ``force``), float32/float16, tile
-    multiples, aligned rows, and enough work to beat the generated kernel."""
+             strides: tuple[int, ...], force: bool = False, batch: int = 1) -> bool:
+    """Whether ``gemm`` takes this product (``batch`` of them): a GPU (unless ``force``),
+    float32/float16, tile multiples, aligned rows, and enough work to beat the generated
+    kernel."""
     if dtype not in _DT or (dev.kind == "cpu" and not force):
         return False
-    if not force and m * n * k < MIN_MACS:
+    if not force and batch * m * n * k < MIN_MACS:
         return False
     align = 4 if dtype == "float32" else 8
     return (m % TILE == 0 and n % TILE == 0 and k % depth(dev, dtype) == 0
@@ -444,12 +445,13 @@ ANY_MMA_GROUPS_PER_CU = 8
 ANY_MIN_SLICE = 256
 
 
-def any_supports(dev: CLDevice, dtype: str, m: int, n: int, k: int, force: bool = False) -> bool:
-    """Whether ``gemm_any`` takes this product: a GPU (unless ``force``), float32/float16,
-    enough work; any shape, offsets and strides."""
+def any_supports(dev: CLDevice, dtype: str, m: int, n: int, k: int, force: bool = False,
+                 batch: int = 1) -> bool:
+    """Whether ``gemm_any`` takes this product (``batch`` of them): a GPU (unless ``force``),
+    float32/float16, enough work; any shape, offsets and strides."""
     if dtype not in _DT or (dev.kind == "cpu" and not force):
         return False
-    return force or m * n * k >= ANY_MIN_MACS
+    return force or batch * m * n * k >= ANY_MIN_MACS
 
 
 @probes.per_device
@@ -731,15 +733,17 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
                          a.offset + r0 * a_row, lda, b_buf, b_off, wide, rows, wide, k, batch,
                          strides, dtype.name, a_trans)
         return out if wide == n else out[..., :n]
+    # PERF (H200, float32 1024 x 128^3, counted without the batch): the generated kernel,
+    # 25.2 ms of device time against CuPy's 0.15
     batch = x1.shape[0] if x1.ndim == 3 else 1
-    if supports(dev, dtype.name, m, n, k, (), ()):
+    if supports(dev, dtype.name, m, n, k, (), (), batch=batch):
         a, b = x1.contiguous(), x2.contiguous()
-        if supports(dev, dtype.name, m, n, k, (a.offset, b.offset), ()):
+        if supports(dev, dtype.name, m, n, k, (a.offset, b.offset), (), batch=batch):
             out = empty((*x1.shape[:-2], m, n), dtype, dev)
             gemm(dev, out.buffer, out.offset, n, a.buffer, a.offset, k, b.buffer, b.offset, n,
                  m, n, k, dtype.name, batch, (m * n, m * k, k * n))
             return out
-    if not any_supports(dev, dtype.name, m, n, k):
+    if not any_supports(dev, dtype.name, m, n, k, batch=batch):
         return None
     sa = x1.strides if x1.ndim == 3 else (0, *x1.strides)
     sb = x2.strides if x2.ndim == 3 else (0, *x2.strides)

@@ -373,3 +373,26 @@ def test_gemm_launches_reuse_one_typed_kernel_object(device, launched_kernels):
                       slices=2)  # A read transposed; two slices of K and their sum
         np.testing.assert_allclose(np.asarray(tc2), a.T @ b, rtol=1e-4, atol=1e-4)
     assert len(seen) == 6 and seen[:3] == seen[3:], seen
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", [(64, 128, 128, 128), (96, 64, 64, 64)])
+def test_batched_products_count_their_batch(device, dtype, shape):
+    """Many small matrices (attention's scores, say): the GPU kernels take them when the
+    batch's work is large, though one matrix alone would stay generated; the same values."""
+    batch, m, k, n = shape
+    if device.kind == "cpu":
+        pytest.skip("a GPU's choice (CPUs: gemm_cpu)")
+    assert not gemm.supports(device, dtype, m, n, k, (), ()) and \
+        not gemm.any_supports(device, dtype, m, n, k)
+    assert gemm.supports(device, dtype, m, n, k, (), (), batch=batch) or \
+        gemm.any_supports(device, dtype, m, n, k, batch=batch)
+    a = RNG.standard_normal((batch, m, k)).astype(dtype)
+    b = RNG.standard_normal((batch, k, n)).astype(dtype)
+    with clops.profile() as prof:
+        got = np.asarray(clops.matmul(clops.asarray(a, device=device),
+                                      clops.asarray(b, device=device))).astype(np.float64)
+    assert any(r.name.startswith("gemm") for r in prof.records)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    tol = 1e-5 if dtype == "float32" else 2e-3
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < tol
