@@ -58,3 +58,25 @@ __kernel void softmax(__global float *y, __global const float *x, int x_off, int
     float inv = 1.0f / s;
     for (int k = 0; k < K; ++k) yr[k] *= inv;
 }
+
+// Softmax over the middle axis of contiguous (outer, K, inner): each work-item walks one column
+// K long with the row kernel's arithmetic, in its order; neighbours in dim 0 are neighbouring
+// columns, so a CPU runtime's vector lanes load contiguous memory (no transposes around it).
+// Work geometry: global (inner, outer).
+__kernel void softmax_cols(__global float *y, __global const float *x, int x_off, int K,
+                           int inner) {
+    const size_t j = get_global_id(0), o = get_global_id(1);
+    const size_t base = o * (size_t)K * inner + j;
+    __global const float *xc = x + x_off + base;
+    __global float *yc = y + base;
+    float mx = -INFINITY;
+    for (int k = 0; k < K; ++k) mx = fmax(mx, xc[(size_t)k * inner]);
+    float s = 0.0f;
+    for (int k = 0; k < K; ++k) {
+        float e = exp(xc[(size_t)k * inner] - mx);
+        yc[(size_t)k * inner] = e;
+        s += e;
+    }
+    float inv = 1.0f / s;
+    for (int k = 0; k < K; ++k) yc[(size_t)k * inner] *= inv;
+}

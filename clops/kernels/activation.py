@@ -1,5 +1,5 @@
 """Kernels, activations: launches of ``activation.cl`` (scale and soft cap, the GLU, unary
-activations, row softmax)."""
+activations, row and column softmax)."""
 
 from __future__ import annotations
 
@@ -45,3 +45,11 @@ def softmax(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, *, m: int, k: int) 
     """Softmax of each of m contiguous rows of k values."""
     knl = kernel(dev, "activation", "softmax")
     return Launch(knl, (m,), None, [y, x, i32(x_off), i32(k)], [x], [y], "softmax")
+
+
+def softmax_cols(dev: CLDevice, y: Buffer, x: Buffer, x_off: int, *, outer: int, k: int,
+                 inner: int) -> Launch:
+    """Softmax over the middle axis (k long) of contiguous ``(outer, k, inner)`` values."""
+    knl = kernel(dev, "activation", "softmax_cols")
+    return Launch(knl, (inner, outer), None, [y, x, i32(x_off), i32(k), i32(inner)], [x], [y],
+                  "softmax_cols")

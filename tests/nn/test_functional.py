@@ -260,3 +260,28 @@ def test_eager_ops_reuse_their_kernel_objects(device, launched_kernels):
     nn.rms_norm(_t(x, device), _t(w, device))
     norms = [knl for knl in seen if knl.function_name == "rmsnorm"]
     assert norms[3] is norms[0] and norms[4] is not norms[0]
+
+
+@pytest.mark.parametrize("shape,axis", [((1024, 512), 0), ((7, 9), 0), ((3, 33, 8), 1),
+                                        ((5, 4, 3, 16), 1), ((6, 10, 7), 0), ((2, 300, 40), 0)])
+@pytest.mark.parametrize("columns", [False, True])
+def test_softmax_over_leading_axes(device, shape, axis, columns, monkeypatch):
+    # Intel's CPU runtime walks the columns in place (8 or more side by side); fewer, and other
+    # devices, move the axis last. ``columns`` forces the column kernel on every device.
+    import clops.nn.functional as functional
+
+    monkeypatch.setattr(functional, "_columns_pay", lambda dev: columns)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32) * 4
+    x.flat[::11] = -np.inf
+    x.flat[5::13] = 60.0
+    xt = _t(x, device)
+    e = np.exp(x - x.max(axis, keepdims=True))
+    want = e / e.sum(axis, keepdims=True)
+    got = np.asarray(nn.softmax(xt, axis=axis))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    # the same values as the row kernel over the moved axis, and from a strided view
+    moved = np.asarray(nn.softmax(clops.moveaxis(xt, axis, -1)))
+    np.testing.assert_allclose(np.moveaxis(got, axis, -1), moved, rtol=1e-6, atol=1e-8)
+    flipped = np.asarray(nn.softmax(xt[::-1], axis=axis))
+    e2 = np.exp(x[::-1] - x[::-1].max(axis, keepdims=True))
+    np.testing.assert_allclose(flipped, e2 / e2.sum(axis, keepdims=True), rtol=1e-5, atol=1e-7)
