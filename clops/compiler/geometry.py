@@ -46,6 +46,10 @@ GPU_COL_MIN_CHUNK = 32
 # PERF (H100, (rows, 3) float32 column sum, first kernel start to last end, median of 30):
 # whole / split 64 rows 7 / 90 us, 1024 27 / 93, 4096 90 / 193, 16384 338 / 197.
 GPU_COL_MIN_SPLIT = 8192
+# ... except where the reduction reads this many elements or more: few whole columns then leave
+# most of the GPU idle. PERF (H200, float32 sum over axis 0 of 4096x4096, whole columns):
+# 247 us of device time (CuPy 127).
+GPU_COL_SPLIT_ELEMENTS = 1 << 22
 # CPUs: columns shorter than this are never split (a CPU needs few groups).
 CPU_COL_MIN_SPLIT = 8192
 # Rows (or columns) split into chunks only when longer than this.
@@ -157,6 +161,12 @@ def column_items(device: Device) -> int:
 def column_min_split(device: Device) -> int:
     """The shortest column worth a split (a second kernel)."""
     return CPU_COL_MIN_SPLIT if serial_rows(device) else GPU_COL_MIN_SPLIT
+
+
+def column_splits(device: Device, rn: int, total: int) -> bool:
+    """Whether columns ``rn`` long (``total`` elements in all) are worth a split."""
+    return rn >= column_min_split(device) or (not serial_rows(device) and
+                                              total >= GPU_COL_SPLIT_ELEMENTS)
 
 
 # -- the sizes of one launch ----------------------------------------------------------------------

@@ -24,7 +24,7 @@ from .geometry import (
     MIN_SPLIT_ROW,
     Geometry,
     column_items,
-    column_min_split,
+    column_splits,
     geometry,
     serial_rows,
     split_groups,
@@ -306,16 +306,18 @@ class _Scheduler:
                     self._bind(Binding(o.node, o.buffer, o.view, o.node.dtype))
 
     def _split_rows(self, full: Shape, raxes: tuple[int, ...]) -> bool:
-        """Would a kernel reducing ``raxes`` of ``full`` over its last axis split its rows into
-        chunks (``_split_choice``: rows fewer than the work-groups wanted, each long)? On GPUs
-        only, where a row left whole runs on one work-group. Reductions over leading axes only
-        (the column layout) decide at lowering."""
+        """Would a kernel reducing ``raxes`` of ``full`` split its rows into chunks
+        (``_split_choice``: rows fewer than the work-groups wanted, each long; or few long
+        columns)? On GPUs only, where a row left whole runs on one work-group."""
         # PERF (2-core EPYC, Intel's runtime, 2^24 float32): split, var 14 -> 8 ms, but
         # logsumexp 20 -> 53-109 (stage 1's exp runs on scalars), so CPUs keep the fused row
-        if serial_rows(self.device) or not raxes or (len(full) - 1) not in raxes:
+        if serial_rows(self.device) or not raxes:
             return False
         rows = prod([n for i, n in enumerate(full) if i not in raxes])
         rn = prod([full[i] for i in raxes])
+        if (len(full) - 1) not in raxes:  # the column layout, as _split_choice splits it
+            chunks = min(column_items(self.device) // max(rows, 1), rn // GPU_COL_MIN_CHUNK)
+            return chunks >= 2 and column_splits(self.device, rn, rows * rn)
         return rn >= MIN_SPLIT_ROW and rows < split_groups(self.device) and rn // 2048 >= 2
 
     def _item(self, item: KernelItem) -> None:
@@ -352,7 +354,7 @@ class _Scheduler:
             # stage reads its part in order: a short part keeps every stage short)
             items = rows // lw.strip if lw is not None and lw.strip else rows
             chunks = min(column_items(device) // max(items, 1), rn // GPU_COL_MIN_CHUNK)
-            if rn < column_min_split(device):
+            if not column_splits(device, rn, rows * rn):
                 return None  # short columns are not worth a second kernel
             red = _single_reduce(item)
             if chunks < 2 or red is None or red.arg[0] not in _SPLIT_OPS:

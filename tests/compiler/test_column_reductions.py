@@ -169,3 +169,32 @@ def test_long_narrow_columns_on_the_device_as_it_is(device, shape):
     np.testing.assert_allclose(got, a.sum(0, dtype=np.float64), rtol=1e-4, atol=1e-3)
     assert n >= 2
     np.testing.assert_array_equal(np.asarray(clops.max(x, axis=0)), a.max(0))
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "argmax", "var"])
+def test_few_short_columns_of_a_large_array_split(gpu_path, op):
+    """Columns shorter than GPU_COL_MIN_SPLIT are split where the array is large (few whole
+    columns would leave a GPU idle); a reduction inside the column (argmax's max, var's mean)
+    is computed first and splits too. NaN and ties included."""
+    from clops.compiler import geometry
+
+    cols = max(geometry.column_items(gpu_path) // 2, 1)  # columns for two parts each
+    rows = max(-(-geometry.GPU_COL_SPLIT_ELEMENTS // cols), 2 * geometry.GPU_COL_MIN_CHUNK)
+    assert rows < geometry.GPU_COL_MIN_SPLIT
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((rows, cols)).astype(np.float32)
+    a[rows // 3, 0] = a[rows - 1, 0] = 50.0  # a tie: the first row wins
+    a[7, min(1, cols - 1)] = np.nan
+    x = clops.asarray(a, device=gpu_path).realize()
+    fn = {"sum": clops.sum, "max": clops.max, "argmax": clops.argmax, "var": clops.var}[op]
+    got, n = _launches(lambda: np.asarray(fn(x, axis=0)))
+    assert n >= 2
+    if op == "argmax":
+        want = np.where(np.isnan(a).any(0), np.argmax(np.isnan(a), 0), a.argmax(0))
+        np.testing.assert_array_equal(got, want)
+    elif op == "var":
+        np.testing.assert_allclose(got, a.astype(np.float64).var(0), rtol=1e-4, atol=1e-6)
+    elif op == "max":
+        np.testing.assert_array_equal(got, a.max(0))
+    else:
+        np.testing.assert_allclose(got, a.sum(0, dtype=np.float64), rtol=1e-4, atol=1e-3)
