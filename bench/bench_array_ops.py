@@ -37,6 +37,10 @@ show the fixed cost of a call (launch, read); the summary gives its median per g
     python bench/bench_array_ops.py [--device SEL] [--repeat 7] [--peer numpy|cupy|torch]
                                     [--sizes small,medium,large,4M] [--groups matmul,fft]
                                     [--only sum,max] [--device-time] [--json OUT]
+    python bench/bench_array_ops.py --table A.json B.json[+B2.json] [--summary]
+
+``--table``: markdown of result files side by side, a column each (``+`` joins the parts of one
+run): every row at the medium and large sizes, or with ``--summary`` each group's median ratio.
 """
 
 from __future__ import annotations
@@ -621,7 +625,75 @@ def summary(rows: list[dict]) -> None:
                   f"{what}")
 
 
+def _key(r: dict) -> tuple[Any, ...]:
+    return (r.get("group", ""), r["op"], tuple(r["shape"]), str(r["axis"]), r["size"])
+
+
+def _cell(r: dict | None) -> str:
+    if r is None:
+        return "-"
+    if r.get("error"):
+        return "error"
+    ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+    peer = r.get("peer_ms")
+    return f"{r['clops_ms']:.3g} / {'-' if peer is None else f'{peer:.3g}'} ms ({ratio})"
+
+
+def tables(paths: list[str], summary_only: bool) -> None:
+    """Markdown tables of result files side by side (a column each): every row at the medium
+    and large sizes (clops / peer wall ms, ratio), or, ``summary_only``, each group's median
+    ratio and rows at 1.0x or better, and the fixed cost per call at the small size."""
+    runs = []
+    for column in paths:  # "a.json+b.json": parts of one run, one column
+        parts = []
+        for path in column.split("+"):
+            with open(path) as f:
+                parts.append(json.load(f))
+        runs.append({**parts[0], "rows": [r for d in parts for r in d["rows"]]})
+    heads = [f"{d['device']} ({' '.join(d['platform'].split()[:4])}), "
+             f"{d.get('peer', 'numpy').split()[0]} beside" for d in runs]
+    by = [{_key(r): r for r in d["rows"]} for d in runs]
+    if summary_only:
+        print("| group | " + " | ".join(f"{h}: median (rows >= 1.0x), medium; large"
+                                         for h in heads) + " |")
+        print("|---|" + "---|" * len(runs))
+        for g in GROUPS:
+            cells = []
+            for d in runs:
+                parts = []
+                for size in ("medium", "large"):
+                    rs = [r["ratio"] for r in d["rows"] if r.get("group") == g and
+                          r["size"] == size and r["ratio"] is not None]
+                    parts.append(f"{statistics.median(rs):.2f}x ({sum(x >= 1 for x in rs)}/"
+                                 f"{len(rs)})" if rs else "-")
+                cells.append("; ".join(parts))
+            if any(c != "-; -" for c in cells):
+                print(f"| {g} | " + " | ".join(cells) + " |")
+        cells = []
+        for d in runs:
+            small = [r for r in d["rows"] if r["size"] == "small" and r["clops_ms"] is not None
+                     and r.get("peer_ms") is not None]
+            cells.append(f"{statistics.median(r['clops_ms'] for r in small):.3f} / "
+                         f"{statistics.median(r['peer_ms'] for r in small):.3f} ms"
+                         if small else "-")
+        print("| fixed cost a call (small size, median) | " + " | ".join(cells) + " |")
+        return
+    keys = []
+    for b in by:
+        keys += [k for k in b if k not in keys and k[4] in ("medium", "large")]
+    print("| op | shape | axis | size | " + " | ".join(heads) + " |")
+    print("|---|---|---|---|" + "---|" * len(runs))
+    for k in keys:
+        _, op, shape, axis, size = k
+        print(f"| {op} | {'x'.join(map(str, shape))} | {'all' if axis == 'None' else axis} | "
+              f"{size} | " + " | ".join(_cell(b.get(k)) for b in by) + " |")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--table"]:
+        args = sys.argv[2:]
+        tables([a for a in args if a != "--summary"], "--summary" in args)
+        return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default=None, help="clops device selector (default: clops')")
     p.add_argument("--repeat", type=int, default=7)
