@@ -9,6 +9,7 @@ from typing import Any
 from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.ir import prod
+from ..kernels.gather import copy_rows
 from ._ops import OPS, register
 from .creation import arange, empty
 from .elementwise import _check_device_dtype, broadcast_node
@@ -200,6 +201,8 @@ def concat(arrays: Sequence[Tensor] | tuple[Tensor, ...], /, *, axis: int | None
     shape = list(arrays[0].shape)
     shape[ax] = sum(a.shape[ax] for a in arrays)
     out = empty(shape, dtype=dtype, device=arrays[0].device)
+    if _concat_rows(out, arrays, ax):
+        return out
     pos = 0
     for a in arrays:
         n = a.shape[ax]
@@ -208,6 +211,27 @@ def concat(arrays: Sequence[Tensor] | tuple[Tensor, ...], /, *, axis: int | None
             out[key] = astype(a, dtype, copy=False)
         pos += n
     return out
+
+
+def _concat_rows(out: Tensor, arrays: list[Tensor], ax: int) -> bool:
+    """Fill ``out`` with ``arrays`` joined along ``ax`` as row copies, when every input is
+    realized C-contiguous memory of ``out``'s dtype (False, with nothing done, otherwise)."""
+    # PERF: a hand copy of whole rows (a 2-d launch, dim 0 along the row) instead of the
+    # generated strided copy that divides its flat index per element: Intel's CPU runtime,
+    # two 512x512 float32 along axis 1: kernels 2 x 0.44 -> 2 x 0.15 ms (axis 0: the same).
+    if any(a.dtype != out.dtype or a._node.resolve().op != "load" or not a.is_contiguous
+           for a in arrays):
+        return False
+    rows = prod(out.shape[:ax])
+    row = prod(out.shape[ax:])
+    col = 0
+    dev = out.device
+    for a in arrays:
+        inner = prod(a.shape[ax:])
+        copy_rows(dev, out.dtype.itemsize, out.buffer, out.offset, row, col, a.buffer,
+                  a.offset, rows, inner)
+        col += inner
+    return True
 
 
 def stack(arrays: Sequence[Tensor] | tuple[Tensor, ...], /, *, axis: int = 0) -> Tensor:

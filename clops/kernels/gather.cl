@@ -104,3 +104,16 @@ __kernel void compress_elems(__global T *out, __global const T *src, const long 
     if (i >= n || !flags[f_off + i]) return;
     out[pos[p_off + i] - 1] = src[src_off + i];
 }
+
+// One input of a concatenation: rows of a contiguous source (row length `inner`) placed at column
+// `col` of the output's rows (row length `out_row`). Work geometry: global (inner, rows); dim 0
+// runs along a row, so a CPU runtime copies contiguous vectors.
+__kernel void copy_rows(__global T *out, const long out_off, const long out_row, const long col,
+                        __global const T *src, const long src_off, const long inner)
+{
+    long j = get_global_id(0), r = get_global_id(1);
+    if (j >= inner) return;
+    __global T *orow = out + out_off + r * out_row + col;
+    __global const T *srow = src + src_off + r * inner;
+    orow[j] = srow[j];
+}

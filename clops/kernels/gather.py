@@ -110,3 +110,15 @@ def compress(dev: CLDevice, itemsize: int, out: Buffer, src: Buffer, src_off: in
     g, loc = _grid(dev, (inner, n))
     dev.launch(k, g, loc, args + [I64(inner)], reads=[src, flags, pos], writes=[out],
                name="compress_blocks")
+
+
+def copy_rows(dev: CLDevice, itemsize: int, out: Buffer, out_off: int, out_row: int, col: int,
+              src: Buffer, src_off: int, rows: int, inner: int) -> None:
+    """``rows`` contiguous rows of ``inner`` elements of ``src`` into ``out`` at column ``col`` of
+    its rows of ``out_row`` elements (one input of a concatenation)."""
+    if rows == 0 or inner == 0:
+        return
+    k = shared_kernel(dev, "gather", "copy_rows", (f"-DT={_BITS_TYPE[itemsize]}",))
+    g, loc = _grid(dev, (inner, rows))
+    dev.launch(k, g, loc, [out, I64(out_off), I64(out_row), I64(col), src, I64(src_off),
+                           I64(inner)], reads=[src], writes=[out], name="copy_rows")
