@@ -129,3 +129,23 @@ __kernel void hermitian_clean(__global CT *x, long off, long n, long m) {
     x[off + b * m].y = 0;
     if ((n & 1) == 0) x[off + b * m + n / 2].y = 0;
 }
+
+// The half spectrum of real rows of n = 2m points from the m-point transforms z of their
+// (even, odd) pairs taken as complex values: X[k] = E[k] + w^k O[k] for k <= m, with
+// E = (z[k] + conj z[m-k]) / 2, O = (z[k] - conj z[m-k]) / 2i (indices mod m) and
+// w = exp(-2 pi i / n) (tw[k] = w^k). Work geometry: global (m + 1, batch).
+__kernel void rfft_post(__global CT *y, long y_off, __global const CT *z, long m,
+                        __global const CT *tw, RT scale) {
+    long k = get_global_id(0);
+    long b = get_global_id(1);
+    if (k > m) return;
+    __global const CT *zr = z + b * m;
+    CT a = zr[k == m ? 0 : k];
+    CT c = zr[k == 0 ? 0 : m - k];
+    RT er = (a.x + c.x) * (RT)0.5, ei = (a.y - c.y) * (RT)0.5;
+    // O = (a - conj c) / 2i: (a - conj c) / 2 = (dr, di), divided by i: (di, -dr)
+    RT orr = (a.y + c.y) * (RT)0.5, oi = (c.x - a.x) * (RT)0.5;
+    CT w = tw[k];
+    y[y_off + b * (m + 1) + k] = (CT)(er + w.x * orr - w.y * oi, ei + w.x * oi + w.y * orr) *
+                                 scale;
+}

@@ -205,12 +205,46 @@ def _bluestein(device: CLDevice, p: _Transform, x: Operand, y: Operand, batch: i
                          name="fft_bluestein_post")
 
 
+_HALF_TWIDDLES: dict[tuple[int, int, str], Buffer] = {}
+
+
+def _half_twiddles(device: CLDevice, n: int, dtype: str) -> Buffer:
+    """w^k for k <= n/2, w = exp(-2 pi i / n) (rfft's last step), once per device and n."""
+    key = (id(device), n, dtype)
+    tw = _HALF_TWIDDLES.get(key)
+    if tw is None:
+        with _LOCK:
+            tw = _HALF_TWIDDLES.get(key)
+            if tw is None:
+                tw = _HALF_TWIDDLES[key] = _upload(
+                    device, np.exp(-2j * np.pi * np.arange(n // 2 + 1) / n), dtype)
+    return tw
+
+
 def rfft(device: CLDevice, x: Operand, y: Operand, *, scale: float = 1.0,
          queue: CLQueue | None = None) -> Event:
-    """Real-to-complex FFT: ``x`` (batch, n) float, ``y`` (batch, n//2+1) complex."""
+    """Real-to-complex FFT: ``x`` (batch, n) float, ``y`` (batch, n//2+1) complex. An even
+    ``n`` takes the transform of n/2 points of the rows' (even, odd) pairs read as complex
+    values, and one step that makes the half spectrum from it."""
     batch, n = layout.fft_rows(x)
     _check(x, "input")
     cdt = layout.COMPLEX_OF[x.dtype]
+    if n % 2 == 0 and n >= 4 and batch > 0:
+        # PERF (H200, 2^24 float32): through the complex transform of n points, 3.3 ms of
+        # device time against CuPy's 0.18
+        m, rdt = n // 2, layout.REAL_OF[cdt]
+        src = x.with_shape((batch, n), (n, 1))
+        if src.dtype != rdt or src.offset % 2:
+            src = layout.contiguous(device, src, rdt, queue=queue)
+        pairs = Operand(src.buffer, (batch, m), cdt, (m, 1), src.offset // 2)
+        spec = layout.empty(device, (batch, m), cdt)
+        fft(device, pairs, spec, queue=queue)
+        tw = _half_twiddles(device, n, cdt)
+        return device.launch(_kernel(device, cdt, "rfft_post"), (m + 1, batch), None,
+                             [y.buffer, np.int64(y.offset), spec.buffer, np.int64(m), tw,
+                              _real(cdt, scale)],
+                             reads=[spec.buffer, tw], writes=[y.buffer], queue=queue,
+                             name="fft_rfft_post")
     full = layout.contiguous(device, x.with_shape((batch, n), (n, 1)), cdt, queue=queue)
     spec = layout.empty(device, (batch, n), cdt)
     fft(device, full, spec, scale=scale, queue=queue)

@@ -145,3 +145,31 @@ def test_rows_at_an_offset(device, up, down):
         out = layout.empty(device, (2, 16), "complex64")
         dispatch.fft_rows("fft", device, rows, out, inverse=True, scale=1 / 16)
         np.testing.assert_allclose(down(out), np.fft.ifft(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [4, 6, 10, 16, 74, 2 * 97, 1000, 4096])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_rfft_of_even_lengths_by_half_transforms(device, n, dtype):
+    """An even length's rfft is the n/2-point transform of its (even, odd) pairs and one last
+    step (clops' own kernels): rows at even and odd offsets (a copy), every dtype, a scale,
+    and the DC and Nyquist terms of constant and alternating signals."""
+    if dtype == "float64" and not device.caps.fp64:
+        pytest.skip("no cl_khr_fp64")
+    cdt = layout.COMPLEX_OF[dtype]
+    x = RNG.standard_normal((3, n)).astype(dtype)
+    x[1] = 2.5
+    x[2, ::2], x[2, 1::2] = 1.0, -1.0
+    store = np.zeros(1 + x.size, dtype)
+    for off in (0, 1):
+        store[off:off + x.size] = x.ravel()
+        buf = device.alloc(store.nbytes)
+        device.write(buf, store, blocking=True)
+        rows = layout.Operand(buf, (3, n), dtype, (n, 1), off)
+        out = layout.empty(device, (3, n // 2 + 1), cdt)
+        fft.rfft(device, rows, out, scale=0.5)
+        got = np.empty((3, n // 2 + 1), np.complex128 if cdt == "complex128" else np.complex64)
+        device.read(got, out.buffer)
+        want = np.fft.rfft(x.astype(np.float64)) * 0.5
+        tol = 1e-12 if dtype == "float64" else 3e-6 * np.log2(n)
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
+        assert abs(got[1, 0] - 1.25 * n) <= tol * n and abs(got[2, n // 2] - 0.5 * n) <= tol * n
