@@ -24,6 +24,7 @@ from .kernel_ops import (
     sort_last,
 )
 from .manipulation import concat, reshape
+from .sorting import sort_values
 from .statistics import any as any_
 from .tensor import Tensor, same_device
 
@@ -54,12 +55,19 @@ def _sorted_complex(flat: Tensor) -> tuple[Tensor, Tensor]:
     return take(flat, perm), perm
 
 
-def _runs(x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(sorted values, sort permutation, run-start flags, run starts) of flattened ``x``."""
+def _runs(x: Tensor, perm_too: bool = True) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+    """(sorted values, sort permutation (if ``perm_too``), run-start flags, run starts) of
+    flattened ``x``."""
     flat = reshape(x, (-1,))
     # NOTE: complex values have no natural order; any order that makes equal values neighbours
     # will do (the standard leaves the order of the unique values unspecified)
-    vals, perm = _sorted_complex(flat) if x.dtype.kind == "c" else sort_last(flat, False)
+    perm: Tensor | None = None
+    if x.dtype.kind == "c":
+        vals, perm = _sorted_complex(flat)
+    elif perm_too:
+        vals, perm = sort_last(flat, False)
+    else:
+        vals = sort_values(flat, False)
     n = flat.size
     flags = new((n,), _dt.bool_, x.device)
     if n:
@@ -88,7 +96,7 @@ def unique_values(x: Tensor, /) -> Tensor:
     >>> clops.unique_values(clops.asarray([3, 1, 3]))
     Tensor([1, 3], dtype=int64, device=opencl:cpu:0)
     """
-    vals, _, _, starts = _runs(x)
+    vals, _, _, starts = _runs(x, False)
     return take(vals, starts)
 
 
@@ -98,7 +106,7 @@ def unique_counts(x: Tensor, /) -> UniqueCountsResult:
     >>> clops.unique_counts(clops.asarray([3, 1, 3])).counts
     Tensor([1, 2], dtype=int64, device=opencl:cpu:0)
     """
-    vals, _, _, starts = _runs(x)
+    vals, _, _, starts = _runs(x, False)
     return UniqueCountsResult(take(vals, starts), _counts(starts, x.size))
 
 
@@ -109,6 +117,7 @@ def unique_inverse(x: Tensor, /) -> UniqueInverseResult:
     Tensor([1, 0, 1], dtype=int64, device=opencl:cpu:0)
     """
     vals, perm, flags, starts = _runs(x)
+    assert perm is not None
     return UniqueInverseResult(take(vals, starts), _inverse(x, perm, flags))
 
 
@@ -120,6 +129,7 @@ def unique_all(x: Tensor, /) -> UniqueAllResult:
     Tensor([1, 0], dtype=int64, device=opencl:cpu:0)
     """
     vals, perm, flags, starts = _runs(x)
+    assert perm is not None
     return UniqueAllResult(take(vals, starts), take(perm, starts), _inverse(x, perm, flags),
                            _counts(starts, x.size))
 
@@ -188,7 +198,7 @@ def _isin(x1: Tensor, x2: Tensor) -> Tensor:
         found = any_(eq, axis=-1)
     else:
         n = flat.size
-        keys, _ = sort_last(flat, False)
+        keys = sort_values(flat, False)
         pos = searchsorted_flat(keys, a, False)
         at = gather_flat(keys.realize(), apply("minimum", pos, n - 1))
         found = apply("equal", at, a)

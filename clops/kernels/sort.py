@@ -1,5 +1,6 @@
-"""Kernels, sort: stable sorts of contiguous rows, merge sort (CPUs) or bitonic (elsewhere), and
-binary search (``sort.cl``). One program per element type, so every shape reuses it."""
+"""Kernels, sort: stable sorts of contiguous rows, radix sort (CPUs, ``sort_cpu.cl``) or bitonic
+(elsewhere, ``sort.cl``), and binary search (``sort.cl``). One program per element type (and
+what a radix sort writes), so every shape reuses it."""
 
 from __future__ import annotations
 
@@ -8,21 +9,39 @@ import numpy as np
 from ..graph.dtypes import DType
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
-from .launch import flat_geometry, math_options, shared_kernel
+from .launch import eager_kernel, flat_geometry, math_options, shared_kernel
 
 I64 = np.int64
-# Keys one work-item merge-sorts on a CPU before the parallel merge passes.
-SORT_BLOCK = 4096
 
 
 def sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
          descending: bool, algorithm: str | None = None) -> tuple[Buffer, Buffer, int]:
     """Stable sort of ``rows`` contiguous rows of ``n`` keys. Returns (keys, indices, P): rows
     of ``P`` entries (P >= n) whose first ``n`` are the sorted keys and their original
-    positions (int64). ``algorithm``: "merge" (P = n; the default on CPUs) or "bitonic" (P a
-    power of two; the default elsewhere)."""
-    if (algorithm or ("merge" if dev.kind == "cpu" else "bitonic")) == "merge":
-        return _merge_sort(dev, dtype, x, x_off, rows, n, descending)
+    positions (int64). ``algorithm``: "radix" (P = n; the default on CPUs: ``radix_sort``) or
+    "bitonic" (P a power of two; the default elsewhere)."""
+    if (algorithm or ("radix" if dev.kind == "cpu" else "bitonic")) == "radix":
+        keys, idx = radix_sort(dev, dtype, x, x_off, rows, n, descending)
+        assert keys is not None and idx is not None
+        return keys, idx, n
+    return _bitonic_sort(dev, dtype, x, x_off, rows, n, descending)
+
+
+def sort_one(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
+             descending: bool, indices: bool) -> tuple[Buffer, int]:
+    """``sort``'s keys, or (``indices``) its indices, and P. A CPU device's radix sort
+    computes only that one; the bitonic sort computes both."""
+    if dev.kind == "cpu":
+        keys, idx = radix_sort(dev, dtype, x, x_off, rows, n, descending, not indices, indices)
+        out = idx if indices else keys
+        assert out is not None
+        return out, n
+    keys, idx, P = _bitonic_sort(dev, dtype, x, x_off, rows, n, descending)
+    return (idx if indices else keys), P
+
+
+def _bitonic_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
+                  descending: bool) -> tuple[Buffer, Buffer, int]:
     P = 1
     while P < n:
         P *= 2
@@ -53,33 +72,95 @@ def sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
     return keys, idx, P
 
 
-def _merge_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
-                descending: bool) -> tuple[Buffer, Buffer, int]:
-    opts = math_options(dtype)
-    size = max(rows * n, 1)
-    ka, kb = dev.alloc(size * dtype.itemsize), dev.alloc(size * dtype.itemsize)
-    ia, ib = dev.alloc(size * 8), dev.alloc(size * 8)
-    if rows * n == 0:
-        return ka, ia, n
-    desc = np.int32(1 if descending else 0)
-    B = SORT_BLOCK
-    bpr = -(-n // B)
-    k0 = shared_kernel(dev, "sort", "msort_block", opts)
-    g, loc = flat_geometry(dev, rows * bpr)
-    dev.launch(k0, g, loc, [x, I64(x_off), ka, ia, kb, ib, I64(n), I64(B), I64(bpr),
-                            I64(rows * bpr), desc], reads=[x], writes=[ka, ia, kb, ib],
-                   name="msort_block")
-    k1 = shared_kernel(dev, "sort", "msort_merge", opts)
-    src, dst = (ka, ia), (kb, ib)
-    w = B
-    g1, loc1 = flat_geometry(dev, rows * bpr)
-    while w < n:
-        dev.launch(k1, g1, loc1, [src[0], src[1], dst[0], dst[1], I64(n), I64(w), I64(B), I64(bpr),
-                                  I64(rows * bpr), desc], reads=[src[0], src[1]],
-                   writes=[dst[0], dst[1]], name="msort_merge")
-        src, dst = dst, src
-        w *= 2
-    return src[0], src[1], n
+# The radix sort of CPU devices (``sort_cpu.cl``): the element's bits and how its key is made.
+_BITS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
+_UNSIGNED: dict[int, type[np.unsignedinteger]] = {1: np.uint8, 2: np.uint16, 4: np.uint32,
+                                                  8: np.uint64}
+_INF = {4: "0x7f800000u", 8: "0x7ff0000000000000ul"}
+# Rows of at most this many keys are insertion-sorted (private memory), longer ones radix-sorted.
+RADIX_SMALL = 32
+# Most chunks a row is cut into (the passes' private counts are CMAX * 256 per work-item), and
+# the fewest keys a chunk gets.
+RADIX_CMAX = 16
+RADIX_MIN_CHUNK = 1 << 14
+# Bits of a digit. PERF: 11-bit digits (3 passes for 4-byte keys) ran 2^19 float32 no faster
+# than 8-bit ones on Intel's runtime (2 cores), often slower.
+RADIX_BITS = 8
+# Chunks a row is cut into for each compute unit, when there are too few rows.
+RADIX_CHUNKS_PER_CU = 4
+# a scalar argument's numpy type in the radix kernels (None: a buffer)
+_ROWS_ARGS = [None, I64, None, None, None, None, None, None, I64, I64]
+_HIST_ARGS = [None, I64, None, I64, np.int32, I64, I64]
+_PASS_ARGS = [None, I64, None, None, None, None, None, None, None, None, I64, np.int32, I64, I64]
+
+
+def _radix_options(dtype: DType, values: bool, indices: bool, r: int) -> dict[str, object]:
+    size = dtype.itemsize
+    kind = {"u": 0, "b": 0, "i": 1, "f": 2}[dtype.kind]
+    opts: dict[str, object] = dict(U=_BITS[size], BITS=8 * size, R=r, NB=1 << r,
+                                   PASSES=-(-8 * size // r), KIND=kind, VALS=values,
+                                   IDX=indices, SMALL=RADIX_SMALL, CMAX=RADIX_CMAX)
+    if kind == 2:
+        opts["INF"] = _INF[size]
+    return opts
+
+
+def radix_chunks(dev: CLDevice, rows: int, n: int) -> tuple[int, int]:
+    """(C, s): each row in C chunks of 2^s keys (C = 1: a work-item sorts a whole row). Rows
+    are cut when there are too few of them to keep every compute unit busy."""
+    cu = max(1, dev.caps.compute_units)
+    if n <= RADIX_SMALL or rows >= 2 * cu:
+        return 1, max(0, (n - 1).bit_length())
+    want = min(RADIX_CMAX, -(-RADIX_CHUNKS_PER_CU * cu // rows), max(1, n // RADIX_MIN_CHUNK))
+    s = max(0, (-(-n // want) - 1).bit_length())
+    return -(-n // (1 << s)), s
+
+
+def radix_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
+               descending: bool, values: bool = True, indices: bool = True
+               ) -> tuple[Buffer | None, Buffer | None]:
+    """Stable sort of ``rows`` contiguous rows of ``n`` keys of ``dtype`` (any kind but
+    complex, a byte to 8) by an LSD radix sort of their keys, for CPU devices: (the sorted
+    values if ``values``, their original positions as int64 if ``indices``), rows of ``n``."""
+    if n >= 1 << 32:
+        raise ValueError(f"sort: rows of {n} elements; the radix sort takes fewer than 2^32")
+    size = dtype.itemsize
+    total = rows * n
+    ov = dev.alloc(max(total, 1) * size) if values else None
+    oi = dev.alloc(max(total, 1) * 8) if indices else None
+    if total == 0:
+        return ov, oi
+    U = _UNSIGNED[size]
+    flip = U(~U(0) if descending else 0)
+    C, s = radix_chunks(dev, rows, n)
+    r = RADIX_BITS
+    opts = _radix_options(dtype, values, indices, r)
+    passes = -(-8 * size // r)
+    dummy = dev.alloc(8)
+    ovb, oib = ov or dummy, oi or dummy
+    scratch = total * size if n > RADIX_SMALL else 8
+    sv0, sv1 = dev.alloc(scratch), dev.alloc(scratch)
+    iscratch = total * 4 if indices and n > RADIX_SMALL else 8
+    si0, si1 = dev.alloc(iscratch), dev.alloc(iscratch)
+    outs = [b for b in (ov, oi) if b is not None] + [sv0, sv1, si0, si1]
+    if C == 1:
+        k = eager_kernel(dev, "sort_cpu", "rsort_rows", _ROWS_ARGS + [U], **opts)
+        dev.launch(k, (rows,), (1,), [x, I64(x_off), ovb, oib, sv0, sv1, si0, si1, I64(n),
+                                      I64(rows), flip], reads=[x], writes=outs,
+                   name="rsort_rows")
+        return ov, oi
+    g = rows * C
+    hist = dev.alloc(g * (passes * (1 << r) + 1) * 4)
+    part = dev.alloc(2 * g * C * (1 << r) * 4)
+    kh = eager_kernel(dev, "sort_cpu", "rsort_hist", _HIST_ARGS + [U], **opts)
+    dev.launch(kh, (g,), (1,), [x, I64(x_off), hist, I64(n), np.int32(s), I64(C), I64(g), flip],
+               reads=[x], writes=[hist], name="rsort_hist")
+    kp = eager_kernel(dev, "sort_cpu", "rsort_pass", _PASS_ARGS + [U, np.int32], **opts)
+    for p in range(passes):
+        dev.launch(kp, (g,), (1,), [x, I64(x_off), ovb, oib, sv0, sv1, si0, si1, hist, part,
+                                    I64(n), np.int32(s), I64(C), I64(g), flip, np.int32(p)],
+                   reads=[x, hist, part], writes=outs + [part], name="rsort_pass")
+    return ov, oi
 
 
 def searchsorted(dev: CLDevice, dtype: DType, a: Buffer, a_off: int, a_stride: int, n: int,

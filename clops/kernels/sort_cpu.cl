@@ -1,0 +1,306 @@
+// Array kernels, sorting on CPU devices: a stable LSD radix sort of order-preserving keys, one
+// byte a pass. A work-item sorts a whole row (rows of a matrix: one launch), or a chunk of a long
+// row with its passes spread over the work-items (one launch to count, one a pass).
+// Keys: the element's bits, with the sign flipped (signed ints), or all bits of negatives and
+// the sign of the rest (floats; -0.0 counts as 0.0 so the two keep their order, every NaN is the
+// largest key and NaNs keep theirs). Descending complements the key: still stable, NaN first.
+// Passes whose byte is the same in every key of a row are skipped (decided in the kernels, from
+// the counts: nothing is read back). Elements move as their bits; keys are recomputed each pass.
+// Build options: -DU=<uchar|ushort|uint|ulong> (the element's bits) -DBITS=<its bits> -DR=<bits
+// of a digit> -DNB=<2^R> -DPASSES=<BITS / R, rounded up> -DKIND=<0 unsigned, 1 signed, 2 float> -DINF=<bits of +inf> (floats) -DVALS=<0|1> (write the
+// sorted values) -DIDX=<0|1> (write the permutation, int64) -DSMALL=<rows this short: insertion
+// sort> -DCMAX=<most chunks of a row>.
+
+#define SIGN ((U)((U)1 << (BITS - 1)))
+
+inline U key_of(U b, U flip)
+{
+#if KIND == 1
+    b ^= SIGN;
+#elif KIND == 2
+    U mag = b & (U)~SIGN;
+    U neg = (b & SIGN) ? (U)~(U)0 : SIGN;  // negatives: all bits; the rest: the sign
+    b = mag ? (U)(b ^ neg) : SIGN;  // -0.0 is 0.0
+    b = mag > (U)INF ? (U)~(U)0 : b;  // NaN: past +inf
+#endif
+    return b ^ flip;
+}
+
+// Where no key of a row is NaN or -0.0, the key above is one-to-one: passes after the first move
+// keys instead of bits (no key to recompute), and the last turns them back into values.
+inline int special(U b)
+{
+#if KIND == 2
+    return (b & (U)~SIGN) > (U)INF || b == SIGN;
+#else
+    return 0;
+#endif
+}
+
+inline U value_of(U k, U flip)
+{
+    k ^= flip;
+#if KIND == 1
+    k ^= SIGN;
+#elif KIND == 2
+    k = (k & SIGN) ? (U)(k ^ SIGN) : (U)~k;
+#endif
+    return k;
+}
+
+inline uint digit(U k, int p) { return (uint)(k >> (R * p)) & (NB - 1); }
+
+// The slots of four consecutive elements of digits d0..d3 in offs (advanced past them); equal
+// digits take consecutive slots, in order.
+#define SLOTS4(offs, d0, d1, d2, d3, p0, p1, p2, p3) \
+    p0 = offs[d0]; \
+    p1 = offs[d1] + (d0 == d1); \
+    p2 = offs[d2] + (d0 == d2) + (d1 == d2); \
+    p3 = offs[d3] + (d0 == d3) + (d1 == d3) + (d2 == d3); \
+    offs[d0] = p0 + 1; offs[d1] = p1 + 1; offs[d2] = p2 + 1; offs[d3] = p3 + 1;
+
+// Digit counts of every pass over src[lo:hi), added to cnt[PASSES][NB] (two interleaved sets of
+// counters, so that runs of one digit do not wait on each other's increments).
+inline uint count_digits(__global const U *src, long lo, long hi, U flip, uint *cnt,
+                         uint *cnt2)
+{
+    long i = lo;
+    uint sp = 0;
+    for (; i + 1 < hi; i += 2) {
+        U b0 = src[i], b1 = src[i + 1];
+        U k0 = key_of(b0, flip), k1 = key_of(b1, flip);
+        sp += special(b0) + special(b1);
+        for (int p = 0; p < PASSES; p++) {
+            cnt[p * NB + digit(k0, p)]++;
+            cnt2[p * NB + digit(k1, p)]++;
+        }
+    }
+    if (i < hi) {
+        U b0 = src[i], k0 = key_of(b0, flip);
+        sp += special(b0);
+        for (int p = 0; p < PASSES; p++) cnt[p * NB + digit(k0, p)]++;
+    }
+    for (int t = 0; t < PASSES * NB; t++) cnt[t] += cnt2[t];
+    return sp;
+}
+
+// One pass over src[lo:hi) (bits sv, and indices si, or, in the first pass, the positions):
+// each element to its slot of offs (exclusive prefix sums of the digit counts, advanced as they
+// fill); the last pass writes the values (VALS) and int64 indices dl, the others dv and di. With
+// keyed, passes after the first read keys and all but the last write them. With next >= 0, also
+// counts what lands in each chunk of 2^s slots by its digit of pass next.
+#define LOAD(e, k, i) \
+    U e = sv[i]; \
+    U k = keyed && !first ? e : key_of(e, flip);
+#define MOVE(e, k, i, pos) \
+    if (!last) dv[pos] = keyed ? k : e; \
+    else if (VALS) dv[pos] = keyed && !first ? value_of(e, flip) : e; \
+    if (IDX) { uint ix_ = first ? (uint)(i) : si[i]; if (last) dl[pos] = ix_; else di[pos] = ix_; }
+
+inline void scatter(__global const U *sv, __global const uint *si, __global U *dv,
+                    __global uint *di, __global long *dl, long lo, long hi, uint *offs, int p,
+                    U flip, int first, int last, int keyed, int next, int s, uint *nc)
+{
+    long i = lo;
+    for (; i + 3 < hi; i += 4) {
+        LOAD(e0, k0, i) LOAD(e1, k1, i + 1) LOAD(e2, k2, i + 2) LOAD(e3, k3, i + 3)
+        uint d0 = digit(k0, p), d1 = digit(k1, p), d2 = digit(k2, p), d3 = digit(k3, p);
+        uint p0, p1, p2, p3;
+        SLOTS4(offs, d0, d1, d2, d3, p0, p1, p2, p3)
+        MOVE(e0, k0, i, p0) MOVE(e1, k1, i + 1, p1) MOVE(e2, k2, i + 2, p2)
+        MOVE(e3, k3, i + 3, p3)
+        if (next >= 0) {
+            nc[(p0 >> s) * NB + digit(k0, next)]++;
+            nc[(p1 >> s) * NB + digit(k1, next)]++;
+            nc[(p2 >> s) * NB + digit(k2, next)]++;
+            nc[(p3 >> s) * NB + digit(k3, next)]++;
+        }
+    }
+    for (; i < hi; i++) {
+        LOAD(e, k, i)
+        uint pos = offs[digit(k, p)]++;
+        MOVE(e, k, i, pos)
+        if (next >= 0) nc[(pos >> s) * NB + digit(k, next)]++;
+    }
+}
+
+// scatter with its flags as constants (so that each combination is compiled on its own)
+#define SCATTER(first, last, next_, nc_) \
+    if (keyed) scatter(sv, si, dv, di, dl, lo, hi, offs, p, flip, first, last, 1, next_, s, nc_); \
+    else scatter(sv, si, dv, di, dl, lo, hi, offs, p, flip, first, last, 0, next_, s, nc_);
+
+// Stable insertion sort of a short row (n <= SMALL) in private memory.
+inline void insertion_row(__global const U *src, __global U *ov, __global long *oi, long n,
+                          U flip)
+{
+    U kk[SMALL], vv[SMALL];
+    uint ii[SMALL];
+    for (int i = 0; i < (int)n; i++) {
+        U b = src[i], k = key_of(b, flip);
+        int j = i;
+        while (j > 0 && kk[j - 1] > k) {
+            kk[j] = kk[j - 1]; vv[j] = vv[j - 1]; ii[j] = ii[j - 1];
+            j--;
+        }
+        kk[j] = k; vv[j] = b; ii[j] = (uint)i;
+    }
+    for (int i = 0; i < (int)n; i++) {
+#if VALS
+        ov[i] = vv[i];
+#endif
+#if IDX
+        oi[i] = ii[i];
+#endif
+    }
+}
+
+// The row as it is (every key the same): elements lo..hi-1.
+inline void copy_row(__global const U *src, __global U *ov, __global long *oi, long lo, long hi)
+{
+    for (long i = lo; i < hi; i++) {
+#if VALS
+        ov[i] = src[i];
+#endif
+#if IDX
+        oi[i] = i;
+#endif
+    }
+}
+
+// -- one work-item a row ------------------------------------------------------------------------
+// x: rows of n (from x_off); ov, oi: the sorted rows (values, int64 positions); sv0/sv1, si0/si1:
+// scratch of rows * n for passes between the first and the last.
+__kernel void rsort_rows(__global const U *x, const long x_off, __global U *ov,
+                         __global long *oi, __global U *sv0, __global U *sv1,
+                         __global uint *si0, __global uint *si1, const long n,
+                         const long rows, const U flip)
+{
+    long row = get_global_id(0);
+    if (row >= rows) return;
+    long base = row * n;
+    __global const U *src = x + x_off + base;
+    if (n <= SMALL) {
+        insertion_row(src, ov + base, oi + base, n, flip);
+        return;
+    }
+    uint cnt[PASSES * NB], cnt2[PASSES * NB];
+    for (int t = 0; t < PASSES * NB; t++) { cnt[t] = 0; cnt2[t] = 0; }
+    int keyed = count_digits(src, 0, n, flip, cnt, cnt2) == 0;
+    U k0 = key_of(src[0], flip);
+    int act[PASSES], m = 0;
+    for (int p = 0; p < PASSES; p++)
+        if (cnt[p * NB + digit(k0, p)] != (uint)n) act[m++] = p;
+    if (m == 0) {
+        copy_row(src, ov + base, oi + base, 0, n);
+        return;
+    }
+    __global U *svs[2] = {sv0 + base, sv1 + base};
+    __global uint *sis[2] = {si0 + base, si1 + base};
+    for (int a = 0; a < m; a++) {
+        int p = act[a];
+        uint offs[NB], run = 0;
+        for (int d = 0; d < NB; d++) { offs[d] = run; run += cnt[p * NB + d]; }
+        int last = a == m - 1;
+        __global const U *sv = a == 0 ? src : svs[(m - a) & 1];
+        __global const uint *si = sis[(m - a) & 1];
+        __global U *dv = last ? ov + base : svs[(m - 1 - a) & 1];
+        __global uint *di = sis[(m - 1 - a) & 1];
+        __global long *dl = oi + base;
+        long lo = 0, hi = n;
+        int s = 0;
+        if (a == 0 && last) { SCATTER(1, 1, -1, 0) }
+        else if (a == 0) { SCATTER(1, 0, -1, 0) }
+        else if (last) { SCATTER(0, 1, -1, 0) }
+        else { SCATTER(0, 0, -1, 0) }
+    }
+}
+
+// -- chunks of long rows: C chunks of 2^s elements (the last one shorter) --------------------
+// hist[row][c]: the digit counts of chunk c of the input row, [p][NB] for every pass, then how
+// many of its keys are NaN or -0.0.
+#define HSTRIDE (PASSES * NB + 1)
+__kernel void rsort_hist(__global const U *x, const long x_off, __global uint *hist,
+                         const long n, const int s, const long C, const long total,
+                         const U flip)
+{
+    long g = get_global_id(0);
+    if (g >= total) return;
+    long row = g / C, c = g % C;
+    long lo = c << s, hi = min(n, (c + 1) << s);
+    uint cnt[PASSES * NB], cnt2[PASSES * NB];
+    for (int t = 0; t < PASSES * NB; t++) { cnt[t] = 0; cnt2[t] = 0; }
+    uint sp = count_digits(x + x_off + row * n, lo, hi, flip, cnt, cnt2);
+    __global uint *h = hist + g * HSTRIDE;
+    for (int t = 0; t < PASSES * NB; t++) h[t] = cnt[t];
+    h[PASSES * NB] = sp;
+}
+
+// One pass (digit p) of chunk c of a row. The chunk's digit counts come from rsort_hist (the
+// row's first pass) or, later, from the previous pass's writers: part[a & 1][row][w][c][NB]
+// counts what writer w put into chunk c, by the digit of the next pass.
+__kernel void rsort_pass(__global const U *x, const long x_off, __global U *ov,
+                         __global long *oi, __global U *sv0, __global U *sv1,
+                         __global uint *si0, __global uint *si1,
+                         __global const uint *hist, __global uint *part, const long n,
+                         const int s, const long C, const long total, const U flip,
+                         const int p)
+{
+    long g = get_global_id(0);
+    if (g >= total) return;
+    long rows = total / C, row = g / C, c = g % C;
+    long base = row * n;
+    long lo = c << s, hi = min(n, (c + 1) << s);
+    __global const U *src = x + x_off + base;
+    __global const uint *hrow = hist + row * C * HSTRIDE;
+    // the passes that move something: a digit that is not the same in every key of the row
+    U k0 = key_of(src[0], flip);
+    int act[PASSES], m = 0, a = -1;
+    uint sp = 0;
+    for (long cc = 0; cc < C; cc++) sp += hrow[cc * HSTRIDE + PASSES * NB];
+    int keyed = sp == 0;
+    for (int q = 0; q < PASSES; q++) {
+        uint d0 = digit(k0, q), same = 0;
+        for (long cc = 0; cc < C; cc++) same += hrow[cc * HSTRIDE + q * NB + d0];
+        if (same != (uint)n) {
+            if (q == p) a = m;
+            act[m++] = q;
+        }
+    }
+    if (m == 0 && p == PASSES - 1) copy_row(src, ov + base, oi + base, lo, hi);
+    if (a < 0) return;
+    // this chunk's first slot for each digit: all smaller digits of the row, then this digit
+    // in the chunks before
+    uint offs[NB];
+    for (int d = 0; d < NB; d++) offs[d] = 0;
+    for (long cc = 0; cc < C; cc++)
+        for (int d = 0; d < NB; d++) offs[d] += hrow[cc * HSTRIDE + p * NB + d];
+    uint run = 0;
+    for (int d = 0; d < NB; d++) { uint t = offs[d]; offs[d] = run; run += t; }
+    __global const uint *prev = part + (((a - 1) & 1) * rows + row) * C * C * NB;
+    for (long cc = 0; cc < c; cc++) {
+        if (a == 0) {
+            for (int d = 0; d < NB; d++) offs[d] += hrow[cc * HSTRIDE + p * NB + d];
+        } else {
+            for (long w = 0; w < C; w++)
+                for (int d = 0; d < NB; d++) offs[d] += prev[(w * C + cc) * NB + d];
+        }
+    }
+    int last = a == m - 1, next = last ? -1 : act[a + 1];
+    __global const U *sv = a == 0 ? src : (((m - a) & 1) ? sv1 : sv0) + base;
+    __global const uint *si = (((m - a) & 1) ? si1 : si0) + base;
+    __global U *dv = last ? ov + base : (((m - 1 - a) & 1) ? sv1 : sv0) + base;
+    __global uint *di = (((m - 1 - a) & 1) ? si1 : si0) + base;
+    __global long *dl = oi + base;
+    if (last) {
+        uint none[1];
+        if (a == 0) { SCATTER(1, 1, -1, none) }
+        else { SCATTER(0, 1, -1, none) }
+        return;
+    }
+    uint nc[CMAX * NB];
+    for (long t = 0; t < C * NB; t++) nc[t] = 0;
+    if (a == 0) { SCATTER(1, 0, next, nc) }
+    else { SCATTER(0, 0, next, nc) }
+    __global uint *mine = part + ((a & 1) * rows + row) * C * C * NB + c * C * NB;
+    for (long t = 0; t < C * NB; t++) mine[t] = nc[t];
+}
