@@ -21,6 +21,30 @@ inline CT root(__global const CT *tw, long t, int inverse) {
     return w;
 }
 
+// The 4-point transform of (a0, a1, a2, a3) into out (the inverse's for inverse != 0).
+inline void dft4(CT a0, CT a1, CT a2, CT a3, int inverse, CT *out) {
+    CT s0 = a0 + a2, s1 = a0 - a2, s2 = a1 + a3, d = a1 - a3;
+    CT s3 = inverse ? (CT)(-d.y, d.x) : (CT)(d.y, -d.x);  // d * (-i) forward, d * (+i) inverse
+    out[0] = s0 + s2;
+    out[1] = s1 + s3;
+    out[2] = s0 - s2;
+    out[3] = s1 - s3;
+}
+
+// exp(-2 pi i t / R) for R = 8 or 16 and 0 <= t < R (conjugated for the inverse), from the
+// cosines of the multiples of 2 pi / 16.
+inline CT unit_root(const int R, int t, int inverse) {
+    const RT c16[5] = {(RT)1, (RT)0.92387953251128675613, (RT)0.70710678118654752440,
+                       (RT)0.38268343236508977173, (RT)0};
+    int u = (16 / R) * t % 16;  // the angle in sixteenths of a turn
+    // cos and sin of 2 pi u / 16 by quadrant
+    int qd = u / 4, rr = u % 4;
+    RT c = c16[rr], s = c16[4 - rr];
+    RT cu = qd == 0 ? c : qd == 1 ? -s : qd == 2 ? -c : s;
+    RT su = qd == 0 ? s : qd == 1 ? c : qd == 2 ? -s : -c;
+    return (CT)(cu, inverse ? su : -su);
+}
+
 // One pass: work item j of n/R takes v[r] = src[j + r n/R] (r < R), multiplies by the twiddles
 // of its sub-transform of length ns*R, does an R-point DFT and writes the results ns apart, so
 // that after the last pass the output is in natural order (no bit reversal).
@@ -44,6 +68,27 @@ inline void stockham_pass(const int R, __global CT *dst, long dst_off, __global 
     if (R == 2) {
         out[0] = v[0] + v[1];
         out[1] = v[0] - v[1];
+    } else if (R == 8 || R == 16) {
+        // r = 4 r1 + r0, q = q0 + S q1 (S = R / 4): a transform of R/4 points over r1 for each
+        // r0, twiddled by w_R^(r0 q0), then one of 4 points over r0 for each q0
+        const int S = R / 4;
+        for (int r0 = 0; r0 < 4; ++r0) {
+            CT a[4];
+            if (S == 2) {
+                a[0] = v[r0] + v[r0 + 4];
+                a[1] = v[r0] - v[r0 + 4];
+            } else {
+                dft4(v[r0], v[r0 + 4], v[r0 + 8], v[r0 + 12], inverse, a);
+            }
+            for (int q0 = 1; q0 < S; ++q0) a[q0] = cmul(a[q0], unit_root(R, r0 * q0, inverse));
+            for (int q0 = 0; q0 < S; ++q0) out[r0 * S + q0] = a[q0];  // held as [r0][q0]
+        }
+        for (int q0 = 0; q0 < S; ++q0) {
+            CT b[4];
+            dft4(out[q0], out[S + q0], out[2 * S + q0], out[3 * S + q0], inverse, b);
+            for (int q1 = 0; q1 < 4; ++q1) v[q0 + S * q1] = b[q1];
+        }
+        for (int q = 0; q < R; ++q) out[q] = v[q];
     } else if (R == 4) {
         CT a0 = v[0] + v[2], a1 = v[0] - v[2], a2 = v[1] + v[3], d = v[1] - v[3];
         // a3 = d * (-i) forward, d * (+i) inverse
@@ -77,6 +122,8 @@ __kernel void fft_pass3(PASS_ARGS) { stockham_pass(3, PASS_CALL); }
 __kernel void fft_pass4(PASS_ARGS) { stockham_pass(4, PASS_CALL); }
 __kernel void fft_pass5(PASS_ARGS) { stockham_pass(5, PASS_CALL); }
 __kernel void fft_pass7(PASS_ARGS) { stockham_pass(7, PASS_CALL); }
+__kernel void fft_pass8(PASS_ARGS) { stockham_pass(8, PASS_CALL); }
+__kernel void fft_pass16(PASS_ARGS) { stockham_pass(16, PASS_CALL); }
 __kernel void fft_passn(PASS_ARGS, int radix) { stockham_pass(radix, PASS_CALL); }
 
 // Bluestein, step 1: a[b, k] = x[b, k] * chirp[k] for k < n, 0 up to m (the padded length).

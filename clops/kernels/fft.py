@@ -29,22 +29,24 @@ if TYPE_CHECKING:
     from ..runtime.pool import Buffer
 
 MAX_RADIX = 32
-_SPECIAL = (2, 3, 4, 5, 7)
+_SPECIAL = (2, 3, 4, 5, 7, 8, 16)
 _NP_COMPLEX = {"complex64": np.complex64, "complex128": np.complex128}
 _LOCK = threading.RLock()
 
 
 def radices(n: int) -> list[int] | None:
-    """The passes for length ``n`` (4s first), or ``None`` when a prime factor is larger than
-    MAX_RADIX (Bluestein then).
+    """The passes for length ``n`` (16s, then an 8 or a 4, first), or ``None`` when a prime
+    factor is larger than MAX_RADIX (Bluestein then). Each pass reads and writes every value
+    once: fewer, wider passes move less memory.
 
-    >>> radices(48), radices(37 * 2)
-    ([4, 4, 3], None)
+    >>> radices(48), radices(2 ** 23), radices(37 * 2)
+    ([16, 3], [16, 16, 16, 16, 16, 8], None)
     """
     out = []
-    while n % 4 == 0 and n > 1:
-        out.append(4)
-        n //= 4
+    for r in (16, 8, 4):
+        while n % r == 0 and n > 1:
+            out.append(r)
+            n //= r
     p = 2
     while n > 1:
         while n % p == 0:

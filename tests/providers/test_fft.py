@@ -41,8 +41,9 @@ def close(got, want, tol=2e-5):
     np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale)
 
 
-@pytest.mark.parametrize("n", [1, 2, 6, 16, 30, 49, 97, 128])
+@pytest.mark.parametrize("n", [1, 2, 6, 8, 16, 24, 30, 49, 64, 97, 128, 512, 8192, 3 * 4096])
 def test_fft_sizes(device, impl, n):
+    # passes of radix 16, 8 (and 4 and 2 after them), the small primes and Bluestein
     x = crand(3, n)
     t = clops.asarray(x, device=device)
     close(cfft.fft(t), np.fft.fft(x))
@@ -173,3 +174,10 @@ def test_rfft_of_even_lengths_by_half_transforms(device, n, dtype):
         tol = 1e-12 if dtype == "float64" else 3e-6 * np.log2(n)
         np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max())
         assert abs(got[1, 0] - 1.25 * n) <= tol * n and abs(got[2, n // 2] - 0.5 * n) <= tol * n
+
+
+def test_wide_passes_first():
+    assert fft.radices(2 ** 23) == [16, 16, 16, 16, 16, 8]
+    assert fft.radices(3 * 4096) == [16, 16, 16, 3]
+    assert fft.radices(64) == [16, 4] and fft.radices(32) == [16, 2]
+    assert fft.radices(2 * 37) is None
