@@ -212,6 +212,13 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     xp = _api()
     nd = x.ndim
     axis = axis % nd
+    if x.device.kind != "cpu":
+        # GPUs: the compiler's softmax, one fused kernel of a work-group a row (or a column
+        # layout) and split rows where they are few. PERF (H200, float32, device time): the
+        # row kernel below (a work-item a row) 3.16 ms for 4096x4096 against PyTorch's 0.064
+        xf = x if x.dtype.name == "float32" else xp.astype(x, xp.float32)
+        e = xp.exp(xf - xp.max(xf, axis=axis, keepdims=True))
+        return e / xp.sum(e, axis=axis, keepdims=True)
     inner = int(np.prod(x.shape[axis + 1:]))
     if axis != nd - 1 and inner >= _COLUMN_SOFTMAX_MIN and _columns_pay(x.device):
         # PERF: over a leading axis, one kernel down the columns instead of a transpose, the

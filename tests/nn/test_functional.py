@@ -285,3 +285,31 @@ def test_softmax_over_leading_axes(device, shape, axis, columns, monkeypatch):
     flipped = np.asarray(nn.softmax(xt[::-1], axis=axis))
     e2 = np.exp(x[::-1] - x[::-1].max(axis, keepdims=True))
     np.testing.assert_allclose(flipped, e2 / e2.sum(axis, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape,axis", [((64, 512), -1), ((3, 40000), -1), ((1024, 16), 0),
+                                        ((4, 7, 9), 1), ((2, 20000), 0)])
+def test_softmax_on_the_gpu_path(device, shape, axis, monkeypatch):
+    """GPUs take the compiler's fused softmax (the path is forced here on any device): rows
+    long and short, split and column layouts, -inf and large values, float16 input."""
+    from clops.compiler import realize
+
+    monkeypatch.setattr(device, "kind", "gpu")
+    realize._KERNELS.clear()
+    try:
+        x = np.random.default_rng(4).standard_normal(shape).astype(np.float32) * 4
+        x.flat[::17] = -np.inf
+        x.flat[3::29] = 70.0
+        e = np.exp(x.astype(np.float64) - x.max(axis, keepdims=True))
+        want = e / e.sum(axis, keepdims=True)
+        got = np.asarray(nn.softmax(_t(x, device), axis=axis))
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-7)
+        h = x.astype(np.float16)
+        eh = np.exp(h.astype(np.float64) - h.max(axis, keepdims=True).astype(np.float64))
+        goth = np.asarray(nn.softmax(clops.asarray(h, device=device), axis=axis))
+        np.testing.assert_allclose(goth, eh / eh.sum(axis, keepdims=True), rtol=2e-5,
+                                   atol=1e-7)
+    finally:
+        monkeypatch.undo()
+        realize._KERNELS.clear()
