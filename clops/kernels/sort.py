@@ -163,6 +163,18 @@ def radix_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n:
     return ov, oi
 
 
+def run_starts(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, flags: Buffer, n: int) -> None:
+    """Bool flags (bytes) of where the runs of equal values of the sorted ``x[0:n]`` start
+    (every NaN a run of its own, -0.0 and 0.0 one value), through ``sort_cpu.cl``."""
+    if n == 0:
+        return
+    k = eager_kernel(dev, "sort_cpu", "run_starts", [None, I64, None, I64],
+                     **_radix_options(dtype, True, False, RADIX_BITS))
+    g, loc = flat_geometry(dev, n)
+    dev.launch(k, g, loc, [x, I64(x_off), flags, I64(n)], reads=[x], writes=[flags],
+               name="run_starts")
+
+
 def searchsorted(dev: CLDevice, dtype: DType, a: Buffer, a_off: int, a_stride: int, n: int,
                  v: Buffer, v_off: int, out: Buffer, m: int, right: bool) -> None:
     """Insertion points of ``m`` contiguous values in the sorted (strided) ``a`` of ``n``."""

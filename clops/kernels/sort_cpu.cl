@@ -1,9 +1,11 @@
 // Array kernels, sorting on CPU devices: a stable LSD radix sort of order-preserving keys, one
 // byte a pass. A work-item sorts a whole row (rows of a matrix: one launch), or a chunk of a long
 // row with its passes spread over the work-items (one launch to count, one a pass).
-// Keys: the element's bits, with the sign flipped (signed ints), or all bits of negatives and
-// the sign of the rest (floats; -0.0 counts as 0.0 so the two keep their order, every NaN is the
-// largest key and NaNs keep theirs). Descending complements the key: still stable, NaN first.
+// Keys: the element's bits, with the sign flipped (signed ints), or for floats the magnitude's
+// bits added to the sign bit, subtracted for negatives (so -0.0 is 0.0 and the two keep their
+// order, and low bytes that are zero in every element stay zero: integral floats skip passes),
+// every NaN the largest key (NaNs keep their order). Descending complements the key: still
+// stable, NaN first.
 // Passes whose byte is the same in every key of a row are skipped (decided in the kernels, from
 // the counts: nothing is read back). Elements move as their bits; keys are recomputed each pass.
 // Build options: -DU=<uchar|ushort|uint|ulong> (the element's bits) -DBITS=<its bits> -DR=<bits
@@ -19,8 +21,7 @@ inline U key_of(U b, U flip)
     b ^= SIGN;
 #elif KIND == 2
     U mag = b & (U)~SIGN;
-    U neg = (b & SIGN) ? (U)~(U)0 : SIGN;  // negatives: all bits; the rest: the sign
-    b = mag ? (U)(b ^ neg) : SIGN;  // -0.0 is 0.0
+    b = (b & SIGN) ? (U)(SIGN - mag) : (U)(SIGN + mag);  // -0.0 and 0.0: SIGN
     b = mag > (U)INF ? (U)~(U)0 : b;  // NaN: past +inf
 #endif
     return b ^ flip;
@@ -43,7 +44,7 @@ inline U value_of(U k, U flip)
 #if KIND == 1
     k ^= SIGN;
 #elif KIND == 2
-    k = (k & SIGN) ? (U)(k ^ SIGN) : (U)~k;
+    k = (k & SIGN) ? (U)(k - SIGN) : (U)((SIGN - k) | SIGN);
 #endif
     return k;
 }
@@ -303,4 +304,22 @@ __kernel void rsort_pass(__global const U *x, const long x_off, __global U *ov,
     else { SCATTER(0, 0, next, nc) }
     __global uint *mine = part + ((a & 1) * rows + row) * C * C * NB + c * C * NB;
     for (long t = 0; t < C * NB; t++) mine[t] = nc[t];
+}
+
+// -- runs of a sorted row ----------------------------------------------------------------------
+// flags[i]: whether x[i] starts a run of equal values (x sorted; every NaN is a run of its own,
+// -0.0 and 0.0 are one value).
+__kernel void run_starts(__global const U *x, const long x_off, __global uchar *flags,
+                         const long n)
+{
+    long g = get_global_id(0);
+    if (g >= n) return;
+    if (g == 0) { flags[0] = 1; return; }
+    U a = x[x_off + g - 1], b = x[x_off + g];
+#if KIND == 2
+    int same = (a == b && (b & (U)~SIGN) <= (U)INF) || ((a | b) & (U)~SIGN) == 0;
+#else
+    int same = a == b;
+#endif
+    flags[g] = !same;
 }
