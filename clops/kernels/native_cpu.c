@@ -52,7 +52,7 @@
 #include <immintrin.h>
 #endif
 
-#define CLOPS_NATIVE_VERSION 2
+#define CLOPS_NATIVE_VERSION 3
 
 // The argument block: the runtime replaces the memory objects (the first 6 fields) with their
 // host pointers in its copy. Offsets and strides are in elements.
@@ -66,7 +66,7 @@ typedef struct {
     int64_t y_off, ldy, x_off, ldx;
     int32_t m, n, k, fmt, scale_half, q4_sym, qgroup, accum, glu, has_bias, norm, threads;
     float eps;
-    int32_t pad;
+    int32_t ksplit;  // 1: s holds a K-quant's scales as its file does (scales_of below)
 } clops_mm_args;
 
 int clops_native_version(void) { return CLOPS_NATIVE_VERSION; }
@@ -394,6 +394,41 @@ static inline vf scales16(const void *s, int64_t at, int half) {
     return half ? vf_half((const uint16_t *)s + at) : vf_load((const float *)s + at);
 }
 
+// 16 bytes at p as floats: unsigned (SIGNED 0) or signed
+static inline vf vf_bytes(const void *p, const int SIGNED) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)p);
+#if ISA == 2
+    return _mm512_cvtepi32_ps(SIGNED ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v));
+#else
+    const __m128i h = _mm_unpackhi_epi64(v, v);
+    return SIGNED ? vf_of(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
+                          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h)))
+                  : vf_of(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)),
+                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(h)));
+#endif
+}
+
+// ksplit: a K-quant's scales as its file holds them (nn/quant.py, interleave_split): bytes
+// sub[b][g][c][16] (Q4_K: the 6-bit scale and min of each 32 values, c = 2; Q6_K: the int8
+// scale of each 16, c = 1), then halves sup[b][g / per][c][16] (d and dmin of each 256
+// values). The scale is sup * sub, the min -(sup * sub): the float values the other layout
+// stores (each product exact), from 0.08 bytes a value where those take 0.25.
+// Group g of block b (nb blocks, ng groups of which per share a half): its scale and
+// (C == 2) its min.
+static inline __attribute__((always_inline)) void scales_of(const void *s, int64_t nb, int ng,
+                                                            int per, int64_t b, int g,
+                                                            const int C, vf *d, vf *mn) {
+    const uint8_t *sub = (const uint8_t *)s + ((int64_t)b * ng + g) * C * 16;
+    const uint16_t *sup = (const uint16_t *)((const uint8_t *)s + nb * ng * C * 16) +
+                          ((int64_t)b * (ng / per) + g / per) * C * 16;
+    if (C == 2) {
+        *d = vf_mul(vf_half(sup), vf_bytes(sub, 0));
+        *mn = vf_mul(vf_mul(vf_half(sup + 16), vf_bytes(sub + 16, 0)), vf_set1(-1.0f));
+    } else {
+        *d = vf_mul(vf_half(sup), vf_bytes(sub, 1));
+    }
+}
+
 // A tile's rows i0 .. i0 + TM - 1 of x (past m: the last row again): their int8 values, scales
 // (a per 32 values) and sums (a per 16 values)
 static inline __attribute__((always_inline)) void tile_rows(const mm_ctx *c, int i0,
@@ -429,6 +464,7 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
                                                        float *acc, int64_t pfd) {
     const clops_mm_args *a = c->a;
     const int k = a->k, G = k / 32, half = a->scale_half;
+    const int64_t nbw = (a->n + 15) / 16;  // blocks of W (ksplit: where sup starts)
     // PERF (2-core EPYC Zen 5, one row): the weights pfd bytes on asked for while these are
     // read: PF_AHEAD (4 KB) took down (k 8192) from 38 to 43-47 GB/s, o and qkv alike; the
     // GLU's products (a gate block, then an up block) prefetch the block they take next:
@@ -460,7 +496,11 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
                 }
             }
             const int64_t sat = ((int64_t)b * G + g) * sstride;
-            const __m512 d = scales16(a->s, sat, half);
+            __m512 d, mn;
+            if (a->ksplit)
+                scales_of(a->s, nbw, G, 8, b, g, 2, &d, &mn);
+            else
+                d = scales16(a->s, sat, half);
             if (a->q4_sym) {
                 for (int t = 0; t < TM; ++t) {
                     const int xsum = xs[t][2 * g] + xs[t][2 * g + 1];
@@ -470,7 +510,7 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
                                              _mm512_mul_ps(d, _mm512_set1_ps(dx[t][g])), out[t]);
                 }
             } else {
-                const __m512 mn = scales16(a->s, sat + 16, half);
+                if (!a->ksplit) mn = scales16(a->s, sat + 16, half);
                 for (int t = 0; t < TM; ++t) {
                     const int xsum = xs[t][2 * g] + xs[t][2 * g + 1];
                     const __m512i is = _mm512_add_epi32(lo[t], hi[t]);
@@ -501,7 +541,11 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
                     i1s[t] = _mm512_dpbusd_epi32(i1s[t], w1, _mm512_set1_epi32(xp[1]));
                 }
             }
-            const __m512 d = scales16(a->s, ((int64_t)b * NSG + sg) * 16, half);
+            __m512 d, unused;
+            if (a->ksplit)
+                scales_of(a->s, nbw, NSG, 256 / QG, b, sg, 1, &d, &unused);
+            else
+                d = scales16(a->s, ((int64_t)b * NSG + sg) * 16, half);
             const int g = sg * QG / 32;
             for (int t = 0; t < TM; ++t) {
                 const int xsum = QG == 32 ? xs[t][2 * g] + xs[t][2 * g + 1] : xs[t][sg];
@@ -551,6 +595,7 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
                                                        float *acc, int64_t pfd) {
     const clops_mm_args *a = c->a;
     const int k = a->k, G = k / 32, half = a->scale_half;
+    const int64_t nbw = (a->n + 15) / 16;  // blocks of W (ksplit: where sup starts)
     const int pf = TM == 1 && pfd != 0;
     const int8_t *xq[TILE_ROWS];
     const float *dx[TILE_ROWS];
@@ -585,8 +630,15 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
                 }
             }
             const int64_t sat = ((int64_t)b * G + g) * sstride;
-            const vf d = order_p(scales16(a->s, sat, half));
-            const vf mn = a->q4_sym ? d : order_p(scales16(a->s, sat + 16, half));
+            vf d, mn;
+            if (a->ksplit) {
+                scales_of(a->s, nbw, G, 8, b, g, 2, &d, &mn);
+            } else {
+                d = scales16(a->s, sat, half);
+                mn = a->q4_sym ? d : scales16(a->s, sat + 16, half);
+            }
+            d = order_p(d);
+            mn = order_p(mn);
             for (int t = 0; t < TM; ++t) {
                 const int xsum = xs[t][2 * g] + xs[t][2 * g + 1];
                 __m256i i0v = _mm256_madd_epi16(s0[t], ones16);
@@ -620,7 +672,12 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
                         a1, _mm256_sign_epi8(xb, r1)), ones16));
                 }
             }
-            const vf d = order_p(scales16(a->s, ((int64_t)b * NSG + sg) * 16, half));
+            vf d, unused;
+            if (a->ksplit)
+                scales_of(a->s, nbw, NSG, 256 / QG, b, sg, 1, &d, &unused);
+            else
+                d = scales16(a->s, ((int64_t)b * NSG + sg) * 16, half);
+            d = order_p(d);
             const int g = sg * QG / 32;
             for (int t = 0; t < TM; ++t)
                 out[t] = vf_fmadd(vf_of_int(i0s[t], i1s[t]), vf_mul(d, vf_set1(dx[t][g])), out[t]);

@@ -57,7 +57,7 @@ RUNTIMES = ("intel",)
 # holding the handle, and crashed writing through it): native kernels in a row go to their
 # queues as one command (nativekernel.Chain) there
 CHAIN_RUNTIMES = ("intel",)
-_VERSION = 2  # CLOPS_NATIVE_VERSION of native_cpu.c
+_VERSION = 3  # CLOPS_NATIVE_VERSION of native_cpu.c
 # clops_native_isa() of native_cpu.c
 ISAS = {1: "avx2", 2: "avx512-vnni"}
 
@@ -73,7 +73,7 @@ class _Args(ctypes.Structure):
                 ("q4_sym", ctypes.c_int32), ("qgroup", ctypes.c_int32),
                 ("accum", ctypes.c_int32), ("glu", ctypes.c_int32),
                 ("has_bias", ctypes.c_int32), ("norm", ctypes.c_int32),
-                ("threads", ctypes.c_int32), ("eps", ctypes.c_float), ("pad", ctypes.c_int32)]
+                ("threads", ctypes.c_int32), ("eps", ctypes.c_float), ("ksplit", ctypes.c_int32)]
 
 
 class _AttnArgs(ctypes.Structure):
@@ -334,7 +334,7 @@ class MatmulKernel(nativekernel.NativeKernel):
 
     def __init__(self, lib: Any, *, fmt: str, scale_half: bool, q4_sym: bool, qgroup: int,
                  accum: bool, glu: bool, has_bias: bool, norm: bool, threads: int,
-                 chain_fn: int | None = None) -> None:
+                 chain_fn: int | None = None, ksplit: bool = False) -> None:
         fn = ctypes.cast(lib.clops_native_matmul, ctypes.c_void_p).value
         assert fn is not None
         super().__init__(fn, "native_matmul", 14)
@@ -342,7 +342,8 @@ class MatmulKernel(nativekernel.NativeKernel):
         self.chain_kind = 1
         self.fixed = dict(fmt={"f16": 1, "q4": 3, "q8": 4}[fmt], scale_half=int(scale_half),
                           q4_sym=int(q4_sym), qgroup=qgroup, accum=int(accum), glu=int(glu),
-                          has_bias=int(has_bias), norm=int(norm), threads=threads)
+                          has_bias=int(has_bias), norm=int(norm), threads=threads,
+                          ksplit=int(ksplit))
 
     def block(self) -> tuple[ctypes.Structure, list[tuple[str | int, Any]]]:
         (y, y_off, ldy, x, x_off, ldx, data, scales, bias, m, n, k, nw, eps) = self.args
@@ -365,9 +366,16 @@ def matmul(dev: CLDevice, args: list[Any], reads: list[Buffer], y: Buffer, w: An
     matmul_cpu.cl's argument list."""
     lib = library()
     assert lib is not None
+    # a K-quant's scales as its file holds them, where the weight keeps them (quant.py's
+    # interleave_split): fewer bytes a value than the float scales matmul_cpu.cl reads
+    ks = getattr(w, "kscales", None) if w.fmt in FORMATS else None
+    if ks is not None:
+        args = args[:7] + [ks] + args[8:]
+        reads = [ks if r is w.scales else r for r in reads]
     knl = MatmulKernel(lib, fmt=w.fmt, scale_half=w.scale_half, q4_sym=w.q4_sym,
                        qgroup=w.group, accum=accum, glu=glu_out, has_bias=bias, norm=norm,
-                       threads=dev.caps.compute_units, chain_fn=_chain_fn(lib, dev))
+                       threads=dev.caps.compute_units, chain_fn=_chain_fn(lib, dev),
+                       ksplit=ks is not None)
     return Launch(knl, (1,), None, args, reads, [y], name)
 
 

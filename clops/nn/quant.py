@@ -83,6 +83,9 @@ class PackedWeight:
     data: np.ndarray
     scales: np.ndarray | None = None  # q4: [n, k/32, 2]; q8: [n, k/group]; q8m [n, k/group, 2]
     group: int = 32
+    # Q4_K and Q6_K: the float scales above as the file holds them, a half per 256 values and
+    # a small whole number per group (``Split``), which the native CPU products read instead
+    split: Split | None = None
 
     @property
     def scale_half(self) -> bool:
@@ -110,6 +113,17 @@ class PackedWeight:
         if self.fmt == "q8m":
             return (q * sc[..., :1] + sc[..., 1:]).reshape(self.n, self.k)
         return (q * sc[..., None]).reshape(self.n, self.k)
+
+
+@dataclass
+class Split:
+    """A K-quant's scales as its file holds them: ``sup`` float16 ``[n, k/256, c]`` and ``sub``
+    (uint8 or int8) ``[n, k/group, c]``; c = 1 (q8, Q6_K): scale = sup * sub; c = 2 (q4, Q4_K):
+    scale = sup[0] * sub[0] and min = -(sup[1] * sub[1]). Each product is exact in float32 (an
+    11-bit significand times at most 8 bits), so these give the float scales bit for bit."""
+
+    sup: np.ndarray
+    sub: np.ndarray
 
 
 def pack_float(w: np.ndarray, fmt: str = "f32") -> PackedWeight:
@@ -191,7 +205,9 @@ def _pack_q4_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     scale = d * sc.astype(np.float32)
     mins = -(dmin * mn.astype(np.float32))
     sm = np.stack([scale, mins], axis=-1).reshape(n, k // 32, 2).astype(np.float32)
-    return PackedWeight("q4", n, k, np.ascontiguousarray(packed), sm, 32)
+    split = Split(np.concatenate([_f16(b[..., 0:2]), _f16(b[..., 2:4])], axis=-1),
+                  np.stack([sc, mn], axis=-1).reshape(n, k // 32, 2))
+    return PackedWeight("q4", n, k, np.ascontiguousarray(packed), sm, 32, split)
 
 
 def _pack_q6_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
@@ -205,7 +221,9 @@ def _pack_q6_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     hi = np.concatenate([qh & 3, (qh >> 2) & 3, (qh >> 4) & 3, (qh >> 6) & 3], axis=-1)
     q = (lo | (hi << 4)).astype(np.int16) - 32
     scales = (d * sc).reshape(n, k // 16).astype(np.float32)
-    return PackedWeight("q8", n, k, q.astype(np.int8).reshape(n, k), scales, 16)
+    split = Split(_f16(b[..., 208:210]).reshape(n, nb, 1),
+                  b[..., 192:208].view(np.int8).reshape(n, k // 16, 1))
+    return PackedWeight("q8", n, k, q.astype(np.int8).reshape(n, k), scales, 16, split)
 
 
 def _low_high_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -345,7 +363,13 @@ def concat(parts: list[PackedWeight]) -> PackedWeight | None:
     scales = None
     if first.scales is not None:
         scales = np.concatenate([p.scales for p in parts], axis=0)  # type: ignore[misc]
-    return PackedWeight(first.fmt, sum(p.n for p in parts), first.k, data, scales, first.group)
+    split = None
+    if all(p.split is not None and p.split.sub.dtype == first.split.sub.dtype  # type: ignore[union-attr]
+           for p in parts):
+        split = Split(np.concatenate([p.split.sup for p in parts]),  # type: ignore[union-attr]
+                      np.concatenate([p.split.sub for p in parts]))  # type: ignore[union-attr]
+    return PackedWeight(first.fmt, sum(p.n for p in parts), first.k, data, scales, first.group,
+                        split)
 
 
 def concat_experts(gate: PackedWeight, up: PackedWeight, n_experts: int) -> PackedWeight | None:
@@ -423,6 +447,24 @@ def interleave_rows(packed: PackedWeight,
     return np.ascontiguousarray(data), None
 
 
+def interleave_split(packed: PackedWeight) -> np.ndarray | None:
+    """The scales of ``packed.split`` in the CPU layout, as the native products read them (one
+    byte buffer, ``kernels/native_cpu.c``): ``sub[b][g][c][16]``, then ``sup[b][s][c][16]``
+    (half), blocks of 16 rows as ``interleave_rows`` makes them; None without a split."""
+    sp = packed.split
+    if sp is None:
+        return None
+    nb = -(-packed.n // RB)
+
+    def blocks(a: np.ndarray) -> np.ndarray:  # [n, G, c] -> [nb, G, c, RB], zero rows added
+        if nb * RB != packed.n:
+            a = np.concatenate([a, np.zeros((nb * RB - packed.n,) + a.shape[1:], a.dtype)])
+        return np.ascontiguousarray(a.reshape((nb, RB) + a.shape[1:]).transpose(0, 2, 3, 1))
+
+    return np.concatenate([blocks(sp.sub).view(np.uint8).reshape(-1),
+                           blocks(sp.sup).view(np.uint8).reshape(-1)])
+
+
 def layout_for(device: CLDevice) -> str:
     """The layout weights take on ``device``: ``rb16`` on CPUs whose runtime builds and runs
     16-wide vector kernels (the CPU product probe, ``kernels.gemm.cpu_kernel_works``), for
@@ -452,6 +494,12 @@ class DeviceWeight:
         # kernels take a scale pointer even for float weights; a tiny buffer stands in
         self.scales = upload(device, sc if sc is not None else np.zeros(1, np.float32))
         self.nbytes = data.nbytes + (0 if sc is None else sc.nbytes)  # as on the device
+        # PERF (2-core EPYC, AVX2, Intel's runtime): Q4_K's and Q6_K's scales as the file
+        # holds them (a half per 256 values, a byte per group), beside the float scales the
+        # OpenCL kernels read: the native products read these, 0.58 bytes a Q4_K value where
+        # the float scales make 0.75, 1.07 a Q6_K value where they make 1.25
+        ks = interleave_split(packed) if self.layout == "rb16" else None
+        self.kscales: Buffer | None = None if ks is None else upload(device, ks)
         # a float16 copy [n][k] for tensor-core products, where its owner keeps one
         # (kernels.matmul.linear then converts nothing)
         self.half: Buffer | None = None
@@ -480,6 +528,7 @@ class DeviceWeight:
         w.int8 = True
         w._keep = keep
         w.q4_sym = False
+        w.kscales = None
         return w
 
     @property

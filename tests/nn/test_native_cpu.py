@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from clops.kernels import attention, matmul, native_cpu
-from clops.nn.quant import DeviceWeight, PackedWeight, interleave_rows, pack_float, q4_symmetric
+from clops.nn.quant import (
+    DeviceWeight,
+    PackedWeight,
+    concat,
+    interleave_rows,
+    interleave_split,
+    pack_float,
+    q4_symmetric,
+)
 from clops.runtime import nativekernel
 from clops.runtime.plan import LaunchPlan
 
@@ -37,10 +45,14 @@ def _exact_rows(m: int, k: int) -> np.ndarray:
     return x
 
 
-def _host(lib, p, x, *, accum=None, bias=None, norm=None, glu=False, threads=2):
-    """y of the native product on host arrays (the entry the queue calls, called directly)."""
+def _host(lib, p, x, *, accum=None, bias=None, norm=None, glu=False, threads=2, split=False):
+    """y of the native product on host arrays (the entry the queue calls, called directly);
+    ``split``: a K-quant's scales as its file holds them (``interleave_split``)."""
     sym = q4_symmetric(p)
     data, scales = interleave_rows(p, sym)
+    if split:
+        scales = interleave_split(p)
+        assert scales is not None
     m, k = x.shape
     n_out = p.n // 2 if glu else p.n
     y = np.zeros((m, n_out), np.float32) if accum is None else accum.copy()
@@ -53,7 +65,7 @@ def _host(lib, p, x, *, accum=None, bias=None, norm=None, glu=False, threads=2):
         n=p.n, k=k, fmt={"f16": 1, "q4": 3, "q8": 4}[p.fmt], scale_half=int(p.scale_half),
         q4_sym=int(sym), qgroup=p.group, accum=int(accum is not None), glu=int(glu),
         has_bias=int(bias is not None), norm=int(norm is not None), threads=threads,
-        eps=norm[1] if norm else 0.0)
+        eps=norm[1] if norm else 0.0, ksplit=int(split))
     lib.clops_native_matmul(ctypes.byref(a))
     del keep
     return y
@@ -96,6 +108,47 @@ def test_bias_accumulation_norm_and_glu(lib, kind):
         # int8 rows: about 1/254 of each block's largest value per value
         err = np.abs(got - want).max() / np.abs(want).max()
         assert err < 2e-2, (list(kw), err)
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("m", [1, 3, 6, 13])
+def test_k_quant_scales_as_the_file_holds_them_give_the_same_sums(lib, kind, m):
+    # the scales as halves per 256 values times bytes per group (quant.Split) against the
+    # float scales: the same values, so the same sums bit for bit; 40 columns (a block cut
+    # short: zero rows), k past one run of cached groups, with bias, norm, accumulation and the
+    # GLU; a fused pair of weights (concat) keeps its parts' split
+    p, ref = _packed(kind, 40, 2304 if kind == "Q4_K" else 1280)
+    assert p.split is not None
+    xs = [_exact_rows(m, p.k), RNG.standard_normal((m, p.k)).astype(np.float32)]
+    bias = RNG.standard_normal(p.n).astype(np.float32)
+    nw = (RNG.random(p.k) + 0.5).astype(np.float32)
+    y0 = RNG.standard_normal((m, p.n)).astype(np.float32)
+    for x in xs:
+        for kw in (dict(), dict(bias=bias), dict(norm=(nw, 1e-5)), dict(accum=y0)):
+            want = _host(lib, p, x, **kw)
+            assert np.array_equal(_host(lib, p, x, split=True, **kw), want), list(kw)
+    np.testing.assert_allclose(_host(lib, p, xs[0], split=True), xs[0].astype(np.float64) @ ref.T,
+                               rtol=1e-5, atol=1e-5 * np.abs(xs[0] @ ref.T).max())
+    q, _ = _packed(kind, 48, p.k)
+    pair = concat([q, q])
+    assert pair is not None and pair.split is not None
+    x = xs[1]
+    assert np.array_equal(_host(lib, pair, x, glu=True, split=True), _host(lib, pair, x, glu=True))
+
+
+def test_k_quant_split_scales_are_the_float_scales():
+    # scale = sup * sub and min = -(sup * sub) in float32: the packer's float scales exactly
+    for kind in ("Q4_K", "Q6_K"):
+        p, _ = _packed(kind, 24, 512)
+        sp = p.split
+        assert sp is not None and p.scales is not None
+        sup = np.repeat(sp.sup.astype(np.float32), 256 // p.group, axis=1)
+        got = sup * sp.sub.astype(np.float32)
+        if kind == "Q4_K":
+            got[..., 1] = -got[..., 1]
+            assert np.array_equal(got.view(np.uint32), p.scales.view(np.uint32))
+        else:
+            assert np.array_equal(got[..., 0], p.scales)
 
 
 @pytest.mark.parametrize("kind", ["Q4_0", "Q8_0"])
@@ -175,6 +228,26 @@ def test_through_the_queue_in_a_plan_resized_to_other_rows(device, kind):
         np.testing.assert_allclose(got[:rows], times * want[:rows], rtol=1e-5,
                                    atol=1e-5 * np.abs(want).max())
         assert not got[rows:].any()
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+def test_k_quants_read_their_split_scales_through_the_queue(device, kind):
+    # a K-quant in the CPU layout keeps its scales as the file holds them beside the float
+    # ones; the native product reads those (ksplit), the same sums as on the host from the
+    # float scales, bit for bit
+    dev = _queue_device(device)
+    p, _ = _packed(kind, 40, 512)
+    w = DeviceWeight(dev, p, layout="rb16")
+    assert w.kscales is not None
+    x = RNG.standard_normal((3, p.k)).astype(np.float32)
+    xb, yb = _up(dev, x), _up(dev, np.zeros((3, 40), np.float32))
+    ln = matmul.matmul(dev, yb, 0, 40, xb, 0, p.k, w, 3)
+    assert isinstance(ln.kernel, native_cpu.MatmulKernel) and ln.kernel.fixed["ksplit"] == 1
+    assert w.kscales in ln.reads and w.scales not in ln.reads
+    ln.run(dev)
+    got = np.empty((3, 40), np.float32)
+    dev.read(got, yb)
+    assert np.array_equal(got, _host(native_cpu.library(), p, x))
 
 
 def test_float16_weights_natively_where_chosen(device):
