@@ -14,9 +14,13 @@ inline CT cmul(CT a, CT b) {
     return (CT)(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
 }
 
-// w^t for w = exp(-2 pi i / n), from the table (conjugated for the inverse transform).
-inline CT root(__global const CT *tw, long t, int inverse) {
-    CT w = tw[t];
+// w^t for w = exp(-2 pi i / n), 0 <= t < n (conjugated for the inverse transform), from two
+// short tables so that every pass reads its twiddles from the caches: tw[l] = w^l for l < B and
+// tw[B + h] = w^(hB), B = 2^ceil(bits(n - 1) / 2) (``fft.py`` ``_twiddle_tables``; n > 1).
+inline CT root(__global const CT *tw, long n, long t, int inverse) {
+    const int lb = (int)(64 - clz(n - 1) + 1) / 2;
+    const long b = 1L << lb;
+    CT w = cmul(tw[b + (t >> lb)], tw[t & (b - 1)]);
     if (inverse) w.y = -w.y;
     return w;
 }
@@ -63,7 +67,7 @@ inline void stockham_pass(const int R, __global CT *dst, long dst_off, __global 
     CT out[MAX_RADIX];
     v[0] = src[j];
     for (int r = 1; r < R; ++r) {
-        v[r] = cmul(src[j + r * nr], root(tw, r * k * step, inverse));
+        v[r] = cmul(src[j + r * nr], root(tw, n, r * k * step, inverse));
     }
     if (R == 2) {
         out[0] = v[0] + v[1];
@@ -102,7 +106,7 @@ inline void stockham_pass(const int R, __global CT *dst, long dst_off, __global 
         for (int q = 0; q < R; ++q) {
             CT acc = v[0];
             for (int r = 1; r < R; ++r) {
-                acc += cmul(v[r], root(tw, ((r * q) % R) * unit, inverse));
+                acc += cmul(v[r], root(tw, n, ((r * q) % R) * unit, inverse));
             }
             out[q] = acc;
         }
