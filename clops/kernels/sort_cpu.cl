@@ -174,10 +174,11 @@ inline void copy_row(__global const U *src, __global U *ov, __global long *oi, l
 __kernel void rsort_rows(__global const U *x, const long x_off, __global U *ov,
                          __global long *oi, __global U *sv0, __global U *sv1,
                          __global uint *si0, __global uint *si1, const long n,
-                         const long rows, const U flip)
+                         const long rows, const U flip, __global const uchar *todo,
+                         const int only_todo)
 {
     long row = get_global_id(0);
-    if (row >= rows) return;
+    if (row >= rows || (only_todo && !todo[row])) return;
     long base = row * n;
     __global const U *src = x + x_off + base;
     if (n <= SMALL) {
@@ -322,4 +323,45 @@ __kernel void run_starts(__global const U *x, const long x_off, __global uchar *
     int same = a == b;
 #endif
     flags[g] = !same;
+}
+
+// -- short rows of plain keys, many at once: a bitonic network -----------------------------------
+// Rows of no NaN and no -0.0 (where only the values are asked for, the order of equal keys
+// cannot show): each work-item sorts a row padded to P (a power of two) with the largest key,
+// in scratch where the rows of a work-group are interleaved (t[j * W + lane]), so that the
+// runtime's vectorization across work-items moves whole vectors. A row with a NaN or a -0.0
+// is marked in todo for rsort_rows.
+__kernel void bsort_rows(__global const U *x, const long x_off, __global U *ov,
+                         __global U *scratch, __global uchar *todo, const long n, const long P,
+                         const int lp, const long rows, const U flip)
+{
+    long row = get_global_id(0);
+    long W = get_local_size(0), lane = get_local_id(0);
+    long rr = row < rows ? row : rows - 1;
+    __global const U *src = x + x_off + rr * n;
+    __global U *t = scratch + get_group_id(0) * W * P + lane;
+    int sp = 0;
+    for (long j = 0; j < P; j++) {
+        U b = src[min(j, n - 1)];
+        sp |= special(b);
+        t[j * W] = j < n ? key_of(b, flip) : (U)~(U)0;
+    }
+    for (int lk = 1; lk <= lp; lk++) {
+        for (int lj = lk - 1; lj >= 0; lj--) {
+            long j = 1L << lj;
+            for (long q = 0; q < P / 2; q++) {
+                long i = ((q >> lj) << (lj + 1)) | (q & (j - 1));
+                long l = i + j;
+                U a = t[i * W], b = t[l * W];
+                U lo = min(a, b), hi = max(a, b);
+                int up = ((i >> lk) & 1) == 0;
+                t[i * W] = up ? lo : hi;
+                t[l * W] = up ? hi : lo;
+            }
+        }
+    }
+    if (row < rows) {
+        todo[row] = sp;
+        for (long j = 0; j < n; j++) ov[row * n + j] = value_of(t[j * W], flip);
+    }
 }
