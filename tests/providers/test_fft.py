@@ -181,3 +181,19 @@ def test_wide_passes_first():
     assert fft.radices(3 * 4096) == [16, 16, 16, 3]
     assert fft.radices(64) == [16, 4] and fft.radices(32) == [16, 2]
     assert fft.radices(2 * 37) is None
+
+
+@pytest.mark.parametrize("n", [6, 97, 105, 2 * 97, 4096 + 2])
+def test_gpu_launch_sizes(device, monkeypatch, n):
+    """On GPUs the kernels run in groups of GPU_ROW_GROUP along a row, the row's work-items
+    rounded up past its end (the path forced here on any device): odd and prime lengths,
+    Bluestein's steps, rfft's last step and irfft's extension."""
+    monkeypatch.setattr(device, "kind", "gpu")
+    x = crand(3, n)
+    r = x.real.astype(np.float32).copy()
+    with dispatch.generated_only():
+        t, tr = clops.asarray(x, device=device), clops.asarray(r, device=device)
+        close(cfft.fft(t), np.fft.fft(x))
+        close(cfft.ifft(t), np.fft.ifft(x))
+        close(cfft.rfft(tr), np.fft.rfft(r))
+        close(cfft.irfft(t), np.fft.irfft(x))
