@@ -14,7 +14,6 @@ has the same value."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +28,7 @@ from .schedule import Alloc, Schedule
 # graphs of more nodes than this are scheduled every time (their form costs as much to find as
 # a schedule saves)
 MAX_FORM_NODES = 512
-# forms kept per process (least recently run dropped first)
+# forms kept per process (the oldest dropped first)
 MAX_FORMS = 1024
 
 
@@ -77,11 +76,16 @@ def form_of(targets: list[tuple[Node, Any, View | None]]) -> Form | None:
             srcs = tuple(index[s.resolve().id] for s in n.srcs)
             if op == "load":
                 b, v = n.arg
-                entry: tuple[Any, ...] = ("load", slot(b), v, n.dtype)
+                # (a View's fields, not the View: a frozen dataclass hashes in Python)
+                entry: tuple[Any, ...] = ("load", slot(b), v.shape, v.strides, v.offset,
+                                          n.dtype)
             elif op == "const":
                 entry = ("const", n.dtype, n.shape)
                 consts.append(n)
-            elif op in ("ew", "iota", "reduce", "view"):
+            elif op == "view":
+                v = n.arg
+                entry = (op, v.shape, v.strides, v.offset, n.dtype, srcs)
+            elif op in ("ew", "iota", "reduce"):
                 entry = (op, n.arg, n.dtype, n.shape, srcs)
             elif op == "cast":
                 entry = (op, n.dtype, srcs)
@@ -93,7 +97,7 @@ def form_of(targets: list[tuple[Node, Any, View | None]]) -> Form | None:
             if len(nodes) > MAX_FORM_NODES:
                 return None
         key.append(("target", index[root.resolve().id], None if buf is None else slot(buf),
-                    view))
+                    None if view is None else (view.shape, view.strides, view.offset)))
     return Form(tuple(key), buffers, consts, nodes, index)
 
 
@@ -228,33 +232,29 @@ def _same(a: Any, b: Any) -> bool:
 
 
 class FormCache:
-    """Recorded schedules by (device, form key), the least recently run dropped past
-    ``MAX_FORMS``."""
+    """Recorded schedules by (device, form key), the oldest kept dropped past ``MAX_FORMS``."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[tuple[Any, ...], Recorded] = OrderedDict()
+        self._kept: dict[tuple[Any, ...], Recorded] = {}
         self._lock = threading.Lock()
         self.hits = 0
 
     def get(self, device: Any, form: Form) -> Recorded | None:
-        k = (id(device), device.kind, form.key)
-        with self._lock:
-            rec = self._kept.get(k)
-            if rec is None or rec.device is not device:
-                return None
-            if any(not _same(form.consts[i].arg, v) for i, v in rec.checked):
-                return None
-            self._kept.move_to_end(k)
-            self.hits += 1
-            return rec
+        rec = self._kept.get((id(device), device.kind, form.key))
+        if rec is None or rec.device is not device:
+            return None
+        if rec.checked and any(not _same(form.consts[i].arg, v) for i, v in rec.checked):
+            return None
+        self.hits += 1  # (a count for tests and benchmarks; a lost update does no harm)
+        return rec
 
     def put(self, device: Any, form: Form, rec: Recorded) -> None:
         k = (id(device), device.kind, form.key)
         with self._lock:
+            self._kept.pop(k, None)
             self._kept[k] = rec
-            self._kept.move_to_end(k)
             while len(self._kept) > MAX_FORMS:
-                self._kept.popitem(last=False)
+                del self._kept[next(iter(self._kept))]
 
     def clear(self) -> None:
         with self._lock:

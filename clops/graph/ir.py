@@ -198,7 +198,11 @@ class Node:
         self.shape = shape
         self.id = next(_ids)
         self.realized: Node | None = None  # a load node once computed
-        self.depth: int = 1 + max((s.depth for s in srcs), default=0)
+        depth = 0
+        for s in srcs:
+            if s.depth > depth:
+                depth = s.depth
+        self.depth: int = 1 + depth
 
     def resolve(self) -> Node:
         """This node, or the load node it was realized into."""
