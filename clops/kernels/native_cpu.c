@@ -461,7 +461,8 @@ static inline __m512i rows_of(const uint8_t *p) {
 // groups g0 .. g1 - 1, added group by group.
 static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, int i0,
                                                        const int TM, int g0, int g1,
-                                                       float *acc, int64_t pfd) {
+                                                       float *acc, int64_t pfd,
+                                                       const float *sbuf) {
     const clops_mm_args *a = c->a;
     const int k = a->k, G = k / 32, half = a->scale_half;
     const int64_t nbw = (a->n + 15) / 16;  // blocks of W (ksplit: where sup starts)
@@ -497,10 +498,14 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
             }
             const int64_t sat = ((int64_t)b * G + g) * sstride;
             __m512 d, mn;
-            if (a->ksplit)
+            if (sbuf) {
+                d = vf_load(sbuf + 32 * (g - g0));
+                mn = vf_load(sbuf + 32 * (g - g0) + 16);
+            } else if (a->ksplit) {
                 scales_of(a->s, nbw, G, 8, b, g, 2, &d, &mn);
-            else
+            } else {
                 d = scales16(a->s, sat, half);
+            }
             if (a->q4_sym) {
                 for (int t = 0; t < TM; ++t) {
                     const int xsum = xs[t][2 * g] + xs[t][2 * g + 1];
@@ -510,7 +515,7 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
                                              _mm512_mul_ps(d, _mm512_set1_ps(dx[t][g])), out[t]);
                 }
             } else {
-                if (!a->ksplit) mn = scales16(a->s, sat + 16, half);
+                if (!a->ksplit && !sbuf) mn = scales16(a->s, sat + 16, half);
                 for (int t = 0; t < TM; ++t) {
                     const int xsum = xs[t][2 * g] + xs[t][2 * g + 1];
                     const __m512i is = _mm512_add_epi32(lo[t], hi[t]);
@@ -542,7 +547,9 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
                 }
             }
             __m512 d, unused;
-            if (a->ksplit)
+            if (sbuf)
+                d = vf_load(sbuf + 16 * (sg - g0 * 32 / QG));
+            else if (a->ksplit)
                 scales_of(a->s, nbw, NSG, 256 / QG, b, sg, 1, &d, &unused);
             else
                 d = scales16(a->s, ((int64_t)b * NSG + sg) * 16, half);
@@ -592,7 +599,8 @@ static inline vf vf_of_int(__m256i lo, __m256i hi) {
 // same float operations).
 static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, int i0,
                                                        const int TM, int g0, int g1,
-                                                       float *acc, int64_t pfd) {
+                                                       float *acc, int64_t pfd,
+                                                       const float *sbuf) {
     const clops_mm_args *a = c->a;
     const int k = a->k, G = k / 32, half = a->scale_half;
     const int64_t nbw = (a->n + 15) / 16;  // blocks of W (ksplit: where sup starts)
@@ -631,7 +639,10 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
             }
             const int64_t sat = ((int64_t)b * G + g) * sstride;
             vf d, mn;
-            if (a->ksplit) {
+            if (sbuf) {
+                d = vf_load(sbuf + 32 * (g - g0));
+                mn = vf_load(sbuf + 32 * (g - g0) + 16);
+            } else if (a->ksplit) {
                 scales_of(a->s, nbw, G, 8, b, g, 2, &d, &mn);
             } else {
                 d = scales16(a->s, sat, half);
@@ -673,7 +684,9 @@ static inline __attribute__((always_inline)) void tile(const mm_ctx *c, int b, i
                 }
             }
             vf d, unused;
-            if (a->ksplit)
+            if (sbuf)
+                d = vf_load(sbuf + 16 * (sg - g0 * 32 / QG));
+            else if (a->ksplit)
                 scales_of(a->s, nbw, NSG, 256 / QG, b, sg, 1, &d, &unused);
             else
                 d = scales16(a->s, ((int64_t)b * NSG + sg) * 16, half);
@@ -693,24 +706,44 @@ static void block_sums(const mm_ctx *c, int b, float *acc, int64_t pfd) {
     const clops_mm_args *a = c->a;
     const int m = a->m, G = a->k / 32;
     const int run = a->fmt == 3 ? 64 : 32;  // 16 KB of weights
+    // ksplit, several tiles of rows: the run's scales made float once for all of them (8 KB:
+    // q4 64 groups' scales and mins, q8 64 groups of 16), as the float layout holds them
+    float sbuf[64 * 32] __attribute__((aligned(64)));
+    const float *sb = a->ksplit && m > TILE_ROWS ? sbuf : NULL;
+    const int64_t nbw = (a->n + 15) / 16;
     memset(acc, 0, sizeof(float) * 16 * m);
     for (int g0 = 0; g0 < G; g0 += run) {
         const int g1 = g0 + run < G ? g0 + run : G;
+        if (sb && a->fmt == 3) {
+            for (int g = g0; g < g1; ++g) {
+                vf d, mn;
+                scales_of(a->s, nbw, G, 8, b, g, 2, &d, &mn);
+                vf_store(sbuf + 32 * (g - g0), d);
+                vf_store(sbuf + 32 * (g - g0) + 16, mn);
+            }
+        } else if (sb) {
+            const int QG = a->qgroup, NSG = a->k / QG;
+            for (int sg = g0 * 32 / QG; sg < g1 * 32 / QG; ++sg) {
+                vf d, unused;
+                scales_of(a->s, nbw, NSG, 256 / QG, b, sg, 1, &d, &unused);
+                vf_store(sbuf + 16 * (sg - g0 * 32 / QG), d);
+            }
+        }
         int i0 = 0;
 #if TILE_ROWS >= 8
-        for (; i0 + 8 <= m; i0 += 8) tile(c, b, i0, 8, g0, g1, acc + 16 * i0, pfd);
+        for (; i0 + 8 <= m; i0 += 8) tile(c, b, i0, 8, g0, g1, acc + 16 * i0, pfd, sb);
         if (m - i0 >= 4) {
-            tile(c, b, i0, 4, g0, g1, acc + 16 * i0, pfd);
+            tile(c, b, i0, 4, g0, g1, acc + 16 * i0, pfd, sb);
             i0 += 4;
         }
 #else
-        for (; i0 + 4 <= m; i0 += 4) tile(c, b, i0, 4, g0, g1, acc + 16 * i0, pfd);
+        for (; i0 + 4 <= m; i0 += 4) tile(c, b, i0, 4, g0, g1, acc + 16 * i0, pfd, sb);
 #endif
         if (m - i0 >= 2) {
-            tile(c, b, i0, 2, g0, g1, acc + 16 * i0, pfd);
+            tile(c, b, i0, 2, g0, g1, acc + 16 * i0, pfd, sb);
             i0 += 2;
         }
-        if (m - i0 >= 1) tile(c, b, i0, 1, g0, g1, acc + 16 * i0, pfd);
+        if (m - i0 >= 1) tile(c, b, i0, 1, g0, g1, acc + 16 * i0, pfd, sb);
     }
 }
 
