@@ -89,16 +89,15 @@ RADIX_BITS = 8
 # Chunks a row is cut into for each compute unit, when there are too few rows.
 RADIX_CHUNKS_PER_CU = 4
 # Rows of more than RADIX_SMALL and up to BITONIC_MAX keys, at least BITONIC_MIN_ROWS of them,
-# whose sorted values alone are asked for, are sorted by a bitonic network on the runtimes of
-# BITONIC_RUNTIMES, BITONIC_LANES rows a work-group (the runtime vectorizes across them; rows
-# with a NaN or a -0.0 go on to the radix sort).
+# whose sorted values alone are asked for, are sorted by a bitonic network, 8 rows at once as
+# vectors (rows with a NaN or a -0.0 go on to the radix sort): on Intel's runtime by its
+# vectorization across work-items (bsort_rows_lanes), elsewhere by explicit vectors (bsort_rows8).
 # PERF (2 cores, kernel time, minimum of 12): Intel's runtime 512x1024 float32 1.6 ms against
-# 2.6-3.0 by radix, 2048x256 1.4 against 2.4-3.3, 64x8192 even (2.5-2.7, so not past 4096);
-# 16 lanes no faster; PoCL 3.1 ran the network 3x slower than its radix sort (no vectors).
+# 2.6-3.0 by radix, 2048x256 1.4 against 2.4-3.3, 64x8192 even (2.5-2.7, so not past 4096); 16
+# lanes no faster; explicit vectors 1.9 there. PoCL 3.1 ran the lanes form 3x slower than its
+# radix sort (no vectors), the explicit one 2.0-2.9 ms against 2.7-5.7 by radix.
 BITONIC_MAX = 4096
 BITONIC_MIN_ROWS = 8
-BITONIC_LANES = 8
-BITONIC_RUNTIMES = ("intel",)
 # a scalar argument's numpy type in the radix kernels (None: a buffer)
 _ROWS_ARGS = [None, I64, None, None, None, None, None, None, I64, I64]
 _HIST_ARGS = [None, I64, None, I64, np.int32, I64, I64]
@@ -157,16 +156,17 @@ def radix_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n:
     if C == 1:
         todo, only = dummy, 0
         if ov is not None and not indices and RADIX_SMALL < n <= BITONIC_MAX and \
-                rows >= BITONIC_MIN_ROWS and dev.backend in BITONIC_RUNTIMES:
+                rows >= BITONIC_MIN_ROWS:
             todo, only = dev.alloc(rows), 1
             P = 1 << (n - 1).bit_length()
-            W = BITONIC_LANES
-            groups = -(-rows // W)
-            tb = dev.alloc(groups * W * P * size)
-            kb = eager_kernel(dev, "sort_cpu", "bsort_rows", [None, I64, None, None, None, I64,
-                                                              I64, np.int32, I64, U], **opts)
-            dev.launch(kb, (groups * W,), (W,), [x, I64(x_off), ov, tb, todo, I64(n), I64(P),
-                                                 np.int32(P.bit_length() - 1), I64(rows), flip],
+            groups = -(-rows // 8)
+            tb = dev.alloc(groups * 8 * P * size)
+            lanes = dev.backend == "intel"
+            kb = eager_kernel(dev, "sort_cpu", "bsort_rows_lanes" if lanes else "bsort_rows8",
+                              [None, I64, None, None, None, I64, I64, np.int32, I64, U], **opts)
+            dev.launch(kb, (groups * 8,) if lanes else (groups,), (8,) if lanes else (1,),
+                       [x, I64(x_off), ov, tb, todo, I64(n), I64(P),
+                        np.int32(P.bit_length() - 1), I64(rows), flip],
                        reads=[x], writes=[ov, tb, todo], name="bsort_rows")
         k = eager_kernel(dev, "sort_cpu", "rsort_rows", _ROWS_ARGS + [U, None, np.int32], **opts)
         dev.launch(k, (rows,), (1,), [x, I64(x_off), ovb, oib, sv0, sv1, si0, si1, I64(n),

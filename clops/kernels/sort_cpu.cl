@@ -62,7 +62,7 @@ inline uint digit(U k, int p) { return (uint)(k >> (R * p)) & (NB - 1); }
 
 // Digit counts of every pass over src[lo:hi), added to cnt[PASSES][NB] (two interleaved sets of
 // counters, so that runs of one digit do not wait on each other's increments).
-inline uint count_digits(__global const U *src, long lo, long hi, U flip, uint *cnt,
+__attribute__((always_inline)) inline uint count_digits(__global const U *src, long lo, long hi, U flip, uint *cnt,
                          uint *cnt2)
 {
     long i = lo;
@@ -98,7 +98,7 @@ inline uint count_digits(__global const U *src, long lo, long hi, U flip, uint *
     else if (VALS) dv[pos] = keyed && !first ? value_of(e, flip) : e; \
     if (IDX) { uint ix_ = first ? (uint)(i) : si[i]; if (last) dl[pos] = ix_; else di[pos] = ix_; }
 
-inline void scatter(__global const U *sv, __global const uint *si, __global U *dv,
+__attribute__((always_inline)) inline void scatter(__global const U *sv, __global const uint *si, __global U *dv,
                     __global uint *di, __global long *dl, long lo, long hi, uint *offs, int p,
                     U flip, int first, int last, int keyed, int next, int s, uint *nc)
 {
@@ -327,13 +327,16 @@ __kernel void run_starts(__global const U *x, const long x_off, __global uchar *
 
 // -- short rows of plain keys, many at once: a bitonic network -----------------------------------
 // Rows of no NaN and no -0.0 (where only the values are asked for, the order of equal keys
-// cannot show): each work-item sorts a row padded to P (a power of two) with the largest key,
-// in scratch where the rows of a work-group are interleaved (t[j * W + lane]), so that the
-// runtime's vectorization across work-items moves whole vectors. A row with a NaN or a -0.0
-// is marked in todo for rsort_rows.
-__kernel void bsort_rows(__global const U *x, const long x_off, __global U *ov,
-                         __global U *scratch, __global uchar *todo, const long n, const long P,
-                         const int lp, const long rows, const U flip)
+// cannot show), each padded to P (a power of two) with the largest key. A row with a NaN or a
+// -0.0 is marked in todo for rsort_rows. Two forms of one network:
+// - bsort_rows_lanes (Intel's runtime, which vectorizes across work-items): a work-item a row,
+//   the rows of a work-group interleaved in scratch (t[j * W + lane]), so that the runtime's
+//   vectors load and store whole rows of lanes;
+// - bsort_rows8 (PoCL, which did not vectorize that form): a work-item sorts 8 rows at once as
+//   explicit vectors of 8 (t[j] holds key j of the 8 rows).
+__kernel void bsort_rows_lanes(__global const U *x, const long x_off, __global U *ov,
+                               __global U *scratch, __global uchar *todo, const long n,
+                               const long P, const int lp, const long rows, const U flip)
 {
     long row = get_global_id(0);
     long W = get_local_size(0), lane = get_local_id(0);
@@ -364,4 +367,51 @@ __kernel void bsort_rows(__global const U *x, const long x_off, __global U *ov,
         todo[row] = sp;
         for (long j = 0; j < n; j++) ov[row * n + j] = value_of(t[j * W], flip);
     }
+}
+
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define U8 CAT(U, 8)
+
+__kernel void bsort_rows8(__global const U *x, const long x_off, __global U *ov,
+                         __global U *scratch, __global uchar *todo, const long n, const long P,
+                         const int lp, const long rows, const U flip)
+{
+    long g = get_global_id(0);
+    long r0 = g * 8;
+    if (r0 >= rows) return;
+    __global U *t = scratch + g * P * 8;
+    long off[8];
+    int sp[8];
+    for (int lane = 0; lane < 8; lane++) {
+        off[lane] = x_off + min(r0 + lane, rows - 1) * n;
+        sp[lane] = 0;
+    }
+    for (long j = 0; j < n; j++) {
+        for (int lane = 0; lane < 8; lane++) {
+            U b = x[off[lane] + j];
+            sp[lane] |= special(b);
+            t[j * 8 + lane] = key_of(b, flip);
+        }
+    }
+    for (long j = n * 8; j < P * 8; j++) t[j] = (U)~(U)0;
+    for (int lane = 0; lane < 8 && r0 + lane < rows; lane++) todo[r0 + lane] = sp[lane];
+    for (int lk = 1; lk <= lp; lk++) {
+        for (int lj = lk - 1; lj >= 0; lj--) {
+            long j = 1L << lj;
+            for (long q = 0; q < P / 2; q++) {
+                long i = ((q >> lj) << (lj + 1)) | (q & (j - 1));
+                long l = i + j;
+                U8 a = vload8(i, t), b = vload8(l, t);
+                U8 lo = min(a, b), hi = max(a, b);
+                int up = ((i >> lk) & 1) == 0;
+                vstore8(up ? lo : hi, i, t);
+                vstore8(up ? hi : lo, l, t);
+            }
+        }
+    }
+    int m = min(8L, rows - r0);
+    for (long j = 0; j < n; j++)
+        for (int lane = 0; lane < m; lane++)
+            ov[(r0 + lane) * n + j] = value_of(t[j * 8 + lane], flip);
 }
