@@ -95,7 +95,9 @@ RADIX_CHUNKS_PER_CU = 4
 # PERF (2 cores, kernel time, minimum of 12): Intel's runtime 512x1024 float32 1.6 ms against
 # 2.6-3.0 by radix, 2048x256 1.4 against 2.4-3.3, 64x8192 even (2.5-2.7, so not past 4096); 16
 # lanes no faster; explicit vectors 1.9 there. PoCL 3.1 ran the lanes form 3x slower than its
-# radix sort (no vectors), the explicit one 2.0-2.9 ms against 2.7-5.7 by radix.
+# radix sort (no vectors), the explicit one 2.0-2.9 ms against 2.7-5.7 by radix. Keys of 1 or 2
+# bytes (1 or 2 radix passes) stay with the radix sort (uint8 512x1024 1.4 ms against 3.4);
+# float64 512x1024 3.3-5.4 against 6.2-6.4, 2048x256 2.0-3.5 against 8.8-11.6.
 BITONIC_MAX = 4096
 BITONIC_MIN_ROWS = 8
 # a scalar argument's numpy type in the radix kernels (None: a buffer)
@@ -156,7 +158,7 @@ def radix_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n:
     if C == 1:
         todo, only = dummy, 0
         if ov is not None and not indices and RADIX_SMALL < n <= BITONIC_MAX and \
-                rows >= BITONIC_MIN_ROWS:
+                rows >= BITONIC_MIN_ROWS and size >= 4:
             todo, only = dev.alloc(rows), 1
             P = 1 << (n - 1).bit_length()
             groups = -(-rows // 8)
