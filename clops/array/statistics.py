@@ -13,17 +13,17 @@ from ..graph.ir import prod
 from ._ops import register
 from .elementwise import apply
 from .kernel_ops import scan_last
-from .manipulation import concat, moveaxis, normalize_axes, normalize_axis, reshape
+from .manipulation import concat, moveaxis, normalize_axes, normalize_axis
 from .tensor import Tensor, same_device
 
 Axis = int | Sequence[int] | None
 
 
 def _finish(x: Tensor, node: ir.Node, axes: tuple[int, ...], keepdims: bool) -> Tensor:
-    out = Tensor(node, x.device)
-    if not keepdims:
-        out = reshape(out, [n for i, n in enumerate(x.shape) if i not in axes])
-    return out
+    if not keepdims:  # the reduced axes dropped: a view of the reduce node (reshape's, unchecked)
+        new = tuple(n for i, n in enumerate(x.shape) if i not in axes)
+        node = ir.movement(node, lambda v: v.reshape(new))
+    return Tensor(node, x.device)
 
 
 def _sum_dtype(x: Tensor, dtype: Any) -> _dt.DType:
