@@ -441,8 +441,13 @@ def fused_norm(dev: CLDevice, w: Weight, m: int = 1) -> bool:
     PERF (2-core EPYC, PoCL 3.1, SmolLM2): folded into a decode row's products the norm saves
     its launch; a 64-row chunk's qkv and gate_up products took 11.7 -> 18.2 and 37 -> 55 ms
     with it folded in (the normalized values of 8 rows per work-item staged through the
-    stack), against 1.5 ms for the norms' own launches."""
-    return fused_prologues(dev) or (w.layout == "rb16" and m == 1)
+    stack), against 1.5 ms for the norms' own launches. The native products (``native_cpu``)
+    take it for any rows: their threads normalize the rows as they make them int8 or copy
+    them, so a prompt's norms cost no launches of their own there."""
+    if fused_prologues(dev):
+        return True
+    return w.layout == "rb16" and (m == 1 or native_cpu.takes(dev, w)
+                                   or native_cpu.takes_float(dev, w, m))
 
 
 def rb_blocks(dev: CLDevice, n: int) -> int:

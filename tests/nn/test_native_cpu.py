@@ -470,3 +470,24 @@ def test_decode_attention_through_the_queue_as_the_opencl_kernel(device):
     np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-6)
     assert np.array_equal(outs[0][2], outs[1][2])
+
+
+def test_a_prompts_norm_folds_into_native_products(device):
+    # the native products normalize their rows themselves for any row count: a prompt's norm
+    # goes into them (matmul.fused_norm), and the product with norm= matches the norm first
+    dev = _queue_device(device)
+    p, ref = _packed("Q4_K", 32, 256)
+    w = DeviceWeight(dev, p, layout="rb16")
+    assert matmul.fused_norm(dev, w, 64) and matmul.fused_norm(dev, w, 1)
+    w.int8 = False  # (not native: matmul_cpu.cl folds the norm in for one row only)
+    assert not matmul.fused_norm(dev, w, 64) and matmul.fused_norm(dev, w, 1)
+    w.int8 = True
+    x = RNG.standard_normal((9, p.k)).astype(np.float32)
+    nw = (RNG.random(p.k) + 0.5).astype(np.float32)
+    yb = _up(dev, np.zeros((9, 32), np.float32))
+    matmul.matmul(dev, yb, 0, 32, _up(dev, x), 0, p.k, w, 9, norm=(_up(dev, nw), 1e-5)).run(dev)
+    got = np.empty((9, 32), np.float32)
+    dev.read(got, yb)
+    xd = x.astype(np.float64)
+    want = (xd / np.sqrt((xd ** 2).mean(1, keepdims=True) + 1e-5) * nw) @ ref.T
+    assert np.abs(got - want).max() < 2e-2 * np.abs(want).max()
