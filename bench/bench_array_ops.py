@@ -654,7 +654,7 @@ def tables(paths: list[str], summary_only: bool) -> None:
              f"{d.get('peer', 'numpy').split()[0]} beside" for d in runs]
     by = [{_key(r): r for r in d["rows"]} for d in runs]
     if summary_only:
-        print("| group | " + " | ".join(f"{h}: median (rows >= 1.0x), medium; large"
+        print("| group | " + " | ".join(f"{h}: median ratio (rows >= 1.0x), medium; large"
                                          for h in heads) + " |")
         print("|---|" + "---|" * len(runs))
         for g in GROUPS:
@@ -662,10 +662,15 @@ def tables(paths: list[str], summary_only: bool) -> None:
             for d in runs:
                 parts = []
                 for size in ("medium", "large"):
-                    rs = [r["ratio"] for r in d["rows"] if r.get("group") == g and
-                          r["size"] == size and r["ratio"] is not None]
-                    parts.append(f"{statistics.median(rs):.2f}x ({sum(x >= 1 for x in rs)}/"
-                                 f"{len(rs)})" if rs else "-")
+                    mine = [r for r in d["rows"] if r.get("group") == g and r["size"] == size]
+                    rs = [r["ratio"] for r in mine if r["ratio"] is not None]
+                    part = f"{statistics.median(rs):.2f}x ({sum(x >= 1 for x in rs)}/" \
+                        f"{len(rs)})" if rs else "-"
+                    dev = [r["peer_device_ms"] / r["clops_device_ms"] for r in mine
+                           if r.get("clops_device_ms") and r.get("peer_device_ms")]
+                    if dev:  # kernels alone (the peer's device time over clops')
+                        part += f", device {statistics.median(dev):.2f}x"
+                    parts.append(part)
                 cells.append("; ".join(parts))
             if any(c != "-; -" for c in cells):
                 print(f"| {g} | " + " | ".join(cells) + " |")
