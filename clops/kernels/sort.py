@@ -1,6 +1,6 @@
-"""Kernels, sort: stable sorts of contiguous rows, radix sort (CPUs, ``sort_cpu.cl``) or bitonic
-(elsewhere, ``sort.cl``), and binary search (``sort.cl``). One program per element type (and
-what a radix sort writes), so every shape reuses it."""
+"""Kernels, sort: stable sorts of contiguous rows by LSD radix sorts, one for CPUs
+(``sort_cpu.cl``) and one for GPUs (``sort_gpu.cl``), and binary search (``sort.cl``). One program
+per element type (and what a sort writes, and its tile), so every shape reuses it."""
 
 from __future__ import annotations
 
@@ -17,59 +17,28 @@ I64 = np.int64
 def sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
          descending: bool, algorithm: str | None = None) -> tuple[Buffer, Buffer, int]:
     """Stable sort of ``rows`` contiguous rows of ``n`` keys. Returns (keys, indices, P): rows
-    of ``P`` entries (P >= n) whose first ``n`` are the sorted keys and their original
-    positions (int64). ``algorithm``: "radix" (P = n; the default on CPUs: ``radix_sort``) or
-    "bitonic" (P a power of two; the default elsewhere)."""
-    if (algorithm or ("radix" if dev.kind == "cpu" else "bitonic")) == "radix":
-        keys, idx = radix_sort(dev, dtype, x, x_off, rows, n, descending)
-        assert keys is not None and idx is not None
-        return keys, idx, n
-    return _bitonic_sort(dev, dtype, x, x_off, rows, n, descending)
+    of ``P`` = ``n`` entries, the sorted keys and their original positions (int64).
+    ``algorithm``: "radix" (the CPUs' form, ``radix_sort``) or "gpu" (``gpu_radix_sort``); by
+    default the device's own."""
+    # NOTE: "bitonic" is the old name of the GPUs' sort (a bitonic network until the radix sort
+    # of sort_gpu.cl replaced it), kept for callers that still name it.
+    form = algorithm or ("radix" if dev.kind == "cpu" else "gpu")
+    if form not in ("radix", "gpu", "bitonic"):
+        raise ValueError(f"sort: no algorithm {algorithm!r}; 'radix' or 'gpu'")
+    keys, idx = (radix_sort if form == "radix" else gpu_radix_sort)(
+        dev, dtype, x, x_off, rows, n, descending)
+    assert keys is not None and idx is not None
+    return keys, idx, n
 
 
 def sort_one(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
              descending: bool, indices: bool) -> tuple[Buffer, int]:
-    """``sort``'s keys, or (``indices``) its indices, and P. A CPU device's radix sort
-    computes only that one; the bitonic sort computes both."""
-    if dev.kind == "cpu":
-        keys, idx = radix_sort(dev, dtype, x, x_off, rows, n, descending, not indices, indices)
-        out = idx if indices else keys
-        assert out is not None
-        return out, n
-    keys, idx, P = _bitonic_sort(dev, dtype, x, x_off, rows, n, descending)
-    return (idx if indices else keys), P
-
-
-def _bitonic_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
-                  descending: bool) -> tuple[Buffer, Buffer, int]:
-    P = 1
-    while P < n:
-        P *= 2
-    opts = math_options(dtype)
-    keys = dev.alloc(max(rows * P, 1) * dtype.itemsize)
-    idx = dev.alloc(max(rows * P, 1) * 8)
-    total = rows * P
-    if total == 0:
-        return keys, idx, P
-    g, loc = flat_geometry(dev, total)
-    k0 = shared_kernel(dev, "sort", "sort_init", opts)
-    dev.launch(k0, g, loc, [x, I64(x_off), keys, idx, I64(n), I64(P), I64(total)], reads=[x],
-               writes=[keys, idx], name="sort_init")
-    if P < 2:
-        return keys, idx, P
-    k1 = shared_kernel(dev, "sort", "sort_step", opts)
-    half = total // 2
-    g1, loc1 = flat_geometry(dev, half)
-    desc = np.int32(1 if descending else 0)
-    k = 2
-    while k <= P:
-        j = k // 2
-        while j >= 1:
-            dev.launch(k1, g1, loc1, [keys, idx, I64(n), I64(P), I64(j), I64(k), desc, I64(half)],
-                       reads=[keys, idx], writes=[keys, idx], name="sort_step")
-            j //= 2
-        k *= 2
-    return keys, idx, P
+    """``sort``'s keys, or (``indices``) its indices, and P (= n): only that one is computed."""
+    run = radix_sort if dev.kind == "cpu" else gpu_radix_sort
+    keys, idx = run(dev, dtype, x, x_off, rows, n, descending, not indices, indices)
+    out = idx if indices else keys
+    assert out is not None
+    return out, n
 
 
 # The radix sort of CPU devices (``sort_cpu.cl``): the element's bits and how its key is made.
@@ -186,6 +155,97 @@ def radix_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n:
         dev.launch(kp, (g,), (1,), [x, I64(x_off), ovb, oib, sv0, sv1, si0, si1, hist, part,
                                     I64(n), np.int32(s), I64(C), I64(g), flip, np.int32(p)],
                    reads=[x, hist, part], writes=outs + [part], name="rsort_pass")
+    return ov, oi
+
+
+# The radix sort of GPUs (``sort_gpu.cl``): work-groups of GPU_WG on tiles of GPU_WG * ITEMS keys
+# in local memory, ITEMS at most GPU_ITEMS (tiles of 4096), fewer where local memory is short;
+# rows of at most SHORT_ROW keys take work-groups of SHORT_WG (short rows waste no work-items).
+GPU_WG = 256
+GPU_ITEMS = 16
+SHORT_WG = 64
+SHORT_ROW = SHORT_WG * 4
+GPU_DIGITS = 256  # 8 bits a pass of long rows
+_GROWS_ARGS = [None, I64, None, None, I64]
+_GCOUNT_ARGS = [None, I64, None, None, None, None, I64, I64, np.int32]
+_GSCATTER_ARGS = [None, I64, None, None, None, None, None, None, None, None, None, I64, I64,
+                  np.int32]
+
+
+def _gpu_local_bytes(wg: int, items: int, size: int, indices: bool) -> int:
+    """Local memory of a work-group of ``sort_gpu.cl``: the tile (bits, indices), the nibble
+    counts (ushort), the scan's scratch and the digits' bases and run starts."""
+    return wg * items * (size + (4 if indices else 0)) + wg * (2 * 16 + 4) + 8 * GPU_DIGITS
+
+
+def gpu_tiles(dev: CLDevice, n: int, size: int, indices: bool) -> tuple[int, int, bool]:
+    """(WG, ITEMS, whole): the work-group and keys a work-item of the GPU radix sort of rows of
+    ``n`` keys of ``size`` bytes; ``whole``: a work-group sorts a whole row (rs_rows), else rows
+    are cut into tiles of WG * ITEMS (rs_count, rs_scan, rs_scatter a pass)."""
+    top = 1 << (min(GPU_WG, dev.caps.max_work_group).bit_length() - 1)
+    budget = dev.caps.local_mem - 1024
+    items = GPU_ITEMS
+    while items > 1 and _gpu_local_bytes(top, items, size, indices) > budget:
+        items //= 2
+    if n <= SHORT_ROW:
+        wg = min(SHORT_WG, top)
+        return wg, max(1, 1 << (-(-n // wg) - 1).bit_length()), True
+    if n <= top * items:
+        return top, 1 << (-(-n // top) - 1).bit_length(), True
+    return top, items, False
+
+
+def gpu_radix_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
+                   descending: bool, values: bool = True, indices: bool = True
+                   ) -> tuple[Buffer | None, Buffer | None]:
+    """Stable sort of ``rows`` contiguous rows of ``n`` keys of ``dtype`` (any kind but
+    complex, a byte to 8) by an LSD radix sort for GPUs (``sort_gpu.cl``): (the sorted values if
+    ``values``, their original positions as int64 if ``indices``), rows of ``n``. Rows that fit
+    a tile: one launch; longer rows: three a pass of 8 bits (a byte of the element)."""
+    if n >= 1 << 32:
+        raise ValueError(f"sort: rows of {n} elements; the radix sort takes fewer than 2^32")
+    size = dtype.itemsize
+    total = rows * n
+    ov = dev.alloc(max(total, 1) * size) if values else None
+    oi = dev.alloc(max(total, 1) * 8) if indices else None
+    if total == 0:
+        return ov, oi
+    U = _UNSIGNED[size]
+    flip = U(~U(0) if descending else 0)
+    wg, items, whole = gpu_tiles(dev, n, size, indices)
+    opts = _radix_options(dtype, values, indices, RADIX_BITS)
+    for k in ("R", "NB", "SMALL", "CMAX"):
+        del opts[k]
+    opts.update(WG=wg, ITEMS=items)
+    dummy = dev.alloc(8)
+    ovb, oib = ov or dummy, oi or dummy
+    outs = [b for b in (ov, oi) if b is not None]
+    if whole:
+        k = eager_kernel(dev, "sort_gpu", "rs_rows", _GROWS_ARGS + [U], **opts)
+        dev.launch(k, (rows * wg,), (wg,), [x, I64(x_off), ovb, oib, I64(n), flip], reads=[x],
+                   writes=outs, name="rs_rows")
+        return ov, oi
+    passes = size
+    T = -(-n // (wg * items))
+    A, B = dev.alloc(total * size), dev.alloc(total * size)
+    iA, iB = (dev.alloc(total * 4), dev.alloc(total * 4)) if indices else (dummy, dummy)
+    st = dev.alloc(rows * (passes + 1) * 4)
+    cnt = dev.alloc(rows * GPU_DIGITS * T * 4)
+    tot = dev.alloc(rows * GPU_DIGITS * 4)
+    kc = eager_kernel(dev, "sort_gpu", "rs_count", _GCOUNT_ARGS + [U], **opts)
+    ks = eager_kernel(dev, "sort_gpu", "rs_scan", [None, None, I64], **opts)
+    kp = eager_kernel(dev, "sort_gpu", "rs_scatter", _GSCATTER_ARGS + [U], **opts)
+    tiles = (rows * T * wg,)
+    for p in range(passes):
+        dev.launch(kc, tiles, (wg,), [x, I64(x_off), A, B, st, cnt, I64(n), I64(T),
+                                      np.int32(p), flip],
+                   reads=[x, A, B, st], writes=[cnt], name="rs_count")
+        dev.launch(ks, (rows * GPU_DIGITS * wg,), (wg,), [cnt, tot, I64(T)], reads=[cnt],
+                   writes=[cnt, tot], name="rs_scan")
+        dev.launch(kp, tiles, (wg,), [x, I64(x_off), A, B, iA, iB, ovb, oib, st, cnt, tot,
+                                      I64(n), I64(T), np.int32(p), flip],
+                   reads=[x, A, B, iA, iB, st, cnt, tot],
+                   writes=[A, B, iA, iB, st] + outs, name="rs_scatter")
     return ov, oi
 
 
