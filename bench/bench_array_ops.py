@@ -40,7 +40,8 @@ show the fixed cost of a call (launch, read); the summary gives its median per g
     python bench/bench_array_ops.py --table A.json B.json[+B2.json] [--summary]
 
 ``--table``: markdown of result files side by side, a column each (``+`` joins the parts of one
-run): every row at the medium and large sizes, or with ``--summary`` each group's median ratio.
+run, a later part's row replacing an earlier one's): every row at the medium and large sizes, or
+with ``--summary`` each group's median ratio.
 """
 
 from __future__ import annotations
@@ -649,7 +650,8 @@ def tables(paths: list[str], summary_only: bool) -> None:
         for path in column.split("+"):
             with open(path) as f:
                 parts.append(json.load(f))
-        runs.append({**parts[0], "rows": [r for d in parts for r in d["rows"]]})
+        rows = {_key(r): r for d in parts for r in d["rows"]}  # a later part's row wins
+        runs.append({**parts[0], "rows": list(rows.values())})
     heads = [f"{d['device']} ({' '.join(d['platform'].split()[:4])}), "
              f"{d.get('peer', 'numpy').split()[0]} beside" for d in runs]
     by = [{_key(r): r for r in d["rows"]} for d in runs]
