@@ -189,10 +189,13 @@ def gpu_tiles(dev: CLDevice, n: int, size: int, indices: bool) -> tuple[int, int
         items //= 2
     if n <= SHORT_ROW:
         wg = min(SHORT_WG, top)
-        return wg, max(1, 1 << (-(-n // wg) - 1).bit_length()), True
-    if n <= top * items:
-        return top, 1 << (-(-n // top) - 1).bit_length(), True
-    return top, items, False
+        return wg, SHORT_ROW // wg, True
+    # NOTE: tiles of 4, 8 or GPU_ITEMS keys a work-item only: a program takes Intel's runtime
+    # 7-14 s to build, one for each (dtype, what is written, tile)
+    for fit in (4, 8):
+        if fit < items and n <= top * fit:
+            return top, fit, True
+    return top, items, n <= top * items
 
 
 def gpu_radix_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
