@@ -730,6 +730,7 @@ def main() -> None:
     print(f"device {dev.name} ({dev.selector}, {dev.platform_version}); {cpu_line()}; "
           f"numpy {np.__version__}; peer {peer.name} {peer.version} on {peer.where}; "
           f"median of {args.repeat}")
+    load_before = os.getloadavg()
     rows = []
     for size in sizes:
         for g in groups:
@@ -745,7 +746,10 @@ def main() -> None:
         out = {"benchmark": "array_ops", "device": dev.name, "selector": dev.selector,
                "platform": dev.platform_version, "cpu": cpu_line(), "numpy": np.__version__,
                "peer": f"{peer.name} {peer.version}", "peer_device": peer.where,
-               "repeat": args.repeat, "date": datetime.date.today().isoformat(), "rows": rows}
+               "repeat": args.repeat, "date": datetime.date.today().isoformat(),
+               # the machine's load averages (1, 5, 15 min) at the start and the end: others'
+               # work on a shared CPU slows clops' threads and numpy's one unequally
+               "load": [list(load_before), list(os.getloadavg())], "rows": rows}
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
         print(f"wrote {args.json}")
