@@ -1,6 +1,6 @@
 """Array layer, sorting: sort and argsort along any axis through the stable sort kernels
-(``kernels/sort.py``: a radix sort on CPUs, bitonic elsewhere); both orders are stable, NaN sorts
-last (first when descending)."""
+(``kernels/sort.py``: a radix sort on CPUs, ``sort_gpu.cl``'s radix sort on GPUs); both orders
+are stable, NaN sorts last (first when descending)."""
 
 from __future__ import annotations
 

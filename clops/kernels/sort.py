@@ -20,10 +20,8 @@ def sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
     of ``P`` = ``n`` entries, the sorted keys and their original positions (int64).
     ``algorithm``: "radix" (the CPUs' form, ``radix_sort``) or "gpu" (``gpu_radix_sort``); by
     default the device's own."""
-    # NOTE: "bitonic" is the old name of the GPUs' sort (a bitonic network until the radix sort
-    # of sort_gpu.cl replaced it), kept for callers that still name it.
     form = algorithm or ("radix" if dev.kind == "cpu" else "gpu")
-    if form not in ("radix", "gpu", "bitonic"):
+    if form not in ("radix", "gpu"):
         raise ValueError(f"sort: no algorithm {algorithm!r}; 'radix' or 'gpu'")
     keys, idx = (radix_sort if form == "radix" else gpu_radix_sort)(
         dev, dtype, x, x_off, rows, n, descending)
