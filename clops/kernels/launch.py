@@ -29,9 +29,9 @@ HEADERS = ("philox.cl",)  # the Philox counter-based generator (clops.random doc
 # headers of clops' own kernels only: NVIDIA PTX helpers (included where the PTX probe passed),
 # the KV cache's element type, split partials' combine, the fence before a partial's count and
 # the token choice's reductions, a mixture of experts' grouped products, horizontal sums and the
-# 4-byte dot product, the weight formats' storage types, the rotary pairs
+# 4-byte dot product, the weight formats' storage types, the rotary pairs, the radix sorts' keys
 INTERNAL_HEADERS = ("ptx.cl", "kv.cl", "partials.cl", "fence.cl", "choose.cl", "experts.cl",
-                    "vec.cl", "formats.cl", "rope.cl")
+                    "vec.cl", "formats.cl", "rope.cl", "sortkey.cl")
 
 
 def expand_includes(source: str, internal: bool = False) -> str:

@@ -4,6 +4,8 @@ per element type (and what a sort writes, and its tile), so every shape reuses i
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..graph.dtypes import DType
@@ -95,22 +97,29 @@ def radix_chunks(dev: CLDevice, rows: int, n: int) -> tuple[int, int]:
     return -(-n // (1 << s)), s
 
 
+def _radix_outputs(dev: CLDevice, dtype: DType, rows: int, n: int, descending: bool,
+                   values: bool, indices: bool) -> tuple[Buffer | None, Buffer | None, Any, Any]:
+    """Both radix sorts' start: the output buffers asked for (values, int64 positions), the
+    unsigned type of the element's bits and the key's flip (all ones when descending)."""
+    if n >= 1 << 32:
+        raise ValueError(f"sort: rows of {n} elements; the radix sort takes fewer than 2^32")
+    total = rows * n
+    ov = dev.alloc(max(total, 1) * dtype.itemsize) if values else None
+    oi = dev.alloc(max(total, 1) * 8) if indices else None
+    U = _UNSIGNED[dtype.itemsize]
+    return ov, oi, U, U(~U(0) if descending else 0)
+
+
 def radix_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: int,
                descending: bool, values: bool = True, indices: bool = True
                ) -> tuple[Buffer | None, Buffer | None]:
     """Stable sort of ``rows`` contiguous rows of ``n`` keys of ``dtype`` (any kind but
     complex, a byte to 8) by an LSD radix sort of their keys, for CPU devices: (the sorted
     values if ``values``, their original positions as int64 if ``indices``), rows of ``n``."""
-    if n >= 1 << 32:
-        raise ValueError(f"sort: rows of {n} elements; the radix sort takes fewer than 2^32")
-    size = dtype.itemsize
-    total = rows * n
-    ov = dev.alloc(max(total, 1) * size) if values else None
-    oi = dev.alloc(max(total, 1) * 8) if indices else None
-    if total == 0:
+    ov, oi, U, flip = _radix_outputs(dev, dtype, rows, n, descending, values, indices)
+    if rows * n == 0:
         return ov, oi
-    U = _UNSIGNED[size]
-    flip = U(~U(0) if descending else 0)
+    size, total = dtype.itemsize, rows * n
     C, s = radix_chunks(dev, rows, n)
     r = RADIX_BITS
     opts = _radix_options(dtype, values, indices, r)
@@ -203,16 +212,10 @@ def gpu_radix_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int
     complex, a byte to 8) by an LSD radix sort for GPUs (``sort_gpu.cl``): (the sorted values if
     ``values``, their original positions as int64 if ``indices``), rows of ``n``. Rows that fit
     a tile: one launch; longer rows: three a pass of 8 bits (a byte of the element)."""
-    if n >= 1 << 32:
-        raise ValueError(f"sort: rows of {n} elements; the radix sort takes fewer than 2^32")
-    size = dtype.itemsize
-    total = rows * n
-    ov = dev.alloc(max(total, 1) * size) if values else None
-    oi = dev.alloc(max(total, 1) * 8) if indices else None
-    if total == 0:
+    ov, oi, U, flip = _radix_outputs(dev, dtype, rows, n, descending, values, indices)
+    if rows * n == 0:
         return ov, oi
-    U = _UNSIGNED[size]
-    flip = U(~U(0) if descending else 0)
+    size, total = dtype.itemsize, rows * n
     wg, items, whole = gpu_tiles(dev, n, size, indices)
     opts = _radix_options(dtype, values, indices, RADIX_BITS)
     for k in ("R", "NB", "SMALL", "CMAX"):

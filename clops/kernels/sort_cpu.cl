@@ -1,34 +1,20 @@
 // Array kernels, sorting on CPU devices: a stable LSD radix sort of order-preserving keys, one
 // byte a pass. A work-item sorts a whole row (rows of a matrix: one launch), or a chunk of a long
 // row with its passes spread over the work-items (one launch to count, one a pass).
-// Keys: the element's bits, with the sign flipped (signed ints), or for floats the magnitude's
-// bits added to the sign bit, subtracted for negatives (so -0.0 is 0.0 and the two keep their
-// order, and low bytes that are zero in every element stay zero: integral floats skip passes),
-// every NaN the largest key (NaNs keep their order). Descending complements the key: still
-// stable, NaN first.
+// Keys: sortkey.cl's (order-preserving; -0.0 is 0.0, NaN last; descending complements them;
+// low bytes zero in every element stay zero, so integral floats skip passes).
 // Passes whose byte is the same in every key of a row are skipped (decided in the kernels, from
 // the counts: nothing is read back). Elements move as their bits; keys are recomputed each pass.
 // Build options: -DU=<uchar|ushort|uint|ulong> (the element's bits) -DBITS=<its bits> -DR=<bits
-// of a digit> -DNB=<2^R> -DPASSES=<BITS / R, rounded up> -DKIND=<0 unsigned, 1 signed, 2 float> -DINF=<bits of +inf> (floats) -DVALS=<0|1> (write the
-// sorted values) -DIDX=<0|1> (write the permutation, int64) -DSMALL=<rows this short: insertion
-// sort> -DCMAX=<most chunks of a row>.
+// of a digit> -DNB=<2^R> -DPASSES=<BITS / R, rounded up> -DKIND=<0 unsigned, 1 signed, 2 float>
+// -DINF=<bits of +inf> (floats) -DVALS=<0|1> (write the sorted values) -DIDX=<0|1> (write the
+// permutation, int64) -DSMALL=<rows this short: insertion sort> -DCMAX=<most chunks of a row>.
 
-#define SIGN ((U)((U)1 << (BITS - 1)))
+#include "clops/sortkey.cl"  // SIGN, key_of
 
-inline U key_of(U b, U flip)
-{
-#if KIND == 1
-    b ^= SIGN;
-#elif KIND == 2
-    U mag = b & (U)~SIGN;
-    b = (b & SIGN) ? (U)(SIGN - mag) : (U)(SIGN + mag);  // -0.0 and 0.0: SIGN
-    b = mag > (U)INF ? (U)~(U)0 : b;  // NaN: past +inf
-#endif
-    return b ^ flip;
-}
-
-// Where no key of a row is NaN or -0.0, the key above is one-to-one: passes after the first move
-// keys instead of bits (no key to recompute), and the last turns them back into values.
+// Where no key of a row is NaN or -0.0, the key (sortkey.cl) is one-to-one: passes after the
+// first move keys instead of bits (no key to recompute), and the last turns them back into
+// values.
 inline int special(U b)
 {
 #if KIND == 2

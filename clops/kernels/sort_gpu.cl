@@ -18,22 +18,11 @@
 // 2 float> -DINF=<bits of +inf> (floats) -DVALS=<0|1> (write the sorted values) -DIDX=<0|1> (write
 // the permutation, int64) -DWG=<work-items> -DITEMS=<keys a work-item> -DPASSES=<BITS / 8>.
 
-#define SIGN ((U)((U)1 << (BITS - 1)))
+#include "clops/sortkey.cl"  // SIGN, key_of
+
 #define TILE (WG * ITEMS)
 #define NIB 16
 #define NB 256
-
-inline U key_of(U b, U flip)
-{
-#if KIND == 1
-    b ^= SIGN;
-#elif KIND == 2
-    U mag = b & (U)~SIGN;
-    b = (b & SIGN) ? (U)(SIGN - mag) : (U)(SIGN + mag);  // -0.0 and 0.0: SIGN
-    b = mag > (U)INF ? (U)~(U)0 : b;  // NaN: past +inf
-#endif
-    return b ^ flip;
-}
 
 // Exclusive prefix sum over the work-group of v (every work-item calls it); *total: the sum.
 inline uint scan_wg(__local uint *sc, int lid, uint v, uint *total)
