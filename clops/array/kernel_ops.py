@@ -48,6 +48,13 @@ def kernel_dtype(d: DType) -> DType:
     return d
 
 
+def sort_dtype(d: DType) -> DType:
+    """The dtype a sort works in: half types as themselves (the radix sorts move an element's
+    bits, so a NaN keeps its payload: a round trip through float32 makes NaNs canonical on
+    NVIDIA's driver), bool as uint8."""
+    return d if d.name in ("float16", "bfloat16") else kernel_dtype(d)
+
+
 def new(shape: Sequence[int], dtype: DType, device: object) -> Tensor:
     shape = tuple(int(n) for n in shape)
     buf = device.alloc(max(prod(shape), 1) * dtype.itemsize)  # type: ignore[attr-defined]
@@ -115,7 +122,7 @@ def scan_last(x: Tensor, op: str, dtype: DType, include_initial: bool = False) -
 
 def sort_last(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
     """Stable sort over the last axis: (sorted values in ``x``'s dtype, int64 indices)."""
-    kd = kernel_dtype(x.dtype)
+    kd = sort_dtype(x.dtype)
     n = x.shape[-1]
     rows = prod(x.shape[:-1])
     src = contiguous(x, kd)

@@ -8,14 +8,14 @@ from ..graph import dtypes as _dt
 from ..graph import ir
 from ..graph.ir import prod
 from ..kernels import sort as _sort
-from .kernel_ops import contiguous, kernel_dtype, wrap
+from .kernel_ops import contiguous, sort_dtype, wrap
 from .manipulation import normalize_axis, permute_dims
 from .tensor import Tensor
 
 
 def sort_values(x: Tensor, descending: bool) -> Tensor:
     """``x`` stably sorted over its last axis (on CPUs without computing the indices)."""
-    kd = kernel_dtype(x.dtype)
+    kd = sort_dtype(x.dtype)
     src = contiguous(x, kd)
     keys, P = _sort.sort_one(x.device, kd, src.buffer, src.offset, prod(x.shape[:-1]),
                              x.shape[-1], descending, False)
@@ -26,7 +26,7 @@ def sort_values(x: Tensor, descending: bool) -> Tensor:
 def sort_indices(x: Tensor, descending: bool) -> Tensor:
     """The int64 positions that stably sort ``x`` over its last axis (on CPUs without writing
     the sorted values)."""
-    kd = kernel_dtype(x.dtype)
+    kd = sort_dtype(x.dtype)
     src = contiguous(x, kd)
     idx, P = _sort.sort_one(x.device, kd, src.buffer, src.offset, prod(x.shape[:-1]),
                             x.shape[-1], descending, True)

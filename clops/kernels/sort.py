@@ -45,7 +45,9 @@ def sort_one(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n: i
 _BITS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
 _UNSIGNED: dict[int, type[np.unsignedinteger]] = {1: np.uint8, 2: np.uint16, 4: np.uint32,
                                                   8: np.uint64}
-_INF = {4: "0x7f800000u", 8: "0x7ff0000000000000ul"}
+# the bits of +inf, by float dtype
+_INF = {"float16": "0x7c00", "bfloat16": "0x7f80", "float32": "0x7f800000u",
+        "float64": "0x7ff0000000000000ul"}
 # Rows of at most this many keys are insertion-sorted (private memory), longer ones radix-sorted.
 RADIX_SMALL = 32
 # Most chunks a row is cut into (the passes' private counts are CMAX * 256 per work-item), and
@@ -82,7 +84,7 @@ def _radix_options(dtype: DType, values: bool, indices: bool, r: int) -> dict[st
                                    PASSES=-(-8 * size // r), KIND=kind, VALS=values,
                                    IDX=indices, SMALL=RADIX_SMALL, CMAX=RADIX_CMAX)
     if kind == 2:
-        opts["INF"] = _INF[size]
+        opts["INF"] = _INF[dtype.name]
     return opts
 
 

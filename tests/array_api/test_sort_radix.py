@@ -175,3 +175,14 @@ def _check_unique(device: xp.CLDevice, a: np.ndarray) -> None:
     ui = xp.unique_inverse(t)
     np.testing.assert_array_equal(ui.values.to_numpy(), vals)
     np.testing.assert_array_equal(ui.inverse_indices.to_numpy(), inv.reshape(a.shape))
+
+
+def test_half_nan_payloads_keep_their_bits(device: xp.CLDevice) -> None:
+    """float16 keys sort as their own bits: NaNs of any sign and payload come back as they went
+    in (a round trip through float32 made them canonical on NVIDIA's driver)."""
+    bits = np.array([0xFE00, 0x3C00, 0x7E01, 0x8000, 0x0000, 0xFC00, 0x7C00, 0xFD55, 0xBC00],
+                    np.uint16)
+    a = bits.view(np.float16)
+    for rows in (a, np.stack([a, a[::-1]])):
+        _check(device, rows, False)
+        _check(device, rows, True)
