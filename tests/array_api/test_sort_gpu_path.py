@@ -21,6 +21,8 @@ import clops as xp
 from clops.compiler import realize
 from clops.kernels import sort as sort_kernels
 
+from .test_sort_radix import _bits, _reference, _skip_fp64
+
 DTYPES = [np.float32, np.int64, np.uint8]
 FIXTURE = [HealthCheck.function_scoped_fixture]  # the same GPU-path device for every example
 # 0.0, -0.0, 1.0, -1.0, NaN, a negative NaN of payload 1, a NaN of payload 0x123, +-inf, 2.5,
@@ -40,27 +42,6 @@ def gpu(device: xp.CLDevice, monkeypatch: pytest.MonkeyPatch) -> Iterator[xp.CLD
     yield device
     realize._KERNELS.clear()
     realize.FORMS.clear()
-
-
-def _skip_fp64(device: xp.CLDevice, dtype: type) -> None:
-    if np.dtype(dtype) == np.float64 and not device.caps.fp64:
-        pytest.skip("the device has no float64")
-
-
-def _reference(a: np.ndarray, descending: bool) -> np.ndarray:
-    """Stable argsort along the last axis: NaN last (first when descending), -0.0 == 0.0."""
-    if a.dtype.kind == "f":
-        nan = np.isnan(a)
-        key = np.where(nan, 0.0, a.astype(np.float64))
-        return np.lexsort((-key if descending else key, ~nan if descending else nan), axis=-1)
-    if descending:  # stable descending: ranks negated, ties keep their order
-        inv = np.unique(a, return_inverse=True)[1].reshape(a.shape)
-        return np.argsort(-inv, axis=-1, kind="stable")
-    return np.argsort(a, axis=-1, kind="stable")
-
-
-def _bits(a: np.ndarray) -> np.ndarray:
-    return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind != "b" else a
 
 
 def _check(device: xp.CLDevice, a: np.ndarray, descending: bool) -> None:
