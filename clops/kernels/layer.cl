@@ -28,7 +28,10 @@
 // (B's splits of a key-value head's positions at most), SPLIT_MIN (positions a split takes at
 // least), KV_HALF (1: float16 caches, clops/kv.cl), TRACE (1: the groups' times at each grid
 // barrier, for profiling; see stamp), EMB (1: x is the float16 embedding row of tokens[state[0]],
-// emb [vocab][DIM], read here: no launch before this one).
+// emb [vocab][DIM], read here: no launch before this one), PAGED (1: the caches are pools of
+// blocks of BS positions, [block][KV_HEADS][BS][HEAD_DIM] (clops/kernels/paged.cl's), the row's
+// blocks table[slots[0] * maxb ..], its position state[0] and its token tokens[0]: the batched
+// engine's lone decode row; else [KV_HEADS][max_seq][HEAD_DIM]).
 // Work geometry: global (G * LS), local (LS).
 #define LS 256
 #define NW (LS / 32)
@@ -48,6 +51,18 @@
 #endif
 #ifndef SPIN_LIMIT
 #define SPIN_LIMIT (1 << 26)
+#endif
+#ifndef PAGED
+#define PAGED 0
+#endif
+// The cache row of key-value head kvh at position p, and where a row's cache is found (kv_at:
+// the sequence's blocks, or the rows a head of the contiguous cache has)
+#if PAGED
+#define KV_AT_T __global const int *
+#define KV_ROW(kvh, p, at) (((size_t)(at)[(p) / BS] * KV_HEADS + (kvh)) * BS + (p) % BS)
+#else
+#define KV_AT_T int
+#define KV_ROW(kvh, p, at) ((size_t)(kvh) * (at) + (p))
 #endif
 // PERF (H100, 1B Q4_0, B alone, where a work-item reads its key row by itself): 8-byte loads
 // of float16 keys (kv4_load) took attention from 9.1 to 4.2 us a layer at 191 positions, 16.9
@@ -844,19 +859,22 @@ inline void warp_local_sync(void) {
 #endif
 }
 
-// A warp's tile of the cache rows r0 .. r0 + TP (rows of the key-value head's caches kc and vc),
-// the first n of them (n <= 0: none; the others zero): keys k[KU] (lane l: row r0 + l), values
-// v[VU] (lane (g, c): rows r0 + RPI i + g, dimensions VD c ..).
-inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r0, int n,
-                      int lane, kv4_t *k, kv4_t *v) {
+// A warp's tile of key-value head kvh's cache rows at positions p0 .. p0 + TP (of the caches kc
+// and vc, rows found through `at`: KV_ROW), the first n of them (n <= 0: none; the others zero):
+// keys k[KU] (lane l: position p0 + l), values v[VU] (lane (g, c): positions p0 + RPI i + g,
+// dimensions VD c ..).
+inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, int kvh, int p0,
+                      KV_AT_T at, int n, int lane, kv4_t *k, kv4_t *v) {
     const int g = lane / LPR, c = lane % LPR;
+    // (a lane past n reads no row: its position may lie past the sequence's blocks)
+    const size_t rk = KV_ROW(kvh, p0 + (lane < n ? lane : 0), at);
 #if KV_HALF && HEAD_DIM % 8 == 0
     // (16-byte loads, two groups of four a load: a warp's load instruction touches a line per
     // row it reads, and a lane's key row is a row of its own)
     // PERF (H100, 1B Q4_0 decode tok/s after 128 / 1024 / 4096 / 16384 positions, one run):
     // 8-byte loads 1531-1544 / 1420-1430 / 1256-1260 / 952-955, 16-byte 1587 / 1425 / 1261 /
     // 1002
-    __global const uint4 *kr = (__global const uint4 *)(kc + (r0 + lane) * HEAD_DIM);
+    __global const uint4 *kr = (__global const uint4 *)(kc + rk * HEAD_DIM);
 #pragma unroll
     for (int d = 0; d < KU / 2; ++d) {
         const uint4 u = lane < n ? kr[d] : (uint4)(0u);
@@ -866,20 +884,21 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, size_t r
 #else
 #pragma unroll
     for (int d = 0; d < KU; ++d)
-        k[d] = lane < n ? kv4_load(kc + (r0 + lane) * HEAD_DIM, d) : kv4_zero();
+        k[d] = lane < n ? kv4_load(kc + rk * HEAD_DIM, d) : kv4_zero();
 #endif
 #pragma unroll
     for (int i = 0; i < LPR; ++i) {
         const int j = RPI * i + g;
+        const size_t rv = KV_ROW(kvh, p0 + (j < n ? j : 0), at);
 #if KV_HALF && VD == 8
-        const uint4 u = j < n ? *(__global const uint4 *)(vc + (r0 + j) * HEAD_DIM + VD * c)
+        const uint4 u = j < n ? *(__global const uint4 *)(vc + rv * HEAD_DIM + VD * c)
                               : (uint4)(0u);
         v[2 * i] = u.xy;
         v[2 * i + 1] = u.zw;
 #else
 #pragma unroll
         for (int e = 0; e < VD / 4; ++e)
-            v[i * (VD / 4) + e] = j < n ? kv4_load(vc + (r0 + j) * HEAD_DIM + VD * c, e)
+            v[i * (VD / 4) + e] = j < n ? kv4_load(vc + rv * HEAD_DIM + VD * c, e)
                                         : kv4_zero();
 #endif
     }
@@ -1555,6 +1574,9 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 #if EMB
                    __global const int *tokens, __global const half *emb, int vocab,
 #endif
+#if PAGED
+                   __global const int *table, int maxb, __global const int *slots,
+#endif
                    LAYER_ARGS(0)
 #if NL > 1
                    , LAYER_ARGS(1)
@@ -1617,6 +1639,13 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     const int t = get_local_id(0), w = t >> 5, lane = t & 31;
     const int grp = get_group_id(0), G = get_num_groups(0);
     const int pos = state[0], L = pos + 1;
+#if PAGED
+    KV_AT_T kv_at = table + (size_t)slots[0] * maxb;  // (the row's blocks)
+    const int tok_at = 0;
+#else
+    KV_AT_T kv_at = max_seq;
+    const int tok_at = pos;
+#endif
     count_t target = 0;
     if (t == 0) target = grid_start(bar);
     uint4 wa[SLOTS], wb[SLOTS];
@@ -1670,7 +1699,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
 #if EMB
     // x: the embedding row of the step's token (tokens[state[0]]), float16 values; the first
     // layer's norm reads the row itself, work-group 0 stores x (read after the barriers)
-    __global const half *erow = emb + (size_t)clamp(tokens[pos], 0, vocab - 1) * DIM;
+    __global const half *erow = emb + (size_t)clamp(tokens[tok_at], 0, vocab - 1) * DIM;
     if (grp == 0)
         for (int i = t; i < DIM / 4; i += LS) vstore4(vload_half4(i, erow), i, x);
 #else
@@ -1712,8 +1741,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
         if ((PHASES & 2) && grp < KV_HEADS * NS) {
             const int s0 = grp % NS, e0 = min(L, s0 * per + per);
             const int b0 = s0 * per + w % (NW / head_split(s0 * per, e0)) * TP;
-            tile_load(kc, vc, (size_t)(grp / NS) * max_seq + b0, min(e0, pos) - b0, lane, ka,
-                      va);
+            tile_load(kc, vc, grp / NS, b0, kv_at, min(e0, pos) - b0, lane, ka, va);
         }
         grid_wait(bar, target);
 
@@ -1730,10 +1758,9 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 const int hs = head_split(start, end), nwt = NW / hs, wt = w % nwt;
                 const int r0 = w / nwt * (N_REP / hs), r1 = r0 + N_REP / hs;
                 const int rounds = ((end - start + TP - 1) / TP + nwt - 1) / nwt;
-                const size_t row0 = (size_t)kvh * max_seq;
                 if (u != grp)
-                    tile_load(kc, vc, row0 + start + wt * TP, stored - start - wt * TP, lane, ka,
-                              va);
+                    tile_load(kc, vc, kvh, start + wt * TP, kv_at, stored - start - wt * TP, lane,
+                              ka, va);
                 for (int c = t; c < N_REP * D; c += LS)
                     y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
                 if (t < D) {  // (as the cache keeps them)
@@ -1757,7 +1784,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 __local float *pw = pwl + w * N_REP * TP;
                 for (int i = 0; i < rounds; ++i) {
                     const int b0 = start + (i * nwt + wt) * TP;
-                    if (i > 0) tile_load(kc, vc, row0 + b0, stored - b0, lane, ka, va);
+                    if (i > 0) tile_load(kc, vc, kvh, b0, kv_at, stored - b0, lane, ka, va);
                     tile_use(ka, va, b0, end, pos, lane, y, kn, vn, pw, m, l, acc, red, r0, r1);
                 }
                 if (u == grp) att_stamp(bar, li, 1);
@@ -1819,7 +1846,7 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 }
                 // the cache at pos (read from kn and vn in this launch)
                 if (s == NS - 1 && t < D) {
-                    const size_t at = ((size_t)kvh * max_seq + pos) * D + t;
+                    const size_t at = KV_ROW(kvh, pos, kv_at) * D + t;
                     KV_PUT(kn[t], kc, at);
                     KV_PUT(vn[t], vc, at);
                 }

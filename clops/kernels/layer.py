@@ -21,6 +21,7 @@ from .attention import kv_defines
 from .launch import Launch, f32, i32, kernel
 from .matmul import Weight
 from .operand import Operand
+from .paged import PagedRows
 
 LS = 256  # work-items a group (layer.cl)
 FORMATS = {"q4": 3, "q8": 4, "f16": 5}
@@ -262,10 +263,11 @@ class DecoderLayer:
         return tuple((w.fmt, _half(w)) for w in (self.qkv, self.o, self.gate_up, self.down))
 
 
-# layers a launch at most (layer.cl's NL): 13 pointer arguments a layer and 11 shared ones,
-# within the bytes of arguments the device takes (1024 on every OpenCL device: 9 layers)
+# layers a launch at most (layer.cl's NL): 13 pointer arguments a layer and 11 shared ones (and
+# EMB's and PAGED's three each), within the bytes of arguments the device takes (1024 on every
+# OpenCL device: 8 layers)
 MAX_LAYERS = 16
-_SHARED_ARG_BYTES, _LAYER_ARG_BYTES = 8 * 8 + 3 * 4, 13 * 8
+_SHARED_ARG_BYTES, _LAYER_ARG_BYTES = 8 * 8 + 3 * 4 + 2 * (2 * 8 + 4), 13 * 8
 
 
 # bytes of a layer's [gate | up] values from which the output rows are packed (decode_layers)
@@ -323,7 +325,7 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
                   bar: Buffer, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
                   eps: float, scale: float, neox: bool, kv_half: bool = False,
                   positions: int | None = None, embed: Weight | None = None,
-                  tokens: Buffer | None = None) -> Launch:
+                  tokens: Buffer | None = None, paged: PagedRows | None = None) -> Launch:
     """Consecutive decoder layers (one to ``max_layers(dev)``, the same ``formats``) of the
     decode row at position state[0] in one launch: x (the residual stream, [dim]) in and out;
     ``qkv_out`` [(H + 2 KV) D], ``attn`` [H*D], ``h`` [ffn] scratch; ``part`` (``part_nbytes``),
@@ -332,7 +334,10 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     resident. ``kv_half``: the layers' caches hold float16 values, else float32. ``positions``:
     the most positions the row attends to (None: ``max_seq``). ``embed`` (``takes_embedding``)
     and ``tokens``: x is first the row of ``embed`` at tokens[state[0]] (the launch reads it;
-    x is written)."""
+    x is written). ``paged``: the layers' caches are pools of blocks (``paged.cl``'s), the row
+    is the first of ``paged`` (its position ``paged.positions[0]``, which ``state`` must be,
+    its token tokens[0]), ``max_seq`` the most positions a sequence has (the batched engine's
+    lone decode row)."""
     if TRACE and (bar.nbytes < bar_nbytes(True) or resident_groups(dev) > MAX_GROUPS):
         raise ValueError(f"decode_layers: a traced launch needs a barrier buffer of "
                          f"bar_nbytes(True) = {bar_nbytes(True)} bytes and at most "
@@ -344,6 +349,9 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
     if embed is not None and (tokens is None or not takes_embedding(embed)):
         raise ValueError("decode_layers: an embedding read in the launch needs float16 rows "
                          "(takes_embedding) and the tokens buffer")
+    if paged is not None and state is not paged.positions:
+        raise ValueError("decode_layers: a paged row's position is paged.positions[0]: pass "
+                         "it as state")
     if part.nbytes < part_nbytes(dev, max_seq, n_heads, n_kv, head_dim):
         raise ValueError(f"decode_layers: the partials' buffer holds {part.nbytes} bytes, "
                          f"attention's splits need part_nbytes(...) = "
@@ -396,6 +404,7 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         SH_D=_half(down), **per, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
         SPLITS_MAX=splits_max(dev, n_kv), SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
         EMB=int(embed is not None), DFUSE=int(fuse),
+        **(dict(PAGED=1, BS=paged.block_size) if paged is not None else {}),
         **(dict(DF_T=-(-ffn // (groups * NW)) + 1) if fuse else {}),
         **({k: v for k, v in SHORT_FUSED.items() if k not in EXTRA_DEFINES}
            if fuse and not long else {}),
@@ -418,6 +427,9 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
             raise ValueError(f"decode_layers: embedding rows of {embed.k}, the layers' are {dim}")
         args += [tokens, embed.data, i32(embed.n)]
         reads += [tokens, embed.data]
+    if paged is not None:
+        args += [paged.table, i32(paged.max_blocks), paged.slots]
+        reads += [paged.table, paged.slots]
     writes: list[Buffer] = [x, qkv_out, attn, part, count, h, bar]
     for ly in layers:
         down_data = ly.down_cols if fuse and ly.down_cols is not None else ly.down.data

@@ -213,18 +213,24 @@ class StepBuilder:
         self.whole: bool | None = None
         self.lpart: Buffer | None = None
         self.bar: Buffer | None = None
+        self.lcount: Buffer | None = None
         self.down_cols: dict[int, Buffer | None] = {}
 
     # -- the two drivers' entries -------------------------------------------------------------
-    def rows(self, n: int, nl: int, embed: bool = False, decode: bool = False) -> StepPlan:
+    def rows(self, n: int, nl: int, embed: bool = False, decode: bool = False,
+             lone: bool = False) -> StepPlan:
         """(``Paged``) The launches of a step of ``n`` rows with logits for ``nl`` of them
         (or, ``embed``, the final norm of every row into ``xn`` instead), resizable to other
         counts of rows that take the same rows per work-item (``tm``). ``decode``: every row
-        is a decode row, one new position of its own sequence (``fused_decode``)."""
+        is a decode row, one new position of its own sequence (``fused_decode``). ``lone``
+        (``lone_row``): a plan for one decode row alone, never resized, whose layers run as
+        ``decode_layers`` launches over the paged cache."""
         assert isinstance(self.cache, Paged)
+        if lone and not (n == 1 and decode and self.lone_row()):
+            raise ValueError("a lone-row plan is one decode row where lone_row() holds")
         cfg, dev, w, b = self.cfg, self.dev, self.w, self.b
         dim = cfg.dim
-        walk = self._body(n, None, decode)
+        walk = self._body(n, None, decode, lone)
         step = walk.step
         step.nl = nl
         if not self.heads:
@@ -318,15 +324,25 @@ class StepBuilder:
         span = 1 << max(6, (positions - 1).bit_length())
         return span if span < self.cache.max_seq else None
 
+    def lone_row(self) -> bool:
+        """(``Paged``) Whether a step of one decode row alone has a plan of its own whose
+        layers run as ``decode_layers`` launches over the paged cache (``whole_layers``), as
+        ``Model``'s decode does: a handful of launches a step in place of five or six a layer,
+        whose enqueues bound a lone sequence's step on GPUs. A whole model on one device only.
+        Its sums are the single-sequence kernel's, not the batched products': a sequence's
+        values then depend on whether it ran alone (see ``BatchEngine``'s ``lone_row``)."""
+        return isinstance(self.cache, Paged) and self.embeds and self.heads and \
+            self.whole_layers()
+
     def whole_layers(self) -> bool:
-        """(``OneSequence``) Whether a decode row's layers run as ``decode_layers`` launches: a
-        plain decoder (pre-norms only, SiLU GLU, rotation of whole heads, no window, cap,
-        bias or q/k norm) with one fused QKV and one [gate | up] weight that the kernel
-        takes."""
+        """Whether a decode row's layers run as ``decode_layers`` launches: a plain decoder
+        (pre-norms only, SiLU GLU, rotation of whole heads, no window, cap, bias or q/k norm)
+        with one fused QKV and one [gate | up] weight that the kernel takes (``OneSequence``:
+        every decode row; ``Paged``: a lone decode row's plan, ``lone_row``)."""
         if self.whole is not None:
             return self.whole
-        cfg, dev = self.cfg, self.dev
-        ok = (isinstance(self.cache, OneSequence) and not self.branch and not cfg.n_experts
+        cfg, dev, cache = self.cfg, self.dev, self.cache
+        ok = (not self.branch and not cfg.n_experts
               and cfg.act == "silu" and cfg.rotary == cfg.head_dim
               and not cfg.attn_softcap and not cfg.qkv_bias
               and all(ly.attn_norm is not None and ly.ffn_norm is not None and not ly.window
@@ -338,20 +354,28 @@ class StepBuilder:
                                             ly.gate_up.parts[0][0], ly.down], cfg.head_dim)
                       for ly in self.w.layers))
         if ok:
-            assert isinstance(self.cache, OneSequence)
-            self.lpart = dev.alloc(layer.part_nbytes(dev, self.cache.max_seq, cfg.n_heads,
+            self.lpart = dev.alloc(layer.part_nbytes(dev, self._max_seq(), cfg.n_heads,
                                                      cfg.n_kv_heads, cfg.head_dim))
             self.bar = upload(dev, np.zeros(layer.bar_nbytes(layer.TRACE) // 4, np.int32))
+            # (the paged cache's own counters are its split attention's, a row's each)
+            self.lcount = cache.count if isinstance(cache, OneSequence) else \
+                upload(dev, np.zeros(cfg.n_heads, np.int32))
         self.whole = ok
         return ok
 
+    def _max_seq(self) -> int:
+        cache = self.cache
+        return cache.max_seq if isinstance(cache, OneSequence) else cache.context
+
     def decoder_layers(self) -> list[layer.DecoderLayer]:
-        """(``OneSequence``) Every layer of this part as ``decode_layers`` reads it."""
+        """Every layer of this part as ``decode_layers`` reads it."""
         return [self.decoder_layer(j) for j in range(len(self.w.layers))]
 
     def decoder_layer(self, j: int) -> layer.DecoderLayer:
-        """(``OneSequence``) Layer ``j`` (of this part) as ``decode_layers`` reads it."""
-        assert isinstance(self.cache, OneSequence)
+        """Layer ``j`` (of this part) as ``decode_layers`` reads it."""
+        cache = self.cache
+        k, v = (cache.k[j], cache.v[j]) if isinstance(cache, OneSequence) else \
+            (cache.kpool[j], cache.vpool[j])
         ly = self.w.layers[j]
         assert ly.attn_norm is not None and ly.ffn_norm is not None
         assert ly.gate_up is not None and ly.down is not None
@@ -364,19 +388,20 @@ class StepBuilder:
             self.down_cols[j] = layer.down_columns(self.dev, ly.down) if (
                 fits and layer.fuses_down(self.dev, gate_up, ly.down)) else None
         return layer.DecoderLayer(
-            attn_norm=ly.attn_norm, qkv=ly.qkv.parts[0][0], k_cache=self.cache.k[j],
-            v_cache=self.cache.v[j], inv_freq=ly.inv_freq, o=ly.o, ffn_norm=ly.ffn_norm,
+            attn_norm=ly.attn_norm, qkv=ly.qkv.parts[0][0], k_cache=k, v_cache=v,
+            inv_freq=ly.inv_freq, o=ly.o, ffn_norm=ly.ffn_norm,
             gate_up=gate_up, down=ly.down, down_cols=self.down_cols[j])
 
     # -- the layers, written once -------------------------------------------------------------
-    def _body(self, m: int, span: int | None, decode: bool = False) -> _Walk:
-        """A step's embedding and layers for m rows."""
+    def _body(self, m: int, span: int | None, decode: bool = False,
+              lone: bool = False) -> _Walk:
+        """A step's embedding and layers for m rows (``lone``: ``rows``')."""
         cfg, dev, w, b = self.cfg, self.dev, self.w, self.b
         walk = _Walk(StepPlan(LaunchPlan(dev), [], m, 0), m, span, decode)
         step = walk.step
         # (at every span: H100, 1B Q4_0 after 1024 / 4096 / 16384 positions, 1404 / 1260 / 924
         # tok/s against the per-layer plan's 906 / 894 / 797 in the same run)
-        whole = self.one and m == 1 and self.whole_layers()
+        whole = (self.one or lone) and m == 1 and self.whole_layers()
         # The first layer launch reads a float16 embedding row itself: one launch fewer to
         # enqueue (H100, 1B F16 decode after 128 positions, same runs: 1048-1054 tok/s against
         # 1049-1050 with the embedding launch, whose 7.5 us a step overlapped the launches')
@@ -406,14 +431,16 @@ class StepBuilder:
     def _whole_launch(self, group: list[layer.DecoderLayer], span: int | None,
                       embed: bool) -> Launch:
         cfg, b, cache = self.cfg, self.b, self.cache
-        assert isinstance(cache, OneSequence) and self.lpart is not None and self.bar is not None
+        assert self.lpart is not None and self.bar is not None and self.lcount is not None
+        rows = None if isinstance(cache, OneSequence) else cache.rows
+        state = cache.state if isinstance(cache, OneSequence) else cache.rows.positions
         return layer.decode_layers(
-            self.dev, group, x=b.x, qkv_out=b.qkv, state=cache.state, attn=b.attn,
-            part=self.lpart, count=cache.count, h=b.h, bar=self.bar, n_heads=cfg.n_heads,
-            n_kv=cfg.n_kv_heads, head_dim=cfg.head_dim, max_seq=cache.max_seq,
-            eps=cfg.norm_eps, scale=cfg.scale * cfg.rope_mscale() ** 2, neox=cfg.rope_neox,
+            self.dev, group, x=b.x, qkv_out=b.qkv, state=state, attn=b.attn,
+            part=self.lpart, count=self.lcount, h=b.h, bar=self.bar, n_heads=cfg.n_heads,
+            n_kv=cfg.n_kv_heads, head_dim=cfg.head_dim, max_seq=self._max_seq(),
+            eps=cfg.norm_eps, scale=self._scale(), neox=cfg.rope_neox,
             kv_half=self.kv_half, positions=span, embed=self.w.embed if embed else None,
-            tokens=b.ids if embed else None)
+            tokens=b.ids if embed else None, paged=rows)
 
     def _layer(self, walk: _Walk, j: int, ly: LayerWeights) -> None:
         cfg, dev, b, m = self.cfg, self.dev, self.b, walk.m
