@@ -8,7 +8,7 @@ import pytest
 
 import clops.llm
 from clops.kernels import attention, paged
-from clops.llm.batch import BatchEngine, SamplingParams
+from clops.llm.batch import LONE, BatchEngine, SamplingParams
 
 from .tiny import logit_tolerance, make_model
 
@@ -101,7 +101,11 @@ def test_steps_of_any_logits_row_count_share_a_plan(tiny):
     assert [got[i][:NEW] for i in ids] == alone
     assert {1, 2, 3, 4} <= {nl for _, nl, _, _ in asked}
     tm = engine._tm
-    kinds = {(tm(n), tm(nl) if nl else 0, e, d) for n, nl, e, d in asked}
+
+    def kind(n, nl, e, d):  # (a lone decode row's plan: StepBuilder.lone_row)
+        return LONE if engine._lone(n, nl, e, d) else (tm(n), tm(nl) if nl else 0, e, d)
+
+    kinds = {kind(*a) for a in asked}
     assert len(engine._plans) == len(kinds) < len({(tm(n), nl, e, d) for n, nl, e, d in asked})
 
 
@@ -170,13 +174,19 @@ def test_greedy_tokens_match_transformers(tiny):
 
 
 def test_sampling_is_per_sequence_and_repeatable(tiny):
+    """A sequence's draws are its own: alone or batched, the same seed gives the same tokens
+    where every step is batched (``row_invariant``; a lone decode row may take another kernel,
+    whose last bits move a draw near a boundary), and the same run twice the same tokens."""
     model, _ = tiny
     prompts = _prompts()[:4]
     params = SamplingParams(temperature=0.9, top_k=40, top_p=0.9, seed=7)
-    alone = [_run(_engine(model), [p], params)[0] for p in prompts]
-    assert _run(_engine(model), prompts, params) == alone
+    alone = [_run(_engine(model, row_invariant=True), [p], params)[0] for p in prompts]
+    assert _run(_engine(model, row_invariant=True), prompts, params) == alone
+    assert _run(_engine(model), prompts, params) == _run(_engine(model), prompts, params)
+    assert [_run(_engine(model), [p], params)[0] for p in prompts[:2]] == \
+        [_run(_engine(model), [p], params)[0] for p in prompts[:2]]
     other = SamplingParams(temperature=0.9, top_k=40, top_p=0.9, seed=8)
-    assert _run(_engine(model), prompts, other) != alone
+    assert _run(_engine(model, row_invariant=True), prompts, other) != alone
 
 
 def test_mask_constrains_every_token(tiny):

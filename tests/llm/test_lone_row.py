@@ -98,10 +98,13 @@ def test_a_lone_decode_row_takes_the_layer_kernel(device, monkeypatch, files, wh
     list(model.generate_ids(ids, max_new_tokens=2, stop_ids=[]))  # (the same decode step)
     want = np.empty_like(got)
     model.device.read(want, model.logits_buf, blocking=True)
-    # (the two caches were filled by different prompt plans: on CPUs the same values, on GPUs
-    # the model's prompt may round through float16; a wrong block, head or position is off by
-    # the logits' scale, and the kernel against the batched plan by up to 5%)
-    assert np.abs(got - want).max() <= 0.01 * np.abs(want).max()
+    # (the two caches were filled by different prompt plans: on Intel's runtime the same
+    # values, and the logits then equal; on GPUs the model's prompt may round through float16,
+    # which the int8 inputs of 4- and 8-bit layers carry further: 1.1% of the largest logit on
+    # the H200. A wrong block, head or position is off by the logits' scale, and the kernel
+    # against the batched plan by up to 5%)
+    bound = 0.01 if which == "f16" else 0.03
+    assert np.abs(got - want).max() <= bound * np.abs(want).max()
     bar = np.empty(4, np.int32)
     device.read(bar, lone.builder.bar, blocking=True)
     assert bar[2] == 0, bar  # no grid barrier timed out
