@@ -88,7 +88,7 @@ def test_steps_of_any_logits_row_count_share_a_plan(tiny):
     plan = engine._plan
 
     def recorded(n, nl, embed=False, decode=False):
-        asked.add((n, nl, embed, decode and engine.builder.fused_decode()))
+        asked.add((n, nl, embed, decode))
         return plan(n, nl, embed, decode)
 
     engine._plan = recorded
@@ -103,7 +103,8 @@ def test_steps_of_any_logits_row_count_share_a_plan(tiny):
     tm = engine._tm
 
     def kind(n, nl, e, d):  # (a lone decode row's plan: StepBuilder.lone_row)
-        return LONE if engine._lone(n, nl, e, d) else (tm(n), tm(nl) if nl else 0, e, d)
+        return LONE if engine._lone(n, nl, e, d) else \
+            (tm(n), tm(nl) if nl else 0, e, d and engine.builder.fused_decode())
 
     kinds = {kind(*a) for a in asked}
     assert len(engine._plans) == len(kinds) < len({(tm(n), nl, e, d) for n, nl, e, d in asked})
