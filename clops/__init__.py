@@ -18,6 +18,7 @@ from .runtime import (
     device,
     devices,
     empty_cache,
+    launches,
     memory_stats,
     profile,
     set_default_device,

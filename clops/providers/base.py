@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import _config
 from ..kernels.operand import Operand, measure, queue_of
-from ..runtime import interop, plan, profiler
+from ..runtime import interop, plan, profiler, scope
 from ..runtime.events import Event
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ def guarded_call(device: CLDevice, enqueue: Callable[[CLQueue], NativeEvent | No
                 seen.add(handle)
                 unique.append(dep)
         interop.enqueue_barrier(q, wait_for=unique)
-    before = interop.enqueue_marker(q) if profiler.ACTIVE else None
+    before = interop.enqueue_marker(q) if scope.profiling() else None
     ev = enqueue(q)
     timed: Any = ev
     if ev is None:
@@ -224,7 +224,7 @@ def guarded_call(device: CLDevice, enqueue: Callable[[CLQueue], NativeEvent | No
         b.mark_read(ev, q)
     for b in writes:
         b.mark_write(ev, q)
-    if profiler.ACTIVE:
+    if scope.profiling():
         profiler.record(name, "provider", device.name, timed, nbytes, q.index,
                         provider=provider, op=op, flops=flops)
     if _config.CONFIG.debug >= 2:

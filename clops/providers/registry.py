@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _config
 from ..kernels.operand import dtype_name
-from ..runtime import cachefiles, profiler
+from ..runtime import cachefiles, profiler, scope
 from .base import Provider
 
 if TYPE_CHECKING:
@@ -231,7 +231,7 @@ def _announce(decision: Decision, key: str) -> None:
     if _config.CONFIG.debug >= 1 and key not in _ANNOUNCED:
         _ANNOUNCED.add(key)
         print(f"clops: provider choice: {decision.describe()}", file=sys.stderr)
-    if profiler.ACTIVE:
+    if scope.profiling():
         profiler.record(f"choose {decision.op}: {decision.choice}", "marker", decision.device,
                         None, op=decision.op, choice=decision.choice, reason=decision.reason,
                         shape_class=list(decision.shape_class), dtype=decision.dtype)
@@ -298,7 +298,7 @@ def choose(op: str, device: CLDevice, dtype: Any, shape_key: Iterable[int],
                                                                 else ())
     memo = _DECISIONS.get((key, "|".join(names)))
     if memo is not None:
-        if profiler.ACTIVE:
+        if scope.profiling():
             _announce(memo, key)
         return None if memo.choice == GENERATED else get(memo.choice)
     with _LOCK:

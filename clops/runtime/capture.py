@@ -1,6 +1,7 @@
-"""Runtime, capture: whether a ``clops.jit`` capture is open, and what it records. The launch
-seam asks ``capturing()`` first on its hot path (one integer read while none is open) and hands
-each enqueue it may replay to ``record``; an enqueue it cannot replay, to ``refuse``.
+"""Runtime, capture: what a capture records (``Capture``), and the seam's calls into the captures
+open on this thread (``scope.py`` keeps which are open). The launch seam asks ``capturing()``
+first on its hot path (one integer read while none is open) and hands each enqueue it may replay
+to ``record``; an enqueue it cannot replay, to ``refuse``.
 
 >>> with capture() as cap:
 ...     ...               # every enqueue of this thread is recorded in cap.commands
@@ -9,10 +10,12 @@ each enqueue it may replay to ``record``; an enqueue it cannot replay, to ``refu
 from __future__ import annotations
 
 import contextlib
-import threading
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+from . import scope
+from .scope import capturing, paused  # noqa: F401 - the capture's names, as the seam imports them
 
 if TYPE_CHECKING:
     from .pool import Buffer
@@ -44,6 +47,9 @@ class Capture:
         if self.refused is None:
             self.commands.append((device, command))
 
+    def note_alloc(self, buf: Buffer) -> None:
+        self.allocated.add(buf)
+
     def refuse(self, what: str) -> None:
         if self.refused is not None:
             return
@@ -56,71 +62,33 @@ class Capture:
         self.commands.clear()
 
 
-class _State(threading.local):
-    def __init__(self) -> None:
-        self.captures: list[Capture] = []
-        self.paused = 0
-
-
-_STATE = _State()
-# (a one-item list: the functions below change it in place)
-_ACTIVE = [0]  # captures open on any thread: the seam's hot path tests this first
-_ACTIVE_LOCK = threading.Lock()
-
-
-def capturing() -> bool:
-    """Whether a capture is open on any thread (the cheap test before ``active()``)."""
-    return bool(_ACTIVE[0])
-
-
 def active() -> list[Capture]:
     """The captures recording this thread's enqueues now (innermost last; none while paused)."""
-    if not _ACTIVE[0]:
-        return []
-    st = _STATE
-    return st.captures if st.captures and not st.paused else []
+    return cast(list[Capture], scope.captures())
 
 
 def record(device: Device | None, command: Any) -> None:
     """Add ``command`` (enqueued on ``device``) to every capture open here."""
-    for cap in active():
+    for cap in scope.captures():
         cap.add(device, command)
 
 
 def refuse(what: str) -> None:
     """Called where an enqueue cannot be replayed: refuses every capture open here."""
-    for cap in active():
+    for cap in scope.captures():
         cap.refuse(what)
 
 
 def note_alloc(buf: Buffer) -> None:
     """A buffer allocated during the captures open here (a replay allocates its own)."""
-    for cap in active():
-        cap.allocated.add(buf)
+    for cap in scope.captures():
+        cap.note_alloc(buf)
 
 
 @contextlib.contextmanager
 def capture(strict: bool = True) -> Iterator[Capture]:
-    """Record this thread's enqueues (nested captures each record them all)."""
+    """Record this thread's enqueues (nested captures each record them all): a launch scope
+    with a capture alone (``clops.launches(capture=True)``), which this yields."""
     cap = Capture(strict)
-    st = _STATE
-    st.captures.append(cap)
-    with _ACTIVE_LOCK:
-        _ACTIVE[0] += 1
-    try:
+    with scope.LaunchScope(capture=cap):
         yield cap
-    finally:
-        with _ACTIVE_LOCK:
-            _ACTIVE[0] -= 1
-        st.captures.remove(cap)
-
-
-@contextlib.contextmanager
-def paused() -> Iterator[None]:
-    """Work that is not part of the captured function (measuring a provider, say)."""
-    st = _STATE
-    st.paused += 1
-    try:
-        yield
-    finally:
-        st.paused -= 1

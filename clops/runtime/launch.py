@@ -1,6 +1,7 @@
 """Runtime, the launch seam's enqueue: every kernel clops runs is enqueued here, once per launch
-(``launch``: dependency tracking on buffers, the capture's record, the profiler's record) or as
-a prepared plan (``prepare_launches``, ``enqueue_prepared``: arguments set once, no tracking).
+(``launch``: dependency tracking on buffers, then the record of each capture and profiler that
+an open launch scope holds, ``scope.py``) or as a prepared plan (``prepare_launches``,
+``enqueue_prepared``: arguments set once, no tracking).
 Also the queue work goes to when none is named (``current_queue``: the innermost
 ``clops.stream`` block's). ``CLDevice.launch`` and its kin are these functions."""
 
@@ -19,12 +20,12 @@ import pyopencl as cl
 
 from .. import _config
 from . import cmdbuf, nativekernel, profiler, rawenqueue
-from .capture import capturing
 from .capture import record as record_step
 from .events import Event
 from .nativekernel import NativeKernel
 from .plan import Launch
 from .pool import Buffer
+from .scope import capturing, profiling
 
 if TYPE_CHECKING:
     from .protocols import Device, Queue
@@ -116,7 +117,7 @@ def launch(dev: Device, lock: threading.Lock, kernel: cl.Kernel, global_size: Se
             b.mark_read(ev, q)
         for b in writes:
             b.mark_write(ev, q)
-    if profiler.ACTIVE:
+    if profiling():
         profiler.record(name or kernel.function_name, "kernel", dev.name, ev,
                         queue=q.index, global_size=list(gsize))
     return Event(ev, q)
@@ -196,7 +197,7 @@ def enqueue_prepared(dev: Device, lock: threading.Lock,
     # The plan's kernel objects are its own, but hold the launch lock anyway so that no other
     # thread's launch interleaves with a half-enqueued step.
     with lock:
-        if profiler.ACTIVE:
+        if profiling():
             for kernel, g, l, name in launches.items:
                 # Sizes are passed as the plan holds them (tuples, for speed); the stubs want
                 # tuple types where any sequence works.

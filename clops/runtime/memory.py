@@ -1,7 +1,8 @@
 """Runtime, memory: a device's allocations (from its pool, or over a host array) and the tracked
 copies between host and device and within a device: each waits on exactly the buffers' pending
-work, records its event on them, and passes the capture and the profiler, as launches do
-(``launch.py``). ``CLDevice.alloc`` / ``write`` / ``read`` / ``copy`` are these functions."""
+work, records its event on them, and passes the captures and profilers of the open launch
+scopes, as launches do (``launch.py``). ``CLDevice.alloc`` / ``write`` / ``read`` / ``copy``
+are these functions."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import numpy as np
 import pyopencl as cl
 
 from . import profiler
-from .capture import capturing, note_alloc, record, refuse
+from .capture import note_alloc, record, refuse
 from .events import Event
 from .launch import current_queue, wait_list
 from .plan import Copy, Write
 from .pool import Buffer, BufferPool
+from .scope import capturing, profiling
 
 if TYPE_CHECKING:
     from .protocols import Device, Queue
@@ -112,7 +114,7 @@ def write(dev: Device, held: HostCopies, buf: Buffer, host: np.ndarray, offset: 
     if not blocking:
         held.keep(ev)
     buf.mark_write(ev, q)
-    if profiler.ACTIVE:
+    if profiling():
         profiler.record("host_to_device", "copy", dev.name, ev, host.nbytes, q.index)
     return Event(ev, q)
 
@@ -131,7 +133,7 @@ def read(dev: Device, held: HostCopies, host: np.ndarray, buf: Buffer, offset: i
             host.flags.c_contiguous and host.flags.writeable:
         ev = _read_mapped(q, host, buf, offset, deps)
         buf.mark_read(ev, q)
-        if profiler.ACTIVE:
+        if profiling():
             profiler.record("device_to_host", "copy", dev.name, ev, host.nbytes, q.index)
         return Event(ev, q)
     ev = cl.enqueue_copy(q.cl_queue, host, buf.mem, src_offset=offset,
@@ -139,7 +141,7 @@ def read(dev: Device, held: HostCopies, host: np.ndarray, buf: Buffer, offset: i
     if not blocking:
         held.keep(ev)
     buf.mark_read(ev, q)
-    if profiler.ACTIVE:
+    if profiling():
         profiler.record("device_to_host", "copy", dev.name, ev, host.nbytes, q.index)
     return Event(ev, q)
 
@@ -180,6 +182,6 @@ def copy(dev: Device, dst: Buffer, src: Buffer, nbytes: int, dst_offset: int = 0
                          wait_for=deps or None)
     src.mark_read(ev, q)
     dst.mark_write(ev, q)
-    if profiler.ACTIVE:
+    if profiling():
         profiler.record("device_to_device", "copy", dev.name, ev, 2 * nbytes, q.index)
     return Event(ev, q)

@@ -5,10 +5,11 @@ with their arguments set once).
 Every enqueue clops makes goes through one of ``CLDevice.launch`` / ``copy`` / ``write`` /
 ``read`` (``launch.py``, ``memory.py``: generated kernels, hand kernels, custom kernels, a CPU
 device's native kernels (``nativekernel``), transfers), ``LaunchPlan.replay`` (the LLM's decode
-and prompt steps) or ``providers.base.guarded_call`` (vendor libraries). Each of them hooks the
-capture (``capture.py``, whose names this module also gives) in once: a launch, copy or
-host-to-device write is recorded; a device-to-host read, or a provider call that is not
-recorded as a whole ``Call``, is refused.
+and prompt steps) or ``providers.base.guarded_call`` (vendor libraries). Each of them asks the
+open launch scopes (``scope.py``) once: a launch, copy or host-to-device write is recorded by
+this thread's captures (``capture.py``, whose names this module also gives); a device-to-host
+read, or a provider call that is not recorded as a whole ``Call``, is refused; what ran is
+timed by the profilers.
 """
 
 from __future__ import annotations

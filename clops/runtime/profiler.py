@@ -1,5 +1,7 @@
 """Runtime, profiler: ``with clops.profile() as prof`` records every kernel launch and copy with
-device timestamps; a summary table and a Chrome trace come out of it. Costs nothing when off."""
+device timestamps; a summary table and a Chrome trace come out of it. Costs nothing when off.
+A profiler in a ``with`` block is a launch scope with a profiler alone
+(``clops.launches(profile=True)``; ``scope.py`` keeps which are open)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from typing import Any
 
 import pyopencl as cl
 
-# The launch path checks this list; empty means profiling is off (one truthiness test).
-ACTIVE: list[Profiler] = []
+from .scope import LaunchScope, profilers
+
 _LOCK = threading.Lock()
 
 
@@ -38,6 +40,7 @@ class Profiler:
     def __init__(self) -> None:
         self._pending: list[tuple[Record, cl.Event]] = []
         self._records: list[Record] = []
+        self._scopes: list[LaunchScope] = []  # the scopes its ``with`` blocks opened
 
     def add(self, name: str, kind: str, device: str, event: cl.Event | None, nbytes: int = 0,
             queue: int = 0, **extra: Any) -> None:
@@ -117,19 +120,23 @@ class Profiler:
             json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, f)
 
     def __enter__(self) -> Profiler:
+        opened = LaunchScope(profiler=self)
+        opened.__enter__()
         with _LOCK:
-            ACTIVE.append(self)
+            self._scopes.append(opened)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         with _LOCK:
-            if self in ACTIVE:
-                ACTIVE.remove(self)
+            opened = self._scopes.pop() if self._scopes else None
+        if opened is not None:
+            opened.__exit__(*exc)
         self._resolve()
 
 
 def profile() -> Profiler:
-    """Record every kernel launch and copy inside a ``with`` block.
+    """Record every kernel launch and copy inside a ``with`` block (on every thread): the
+    profiler of ``clops.launches(profile=True)``, which its ``with`` block opens alone.
 
     >>> with clops.profile() as prof:
     ...     (a * 2).realize()
@@ -141,5 +148,6 @@ def profile() -> Profiler:
 
 def record(name: str, kind: str, device: str, event: cl.Event | None, nbytes: int = 0,
            queue: int = 0, **extra: Any) -> None:
-    for p in ACTIVE:
+    """Add a record to every profiler open now (the seam asks ``profiling()`` first)."""
+    for p in profilers():
         p.add(name, kind, device, event, nbytes, queue, **extra)

@@ -11,7 +11,7 @@ import pyopencl as cl
 import pytest
 
 import clops
-from clops.runtime import CLDevice, Profiler, Record, profiler
+from clops.runtime import CLDevice, Profiler, Record, scope
 
 N = 4096
 SOURCE = """
@@ -43,9 +43,9 @@ def _workload(device: CLDevice, k: SimpleNamespace, scales: int = 3) -> np.ndarr
 
 def test_records(device: CLDevice, k: SimpleNamespace) -> None:
     with clops.profile() as prof:
-        assert prof in profiler.ACTIVE
+        assert prof in scope.profilers()
         _workload(device, k, scales=3)
-    assert prof not in profiler.ACTIVE
+    assert prof not in scope.profilers()
     recs = prof.records
     assert all(isinstance(r, Record) for r in recs)
     names = [(r.kind, r.name) for r in recs]
@@ -127,7 +127,7 @@ def test_chrome_trace(device: CLDevice, k: SimpleNamespace, tmp_path) -> None:
 def test_no_records_when_not_profiling(device: CLDevice, k: SimpleNamespace) -> None:
     idle = clops.profile()
     assert isinstance(idle, Profiler)
-    assert profiler.ACTIVE == []
+    assert scope.profilers() == ()
     _workload(device, k)
     assert idle.records == [] and idle.kernel_count == 0
     with clops.profile() as prof:
