@@ -53,9 +53,10 @@ class Capture:
     def refuse(self, what: str) -> None:
         if self.refused is not None:
             return
-        msg = (f"clops.jit cannot capture {what}: a replay could not repeat it. Keep the "
-               "function on the device (return tensors and read them after the call), with "
-               "shapes that depend only on the arguments' shapes")
+        msg = (f"a capture (clops.jit, clops.launches(capture=True)) cannot record {what}: "
+               "a replay could not repeat it. Keep the captured work on the device (return "
+               "tensors and read them after the call or block), with shapes that depend only "
+               "on the arguments' shapes")
         if self.strict:
             raise JitError(msg)
         self.refused = what
