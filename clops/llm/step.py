@@ -19,7 +19,9 @@ The two caches differ in what a plan may assume of its rows:
 - ``Paged`` (``rows``): one plan serves many row counts (it is resized), so the products take
   one geometry for every count, and every row's values depend on that row and its own
   sequence alone: a sequence gets the same tokens alone as batched. The logits rows are
-  gathered and their statistics (argmax, max, log-sum-exp) made for the host to choose."""
+  gathered and their statistics (argmax, max, log-sum-exp) made for the host to choose. A
+  step of one decode row alone may take a plan of its own (``lone_row``): its layers as
+  ``decode_layers`` launches over the paged cache, as ``OneSequence`` runs them."""
 
 from __future__ import annotations
 
