@@ -7,7 +7,9 @@ holds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
@@ -138,6 +140,32 @@ def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: 
                                  head_dim=head_dim, chunk=chunk, splits=splits, window=window,
                                  name=name))
     return launches
+
+
+def split_follows(dev: CLDevice, ln: Launch, *, context: int, n_heads: int
+                  ) -> Callable[[int, int | None], tuple[list[tuple[int, Any]], tuple[int, ...]]]:
+    """How a launch of ``attention_split`` (of ``context``) follows a step's rows and span:
+    ``at(rows, span)`` gives its new arguments and global size for ``rows`` rows that attend
+    to at most ``span`` positions (None: ``context``): as many chunks as the span takes
+    (rounded up to a power of two, so that a growing span resizes the launch rarely), not the
+    whole context's; the work-groups of chunks past a row's positions would exit at once, but
+    each still costs its start. A row's values do not change: its chunks, and the combine's
+    count of them (the partials' layout follows the launch's chunks), are the same."""
+    chunk, splits = _attention.decode_chunk(dev, context, n_heads)
+    g = ln.global_size
+    combine = ln.kernel.function_name == "paged_attn_combine"
+
+    def chunks(span: int | None) -> int:
+        if span is None:
+            return splits
+        return min(splits, -(-(1 << max(0, span - 1).bit_length()) // chunk))
+
+    def at(rows: int, span: int | None) -> tuple[list[tuple[int, Any]], tuple[int, ...]]:
+        if combine:  # (arguments: out, part, rpos, S)
+            return [(3, i32(chunks(span)))], (g[0], g[1], rows)
+        return [], (chunks(span) * g[0] // splits, g[1], rows)
+
+    return at
 
 
 def _combine(dev: CLDevice, out: Buffer, part: Buffer, rows: PagedRows, *, m: int,

@@ -265,15 +265,16 @@ class _EnginePart:
                                    embeds=embeds, heads=heads, kv_half=e.kv_half)
         self.plans: dict[tuple[int | None, bool], StepPlan] = {}
 
-    def plan(self, n: int, decode: bool) -> LaunchPlan:
+    def plan(self, n: int, decode: bool, span: int | None = None) -> LaunchPlan:
         """The launches of this part (not the last) for a step of ``n`` rows (``decode``: every
-        row a decode row of its own sequence)."""
+        row a decode row of its own sequence; ``span``: the most positions a row attends to,
+        None: the context)."""
         decode = decode and self.builder.fused_decode()
         key = (self.builder.tm(n), decode)
         got = self.plans.get(key)
         if got is None:
             got = self.plans[key] = self.builder.rows(n, 0, decode=decode)
-        got.resize(n, 0)
+        got.resize(n, 0, span)
         return got.plan
 
 
@@ -357,7 +358,8 @@ class BatchEngine:
         """Rows per work-item of the step's products for ``m`` rows (``StepBuilder.tm``)."""
         return self.builder.tm(m)
 
-    def _plan(self, n: int, nl: int, embed: bool = False, decode: bool = False) -> LaunchPlan:
+    def _plan(self, n: int, nl: int, embed: bool = False, decode: bool = False,
+              span: int | None = None) -> LaunchPlan:
         """The launches of a step of ``n`` rows with logits for ``nl`` of them (or, ``embed``,
         the final norm of every row instead; ``decode``: every row is a decode row of its own
         sequence). A plan is made once per rows per work-item of the step's products and of
@@ -380,7 +382,7 @@ class BatchEngine:
         got = self._plans.get(key)
         if got is None:
             got = self._plans[key] = self.builder.rows(n, nl, embed, decode)
-        got.resize(n, nl)
+        got.resize(n, nl, span)
         return got.plan
 
     def _lone(self, n: int, nl: int, embed: bool, decode: bool) -> bool:
@@ -388,13 +390,15 @@ class BatchEngine:
         return (n == 1 and nl == 1 and decode and not embed and not self.row_invariant
                 and not self._before and self.builder.lone_row())
 
-    def _run(self, n: int, nl: int, embed: bool = False, decode: bool = False) -> None:
-        """Run a step of ``n`` rows (``_plan``'s), through every part of a split model."""
-        plan = self._plan(n, nl, embed, decode)
+    def _run(self, n: int, nl: int, embed: bool = False, decode: bool = False,
+             span: int | None = None) -> None:
+        """Run a step of ``n`` rows (``_plan``'s; ``span``: the most positions a row attends
+        to, None: the context), through every part of a split model."""
+        plan = self._plan(n, nl, embed, decode, span)
         if not self._before:
             plan.replay()
             return
-        chain = [(p.device, p.x, p.plan(n, decode)) for p in self._before]
+        chain = [(p.device, p.x, p.plan(n, decode, span)) for p in self._before]
         Chain(chain + [(self.device, self.x, plan)], n * self.model.config.dim * 4).replay()
 
     def _write_rows(self, slots: np.ndarray, positions: np.ndarray, ids: np.ndarray) -> None:
@@ -609,7 +613,8 @@ class BatchEngine:
         self._write_rows(arr[:, 0], arr[:, 1], arr[:, 2])
         if sel:
             dev.write(self.sel, np.asarray(sel, np.int32), queue=dev.queue)
-        self._run(len(rows), len(sel), decode=len(rows) == decoding)
+        self._run(len(rows), len(sel), decode=len(rows) == decoding,
+                  span=int(arr[:, 1].max()) + 1)
         if not want:
             dev.synchronize()
             return []

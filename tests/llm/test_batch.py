@@ -87,9 +87,9 @@ def test_steps_of_any_logits_row_count_share_a_plan(tiny):
     asked: set[tuple] = set()
     plan = engine._plan
 
-    def recorded(n, nl, embed=False, decode=False):
+    def recorded(n, nl, embed=False, decode=False, span=None):
         asked.add((n, nl, embed, decode))
-        return plan(n, nl, embed, decode)
+        return plan(n, nl, embed, decode, span)
 
     engine._plan = recorded
     # staggered lengths: sequences leave one by one, so the logits rows go 4, 3, 2, 1
@@ -127,6 +127,21 @@ def test_attention_split_over_positions_gives_the_models_tokens(tiny, monkeypatc
     own = [list(model.generate_ids(p, max_new_tokens=NEW, stop_ids=[])) for p in prompts]
     assert _run(engine, prompts) == own
     assert _run(engine, prompts[::-1]) == own[::-1]  # the counters were left at zero
+    # the chunks follow the step's span: a short prompt's step launches fewer than the
+    # context's (the one above and the split launches resized back and forth between them)
+    assert _run(engine, prompts[:1]) == own[:1]
+    chunk, splits = attention.decode_chunk(engine.device, engine.context,
+                                           model.config.n_heads)
+    plan = engine._plans[(engine._tm(1), engine._tm(1), False, False)]  # (its last step's)
+    span = len(prompts[0]) + NEW - 1
+    want = min(splits, -(-(1 << (span - 1).bit_length()) // chunk))
+    assert plan.span == span and want < splits
+    for i, _ in plan.spanned:
+        ln = plan.plan.launches[i]
+        if ln.kernel.function_name == "paged_attn_wg":
+            assert ln.global_size[0] == want * model.config.head_dim
+        else:
+            assert int(ln.args[3]) == want
 
 
 def test_logits_and_logprobs_match_the_model(tiny):
