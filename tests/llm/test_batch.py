@@ -120,7 +120,7 @@ def test_attention_split_over_positions_gives_the_models_tokens(tiny, monkeypatc
     model, _ = tiny
     monkeypatch.setattr(paged, "split_attention", lambda dev, head_dim: True)
     monkeypatch.setattr(attention, "decode_combines", lambda dev: combine)
-    engine = _engine(model)
+    engine = _engine(model, row_invariant=True)  # (a lone decode row too: the split launches)
     assert engine.split
     rng = np.random.default_rng(5)
     prompts = _prompts()[:3] + [[int(t) for t in rng.integers(0, 300, n)] for n in (120, 90)]
