@@ -666,6 +666,33 @@ def _chunk(server: Server, job: _Job, choices: list[dict], **extra: Any) -> str:
                  "created": job.created, "model": server.name, "choices": choices, **extra})
 
 
+# A string no text holds, to cut a chunk's JSON around its text (JSON writes it "\u0000...")
+_MARK = "\x00clops-text\x00"
+
+
+class _TextChunks:
+    """The event of a streamed request's text piece with nothing else in it (no finish
+    reason, no log-probabilities): the bytes ``_chunk`` writes, cut once per choice around the
+    text, so that a token's event is one ``json.dumps`` of its text and two joins.
+
+    PERF: a dict and a ``json.dumps`` of it for every token were about 4 us of a streamed
+    token's ~30-80 on a 2-core EPYC."""
+
+    def __init__(self, server: Server, job: _Job) -> None:
+        self.parts: list[tuple[str, str]] = []
+        for i in range(job.n):
+            ch: dict = {"index": i, "delta": {"content": _MARK}} if job.chat else \
+                {"index": i, "text": _MARK}
+            ch["finish_reason"] = None
+            # (the text is the chunk's last field: a model name cannot move the cut)
+            before, after = _chunk(server, job, [ch]).rsplit(json.dumps(_MARK), 1)
+            self.parts.append((before, after))
+
+    def __call__(self, i: int, piece: str) -> str:
+        before, after = self.parts[i]
+        return before + json.dumps(piece) + after
+
+
 async def _events(server: Server, job: _Job) -> AsyncIterator[str]:
     """The server-sent events of a streamed request. An error once the stream has begun is
     an event of OpenAI's error body (the status line has gone out already); a client that
@@ -685,41 +712,64 @@ async def _events(server: Server, job: _Job) -> AsyncIterator[str]:
 
 
 async def _stream_events(server: Server, job: _Job) -> AsyncIterator[str]:
-    completion = 0
+    """The events of a streamed request; events ready together (the first ones, a choice's
+    last ones with the usage and ``[DONE]``) as one string, which the server writes at once."""
+    completion, left = 0, job.n
+    first: list[str] = []
     if job.chat:
-        for i in range(job.n):
-            yield _chunk(server, job, [{"index": i, "delta": {"role": "assistant",
-                                                              "content": ""},
-                                        "finish_reason": None}])
+        first += [_chunk(server, job, [{"index": i, "delta": {"role": "assistant",
+                                                                "content": ""},
+                                        "finish_reason": None}]) for i in range(job.n)]
+    if job.echo:
+        first += [_chunk(server, job, [{"index": i, "text": job.echo, "finish_reason": None}])
+                  for i in range(job.n)]
+    if first:
+        yield "".join(first)
     held = [""] * job.n
     held_toks: list[list[StepOutput]] = [[] for _ in range(job.n)]
-    if job.echo:
-        for i in range(job.n):
-            yield _chunk(server, job, [{"index": i, "text": job.echo, "finish_reason": None}])
+    text_chunk = _TextChunks(server, job)
+    tail: list[str] = []  # the last choice's last events: they go with the usage and [DONE]
     async for i, piece, toks, reason in _merged(job.choices(server)):
         completion += len(toks)
+        out = []
         if job.tools:  # the whole answer decides between content and calls
             held[i] += piece
             held_toks[i] += toks
             if reason is None:
                 continue
-            for last in _tool_deltas(server, job, i, held[i], held_toks[i], reason):
-                yield _chunk(server, job, [last])
-            continue
-        if job.chat:
-            ch: dict = {"index": i, "delta": {"content": piece} if piece else {},
-                        "finish_reason": reason}
-            if job.want_lp and toks:
-                ch["logprobs"] = {"content": [server.logprob_entry(o) for o in toks]}
+            out = [_chunk(server, job, [last])
+                   for last in _tool_deltas(server, job, i, held[i], held_toks[i], reason)]
+        elif reason is None and not (job.want_lp and toks):
+            if piece:
+                out = [text_chunk(i, piece)]
         else:
-            ch = {"index": i, "text": piece, "finish_reason": reason}
-            if job.want_lp and toks:
-                ch["logprobs"] = _completion_logprobs(server, toks)
-        if piece or reason or ch.get("logprobs"):
-            yield _chunk(server, job, [ch])
+            out = [_chunk(server, job, [_last_delta(server, job, i, piece, toks, reason)])]
+        if reason is not None:
+            left -= 1
+        if left == 0:
+            tail += out
+        elif out:
+            yield "".join(out)
     if job.include_usage:
-        yield _chunk(server, job, [], usage=job.usage(completion))
-    yield "data: [DONE]\n\n"
+        tail.append(_chunk(server, job, [], usage=job.usage(completion)))
+    tail.append("data: [DONE]\n\n")
+    yield "".join(tail)
+
+
+def _last_delta(server: Server, job: _Job, i: int, piece: str, toks: list[StepOutput],
+                reason: str | None) -> dict:
+    """The choice of a chunk with a finish reason or log-probabilities (any other text piece
+    is ``_TextChunks``')."""
+    if job.chat:
+        ch: dict = {"index": i, "delta": {"content": piece} if piece else {},
+                    "finish_reason": reason}
+        if job.want_lp and toks:
+            ch["logprobs"] = {"content": [server.logprob_entry(o) for o in toks]}
+    else:
+        ch = {"index": i, "text": piece, "finish_reason": reason}
+        if job.want_lp and toks:
+            ch["logprobs"] = _completion_logprobs(server, toks)
+    return ch
 
 
 def _tool_deltas(server: Server, job: _Job, i: int, text: str, toks: list[StepOutput],
