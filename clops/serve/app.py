@@ -34,14 +34,13 @@ from starlette.responses import (
     JSONResponse,
     PlainTextResponse,
     Response,
-    StreamingResponse,
 )
 from starlette.routing import Route
 
 from ..llm.batch import BatchEngine, SamplingParams, StepOutput
 from ..llm.tokenizer import TextStream
 from .constrain import Constraint, ConstraintError, Vocabulary, grammar_for, tool_call_grammar
-from .limits import Limits, LimitsMiddleware, error_body
+from .limits import RAW_SEND, Limits, LimitsMiddleware, error_body
 from .metrics import Latencies, metric
 from .runner import EngineDown, QueueFull, Runner
 from .tools import (
@@ -638,7 +637,7 @@ async def _completions(request: Request, chat: bool) -> Response:
     if job.stream:
         if job.grammar:  # what can fail, before the response starts
             server.vocab()
-        return StreamingResponse(_events(server, job), media_type="text/event-stream")
+        return EventStream(_events(server, job))
     # the client may leave while its answer is made: watch for it, and cancel the work
     work = asyncio.ensure_future(_whole(server, job))
     gone = asyncio.ensure_future(_until_disconnect(request))
@@ -657,8 +656,59 @@ async def _completions(request: Request, chat: bool) -> Response:
 
 
 async def _until_disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
+    await _disconnect(request.receive)
+
+
+async def _disconnect(receive: Callable[[], Awaitable[Any]]) -> None:
+    """Returns when the client has gone (its connection closed)."""
+    while (await receive())["type"] != "http.disconnect":
         pass
+
+
+_DONE = "data: [DONE]\n\n"
+
+
+class EventStream(Response):
+    """A streamed request's server-sent events (``text/event-stream``), each string the
+    events' iterator yields one write; the last one (ending in ``[DONE]``) with the end of
+    the response. A client that leaves stops the iterator at its next event (closing it
+    cancels its sequences), as Starlette's ``StreamingResponse`` does.
+
+    PERF: the body goes to the server's own ``send`` (``limits.RAW_SEND``), past the three
+    wrappers of the app's middleware, which look at a response's start alone; and the stream
+    runs in one task, not an anyio task group. Starlette's StreamingResponse cost about 10 us
+    a token of 50 on two EPYC cores with 64 streams."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncIterator[str]) -> None:
+        self.events = events
+        self.status_code = 200
+        self.background = None
+        self.init_headers(None)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+        stream = asyncio.ensure_future(self._stream(scope.get(RAW_SEND, send)))
+        gone = asyncio.ensure_future(_disconnect(receive))
+        try:
+            await asyncio.wait({stream, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not stream.done():
+                stream.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stream  # (the iterator's cleanup runs now)
+
+    async def _stream(self, send: Any) -> None:
+        ended = False
+        async for event in self.events:
+            ended = event.endswith(_DONE)
+            await send({"type": "http.response.body", "body": event.encode(),
+                        "more_body": not ended})
+        if not ended:  # (an error's event, or nothing)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _chunk(server: Server, job: _Job, choices: list[dict], **extra: Any) -> str:
@@ -752,7 +802,7 @@ async def _stream_events(server: Server, job: _Job) -> AsyncIterator[str]:
             yield "".join(out)
     if job.include_usage:
         tail.append(_chunk(server, job, [], usage=job.usage(completion)))
-    tail.append("data: [DONE]\n\n")
+    tail.append(_DONE)
     yield "".join(tail)
 
 

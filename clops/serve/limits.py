@@ -26,6 +26,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 # (uvicorn's httptools protocol needs httptools, one of uvicorn's "standard" extras)
 HAS_HTTPTOOLS = importlib.util.find_spec("httptools") is not None
 
+# The scope's key of the server's own send, as the middleware was given it
+RAW_SEND = "clops.send"
 # The most bytes of a request line and headers httptools takes (h11 holds at most 16 KiB of an
 # incomplete request, and takes more where it comes at once)
 MAX_HEADER_BYTES = 64 * 1024
@@ -130,6 +132,8 @@ class LimitsMiddleware:
                 return msg
             return await receive()
 
+        # (the server's own send, for a streamed response's body: see app.EventStream)
+        scope[RAW_SEND] = send
         await self.app(scope, replay, send)
 
 
