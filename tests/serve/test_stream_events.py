@@ -232,3 +232,73 @@ def test_headers_past_the_cap_are_refused_and_others_served(srv):
     s.close()
     assert answer.startswith(b"HTTP/1.1 400 ")
     assert httpx.get(srv.url + "/v1/models", timeout=30).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def server(model):
+    s = serve_app.Server(model, parallel=1)
+    yield s
+    s.runner.close()
+
+
+def _choice(server, monkeypatch, steps: list[list[int]], stops: list[str],
+            leave_after: int | None = None) -> tuple[list[tuple], list]:
+    """The items of ``server.choice`` where each step's tokens arrive on its handle at once
+    (the last one finished), and the handles it cancelled; ``leave_after``: close the
+    choice after that many items, as a client that leaves does."""
+    from clops.serve.runner import Handle
+
+    cancelled: list = []
+    monkeypatch.setattr(server.runner, "cancel", lambda h: cancelled.append(h))
+
+    async def run() -> list[tuple]:
+        h = Handle(asyncio.get_running_loop(), asyncio.Queue())
+        n = sum(len(s) for s in steps)
+
+        async def submit(*args, **kw):
+            return h
+
+        monkeypatch.setattr(server.runner, "submit", submit)
+        items: list[tuple] = []
+        gen = server.choice([1, 2], SamplingParams(), n, stops, None, ignore_eos=True)
+        k = 0
+        for step in steps:
+            for t in step:
+                k += 1
+                h.queue.put_nowait(StepOutput(0, t, -0.5, [], k == n, "length" if k == n
+                                              else None))
+            try:
+                items.append(await gen.__anext__())
+            except StopAsyncIteration:
+                break
+            if leave_after is not None and len(items) >= leave_after:
+                break
+        await gen.aclose()
+        return items
+
+    return asyncio.run(run()), cancelled
+
+
+def test_tokens_of_one_step_come_in_order(server, monkeypatch):
+    tok = server.tok
+    ids = tok.encode("w1 w2 w3 w4 w5 w6")
+    steps = [ids[:1], ids[1:4], ids[4:]]
+    items, _ = _choice(server, monkeypatch, steps, [])
+    assert [[o.token for o in toks] for _, toks, _ in items] == steps
+    assert "".join(p for p, _, _ in items) == tok.decode(ids)
+    assert [r for _, _, r in items] == [None, None, "length"]
+
+
+def test_a_stop_string_across_tokens_that_came_together(server, monkeypatch):
+    tok = server.tok
+    ids = tok.encode("w1 w2 w3 w4 w5 w6")
+    items, cancelled = _choice(server, monkeypatch, [ids[:1], ids[1:5], ids[5:]], [" w3 w"])
+    assert "".join(p for p, _, _ in items) == "w1 w2"
+    assert items[-1][2] == "stop" and len(items) == 2 and cancelled
+
+
+def test_leaving_mid_stream_cancels_the_sequence(server, monkeypatch):
+    ids = server.tok.encode("w1 w2 w3 w4 w5 w6")
+    items, cancelled = _choice(server, monkeypatch, [ids[:2], ids[2:4], ids[4:]], [],
+                               leave_after=1)
+    assert len(items) == 1 and items[0][2] is None and cancelled
