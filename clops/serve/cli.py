@@ -136,12 +136,13 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 
 def config(app: Any, host: str = "127.0.0.1", port: int = 8080, timeout: float = 30.0,
-           **kw: Any) -> Any:
+           http: str | None = None, **kw: Any) -> Any:
     """uvicorn's configuration for the server: its own HTTP protocol (closing connections
-    whose headers come too slowly) and quiet logs."""
+    whose headers come too slowly; ``http`` "httptools" or "h11", by default httptools where
+    it is installed) and quiet logs."""
     import uvicorn
 
     from .limits import protocol
 
     return uvicorn.Config(app, host=host, port=port, log_level=kw.pop("log_level", "warning"),
-                          http=protocol(timeout), lifespan="on", **kw)
+                          http=protocol(timeout, http), lifespan="on", **kw)

@@ -37,10 +37,11 @@ class Running:
         self.thread.join(timeout=30)
 
 
-def start(model, limits=None, timeout: float = 30.0, **kw) -> Running:
+def start(model, limits=None, timeout: float = 30.0, http: str | None = None, **kw) -> Running:
     """A server of ``model`` (``kw``: ``Server``'s options) behind ``limits``; ``timeout``:
-    the seconds a client has for its headers."""
+    the seconds a client has for its headers; ``http``: the HTTP protocol (None: the
+    server's default)."""
     from clops.serve import Server, create_app
 
     server = Server(model, **kw)
-    return Running(create_app(server, limits), server, timeout=timeout)
+    return Running(create_app(server, limits), server, timeout=timeout, http=http)

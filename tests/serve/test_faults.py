@@ -173,7 +173,7 @@ def test_twenty_clients_leaving_while_their_requests_wait_for_the_engine(srv, wa
             socks = [_send(srv, "/v1/completions",
                            {"prompt": f"w{i} w3", "max_tokens": 30, "temperature": 0,
                             "stream": stream}) for i in range(20)]
-            _wait(lambda: runner._jobs.qsize() >= 20, what="twenty additions queued")
+            _wait(lambda: len(runner._jobs) >= 20, what="twenty additions queued")
             for s in socks:
                 _gone(s)
             _wait(lambda: hold.cancels >= 20, what="the server to cancel every request")
