@@ -65,7 +65,7 @@ def spec_of(a: argparse.Namespace) -> Spec:
     return Spec(model=a.model, devices=devices, ctx_size=a.ctx_size, kv_cache=a.kv_cache,
                 tensor_split=tuple(a.tensor_split) if a.tensor_split else None,
                 parallel=a.parallel, queue=a.queue, name=a.name, max_tokens=a.max_tokens,
-                parse_special=a.parse_special, limits=limits)
+                parse_special=a.parse_special, row_invariant=a.row_invariant, limits=limits)
 
 
 def main(a: argparse.Namespace, prog: str) -> int:

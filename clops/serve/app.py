@@ -200,14 +200,17 @@ class Server:
 
     ``max_tokens``: the most tokens one request may ask for (None: the context);
     ``parse_special``: read special-token text inside messages as special tokens (off: a
-    user's ``<|im_start|>`` is plain text, only the chat template's markers are special)."""
+    user's ``<|im_start|>`` is plain text, only the chat template's markers are special);
+    ``row_invariant``: the engine's (``BatchEngine``), every step batched."""
 
     def __init__(self, model: Any, parallel: int = 4, queue_limit: int = 64,
                  model_name: str | None = None, prefill_chunk: int = 64,
-                 max_tokens: int | None = None, parse_special: bool = False) -> None:
+                 max_tokens: int | None = None, parse_special: bool = False,
+                 row_invariant: bool = False) -> None:
         self.model = model
         self.tok = model.tokenizer
-        self.engine = BatchEngine(model, max_batch=parallel, prefill_chunk=prefill_chunk)
+        self.engine = BatchEngine(model, max_batch=parallel, prefill_chunk=prefill_chunk,
+                                  row_invariant=row_invariant)
         self.runner = Runner(self.engine, queue_limit)
         self.name = model_name or "clops"
         self.created = int(time.time())

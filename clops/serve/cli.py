@@ -40,6 +40,10 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
                     help="sequences decoded together (slots; default 4)")
     ap.add_argument("--queue", type=cli.whole(0), default=64,
                     help="requests that may wait for a slot; past it the server answers 429")
+    ap.add_argument("--row-invariant", action="store_true",
+                    help="every step through the batched kernels, so that a request's values "
+                         "never depend on the others running (by default a lone decode row on "
+                         "NVIDIA GPUs takes the faster single-sequence kernel)")
     ap.add_argument("--name", default=None, type=cli.text("name"),
                     help="the model's name in the API")
     limits = ap.add_argument_group("limits of a request (defaults a public server can keep)")
@@ -109,7 +113,8 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
         model = _load(a)
         name = a.name or os.path.basename(a.model or model.source_path)
         server = Server(model, parallel=a.parallel, queue_limit=a.queue, model_name=name,
-                        max_tokens=a.max_tokens, parse_special=a.parse_special)
+                        max_tokens=a.max_tokens, parse_special=a.parse_special,
+                        row_invariant=a.row_invariant)
     except (cli.Refused, ValueError) as e:
         print(f"{prog}: error: {one_line(str(e))}", file=sys.stderr)
         return USAGE_ERROR

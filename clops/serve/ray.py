@@ -52,6 +52,7 @@ class Spec:
     name: str | None = None
     max_tokens: int | None = None
     parse_special: bool = False
+    row_invariant: bool = False
     prefill_chunk: int = 64
     limits: Limits = field(default_factory=Limits)
 
@@ -74,7 +75,8 @@ class Replica:
         name = spec.name or os.path.basename(spec.model or model.source_path)
         self.server = Server(model, parallel=spec.parallel, queue_limit=spec.queue,
                              model_name=name, prefill_chunk=spec.prefill_chunk,
-                             max_tokens=spec.max_tokens, parse_special=spec.parse_special)
+                             max_tokens=spec.max_tokens, parse_special=spec.parse_special,
+                             row_invariant=spec.row_invariant)
         _BUILT.append(Named(create_app(self.server, spec.limits), ctx.replica_tag.encode()))
 
     def check_health(self) -> None:

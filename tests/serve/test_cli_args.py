@@ -31,6 +31,27 @@ def test_defaults_a_public_server_can_keep():
     assert parser().parse_args(["--max-body", "512KB"]).max_body == 512 << 10
 
 
+def test_row_invariant_reaches_the_engine(monkeypatch):
+    """``--row-invariant`` (off by default: a lone decode row may take the single-sequence
+    kernel) is the engine's own switch, through ``Server`` and a Ray replica's spec."""
+    from clops.cli.serve_ray import spec_of
+    from clops.serve import app
+
+    assert parser().parse_args([]).row_invariant is False
+    a = parser().parse_args(["m.gguf", "--row-invariant"])
+    assert a.row_invariant is True and spec_of(a).row_invariant is True
+    made = {}
+    monkeypatch.setattr(app, "BatchEngine", lambda model, **kw: made.update(kw) or kw)
+    monkeypatch.setattr(app, "Runner", lambda engine, limit: None)
+    backend = type("B", (), {"token_to_id": staticmethod(lambda marker: None)})()
+    tok = type("T", (), {"eos_ids": [0], "backend": backend})()
+    model = type("M", (), {"tokenizer": tok})()
+    app.Server(model, row_invariant=True)
+    assert made["row_invariant"] is True
+    app.Server(model)
+    assert made["row_invariant"] is False
+
+
 @pytest.mark.parametrize("args,words", [
     (["--port", "-1"], "--port"), (["--port", "70000"], "from 1 to 65535"),
     (["--port", "http"], "not a whole number"),
