@@ -15,10 +15,12 @@ Calls, on 1024 float32 (64x64 for ``matmul``):
   product kernel enqueued.
 
 Each row: the median of ``--repeat`` samples in microseconds (clops, pyopencl, their
-difference), the samples of all rows in turns; and the medians of the calling thread's CPU time
-(``time.thread_time``: what the host spends, less sensitive to other work on a shared machine;
-a blocking read's wait is not in it). ``--profile`` prints cProfile's top functions
-of the clops calls instead.
+difference), the device waited for after each sample (untimed), the samples of all rows in
+turns; the medians of the calling thread's CPU time (``time.thread_time``; Intel's runtime spins
+in a blocking read, so there it is close to the wall time); and the median time a call of
+``BURST`` calls in a row, the device waited for after each burst: the steady host cost, its code
+and data warm (on a CPU device the kernels share its cores with the host meanwhile).
+``--profile`` prints cProfile's top functions of the clops calls instead.
 
     python bench/bench_call_cost.py [--device SEL] [--repeat 2000] [--profile] [--json OUT]
 """
@@ -43,6 +45,7 @@ from bench.common import arg_parser, device_info, write_result  # noqa: E402
 
 N = 1024
 M = 64
+BURST = 20  # calls in a row of the back-to-back samples
 
 PEER_SOURCE = """
 __kernel void add(__global const float *a, __global const float *b, __global float *c) {
@@ -143,13 +146,25 @@ def measure(dev: clops.CLDevice, repeat: int) -> list[dict[str, object]]:
             cs.append(c1 - c0)
             dev.synchronize()  # (untimed: a realize is asynchronous, its host cost is the call)
             finish()
+    # back to back: ``BURST`` calls in a row, the device waited for after them (untimed)
+    burst: list[list[float]] = [[] for _ in fns]
+    for _ in range(max(repeat // BURST, 5)):
+        for f, ts in zip(fns, burst):
+            t0 = wall()
+            for _ in range(BURST):
+                f()
+            ts.append((wall() - t0) / BURST)
+            dev.synchronize()
+            finish()
     rows = []
     for i, n in enumerate(names):
         mine, peer = statistics.median(times[2 * i]), statistics.median(times[2 * i + 1])
         rows.append({"call": n, "clops_us": mine * 1e6, "pyopencl_us": peer * 1e6,
                      "over_us": (mine - peer) * 1e6,
                      "clops_cpu_us": statistics.median(cpu[2 * i]) * 1e6,
-                     "pyopencl_cpu_us": statistics.median(cpu[2 * i + 1]) * 1e6})
+                     "pyopencl_cpu_us": statistics.median(cpu[2 * i + 1]) * 1e6,
+                     "clops_burst_us": statistics.median(burst[2 * i]) * 1e6,
+                     "pyopencl_burst_us": statistics.median(burst[2 * i + 1]) * 1e6})
     return rows
 
 
@@ -184,12 +199,13 @@ def main() -> None:
     print(f"{dev.name} ({dev.selector}); load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
           f"medians of {repeat}")
     print(f"| {'call':<16} | clops us | pyopencl us | clops - pyopencl us | clops CPU us | "
-          "pyopencl CPU us |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "pyopencl CPU us | clops in a row us | pyopencl in a row us |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['call']:<16} | {r['clops_us']:8.1f} | {r['pyopencl_us']:11.1f} | "
               f"{r['over_us']:19.1f} | {r['clops_cpu_us']:12.1f} | "
-              f"{r['pyopencl_cpu_us']:15.1f} |")
+              f"{r['pyopencl_cpu_us']:15.1f} | {r['clops_burst_us']:17.1f} | "
+              f"{r['pyopencl_burst_us']:20.1f} |")
     if args.json:
         write_result("call_cost", {"device": device_info(dev), "repeat": repeat,
                                    "load": load, "rows": rows}, args.json)
