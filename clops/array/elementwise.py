@@ -128,7 +128,63 @@ def _check_device_dtype(device: runtime.CLDevice, d: DType) -> None:
                         "(no cl_khr_fp64); use float32/complex64 on this device")
 
 
+# integer dtype name -> (least, greatest) value; filled once per dtype (two threads filling one
+# entry store equal values)
+_INT_BOUNDS: dict[str, tuple[int, int]] = {}
+
+
+def _int_bounds(d: DType) -> tuple[int, int]:
+    got = _INT_BOUNDS.get(d.name)
+    if got is None:
+        info = _np.iinfo(d.np)
+        got = _INT_BOUNDS[d.name] = (int(info.min), int(info.max))
+    return got
+
+
+def _with_scalar(args: tuple[Any, ...]) -> tuple[list[ir.Node], runtime.CLDevice, DType] | None:
+    """``_operands`` of a tensor and a Python int or float that takes the tensor's dtype
+    (``x * 2``, ``1.0 - x``); None for any other pair."""
+    x, y = args
+    t, value = (x, y) if type(x) is Tensor else (y, x)
+    kind = type(value)
+    if type(t) is not Tensor or not (kind is float or kind is int):
+        return None
+    node = t._node.resolve()
+    dtype = node.dtype
+    if dtype.kind not in "fc":
+        if kind is float or dtype.kind not in "iu":
+            return None
+        lo, hi = _int_bounds(dtype)
+        if not lo <= value <= hi:
+            return None  # (the general path says why)
+    c = ir.const(value, dtype, node.shape)
+    return ([node, c] if t is x else [c, node]), t.device, dtype
+
+
 def _operands(args: tuple[Any, ...], fn: str) -> tuple[list[ir.Node], runtime.CLDevice, DType]:
+    """The nodes of ``args`` broadcast to one shape, their device and promoted dtype (Python
+    and numpy scalars as constant nodes of the dtype they take)."""
+    first = args[0]
+    if type(first) is Tensor:
+        # PERF: tensors of one device, dtype and shape (most calls) need no promotion or
+        # broadcast: 4.6 -> 0.7 us of ``a + b``'s 10 us graph building (2-core EPYC)
+        node, device = first._node, first.device
+        for a in args[1:]:
+            if type(a) is not Tensor or a.device is not device or \
+                    a._node.dtype is not node.dtype or a._node.shape != node.shape:
+                break
+        else:
+            return [a._node.resolve() for a in args], device, node.dtype
+    if len(args) == 2:  # PERF: ``x * 2``: 5.8 -> 1.0 us
+        fast = _with_scalar(args)
+        if fast is not None:
+            return fast
+    return _promoted(args, fn)
+
+
+def _promoted(args: tuple[Any, ...], fn: str
+              ) -> tuple[list[ir.Node], runtime.CLDevice, DType]:
+    """``_operands`` of any operands: tensors, Python and numpy scalars, host arrays."""
     tensors = [a for a in args if isinstance(a, Tensor)]
     if not tensors:
         raise TypeError(f"{fn} needs at least one clops Tensor operand, got "
@@ -157,8 +213,8 @@ def _operands(args: tuple[Any, ...], fn: str) -> tuple[list[ir.Node], runtime.CL
         else:
             sd = _scalar_dtype(a, dtype)
             if isinstance(a, int) and not isinstance(a, bool) and sd.is_int:
-                info = __import__("numpy").iinfo(sd.np)
-                if not info.min <= a <= info.max:
+                lo, hi = _int_bounds(sd)
+                if not lo <= a <= hi:
                     raise OverflowError(f"{fn}: Python int {a} does not fit {sd}")
             # A scalar of a higher kind (float next to int, say) sets the dtype, as numpy does.
             if _KIND_RANK[sd.kind] > _KIND_RANK[dtype.kind]:
@@ -190,7 +246,11 @@ def lifted(nodes: list[ir.Node], make: Any) -> ir.Node:
     """Build ``make(nodes)`` at the unsqueezed shape of a squeezed operand, then squeeze the
     result: reductions keep their reduced axes through elementwise chains, so the chain fuses
     into the reduction's kernel (``tanh(x @ w + b)`` is one kernel)."""
-    sq = next((n for n in nodes if _is_squeeze(n)), None)
+    sq = None
+    for n in nodes:
+        if n.op == "view" and _is_squeeze(n):
+            sq = n
+            break
     if sq is None:
         return make(nodes)
     shape, full = sq.shape, sq.srcs[0].shape

@@ -16,7 +16,7 @@ from ..graph import ir
 from ..graph.ir import View
 from ..runtime import plan as _plan
 from ..runtime.plan import Command, JitError, Slot
-from .tensor import _PENDING, Tensor, realize
+from .tensor import Tensor, pending_tensors, realize
 
 __all__ = ["JitError", "jit"]
 
@@ -74,9 +74,10 @@ def jit(fn: Callable[..., Any] | None = None, *, strict: bool = True) -> Any:
         sig = _signature((args, kwargs), tensors, {})
         # Lazy work from before the call is computed outside the capture (a replay must not
         # compute it again, and in-place writes below must not change what it reads).
-        if _PENDING:
+        waiting = pending_tensors()
+        if waiting:
             with _CAPTURING:
-                realize(*list(_PENDING.values()))
+                realize(*waiting)
         got = traces.get(sig)
         if got is None:
             with _CAPTURING:

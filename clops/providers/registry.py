@@ -263,6 +263,13 @@ def capable(op: str, device: CLDevice, dtype: str,
     return out
 
 
+def forces_any() -> bool:
+    """Whether ``CLOPS_PROVIDERS`` forces a provider (``+NAME``); without one, ``forced`` is
+    None for every op."""
+    pol = policy()
+    return pol.default == FORCE or FORCE in pol.modes.values()
+
+
 def forced(op: str, device: CLDevice, dtype: Any, shape_key: Iterable[int]) -> Provider | None:
     """The provider ``CLOPS_PROVIDERS`` forces (``+NAME``) for ``op`` here, if one is capable:
     it takes the op at any size, ahead of clops' own kernels."""

@@ -90,21 +90,28 @@ def launch(dev: Device, lock: threading.Lock, kernel: cl.Kernel, global_size: Se
                            else tuple(local_size), list(args), tuple(reads), tuple(writes),
                            name or "", queue))
     q = queue or current_queue(dev)  # the stream block's queue, if any
-    cl_args = [a.mem if isinstance(a, Buffer) else a for a in args]
+    cl_args = [a.mem if type(a) is Buffer else a for a in args]
     gsize = tuple(global_size)
     lsize = tuple(local_size) if local_size is not None else None
+    in_order = q.in_order
     # NOTE: the dependencies are read and the new event recorded under the lock too: two
     # threads launching kernels that write one buffer (the compiler's work-group counter
     # of split reductions, a tensor both update) on different queues would otherwise each
     # read the buffer's last write before the other recorded its own, and run at once.
     with lock:
         deps = wait_list(wait_for) if wait_for else []
+        # (Buffer.read_deps and write_deps, written out: this runs at every launch)
         for b in reads:
             lw = b.last_write
-            if lw is not None and not (lw[1] is q and q.in_order):
+            if lw is not None and not (lw[1] is q and in_order):
                 deps.append(lw[0])
         for b in writes:
-            deps.extend(b.write_deps(q))
+            lw = b.last_write
+            if lw is not None and not (lw[1] is q and in_order):
+                deps.append(lw[0])
+            for ev, rq in b.reads:
+                if not (in_order and rq is q):
+                    deps.append(ev)
         kernel.set_args(*cl_args)
         if isinstance(kernel, NativeKernel):
             ev = kernel.enqueue(q.cl_queue, deps)

@@ -128,7 +128,9 @@ def read(dev: Device, held: HostCopies, host: np.ndarray, buf: Buffer, offset: i
     q = queue or current_queue(dev)  # the stream block's queue, if any
     if host.nbytes == 0:
         return Event(None, q)  # OpenCL rejects zero-byte copies
-    deps = wait_list(wait_for) + buf.read_deps(q)
+    deps = buf.read_deps(q)
+    if wait_for:
+        deps = wait_list(wait_for) + deps
     if blocking and dev.kind == "cpu" and host.nbytes >= MAP_READ_MIN and \
             host.flags.c_contiguous and host.flags.writeable:
         ev = _read_mapped(q, host, buf, offset, deps)

@@ -196,10 +196,11 @@ class BufferPool:
         (shared virtual memory; ``ValueError`` where the device has none)."""
         if nbytes < 0:
             raise ValueError(f"cannot allocate {nbytes} bytes")
-        if kind not in KINDS:
-            raise ValueError(f"memory kind {kind!r}: one of {list(KINDS)}")
-        if kind == "shared":
-            self._svm_flags()  # a clear error before anything is cached or counted
+        if kind != "device":
+            if kind not in KINDS:
+                raise ValueError(f"memory kind {kind!r}: one of {list(KINDS)}")
+            if kind == "shared":
+                self._svm_flags()  # a clear error before anything is cached or counted
         size = size_class(max(nbytes, 1))
         with self._lock:
             bucket = self._free.get((kind, size))

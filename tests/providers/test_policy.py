@@ -187,3 +187,13 @@ def test_float16_products_stay_off_providers_unless_forced(device, fake, clops_e
     assert fake.measured == 0
     clops_env(CLOPS_PROVIDERS="+fake")
     assert providers.choose("gemm", device, "float16", (64, 64, 64)) is fake  # forced: taken
+
+
+def test_forces_any_follows_the_policy(fake, clops_env):
+    from clops.providers import registry
+
+    for text, forcing in (("all", False), ("none", False), ("fake", False),
+                          ("-fake", False), ("+fake", True), ("none,+fake", True),
+                          ("fake!", True), ("+fake,-fake", False)):
+        clops_env(CLOPS_PROVIDERS=text)
+        assert registry.forces_any() is forcing, text
