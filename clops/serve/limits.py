@@ -165,26 +165,27 @@ class _HeaderDeadline:
             self._header_timer.cancel()
             self._header_timer = None
 
-
-class TimedH11Protocol(_HeaderDeadline, H11Protocol):
-    """uvicorn's h11 protocol with the header deadline."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+    # (the protocol's own callbacks, after this class in the order of bases)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
         self._arm()
 
-    def _awaiting_headers(self) -> bool:
-        # IDLE: no whole request line and headers since the connection or the last response
-        return self.conn.their_state is h11.IDLE
-
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        super().on_response_complete()  # type: ignore[misc]
         if not self.transport.is_closing():
             self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        super().connection_lost(exc)
+        super().connection_lost(exc)  # type: ignore[misc]
+
+
+class TimedH11Protocol(_HeaderDeadline, H11Protocol):
+    """uvicorn's h11 protocol with the header deadline."""
+
+    def _awaiting_headers(self) -> bool:
+        # IDLE: no whole request line and headers since the connection or the last response
+        return self.conn.their_state is h11.IDLE
 
 
 if HAS_HTTPTOOLS:
@@ -198,10 +199,6 @@ if HAS_HTTPTOOLS:
         _headed = 0  # requests whose headers have all come
         _answered = 0  # responses sent whole
         _header_bytes = 0  # of the request being read
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
 
         def _awaiting_headers(self) -> bool:
             return self._headed <= self._answered
@@ -231,12 +228,6 @@ if HAS_HTTPTOOLS:
         def on_response_complete(self) -> None:
             self._answered += 1
             super().on_response_complete()
-            if not self.transport.is_closing():
-                self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
 
 
 PROTOCOLS = ("httptools", "h11") if HAS_HTTPTOOLS else ("h11",)
