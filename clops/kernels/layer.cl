@@ -866,8 +866,9 @@ inline void warp_local_sync(void) {
 inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, int kvh, int p0,
                       KV_AT_T at, int n, int lane, kv4_t *k, kv4_t *v) {
     const int g = lane / LPR, c = lane % LPR;
-    // (a lane past n reads no row: its position may lie past the sequence's blocks)
-    const size_t rk = KV_ROW(kvh, p0 + (lane < n ? lane : 0), at);
+    // (a lane past n reads no row, and finds none: its position may lie past the sequence's
+    // blocks, and past the table's row; position 0's is the sequence's first block)
+    const size_t rk = KV_ROW(kvh, lane < n ? p0 + lane : 0, at);
 #if KV_HALF && HEAD_DIM % 8 == 0
     // (16-byte loads, two groups of four a load: a warp's load instruction touches a line per
     // row it reads, and a lane's key row is a row of its own)
@@ -889,7 +890,7 @@ inline void tile_load(__global const kv_t *kc, __global const kv_t *vc, int kvh,
 #pragma unroll
     for (int i = 0; i < LPR; ++i) {
         const int j = RPI * i + g;
-        const size_t rv = KV_ROW(kvh, p0 + (j < n ? j : 0), at);
+        const size_t rv = KV_ROW(kvh, j < n ? p0 + j : 0, at);
 #if KV_HALF && VD == 8
         const uint4 u = j < n ? *(__global const uint4 *)(vc + rv * HEAD_DIM + VD * c)
                               : (uint4)(0u);
