@@ -18,11 +18,10 @@ tokens whether it runs batched with few others or many. One exception, for speed
 single-sequence decode kernel runs (``StepBuilder.lone_row``: NVIDIA GPUs, plain decoders), a
 step of one decode row alone runs its layers in a few launches of that kernel, whose sums
 differ from the batched products' in the last bits (``row_invariant=True`` keeps every step on
-the batched plan). A greedy row with nothing else asked of it
-takes its token and log-probability from the device (``sample.row_stats``: argmax, max and
-log-sum-exp of each row); the others are chosen on the host from their logits, each sequence
-with its own settings, random generator and optional mask of allowed tokens (constrained
-decoding).
+the batched plan). A greedy row with nothing else asked of it takes its token and
+log-probability from the device (``sample.row_stats``: argmax, max and log-sum-exp of each
+row); the others are chosen on the host from their logits, each sequence with its own
+settings, random generator and optional mask of allowed tokens (constrained decoding).
 """
 
 from __future__ import annotations
