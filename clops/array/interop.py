@@ -42,6 +42,15 @@ def host_array(t: Tensor) -> np.ndarray:
 
 
 @register
+def buffer_array(buf: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """The C-contiguous values of ``dtype`` and ``shape`` at the start of ``buf`` as a numpy
+    array over its memory, once the device is done with it (the array keeps the buffer alive,
+    out of the pool)."""
+    base = np.asarray(_Holder(buf.host_view(), buf))
+    return np.ndarray(shape, dtype.np, buffer=base)
+
+
+@register
 def zero_copy(t: Tensor) -> bool:
     """Whether ``t`` is in host or shared memory the host addresses in place (numpy and DLPack
     consumers then read it without a copy)."""

@@ -44,12 +44,16 @@ _GRAPH_LOCK = threading.RLock()
 FORMS = form.FormCache()
 
 
-def realize(targets: list[tuple[Node, Any, View | None]], device: Device) -> None:
+def realize(targets: list[tuple[Node, Any, View | None]], device: Device,
+            bind: bool = True) -> None:
     """Compute ``targets`` (node, destination buffer or None, destination view or None): by the
     schedule a graph of their form ran last, where there is one, else by a new schedule (kept
-    for the next graph of the form)."""
+    for the next graph of the form). ``bind`` False: a target written into a destination
+    buffer stays pending (its node is not marked computed there): the buffer is the caller's
+    alone."""
+    keep_out = () if bind else tuple(buf for _, buf, _ in targets if buf is not None)
     if _config.CONFIG.debug >= 1:  # every schedule made and printed anew
-        run(schedule_of(targets, device), device)
+        run(schedule_of(targets, device), device, keep_out=keep_out)
         return
     with _GRAPH_LOCK:
         shape = form.form_of(targets)
@@ -58,17 +62,19 @@ def realize(targets: list[tuple[Node, Any, View | None]], device: Device) -> Non
             sched = scheduler.schedule(targets, device)
     if rec is not None:
         assert shape is not None
-        _rerun(rec, shape, device)
+        _rerun(rec, shape, device, keep_out)
         return
-    kernels = run(sched, device)
+    kernels = run(sched, device, keep_out=keep_out)
     if shape is not None:
         kept = form.record(sched, shape, device, kernels, _ARG_VALUES)
         if kept is not None:
             FORMS.put(device, shape, kept)
 
 
-def _rerun(rec: form.Recorded, shape: form.Form, device: Device) -> None:
-    """Run the recorded schedule ``rec`` over the values of ``shape``."""
+def _rerun(rec: form.Recorded, shape: form.Form, device: Device,
+           keep_out: tuple[Any, ...] = ()) -> None:
+    """Run the recorded schedule ``rec`` over the values of ``shape`` (nothing is marked
+    computed in a buffer of ``keep_out``)."""
     temps = [counter(device) if is_counter else device.alloc(nbytes)
              for nbytes, is_counter in rec.temps]
     launches = form.launch_values(rec, shape, temps)
@@ -79,6 +85,8 @@ def _rerun(rec: form.Recorded, shape: form.Form, device: Device) -> None:
                       writes=writes, name=ln.name)
     with _GRAPH_LOCK:
         for node, buf, b in form.bound(rec, shape, temps):
+            if any(buf is k for k in keep_out):
+                continue
             loaded = ir.load(buf, b.view, b.dtype)
             node.realized = loaded if b.reduce is None else ir.reduce(b.reduce[0], loaded,
                                                                       b.reduce[1], b.reduce[2])
@@ -91,11 +99,12 @@ def schedule_of(targets: list[tuple[Node, Any, View | None]], device: Device) ->
         return scheduler.schedule(targets, device)
 
 
-def run(p: Schedule, device: Device, renderer: CLRenderer | None = None
-        ) -> list[tuple[Any, tuple[Param, ...]]]:
+def run(p: Schedule, device: Device, renderer: CLRenderer | None = None,
+        keep_out: tuple[Any, ...] = ()) -> list[tuple[Any, tuple[Param, ...]]]:
     """Run schedule ``p``: allocate each temporary when its entry comes, launch each kernel (its
     source from ``renderer``, the OpenCL C one by default), then mark the computed nodes
-    realized as loads of their buffers. Returns the launched kernels with their parameters."""
+    realized as loads of their buffers (not those in a buffer of ``keep_out``). Returns the
+    launched kernels with their parameters."""
     spell = renderer if renderer is not None else CLRenderer()
     buffers: dict[int, Any] = {}
     launched: list[tuple[Any, tuple[Param, ...]]] = []
@@ -113,6 +122,8 @@ def run(p: Schedule, device: Device, renderer: CLRenderer | None = None
                 launched.append(hit)
     with _GRAPH_LOCK:
         for b in p.bindings:
+            if any(b.buffer is k for k in keep_out):
+                continue
             loaded = ir.load(buffer(b.buffer), b.view, b.dtype)
             if b.reduce is not None:
                 op, axes, dtype = b.reduce

@@ -1,0 +1,121 @@
+"""A pending result that nothing else holds, read to the host by ``np.asarray``, ``Tensor.get``
+or ``clops.asnumpy``, is computed into memory the host array then owns, on devices that share
+the host's memory: the values are numpy's, the array is the caller's alone (writing it changes
+no tensor, no later result), and a tensor that is still held is copied as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import clops
+from clops.array import tensor as T
+
+N = 1 << 17  # 128 KiB of uint8: past DIRECT_MIN
+
+READS = ["asarray", "get", "asnumpy"]
+
+
+@pytest.fixture
+def direct(monkeypatch):
+    """The number of reads the direct path served (its array, not None)."""
+    served: list[int] = []
+    orig = T._compute_to_host
+
+    def spy(t):
+        host = orig(t)
+        if host is not None:
+            served.append(1)
+        return host
+
+    monkeypatch.setattr(T, "_compute_to_host", spy)
+    return served
+
+
+def _pair(device, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(N) * 50).astype(dtype)
+    y = (rng.standard_normal(N) * 50).astype(dtype)
+    return x, y, clops.asarray(x, device=device), clops.asarray(y, device=device)
+
+
+@pytest.mark.parametrize("read", READS)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16, np.uint8, np.int64])
+def test_a_temporary_result_equals_numpys(device, direct, read, dtype):
+    x, y, a, b = _pair(device, dtype)
+    # (written out: a helper's argument would hold the tensor)
+    host = np.asarray(a + b) if read == "asarray" else (a + b).get() if read == "get" else \
+        clops.asnumpy(a + b)
+    np.testing.assert_array_equal(host, x + y)
+    assert host.dtype == (x + y).dtype and host.flags.writeable and host.flags.c_contiguous
+    assert len(direct) == (1 if device.caps.unified_memory else 0)
+
+
+@pytest.mark.parametrize("read", READS)
+def test_writing_the_array_changes_no_tensor(device, direct, read):
+    x, y, a, b = _pair(device)
+    s = a + b            # held: copied, stays computed
+    z = s * 3            # pending, reads s's node
+    w = s.reshape((N // 8, 8))
+    # a temporary over s's node
+    host = np.asarray(s.reshape((N // 2, 2)) - 0) if read == "asarray" else \
+        (s.reshape((N // 2, 2)) - 0).get() if read == "get" else \
+        clops.asnumpy(s.reshape((N // 2, 2)) - 0)
+    host[...] = 999.0
+    assert len(direct) == (1 if device.caps.unified_memory else 0)
+    np.testing.assert_array_equal(z.get(), (x + y) * 3)
+    np.testing.assert_array_equal(np.asarray(w), (x + y).reshape((N // 8, 8)))
+    host2 = np.asarray(s + 1) if read == "asarray" else (s + 1).get() if read == "get" else \
+        clops.asnumpy(s + 1)
+    np.testing.assert_array_equal(host2, x + y + 1)
+    host2[:] = -1
+    np.testing.assert_array_equal(np.asarray(s), x + y)
+    np.testing.assert_array_equal(host, 999.0)  # the first array is still its own
+
+
+def test_a_held_tensor_is_copied_and_stays_computed(device, direct):
+    x, y, a, b = _pair(device)
+    c = a + b
+    host = np.asarray(c)
+    host[:] = 0
+    assert not direct
+    np.testing.assert_array_equal(c.get(), x + y)
+    assert c._node.op == "load"  # computed once, kept
+
+
+def test_two_arrays_of_one_expression_are_distinct(device):
+    x, y, a, b = _pair(device)
+    h1 = np.asarray(a * b)
+    h2 = np.asarray(a * b)
+    h1[:] = 0
+    np.testing.assert_array_equal(h2, x * y)
+
+
+def test_results_after_in_place_writes_of_the_inputs(device, direct):
+    x, y, a, b = _pair(device)
+    h = np.asarray(a + b)
+    a[...] = clops.asarray(y, device=device)
+    np.testing.assert_array_equal(h, x + y)
+    np.testing.assert_array_equal(np.asarray(a + b), y + y)
+
+
+def test_orders_and_reductions(device, direct):
+    x, y, a, b = _pair(device)
+    m = (a + b).reshape((256, N // 256))
+    held = m.get(order="F")  # held (m): the copy path
+    assert held.flags.f_contiguous and not direct
+    f = ((a + b).reshape((256, N // 256))).get(order="F")
+    assert f.flags.f_contiguous
+    np.testing.assert_array_equal(f, (x + y).reshape((256, N // 256)))
+    np.testing.assert_array_equal(held, f)
+    assert len(direct) == (1 if device.caps.unified_memory else 0)
+    s = np.asarray(clops.sum((a * b).reshape((N // 64, 64, 1)) * 2, axis=2))
+    np.testing.assert_array_equal(s, (x * y).reshape((N // 64, 64)) * 2)
+
+
+def test_a_capture_refuses_the_read(device):
+    x, y, a, b = _pair(device)
+    with pytest.raises(clops.JitError, match="read of a tensor to the host"):
+        with clops.launches(capture=True):
+            np.asarray(a + b)
+    np.testing.assert_array_equal(np.asarray(a + b), x + y)
