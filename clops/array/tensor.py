@@ -304,7 +304,7 @@ class Tensor:
 
     def _get(self, stream: Any, order: str, out: np.ndarray | None, temporary: bool
              ) -> np.ndarray:
-        """``get``; ``temporary``: nothing else holds this tensor (``_compute_to_host``)."""
+        """``get``; ``temporary``: nothing else holds this tensor (``_host_result``)."""
         if stream is not None:
             raise ValueError("Tensor.get(stream=...) is not supported: the copy already waits "
                              "for every write to the tensor; use to_host_async() for a copy "
@@ -326,7 +326,7 @@ class Tensor:
             out[...] = self.to_numpy()
             return out
         if temporary:
-            host = _compute_to_host(self)  # (C-contiguous; this tensor stays pending)
+            host = _host_result(self)  # (C-contiguous)
             if host is not None:
                 return np.asarray(host, order="F") if order == "F" else host
         host = self.to_numpy()
@@ -366,7 +366,7 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         temporary = sys.getrefcount(self) <= _temporary_refs("array")  # (before self.to_numpy)
         if temporary and copy is not False:
-            a = _compute_to_host(self)  # (before zero_copy, which computes the tensor)
+            a = _host_result(self)  # (before zero_copy, which computes the tensor)
             if a is not None:
                 return a if dtype is None else a.astype(dtype, copy=False)
         if copy is not True and OPS.zero_copy(self):
@@ -719,6 +719,14 @@ class Tensor:
 DIRECT_MIN = 1 << 16
 
 
+def _host_result(t: Tensor) -> np.ndarray | None:
+    """A numpy array of ``t``, a tensor that nothing else holds, without a copy where one
+    of ``_compute_to_host`` (pending) and ``_hand_over`` (computed) applies, else None."""
+    if t._node.resolve().op != "load":
+        return _compute_to_host(t)
+    return _hand_over(t)
+
+
 def _compute_to_host(t: Tensor) -> np.ndarray | None:
     """The values of ``t``, a pending tensor that nothing else holds, in a numpy array over the
     memory its kernels write, on a device whose memory the host addresses (no copy); ``t``
@@ -735,6 +743,48 @@ def _compute_to_host(t: Tensor) -> np.ndarray | None:
     buf = dev.alloc(t.size * d.itemsize)
     _realize.realize([(node, buf, View.contiguous(t.shape))], dev, bind=False)
     return OPS.buffer_array(buf, t.shape, d)
+
+
+def _hand_over(t: Tensor) -> np.ndarray | None:
+    """The values of ``t``, a computed tensor that nothing else holds, as a numpy array over
+    its own memory (no copy), where that memory is a whole pool buffer that nothing else
+    refers to (no other tensor or view of it, no pending work that reads it: every reference
+    to its node and its buffer counted) on a device whose memory the host addresses. None
+    where that does not apply (as ``_compute_to_host``'s, and any other reference)."""
+    _plan.refuse("a read of a tensor to the host")
+    node = t._node
+    d = t.dtype
+    if node.op != "load" or d.kind == "b" or d.name == "bfloat16" or \
+            t.size * d.itemsize < DIRECT_MIN or not t.device.caps.unified_memory:
+        return None
+    buf, v = node.arg
+    if buf.kind != "device" or buf.pool is None or not v.is_contiguous or v.offset:
+        return None
+    node_refs, buf_refs = _refs(node, buf)
+    sole_node, sole_buf = _sole_refs()
+    if node_refs > sole_node or buf_refs > sole_buf:
+        return None
+    return OPS.buffer_array(buf, t.shape, d)
+
+
+def _refs(node: Node, buf: Any) -> tuple[int, int]:
+    """The references to a tensor's load node and to its buffer (``_hand_over``'s)."""
+    return sys.getrefcount(node), sys.getrefcount(buf)
+
+
+_SOLE: list[tuple[int, int]] = []
+
+
+def _sole_refs() -> tuple[int, int]:
+    """``_refs`` of a load node that one tensor holds and of a buffer that only it refers to,
+    as counted on such a node of a stand-in buffer."""
+    if not _SOLE:
+        t = Tensor.__new__(Tensor)  # (the same locals as _hand_over's)
+        t._node = ir.load(object(), View.contiguous((1,)), _dt.to_dtype(np.float32))
+        node = t._node
+        buf, v = node.arg
+        _SOLE.append(_refs(node, buf))
+    return _SOLE[0]
 
 
 _TEMP_REFS: dict[str, int] = {}

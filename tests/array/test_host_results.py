@@ -1,7 +1,9 @@
-"""A pending result that nothing else holds, read to the host by ``np.asarray``, ``Tensor.get``
-or ``clops.asnumpy``, is computed into memory the host array then owns, on devices that share
-the host's memory: the values are numpy's, the array is the caller's alone (writing it changes
-no tensor, no later result), and a tensor that is still held is copied as before."""
+"""A result that nothing else holds, read to the host by ``np.asarray``, ``Tensor.get`` or
+``clops.asnumpy`` on a device that shares the host's memory, is not copied: a pending one is
+computed into memory the host array then owns, a computed one whose buffer nothing else refers
+to hands that buffer over. The values are numpy's, the array is the caller's alone (writing it
+changes no tensor, no later result), and a tensor, buffer or node still held elsewhere is
+copied as before."""
 
 from __future__ import annotations
 
@@ -16,11 +18,9 @@ N = 1 << 17  # 128 KiB of uint8: past DIRECT_MIN
 READS = ["asarray", "get", "asnumpy"]
 
 
-@pytest.fixture
-def direct(monkeypatch):
-    """The number of reads the direct path served (its array, not None)."""
+def _spy(monkeypatch, name: str) -> list[int]:
     served: list[int] = []
-    orig = T._compute_to_host
+    orig = getattr(T, name)
 
     def spy(t):
         host = orig(t)
@@ -28,8 +28,20 @@ def direct(monkeypatch):
             served.append(1)
         return host
 
-    monkeypatch.setattr(T, "_compute_to_host", spy)
+    monkeypatch.setattr(T, name, spy)
     return served
+
+
+@pytest.fixture
+def direct(monkeypatch):
+    """The reads of pending tensors served without a copy."""
+    return _spy(monkeypatch, "_compute_to_host")
+
+
+@pytest.fixture
+def handed(monkeypatch):
+    """The reads of computed tensors whose buffer was handed over."""
+    return _spy(monkeypatch, "_hand_over")
 
 
 def _pair(device, dtype=np.float32, seed=0):
@@ -119,3 +131,49 @@ def test_a_capture_refuses_the_read(device):
         with clops.launches(capture=True):
             np.asarray(a + b)
     np.testing.assert_array_equal(np.asarray(a + b), x + y)
+
+
+@pytest.mark.parametrize("read", READS)
+def test_a_computed_temporary_hands_its_buffer_over(device, handed, read):
+    x, y, a, b = _pair(device)
+    want = np.concatenate([x, y])
+    host = np.asarray(clops.concat([a, b])) if read == "asarray" else \
+        clops.concat([a, b]).get() if read == "get" else clops.asnumpy(clops.concat([a, b]))
+    np.testing.assert_array_equal(host, want)
+    assert host.flags.writeable and host.flags.c_contiguous
+    assert len(handed) == (1 if device.caps.unified_memory else 0)
+    host[:] = 7  # its own memory now: a later result does not see it
+    np.testing.assert_array_equal(np.asarray(clops.concat([a, b])), want)
+
+
+def test_shared_buffers_and_nodes_are_copied(device, handed):
+    x, y, a, b = _pair(device)
+    # a view of a held tensor (the buffer has two nodes)
+    v = np.asarray(a.reshape((N // 4, 4)))
+    v[...] = 0
+    np.testing.assert_array_equal(a.get(), x)
+    # a node that pending work reads
+    later = []
+
+    def made():
+        c = clops.concat([a, b])
+        later.append(c * 2)
+        return c
+
+    h = np.asarray(made())
+    h[...] = 0
+    np.testing.assert_array_equal(later[0].get(), np.concatenate([x, y]) * 2)
+    # a buffer held by the caller
+    held = []
+
+    def made_held():
+        c = clops.concat([a, b])
+        held.append(c.buffer)
+        return c
+
+    h = np.asarray(made_held())
+    h[...] = 0
+    back = np.empty(2 * N, np.float32)
+    device.read(back, held[0])
+    np.testing.assert_array_equal(back, np.concatenate([x, y]))
+    assert not handed
