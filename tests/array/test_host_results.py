@@ -177,3 +177,20 @@ def test_shared_buffers_and_nodes_are_copied(device, handed):
     device.read(back, held[0])
     np.testing.assert_array_equal(back, np.concatenate([x, y]))
     assert not handed
+
+
+def test_moved_views_of_pending_results(device, direct):
+    rng = np.random.default_rng(1)
+    x = rng.random((256, 512), dtype=np.float32)
+    y = rng.random((256, 512), dtype=np.float32)
+    a, b = clops.asarray(x, device=device), clops.asarray(y, device=device)
+    got = [np.asarray((a + b).reshape((512, 256))), np.asarray((a + b).T),
+           np.asarray((a * b)[::2, 1::3]),
+           np.asarray(clops.broadcast_to(a[0] + b[0], (256, 512))),
+           np.asarray(clops.expand_dims(a + b, axis=0)), np.asarray(clops.flip(a - b, axis=1))]
+    want = [(x + y).reshape(512, 256), (x + y).T, (x * y)[::2, 1::3],
+            np.broadcast_to(x[0] + y[0], (256, 512)), (x + y)[None], np.flip(x - y, 1)]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+        assert g.flags.c_contiguous and g.flags.writeable
+    assert len(direct) == (len(want) if device.caps.unified_memory else 0)
