@@ -119,6 +119,22 @@ def test_fused_column_chain_and_offsets(device):
                                                        axis=0)), z.max(0))
 
 
+def _arg_item(shape, axes, op="argmax"):
+    a = ir.load(_Buf(), View.contiguous(shape), dt.float32)
+    red = ir.reduce(op, a, axes, dt.int64)
+    return KernelItem(shape, axes, [Output(red, _Buf(), View.contiguous(red.shape))],
+                      reduced_out=True)
+
+
+def test_arg_strip_layout_and_sources():
+    assert lower(_arg_item((512, 64), (0,)), CPU).strip == 64
+    assert lower(_arg_item((9, 512, 40), (1,), op="argmin"), CPU).strip == 8
+    assert lower(_arg_item((512, 60), (0,)), CPU).strip == 0
+    assert lower(_arg_item((512, 64), (0,)), GPU).strip == 0
+    src = CLRenderer().render(lower(_arg_item((512, 64), (0,)), CPU).key, 1, "k_test")
+    assert "islessequal" in src and "convert_long8" in src and "vstore8(v" in src
+
+
 @pytest.mark.parametrize("shape,axis", [((64, 128, 64), 0), ((64, 128, 64), 1),
                                         ((300, 40), 0), ((3, 700, 8), 1)])
 def test_logsumexp_strips(device, shape, axis):
