@@ -127,11 +127,13 @@ REDUCE_COMBINE = {
 }
 
 # Arg reductions of float values (the index of the first maximum or minimum, NaN counting as
-# either; ``render._arg_rows``): the accumulator's identity, the comparison that takes a later
-# element, and its form on vectors (component-wise, -1 for true).
+# either; ``render._arg_row``, ``render._strip_rows``): the accumulator's identity, the
+# comparison that takes a later element, and on vectors the one that keeps the best so far
+# (component-wise, -1 for true; false where either is NaN, so that a later element replaces
+# where ``~keep & ~isnan(best)``: greater, or NaN where the best is not).
 ARG_REDUCE = {
-    "argmax": {"ident": "-INFINITY", "cmp": "({b} > {a})", "vcmp": "isgreater({b}, {a})"},
-    "argmin": {"ident": "INFINITY", "cmp": "({b} < {a})", "vcmp": "isless({b}, {a})"},
+    "argmax": {"ident": "-INFINITY", "cmp": "({b} > {a})", "vkeep": "islessequal({b}, {a})"},
+    "argmin": {"ident": "INFINITY", "cmp": "({b} < {a})", "vkeep": "isgreaterequal({b}, {a})"},
 }
 
 INT_LIMITS = {

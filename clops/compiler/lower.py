@@ -5,6 +5,7 @@ reuses the built program."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from .geometry import (
     own_vector_math,
     own_vector_math_widths,
     serial_rows,
+    split_groups,
     vector_math_agrees,
     vector_math_widths,
     vector_width,
@@ -337,39 +339,80 @@ CPU_STRIP_WIDTHS = (64, 32, 16, 8)  # multiples of the renderer's strip_vector
 # Reductions and float32 operations that give the same values on vectors as on scalars.
 STRIP_REDUCTIONS = frozenset({"sum", "max", "min"})
 STRIP_EW = VECTOR_ARITHMETIC | {"divide"}
+# Math a strip runs on the runtime's vector forms where they give its scalar values (a probe,
+# ``vector_math_agrees``). PERF (logsumexp of 256^3 float32, two cores, ms a call, numpy 51-55
+# in the same runs): over axis 0 90.9 -> 13.8 on Intel's runtime, 62.1 -> 15.5 on PoCL 3.1;
+# over axis 1 124.4 -> 12.9, 76.9 -> 14.0 (exp kept the lockstep layout, a work-item per
+# output).
+STRIP_MATH = frozenset({"exp", "log"})
 
 
 def column_strip(item: KernelItem, lw: _Lowerer, out_instrs: tuple[Instr, ...],
                  device: Device) -> int:
     """Outputs per work-item of a column layout on a CPU (0: one, the group in lockstep): a
     strip of the last axis when every operand is float32, the reductions and operations are
-    exact on vectors, and the strip width divides the last axis (a layout class)."""
+    exact on vectors (or every reduction is an arg reduction whose positions are the int64
+    outputs), and the strip width divides the last axis (a layout class)."""
     if not serial_rows(device) or (not item.reduced_out and item.chunks == 1):
         return 0
+    arg = any(r.op in ARG_REDUCTIONS for r in lw.reduce_regions)
+    if arg and (item.chunks > 1 or any(r.op not in ARG_REDUCTIONS for r in lw.reduce_regions)
+                or any(i.op != "red" for i in out_instrs)):
+        return 0
+    out_dtype = "int64" if arg else "float32"
     if any(dt.name != "float32" for _, _, dt in lw.leaf_list) or lw.views or \
-            any(o.node.dtype.name != "float32" or not _unit_last(o.view)
+            any(o.node.dtype.name != out_dtype or not _unit_last(o.view)
                 for o in item.outputs):
         return 0
+
+    def math(fn: str) -> bool:
+        return fn in STRIP_MATH and vector_math_agrees(device, fn)
+
     for r in lw.reduce_regions:
-        if r.op not in STRIP_REDUCTIONS or r.acc != "float32" or r.src != "float32" or \
-                not all(_strip_instr(i, loads=True) for i in r.instrs):
+        if r.op not in STRIP_REDUCTIONS | ARG_REDUCTIONS or r.acc != "float32" or \
+                r.src != "float32" or \
+                not all(_strip_instr(i, loads=True, math=math) for i in r.instrs):
             return 0
-    if not all(_strip_instr(i, loads=False) for i in out_instrs):
+    if not all(_strip_instr(i, loads=False, math=math) for i in out_instrs):
         return 0
     last = item.full[-1]
     return next((w for w in CPU_STRIP_WIDTHS if last % w == 0), 0)
 
 
 # Reductions to the position of the first maximum or minimum of float values along one axis
-# (NaN counts as either), rendered on CPUs' serial rows alone (``arg_reduce_native``).
+# (NaN counts as either), rendered on CPUs' serial rows and column strips alone
+# (``arg_reduce_native``).
 ARG_REDUCTIONS = frozenset({"argmax", "argmin"})
 
 
-def arg_reduce_native(device: Device, dtype: DType) -> bool:
-    """Whether an ``argmax``/``argmin`` reduction node of ``dtype`` values compiles on
-    ``device`` (CPUs, float32 values); elsewhere an arg reduction is a max reduction, then a
-    min reduction of the positions that hold it (two passes)."""
-    return serial_rows(device) and dtype.name == "float32"
+def arg_reduce_native(device: Device, dtype: DType, shape: tuple[int, ...], axis: int) -> bool:
+    """Whether an ``argmax``/``argmin`` reduction node of ``dtype`` values over ``axis`` of
+    ``shape`` compiles on ``device`` in one pass: CPUs, float32 values, along the last axis
+    (serial rows) or a leading one where a ``CPU_STRIP_WIDTHS`` width divides the last (a
+    column strip); elsewhere an arg reduction is a max reduction, then a min reduction of the
+    positions that hold it (two passes)."""
+    return serial_rows(device) and dtype.name == "float32" and \
+        (axis == len(shape) - 1 or any(shape[-1] % w == 0 for w in CPU_STRIP_WIDTHS))
+
+
+# CPUs: rows this long or longer, fewer than the split reduction's work-groups, are arg-reduced
+# in chunks (``arg_row_chunks``); a shorter row is read by one core in less time than the three
+# launches that take the chunks in cost.
+ARG_SPLIT_ROW = 1 << 20
+
+
+def arg_row_chunks(device: Device, rows: int, n: int) -> int:
+    """Chunks each of ``rows`` rows of ``n`` contiguous values is cut into for a one-pass arg
+    reduction on a CPU (0: none), so that every core takes a part: a power of two that divides
+    ``n``, enough for ``split_groups`` work-groups in all."""
+    if not serial_rows(device) or n < ARG_SPLIT_ROW or rows >= split_groups(device):
+        return 0
+    k = 2
+    while k * rows < split_groups(device):
+        k *= 2
+    while k >= 2 and n % k:
+        k //= 2
+    return k if k >= 2 else 0
 
 
 # CPUs: vector width of serial rows on vectors (``serial_vector``); the renderer keeps several
@@ -405,13 +448,16 @@ def serial_vector(item: KernelItem, lw: _Lowerer, device: Device) -> int:
     return CPU_SERIAL_VECTOR
 
 
-def _strip_instr(ins: Instr, loads: bool) -> bool:
+def _strip_instr(ins: Instr, loads: bool, math: Callable[[str], bool] = lambda fn: False
+                 ) -> bool:
+    """Whether ``ins`` runs on float32 vectors (``math``: the functions beyond ``STRIP_EW``
+    whose vector forms the device computes right)."""
     if ins.op == "load":
         return loads and ins.ctx == 0 and ins.dtype == "float32"
     if ins.op == "const":
         return ins.dtype == "float32"
     if ins.op == "ew":
-        return ins.fn in STRIP_EW and ins.dtype == "float32" and \
+        return (ins.fn in STRIP_EW or math(ins.fn)) and ins.dtype == "float32" and \
             all(k == "float32" for k in ins.kinds)
     # an earlier reduction's result (var: the mean), read in a row context of its own (loads
     # in it are refused above: only context 0 is rendered on vectors)

@@ -57,7 +57,7 @@ def per_device(fn: Callable[..., R]) -> Callable[..., R]:
 # OpenCL C float functions whose n-wide vector form a CPU runtime may compute faster than the
 # scalar form it calls per element; each is used on vectors only where ``vector_math_agrees``.
 VECTOR_MATH_CANDIDATES = (
-    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
+    "exp", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
     "atanh", "expm1", "log", "log1p", "log2", "log10")
 
 

@@ -16,6 +16,7 @@ from clops.compiler.render import CLRenderer
 from clops.graph import dtypes as dt
 from clops.graph import ir
 from clops.graph.ir import View
+from clops.runtime import probes
 
 CPU = SimpleNamespace(kind="cpu")
 GPU = SimpleNamespace(kind="gpu", probe=lambda what: False)
@@ -116,3 +117,39 @@ def test_fused_column_chain_and_offsets(device):
     z = np.full((33, 16), -0.0, np.float32)
     np.testing.assert_array_equal(np.asarray(clops.max(clops.asarray(z, device=device),
                                                        axis=0)), z.max(0))
+
+
+def _arg_item(shape, axes, op="argmax"):
+    a = ir.load(_Buf(), View.contiguous(shape), dt.float32)
+    red = ir.reduce(op, a, axes, dt.int64)
+    return KernelItem(shape, axes, [Output(red, _Buf(), View.contiguous(red.shape))],
+                      reduced_out=True)
+
+
+def test_arg_strip_layout_and_sources():
+    assert lower(_arg_item((512, 64), (0,)), CPU).strip == 64
+    assert lower(_arg_item((9, 512, 40), (1,), op="argmin"), CPU).strip == 8
+    assert lower(_arg_item((512, 60), (0,)), CPU).strip == 0
+    assert lower(_arg_item((512, 64), (0,)), GPU).strip == 0
+    src = CLRenderer().render(lower(_arg_item((512, 64), (0,)), CPU).key, 1, "k_test")
+    assert "islessequal" in src and "convert_long8" in src and "vstore8(v" in src
+
+
+@pytest.mark.parametrize("shape,axis", [((64, 128, 64), 0), ((64, 128, 64), 1),
+                                        ((300, 40), 0), ((3, 700, 8), 1)])
+def test_logsumexp_strips(device, shape, axis):
+    """exp and log on a strip's vectors where the device's vector forms agree with its scalar
+    ones (``lower.STRIP_MATH``): numpy's values, and the strip taken."""
+    rng = np.random.default_rng(shape[-1])
+    a = (rng.standard_normal(shape) * 10).astype(np.float32)
+    a.reshape(-1)[rng.integers(0, a.size, 5)] = -np.inf
+    x = clops.asarray(a, device=device)
+    m = clops.max(x, axis=axis, keepdims=True)
+    t = clops.log(clops.sum(clops.exp(x - m), axis=axis, keepdims=True)) + m
+    keys = [s.key for s in clops.compiler.schedule_of(t).entries if hasattr(s, "key")]
+    if device.kind == "cpu" and probes.vector_math_agrees(device, "exp") and \
+            probes.vector_math_agrees(device, "log"):
+        assert any(k.strip for k in keys)
+    mn = a.max(axis=axis, keepdims=True)
+    want = np.log(np.exp(a - mn).sum(axis=axis, keepdims=True)) + mn
+    np.testing.assert_allclose(np.asarray(t), want, rtol=2e-6, atol=2e-6)

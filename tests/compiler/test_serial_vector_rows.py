@@ -13,7 +13,7 @@ import pytest
 
 import clops
 from clops.compiler.kernel import KernelItem, Output
-from clops.compiler.lower import arg_reduce_native, lower
+from clops.compiler.lower import arg_reduce_native, arg_row_chunks, lower
 from clops.compiler.render import CLRenderer
 from clops.graph import dtypes as dt
 from clops.graph import ir
@@ -46,8 +46,24 @@ def test_layout_class():
     assert lower(_item((64, 100), (1,), chunks=1), CPU).key.vser == 0  # many rows: scalar
     assert lower(_item((64, 100), (1,), op="argmax", out=dt.int64, chunks=1),
                  CPU).key.vser == 8
-    assert arg_reduce_native(CPU, dt.float32) and not arg_reduce_native(GPU, dt.float32)
-    assert not arg_reduce_native(CPU, dt.float64)
+    assert arg_reduce_native(CPU, dt.float32, (5, 7), 1)
+    assert not arg_reduce_native(GPU, dt.float32, (5, 7), 1)
+    assert not arg_reduce_native(CPU, dt.float64, (5, 7), 1)
+    assert arg_reduce_native(CPU, dt.float32, (5, 8), 0)  # a column strip
+    assert not arg_reduce_native(CPU, dt.float32, (5, 7), 0)  # no strip width divides 7
+    assert not arg_reduce_native(GPU, dt.float32, (5, 8), 0)
+
+
+def test_long_rows_in_chunks():
+    cpu2 = SimpleNamespace(kind="cpu", caps=SimpleNamespace(compute_units=2))
+    assert arg_row_chunks(cpu2, 1, 1 << 24) == 8  # 4 work-groups a core
+    assert arg_row_chunks(cpu2, 3, 1 << 20) == 4
+    assert arg_row_chunks(cpu2, 1, (1 << 20) + 8) == 8
+    assert arg_row_chunks(cpu2, 1, (1 << 20) + 2) == 2
+    assert arg_row_chunks(cpu2, 1, (1 << 20) + 1) == 0  # no power of two divides it
+    assert arg_row_chunks(cpu2, 8, 1 << 22) == 0  # rows enough
+    assert arg_row_chunks(cpu2, 1, 1 << 19) == 0  # short
+    assert arg_row_chunks(GPU, 1, 1 << 24) == 0
 
 
 def test_sources():
@@ -55,7 +71,7 @@ def test_sources():
     assert "vload8" in src and "vacc3" in src
     src = CLRenderer().render(lower(_item((64, 100), (1,), op="argmax", out=dt.int64,
                                           chunks=1), CPU).key, 1, "k_test")
-    assert "isgreater" in src and "select(vi, cur, t)" in src
+    assert "islessequal" in src and "select(vi0, cur, t)" in src and "vm3" in src
     src = CLRenderer().render(lower(_item((64, 100), (1,)), GPU).key, 256, "k_test")
     assert "vacc" not in src
 
