@@ -1,14 +1,24 @@
 // Array kernels, gather and scatter: element copies through precomputed element offsets (the
 // index arithmetic is fused by the compiler into the offsets tensor), and compaction of the
 // positions of nonzero flags. T is an unsigned type of the element's size (the bits are copied).
-// Build options: -DT=<uchar|ushort|uint|ulong|ulong2>.
+// Build options: -DT=<uchar|ushort|uint|ulong|ulong2>; -DEXACT where launches have exactly as
+// many work-items as elements (CPUs): no bound checks then.
+// PERF (PoCL 3.1, 2-core EPYC, two 2048x4096 float32 joined along axis 1, copy_rows): 29.5 ms
+// with the bound check's early return, 6.9 without (PoCL then runs a group's work-items as vector
+// lanes; numpy 16-21); Intel's runtime the same either way (12-15).
+
+#ifdef EXACT
+#define PAST(cond) 0
+#else
+#define PAST(cond) (cond)
+#endif
 
 __kernel void gather(__global T *out, const long out_off,
                      __global const T *src, const long src_off,
                      __global const long *idx, const long idx_off, const long n)
 {
     long i = get_global_id(0);
-    if (i >= n) return;
+    if (PAST(i >= n)) return;
     out[out_off + i] = src[src_off + idx[idx_off + i]];
 }
 
@@ -17,7 +27,7 @@ __kernel void scatter(__global T *dst, const long dst_off,
                       __global const long *idx, const long idx_off, const long n)
 {
     long i = get_global_id(0);
-    if (i >= n) return;
+    if (PAST(i >= n)) return;
     dst[dst_off + idx[idx_off + i]] = val[val_off + i];
 }
 
@@ -26,7 +36,7 @@ __kernel void compact_index(__global long *out, __global const uchar *flags, con
                             __global const long *pos, const long p_off, const long n)
 {
     long i = get_global_id(0);
-    if (i >= n) return;
+    if (PAST(i >= n)) return;
     if (flags[f_off + i]) out[pos[p_off + i] - 1] = i;
 }
 
@@ -38,7 +48,7 @@ __kernel void scatter_last(__global T *dst, const long dst_off,
                            const long n)
 {
     long i = get_global_id(0);
-    if (i >= n) return;
+    if (PAST(i >= n)) return;
     long o = sorted_idx[i];
     if (i + 1 < n && sorted_idx[i + 1] == o) return;
     dst[dst_off + o] = val[val_off + perm[i]];
@@ -63,7 +73,7 @@ __kernel void take_blocks(__global T *out, __global const T *src, const long src
                           const long inner)
 {
     long j = get_global_id(0), k = get_global_id(1), o = get_global_id(2);
-    if (j >= inner) return;
+    if (PAST(j >= inner)) return;
     long i = wrap_index(idx[idx_off + k], len);
 #ifdef UNIT_INNER
     __global const T *row = src + src_off + o * os + i * as;
@@ -79,7 +89,7 @@ __kernel void take_elems(__global T *out, __global const T *src, const long src_
                          const long len, const long as, const long os)
 {
     long k = get_global_id(0), o = get_global_id(1);
-    if (k >= n) return;
+    if (PAST(k >= n)) return;
     long i = wrap_index(idx[idx_off + k], len);
     out[o * n + k] = src[src_off + o * os + i * as];
 }
@@ -92,7 +102,7 @@ __kernel void compress_blocks(__global T *out, __global const T *src, const long
                               const long inner)
 {
     long j = get_global_id(0), i = get_global_id(1);
-    if (j >= inner || !flags[f_off + i]) return;
+    if (PAST(j >= inner) || !flags[f_off + i]) return;
     out[(pos[p_off + i] - 1) * inner + j] = src[src_off + i * inner + j];
 }
 
@@ -101,7 +111,7 @@ __kernel void compress_elems(__global T *out, __global const T *src, const long 
                              __global const long *pos, const long p_off, const long n)
 {
     long i = get_global_id(0);
-    if (i >= n || !flags[f_off + i]) return;
+    if (PAST(i >= n) || !flags[f_off + i]) return;
     out[pos[p_off + i] - 1] = src[src_off + i];
 }
 
@@ -112,7 +122,7 @@ __kernel void copy_rows(__global T *out, const long out_off, const long out_row,
                         __global const T *src, const long src_off, const long inner)
 {
     long j = get_global_id(0), r = get_global_id(1);
-    if (j >= inner) return;
+    if (PAST(j >= inner)) return;
     __global T *orow = out + out_off + r * out_row + col;
     __global const T *srow = src + src_off + r * inner;
     orow[j] = srow[j];

@@ -15,12 +15,18 @@ _BITS_TYPE = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong", 16: "ulong2"}
 I64 = np.int64
 
 
+def _opts(dev: CLDevice, t: str, *more: str) -> tuple[str, ...]:
+    """Build options: the element type ``t`` and, on CPUs (launched with exactly as many
+    work-items as elements: ``flat_geometry``, ``_grid``), no bound checks."""
+    return (f"-DT={t}", *more) + (("-DEXACT",) if dev.kind == "cpu" else ())
+
+
 def gather(dev: CLDevice, itemsize: int, out: Buffer, out_off: int, src: Buffer, src_off: int,
            idx: Buffer, idx_off: int, n: int) -> None:
     """``out[out_off + i] = src[src_off + idx[idx_off + i]]`` for ``i < n``."""
     if n == 0:
         return
-    k = shared_kernel(dev, "gather", "gather", (f"-DT={_BITS_TYPE[itemsize]}",))
+    k = shared_kernel(dev, "gather", "gather", _opts(dev, _BITS_TYPE[itemsize]))
     g, loc = flat_geometry(dev, n)
     dev.launch(k, g, loc, [out, I64(out_off), src, I64(src_off), idx, I64(idx_off), I64(n)],
                reads=[src, idx], writes=[out], name="gather")
@@ -31,7 +37,7 @@ def scatter(dev: CLDevice, itemsize: int, dst: Buffer, dst_off: int, val: Buffer
     """``dst[dst_off + idx[idx_off + i]] = val[val_off + i]`` for ``i < n``."""
     if n == 0:
         return
-    k = shared_kernel(dev, "gather", "scatter", (f"-DT={_BITS_TYPE[itemsize]}",))
+    k = shared_kernel(dev, "gather", "scatter", _opts(dev, _BITS_TYPE[itemsize]))
     g, loc = flat_geometry(dev, n)
     dev.launch(k, g, loc, [dst, I64(dst_off), val, I64(val_off), idx, I64(idx_off), I64(n)],
                reads=[val, idx, dst], writes=[dst], name="scatter")
@@ -43,7 +49,7 @@ def scatter_last(dev: CLDevice, itemsize: int, dst: Buffer, dst_off: int, val: B
     order writes (``perm`` holds the original positions)."""
     if n == 0:
         return
-    k = shared_kernel(dev, "gather", "scatter_last", (f"-DT={_BITS_TYPE[itemsize]}",))
+    k = shared_kernel(dev, "gather", "scatter_last", _opts(dev, _BITS_TYPE[itemsize]))
     g, loc = flat_geometry(dev, n)
     dev.launch(k, g, loc, [dst, I64(dst_off), val, I64(val_off), sorted_idx, perm, I64(n)],
                reads=[val, sorted_idx, perm, dst], writes=[dst], name="scatter_last")
@@ -54,7 +60,7 @@ def compact_index(dev: CLDevice, out: Buffer, flags: Buffer, f_off: int, pos: Bu
     """Write the index of every nonzero flag at its place (``pos`` = inclusive prefix sum)."""
     if n == 0:
         return
-    k = shared_kernel(dev, "gather", "compact_index", ("-DT=uchar",))
+    k = shared_kernel(dev, "gather", "compact_index", _opts(dev, "uchar"))
     g, loc = flat_geometry(dev, n)
     dev.launch(k, g, loc, [out, flags, I64(f_off), pos, I64(p_off), I64(n)], reads=[flags, pos],
                writes=[out], name="compact_index")
@@ -68,7 +74,7 @@ def take_axis(dev: CLDevice, itemsize: int, out: Buffer, src: Buffer, src_off: i
     (negatives wrap by ``length``, then clamped into range)."""
     if n == 0 or outer == 0 or inner == 0:
         return
-    opts = (f"-DT={_BITS_TYPE[itemsize]}",)
+    opts = _opts(dev, _BITS_TYPE[itemsize])
     common = [out, src, I64(src_off), idx, I64(idx_off), I64(n), I64(length), I64(axis_stride),
               I64(outer_stride)]
     if inner == 1:
@@ -98,7 +104,7 @@ def compress(dev: CLDevice, itemsize: int, out: Buffer, src: Buffer, src_off: in
     in order into ``out`` (``pos``: the inclusive prefix sum of the flags)."""
     if n == 0 or inner == 0:
         return
-    opts = (f"-DT={_BITS_TYPE[itemsize]}",)
+    opts = _opts(dev, _BITS_TYPE[itemsize])
     args = [out, src, I64(src_off), flags, I64(f_off), pos, I64(p_off), I64(n)]
     if inner == 1:
         k = shared_kernel(dev, "gather", "compress_elems", opts)
@@ -118,7 +124,7 @@ def copy_rows(dev: CLDevice, itemsize: int, out: Buffer, out_off: int, out_row: 
     its rows of ``out_row`` elements (one input of a concatenation)."""
     if rows == 0 or inner == 0:
         return
-    k = shared_kernel(dev, "gather", "copy_rows", (f"-DT={_BITS_TYPE[itemsize]}",))
+    k = shared_kernel(dev, "gather", "copy_rows", _opts(dev, _BITS_TYPE[itemsize]))
     g, loc = _grid(dev, (inner, rows))
     dev.launch(k, g, loc, [out, I64(out_off), I64(out_row), I64(col), src, I64(src_off),
                            I64(inner)], reads=[src], writes=[out], name="copy_rows")
