@@ -201,9 +201,16 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
 _COLUMN_SOFTMAX_MIN = 8
 
 
-def _columns_pay(dev: CLDevice) -> bool:
-    """Whether softmax walks columns in place on ``dev``: CPUs, but not PoCL 3.1, where the
-    column kernel measured 1.1-1.8x slower than moving the axis last (1024x512, 4096x4096)."""
+def _hand_kernels_pay(dev: CLDevice) -> bool:
+    """Whether softmax takes its hand kernels (a work-item a row; a column walked in place) on
+    ``dev``: CPUs, but not PoCL 3.1, which runs a kernel's work-items one after another around
+    the whole body, so that each walks its row or column alone; there (and on GPUs) the
+    compiler's fused expression serves.
+    PERF (PoCL 3.1, 2-core EPYC, float32, read to the host, medians of 7): hand kernels against
+    the compiler's: 1024x512 over axis 0 11.6 -> 3.84 ms, 4096x4096 over axis 0 576 -> 258,
+    over axis 1 192 -> 56, 64x128x64 over axis 2 4.2 -> 1.5, 256^3 over axis 2 183 -> 53
+    (numpy 3.7 / 103 / 103 / 2.1 / 107). On Intel's runtime the hand kernels are as fast or
+    faster (256^3 over axis 2 49 ms against 98)."""
     return dev.kind == "cpu" and "portable computing" not in str(dev.caps.platform).lower()
 
 
@@ -212,15 +219,15 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     xp = _api()
     nd = x.ndim
     axis = axis % nd
-    if x.device.kind != "cpu":
-        # GPUs: the compiler's softmax, one fused kernel of a work-group a row (or a column
-        # layout) and split rows where they are few. PERF (H200, float32, device time): the
-        # row kernel below (a work-item a row) 3.16 ms for 4096x4096 against PyTorch's 0.064
+    if not _hand_kernels_pay(x.device):
+        # GPUs (and PoCL): the compiler's softmax, one fused kernel of a work-group a row (or a
+        # column layout) and split rows where they are few. PERF (H200, float32, device time):
+        # the row kernel below (a work-item a row) 3.16 ms for 4096x4096 against PyTorch's 0.064
         xf = x if x.dtype.name == "float32" else xp.astype(x, xp.float32)
         e = xp.exp(xf - xp.max(xf, axis=axis, keepdims=True))
         return e / xp.sum(e, axis=axis, keepdims=True)
     inner = int(np.prod(x.shape[axis + 1:]))
-    if axis != nd - 1 and inner >= _COLUMN_SOFTMAX_MIN and _columns_pay(x.device):
+    if axis != nd - 1 and inner >= _COLUMN_SOFTMAX_MIN:
         # PERF: over a leading axis, one kernel down the columns instead of a transpose, the
         # row kernel and a transpose back (Intel's CPU runtime, axis 0 of 1024x512 float32:
         # kernels 1.3 + 2 x 1.06 ms -> 0.53 ms; wall 3.9 -> 1.4 ms)
