@@ -607,6 +607,14 @@ class StepBuilder:
                                                  **common):
                 step.add(ln)
             return False
+        if m > 1 and plain and qkv_slices == 1 and not kv_half and \
+                native_cpu.takes_attention(dev, D):
+            # PERF (CPUs): a prompt's rows as decode rows, natively (rotation, the cache's
+            # stores and attention in one launch, in a chain with the native products)
+            step.add(native_cpu.attention(dev, b.attn, b.qkv, kc, vc, cache.state, ly.inv_freq,
+                                          n_heads=H, n_kv=KV, head_dim=D, max_seq=max_seq,
+                                          scale=scale, neox=cfg.rope_neox, m=m))
+            return False
         # PERF (H100, 1B F16 body, a 128-token prompt, alternately in one process, 2026-11-27):
         # the rotation and the cache's stores inside the tensor-core prompt attention instead
         # (each work-group rotating q and every key of the chunk it reads, a sine and cosine
