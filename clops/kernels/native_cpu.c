@@ -30,7 +30,7 @@
 // Work is split over a small pool of threads (the device's cores): blocks of 16 output columns,
 // after the rows of x are quantized or normalized (split by rows).
 //
-// Also a decode row's attention (clops_native_attention, at the end).
+// Also the attention of a decode row or a prompt's rows (clops_native_attention, at the end).
 
 #define _GNU_SOURCE
 #include <math.h>

@@ -1,7 +1,7 @@
 """Kernels, native CPU products: ``native_cpu.c`` (products of quantized weights in the CPU
 layout with integer dot products, on int8 rows of x; of float16 weights with few rows of x, as
-in a decode step; and a decode row's attention) built once with the system's C compiler for
-this machine's CPU, and run by the CPU device's queue as a native kernel
+in a decode step; and the attention of a decode row or a prompt's rows) built once with the
+system's C compiler for this machine's CPU, and run by the CPU device's queue as a native kernel
 (``runtime.nativekernel``) on the same buffers as its OpenCL kernels.
 
 The library is built in the width the CPU runs natively (``isa()``): AVX-512 with VNNI and
@@ -380,8 +380,8 @@ def matmul(dev: CLDevice, args: list[Any], reads: list[Buffer], y: Buffer, w: An
 
 
 def takes_attention(dev: CLDevice, head_dim: int) -> bool:
-    """Whether a decode row's attention on ``dev`` runs natively (``attention``): heads of a
-    multiple of 16 values, at most 256.
+    """Whether attention of a decode row or a prompt's rows on ``dev`` runs natively
+    (``attention``): heads of a multiple of 16 values, at most 256.
 
     PERF (2-core EPYC Zen 5, Intel's runtime, Llama-3.2-1B body at about 100 positions):
     attn_decode_cpu of attention.cl took about 37 us a layer (a work-item per query head, an
