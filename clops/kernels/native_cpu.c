@@ -30,7 +30,7 @@
 // Work is split over a small pool of threads (the device's cores): blocks of 16 output columns,
 // after the rows of x are quantized or normalized (split by rows).
 //
-// Also a decode row's attention (clops_native_attention, at the end).
+// Also the attention of a decode row or a prompt's rows (clops_native_attention, at the end).
 
 #define _GNU_SOURCE
 #include <math.h>
@@ -52,7 +52,7 @@
 #include <immintrin.h>
 #endif
 
-#define CLOPS_NATIVE_VERSION 3
+#define CLOPS_NATIVE_VERSION 4
 
 // The argument block: the runtime replaces the memory objects (the first 6 fields) with their
 // host pointers in its copy. Offsets and strides are in elements.
@@ -1026,13 +1026,14 @@ void clops_native_matmul(void *args) {
 }
 
 
-// ---- decode attention ----
-// One query row at position pos = state[0] straight from the QKV projection (attn_decode_cpu of
-// attention.cl, natively): q and the new k rotated (NEOX: pairs (i, i + D/2), else (2i, 2i+1)),
-// the new k and v stored in the cache at pos, and each query head's attention over the keys
-// 0 .. pos. A key-value head and its n_rep query heads are one task: its keys and values are
-// read from memory once for them. Scores first (a row of L = pos + 1), then their softmax with
-// a vector exp, then the weighted values.
+// ---- attention of a decode row or a prompt's rows ----
+// Query rows at positions pos = state[0] + i (i < m) straight from the QKV projection
+// (attn_decode_cpu of attention.cl, natively; for m > 1 rope_store and attn_prefill): q and the
+// new k rotated (NEOX: pairs (i, i + D/2), else (2i, 2i+1)), the new k and v stored in the cache
+// at pos, and each query head's attention over the keys 0 .. pos. A key-value head and its
+// n_rep query heads are one task: its keys and values are read from memory once for them. Scores
+// first (a row of L = pos + 1), then their softmax with a vector exp, then the weighted values.
+// A prompt's row takes the same steps as a decode row at its position (the same values).
 typedef struct {
     float *out;             // [H][D]
     const float *qkv;       // [q (H*D) | k (KV*D) | v (KV*D)]
@@ -1041,6 +1042,7 @@ typedef struct {
     const float *inv_freq;  // [D / 2]
     int32_t max_seq, n_rep, H, KV, D, neox, threads;
     float scale;
+    int32_t m;  // rows (qkv rows (H + 2 KV) * D apart, out rows H * D apart)
 } clops_attn_args;
 
 int clops_native_attn_args_size(void) { return (int)sizeof(clops_attn_args); }
@@ -1048,7 +1050,7 @@ int clops_native_attn_args_size(void) { return (int)sizeof(clops_attn_args); }
 #if ISA
 typedef struct {
     const clops_attn_args *a;
-    const float *cs, *sn;  // [D / 2]: the angles' cosines and sines at pos
+    float *cs, *sn;  // [m][D / 2]: the angles' cosines and sines at each row's pos
     int next;              // the first key-value head no thread has taken
 } attn_ctx;
 
@@ -1063,61 +1065,115 @@ static void rotate(const clops_attn_args *a, const float *cs, const float *sn, c
     }
 }
 
+// the new k and v of row i of qkv (at pos; cs, sn: its angles) into the cache, key-value head g
+static void store_kv(const clops_attn_args *a, const float *cs, const float *sn, int64_t i,
+                     int pos, int g) {
+    const int D = a->D;
+    const int64_t ms = a->max_seq;
+    const float *row = a->qkv + i * (int64_t)(a->H + 2 * a->KV) * D;
+    rotate(a, cs, sn, row + (int64_t)(a->H + g) * D, 1.0f, a->kc + ((int64_t)g * ms + pos) * D);
+    memcpy(a->vc + ((int64_t)g * ms + pos) * D, row + (int64_t)(a->H + a->KV + g) * D,
+           sizeof(float) * D);
+}
+
+// The n_rep query heads of key-value head g of row i (at pos; cs, sn: its angles) over the keys
+// 0 .. pos; q: [R][D] and s: [R][(pos + 16) & ~15] of scratch
+static void attend_row(const clops_attn_args *a, const float *cs, const float *sn, int64_t i,
+                       int pos, int g, float *q, float *s) {
+    const int D = a->D, DV = D / 16, R = a->n_rep, L = pos + 1, L16 = (L + 15) & ~15;
+    const int64_t ms = a->max_seq;
+    const float *kb = a->kc + (int64_t)g * ms * D, *vb = a->vc + (int64_t)g * ms * D;
+    const float *row = a->qkv + i * (int64_t)(a->H + 2 * a->KV) * D;
+    for (int r = 0; r < R; ++r)
+        rotate(a, cs, sn, row + (int64_t)(g * R + r) * D, a->scale, q + r * D);
+    for (int r = 0; r < R; ++r) {
+        const float *qr = q + r * D;
+        float *sr = s + (size_t)r * L16;
+        vf qv[16];
+        for (int d = 0; d < DV; ++d) qv[d] = vf_load(qr + 16 * d);
+        float mx = -INFINITY;
+        for (int j = 0; j < L; ++j) {
+            const float *kj = kb + (int64_t)j * D;
+            vf t = vf_mul(qv[0], vf_load(kj));
+            for (int d = 1; d < DV; ++d) t = vf_fmadd(qv[d], vf_load(kj + 16 * d), t);
+            sr[j] = vf_sum(t);
+            mx = sr[j] > mx ? sr[j] : mx;
+        }
+        // the weights e^(s - max), 0 past L, and their sum
+        const vf m = vf_set1(mx);
+        vf l = vf_zero();
+        for (int j = 0; j < L; j += 16) {
+            const int in = L - j;
+            const vf x = vf_sub(vf_load_n(sr + j, in), m);
+            const vf e = vf_keep_n(exp16(x), in);
+            vf_store(sr + j, e);
+            l = vf_add(l, e);
+        }
+        const float inv = 1.0f / vf_sum(l);
+        vf acc[16];
+        for (int d = 0; d < DV; ++d) acc[d] = vf_zero();
+        for (int j = 0; j < L; ++j) {
+            const vf w = vf_set1(sr[j]);
+            const float *vj = vb + (int64_t)j * D;
+            for (int d = 0; d < DV; ++d) acc[d] = vf_fmadd(w, vf_load(vj + 16 * d), acc[d]);
+        }
+        float *o = a->out + (i * a->H + (int64_t)g * R + r) * D;
+        for (int d = 0; d < DV; ++d) vf_store(o + 16 * d, vf_mul(acc[d], vf_set1(inv)));
+    }
+}
+
+// one decode row: a task a key-value head, its k and v stored, then its query heads
 static void attend_heads(void *p, int tid, int nt) {
     attn_ctx *c = p;
     const clops_attn_args *a = c->a;
-    const int D = a->D, DV = D / 16, R = a->n_rep, pos = a->state[0], L = pos + 1;
-    const int64_t ms = a->max_seq;
+    const int pos = a->state[0], L16 = (pos + 16) & ~15;
+    const size_t R = (size_t)a->n_rep;
     (void)tid;
     (void)nt;
-    // q rows [R][D], then the scores [R][L16] (L rounded up to 16)
-    const int L16 = (L + 15) & ~15;
-    float *scratch = aligned_alloc(64, sizeof(float) * ((size_t)R * D + (size_t)R * L16) + 64);
+    float *scratch = aligned_alloc(64, sizeof(float) * (R * a->D + R * L16) + 64);
     if (!scratch) return;
-    float *q = scratch, *s = scratch + (size_t)R * D;
     for (;;) {
         const int g = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
         if (g >= a->KV) break;
-        float *kb = a->kc + (int64_t)g * ms * D, *vb = a->vc + (int64_t)g * ms * D;
-        rotate(a, c->cs, c->sn, a->qkv + (int64_t)(a->H + g) * D, 1.0f, kb + (int64_t)pos * D);
-        memcpy(vb + (int64_t)pos * D, a->qkv + (int64_t)(a->H + a->KV + g) * D,
-               sizeof(float) * D);
-        for (int r = 0; r < R; ++r)
-            rotate(a, c->cs, c->sn, a->qkv + (int64_t)(g * R + r) * D, a->scale, q + r * D);
-        for (int r = 0; r < R; ++r) {
-            const float *qr = q + r * D;
-            float *sr = s + (size_t)r * L16;
-            vf qv[16];
-            for (int d = 0; d < DV; ++d) qv[d] = vf_load(qr + 16 * d);
-            float mx = -INFINITY;
-            for (int j = 0; j < L; ++j) {
-                const float *kj = kb + (int64_t)j * D;
-                vf t = vf_mul(qv[0], vf_load(kj));
-                for (int d = 1; d < DV; ++d) t = vf_fmadd(qv[d], vf_load(kj + 16 * d), t);
-                sr[j] = vf_sum(t);
-                mx = sr[j] > mx ? sr[j] : mx;
-            }
-            // the weights e^(s - max), 0 past L, and their sum
-            const vf m = vf_set1(mx);
-            vf l = vf_zero();
-            for (int j = 0; j < L; j += 16) {
-                const int in = L - j;
-                const vf x = vf_sub(vf_load_n(sr + j, in), m);
-                const vf e = vf_keep_n(exp16(x), in);
-                vf_store(sr + j, e);
-                l = vf_add(l, e);
-            }
-            const float inv = 1.0f / vf_sum(l);
-            vf acc[16];
-            for (int d = 0; d < DV; ++d) acc[d] = vf_zero();
-            for (int j = 0; j < L; ++j) {
-                const vf w = vf_set1(sr[j]);
-                const float *vj = vb + (int64_t)j * D;
-                for (int d = 0; d < DV; ++d) acc[d] = vf_fmadd(w, vf_load(vj + 16 * d), acc[d]);
-            }
-            float *o = a->out + (int64_t)(g * R + r) * D;
-            for (int d = 0; d < DV; ++d) vf_store(o + 16 * d, vf_mul(acc[d], vf_set1(inv)));
+        store_kv(a, c->cs, c->sn, 0, pos, g);
+        attend_row(a, c->cs, c->sn, 0, pos, g, scratch, scratch + R * a->D);
+    }
+    free(scratch);
+}
+
+// a prompt's rows, first step (split by rows): each row's angles, and its k and v stored
+static void rows_angles_kv(void *p, int tid, int nt) {
+    attn_ctx *c = p;
+    const clops_attn_args *a = c->a;
+    const int half = a->D / 2;
+    for (int i = tid; i < a->m; i += nt) {
+        const int pos = a->state[0] + i;
+        float *cs = c->cs + (int64_t)i * half, *sn = c->sn + (int64_t)i * half;
+        for (int d = 0; d < half; ++d) {
+            const float ang = (float)pos * a->inv_freq[d];
+            cs[d] = cosf(ang);
+            sn[d] = sinf(ang);
         }
+        for (int g = 0; g < a->KV; ++g) store_kv(a, cs, sn, i, pos, g);
+    }
+}
+
+// a prompt's rows, second step: a task a row and key-value head, the longest rows first
+static void attend_rows(void *p, int tid, int nt) {
+    attn_ctx *c = p;
+    const clops_attn_args *a = c->a;
+    const int half = a->D / 2, L16 = (a->state[0] + a->m + 15) & ~15;
+    const size_t R = (size_t)a->n_rep;
+    (void)tid;
+    (void)nt;
+    float *scratch = aligned_alloc(64, sizeof(float) * (R * a->D + R * L16) + 64);
+    if (!scratch) return;
+    for (;;) {
+        const int t = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
+        if (t >= a->m * a->KV) break;
+        const int i = a->m - 1 - t / a->KV, g = t % a->KV;
+        attend_row(a, c->cs + (int64_t)i * half, c->sn + (int64_t)i * half, i,
+                   a->state[0] + i, g, scratch, scratch + R * a->D);
     }
     free(scratch);
 }
@@ -1127,6 +1183,19 @@ static void attend_heads(void *p, int tid, int nt) {
 void clops_native_attention(void *args) {
 #if ISA
     const clops_attn_args *a = args;
+    if (a->m > 1) {
+        // the rows' angles [m][D / 2], cosines then sines
+        float *ang = malloc(sizeof(float) * (size_t)a->m * a->D);
+        if (!ang) return;
+        attn_ctx c = {a, ang, ang + (size_t)a->m * (a->D / 2), 0};
+        const int nt = a->threads < a->m * a->KV ? a->threads : a->m * a->KV;
+        pthread_mutex_lock(&P.call);
+        run_all(rows_angles_kv, &c, a->threads < a->m ? a->threads : a->m);
+        run_all(attend_rows, &c, nt);
+        pthread_mutex_unlock(&P.call);
+        free(ang);
+        return;
+    }
     float cs[128], sn[128];  // (D at most 256)
     const float pos = (float)a->state[0];
     for (int i = 0; i < a->D / 2; ++i) {

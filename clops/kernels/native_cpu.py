@@ -1,7 +1,7 @@
 """Kernels, native CPU products: ``native_cpu.c`` (products of quantized weights in the CPU
 layout with integer dot products, on int8 rows of x; of float16 weights with few rows of x, as
-in a decode step; and a decode row's attention) built once with the system's C compiler for
-this machine's CPU, and run by the CPU device's queue as a native kernel
+in a decode step; and the attention of a decode row or a prompt's rows) built once with the
+system's C compiler for this machine's CPU, and run by the CPU device's queue as a native kernel
 (``runtime.nativekernel``) on the same buffers as its OpenCL kernels.
 
 The library is built in the width the CPU runs natively (``isa()``): AVX-512 with VNNI and
@@ -57,7 +57,7 @@ RUNTIMES = ("intel",)
 # holding the handle, and crashed writing through it): native kernels in a row go to their
 # queues as one command (nativekernel.Chain) there
 CHAIN_RUNTIMES = ("intel",)
-_VERSION = 3  # CLOPS_NATIVE_VERSION of native_cpu.c
+_VERSION = 4  # CLOPS_NATIVE_VERSION of native_cpu.c
 # clops_native_isa() of native_cpu.c
 ISAS = {1: "avx2", 2: "avx512-vnni"}
 
@@ -84,7 +84,7 @@ class _AttnArgs(ctypes.Structure):
                 ("inv_freq", ctypes.c_void_p), ("max_seq", ctypes.c_int32),
                 ("n_rep", ctypes.c_int32), ("H", ctypes.c_int32), ("KV", ctypes.c_int32),
                 ("D", ctypes.c_int32), ("neox", ctypes.c_int32), ("threads", ctypes.c_int32),
-                ("scale", ctypes.c_float)]
+                ("scale", ctypes.c_float), ("m", ctypes.c_int32)]
 
 
 def _compiler() -> str | None:
@@ -380,8 +380,8 @@ def matmul(dev: CLDevice, args: list[Any], reads: list[Buffer], y: Buffer, w: An
 
 
 def takes_attention(dev: CLDevice, head_dim: int) -> bool:
-    """Whether a decode row's attention on ``dev`` runs natively (``attention``): heads of a
-    multiple of 16 values, at most 256.
+    """Whether attention of a decode row or a prompt's rows on ``dev`` runs natively
+    (``attention``): heads of a multiple of 16 values, at most 256.
 
     PERF (2-core EPYC Zen 5, Intel's runtime, Llama-3.2-1B body at about 100 positions):
     attn_decode_cpu of attention.cl took about 37 us a layer (a work-item per query head, an
@@ -392,16 +392,16 @@ def takes_attention(dev: CLDevice, head_dim: int) -> bool:
 
 class AttentionKernel(nativekernel.NativeKernel):
     """``clops_native_attention`` with attn_decode_cpu's arguments (out, qkv, kc, vc, state,
-    inv_freq, max_seq, n_rep, H, KV, scale)."""
+    inv_freq, max_seq, n_rep, H, KV, scale) for ``m`` rows."""
 
-    def __init__(self, lib: Any, *, head_dim: int, neox: bool, threads: int,
+    def __init__(self, lib: Any, *, head_dim: int, neox: bool, threads: int, m: int = 1,
                  chain_fn: int | None = None) -> None:
         fn = ctypes.cast(lib.clops_native_attention, ctypes.c_void_p).value
         assert fn is not None
         super().__init__(fn, "native_attention", 11)
         self.chain_fn = chain_fn
         self.chain_kind = 2
-        self.fixed = dict(D=head_dim, neox=int(neox), threads=threads)
+        self.fixed = dict(D=head_dim, neox=int(neox), threads=threads, m=m)
 
     def block(self) -> tuple[ctypes.Structure, list[tuple[str | int, Any]]]:
         (out, qkv, kc, vc, state, inv_freq, max_seq, n_rep, h, kv, scale) = self.args
@@ -417,14 +417,17 @@ class AttentionKernel(nativekernel.NativeKernel):
 
 def attention(dev: CLDevice, out: Buffer, qkv: Buffer, kc: Buffer, vc: Buffer, state: Buffer,
               inv_freq: Buffer, *, n_heads: int, n_kv: int, head_dim: int, max_seq: int,
-              scale: float, neox: bool) -> Launch:
-    """Decode attention of one row straight from the QKV projection, natively
-    (``takes_attention``): what ``attention.attn_decode_cpu`` does, with its arguments."""
+              scale: float, neox: bool, m: int = 1) -> Launch:
+    """Attention of ``m`` rows at positions state[0] + row straight from the QKV projection
+    (rows ``(n_heads + 2 n_kv) head_dim`` apart), natively (``takes_attention``): what
+    ``attention.attn_decode_cpu`` does for one row, and ``attention.rope_store`` then
+    ``attention.attn_prefill`` (causal) for a prompt's rows, each row as a decode row at its
+    position; out [m][n_heads][head_dim]."""
     lib = library()
     assert lib is not None
     knl = AttentionKernel(lib, head_dim=head_dim, neox=neox, threads=dev.caps.compute_units,
-                          chain_fn=_chain_fn(lib, dev))
+                          m=m, chain_fn=_chain_fn(lib, dev))
     args = [out, qkv, kc, vc, state, inv_freq, np.int32(max_seq), np.int32(n_heads // n_kv),
             np.int32(n_heads), np.int32(n_kv), np.float32(scale)]
     return Launch(knl, (1,), None, args, [qkv, kc, vc, state, inv_freq], [out, kc, vc],
-                  "attn_decode")
+                  "attn_decode" if m == 1 else "attn_prefill")

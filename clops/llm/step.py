@@ -607,6 +607,17 @@ class StepBuilder:
                                                  **common):
                 step.add(ln)
             return False
+        if m > 1 and plain and qkv_slices == 1 and not kv_half and \
+                native_cpu.takes_attention(dev, D):
+            # PERF (CPUs): a prompt's rows as decode rows, natively: rotation, the cache's
+            # stores and attention in one launch, chained with the native products (a 1B
+            # layer's launches all native). 2-core EPYC (AVX2), Intel's runtime, 64 rows at
+            # positions 0-63 of the 1B shape, the least of 40 through the queue: rope_store and
+            # attn_prefill 718-734 us a layer, natively 469-470 (295 called directly)
+            step.add(native_cpu.attention(dev, b.attn, b.qkv, kc, vc, cache.state, ly.inv_freq,
+                                          n_heads=H, n_kv=KV, head_dim=D, max_seq=max_seq,
+                                          scale=scale, neox=cfg.rope_neox, m=m))
+            return False
         # PERF (H100, 1B F16 body, a 128-token prompt, alternately in one process, 2026-11-27):
         # the rotation and the cache's stores inside the tensor-core prompt attention instead
         # (each work-group rotating q and every key of the chunk it reads, a sine and cosine

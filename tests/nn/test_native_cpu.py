@@ -435,11 +435,8 @@ def test_decode_attention(lib, h, kv, d, pos, neox):
     state = np.array([pos], np.int32)
     out = np.zeros((h, d), np.float32)
     want, kw, vw = _attention_reference(qkv, kc, vc, pos, inv, h, kv, d, 0.125, neox)
-    a = native_cpu._AttnArgs(out=out.ctypes.data, qkv=qkv.ctypes.data, kc=kc.ctypes.data,
-                             vc=vc.ctypes.data, state=state.ctypes.data,
-                             inv_freq=inv.ctypes.data, max_seq=ms, n_rep=h // kv, H=h, KV=kv,
-                             D=d, neox=int(neox), threads=2, scale=0.125)
-    lib.clops_native_attention(ctypes.byref(a))
+    lib.clops_native_attention(ctypes.byref(_attention_args(out, qkv, kc, vc, state, inv, h,
+                                                            kv, d, ms, neox)))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
     # (the new key's rotation at float32 angles: pos * inv_freq rounded)
     np.testing.assert_allclose(kc, kw, rtol=1e-4, atol=1e-4)
@@ -469,6 +466,76 @@ def test_decode_attention_through_the_queue_as_the_opencl_kernel(device):
                       native_cpu.AttentionKernel)
     np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-6)
+    assert np.array_equal(outs[0][2], outs[1][2])
+
+
+def _attention_args(out, qkv, kc, vc, state, inv, h, kv, d, ms, neox, m=1):
+    return native_cpu._AttnArgs(out=out.ctypes.data, qkv=qkv.ctypes.data, kc=kc.ctypes.data,
+                                vc=vc.ctypes.data, state=state.ctypes.data,
+                                inv_freq=inv.ctypes.data, max_seq=ms, n_rep=h // kv, H=h,
+                                KV=kv, D=d, neox=int(neox), threads=2, scale=0.125, m=m)
+
+
+@pytest.mark.parametrize("h,kv,d,pos,m,neox", [(32, 8, 64, 0, 64, True), (32, 8, 64, 37, 20, True),
+                                               (9, 3, 32, 15, 33, False), (2, 1, 256, 3, 2, True)])
+def test_prompt_attention_rows_are_decode_rows(lib, h, kv, d, pos, m, neox):
+    # m rows at once give each row what a decode row at its position gives, bit for bit, and
+    # the same caches (rows one at a time, each after the one before it)
+    ms = 160
+    qkv = RNG.standard_normal((m, (h + 2 * kv) * d)).astype(np.float32)
+    caches = RNG.standard_normal((2, kv, ms, d)).astype(np.float32)
+    inv = (1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
+    kc, vc = caches[0].copy(), caches[1].copy()
+    out = np.zeros((m, h, d), np.float32)
+    state = np.array([pos], np.int32)
+    lib.clops_native_attention(ctypes.byref(_attention_args(out, qkv, kc, vc, state, inv, h,
+                                                            kv, d, ms, neox, m)))
+    kc1, vc1 = caches[0].copy(), caches[1].copy()
+    for i in range(m):
+        row, one = np.ascontiguousarray(qkv[i]), np.zeros((h, d), np.float32)
+        state1 = np.array([pos + i], np.int32)
+        lib.clops_native_attention(ctypes.byref(_attention_args(one, row, kc1, vc1, state1, inv,
+                                                                h, kv, d, ms, neox)))
+        assert np.array_equal(out[i], one), i
+    assert np.array_equal(kc, kc1) and np.array_equal(vc, vc1)
+    # and the last row against the float64 reference (the rows before it in the caches)
+    kw, vw = kc.copy(), vc.copy()
+    want, _, _ = _attention_reference(qkv[-1], kw, vw, pos + m - 1, inv, h, kv, d, 0.125, neox)
+    np.testing.assert_allclose(out[-1], want, rtol=1e-4, atol=1e-5)
+
+
+def test_prompt_attention_through_the_queue_as_the_opencl_kernels(device):
+    # the native launch of a prompt's rows against rope_store then attn_prefill (causal)
+    dev = _queue_device(device)
+    h, kv, d, ms, pos, m = 32, 8, 64, 128, 5, 40
+    qkv = RNG.standard_normal((m, (h + 2 * kv) * d)).astype(np.float32)
+    caches = RNG.standard_normal((2, kv, ms, d)).astype(np.float32)
+    inv = (1.0 / 500000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
+    outs = []
+    for native in (True, False):
+        bufs = [_up(dev, a) for a in (qkv, caches[0], caches[1], np.array([pos], np.int32),
+                                      inv, np.zeros((m, h, d), np.float32),
+                                      np.zeros((m, h, d), np.float32))]
+        qb, kb, vb, sb, ib, ob, rq = bufs
+        common = dict(n_heads=h, n_kv=kv, head_dim=d, scale=0.125)
+        if native:
+            ln = native_cpu.attention(dev, ob, qb, kb, vb, sb, ib, max_seq=ms, neox=True, m=m,
+                                      **common)
+            assert isinstance(ln.kernel, native_cpu.AttentionKernel)
+            ln.run(dev)
+        else:
+            attention.rope_store(dev, rq, qb, (h + 2 * kv) * d, kb, vb, sb, ib, m=m,
+                                 n_heads=h, n_kv=kv, head_dim=d, max_seq=ms,
+                                 neox=True).run(dev)
+            attention.attn_prefill(dev, ob, rq, 0, h * d, kb, vb, 0, 0, ms * d, sb, pos_add=0,
+                                   causal=True, n_keys=ms, m=m, **common).run(dev)
+        got = [np.empty((m, h, d), np.float32), np.empty((kv, ms, d), np.float32),
+               np.empty((kv, ms, d), np.float32)]
+        for arr, b in zip(got, (ob, kb, vb)):
+            dev.read(arr, b)
+        outs.append(got)
+    np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-5)
     assert np.array_equal(outs[0][2], outs[1][2])
 
 
