@@ -100,6 +100,7 @@ class CLRenderer:
     local_decl = "__local"
     gid = "get_global_id(0)"
     gid1 = "get_global_id(1)"
+    global_size = "get_global_size(0)"
     group_id = "get_group_id(0)"
     local_id = "get_local_id(0)"
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
@@ -469,6 +470,8 @@ class _KernelSource:
         idx = self.idx
         rank = self.rank
         other = [j for j in range(rank) if j not in raxes]
+        batch = self.key.batch and L == 1
+        head: list[str] = []  # a batch's loop over its rows, around the rest
         lines = []
         if self.col:
             # column layout: a work-item per output element, adjacent work-items on adjacent
@@ -486,11 +489,20 @@ class _KernelSource:
             lines.append(f"{idx} g = ({idx}){self.lang.group_id};")
             lines.append(f"{idx} row = g / nchunks, ck = g % nchunks;")
             lines.append(f"{idx} rbeg = ck * chunk, rend = min(rn, rbeg + chunk);")
+        elif batch:
+            # CPUs: the rows of a work-item, a run of adjacent ones (the launch's global size
+            # decides how many: ``geometry.row_batch``), each reduced as a row of its own
+            head = [f"{idx} items = ({idx}){self.lang.global_size}, "
+                    "per = (total + items - 1) / items;",
+                    f"{idx} row0 = ({idx}){self.lang.gid} * per;",
+                    f"{idx} rowend = min(total, row0 + per);",
+                    f"for ({idx} row = row0; row < rowend; row++) {{"]
+            lines.append(f"{idx} rbeg = 0, rend = rn;")
         else:
             lines.append(f"{idx} row = ({idx}){self.lang.group_id};")
             lines.append(f"{idx} rbeg = 0, rend = rn;")
         lines.append(f"{idx} lid = ({idx}){self.lang.local_id};" if L > 1 else f"{idx} lid = 0;")
-        if self._check or not self.col:
+        if (self._check or not self.col) and not batch:
             # PERF: no early return in a CPU's column layout (launched exactly): PoCL then
             # runs the work-items of a group as vector lanes
             lines.append("if (row >= total) return;")
@@ -500,8 +512,9 @@ class _KernelSource:
         if self.strip:
             return lines + self._strip_rows(raxes, chunked, reductions, out_instrs, outs)
         if L == 1:
-            return lines + self._serial_rows(raxes, chunked, reduced_out, reductions,
-                                             out_instrs, outs)
+            lines += self._serial_rows(raxes, chunked, reduced_out, reductions, out_instrs,
+                                       outs)
+            return head + ["    " + x for x in lines] + ["}"] if batch else lines
         return lines + self._group_rows(raxes, chunked, reduced_out, reductions, out_instrs,
                                         outs, L)
 
@@ -729,8 +742,17 @@ class _KernelSource:
         lines += ["        }", "    }"]
         for u in range(1, U):
             lines.append("    vacc0 = " + comb.format(a="vacc0", b=f"vacc{u}", T=vt) + ";")
-        for c in range(n):
-            lines.append("    acc = " + comb.format(a="acc", b=f"vacc0.s{c:x}", T=at) + ";")
+        # PERF: the lanes folded in halves on vectors, then two into acc, not 8 steps into
+        # acc: short rows pay the fold once a row (max over the last axis of 64x128x64,
+        # Intel's runtime, kernel time 0.081-0.094 -> 0.076-0.086 ms in three runs)
+        w, v = n, "vacc0"
+        while w > 2:
+            w //= 2
+            lines.append(f"    {at}{w} vf{w} = " + comb.format(a=f"{v}.lo", b=f"{v}.hi",
+                                                             T=f"{at}{w}") + ";")
+            v = f"vf{w}"
+        for c in range(w):
+            lines.append("    acc = " + comb.format(a="acc", b=f"{v}.s{c:x}", T=at) + ";")
         return lines
 
     def _serial_vector_instrs(self, instrs: tuple[Instr, ...], vt: str) -> list[str]:
