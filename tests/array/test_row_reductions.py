@@ -94,6 +94,21 @@ def test_signed_zeros(n, device):
     assert np.signbit(got[0]) and not np.signbit(got[1]) and np.signbit(got[2])
 
 
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_nan_before_larger_values(op, device):
+    # a NaN in any lane of any vector accumulator, then values past it on either side: the
+    # row's result is NaN whatever comes after
+    n = 96
+    a = np.tile(np.linspace(-50, 50, n, dtype=np.float32), (n + 1, 1))
+    if op == "min":
+        a = a[:, ::-1].copy()
+    for k in range(n):
+        a[k, k] = np.nan
+    _check(a, device, 1, [op])
+    assert np.isnan(np.asarray(getattr(clops, op)(clops.asarray(a, device=device), axis=1))
+                    [:n]).all()
+
+
 def test_fused_bodies_and_views(device):
     rng = np.random.default_rng(9)
     a = rng.standard_normal((300, 70)).astype(np.float32)

@@ -109,6 +109,9 @@ def test_row_sources():
                               "k_test")
     assert "get_global_size(0)" in src and "for (long row = row0; row < rowend; row++)" in src
     assert "float4 vf4" in src and "float2 vf2" in src and "vacc3" in src
+    assert "vnan |= isnan(v0_v)" in src and "if (any(vnan))" in src  # NaN beside the extreme
+    src = CLRenderer().render(lower(_item((64, 100), (1,), chunks=1), CPU).key, 1, "k_test")
+    assert "vnan" not in src
     assert "return;" not in src
     for op in ("sum", "max", "min"):
         for chunks in (1, 2):
