@@ -126,6 +126,11 @@ REDUCE_COMBINE = {
     "all": {"b": "({a} && {b})"},
 }
 
+# max and min of float values on a CPU's serial row vectors (``render._vector_accumulate``):
+# the combine that keeps the extreme of two vectors, NaN left to a mask kept beside them
+# (``isnan`` of each vector read, or-ed), which makes the result NaN at the end.
+VECTOR_EXTREME = {"max": "(({a} > {b}) ? {a} : {b})", "min": "(({a} < {b}) ? {a} : {b})"}
+
 # Arg reductions of float values (the index of the first maximum or minimum, NaN counting as
 # either; ``render._arg_row``, ``render._strip_rows``): the accumulator's identity, the
 # comparison that takes a later element, and on vectors the one that keeps the best so far

@@ -195,6 +195,9 @@ class KernelKey:
     # CPUs: serial rows read along their contiguous last axis in n-wide vectors, several
     # vector accumulators (0: scalar accumulators; see ``lower.serial_vector``)
     vser: int = 0
+    # CPUs: a work-item reduces a run of adjacent rows, as many as the launch gives it (the rows
+    # over the global size; a serial row kernel, not split and not a column layout)
+    batch: bool = False
 
     def params(self) -> tuple[Param, ...]:
         """The kernel's parameters in order: the one place it is written; the renderer declares
@@ -278,6 +281,7 @@ class Lowered:
     combine: tuple[Any, Any, View] | None = None
     col: bool = False  # a reduction over leading axes, a work-item per output
     strip: int = 0  # CPUs' column layout: outputs per work-item (0: one)
+    batch: bool = False  # CPUs' serial rows: a run of rows per work-item (``KernelKey.batch``)
 
     @property
     def reads(self) -> list[Any]:

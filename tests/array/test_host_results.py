@@ -194,3 +194,26 @@ def test_moved_views_of_pending_results(device, direct):
         np.testing.assert_array_equal(g, w)
         assert g.flags.c_contiguous and g.flags.writeable
     assert len(direct) == (len(want) if device.caps.unified_memory else 0)
+
+
+def test_reshaped_reductions_launch_one_kernel(device, direct):
+    # a reduction's result without its reduced axes (a reshape of the reduce node) is
+    # computed straight into the host array's memory, not into a buffer and then copied
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((32, 1024, 16)).astype(np.float32)  # results of 128 KiB and more
+    a[3, 5, :] = np.nan
+    x = clops.asarray(a, device=device).realize()
+    cases = [(clops.max, np.max, 2), (clops.min, np.min, -1), (clops.argmax, np.argmax, 2),
+             (clops.sum, np.sum, 2), (clops.mean, np.mean, 2)]
+    for fn, ref, axis in cases:
+        with clops.launches(profile=True) as scope:
+            host = np.asarray(fn(x, axis=axis))
+        names = [k.name for k in scope.profiler.kernels()]
+        assert len(names) == 1 and "k_copy" not in names, names
+        np.testing.assert_allclose(host, ref(a, axis=axis), rtol=1e-5, atol=1e-5)
+    assert len(direct) == (len(cases) if device.caps.unified_memory else 0)
+    s = np.asarray(clops.sum(x.reshape((32, 1024, 4, 4)), axis=(2, 3)))  # several axes
+    np.testing.assert_allclose(s, a.sum(axis=2), rtol=1e-5, atol=1e-5)
+    y = clops.zeros((32, 1024), device=device)
+    y[...] = clops.max(x, axis=2)  # into a tensor's memory: one kernel too
+    np.testing.assert_array_equal(np.asarray(y), a.max(axis=2))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import clops
+from clops.compiler.geometry import geometry, row_batch
 from clops.compiler.kernel import KernelItem, Output
 from clops.compiler.lower import arg_reduce_native, arg_row_chunks, lower
 from clops.compiler.render import CLRenderer
@@ -43,7 +44,10 @@ def test_layout_class():
     assert lower(_item((64, 100), (1,), dtype=dt.float64), CPU).key.vser == 0
     assert lower(_item((64, 100), (0,)), CPU).key.vser == 0  # a column layout
     assert lower(_item((64, 100), (1,)), GPU).key.vser == 0
-    assert lower(_item((64, 100), (1,), chunks=1), CPU).key.vser == 0  # many rows: scalar
+    assert lower(_item((64, 100), (1,), chunks=1), CPU).key.vser == 8  # whole rows too
+    assert lower(_item((4, 64, 100), (2,), op="min", chunks=1), CPU).key.vser == 8
+    assert lower(_item((64, 100), (1,), dtype=dt.float64, chunks=1), CPU).key.vser == 0
+    assert lower(_item((64, 100), (1,), chunks=1), GPU).key.vser == 0
     assert lower(_item((64, 100), (1,), op="argmax", out=dt.int64, chunks=1),
                  CPU).key.vser == 8
     assert arg_reduce_native(CPU, dt.float32, (5, 7), 1)
@@ -74,6 +78,47 @@ def test_sources():
     assert "islessequal" in src and "select(vi0, cur, t)" in src and "vm3" in src
     src = CLRenderer().render(lower(_item((64, 100), (1,)), GPU).key, 256, "k_test")
     assert "vacc" not in src
+
+
+def test_rows_in_runs():
+    # whole rows on vectors (not split, not scalar): runs of adjacent rows a work-item, as
+    # many as the global size leaves each; GPUs keep a work-group a row
+    cpu2 = SimpleNamespace(kind="cpu", caps=SimpleNamespace(compute_units=2))
+    assert lower(_item((64, 100), (1,), chunks=1), CPU).key.batch
+    assert lower(_item((64, 100), (1,), op="argmax", out=dt.int64, chunks=1), CPU).key.batch
+    assert not lower(_item((64, 100), (1,)), CPU).key.batch  # stage 1 of a split
+    assert not lower(_item((64, 100), (1,), op="prod", chunks=1), CPU).key.batch  # scalar
+    assert not lower(_item((64, 100), (1,), chunks=1), GPU).key.batch
+    assert row_batch(cpu2, 8192, 64) == 64
+    assert row_batch(cpu2, 1000, 64) == 31  # 16 work-items a core at least
+    assert row_batch(cpu2, 100, 64) == 3
+    assert row_batch(cpu2, 4096, 4096) == 1
+    assert row_batch(cpu2, 5, 3) == 1
+    lw = lower(_item((64, 128, 64), (2,), chunks=1), cpu2)
+    assert geometry(cpu2, lw).global_size == (64 * 128 // 64,)
+    lw = lower(_item((1000, 64), (1,), chunks=1), cpu2)
+    assert geometry(cpu2, lw).global_size == (33,)  # the last work-item takes 8 rows
+    gpu = SimpleNamespace(kind="gpu", probe=lambda what: False,
+                          caps=SimpleNamespace(compute_units=2, max_work_group=1024))
+    g = geometry(gpu, lower(_item((1000, 64), (1,), chunks=1), gpu))
+    assert g.global_size == (1000 * 256,) and g.local_size == (256,)
+
+
+def test_row_sources():
+    src = CLRenderer().render(lower(_item((64, 100), (1,), op="max", chunks=1), CPU).key, 1,
+                              "k_test")
+    assert "get_global_size(0)" in src and "for (long row = row0; row < rowend; row++)" in src
+    assert "float4 vf4" in src and "float2 vf2" in src and "vacc3" in src
+    assert "vnan |= isnan(v0_v)" in src and "if (any(vnan))" in src  # NaN beside the extreme
+    src = CLRenderer().render(lower(_item((64, 100), (1,), chunks=1), CPU).key, 1, "k_test")
+    assert "vnan" not in src
+    assert "return;" not in src
+    for op in ("sum", "max", "min"):
+        for chunks in (1, 2):
+            src = CLRenderer().render(lower(_item((64, 100), (1,), op=op, chunks=chunks),
+                                            GPU).key, 256, "k_test")
+            assert "get_global_size" not in src and "vf4" not in src and "row0" not in src
+            assert "get_group_id(0)" in src
 
 
 LENGTHS = [1, 7, 8, 9, 31, 32, 33, 100, 1000, 4099, 20_011]  # the last: split on CPUs
