@@ -471,7 +471,9 @@ class Tensor:
                 tmp = Tensor(node, self.device).realize()
                 node = tmp._node.resolve()
         _flush_readers(buf, exclude=value)
-        _realize.realize([(node, buf, v)], self.device)
+        # (bind=False: the right-hand side's node stays pending, not marked computed in this
+        # tensor's memory, which a later write would change under it)
+        _realize.realize([(node, buf, v)], self.device, bind=False)
 
     # -- Array API protocol ------------------------------------------------------------------------
     # -- NumPy's dispatch protocols and pickling (see numpy_protocols) ------------------------

@@ -26,6 +26,29 @@ def test_pending_readers_see_the_old_values(device):
     np.testing.assert_array_equal(np.asarray(t), np.full(5, 11.0))
 
 
+def test_an_assigned_right_hand_side_keeps_its_values(device):
+    # the right-hand side computed into the target's memory must not be read from there later:
+    # the target's next write would change it
+    x = np.arange(8, dtype=np.float32)
+    a = clops.asarray(x, device=device)
+    y = clops.zeros((8,), dtype=clops.float32, device=device)
+    r = a * 2  # pending
+    y[...] = r
+    y[...] = 0
+    np.testing.assert_array_equal(np.asarray(r), x * 2)
+    z = clops.zeros((4, 8), dtype=clops.float32, device=device)
+    s = clops.sum(a.reshape((2, 4)) * 3, axis=1)  # pending reduction
+    z[2, :2] = s
+    z += 1
+    np.testing.assert_array_equal(np.asarray(s), (x.reshape(2, 4) * 3).sum(1))
+    w = (a + 1).reshape((2, 4))  # a reshape of a pending node
+    zz = clops.zeros((2, 4), dtype=clops.float32, device=device)
+    zz[...] = w
+    zz[...] = -1
+    np.testing.assert_array_equal(np.asarray(w), (x + 1).reshape(2, 4))
+    np.testing.assert_array_equal(np.asarray(z)[2, :2], (x.reshape(2, 4) * 3).sum(1) + 1)
+
+
 def test_overlapping_setitem_uses_the_old_right_hand_side(device):
     a = np.arange(10, dtype=np.int32)
     t = clops.asarray(a.copy(), device=device)
