@@ -1122,15 +1122,22 @@ static void attend_row(const clops_attn_args *a, const float *cs, const float *s
     }
 }
 
+// attend_row's scratch for rows at positions below last_pos + 1: q [R][D], then s [R][L16]
+// (NULL where there is no memory)
+static float *attend_scratch(const clops_attn_args *a, int last_pos) {
+    const size_t R = (size_t)a->n_rep, L16 = (size_t)((last_pos + 16) & ~15);
+    return aligned_alloc(64, sizeof(float) * (R * a->D + R * L16) + 64);
+}
+
 // one decode row: a task a key-value head, its k and v stored, then its query heads
 static void attend_heads(void *p, int tid, int nt) {
     attn_ctx *c = p;
     const clops_attn_args *a = c->a;
-    const int pos = a->state[0], L16 = (pos + 16) & ~15;
+    const int pos = a->state[0];
     const size_t R = (size_t)a->n_rep;
     (void)tid;
     (void)nt;
-    float *scratch = aligned_alloc(64, sizeof(float) * (R * a->D + R * L16) + 64);
+    float *scratch = attend_scratch(a, pos);
     if (!scratch) return;
     for (;;) {
         const int g = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
@@ -1162,11 +1169,11 @@ static void rows_angles_kv(void *p, int tid, int nt) {
 static void attend_rows(void *p, int tid, int nt) {
     attn_ctx *c = p;
     const clops_attn_args *a = c->a;
-    const int half = a->D / 2, L16 = (a->state[0] + a->m + 15) & ~15;
+    const int half = a->D / 2;
     const size_t R = (size_t)a->n_rep;
     (void)tid;
     (void)nt;
-    float *scratch = aligned_alloc(64, sizeof(float) * (R * a->D + R * L16) + 64);
+    float *scratch = attend_scratch(a, a->state[0] + a->m - 1);
     if (!scratch) return;
     for (;;) {
         const int t = __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);

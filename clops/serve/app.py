@@ -643,13 +643,7 @@ async def _completions(request: Request, chat: bool) -> Response:
         return EventStream(_events(server, job))
     # the client may leave while its answer is made: watch for it, and cancel the work
     work = asyncio.ensure_future(_whole(server, job))
-    gone = asyncio.ensure_future(_until_disconnect(request))
-    try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        if not work.done():
-            work.cancel()
+    await _first_of(work, asyncio.ensure_future(_until_disconnect(request)))
     if work.cancelled() or not work.done():
         server.runner.stats.disconnects += 1
         with contextlib.suppress(asyncio.CancelledError):
@@ -666,6 +660,17 @@ async def _disconnect(receive: Callable[[], Awaitable[Any]]) -> None:
     """Returns when the client has gone (its connection closed)."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+async def _first_of(work: asyncio.Future[Any], gone: asyncio.Future[Any]) -> None:
+    """Wait until ``work`` is done or the client has gone (``gone``, ``_disconnect``'s), then
+    cancel ``gone`` and, where it is not done, ``work``."""
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():
+            work.cancel()
 
 
 _DONE = "data: [DONE]\n\n"
@@ -694,13 +699,9 @@ class EventStream(Response):
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
         stream = asyncio.ensure_future(self._stream(scope.get(RAW_SEND, send)))
-        gone = asyncio.ensure_future(_disconnect(receive))
         try:
-            await asyncio.wait({stream, gone}, return_when=asyncio.FIRST_COMPLETED)
+            await _first_of(stream, asyncio.ensure_future(_disconnect(receive)))
         finally:
-            gone.cancel()
-            if not stream.done():
-                stream.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await stream  # (the iterator's cleanup runs now)
 
