@@ -737,14 +737,12 @@ def _compute_to_host(t: Tensor) -> np.ndarray | None:
     dtype the host stores otherwise, a small result (a copy costs less than the map)."""
     _plan.refuse("a read of a tensor to the host")
     node = t._node.resolve()
-    d = t.dtype
-    dev = t.device
-    if node.op == "load" or d.kind == "b" or d.name == "bfloat16" or \
-            t.size * d.itemsize < DIRECT_MIN or not dev.caps.unified_memory:
+    if node.op == "load" or not _host_shares(t):
         return None
-    buf = dev.alloc(t.size * d.itemsize)
+    dev = t.device
+    buf = dev.alloc(t.size * t.dtype.itemsize)
     _realize.realize([(node, buf, View.contiguous(t.shape))], dev, bind=False)
-    return OPS.buffer_array(buf, t.shape, d)
+    return OPS.buffer_array(buf, t.shape, t.dtype)
 
 
 def _hand_over(t: Tensor) -> np.ndarray | None:
@@ -755,9 +753,7 @@ def _hand_over(t: Tensor) -> np.ndarray | None:
     where that does not apply (as ``_compute_to_host``'s, and any other reference)."""
     _plan.refuse("a read of a tensor to the host")
     node = t._node
-    d = t.dtype
-    if node.op != "load" or d.kind == "b" or d.name == "bfloat16" or \
-            t.size * d.itemsize < DIRECT_MIN or not t.device.caps.unified_memory:
+    if node.op != "load" or not _host_shares(t):
         return None
     buf, v = node.arg
     if buf.kind != "device" or buf.pool is None or not v.is_contiguous or v.offset:
@@ -766,7 +762,16 @@ def _hand_over(t: Tensor) -> np.ndarray | None:
     sole_node, sole_buf = _sole_refs()
     if node_refs > sole_node or buf_refs > sole_buf:
         return None
-    return OPS.buffer_array(buf, t.shape, d)
+    return OPS.buffer_array(buf, t.shape, t.dtype)
+
+
+def _host_shares(t: Tensor) -> bool:
+    """Whether ``t``'s values may reach the host in memory it shares with the device: a device
+    whose memory the host addresses, a dtype the host stores as the device does (not bool,
+    not bfloat16), a result of ``DIRECT_MIN`` bytes or more (a copy costs less below)."""
+    d = t.dtype
+    return d.kind != "b" and d.name != "bfloat16" and t.size * d.itemsize >= DIRECT_MIN and \
+        t.device.caps.unified_memory
 
 
 def _refs(node: Node, buf: Any) -> tuple[int, int]:
