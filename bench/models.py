@@ -11,8 +11,9 @@ Models (NAME):
   llama1b-q8_0   output) with SmolLM2's tokenizer and vocabulary (49152), in F16, Q8_0, Q4_0
   llama1b-q4_0   and Q4_K (Q4_K layers with a Q6_K embedding, as llama.cpp's Q4_K_M keeps its
   llama1b-q4_k   output); norms are float32
-  llama8b-q8_0   a Llama-3.1-8B body (hidden 4096, 32 layers, 32/8 heads of 128, FFN 14336),
-  llama8b-q4_0   with SmolLM2's tokenizer and a tied output, as the 1B bodies
+  llama8b-f16    a Llama-3.1-8B body (hidden 4096, 32 layers, 32/8 heads of 128, FFN 14336),
+  llama8b-q8_0   with SmolLM2's tokenizer and a tied output, as the 1B bodies, in F16 (the
+  llama8b-q4_0   file bench_mixes.py makes llama-quantize's mixes from), Q8_0 and Q4_0
   llama70b-q8_0  a Llama-3.1-70B body (hidden 8192, 80 layers, 64/8 heads of 128, FFN 28672;
                  73 GB), every layer the same random weights (the same bytes move per token;
                  written at the disk's speed)
@@ -63,7 +64,8 @@ BODY_GEMMA3_1B = dict(arch="gemma3", dim=1152, layers=26, heads=4, kv_heads=1, h
                       sandwich=True, sliding_window=512, rope_base_swa=10000.0)
 MODELS = {"smollm2-q4_1": None, "llama1b-f16": ("F16", "F16"), "llama1b-q8_0": ("Q8_0", "Q8_0"),
           "llama1b-q4_0": ("Q4_0", "Q4_0"), "llama1b-q4_k": ("Q4_K", "Q6_K"),
-          "llama8b-q8_0": ("Q8_0", "Q8_0"), "llama8b-q4_0": ("Q4_0", "Q4_0"),
+          "llama8b-f16": ("F16", "F16"), "llama8b-q8_0": ("Q8_0", "Q8_0"),
+          "llama8b-q4_0": ("Q4_0", "Q4_0"),
           "llama70b-q8_0": ("Q8_0", "Q8_0"), "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0"),
           "qwen3-0.6b-q8_0": ("Q8_0", "Q8_0"), "gemma3-1b-q8_0": ("Q8_0", "Q8_0")}
 # a model's body is its name less the last "-" part
