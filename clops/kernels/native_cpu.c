@@ -37,6 +37,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,17 @@
 #endif
 
 #define CLOPS_NATIVE_VERSION 4
+
+// Where no scratch memory can be had, a product or attention has no way to report it (a native
+// kernel returns nothing), and its output would be left as it was: a silent wrong value. The
+// process stops instead, saying why.
+__attribute__((unused)) static void out_of_memory(const char *what, size_t bytes) {
+    fprintf(stderr,
+            "clops: the native CPU %s could not allocate %zu bytes of scratch memory (the "
+            "machine is out of memory); stopping rather than leave its output unwritten\n",
+            what, bytes);
+    abort();
+}
 
 // The argument block: the runtime replaces the memory objects (the first 6 fields) with their
 // host pointers in its copy. Offsets and strides are in elements.
@@ -992,7 +1004,7 @@ void clops_native_matmul(void *args) {
         free(scratch);
         scratch = malloc(need);
         scratch_bytes = scratch ? need : 0;
-        if (!scratch) return;  // (the device has no memory left either)
+        if (!scratch) out_of_memory("product", need);
     }
     uint8_t *base = scratch;
     const int nout = a->glu ? a->n / 2 : a->n;
@@ -1019,6 +1031,8 @@ void clops_native_matmul(void *args) {
         c.xs = q.xs;
     }
     run_all(products, &c, a->threads);
+    // (a thread without its sums' memory leaves its blocks to the others; none had any)
+    if (c.next < c.nb) out_of_memory("product", sizeof(float) * 32 * (size_t)m + 64);
     pthread_mutex_unlock(&P.call);
 #else
     (void)args;
@@ -1123,10 +1137,14 @@ static void attend_row(const clops_attn_args *a, const float *cs, const float *s
 }
 
 // attend_row's scratch for rows at positions below last_pos + 1: q [R][D], then s [R][L16]
-// (NULL where there is no memory)
-static float *attend_scratch(const clops_attn_args *a, int last_pos) {
+// (its bytes; attend_scratch: the memory, NULL where there is none)
+static size_t attend_scratch_bytes(const clops_attn_args *a, int last_pos) {
     const size_t R = (size_t)a->n_rep, L16 = (size_t)((last_pos + 16) & ~15);
-    return aligned_alloc(64, sizeof(float) * (R * a->D + R * L16) + 64);
+    return sizeof(float) * (R * a->D + R * L16) + 64;
+}
+
+static float *attend_scratch(const clops_attn_args *a, int last_pos) {
+    return aligned_alloc(64, attend_scratch_bytes(a, last_pos));
 }
 
 // one decode row: a task a key-value head, its k and v stored, then its query heads
@@ -1193,12 +1211,15 @@ void clops_native_attention(void *args) {
     if (a->m > 1) {
         // the rows' angles [m][D / 2], cosines then sines
         float *ang = malloc(sizeof(float) * (size_t)a->m * a->D);
-        if (!ang) return;
+        if (!ang) out_of_memory("attention", sizeof(float) * (size_t)a->m * a->D);
         attn_ctx c = {a, ang, ang + (size_t)a->m * (a->D / 2), 0};
         const int nt = a->threads < a->m * a->KV ? a->threads : a->m * a->KV;
         pthread_mutex_lock(&P.call);
         run_all(rows_angles_kv, &c, a->threads < a->m ? a->threads : a->m);
         run_all(attend_rows, &c, nt);
+        // (a thread without scratch leaves its tasks to the others; none had any)
+        if (c.next < a->m * a->KV)
+            out_of_memory("attention", attend_scratch_bytes(a, a->state[0] + a->m - 1));
         pthread_mutex_unlock(&P.call);
         free(ang);
         return;
@@ -1213,6 +1234,7 @@ void clops_native_attention(void *args) {
     attn_ctx c = {a, cs, sn, 0};
     pthread_mutex_lock(&P.call);
     run_all(attend_heads, &c, a->threads < a->KV ? a->threads : a->KV);
+    if (c.next < a->KV) out_of_memory("attention", attend_scratch_bytes(a, a->state[0]));
     pthread_mutex_unlock(&P.call);
 #else
     (void)args;
