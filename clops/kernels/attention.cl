@@ -336,21 +336,49 @@ inline void tile_put(__local float *dst, int ld, const float4 *v, int rows, int 
     }
 }
 
+// TILE_REGS 1 (GPUs): a tile goes through registers (tile_fetch, then tile_put after the
+// barrier), so that the next tile's trip to memory overlaps the work on this one. 0 (CPUs,
+// which gain nothing from that): each tile is copied straight into local memory between two
+// barriers (tile_copy). Intel's CPU runtime gave other values from run to run with the
+// registers' array live across a barrier (heads of 64: 16 float4s a work-item).
+#ifndef TILE_REGS
+#define TILE_REGS 1
+#endif
+
+#if !TILE_REGS
+inline void tile_copy(__local float *dst, int ld, __global const kv_t *kb, int j1, int rows,
+                      int lid, __global const int *blocks, int j0, int BS, int KV, int kvh) {
+    for (int i = lid; i < TILE4; i += NREP * HEAD_DIM) {
+        const int r = i / D4;
+        if (r < rows)
+            vstore4(KV_LOAD4(i % D4, row_at(kb, j1 + r, blocks, j0, BS, KV, kvh)), 0,
+                    dst + r * ld + 4 * (i % D4));
+    }
+}
+#endif
+
 // sum_j p[j] * row_at(vb, j, ...)[t] for j < n, in order: the value rows through the local
 // tile vt (TJ rows of HEAD_DIM) a tile at a time.
 inline float value_sum(__local const float *p, __local float *vt, __global const kv_t *vb,
                        int n, int t, int lid, __global const int *blocks, int j0, int BS,
                        int KV, int kvh) {
     float acc = 0.0f;
+#if TILE_REGS
     float4 v[TILE_PER];
     tile_fetch(v, vb, 0, min(TJ, n), lid, blocks, j0, BS, KV, kvh);
+#endif
     for (int j1 = 0; j1 < n; j1 += TJ) {
         const int rows = min(TJ, n - j1);
         barrier(CLK_LOCAL_MEM_FENCE);  // (the tile before is used up)
+#if TILE_REGS
         tile_put(vt, HEAD_DIM, v, rows, lid);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (j1 + TJ < n)  // (the next tile on its way during the work on this one)
             tile_fetch(v, vb, j1 + TJ, min(TJ, n - j1 - TJ), lid, blocks, j0, BS, KV, kvh);
+#else
+        tile_copy(vt, HEAD_DIM, vb, j1, rows, lid, blocks, j0, BS, KV, kvh);
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
         for (int r = 0; r < rows; ++r) acc = mad(p[j1 + r], vt[r * HEAD_DIM + t], acc);
     }
     return acc;
@@ -371,14 +399,21 @@ inline float chunk_scores(__local float *p, __local const float *qs, __local flo
                           int t, int lid, __global const int *blocks, int j0, int BS, int KV,
                           int kvh) {
     float mx = -INFINITY;
+#if TILE_REGS
     float4 v[TILE_PER];
     tile_fetch(v, kb, 0, min(TJ, nc), lid, blocks, j0, BS, KV, kvh);
+#endif
     for (int j1 = 0; j1 < n; j1 += TJ) {
         barrier(CLK_LOCAL_MEM_FENCE);  // (the tile before is scored)
+#if TILE_REGS
         tile_put(kt, KROW, v, min(TJ, nc - j1), lid);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (j1 + TJ < nc)  // (the next tile on its way during the work on this one)
             tile_fetch(v, kb, j1 + TJ, min(TJ, nc - j1 - TJ), lid, blocks, j0, BS, KV, kvh);
+#else
+        tile_copy(kt, KROW, kb, j1, min(TJ, nc - j1), lid, blocks, j0, BS, KV, kvh);
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
         const int j = j1 + t;
         if (t < TJ && j < n) {
             float4 a = (float4)(0.0f);

@@ -19,6 +19,13 @@ def kv_defines(kv_half: bool) -> dict[str, Any]:
     return {"KV_HALF": 1} if kv_half else {}
 
 
+def tile_defines(dev: CLDevice) -> dict[str, Any]:
+    """attention.cl's TILE_REGS 0 on CPUs (key and value tiles copied straight into local
+    memory; Intel's CPU runtime gave other values from run to run with them held in registers
+    across a barrier), nothing elsewhere (its default 1: the next tile loading meanwhile)."""
+    return {"TILE_REGS": 0} if launch.is_cpu(dev) else {}
+
+
 def kv_nbytes(n_kv: int, max_seq: int, head_dim: int, kv_half: bool) -> int:
     """The bytes of one layer's key (or value) cache [n_kv][max_seq][head_dim]."""
     return n_kv * max_seq * head_dim * (2 if kv_half else 4)
@@ -140,7 +147,7 @@ def attn_decode(dev: CLDevice, out: Buffer, part: Buffer, q: Buffer, kc: Buffer,
         g1, l1 = (splits, n_heads), None
     else:
         k1 = kernel(dev, "attention", "attn_decode_wg", HEAD_DIM=head_dim, CHUNK=chunk,
-                    **kv_defines(kv_half), **sink_defines(sinks))
+                    **kv_defines(kv_half), **sink_defines(sinks), **tile_defines(dev))
         g1, l1 = (splits * head_dim, n_heads), (head_dim, 1)
     return [Launch(k1, g1, l1, a1, [q, kc, vc, state, *sink_args(sinks)], [part], "attn_decode"),
             _attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits)]
@@ -202,7 +209,7 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     nrep = n_rep if PER_KV_HEAD and _decode_fits(dev, head_dim, n_rep, chunk) else 1
     k1 = kernel(dev, "attention", "attn_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
                 ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx), NREP=nrep,
-                **kv_defines(kv_half))
+                **kv_defines(kv_half), **tile_defines(dev))
     a1 = [out, part, count, qkv, kc, vc, state, inv_freq, i32(max_seq),
           i32(n_rep), i32(n_heads), i32(n_kv), f32(scale)]
     launches = [Launch(k1, (splits * head_dim * nrep, n_heads // nrep), (head_dim * nrep, 1), a1,

@@ -128,7 +128,8 @@ def attention_split(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, q: 
     ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
     knl = kernel(dev, "attention", "paged_attn_wg", HEAD_DIM=head_dim, CHUNK=chunk,
                  COMBINE=int(combine), PTX_FENCE=int(ptx), **_scores(softcap, window),
-                 **_attention.kv_defines(kv_half), **_attention.sink_defines(sinks))
+                 **_attention.kv_defines(kv_half), **_attention.sink_defines(sinks),
+                 **_attention.tile_defines(dev))
     out_ = [out, part, count] if combine else [part]
     launches = [Launch(knl, (splits * head_dim, n_heads, m), (head_dim, 1, 1),
                        [out, part, count, q, kp, vp, *rows.args, i32(n_heads), i32(n_kv),
