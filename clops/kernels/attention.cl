@@ -11,6 +11,8 @@
 //             paged kernels)
 //   CPU_VEC   1: the CPU kernels (attn_decode_cpu; attn_prefill 16-wide)
 //   KV_HALF   1: the cache holds float16 values (clops/kv.cl), else float32
+//   TILE_REGS 0 (CPUs): the work-group decode kernels copy key and value tiles straight into
+//             local memory, not through registers (default 1; see tile_copy)
 //   SINKS     1: each query head h has a learned sink logit sinks[h] (gpt-oss; the kernel's
 //             last argument, float32 [H]): one more term exp(sinks[h]) in the softmax's
 //             denominator, with no value. The running softmax of a head's first (or only)
