@@ -5,6 +5,12 @@ Q8_0, Q4_0 and Q4_1 weights (one decode row) beside the copy bandwidth; attentio
 beside PyTorch's scaled_dot_product_attention. Prints a table and writes JSON.
 
     python bench/bench_kernels.py [--device gpu] [--size 4096] [--json bench/results/kernels.json]
+
+The decode products of an 8B body, each quantized row also with other geometries of the GPUs'
+int8 path (``--qx``: LSIZE, NCOL, CPT, UNR, CB, PIPE of ``matmul.qx_geometry``):
+
+    python bench/bench_kernels.py --device gpu --only gemv --gemv-kinds Q8_0,Q4_0 \
+        --gemv-shapes 6144x4096,4096x4096,28672x4096,4096x14336 --qx "64,16,1,4,1,1;..."
 """
 
 from __future__ import annotations
@@ -316,6 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="bench/results/kernels.json")
     ap.add_argument("--only", default="copy,gemm,gemm_any,gemv,attention")
     ap.add_argument("--gemm-dtypes", default="float32,float16")
+    ap.add_argument("--gemv-shapes", default=None, metavar="NxK,...",
+                    help="the GEMV rows' shapes (default: 8192x2048,2048x8192,32768x2048 on "
+                    "GPUs; an 8B body's are 6144x4096,4096x4096,28672x4096,4096x14336)")
+    ap.add_argument("--gemv-kinds", default="f16,Q8_0,Q4_0,Q4_1")
+    ap.add_argument("--qx", default="", metavar="LS,NCOL,CPT,UNR,CB,PIPE;...",
+                    help="also time the quantized GEMV rows with each of these geometries of "
+                    "the int8 decode path (matmul.qx_geometry; GPUs where it runs)")
     a = ap.parse_args(argv)
     dev = clops.device(a.device)
     gpu = dev.kind != "cpu"
@@ -329,12 +342,34 @@ def main(argv: list[str] | None = None) -> int:
                                             if "torch_gbps" in ceil else ""))
     rows: list[dict] = []
     if "gemv" in only:
-        shapes = [(8192, 2048), (2048, 8192), (32768, 2048)] if gpu else [(1536, 576),
-                                                                           (2048, 2048)]
-        for kind in ("f16", "Q8_0", "Q4_0", "Q4_1"):
+        shapes = ([(8192, 2048), (2048, 8192), (32768, 2048)] if gpu else [(1536, 576),
+                                                                            (2048, 2048)])
+        if a.gemv_shapes:
+            shapes = [(int(n), int(k)) for n, k in
+                      (s.lower().split("x") for s in a.gemv_shapes.split(","))]
+        geometries = [tuple(int(v) for v in g.split(",")) for g in a.qx.split(";") if g]
+        for kind in a.gemv_kinds.split(","):
             for n, k in shapes:
                 rows.append(bench_gemv(dev, n, k, kind, ceil["gbps"], ceil["b2b_gbps"], torch,
                                        a.repeat))
+                if kind in ("f16", "f32") or not geometries or not gpu:
+                    continue
+                rows[-1]["qx_geometry"] = list(matmul.qx_geometry(dev, n, k, "q8" if kind ==
+                                                                  "Q8_0" else "q4"))
+                for g in geometries:  # the same row with another geometry of the int8 path
+                    matmul.QX_OVERRIDE = g  # type: ignore[assignment]
+                    try:
+                        row = bench_gemv(dev, n, k, kind, ceil["gbps"], ceil["b2b_gbps"], None,
+                                         a.repeat)
+                    except Exception as e:  # noqa: BLE001 - a geometry that does not build
+                        row = {"kernel": f"GEMV {kind} {n}x{k}", "error": str(e)[:300]}
+                    finally:
+                        matmul.QX_OVERRIDE = None
+                    row["kernel"] += f" qx {','.join(map(str, g))}"
+                    row["qx_geometry"] = list(g)
+                    rows.append(row)
+                    print(row.get("kernel"), row.get("b2b_of_copy", row.get("error")),
+                          flush=True)
     if "attention" in only:
         rows += bench_attention(dev, torch, a.repeat, ceil["gbps"])
     if "gemm_any" in only:
