@@ -15,7 +15,8 @@ from . import test_functional as tf
 from .test_functional import q8_1_activations
 
 
-@pytest.fixture(params=["cpt1", "cpt4", "int8", "int8-cpt4", "int8-cb3", "int8-wide"])
+@pytest.fixture(params=["cpt1", "cpt4", "int8", "int8-cpt4", "int8-cb3", "int8-wide",
+                        "int8-warps"])
 def gpu_geometry(monkeypatch, request):
     monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")  # row-major weights
@@ -36,6 +37,12 @@ def gpu_geometry(monkeypatch, request):
             monkeypatch.setattr(matmul, "qx_geometry",
                                 lambda dev, n, k, fmt: (64, 8, 2, 2, 2, 1))
             return
+        if request.param == "int8-warps":
+            # teams of a warp, 32 columns a group of 1024 work-items, loads a step ahead (the
+            # geometry of an 8B body's 4096 columns on GPUs of 128-256 compute units)
+            monkeypatch.setattr(matmul, "qx_geometry",
+                                lambda dev, n, k, fmt: (32, 32, 1, 2, 1, 1))
+            return
         unr, cb, pipe = {"int8": (1, 1, 0), "int8-cpt4": (3, 1, 1),
                          "int8-cb3": (2, 3, 1)}[request.param]
         monkeypatch.setattr(matmul, "qx_geometry",
@@ -54,6 +61,14 @@ def test_linear_quantized_ragged_gpu_geometry(device, gpu_geometry, kind, n, k):
     # output counts not multiples of the columns per team or work-group; rows of fewer chunks
     # than a team has work-items, or a number of chunks no multiple of LSIZE * UNR
     tf.test_linear_quantized(device, kind, 1, n=n, k=k)
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0"])
+def test_linear_quantized_4096_columns(device, kind):
+    """A decode row's product of 4096 columns (an 8B body's o and down) on the device's own
+    path: on GPUs of 128-256 compute units, the int8 path's teams of a warp, 32 columns a
+    group (matmul.qx_geometry); elsewhere whatever the device takes."""
+    tf.test_linear_quantized(device, kind, 1, n=4096, k=1024)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
