@@ -277,3 +277,40 @@ def searchsorted(dev: CLDevice, dtype: DType, a: Buffer, a_off: int, a_stride: i
     dev.launch(k, g, loc, [a, I64(a_off), I64(a_stride), I64(n), v, I64(v_off), out, I64(m),
                            np.int32(1 if right else 0)], reads=[a, v], writes=[out],
                name="searchsorted")
+
+
+# distinct (sort_cpu.cl's distinct_chunks): slots of a work-item's hash table (DCAP there), and
+# the fewest keys a work-item takes.
+DISTINCT_SLOTS = 4096
+DISTINCT_MIN_CHUNK = 1 << 14
+
+
+def distinct(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, n: int
+             ) -> tuple[Buffer, Buffer, int] | None:
+    """The distinct values of the contiguous ``x[0:n]`` of ``dtype`` (a byte to 8, not complex),
+    found by hashing chunks of it (``sort_cpu.cl``: equal as ``run_starts`` compares, the first
+    of -0.0 and 0.0 kept): (values, their int64 counts, how many), unsorted and with repeats
+    across chunks, chunk by chunk in order. Reads the chunks' counts back. None where a chunk
+    holds a NaN or more than half a table of values: sort instead."""
+    cu = max(1, dev.caps.compute_units)
+    g = max(1, min(RADIX_CHUNKS_PER_CU * cu, n // DISTINCT_MIN_CHUNK))
+    chunk = -(-n // g)
+    g = -(-n // chunk)
+    opts = _radix_options(dtype, True, False, RADIX_BITS)
+    tab = dev.alloc(g * DISTINCT_SLOTS * dtype.itemsize)
+    cnt = dev.alloc(g * DISTINCT_SLOTS * 4)
+    found = dev.alloc(g * 8)
+    k = eager_kernel(dev, "sort_cpu", "distinct_chunks", [None, I64, I64, I64, None, None, None],
+                     **opts)
+    dev.launch(k, (g,), (1,), [x, I64(x_off), I64(n), I64(chunk), tab, cnt, found], reads=[x],
+               writes=[tab, cnt, found], name="distinct_chunks")
+    host = np.empty(g, np.int64)
+    dev.read(host, found, 0)
+    if (host < 0).any():
+        return None
+    m = int(host.sum())
+    vals, counts = dev.alloc(max(m, 1) * dtype.itemsize), dev.alloc(max(m, 1) * 8)
+    kp = eager_kernel(dev, "sort_cpu", "distinct_pack", [None, None, None, None, None], **opts)
+    dev.launch(kp, (g,), (1,), [tab, cnt, found, vals, counts], reads=[tab, cnt, found],
+               writes=[vals, counts], name="distinct_pack")
+    return vals, counts, m

@@ -401,3 +401,71 @@ __kernel void bsort_rows8(__global const U *x, const long x_off, __global U *ov,
         for (int lane = 0; lane < m; lane++)
             ov[(r0 + lane) * n + j] = value_of(t[j * 8 + lane], flip);
 }
+
+// -- distinct values of a row by hashing (unique_values, unique_counts) ------------------------
+// A work-item counts the distinct values of its chunk of x[0:n) in a hash table of DCAP slots of
+// its own (tab, cnt: from g * DCAP; a count of 0 is an empty slot), equal as run_starts compares
+// them (-0.0 and 0.0 one value: the chunk's first one kept), then packs them to the start of its
+// slots in slot order. found[g]: how many, or -1 where a NaN (every NaN a value of its own) or
+// more than DCAP / 2 of them (the table half full) stopped it: the caller sorts instead then.
+#define DCAP 4096
+#define DLOG 12
+inline uint dslot(U b)
+{
+    ulong z = (ulong)key_of(b, (U)0) * 0x9E3779B97F4A7C15ul;
+    return (uint)(z >> (64 - DLOG));
+}
+
+inline int dsame(U a, U b)
+{
+#if KIND == 2
+    return a == b || ((a | b) & (U)~SIGN) == 0;
+#else
+    return a == b;
+#endif
+}
+
+__kernel void distinct_chunks(__global const U *x, const long x_off, const long n,
+                              const long chunk, __global U *tab, __global uint *cnt,
+                              __global long *found)
+{
+    long g = get_global_id(0);
+    long lo = g * chunk, hi = min(n, lo + chunk);
+    __global U *t = tab + g * DCAP;
+    __global uint *c = cnt + g * DCAP;
+    for (int s = 0; s < DCAP; s++) c[s] = 0;
+    long m = 0;
+    for (long i = lo; i < hi; i++) {
+        U b = x[x_off + i];
+#if KIND == 2
+        if ((b & (U)~SIGN) > (U)INF) { found[g] = -1; return; }
+#endif
+        uint s = dslot(b);
+        while (c[s] != 0 && !dsame(t[s], b)) s = (s + 1) & (DCAP - 1);
+        if (c[s] == 0) {
+            if (++m > DCAP / 2) { found[g] = -1; return; }
+            t[s] = b;
+        }
+        c[s]++;
+    }
+    long k = 0;
+    for (int s = 0; s < DCAP; s++) {
+        if (c[s] == 0) continue;
+        t[k] = t[s];
+        c[k] = c[s];
+        k++;
+    }
+    found[g] = m;
+}
+
+// The chunks' distinct values (and counts, as int64) one after another, in chunk order.
+__kernel void distinct_pack(__global const U *tab, __global const uint *cnt,
+                            __global const long *found, __global U *vals, __global long *counts)
+{
+    long g = get_global_id(0), at = 0;
+    for (long h = 0; h < g; h++) at += found[h];
+    for (long k = 0; k < found[g]; k++) {
+        vals[at + k] = tab[g * DCAP + k];
+        counts[at + k] = cnt[g * DCAP + k];
+    }
+}
