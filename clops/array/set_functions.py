@@ -2,8 +2,8 @@
 isin. For unique_*, the flattened input is sorted (stable kernel), run starts are flagged by a
 fused comparison of neighbours, compacted (one count read back), and the rest is gathers, scans
 and scatters. NaNs are all distinct (they never compare equal), as the standard asks. On CPU
-devices, unique_values and unique_counts of a long input first look for its distinct values by
-hashing chunks of it, and sort only those (the input's when a chunk holds a NaN or too many)."""
+devices, unique_values and unique_counts of a long input look for its distinct values by
+hashing, and sort only those (the whole input where a NaN or too many values stop that)."""
 
 from __future__ import annotations
 
@@ -94,15 +94,17 @@ def _runs(x: Tensor, perm_too: bool = True) -> tuple[Tensor, Tensor | None, Tens
 
 # Inputs of at least this many elements look for their distinct values by hashing first (CPUs).
 # PERF (2 cores, float32 with about a thousand distinct values, median wall with the read):
-# Intel's runtime, 2^22 elements: the stable sort of all of them then its runs 100-150 ms
-# (numpy's unique, which hashes too, 26-45); 2^19: 17-25 ms (numpy 3.5-7.7).
+# Intel's runtime, 2^22 elements: by hashing 7-8.5 ms, by the stable sort of all of them then
+# its runs 100-150 (numpy's unique, which hashes too, 26-45); 2^19: 1.3-3.5 against 17-25 (numpy
+# 2.2-7.7). PoCL 3.1 alike. Where the hashing gives up (all distinct) it costs 0.3-0.8 ms more
+# than the sort alone at 2^13-2^15, nothing to see past 2^16; a thousand values hash faster at
+# every size (2^12: 0.6 against 1.7 ms).
 UNIQUE_HASH_MIN = 1 << 15
 
 
 def _hashed(x: Tensor) -> tuple[Tensor, Tensor] | None:
-    """(values, counts) of ``x``'s distinct values found by hashing (``sort.distinct``):
-    unsorted, a value once in each chunk of the input that holds it, the first of -0.0 and 0.0
-    of a chunk kept, chunk by chunk; None where it is not tried or gave up."""
+    """(values, counts) of ``x``'s distinct values found by hashing (``sort.distinct``), in no
+    order (of -0.0 and 0.0, the first in ``x``); None where it is not tried or gave up."""
     if x.device.kind != "cpu" or x.dtype.kind == "c" or x.size < max(1, UNIQUE_HASH_MIN):
         return None
     kd = sort_dtype(x.dtype)
@@ -137,7 +139,9 @@ def unique_values(x: Tensor, /) -> Tensor:
     Tensor([1, 3], dtype=int64, device=opencl:cpu:0)
     """
     hashed = _hashed(x)
-    vals, _, _, starts = _runs(x if hashed is None else hashed[0], False)
+    if hashed is not None:
+        return sort_values(hashed[0], False)
+    vals, _, _, starts = _runs(x, False)
     return take(vals, starts)
 
 
@@ -151,14 +155,8 @@ def unique_counts(x: Tensor, /) -> UniqueCountsResult:
     if hashed is None:
         vals, _, _, starts = _runs(x, False)
         return UniqueCountsResult(take(vals, starts), _counts(starts, x.size))
-    # the candidates' counts summed over each run of equal values
-    vals, perm, _, starts = _runs(hashed[0])
-    assert perm is not None
-    m = hashed[0].size
-    total = scan_last(take(hashed[1], perm), "sum", _dt.int64, include_initial=True)
-    ends = concat([starts[1:], asarray([m], dtype=_dt.int64, device=x.device)])
-    return UniqueCountsResult(take(vals, starts),
-                              apply("subtract", take(total, ends), take(total, starts)))
+    vals, perm = sort_last(hashed[0], False)
+    return UniqueCountsResult(vals, take(hashed[1], perm))
 
 
 def unique_inverse(x: Tensor, /) -> UniqueInverseResult:
