@@ -127,3 +127,53 @@ __kernel void copy_rows(__global T *out, const long out_off, const long out_row,
     __global const T *srow = src + src_off + r * inner;
     orow[j] = srow[j];
 }
+
+// Copies that move the source's unit-stride axis (q) away from the last place: out[ia*osa +
+// ib*osb + iq*osq + j] = src[src_off + ia*sa + ib*sb + iq + j*sj] (the output's last axis j is
+// unit-stride, its others any order of a, b, q), q in tiles of TB. A plain copy of a work-item
+// an element reads one element of each cache line it loads; here every line read along q is
+// used whole while it is in cache. Two forms:
+// - permute_lines (Intel's runtime, which vectorizes across work-items): a work-item per j and
+//   tile of q, so that neighbouring work-items store neighbouring output elements;
+// - permute_tiles (elsewhere): a work-item per TB x TB tile, each output line stored whole.
+// PERF (2 cores, kernel time, float32 (2, 0, 1) of 256x256x256; 64x128x64): Intel's runtime
+// permute_lines 26-30 ms, 0.4-0.9; permute_tiles 48-53, 0.5-1.0; through a private tile 41-45,
+// 1.3-1.8. PoCL 3.1 permute_tiles 63-85 ms, 0.6-1.4; permute_lines 150-230, 2.6-4.0.
+#define TB 16
+__kernel void permute_lines(__global T *out, __global const T *src, const long src_off,
+                            const long nq, const long nj, const long sj, const long nb,
+                            const long sa, const long sb, const long osa, const long osb,
+                            const long osq)
+{
+    long j = get_global_id(0), tq = get_global_id(1), ab = get_global_id(2);
+    if (PAST(j >= nj)) return;
+    long ia = ab / nb, ib = ab % nb, q0 = tq * TB;
+    __global const T *s = src + src_off + ia * sa + ib * sb + q0 + j * sj;
+    __global T *d = out + ia * osa + ib * osb + q0 * osq + j;
+    if (nq - q0 >= TB) {
+        for (int q = 0; q < TB; q++) d[q * osq] = s[q];
+    } else {
+        for (long q = 0; q < nq - q0; q++) d[q * osq] = s[q];
+    }
+}
+
+__kernel void permute_tiles(__global T *out, __global const T *src, const long src_off,
+                            const long nq, const long nj, const long sj, const long nb,
+                            const long sa, const long sb, const long osa, const long osb,
+                            const long osq)
+{
+    long tj = get_global_id(0), tq = get_global_id(1), ab = get_global_id(2);
+    long q0 = tq * TB, j0 = tj * TB;
+    if (PAST(j0 >= nj)) return;
+    long ia = ab / nb, ib = ab % nb;
+    __global const T *s = src + src_off + ia * sa + ib * sb + q0 + j0 * sj;
+    __global T *d = out + ia * osa + ib * osb + q0 * osq + j0;
+    long qn = min((long)TB, nq - q0), jn = min((long)TB, nj - j0);
+    if (qn == TB && jn == TB) {
+        for (int q = 0; q < TB; q++)
+            for (int j = 0; j < TB; j++) d[q * osq + j] = s[j * sj + q];
+        return;
+    }
+    for (long q = 0; q < qn; q++)
+        for (long j = 0; j < jn; j++) d[q * osq + j] = s[j * sj + q];
+}

@@ -5,6 +5,8 @@ so every shape reuses it."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..runtime import CLDevice
@@ -12,6 +14,7 @@ from ..runtime.pool import Buffer
 from .launch import flat_geometry, shared_kernel
 
 _BITS_TYPE = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong", 16: "ulong2"}
+BITS_TYPES = frozenset(_BITS_TYPE)  # the element sizes these kernels copy
 I64 = np.int64
 
 
@@ -128,3 +131,73 @@ def copy_rows(dev: CLDevice, itemsize: int, out: Buffer, out_off: int, out_row: 
     g, loc = _grid(dev, (inner, rows))
     dev.launch(k, g, loc, [out, I64(out_off), I64(out_row), I64(col), src, I64(src_off),
                            I64(inner)], reads=[src], writes=[out], name="copy_rows")
+
+
+# Edge of the tiles of permute_lines and permute_tiles (TB in gather.cl).
+PERMUTE_TILE = 16
+
+
+def permute_tiles(dev: CLDevice, itemsize: int, out: Buffer, src: Buffer, src_off: int,
+                  nq: int, osq: int, nj: int, sj: int, na: int, sa: int, osa: int, nb: int,
+                  sb: int, osb: int) -> None:
+    """``out[ia*osa + ib*osb + iq*osq + j] = src[src_off + ia*sa + ib*sb + iq + j*sj]`` for the
+    ``na x nb x nq x nj`` indices: a copy that takes the source's unit-stride axis q out of the
+    last place (the output's, j), q in tiles (``permute_lines`` on Intel's runtime,
+    ``permute_tiles`` elsewhere: gather.cl says why)."""
+    if 0 in (nq, nj, na, nb):
+        return
+    lines = dev.backend == "intel"
+    name = "permute_lines" if lines else "permute_tiles"
+    k = shared_kernel(dev, "gather", name, _opts(dev, _BITS_TYPE[itemsize]))
+    across = nj if lines else -(-nj // PERMUTE_TILE)
+    g, loc = _grid(dev, (across, -(-nq // PERMUTE_TILE), na * nb))
+    dev.launch(k, g, loc, [out, src, I64(src_off), I64(nq), I64(nj), I64(sj), I64(nb), I64(sa),
+                           I64(sb), I64(osa), I64(osb), I64(osq)],
+               reads=[src], writes=[out], name=name)
+
+
+# The fewest elements a permuting copy takes permute_tiles for (below: the compiler's flat copy).
+PERMUTE_TILES_MIN = 1 << 12
+
+
+def permute_plan(shape: tuple[int, ...], strides: tuple[int, ...]
+                 ) -> tuple[int, int, int, int, int, int, int, int, int, int] | None:
+    """``permute_tiles``' (nq, osq, nj, sj, na, sa, osa, nb, sb, osb) for a contiguous copy of the
+    view (``shape``, ``strides``), or None where it does not fit: the view must be a permutation
+    of a dense block (positive strides) whose unit-stride axis is not the last one, in at most
+    four axes once axes that stay together are merged, each of the two moved axes at least half
+    a tile long, of PERMUTE_TILES_MIN elements or more."""
+    if math.prod(shape) < PERMUTE_TILES_MIN:
+        return None
+    dims = [(n, s) for n, s in zip(shape, strides, strict=True) if n != 1]
+    if any(s <= 0 for _, s in dims):
+        return None
+    merged: list[tuple[int, int]] = []
+    for n, s in dims:
+        if merged and merged[-1][1] == s * n:
+            merged[-1] = (merged[-1][0] * n, s)
+        else:
+            merged.append((n, s))
+    if len(merged) < 2 or len(merged) > 4 or merged[-1][1] == 1:
+        return None
+    dense = 1
+    for n, s in sorted(merged, key=lambda d: d[1]):
+        if s != dense:
+            return None
+        dense *= n
+    out_strides = []
+    acc = 1
+    for n, _ in reversed(merged):
+        out_strides.append(acc)
+        acc *= n
+    out_strides.reverse()
+    q = next(i for i, (_, s) in enumerate(merged) if s == 1)
+    nj, sj = merged[-1]
+    nq = merged[q][0]
+    if min(nq, nj) < PERMUTE_TILE // 2:
+        return None
+    rest = [(merged[i][0], merged[i][1], out_strides[i]) for i in range(len(merged) - 1)
+            if i != q]
+    rest = [(1, 0, 0)] * (2 - len(rest)) + rest
+    (na, sa, osa), (nb, sb, osb) = rest
+    return nq, out_strides[q], nj, sj, na, sa, osa, nb, sb, osb

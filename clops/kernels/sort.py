@@ -277,3 +277,44 @@ def searchsorted(dev: CLDevice, dtype: DType, a: Buffer, a_off: int, a_stride: i
     dev.launch(k, g, loc, [a, I64(a_off), I64(a_stride), I64(n), v, I64(v_off), out, I64(m),
                            np.int32(1 if right else 0)], reads=[a, v], writes=[out],
                name="searchsorted")
+
+
+# distinct (sort_cpu.cl's distinct_chunks): slots of a work-item's hash table (DCAP there), and
+# the fewest keys a work-item takes.
+DISTINCT_SLOTS = 4096
+DISTINCT_MIN_CHUNK = 1 << 14
+
+
+def distinct(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, n: int
+             ) -> tuple[Buffer, Buffer, int] | None:
+    """The distinct values of the contiguous ``x[0:n]`` of ``dtype`` (a byte to 8, not complex),
+    found by hashing (``sort_cpu.cl``: chunks of ``x`` a work-item each, then one table; equal as
+    ``run_starts`` compares, the first of -0.0 and 0.0 kept): (values, their int64 counts, how
+    many), in no order. Reads that count back. None where a chunk holds a NaN or more than half
+    a table of values: sort instead."""
+    cu = max(1, dev.caps.compute_units)
+    g = max(1, min(RADIX_CHUNKS_PER_CU * cu, n // DISTINCT_MIN_CHUNK))
+    chunk = -(-n // g)
+    if n == 0 or chunk >= 1 << 32:  # a chunk's counts are uint
+        return None
+    g = -(-n // chunk)
+    opts = _radix_options(dtype, True, False, RADIX_BITS)
+    tab = dev.alloc(g * DISTINCT_SLOTS * dtype.itemsize)
+    cnt = dev.alloc(g * DISTINCT_SLOTS * 4)
+    found = dev.alloc(g * 8)
+    k = eager_kernel(dev, "sort_cpu", "distinct_chunks", [None, I64, I64, I64, None, None, None],
+                     **opts)
+    dev.launch(k, (g,), (1,), [x, I64(x_off), I64(n), I64(chunk), tab, cnt, found], reads=[x],
+               writes=[tab, cnt, found], name="distinct_chunks")
+    # one table of at least twice the values the chunks can hold
+    lg = (g * DISTINCT_SLOTS - 1).bit_length()
+    vals, counts = dev.alloc((1 << lg) * dtype.itemsize), dev.alloc((1 << lg) * 8)
+    info = dev.alloc(8)
+    km = eager_kernel(dev, "sort_cpu", "distinct_merge",
+                      [None, None, None, I64, np.int32, None, None, None], **opts)
+    dev.launch(km, (1,), (1,), [tab, cnt, found, I64(g), np.int32(lg), vals, counts, info],
+               reads=[tab, cnt, found], writes=[vals, counts, info], name="distinct_merge")
+    host = np.empty(1, np.int64)
+    dev.read(host, info, 0)
+    m = int(host[0])
+    return None if m < 0 else (vals, counts, m)

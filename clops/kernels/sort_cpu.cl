@@ -401,3 +401,89 @@ __kernel void bsort_rows8(__global const U *x, const long x_off, __global U *ov,
         for (int lane = 0; lane < m; lane++)
             ov[(r0 + lane) * n + j] = value_of(t[j * 8 + lane], flip);
 }
+
+// -- distinct values of a row by hashing (unique_values, unique_counts) ------------------------
+// distinct_chunks: a work-item counts the distinct values of its chunk of x[0:n) in a hash table
+// of DCAP slots of its own (tab, cnt: from g * DCAP; a count of 0 is an empty slot), equal as
+// run_starts compares them (-0.0 and 0.0 one value: the chunk's first one kept), then packs them
+// to the start of its slots in slot order. found[g]: how many, or -1 where a NaN (every NaN a
+// value of its own) or more than DCAP / 2 of them (the table half full) stopped it.
+// distinct_merge (one work-item): the chunks' values, in chunk order, into one table of 2^lg
+// slots (mt, mc), packed to its start; info[0]: how many distinct values, or -1 where a chunk
+// gave up (the caller sorts the input instead then).
+#define DCAP 4096
+#define DLOG 12
+inline ulong dslot(U b, int lg)
+{
+    ulong z = (ulong)key_of(b, (U)0) * 0x9E3779B97F4A7C15ul;
+    return z >> (64 - lg);
+}
+
+inline int dsame(U a, U b)
+{
+#if KIND == 2
+    return a == b || ((a | b) & (U)~SIGN) == 0;
+#else
+    return a == b;
+#endif
+}
+
+__kernel void distinct_chunks(__global const U *x, const long x_off, const long n,
+                              const long chunk, __global U *tab, __global uint *cnt,
+                              __global long *found)
+{
+    long g = get_global_id(0);
+    long lo = g * chunk, hi = min(n, lo + chunk);
+    __global U *t = tab + g * DCAP;
+    __global uint *c = cnt + g * DCAP;
+    for (int s = 0; s < DCAP; s++) c[s] = 0;
+    long m = 0;
+    for (long i = lo; i < hi; i++) {
+        U b = x[x_off + i];
+#if KIND == 2
+        if ((b & (U)~SIGN) > (U)INF) { found[g] = -1; return; }
+#endif
+        uint s = (uint)dslot(b, DLOG);
+        while (c[s] != 0 && !dsame(t[s], b)) s = (s + 1) & (DCAP - 1);
+        if (c[s] == 0) {
+            if (++m > DCAP / 2) { found[g] = -1; return; }
+            t[s] = b;
+        }
+        c[s]++;
+    }
+    long k = 0;
+    for (int s = 0; s < DCAP; s++) {
+        if (c[s] == 0) continue;
+        t[k] = t[s];
+        c[k] = c[s];
+        k++;
+    }
+    found[g] = m;
+}
+
+__kernel void distinct_merge(__global const U *tab, __global const uint *cnt,
+                             __global const long *found, const long chunks, const int lg,
+                             __global U *mt, __global long *mc, __global long *info)
+{
+    if (get_global_id(0) != 0) return;
+    long size = 1L << lg, d = 0;
+    for (long s = 0; s < size; s++) mc[s] = 0;
+    for (long g = 0; g < chunks; g++) {
+        if (found[g] < 0) { info[0] = -1; return; }
+        for (long k = 0; k < found[g]; k++) {
+            U b = tab[g * DCAP + k];
+            ulong s = dslot(b, lg);
+            while (mc[s] != 0 && !dsame(mt[s], b)) s = (s + 1) & (size - 1);
+            if (mc[s] == 0) { mt[s] = b; d++; }
+            mc[s] += cnt[g * DCAP + k];
+        }
+    }
+    long k = 0;
+    for (long s = 0; s < size; s++) {
+        if (mc[s] == 0) continue;
+        mt[k] = mt[s];
+        mc[k] = mc[s];
+        k++;
+    }
+    info[0] = d;
+}
