@@ -158,20 +158,22 @@ def qx_geometry(dev: CLDevice, n: int, k: int,
         return QX_OVERRIDE
     nch = max(1, k // CHUNK_VALUES[fmt])
     most = pow2_at_most(min(1024, dev.caps.max_work_group))
-    # PERF (H100): few output columns of long rows (2048x8192: 128 groups of 256 left the SMs
-    # a group each, 8 warps, with 8..16 chunks per work-item one after another): groups of
-    # 1024, 16 columns each (~ one per SM), the rows split over 64 (q8) or 128 (q4, 2 columns
-    # per team) work-items; their warps' sums meet in local memory. 0.55 -> 0.69 of copy
-    # (q8), 0.37 -> 0.42 (q4) against 28 other geometries.
     if 16 * dev.caps.compute_units < n < 32 * dev.caps.compute_units and most >= 1024 and \
-            _qx_local_bytes(k, 32, 32, 1) <= dev.caps.local_mem:
+            _qx_local_bytes(k, 32, 32, 1) <= dev.caps.local_mem and \
+            nch >= 64 * (2 if fmt == "q4" else 4):
         # PERF (H200, back to back over weight copies, of the copy bandwidth): an 8B body's
         # 4096 columns (about one group of 32 warp teams a compute unit): q4 4096x14336 0.33 ->
         # 0.67, 4096x4096 0.36 -> 0.43; q8 0.65 -> 0.78, 0.47 -> 0.57 against the groups of 16
         # columns below (bench_kernels.py --qx; bench/results/qx_h200_1b_8b_shapes.json). At
         # 2048 columns (half the compute units would idle) those stay ahead.
+        # (rows of two steps or more, as measured: K >= 4096)
         unr = 2 if fmt == "q4" else 4
         return 32, 32, 1, unr, 1, int(nch > 32 * unr)
+    # PERF (H100): few output columns of long rows (2048x8192: 128 groups of 256 left the SMs
+    # a group each, 8 warps, with 8..16 chunks per work-item one after another): groups of
+    # 1024, 16 columns each (~ one per SM), the rows split over 64 (q8) or 128 (q4, 2 columns
+    # per team) work-items; their warps' sums meet in local memory. 0.55 -> 0.69 of copy
+    # (q8), 0.37 -> 0.42 (q4) against 28 other geometries.
     if n < 32 * dev.caps.compute_units and most >= 1024:
         cpt = 2 if fmt == "q4" else 1
         ls = 1024 * cpt // 16

@@ -68,7 +68,7 @@ def test_linear_quantized_4096_columns(device, kind):
     """A decode row's product of 4096 columns (an 8B body's o and down) on the device's own
     path: on GPUs of 128-256 compute units, the int8 path's teams of a warp, 32 columns a
     group (matmul.qx_geometry); elsewhere whatever the device takes."""
-    tf.test_linear_quantized(device, kind, 1, n=4096, k=1024)
+    tf.test_linear_quantized(device, kind, 1, n=4096, k=4096)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
