@@ -605,7 +605,8 @@ def cpu_kernel_works(dev: CLDevice, dtype: str) -> bool:
         why[0] = (res.stderr.strip().splitlines() or [f"status {res.returncode}"])[-1]
         return "CLOPS_GEMM_CPU True" in res.stdout
 
-    ok = _CPU_WORKS[key] = dev.remembered(f"gemm_cpu_{dtype}", child)
+    # (2: the check covers the packed kernels too)
+    ok = _CPU_WORKS[key] = dev.remembered(f"gemm_cpu2_{dtype}", child)
     if not ok and _config.debug_level():
         print(f"clops: gemm_cpu does not work on {dev.name} ({why[0][:200]}); {dtype} "
               "products there take the portable kernel", file=sys.stderr)
@@ -617,16 +618,21 @@ def _cpu_check(dev: CLDevice, dtype: str) -> bool:
     w = CPU_COLS[dtype]
     np_dt: Any = np.float64 if dtype == "float64" else np.float32
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((8, 32)).astype(np_dt)
-    b = rng.standard_normal((32, 2 * w)).astype(np_dt)
-    bufs = [dev.alloc(x.nbytes) for x in (a, b, np.empty((8, 2 * w), np_dt))]
-    dev.write(bufs[0], a, blocking=True)
-    dev.write(bufs[1], b, blocking=True)
-    gemm_cpu(dev, bufs[2], 0, 2 * w, bufs[0], 0, 32, bufs[1], 0, 2 * w, 8, 2 * w, 32,
-             dtype=dtype)
-    c = np.empty((8, 2 * w), np_dt)
-    dev.read(c, bufs[2])
-    return bool(np.allclose(c, a @ b, rtol=1e-4, atol=1e-4))
+    # (8 rows: the kernel on A in place; past CPU_PACK_ROWS, a row count no tile divides, and
+    # CPU_PA_MIN_K deep: the packed kernels)
+    for m, k in ((8, 32), (CPU_PACK_ROWS + 7, CPU_PA_MIN_K)):
+        a = rng.standard_normal((m, k)).astype(np_dt)
+        b = rng.standard_normal((k, 2 * w)).astype(np_dt)
+        bufs = [dev.alloc(x.nbytes) for x in (a, b, np.empty((m, 2 * w), np_dt))]
+        dev.write(bufs[0], a, blocking=True)
+        dev.write(bufs[1], b, blocking=True)
+        gemm_cpu(dev, bufs[2], 0, 2 * w, bufs[0], 0, k, bufs[1], 0, 2 * w, m, 2 * w, k,
+                 dtype=dtype)
+        c = np.empty((m, 2 * w), np_dt)
+        dev.read(c, bufs[2])
+        if not np.allclose(c, a @ b, rtol=1e-4, atol=1e-4):
+            return False
+    return True
 
 
 def _row_tile(dev: CLDevice, m: int) -> int:
@@ -660,16 +666,59 @@ def gemm_cpu(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: i
         # panels read 8 KB apart, their rows on the same cache sets)
         pb = dev.alloc(batch * k * n * (8 if dt else 4))
         dev.launch(eager_kernel(dev, "gemm_cpu", "pack_b", [None, None, _I32, _I32, _I64, _I32],
-                                DT=dt), (n // w, k, batch), None,
+                                DT=dt), (n // w, -(-k // 16), batch), None,
                    [pb, b, i32(b_off), i32(ldb), i64(sb), i32(k)], reads=[b], writes=[pb],
                    name="gemm_cpu.pack_b")
         b, b_off, ldb, sb = pb, 0, w, k * n
+        if packs_a(dev, dtype, m, k):
+            return _gemm_packed_a(dev, c, c_off, ldc, strides[0], a, a_off, lda, strides[1],
+                                  b, sb, m, n, k, batch, a_trans)
     knl = eager_kernel(dev, "gemm_cpu", "gemm_cpu", GEMM_ARG_TYPES[:-3] + [_I32], RM=rm, DT=dt,
                        PACKED=int(packed), A_T=int(a_trans))
     args: list[Any] = [c, i32(c_off), i32(ldc), i64(strides[0]), a, i32(a_off), i32(lda),
                        i64(strides[1]), b, i32(b_off), i32(ldb), i64(sb), i32(k)]
     return dev.launch(knl, (m // rm, n // w, batch), (1, 1, 1), args, reads=[a, b],
                       writes=[c], name="gemm_cpu")
+
+
+# rows of C a work-item of gemm_cpu_pa keeps (two float8 halves of 16 columns a row: 12 of an
+# AVX2 core's 16 registers at 6)
+CPU_PA_ROWS = 6
+# and the depth (k) it takes from: A is read once more to pack it, and a shallower tile is too
+# little work for a work-group's fixed cost (PERF, Intel's runtime: 8192x64x64 1.7-2.9 ms
+# packed against 2.1 in place)
+CPU_PA_MIN_K = 256
+
+
+def packs_a(dev: CLDevice, dtype: str, m: int, k: int) -> bool:
+    """Whether ``gemm_cpu`` takes ``gemm_cpu_pa`` (A packed in tiles of ``CPU_PA_ROWS``, any
+    row count) for these rows: float32 on a CPU of 8-wide vectors, B packed too (m from
+    ``CPU_PACK_ROWS``), k from ``CPU_PA_MIN_K``."""
+    return (dtype == "float32" and narrow_cpu(dev) and m >= CPU_PACK_ROWS
+            and k >= CPU_PA_MIN_K)
+
+
+def _gemm_packed_a(dev: CLDevice, c: Buffer, c_off: int, ldc: int, sc: int, a: Buffer,
+                   a_off: int, lda: int, sa: int, pb: Buffer, sb: int, m: int, n: int, k: int,
+                   batch: int, a_trans: bool) -> Event:
+    """float32 ``gemm_cpu`` on a CPU of 8-wide vectors (``launch.narrow_cpu``) with B packed
+    (``pb``): A's rows packed in tiles of ``CPU_PA_ROWS`` (the last one padded with zeros),
+    then ``gemm_cpu_pa``."""
+    i32, i64 = np.int32, np.int64
+    rm = CPU_PA_ROWS
+    tiles = -(-m // rm)
+    pa = dev.alloc(batch * tiles * rm * k * 4)
+    dev.launch(eager_kernel(dev, "gemm_cpu", "pack_a",
+                            [None, None, _I32, _I32, _I64, _I32, _I32], RM=rm, A_T=int(a_trans)),
+               (-(-k // 16), tiles, batch), None,
+               [pa, a, i32(a_off), i32(lda), i64(sa), i32(m), i32(k)], reads=[a], writes=[pa],
+               name="gemm_cpu.pack_a")
+    knl = eager_kernel(dev, "gemm_cpu", "gemm_cpu_pa",
+                       [None, _I32, _I32, _I64, None, _I64, None, _I64, _I32, _I32], RM=rm)
+    return dev.launch(knl, (tiles, n // 16, batch), (1, 1, 1),
+                      [c, i32(c_off), i32(ldc), i64(sc), pa, i64(tiles * rm * k), pb, i64(sb),
+                       i32(m), i32(k)], reads=[pa, pb], writes=[c],
+                      name="gemm_cpu")
 
 
 def pad_columns(dev: CLDevice, b: Buffer, b_off: int, k: int, n: int, batch: int,
@@ -726,8 +775,9 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
         out = empty((*x1.shape[:-2], m, wide), dtype, dev)
         strides = (m * wide, m * k, k * wide)
         # rows in tiles of 8 (gemm_cpu's widest), the rest in a launch of their own (m = 257
-        # would otherwise take one row a work-item throughout)
-        for r0, rows in ((0, m - m % 8), (m - m % 8, m % 8)) if m > 8 else ((0, m),):
+        # would otherwise take one row a work-item throughout); packed A tiles take any rows
+        whole = m <= 8 or packs_a(dev, dtype.name, m, k)
+        for r0, rows in ((0, m),) if whole else ((0, m - m % 8), (m - m % 8, m % 8)):
             if rows:
                 gemm_cpu(dev, out.buffer, out.offset + r0 * wide, wide, a.buffer,
                          a.offset + r0 * a_row, lda, b_buf, b_off, wide, rows, wide, k, batch,

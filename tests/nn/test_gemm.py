@@ -226,13 +226,14 @@ def _names(fn):
 @pytest.mark.parametrize("m,n,k,batch", [(64, 64, 64, 1), (100, 48, 300, 1), (7, 96, 513, 2),
                                          (258, 32, 1, 1), (33, 16, 4096, 3), (40, 24, 600, 1),
                                          (96, 48, 70, 2), (257, 130, 1000, 1), (9, 70, 500, 2),
-                                         (300, 300, 300, 1)])
+                                         (300, 300, 300, 1), (70, 32, 260, 2)])
 def test_gemm_cpu_shapes(device, m, n, k, batch, dtype):
     # every row tile (8, 4, 2, 1), k of one to thousands, batches; strided and offset operands
     # (made contiguous first); n a multiple of 8 but not 16 (float64 only); B packed into
     # column panels (m >= CPU_PACK_ROWS), batched too; row-tile groups past the last tile;
     # n of no multiple, B padded with zero columns (from CPU_PAD_MIN widths); rows past the
-    # last tile of 8 in a launch of their own
+    # last tile of 8 in a launch of their own; on CPUs of 8-wide vectors, float32 from
+    # CPU_PA_MIN_K deep: A packed in tiles of 6 (the last one padded), batched too
     if dtype == "float64" and not device.caps.fp64:
         pytest.skip("no float64 on this device")
     a = RNG.standard_normal((batch, m + 3, k + 2)).astype(dtype)
@@ -254,7 +255,9 @@ def test_gemm_cpu_shapes(device, m, n, k, batch, dtype):
     assert ("gemm_cpu" in names) == taken
     if device.kind == "cpu":
         assert taken == (m * wide * k >= gemm.CPU_MIN_MACS and pads)
-        assert names.count("gemm_cpu") == (1 + (m > 8 and m % 8 != 0)) * taken
+        packed = gemm.packs_a(device, dtype, m, k)
+        assert names.count("gemm_cpu") == (1 + (m > 8 and m % 8 != 0 and not packed)) * taken
+        assert ("gemm_cpu.pack_a" in names) == (packed and taken)
 
 
 @pytest.mark.parametrize("shape", [(500, 70), (2, 300, 48), (1000, 64)])
@@ -272,14 +275,17 @@ def test_gemm_cpu_reads_a_transposed_view_in_place(device, shape):
         m = shape[-1]
         assert "gemm_cpu" in names
         # nothing but gemm_cpu's own launches: no copy of x.T
-        assert set(names) <= {"gemm_cpu", "gemm_cpu.pack_b", "gemm_cpu.pad_cols"}, names
-        assert names.count("gemm_cpu") == 1 + (m % 8 != 0)
+        assert set(names) <= {"gemm_cpu", "gemm_cpu.pack_b", "gemm_cpu.pack_a",
+                              "gemm_cpu.pad_cols"}, names
+        packed = gemm.packs_a(device, "float32", m, k)
+        assert names.count("gemm_cpu") == 1 + (m % 8 != 0 and not packed)
+        assert ("gemm_cpu.pack_a" in names) == packed
 
 
-def test_gemm_cpu_special_values(device):
+@pytest.mark.parametrize("m,n,k", [(64, 64, 64), (70, 64, 300)])  # (A in place; packed)
+def test_gemm_cpu_special_values(device, m, n, k):
     if device.kind != "cpu":
         pytest.skip("gemm_cpu runs on CPUs")
-    m, n, k = 64, 64, 64
     a = RNG.standard_normal((m, k)).astype(np.float32)
     b = RNG.standard_normal((k, n)).astype(np.float32)
     a[3, 5], a[7, :] = np.inf, np.nan
