@@ -11,6 +11,12 @@ int8 path (``--qx``: LSIZE, NCOL, CPT, UNR, CB, PIPE of ``matmul.qx_geometry``):
 
     python bench/bench_kernels.py --device gpu --only gemv --gemv-kinds Q8_0,Q4_0 \
         --gemv-shapes 6144x4096,4096x4096,28672x4096,4096x14336 --qx "64,16,1,4,1,1;..."
+
+What a large model's prompt and batched steps pay (``--only dequant,rows``): the conversion of
+a quantized weight to float16 rows for a prompt chunk's tensor-core product, where its float16
+copy is not kept, and the batched engine's row-invariant product of 1-64 rows:
+
+    python bench/bench_kernels.py --device gpu --only dequant,rows --gemv-kinds Q8_0,Q4_0
 """
 
 from __future__ import annotations
@@ -182,6 +188,38 @@ def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, b2b_ceiling: floa
     return row
 
 
+def bench_dequant(dev, n: int, k: int, kind: str, ceiling: float, repeat: int) -> dict:
+    """``matmul.dequant_half`` of an n x k weight: what a prompt chunk pays for each matrix
+    whose float16 copy is not kept (``model.HALF_COPIES_FRACTION``); bytes read and written
+    beside the copy bandwidth."""
+    w = _weight(dev, kind, n, k)
+    if w.layout != "rows":  # (CPUs' layouts: their prompts take no tensor-core product)
+        return {"kernel": f"dequant_half {kind} {n}x{k}", "ms": float("nan"),
+                "of_copy": float("nan"), "error": f"weights in the {w.layout} layout here"}
+    out = dev.alloc(n * k * 2)
+    ln = matmul.dequant_half(dev, out, w)
+    ms, wall = device_ms(dev, lambda: ln.run(dev), repeat)
+    nbytes = w.nbytes + 2 * n * k
+    return {"kernel": f"dequant_half {kind} {n}x{k}", "ms": ms, "wall_ms": wall,
+            "gbps": nbytes / ms / 1e6, "of_copy": nbytes / ms / 1e6 / ceiling}
+
+
+def bench_rows(dev, n: int, k: int, kind: str, m: int, ceiling: float, repeat: int) -> dict:
+    """The batched engine's product of ``m`` rows (``matmul.matmul`` with ``row_invariant``, as
+    ``step.StepBuilder._matmul`` launches it): weight bytes a call beside the copy bandwidth,
+    and TFLOP/s."""
+    w = _weight(dev, kind, n, k)
+    rng = np.random.default_rng(2)
+    x = clops.asarray(rng.standard_normal((m, k)).astype(np.float32), device=dev).realize()
+    y = clops.empty((m, n), dtype=clops.float32, device=dev).realize()
+    ln = matmul.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, w, m,
+                       row_invariant=True)
+    ms, wall = device_ms(dev, lambda: ln.run(dev), repeat)
+    return {"kernel": f"rows {kind} {n}x{k} m{m}", "ms": ms, "wall_ms": wall,
+            "gbps": w.nbytes / ms / 1e6, "of_copy": w.nbytes / ms / 1e6 / ceiling,
+            "tflops": 2 * m * n * k / ms / 1e9, "global_size": list(ln.global_size)}
+
+
 def bench_attention(dev, torch, repeat: int, ceiling: float) -> list[dict]:
     rows = []
     h, kv, d = 32, 8, 64
@@ -329,6 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--qx", default="", metavar="LS,NCOL,CPT,UNR,CB,PIPE;...",
                     help="also time the quantized GEMV rows with each of these geometries of "
                     "the int8 decode path (matmul.qx_geometry; GPUs where it runs)")
+    ap.add_argument("--shapes", default=None, metavar="NxK,...",
+                    help="the dequant and rows groups' weights (default: a 70B body's "
+                    "28672x8192,8192x8192 on GPUs)")
+    ap.add_argument("--rows-m", default="1,2,16,64",
+                    help="the rows group's batch rows (default: %(default)s)")
     a = ap.parse_args(argv)
     dev = clops.device(a.device)
     gpu = dev.kind != "cpu"
@@ -370,6 +413,23 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
                     print(row.get("kernel"), row.get("b2b_of_copy", row.get("error")),
                           flush=True)
+    shapes8 = [(int(n), int(k)) for n, k in
+               (v.lower().split("x") for v in a.shapes.split(","))] if a.shapes else \
+        ([(28672, 8192), (8192, 8192)] if gpu else [(1536, 576), (2048, 2048)])
+    if "dequant" in only:
+        for kind in a.gemv_kinds.split(","):
+            if kind in ("Q8_0", "Q4_0", "Q4_1"):
+                for n, k in shapes8:
+                    rows.append(bench_dequant(dev, n, k, kind, ceil["gbps"], a.repeat))
+                    print(rows[-1]["kernel"], f"{rows[-1]['of_copy']:.2f} of copy", flush=True)
+    if "rows" in only:
+        for kind in a.gemv_kinds.split(","):
+            if kind in ("Q8_0", "Q4_0", "Q4_1"):
+                for n, k in shapes8:
+                    for m in (int(v) for v in a.rows_m.split(",")):
+                        rows.append(bench_rows(dev, n, k, kind, m, ceil["gbps"], a.repeat))
+                        print(rows[-1]["kernel"], f"{rows[-1]['of_copy']:.2f} of copy",
+                              f"{rows[-1]['tflops']:.1f} TFLOP/s", flush=True)
     if "attention" in only:
         rows += bench_attention(dev, torch, a.repeat, ceil["gbps"])
     if "gemm_any" in only:
