@@ -17,6 +17,7 @@ from clops.runtime import BUILD_STATS, BuildError, CLDevice
 from clops.runtime.program import ProgramCache, error_lines, excerpt
 
 device_module = importlib.import_module("clops.runtime.device")
+program_module = importlib.import_module("clops.runtime.program")
 
 
 def _unique_source() -> str:
@@ -215,3 +216,54 @@ def test_release_kernel_takes_only_unshared_objects(device: CLDevice) -> None:
     shared = device.kernel(launch.source("norm"), "rmsnorm", ("-DLSIZE=1",))
     program.release_kernel(shared, [])
     assert program.new_kernel(prog, "rmsnorm") is not shared
+
+
+def _second_of_two(device: CLDevice) -> CLDevice:
+    """The second of two sub-devices of ``device`` in one context (a split model's later GPU
+    stands in for it on CPUs)."""
+    from clops import FissionError
+
+    try:
+        subs = device.create_sub_devices(2)
+    except FissionError as e:
+        pytest.skip(f"{device.name} does not split into sub-devices ({e})")
+    assert subs[0].shares_context(subs[1])
+    return subs[1]
+
+
+def test_disk_cache_stores_the_devices_own_binary(device: CLDevice, tmp_path) -> None:
+    # A program built from source in a context of two devices, for the second alone: the
+    # cache keeps the second device's binary (the context's first entry is empty), and a new
+    # process loads it from disk rather than compiling again.
+    second = _second_of_two(device)
+    folder = str(tmp_path / "programs")
+    src = _unique_source()
+    built = ProgramCache(second, folder).build(src)
+    assert program_module.device_binary(built, second.cl_device)
+    before = Counter(BUILD_STATS)
+    again = ProgramCache(second, folder).build(src)
+    assert _stats_delta(before) == {"builds": 0, "disk_hits": 1, "memory_hits": 0}
+    _runs(second, again, src)
+
+
+def test_new_kernel_where_a_driver_refuses_kernel_names(device: CLDevice,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # NVIDIA's driver answers INVALID_PROGRAM_EXECUTABLE to the kernel names of a program
+    # built for a context's later device, whose kernels run: the kernel is made unchecked
+    src = _unique_source()
+    prog = ProgramCache(device, None).build(src)
+
+    class Refusing:
+        int_ptr = prog.int_ptr
+
+        def get_info(self, what):
+            raise cl.LogicError("clGetProgramInfo", cl.status_code.INVALID_PROGRAM_EXECUTABLE,
+                                "refused")
+
+    made = []
+    monkeypatch.setattr(cl, "Kernel", lambda p, name: made.append((p, name)) or name)
+    assert program_module.new_kernel(Refusing(), "any_name") == "any_name"  # type: ignore
+    assert made and made[0][1] == "any_name"
+    monkeypatch.undo()
+    with pytest.raises(LookupError, match="no kernel 'missing'"):
+        program_module.new_kernel(prog, "missing")  # names checked where the driver gives them
