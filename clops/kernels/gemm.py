@@ -656,7 +656,6 @@ def gemm_cpu(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: i
     w = CPU_COLS[dtype]
     if n % w:
         raise ValueError(f"gemm_cpu: n = {n} is not a multiple of {w} ({dtype})")
-    rm = _row_tile(dev, m)
     dt = int(dtype == "float64")
     i32, i64 = np.int32, np.int64
     sb = strides[2]
@@ -673,6 +672,7 @@ def gemm_cpu(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: i
         if packs_a(dev, dtype, m, k):
             return _gemm_packed_a(dev, c, c_off, ldc, strides[0], a, a_off, lda, strides[1],
                                   b, sb, m, n, k, batch, a_trans)
+    rm = _row_tile(dev, m)
     knl = eager_kernel(dev, "gemm_cpu", "gemm_cpu", GEMM_ARG_TYPES[:-3] + [_I32], RM=rm, DT=dt,
                        PACKED=int(packed), A_T=int(a_trans))
     args: list[Any] = [c, i32(c_off), i32(ldc), i64(strides[0]), a, i32(a_off), i32(lda),

@@ -398,7 +398,7 @@ class ProgramCache:
         except cl.Error:
             return
         if built and len(built) < cachefiles.MAX_FILE_BYTES - (64 << 10):
-            cachefiles.write_file(path, cachefiles.pack_entry(meta, bytes(built)))
+            cachefiles.write_file(path, cachefiles.pack_entry(meta, built))
 
     def clear(self) -> None:
         self._mem.clear()
