@@ -76,6 +76,9 @@
 #ifndef DP4A
 #define DP4A 0
 #endif
+#ifndef QROWS
+#define QROWS 0
+#endif
 #ifndef UNR
 #define UNR 2
 #endif
@@ -87,6 +90,9 @@
 #endif
 #if QX && !(CHUNKED && TM == 1 && WFMT >= 3 && ROWS == 1)
 #error "QX needs CHUNKED, TM 1, ROWS 1 and q4/q8 weights"
+#endif
+#if QROWS && !(CHUNKED && WFMT >= 3 && !QX && !QMIN)
+#error "QROWS needs CHUNKED and q4/q8 weights (no mins), not QX"
 #endif
 #include "clops/formats.cl"  // QGROUP, QMIN; W_T, SCALE_T, LOAD_SCALE
 #if QMIN && (QX || WFMT != 4)
@@ -206,8 +212,8 @@ inline float4 silu4(float4 v) { return v / (1.0f + exp(-v)); }
 #define X8(p, i) ((float8)(XC4(p, 2 * (i)), XC4(p, 2 * (i) + 1)))
 #define X16(p, i) ((float16)(X8(p, 2 * (i)), X8(p, 2 * (i) + 1)))
 
-#if QX
-#define DOT4_PTX DP4A  // dot4, for QX's int8 products: dp4a where DP4A
+#if QX || QROWS
+#define DOT4_PTX DP4A  // dot4, for the int8 products: dp4a where DP4A
 #endif
 #include "clops/vec.cl"  // hsum4, hsum8, hsum16 (QX: dot4)
 
@@ -395,8 +401,8 @@ inline void matmul_column(__global float *y, int y_off, int ldy,
     finish(r, y, y_off, ldy, bias, M, N, K, n, m0, lid, red, eps);
 }
 
-#if QX
-// ---- int8 activations (one decode row) ----
+#if QX || QROWS
+// ---- int8 activations (QX: one decode row; QROWS: rows quantized beforehand) ----
 #define NB (QK / 32)  // 32-value blocks of x
 // Local int8 x, 16 values per uint4: q4 chunks (one block) meet half 0 (values 0..15, the low
 // nibbles) and half 1 (values 16..31, the high nibbles) of their block, kept in two planes so
@@ -408,6 +414,24 @@ inline void matmul_column(__global float *y, int y_off, int ldy,
 #define XQI(b, h) (2 * (b) + (h))
 #endif
 
+// The 16-byte chunk c of row n of W (wq) and its scales (ws: q4 (scale, min); q8 scale).
+#if WFMT == 3
+#define WS_T float2
+#if SCALE_HALF
+#define LOAD_WS(n, c) vload_half2((size_t)(n) * NB + (c), S)
+#else
+#define LOAD_WS(n, c) vload2((size_t)(n) * NB + (c), S)
+#endif
+#else
+#define WS_T float
+#define LOAD_WS(n, c) LOAD_SCALE(S, ((size_t)(n) * QK + (c) * 16) / QGROUP)
+#endif
+#define LOAD_WQ(n, c) (*((__global const uint4 *)W + (size_t)(n) * (QK / VPC) + (c)))
+
+#define NCH (QK / VPC)                                 // chunks per row
+#endif
+
+#if QX
 // The work-group quantizes x (after XMODE) into xq, xs: per block of 32 values
 // q = round(v * 127 / amax), (dx, dx * sum q) with dx = amax / 127 (so v ~ q * dx). Returns this
 // work-item's part of the sum of squares of the raw x (XMODE 1).
@@ -495,21 +519,6 @@ inline float quantize_x(__global const float *xr, __global const float *nw, int 
 }
 #endif
 
-// The 16-byte chunk c of row n of W (wq) and its scales (ws: q4 (scale, min); q8 scale).
-#if WFMT == 3
-#define WS_T float2
-#if SCALE_HALF
-#define LOAD_WS(n, c) vload_half2((size_t)(n) * NB + (c), S)
-#else
-#define LOAD_WS(n, c) vload2((size_t)(n) * NB + (c), S)
-#endif
-#else
-#define WS_T float
-#define LOAD_WS(n, c) LOAD_SCALE(S, ((size_t)(n) * QK + (c) * 16) / QGROUP)
-#endif
-#define LOAD_WQ(n, c) (*((__global const uint4 *)W + (size_t)(n) * (QK / VPC) + (c)))
-
-#define NCH (QK / VPC)                                 // chunks per row
 #define STEPS ((NCH + LSIZE * UNR - 1) / (LSIZE * UNR))  // per column block
 // Load step t (of the team's CB * STEPS) of work-item lid: UNR chunks of CPT columns.
 inline void load_step(int t, int lid, int n_first, int N, __global const W_T *W,
@@ -679,12 +688,182 @@ __kernel void embedding(__global float *out, __global const int *tokens,
 }
 
 // W dequantized to float16 rows [N][K] (any WFMT): the B operand of gemm.cl's gemm_nt_mma for a
-// prompt's rows. Work geometry: global (K / 32, N).
+// prompt's rows. A work-item converts 8 consecutive values of a row: consecutive work-items read
+// consecutive 8-byte (int8), 8-byte (4-bit: one half of a group's nibbles) or 16/32-byte
+// (float) runs and write consecutive 16-byte runs of float16, each with one store. The values
+// are load_group's, computed as it computes them. Work geometry: global (K / 8, N).
+#if QMIN
+inline float8 qmin8(float8 q, float d, float mn) {
+#pragma OPENCL FP_CONTRACT OFF
+    return q * d + mn;
+}
+#endif
 __kernel void dequant_half(__global half *out, __global const W_T *W, __global const SCALE_T *S,
                            int K) {
-    const int g = get_global_id(0), n = get_global_id(1);
-    float4 w[8];
-    load_group(W, S, K, n, g, w);
-    __global half *o = out + (size_t)n * K + g * 32;
-    for (int j = 0; j < 8; ++j) vstore_half4(w[j], j, o);
+    const int c = get_global_id(0), n = get_global_id(1);
+    const size_t base = (size_t)n * K + 8 * c;  // the first of the 8 values
+#if WFMT == 0
+    float8 v = vload8(0, W + base);
+#elif WFMT == 1
+    ((__global uint4 *)out)[base / 8] = ((__global const uint4 *)W)[base / 8];
+    return;
+#elif WFMT == 2
+    float8 v = as_float8(convert_uint8(vload8(0, W + base)) << 16);
+#elif WFMT == 3
+    const size_t gi = base / 32;  // the group; c % 4: which 8 bytes and which nibbles
+    uchar8 q = as_uchar8(((__global const uint2 *)W)[2 * gi + (c & 1)]);
+    q = (c & 2) ? q >> (uchar8)4 : q & (uchar8)15;
+    float8 v = convert_float8(q) * LOAD_SCALE(S, 2 * gi) + LOAD_SCALE(S, 2 * gi + 1);
+#else
+    float8 v = convert_float8(as_char8(((__global const uint2 *)W)[base / 8]));
+#if QMIN
+    v = qmin8(v, LOAD_SCALE(S, 2 * (base / QGROUP)), LOAD_SCALE(S, 2 * (base / QGROUP) + 1));
+#else
+    v *= LOAD_SCALE(S, base / QGROUP);
+#endif
+#endif
+#if WFMT != 1
+    ushort8 h;
+    vstore_half8(v, 0, (__private half *)&h);
+    ((__global ushort8 *)out)[base / 8] = h;
+#endif
 }
+
+#if QROWS
+// ---- int8 rows: a batch's rows meet q4/q8 weights as int8 (the batched engine) ----
+// quantize_rows puts x's rows (after XMODE: 1 x * nw, and the rows' sums of squares in ss;
+// 2 silu(gate) * up) into xq, xs as QX's prologue does (per block of 32 values q = round(v * 127
+// / amax), (dx, dx * sum q), the same numbers), each row in its own place; matmul_qrows then
+// reads each weight chunk once for TM rows. A row's sums are added in one order whatever M and
+// its place in the batch: TM, LSIZE and the chunk order are the kernel's, not the batch's.
+// quantize_rows: global (QR_LOCAL, M), local (QR_LOCAL, 1), a work-group a row.
+#define QR_LOCAL 128
+__kernel __attribute__((reqd_work_group_size(QR_LOCAL, 1, 1)))
+void quantize_rows(__global const float *x, int x_off, int ldx, int M,
+                   __global const float *nw, __global uint4 *xq, __global float2 *xs,
+                   __global float *ss) {
+    __local float red[QR_LOCAL];
+    const int m = get_global_id(1), t = get_local_id(0);
+    __global const float *xr = x + x_off + (size_t)m * ldx;
+    __global uint4 *q_row = xq + (size_t)m * (QK / 16);
+    float ssq = 0.0f;
+    for (int b = t; b < NB; b += QR_LOCAL) {
+        float4 v[8];
+        float4 amax4 = (float4)(0.0f);
+        for (int j = 0; j < 8; ++j) {
+            const float4 raw = vload4(b * 8 + j, xr);
+#if XMODE == 1
+            ssq += dot(raw, raw);
+            v[j] = raw * vload4(b * 8 + j, nw);
+#elif XMODE == 2
+            v[j] = raw / (1.0f + exp(-raw)) * vload4(b * 8 + j, xr + QK);
+#else
+            v[j] = raw;
+#endif
+            amax4 = fmax(amax4, fabs(v[j]));
+        }
+        const float amax = fmax(fmax(amax4.x, amax4.y), fmax(amax4.z, amax4.w));
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int4 sq = (int4)(0);
+        uint u[8];
+        for (int j = 0; j < 8; ++j) {
+            const int4 q = convert_int4_sat_rte(v[j] * inv);
+            sq += q;
+            u[j] = as_uint(convert_char4_sat(q));
+        }
+        q_row[XQI(b, 0)] = (uint4)(u[0], u[1], u[2], u[3]);
+        q_row[XQI(b, 1)] = (uint4)(u[4], u[5], u[6], u[7]);
+        const float dx = amax / 127.0f;
+        xs[(size_t)m * NB + b] = (float2)(dx, dx * (float)((sq.x + sq.y) + (sq.z + sq.w)));
+    }
+#if XMODE == 1
+    red[t] = ssq;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = QR_LOCAL / 2; h > 0; h >>= 1) {
+        if (t < h) red[t] += red[t + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (t == 0) ss[m] = red[0];
+#endif
+}
+
+// y[m, n] (+)= the int8 rows . W[n, :] (+ bias[n]); XMODE 1: times the row's 1/rms.
+// Work geometry: global (ceil(N / (NCOL * CPT)) * NCOL * LSIZE, ceil(M / TM)), local
+// (NCOL * LSIZE, 1). The arguments keep matmul's places for M (9), N and K.
+__kernel __attribute__((reqd_work_group_size(LSIZE * NCOL, 1, 1)))
+void matmul_qrows(__global float *y, int y_off, int ldy, __global const uint4 *xq,
+                  __global const float2 *xs, __global const float *ss,
+                  __global const W_T *W, __global const SCALE_T *S,
+                  __global const float *bias, int M, int N, int K, float eps) {
+    __local float red[RN2 * LSIZE * NCOL];
+    __local float *team = red + (get_local_id(0) / LSIZE) * RN2 * LSIZE;
+    const int lid = get_local_id(0) % LSIZE;
+    const int n = (get_group_id(0) * NCOL + get_local_id(0) / LSIZE) * CPT;
+    const int m0 = get_global_id(1) * TM;
+    // rows past M compute row M - 1 and store nothing; columns past N column N - 1
+    int mi[TM], nn[CPT];
+    for (int i = 0; i < TM; ++i) mi[i] = min(m0 + i, M - 1);
+    for (int j = 0; j < CPT; ++j) nn[j] = min(n + j, N - 1);
+    float r[RN2];
+    for (int i = 0; i < RN; ++i) r[i] = 0.0f;
+    for (int c0 = lid; c0 < NCH; c0 += LSIZE * UNR) {
+        uint4 wq[UNR][CPT];
+        WS_T ws[UNR][CPT];
+#pragma unroll
+        for (int u = 0; u < UNR; ++u) {
+            const int c = c0 + u * LSIZE;
+            if (c < NCH)
+#pragma unroll
+                for (int j = 0; j < CPT; ++j) {
+                    wq[u][j] = LOAD_WQ(nn[j], c);
+                    ws[u][j] = LOAD_WS(nn[j], c);
+                }
+        }
+#pragma unroll
+        for (int u = 0; u < UNR; ++u) {
+            const int c = c0 + u * LSIZE;
+            if (c >= NCH) break;
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+                __global const uint4 *xr = xq + (size_t)mi[i] * (QK / 16);
+#if WFMT == 3
+                const uint4 xl = xr[XQI(c, 0)], xh = xr[XQI(c, 1)];
+                const float2 xd = xs[(size_t)mi[i] * NB + c];
+#pragma unroll
+                for (int j = 0; j < CPT; ++j) {
+                    const uint4 q = wq[u][j];
+                    const uint mk = 0x0F0F0F0Fu;
+                    int s = dot4(q.x & mk, xl.x, 0);
+                    s = dot4(q.y & mk, xl.y, s);
+                    s = dot4(q.z & mk, xl.z, s);
+                    s = dot4(q.w & mk, xl.w, s);
+                    s = dot4((q.x >> 4) & mk, xh.x, s);
+                    s = dot4((q.y >> 4) & mk, xh.y, s);
+                    s = dot4((q.z >> 4) & mk, xh.z, s);
+                    s = dot4((q.w >> 4) & mk, xh.w, s);
+                    r[i * CPT + j] = fma(ws[u][j].x * xd.x, (float)s,
+                                         fma(ws[u][j].y, xd.y, r[i * CPT + j]));
+                }
+#else
+                const uint4 xv = xr[c];
+                const float dx = xs[(size_t)mi[i] * NB + c / 2].x;
+#pragma unroll
+                for (int j = 0; j < CPT; ++j) {
+                    const uint4 q = wq[u][j];
+                    int s = dot4(q.x, xv.x, 0);
+                    s = dot4(q.y, xv.y, s);
+                    s = dot4(q.z, xv.z, s);
+                    s = dot4(q.w, xv.w, s);
+                    r[i * CPT + j] = fma(ws[u][j] * dx, (float)s, r[i * CPT + j]);
+                }
+#endif
+            }
+        }
+    }
+#if XMODE == 1
+    // the rows' sums of squares, whole, from the team's first work-item (finish adds the team)
+    for (int i = 0; i < TM; ++i) r[RN + i] = lid == 0 ? ss[mi[i]] : 0.0f;
+#endif
+    finish(r, y, y_off, ldy, bias, M, N, K, n, m0, lid, team, eps);
+}
+#endif

@@ -196,6 +196,82 @@ def qx_geometry(dev: CLDevice, n: int, k: int,
     return ls, ncol, 1, unr, cb, int(steps > 1)
 
 
+# Tuning hook for bench sweeps (None: the launcher's choice): (LSIZE, NCOL, CPT, TM, UNR) of
+# matmul_qrows
+QROWS_OVERRIDE: tuple[int, int, int, int, int] | None = None
+
+
+def int8_batch(dev: CLDevice, w: Weight) -> bool:
+    """Whether the batched engine's products of w meet the rows as int8 (``matmul_qrows``):
+    q4/q8 weights (no mins) in the row layout, on a GPU with NVIDIA's dp4a.
+
+    PERF (H200, a 70B body's products of 16 rows, Q8_0): the row-invariant float path
+    (``matmul`` with 4 rows a work-item, a weight made float for each tile of rows) ran at 7-8
+    TFLOP/s, ten times one row's time for 16 rows: the arithmetic, not the weights' bytes,
+    bounded it."""
+    return w.layout == "rows" and w.fmt in ("q4", "q8") and not w.defines.get("QMIN") and \
+        not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
+
+
+def qrows_geometry(dev: CLDevice, w: Weight) -> tuple[int, int, int, int, int]:
+    """(LSIZE, NCOL, CPT, TM, UNR) of ``matmul_qrows``: one for every row count (a row's sums
+    then add in one order whatever the batch)."""
+    if QROWS_OVERRIDE is not None:
+        return QROWS_OVERRIDE
+    return 32, 4, 2, 8, 2
+
+
+def qrows_scratch(dev: CLDevice, rows: int, k: int) -> tuple[Buffer, Buffer, Buffer]:
+    """The int8 rows ``matmul_qrows`` reads, for up to ``rows`` rows of up to k values: the
+    values (k bytes a row), their (dx, dx * sum q) per 32, and the rows' sums of squares."""
+    return dev.alloc(rows * k), dev.alloc(rows * (k // 32) * 8), dev.alloc(rows * 4)
+
+
+def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int,
+                 ldx: int, w: Weight, m: int, scratch: tuple[Buffer, Buffer, Buffer], *,
+                 bias: Buffer | None = None, accum: bool = False, name: str = "matmul",
+                 norm: tuple[Buffer, float] | None = None,
+                 glu: bool = False) -> list[Launch]:
+    """``matmul``'s product (``norm=``, ``glu=`` as there) for ``int8_batch`` weights as two
+    launches: the rows quantized to int8 (a scale per 32 values, as the decode row's int8 path
+    quantizes one) into ``scratch`` (``qrows_scratch``), then every weight chunk read once for
+    TM rows, int8 dot products. Both take the row count as argument 3 (quantize_rows) and 9
+    (matmul_qrows) and on axis 1 of their global size, so a plan resizes them."""
+    if not int8_batch(dev, w):
+        raise ValueError(f"matmul_qrows takes q4/q8 row-layout weights on an NVIDIA GPU, not "
+                         f"{w.fmt} ({w.layout})")
+    if norm is not None and glu:
+        raise ValueError("matmul: norm= and glu= do not go together")
+    xq, xs, ss = scratch
+    k = w.k
+    if xq.nbytes < m * k or xs.nbytes < m * (k // 32) * 8 or ss.nbytes < m * 4:
+        raise ValueError(f"matmul_qrows: the scratch holds fewer than {m} rows of {k} values")
+    ls, ncol, cpt, tm, unr = qrows_geometry(dev, w)
+    xmode = 1 if norm is not None else 2 if glu else 0
+    # (one program holds both kernels)
+    defines = dict(QROWS=1, QK=k, CHUNKED=1, XMODE=xmode, TM=tm, LSIZE=ls, NCOL=ncol, CPT=cpt,
+                   UNR=unr, USE_SHFL=int(use_shfl(dev, ls)), HAS_BIAS=int(bias is not None),
+                   ACCUM=int(accum), DP4A=int(dev.probe("nvidia_ptx")), **w.defines)
+    qk = kernel(dev, "matmul", "quantize_rows", **defines)
+    nw = norm[0] if norm is not None else ss
+    quant = Launch(qk, (QROWS_LOCAL, m), (QROWS_LOCAL, 1),
+                   [x, i32(x_off), i32(ldx), i32(m), nw, xq, xs, ss],
+                   [x] + ([norm[0]] if norm is not None else []), [xq, xs, ss],
+                   "quantize_rows." + name)
+    pk = kernel(dev, "matmul", "matmul_qrows", **defines)
+    cols = math.ceil(w.n / (ncol * cpt)) * ncol
+    prod = Launch(pk, (cols * ls, math.ceil(m / tm)), (ls * ncol, 1),
+                  [y, i32(y_off), i32(ldy), xq, xs, ss, w.data, w.scales,
+                   bias if bias is not None else w.scales, i32(m), i32(w.n), i32(k),
+                   f32(norm[1] if norm is not None else 0.0)],
+                  [xq, xs, ss, w.data, w.scales] + ([bias] if bias is not None else [])
+                  + ([y] if accum else []), [y], name)
+    return [quant, prod]
+
+
+QROWS_LOCAL = 128  # quantize_rows' work-group (matmul.cl QR_LOCAL)
+
+
 def fused_prologues(dev: CLDevice) -> bool:
     """Whether ``matmul`` takes ``norm=`` and ``glu=`` on this device (GPU kernels only)."""
     return not launch.is_cpu(dev)
@@ -495,7 +571,7 @@ def dequant_half(dev: CLDevice, out: Buffer, w: Weight) -> Launch:
     if w.layout != "rows":
         raise ValueError(f"dequant_half reads row-major weights, not {w.layout!r}")
     knl = kernel(dev, "matmul", "dequant_half", **w.defines)
-    return Launch(knl, (w.k // 32, w.n), None, [out, w.data, w.scales, i32(w.k)],
+    return Launch(knl, (w.k // 8, w.n), None, [out, w.data, w.scales, i32(w.k)],
                   [w.data, w.scales], [out], "dequant_half")
 
 

@@ -356,9 +356,10 @@ def _weight(dev, kind, n, k):
 KINDS = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"]
 
 
-@pytest.mark.parametrize("kind", KINDS + ["bf16"])
+@pytest.mark.parametrize("kind", KINDS + ["Q5_1", "Q5_0", "F32", "F16", "bf16"])
 def test_dequant_half(device, kind, n=24, k=512):
-    """The float16 copy of a weight that a prompt's tensor-core product reads."""
+    """The float16 copy of a weight that a prompt's tensor-core product reads (every format of
+    the row layout: (scale, min) pairs in Q5_1's, float16 copied as it is)."""
     dev = clops.device(device)
     w, ref = _weight(dev, kind, n, k)
     out = dev.alloc(n * k * 2)
