@@ -204,20 +204,29 @@ def bench_dequant(dev, n: int, k: int, kind: str, ceiling: float, repeat: int) -
             "gbps": nbytes / ms / 1e6, "of_copy": nbytes / ms / 1e6 / ceiling}
 
 
-def bench_rows(dev, n: int, k: int, kind: str, m: int, ceiling: float, repeat: int) -> dict:
-    """The batched engine's product of ``m`` rows (``matmul.matmul`` with ``row_invariant``, as
-    ``step.StepBuilder._matmul`` launches it): weight bytes a call beside the copy bandwidth,
-    and TFLOP/s."""
+def bench_rows(dev, n: int, k: int, kind: str, m: int, ceiling: float, repeat: int,
+               route: str = "float") -> dict:
+    """The batched engine's product of ``m`` rows: ``float``, ``matmul.matmul`` with
+    ``row_invariant`` (float rows); ``int8``, ``matmul.matmul_qrows`` (the rows quantized, then
+    int8 products; both launches timed), as ``step.StepBuilder._matmul`` launches them: weight
+    bytes a call beside the copy bandwidth, and TFLOP/s."""
     w = _weight(dev, kind, n, k)
     rng = np.random.default_rng(2)
     x = clops.asarray(rng.standard_normal((m, k)).astype(np.float32), device=dev).realize()
     y = clops.empty((m, n), dtype=clops.float32, device=dev).realize()
-    ln = matmul.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, w, m,
-                       row_invariant=True)
-    ms, wall = device_ms(dev, lambda: ln.run(dev), repeat)
-    return {"kernel": f"rows {kind} {n}x{k} m{m}", "ms": ms, "wall_ms": wall,
+    if route == "int8":
+        lns = matmul.matmul_qrows(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, w, m,
+                                  matmul.qrows_scratch(dev, m, k))
+    else:
+        lns = [matmul.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, w, m,
+                             row_invariant=True)]
+    ms, wall = device_ms(dev, lambda: [ln.run(dev) for ln in lns], repeat)
+    label = f"rows {kind} {n}x{k} m{m}" + (" int8" if route == "int8" else "")
+    if route == "int8":
+        label += " qrows " + ",".join(map(str, matmul.qrows_geometry(dev, w)))
+    return {"kernel": label, "ms": ms, "wall_ms": wall,
             "gbps": w.nbytes / ms / 1e6, "of_copy": w.nbytes / ms / 1e6 / ceiling,
-            "tflops": 2 * m * n * k / ms / 1e9, "global_size": list(ln.global_size)}
+            "tflops": 2 * m * n * k / ms / 1e9, "global_size": list(lns[-1].global_size)}
 
 
 def bench_attention(dev, torch, repeat: int, ceiling: float) -> list[dict]:
@@ -370,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", default=None, metavar="NxK,...",
                     help="the dequant and rows groups' weights (default: a 70B body's "
                     "28672x8192,8192x8192 on GPUs)")
+    ap.add_argument("--qrows", default="", metavar="LS,NCOL,CPT,TM,UNR;...",
+                    help="also time the rows group's int8 route with each of these geometries "
+                    "of matmul_qrows (GPUs where it runs)")
     ap.add_argument("--rows-m", default="1,2,16,64",
                     help="the rows group's batch rows (default: %(default)s)")
     a = ap.parse_args(argv)
@@ -427,9 +439,25 @@ def main(argv: list[str] | None = None) -> int:
             if kind in ("Q8_0", "Q4_0", "Q4_1"):
                 for n, k in shapes8:
                     for m in (int(v) for v in a.rows_m.split(",")):
-                        rows.append(bench_rows(dev, n, k, kind, m, ceil["gbps"], a.repeat))
-                        print(rows[-1]["kernel"], f"{rows[-1]['of_copy']:.2f} of copy",
-                              f"{rows[-1]['tflops']:.1f} TFLOP/s", flush=True)
+                        routes = ["float"]
+                        if matmul.int8_batch(dev, _weight(dev, kind, 32, k)):
+                            routes += [None] + [g for g in a.qrows.split(";") if g]
+                        for r in routes:
+                            matmul.QROWS_OVERRIDE = tuple(int(v) for v in r.split(",")) \
+                                if r not in ("float", None) else None  # type: ignore
+                            try:
+                                rows.append(bench_rows(dev, n, k, kind, m, ceil["gbps"],
+                                                       a.repeat, "float" if r == "float"
+                                                       else "int8"))
+                            except Exception as e:  # noqa: BLE001 - a geometry that fails
+                                rows.append({"kernel": f"rows {kind} {n}x{k} m{m} {r}",
+                                             "error": str(e)[:300]})
+                                print(rows[-1], flush=True)
+                                continue
+                            finally:
+                                matmul.QROWS_OVERRIDE = None
+                            print(rows[-1]["kernel"], f"{rows[-1]['of_copy']:.2f} of copy",
+                                  f"{rows[-1]['tflops']:.1f} TFLOP/s", flush=True)
     if "attention" in only:
         rows += bench_attention(dev, torch, a.repeat, ceil["gbps"])
     if "gemm_any" in only:

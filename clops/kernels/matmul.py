@@ -203,14 +203,15 @@ QROWS_OVERRIDE: tuple[int, int, int, int, int] | None = None
 
 def int8_batch(dev: CLDevice, w: Weight) -> bool:
     """Whether the batched engine's products of w meet the rows as int8 (``matmul_qrows``):
-    q4/q8 weights (no mins) in the row layout, on a GPU with NVIDIA's dp4a.
+    q4/q8 weights (no mins) in the row layout that may meet int8 rows (``w.int8``: the model's
+    ``int8_activations``), on a GPU with NVIDIA's dp4a.
 
     PERF (H200, a 70B body's products of 16 rows, Q8_0): the row-invariant float path
     (``matmul`` with 4 rows a work-item, a weight made float for each tile of rows) ran at 7-8
     TFLOP/s, ten times one row's time for 16 rows: the arithmetic, not the weights' bytes,
     bounded it."""
-    return w.layout == "rows" and w.fmt in ("q4", "q8") and not w.defines.get("QMIN") and \
-        not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
+    return w.int8 and w.layout == "rows" and w.fmt in ("q4", "q8") and \
+        not w.defines.get("QMIN") and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
 
 
 def qrows_geometry(dev: CLDevice, w: Weight) -> tuple[int, int, int, int, int]:

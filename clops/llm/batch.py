@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import LaunchPlan, paged
+from ..kernels import LaunchPlan, matmul, paged
 from ..kernels.paged import PagedRows
 from ..runtime import CLDevice
 from . import experts
@@ -252,11 +252,16 @@ class _EnginePart:
         self.kpool = [dev.alloc(pool) for _ in weights.layers]
         self.vpool = [dev.alloc(pool) for _ in weights.layers]
         moe = [ly.experts for ly in weights.layers if ly.experts is not None]
+        # the int8 rows of the step's products where its weights take them (GPUs: q4/q8), for
+        # its most rows of the longest k
+        mats = [w for ly in weights.layers for w in (ly.o, ly.down) if w is not None]
+        xq = matmul.qrows_scratch(dev, R, max(dim, F, H * D)) \
+            if any(matmul.int8_batch(dev, w) for w in mats) else None
         bufs = StepBuffers(x=self.x, xn=self.xn, t=self.t, qkv=self.qkv, q=self.q,
                            attn=self.attn, gu=self.gu, h=self.h, logits=self.logits,
                            ids=self.ids, ids_at=self.zero,
                            experts=experts.buffers(dev, cfg, moe, R) if moe else None,
-                           xl=self.xl, rstats=self.rstats, sel=self.sel)
+                           xl=self.xl, rstats=self.rstats, sel=self.sel, xq=xq)
         rows = PagedRows(self.table, e.maxb, self.rslot, self.rpos, e.block_size)
         cache = Paged(tuple(self.kpool), tuple(self.vpool), rows, e.context, self.split, part,
                       count)

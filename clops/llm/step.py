@@ -118,7 +118,8 @@ class StepBuffers:
     (argmax, max, log-sum-exp) and indices ``sel``. ``Model``'s sampler: the tokens seen
     ``seen`` (a repetition penalty's) and its scratch ``z``; its prompt products' float16
     rows ``xh``, converted weights ``wh`` and partial sums ``ph`` (``matmul.linear``'s
-    scratch)."""
+    scratch). ``BatchEngine``'s int8 rows on GPUs ``xq`` (``matmul.qrows_scratch``; None:
+    its products keep the matmul kernel)."""
 
     x: Buffer
     xn: Buffer
@@ -140,6 +141,7 @@ class StepBuffers:
     xh: Buffer | None = None
     wh: Buffer | None = None
     ph: Buffer | None = None
+    xq: tuple[Buffer, Buffer, Buffer] | None = None
 
 
 @dataclass(frozen=True)
@@ -258,8 +260,9 @@ class StepBuilder:
                                             head_dim=cfg.head_dim, neox=cfg.rope_neox,
                                             rot_dim=cfg.rotary), axis=1, logits=True)
             self._rmsnorm(step, b.xn, b.xl, w.out_norm, nl, logits=True)
-            step.add_resized(*self._matmul(b.logits, 0, V, b.xn, 0, dim, w.output, nl,
-                                           name="lm_head"), logits=True)
+            for ln, at in self._matmul(b.logits, 0, V, b.xn, 0, dim, w.output, nl,
+                                       name="lm_head"):
+                step.add_resized(ln, at, logits=True)
             if cfg.logit_scale != 1.0 or cfg.final_softcap:
                 step.add_rows(activation.scale_cap(dev, b.logits, nl * V, div=cfg.logit_scale,
                                                    cap=cfg.final_softcap),
@@ -549,8 +552,9 @@ class StepBuilder:
         if ly.ffn_norm is not None:
             self._rmsnorm(step, b.xn, b.x, ly.ffn_norm, m)
             xn = b.xn
-        step.add_resized(*self._matmul(b.experts.logits, 0, ex.n, xn, 0, cfg.dim, ex.router,
-                                       m, bias=ex.router_bias, name=f"router.{i}"))
+        for ln, at in self._matmul(b.experts.logits, 0, ex.n, xn, 0, cfg.dim, ex.router, m,
+                                   bias=ex.router_bias, name=f"router.{i}"):
+            step.add_resized(ln, at)
         # (a paged plan on GPUs serves every row count, so its tile is a batch's, also for one
         # row)
         rows = m if self.one or launch.is_cpu(self.dev) else max(m, 2)
@@ -712,32 +716,40 @@ class StepBuilder:
                 walk.step.add(ln)
             return
         assert src["x_off"] == 0 and not src.get("half_in")
-        walk.step.add_resized(*self._matmul(y, y_off, ldy, src["x"], 0, ldx, w, rows,
-                                            norm=src.get("norm"), **kw))
+        for ln, at in self._matmul(y, y_off, ldy, src["x"], 0, ldx, w, rows,
+                                   norm=src.get("norm"), **kw):
+            walk.step.add_resized(ln, at)
 
     def _matmul(self, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
                 w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
                 name: str = "matmul", norm: tuple[Buffer, float] | None = None,
-                glu: bool = False) -> tuple[Launch, Callable[[int], Resize]]:
-        """The matmul kernel with the geometry it takes for several rows, run on ``m`` rows,
-        so that a row's sums are added in the same order whatever the batch: on GPUs one
-        geometry for every batch; on CPUs (one work-item a column, no split of k) a row's
-        result does not depend on the rows a work-item takes (TM), which follows the batch
-        (one sequence: the count's own). Also returns how to resize the launch to another row
-        count."""
+                glu: bool = False) -> list[tuple[Launch, Callable[[int], Resize]]]:
+        """The launches of a product whose row's sums are added in the same order whatever the
+        batch, run on ``m`` rows, each with how to resize it to another row count: on GPUs the
+        int8 rows (``matmul.matmul_qrows``, q4/q8 weights where the buffers hold their
+        scratch) or the matmul kernel with one geometry for every batch; on CPUs (one
+        work-item a column, no split of k) the matmul kernel, whose row's result does not
+        depend on the rows a work-item takes (TM), which follows the batch (one sequence: the
+        count's own)."""
         dev = self.dev
+        kw: dict[str, Any] = dict(bias=bias, accum=accum, name=name, norm=norm, glu=glu)
+        if not self.one and self.b.xq is not None and matmul.int8_batch(dev, w):
+            quant, prod = matmul.matmul_qrows(dev, y, y_off, ldy, x, x_off, ldx, w, m,
+                                              self.b.xq, **kw)
+            gq, gp = quant.global_size, prod.global_size
+            tm = matmul.qrows_geometry(dev, w)[3]
+            return [(quant, lambda rows: ([(3, i32(rows))], (gq[0], rows))),
+                    (prod, lambda rows: ([(9, i32(rows))], (gp[0], -(-rows // tm))))]
         tm = self.tm(m) if not self.one else None
         if tm is not None and w.layout == "rb16":
             # float weights take fewer rows (and two blocks of columns) a work-item: a function
             # of tm, so the plan's key still holds it
             tm = matmul.rb_rows(tm, w.fmt, dev)
         if self.one:
-            ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias=bias, accum=accum,
-                               name=name, norm=norm, glu=glu, row_invariant=True)
-            return ln, lambda rows: ([], tuple(ln.global_size))
-        ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), bias=bias,
-                           accum=accum, name=name, norm=norm, glu=glu, tm=tm,
-                           row_invariant=True)
+            ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, row_invariant=True, **kw)
+            return [(ln, lambda rows: ([], tuple(ln.global_size)))]
+        ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), tm=tm,
+                           row_invariant=True, **kw)
         if tm is None:
             tm, _ = matmul.matmul_geometry(dev, 2, w.k, w.fmt)
         axis = 0 if w.layout == "rb16" else 1  # rb16: (row tiles, column blocks)
@@ -750,7 +762,7 @@ class StepBuilder:
 
         ((_, rows_arg),), ln.global_size = at(m)
         ln.args[9] = rows_arg
-        return ln, at
+        return [(ln, at)]
 
     def _rmsnorm(self, step: StepPlan, y: Buffer, x: Buffer, wn: Buffer, m: int,
                  logits: bool = False, off: int = 0) -> None:
