@@ -219,7 +219,11 @@ def qrows_geometry(dev: CLDevice, w: Weight) -> tuple[int, int, int, int, int]:
     then add in one order whatever the batch)."""
     if QROWS_OVERRIDE is not None:
         return QROWS_OVERRIDE
-    return 32, 4, 2, 8, 2
+    # PERF (H200, a 70B body's products of 16 and 64 rows, bench_kernels.py --qrows, against 6
+    # others): teams of a warp, 4 columns each, 2 teams a group, 8 rows a work-item, one chunk
+    # in flight. Q8_0 16 rows: 57344x8192 1.76 -> 0.43 ms, 8192x28672 1.00 -> 0.26 against the
+    # float rows; Q4_0 2.40 -> 0.28, 1.23 -> 0.19 (32,4,2,8,2: 0.62/0.59, 0.32/0.32)
+    return 32, 2, 4, 8, 1
 
 
 def qrows_scratch(dev: CLDevice, rows: int, k: int) -> tuple[Buffer, Buffer, Buffer]:

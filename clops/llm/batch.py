@@ -207,6 +207,7 @@ class _Seq:
 
 
 LONE = "lone"  # (the key of the lone decode row's plan: BatchEngine._plan)
+SINGLE = "single"  # (the single decode row's plan's)
 
 
 class _EnginePart:
@@ -381,13 +382,27 @@ class BatchEngine:
             if got is None:
                 got = self._plans[LONE] = self.builder.rows(1, 1, decode=True, lone=True)
             return got.plan
-        decode = decode and self.builder.fused_decode()
+        fused = decode and self.builder.fused_decode()
+        if self._single(n, nl, embed, decode):
+            # PERF (H200, Qwen3-0.6B body Q8_0, one stream): one row's products, a launch each,
+            # in place of the batched int8 rows' two
+            got = self._plans.get(SINGLE)
+            if got is None:
+                got = self._plans[SINGLE] = self.builder.rows(1, 1, decode=fused, single=True)
+            got.resize(1, 1, span)
+            return got.plan
+        decode = fused
         key = (self._tm(n), self._tm(nl) if nl else 0, embed, decode)
         got = self._plans.get(key)
         if got is None:
             got = self._plans[key] = self.builder.rows(n, nl, embed, decode)
         got.resize(n, nl, span)
         return got.plan
+
+    def _single(self, n: int, nl: int, embed: bool, decode: bool) -> bool:
+        """Whether a step takes the single decode row's plan (``StepBuilder.single_row``)."""
+        return (n == 1 and nl == 1 and decode and not embed and not self.row_invariant
+                and not self._before and self.builder.single_row())
 
     def _lone(self, n: int, nl: int, embed: bool, decode: bool) -> bool:
         """Whether a step takes the lone decode row's plan (``StepBuilder.lone_row``)."""

@@ -185,13 +185,15 @@ def branch_out(cfg: ModelConfig, weights: ModelWeights) -> bool:
 class _Walk:
     """One build's state: the plan, its rows, the decode span, whether every row is a decode
     row of its own sequence (``decode``), and where a product left the next pre-norm's float16
-    rows (``ready``: that norm's weights, read from ``xh``)."""
+    rows (``ready``: that norm's weights, read from ``xh``), and whether the plan is one row's
+(``single``)."""
 
     step: StepPlan
     m: int
     span: int | None = None
     decode: bool = False
     ready: dict[str, Buffer] = field(default_factory=dict)
+    single: bool = False  # (``rows``' ``single``: products of one row, never resized)
 
 
 class StepBuilder:
@@ -233,19 +235,22 @@ class StepBuilder:
 
     # -- the two drivers' entries -------------------------------------------------------------
     def rows(self, n: int, nl: int, embed: bool = False, decode: bool = False,
-             lone: bool = False) -> StepPlan:
+             lone: bool = False, single: bool = False) -> StepPlan:
         """(``Paged``) The launches of a step of ``n`` rows with logits for ``nl`` of them
         (or, ``embed``, the final norm of every row into ``xn`` instead), resizable to other
         counts of rows that take the same rows per work-item (``tm``). ``decode``: every row
         is a decode row, one new position of its own sequence (``fused_decode``). ``lone``
         (``lone_row``): a plan for one decode row alone, never resized, whose layers run as
-        ``decode_layers`` launches over the paged cache."""
+        ``decode_layers`` launches over the paged cache. ``single`` (``single_row``): a plan
+        for one decode row alone, never resized, whose products are one row's."""
         assert isinstance(self.cache, Paged)
         if lone and not (n == 1 and decode and self.lone_row()):
             raise ValueError("a lone-row plan is one decode row where lone_row() holds")
+        if single and not (n == 1 and nl == 1 and self.single_row()):
+            raise ValueError("a single-row plan is one decode row where single_row() holds")
         cfg, dev, w, b = self.cfg, self.dev, self.w, self.b
         dim = cfg.dim
-        walk = self._body(n, None, decode, lone)
+        walk = self._body(n, None, decode, lone, single)
         step = walk.step
         step.nl = nl
         if not self.heads:
@@ -261,7 +266,7 @@ class StepBuilder:
                                             rot_dim=cfg.rotary), axis=1, logits=True)
             self._rmsnorm(step, b.xn, b.xl, w.out_norm, nl, logits=True)
             for ln, at in self._matmul(b.logits, 0, V, b.xn, 0, dim, w.output, nl,
-                                       name="lm_head"):
+                                       name="lm_head", single=single):
                 step.add_resized(ln, at, logits=True)
             if cfg.logit_scale != 1.0 or cfg.final_softcap:
                 step.add_rows(activation.scale_cap(dev, b.logits, nl * V, div=cfg.logit_scale,
@@ -351,6 +356,16 @@ class StepBuilder:
         return isinstance(self.cache, Paged) and self.embeds and self.heads and \
             self.whole_layers()
 
+    def single_row(self) -> bool:
+        """(``Paged``) Whether a step of one decode row alone, where ``lone_row`` does not hold,
+        has a plan of its own whose products are a single row's (``matmul`` of one row: on
+        NVIDIA GPUs the int8 decode path, one launch a product) in place of the batched
+        products (``matmul.matmul_qrows``: two launches a product, each for any row count):
+        GPUs, a whole model on one device. Like ``lone_row``'s, its sums are not the batched
+        plan's (``BatchEngine``'s ``row_invariant`` keeps every step batched)."""
+        return isinstance(self.cache, Paged) and self.embeds and self.heads and \
+            not launch.is_cpu(self.dev)
+
     def whole_layers(self) -> bool:
         """Whether a decode row's layers run as ``decode_layers`` launches: a plain decoder
         (pre-norms only, SiLU GLU, rotation of whole heads, no window, cap, bias or q/k norm)
@@ -411,10 +426,10 @@ class StepBuilder:
 
     # -- the layers, written once -------------------------------------------------------------
     def _body(self, m: int, span: int | None, decode: bool = False,
-              lone: bool = False) -> _Walk:
-        """A step's embedding and layers for m rows (``lone``: ``rows``')."""
+              lone: bool = False, single: bool = False) -> _Walk:
+        """A step's embedding and layers for m rows (``lone``, ``single``: ``rows``')."""
         cfg, dev, w, b = self.cfg, self.dev, self.w, self.b
-        walk = _Walk(StepPlan(LaunchPlan(dev), [], m, 0), m, span, decode)
+        walk = _Walk(StepPlan(LaunchPlan(dev), [], m, 0), m, span, decode, single=single)
         step = walk.step
         # (at every span: H100, 1B Q4_0 after 1024 / 4096 / 16384 positions, 1404 / 1260 / 924
         # tok/s against the per-layer plan's 906 / 894 / 797 in the same run)
@@ -553,7 +568,8 @@ class StepBuilder:
             self._rmsnorm(step, b.xn, b.x, ly.ffn_norm, m)
             xn = b.xn
         for ln, at in self._matmul(b.experts.logits, 0, ex.n, xn, 0, cfg.dim, ex.router, m,
-                                   bias=ex.router_bias, name=f"router.{i}"):
+                                   bias=ex.router_bias, name=f"router.{i}",
+                                   single=walk.single):
             step.add_resized(ln, at)
         # (a paged plan on GPUs serves every row count, so its tile is a batch's, also for one
         # row)
@@ -717,29 +733,33 @@ class StepBuilder:
             return
         assert src["x_off"] == 0 and not src.get("half_in")
         for ln, at in self._matmul(y, y_off, ldy, src["x"], 0, ldx, w, rows,
-                                   norm=src.get("norm"), **kw):
+                                   norm=src.get("norm"), single=walk.single, **kw):
             walk.step.add_resized(ln, at)
 
     def _matmul(self, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
                 w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
                 name: str = "matmul", norm: tuple[Buffer, float] | None = None,
-                glu: bool = False) -> list[tuple[Launch, Callable[[int], Resize]]]:
+                glu: bool = False,
+                single: bool = False) -> list[tuple[Launch, Callable[[int], Resize]]]:
         """The launches of a product whose row's sums are added in the same order whatever the
         batch, run on ``m`` rows, each with how to resize it to another row count: on GPUs the
         int8 rows (``matmul.matmul_qrows``, q4/q8 weights where the buffers hold their
         scratch) or the matmul kernel with one geometry for every batch; on CPUs (one
         work-item a column, no split of k) the matmul kernel, whose row's result does not
         depend on the rows a work-item takes (TM), which follows the batch (one sequence: the
-        count's own)."""
+        count's own). ``single``: one row's product (a single-row plan), never resized."""
         dev = self.dev
         kw: dict[str, Any] = dict(bias=bias, accum=accum, name=name, norm=norm, glu=glu)
+        if single:
+            ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, **kw)
+            return [(ln, lambda rows: ([], tuple(ln.global_size)))]
         if not self.one and self.b.xq is not None and matmul.int8_batch(dev, w):
             quant, prod = matmul.matmul_qrows(dev, y, y_off, ldy, x, x_off, ldx, w, m,
                                               self.b.xq, **kw)
             gq, gp = quant.global_size, prod.global_size
-            tm = matmul.qrows_geometry(dev, w)[3]
+            qtm = matmul.qrows_geometry(dev, w)[3]
             return [(quant, lambda rows: ([(3, i32(rows))], (gq[0], rows))),
-                    (prod, lambda rows: ([(9, i32(rows))], (gp[0], -(-rows // tm))))]
+                    (prod, lambda rows: ([(9, i32(rows))], (gp[0], -(-rows // qtm))))]
         tm = self.tm(m) if not self.one else None
         if tm is not None and w.layout == "rb16":
             # float weights take fewer rows (and two blocks of columns) a work-item: a function

@@ -8,7 +8,8 @@ import pytest
 
 import clops.llm
 from clops.kernels import attention, paged
-from clops.llm.batch import LONE, BatchEngine, SamplingParams
+from clops.llm.batch import LONE, SINGLE, BatchEngine, SamplingParams
+from clops.llm.step import StepBuilder
 
 from .tiny import logit_tolerance, make_model
 
@@ -72,6 +73,22 @@ def test_batched_equals_alone_and_the_models_own_generation(tiny):
     assert again == alone
     own = [list(model.generate_ids(p, max_new_tokens=NEW, stop_ids=[])) for p in prompts]
     assert own == alone
+
+
+def test_a_single_decode_row_takes_its_own_plan(tiny, monkeypatch):
+    """Where ``single_row`` holds (GPUs; forced here): a decode step of one sequence alone
+    takes a plan of one row's products, never resized, and the model's own tokens come out;
+    an engine with ``row_invariant`` never takes it."""
+    model, _ = tiny
+    monkeypatch.setattr(StepBuilder, "single_row", lambda self: True)
+    prompts = _prompts()[:3]
+    own = [list(model.generate_ids(p, max_new_tokens=NEW, stop_ids=[])) for p in prompts]
+    engine = _engine(model)
+    assert [_run(engine, [p])[0] for p in prompts] == own
+    assert SINGLE in engine._plans and engine._plans[SINGLE].rows == 1
+    assert _run(engine, prompts) == own
+    inv = _engine(model, row_invariant=True)
+    assert _run(inv, prompts[:1]) == own[:1] and SINGLE not in inv._plans
 
 
 def test_steps_of_any_logits_row_count_share_a_plan(tiny):
