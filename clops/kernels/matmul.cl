@@ -789,13 +789,16 @@ void quantize_rows(__global const float *x, int x_off, int ldx, int M,
 
 // y[m, n] (+)= the int8 rows . W[n, :] (+ bias[n]); XMODE 1: times the row's 1/rms.
 // Work geometry: global (ceil(N / (NCOL * CPT)) * NCOL * LSIZE, ceil(M / TM)), local
-// (NCOL * LSIZE, 1). The arguments keep matmul's places for M (9), N and K.
+// (NCOL * LSIZE, 1). The arguments keep matmul's places for M (9), N and K. EXPERTS: a mixture
+// of experts' grouped product (experts.cl), a tile of TM rows a work-group's rows.
 __kernel __attribute__((reqd_work_group_size(LSIZE * NCOL, 1, 1)))
 void matmul_qrows(__global float *y, int y_off, int ldy, __global const uint4 *xq,
                   __global const float2 *xs, __global const float *ss,
                   __global const W_T *W, __global const SCALE_T *S,
-                  __global const float *bias, int M, int N, int K, float eps) {
+                  __global const float *bias, int M, int N, int K, float eps EXPERT_ARGS) {
     __local float red[RN2 * LSIZE * NCOL];
+    // (EXPERTS: a work-group's rows are one tile, one expert's: a padding tile's leave together)
+    TAKE_EXPERT(get_global_id(1));
     __local float *team = red + (get_local_id(0) / LSIZE) * RN2 * LSIZE;
     const int lid = get_local_id(0) % LSIZE;
     const int n = (get_group_id(0) * NCOL + get_local_id(0) / LSIZE) * CPT;

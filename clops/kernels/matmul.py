@@ -226,6 +226,11 @@ def qrows_geometry(dev: CLDevice, w: Weight) -> tuple[int, int, int, int, int]:
     return 32, 2, 4, 8, 1
 
 
+def qrows_tile(dev: CLDevice, w: Weight) -> int:
+    """The rows of a grouped product's tile where ``matmul_qrows`` takes it (its TM)."""
+    return qrows_geometry(dev, w)[3]
+
+
 def qrows_scratch(dev: CLDevice, rows: int, k: int) -> tuple[Buffer, Buffer, Buffer]:
     """The int8 rows ``matmul_qrows`` reads, for up to ``rows`` rows of up to k values: the
     values (k bytes a row), their (dx, dx * sum q) per 32, and the rows' sums of squares."""
@@ -235,13 +240,15 @@ def qrows_scratch(dev: CLDevice, rows: int, k: int) -> tuple[Buffer, Buffer, Buf
 def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int,
                  ldx: int, w: Weight, m: int, scratch: tuple[Buffer, Buffer, Buffer], *,
                  bias: Buffer | None = None, accum: bool = False, name: str = "matmul",
-                 norm: tuple[Buffer, float] | None = None,
-                 glu: bool = False) -> list[Launch]:
-    """``matmul``'s product (``norm=``, ``glu=`` as there) for ``int8_batch`` weights as two
-    launches: the rows quantized to int8 (a scale per 32 values, as the decode row's int8 path
-    quantizes one) into ``scratch`` (``qrows_scratch``), then every weight chunk read once for
-    TM rows, int8 dot products. Both take the row count as argument 3 (quantize_rows) and 9
-    (matmul_qrows) and on axis 1 of their global size, so a plan resizes them."""
+                 norm: tuple[Buffer, float] | None = None, glu: bool = False,
+                 experts: tuple[Buffer, int] | None = None) -> list[Launch]:
+    """``matmul``'s product (``norm=``, ``glu=``, ``experts=`` as there) for ``int8_batch``
+    weights as two launches: the rows quantized to int8 (a scale per 32 values, as the decode
+    row's int8 path quantizes one) into ``scratch`` (``qrows_scratch``), then every weight
+    chunk read once for TM rows, int8 dot products. Both take the row count as argument 3
+    (quantize_rows) and 9 (matmul_qrows) and on axis 1 of their global size, so a plan resizes
+    them. ``experts``: row tiles of ``qrows_tile(dev, w)`` rows (m a multiple of it), the
+    product's arguments 13 .. 15 tile_e and the strides."""
     if not int8_batch(dev, w):
         raise ValueError(f"matmul_qrows takes q4/q8 row-layout weights on an NVIDIA GPU, not "
                          f"{w.fmt} ({w.layout})")
@@ -252,11 +259,16 @@ def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_of
     if xq.nbytes < m * k or xs.nbytes < m * (k // 32) * 8 or ss.nbytes < m * 4:
         raise ValueError(f"matmul_qrows: the scratch holds fewer than {m} rows of {k} values")
     ls, ncol, cpt, tm, unr = qrows_geometry(dev, w)
+    n_out, extra = w.n, list[Any]()
+    if experts is not None:
+        _, extra = _experts_args(w, m, tm, experts, {"norm=": norm is not None, "glu=": glu})
+        n_out = w.n // experts[1]
     xmode = 1 if norm is not None else 2 if glu else 0
     # (one program holds both kernels)
     defines = dict(QROWS=1, QK=k, CHUNKED=1, XMODE=xmode, TM=tm, LSIZE=ls, NCOL=ncol, CPT=cpt,
                    UNR=unr, USE_SHFL=int(use_shfl(dev, ls)), HAS_BIAS=int(bias is not None),
-                   ACCUM=int(accum), DP4A=int(dev.probe("nvidia_ptx")), **w.defines)
+                   ACCUM=int(accum), DP4A=int(dev.probe("nvidia_ptx")), **w.defines,
+                   **({"EXPERTS": 1} if experts is not None else {}))
     qk = kernel(dev, "matmul", "quantize_rows", **defines)
     nw = norm[0] if norm is not None else ss
     quant = Launch(qk, (QROWS_LOCAL, m), (QROWS_LOCAL, 1),
@@ -264,13 +276,13 @@ def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_of
                    [x] + ([norm[0]] if norm is not None else []), [xq, xs, ss],
                    "quantize_rows." + name)
     pk = kernel(dev, "matmul", "matmul_qrows", **defines)
-    cols = math.ceil(w.n / (ncol * cpt)) * ncol
+    cols = math.ceil(n_out / (ncol * cpt)) * ncol
     prod = Launch(pk, (cols * ls, math.ceil(m / tm)), (ls * ncol, 1),
                   [y, i32(y_off), i32(ldy), xq, xs, ss, w.data, w.scales,
-                   bias if bias is not None else w.scales, i32(m), i32(w.n), i32(k),
-                   f32(norm[1] if norm is not None else 0.0)],
+                   bias if bias is not None else w.scales, i32(m), i32(n_out), i32(k),
+                   f32(norm[1] if norm is not None else 0.0)] + extra,
                   [xq, xs, ss, w.data, w.scales] + ([bias] if bias is not None else [])
-                  + ([y] if accum else []), [y], name)
+                  + ([y] if accum else []) + extra[:1], [y], name)
     return [quant, prod]
 
 

@@ -13,7 +13,10 @@ tiles of one) needs no sorting: its k products read the row itself, each tile th
 its slot, and the sum takes the slots in order.
 
 A row's result depends on that row alone: its experts, its weights and its products' sums do
-not change with the other rows of the batch (the products take the row-invariant geometry)."""
+not change with the other rows of the batch (the products take the row-invariant geometry).
+Where every expert weight takes the int8 rows (``matmul.int8_batch``: 4- and 8-bit weights on
+NVIDIA GPUs), rows of several take them in tiles of their TM (``matmul.matmul_qrows``): each
+product quantizes its padded rows to int8 and reads each expert's weights once a tile of 8."""
 
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ class ExpertBuffers:
     """Scratch of a mixture-of-experts block for some count of rows: the router's scores,
     each row's chosen experts and weights, the pairs' padded order, each tile's expert and each
     pair's slot, and the padded rows of the products (input, [gate | up], the GLU, output);
-    ``slots``: 0 .. k - 1, a lone row's pairs' slots."""
+    ``slots``: 0 .. k - 1, a lone row's pairs' slots; ``xq``: the int8 rows of the products
+    (``matmul.qrows_scratch``) where they take them, else None."""
 
     logits: Buffer
     ids: Buffer
@@ -52,10 +56,20 @@ class ExpertBuffers:
     h: Buffer
     yd: Buffer
     slots: Buffer
+    xq: tuple[Buffer, Buffer, Buffer] | None = None
+
+
+def int8_rows(dev: CLDevice, layers: list[Experts]) -> bool:
+    """Whether the experts' products of several rows take the int8 rows (every weight
+    ``matmul.int8_batch``)."""
+    return all(matmul.int8_batch(dev, w) for ex in layers for w in ex.products())
 
 
 def tile(dev: CLDevice, layers: list[Experts], m: int) -> int:
-    """The rows of a tile of the experts' products for ``m`` rows (one for a decode row)."""
+    """The rows of a tile of the experts' products for ``m`` rows (one for a decode row; the
+    int8 rows' TM where they take them)."""
+    if m > 1 and int8_rows(dev, layers):
+        return matmul.qrows_tile(dev, layers[0].products()[0])
     fmts = sorted({w.fmt for ex in layers for w in ex.products()})
     return moe.tile_rows(dev, fmts, m, layers[0].k)
 
@@ -72,7 +86,9 @@ def buffers(dev: CLDevice, cfg: ModelConfig, layers: list[Experts], rows: int) -
         tile_e=dev.alloc(max(1, p // t) * f4),
         pos=dev.alloc(rows * k * f4), xg=dev.alloc(p * dim * f4), gu=dev.alloc(p * 2 * F * f4),
         h=dev.alloc(p * F * f4), yd=dev.alloc(p * dim * f4),
-        slots=upload(dev, np.arange(k, dtype=np.int32)))
+        slots=upload(dev, np.arange(k, dtype=np.int32)),
+        xq=matmul.qrows_scratch(dev, p, max(dim, F)) if t > 1 and int8_rows(dev, layers)
+        else None)
 
 
 def _follows(make: Callable[[int], Launch], m: int) -> tuple[Launch, Callable[[int], Resize]]:
@@ -105,19 +121,27 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
 
     def product(y: Buffer, y_off: int, ldy: int, x: Buffer, ldx: int, w: Any,
                 bias: Buffer | None, what: str,
-                tiles: Buffer = b.tile_e) -> Callable[[int], Launch]:
-        return lambda m: matmul.matmul(dev, y, y_off, ldy, x, 0, ldx, w, rows(m), bias=bias,
-                                       experts=(tiles, E), tm=t, row_invariant=True,
-                                       name=f"{what}.{name}")
+                tiles: Buffer = b.tile_e) -> list[Callable[[int], Launch]]:
+        xq = b.xq
+        if xq is not None and t > 1 and t == matmul.qrows_tile(dev, w):
+            # (the rows quantized, then the grouped int8 product: two launches)
+            def qrows(m: int) -> list[Launch]:
+                return matmul.matmul_qrows(dev, y, y_off, ldy, x, 0, ldx, w, rows(m), xq,
+                                           bias=bias, experts=(tiles, E),
+                                           name=f"{what}.{name}")
+            return [lambda m: qrows(m)[0], lambda m: qrows(m)[1]]
+        return [lambda m: matmul.matmul(dev, y, y_off, ldy, x, 0, ldx, w, rows(m), bias=bias,
+                                        experts=(tiles, E), tm=t, row_invariant=True,
+                                        name=f"{what}.{name}")]
 
     def gate_up(x: Buffer, ldx: int, tiles: Buffer = b.tile_e) -> list[Callable[[int], Launch]]:
         """The [gate | up] rows of the padded rows ``x``: one product where the experts' gate
         and up weights are one (``Experts.gate_up``), else two."""
         if ex.gate_up is not None:
-            return [product(b.gu, 0, 2 * F, x, ldx, ex.gate_up, ex.gate_up_bias, "gate_up_exps",
-                            tiles)]
-        return [product(b.gu, 0, 2 * F, x, ldx, ex.gate, ex.gate_bias, "gate_exps", tiles),
-                product(b.gu, F, 2 * F, x, ldx, ex.up, ex.up_bias, "up_exps", tiles)]
+            return product(b.gu, 0, 2 * F, x, ldx, ex.gate_up, ex.gate_up_bias, "gate_up_exps",
+                           tiles)
+        return product(b.gu, 0, 2 * F, x, ldx, ex.gate, ex.gate_bias, "gate_exps", tiles) + \
+            product(b.gu, F, 2 * F, x, ldx, ex.up, ex.up_bias, "up_exps", tiles)
 
     if m == 1 and t == 1:
         # PERF: a lone decode row: its k slots in the router's order, each its own tile (the
@@ -129,7 +153,7 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
             *gate_up(xn, 0, b.ids),
             lambda m: activation.glu(dev, b.h, b.gu, m=k, f=F, act=cfg.act,
                                      limit=cfg.glu_limit, alpha=cfg.glu_alpha),
-            product(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps", b.ids),
+            *product(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps", b.ids),
             lambda m: moe.combine(dev, out, b.yd, b.slots, b.wts, m=m, k=k, dim=dim,
                                   accum=accum),
         ]
@@ -142,7 +166,7 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         *gate_up(b.xg, dim),
         lambda m: activation.glu(dev, b.h, b.gu, m=rows(m), f=F, act=cfg.act,
                                  limit=cfg.glu_limit, alpha=cfg.glu_alpha),
-        product(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps"),
+        *product(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps"),
         lambda m: moe.combine(dev, out, b.yd, b.pos, b.wts, m=m, k=k, dim=dim, accum=accum),
     ]
     return [_follows(make, m) for make in makers]

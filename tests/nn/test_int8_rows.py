@@ -148,3 +148,36 @@ def test_int8_rows_refuse_what_they_cannot_do(device):
     with pytest.raises(ValueError, match="do not go together"):
         matmul.matmul_qrows(dev, x, 0, 32, x, 0, 64, w, 4, matmul.qrows_scratch(dev, 4, 64),
                             norm=(x, 1e-6), glu=True)
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_1"])
+def test_int8_rows_grouped_by_expert(device, kind, n_e=4, n=32, k=128):
+    """A mixture of experts' grouped product: each tile of TM rows meets its expert's weights
+    and bias; a padding tile (expert -1) leaves its rows of y as they were."""
+    dev = clops.device(device)
+    w, w_ref = _weight(dev, kind, n_e * n, k)
+    tm = matmul.qrows_tile(dev, w)
+    tiles = np.array([2, -1, 0, 3, 2], np.int32)
+    m = len(tiles) * tm
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    bias = RNG.standard_normal(n_e * n).astype(np.float32)
+    y0 = np.full((m, n), 7.0, np.float32)
+    yb = _buf(dev, y0)
+    lns = matmul.matmul_qrows(dev, yb, 0, n, _buf(dev, x), 0, k, w, m,
+                              matmul.qrows_scratch(dev, m, k), bias=_buf(dev, bias),
+                              experts=(_buf(dev, tiles.view(np.float32)), n_e))
+    for ln in lns:
+        ln.run(dev)
+    got = np.empty((m, n), np.float32)
+    dev.read(got, yb)
+    for t, e in enumerate(tiles):
+        rows = slice(t * tm, (t + 1) * tm)
+        if e < 0:
+            np.testing.assert_array_equal(got[rows], y0[rows])
+        else:
+            _check(got[rows], x[rows], w_ref[e * n:(e + 1) * n], add=bias[e * n:(e + 1) * n])
+    if tm == 1:
+        return
+    with pytest.raises(ValueError, match="tm="):  # rows no multiple of the tile
+        matmul.matmul_qrows(dev, yb, 0, n, yb, 0, k, w, m - 1, matmul.qrows_scratch(dev, m, k),
+                            experts=(yb, n_e))

@@ -478,3 +478,55 @@ def test_the_launches_resize_to_fewer_rows(device, path, fmt, k=2):
     np.testing.assert_array_equal(got[0], want)
     # (align saw 20 rows' pairs: an m left at 37 would have filled more slots)
     check_alignment(got[2], got[3], got[4], got[5], 16, got[6])
+
+
+@pytest.mark.parametrize("fmt", ["q4", "q8", "q4sym"])
+def test_the_block_through_int8_rows(device, monkeypatch, fmt, k=2, n_e=8):
+    """``llm.experts.ffn`` where the experts' products take the int8 rows (NVIDIA GPUs; forced
+    here on row-major weights): tiles of their TM, two launches a product, the block within the
+    int8 rows' error of numpy's; launches made for 37 rows resized to 20 give the bits of
+    launches made for 20; and rows among fewer others give the same bits."""
+    from types import SimpleNamespace
+
+    from clops.llm import experts
+    from clops.llm.loaded import Experts
+
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    monkeypatch.setattr(matmul, "int8_batch", lambda dev, w: w.fmt in ("q4", "q8")
+                        and w.layout == "rows" and not w.defines.get("QMIN"))
+    blk = Block(device, fmt, n_e)
+    router, gate, up, down = blk.w
+    ex = Experts(router, gate, up, down, n=n_e, k=k, ffn=F, norm=True)
+    cfg = SimpleNamespace(dim=DIM, act="silu", glu_limit=0.0, glu_alpha=1.0, n_experts=n_e,
+                          n_experts_used=k, expert_ffn_dim=F)
+    assert experts.int8_rows(device, [ex])
+    bufs = experts.buffers(device, cfg, [ex], 37)
+    assert bufs.xq is not None
+
+    def run(x, res, logits, made_for=None):
+        m = len(x)
+        t = experts.tile(device, [ex], made_for or m)
+        xb, out = _up(device, x), _up(device, res)
+        device.write(bufs.logits, np.ascontiguousarray(logits), blocking=True)
+        pairs = experts.ffn(device, cfg, ex, xb, made_for or m, bufs, out, t, accum=True,
+                            name="0")
+        names = [ln.kernel.function_name for ln, _ in pairs]
+        for ln, at in pairs:
+            if made_for is not None:
+                args, ln.global_size = at(m)
+                for i, a in args:
+                    ln.args[i] = a
+            ln.run(device)
+        return _read(device, out, (m, DIM)), names, t
+
+    x, res = _inputs(37)
+    logits = RNG.standard_normal((37, n_e)).astype(np.float32)
+    got, names, t = run(x, res, logits)
+    assert t == matmul.qrows_tile(device, gate) and names.count("quantize_rows") == 3
+    want = blk.reference(x, logits, k, True, res)
+    err = np.linalg.norm((got - res) - (want - res)) / np.linalg.norm(want - res)
+    assert err < 3e-2, err
+    resized = run(x[:20], res[:20], logits[:20], made_for=37)[0]
+    np.testing.assert_array_equal(resized, run(x[:20], res[:20], logits[:20])[0])
+    # a row among others and among fewer: the same bits
+    np.testing.assert_array_equal(run(x[5:9], res[5:9], logits[5:9])[0], got[5:9])
