@@ -63,8 +63,9 @@ def load(path: str | None = None,
 
     ``int8_activations``: the products of 4- and 8-bit weights may quantize their input rows to
     int8 (a scale per 32 values, as llama.cpp does) where the device runs them faster that
-    way: NVIDIA GPUs for a decode row (dp4a), CPUs with AVX2 or AVX-512 VNNI for every row
-    (native products, ``kernels.native_cpu``). Logits then move by about 1-4% of their largest
+    way: NVIDIA GPUs for a decode row, the batch engine's rows and a mixture of experts'
+    grouped products (dp4a), CPUs with AVX2 or AVX-512 VNNI for every row (native products,
+    ``kernels.native_cpu``). Logits then move by about 1-4% of their largest
     value; ``False`` keeps float rows everywhere (logits nearest a float reference).
 
     ``kv_cache``: the type of the keys and values kept for attention, ``"float16"`` or
