@@ -268,17 +268,18 @@ class _EnginePart:
                       count)
         self.builder = StepBuilder(dev, cfg, weights, bufs, cache, first=first,
                                    embeds=embeds, heads=heads, kv_half=e.kv_half)
-        self.plans: dict[tuple[int | None, bool], StepPlan] = {}
+        self.plans: dict[tuple[int | None, bool] | str, StepPlan] = {}
 
-    def plan(self, n: int, decode: bool, span: int | None = None) -> LaunchPlan:
+    def plan(self, n: int, decode: bool, span: int | None = None,
+             single: bool = False) -> LaunchPlan:
         """The launches of this part (not the last) for a step of ``n`` rows (``decode``: every
         row a decode row of its own sequence; ``span``: the most positions a row attends to,
-        None: the context)."""
+        None: the context; ``single``: the single decode row's plan, ``BatchEngine._single``)."""
         decode = decode and self.builder.fused_decode()
-        key = (self.builder.tm(n), decode)
+        key: tuple[int | None, bool] | str = SINGLE if single else (self.builder.tm(n), decode)
         got = self.plans.get(key)
         if got is None:
-            got = self.plans[key] = self.builder.rows(n, 0, decode=decode)
+            got = self.plans[key] = self.builder.rows(n, 0, decode=decode, single=single)
         got.resize(n, 0, span)
         return got.plan
 
@@ -402,7 +403,7 @@ class BatchEngine:
     def _single(self, n: int, nl: int, embed: bool, decode: bool) -> bool:
         """Whether a step takes the single decode row's plan (``StepBuilder.single_row``)."""
         return (n == 1 and nl == 1 and decode and not embed and not self.row_invariant
-                and not self._before and self.builder.single_row())
+                and all(p.builder.single_row() for p in self._parts()))
 
     def _lone(self, n: int, nl: int, embed: bool, decode: bool) -> bool:
         """Whether a step takes the lone decode row's plan (``StepBuilder.lone_row``)."""
@@ -417,7 +418,8 @@ class BatchEngine:
         if not self._before:
             plan.replay()
             return
-        chain = [(p.device, p.x, p.plan(n, decode, span)) for p in self._before]
+        single = self._single(n, nl, embed, decode)
+        chain = [(p.device, p.x, p.plan(n, decode, span, single)) for p in self._before]
         Chain(chain + [(self.device, self.x, plan)], n * self.model.config.dim * 4).replay()
 
     def _write_rows(self, slots: np.ndarray, positions: np.ndarray, ids: np.ndarray) -> None:

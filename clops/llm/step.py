@@ -246,7 +246,7 @@ class StepBuilder:
         assert isinstance(self.cache, Paged)
         if lone and not (n == 1 and decode and self.lone_row()):
             raise ValueError("a lone-row plan is one decode row where lone_row() holds")
-        if single and not (n == 1 and nl == 1 and self.single_row()):
+        if single and not (n == 1 and nl <= 1 and self.single_row()):
             raise ValueError("a single-row plan is one decode row where single_row() holds")
         cfg, dev, w, b = self.cfg, self.dev, self.w, self.b
         dim = cfg.dim
@@ -361,10 +361,9 @@ class StepBuilder:
         has a plan of its own whose products are a single row's (``matmul`` of one row: on
         NVIDIA GPUs the int8 decode path, one launch a product) in place of the batched
         products (``matmul.matmul_qrows``: two launches a product, each for any row count):
-        GPUs, a whole model on one device. Like ``lone_row``'s, its sums are not the batched
-        plan's (``BatchEngine``'s ``row_invariant`` keeps every step batched)."""
-        return isinstance(self.cache, Paged) and self.embeds and self.heads and \
-            not launch.is_cpu(self.dev)
+        GPUs (each part of a model split over them). Like ``lone_row``'s, its sums are not the
+        batched plan's (``BatchEngine``'s ``row_invariant`` keeps every step batched)."""
+        return isinstance(self.cache, Paged) and not launch.is_cpu(self.dev)
 
     def whole_layers(self) -> bool:
         """Whether a decode row's layers run as ``decode_layers`` launches: a plain decoder

@@ -89,6 +89,34 @@ def test_every_family_split_gives_the_tokens_of_one_device(family, halves, tmp_p
     assert [(st.first, st.stop) for st in both.stages] == [(0, n // 2), (n // 2, n)]
 
 
+def test_a_split_models_single_decode_row(halves, tmp_path, monkeypatch):
+    """Where a decode row alone takes the plan of one row's products (``single_row``: GPUs;
+    forced here), every part of a split model takes it for that step: the tokens and
+    log-probabilities of the model on one device, which takes it too."""
+    from clops.llm.batch import SINGLE
+    from clops.llm.step import StepBuilder
+
+    monkeypatch.setattr(StepBuilder, "single_row", lambda self: True)
+    _, hf, _ = make("qwen3", str(tmp_path))
+    alone, both = _load(hf, halves[0]), _load(hf, halves)
+    prompt = [np.random.default_rng(4).integers(0, alone.config.vocab_size, 9).tolist()]
+    engines = []
+
+    def batched(model):
+        engine = BatchEngine(model, max_batch=4, prefill_chunk=8)
+        engines.append(engine)
+        seq = engine.add(prompt[0], SamplingParams(logprobs=3), NEW)
+        out = []
+        while engine.has_work():
+            out += [(o.token, o.logprob, o.top) for o in engine.step() if o.seq == seq]
+        return out
+
+    assert batched(alone) == batched(both)
+    one, two = engines
+    assert SINGLE in one._plans and SINGLE in two._plans
+    assert all(SINGLE in p.plans for p in two._before)
+
+
 @pytest.mark.parametrize("mix", sorted(MIXES))
 def test_weight_type_mixes_split(mix, halves, tmp_path):
     path = write_gguf(str(tmp_path / f"{mix}.gguf"), shape=MIXES[mix], seed=63)
