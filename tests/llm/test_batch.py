@@ -119,9 +119,9 @@ def test_steps_of_any_logits_row_count_share_a_plan(tiny):
     assert {1, 2, 3, 4} <= {nl for _, nl, _, _ in asked}
     tm = engine._tm
 
-    def kind(n, nl, e, d):  # (a lone decode row's plan: StepBuilder.lone_row)
-        return LONE if engine._lone(n, nl, e, d) else \
-            (tm(n), tm(nl) if nl else 0, e, d and engine.builder.fused_decode())
+    def kind(n, nl, e, d):  # (a lone decode row's plans: StepBuilder.lone_row, single_row)
+        return LONE if engine._lone(n, nl, e, d) else SINGLE if engine._single(n, nl, e, d) \
+            else (tm(n), tm(nl) if nl else 0, e, d and engine.builder.fused_decode())
 
     kinds = {kind(*a) for a in asked}
     assert len(engine._plans) == len(kinds) < len({(tm(n), nl, e, d) for n, nl, e, d in asked})
