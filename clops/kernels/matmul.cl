@@ -429,6 +429,43 @@ inline void matmul_column(__global float *y, int y_off, int ldy,
 #define LOAD_WQ(n, c) (*((__global const uint4 *)W + (size_t)(n) * (QK / VPC) + (c)))
 
 #define NCH (QK / VPC)                                 // chunks per row
+
+// A block of 32 values v as int8 (GGML's q8_1): q = round(v * 127 / amax) into u (4 a uint);
+// returns (dx, dx * sum q), dx = amax / 127.
+inline float2 block_q8(const float4 *v, uint *u) {
+    float4 amax4 = (float4)(0.0f);
+    for (int j = 0; j < 8; ++j) amax4 = fmax(amax4, fabs(v[j]));
+    const float amax = fmax(fmax(amax4.x, amax4.y), fmax(amax4.z, amax4.w));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int4 sq = (int4)(0);
+    for (int j = 0; j < 8; ++j) {
+        const int4 q = convert_int4_sat_rte(v[j] * inv);
+        sq += q;
+        u[j] = as_uint(convert_char4_sat(q));
+    }
+    const float dx = amax / 127.0f;
+    return (float2)(dx, dx * (float)((sq.x + sq.y) + (sq.z + sq.w)));
+}
+
+// The int sums of a 16-byte weight chunk q against int8 x: q4 (a block: low nibbles meet xl,
+// values 0..15, high nibbles xh, values 16..31); q8 (16 values against xv).
+inline int q4_dot(uint4 q, uint4 xl, uint4 xh) {
+    const uint m = 0x0F0F0F0Fu;
+    int s = dot4(q.x & m, xl.x, 0);
+    s = dot4(q.y & m, xl.y, s);
+    s = dot4(q.z & m, xl.z, s);
+    s = dot4(q.w & m, xl.w, s);
+    s = dot4((q.x >> 4) & m, xh.x, s);
+    s = dot4((q.y >> 4) & m, xh.y, s);
+    s = dot4((q.z >> 4) & m, xh.z, s);
+    return dot4((q.w >> 4) & m, xh.w, s);
+}
+inline int q8_dot(uint4 q, uint4 xv) {
+    int s = dot4(q.x, xv.x, 0);
+    s = dot4(q.y, xv.y, s);
+    s = dot4(q.z, xv.z, s);
+    return dot4(q.w, xv.w, s);
+}
 #endif
 
 #if QX
@@ -496,24 +533,11 @@ inline float quantize_x(__global const float *xr, __global const float *nw, int 
     float ssq = 0.0f;
     for (int b = get_local_id(0); b < NB; b += NT) {
         float4 v[8];
-        float4 amax4 = (float4)(0.0f);
-        for (int j = 0; j < 8; ++j) {
-            v[j] = x_in(xr, nw, K, b * 8 + j, &ssq);
-            amax4 = fmax(amax4, fabs(v[j]));
-        }
-        const float amax = fmax(fmax(amax4.x, amax4.y), fmax(amax4.z, amax4.w));
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int4 sq = (int4)(0);
+        for (int j = 0; j < 8; ++j) v[j] = x_in(xr, nw, K, b * 8 + j, &ssq);
         uint u[8];
-        for (int j = 0; j < 8; ++j) {
-            const int4 q = convert_int4_sat_rte(v[j] * inv);
-            sq += q;
-            u[j] = as_uint(convert_char4_sat(q));
-        }
+        xs[b] = block_q8(v, u);
         xq[XQI(b, 0)] = (uint4)(u[0], u[1], u[2], u[3]);
         xq[XQI(b, 1)] = (uint4)(u[4], u[5], u[6], u[7]);
-        const float dx = amax / 127.0f;
-        xs[b] = (float2)(dx, dx * (float)((sq.x + sq.y) + (sq.z + sq.w)));
     }
     return ssq;
 }
@@ -577,16 +601,7 @@ inline void gemv_q(__global float *y, int y_off, __global const float *x, int x_
             const float2 xd = xs[c];
 #pragma unroll
             for (int j = 0; j < CPT; ++j) {
-                const uint4 q = wq[u][j];
-                const uint m = 0x0F0F0F0Fu;
-                int s = dot4(q.x & m, xl.x, 0);
-                s = dot4(q.y & m, xl.y, s);
-                s = dot4(q.z & m, xl.z, s);
-                s = dot4(q.w & m, xl.w, s);
-                s = dot4((q.x >> 4) & m, xh.x, s);
-                s = dot4((q.y >> 4) & m, xh.y, s);
-                s = dot4((q.z >> 4) & m, xh.z, s);
-                s = dot4((q.w >> 4) & m, xh.w, s);
+                const int s = q4_dot(wq[u][j], xl, xh);
                 // sum (q d + mn) (xq dx) = d dx sum q xq + mn dx sum xq
                 r[j] = fma(ws[u][j].x * xd.x, (float)s, fma(ws[u][j].y, xd.y, r[j]));
             }
@@ -594,14 +609,8 @@ inline void gemv_q(__global float *y, int y_off, __global const float *x, int x_
             const uint4 xv = xq[c];
             const float dx = xs[c / 2].x;
 #pragma unroll
-            for (int j = 0; j < CPT; ++j) {
-                const uint4 q = wq[u][j];
-                int s = dot4(q.x, xv.x, 0);
-                s = dot4(q.y, xv.y, s);
-                s = dot4(q.z, xv.z, s);
-                s = dot4(q.w, xv.w, s);
-                r[j] = fma(ws[u][j] * dx, (float)s, r[j]);
-            }
+            for (int j = 0; j < CPT; ++j)
+                r[j] = fma(ws[u][j] * dx, (float)q8_dot(wq[u][j], xv), r[j]);
 #endif
         }
 #if PIPE
@@ -749,7 +758,6 @@ void quantize_rows(__global const float *x, int x_off, int ldx, int M,
     float ssq = 0.0f;
     for (int b = t; b < NB; b += QR_LOCAL) {
         float4 v[8];
-        float4 amax4 = (float4)(0.0f);
         for (int j = 0; j < 8; ++j) {
             const float4 raw = vload4(b * 8 + j, xr);
 #if XMODE == 1
@@ -760,21 +768,11 @@ void quantize_rows(__global const float *x, int x_off, int ldx, int M,
 #else
             v[j] = raw;
 #endif
-            amax4 = fmax(amax4, fabs(v[j]));
         }
-        const float amax = fmax(fmax(amax4.x, amax4.y), fmax(amax4.z, amax4.w));
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int4 sq = (int4)(0);
         uint u[8];
-        for (int j = 0; j < 8; ++j) {
-            const int4 q = convert_int4_sat_rte(v[j] * inv);
-            sq += q;
-            u[j] = as_uint(convert_char4_sat(q));
-        }
+        xs[(size_t)m * NB + b] = block_q8(v, u);
         q_row[XQI(b, 0)] = (uint4)(u[0], u[1], u[2], u[3]);
         q_row[XQI(b, 1)] = (uint4)(u[4], u[5], u[6], u[7]);
-        const float dx = amax / 127.0f;
-        xs[(size_t)m * NB + b] = (float2)(dx, dx * (float)((sq.x + sq.y) + (sq.z + sq.w)));
     }
 #if XMODE == 1
     red[t] = ssq;
@@ -833,32 +831,16 @@ void matmul_qrows(__global float *y, int y_off, int ldy, __global const uint4 *x
                 const uint4 xl = xr[XQI(c, 0)], xh = xr[XQI(c, 1)];
                 const float2 xd = xs[(size_t)mi[i] * NB + c];
 #pragma unroll
-                for (int j = 0; j < CPT; ++j) {
-                    const uint4 q = wq[u][j];
-                    const uint mk = 0x0F0F0F0Fu;
-                    int s = dot4(q.x & mk, xl.x, 0);
-                    s = dot4(q.y & mk, xl.y, s);
-                    s = dot4(q.z & mk, xl.z, s);
-                    s = dot4(q.w & mk, xl.w, s);
-                    s = dot4((q.x >> 4) & mk, xh.x, s);
-                    s = dot4((q.y >> 4) & mk, xh.y, s);
-                    s = dot4((q.z >> 4) & mk, xh.z, s);
-                    s = dot4((q.w >> 4) & mk, xh.w, s);
-                    r[i * CPT + j] = fma(ws[u][j].x * xd.x, (float)s,
+                for (int j = 0; j < CPT; ++j)
+                    r[i * CPT + j] = fma(ws[u][j].x * xd.x, (float)q4_dot(wq[u][j], xl, xh),
                                          fma(ws[u][j].y, xd.y, r[i * CPT + j]));
-                }
 #else
                 const uint4 xv = xr[c];
                 const float dx = xs[(size_t)mi[i] * NB + c / 2].x;
 #pragma unroll
-                for (int j = 0; j < CPT; ++j) {
-                    const uint4 q = wq[u][j];
-                    int s = dot4(q.x, xv.x, 0);
-                    s = dot4(q.y, xv.y, s);
-                    s = dot4(q.z, xv.z, s);
-                    s = dot4(q.w, xv.w, s);
-                    r[i * CPT + j] = fma(ws[u][j] * dx, (float)s, r[i * CPT + j]);
-                }
+                for (int j = 0; j < CPT; ++j)
+                    r[i * CPT + j] = fma(ws[u][j] * dx, (float)q8_dot(wq[u][j], xv),
+                                         r[i * CPT + j]);
 #endif
             }
         }
