@@ -186,7 +186,7 @@ class _Walk:
     """One build's state: the plan, its rows, the decode span, whether every row is a decode
     row of its own sequence (``decode``), and where a product left the next pre-norm's float16
     rows (``ready``: that norm's weights, read from ``xh``), and whether the plan is one row's
-(``single``)."""
+    (``single``)."""
 
     step: StepPlan
     m: int
@@ -573,7 +573,9 @@ class StepBuilder:
         # (a paged plan on GPUs serves every row count, so its tile is a batch's, also for one
         # row)
         rows = m if self.one or launch.is_cpu(self.dev) else max(m, 2)
-        t = experts.tile(self.dev, [ex], rows)
+        # (over every layer's experts, as the buffers were sized: one tile for all of them)
+        t = experts.tile(self.dev, [ly.experts for ly in self.w.layers
+                                    if ly.experts is not None], rows)
         out = b.t if self.branch else b.x
         for ln, at in experts.ffn(self.dev, cfg, ex, xn, m, b.experts, out, t,
                                   accum=not self.branch, name=str(i)):
