@@ -117,7 +117,11 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
     E, k, F, dim = ex.n, ex.k, ex.ffn, cfg.dim
 
     def rows(m: int) -> int:
-        return moe.padded_rows(m, k, E, t)
+        p = moe.padded_rows(m, k, E, t)
+        if p * 4 > b.order.nbytes:  # (tiles larger than the buffers were sized for)
+            raise ValueError(f"experts: {m} rows in tiles of {t} pad to {p} rows, more than "
+                             f"the buffers hold ({b.order.nbytes // 4})")
+        return p
 
     def product(y: Buffer, y_off: int, ldy: int, x: Buffer, ldx: int, w: Any,
                 bias: Buffer | None, what: str,

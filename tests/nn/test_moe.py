@@ -530,3 +530,22 @@ def test_the_block_through_int8_rows(device, monkeypatch, fmt, k=2, n_e=8):
     np.testing.assert_array_equal(resized, run(x[:20], res[:20], logits[:20])[0])
     # a row among others and among fewer: the same bits
     np.testing.assert_array_equal(run(x[5:9], res[5:9], logits[5:9])[0], got[5:9])
+
+
+def test_the_block_refuses_rows_past_its_buffers(device):
+    """``llm.experts.ffn`` for more rows (or larger tiles) than its buffers were sized for is
+    refused with the counts, not run past their ends."""
+    from types import SimpleNamespace
+
+    from clops.llm import experts
+    from clops.llm.loaded import Experts
+
+    blk = Block(device, "q8", 8)
+    ex = Experts(*blk.w, n=8, k=2, ffn=F, norm=True)
+    cfg = SimpleNamespace(dim=DIM, act="silu", glu_limit=0.0, glu_alpha=1.0, n_experts=8,
+                          n_experts_used=2, expert_ffn_dim=F)
+    bufs = experts.buffers(device, cfg, [ex], 5)
+    x, res = _inputs(37)
+    with pytest.raises(ValueError, match="more than the buffers hold"):
+        experts.ffn(device, cfg, ex, _up(device, x), 37, bufs, _up(device, res),
+                    experts.tile(device, [ex], 37), accum=True, name="0")
