@@ -466,6 +466,25 @@ inline int q8_dot(uint4 q, uint4 xv) {
     s = dot4(q.z, xv.z, s);
     return dot4(q.w, xv.w, s);
 }
+
+#define STEPS ((NCH + LSIZE * UNR - 1) / (LSIZE * UNR))  // per column block
+// Load step t (of the team's CB * STEPS; QROWS: of STEPS) of work-item lid: UNR chunks of CPT
+// columns.
+inline void load_step(int t, int lid, int n_first, int N, __global const W_T *W,
+                      __global const SCALE_T *S, uint4 wq[UNR][CPT], WS_T ws[UNR][CPT]) {
+    const int c0 = lid + (t % STEPS) * LSIZE * UNR, n0 = n_first + (t / STEPS) * (NCOL * CPT);
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) {
+        const int c = c0 + u * LSIZE;
+        if (c < NCH)
+#pragma unroll
+            for (int j = 0; j < CPT; ++j) {
+                const int nj = min(n0 + j, N - 1);
+                wq[u][j] = LOAD_WQ(nj, c);
+                ws[u][j] = LOAD_WS(nj, c);
+            }
+    }
+}
 #endif
 
 #if QX
@@ -543,23 +562,6 @@ inline float quantize_x(__global const float *xr, __global const float *nw, int 
 }
 #endif
 
-#define STEPS ((NCH + LSIZE * UNR - 1) / (LSIZE * UNR))  // per column block
-// Load step t (of the team's CB * STEPS) of work-item lid: UNR chunks of CPT columns.
-inline void load_step(int t, int lid, int n_first, int N, __global const W_T *W,
-                      __global const SCALE_T *S, uint4 wq[UNR][CPT], WS_T ws[UNR][CPT]) {
-    const int c0 = lid + (t % STEPS) * LSIZE * UNR, n0 = n_first + (t / STEPS) * (NCOL * CPT);
-#pragma unroll
-    for (int u = 0; u < UNR; ++u) {
-        const int c = c0 + u * LSIZE;
-        if (c < NCH)
-#pragma unroll
-            for (int j = 0; j < CPT; ++j) {
-                const int nj = min(n0 + j, N - 1);
-                wq[u][j] = LOAD_WQ(nj, c);
-                ws[u][j] = LOAD_WS(nj, c);
-            }
-    }
-}
 
 // One team's output columns: CB blocks of CPT columns, n_first + b * NCOL * CPT + j; in each,
 // chunks lid, lid + LSIZE, ... of the rows, UNR of them per column loaded at once. PIPE 1: the
@@ -802,24 +804,15 @@ void matmul_qrows(__global float *y, int y_off, int ldy, __global const uint4 *x
     const int n = (get_group_id(0) * NCOL + get_local_id(0) / LSIZE) * CPT;
     const int m0 = get_global_id(1) * TM;
     // rows past M compute row M - 1 and store nothing; columns past N column N - 1
-    int mi[TM], nn[CPT];
+    int mi[TM];
     for (int i = 0; i < TM; ++i) mi[i] = min(m0 + i, M - 1);
-    for (int j = 0; j < CPT; ++j) nn[j] = min(n + j, N - 1);
     float r[RN2];
     for (int i = 0; i < RN; ++i) r[i] = 0.0f;
-    for (int c0 = lid; c0 < NCH; c0 += LSIZE * UNR) {
+    for (int t = 0; t < STEPS; ++t) {
+        const int c0 = lid + t * LSIZE * UNR;
         uint4 wq[UNR][CPT];
         WS_T ws[UNR][CPT];
-#pragma unroll
-        for (int u = 0; u < UNR; ++u) {
-            const int c = c0 + u * LSIZE;
-            if (c < NCH)
-#pragma unroll
-                for (int j = 0; j < CPT; ++j) {
-                    wq[u][j] = LOAD_WQ(nn[j], c);
-                    ws[u][j] = LOAD_WS(nn[j], c);
-                }
-        }
+        load_step(t, lid, n, N, W, S, wq, ws);
 #pragma unroll
         for (int u = 0; u < UNR; ++u) {
             const int c = c0 + u * LSIZE;

@@ -29,6 +29,18 @@ def _random_k_quant(t: Q, n: int, k: int) -> np.ndarray:
     return raw.reshape(n, -1)
 
 
+def ggml_weight(dev, kind: str, n: int, k: int, rng: np.random.Generator):
+    """A weight [n, k] of GGML type ``kind`` on dev (K-quants as random blocks, others
+    quantized from rng's normal values), and its float32 values."""
+    t = Q[kind]
+    if t in (Q.Q4_K, Q.Q6_K):
+        raw = _random_k_quant(t, n, k)
+    else:
+        raw = quants.quantize(rng.standard_normal((n, k)).astype(np.float32), t)
+    return nn.quantized(raw, ggml_type=int(t), shape=(n, k), device=dev), \
+        quants.dequantize(raw, t).reshape(n, k)
+
+
 def q8_1_activations(x: np.ndarray) -> np.ndarray:
     """x (rows of a multiple of 32 values) as the int8 path of the quantized GEMV sees it: per
     32 values q = round(x * 127 / amax), x ~ q * amax / 127 (GGML's q8_1 scheme), in float64."""

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as Q
-from gguf import quants
 
 import clops
 import clops.nn as nn
 import clops.nn.quant as quant
 from clops.kernels import launch, matmul
 
-from .test_functional import _random_k_quant, q8_1_activations
+from .test_functional import ggml_weight, q8_1_activations
 
 RNG = np.random.default_rng(11)
 
@@ -34,13 +32,8 @@ def _gpu_rows(monkeypatch, request):
 
 
 def _weight(dev, kind, n, k):
-    t = Q[kind]
-    if t in (Q.Q4_K, Q.Q6_K):
-        raw = _random_k_quant(t, n, k)
-    else:
-        raw = quants.quantize(RNG.standard_normal((n, k)).astype(np.float32), t)
-    return nn.quantized(raw, ggml_type=int(t), shape=(n, k), device=dev), \
-        quants.dequantize(raw, t).reshape(n, k).astype(np.float64)
+    w, ref = ggml_weight(dev, kind, n, k, RNG)
+    return w, ref.astype(np.float64)
 
 
 def _buf(dev, a):

@@ -331,17 +331,8 @@ def test_nn_linear_tensor_cores(device):
 
 
 def _ggml_weight(dev, kind, n, k):
-    from gguf import GGMLQuantizationType as Q
-    from gguf import quants
-
-    from .test_functional import _random_k_quant
-    t = Q[kind]
-    if t in (Q.Q4_K, Q.Q6_K):
-        raw = _random_k_quant(t, n, k)
-    else:
-        raw = quants.quantize(RNG.standard_normal((n, k)).astype(np.float32), t)
-    return nn.quantized(raw, ggml_type=int(t), shape=(n, k), device=dev), \
-        quants.dequantize(raw, t).reshape(n, k)
+    from .test_functional import ggml_weight
+    return ggml_weight(dev, kind, n, k, RNG)
 
 
 def _weight(dev, kind, n, k):
