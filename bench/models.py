@@ -17,6 +17,8 @@ Models (NAME):
   llama70b-q8_0  a Llama-3.1-70B body (hidden 8192, 80 layers, 64/8 heads of 128, FFN 28672;
                  73 GB), every layer the same random weights (the same bytes move per token;
                  written at the disk's speed)
+  llama70b20-q8_0  the 70B body's first 20 layers (18 GB): its per-GPU shapes on one GPU,
+                 for profiling (bench/profile_step.py)
   qwen3moe-a3b-q4_0  a Qwen3-30B-A3B body (hidden 2048, 48 layers, 32/4 heads of 128 with QK-norm,
                  128 experts of FFN 768, 8 a token; 17 GB) with SmolLM2's tokenizer, Q4_0
                  layers and experts, a float32 router
@@ -66,10 +68,12 @@ MODELS = {"smollm2-q4_1": None, "llama1b-f16": ("F16", "F16"), "llama1b-q8_0": (
           "llama1b-q4_0": ("Q4_0", "Q4_0"), "llama1b-q4_k": ("Q4_K", "Q6_K"),
           "llama8b-f16": ("F16", "F16"), "llama8b-q8_0": ("Q8_0", "Q8_0"),
           "llama8b-q4_0": ("Q4_0", "Q4_0"),
-          "llama70b-q8_0": ("Q8_0", "Q8_0"), "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0"),
+          "llama70b-q8_0": ("Q8_0", "Q8_0"), "llama70b20-q8_0": ("Q8_0", "Q8_0"),
+          "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0"),
           "qwen3-0.6b-q8_0": ("Q8_0", "Q8_0"), "gemma3-1b-q8_0": ("Q8_0", "Q8_0")}
 # a model's body is its name less the last "-" part
 BODIES = {"llama1b": BODY_1B, "llama8b": BODY_8B, "llama70b": BODY_70B,
+          "llama70b20": {**BODY_70B, "layers": 20},
           "qwen3-0.6b": BODY_QWEN3_06B, "gemma3-1b": BODY_GEMMA3_1B}
 # (bytes, values) per block of each weight type this writer makes
 _BLOCK = {"F16": (2, 1), "Q8_0": (34, 32), "Q4_0": (18, 32), "Q4_K": (144, 256),
@@ -146,7 +150,7 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
     arch = "qwen3moe" if moe else b.get("arch", "llama")
     # the 70B body's layers share one layer's random values (generating 73 GB of them would
     # take longer than writing them)
-    reuse = body == "llama70b"
+    reuse = body.startswith("llama70b")
     made: dict[str, np.ndarray] = {}
     tok = GGUFReader(tok_path)
     vocab = len(tok.fields["tokenizer.ggml.tokens"].data)
