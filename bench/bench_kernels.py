@@ -150,15 +150,26 @@ def _weight(dev, kind: str, n: int, k: int):
 
 
 def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, b2b_ceiling: float, torch,
-               repeat: int) -> dict:
+               repeat: int, xmode: str = "plain") -> dict:
+    """One decode row's product; ``xmode`` as a decode step launches it: ``plain`` x, ``norm``
+    (RMSNorm(x) * weight in place of x: QKV, [gate | up]) or ``glu`` (x of 2k values, silu(gate)
+    * up in place of x: down), the last two where ``matmul.fused_prologues`` holds."""
     w = _weight(dev, kind, n, k)
-    x = clops.asarray(np.random.default_rng(2).standard_normal((1, k)).astype(np.float32),
-                      device=dev).realize()
+    rng = np.random.default_rng(2)
+    x = clops.asarray(rng.standard_normal((1, 2 * k if xmode == "glu" else k))
+                      .astype(np.float32), device=dev).realize()
     y = clops.empty((1, n), dtype=clops.float32, device=dev).realize()
-    ln = matmul.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, w, 1)
+    kw: dict = {}
+    if xmode == "norm":
+        nw = clops.asarray(rng.standard_normal(k).astype(np.float32), device=dev).realize()
+        kw["norm"] = (nw.buffer, 1e-5)
+    elif xmode == "glu":
+        kw["glu"] = True
+    ln = matmul.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, w, 1, **kw)
     ms, wall = device_ms(dev, lambda: ln.run(dev), repeat)
     nbytes = w.nbytes + 4 * (n + k)
-    row = {"kernel": f"GEMV {kind} {n}x{k}", "ms": ms, "wall_ms": wall, "gbps": nbytes / ms / 1e6,
+    label = f"GEMV {kind} {n}x{k}" + ("" if xmode == "plain" else f" {xmode}")
+    row = {"kernel": label, "ms": ms, "wall_ms": wall, "gbps": nbytes / ms / 1e6,
            "of_copy": nbytes / ms / 1e6 / ceiling,
            "of_same_size_copy": same_size_copy_ms(dev, nbytes, repeat) / ms}
     # Back to back, as in a decode step: launch plans (no events) over copies of the weights
@@ -168,7 +179,7 @@ def bench_gemv(dev, n: int, k: int, kind: str, ceiling: float, b2b_ceiling: floa
     for i in range(copies):
         wi = w if i == 0 else _weight(dev, kind, n, k)
         plan = LaunchPlan(dev)
-        plan.add(matmul.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, wi, 1))
+        plan.add(matmul.matmul(dev, y.buffer, y.offset, n, x.buffer, x.offset, k, wi, 1, **kw))
         plans.append((plan, wi))
     b2b = back_to_back_ms(dev, [lambda p=p: p.replay() for p, _ in plans])
     row.update(b2b_ms=b2b, b2b_gbps=nbytes / b2b / 1e6,
@@ -373,6 +384,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="the GEMV rows' shapes (default: 8192x2048,2048x8192,32768x2048 on "
                     "GPUs; an 8B body's are 6144x4096,4096x4096,28672x4096,4096x14336)")
     ap.add_argument("--gemv-kinds", default="f16,Q8_0,Q4_0,Q4_1")
+    ap.add_argument("--gemv-x", default="plain", choices=("plain", "norm", "glu"),
+                    help="the GEMV rows' input as a decode step gives it: plain, norm "
+                    "(RMSNorm folded in: QKV, [gate | up]) or glu (the GLU of 2K values "
+                    "folded in: down)")
     ap.add_argument("--qx", default="", metavar="LS,NCOL,CPT,UNR,CB,PIPE;...",
                     help="also time the quantized GEMV rows with each of these geometries of "
                     "the int8 decode path (matmul.qx_geometry; GPUs where it runs)")
@@ -406,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         for kind in a.gemv_kinds.split(","):
             for n, k in shapes:
                 rows.append(bench_gemv(dev, n, k, kind, ceil["gbps"], ceil["b2b_gbps"], torch,
-                                       a.repeat))
+                                       a.repeat, a.gemv_x))
                 if kind in ("f16", "f32") or not geometries or not gpu:
                     continue
                 rows[-1]["qx_geometry"] = list(matmul.qx_geometry(dev, n, k, "q8" if kind ==
@@ -415,9 +430,9 @@ def main(argv: list[str] | None = None) -> int:
                     matmul.QX_OVERRIDE = g  # type: ignore[assignment]
                     try:
                         row = bench_gemv(dev, n, k, kind, ceil["gbps"], ceil["b2b_gbps"], None,
-                                         a.repeat)
+                                         a.repeat, a.gemv_x)
                     except Exception as e:  # noqa: BLE001 - a geometry that does not build
-                        row = {"kernel": f"GEMV {kind} {n}x{k}", "error": str(e)[:300]}
+                        row = {"kernel": f"GEMV {kind} {n}x{k} {a.gemv_x}", "error": str(e)[:300]}
                     finally:
                         matmul.QX_OVERRIDE = None
                     row["kernel"] += f" qx {','.join(map(str, g))}"

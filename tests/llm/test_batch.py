@@ -76,11 +76,13 @@ def test_batched_equals_alone_and_the_models_own_generation(tiny):
 
 
 def test_a_single_decode_row_takes_its_own_plan(tiny, monkeypatch):
-    """Where ``single_row`` holds (GPUs; forced here): a decode step of one sequence alone
-    takes a plan of one row's products, never resized, and the model's own tokens come out;
-    an engine with ``row_invariant`` never takes it."""
+    """Where ``single_row`` holds (GPUs; forced here) and ``lone_row`` does not (the layer
+    kernel's plan goes first where it holds): a decode step of one sequence alone takes a plan
+    of one row's products, never resized, and the model's own tokens come out; an engine with
+    ``row_invariant`` never takes it."""
     model, _ = tiny
     monkeypatch.setattr(StepBuilder, "single_row", lambda self: True)
+    monkeypatch.setattr(StepBuilder, "lone_row", lambda self: False)
     prompts = _prompts()[:3]
     own = [list(model.generate_ids(p, max_new_tokens=NEW, stop_ids=[])) for p in prompts]
     engine = _engine(model)
