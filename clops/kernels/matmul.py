@@ -181,6 +181,17 @@ def qx_geometry(dev: CLDevice, n: int, k: int,
         # (at least 4 chunks per work-item, as measured: K >= 4096 (q8), 8192 (q4))
         if nch * cpt >= 4 * ls and _qx_local_bytes(k, ls, 1024 // ls, cpt) <= dev.caps.local_mem:
             return ls, 1024 // ls, cpt, unr, 1, int(nch > ls * unr)
+    # PERF (H200, a 70B body's decode products as the step launches them, back to back, of the
+    # copy bandwidth; bench_kernels.py --gemv-x; bench/results/qx_h200_70b_decode.json): every
+    # group quantizes the whole x (with the GLU or the norm folded in) before its weights, so
+    # long rows want fewer, larger groups. q8 down 8192x28672 with the GLU 0.46 -> 0.86 (128.5
+    # -> 68.8 us) with 64 half-warp teams a group against the 16 below; [gate | up] 57344x8192
+    # with the norm 0.87 -> 1.01, QKV 10240x8192 0.72 -> 0.83, o 8192x8192 0.77 -> 0.85 with 16
+    # warp teams
+    if fmt == "q8" and k >= 8192 and most >= 1024:
+        ls, ncol = (16, 64) if k >= 16384 else (32, 16)
+        if _qx_local_bytes(k, ls, ncol, 1) <= dev.caps.local_mem:
+            return ls, ncol, 1, 4, 1, int(nch > ls * 4)
     # PERF (H100, N 8192..32768, K 2048): half-warp teams, one column each, 4 chunks per
     # work-item in flight and (several steps) the next 4 loading meanwhile. q8: 16 teams per
     # group. q4: 32 teams per group and for large N consecutive column blocks per group (x

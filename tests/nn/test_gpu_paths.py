@@ -63,6 +63,25 @@ def test_linear_quantized_ragged_gpu_geometry(device, gpu_geometry, kind, n, k):
     tf.test_linear_quantized(device, kind, 1, n=n, k=k)
 
 
+@pytest.mark.parametrize("k,want", [(8192, (32, 16)), (16384, (16, 64))])
+def test_linear_quantized_long_rows_gpu_geometry(device, monkeypatch, k, want):
+    """Long q8 rows on the int8 decode path take the groups of their own (fewer, larger:
+    every group quantizes the whole x): warp teams, 16 columns a group from 8192 values;
+    half-warp teams, 64 columns a group of 1024 work-items from 16384 (matmul.qx_geometry);
+    the product right with either."""
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    monkeypatch.setattr(matmul, "int8_activations",
+                        lambda dev, m, fmt, k: m == 1 and fmt in ("q4", "q8"))
+    # (past the branches of few output columns; whole groups: PoCL 3.1 writes past N for
+    # ragged groups of teams narrower than a warp, which take the reduction without shuffles)
+    n = 64 * (device.caps.compute_units // 2 + 1)
+    if device.caps.max_work_group < 1024:
+        pytest.skip(f"{device.name} runs work-groups of {device.caps.max_work_group} at most")
+    assert matmul.qx_geometry(device, n, k, "q8")[:2] == want
+    tf.test_linear_quantized(device, "Q8_0", 1, n=n, k=k)
+
+
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0"])
 def test_linear_quantized_4096_columns(device, kind):
     """A decode row's product of 4096 columns (an 8B body's o and down) on the device's own
