@@ -364,16 +364,18 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     ``experts=(tile_e, E)``: a mixture of experts' grouped product. w holds E experts' weights
     stacked (w.n = E * N rows, N a multiple of 16; ``bias``, where given, E * N values), y gets
     N columns, and row tile t (rows t * tm .. t * tm + tm - 1; ``tm`` required, dividing m)
-    meets expert ``tile_e[t]`` (int32, m / tm of them; -1: a padding tile, not stored). Not
-    with norm=, glu= or glu_out=; never the int8 rows of the GPU decode path or the native CPU
-    products. The kernel's arguments 14 .. 16 are then tile_e and the per-expert strides
-    (``expert_strides``); argument 9 stays m, and the row tiles' axis of the global size (1;
-    ``matmul_rb``: 0) holds m / tm."""
+    meets expert ``tile_e[t]`` (int32, m / tm of them; -1: a padding tile, not stored).
+    ``norm=`` and ``glu=`` where the weights are in the GPUs' row layout (each tile's rows
+    normed or their GLU taken in the product's prologue), never ``glu_out=``; never the int8
+    rows of the GPU decode path or the native CPU products. The kernel's arguments 14 .. 16
+    are then tile_e and the per-expert strides (``expert_strides``); argument 9 stays m, and
+    the row tiles' axis of the global size (1; ``matmul_rb``: 0) holds m / tm."""
     if norm is not None and glu:
         raise ValueError("matmul: norm= and glu= do not go together")
     if experts is not None:
-        _experts_args(w, m, tm, experts, {"norm=": norm is not None, "glu=": glu,
-                                          "glu_out=": glu_out})
+        _experts_args(w, m, tm, experts, {
+            "glu_out=": glu_out, "norm= (the CPU layout)": norm is not None and
+            w.layout == "rb16", "glu= (the CPU layout)": glu and w.layout == "rb16"})
     if w.layout == "rb16":
         if glu:
             raise ValueError("matmul: glu= (the GLU of x) needs a GPU; on CPUs the product "

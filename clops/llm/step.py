@@ -562,23 +562,26 @@ class StepBuilder:
         residual stream (after its post-norm and scale where it has them)."""
         cfg, b, m, step = self.cfg, self.b, walk.m, walk.step
         assert b.experts is not None
-        xn = b.x
-        if ly.ffn_norm is not None:
-            self._rmsnorm(step, b.xn, b.x, ly.ffn_norm, m)
-            xn = b.xn
-        for ln, at in self._matmul(b.experts.logits, 0, ex.n, xn, 0, cfg.dim, ex.router, m,
-                                   bias=ex.router_bias, name=f"router.{i}",
-                                   single=walk.single):
-            step.add_resized(ln, at)
         # (a paged plan on GPUs serves every row count, so its tile is a batch's, also for one
         # row)
         rows = m if self.one or launch.is_cpu(self.dev) else max(m, 2)
         # (over every layer's experts, as the buffers were sized: one tile for all of them)
         t = experts.tile(self.dev, [ly.experts for ly in self.w.layers
                                     if ly.experts is not None], rows)
+        xn, pre = b.x, None
+        if ly.ffn_norm is not None and experts.folds(self.dev, ex, m, t):
+            # PERF: a lone decode row's router and [gate | up] products take the pre-norm
+            pre = (ly.ffn_norm, cfg.norm_eps)
+        elif ly.ffn_norm is not None:
+            self._rmsnorm(step, b.xn, b.x, ly.ffn_norm, m)
+            xn = b.xn
+        for ln, at in self._matmul(b.experts.logits, 0, ex.n, xn, 0, cfg.dim, ex.router, m,
+                                   bias=ex.router_bias, name=f"router.{i}", norm=pre,
+                                   single=walk.single):
+            step.add_resized(ln, at)
         out = b.t if self.branch else b.x
         for ln, at in experts.ffn(self.dev, cfg, ex, xn, m, b.experts, out, t,
-                                  accum=not self.branch, name=str(i)):
+                                  accum=not self.branch, name=str(i), norm=pre):
             step.add_resized(ln, at)
         if self.branch:
             ln = norm.residual(self.dev, b.x, b.t, ly.post_ffn_norm, m=m, k=cfg.dim,

@@ -421,7 +421,9 @@ def test_grouped_products_refuse_what_they_do_not_take(device, monkeypatch):
     y, x, tile_e = device.alloc(8 * 2 * F * 4), _up(device, np.ones((8, DIM), np.float32)), \
         _up(device, np.zeros(2, np.int32))
     ex = (tile_e, 4)
-    for kw in ({"norm": (x, 1e-5)}, {"glu_out": True}, {"glu": True}):
+    # (norm= and glu= where the weights are in the GPUs' row layout: the test below)
+    for kw in ({"glu_out": True},) + (({"norm": (x, 1e-5)}, {"glu": True})
+                                      if gate.layout == "rb16" else ()):
         with pytest.raises(ValueError, match="experts|glu"):
             matmul.matmul(device, y, 0, F, x, 0, DIM, gate, 8, experts=ex, tm=4, **kw)
     for tm in (None, 3):
@@ -442,6 +444,42 @@ def test_grouped_products_refuse_what_they_do_not_take(device, monkeypatch):
                   tm=1).run(device)
     np.testing.assert_allclose(_read(device, y1, F), blk.gate[3 * F:4 * F] @ x1[0],
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fmt", ["f16", "q4sym", "q8"])
+@pytest.mark.parametrize("tm", [1, 4])
+def test_grouped_products_take_the_norm_and_the_glu_on_gpu_kernels(device, monkeypatch, fmt,
+                                                                    tm, m=8):
+    """In the GPUs' row layout (forced here) the grouped products fold in the pre-norm
+    (``norm=``: RMSNorm(x) * weight) and the GLU (``glu=``: silu(gate) * up of [gate | up]
+    rows), each tile against its expert, as a lone decode row's experts take them."""
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    blk = Block(device, fmt, 4)
+    _, gate, _, down = blk.w
+    tiles = np.array([3, 1, 0, 3, 2, 1, 0, 2][:m // tm], np.int32)
+    each = np.repeat(tiles, tm)
+    ex = (_up(device, tiles), 4)
+    x = RNG.standard_normal((m, DIM)).astype(np.float32)
+    nw, eps = RNG.standard_normal(DIM).astype(np.float32), 1e-5
+    y = device.alloc(m * F * 4)
+    matmul.matmul(device, y, 0, F, _up(device, x), 0, DIM, gate, m, experts=ex, tm=tm,
+                  row_invariant=True, norm=(_up(device, nw), eps)).run(device)
+    x64 = x.astype(np.float64)
+    xn = x64 / np.sqrt((x64 ** 2).mean(1, keepdims=True) + eps) * nw
+    want = np.stack([blk.gate[e * F:(e + 1) * F] @ xn[r] for r, e in enumerate(each)])
+    np.testing.assert_allclose(_read(device, y, (m, F)), want, rtol=1e-4,
+                               atol=1e-4 * np.abs(want).max())
+    gu = RNG.standard_normal((m, 2 * F)).astype(np.float32)
+    y2 = device.alloc(m * DIM * 4)
+    matmul.matmul(device, y2, 0, DIM, _up(device, gu), 0, 2 * F, down, m, experts=ex, tm=tm,
+                  row_invariant=True, glu=True).run(device)
+    g, u = gu[:, :F].astype(np.float64), gu[:, F:].astype(np.float64)
+    h = g / (1 + np.exp(-g)) * u
+    want = np.stack([blk.down[e * DIM:(e + 1) * DIM] @ h[r] for r, e in enumerate(each)])
+    np.testing.assert_allclose(_read(device, y2, (m, DIM)), want, rtol=1e-4,
+                               atol=1e-4 * np.abs(want).max())
+
 
 
 def test_padding_tiles_store_nothing(device, path):
