@@ -5,7 +5,8 @@
 // EXPERTS 1. Every kernel takes the row count M as an argument (a plan resizes it).
 //
 // Compile-time parameters (one program holds the four kernels; each reads its own):
-//   TOPK, NORM  moe_route: experts a row; 1: weights renormalized over them
+//   TOPK, NORM  moe_route, moe_route_wg: experts a row; 1: weights renormalized over them
+//   RL          moe_route_wg: the work-items of a row's work-group (a power of two)
 //   NE, LS      moe_align: the experts; the work-items of its one work-group
 //   ACCUM       moe_combine: 1: add into out
 
@@ -23,6 +24,9 @@
 #endif
 #ifndef ACCUM
 #define ACCUM 0
+#endif
+#ifndef RL
+#define RL 1
 #endif
 
 // Row r's top TOPK experts of its E logits, by descending logit (an exact tie: the lower
@@ -61,6 +65,71 @@ __kernel void moe_route(__global int *ids, __global float *wts, __global const f
         wts[(size_t)r * TOPK + j] = exp(best[j] - mx) / s;
     }
 }
+
+#if RL > 1
+// moe_route's choice and weights (the same ids; the weights' sums in another order) by a
+// work-group of RL work-items a row: TOPK rounds, each the row's largest logit not chosen
+// before (an exact tie: the lower expert; a NaN below every number), from each work-item's
+// best of its share of the experts by a reduction in local memory. Work geometry: global
+// (M * RL), local (RL).
+inline bool before(float v, int e, float bv, int be) {
+    return v > bv || (v == bv && e < be);
+}
+__kernel __attribute__((reqd_work_group_size(RL, 1, 1)))
+void moe_route_wg(__global int *ids, __global float *wts, __global const float *logits,
+                  int M, int E) {
+    __local float lv[RL];
+    __local int le[RL];
+    __local int chosen[TOPK];
+    __local float part[RL];
+    const int r = get_group_id(0), t = get_local_id(0);
+    if (r >= M) return;  // (the whole work-group)
+    __global const float *l = logits + (size_t)r * E;
+    for (int j = 0; j < TOPK; ++j) {
+        float bv = -INFINITY;
+        int be = E;  // (none yet: after every expert)
+        for (int e = t; e < E; e += RL) {
+            bool taken = false;
+            for (int q = 0; q < j; ++q) taken |= chosen[q] == e;
+            const float v = isnan(l[e]) ? -INFINITY : l[e];
+            if (!taken && before(v, e, bv, be)) {
+                bv = v;
+                be = e;
+            }
+        }
+        lv[t] = bv;
+        le[t] = be;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int s = RL / 2; s > 0; s >>= 1) {
+            if (t < s && before(lv[t + s], le[t + s], lv[t], le[t])) {
+                lv[t] = lv[t + s];
+                le[t] = le[t + s];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (t == 0) chosen[j] = le[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const float mx = l[chosen[0]];
+    float s = 0.0f;
+#if NORM
+    for (int j = 0; j < TOPK; ++j) s += exp(l[chosen[j]] - mx);
+#else
+    for (int e = t; e < E; e += RL) s += exp(l[e] - mx);
+    part[t] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = RL / 2; h > 0; h >>= 1) {
+        if (t < h) part[t] += part[t + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    s = part[0];
+#endif
+    if (t < TOPK) {
+        ids[(size_t)r * TOPK + t] = chosen[t];
+        wts[(size_t)r * TOPK + t] = exp(l[chosen[t]] - mx) / s;
+    }
+}
+#endif
 
 // From ids [M * K] (pair v = r * K + j: row r's j-th expert): the P slots of the grouped rows,
 // experts in ascending order, each expert's pairs in ascending v, each expert's group padded to

@@ -125,6 +125,14 @@ def _top_k(logits: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarr
     return ids, np.exp(chosen - mx) / den
 
 
+@pytest.fixture(params=["device", "gpu"])
+def route_path(request, monkeypatch):
+    """The device's own route kernel, or the GPUs' (a work-group a row) forced on it."""
+    if request.param == "gpu":
+        monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    return request.param
+
+
 def _route(dev, logits, k, norm):
     m, e = logits.shape
     ids, wts = dev.alloc(m * k * 4), dev.alloc(m * k * 4)
@@ -134,7 +142,8 @@ def _route(dev, logits, k, norm):
 
 @pytest.mark.parametrize("norm", [True, False])
 @pytest.mark.parametrize("n_experts,k", [(4, 1), (8, 2), (64, 8), (512, 16), (16, 16)])
-def test_route_picks_the_top_k_ties_to_the_lower_expert(device, n_experts, k, norm, m=41):
+def test_route_picks_the_top_k_ties_to_the_lower_expert(device, route_path, n_experts, k, norm,
+                                                        m=41):
     # few distinct values: many exact ties, across the k-th place too; a row of one value; a
     # row with -inf logits
     logits = RNG.integers(-3, 3, (m, n_experts)).astype(np.float32) * 0.5
@@ -151,7 +160,7 @@ def test_route_picks_the_top_k_ties_to_the_lower_expert(device, n_experts, k, no
         assert (got_w.sum(1) < 1.0 + 1e-6).all() and (got_w.sum(1)[3:] < 1.0 - 1e-6).any()
 
 
-def test_route_weights_of_distinct_logits(device, m=9, n_experts=32, k=4):
+def test_route_weights_of_distinct_logits(device, route_path, m=9, n_experts=32, k=4):
     logits = (RNG.standard_normal((m, n_experts)) * 4).astype(np.float32)
     for norm in (True, False):
         got_ids, got_w = _route(device, logits, k, norm)
@@ -315,7 +324,7 @@ def run_block(dev, blk: Block, x: np.ndarray, residual: np.ndarray, *, k: int, n
     if rows is not None:
         assert moe.tile_rows(dev, [gate.fmt, up.fmt, down.fmt], rows, k) == tile
         m, p = rows, moe.padded_rows(rows, k, n_e, tile)
-        _resize(dev, launches, m, p, tile, router.layout)
+        _resize(dev, launches, m, p, tile, router.layout, k)
     for ln in launches:
         ln.run(dev)
     return (_read(dev, out, (m, DIM)), _read(dev, logits, (m, n_e)),
@@ -326,7 +335,7 @@ def run_block(dev, blk: Block, x: np.ndarray, residual: np.ndarray, *, k: int, n
 ROUTER_TM = 4  # (the router product's rows a work-item, fewer for fewer rows)
 
 
-def _resize(dev, launches, m: int, p: int, tile: int, layout: str) -> None:
+def _resize(dev, launches, m: int, p: int, tile: int, layout: str, k: int) -> None:
     """The block's launches to m rows (p slots), by the argument indices and global sizes
     their functions document (the products: argument 9 and the row tiles' axis)."""
     router, route, align, gather, gate, up, glu, down, combine = launches
@@ -339,7 +348,7 @@ def _resize(dev, launches, m: int, p: int, tile: int, layout: str) -> None:
 
     product(router, m, ROUTER_TM)  # (made for more than 4 rows)
     route.args[3] = np.int32(m)
-    route.global_size = launch.flat_geometry(dev, m)[0]
+    route.global_size = moe.route_geometry(dev, m, k)[0]
     align.args[4], align.args[5] = np.int32(m), np.int32(p)
     gather.args[3] = np.int32(p)
     gather.global_size = (DIM, p)
