@@ -57,8 +57,8 @@ def route(dev: CLDevice, ids: Buffer, wts: Buffer, logits: Buffer, *, m: int,
 
 # PERF (H200, Qwen3-30B-A3B body, 128 experts, 8 a row): one work-item a row, serial over the
 # experts, took 22.6 us a layer for a decode row (1085 us of a step's 4.4 ms of kernels) and
-# 27 us a layer for a prompt chunk of 128 rows; a warp a row takes each round's best of 128 in
-# five halvings
+# 27 us a layer for a prompt chunk of 128 rows. A warp a row takes each round's best of 128 in
+# five halvings (not yet measured on a GPU)
 ROUTE_GROUP = 32
 
 
