@@ -47,8 +47,9 @@ def route(dev: CLDevice, ids: Buffer, wts: Buffer, logits: Buffer, *, m: int,
     Resize: argument 3 is m; the global size is ``route_geometry(dev, m, k)``'s."""
     _check(n_experts, k)
     g, loc = route_geometry(dev, m, k)
-    if loc is not None and loc[0] >= k and not launch.is_cpu(dev):
-        knl = kernel(dev, "moe", "moe_route_wg", TOPK=k, NORM=int(norm), RL=loc[0])
+    ls = _route_group(dev, k)
+    if ls:
+        knl = kernel(dev, "moe", "moe_route_wg", TOPK=k, NORM=int(norm), RL=ls)
     else:
         knl = kernel(dev, "moe", "moe_route", TOPK=k, NORM=int(norm))
     return Launch(knl, g, loc, [ids, wts, logits, i32(m), i32(n_experts)], [logits],
@@ -66,10 +67,15 @@ def route_geometry(dev: CLDevice, m: int,
                    k: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """(global, local) of ``route`` for m rows of k choices: on GPUs ``ROUTE_GROUP``
     work-items a row (at least k), on CPUs ``launch.flat_geometry``'s work-item a row."""
+    ls = _route_group(dev, k)
+    return ((m * ls,), (ls,)) if ls else flat_geometry(dev, m)
+
+
+def _route_group(dev: CLDevice, k: int) -> int:
+    """Work-items of ``moe_route_wg``'s work-group (a row's), 0 for the serial kernel: CPUs,
+    or a device whose groups hold fewer than k."""
     ls = min(ROUTE_GROUP, pow2_at_most(dev.caps.max_work_group))
-    if launch.is_cpu(dev) or ls < k:
-        return flat_geometry(dev, m)
-    return (m * ls,), (ls,)
+    return 0 if launch.is_cpu(dev) or ls < k else ls
 
 
 def tile_rows(dev: CLDevice, fmts: Iterable[str], m: int, k: int) -> int:
