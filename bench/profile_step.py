@@ -91,10 +91,17 @@ def main(argv: list[str] | None = None) -> int:
                                             a.prompt).tolist()
     run = _model_tokens if a.engine == "model" else _engine_tokens
     run(model, ids, 8)  # (builds)
-    walls = [_per_token(run(model, ids, a.new), a.skip) for _ in range(3)]
+    runs = [run(model, ids, a.new) for _ in range(3)]
+    walls = [_per_token(t, a.skip) for t in runs]
     wall = statistics.median(walls)
     print(f"wall a token, unprofiled: {wall * 1e3:.3f} ms ({1 / wall:.1f} tok/s; runs "
           + ", ".join(f"{w * 1e3:.3f}" for w in walls) + ")", flush=True)
+    # every gap between tokens (the first ones included), and the mean rate a generation's
+    # statistics give (its tokens after the first over the time after the first)
+    gaps = [(np.diff(t) * 1e3).tolist() for t in runs]
+    means = [(t[-1] - t[0]) / (len(t) - 1) * 1e3 for t in runs if len(t) > 1]
+    print("mean ms a token after the first: " + ", ".join(f"{v:.3f}" for v in means)
+          + "; gaps ms of the first run: " + " ".join(f"{v:.2f}" for v in gaps[0]), flush=True)
 
     prof = clops.profile()
     times = run(model, ids, a.new, a.skip, prof)
@@ -107,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         len(times) - a.skip - 1
     out: dict = {"model": os.path.basename(a.model), "device": a.device, "engine": a.engine,
                  "prompt": a.prompt, "new": a.new, "wall_ms": wall * 1e3,
-                 "wall_runs_ms": [w * 1e3 for w in walls], "profiled_wall_ms": prof_wall * 1e3,
+                 "wall_runs_ms": [w * 1e3 for w in walls], "mean_ms": means, "gaps_ms": gaps,
+                 "profiled_wall_ms": prof_wall * 1e3,
                  "steps_profiled": steps, "devices": {}}
     print(f"wall a token, profiled: {prof_wall * 1e3:.3f} ms ({steps} steps profiled)",
           flush=True)
