@@ -175,7 +175,7 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         lone: list[Callable[[int], Launch]] = [
             lambda m: moe.route(dev, b.ids, b.wts, b.logits, m=m, n_experts=E, k=k,
                                 norm=ex.norm),
-            *gate_up(xn, 0, b.ids, **({"norm": norm} if norm is not None else {})),
+            *gate_up(xn, 0, b.ids, norm=norm),
             *([] if glu_in else [
                 lambda m: activation.glu(dev, b.h, b.gu, m=k, f=F, act=cfg.act,
                                          limit=cfg.glu_limit, alpha=cfg.glu_alpha)]),

@@ -75,13 +75,7 @@ def check_quantized_matmul(device, got, x, w_ref, b, w):
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])
 @pytest.mark.parametrize("m", [1, 5, 19])
 def test_linear_quantized(device, kind, m, n=48, k=512):
-    t = Q[kind]
-    if t in (Q.Q4_K, Q.Q6_K):
-        raw = _random_k_quant(t, n, k)
-    else:
-        raw = quants.quantize(RNG.standard_normal((n, k)).astype(np.float32), t)
-    w_ref = quants.dequantize(raw, t).reshape(n, k)
-    w = nn.quantized(raw, ggml_type=int(t), shape=(n, k), device=device)
+    w, w_ref = ggml_weight(device, kind, n, k, RNG)
     x = RNG.standard_normal((m, k)).astype(np.float32)
     b = RNG.standard_normal(n).astype(np.float32)
     got = np.asarray(nn.linear(_t(x, device), w, _t(b, device)))
