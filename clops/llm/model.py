@@ -195,7 +195,11 @@ class Model:
         self._part = _part
         self._load_weights(source, progress)
         ends = ([self.embed] if self._embeds else []) + ([self.output] if self._heads else [])
-        for w in ends + self._layer_matrices():
+        # (the experts' products too: a prompt's grouped products meet int8 rows where every
+        # expert weight may, ``experts.int8_rows``)
+        for w in ends + self._layer_matrices() + [
+                w for ly in self.layers if ly.experts is not None
+                for w in [ly.experts.router, *ly.experts.products()]]:
             w.int8 = int8_activations
         self._token_queue: CLQueue | None = None  # (_read_token)
         self._alloc(float16_copies)

@@ -95,6 +95,9 @@ def test_mxfp4_experts_match_transformers_dequantized(mxfp4_model, device):
     ex = model.layers[0].experts
     # (MXFP4 values as int8 and a scale; gate and up one weight)
     assert ex.gate_up is not None and ex.gate_up.fmt == "q8"
+    # (int8_activations=False reaches the experts' products too, which no other layer reads)
+    assert not any(w.int8 for ly in model.layers if ly.experts is not None
+                   for w in [ly.experts.router, *ly.experts.products()])
     ids = np.random.default_rng(4).integers(0, ref.config.vocab_size, PROMPT).tolist()
     got, want = model.logits(ids), hf_logits(ref, ids)
     err = float(np.abs(got - want).max() / np.abs(want).max())
