@@ -516,8 +516,43 @@ inline void combine_last(__global float *o, __global const float *part_h, __glob
 }
 #endif
 
+#ifndef QKNORM
+#define QKNORM 0
+#endif
+#if QKNORM
+// 1 / RMS of a head's values v (work-item t of HEAD_DIM, a power of two, holding value t),
+// summed in r [HEAD_DIM] of local memory (free again when this returns); every work-item of
+// the work-group calls it.
+inline float head_rms(__local float *r, float v, int t, float eps) {
+    r[t] = v * v;
+    for (int s = HEAD_DIM / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (t < s) r[t] += r[t + s];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float q = rsqrt(r[0] / HEAD_DIM + eps);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return q;
+}
+// rope_elem of the head at src normed first: RMSNorm (1 / RMS rr, weight w [HEAD_DIM])
+inline float rope_normed(__global const float *src, int t, int pos,
+                         __global const float *inv_freq, float rr, __global const float *w) {
+#if ROPE_NEOX
+    const int i = t < HEAD_DIM / 2 ? t : t - HEAD_DIM / 2;
+    const int a = i, b = i + HEAD_DIM / 2;
+#else
+    const int i = t >> 1;
+    const int a = 2 * i, b = 2 * i + 1;
+#endif
+    float c, s = sincos((float)pos * inv_freq[i], &c);
+    const float va = src[a] * rr * w[a], vb = src[b] * rr * w[b];
+    return t == a ? va * c - vb * s : va * s + vb * c;
+}
+#endif
+
 // Decode attention of one row straight from the QKV projection: rope_store, attn_decode_wg
-// and (COMBINE) attn_combine in one launch. Each work-group rotates its heads' q itself; the
+// and (COMBINE) attn_combine in one launch. QKNORM 1: q and k are RMS-normed a head first
+// (weights wq, wk [HEAD_DIM], eps: Qwen3's QK-norm; the kernel's last three arguments). Each work-group rotates its heads' q itself; the
 // work-group whose chunk holds the new position (the last one) rotates k, uses the new k and v
 // from local memory and registers, and the first head of each KV group stores them in the
 // cache. A work-group serves NREP query heads of one key-value head (NREP 1: one head; n_rep:
@@ -534,7 +569,11 @@ __kernel __attribute__((reqd_work_group_size(HEAD_DIM * NREP, 1, 1)))
 void attn_decode_rope(__global float *out, __global float *part, __global int *count,
                       __global const float *qkv, __global kv_t *kc, __global kv_t *vc,
                       __global const int *state, __global const float *inv_freq, int max_seq,
-                      int n_rep, int H, int KV, float scale) {
+                      int n_rep, int H, int KV, float scale
+#if QKNORM
+                      , __global const float *wq, __global const float *wk, float eps
+#endif
+                      ) {
     __local float qs[NREP * HEAD_DIM] __attribute__((aligned(16)));
     __local float kn[HEAD_DIM] __attribute__((aligned(16))), p[NREP * CHUNK], red[NREP * HEAD_DIM];
     __local float kt[TJ * KROW] __attribute__((aligned(16)));
@@ -549,11 +588,22 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
     const int kvh = h / n_rep;
     const bool tail = s == active - 1;  // its chunk ends with the new position
     __local float *qh = qs + hr * HEAD_DIM, *ph = p + hr * CHUNK;
+#if QKNORM
+    const float rq = head_rms(red + hr * HEAD_DIM, qkv[h * HEAD_DIM + t], t, eps);
+    qh[t] = rope_normed(qkv + h * HEAD_DIM, t, pos, inv_freq, rq, wq) * scale;
+#else
     qh[t] = rope_elem(qkv + h * HEAD_DIM, t, pos, inv_freq) * scale;
+#endif
     float vn = 0.0f;
     if (tail) {
         // (the new key and value as the cache keeps them: later steps read them from there)
+#if QKNORM
+        const float rk = head_rms(red + hr * HEAD_DIM, qkv[(H + kvh) * HEAD_DIM + t], t, eps);
+        const float kr = kv_round(rope_normed(qkv + (H + kvh) * HEAD_DIM, t, pos, inv_freq,
+                                              rk, wk));
+#else
         const float kr = kv_round(rope_elem(qkv + (H + kvh) * HEAD_DIM, t, pos, inv_freq));
+#endif
         vn = kv_round(qkv[(H + KV + kvh) * HEAD_DIM + t]);
         if (hr == 0) kn[t] = kr;
         if (h == kvh * n_rep) {

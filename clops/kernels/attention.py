@@ -179,18 +179,32 @@ def _decode_fits(dev: CLDevice, head_dim: int, nrep: int, chunk: int) -> bool:
     return head_dim * nrep <= dev.caps.max_work_group and 4 * floats + 64 <= dev.caps.local_mem
 
 
+def folds_qk_norm(head_dim: int) -> bool:
+    """Whether the rotating kernels (``attn_decode_rope``, ``paged.rope_store``) take a
+    per-head QK-norm: heads of a power of two dimensions (their sums halve in local
+    memory)."""
+    return head_dim >= 2 and head_dim & (head_dim - 1) == 0
+
+
 def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qkv: Buffer,
                      kc: Buffer, vc: Buffer, state: Buffer, inv_freq: Buffer, *, n_heads: int,
                      n_kv: int, head_dim: int, max_seq: int, scale: float, neox: bool,
                      chunk: int | None = None, combine: bool | None = None,
-                     positions: int | None = None, kv_half: bool = False) -> list[Launch]:
+                     positions: int | None = None, kv_half: bool = False,
+                     qk_norm: tuple[Buffer, Buffer, float] | None = None) -> list[Launch]:
     """Decode attention of one row straight from the QKV projection ``qkv`` ([q | k | v] of
     the row at position state[0], before rotation): rotates q and k, stores k and v in the
     cache and attends, in one launch where ``decode_combines`` (``count``: n_heads int32,
     zero, left zero), else two. ``out`` is [H][D]. ``positions``: the most positions the
     row attends to in any replay (state[0] + 1 at most that; default ``max_seq``): the
-    launch has work-groups for those chunks only. Picked by ``Model._attention`` for a plain
-    decode row (whole-head rotary, no cap, window or sinks) where ``fused_decode`` holds."""
+    launch has work-groups for those chunks only. ``qk_norm`` (weights wq, wk [head_dim],
+    eps; heads of a power of two, ``folds_qk_norm``): q and k are RMS-normed a head before
+    the rotation, as ``norm.qk_norm`` does per head (Qwen3), one launch fewer. Picked by
+    ``Model._attention`` for a plain decode row (whole-head rotary, no cap, window or sinks)
+    where ``fused_decode`` holds."""
+    if qk_norm is not None and not folds_qk_norm(head_dim):
+        raise ValueError(f"attn_decode_rope: the QK-norm folds into heads of a power of two "
+                         f"dimensions, not {head_dim}")
     if chunk is None:
         # PERF: chunks sized by the positions the row attends to, not by the cache (a 1B Q4_0
         # decode on an H200 at 128 positions: 1383 tok/s with a cache of 4096 positions, whose
@@ -209,11 +223,16 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     nrep = n_rep if PER_KV_HEAD and _decode_fits(dev, head_dim, n_rep, chunk) else 1
     k1 = kernel(dev, "attention", "attn_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
                 ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx), NREP=nrep,
+                **({"QKNORM": 1} if qk_norm is not None else {}),
                 **kv_defines(kv_half), **tile_defines(dev))
     a1 = [out, part, count, qkv, kc, vc, state, inv_freq, i32(max_seq),
           i32(n_rep), i32(n_heads), i32(n_kv), f32(scale)]
+    norm_reads: list[Buffer] = []
+    if qk_norm is not None:
+        a1 += [qk_norm[0], qk_norm[1], f32(qk_norm[2])]
+        norm_reads = [qk_norm[0], qk_norm[1]]
     launches = [Launch(k1, (splits * head_dim * nrep, n_heads // nrep), (head_dim * nrep, 1), a1,
-                       [qkv, kc, vc, state, inv_freq, count],
+                       [qkv, kc, vc, state, inv_freq, count, *norm_reads],
                        [out, part, kc, vc, count], "attn_decode")]
     if not combine:
         launches.append(_attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits))

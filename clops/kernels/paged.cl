@@ -49,35 +49,66 @@ inline size_t kv_index(__global const int *table, int maxb, int slot, int pos, i
 // the first ROT_DIM dimensions of q and k by each row's position (work-items i >= ROT_DIM / 2
 // copy a pair of the rest), write q to q_out [R][H][D] and k, v into the cache. A layer
 // without rotary takes inv_freq of zeros (angle 0: the values as they are).
-// Work geometry: global (D/2, H + 2*KV, R).
+// QKNORM 1: each head of q and k is RMS-normed first (Qwen3's QK-norm; weights wq, wk
+// [HEAD_DIM] and eps, the last three arguments; HEAD_DIM a power of two), a work-group a head.
+// Work geometry: global (D/2, H + 2*KV, R); QKNORM: local (D/2, 1, 1).
+#ifndef QKNORM
+#define QKNORM 0
+#endif
 __kernel void paged_rope_store(__global float *q_out, __global const float *qkv, int ld_qkv,
                                __global kv_t *kp, __global kv_t *vp,
                                __global const int *table, int maxb, __global const int *rslot,
                                __global const int *rpos, __global const float *inv_freq,
-                               int H, int KV, int BS) {
+                               int H, int KV, int BS
+#if QKNORM
+                               , __global const float *wq, __global const float *wk, float eps
+#endif
+                               ) {
+#if QKNORM
+    __local float red[HEAD_DIM / 2];
+#endif
     const int i = get_global_id(0), h = get_global_id(1), r = get_global_id(2);
     const int pos = rpos[r], slot = rslot[r];
     __global const float *row = qkv + (size_t)r * ld_qkv;
     const int2 p = pair_index(i);
-    if (h < H + KV) {
+    if (h < H + KV) {  // (the same for the whole work-group)
         __global const float *src = row + h * HEAD_DIM;
+#if QKNORM
+        // (this work-item's two values: a rotation pair, or a pair of the rest)
+        const int2 e = i < ROT_DIM / 2 ? p : (int2)(ROT_DIM + 2 * (i - ROT_DIM / 2),
+                                                   ROT_DIM + 2 * (i - ROT_DIM / 2) + 1);
+        const float ex = src[e.x], ey = src[e.y];
+        red[i] = ex * ex + ey * ey;
+        for (int o = HEAD_DIM / 4; o > 0; o >>= 1) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (i < o) red[i] += red[i + o];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __global const float *w = h < H ? wq : wk;
+        const float rr = rsqrt(red[0] / HEAD_DIM + eps);
+#define NORMED(d, v) ((v) * rr * w[d])
+#else
+#define NORMED(d, v) (v)
+#endif
 #if ROT_DIM < HEAD_DIM
         if (i >= ROT_DIM / 2) {  // partial rotary: the rest of the head passes
             const int d = ROT_DIM + 2 * (i - ROT_DIM / 2);
+            const float v0 = NORMED(d, src[d]), v1 = NORMED(d + 1, src[d + 1]);
             if (h < H) {
                 __global float *dst = q_out + ((size_t)r * H + h) * HEAD_DIM;
-                dst[d] = src[d];
-                dst[d + 1] = src[d + 1];
+                dst[d] = v0;
+                dst[d + 1] = v1;
             } else {
                 __global kv_t *dst = kp + kv_index(table, maxb, slot, pos, h - H, KV, BS);
-                KV_PUT(src[d], dst, d);
-                KV_PUT(src[d + 1], dst, d + 1);
+                KV_PUT(v0, dst, d);
+                KV_PUT(v1, dst, d + 1);
             }
             return;
         }
 #endif
         float c, s = sincos((float)pos * inv_freq[i], &c);
-        const float a = src[p.x], b = src[p.y];
+        const float a = NORMED(p.x, src[p.x]), b = NORMED(p.y, src[p.y]);
+#undef NORMED
         if (h < H) {
             __global float *dst = q_out + ((size_t)r * H + h) * HEAD_DIM;
             dst[p.x] = a * c - b * s;

@@ -54,18 +54,30 @@ def _scores(softcap: float, window: int) -> dict[str, object]:
 def rope_store(dev: CLDevice, q_out: Buffer, qkv: Buffer, ld_qkv: int, kp: Buffer, vp: Buffer,
                rows: PagedRows, inv_freq: Buffer, *, m: int, n_heads: int, n_kv: int,
                head_dim: int, neox: bool, rot_dim: int = 0, name: str = "rope_store",
-               kv_half: bool = False) -> Launch:
+               kv_half: bool = False,
+               qk_norm: tuple[Buffer, Buffer, float] | None = None) -> Launch:
     """Rotate the first ``rot_dim`` dimensions (0: all) of each head of q and k of m QKV rows
     (``inv_freq``: rot_dim / 2 frequencies; zeros for a layer without rotary), q to ``q_out``,
     k and v into the pools ``kp``, ``vp`` (``kv_half``: pools of float16 values, else
-    float32; the same for every function here that takes them)."""
+    float32; the same for every function here that takes them). ``qk_norm`` (weights wq, wk
+    [head_dim], eps; where ``attention.folds_qk_norm``): each head of q and k RMS-normed
+    first, as ``norm.qk_norm`` does per head, one launch fewer."""
+    if qk_norm is not None and not _attention.folds_qk_norm(head_dim):
+        raise ValueError(f"paged.rope_store: the QK-norm folds into heads of a power of two "
+                         f"dimensions, not {head_dim}")
     # (a kernel object per launch: a plan sets each one's arguments once)
     knl = kernel(dev, "paged", "paged_rope_store", HEAD_DIM=head_dim, ROPE_NEOX=int(neox),
+                 **({"QKNORM": 1} if qk_norm is not None else {}),
                  **_rot(head_dim, rot_dim), **_attention.kv_defines(kv_half))
-    return Launch(knl, (head_dim // 2, n_heads + 2 * n_kv, m), None,
-                  [q_out, qkv, i32(ld_qkv), kp, vp, *rows.args, inv_freq, i32(n_heads),
-                   i32(n_kv), i32(rows.block_size)],
-                  [qkv, *rows.reads, inv_freq], [q_out, kp, vp], name)
+    args = [q_out, qkv, i32(ld_qkv), kp, vp, *rows.args, inv_freq, i32(n_heads), i32(n_kv),
+            i32(rows.block_size)]
+    reads = [qkv, *rows.reads, inv_freq]
+    if qk_norm is not None:
+        args += [qk_norm[0], qk_norm[1], f32(qk_norm[2])]
+        reads += [qk_norm[0], qk_norm[1]]
+    return Launch(knl, (head_dim // 2, n_heads + 2 * n_kv, m),
+                  (head_dim // 2, 1, 1) if qk_norm is not None else None, args, reads,
+                  [q_out, kp, vp], name)
 
 
 def attention(dev: CLDevice, out: Buffer, q: Buffer, kp: Buffer, vp: Buffer, rows: PagedRows,

@@ -493,7 +493,8 @@ class StepBuilder:
         for wq, off, bias in ly.qkv.parts:
             self._product(walk, b.qkv, off, n_qkv, src, dim, wq, m, bias=bias,
                           name=f"qkv.{i}", **({"keep_slices": True} if slices > 1 else {}))
-        if ly.q_norm is not None and ly.k_norm is not None:
+        if ly.q_norm is not None and ly.k_norm is not None and \
+                self._qk_norm_in(walk, ly) is None:
             whole = cfg.desc.qk_norm == "full"
             walk.step.add_rows(norm.qk_norm(dev, b.qkv, n_qkv, m=m, nq=1 if whole else H,
                                             lq=H * D if whole else D, nk=1 if whole else KV,
@@ -593,6 +594,31 @@ class StepBuilder:
         # YaRN's factor on cos and sin, on both q and k: squared on the scores
         return self.cfg.scale * self.cfg.rope_mscale() ** 2
 
+    def _decode_rope(self, ly: LayerWeights) -> bool:
+        """(``OneSequence``) Whether a decode row of layer ``ly`` takes ``attn_decode_rope``
+        (rotation, the cache's stores and attention in one launch): GPUs, a plain layer
+        (whole-head rotary, no cap, window or sinks)."""
+        cfg, dev, D = self.cfg, self.dev, self.cfg.head_dim
+        plain = cfg.rotary == D and not cfg.attn_softcap and not ly.window and ly.sinks is None
+        return plain and not attention.cpu_decode(dev, D) and attention.fused_decode(dev, D)
+
+    def _qk_norm_in(self, walk: _Walk, ly: LayerWeights) -> tuple[Buffer, Buffer, float] | None:
+        """The QK-norm of layer ``ly`` as the launch that rotates q and k takes it (its
+        weights and eps), or None where it is a launch of its own: a per-head norm (Qwen3's, not
+        OLMo2's whole q and k) of heads ``attention.folds_qk_norm`` takes, rotated by
+        ``attn_decode_rope`` (one sequence's decode row) or ``paged.rope_store`` (the paged
+        cache's rows). PERF: one launch a layer fewer where a decode step is bound by its
+        enqueues (Qwen3, Qwen3-MoE)."""
+        cfg = self.cfg
+        if ly.q_norm is None or ly.k_norm is None or cfg.desc.qk_norm == "full" or \
+                not attention.folds_qk_norm(cfg.head_dim):
+            return None
+        if isinstance(self.cache, OneSequence):
+            ok = walk.m == 1 and self._decode_rope(ly)
+        else:
+            ok = not (walk.decode and self.fused_decode())
+        return (ly.q_norm, ly.k_norm, cfg.norm_eps) if ok else None
+
     def _attend_one(self, walk: _Walk, j: int, ly: LayerWeights, half_to: Buffer | None,
                     qkv_slices: int) -> bool:
         """Rotary, the cache store and attention of layer ``j`` for the rows of one sequence
@@ -622,13 +648,13 @@ class StepBuilder:
                                                    head_dim=D, max_seq=max_seq, scale=scale,
                                                    neox=cfg.rope_neox, kv_half=kv_half))
             return False
-        if m == 1 and plain and attention.fused_decode(dev, D):
+        if m == 1 and self._decode_rope(ly):
             # PERF: rotation, cache store, attention and (where the device allows) the split
             # combine in one launch instead of four
             for ln in attention.attn_decode_rope(dev, b.attn, cache.part, cache.count, b.qkv,
                                                  kc, vc, inv_freq=ly.inv_freq, max_seq=max_seq,
                                                  neox=cfg.rope_neox, positions=walk.span,
-                                                 **common):
+                                                 qk_norm=self._qk_norm_in(walk, ly), **common):
                 step.add(ln)
             return False
         if m > 1 and plain and qkv_slices == 1 and not kv_half and \
@@ -700,7 +726,8 @@ class StepBuilder:
         step.add_rows(paged.rope_store(dev, b.q, b.qkv, n_qkv, kp, vp, cache.rows, ly.inv_freq,
                                        m=m, n_heads=H, n_kv=KV, head_dim=D, neox=cfg.rope_neox,
                                        rot_dim=cfg.rotary, name=f"rope_store.{i}",
-                                       kv_half=self.kv_half), axis=2)
+                                       kv_half=self.kv_half,
+                                       qk_norm=self._qk_norm_in(walk, ly)), axis=2)
         if cache.split:
             assert cache.part is not None and cache.count is not None
             # PERF: the chunks of positions follow the step's span (work-groups past every

@@ -149,14 +149,15 @@ def test_what_clops_cannot_run_is_refused_by_name(tmp_path, device, kind, change
     assert not uploads
 
 
-@pytest.mark.parametrize("name", ["gemma3", "olmo2", "phi3", "granite", "smollm3", "qwen3moe",
-                                  "mixtral", "gpt_oss"])
+@pytest.mark.parametrize("name", ["gemma3", "olmo2", "phi3", "granite", "smollm3", "qwen3",
+                                  "qwen3moe", "mixtral", "gpt_oss"])
 def test_gpu_plan_of_each_choice_matches_transformers(name, tmp_path, device, monkeypatch):
     """The plan as GPUs build it (norms folded into the matmuls, work-groups per row for the
     norms, single-launch decode attention where the layer allows), forced on the test device:
-    post-norms, QK-norm, GELU, partial rotary, multipliers and no-rotary layers included, and
-    a lone decode row's experts with the pre-norm (and the plain SiLU GLU: not gpt-oss's
-    clamped one) folded into their products (``experts.folds``)."""
+    post-norms, QK-norm (a decode row's per-head one inside its rotation), GELU, partial
+    rotary, multipliers and no-rotary layers included, and a lone decode row's experts with
+    the pre-norm (and the plain SiLU GLU: not gpt-oss's clamped one) folded into their
+    products (``experts.folds``)."""
     from clops.kernels import launch
 
     monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
