@@ -29,7 +29,7 @@
 //          per column each work-item loads before using them (bytes in flight), CB: blocks of
 //          NCOL * CPT columns per work-group (one after another: x quantized once for them),
 //          PIPE: 1 to load a step ahead
-//   EXPERTS 1: a mixture of experts' grouped product (experts.cl); not with QX
+//   EXPERTS 1: a mixture of experts' grouped product (experts.cl); with QX, a tile a row (TM 1)
 //
 // Layouts (row n of W is K values, K a multiple of 32):
 //   q4: qs uchar[N][K/2]; in each 32-value group, byte j holds value j (low nibble) and value
@@ -99,9 +99,6 @@
 #error "QMIN takes q8 weights and no QX"
 #endif
 #include "clops/experts.cl"
-#if EXPERTS && QX
-#error "EXPERTS takes no QX"
-#endif
 
 inline float4 bf16x4(ushort4 v) {
     return as_float4(convert_uint4(v) << 16);
@@ -669,6 +666,11 @@ __kernel MATMUL_ATTR void matmul(__global float *y, int y_off, int ldy,
 #endif
     // NOTE: no early exit: every work-item reaches the barrier after the quantization of x
     const int n_first = (get_group_id(0) * CB * NCOL + get_local_id(0) / LSIZE) * CPT;
+#if EXPERTS
+    // (a lone row's slots, TM 1: tile t's row of x and of y, ldx and ldy apart)
+    x_off += get_global_id(1) * ldx;
+    y_off += get_global_id(1) * ldy;
+#endif
     gemv_q(y, y_off, x, x_off, W, S, bias, N, K, n_first, lid, team, nw, eps, xq, xs, ssq);
     return;
 #endif

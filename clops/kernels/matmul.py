@@ -366,8 +366,10 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     N columns, and row tile t (rows t * tm .. t * tm + tm - 1; ``tm`` required, dividing m)
     meets expert ``tile_e[t]`` (int32, m / tm of them; -1: a padding tile, not stored).
     ``norm=`` and ``glu=`` where the weights are in the GPUs' row layout (each tile's rows
-    normed or their GLU taken in the product's prologue), never ``glu_out=``; never the int8
-    rows of the GPU decode path or the native CPU products. The kernel's arguments 14 .. 16
+    normed or their GLU taken in the product's prologue), never ``glu_out=``; never the native
+    CPU products; the int8 rows of the GPU decode path (``int8_activations``) with tiles of
+    one row (``tm=1``: row t meets expert tile_e[t], a lone decode row's slots) where the sums
+    need not be ``row_invariant``. The kernel's arguments 14 .. 16
     are then tile_e and the per-expert strides (``expert_strides``); argument 9 stays m, and
     the row tiles' axis of the global size (1; ``matmul_rb``: 0) holds m / tm."""
     if norm is not None and glu:
@@ -403,9 +405,11 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     ncol = matmul_columns(dev, ls, n_out, cpt)
     qx: dict[str, int] = {}
     cb = 1
-    if w.int8 and experts is None and not row_invariant and \
-            int8_activations(dev, m, w.fmt, w.k):
-        ls, ncol, cpt, unr, cb, pipe = qx_geometry(dev, w.n, w.k, w.fmt)
+    if w.int8 and not row_invariant and (experts is None or tm == 1) and \
+            int8_activations(dev, 1 if experts is not None else m, w.fmt, w.k):
+        # (experts: a tile a row, each its expert's one-row product: a lone decode row's k
+        # slots)
+        ls, ncol, cpt, unr, cb, pipe = qx_geometry(dev, n_out, w.k, w.fmt)
         qx = {"QX": 1, "QK": w.k, "UNR": unr, "CB": cb, "PIPE": pipe,
               "DP4A": int(dev.probe("nvidia_ptx"))}
     # (teams of several warps add up their warps' shuffled sums in local memory)

@@ -119,7 +119,7 @@ def folds(dev: CLDevice, ex: Experts, m: int, t: int) -> bool:
 
 def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: ExpertBuffers,
         out: Buffer, t: int, *, accum: bool, name: str,
-        norm: tuple[Buffer, float] | None = None
+        norm: tuple[Buffer, float] | None = None, invariant: bool = True
         ) -> list[tuple[Launch, Callable[[int], Resize]]]:
     """The launches after the router's product (its scores in ``b.logits``, [m, n_experts])
     for ``m`` rows of normed activations ``xn`` ([m, dim]), in tiles of ``t`` rows: ``out``
@@ -127,7 +127,9 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
     with how to resize it to another row count that takes the same tile. ``norm`` (where
     ``folds``): xn is the residual stream itself, and the [gate | up] products take the
     pre-norm ``(weight, eps)``; the down products then take the GLU too, where it is the plain
-    SiLU one."""
+    SiLU one. ``invariant``: a row's sums are added in the same order whatever the rows (the
+    batched engine's plans); else (one sequence's plan) a lone decode row's products may take
+    the int8 decode path (``matmul``'s experts with tiles of one row, on NVIDIA)."""
     E, k, F, dim = ex.n, ex.k, ex.ffn, cfg.dim
     if norm is not None and not folds(dev, ex, m, t):
         raise ValueError("experts: the norm folds into the products of a lone decode row on "
@@ -139,6 +141,8 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
             raise ValueError(f"experts: {m} rows in tiles of {t} pad to {p} rows, more than "
                              f"the buffers hold ({b.order.nbytes // 4})")
         return p
+
+    lone_row = m == 1 and t == 1
 
     def product(y: Buffer, y_off: int, ldy: int, x: Buffer, ldx: int, w: Any,
                 bias: Buffer | None, what: str, tiles: Buffer = b.tile_e,
@@ -152,7 +156,8 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
                                            name=f"{what}.{name}")
             return [lambda m: qrows(m)[0], lambda m: qrows(m)[1]]
         return [lambda m: matmul.matmul(dev, y, y_off, ldy, x, 0, ldx, w, rows(m), bias=bias,
-                                        experts=(tiles, E), tm=t, row_invariant=True,
+                                        experts=(tiles, E), tm=t,
+                                        row_invariant=invariant or not lone_row,
                                         name=f"{what}.{name}", **fold)]
 
     def gate_up(x: Buffer, ldx: int, tiles: Buffer = b.tile_e,
@@ -166,7 +171,7 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
                        **fold) + \
             product(b.gu, F, 2 * F, x, ldx, ex.up, ex.up_bias, "up_exps", tiles, **fold)
 
-    if m == 1 and t == 1:
+    if lone_row:
         # PERF: a lone decode row: its k slots in the router's order, each its own tile (the
         # chosen experts themselves), the gate and up products reading the row itself (ldx
         # 0); no alignment, no gathered copy: two launches fewer a layer. Where the norm folds

@@ -582,7 +582,8 @@ class StepBuilder:
             step.add_resized(ln, at)
         out = b.t if self.branch else b.x
         for ln, at in experts.ffn(self.dev, cfg, ex, xn, m, b.experts, out, t,
-                                  accum=not self.branch, name=str(i), norm=pre):
+                                  accum=not self.branch, name=str(i), norm=pre,
+                                  invariant=not self.one):
             step.add_resized(ln, at)
         if self.branch:
             ln = norm.residual(self.dev, b.x, b.t, ly.post_ffn_norm, m=m, k=cfg.dim,

@@ -438,7 +438,8 @@ def test_grouped_products_refuse_what_they_do_not_take(device, monkeypatch):
     for tm in (None, 3):
         with pytest.raises(ValueError, match="tm="):
             matmul.matmul(device, y, 0, F, x, 0, DIM, gate, 8, experts=ex, tm=tm)
-    # never the native CPU products nor the int8 rows of the GPU decode path
+    # never the native CPU products, nor for sums that are row-invariant the int8 rows of the
+    # GPU decode path (test_a_lone_rows_slots_take_the_int8_decode_path)
     monkeypatch.setattr(native_cpu, "takes", lambda dev, w: True)
     monkeypatch.setattr(matmul, "int8_activations", lambda dev, m, fmt, k: True)
 
@@ -450,7 +451,7 @@ def test_grouped_products_refuse_what_they_do_not_take(device, monkeypatch):
     one = _up(device, np.array([3], np.int32))
     y1 = device.alloc(F * 4)
     matmul.matmul(device, y1, 0, F, _up(device, x1), 0, DIM, gate, 1, experts=(one, 4),
-                  tm=1).run(device)
+                  tm=1, row_invariant=True).run(device)
     np.testing.assert_allclose(_read(device, y1, F), blk.gate[3 * F:4 * F] @ x1[0],
                                rtol=1e-4, atol=1e-4)
 
@@ -489,6 +490,55 @@ def test_grouped_products_take_the_norm_and_the_glu_on_gpu_kernels(device, monke
     np.testing.assert_allclose(_read(device, y2, (m, DIM)), want, rtol=1e-4,
                                atol=1e-4 * np.abs(want).max())
 
+
+
+@pytest.mark.parametrize("fmt", ["q8", "q4sym"])
+def test_a_lone_rows_slots_take_the_int8_decode_path(device, monkeypatch, fmt, k=4):
+    """A lone decode row's k slots (tiles of one row, each its expert; sums that need not be
+    row-invariant) take the GPU decode path's int8 rows (matmul.cl QX, forced here with its
+    plain-C dot products) at the geometry of one expert's columns: the [gate | up] products
+    reading the row itself (ldx 0) with the pre-norm folded in, the down products reading each
+    slot's own [gate | up] row with the GLU folded in; within the int8 rows' error of the
+    float64 products, each slot against its own expert."""
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    monkeypatch.setattr(matmul, "int8_activations",
+                        lambda dev, m, fmt, kk: m == 1 and fmt in ("q4", "q8"))
+    seen: list[int] = []
+    geometry = matmul.qx_geometry
+
+    def spy(dev, n, kk, f):
+        seen.append(n)
+        return geometry(dev, n, kk, f)
+
+    monkeypatch.setattr(matmul, "qx_geometry", spy)
+    blk = Block(device, fmt, 4)
+    _, gate, _, down = blk.w
+    ids = np.array([3, 1, 0, 3], np.int32)[:k]
+    slots = (_up(device, ids), 4)
+    x = RNG.standard_normal(DIM).astype(np.float32)
+    nw, eps = RNG.standard_normal(DIM).astype(np.float32), 1e-5
+    y = device.alloc(k * F * 4)
+    matmul.matmul(device, y, 0, F, _up(device, x[None]), 0, 0, gate, k, experts=slots, tm=1,
+                  norm=(_up(device, nw), eps)).run(device)
+    assert seen == [F]
+    x64 = x.astype(np.float64)
+    xn = x64 / np.sqrt((x64 ** 2).mean() + eps) * nw
+    want = np.stack([blk.gate[e * F:(e + 1) * F] @ xn for e in ids])
+    got = _read(device, y, (k, F))
+    for r in range(k):  # (each slot within the int8 rows' error of its own expert's product)
+        assert np.linalg.norm(got[r] - want[r]) / np.linalg.norm(want[r]) < 3e-2, r
+    gu = RNG.standard_normal((k, 2 * F)).astype(np.float32)
+    y2 = device.alloc(k * DIM * 4)
+    matmul.matmul(device, y2, 0, DIM, _up(device, gu), 0, 2 * F, down, k, experts=slots,
+                  tm=1, glu=True).run(device)
+    assert seen == [F, DIM]
+    g, u = gu[:, :F].astype(np.float64), gu[:, F:].astype(np.float64)
+    h = g / (1 + np.exp(-g)) * u
+    want = np.stack([blk.down[e * DIM:(e + 1) * DIM] @ h[r] for r, e in enumerate(ids)])
+    got = _read(device, y2, (k, DIM))
+    for r in range(k):
+        assert np.linalg.norm(got[r] - want[r]) / np.linalg.norm(want[r]) < 3e-2, r
 
 
 def test_padding_tiles_store_nothing(device, path):
