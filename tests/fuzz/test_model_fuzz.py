@@ -19,6 +19,9 @@ from .mutations import Mutation, mutations
 from .runner import Case, Report, Runner, mutation_cases
 from .tiny_files import build_bases
 
+# (what it checks does not depend on the device: CI's second pass, on PoCL, leaves it out)
+pytestmark = pytest.mark.host
+
 SEED = 20261123
 # Seconds measured on two cores with PoCL, with the kernel cache of an earlier run (an empty
 # cache adds about 60 s in all: the whole folder took 86 s)

@@ -22,6 +22,9 @@ import transformers.utils.chat_template_utils as hf_chat  # noqa: E402
 import clops.llm.chat as clops_chat  # noqa: E402
 from clops.llm.chat import TemplateError, render  # noqa: E402
 
+# (what it checks does not depend on the device: CI's second pass, on PoCL, leaves it out)
+pytestmark = pytest.mark.host
+
 HERE = os.path.join(os.path.dirname(__file__), "templates")
 # Where each file comes from. "llama.cpp" is models/templates/<name> of a llama.cpp checkout
 # (Raudbjorn/ggml-llama.cpp at ae1a0b1, a fork of ggml-org/llama.cpp; written there by
