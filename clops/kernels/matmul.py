@@ -427,7 +427,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     # PERF: on CPUs one work-item per group: PoCL would otherwise vectorize across
     # work-items, turning each one's contiguous row loads into gathers.
     # (prefill tiles measured faster with the driver's choice)
-    local = (ls * ncol, 1) if ls > 1 or m == 1 else None
+    # (QX: the kernel's required group, also for a lone row's k slots)
+    local = (ls * ncol, 1) if ls > 1 or m == 1 or qx else None
     cols = math.ceil(n_out / rows) if ncol == 1 else math.ceil(n_out / ncol) * ncol
     if cpt > 1 or cb > 1:
         cols = math.ceil(n_out / (ncol * cpt * cb)) * ncol
