@@ -99,6 +99,23 @@
 #error "QMIN takes q8 weights and no QX"
 #endif
 #include "clops/experts.cl"
+// SLOTSUM (QX, EXPERTS, a lone row's KSLOTS slots a tile each): the work-groups of a column
+// block count themselves in cnt[block] (zero between launches, left zero), and the last to
+// finish adds up its columns of the slots' rows of y in slot order, each weighed by wts[j],
+// into out (SLOTSUM 2: += ; 1: =), as moe.cl's moe_combine does: the weighted sum without a
+// launch of its own. The kernel's last three arguments: out, wts, cnt.
+#ifndef SLOTSUM
+#define SLOTSUM 0
+#endif
+#if SLOTSUM
+#if !(QX && EXPERTS)
+#error "SLOTSUM takes QX and EXPERTS"
+#endif
+#define SLOTSUM_ARGS , __global float *out, __global const float *wts, __global int *cnt
+#include "clops/fence.cl"  // GLOBAL_FENCE
+#else
+#define SLOTSUM_ARGS
+#endif
 
 inline float4 bf16x4(ushort4 v) {
     return as_float4(convert_uint4(v) << 16);
@@ -645,8 +662,12 @@ __kernel MATMUL_ATTR void matmul(__global float *y, int y_off, int ldy,
                      __global const float *x, int x_off, int ldx,
                      __global const W_T *W, __global const SCALE_T *S,
                      __global const float *bias, int M, int N, int K,
-                     __global const float *nw, float eps EXPERT_ARGS) {
+                     __global const float *nw, float eps EXPERT_ARGS SLOTSUM_ARGS) {
     __local float red[RN2 * LSIZE * NCOL];
+#if SLOTSUM
+    __local int last;
+    const int y_off0 = y_off;
+#endif
     TAKE_EXPERT(get_global_id(1));
     // NOTE: from the global id, so that with LSIZE 1 the driver may pick any local size.
     const int c = get_global_id(0) / LSIZE;
@@ -672,6 +693,27 @@ __kernel MATMUL_ATTR void matmul(__global float *y, int y_off, int ldy,
     y_off += get_global_id(1) * ldy;
 #endif
     gemv_q(y, y_off, x, x_off, W, S, bias, N, K, n_first, lid, team, nw, eps, xq, xs, ssq);
+#if SLOTSUM
+    // (the group's columns: CB blocks of NCOL teams of CPT)
+    const int g = get_group_id(0), c0 = g * CB * NCOL * CPT;
+    const int c1 = min(N, c0 + CB * NCOL * CPT);
+    GLOBAL_FENCE();
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (get_local_id(0) == 0) last = atomic_inc(cnt + g) == get_num_groups(1) - 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!last) return;
+    GLOBAL_FENCE();
+    for (int c = c0 + get_local_id(0); c < c1; c += get_local_size(0)) {
+        float s = 0.0f;
+        for (int j = 0; j < get_num_groups(1); ++j) s += wts[j] * y[y_off0 + j * ldy + c];
+#if SLOTSUM == 2
+        out[c] += s;
+#else
+        out[c] = s;
+#endif
+    }
+    if (get_local_id(0) == 0) atomic_xchg(cnt + g, 0);
+#endif
     return;
 #endif
     for (int r = 0; r < ROWS; ++r) {

@@ -347,7 +347,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
            w: Weight, m: int, *, bias: Buffer | None = None, accum: bool = False,
            name: str = "matmul", norm: tuple[Buffer, float] | None = None,
            glu: bool = False, tm: int | None = None, row_invariant: bool = False,
-           glu_out: bool = False, experts: tuple[Buffer, int] | None = None) -> Launch:
+           glu_out: bool = False, experts: tuple[Buffer, int] | None = None,
+           slot_sum: tuple[Buffer, Buffer, Buffer, bool] | None = None) -> Launch:
     """y[i, j] (+)= x[i, :] . w[j, :] (+ bias[j]) for i < m, j < w.n.
 
     ``tm`` (rows of x per work-item) overrides the geometry's choice for m > 1.
@@ -371,7 +372,13 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     one row (``tm=1``: row t meets expert tile_e[t], a lone decode row's slots) where the sums
     need not be ``row_invariant``. The kernel's arguments 14 .. 16
     are then tile_e and the per-expert strides (``expert_strides``); argument 9 stays m, and
-    the row tiles' axis of the global size (1; ``matmul_rb``: 0) holds m / tm."""
+    the row tiles' axis of the global size (1; ``matmul_rb``: 0) holds m / tm.
+
+    ``slot_sum=(out, wts, count, accum)`` (``takes_slot_sum``: experts on the int8 decode
+    path): out[:N] (``accum``: +=) also gets the sum over the m rows of y, in row order, each
+    weighed by wts[row] (``moe.combine`` of a lone row's slots) from the last work-group of
+    each column block to finish; ``count``: int32 zeros, one a work-group (N of them are
+    enough), left zero."""
     if norm is not None and glu:
         raise ValueError("matmul: norm= and glu= do not go together")
     if experts is not None:
@@ -412,9 +419,19 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         ls, ncol, cpt, unr, cb, pipe = qx_geometry(dev, n_out, w.k, w.fmt)
         qx = {"QX": 1, "QK": w.k, "UNR": unr, "CB": cb, "PIPE": pipe,
               "DP4A": int(dev.probe("nvidia_ptx"))}
+    sums: dict[str, int] = {}
+    if slot_sum is not None:
+        if not qx or experts is None:
+            raise ValueError("matmul: slot_sum= takes experts= on the int8 decode path "
+                             "(takes_slot_sum)")
+        if slot_sum[2].nbytes < 4 * n_out:
+            raise ValueError(f"matmul: slot_sum='s counters hold {slot_sum[2].nbytes // 4} "
+                             f"int32, a product of {n_out} columns needs {n_out}")
+        sums = {"SLOTSUM": 2 if slot_sum[3] else 1,
+                "PTX_FENCE": int(dev.probe("nvidia_ptx"))}
     # (teams of several warps add up their warps' shuffled sums in local memory)
     shfl = use_shfl(dev, ls)
-    knl = kernel(dev, "matmul", "matmul", TM=tm, LSIZE=ls, ROWS=rows, NCOL=ncol, **qx,
+    knl = kernel(dev, "matmul", "matmul", TM=tm, LSIZE=ls, ROWS=rows, NCOL=ncol, **qx, **sums,
                  USE_SHFL=int(shfl), CHUNKED=int(not launch.is_cpu(dev)),
                  X_ALIGNED=int(not launch.is_cpu(dev) and x_off % 4 == 0 and ldx % 4 == 0),
                  CPT=cpt, XMODE=1 if norm is not None else 2 if glu else 0,
@@ -423,6 +440,12 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm, n_out)
     args += extra
     reads += extra[:1]
+    writes = [y]
+    if slot_sum is not None:
+        out, wts, count, add = slot_sum
+        args += [out, wts, count]
+        reads += [wts, count] + ([out] if add else [])
+        writes += [out, count]
     tiles = math.ceil(m / tm)
     # PERF: on CPUs one work-item per group: PoCL would otherwise vectorize across
     # work-items, turning each one's contiguous row loads into gathers.
@@ -432,7 +455,13 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     cols = math.ceil(n_out / rows) if ncol == 1 else math.ceil(n_out / ncol) * ncol
     if cpt > 1 or cb > 1:
         cols = math.ceil(n_out / (ncol * cpt * cb)) * ncol
-    return Launch(knl, (cols * ls, tiles), local, args, reads, [y], name)
+    return Launch(knl, (cols * ls, tiles), local, args, reads, writes, name)
+
+
+def takes_slot_sum(dev: CLDevice, w: Weight) -> bool:
+    """Whether ``matmul``'s experts product of a lone row's slots (tiles of one row, sums
+    not row-invariant) of ``w`` takes the int8 decode path, and with it ``slot_sum=``."""
+    return w.int8 and w.layout == "rows" and int8_activations(dev, 1, w.fmt, w.k)
 
 
 def _matmul_args(y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,

@@ -43,7 +43,8 @@ class ExpertBuffers:
     each row's chosen experts and weights, the pairs' padded order, each tile's expert and each
     pair's slot, and the padded rows of the products (input, [gate | up], the GLU, output);
     ``slots``: 0 .. k - 1, a lone row's pairs' slots; ``xq``: the int8 rows of the products
-    (``matmul.qrows_scratch``) where they take them, else None."""
+    (``matmul.qrows_scratch``) where they take them, else None; ``count``: int32 zeros, the
+    down products' counters where they sum a lone row's slots (``matmul``'s ``slot_sum=``)."""
 
     logits: Buffer
     ids: Buffer
@@ -57,6 +58,7 @@ class ExpertBuffers:
     yd: Buffer
     slots: Buffer
     xq: tuple[Buffer, Buffer, Buffer] | None = None
+    count: Buffer | None = None
 
 
 def int8_rows(dev: CLDevice, layers: list[Experts]) -> bool:
@@ -88,7 +90,7 @@ def buffers(dev: CLDevice, cfg: ModelConfig, layers: list[Experts], rows: int) -
         h=dev.alloc(p * F * f4), yd=dev.alloc(p * dim * f4),
         slots=upload(dev, np.arange(k, dtype=np.int32)),
         xq=matmul.qrows_scratch(dev, p, max(dim, F)) if t > 1 and int8_rows(dev, layers)
-        else None)
+        else None, count=upload(dev, np.zeros(dim, np.int32)))
 
 
 def _follows(make: Callable[[int], Launch], m: int) -> tuple[Launch, Callable[[int], Resize]]:
@@ -177,6 +179,12 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         # 0); no alignment, no gathered copy: two launches fewer a layer. Where the norm folds
         # (``folds``), the plain SiLU GLU folds into the down products too
         glu_in = norm is not None and cfg.act == "silu" and not cfg.glu_limit
+        # PERF: where the down products take the int8 decode path, their last work-groups
+        # add up the slots' rows into out (the weighted sum without a launch of its own)
+        sums = not invariant and b.count is not None and matmul.takes_slot_sum(dev, ex.down)
+        down_fold: dict[str, Any] = {"glu": True} if glu_in else {}
+        if sums:
+            down_fold["slot_sum"] = (out, b.wts, b.count, accum)
         lone: list[Callable[[int], Launch]] = [
             lambda m: moe.route(dev, b.ids, b.wts, b.logits, m=m, n_experts=E, k=k,
                                 norm=ex.norm),
@@ -184,11 +192,11 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
             *([] if glu_in else [
                 lambda m: activation.glu(dev, b.h, b.gu, m=k, f=F, act=cfg.act,
                                          limit=cfg.glu_limit, alpha=cfg.glu_alpha)]),
-            *(product(b.yd, 0, dim, b.gu, 2 * F, ex.down, ex.down_bias, "down_exps", b.ids,
-                      glu=True) if glu_in else
-              product(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps", b.ids)),
-            lambda m: moe.combine(dev, out, b.yd, b.slots, b.wts, m=m, k=k, dim=dim,
-                                  accum=accum),
+            *product(b.yd, 0, dim, b.gu if glu_in else b.h, 2 * F if glu_in else F, ex.down,
+                     ex.down_bias, "down_exps", b.ids, **down_fold),
+            *([] if sums else [
+                lambda m: moe.combine(dev, out, b.yd, b.slots, b.wts, m=m, k=k, dim=dim,
+                                      accum=accum)]),
         ]
         return [_follows(make, m) for make in lone]
     makers: list[Callable[[int], Launch]] = [

@@ -128,3 +128,42 @@ def test_mxfp4_blocks_of_the_wrong_type_are_refused(mxfp4_model, tmp_path):
     save_file(tensors, os.path.join(bad, st))
     with pytest.raises(ModelFileError, match="down_proj_scales.*not U8"):
         clops.llm.load(bad, progress=False)
+
+
+def test_a_lone_decode_rows_experts_on_the_int8_path(mxfp4_model, device, monkeypatch):
+    """A lone decode row's experts on the int8 decode path (matmul.cl QX with EXPERTS; forced
+    here with the GPU plan, as NVIDIA GPUs take it): each slot its expert's product with its
+    biases, and the down products' last work-groups adding up the slots into the residual
+    stream (``matmul``'s ``slot_sum=``), with no weighted-sum launch: the greedy tokens of the
+    same plan with the weighted sum as a launch of its own, and near transformers' logits."""
+    from clops.kernels import launch, matmul, moe
+
+    ref, path = mxfp4_model
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
+    monkeypatch.setattr(matmul, "int8_activations",
+                        lambda dev, m, fmt, k: m == 1 and fmt in ("q4", "q8"))
+    combines: list[int] = []
+    real = moe.combine
+
+    def spy(*a, **kw):
+        combines.append(kw["m"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(moe, "combine", spy)
+    prompt = np.random.default_rng(5).integers(0, ref.config.vocab_size, 5).tolist()
+    runs = []
+    for sums in (True, False):
+        monkeypatch.setattr(matmul, "takes_slot_sum",
+                            lambda dev, w, on=sums: on and w.fmt in ("q4", "q8"))
+        combines.clear()
+        model = clops.llm.load(path, device=device, max_seq_len=64, progress=False,
+                               kv_cache="float32")
+        runs.append(list(model.generate_ids(prompt, max_new_tokens=12, stop_ids=[])))
+        # (the prompt's plan keeps its weighted sums; a decode row's go into the products
+        # where they take the slots' sum)
+        assert (1 in combines) != sums, combines
+        one = model.logits(prompt[:1])[-1]
+        want = hf_logits(ref, prompt[:1])[-1]
+        assert np.abs(one - want).max() / np.abs(want).max() < 5e-2
+    assert runs[0] == runs[1]

@@ -539,6 +539,26 @@ def test_a_lone_rows_slots_take_the_int8_decode_path(device, monkeypatch, fmt, k
     got = _read(device, y2, (k, DIM))
     for r in range(k):
         assert np.linalg.norm(got[r] - want[r]) / np.linalg.norm(want[r]) < 3e-2, r
+    # the weighted sum of the slots' rows (moe.combine's) by the last work-group of each column
+    # block, into out (added, or written), the counters left zero for the next launch
+    wts = RNG.random(k).astype(np.float32)
+    res = RNG.standard_normal(DIM).astype(np.float32)
+    count = _up(device, np.zeros(DIM, np.int32))
+    for accum in (True, False, True):
+        out, y3 = _up(device, res), device.alloc(k * DIM * 4)
+        matmul.matmul(device, y3, 0, DIM, _up(device, gu), 0, 2 * F, down, k, experts=slots,
+                      tm=1, glu=True, slot_sum=(out, _up(device, wts), count, accum)
+                      ).run(device)
+        rows = _read(device, y3, (k, DIM))
+        np.testing.assert_array_equal(rows, got)  # (the slots' rows as without the sum)
+        total = sum(wts[j] * rows[j].astype(np.float64) for j in range(k))
+        np.testing.assert_allclose(_read(device, out, DIM), total + res if accum else total,
+                                   rtol=1e-5, atol=1e-5 * np.abs(total).max())
+        assert not _read(device, count, DIM, np.int32).any()
+    with pytest.raises(ValueError, match="slot_sum"):  # (only on the int8 decode path)
+        matmul.matmul(device, y3, 0, DIM, _up(device, gu), 0, 2 * F, down, k, experts=slots,
+                      tm=1, glu=True, row_invariant=True,
+                      slot_sum=(out, _up(device, wts), count, True))
 
 
 def test_padding_tiles_store_nothing(device, path):
