@@ -662,13 +662,24 @@ __kernel MATMUL_ATTR void matmul(__global float *y, int y_off, int ldy,
                      __global const float *x, int x_off, int ldx,
                      __global const W_T *W, __global const SCALE_T *S,
                      __global const float *bias, int M, int N, int K,
-                     __global const float *nw, float eps EXPERT_ARGS SLOTSUM_ARGS) {
+                     __global const float *nw, float eps EXPERT_ARGS SLOTSUM_ARGS
+                     ROUTE_ARGS) {
     __local float red[RN2 * LSIZE * NCOL];
 #if SLOTSUM
     __local int last;
     const int y_off0 = y_off;
 #endif
+#if ROUTE
+#if !(QX && EXPERTS)
+#error "ROUTE takes QX and EXPERTS"
+#endif
+    __local float rl[ROUTE_E];
+    __local int chosen[TOPK];
+    TAKE_EXPERT_OF(route_slot(logits, (__global int *)tile_e, wts, get_global_id(1), rl,
+                              chosen));
+#else
     TAKE_EXPERT(get_global_id(1));
+#endif
     // NOTE: from the global id, so that with LSIZE 1 the driver may pick any local size.
     const int c = get_global_id(0) / LSIZE;
     const int lid = get_global_id(0) % LSIZE;

@@ -348,7 +348,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
            name: str = "matmul", norm: tuple[Buffer, float] | None = None,
            glu: bool = False, tm: int | None = None, row_invariant: bool = False,
            glu_out: bool = False, experts: tuple[Buffer, int] | None = None,
-           slot_sum: tuple[Buffer, Buffer, Buffer, bool] | None = None) -> Launch:
+           slot_sum: tuple[Buffer, Buffer, Buffer, bool] | None = None,
+           route: tuple[Buffer, Buffer, bool] | None = None) -> Launch:
     """y[i, j] (+)= x[i, :] . w[j, :] (+ bias[j]) for i < m, j < w.n.
 
     ``tm`` (rows of x per work-item) overrides the geometry's choice for m > 1.
@@ -378,7 +379,13 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     path): out[:N] (``accum``: +=) also gets the sum over the m rows of y, in row order, each
     weighed by wts[row] (``moe.combine`` of a lone row's slots) from the last work-group of
     each column block to finish; ``count``: int32 zeros, one a work-group (N of them are
-    enough), left zero."""
+    enough), left zero.
+
+    ``route=(logits, wts, norm)`` (the same path): the m rows are a lone row's slots, and
+    each work-group picks its slot's expert from the row's E router logits itself (the top m,
+    as ``moe.route`` of k = m picks them) instead of reading tile_e, into which the first
+    work-group of each slot writes it (and its weight into wts, ``moe.route``'s ``norm``) for
+    the launches after it: the top-k without a launch of its own."""
     if norm is not None and glu:
         raise ValueError("matmul: norm= and glu= do not go together")
     if experts is not None:
@@ -420,6 +427,11 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         qx = {"QX": 1, "QK": w.k, "UNR": unr, "CB": cb, "PIPE": pipe,
               "DP4A": int(dev.probe("nvidia_ptx"))}
     sums: dict[str, int] = {}
+    if route is not None:
+        if not qx or experts is None:
+            raise ValueError("matmul: route= takes experts= on the int8 decode path "
+                             "(takes_slot_sum)")
+        sums.update(ROUTE=1, ROUTE_E=experts[1], TOPK=m, ROUTE_NORM=int(route[2]))
     if slot_sum is not None:
         if not qx or experts is None:
             raise ValueError("matmul: slot_sum= takes experts= on the int8 decode path "
@@ -427,8 +439,7 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         if slot_sum[2].nbytes < 4 * n_out:
             raise ValueError(f"matmul: slot_sum='s counters hold {slot_sum[2].nbytes // 4} "
                              f"int32, a product of {n_out} columns needs {n_out}")
-        sums = {"SLOTSUM": 2 if slot_sum[3] else 1,
-                "PTX_FENCE": int(dev.probe("nvidia_ptx"))}
+        sums.update(SLOTSUM=2 if slot_sum[3] else 1, PTX_FENCE=int(dev.probe("nvidia_ptx")))
     # (teams of several warps add up their warps' shuffled sums in local memory)
     shfl = use_shfl(dev, ls)
     knl = kernel(dev, "matmul", "matmul", TM=tm, LSIZE=ls, ROWS=rows, NCOL=ncol, **qx, **sums,
@@ -446,6 +457,10 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         args += [out, wts, count]
         reads += [wts, count] + ([out] if add else [])
         writes += [out, count]
+    if route is not None:
+        args += [route[0], route[1]]
+        reads += [route[0]]
+        writes += [experts[0], route[1]] if experts is not None else []
     tiles = math.ceil(m / tm)
     # PERF: on CPUs one work-item per group: PoCL would otherwise vectorize across
     # work-items, turning each one's contiguous row loads into gathers.

@@ -185,10 +185,18 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         down_fold: dict[str, Any] = {"glu": True} if glu_in else {}
         if sums:
             down_fold["slot_sum"] = (out, b.wts, b.count, accum)
+        # and where the one [gate | up] product does, its work-groups pick their slots'
+        # experts from the router's scores themselves (the top-k without a launch)
+        routed = not invariant and ex.gate_up is not None and \
+            matmul.takes_slot_sum(dev, ex.gate_up)
+        gu_fold: dict[str, Any] = {"norm": norm}
+        if routed:
+            gu_fold["route"] = (b.logits, b.wts, ex.norm)
         lone: list[Callable[[int], Launch]] = [
-            lambda m: moe.route(dev, b.ids, b.wts, b.logits, m=m, n_experts=E, k=k,
-                                norm=ex.norm),
-            *gate_up(xn, 0, b.ids, norm=norm),
+            *([] if routed else [
+                lambda m: moe.route(dev, b.ids, b.wts, b.logits, m=m, n_experts=E, k=k,
+                                    norm=ex.norm)]),
+            *gate_up(xn, 0, b.ids, **gu_fold),
             *([] if glu_in else [
                 lambda m: activation.glu(dev, b.h, b.gu, m=k, f=F, act=cfg.act,
                                          limit=cfg.glu_limit, alpha=cfg.glu_alpha)]),

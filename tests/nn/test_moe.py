@@ -561,6 +561,37 @@ def test_a_lone_rows_slots_take_the_int8_decode_path(device, monkeypatch, fmt, k
                       slot_sum=(out, _up(device, wts), count, True))
 
 
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("case", ["ties", "distinct", "minus_inf"])
+def test_a_lone_rows_slots_route_themselves(device, monkeypatch, norm, case, k=3, n_e=8):
+    """On the int8 decode path a lone row's [gate | up] work-groups may pick their slots'
+    experts from the router's scores themselves (``route=``): the experts and weights
+    ``moe.route`` gives (ties at the k-th place to the lower expert; -inf scores), written for
+    the launches after it, and each slot's product that of its expert."""
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    monkeypatch.setattr(matmul, "int8_activations",
+                        lambda dev, m, fmt, kk: m == 1 and fmt in ("q4", "q8"))
+    blk = Block(device, "q8", n_e)
+    _, gate, _, _ = blk.w
+    logits = {"ties": np.array([0.5, 1.0, -1.0, 1.0, 0.5, 0.5, 1.0, 0.0]),
+              "distinct": RNG.standard_normal(n_e) * 3,
+              "minus_inf": np.array([-np.inf, 0.25, -np.inf, -1.0, 2.0, -np.inf, 0.25, -3.0])
+              }[case].astype(np.float32)
+    want_ids, want_w = _top_k(logits[None], k, norm)
+    x = _up(device, RNG.standard_normal((1, DIM)).astype(np.float32))
+    tile, wts = _up(device, np.full(k, -7, np.int32)), device.alloc(k * 4)
+    y = device.alloc(k * F * 4)
+    matmul.matmul(device, y, 0, F, x, 0, 0, gate, k, experts=(tile, n_e), tm=1,
+                  route=(_up(device, logits), wts, norm)).run(device)
+    np.testing.assert_array_equal(_read(device, tile, k, np.int32), want_ids[0])
+    np.testing.assert_allclose(_read(device, wts, k), want_w[0], rtol=2e-6, atol=1e-7)
+    given = device.alloc(k * F * 4)
+    matmul.matmul(device, given, 0, F, x, 0, 0, gate, k, experts=(_up(device, want_ids[0]),
+                                                                 n_e), tm=1).run(device)
+    np.testing.assert_array_equal(_read(device, y, (k, F)), _read(device, given, (k, F)))
+
+
 def test_padding_tiles_store_nothing(device, path):
     """A tile of expert -1 leaves its rows of y as they were; bias is per expert."""
     n_e = 4
