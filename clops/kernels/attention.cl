@@ -552,8 +552,8 @@ inline float rope_normed(__global const float *src, int t, int pos,
 
 // Decode attention of one row straight from the QKV projection: rope_store, attn_decode_wg
 // and (COMBINE) attn_combine in one launch. QKNORM 1: q and k are RMS-normed a head first
-// (weights wq, wk [HEAD_DIM], eps: Qwen3's QK-norm; the kernel's last three arguments). Each work-group rotates its heads' q itself; the
-// work-group whose chunk holds the new position (the last one) rotates k, uses the new k and v
+// (weights wq, wk [HEAD_DIM], eps: Qwen3's QK-norm; the kernel's last three arguments). Each
+// work-group rotates its heads' q itself; the work-group whose chunk holds the new position (the last one) rotates k, uses the new k and v
 // from local memory and registers, and the first head of each KV group stores them in the
 // cache. A work-group serves NREP query heads of one key-value head (NREP 1: one head; n_rep:
 // all of them, so that each key row is read once for them), HEAD_DIM work-items a head. With

@@ -99,7 +99,7 @@
 #error "QMIN takes q8 weights and no QX"
 #endif
 #include "clops/experts.cl"
-// SLOTSUM (QX, EXPERTS, a lone row's KSLOTS slots a tile each): the work-groups of a column
+// SLOTSUM (QX, EXPERTS, a lone row's slots a tile each): the work-groups of a column
 // block count themselves in cnt[block] (zero between launches, left zero), and the last to
 // finish adds up its columns of the slots' rows of y in slot order, each weighed by wts[j],
 // into out (SLOTSUM 2: += ; 1: =), as moe.cl's moe_combine does: the weighted sum without a
