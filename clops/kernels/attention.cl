@@ -478,8 +478,10 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
     }
 }
 
-// One element of a head's row rotated at position pos (what rope_store writes at t).
-inline float rope_elem(__global const float *src, int t, int pos, __global const float *inv_freq) {
+// One element of a head's row rotated at position pos (what rope_store writes at t); where w
+// is given, the row RMS-normed first (1 / RMS rr, weights w [HEAD_DIM]: QKNORM).
+inline float rope_at(__global const float *src, int t, int pos, __global const float *inv_freq,
+                     float rr, __global const float *w) {
 #if ROPE_NEOX
     const int i = t < HEAD_DIM / 2 ? t : t - HEAD_DIM / 2;
     const int a = i, b = i + HEAD_DIM / 2;
@@ -488,7 +490,11 @@ inline float rope_elem(__global const float *src, int t, int pos, __global const
     const int a = 2 * i, b = 2 * i + 1;
 #endif
     float c, s = sincos((float)pos * inv_freq[i], &c);
-    return t == a ? src[a] * c - src[b] * s : src[a] * s + src[b] * c;
+    const float va = w ? src[a] * rr * w[a] : src[a], vb = w ? src[b] * rr * w[b] : src[b];
+    return t == a ? va * c - vb * s : va * s + vb * c;
+}
+inline float rope_elem(__global const float *src, int t, int pos, __global const float *inv_freq) {
+    return rope_at(src, t, pos, inv_freq, 1.0f, 0);
 }
 
 #ifndef COMBINE
@@ -534,28 +540,14 @@ inline float head_rms(__local float *r, float v, int t, float eps) {
     barrier(CLK_LOCAL_MEM_FENCE);
     return q;
 }
-// rope_elem of the head at src normed first: RMSNorm (1 / RMS rr, weight w [HEAD_DIM])
-inline float rope_normed(__global const float *src, int t, int pos,
-                         __global const float *inv_freq, float rr, __global const float *w) {
-#if ROPE_NEOX
-    const int i = t < HEAD_DIM / 2 ? t : t - HEAD_DIM / 2;
-    const int a = i, b = i + HEAD_DIM / 2;
-#else
-    const int i = t >> 1;
-    const int a = 2 * i, b = 2 * i + 1;
-#endif
-    float c, s = sincos((float)pos * inv_freq[i], &c);
-    const float va = src[a] * rr * w[a], vb = src[b] * rr * w[b];
-    return t == a ? va * c - vb * s : va * s + vb * c;
-}
 #endif
 
 // Decode attention of one row straight from the QKV projection: rope_store, attn_decode_wg
 // and (COMBINE) attn_combine in one launch. QKNORM 1: q and k are RMS-normed a head first
 // (weights wq, wk [HEAD_DIM], eps: Qwen3's QK-norm; the kernel's last three arguments). Each
-// work-group rotates its heads' q itself; the work-group whose chunk holds the new position (the last one) rotates k, uses the new k and v
-// from local memory and registers, and the first head of each KV group stores them in the
-// cache. A work-group serves NREP query heads of one key-value head (NREP 1: one head; n_rep:
+// work-group rotates its heads' q itself; the work-group whose chunk holds the new position
+// (the last one) rotates k, uses the new k and v from local memory and registers, and the
+// first head of each KV group stores them in the cache. A work-group serves NREP query heads of one key-value head (NREP 1: one head; n_rep:
 // all of them, so that each key row is read once for them), HEAD_DIM work-items a head. With
 // COMBINE the work-groups of a head (NREP > 1: of a key-value head) count themselves in
 // count[h] (count[kvh]; zero between launches) and the last to finish combines the partials
@@ -590,7 +582,7 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
     __local float *qh = qs + hr * HEAD_DIM, *ph = p + hr * CHUNK;
 #if QKNORM
     const float rq = head_rms(red + hr * HEAD_DIM, qkv[h * HEAD_DIM + t], t, eps);
-    qh[t] = rope_normed(qkv + h * HEAD_DIM, t, pos, inv_freq, rq, wq) * scale;
+    qh[t] = rope_at(qkv + h * HEAD_DIM, t, pos, inv_freq, rq, wq) * scale;
 #else
     qh[t] = rope_elem(qkv + h * HEAD_DIM, t, pos, inv_freq) * scale;
 #endif
@@ -599,8 +591,8 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
         // (the new key and value as the cache keeps them: later steps read them from there)
 #if QKNORM
         const float rk = head_rms(red + hr * HEAD_DIM, qkv[(H + kvh) * HEAD_DIM + t], t, eps);
-        const float kr = kv_round(rope_normed(qkv + (H + kvh) * HEAD_DIM, t, pos, inv_freq,
-                                              rk, wk));
+        const float kr = kv_round(rope_at(qkv + (H + kvh) * HEAD_DIM, t, pos, inv_freq, rk,
+                                          wk));
 #else
         const float kr = kv_round(rope_elem(qkv + (H + kvh) * HEAD_DIM, t, pos, inv_freq));
 #endif
