@@ -375,7 +375,7 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     are then tile_e and the per-expert strides (``expert_strides``); argument 9 stays m, and
     the row tiles' axis of the global size (1; ``matmul_rb``: 0) holds m / tm.
 
-    ``slot_sum=(out, wts, count, accum)`` (``takes_slot_sum``: experts on the int8 decode
+    ``slot_sum=(out, wts, count, accum)`` (``int8_slots``: experts on the int8 decode
     path): out[:N] (``accum``: +=) also gets the sum over the m rows of y, in row order, each
     weighed by wts[row] (``moe.combine`` of a lone row's slots) from the last work-group of
     each column block to finish; ``count``: int32 zeros, one a work-group (N of them are
@@ -430,12 +430,12 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     if route is not None:
         if not qx or experts is None:
             raise ValueError("matmul: route= takes experts= on the int8 decode path "
-                             "(takes_slot_sum)")
+                             "(int8_slots)")
         sums.update(ROUTE=1, ROUTE_E=experts[1], TOPK=m, ROUTE_NORM=int(route[2]))
     if slot_sum is not None:
         if not qx or experts is None:
             raise ValueError("matmul: slot_sum= takes experts= on the int8 decode path "
-                             "(takes_slot_sum)")
+                             "(int8_slots)")
         if slot_sum[2].nbytes < 4 * n_out:
             raise ValueError(f"matmul: slot_sum='s counters hold {slot_sum[2].nbytes // 4} "
                              f"int32, a product of {n_out} columns needs {n_out}")
@@ -473,9 +473,10 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     return Launch(knl, (cols * ls, tiles), local, args, reads, writes, name)
 
 
-def takes_slot_sum(dev: CLDevice, w: Weight) -> bool:
+def int8_slots(dev: CLDevice, w: Weight) -> bool:
     """Whether ``matmul``'s experts product of a lone row's slots (tiles of one row, sums
-    not row-invariant) of ``w`` takes the int8 decode path, and with it ``slot_sum=``."""
+    not row-invariant) of ``w`` takes the int8 decode path, and with it ``slot_sum=`` and
+    ``route=``."""
     return w.int8 and w.layout == "rows" and int8_activations(dev, 1, w.fmt, w.k)
 
 

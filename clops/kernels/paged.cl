@@ -71,12 +71,12 @@ __kernel void paged_rope_store(__global float *q_out, __global const float *qkv,
     const int pos = rpos[r], slot = rslot[r];
     __global const float *row = qkv + (size_t)r * ld_qkv;
     const int2 p = pair_index(i);
+    const int d = ROT_DIM + 2 * (i - ROT_DIM / 2);  // (past ROT_DIM: the pair of the rest)
     if (h < H + KV) {  // (the same for the whole work-group)
         __global const float *src = row + h * HEAD_DIM;
 #if QKNORM
         // (this work-item's two values: a rotation pair, or a pair of the rest)
-        const int2 e = i < ROT_DIM / 2 ? p : (int2)(ROT_DIM + 2 * (i - ROT_DIM / 2),
-                                                   ROT_DIM + 2 * (i - ROT_DIM / 2) + 1);
+        const int2 e = i < ROT_DIM / 2 ? p : (int2)(d, d + 1);
         const float ex = src[e.x], ey = src[e.y];
         red[i] = ex * ex + ey * ey;
         for (int o = HEAD_DIM / 4; o > 0; o >>= 1) {
@@ -92,7 +92,6 @@ __kernel void paged_rope_store(__global float *q_out, __global const float *qkv,
 #endif
 #if ROT_DIM < HEAD_DIM
         if (i >= ROT_DIM / 2) {  // partial rotary: the rest of the head passes
-            const int d = ROT_DIM + 2 * (i - ROT_DIM / 2);
             const float v0 = NORMED(d, src[d]), v1 = NORMED(d + 1, src[d + 1]);
             if (h < H) {
                 __global float *dst = q_out + ((size_t)r * H + h) * HEAD_DIM;

@@ -57,8 +57,8 @@ class ExpertBuffers:
     h: Buffer
     yd: Buffer
     slots: Buffer
+    count: Buffer
     xq: tuple[Buffer, Buffer, Buffer] | None = None
-    count: Buffer | None = None
 
 
 def int8_rows(dev: CLDevice, layers: list[Experts]) -> bool:
@@ -89,8 +89,9 @@ def buffers(dev: CLDevice, cfg: ModelConfig, layers: list[Experts], rows: int) -
         pos=dev.alloc(rows * k * f4), xg=dev.alloc(p * dim * f4), gu=dev.alloc(p * 2 * F * f4),
         h=dev.alloc(p * F * f4), yd=dev.alloc(p * dim * f4),
         slots=upload(dev, np.arange(k, dtype=np.int32)),
+        count=upload(dev, np.zeros(dim, np.int32)),
         xq=matmul.qrows_scratch(dev, p, max(dim, F)) if t > 1 and int8_rows(dev, layers)
-        else None, count=upload(dev, np.zeros(dim, np.int32)))
+        else None)
 
 
 def _follows(make: Callable[[int], Launch], m: int) -> tuple[Launch, Callable[[int], Resize]]:
@@ -181,14 +182,14 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         glu_in = norm is not None and cfg.act == "silu" and not cfg.glu_limit
         # PERF: where the down products take the int8 decode path, their last work-groups
         # add up the slots' rows into out (the weighted sum without a launch of its own)
-        sums = not invariant and b.count is not None and matmul.takes_slot_sum(dev, ex.down)
+        sums = not invariant and matmul.int8_slots(dev, ex.down)
         down_fold: dict[str, Any] = {"glu": True} if glu_in else {}
         if sums:
             down_fold["slot_sum"] = (out, b.wts, b.count, accum)
         # and where the one [gate | up] product does, its work-groups pick their slots'
         # experts from the router's scores themselves (the top-k without a launch)
         routed = not invariant and ex.gate_up is not None and \
-            matmul.takes_slot_sum(dev, ex.gate_up)
+            matmul.int8_slots(dev, ex.gate_up)
         gu_fold: dict[str, Any] = {"norm": norm}
         if routed:
             gu_fold["route"] = (b.logits, b.wts, ex.norm)

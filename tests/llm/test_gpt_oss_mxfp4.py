@@ -154,7 +154,7 @@ def test_a_lone_decode_rows_experts_on_the_int8_path(mxfp4_model, device, monkey
     prompt = np.random.default_rng(5).integers(0, ref.config.vocab_size, 5).tolist()
     runs = []
     for sums in (True, False):
-        monkeypatch.setattr(matmul, "takes_slot_sum",
+        monkeypatch.setattr(matmul, "int8_slots",
                             lambda dev, w, on=sums: on and w.fmt in ("q4", "q8"))
         combines.clear()
         model = clops.llm.load(path, device=device, max_seq_len=64, progress=False,
