@@ -6,6 +6,16 @@ beside PyTorch's scaled_dot_product_attention. Prints a table and writes JSON.
 
     python bench/bench_kernels.py [--device gpu] [--size 4096] [--json bench/results/kernels.json]
 
+A lone decode row's expert products (``--only experts``; a Qwen3-30B-A3B layer's, each
+``--qx`` geometry beside the launcher's):
+
+    python bench/bench_kernels.py --device gpu --only experts --qx "16,32,1,4,1,0;..."
+
+One decode row's fused attention at several positions, with each count of query heads a
+work-group (``--only decode_rope``; ``attention.attn_decode_rope``'s NREP):
+
+    python bench/bench_kernels.py --device gpu --only decode_rope --positions 176,4096
+
 The decode products of an 8B body, each quantized row also with other geometries of the GPUs'
 int8 path (``--qx``: LSIZE, NCOL, CPT, UNR, CB, PIPE of ``matmul.qx_geometry``):
 
@@ -141,8 +151,8 @@ def bench_gemm(dev, size: int, dtype: str, torch, repeat: int) -> list[dict]:
 
 def _weight(dev, kind: str, n: int, k: int):
     rng = np.random.default_rng(1)
-    if kind == "f16":
-        return nn.quantized(rng.standard_normal((n, k)).astype(np.float32) * 0.05, fmt="f16",
+    if kind in ("f16", "f32"):
+        return nn.quantized(rng.standard_normal((n, k)).astype(np.float32) * 0.05, fmt=kind,
                             device=dev)
     bsize = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[kind]
     raw = np.frombuffer(_random_blocks(kind, n * k // 32 * bsize, rng), np.uint8)
@@ -303,6 +313,139 @@ def bench_attention(dev, torch, repeat: int, ceiling: float) -> list[dict]:
     return rows
 
 
+# decode attention shapes (query heads, key-value heads, head dim, QK-norm): Qwen3-30B-A3B,
+# Llama 3 8B, Qwen3-0.6B, Llama 3.2 1B
+ROPE_SHAPES = [(32, 4, 128, True), (32, 8, 128, False), (16, 8, 128, True), (32, 8, 64, False)]
+
+
+def bench_decode_rope(dev, repeat: int, positions: list[int], nreps: list[int],
+                      shapes=ROPE_SHAPES) -> list[dict]:
+    """One decode row's fused attention (``attention.attn_decode_rope``: rotation, the
+    float16 cache's store and attention in one launch) as a decode step launches it, back to
+    back over copies of a layer's cache, at each row position and each NREP (query heads a
+    work-group; 0: the launcher's choice). Every NREP's output is checked against NREP 1's."""
+    rows = []
+    rng = np.random.default_rng(5)
+    for h, kv, d, qk in shapes:
+        for L in positions:
+            max_seq = max(L + 1, 64)
+            span = 1 << max(6, L.bit_length())
+            nbytes_kv = 2 * kv * L * d * 2
+            copies = copies_for(2 * attention.kv_nbytes(kv, max_seq, d, True), 8)
+            layers = []
+            for _ in range(copies):
+                kc = dev.alloc(attention.kv_nbytes(kv, max_seq, d, True))
+                vc = dev.alloc(attention.kv_nbytes(kv, max_seq, d, True))
+                for c in (kc, vc):
+                    dev.write(c, rng.standard_normal(kv * max_seq * d).astype(np.float16),
+                              blocking=True)
+                layers.append((kc, vc))
+            put = lambda a: clops.asarray(a, device=dev).realize()  # noqa: E731
+            qkv = put(rng.standard_normal((h + 2 * kv) * d).astype(np.float32))
+            state = put(np.array([L - 1, 0], np.int32))
+            inv_freq = put((1e6 ** (-np.arange(0, d, 2) / d)).astype(np.float32))
+            wq, wk = (put(1 + 0.1 * rng.standard_normal(d).astype(np.float32)) for _ in "qk")
+            count = put(np.zeros(h, np.int32))
+            out = clops.empty((h, d), dtype=clops.float32, device=dev).realize()
+            part = dev.alloc(attention.part_nbytes(dev, max_seq, h, d))
+            ref = None
+            for nrep in [1] + [r for r in nreps if r != 1]:
+                attention.DECODE_NREP_OVERRIDE = nrep or None
+                label = (f"decode rope H{h}/KV{kv} D{d}{' qk' if qk else ''} L{L} "
+                         f"nrep {nrep or 'auto'}")
+                try:
+                    plans = []
+                    for kc, vc in layers:
+                        plan = LaunchPlan(dev)
+                        for ln in attention.attn_decode_rope(
+                                dev, out.buffer, part, count.buffer, qkv.buffer, kc, vc,
+                                state.buffer, inv_freq.buffer, n_heads=h, n_kv=kv, head_dim=d,
+                                max_seq=max_seq, scale=1 / math.sqrt(d), neox=True,
+                                positions=span, kv_half=True,
+                                qk_norm=(wq.buffer, wk.buffer, 1e-6) if qk else None):
+                            plan.add(ln)
+                        plans.append(plan)
+                except ValueError as e:
+                    rows.append({"kernel": label, "error": str(e)[:200]})
+                    continue
+                finally:
+                    attention.DECODE_NREP_OVERRIDE = None
+                plans[0].replay()
+                got = np.asarray(out).copy()
+                if ref is None:
+                    ref = got
+                ms = back_to_back_ms(dev, [lambda p=p: p.replay() for p in plans])
+                rows.append({"kernel": label, "b2b_ms": ms, "gbps": nbytes_kv / ms / 1e6,
+                             "rel_err_vs_nrep1": rel_err(got, ref), "cache_copies": copies})
+                print(label, f"{ms * 1e3:.1f} us", f"err {rows[-1]['rel_err_vs_nrep1']:.1e}",
+                      flush=True)
+            del layers
+    return rows
+
+
+def bench_experts(dev, repeat: int, geometries: list[tuple[int, ...]], kind: str = "Q4_0",
+                  n_experts: int = 128, ffn: int = 768, dim: int = 2048, k: int = 8) -> list[dict]:
+    """A lone decode row's expert products as the decode step launches them (a Qwen3-30B-A3B
+    layer's by default): the [gate | up] products of its k slots with the pre-norm and the
+    top-k folded in (``route=``), then the down products with the GLU folded in and the
+    weighted sum into the residual (``slot_sum=``), back to back over router logits that pick
+    other experts each call, at the launcher's geometry of the int8 path and at each of
+    ``geometries`` (``matmul.qx_geometry``'s tuple). Each geometry's output is checked against
+    the launcher's."""
+    E, F = n_experts, ffn
+    gu, down = _weight(dev, kind, E * 2 * F, dim), _weight(dev, kind, E * dim, F)
+    if not matmul.int8_slots(dev, gu):
+        return [{"kernel": f"experts {kind}", "error": "no int8 decode path on this device"}]
+    rng = np.random.default_rng(6)
+    put = lambda a: clops.asarray(a, device=dev).realize()  # noqa: E731
+    x, nw = put(rng.standard_normal(dim).astype(np.float32)), \
+        put((1 + 0.1 * rng.standard_normal(dim)).astype(np.float32))
+    logits = [put(rng.standard_normal(E).astype(np.float32)) for _ in range(16)]
+    ids, wts = dev.alloc(4 * k), dev.alloc(4 * k)
+    count = put(np.zeros(dim, np.int32))
+    gub, yd = dev.alloc(4 * k * 2 * F), dev.alloc(4 * k * dim)
+    out = put(np.zeros(dim, np.float32))
+    nbytes = {"gate_up": gu.nbytes // E * k, "down": down.nbytes // E * k}
+    rows, ref = [], None
+    for g in [None, *geometries]:
+        matmul.QX_OVERRIDE = g  # type: ignore[assignment]
+        label = f"experts {kind} E{E} k{k} {dim}/{F} qx " + \
+            (",".join(map(str, g)) if g else "auto")
+        try:
+            plans: dict[str, list] = {"gate_up": [], "down": []}
+            for lg in logits:
+                p1, p2 = LaunchPlan(dev), LaunchPlan(dev)
+                p1.add(matmul.matmul(dev, gub, 0, 2 * F, x.buffer, 0, 0, gu, k,
+                                     experts=(ids, E), tm=1, norm=(nw.buffer, 1e-6),
+                                     route=(lg.buffer, wts, True)))
+                p2.add(matmul.matmul(dev, yd, 0, dim, gub, 0, 2 * F, down, k,
+                                     experts=(ids, E), tm=1, glu=True,
+                                     slot_sum=(out.buffer, wts, count.buffer, False)))
+                plans["gate_up"].append(p1)
+                plans["down"].append(p2)
+            plans["gate_up"][0].replay()
+            plans["down"][0].replay()
+            got = np.asarray(out).copy()
+        except Exception as e:  # noqa: BLE001 - a geometry that does not build or launch
+            rows.append({"kernel": label, "error": str(e)[:300]})
+            print(label, "error", str(e)[:120], flush=True)
+            continue
+        finally:
+            matmul.QX_OVERRIDE = None
+        if ref is None:
+            ref = got
+        row = {"kernel": label, "qx_geometry": list(g) if g else None,
+               "rel_err_vs_auto": rel_err(got, ref)}
+        for what, ps in plans.items():
+            ms = back_to_back_ms(dev, [lambda p=p: p.replay() for p in ps])
+            row[f"{what}_us"] = ms * 1e3
+            row[f"{what}_gbps"] = nbytes[what] / ms / 1e6
+        rows.append(row)
+        print(label, f"gate_up {row['gate_up_us']:.1f} us down {row['down_us']:.1f} us",
+              f"err {row['rel_err_vs_auto']:.1e}", flush=True)
+    return rows
+
+
 # products gemm.cl's tiled kernels do not take, for gemm_any: (m, n, k, dtype, A transposed view)
 ANY_SHAPES = [(64, 64, 500_000, "float32", True), (1000, 1000, 1000, "float32", False),
               (3000, 3000, 3000, "float32", False), (100, 4096, 4096, "float32", False),
@@ -399,6 +542,11 @@ def main(argv: list[str] | None = None) -> int:
                     "of matmul_qrows (GPUs where it runs)")
     ap.add_argument("--rows-m", default="1,2,16,64",
                     help="the rows group's batch rows (default: %(default)s)")
+    ap.add_argument("--positions", default="176,1024,4096,16384",
+                    help="the decode_rope group's row positions (default: %(default)s)")
+    ap.add_argument("--nrep", default="0,1,2,4,8",
+                    help="the decode_rope group's query heads a work-group (0: the launcher's "
+                    "choice; default: %(default)s)")
     a = ap.parse_args(argv)
     dev = clops.device(a.device)
     gpu = dev.kind != "cpu"
@@ -475,6 +623,12 @@ def main(argv: list[str] | None = None) -> int:
                                   f"{rows[-1]['tflops']:.1f} TFLOP/s", flush=True)
     if "attention" in only:
         rows += bench_attention(dev, torch, a.repeat, ceil["gbps"])
+    if "experts" in only:
+        rows += bench_experts(dev, a.repeat, [tuple(int(v) for v in g.split(","))
+                                              for g in a.qx.split(";") if g])
+    if "decode_rope" in only:
+        rows += bench_decode_rope(dev, a.repeat, [int(v) for v in a.positions.split(",")],
+                                  [int(v) for v in a.nrep.split(",")])
     if "gemm_any" in only:
         rows += bench_gemm_any(dev, torch, max(5, a.repeat // 2),
                                ANY_SHAPES if gpu else [(64, 64, 100_000, "float32", True),

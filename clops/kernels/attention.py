@@ -170,6 +170,10 @@ def decode_combines(dev: CLDevice) -> bool:
 # attn_decode_rope: a work-group per key-value head (for all its query heads) where it fits
 PER_KV_HEAD = True
 
+# Tuning hook for bench sweeps (None: the launcher's choice): the query heads a work-group of
+# attn_decode_rope (NREP, dividing the heads a key-value head serves)
+DECODE_NREP_OVERRIDE: int | None = None
+
 
 def _decode_fits(dev: CLDevice, head_dim: int, nrep: int, chunk: int) -> bool:
     """Whether attn_decode_rope's work-group for nrep query heads fits the device: its
@@ -177,6 +181,28 @@ def _decode_fits(dev: CLDevice, head_dim: int, nrep: int, chunk: int) -> bool:
     tile = head_dim if head_dim <= 64 else 4096 // head_dim
     floats = 2 * nrep * head_dim + head_dim + nrep * chunk + tile * (head_dim + 4)
     return head_dim * nrep <= dev.caps.max_work_group and 4 * floats + 64 <= dev.caps.local_mem
+
+
+def decode_nrep(dev: CLDevice, head_dim: int, n_rep: int, chunk: int, span: int) -> int:
+    """The query heads a work-group of ``attn_decode_rope`` (of the ``n_rep`` a key-value head
+    serves): the most that divide n_rep and fit the device, in work-groups of 512 work-items
+    at most, and of two heads at most where the row attends to 2048 positions or fewer.
+
+    PERF: a work-group for the query heads of a key-value head reads each key and value row
+    once for them (H200, 1B Q4_0, 32 query heads over 8: 1217 -> 1372 tok/s at 128 positions,
+    751 -> 864 at 1000, 742 -> 992 at 4000, 384 -> 704 at 16000); but at short spans the
+    rows are few and cached, and more, smaller work-groups finish sooner (H200, back to back
+    over copies of a float16 cache, us a launch at 176 / 1024 / 4096 / 16384 positions,
+    ``bench_kernels.py --only decode_rope``, ``bench/results/decode_rope_h200.json``):
+    Qwen3-30B-A3B's 32 heads of 128 over 4, all 8 a group 14.3 / 17.5 / 42.3 / 75.5, 4 a group
+    11.3 / 16.2 / 35.7 / 69.7, 2 a group 10.5 / 14.1 / 36.4 / 96.3; Llama 3 8B's 32 over 8,
+    4 a group 10.0 / 14.9 / 35.4 / 70.3, 2 9.6 / 14.0 / 35.6 / 78.2; Llama 3.2 1B's heads of
+    64, 4 a group 7.8 / 8.9 / 17.8 / 38.8, 2 7.7 / 8.8 / 20.7 / 53.6."""
+    if not PER_KV_HEAD:
+        return 1
+    most = min(n_rep, max(1, 512 // head_dim), 2 if span <= 2048 else n_rep)
+    return max(r for r in range(1, most + 1)
+               if n_rep % r == 0 and (r == 1 or _decode_fits(dev, head_dim, r, chunk)))
 
 
 def folds_qk_norm(head_dim: int) -> bool:
@@ -217,10 +243,12 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
         combine = decode_combines(dev)
     ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
     n_rep = n_heads // n_kv
-    # PERF: a work-group for all query heads of a key-value head, so that each key and value
-    # row is read once for them (H200, 1B Q4_0, 32 query heads over 8: 1217 -> 1372 tok/s at
-    # 128 positions, 751 -> 864 at 1000, 742 -> 992 at 4000, 384 -> 704 at 16000)
-    nrep = n_rep if PER_KV_HEAD and _decode_fits(dev, head_dim, n_rep, chunk) else 1
+    nrep = decode_nrep(dev, head_dim, n_rep, chunk, min(positions or max_seq, max_seq))
+    if DECODE_NREP_OVERRIDE is not None:
+        nrep = DECODE_NREP_OVERRIDE
+        if n_rep % nrep or not _decode_fits(dev, head_dim, nrep, chunk):
+            raise ValueError(f"attn_decode_rope: {nrep} query heads a work-group do not divide "
+                             f"{n_rep} or do not fit the device")
     k1 = kernel(dev, "attention", "attn_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
                 ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx), NREP=nrep,
                 **({"QKNORM": 1} if qk_norm is not None else {}),

@@ -198,6 +198,17 @@ def _decode_rope_cases() -> list[tuple[bool, bool, bool, bool, int, int]]:
             for i, (pkv, half, d) in enumerate(heads) for j in range(2)]
 
 
+def test_decode_nrep_choice(device):
+    # the query heads a work-group of attn_decode_rope: those of a key-value head where they
+    # fit 512 work-items, two at most at spans of 2048 positions or fewer, always a divisor
+    nrep = attention.decode_nrep
+    for head_dim, n_rep, span, want in [(128, 8, 256, 2), (128, 8, 2048, 2), (128, 8, 4096, 4),
+                                        (128, 4, 16384, 4), (64, 4, 16384, 4), (64, 4, 256, 2),
+                                        (128, 3, 256, 1), (128, 3, 8192, 3), (256, 2, 8192, 2),
+                                        (128, 1, 8192, 1), (64, 16, 8192, 8)]:
+        assert nrep(device, head_dim, n_rep, 64, span) == want, (head_dim, n_rep, span)
+
+
 @pytest.mark.parametrize("combine, neox, per_kv_head, kv_half, d, chunk", _decode_rope_cases())
 def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head, kv_half, d,
                                 chunk):
@@ -209,7 +220,8 @@ def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head,
     # the 3 query heads of a key-value head (the default where it fits), else one query head.
     # kv_half: a cache of float16 values (the new row's k and v too attend as the cache keeps
     # them, rounded to float16, as they will be read at later steps)
-    monkeypatch.setattr(attention, "PER_KV_HEAD", per_kv_head)
+    # (the heads a work-group forced: at these short spans the launcher takes 2 at most)
+    monkeypatch.setattr(attention, "DECODE_NREP_OVERRIDE", 3 if per_kv_head else 1)
     ct = np.float16 if kv_half else np.float32
     # d 128: tiles of 32 key rows, fewer than a head's work-items
     h, kv, max_seq = 6, 2, 96

@@ -561,6 +561,32 @@ def test_a_lone_rows_slots_take_the_int8_decode_path(device, monkeypatch, fmt, k
                       slot_sum=(out, _up(device, wts), count, True))
 
 
+@pytest.mark.parametrize("k_len, n", [(2048, 48), (256, 80)])
+def test_a_lone_rows_slots_at_the_slot_geometry(device, monkeypatch, k_len, n, k=3, n_e=4):
+    """The int8 decode path's geometry for a lone row's slots (``matmul.qx_slot_geometry``):
+    q4 experts' rows of 2048 values take two columns a team of 16, shorter rows 64 teams of 8;
+    columns ragged against a work-group's (48 of 32, 80 of 64). Each slot's product is its own
+    expert's, and nothing is written past the last slot's row."""
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    monkeypatch.setattr(matmul, "int8_activations",
+                        lambda dev, m, fmt, kk: m == 1 and fmt in ("q4", "q8"))
+    want_g = (16, 16, 2) if k_len >= 2048 else (8, 64, 1)
+    assert matmul.qx_slot_geometry(device, n, k_len, "q4")[:3] == want_g
+    p, ref = _packed("Q4_0", n_e * n, k_len)
+    w = DeviceWeight(device, p)
+    ids = np.array([2, 0, 3], np.int32)
+    x = RNG.standard_normal(k_len).astype(np.float32)
+    y = _up(device, np.full((k + 1, n), 7.5, np.float32))
+    matmul.matmul(device, y, 0, n, _up(device, x[None]), 0, 0, w, k,
+                  experts=(_up(device, ids), n_e), tm=1).run(device)
+    got = _read(device, y, (k + 1, n))
+    for r, e in enumerate(ids):
+        want = ref[e * n:(e + 1) * n] @ x.astype(np.float64)
+        assert np.linalg.norm(got[r] - want) / np.linalg.norm(want) < 3e-2, r
+    assert (got[k] == 7.5).all()
+
+
 @pytest.mark.parametrize("norm", [True, False])
 @pytest.mark.parametrize("case", ["ties", "distinct", "minus_inf"])
 def test_a_lone_rows_slots_route_themselves(device, monkeypatch, norm, case, k=3, n_e=8):
