@@ -9,7 +9,8 @@ beside PyTorch's scaled_dot_product_attention. Prints a table and writes JSON.
 A lone decode row's expert products (``--only experts``; a Qwen3-30B-A3B layer's, each
 ``--qx`` geometry beside the launcher's):
 
-    python bench/bench_kernels.py --device gpu --only experts --qx "16,32,1,4,1,0;..."
+    python bench/bench_kernels.py --device gpu --only experts --gemv-kinds Q4_0,Q8_0 \
+        --qx "16,32,1,4,1,0;..."
 
 One decode row's fused attention at several positions, with each count of query heads a
 work-group (``--only decode_rope``; ``attention.attn_decode_rope``'s NREP):
@@ -624,8 +625,10 @@ def main(argv: list[str] | None = None) -> int:
     if "attention" in only:
         rows += bench_attention(dev, torch, a.repeat, ceil["gbps"])
     if "experts" in only:
-        rows += bench_experts(dev, a.repeat, [tuple(int(v) for v in g.split(","))
-                                              for g in a.qx.split(";") if g])
+        for kind in a.gemv_kinds.split(","):
+            if kind in ("Q4_0", "Q8_0"):
+                rows += bench_experts(dev, a.repeat, [tuple(int(v) for v in g.split(","))
+                                                      for g in a.qx.split(";") if g], kind)
     if "decode_rope" in only:
         rows += bench_decode_rope(dev, a.repeat, [int(v) for v in a.positions.split(",")],
                                   [int(v) for v in a.nrep.split(",")])
