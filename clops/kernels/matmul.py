@@ -211,25 +211,26 @@ def qx_slot_geometry(dev: CLDevice, n: int, k: int,
                      fmt: str) -> tuple[int, int, int, int, int, int]:
     """``qx_geometry`` for the expert products of a lone decode row's slots (each slot a
     product of ``n`` columns with its own expert's weights, ``matmul``'s experts with tiles of
-    one row): q4 experts of fewer than 8192 columns take two columns a team of 16 (rows of
-    2048 values or more), else 64 teams of 8 a work-group.
+    one row): experts of fewer than 8192 columns take two columns a team of 16 where their
+    rows hold 2048 values or more, else 64 teams of 8 a work-group.
 
-    PERF (H200, a Qwen3-30B-A3B layer's 8 slots of 128 Q4_0 experts, back to back over router
+    PERF (H200, a Qwen3-30B-A3B layer's 8 slots of 128 experts, back to back over router
     logits that pick others each call; ``bench_kernels.py --only experts``,
-    ``bench/results/experts_h200.json``): [gate | up] 1536x2048 with the pre-norm and the
-    top-k folded in 11.8 -> 8.8 us against qx_geometry's 16 teams of 16 (two blocks of
-    columns a group 9.2, 32 teams 9.4, teams of 8 9.3); down 2048x768 with the GLU and the
-    weighted sum folded in 7.6 -> 6.7 us (two columns a team 7.1). Q8_0 experts keep
-    qx_geometry's (not measured)."""
+    ``bench/results/experts_h200.json``, ``experts_q8_h200.json``), against qx_geometry's 16
+    teams of 16: [gate | up] 1536x2048 with the pre-norm and the top-k folded in, Q4_0 11.8 ->
+    8.8 us (two blocks of columns a group 9.2, 32 teams 9.4, teams of 8 9.3), Q8_0 12.6 ->
+    10.9; down 2048x768 with the GLU and the weighted sum folded in, Q4_0 7.6 -> 6.7 us
+    (two columns a team 7.1), Q8_0 8.0 -> 7.1 (two columns a team, two chunks in flight:
+    6.5). Rows past 2048 values load a step ahead, as qx_geometry's do (not measured here)."""
     g = qx_geometry(dev, n, k, fmt)
-    if QX_OVERRIDE is not None or fmt != "q4" or n >= 8192 or \
+    if QX_OVERRIDE is not None or n >= 8192 or \
             pow2_at_most(min(1024, dev.caps.max_work_group)) < 512:
         return g
     nch = max(1, k // CHUNK_VALUES[fmt])
-    ls, ncol, cpt = (16, 16, 2) if nch >= 64 else (8, 64, 1)
+    ls, ncol, cpt = (16, 16, 2) if k >= 2048 else (8, 64, 1)
     if _qx_local_bytes(k, ls, ncol, cpt) > dev.caps.local_mem:
         return g
-    return ls, ncol, cpt, 4, 1, int(nch > ls * 4)
+    return ls, ncol, cpt, 4, 1, int(k > 2048 and nch > ls * 4)
 
 
 # Tuning hook for bench sweeps (None: the launcher's choice): (LSIZE, NCOL, CPT, TM, UNR) of

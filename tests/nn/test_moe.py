@@ -561,10 +561,12 @@ def test_a_lone_rows_slots_take_the_int8_decode_path(device, monkeypatch, fmt, k
                       slot_sum=(out, _up(device, wts), count, True))
 
 
+@pytest.mark.parametrize("kind", ["Q4_0", "Q8_0"])
 @pytest.mark.parametrize("k_len, n", [(2048, 48), (256, 80)])
-def test_a_lone_rows_slots_at_the_slot_geometry(device, monkeypatch, k_len, n, k=3, n_e=4):
+def test_a_lone_rows_slots_at_the_slot_geometry(device, monkeypatch, kind, k_len, n, k=3,
+                                                n_e=4):
     """The int8 decode path's geometry for a lone row's slots (``matmul.qx_slot_geometry``):
-    q4 experts' rows of 2048 values take two columns a team of 16, shorter rows 64 teams of 8;
+    experts' rows of 2048 values take two columns a team of 16, shorter rows 64 teams of 8;
     columns ragged against a work-group's (48 of 32, 80 of 64). Each slot's product is its own
     expert's, and nothing is written past the last slot's row."""
     monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
@@ -572,8 +574,9 @@ def test_a_lone_rows_slots_at_the_slot_geometry(device, monkeypatch, k_len, n, k
     monkeypatch.setattr(matmul, "int8_activations",
                         lambda dev, m, fmt, kk: m == 1 and fmt in ("q4", "q8"))
     want_g = (16, 16, 2) if k_len >= 2048 else (8, 64, 1)
-    assert matmul.qx_slot_geometry(device, n, k_len, "q4")[:3] == want_g
-    p, ref = _packed("Q4_0", n_e * n, k_len)
+    fmt = "q4" if kind == "Q4_0" else "q8"
+    assert matmul.qx_slot_geometry(device, n, k_len, fmt)[:3] == want_g
+    p, ref = _packed(kind, n_e * n, k_len)
     w = DeviceWeight(device, p)
     ids = np.array([2, 0, 3], np.int32)
     x = RNG.standard_normal(k_len).astype(np.float32)
