@@ -217,10 +217,11 @@ def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head,
     # boundaries included; chunks of 64 take two tiles of 32 key rows, the new row alone in
     # the second at position 32) and the combine, by the last work-group or by attn_combine; the
     # head counters must be left at zero for the next step. per_kv_head: a work-group serves
-    # the 3 query heads of a key-value head (the default where it fits), else one query head.
+    # the 3 query heads of a key-value head, else one query head.
     # kv_half: a cache of float16 values (the new row's k and v too attend as the cache keeps
     # them, rounded to float16, as they will be read at later steps)
-    # (the heads a work-group forced: at these short spans the launcher takes 2 at most)
+    # (the heads a work-group forced: at these short spans the launcher takes 2 at most, so
+    # 1 here)
     monkeypatch.setattr(attention, "DECODE_NREP_OVERRIDE", 3 if per_kv_head else 1)
     ct = np.float16 if kv_half else np.float32
     # d 128: tiles of 32 key rows, fewer than a head's work-items
