@@ -319,6 +319,11 @@ def bench_attention(dev, torch, repeat: int, ceiling: float) -> list[dict]:
 ROPE_SHAPES = [(32, 4, 128, True), (32, 8, 128, False), (16, 8, 128, True), (32, 8, 64, False)]
 
 
+def _put(dev, a: np.ndarray):
+    """``a`` on ``dev``, realized."""
+    return clops.asarray(a, device=dev).realize()
+
+
 def bench_decode_rope(dev, repeat: int, positions: list[int], nreps: list[int],
                       shapes=ROPE_SHAPES) -> list[dict]:
     """One decode row's fused attention (``attention.attn_decode_rope``: rotation, the
@@ -341,12 +346,11 @@ def bench_decode_rope(dev, repeat: int, positions: list[int], nreps: list[int],
                     dev.write(c, rng.standard_normal(kv * max_seq * d).astype(np.float16),
                               blocking=True)
                 layers.append((kc, vc))
-            put = lambda a: clops.asarray(a, device=dev).realize()  # noqa: E731
-            qkv = put(rng.standard_normal((h + 2 * kv) * d).astype(np.float32))
-            state = put(np.array([L - 1, 0], np.int32))
-            inv_freq = put((1e6 ** (-np.arange(0, d, 2) / d)).astype(np.float32))
-            wq, wk = (put(1 + 0.1 * rng.standard_normal(d).astype(np.float32)) for _ in "qk")
-            count = put(np.zeros(h, np.int32))
+            qkv = _put(dev, rng.standard_normal((h + 2 * kv) * d).astype(np.float32))
+            state = _put(dev, np.array([L - 1, 0], np.int32))
+            inv_freq = _put(dev, (1e6 ** (-np.arange(0, d, 2) / d)).astype(np.float32))
+            wq, wk = (_put(dev, 1 + 0.1 * rng.standard_normal(d).astype(np.float32)) for _ in "qk")
+            count = _put(dev, np.zeros(h, np.int32))
             out = clops.empty((h, d), dtype=clops.float32, device=dev).realize()
             part = dev.alloc(attention.part_nbytes(dev, max_seq, h, d))
             ref = None
@@ -398,14 +402,13 @@ def bench_experts(dev, repeat: int, geometries: list[tuple[int, ...]], kind: str
     if not matmul.int8_slots(dev, gu):
         return [{"kernel": f"experts {kind}", "error": "no int8 decode path on this device"}]
     rng = np.random.default_rng(6)
-    put = lambda a: clops.asarray(a, device=dev).realize()  # noqa: E731
-    x, nw = put(rng.standard_normal(dim).astype(np.float32)), \
-        put((1 + 0.1 * rng.standard_normal(dim)).astype(np.float32))
-    logits = [put(rng.standard_normal(E).astype(np.float32)) for _ in range(16)]
+    x, nw = _put(dev, rng.standard_normal(dim).astype(np.float32)), \
+        _put(dev, (1 + 0.1 * rng.standard_normal(dim)).astype(np.float32))
+    logits = [_put(dev, rng.standard_normal(E).astype(np.float32)) for _ in range(16)]
     ids, wts = dev.alloc(4 * k), dev.alloc(4 * k)
-    count = put(np.zeros(dim, np.int32))
+    count = _put(dev, np.zeros(dim, np.int32))
     gub, yd = dev.alloc(4 * k * 2 * F), dev.alloc(4 * k * dim)
-    out = put(np.zeros(dim, np.float32))
+    out = _put(dev, np.zeros(dim, np.float32))
     nbytes = {"gate_up": gu.nbytes // E * k, "down": down.nbytes // E * k}
     rows, ref = [], None
     for g in [None, *geometries]:

@@ -243,12 +243,12 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
         combine = decode_combines(dev)
     ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
     n_rep = n_heads // n_kv
-    nrep = decode_nrep(dev, head_dim, n_rep, chunk, min(positions or max_seq, max_seq))
-    if DECODE_NREP_OVERRIDE is not None:
-        nrep = DECODE_NREP_OVERRIDE
-        if n_rep % nrep or not _decode_fits(dev, head_dim, nrep, chunk):
-            raise ValueError(f"attn_decode_rope: {nrep} query heads a work-group do not divide "
-                             f"{n_rep} or do not fit the device")
+    nrep = DECODE_NREP_OVERRIDE
+    if nrep is None:
+        nrep = decode_nrep(dev, head_dim, n_rep, chunk, min(positions or max_seq, max_seq))
+    elif n_rep % nrep or not _decode_fits(dev, head_dim, nrep, chunk):
+        raise ValueError(f"attn_decode_rope: {nrep} query heads a work-group do not divide "
+                         f"{n_rep} or do not fit the device")
     k1 = kernel(dev, "attention", "attn_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
                 ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx), NREP=nrep,
                 **({"QKNORM": 1} if qk_norm is not None else {}),
