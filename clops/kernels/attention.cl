@@ -35,6 +35,9 @@
 #ifndef WINDOW
 #define WINDOW 0
 #endif
+#ifndef PAGED  // (attn_decode_rope: 1, the caches are a paged cache's pools)
+#define PAGED 0
+#endif
 #define D4 (HEAD_DIM / 4)
 #include "clops/kv.cl"
 
@@ -562,6 +565,9 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
                       __global const float *qkv, __global kv_t *kc, __global kv_t *vc,
                       __global const int *state, __global const float *inv_freq, int max_seq,
                       int n_rep, int H, int KV, float scale
+#if PAGED
+                      , __global const int *table, int maxb, __global const int *slots, int BS
+#endif
 #if QKNORM
                       , __global const float *wq, __global const float *wk, float eps
 #endif
@@ -574,11 +580,19 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
     const int s = get_group_id(0), h = get_group_id(1) * NREP + hr;
     const int S = get_num_groups(0);
     const int pos = state[0], L = pos + 1;
-    const int active = (L + CHUNK - 1) / CHUNK;  // work-groups with positions
-    const int j0 = s * CHUNK, n = min(L - j0, CHUNK);
-    if (n <= 0) return;  // the same for the whole work-group
+    const int s0 = first_key(pos) / CHUNK;  // the first chunk that takes part (WINDOW)
+    const int active = (L + CHUNK - 1) / CHUNK - s0;  // work-groups with positions
+    const int j0 = max(s * CHUNK, first_key(pos)), n = min(L, s * CHUNK + CHUNK) - j0;
+    if (s < s0 || n <= 0) return;  // the same for the whole work-group
     const int kvh = h / n_rep;
-    const bool tail = s == active - 1;  // its chunk ends with the new position
+    const bool tail = s == s0 + active - 1;  // its chunk ends with the new position
+#if PAGED
+    __global const int *blocks = table + (size_t)slots[0] * maxb;  // (the row's blocks)
+    const int bs = BS;
+#else
+    __global const int *blocks = 0;  // (rows HEAD_DIM apart)
+    const int bs = 0;
+#endif
     __local float *qh = qs + hr * HEAD_DIM, *ph = p + hr * CHUNK;
 #if QKNORM
     const float rq = head_rms(red + hr * HEAD_DIM, qkv[h * HEAD_DIM + t], t, eps);
@@ -599,21 +613,25 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
         vn = kv_round(qkv[(H + KV + kvh) * HEAD_DIM + t]);
         if (hr == 0) kn[t] = kr;
         if (h == kvh * n_rep) {
+#if PAGED
+            const size_t at = (((size_t)blocks[pos / BS] * KV + kvh) * BS + pos % BS) * HEAD_DIM + t;
+#else
             const size_t at = ((size_t)kvh * max_seq + pos) * HEAD_DIM + t;
+#endif
             KV_PUT(kr, kc, at);
             KV_PUT(vn, vc, at);
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    __global const kv_t *kb = kc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
-    __global const kv_t *vb = vc + ((size_t)kvh * max_seq + j0) * HEAD_DIM;
+    // (a paged row's key and value rows are found through its blocks from j0 on)
+    const size_t kv0 = PAGED ? 0 : ((size_t)kvh * max_seq + j0) * HEAD_DIM;
+    __global const kv_t *kb = kc + kv0, *vb = vc + kv0;
     const int nc = tail ? n - 1 : n;  // positions read from the cache
-    __global const int *flat = 0;  // (rows HEAD_DIM apart)
-    float mx = chunk_scores(ph, qh, kt, kb, kn, n, nc, t, lid, flat, 0, 0, 0, 0);
+    float mx = chunk_scores(ph, qh, kt, kb, kn, n, nc, t, lid, blocks, j0, bs, KV, kvh);
     const float2 ms = chunk_softmax(ph, red + hr * HEAD_DIM, t, n, mx);
     mx = ms.x;
     const float l = ms.y;
-    float acc = value_sum(ph, kt, vb, nc, t, lid, flat, 0, 0, 0, 0);
+    float acc = value_sum(ph, kt, vb, nc, t, lid, blocks, j0, bs, KV, kvh);
     if (tail) acc = mad(ph[n - 1], vn, acc);
 #if COMBINE
     if (active == 1) {
@@ -621,7 +639,7 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
         return;
     }
 #endif
-    __global float *pp = part + ((size_t)h * S + s) * (HEAD_DIM + 2);
+    __global float *pp = part + ((size_t)h * S + s - s0) * (HEAD_DIM + 2);
     pp[t] = acc;
     if (t == 0) {
         pp[HEAD_DIM] = mx;

@@ -5,13 +5,17 @@ device allows), the CPU decode kernel, prefill attention."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from . import gemm as _gemm
 from . import launch
 from .launch import Launch, f32, float_define, i32, kernel
+
+if TYPE_CHECKING:
+    from .paged import PagedRows
 
 
 def kv_defines(kv_half: bool) -> dict[str, Any]:
@@ -217,7 +221,9 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
                      n_kv: int, head_dim: int, max_seq: int, scale: float, neox: bool,
                      chunk: int | None = None, combine: bool | None = None,
                      positions: int | None = None, kv_half: bool = False,
-                     qk_norm: tuple[Buffer, Buffer, float] | None = None) -> list[Launch]:
+                     qk_norm: tuple[Buffer, Buffer, float] | None = None,
+                     softcap: float = 0.0, window: int = 0,
+                     paged: PagedRows | None = None) -> list[Launch]:
     """Decode attention of one row straight from the QKV projection ``qkv`` ([q | k | v] of
     the row at position state[0], before rotation): rotates q and k, stores k and v in the
     cache and attends, in one launch where ``decode_combines`` (``count``: n_heads int32,
@@ -225,12 +231,20 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     row attends to in any replay (state[0] + 1 at most that; default ``max_seq``): the
     launch has work-groups for those chunks only. ``qk_norm`` (weights wq, wk [head_dim],
     eps; heads of a power of two, ``folds_qk_norm``): q and k are RMS-normed a head before
-    the rotation, as ``norm.qk_norm`` does per head (Qwen3), one launch fewer. Picked by
-    ``Model._attention`` for a plain decode row (whole-head rotary, no cap, window or sinks)
-    where ``fused_decode`` holds."""
+    the rotation, as ``norm.qk_norm`` does per head (Qwen3), one launch fewer. ``softcap``
+    and ``window`` (Gemma's capped scores, a sliding window: the last ``window`` positions)
+    as ``attn_decode`` takes them; a window only where the launch combines its partials
+    itself. ``paged``: kc and vc are a paged cache's pools (``paged.cl``), the row the first
+    of ``paged`` (its slot's blocks, its position ``paged.positions[0]``, which ``state`` must
+    be), ``max_seq`` the most positions it may reach (a batched engine's row alone). Picked by
+    ``Model._attention`` for a decode row of whole-head rotary and no sinks where
+    ``fused_decode`` holds, and by ``BatchEngine``'s plan of a decode row alone."""
     if qk_norm is not None and not folds_qk_norm(head_dim):
         raise ValueError(f"attn_decode_rope: the QK-norm folds into heads of a power of two "
                          f"dimensions, not {head_dim}")
+    if paged is not None and state is not paged.positions:
+        raise ValueError("attn_decode_rope: a paged row's position is paged.positions[0]: "
+                         "pass it as state")
     if chunk is None:
         # PERF: chunks sized by the positions the row attends to, not by the cache (a 1B Q4_0
         # decode on an H200 at 128 positions: 1383 tok/s with a cache of 4096 positions, whose
@@ -241,6 +255,9 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
         splits = math.ceil(min(positions or max_seq, max_seq) / chunk)
     if combine is None:
         combine = decode_combines(dev)
+    if window and not combine:
+        raise ValueError("attn_decode_rope: a windowed row's partials are combined in the "
+                         "launch only (decode_combines)")
     ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
     n_rep = n_heads // n_kv
     nrep = DECODE_NREP_OVERRIDE
@@ -252,19 +269,43 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     k1 = kernel(dev, "attention", "attn_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
                 ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx), NREP=nrep,
                 **({"QKNORM": 1} if qk_norm is not None else {}),
+                **({"PAGED": 1} if paged is not None else {}), **_score_defines(softcap, window),
                 **kv_defines(kv_half), **tile_defines(dev))
     a1 = [out, part, count, qkv, kc, vc, state, inv_freq, i32(max_seq),
           i32(n_rep), i32(n_heads), i32(n_kv), f32(scale)]
-    norm_reads: list[Buffer] = []
+    reads: list[Buffer] = []
+    if paged is not None:
+        a1 += [paged.table, i32(paged.max_blocks), paged.slots, i32(paged.block_size)]
+        reads += [paged.table, paged.slots]
     if qk_norm is not None:
         a1 += [qk_norm[0], qk_norm[1], f32(qk_norm[2])]
-        norm_reads = [qk_norm[0], qk_norm[1]]
+        reads += [qk_norm[0], qk_norm[1]]
     launches = [Launch(k1, (splits * head_dim * nrep, n_heads // nrep), (head_dim * nrep, 1), a1,
-                       [qkv, kc, vc, state, inv_freq, count, *norm_reads],
+                       [qkv, kc, vc, state, inv_freq, count, *reads],
                        [out, part, kc, vc, count], "attn_decode")]
     if not combine:
         launches.append(_attn_combine(dev, out, part, state, head_dim, n_heads, chunk, splits))
     return launches
+
+
+def decode_rope_follows(dev: CLDevice, ln: Launch, *, context: int, n_heads: int
+                        ) -> Callable[[int, int | None], tuple[list[tuple[int, Any]],
+                                                               tuple[int, ...]]]:
+    """How a launch of ``attn_decode_rope`` made for ``context`` positions (a paged row's)
+    follows a step's span: ``at(rows, span)`` gives its global size for a row that attends
+    to at most ``span`` positions (None: ``context``): the chunks the span takes (rounded up
+    to a power of two, so that a growing span resizes the launch rarely), not the whole
+    context's. The row's values do not change: its chunks, and the combine's count of them,
+    are the same."""
+    chunk, splits = decode_chunk(dev, context, n_heads)
+    g = ln.global_size
+
+    def at(rows: int, span: int | None) -> tuple[list[tuple[int, Any]], tuple[int, ...]]:
+        n = splits if span is None else \
+            min(splits, -(-(1 << max(0, span - 1).bit_length()) // chunk))
+        return [], (n * g[0] // splits, *g[1:])
+
+    return at
 
 
 def cpu_vectors(dev: CLDevice) -> bool:

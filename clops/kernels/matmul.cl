@@ -67,6 +67,9 @@
 #ifndef XMODE
 #define XMODE 0
 #endif
+#ifndef GLU_ACT  // (XMODE 2) the gate's activation: 0 SiLU, 1 GELU (tanh form)
+#define GLU_ACT 0
+#endif
 #if XMODE && !CHUNKED
 #error "XMODE needs CHUNKED"
 #endif
@@ -214,12 +217,19 @@ inline float team_sum(float v) {
 #define X4(p, i) vload4((i), (p))
 #endif
 // The x the weights meet (XMODE): x; x * nw (RMSNorm folded in, the 1/rms scale applied to the
-// sums); silu(x[k]) * x[K + k] (the GLU of a [gate | up] row folded in)
-inline float4 silu4(float4 v) { return v / (1.0f + exp(-v)); }
+// sums); act(x[k]) * x[K + k] (the GLU of a [gate | up] row folded in, act GLU_ACT's, as
+// activation.cl's glu computes it)
+inline float4 glu_act4(float4 v) {
+#if GLU_ACT == 1
+    return 0.5f * v * (1.0f + tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+#else
+    return v / (1.0f + exp(-v));
+#endif
+}
 #if XMODE == 1
 #define XC4(p, i) (X4(p, i) * X4(nw, i))
 #elif XMODE == 2
-#define XC4(p, i) (silu4(X4(p, i)) * X4((p) + K, i))
+#define XC4(p, i) (glu_act4(X4(p, i)) * X4((p) + K, i))
 #else
 #define XC4(p, i) X4(p, i)
 #endif
@@ -821,7 +831,7 @@ void quantize_rows(__global const float *x, int x_off, int ldx, int M,
             ssq += dot(raw, raw);
             v[j] = raw * vload4(b * 8 + j, nw);
 #elif XMODE == 2
-            v[j] = raw / (1.0f + exp(-raw)) * vload4(b * 8 + j, xr + QK);
+            v[j] = glu_act4(raw) * vload4(b * 8 + j, xr + QK);
 #else
             v[j] = raw;
 #endif

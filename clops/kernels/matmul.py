@@ -278,10 +278,10 @@ def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_of
                  ldx: int, w: Weight, m: int, scratch: tuple[Buffer, Buffer, Buffer], *,
                  bias: Buffer | None = None, accum: bool = False, name: str = "matmul",
                  norm: tuple[Buffer, float] | None = None, glu: bool = False,
-                 experts: tuple[Buffer, int] | None = None) -> list[Launch]:
-    """``matmul``'s product (``norm=``, ``glu=``, ``experts=`` as there) for ``int8_batch``
-    weights as two launches: the rows quantized to int8 (a scale per 32 values, as the decode
-    row's int8 path quantizes one) into ``scratch`` (``qrows_scratch``), then every weight
+                 experts: tuple[Buffer, int] | None = None, act: str = "silu") -> list[Launch]:
+    """``matmul``'s product (``norm=``, ``glu=``, ``act=``, ``experts=`` as there) for
+    ``int8_batch`` weights as two launches: the rows quantized to int8 (a scale per 32
+    values, as the decode row's int8 path quantizes one) into ``scratch`` (``qrows_scratch``), then every weight
     chunk read once for TM rows, int8 dot products. Both take the row count as argument 3
     (quantize_rows) and 9 (matmul_qrows) and on axis 1 of their global size, so a plan resizes
     them. ``experts``: row tiles of ``qrows_tile(dev, w)`` rows (m a multiple of it), the
@@ -302,7 +302,8 @@ def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_of
         n_out = w.n // experts[1]
     xmode = 1 if norm is not None else 2 if glu else 0
     # (one program holds both kernels)
-    defines = dict(QROWS=1, QK=k, CHUNKED=1, XMODE=xmode, TM=tm, LSIZE=ls, NCOL=ncol, CPT=cpt,
+    defines = dict(QROWS=1, QK=k, CHUNKED=1, XMODE=xmode, **_glu_act(glu, act), TM=tm,
+                   LSIZE=ls, NCOL=ncol, CPT=cpt,
                    UNR=unr, USE_SHFL=int(use_shfl(dev, ls)), HAS_BIAS=int(bias is not None),
                    ACCUM=int(accum), DP4A=int(dev.probe("nvidia_ptx")), **w.defines,
                    **({"EXPERTS": 1} if experts is not None else {}))
@@ -324,6 +325,15 @@ def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_of
 
 
 QROWS_LOCAL = 128  # quantize_rows' work-group (matmul.cl QR_LOCAL)
+
+GLU_ACTS = {"silu": 0, "gelu_tanh": 1}  # the gates' activations ``glu=`` takes (GLU_ACT)
+
+
+def _glu_act(glu: bool, act: str) -> dict[str, int]:
+    """The define of a folded GLU's activation (none for SiLU, the kernels' default)."""
+    if act not in GLU_ACTS:
+        raise ValueError(f"matmul: glu= takes the activations {sorted(GLU_ACTS)}, not {act!r}")
+    return {"GLU_ACT": GLU_ACTS[act]} if glu and act != "silu" else {}
 
 
 def fused_prologues(dev: CLDevice) -> bool:
@@ -375,7 +385,7 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
            glu: bool = False, tm: int | None = None, row_invariant: bool = False,
            glu_out: bool = False, experts: tuple[Buffer, int] | None = None,
            slot_sum: tuple[Buffer, Buffer, Buffer, bool] | None = None,
-           route: tuple[Buffer, Buffer, bool] | None = None) -> Launch:
+           route: tuple[Buffer, Buffer, bool] | None = None, act: str = "silu") -> Launch:
     """y[i, j] (+)= x[i, :] . w[j, :] (+ bias[j]) for i < m, j < w.n.
 
     ``tm`` (rows of x per work-item) overrides the geometry's choice for m > 1.
@@ -386,8 +396,9 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     silu(gate) * up (the GLU folded into the product that makes its input).
 
     Where ``fused_prologues(dev)``: ``norm=(weight, eps)`` puts RMSNorm(x) * weight in place
-    of x, and ``glu=True`` puts silu(x[i, :k]) * x[i, k:2k] (rows [gate | up]) in place of x,
-    saving the launch (and the round trip through memory) of the norm or the GLU.
+    of x, and ``glu=True`` puts act(x[i, :k]) * x[i, k:2k] (rows [gate | up]; ``act`` a key
+    of ``GLU_ACTS``, SiLU by default) in place of x, saving the launch (and the round trip
+    through memory) of the norm or the GLU.
 
     ``experts=(tile_e, E)``: a mixture of experts' grouped product. w holds E experts' weights
     stacked (w.n = E * N rows, N a multiple of 16; ``bias``, where given, E * N values), y gets
@@ -473,7 +484,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
                  USE_SHFL=int(shfl), CHUNKED=int(not launch.is_cpu(dev)),
                  X_ALIGNED=int(not launch.is_cpu(dev) and x_off % 4 == 0 and ldx % 4 == 0),
                  CPT=cpt, XMODE=1 if norm is not None else 2 if glu else 0,
-                 HAS_BIAS=int(bias is not None), ACCUM=int(accum), **w.defines,
+                 **_glu_act(glu, act), HAS_BIAS=int(bias is not None), ACCUM=int(accum),
+                 **w.defines,
                  **({"EXPERTS": 1} if experts is not None else {}))
     args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm, n_out)
     args += extra
@@ -758,7 +770,7 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
            pscratch: Buffer | None = None, glu_out: bool = False, glu_half: bool = False,
            half_in: bool = False,
            norm_after: tuple[Buffer, float, Buffer] | None = None,
-           keep_slices: bool = False) -> list[Launch]:
+           keep_slices: bool = False, act: str = "silu") -> list[Launch]:
     """The launches of ``matmul``'s product (same arguments): that one kernel, or where
     ``tensor_core_rows`` holds, the rows to float16 (norm or GLU applied on the way) into
     ``scratch``, a weight not in float16 to float16 into ``wscratch`` (too small: the matmul
@@ -793,7 +805,10 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
                          "accumulation or norm_after")
     if not tc:
         return [matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, bias=bias, accum=accum,
-                       name=name, norm=norm, glu=glu, glu_out=glu_out)]
+                       name=name, norm=norm, glu=glu, glu_out=glu_out, act=act)]
+    if glu and act != "silu":
+        raise ValueError(f"linear {name}: a tensor-core product's GLU prologue is SiLU's, "
+                         f"not {act!r}")
     out: list[Launch] = []
     b_half = w.half if w.half is not None else w.data
     if wneed:

@@ -549,10 +549,12 @@ class StepBuilder:
         for wg, off, bias in gu:
             self._product(walk, b.gu, off, 2 * F, src, dim, wg, m, bias=bias,
                           name=f"gate_up.{i}")
-        if fuse and cfg.act == "silu":
-            # PERF: on GPUs the SiLU GLU is folded into the down product that reads it
+        if fuse and (cfg.act == "silu" or cfg.act in matmul.GLU_ACTS and
+                     not (self.one and m > 1)):
+            # PERF: on GPUs the GLU is folded into the down product that reads it (GELU's
+            # where a row's product is no tensor-core one: decode rows, the paged plans)
             self._block_out(walk, ly.down, {"x": b.gu, "x_off": 0}, 2 * F, ly.post_ffn_norm,
-                            f"down.{i}", glu=True, **after_down)
+                            f"down.{i}", glu=True, act=cfg.act, **after_down)
         else:
             walk.step.add_rows(activation.glu(dev, b.h, b.gu, m=m, f=F, act=cfg.act), axis=1)
             self._block_out(walk, ly.down, {"x": b.h, "x_off": 0}, F, ly.post_ffn_norm,
@@ -596,12 +598,18 @@ class StepBuilder:
         return self.cfg.scale * self.cfg.rope_mscale() ** 2
 
     def _decode_rope(self, ly: LayerWeights) -> bool:
-        """(``OneSequence``) Whether a decode row of layer ``ly`` takes ``attn_decode_rope``
-        (rotation, the cache's stores and attention in one launch): GPUs, a plain layer
-        (whole-head rotary, no cap, window or sinks)."""
-        cfg, dev, D = self.cfg, self.dev, self.cfg.head_dim
-        plain = cfg.rotary == D and not cfg.attn_softcap and not ly.window and ly.sinks is None
-        return plain and not attention.cpu_decode(dev, D) and attention.fused_decode(dev, D)
+        """Whether a decode row of layer ``ly`` takes ``attn_decode_rope`` (rotation, the
+        cache's stores and attention in one launch): GPUs (``OneSequence``: where the CPU
+        kernel does not run; ``Paged``: a single-row plan's row, where attention is split
+        over positions), whole-head rotary and no sinks; a window where the launch combines
+        its partials."""
+        cfg, dev, D, cache = self.cfg, self.dev, self.cfg.head_dim, self.cache
+        if cfg.rotary != D or ly.sinks is not None or not attention.fused_decode(dev, D) or \
+                ly.window and not attention.decode_combines(dev):
+            return False
+        if isinstance(cache, Paged):
+            return cache.split and cache.part is not None and attention.decode_combines(dev)
+        return not attention.cpu_decode(dev, D)
 
     def _qk_norm_in(self, walk: _Walk, ly: LayerWeights) -> tuple[Buffer, Buffer, float] | None:
         """The QK-norm of layer ``ly`` as the launch that rotates q and k takes it (its
@@ -614,7 +622,7 @@ class StepBuilder:
         if ly.q_norm is None or ly.k_norm is None or cfg.desc.qk_norm == "full" or \
                 not attention.folds_qk_norm(cfg.head_dim):
             return None
-        if isinstance(self.cache, OneSequence):
+        if isinstance(self.cache, OneSequence) or walk.single:
             ok = walk.m == 1 and self._decode_rope(ly)
         else:
             ok = not (walk.decode and self.fused_decode())
@@ -655,7 +663,9 @@ class StepBuilder:
             for ln in attention.attn_decode_rope(dev, b.attn, cache.part, cache.count, b.qkv,
                                                  kc, vc, inv_freq=ly.inv_freq, max_seq=max_seq,
                                                  neox=cfg.rope_neox, positions=walk.span,
-                                                 qk_norm=self._qk_norm_in(walk, ly), **common):
+                                                 qk_norm=self._qk_norm_in(walk, ly),
+                                                 softcap=cfg.attn_softcap, window=ly.window,
+                                                 **common):
                 step.add(ln)
             return False
         if m > 1 and plain and qkv_slices == 1 and not kv_half and \
@@ -712,6 +722,21 @@ class StepBuilder:
         i = self.first + j
         scores: dict[str, Any] = dict(softcap=cfg.attn_softcap, window=ly.window,
                                       sinks=ly.sinks)
+        if walk.single and self._decode_rope(ly):
+            assert cache.part is not None and cache.count is not None
+            # PERF (H200, Qwen3-0.6B body Q8_0, one stream): the single-sequence decode
+            # kernel over the row's blocks, one launch in place of rope_store and attention
+            # (28.7 + 7.3 us a layer against 15.5 for Model's)
+            ctx = cache.context
+            for ln in attention.attn_decode_rope(
+                    dev, b.attn, cache.part, cache.count, b.qkv, kp, vp, cache.rows.positions,
+                    ly.inv_freq, n_heads=H, n_kv=KV, head_dim=D, max_seq=ctx,
+                    scale=self._scale(), neox=cfg.rope_neox, kv_half=self.kv_half,
+                    qk_norm=self._qk_norm_in(walk, ly), softcap=cfg.attn_softcap,
+                    window=ly.window, paged=cache.rows):
+                step.add_spanned(ln, attention.decode_rope_follows(dev, ln, context=ctx,
+                                                                   n_heads=H))
+            return
         if walk.decode and self.fused_decode():
             assert cache.part is not None and cache.count is not None
             # PERF: a step of decode rows alone rotates, stores and attends in one launch (the
@@ -771,7 +796,7 @@ class StepBuilder:
     def _matmul(self, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int, ldx: int,
                 w: DeviceWeight, m: int, bias: Buffer | None = None, accum: bool = False,
                 name: str = "matmul", norm: tuple[Buffer, float] | None = None,
-                glu: bool = False,
+                glu: bool = False, act: str = "silu",
                 single: bool = False) -> list[tuple[Launch, Callable[[int], Resize]]]:
         """The launches of a product whose row's sums are added in the same order whatever the
         batch, run on ``m`` rows, each with how to resize it to another row count: on GPUs the
@@ -781,7 +806,8 @@ class StepBuilder:
         depend on the rows a work-item takes (TM), which follows the batch (one sequence: the
         count's own). ``single``: one row's product (a single-row plan), never resized."""
         dev = self.dev
-        kw: dict[str, Any] = dict(bias=bias, accum=accum, name=name, norm=norm, glu=glu)
+        kw: dict[str, Any] = dict(bias=bias, accum=accum, name=name, norm=norm, glu=glu,
+                                  act=act)
         if single:
             ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, **kw)
             return [(ln, lambda rows: ([], tuple(ln.global_size)))]

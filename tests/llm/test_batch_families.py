@@ -162,3 +162,42 @@ def test_decode_steps_fused_attention_batched_equals_alone(tmp_path, device, mon
                                         for ln in p.plan.launches) for p in decode_plans)
     assert tokens == alone, f"{name}: batched tokens differ from each prompt alone"
     assert _worst_error(ref, prompts, tokens, tops) < 2 * logit_tolerance(model)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gemma2", "gemma3"])
+def test_a_decode_row_alone_takes_the_single_sequence_kernel(tmp_path, device, monkeypatch,
+                                                             name):
+    """The GPUs' plan for a decode row alone (``single_row``) attends through the single
+    sequence's decode kernel over the row's blocks (``attn_decode_rope`` with ``paged``:
+    rotation, the stores and attention in one launch), run on this device too: QK-norm
+    (qwen3), soft caps and windows that leave the first chunks of long rows out (gemma2,
+    gemma3); each sequence's tokens those of ``Model`` alone, and log-probabilities within the
+    bound of transformers'."""
+    from clops.kernels import attention, paged
+    from clops.llm.batch import SINGLE
+    from clops.llm.step import StepBuilder
+
+    monkeypatch.setattr(paged, "split_attention", lambda dev, head_dim: True)
+    monkeypatch.setattr(attention, "fused_decode", lambda dev, head_dim: True)
+    monkeypatch.setattr(StepBuilder, "single_row", lambda self: True)
+    monkeypatch.setattr(StepBuilder, "lone_row", lambda self: False)
+    # (chunks of 8 positions: a window of 8 spans two, after chunks wholly before it)
+    monkeypatch.setattr(attention, "decode_chunk", lambda dev, n, h: (8, -(-n // 8)))
+    ref, hf, gguf_path = make(name, str(tmp_path))
+    model = clops.llm.load(gguf_path if _kind(name) == "gguf" else hf, device=device,
+                           max_seq_len=128, progress=False, kv_cache="float32")
+    rng = np.random.default_rng(13)
+    prompts = [rng.integers(0, model.config.vocab_size, n).tolist() for n in (4, 37, 90)]
+    alone = [list(model.generate_ids(p, max_new_tokens=NEW, stop_ids=[])) for p in prompts]
+    engine = BatchEngine(model, max_batch=4, block_size=8, prefill_chunk=64)
+    got, tops = [], []
+    for p in prompts:  # (one at a time: each decode step is a row alone)
+        t, lp = _run(engine, [p], SamplingParams(logprobs=TOP))
+        got += t
+        tops += lp
+    single = engine._plans[SINGLE].plan.launches
+    names = [ln.name for ln in single]
+    assert sum(ln.kernel.function_name == "attn_decode_rope" for ln in single) == \
+        model.config.n_layers and not any(n.startswith("rope_store") for n in names)
+    assert got == alone, f"{name}: a row alone differs from the model's own tokens"
+    assert _worst_error(ref, prompts, got, tops) < 2 * logit_tolerance(model)

@@ -153,17 +153,24 @@ def test_matmul_fused_norm_and_glu(device, gpu_geometry, fmt, m):
     x = rng.standard_normal((m, 2 * k)).astype(np.float32)
     g = (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)
     tx, tg = tf._t(x, device).realize(), tf._t(g, device).realize()
-    for mode in ("norm", "glu"):
+    for mode in ("norm", "glu", "gelu_tanh"):
         y = clops.empty((m, n), dtype=clops.float32, device=device).realize()
         if mode == "norm":
             ln = matmul.matmul(device, y.buffer, 0, n, tx.buffer, 0, 2 * k, dw, m,
                                   norm=(tg.buffer, eps))
             xs = x[:, :k]
             xin = xs / np.sqrt((xs * xs).mean(1, keepdims=True) + eps) * g
-        else:
+        elif mode == "glu":
             ln = matmul.matmul(device, y.buffer, 0, n, tx.buffer, 0, 2 * k, dw, m, glu=True)
             gate, up = x[:, :k], x[:, k:]
             xin = gate / (1 + np.exp(-gate)) * up
+        else:  # (Gemma's GLU)
+            ln = matmul.matmul(device, y.buffer, 0, n, tx.buffer, 0, 2 * k, dw, m, glu=True,
+                               act=mode)
+            gate, up = x[:, :k].astype(np.float64), x[:, k:]
+            c = 0.7978845608028654
+            xin = (0.5 * gate * (1 + np.tanh(c * (gate + 0.044715 * gate ** 3))) * up
+                   ).astype(np.float32)
         ln.run(device)
         got = np.asarray(y)
         if fmt == "q8" and matmul.int8_activations(device, m, "q8", k):

@@ -43,7 +43,8 @@ def _buf(dev, a):
     return b
 
 
-def _run(dev, w, x, *, ldx=None, norm=None, glu=False, bias=None, accum=None, rows=None):
+def _run(dev, w, x, *, ldx=None, norm=None, glu=False, bias=None, accum=None, rows=None,
+         act="silu"):
     """y of x's rows through matmul_qrows (k = w.k; x rows of ldx values)."""
     m = x.shape[0]
     n = w.n
@@ -52,7 +53,7 @@ def _run(dev, w, x, *, ldx=None, norm=None, glu=False, bias=None, accum=None, ro
     nb = (_buf(dev, norm[0]), norm[1]) if norm is not None else None
     lns = matmul.matmul_qrows(dev, yb, 0, n, _buf(dev, x), 0, ldx or x.shape[1], w, m, scratch,
                               bias=_buf(dev, bias) if bias is not None else None,
-                              accum=accum is not None, norm=nb, glu=glu)
+                              accum=accum is not None, norm=nb, glu=glu, act=act)
     assert [ln.kernel.function_name for ln in lns] == ["quantize_rows", "matmul_qrows"]
     for ln in lns:
         ln.run(dev)
@@ -123,6 +124,9 @@ def test_int8_rows_norm_glu_bias_accum(device, kind, n=48, k=256):
     g, u = gu[:, :k].astype(np.float64), gu[:, k:].astype(np.float64)
     h = (g / (1 + np.exp(-g)) * u).astype(np.float32)
     _check(_run(dev, w, gu, ldx=2 * k, glu=True), h, w_ref)
+    # (Gemma's GELU, tanh form, as activation.glu computes it)
+    h = (0.5 * g * (1 + np.tanh(0.7978845608028654 * (g + 0.044715 * g ** 3))) * u)
+    _check(_run(dev, w, gu, ldx=2 * k, glu=True, act="gelu_tanh"), h.astype(np.float32), w_ref)
 
     b = RNG.standard_normal(n).astype(np.float32)
     y0 = RNG.standard_normal((m, n)).astype(np.float32)
