@@ -206,6 +206,18 @@ class _Seq:
         return len(self.ids) + self.produced
 
 
+@dataclass
+class _Ahead:
+    """A lone greedy row's next step, enqueued before its previous step's token was read
+    (``BatchEngine._enqueue_ahead``): sequence ``seq``'s decode row at ``pos``, whose token is
+    the previous step's argmax on the device; ``stats`` fills when ``event`` completes."""
+
+    seq: _Seq
+    pos: int
+    stats: np.ndarray
+    event: Any
+
+
 LONE = "lone"  # (the key of the lone decode row's plan: BatchEngine._plan)
 SINGLE = "single"  # (the single decode row's plan's)
 
@@ -338,6 +350,8 @@ class BatchEngine:
         self._cached: OrderedDict[bytes, int] = OrderedDict()  # prompt-prefix hash -> block
         self._hash_of: dict[int, bytes] = {}
         self._in_step = False
+        # (a lone greedy sequence's next step, already enqueued: _step_ahead reads it)
+        self._ahead: _Ahead | None = None
         self._cancel_later: set[int] = set()
         self.prompt_tokens = 0
         self.generated_tokens = 0
@@ -596,6 +610,8 @@ class BatchEngine:
                 self._cancel_later.clear()
 
     def _step(self) -> list[StepOutput]:
+        if self._ahead is not None:
+            return self._step_ahead()
         free_slots = [i for i in range(self.max_batch) if i not in self._running]
         while self._waiting and free_slots:
             s = self._waiting[0]
@@ -645,10 +661,20 @@ class BatchEngine:
         # (argmax, max, lse) serve greedy rows, and only the rows that need their logits
         # (sampling, a penalty, a mask, top log-probabilities) are read
         stats = np.empty((len(want), 3), np.float32)
-        dev.read(stats, self.rstats, queue=dev.queue)
+        read = dev.read(stats, self.rstats, queue=dev.queue, blocking=False)
+        if len(rows) == 1 and decoding == 1 and self._may_run_ahead(want[0], 1):
+            # PERF: the row's next step on its way while this one's token is read back
+            self._ahead = self._enqueue_ahead(want[0], rows[0][1] + 1)
+        read.wait()
         args = stats[:, 0].copy().view(np.int32)
-        greedy = [not s.params.shapes_logits and s.mask is None and 0 <= int(args[i]) < V
-                  and bool(np.isfinite(stats[i, 2])) for i, s in enumerate(want)]
+        greedy = [self._greedy(s, stats[i], V) for i, s in enumerate(want)]
+        if self._ahead is not None and not greedy[0]:
+            # (a row the device's argmax does not serve after all: its logits are the next
+            # step's by now; that step is dropped and this one, which writes the same cache
+            # entries again, runs once more)
+            self._drop_ahead()
+            self._write_rows(arr[:, 0], arr[:, 1], arr[:, 2])
+            self._run(1, 1, decode=True, span=int(arr[0, 1]) + 1)
         need = [i for i, g in enumerate(greedy) if not g]
         if need:  # the rows from the first to the last that need theirs, in one read
             lo, hi = need[0], need[-1] + 1
@@ -670,6 +696,78 @@ class BatchEngine:
                 self._release(s)
                 out.append(StepOutput(s.id, -1, 0.0, [], True, "error", error=e))
         return out
+
+    @staticmethod
+    def _greedy(s: _Seq, stats: np.ndarray, vocab: int) -> bool:
+        """Whether the device's row statistics give ``s``'s token (argmax, max, log-sum-exp)."""
+        arg = int(stats[:1].copy().view(np.int32)[0])
+        return not s.params.shapes_logits and s.mask is None and 0 <= arg < vocab and \
+            bool(np.isfinite(stats[2]))
+
+    # -- a lone greedy row's steps, one ahead --------------------------------------------------
+    def _may_run_ahead(self, s: _Seq, pending: int) -> bool:
+        """Whether sequence ``s`` (``pending`` steps of it enqueued whose tokens are not read
+        yet) may have its next step enqueued before those tokens are known: it runs alone
+        (nothing waiting), greedy (its token the device's argmax), on a lone decode row's own
+        plan on one device, and its tokens so far leave it more to make. PERF (H200, Qwen3-0.6B
+        body, one stream): the host's enqueues of a step overlap the device's work on the one
+        before, and the token's read-back no longer leaves the device idle."""
+        return (len(self._running) == 1 and not self._waiting and not self._before
+                and not s.params.shapes_logits and s.mask is None
+                and s.produced + pending < s.max_new
+                and (self._lone(1, 1, False, True) or self._single(1, 1, False, True)))
+
+    def _enqueue_ahead(self, s: _Seq, pos: int) -> _Ahead:
+        """Enqueue ``s``'s decode row at ``pos`` whose token is the argmax of the step before
+        (copied on the device from its row statistics), and the read of its statistics."""
+        dev, q, part = self.device, self.device.queue, self._last
+        dev.copy(part.ids, self.rstats, 4, queue=q)  # (the argmax: int32 bits, row 0)
+        dev.write(part.rpos, np.array([pos], np.int32), queue=q)
+        self._run(1, 1, decode=True, span=pos + 1)
+        stats = np.empty(3, np.float32)
+        return _Ahead(s, pos, stats, dev.read(stats, self.rstats, queue=q, blocking=False))
+
+    def _drop_ahead(self) -> None:
+        """Let the step enqueued ahead finish and forget it (its cache entries are written
+        again by the step that takes its place, or belong to a sequence gone)."""
+        a, self._ahead = self._ahead, None
+        if a is not None:
+            a.event.wait()
+
+    def _step_ahead(self) -> list[StepOutput]:
+        """The step enqueued ahead: the next one enqueued behind it where the sequence may
+        still run ahead, then its token; dropped where its sequence is gone (cancelled)."""
+        a = self._ahead
+        assert a is not None
+        s = a.seq
+        if self._running.get(s.slot) is not s:
+            self._drop_ahead()
+            return self._step()
+        self._ahead = self._enqueue_ahead(s, a.pos + 1) if self._may_run_ahead(s, 1) else None
+        a.event.wait()
+        V = self.model.config.vocab_size
+        if self._greedy(s, a.stats, V):
+            arg = int(a.stats[:1].copy().view(np.int32)[0])
+            return [self._chosen(s, arg, float(a.stats[1] - a.stats[2]), [])]
+        # (not served by the argmax: this row again, alone, its logits read as in _step)
+        self._drop_ahead()
+        assert s.last >= 0
+        self._write_rows(np.array([s.slot], np.int32), np.array([a.pos], np.int32),
+                         np.array([s.last], np.int32))
+        self.device.write(self.sel, np.zeros(1, np.int32), queue=self.device.queue)
+        self._run(1, 1, decode=True, span=a.pos + 1)
+        logits = np.empty((1, V), np.float32)
+        self.device.read(logits, self.logits, queue=self.device.queue)
+        row = logits[0]
+        top = row.max()
+        z = float(top) + float(np.log(np.exp(row - top).sum(dtype=np.float64)))
+        try:
+            return [self._choose(s, row, z)]
+        except Exception as e:  # noqa: BLE001 - as in _step: this sequence fails alone
+            self._running.pop(s.slot, None)
+            self._by_id.pop(s.id, None)
+            self._release(s)
+            return [StepOutput(s.id, -1, 0.0, [], True, "error", error=e)]
 
     def _choose(self, s: _Seq, row: np.ndarray, lse: float) -> StepOutput:
         p = s.params
@@ -720,6 +818,9 @@ class BatchEngine:
         if len(ids) > self.context:
             raise ValueError(f"{len(ids)} tokens exceed the context of {self.context} tokens")
         with self._lock:
+            # (a step enqueued ahead reads rows this writes: dropped, the next step makes it
+            # again)
+            self._drop_ahead()
             need = -(-len(ids) // self.block_size)
             blocks = []
             try:

@@ -93,6 +93,68 @@ def test_a_single_decode_row_takes_its_own_plan(tiny, monkeypatch):
     assert _run(inv, prompts[:1]) == own[:1] and SINGLE not in inv._plans
 
 
+def test_a_lone_greedy_row_runs_a_step_ahead(tiny, monkeypatch):
+    """A greedy sequence alone on a lone decode row's plan (``single_row``, forced here) has
+    its next step enqueued before its token is read back (its token the device's argmax):
+    the model's own tokens come out, also where the sequence is cancelled with a step ahead
+    (that step is dropped and the cache it wrote serves the next sequences right), where
+    another sequence arrives (the two then batched), where an embedding runs between steps,
+    where the device's argmax cannot serve a row (its step runs again, its logits read), and
+    never past a sequence's last token."""
+    model, _ = tiny
+    monkeypatch.setattr(StepBuilder, "single_row", lambda self: True)
+    monkeypatch.setattr(StepBuilder, "lone_row", lambda self: False)
+    prompts = _prompts(5)[:4]
+    own = [list(model.generate_ids(p, max_new_tokens=NEW, stop_ids=[])) for p in prompts]
+    engine = _engine(model)
+    ahead = []
+    enqueue = engine._enqueue_ahead
+
+    def counted(s, pos):
+        ahead.append(pos)
+        return enqueue(s, pos)
+
+    engine._enqueue_ahead = counted
+    assert [_run(engine, [p])[0] for p in prompts] == own
+    # (every decode step after the first of each sequence was enqueued ahead, none past it)
+    assert len(ahead) == len(prompts) * (NEW - 2) and engine._ahead is None
+
+    def steps(sid, n):
+        got = []
+        for _ in range(n):
+            got += [o.token for o in engine.step() if o.seq == sid]
+        return got
+
+    # cancelled with a step ahead; then a sequence reusing the first one's prompt blocks
+    a = engine.add(prompts[0], SamplingParams(), NEW)
+    assert steps(a, 4) == own[0][:4] and engine._ahead is not None
+    engine.cancel(a)
+    assert not engine.has_work()
+    assert _run(engine, prompts[:1]) == own[:1]
+    # another sequence arrives while one runs ahead; an embedding between steps
+    a = engine.add(prompts[1], SamplingParams(), NEW)
+    got_a = steps(a, 3)
+    assert engine._ahead is not None
+    engine.embed(prompts[3])
+    got_a += steps(a, 2)
+    b = engine.add(prompts[2], SamplingParams(), NEW)
+    out = {a: got_a, b: []}
+    while engine.has_work():
+        for o in engine.step():
+            out[o.seq].append(o.token)
+    assert out[a] == own[1] and out[b] == own[2]
+    # rows the device's argmax does not serve (forced: every third), taken from the logits
+    calls = [0]
+    greedy = BatchEngine._greedy
+
+    def now_and_then(s, stats, vocab):
+        calls[0] += 1
+        return greedy(s, stats, vocab) and calls[0] % 3 != 0
+
+    monkeypatch.setattr(BatchEngine, "_greedy", staticmethod(now_and_then))
+    assert [_run(engine, [p])[0] for p in prompts[:2]] == own[:2]
+
+
 def test_steps_of_any_logits_row_count_share_a_plan(tiny):
     """Steps with 1..4 logits rows (sequences joining and finishing at different steps) take
     one plan per (rows per work-item of the products and of the logits, whether any), resized

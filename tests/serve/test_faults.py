@@ -74,7 +74,9 @@ def _gone(s: socket.socket) -> None:
     s.close()
 
 
-def _wait(cond, timeout: float = 30.0, what: str = "") -> None:
+def _wait(cond, timeout: float = 120.0, what: str = "") -> None:
+    # (generous: a busy 2-core machine drains a hundred dropped streams slowly; only a server
+    # that never gets there fails)
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
