@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from . import gemm as _gemm
 from . import launch
 from .launch import Launch, f32, float_define, i32, kernel
-
-if TYPE_CHECKING:
-    from .paged import PagedRows
 
 
 def kv_defines(kv_half: bool) -> dict[str, Any]:
@@ -223,7 +220,7 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
                      positions: int | None = None, kv_half: bool = False,
                      qk_norm: tuple[Buffer, Buffer, float] | None = None,
                      softcap: float = 0.0, window: int = 0,
-                     paged: PagedRows | None = None) -> list[Launch]:
+                     paged: Any = None) -> list[Launch]:
     """Decode attention of one row straight from the QKV projection ``qkv`` ([q | k | v] of
     the row at position state[0], before rotation): rotates q and k, stores k and v in the
     cache and attends, in one launch where ``decode_combines`` (``count``: n_heads int32,
@@ -234,9 +231,10 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     the rotation, as ``norm.qk_norm`` does per head (Qwen3), one launch fewer. ``softcap``
     and ``window`` (Gemma's capped scores, a sliding window: the last ``window`` positions)
     as ``attn_decode`` takes them; a window only where the launch combines its partials
-    itself. ``paged``: kc and vc are a paged cache's pools (``paged.cl``), the row the first
-    of ``paged`` (its slot's blocks, its position ``paged.positions[0]``, which ``state`` must
-    be), ``max_seq`` the most positions it may reach (a batched engine's row alone). Picked by
+    itself. ``paged`` (a ``paged.PagedRows``, which imports this module): kc and vc are a
+    paged cache's pools (``paged.cl``), the row the first of ``paged`` (its slot's blocks,
+    its position ``paged.positions[0]``, which ``state`` must be), ``max_seq`` the most
+    positions it may reach (a batched engine's row alone). Picked by
     ``Model._attention`` for a decode row of whole-head rotary and no sinks where
     ``fused_decode`` holds, and by ``BatchEngine``'s plan of a decode row alone."""
     if qk_norm is not None and not folds_qk_norm(head_dim):

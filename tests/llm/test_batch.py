@@ -75,6 +75,7 @@ def test_batched_equals_alone_and_the_models_own_generation(tiny):
     assert own == alone
 
 
+@pytest.mark.standin
 def test_a_single_decode_row_takes_its_own_plan(tiny, monkeypatch):
     """Where ``single_row`` holds (GPUs; forced here) and ``lone_row`` does not (the layer
     kernel's plan goes first where it holds): a decode step of one sequence alone takes a plan
@@ -93,6 +94,7 @@ def test_a_single_decode_row_takes_its_own_plan(tiny, monkeypatch):
     assert _run(inv, prompts[:1]) == own[:1] and SINGLE not in inv._plans
 
 
+@pytest.mark.standin
 def test_a_lone_greedy_row_runs_a_step_ahead(tiny, monkeypatch):
     """A greedy sequence alone on a lone decode row's plan (``single_row``, forced here) has
     its next step enqueued before its token is read back (its token the device's argmax):
@@ -191,6 +193,7 @@ def test_steps_of_any_logits_row_count_share_a_plan(tiny):
     assert len(engine._plans) == len(kinds) < len({(tm(n), nl, e, d) for n, nl, e, d in asked})
 
 
+@pytest.mark.standin
 @pytest.mark.parametrize("combine", [True, False], ids=["one-launch", "two-launches"])
 def test_attention_split_over_positions_gives_the_models_tokens(tiny, monkeypatch, combine):
     """The GPUs' batched attention (paged_attn_wg: each row's positions in chunks over

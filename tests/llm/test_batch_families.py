@@ -115,6 +115,7 @@ def test_batched_attention_needs_the_window(tmp_path, device):
     assert _worst_error(ref, prompts, tokens, tops) > 2 * logit_tolerance(model)
 
 
+@pytest.mark.standin
 @pytest.mark.parametrize("combine", [True, False], ids=["one-launch", "two-launches"])
 def test_windows_across_the_split_attentions_chunks(tmp_path, device, monkeypatch, combine):
     """The GPUs' split attention (paged_attn_wg: a row's positions in chunks of 32 or 64
@@ -138,6 +139,7 @@ def test_windows_across_the_split_attentions_chunks(tmp_path, device, monkeypatc
     assert _worst_error(ref, prompts, tokens, tops) < 2 * logit_tolerance(model)
 
 
+@pytest.mark.standin
 @pytest.mark.parametrize("name", ["gemma2", "phi3", "qwen3", "gpt_oss"])
 def test_decode_steps_fused_attention_batched_equals_alone(tmp_path, device, monkeypatch, name):
     """The GPUs' plan for steps of decode rows alone (``paged.decode_attention``: rotation,
@@ -164,6 +166,7 @@ def test_decode_steps_fused_attention_batched_equals_alone(tmp_path, device, mon
     assert _worst_error(ref, prompts, tokens, tops) < 2 * logit_tolerance(model)
 
 
+@pytest.mark.standin
 @pytest.mark.parametrize("name", ["llama", "qwen3", "gemma2", "gemma3"])
 def test_a_decode_row_alone_takes_the_single_sequence_kernel(tmp_path, device, monkeypatch,
                                                              name):

@@ -151,6 +151,7 @@ def test_what_clops_cannot_run_is_refused_by_name(tmp_path, device, kind, change
 
 @pytest.mark.parametrize("name", ["gemma3", "olmo2", "phi3", "granite", "smollm3", "qwen3",
                                   "qwen3moe", "mixtral", "gpt_oss"])
+@pytest.mark.standin
 def test_gpu_plan_of_each_choice_matches_transformers(name, tmp_path, device, monkeypatch):
     """The plan as GPUs build it (norms folded into the matmuls, work-groups per row for the
     norms, single-launch decode attention where the layer allows), forced on the test device:

@@ -130,6 +130,7 @@ def test_mxfp4_blocks_of_the_wrong_type_are_refused(mxfp4_model, tmp_path):
         clops.llm.load(bad, progress=False)
 
 
+@pytest.mark.standin
 def test_a_lone_decode_rows_experts_on_the_int8_path(mxfp4_model, device, monkeypatch):
     """A lone decode row's experts on the int8 decode path (matmul.cl QX with EXPERTS; forced
     here with the GPU plan, as NVIDIA GPUs take it): each slot its expert's product with its

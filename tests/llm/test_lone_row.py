@@ -69,8 +69,9 @@ def _logits(engine: BatchEngine) -> np.ndarray:
 
 def _first_decode_logits(engine: BatchEngine, prompt: list[int]) -> np.ndarray:
     """The logits of the first decode step after ``prompt`` (run in chunks by the batched
-    plan), the sequence alone in the engine."""
-    engine.add(prompt, SamplingParams(), 3)
+    plan), the sequence alone in the engine (and its last: no step enqueued ahead of it
+    writes the logits over)."""
+    engine.add(prompt, SamplingParams(), 2)
     while not engine.step():
         pass  # (the prompt's chunks; the last one gives the first token)
     assert engine.step()  # one decode row alone

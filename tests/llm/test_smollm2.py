@@ -102,6 +102,7 @@ def test_greedy_continuation_of_oxygen(model, reference, greedy_reference):
         assert got == want
 
 
+@pytest.mark.standin
 def test_greedy_continuation_with_int8_activations(device, reference, greedy_reference,
                                                    monkeypatch):
     # the GPU decode plan with the quantized matmuls on int8 activations (as NVIDIA runs them,

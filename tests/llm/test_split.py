@@ -89,6 +89,7 @@ def test_every_family_split_gives_the_tokens_of_one_device(family, halves, tmp_p
     assert [(st.first, st.stop) for st in both.stages] == [(0, n // 2), (n // 2, n)]
 
 
+@pytest.mark.standin
 def test_a_split_models_single_decode_row(halves, tmp_path, monkeypatch):
     """Where a decode row alone takes the plan of one row's products (``single_row``: GPUs;
     forced here), every part of a split model takes it for that step: the tokens and

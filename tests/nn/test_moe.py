@@ -27,7 +27,7 @@ FORMATS = {"f32": "f32", "f16": "f16", "bf16": "bf16", "q4": "Q4_1", "q4sym": "Q
            "q8": "Q8_0", "q8m": "Q5_1"}
 
 
-@pytest.fixture(params=["device", "rows", "gpu"])
+@pytest.fixture(params=["device", "rows", pytest.param("gpu", marks=pytest.mark.standin)])
 def path(request, monkeypatch):
     """The device's own layout and kernels; row-major weights (matmul.cl's CPU loop on a CPU);
     the GPU geometry (teams of work-items per column, chunked loads) forced on the device."""
@@ -125,7 +125,7 @@ def _top_k(logits: np.ndarray, k: int, norm: bool) -> tuple[np.ndarray, np.ndarr
     return ids, np.exp(chosen - mx) / den
 
 
-@pytest.fixture(params=["device", "gpu"])
+@pytest.fixture(params=["device", pytest.param("gpu", marks=pytest.mark.standin)])
 def route_path(request, monkeypatch):
     """The device's own route kernel, or the GPUs' (a work-group a row) forced on it."""
     if request.param == "gpu":
