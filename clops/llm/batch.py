@@ -685,17 +685,21 @@ class BatchEngine:
             if greedy[i]:
                 out.append(self._chosen(s, int(args[i]), float(stats[i, 1] - stats[i, 2]), []))
                 continue
-            row = logits[i - lo]
-            top = row.max()
-            z = float(top) + float(np.log(np.exp(row - top).sum(dtype=np.float64)))
-            try:
-                out.append(self._choose(s, row, z))
-            except Exception as e:  # noqa: BLE001 - this sequence fails, the others go on
-                self._running.pop(s.slot, None)
-                self._by_id.pop(s.id, None)
-                self._release(s)
-                out.append(StepOutput(s.id, -1, 0.0, [], True, "error", error=e))
+            out.append(self._from_logits(s, logits[i - lo]))
         return out
+
+    def _from_logits(self, s: _Seq, row: np.ndarray) -> StepOutput:
+        """``s``'s token chosen on the host from its logits ``row``; where that fails (its
+        mask, its sampling), ``s`` fails alone and is let go."""
+        top = row.max()
+        z = float(top) + float(np.log(np.exp(row - top).sum(dtype=np.float64)))
+        try:
+            return self._choose(s, row, z)
+        except Exception as e:  # noqa: BLE001 - this sequence fails, the others go on
+            self._running.pop(s.slot, None)
+            self._by_id.pop(s.id, None)
+            self._release(s)
+            return StepOutput(s.id, -1, 0.0, [], True, "error", error=e)
 
     @staticmethod
     def _greedy(s: _Seq, stats: np.ndarray, vocab: int) -> bool:
@@ -756,18 +760,9 @@ class BatchEngine:
                          np.array([s.last], np.int32))
         self.device.write(self.sel, np.zeros(1, np.int32), queue=self.device.queue)
         self._run(1, 1, decode=True, span=a.pos + 1)
-        logits = np.empty((1, V), np.float32)
-        self.device.read(logits, self.logits, queue=self.device.queue)
-        row = logits[0]
-        top = row.max()
-        z = float(top) + float(np.log(np.exp(row - top).sum(dtype=np.float64)))
-        try:
-            return [self._choose(s, row, z)]
-        except Exception as e:  # noqa: BLE001 - as in _step: this sequence fails alone
-            self._running.pop(s.slot, None)
-            self._by_id.pop(s.id, None)
-            self._release(s)
-            return [StepOutput(s.id, -1, 0.0, [], True, "error", error=e)]
+        row = np.empty(V, np.float32)
+        self.device.read(row, self.logits, queue=self.device.queue)
+        return [self._from_logits(s, row)]
 
     def _choose(self, s: _Seq, row: np.ndarray, lse: float) -> StepOutput:
         p = s.params
