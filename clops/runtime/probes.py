@@ -20,6 +20,7 @@ import pyopencl as cl
 
 from . import cachefiles
 from .capture import paused
+from .program import QUIET_BUILDS
 
 if TYPE_CHECKING:
     from .protocols import Device
@@ -183,7 +184,8 @@ def _probe_ptx(device: Device) -> bool:
     if device.backend != "nvidia":
         return False
     try:
-        prg = cl.Program(device.context, _PTX_PROBE).build(cache_dir=False)  # type: ignore
+        with QUIET_BUILDS:  # (a driver's remarks on the probe are not the user's)
+            prg = cl.Program(device.context, _PTX_PROBE).build(cache_dir=False)  # type: ignore
         out = np.full(64, 99, np.uint32)
         buf = cl.Buffer(device.context, cl.mem_flags.WRITE_ONLY, out.nbytes)
         prg.probe(device.queue.cl_queue, (64,), (64,), buf)
@@ -196,7 +198,8 @@ def _probe_ptx(device: Device) -> bool:
 
 def _probe_builds(device: Device) -> bool:
     try:
-        prg = cl.Program(device.context, _BUILD_PROBE).build(cache_dir=False)  # type: ignore
+        with QUIET_BUILDS:  # (a driver's remarks on the probe are not the user's)
+            prg = cl.Program(device.context, _BUILD_PROBE).build(cache_dir=False)  # type: ignore
         a = np.zeros(4, np.float32)
         buf = cl.Buffer(device.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
                         hostbuf=a)

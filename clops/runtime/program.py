@@ -347,7 +347,7 @@ class ProgramCache:
             # a driver's remarks on linking its own binary (PoCL's, Intel's): not the user's
             # concern, as on a build from source
             with QUIET_BUILDS:
-                prog.build(options=list(options), devices=[dev])
+                prog.build(options=list(options) + self._quiet(), devices=[dev])
         except cl.Error as e:  # e.g. a driver that no longer takes its own older binaries
             self._refused(path, f"the driver refused the binary: {e}")
             return None
@@ -369,6 +369,16 @@ class ProgramCache:
             if noted:
                 BUILD_NOTE.done()
 
+    def _quiet(self) -> list[str]:
+        """Options that keep a driver from writing its compiler's remarks to the process's
+        stderr itself: PoCL prints clang's "N warnings generated." there (on CPUs without
+        AVX-512, for every kernel with 16-wide vectors), past pyopencl; OpenCL's ``-w`` (no
+        warnings) keeps it quiet. Not part of a program's key (its binary is the same);
+        CLOPS_DEBUG keeps the warnings, for the build log it prints."""
+        if _config.CONFIG.debug >= 1 or "PoCL" not in self.device.platform_version:
+            return []
+        return ["-w"]
+
     def _compile_program(self, source: str, options: tuple[str, ...], dev: cl.Device
                          ) -> cl.Program:
         prog = cl.Program(self.device.context, source)
@@ -376,7 +386,7 @@ class ProgramCache:
         # concern; CLOPS_DEBUG shows them.
         with QUIET_BUILDS:
             try:
-                prog.build(options=list(options), devices=[dev],
+                prog.build(options=list(options) + self._quiet(), devices=[dev],
                            cache_dir=False)  # type: ignore[arg-type]
             except cl.Error as e:
                 try:

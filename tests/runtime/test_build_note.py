@@ -59,3 +59,22 @@ def test_no_note_where_stderr_is_not_a_terminal(tmp_path):
                          text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "26.25"
     assert "compiling" not in out.stderr
+
+
+REMARK = ('import clops; clops.device().kernel("#warning \\"a remark\\"\\n'
+          '__kernel void k(__global int *x) { x[0] = 1; }", "k"); print("built")')
+
+
+def test_a_drivers_remarks_on_a_build_stay_off_stderr(tmp_path):
+    """A driver's compiler remarks on a build that succeeds are not the user's: PoCL writes
+    clang's "N warnings generated." to the process's stderr itself (on CPUs without AVX-512
+    for every kernel with 16-wide vectors; a #warning makes one on any CPU), which a quiet
+    command (``clops run -q``) must not show. CLOPS_DEBUG prints the build log, with it."""
+    out = subprocess.run([sys.executable, "-c", REMARK], env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "built", out.stderr
+    assert out.stderr == ""
+    debug = subprocess.run([sys.executable, "-c", REMARK], env=_env(tmp_path / "debug",
+                                                                      CLOPS_DEBUG="1"),
+                           capture_output=True, text=True, timeout=300)
+    assert debug.returncode == 0 and "a remark" in debug.stderr, debug.stderr
