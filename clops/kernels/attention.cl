@@ -302,12 +302,16 @@ inline void sink_fold(float2 *ms, float *acc, float sink) {
 
 // Row j of a chunk of keys or values: kb + j * HEAD_DIM, or where blocks (not 0) is a paged
 // cache's table (kernels/paged.cl), position j0 + j of key-value head kvh in the pool kb.
+// (pool_row: where position at of key-value head kvh starts in a paged pool, the row's
+// blocks in blocks)
+inline size_t pool_row(__global const int *blocks, int at, int BS, int KV, int kvh) {
+    return (((size_t)blocks[at / BS] * KV + kvh) * BS + at % BS) * HEAD_DIM;
+}
 inline __global const kv_t *row_at(__global const kv_t *kb, int j,
                                     __global const int *blocks, int j0, int BS, int KV,
                                     int kvh) {
     if (!blocks) return kb + (size_t)j * HEAD_DIM;
-    const int at = j0 + j;
-    return kb + (((size_t)blocks[at / BS] * KV + kvh) * BS + at % BS) * HEAD_DIM;
+    return kb + pool_row(blocks, j0 + j, BS, KV, kvh);
 }
 
 // NREP query heads a work-group (attn_decode_rope): their HEAD_DIM work-items each, hr the
@@ -614,7 +618,7 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
         if (hr == 0) kn[t] = kr;
         if (h == kvh * n_rep) {
 #if PAGED
-            const size_t at = (((size_t)blocks[pos / BS] * KV + kvh) * BS + pos % BS) * HEAD_DIM + t;
+            const size_t at = pool_row(blocks, pos, BS, KV, kvh) + t;
 #else
             const size_t at = ((size_t)kvh * max_seq + pos) * HEAD_DIM + t;
 #endif

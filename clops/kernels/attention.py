@@ -299,11 +299,19 @@ def decode_rope_follows(dev: CLDevice, ln: Launch, *, context: int, n_heads: int
     g = ln.global_size
 
     def at(rows: int, span: int | None) -> tuple[list[tuple[int, Any]], tuple[int, ...]]:
-        n = splits if span is None else \
-            min(splits, -(-(1 << max(0, span - 1).bit_length()) // chunk))
-        return [], (n * g[0] // splits, *g[1:])
+        return [], (span_chunks(chunk, splits, span) * g[0] // splits, *g[1:])
 
     return at
+
+
+def span_chunks(chunk: int, splits: int, span: int | None) -> int:
+    """The chunks (of ``chunk`` positions, ``splits`` of them for the context:
+    ``decode_chunk``'s) a launch takes for rows that attend to at most ``span`` positions
+    (None: the context): the span rounded up to a power of two (so that a growing span
+    resizes a launch rarely), the context's chunks at most."""
+    if span is None:
+        return splits
+    return min(splits, -(-(1 << max(0, span - 1).bit_length()) // chunk))
 
 
 def cpu_vectors(dev: CLDevice) -> bool:

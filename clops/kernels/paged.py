@@ -169,9 +169,7 @@ def split_follows(dev: CLDevice, ln: Launch, *, context: int, n_heads: int
     combine = ln.kernel.function_name == "paged_attn_combine"
 
     def chunks(span: int | None) -> int:
-        if span is None:
-            return splits
-        return min(splits, -(-(1 << max(0, span - 1).bit_length()) // chunk))
+        return _attention.span_chunks(chunk, splits, span)
 
     def at(rows: int, span: int | None) -> tuple[list[tuple[int, Any]], tuple[int, ...]]:
         if combine:  # (arguments: out, part, rpos, S)

@@ -673,8 +673,7 @@ class BatchEngine:
             # step's by now; that step is dropped and this one, which writes the same cache
             # entries again, runs once more)
             self._drop_ahead()
-            self._write_rows(arr[:, 0], arr[:, 1], arr[:, 2])
-            self._run(1, 1, decode=True, span=int(arr[0, 1]) + 1)
+            self._lone_row_again(*rows[0])
         need = [i for i, g in enumerate(greedy) if not g]
         if need:  # the rows from the first to the last that need theirs, in one read
             lo, hi = need[0], need[-1] + 1
@@ -702,11 +701,23 @@ class BatchEngine:
             return StepOutput(s.id, -1, 0.0, [], True, "error", error=e)
 
     @staticmethod
+    def _argmax(stats: np.ndarray) -> int:
+        """The argmax of a row's statistics (argmax, max, log-sum-exp): int32 bits."""
+        return int(stats[:1].copy().view(np.int32)[0])
+
+    @staticmethod
     def _greedy(s: _Seq, stats: np.ndarray, vocab: int) -> bool:
         """Whether the device's row statistics give ``s``'s token (argmax, max, log-sum-exp)."""
-        arg = int(stats[:1].copy().view(np.int32)[0])
-        return not s.params.shapes_logits and s.mask is None and 0 <= arg < vocab and \
-            bool(np.isfinite(stats[2]))
+        return not s.params.shapes_logits and s.mask is None and \
+            0 <= BatchEngine._argmax(stats) < vocab and bool(np.isfinite(stats[2]))
+
+    def _lone_row_again(self, slot: int, pos: int, token: int) -> None:
+        """Run a lone decode row's step once more (its token from the host): where a step
+        enqueued ahead wrote the logits over, this one's are wanted. It writes the same cache
+        entries again."""
+        self._write_rows(np.array([slot], np.int32), np.array([pos], np.int32),
+                         np.array([token], np.int32))
+        self._run(1, 1, decode=True, span=pos + 1)
 
     # -- a lone greedy row's steps, one ahead --------------------------------------------------
     def _may_run_ahead(self, s: _Seq, pending: int) -> bool:
@@ -751,15 +762,12 @@ class BatchEngine:
         a.event.wait()
         V = self.model.config.vocab_size
         if self._greedy(s, a.stats, V):
-            arg = int(a.stats[:1].copy().view(np.int32)[0])
-            return [self._chosen(s, arg, float(a.stats[1] - a.stats[2]), [])]
-        # (not served by the argmax: this row again, alone, its logits read as in _step)
+            return [self._chosen(s, self._argmax(a.stats), float(a.stats[1] - a.stats[2]), [])]
+        # (not served by the argmax: this row again, its logits read as in _step; its logits
+        # row stays the first, as the step that began the run ahead set it)
         self._drop_ahead()
         assert s.last >= 0
-        self._write_rows(np.array([s.slot], np.int32), np.array([a.pos], np.int32),
-                         np.array([s.last], np.int32))
-        self.device.write(self.sel, np.zeros(1, np.int32), queue=self.device.queue)
-        self._run(1, 1, decode=True, span=a.pos + 1)
+        self._lone_row_again(s.slot, a.pos, s.last)
         row = np.empty(V, np.float32)
         self.device.read(row, self.logits, queue=self.device.queue)
         return [self._from_logits(s, row)]
