@@ -301,7 +301,8 @@ class Lowered:
 VECTOR_ARITHMETIC = frozenset({"add", "subtract", "multiply", "negative", "positive", "abs",
                                "square"})
 VECTOR_MATH = frozenset({"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-                         "asinh", "acosh", "atanh", "expm1", "log", "log1p", "log2", "log10"})
+                         "asinh", "acosh", "atanh", "expm1", "log", "log1p", "log2", "log10",
+                         "atan2", "pow", "hypot"})
 # Functions clops computes on vectors itself (``cl/trig.cl``: range reduction and polynomials,
 # right for every float32), used where the runtime's vector form disagrees with its scalar one.
 # PERF (sin of 4M float32, 2-core EPYC, AVX2): PoCL 3.1 scalar 76 ms a call, clops' own on

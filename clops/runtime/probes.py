@@ -59,7 +59,9 @@ def per_device(fn: Callable[..., R]) -> Callable[..., R]:
 # scalar form it calls per element; each is used on vectors only where ``vector_math_agrees``.
 VECTOR_MATH_CANDIDATES = (
     "exp", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
-    "atanh", "expm1", "log", "log1p", "log2", "log10")
+    "atanh", "expm1", "log", "log1p", "log2", "log10", "atan2", "pow", "hypot")
+# (the candidates of two operands)
+BINARY_MATH = frozenset({"atan2", "pow", "hypot"})
 
 
 def _sweep() -> Any:
@@ -73,10 +75,29 @@ def _sweep() -> Any:
     return np.concatenate([x, np.zeros((-len(x)) % 16, np.float32)])
 
 
+def _sweep2() -> tuple[Any, Any]:
+    """Pairs for the functions of two operands: ``_sweep()`` against itself shuffled, every
+    pair of the special values, and exponents a program raises to (small, integral, halves)."""
+    rng = np.random.default_rng(1)
+    x = _sweep()
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-40, 1.0, -1.0, 0.5, -2.0,
+                        3.0, -3.0, 2.5, 1e30, -1e30], np.float32)
+    gx, gy = (a.ravel() for a in np.meshgrid(special, special))
+    px = np.abs(rng.uniform(0, 20, 1 << 12)).astype(np.float32) * rng.choice([-1, 1], 1 << 12)
+    py = np.concatenate([rng.integers(-12, 13, 1 << 11) / rng.choice([1.0, 2.0], 1 << 11),
+                         rng.uniform(-10, 10, 1 << 11)]).astype(np.float32)
+    a = np.concatenate([x, gx, px]).astype(np.float32)
+    b = np.concatenate([rng.permutation(x), gy, py]).astype(np.float32)
+    pad = (-len(a)) % 16
+    return (np.concatenate([a, np.ones(pad, np.float32)]),
+            np.concatenate([b, np.ones(pad, np.float32)]))
+
+
 @per_device
 def vector_math_agrees(device: Any, fn: str) -> bool:
     """Whether ``fn`` on float16 vectors gives this device's scalar ``fn`` values (within 2
-    units in the last place, NaN for NaN, the same sign of zero) over ``_sweep()``; remembered
+    units in the last place, NaN for NaN, the same sign of zero) over ``_sweep()`` (pairs of
+    ``_sweep2()`` for the functions of two operands); remembered
     on disk per device and driver. PoCL 3.1's vector sin, cos and tan return 0.008-0.014 for
     arguments below about 1e-3 (sin(1e-30) = 0.0099): they fail, the others pass."""
     if fn not in VECTOR_MATH_CANDIDATES:
@@ -85,19 +106,24 @@ def vector_math_agrees(device: Any, fn: str) -> bool:
 
 
 def _vector_math_check(device: Any, fn: str) -> bool:
-    src = (f"__kernel void v(__global float16 *o, __global const float16 *a) "
-           f"{{ size_t g = get_global_id(0); o[g] = {fn}(a[g]); }}\n"
-           f"__kernel void s(__global float *o, __global const float *a) "
-           f"{{ size_t g = get_global_id(0); o[g] = {fn}(a[g]); }}\n")
-    x = _sweep()
+    two = fn in BINARY_MATH
+    args, call = (", __global const {T} *b", f"{fn}(a[g], b[g])") if two else ("", f"{fn}(a[g])")
+    src = (f"__kernel void v(__global float16 *o, __global const float16 *a"
+           f"{args.format(T='float16')}) {{ size_t g = get_global_id(0); o[g] = {call}; }}\n"
+           f"__kernel void s(__global float *o, __global const float *a"
+           f"{args.format(T='float')}) {{ size_t g = get_global_id(0); o[g] = {call}; }}\n")
+    operands = _sweep2() if two else (_sweep(),)
+    x = operands[0]
     try:
         prg = device.build(src)
-        src_buf = device.alloc(x.nbytes)
-        device.write(src_buf, x, blocking=True)
+        bufs = []
+        for a in operands:
+            bufs.append(device.alloc(a.nbytes))
+            device.write(bufs[-1], a, blocking=True)
         got = {}
         for name, n in (("v", len(x) // 16), ("s", len(x))):
             out = device.alloc(x.nbytes)
-            device.launch(getattr(prg, name), (n,), None, [out, src_buf], reads=[src_buf],
+            device.launch(getattr(prg, name), (n,), None, [out, *bufs], reads=bufs,
                           writes=[out], name=f"vector_math_{fn}")
             got[name] = np.empty_like(x)
             device.read(got[name], out, blocking=True)

@@ -1,4 +1,4 @@
-"""Flat float32 kernels of slow scalar math (sin, log, ...) run on n-wide vectors on CPUs, each
+"""Flat float32 kernels of slow scalar math (sin, log, pow, ...) run on n-wide vectors on CPUs, each
 function only where the device's vector form agrees with its scalar form (a runtime probe), or
 clops has its own vector form (sin, cos, tan; see test_trig.py): values against numpy, special
 values included, on sizes that take the vector path, and the choice following the probe."""
@@ -15,7 +15,7 @@ from clops.compiler.kernel import OWN_VECTOR_MATH, VECTOR_MATH
 from clops.runtime import probes
 
 NP = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
-      "acosh": "arccosh", "atanh": "arctanh"}
+      "acosh": "arccosh", "atanh": "arctanh", "atan2": "arctan2", "pow": "power"}
 SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 7.25,
            1e-4, 88.0, -88.0, 1e30, -1e30, 1e-40, 0.999]
 
@@ -26,6 +26,14 @@ def _values() -> np.ndarray:
     return np.concatenate([SPECIAL, spread]).astype(np.float32)  # 256: every width divides it
 
 
+def _second() -> np.ndarray:
+    """Second operands for ``_values()``: half of them those values shuffled (every special
+    value against others), half exponents a program raises to (integers, halves, small)."""
+    rng = np.random.default_rng(1)
+    moderate = np.concatenate([rng.integers(-6, 7, 64) / 2.0, rng.uniform(-8, 8, 64)])
+    return np.concatenate([rng.permutation(_values())[:128], moderate]).astype(np.float32)
+
+
 def _kernel_keys(t: clops.Tensor) -> list:
     return [s.key for s in clops.compiler.schedule_of(t).entries if hasattr(s, "key")]
 
@@ -34,14 +42,16 @@ def _kernel_keys(t: clops.Tensor) -> list:
 def test_vector_math_gives_numpys_values(fn: str, device: clops.CLDevice) -> None:
     x = _values()
     t = clops.asarray(x, device=device)
-    expr = getattr(clops, fn)(t * 1.0) * 2.0 - 0.5
+    operands = (x, _second()) if fn in probes.BINARY_MATH else (x,)
+    expr = getattr(clops, fn)(t * 1.0, *(clops.asarray(o, device=device) for o in operands[1:])
+                              ) * 2.0 - 0.5
     (key,) = _kernel_keys(expr)
     agrees = probes.vector_math_agrees(device, fn)
     assert key.vmath == (device.kind == "cpu" and (agrees or fn in OWN_VECTOR_MATH))
     assert key.own_math == ((fn,) if key.vmath and not agrees else ())
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        want = getattr(np, NP.get(fn, fn))(x) * np.float32(2.0) - np.float32(0.5)
+        want = getattr(np, NP.get(fn, fn))(*operands) * np.float32(2.0) - np.float32(0.5)
     got = np.asarray(expr)
     np.testing.assert_allclose(got, want, rtol=4e-6, atol=1e-30, equal_nan=True)
     zero = want == 0

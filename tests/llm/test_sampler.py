@@ -255,6 +255,7 @@ def _ptx_choices(device):
 @pytest.mark.parametrize("v,k,groups", [(64, 256, None), (1000, 512, 3), (4099, 256, None),
                                         (49152, 2048, None), (5000, 2048, 1), (3000, 4096, 5)])
 @pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.standin  # (head_greedy: GPUs' kernel; a CPU runs it here as their stand-in)
 def test_head_greedy_logits_and_token(device, v, k, groups, norm):
     """The LM head kernel's logits match float64 numpy, and its token is the first argmax of
     the logits it wrote, at tokens[state[0] + advance]; the ticket state[3] is left zero."""
@@ -268,6 +269,7 @@ def test_head_greedy_logits_and_token(device, v, k, groups, norm):
 
 
 @pytest.mark.parametrize("kind", ["ties", "penalty", "nan"])
+@pytest.mark.standin
 def test_head_greedy_ties_penalty_and_nan(device, kind):
     """First index on ties (rows in different work-groups), the repetition penalty as
     ``greedy`` applies it, and a NaN logit never chosen."""
