@@ -308,7 +308,8 @@ VECTOR_MATH = frozenset({"sin", "cos", "tan", "asin", "acos", "atan", "sinh", "c
 # PERF (sin of 4M float32, 2-core EPYC, AVX2): PoCL 3.1 scalar 76 ms a call, clops' own on
 # float8 vectors 1.6 ms a kernel; Intel's runtime: its own vector sin 1.2-1.3 ms, clops' 1.4
 # (cos and tan alike), so it keeps its own.
-OWN_VECTOR_MATH = frozenset({"sin", "cos", "tan"})
+# And pow (``cl/pow.cl``: in float64), where faster than the runtime's (``geometry.OWN_FASTER``).
+OWN_VECTOR_MATH = frozenset({"sin", "cos", "tan", "pow"})
 
 
 def vector_math(instrs: tuple[Instr, ...], leaves: tuple[Leaf, ...],

@@ -92,6 +92,8 @@ class CLRenderer:
     # after a line setting their vector width
     own_math_file = "cl/trig.cl"
     own_math_width = "#define CLOPS_TRIG_N {n}\n"
+    # (and clops' own vector pow, after it where used)
+    own_pow_file = "cl/pow.cl"
     shfl_funcs: ClassVar[dict[str, str]] = SHFL_FUNCS
     shfl_helpers = SHFL_HELPERS
     # scalar argument types (numpy dtypes, so the launch path packs arguments cheaply)
@@ -115,10 +117,14 @@ class CLRenderer:
     def prelude(self) -> str:
         return _package_text(self.prelude_package, self.prelude_file)
 
-    def own_math(self, n: int) -> str:
-        """The source of clops' own vector math on ``n``-wide vectors."""
-        return self.own_math_width.format(n=n) + _package_text(self.prelude_package,
-                                                               self.own_math_file)
+    def own_math(self, n: int, fns: tuple[str, ...] = ()) -> str:
+        """The source of clops' own vector math on ``n``-wide vectors (the functions ``fns``:
+        pow's source only where it is one of them)."""
+        src = self.own_math_width.format(n=n) + _package_text(self.prelude_package,
+                                                              self.own_math_file)
+        if "pow" in fns:
+            src += _package_text(self.prelude_package, self.own_pow_file)
+        return src
 
     # -- types -------------------------------------------------------------------------------------
     @staticmethod
@@ -297,7 +303,7 @@ class _KernelSource:
         # driver that contracts (NVIDIA's does) gave linspace(-64, 100, 7, int8)[3] 17, not 18
         src = head + lang.contract_pragma + lang.prelude() + "\n"
         if key.own_math:
-            src += lang.own_math(flat) + "\n"
+            src += lang.own_math(flat, key.own_math) + "\n"
         if self._uses_shfl:
             src += lang.shfl_helpers
         src += f"{lang.kernel_prefix} {self.name}(\n    " + ",\n    ".join(args) + ")\n{\n"
@@ -902,7 +908,7 @@ class _KernelSource:
             return f"({vt})(c{ins.slot})"
         names = dict(zip("abc", (f"v{x}{suffix}" for x in ins.srcs)))
         if ins.fn in self._own:
-            return f"clops_{ins.fn}({names['a']})"
+            return f"clops_{ins.fn}(" + ", ".join(names[c] for c in "ab"[:len(ins.srcs)]) + ")"
         return self.lang.ew_table[ins.fn]["f"].format(T=vt, R="float", **names)
 
     def _red_setup(self, slot: int, op: str, acc: str) -> tuple[str, str, str]:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import clops
+from clops.compiler import geometry
 from clops.compiler.kernel import OWN_VECTOR_MATH, VECTOR_MATH
 from clops.runtime import probes
 
@@ -48,7 +49,11 @@ def test_vector_math_gives_numpys_values(fn: str, device: clops.CLDevice) -> Non
     (key,) = _kernel_keys(expr)
     agrees = probes.vector_math_agrees(device, fn)
     assert key.vmath == (device.kind == "cpu" and (agrees or fn in OWN_VECTOR_MATH))
-    assert key.own_math == ((fn,) if key.vmath and not agrees else ())
+    own = geometry.own_vector_math(device, fn)
+    faster = fn in geometry.OWN_FASTER.get(getattr(device, "backend", ""), ())
+    assert own == (fn in OWN_VECTOR_MATH and (fn != "pow" or device.caps.fp64) and
+                   (not agrees or faster))
+    assert key.own_math == ((fn,) if key.vmath and own else ())
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         want = getattr(np, NP.get(fn, fn))(*operands) * np.float32(2.0) - np.float32(0.5)
@@ -56,6 +61,50 @@ def test_vector_math_gives_numpys_values(fn: str, device: clops.CLDevice) -> Non
     np.testing.assert_allclose(got, want, rtol=4e-6, atol=1e-30, equal_nan=True)
     zero = want == 0
     np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]))
+
+
+POW_SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 2.5, -2.5, 1e-30, -1e-40,
+               1e30, -1e30, 200.0, -200.0, 0.999, 1.001, np.inf, -np.inf, np.nan, 1e-45]
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_own_pow_gives_numpys_special_values(device: clops.CLDevice,
+                                             monkeypatch: pytest.MonkeyPatch, forced: bool
+                                             ) -> None:
+    """pow of every pair of special values (signed zeros, +-1, odd and even integers, halves,
+    infinities, nan, subnormals, overflow and underflow) and of random pairs past float32's
+    range either way: numpy's float32 power, the sign of every zero and infinity included;
+    clops' own vector form where the device takes it, else the runtime's (``forced``: clops'
+    own wherever the device has float64)."""
+    if forced:
+        monkeypatch.setitem(geometry.OWN_FASTER, getattr(device, "backend", ""),
+                            frozenset({"pow"}))
+    x, y = (a.ravel().astype(np.float32) for a in np.meshgrid(POW_SPECIAL, POW_SPECIAL))
+    rng = np.random.default_rng(5)
+    x = np.concatenate([x, rng.uniform(-40, 40, 2048).astype(np.float32),
+                        (10.0 ** rng.uniform(-44, 38, 2048)).astype(np.float32)])
+    y = np.concatenate([y, rng.integers(-40, 41, 2048).astype(np.float32),
+                        rng.uniform(-12, 12, 2048).astype(np.float32)])
+    pad = (-len(x)) % 64 + 64 * forced  # (another size: another form, another schedule)
+    x = np.concatenate([x, np.ones(pad, np.float32)])
+    y = np.concatenate([y, np.ones(pad, np.float32)])
+    t, u = clops.asarray(x, device=device), clops.asarray(y, device=device)
+    expr = clops.pow(t * 1.0, u)
+    (key,) = _kernel_keys(expr)
+    assert ("pow" in key.own_math) == (device.kind == "cpu" and
+                                       geometry.own_vector_math(device, "pow"))
+    if device.kind == "cpu" and device.caps.fp64 and (
+            forced or getattr(device, "backend", "") == "pocl"):
+        assert "pow" in key.own_math
+    got = np.asarray(expr)
+    with np.errstate(all="ignore"):
+        want = np.power(x, y)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    exact = np.isinf(want) | (want == 0)
+    np.testing.assert_array_equal(got[exact], want[exact])  # (infinities and zeros)
+    np.testing.assert_array_equal(np.signbit(got[exact]), np.signbit(want[exact]))
+    finite = ~exact & ~np.isnan(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=3e-7, atol=0)
 
 
 def test_a_function_whose_vector_form_disagrees_stays_scalar(device: clops.CLDevice,
