@@ -224,6 +224,30 @@ def local_size(device: Device, lw: Lowered) -> int:
     return min(size, device.caps.max_work_group)
 
 
+# PoCL's choice of local size where a launch leaves it to the driver (PoCL 3.1): one work-group
+# for up to 16 work-items, two for up to 4096 (groups of 4096 past that), whatever the cores;
+# a group runs on one core. Where that leaves cores idle clops chooses: groups of a power of
+# two that divides the work-items, at least CPU_SPLIT_GROUPS_PER_CU a core where there are
+# work-items for them. PERF (argmax of 2^24 float32, 8 rows of a chunk each, two cores, kernel
+# time): 8 work-items in PoCL's one group 9.3-10.3 ms, in groups of 1 6.0-6.5 (hand kernel:
+# 10.8 -> 6.5); Intel's runtime chooses groups enough for its cores (8 work-items: 4 groups).
+DRIVER_GROUPS_FEW = {"pocl"}
+
+
+def driver_local(device: Device, global_size: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The local size of a launch that leaves it to the driver on CPUs (None: the driver's
+    choice), or clops' where the driver would leave cores idle (``DRIVER_GROUPS_FEW``)."""
+    if device.kind != "cpu" or getattr(device, "backend", "") not in DRIVER_GROUPS_FEW:
+        return None
+    items = global_size[0]
+    want = CPU_SPLIT_GROUPS_PER_CU * max(1, device.caps.compute_units)
+    cap = max(1, min(device.caps.max_work_group, 4096))
+    local = 1
+    while local * 2 <= cap and items % (local * 2) == 0 and items // (local * 2) >= want:
+        local *= 2
+    return (local,) + (1,) * (len(global_size) - 1)
+
+
 def geometry(device: Device, lw: Lowered) -> Geometry | None:
     """The launch of ``lw`` on ``device``; None when it has nothing to write."""
     L = local_size(device, lw)
@@ -241,7 +265,8 @@ def geometry(device: Device, lw: Lowered) -> Geometry | None:
             # group's work-items step through their loops together
             if lw.strip:
                 # CPUs: a strip of outputs per work-item, no lockstep (the driver's groups)
-                return Geometry(L, (outputs // lw.strip, lw.chunks), None)
+                g = (outputs // lw.strip, lw.chunks)
+                return Geometry(L, g, driver_local(device, g))
             if launches_exactly(device):
                 wg = math.gcd(outputs, CPU_COL_LOCAL)
                 return Geometry(L, (outputs, lw.chunks), (wg, 1))
@@ -251,13 +276,14 @@ def geometry(device: Device, lw: Lowered) -> Geometry | None:
             # CPUs: runs of adjacent rows per work-item (the kernel reads how many from the
             # global size), in the driver's groups
             per = row_batch(device, rows, prod([full[i] for i in lw.raxes]))
-            return Geometry(L, (-(-rows // per),), None)
+            runs = (-(-rows // per),)
+            return Geometry(L, runs, driver_local(device, runs))
         return Geometry(L, (rows * L,), (L,))
     total = work_items(lw)
     if total == 0:
         return None
     if launches_exactly(device):
-        return Geometry(L, (total,), None)
+        return Geometry(L, (total,), driver_local(device, (total,)))
     wg = min(GPU_FLAT_LOCAL, device.caps.max_work_group)
     return Geometry(L, (-(-total // wg) * wg,), (wg,))
 
