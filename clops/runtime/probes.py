@@ -83,7 +83,7 @@ def _sweep2() -> tuple[Any, Any]:
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-40, 1.0, -1.0, 0.5, -2.0,
                         3.0, -3.0, 2.5, 1e30, -1e30], np.float32)
     gx, gy = (a.ravel() for a in np.meshgrid(special, special))
-    px = np.abs(rng.uniform(0, 20, 1 << 12)).astype(np.float32) * rng.choice([-1, 1], 1 << 12)
+    px = (rng.uniform(0, 20, 1 << 12) * rng.choice([-1, 1], 1 << 12)).astype(np.float32)
     py = np.concatenate([rng.integers(-12, 13, 1 << 11) / rng.choice([1.0, 2.0], 1 << 11),
                          rng.uniform(-10, 10, 1 << 11)]).astype(np.float32)
     a = np.concatenate([x, gx, px]).astype(np.float32)

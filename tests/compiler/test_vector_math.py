@@ -1,7 +1,8 @@
-"""Flat float32 kernels of slow scalar math (sin, log, pow, ...) run on n-wide vectors on CPUs, each
-function only where the device's vector form agrees with its scalar form (a runtime probe), or
-clops has its own vector form (sin, cos, tan; see test_trig.py): values against numpy, special
-values included, on sizes that take the vector path, and the choice following the probe."""
+"""Flat float32 kernels of slow scalar math (sin, log, pow, ...) run on n-wide vectors on
+CPUs, each function only where the device's vector form agrees with its scalar form (a runtime
+probe), or clops has its own vector form (sin, cos, tan: test_trig.py; pow, taken on PoCL:
+below): values against numpy, special values included, on sizes that take the vector path, and
+the choice following the probe."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@
 //
 // Accuracy: |y log2|x|| < 150 wherever the float32 result is finite and not zero, so float64's
 // relative error there (a few 2^-53 of it) moves the result by less than 2^-44 of itself: the
-// float32 result is the correctly rounded one but for float64's double rounding (about one
-// case in 2^29). tests/compiler/test_vector_math.py checks it against numpy, every special
-// pair included.
+// float32 result is the correctly rounded one but where rounding the float64 value again lands
+// on the other side of a halfway point (rare: an ulp then). tests/compiler/test_vector_math.py
+// checks it against numpy, every special pair included.
 // PERF (PoCL 3.1, 2-core EPYC, AVX2, 2^22 float32 in a plain kernel): the runtime's float8 pow
 // 41 ms, this on float8 (log2, exp2 on double8) 17 ms, numpy 44.
 
