@@ -240,7 +240,7 @@ def driver_local(device: Device, global_size: tuple[int, ...]) -> tuple[int, ...
     if device.kind != "cpu" or getattr(device, "backend", "") not in DRIVER_GROUPS_FEW:
         return None
     items = global_size[0]
-    want = CPU_SPLIT_GROUPS_PER_CU * max(1, device.caps.compute_units)
+    want = split_groups(device)
     cap = max(1, min(device.caps.max_work_group, 4096))
     local = 1
     while local * 2 <= cap and items % (local * 2) == 0 and items // (local * 2) >= want:

@@ -908,7 +908,7 @@ class _KernelSource:
             return f"({vt})(c{ins.slot})"
         names = dict(zip("abc", (f"v{x}{suffix}" for x in ins.srcs)))
         if ins.fn in self._own:
-            return f"clops_{ins.fn}(" + ", ".join(names[c] for c in "ab"[:len(ins.srcs)]) + ")"
+            return f"clops_{ins.fn}({', '.join(names.values())})"
         return self.lang.ew_table[ins.fn]["f"].format(T=vt, R="float", **names)
 
     def _red_setup(self, slot: int, op: str, acc: str) -> tuple[str, str, str]:
