@@ -69,8 +69,13 @@
 // -> 10.9 at 4001 (decode at 128 positions 1318 -> 1394 tok/s)
 #define KV_PTX PTX
 #include "clops/kv.cl"  // KV_HALF: the caches' element type
-#if 64 % HEAD_DIM || HEAD_DIM % 4
-#error "decode_layers: HEAD_DIM must divide 64 (a multiple of 4)"
+#if (64 % HEAD_DIM || HEAD_DIM % 4) && HEAD_DIM != 128
+#error "decode_layers: HEAD_DIM must divide 64 (a multiple of 4), or be 128"
+#endif
+// QKNORM 1: q's heads and the new key RMS-normed a head before the rotation (weights qnw, knw
+// [HEAD_DIM] a layer; eps the layers' norms': Qwen3's QK-norm)
+#ifndef QKNORM
+#define QKNORM 0
 #endif
 // a phase of float16 weights: its input is kept in local memory as float16 values, two a uint
 // (twice the int8 values' bytes)
@@ -788,17 +793,67 @@ inline void task_old(int k, const int R, const int N, int g, int w, int lane,
     task_old_at(TASK0(k, R, g) + w * R, R, N, lane, y, old);
 }
 
-// Element t of the head at v (raw, written in A by other work-groups) turned by pos.
-inline float rotated(__global const float *v, int t, int pos, __global const float *inv_freq) {
+// The pair of a head's elements that element t turns with (a, b) and their frequency's index.
+inline int rope_pair(int t, int *a, int *b) {
 #if ROPE_NEOX
-    const int i = t < D / 2 ? t : t - D / 2, a = i, b = i + D / 2;
+    const int i = t < D / 2 ? t : t - D / 2;
+    *a = i;
+    *b = i + D / 2;
 #else
-    const int i = t >> 1, a = 2 * i, b = 2 * i + 1;
+    const int i = t >> 1;
+    *a = 2 * i;
+    *b = 2 * i + 1;
 #endif
+    return i;
+}
+
+// Element t of a pair's values (va, vb: rope_pair's a and b) turned by pos.
+inline float turn(float va, float vb, int t, int a, int i, int pos,
+                  __global const float *inv_freq) {
     float c, sn = sincos((float)pos * inv_freq[i], &c);
-    const float va = load_fresh(v + a), vb = load_fresh(v + b);
     return t == a ? va * c - vb * sn : va * sn + vb * c;
 }
+
+// Element t of the head at v (raw, written in A by other work-groups) turned by pos.
+inline float rotated(__global const float *v, int t, int pos, __global const float *inv_freq) {
+    int a, b;
+    const int i = rope_pair(t, &a, &b);
+    return turn(load_fresh(v + a), load_fresh(v + b), t, a, i, pos, inv_freq);
+}
+
+#if QKNORM
+// Element t of the head at v (raw, in local memory) RMS-normed (1 / RMS rr, weights nw) and
+// turned by pos.
+inline float normed_rotated(__local const float *v, int t, int pos,
+                            __global const float *inv_freq, float rr, __global const float *nw) {
+    int a, b;
+    const int i = rope_pair(t, &a, &b);
+    return turn(v[a] * rr * nw[a], v[b] * rr * nw[b], t, a, i, pos, inv_freq);
+}
+
+// 1 / RMS (eps inside the root) of each of the N_REP + 1 heads of D values at v, into r; every
+// work-item of the group calls it (NVIDIA: a warp a head, by shuffles; elsewhere a work-item a
+// head).
+inline void head_norms(__local const float *v, __local float *r, float eps, __local float *red) {
+    const int t = get_local_id(0);
+#if PTX
+    const int w = t >> 5, lane = t & 31;
+    for (int hh = w; hh <= N_REP; hh += NW) {
+        float s = 0.0f;
+        for (int i = lane; i < D; i += 32) s = mad(v[hh * D + i], v[hh * D + i], s);
+        s = lanes_total(s, 1, red);  // (every lane: the shuffles' butterfly)
+        if (lane == 0) r[hh] = rsqrt(s / D + eps);
+    }
+#else
+    if (t <= N_REP) {
+        float s = 0.0f;
+        for (int i = 0; i < D; ++i) s = mad(v[t * D + i], v[t * D + i], s);
+        r[t] = rsqrt(s / D + eps);
+    }
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#endif
 
 // ---- attention (phase B) ----
 // A unit is a split of a key-value head's positions: its work-group's warps take tiles of TP
@@ -1483,7 +1538,12 @@ inline void ahead(int k, const int fmt, const int sh, const int R, const int N,
         __global kv_t *kc##i, __global kv_t *vc##i, __global const float *inv_freq##i,         \
         __global const uchar *wo##i, __global const half *so##i, __global const float *fnw##i, \
         __global const uchar *wgu##i, __global const half *sgu##i, __global const uchar *wd##i, \
-        __global const half *sd##i
+        __global const half *sd##i QKN_ARGS(i)
+#if QKNORM
+#define QKN_ARGS(i) , __global const float *qnw##i, __global const float *knw##i
+#else
+#define QKN_ARGS(i)
+#endif
 #if NL > 1
 #define L1(n, l) : (l) == 1 ? n##1
 #else
@@ -1633,6 +1693,9 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
     // scores and sums of weights
     __local float pwl[NW * N_REP * TP], ow[NW * N_REP * D], mw[NW * N_REP], lw[NW * N_REP];
     __local int last;
+#if QKNORM
+    __local float qkr[N_REP + 1];  // (1 / RMS of the unit's query heads and its new key)
+#endif
 #if DFUSE
     __local float hg[DF_T * NW];  // (the work-group's [gate | up] pairs' values)
     __local int hdone[NW];
@@ -1762,12 +1825,30 @@ void decode_layers(__global float *x, __global float *qkv, __global const int *s
                 if (u != grp)
                     tile_load(kc, vc, kvh, start + wt * TP, kv_at, stored - start - wt * TP, lane,
                               ka, va);
+#if QKNORM
+                // (the raw query heads and new key in ow, free until the warps' outputs)
+                for (int c = t; c < (N_REP + 1) * D; c += LS)
+                    ow[c] = load_fresh(qkv + (c < N_REP * D ? h0 * D + c
+                                                            : (HEADS + kvh - N_REP) * D + c));
+                barrier(CLK_LOCAL_MEM_FENCE);
+                head_norms(ow, qkr, eps, red);
+                __global const float *qnw = SEL(qnw, li), *knw = SEL(knw, li);
+                for (int c = t; c < N_REP * D; c += LS)
+                    y[c] = normed_rotated(ow + c / D * D, c % D, pos, inv_freq, qkr[c / D],
+                                          qnw) * scale;
+                if (t < D) {  // (as the cache keeps them)
+                    kn[t] = kv_round(normed_rotated(ow + N_REP * D, t, pos, inv_freq,
+                                                    qkr[N_REP], knw));
+                    vn[t] = kv_round(load_fresh(qkv + (HEADS + KV_HEADS + kvh) * D + t));
+                }
+#else
                 for (int c = t; c < N_REP * D; c += LS)
                     y[c] = rotated(qkv + (h0 + c / D) * D, c % D, pos, inv_freq) * scale;
                 if (t < D) {  // (as the cache keeps them)
                     kn[t] = kv_round(rotated(qkv + (HEADS + kvh) * D, t, pos, inv_freq));
                     vn[t] = kv_round(load_fresh(qkv + (HEADS + KV_HEADS + kvh) * D + t));
                 }
+#endif
                 barrier(CLK_LOCAL_MEM_FENCE);
                 if (u == grp) att_stamp(bar, li, 0);
 #if PTX && GUWAIT

@@ -158,21 +158,37 @@ def _probe_defines(ptx: int) -> dict[str, Any]:
 
 def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
     """Whether ``decode_layers`` takes a layer of these weights ([qkv, o, gate_up, down]) on
-    ``dev``: enabled, work-groups found resident, heads that divide 64 (multiples of 4), 4-
-    and 8-bit row-major weights with a half or float scale per 32 values (Q4_0, Q4_1, Q8_0,
-    Q4_K; not Q6_K's 16) whose products may quantize their input to int8 (``Weight.int8``),
-    and, where ``float16_weights`` holds, row-major float16 weights (whose inputs it keeps
-    as float16 values)."""
+    ``dev``: enabled, work-groups found resident, heads that divide 64 (multiples of 4) or of
+    128, 4- and 8-bit row-major weights with a half or float scale per 32 values (Q4_0, Q4_1,
+    Q8_0, Q4_K; not Q6_K's 16) whose products may quantize their input to int8
+    (``Weight.int8``), and, where ``float16_weights`` holds, row-major float16 weights (whose
+    inputs it keeps as float16 values); all within the device's local memory
+    (``local_nbytes``)."""
     if not enabled() or not resident_groups(dev):
         return False
-    if 64 % head_dim or head_dim % 4:
-        # PERF: heads of 128 (Llama 3 8B) keep the per-layer plan: attention's units read a
-        # head's keys and values in registers, 64 dimensions at most
+    if (64 % head_dim or head_dim % 4) and head_dim != 128:
+        return False
+    qkv, o, _, down = weights
+    heads = o.k // head_dim
+    kv = (qkv.n // head_dim - heads) // 2
+    if heads < 1 or kv < 1 or heads % kv or \
+            local_nbytes(qkv.k, heads, kv, head_dim, down.k,
+                         any(w.fmt == "f16" for w in weights)) > dev.caps.local_mem:
         return False
     return all(w.layout == "rows" and w.k % 32 == 0 and (
         w.fmt == "f16" and float16_weights()
         or w.fmt in ("q4", "q8") and w.int8 and w.defines.get("SCALE_HALF") in (0, 1)
         and w.defines.get("QGROUP") == 32 and not w.defines.get("Q4_SYM")) for w in weights)
+
+
+def local_nbytes(dim: int, heads: int, kv: int, head_dim: int, ffn: int, f16: bool) -> int:
+    """The local memory of a ``decode_layers`` work-group (layer.cl's __local arrays; ``f16``:
+    a phase of float16 weights), with 1 KiB for the fused down projection's values (DF_T * NW
+    floats: 448 bytes for an FFN of 14336 over 132 work-groups)."""
+    qkmax, rep = max(dim, heads * head_dim, ffn), heads // kv
+    words = (qkmax // 2 if f16 else qkmax // 4) + 2 * (qkmax // 32) + LS \
+        + rep * head_dim + 2 * head_dim + NW * rep * (32 + head_dim + 2) + rep + 2 + NW
+    return 4 * words + 1024
 
 
 # (row, block) pairs a work-item holds in registers (layer.cl). PERF (H100, 1B F16 decode after
@@ -257,15 +273,21 @@ class DecoderLayer:
     # the down weights' columns as rows ([ffn, dim] float16: ``down_columns``), where the
     # launch fuses the down projection into the [gate | up] phase (``fuses_down``)
     down_cols: Buffer | None = None
+    # QK-norm's weights ([head_dim] each: q's heads and k's RMS-normed a head before the
+    # rotation, Qwen3), both or neither
+    q_norm: Buffer | None = None
+    k_norm: Buffer | None = None
 
     def formats(self) -> tuple[tuple[str, int], ...]:
-        """The compile-time formats of its weights: layers alike may share a launch."""
-        return tuple((w.fmt, _half(w)) for w in (self.qkv, self.o, self.gate_up, self.down))
+        """The compile-time formats of its weights (and whether it norms q and k): layers
+        alike may share a launch."""
+        return tuple((w.fmt, _half(w)) for w in (self.qkv, self.o, self.gate_up, self.down)) \
+            + ((("qk_norm", 1),) if self.q_norm is not None else ())
 
 
-# layers a launch at most (layer.cl's NL): 13 pointer arguments a layer and 11 shared ones (and
-# EMB's and PAGED's three each), within the bytes of arguments the device takes (1024 on every
-# OpenCL device: 8 layers)
+# layers a launch at most (layer.cl's NL): 13 pointer arguments a layer (15 with QK-norm's
+# weights) and 11 shared ones (and EMB's and PAGED's three each), within the bytes of arguments
+# the device takes (1024 on every OpenCL device: 8 layers)
 MAX_LAYERS = 16
 _SHARED_ARG_BYTES, _LAYER_ARG_BYTES = 8 * 8 + 3 * 4 + 2 * (2 * 8 + 4), 13 * 8
 
@@ -274,10 +296,11 @@ _SHARED_ARG_BYTES, _LAYER_ARG_BYTES = 8 * 8 + 3 * 4 + 2 * (2 * 8 + 4), 13 * 8
 PACK_MIN_BYTES = 8 << 20
 
 
-def max_layers(dev: CLDevice) -> int:
-    """Layers a ``decode_layers`` launch may take on ``dev`` (at most MAX_LAYERS)."""
+def max_layers(dev: CLDevice, qk_norm: bool = False) -> int:
+    """Layers a ``decode_layers`` launch may take on ``dev`` (at most MAX_LAYERS; ``qk_norm``:
+    layers with QK-norm's two weights more)."""
     room = max(1024, dev.caps.max_parameter_size) - _SHARED_ARG_BYTES
-    return max(1, min(MAX_LAYERS, room // _LAYER_ARG_BYTES))
+    return max(1, min(MAX_LAYERS, room // (_LAYER_ARG_BYTES + (16 if qk_norm else 0))))
 
 
 def takes_embedding(embed: Weight) -> bool:
@@ -342,7 +365,10 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         raise ValueError(f"decode_layers: a traced launch needs a barrier buffer of "
                          f"bar_nbytes(True) = {bar_nbytes(True)} bytes and at most "
                          f"{MAX_GROUPS} work-groups")
-    most = max_layers(dev)
+    qk_norm = layers[0].q_norm is not None
+    if any((ly.q_norm is None) != (ly.k_norm is None) for ly in layers):
+        raise ValueError("decode_layers: QK-norm takes both weights, q_norm and k_norm")
+    most = max_layers(dev, qk_norm)
     if not 1 <= len(layers) <= most or len({ly.formats() for ly in layers}) != 1:
         raise ValueError(f"decode_layers: 1 to {most} layers of the same formats, not "
                          f"{[ly.formats() for ly in layers]}")
@@ -403,7 +429,7 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         WF_D=FORMATS[down.fmt], SH_QKV=_half(qkv), SH_O=_half(o), SH_GU=_half(gate_up),
         SH_D=_half(down), **per, ROPE_NEOX=int(neox), PTX=_ptx(dev), SPIN_LIMIT=RUN_SPINS,
         SPLITS_MAX=splits_max(dev, n_kv), SPLIT_MIN=SPLIT_MIN, TRACE=int(TRACE),
-        EMB=int(embed is not None), DFUSE=int(fuse),
+        EMB=int(embed is not None), DFUSE=int(fuse), QKNORM=int(qk_norm),
         **(dict(PAGED=1, BS=paged.block_size) if paged is not None else {}),
         **(dict(DF_T=-(-ffn // (groups * NW)) + 1) if fuse else {}),
         **({k: v for k, v in SHORT_FUSED.items() if k not in EXTRA_DEFINES}
@@ -436,6 +462,8 @@ def decode_layers(dev: CLDevice, layers: list[DecoderLayer], *, x: Buffer, qkv_o
         own = [ly.attn_norm, ly.qkv.data, ly.qkv.scales, ly.k_cache, ly.v_cache, ly.inv_freq,
                ly.o.data, ly.o.scales, ly.ffn_norm, ly.gate_up.data, ly.gate_up.scales,
                down_data, ly.down.scales]
+        if ly.q_norm is not None and ly.k_norm is not None:
+            own += [ly.q_norm, ly.k_norm]
         args += own
         reads += own
         writes += [ly.k_cache, ly.v_cache]

@@ -367,9 +367,10 @@ class StepBuilder:
 
     def whole_layers(self) -> bool:
         """Whether a decode row's layers run as ``decode_layers`` launches: a plain decoder
-        (pre-norms only, SiLU GLU, rotation of whole heads, no window, cap, bias or q/k norm)
-        with one fused QKV and one [gate | up] weight that the kernel takes (``OneSequence``:
-        every decode row; ``Paged``: a lone decode row's plan, ``lone_row``)."""
+        (pre-norms only, SiLU GLU, rotation of whole heads, no window, cap or bias; q/k norm
+        a head only, Qwen3's) with one fused QKV and one [gate | up] weight that the kernel
+        takes (``OneSequence``: every decode row; ``Paged``: a lone decode row's plan,
+        ``lone_row``)."""
         if self.whole is not None:
             return self.whole
         cfg, dev, cache = self.cfg, self.dev, self.cache
@@ -377,7 +378,9 @@ class StepBuilder:
               and cfg.act == "silu" and cfg.rotary == cfg.head_dim
               and not cfg.attn_softcap and not cfg.qkv_bias
               and all(ly.attn_norm is not None and ly.ffn_norm is not None and not ly.window
-                      and ly.q_norm is None and ly.k_norm is None and ly.sinks is None
+                      and (ly.q_norm is None) == (ly.k_norm is None)
+                      and (ly.q_norm is None or cfg.desc.qk_norm == "head")
+                      and ly.sinks is None
                       and ly.gate_up is not None and ly.down is not None
                       and len(ly.qkv.parts) == 1 and len(ly.gate_up.parts) == 1
                       and ly.qkv.parts[0][2] is None and ly.gate_up.parts[0][2] is None
@@ -421,7 +424,8 @@ class StepBuilder:
         return layer.DecoderLayer(
             attn_norm=ly.attn_norm, qkv=ly.qkv.parts[0][0], k_cache=k, v_cache=v,
             inv_freq=ly.inv_freq, o=ly.o, ffn_norm=ly.ffn_norm,
-            gate_up=gate_up, down=ly.down, down_cols=self.down_cols[j])
+            gate_up=gate_up, down=ly.down, down_cols=self.down_cols[j],
+            q_norm=ly.q_norm, k_norm=ly.k_norm)
 
     # -- the layers, written once -------------------------------------------------------------
     def _body(self, m: int, span: int | None, decode: bool = False,
@@ -451,7 +455,9 @@ class StepBuilder:
             # phase of the float16 LM head's rows and a last grid barrier for the argmax: one
             # launch a step instead of three) was slower, H100, 1B F16 body: 1066-1068 against
             # 1081-1082 tok/s after 128 positions, 950-960 against 981-982 after 1024
-            groups = layer.launch_groups(self.decoder_layers(), layer.max_layers(dev))
+            layers = self.decoder_layers()
+            groups = layer.launch_groups(
+                layers, layer.max_layers(dev, any(ly.q_norm is not None for ly in layers)))
             for g, group in enumerate(groups):
                 step.add(self._whole_launch(group, span, fold and g == 0))
             return walk

@@ -88,6 +88,15 @@ QWEN2 = TinyShape(embed_type="F32", output_type=None, rope_freqs=False, qkv_bias
                                              ("F16", "F32", "F16", "F32")))
 
 
+def qk_norms(shape: TinyShape, seed: int = 3) -> dict[str, np.ndarray]:
+    """QK-norm's weights of each layer of ``shape``, a head's (Qwen3's; ``write_gguf``'s
+    ``extra`` for arch "qwen3")."""
+    rng = np.random.default_rng(seed)
+    return {f"blk.{i}.attn_{n}_norm.weight":
+            (1.0 + 0.3 * rng.standard_normal(shape.head_dim)).astype(np.float32)
+            for i in range(shape.layers) for n in "qk"}
+
+
 def write_gguf(path: str, arch: str = "llama", seed: int = 0,
                extra: dict[str, np.ndarray] | None = None, shape: TinyShape | None = None,
                tokenizer: str = "gpt2") -> str:

@@ -12,7 +12,7 @@ import pytest
 import clops.llm
 from clops.kernels import layer
 
-from ..fuzz.tiny_files import TinyShape, write_gguf
+from ..fuzz.tiny_files import TinyShape, qk_norms, write_gguf
 
 # every layer matrix 4- or 8-bit (what decode_layers takes: half scales, and Q4_K's float
 # ones; and float16); heads of 64
@@ -33,8 +33,8 @@ def model_file(files) -> str:
     return files["mixed"]
 
 
-# heads of 128: not taken (the per-layer plan serves)
-WIDE = TinyShape(dim=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
+# heads of 256: not taken (the per-layer plan serves)
+WIDE = TinyShape(dim=512, layers=2, heads=2, kv_heads=1, head_dim=256, ffn=512,
                  embed_type="Q8_0", output_type="Q8_0", context=1024,
                  layer_types=(("Q8_0", "Q4_0", "Q4_1", "Q8_0"),))
 # float16 layers, and one whose phases mix float16 and 4- and 8-bit weights; an FFN of 4608: on
@@ -49,7 +49,19 @@ F16 = TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=4608,
 DEEP = TinyShape(dim=128, layers=10, heads=4, kv_heads=2, head_dim=32, ffn=256,
                  embed_type="F16", output_type="Q8_0", context=1024,
                  layer_types=(("F16", "F16", "F16", "F16"),))
-SHAPES = {"mixed": SHAPE, "same": SAME, "f16": F16, "deep": DEEP}
+# Qwen3's: heads of 128, q and k RMS-normed a head before the rotation (QK-norm), two query
+# heads a key-value head, 8-bit layers and a float16 embedding
+QK = TinyShape(dim=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
+               embed_type="F16", output_type="Q8_0", context=1024, rope_freqs=False,
+               layer_types=(("Q8_0", "Q8_0", "Q8_0", "Q8_0"),))
+SHAPES = {"mixed": SHAPE, "same": SAME, "f16": F16, "deep": DEEP, "qk": QK}
+
+
+def write_shape(path: str, which: str, shape: TinyShape) -> str:
+    """A tiny model of ``shape`` (``which`` "qk": Qwen3's, with QK-norm's weights)."""
+    if which == "qk":
+        return write_gguf(path, arch="qwen3", shape=shape, extra=qk_norms(shape))
+    return write_gguf(path, shape=shape)
 # float16 rows of 1024 packed into 16 work-groups of output rows: of an FFN of 2016, an H100's
 # 132 work-groups take 1056 pairs a round, and the 960 after it go to the 116 early loaders (928)
 # and, spread over their warps, to the output phase's (GU_DEAL)
@@ -61,7 +73,7 @@ SPREAD = TinyShape(dim=1024, layers=1, heads=16, kv_heads=4, head_dim=64, ffn=20
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("layer")
-    return {k: write_gguf(str(d / f"{k}.gguf"), shape=v)
+    return {k: write_shape(str(d / f"{k}.gguf"), k, v)
             for k, v in {**SHAPES, "wide": WIDE, "spread": SPREAD}.items()}
 
 
@@ -79,10 +91,16 @@ def _both(device, monkeypatch, path: str, prompt: int, splits: int | None,
     return model, ids, _step_logits(model, ids, False), _step_logits(model, ids, True)
 
 
+def _groups(model) -> list[list[layer.DecoderLayer]]:
+    """The decode step's launches of layers."""
+    layers = model._builder.decoder_layers()
+    return layer.launch_groups(layers, layer.max_layers(model.device,
+                                                         layers[0].q_norm is not None))
+
+
 def _barriers(model) -> int:
     """Grid barriers a decode step meets: four a layer and one between layers of a launch."""
-    groups = layer.launch_groups(model._builder.decoder_layers(),
-                                  layer.max_layers(model.device))
+    groups = _groups(model)
     return sum(5 * len(g) - 1 for g in groups)
 
 
@@ -118,7 +136,7 @@ def test_layer_kernel_matches_the_per_layer_plan(device, monkeypatch, files, whi
                     "resident, or it is a CPU)")
     model, ids, want, got = _both(device, monkeypatch, files[which], prompt, splits, kv_cache)
     assert np.abs(got - want).max() <= 0.03 * np.abs(want).max()
-    _embedding_read_by_the_layers(model, which in ("f16", "deep"))
+    _embedding_read_by_the_layers(model, which in ("f16", "deep", "qk"))
     bar = np.empty(4, np.int32)
     device.read(bar, model._builder.bar, blocking=True)
     # every barrier met, none timed out
@@ -153,7 +171,7 @@ def test_layer_kernel_packed_output_rows(device, monkeypatch, files, which, prom
 # (every pair a build of the layer kernel of its own: about 8 s on Intel's runtime)
 PORTABLE = [("mixed", None, "float32"), ("mixed", 1, "float16"), ("same", 3, "float32"),
             ("same", 3, "float16"), ("f16", None, "float32"), ("f16", 3, "float16"),
-            ("deep", 3, "float32"), ("deep", 1, "float16")]
+            ("deep", 3, "float32"), ("deep", 1, "float16"), ("qk", 3, "float16")]
 
 
 @pytest.mark.parametrize("prompt", [40, 700])
@@ -177,14 +195,14 @@ def test_layer_kernel_one_group_portable(device, monkeypatch, files, which, prom
     assert np.argmax(got) == np.argmax(want)
     bar = np.empty(4, np.int32)
     device.read(bar, model._builder.bar, blocking=True)
-    groups = layer.launch_groups(model._builder.decoder_layers(),
-                                  layer.max_layers(model.device))
+    groups = _groups(model)
     most = layer.max_layers(device)
     assert [len(g) for g in groups] == {"mixed": [1, 1], "same": [3], "f16": [1, 1],
-                                        "deep": [10] if most >= 10 else [most, 10 - most]}[which]
+                                        "deep": [10] if most >= 10 else [most, 10 - most],
+                                        "qk": [2]}[which]
     # one decode step through the kernel: every grid barrier met
     assert layer.arrivals(bar) == _barriers(model) and bar[2] == 0, bar
-    _embedding_read_by_the_layers(model, which in ("f16", "deep"))
+    _embedding_read_by_the_layers(model, which in ("f16", "deep", "qk"))
 
 
 def test_launch_groups():
@@ -204,6 +222,9 @@ def test_launch_groups():
     # and PAGED's three each) fit
     assert layer.max_layers(dev(1024)) == 8  # type: ignore[arg-type]
     assert 116 + 8 * 104 <= 1024 < 116 + 9 * 104
+    # and 7 with QK-norm's two weights a layer more
+    assert layer.max_layers(dev(1024), qk_norm=True) == 7  # type: ignore[arg-type]
+    assert 116 + 7 * 120 <= 1024 < 116 + 8 * 120
     assert layer.max_layers(dev(4352)) == layer.MAX_LAYERS == 16  # type: ignore[arg-type]
 
 
@@ -219,7 +240,7 @@ def test_units_count_attention_work_groups(monkeypatch):
     assert layer.units(None, 2, 16384) == 2 * 16
 
 
-def test_layer_kernel_refuses_heads_past_64(device, monkeypatch, files):
+def test_layer_kernel_refuses_heads_past_128(device, monkeypatch, files):
     # (even where the grid barriers would hold and the weights are row-major, so that only
     # the heads refuse): the per-layer plan decodes
     from clops.nn import quant

@@ -16,9 +16,10 @@ import clops.llm
 from clops.kernels import layer
 from clops.llm.batch import LONE, BatchEngine, SamplingParams
 
-from ..fuzz.tiny_files import TinyShape, write_gguf
+from ..fuzz.tiny_files import TinyShape, qk_norms, write_gguf
 
-# 4- and 8-bit layers (the kernel's int8 inputs), and float16 ones; heads of 64 and of 32
+# 4- and 8-bit layers (the kernel's int8 inputs), and float16 ones; heads of 64 and of 32; and
+# Qwen3's heads of 128 with QK-norm
 SHAPES = {
     "mixed": TinyShape(dim=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512,
                        embed_type="Q8_0", output_type="Q8_0", context=1024,
@@ -27,13 +28,18 @@ SHAPES = {
     "f16": TinyShape(dim=128, layers=3, heads=4, kv_heads=2, head_dim=32, ffn=256,
                      embed_type="F16", output_type="Q8_0", context=1024,
                      layer_types=(("F16", "F16", "F16", "F16"),)),
+    "qk": TinyShape(dim=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
+                    embed_type="Q8_0", output_type="Q8_0", context=1024, rope_freqs=False,
+                    layer_types=(("Q8_0", "Q8_0", "Q8_0", "Q8_0"),)),
 }
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("lone")
-    return {k: write_gguf(str(d / f"{k}.gguf"), shape=v) for k, v in SHAPES.items()}
+    return {k: write_gguf(str(d / f"{k}.gguf"), shape=v) if k != "qk" else
+            write_gguf(str(d / f"{k}.gguf"), arch="qwen3", shape=v, extra=qk_norms(v))
+            for k, v in SHAPES.items()}
 
 
 def _kernel_runs(device, monkeypatch) -> None:
@@ -80,7 +86,8 @@ def _first_decode_logits(engine: BatchEngine, prompt: list[int]) -> np.ndarray:
 
 # (each shape with one cache: a build of the layer kernel each, about 10 s on Intel's runtime)
 @pytest.mark.parametrize("prompt", [40, 300])
-@pytest.mark.parametrize("which, kv_cache", [("mixed", "float32"), ("f16", "float16")])
+@pytest.mark.parametrize("which, kv_cache", [("mixed", "float32"), ("f16", "float16"),
+                                             ("qk", "float16")])
 def test_a_lone_decode_row_takes_the_layer_kernel(device, monkeypatch, files, which, prompt,
                                                    kv_cache):
     """One decode step of a sequence alone: the layer kernel over the paged cache (positions
