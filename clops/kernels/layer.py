@@ -158,11 +158,12 @@ def _probe_defines(ptx: int) -> dict[str, Any]:
 
 def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
     """Whether ``decode_layers`` takes a layer of these weights ([qkv, o, gate_up, down]) on
-    ``dev``: enabled, work-groups found resident, heads that divide 64 (multiples of 4) or of
-    128, 4- and 8-bit row-major weights with a half or float scale per 32 values (Q4_0, Q4_1,
-    Q8_0, Q4_K; not Q6_K's 16) whose products may quantize their input to int8
-    (``Weight.int8``), and, where ``float16_weights`` holds, row-major float16 weights (whose
-    inputs it keeps as float16 values); all within the device's local memory
+    ``dev``: enabled, work-groups found resident, layers no larger than MAX_DIM and MAX_FFN,
+    heads that divide 64 (multiples of 4) or of 128, MAX_REP_DIMS dimensions of query heads a
+    key-value head at most, 4- and 8-bit row-major weights with a half or float scale per 32
+    values (Q4_0, Q4_1, Q8_0, Q4_K; not Q6_K's 16) whose products may quantize their input to
+    int8 (``Weight.int8``), and, where ``float16_weights`` holds, row-major float16 weights
+    (whose inputs it keeps as float16 values); all within the device's local memory
     (``local_nbytes``)."""
     if not enabled() or not resident_groups(dev):
         return False
@@ -171,7 +172,8 @@ def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
     qkv, o, _, down = weights
     heads = o.k // head_dim
     kv = (qkv.n // head_dim - heads) // 2
-    if heads < 1 or kv < 1 or heads % kv or \
+    if qkv.k > MAX_DIM or down.k > MAX_FFN or heads < 1 or kv < 1 or heads % kv or \
+            heads // kv * head_dim > MAX_REP_DIMS or \
             local_nbytes(qkv.k, heads, kv, head_dim, down.k,
                          any(w.fmt == "f16" for w in weights)) > dev.caps.local_mem:
         return False
@@ -179,6 +181,19 @@ def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
         w.fmt == "f16" and float16_weights()
         or w.fmt in ("q4", "q8") and w.int8 and w.defines.get("SCALE_HALF") in (0, 1)
         and w.defines.get("QGROUP") == 32 and not w.defines.get("Q4_SYM")) for w in weights)
+
+
+# The largest layers the kernel takes: its phases' rows are dealt for small layers, and the
+# heads a work-group's attention unit serves are held in registers. PERF (H200, 2026-11-30,
+# bench/bench_layer_ab.py and profile_layers.py trace after 128 positions): a Llama-3.1-8B body
+# in Q4_0 (hidden 4096, FFN 14336, 4 query heads of 128 a key-value head) decoded at 223 tok/s
+# through the kernel against 473 through the per-layer plan, every phase slower than its
+# bytes (a layer: QKV 17.9 us for 14 MB, attention 30.7 at 128 positions, output 10.5, gate/up
+# 44.5 for 66 MB, down 35.7 for 33 MB); the Qwen3-0.6B body (hidden 1024, FFN 3072, 2 query
+# heads of 128 a key-value head) 1650 against 772, and the 1B bodies (hidden 2048, FFN 8192, 4
+# heads of 64) 1.5-2x (kernels/layer.cl's notes)
+MAX_DIM, MAX_FFN = 2048, 8192
+MAX_REP_DIMS = 256  # query heads a key-value head times their dimensions
 
 
 def local_nbytes(dim: int, heads: int, kv: int, head_dim: int, ffn: int, f16: bool) -> int:

@@ -33,10 +33,18 @@ def model_file(files) -> str:
     return files["mixed"]
 
 
-# heads of 256: not taken (the per-layer plan serves)
+# not taken (the per-layer plan serves): heads of 256; four query heads of 128 a key-value head
+# (layer.MAX_REP_DIMS); an FFN past layer.MAX_FFN
 WIDE = TinyShape(dim=512, layers=2, heads=2, kv_heads=1, head_dim=256, ffn=512,
                  embed_type="Q8_0", output_type="Q8_0", context=1024,
                  layer_types=(("Q8_0", "Q4_0", "Q4_1", "Q8_0"),))
+REP4 = TinyShape(dim=512, layers=1, heads=4, kv_heads=1, head_dim=128, ffn=512,
+                 embed_type="Q8_0", output_type="Q8_0", context=1024, rope_freqs=False,
+                 layer_types=(("Q8_0", "Q8_0", "Q8_0", "Q8_0"),))
+BROAD = TinyShape(dim=256, layers=1, heads=4, kv_heads=2, head_dim=64, ffn=8448,
+                  embed_type="Q8_0", output_type="Q8_0", context=1024,
+                  layer_types=(("Q8_0", "Q8_0", "Q8_0", "Q8_0"),))
+REFUSED = {"wide": WIDE, "rep4": REP4, "broad": BROAD}
 # float16 layers, and one whose phases mix float16 and 4- and 8-bit weights; an FFN of 4608: on
 # NVIDIA the pipelined down phase takes a row in two parts, the second mostly past the row, and
 # the [gate | up] phase several pairs a warp; a float16 embedding, read by the first layer launch
@@ -74,7 +82,7 @@ SPREAD = TinyShape(dim=1024, layers=1, heads=16, kv_heads=4, head_dim=64, ffn=20
 def files(tmp_path_factory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("layer")
     return {k: write_shape(str(d / f"{k}.gguf"), k, v)
-            for k, v in {**SHAPES, "wide": WIDE, "spread": SPREAD}.items()}
+            for k, v in {**SHAPES, **REFUSED, "spread": SPREAD}.items()}
 
 
 def _both(device, monkeypatch, path: str, prompt: int, splits: int | None,
@@ -240,14 +248,15 @@ def test_units_count_attention_work_groups(monkeypatch):
     assert layer.units(None, 2, 16384) == 2 * 16
 
 
-def test_layer_kernel_refuses_heads_past_128(device, monkeypatch, files):
+@pytest.mark.parametrize("which", list(REFUSED))
+def test_layer_kernel_refuses_what_it_does_not_serve(device, monkeypatch, files, which):
     # (even where the grid barriers would hold and the weights are row-major, so that only
-    # the heads refuse): the per-layer plan decodes
+    # the shapes refuse): the per-layer plan decodes
     from clops.nn import quant
     monkeypatch.setenv("CLOPS_LAYER_KERNEL", "1")
     monkeypatch.setattr(layer, "resident_groups", lambda dev: 1)
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
-    model = clops.llm.load(files["wide"], device=device, max_seq_len=256, progress=False)
+    model = clops.llm.load(files[which], device=device, max_seq_len=256, progress=False)
     assert not model._builder.whole_layers()
     assert list(model.generate_ids([1, 2, 3], max_new_tokens=3, stop_ids=[]))
 
