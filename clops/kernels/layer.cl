@@ -4,8 +4,8 @@
 //   A  qkv = Wqkv . (RMSNorm(x) * anw), as is (not rotated)
 //   B  attention, a key-value head's query heads together, over splits of its positions (a
 //      work-group each; its warps take tiles of them in turn, each with a running softmax):
-//      q and the new key rotated by pos as they are read, the new key and value stored in the
-//      cache; the last work-group of a key-value head to finish combines its splits' partials
+//      q and the new key rotated by pos as they are read (RMS-normed a head first: QKNORM),
+//      the new key and value stored in the cache; the last work-group of a key-value head to finish combines its splits' partials
 //      -> attn
 //   C  x += Wo . attn
 //   D  h = silu(Wg . n(x)) * (Wu . n(x)), n(x) = RMSNorm(x) * fnw ([gate | up] rows of Wgu)
@@ -31,7 +31,8 @@
 // emb [vocab][DIM], read here: no launch before this one), PAGED (1: the caches are pools of
 // blocks of BS positions, [block][KV_HEADS][BS][HEAD_DIM] (clops/kernels/paged.cl's), the row's
 // blocks table[slots[0] * maxb ..], its position state[0] and its token tokens[0]: the batched
-// engine's lone decode row; else [KV_HEADS][max_seq][HEAD_DIM]).
+// engine's lone decode row; else [KV_HEADS][max_seq][HEAD_DIM]), QKNORM (1: q and k RMS-normed a
+// head before the rotation, weights qnw, knw a layer). HEAD_DIM divides 64 or is 128.
 // Work geometry: global (G * LS), local (LS).
 #define LS 256
 #define NW (LS / 32)
