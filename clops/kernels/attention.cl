@@ -489,16 +489,11 @@ __kernel void attn_decode_wg(__global float *part, __global const float *q,
 // is given, the row RMS-normed first (1 / RMS rr, weights w [HEAD_DIM]: QKNORM).
 inline float rope_at(__global const float *src, int t, int pos, __global const float *inv_freq,
                      float rr, __global const float *w) {
-#if ROPE_NEOX
-    const int i = t < HEAD_DIM / 2 ? t : t - HEAD_DIM / 2;
-    const int a = i, b = i + HEAD_DIM / 2;
-#else
-    const int i = t >> 1;
-    const int a = 2 * i, b = 2 * i + 1;
-#endif
-    float c, s = sincos((float)pos * inv_freq[i], &c);
-    const float va = w ? src[a] * rr * w[a] : src[a], vb = w ? src[b] * rr * w[b] : src[b];
-    return t == a ? va * c - vb * s : va * s + vb * c;
+    const int i = pair_of(t);
+    const int2 p = pair_index(i);
+    const float va = w ? src[p.x] * rr * w[p.x] : src[p.x];
+    const float vb = w ? src[p.y] * rr * w[p.y] : src[p.y];
+    return turn(va, vb, t, p.x, i, pos, inv_freq);
 }
 inline float rope_elem(__global const float *src, int t, int pos, __global const float *inv_freq) {
     return rope_at(src, t, pos, inv_freq, 1.0f, 0);

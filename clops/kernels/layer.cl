@@ -794,32 +794,14 @@ inline void task_old(int k, const int R, const int N, int g, int w, int lane,
     task_old_at(TASK0(k, R, g) + w * R, R, N, lane, y, old);
 }
 
-// The pair of a head's elements that element t turns with (a, b) and their frequency's index.
-inline int rope_pair(int t, int *a, int *b) {
-#if ROPE_NEOX
-    const int i = t < D / 2 ? t : t - D / 2;
-    *a = i;
-    *b = i + D / 2;
-#else
-    const int i = t >> 1;
-    *a = 2 * i;
-    *b = 2 * i + 1;
-#endif
-    return i;
-}
-
-// Element t of a pair's values (va, vb: rope_pair's a and b) turned by pos.
-inline float turn(float va, float vb, int t, int a, int i, int pos,
-                  __global const float *inv_freq) {
-    float c, sn = sincos((float)pos * inv_freq[i], &c);
-    return t == a ? va * c - vb * sn : va * sn + vb * c;
-}
+#define ROT_DIM HEAD_DIM
+#include "clops/rope.cl"  // pair_of, pair_index, turn
 
 // Element t of the head at v (raw, written in A by other work-groups) turned by pos.
 inline float rotated(__global const float *v, int t, int pos, __global const float *inv_freq) {
-    int a, b;
-    const int i = rope_pair(t, &a, &b);
-    return turn(load_fresh(v + a), load_fresh(v + b), t, a, i, pos, inv_freq);
+    const int i = pair_of(t);
+    const int2 p = pair_index(i);
+    return turn(load_fresh(v + p.x), load_fresh(v + p.y), t, p.x, i, pos, inv_freq);
 }
 
 #if QKNORM
@@ -827,9 +809,9 @@ inline float rotated(__global const float *v, int t, int pos, __global const flo
 // turned by pos.
 inline float normed_rotated(__local const float *v, int t, int pos,
                             __global const float *inv_freq, float rr, __global const float *nw) {
-    int a, b;
-    const int i = rope_pair(t, &a, &b);
-    return turn(v[a] * rr * nw[a], v[b] * rr * nw[b], t, a, i, pos, inv_freq);
+    const int i = pair_of(t);
+    const int2 p = pair_index(i);
+    return turn(v[p.x] * rr * nw[p.x], v[p.y] * rr * nw[p.y], t, p.x, i, pos, inv_freq);
 }
 
 // 1 / RMS (eps inside the root) of each of the N_REP + 1 heads of D values at v, into r; every

@@ -250,15 +250,9 @@ inline float rope_at(__global const float *src, int t, int pos, __global const f
 #if ROT_DIM < HEAD_DIM
     if (t >= ROT_DIM) return src[t];
 #endif
-#if ROPE_NEOX
-    const int i = t % (ROT_DIM / 2);
-#else
-    const int i = t / 2;
-#endif
+    const int i = pair_of(t);
     const int2 p = pair_index(i);
-    float c, s = sincos((float)pos * inv_freq[i], &c);
-    const float a = src[p.x], b = src[p.y];
-    return t == p.x ? a * c - b * s : a * s + b * c;
+    return turn(src[p.x], src[p.y], t, p.x, i, pos, inv_freq);
 }
 
 // The largest (is_max) or the sum of the group's values v, through red [HEAD_DIM].
