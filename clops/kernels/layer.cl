@@ -5,8 +5,8 @@
 //   B  attention, a key-value head's query heads together, over splits of its positions (a
 //      work-group each; its warps take tiles of them in turn, each with a running softmax):
 //      q and the new key rotated by pos as they are read (RMS-normed a head first: QKNORM),
-//      the new key and value stored in the cache; the last work-group of a key-value head to finish combines its splits' partials
-//      -> attn
+//      the new key and value stored in the cache; the last work-group of a key-value head to
+//      finish combines its splits' partials -> attn
 //   C  x += Wo . attn
 //   D  h = silu(Wg . n(x)) * (Wu . n(x)), n(x) = RMSNorm(x) * fnw ([gate | up] rows of Wgu)
 //   E  x += Wd . h (DFUSE, float16 layers on NVIDIA: inside D, with no grid barrier between)
