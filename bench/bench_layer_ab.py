@@ -19,6 +19,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from common import stream_args  # noqa: E402
 from profile_step import _engine_tokens, _model_tokens, _per_token  # noqa: E402
 
 import clops.llm  # noqa: E402
@@ -41,13 +42,7 @@ def _use_kernel(model, engine, on: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("models", nargs="+")
-    ap.add_argument("--device", default="gpu")
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--new", type=int, default=48)
-    ap.add_argument("--skip", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--json", default=None)
+    stream_args(ap)
     a = ap.parse_args(argv)
     out = []
     for path in a.models:

@@ -35,6 +35,18 @@ __kernel void copy(__global const float4 *src, __global float4 *dst) {
 """
 
 
+def stream_args(ap: argparse.ArgumentParser) -> None:
+    """The arguments of the one-stream A/B scripts (bench_ahead.py, bench_layer_ab.py): models,
+    device, prompt and new tokens, tokens left out, rounds, a JSON file."""
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--device", default="gpu")
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=48)
+    ap.add_argument("--skip", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--json", default=None)
+
+
 def torch_cuda() -> Any | None:
     """The torch module when it is importable and sees a CUDA GPU, else None."""
     try:
