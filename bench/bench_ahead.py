@@ -8,7 +8,6 @@ process: the wall time a token (median of the gaps after ``--skip`` tokens) of e
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -18,7 +17,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import stream_args  # noqa: E402
+from common import per_token_summary, stream_args, write_json  # noqa: E402
 from profile_step import _engine_tokens, _per_token  # noqa: E402
 
 import clops.llm  # noqa: E402
@@ -49,15 +48,12 @@ def main(argv: list[str] | None = None) -> int:
             row = {"model": os.path.basename(path), "device": model.where,
                    **{f"{k} ms": statistics.median(v) for k, v in ms.items()},
                    **{f"{k} runs ms": v for k, v in ms.items()}}
-            print(f"{row['model']}: " + ", ".join(
-                f"{k} {statistics.median(v):.3f} ms ({1e3 / statistics.median(v):.1f} tok/s)"
-                for k, v in ms.items()), flush=True)
+            print(f"{row['model']}: {per_token_summary(ms)}", flush=True)
             out.append(row)
     finally:
         BatchEngine._may_run_ahead = ahead  # type: ignore[method-assign]
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json(a.json, out)
     return 0
 
 

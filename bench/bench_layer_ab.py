@@ -9,7 +9,6 @@ of the gaps after ``--skip`` tokens) of each, and the launches a step.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -19,7 +18,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import stream_args  # noqa: E402
+from common import per_token_summary, stream_args, write_json  # noqa: E402
 from profile_step import _engine_tokens, _model_tokens, _per_token  # noqa: E402
 
 import clops.llm  # noqa: E402
@@ -75,13 +74,10 @@ def main(argv: list[str] | None = None) -> int:
                **{f"{k} ms": statistics.median(v) for k, v in ms.items()},
                **{f"{k} runs ms": v for k, v in ms.items()}}
         print(f"{row['model']}: kernel {'takes' if taken else 'does not take'} the layers; "
-              f"launches {launches}; same tokens {same}; " + ", ".join(
-                  f"{k} {statistics.median(v):.3f} ms ({1e3 / statistics.median(v):.1f} tok/s)"
-                  for k, v in ms.items()), flush=True)
+              f"launches {launches}; same tokens {same}; {per_token_summary(ms)}", flush=True)
         out.append(row)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json(a.json, out)
     return 0
 
 

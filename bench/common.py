@@ -47,6 +47,12 @@ def stream_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", default=None)
 
 
+def per_token_summary(ms: dict[str, list[float]]) -> str:
+    """Each variant's median ms a token, and its tokens a second, on one line."""
+    return ", ".join(f"{k} {statistics.median(v):.3f} ms ({1e3 / statistics.median(v):.1f} tok/s)"
+                     for k, v in ms.items())
+
+
 def torch_cuda() -> Any | None:
     """The torch module when it is importable and sees a CUDA GPU, else None."""
     try:
@@ -352,7 +358,7 @@ def environment(dev: clops.CLDevice) -> dict:
     return env
 
 
-def write_json(path: str, data: dict) -> None:
+def write_json(path: str, data: dict | list) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(data, f, indent=1, default=float)
