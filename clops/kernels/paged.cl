@@ -55,6 +55,7 @@ inline size_t kv_index(__global const int *table, int maxb, int slot, int pos, i
 #ifndef QKNORM
 #define QKNORM 0
 #endif
+// Picked by paged.rope_store: every batched step's rows (llm/step.py) but a lone row's plan
 __kernel void paged_rope_store(__global float *q_out, __global const float *qkv, int ld_qkv,
                                __global kv_t *kp, __global kv_t *vp,
                                __global const int *table, int maxb, __global const int *rslot,
@@ -131,6 +132,7 @@ __kernel void paged_rope_store(__global float *q_out, __global const float *qkv,
 // (cap: the soft cap where SOFTCAP is defined). Each of the LS work-items of a (row, head) keeps a
 // running softmax over positions lid, lid + LS, ...; their partial results are then combined.
 // Work geometry: global (LS, H, R), local (LS, 1, 1).
+// Picked by paged.attention where neither split_attention nor (uncapped) cpu_decode holds
 __kernel void paged_attn(__global float *out, __global const float *q,
                          __global const kv_t *kp, __global const kv_t *vp,
                          __global const int *table, int maxb, __global const int *rslot,
@@ -200,179 +202,9 @@ __kernel void paged_attn(__global float *out, __global const float *q,
 
 // out[i, :] = x[sel[i], :] (k values a row): the rows whose logits a step needs.
 // Work geometry: global (k, n).
+// Picked by paged.gather_rows: the rows a step's logits are made for
 __kernel void gather_rows(__global float *out, __global const float *x,
                           __global const int *sel, int k) {
     const int j = get_global_id(0), i = get_global_id(1);
     out[(size_t)i * k + j] = x[(size_t)sel[i] * k + j];
 }
-
-#ifdef CHUNK
-// Decode rows fused (paged_decode_rope): paged_rope_store and the attention of each row over its
-// sequence's positions 0 .. rpos[r] in one launch, for a step whose every row is its own
-// sequence's one new position. Work-groups of HEAD_DIM work-items take CHUNK positions each of a
-// (row, query head); the work-group whose chunk ends at the row's position (the tail) rotates
-// the new key itself and reads it, and the new value, from local memory and registers, since
-// the other work-groups of the launch may not have stored them yet (nor they this one's); the
-// tail of each key-value group's first query head stores them in the pools. The rest of the
-// chunk's keys go through a local tile (coalesced loads), a work-item a key for the scores;
-// the value sum takes a dimension a work-item, in order of position.
-//
-//   CHUNK      positions a work-group (S work-groups a (row, head) on axis 0)
-//   COMBINE    1: the last work-group of a (row, head) to finish (counted in count [R][H],
-//              zero between launches, left zero) combines the partials into out [R][H][D], and
-//              a row whose positions fit one chunk writes out directly; 0: every work-group
-//              leaves its partial in part [R][H][S][D + 2], numbered from the first chunk that
-//              takes part (WINDOW), for a combine launch (attention.cl's paged_attn_combine)
-//   PTX_FENCE  1 (NVIDIA): the fence and loads of the combine through PTX (clops/fence.cl,
-//              clops/partials.cl)
-// Scores, WINDOW, SOFTCAP and SINKS (the sink taken by the first chunk that takes part) as in
-// paged_attn; a row's values depend on its own positions alone.
-// Work geometry: global (S * D, H, R), local (D, 1, 1).
-#if HEAD_DIM & (HEAD_DIM - 1)
-#error "paged_decode_rope needs HEAD_DIM a power of two"
-#endif
-#ifndef COMBINE
-#define COMBINE 0
-#endif
-#ifndef PTX_FENCE
-#define PTX_FENCE 0
-#endif
-#define PARTS_PTX PTX_FENCE
-#include "clops/partials.cl"  // combine_parts
-#include "clops/fence.cl"     // GLOBAL_FENCE
-
-// key rows a local tile (4096 floats at most), and the floats between two of them there
-#define KT_ROWS (HEAD_DIM * HEAD_DIM <= 4096 ? HEAD_DIM : 4096 / HEAD_DIM)
-#define KT_LD (HEAD_DIM + 4)
-
-// Element t of a head's row src rotated at position pos: what paged_rope_store writes there.
-inline float rope_at(__global const float *src, int t, int pos, __global const float *inv_freq) {
-#if ROT_DIM < HEAD_DIM
-    if (t >= ROT_DIM) return src[t];
-#endif
-    const int i = pair_of(t);
-    const int2 p = pair_index(i);
-    return turn(src[p.x], src[p.y], t, p.x, i, pos, inv_freq);
-}
-
-// The largest (is_max) or the sum of the group's values v, through red [HEAD_DIM].
-inline float group_reduce(__local float *red, int t, float v, bool is_max) {
-    red[t] = v;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = HEAD_DIM / 2; o > 0; o >>= 1) {
-        if (t < o) red[t] = is_max ? fmax(red[t], red[t + o]) : red[t] + red[t + o];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    const float out = red[0];
-    barrier(CLK_LOCAL_MEM_FENCE);  // (red free again)
-    return out;
-}
-
-__kernel __attribute__((reqd_work_group_size(HEAD_DIM, 1, 1)))
-void paged_decode_rope(__global float *out, __global float *part, __global int *count,
-                       __global const float *qkv, int ld_qkv, __global kv_t *kp,
-                       __global kv_t *vp, __global const int *table, int maxb,
-                       __global const int *rslot, __global const int *rpos,
-                       __global const float *inv_freq, int H, int KV, int BS,
-                       float scale SINKS_ARG) {
-    __local float qs[HEAD_DIM] __attribute__((aligned(16)));
-    __local float kn[HEAD_DIM] __attribute__((aligned(16)));
-    __local float kt[KT_ROWS * KT_LD] __attribute__((aligned(16)));
-    __local float p[CHUNK], red[HEAD_DIM];
-    __local int last;
-    const int t = get_local_id(0), s = get_group_id(0), h = get_group_id(1);
-    const int r = get_group_id(2), S = get_num_groups(0);
-    const int pos = rpos[r], slot = rslot[r];
-    const int lo = WINDOW > 0 ? max(0, pos - WINDOW + 1) : 0;  // the first key
-    const int s0 = lo / CHUNK, tail = pos / CHUNK, active = tail - s0 + 1;
-    if (s < s0 || s > tail) return;  // (the same for the whole work-group)
-    const int j0 = max(s * CHUNK, lo), n = min(pos + 1, s * CHUNK + CHUNK) - j0;
-    const int n_rep = H / KV, kvh = h / n_rep, rh = r * H + h;
-    __global const float *row = qkv + (size_t)r * ld_qkv;
-    qs[t] = rope_at(row + h * HEAD_DIM, t, pos, inv_freq) * scale;
-    float vn = 0.0f;
-    if (s == tail) {
-        // (the new key and value as the pools keep them: later steps read them from there)
-        const float kr = kv_round(rope_at(row + (H + kvh) * HEAD_DIM, t, pos, inv_freq));
-        vn = kv_round(row[(H + KV + kvh) * HEAD_DIM + t]);
-        kn[t] = kr;
-        if (h == kvh * n_rep) {
-            const size_t at = kv_index(table, maxb, slot, pos, kvh, KV, BS);
-            KV_PUT(kr, kp + at, t);
-            KV_PUT(vn, vp + at, t);
-        }
-    }
-    float mx = -INFINITY;
-    for (int b = 0; b < n; b += KT_ROWS) {
-        const int rows = min(KT_ROWS, n - b);
-        barrier(CLK_LOCAL_MEM_FENCE);  // (qs and kn written; the tile before scored)
-        for (int i = t; i < rows * (HEAD_DIM / 4); i += HEAD_DIM) {
-            const int j = i / (HEAD_DIM / 4), c = i % (HEAD_DIM / 4), at = j0 + b + j;
-            const float4 k4 = at == pos ? vload4(c, kn)
-                : KV_LOAD4(c, kp + kv_index(table, maxb, slot, at, kvh, KV, BS));
-            vstore4(k4, 0, kt + j * KT_LD + 4 * c);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (t < rows) {
-            float4 a = (float4)(0.0f);
-            for (int d = 0; d < HEAD_DIM / 4; ++d)
-                a = mad(vload4(d, kt + t * KT_LD), vload4(d, qs), a);
-#ifdef SOFTCAP
-            const float sc = SOFTCAP * tanh(((a.x + a.y) + (a.z + a.w)) / SOFTCAP);
-#else
-            const float sc = (a.x + a.y) + (a.z + a.w);
-#endif
-            p[b + t] = sc;
-            mx = fmax(mx, sc);
-        }
-    }
-    mx = group_reduce(red, t, mx, true);
-    float l = 0.0f;
-    for (int j = t; j < n; j += HEAD_DIM) {
-        const float e = exp(p[j] - mx);
-        p[j] = e;
-        l += e;
-    }
-    l = group_reduce(red, t, l, false);  // (its barriers also publish p)
-    float acc = 0.0f;
-    for (int j = 0; j < n; ++j) {
-        const int at = j0 + j;
-        const float v = at == pos ? vn
-            : KV_GET(vp + kv_index(table, maxb, slot, at, kvh, KV, BS), t);
-        acc = mad(p[j], v, acc);
-    }
-#if SINKS
-    if (s == s0) {
-        const float sink = sinks[h], m2 = fmax(mx, sink), c = exp(mx - m2);
-        l = l * c + exp(sink - m2);
-        acc *= c;
-        mx = m2;
-    }
-#endif
-#if COMBINE
-    if (active == 1) {
-        out[(size_t)rh * HEAD_DIM + t] = acc / l;
-        return;
-    }
-#endif
-    __global float *pp = part + ((size_t)rh * S + s - s0) * (HEAD_DIM + 2);
-    pp[t] = acc;
-    if (t == 0) {
-        pp[HEAD_DIM] = mx;
-        pp[HEAD_DIM + 1] = l;
-    }
-#if COMBINE
-    // the last work-group of the (row, head) to get here combines: each fences its partial
-    // before it counts itself
-    GLOBAL_FENCE();
-    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-    if (t == 0) last = atomic_inc(count + rh) == active - 1;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (!last) return;
-    GLOBAL_FENCE();
-    out[(size_t)rh * HEAD_DIM + t] =
-        combine_parts(part + (size_t)rh * S * (HEAD_DIM + 2), active, t, true);
-    if (t == 0) atomic_xchg(count + rh, 0);
-#endif
-}
-#endif

@@ -1,9 +1,8 @@
 """Kernels, paged KV cache: launches of ``paged.cl`` for batched decoding (``llm.step``):
 rotation (whole or partial) with the store of k and v into pool blocks, attention over a
-sequence's blocks (with a sliding window and soft-capped scores where a layer has them), the
-three fused in one launch for a step of decode rows, and the gather of chosen rows. Every
-row's result depends on that row and its sequence's cache alone, whatever else the step
-holds."""
+sequence's blocks (with a sliding window and soft-capped scores where a layer has them), and
+the gather of chosen rows. Every row's result depends on that row and its sequence's cache
+alone, whatever else the step holds."""
 
 from __future__ import annotations
 
@@ -189,72 +188,6 @@ def _combine(dev: CLDevice, out: Buffer, part: Buffer, rows: PagedRows, *, m: in
                  **_scores(0.0, window))
     return Launch(knl, (head_dim, n_heads, m), None, [out, part, rows.positions, i32(splits)],
                   [part, rows.positions], [out], name + ".combine")
-
-
-def decode_attention_runs(dev: CLDevice, head_dim: int) -> bool:
-    """Whether a step of decode rows alone takes ``decode_attention`` (rotation, the store and
-    attention in one launch) in place of ``rope_store`` and ``attention_split``: on no device
-    yet. The kernel is right on every device (its tests and the engine's, forced, run on
-    CPUs), but slower than the two launches it replaces.
-
-    PERF (H200, SmolLM2 body, a context of 1024, 2026-11-29, 20 replays of a decode step
-    back to back): with it a step's 155 launches took 2.44 ms of device time for one row and
-    3.92 for 16, against 1.91 and 3.58 for the 185 launches without it, and a step through the
-    engine 2.74 against 2.41 ms for one row (the host enqueues about 13 us a launch either
-    way). Its reductions go through local memory with a barrier a level, where paged_attn_wg's
-    go through warp shuffles; it is taken once it is at least as fast."""
-    return False
-
-
-def decode_attention(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qkv: Buffer,
-                     ld_qkv: int, kp: Buffer, vp: Buffer, rows: PagedRows, inv_freq: Buffer, *,
-                     m: int, n_heads: int, n_kv: int, head_dim: int, scale: float, neox: bool,
-                     rot_dim: int = 0, context: int, softcap: float = 0.0, window: int = 0,
-                     sinks: Buffer | None = None, kv_half: bool = False,
-                     chunk: int | None = None, combine: bool | None = None,
-                     name: str = "attn") -> list[Launch]:
-    """``rope_store`` and ``attention_split`` in one launch (paged_decode_rope) for m decode
-    rows, each its own sequence's one new position (row r: slot rows.slots[r] at position
-    rows.positions[r], its QKV row r of ``qkv``, ``ld_qkv`` floats apart, before rotation):
-    rotates q and k (``neox``, ``rot_dim`` and ``inv_freq`` as in ``rope_store``), stores k and
-    v of the row's position in the pools and attends over positions 0 .. that one of its
-    sequence into ``out`` [m][n_heads * head_dim] (``scale``, ``softcap``, ``window``,
-    ``sinks`` and ``kv_half`` as in ``attention_split``). Work-groups of head_dim work-items
-    take ``chunk`` positions each of a (row, head) (default: ``attention.decode_chunk`` of
-    ``context``, the most positions a row may attend to). ``combine`` (default: where
-    ``attention.decode_combines``): the last of a (row, head) combines the partials in the same
-    launch, else a second launch does. ``part``: ``part_floats`` floats (with ``chunk``: m *
-    n_heads * ceil(context / chunk) * (head_dim + 2)); ``count``: m * n_heads int32, zero, left
-    zero. Every launch has the rows on global axis 2, one work-item a row there: a step resizes
-    it as ``StepPlan.add_rows(ln, axis=2)``.
-
-    >>> for ln in decode_attention(dev, out, part, count, qkv, (H + 2 * KV) * D, kp, vp, rows,
-    ...                            inv_freq, m=8, n_heads=H, n_kv=KV, head_dim=D, scale=D**-0.5,
-    ...                            neox=True, context=4096):
-    ...     ln.run(dev)
-    """
-    if chunk is None:
-        chunk, splits = _attention.decode_chunk(dev, context, n_heads)
-    else:
-        splits = -(-context // chunk)
-    if combine is None:
-        combine = _attention.decode_combines(dev)
-    ptx = combine and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
-    sink = _attention.sink_args(sinks)
-    knl = kernel(dev, "paged", "paged_decode_rope", HEAD_DIM=head_dim, CHUNK=chunk,
-                 ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx),
-                 **_rot(head_dim, rot_dim), **_scores(softcap, window),
-                 **_attention.kv_defines(kv_half), **_attention.sink_defines(sinks))
-    args = [out, part, count, qkv, i32(ld_qkv), kp, vp, *rows.args, inv_freq, i32(n_heads),
-            i32(n_kv), i32(rows.block_size), f32(scale), *sink]
-    writes = [out, part, count, kp, vp] if combine else [part, kp, vp]
-    launches = [Launch(knl, (splits * head_dim, n_heads, m), (head_dim, 1, 1), args,
-                       [qkv, kp, vp, count, *rows.reads, inv_freq, *sink], writes, name)]
-    if not combine:
-        launches.append(_combine(dev, out, part, rows, m=m, n_heads=n_heads,
-                                 head_dim=head_dim, chunk=chunk, splits=splits, window=window,
-                                 name=name))
-    return launches
 
 
 def part_floats(dev: CLDevice, rows: int, n_heads: int, head_dim: int, context: int) -> int:

@@ -280,18 +280,16 @@ class _EnginePart:
                       count)
         self.builder = StepBuilder(dev, cfg, weights, bufs, cache, first=first,
                                    embeds=embeds, heads=heads, kv_half=e.kv_half)
-        self.plans: dict[tuple[int | None, bool] | str, StepPlan] = {}
+        self.plans: dict[int | None | str, StepPlan] = {}
 
-    def plan(self, n: int, decode: bool, span: int | None = None,
-             single: bool = False) -> LaunchPlan:
-        """The launches of this part (not the last) for a step of ``n`` rows (``decode``: every
-        row a decode row of its own sequence; ``span``: the most positions a row attends to,
-        None: the context; ``single``: the single decode row's plan, ``BatchEngine._single``)."""
-        decode = decode and self.builder.fused_decode()
-        key: tuple[int | None, bool] | str = SINGLE if single else (self.builder.tm(n), decode)
+    def plan(self, n: int, span: int | None = None, single: bool = False) -> LaunchPlan:
+        """The launches of this part (not the last) for a step of ``n`` rows (``span``: the
+        most positions a row attends to, None: the context; ``single``: the single decode row's
+        plan, ``BatchEngine._single``)."""
+        key: int | None | str = SINGLE if single else self.builder.tm(n)
         got = self.plans.get(key)
         if got is None:
-            got = self.plans[key] = self.builder.rows(n, 0, decode=decode, single=single)
+            got = self.plans[key] = self.builder.rows(n, 0, single=single)
         got.resize(n, 0, span)
         return got.plan
 
@@ -337,9 +335,9 @@ class BatchEngine:
         # slot max_batch is the embedding's scratch sequence
         self.table_host = np.zeros((self.max_batch + 1, self.maxb), np.int32)
         self._alloc()
-        # one plan per (rows per work-item of the products and of the logits, embed, decode),
-        # resized to each step's rows (see _plan)
-        self._plans: dict[tuple[int | None, int | None, bool, bool] | str, StepPlan] = {}
+        # one plan per (rows per work-item of the products and of the logits, embed), resized
+        # to each step's rows (see _plan), and the lone and single decode rows' own
+        self._plans: dict[tuple[int | None, int | None, bool] | str, StepPlan] = {}
         self._lock = threading.RLock()
         self._waiting: deque[_Seq] = deque()
         self._running: dict[int, _Seq] = {}  # by slot
@@ -382,10 +380,10 @@ class BatchEngine:
               span: int | None = None) -> LaunchPlan:
         """The launches of a step of ``n`` rows with logits for ``nl`` of them (or, ``embed``,
         the final norm of every row instead; ``decode``: every row is a decode row of its own
-        sequence). A plan is made once per rows per work-item of the step's products and of
-        the logits' (a compile-time constant on CPUs; one value on GPUs), whether there are
-        logits rows, ``embed`` and ``decode`` (where the builder has a plan of its own for
-        decode rows: ``StepBuilder.fused_decode``); it is resized to ``n`` and ``nl`` rows.
+        sequence: one such row alone may take a plan of its own, ``_lone`` and ``_single``). A
+        plan is made once per rows per work-item of the step's products and of the logits' (a
+        compile-time constant on CPUs; one value on GPUs), whether there are logits rows and
+        ``embed``; it is resized to ``n`` and ``nl`` rows.
         Making one costs a kernel object per launch (about 0.06 ms each with pyopencl; PERF,
         H100, SmolLM2, 16 streams: a plan per logits-row count made a step of 50-80 ms for
         each count met first, and halved a wave's tokens a second), resizing sets a few
@@ -397,20 +395,18 @@ class BatchEngine:
             if got is None:
                 got = self._plans[LONE] = self.builder.rows(1, 1, decode=True, lone=True)
             return got.plan
-        fused = decode and self.builder.fused_decode()
         if self._single(n, nl, embed, decode):
             # PERF (H200, Qwen3-0.6B body Q8_0, one stream): one row's products, a launch each,
             # in place of the batched int8 rows' two
             got = self._plans.get(SINGLE)
             if got is None:
-                got = self._plans[SINGLE] = self.builder.rows(1, 1, decode=fused, single=True)
+                got = self._plans[SINGLE] = self.builder.rows(1, 1, single=True)
             got.resize(1, 1, span)
             return got.plan
-        decode = fused
-        key = (self._tm(n), self._tm(nl) if nl else 0, embed, decode)
+        key = (self._tm(n), self._tm(nl) if nl else 0, embed)
         got = self._plans.get(key)
         if got is None:
-            got = self._plans[key] = self.builder.rows(n, nl, embed, decode)
+            got = self._plans[key] = self.builder.rows(n, nl, embed)
         got.resize(n, nl, span)
         return got.plan
 
@@ -433,7 +429,7 @@ class BatchEngine:
             plan.replay()
             return
         single = self._single(n, nl, embed, decode)
-        chain = [(p.device, p.x, p.plan(n, decode, span, single)) for p in self._before]
+        chain = [(p.device, p.x, p.plan(n, span, single)) for p in self._before]
         Chain(chain + [(self.device, self.x, plan)], n * self.model.config.dim * 4).replay()
 
     def _write_rows(self, slots: np.ndarray, positions: np.ndarray, ids: np.ndarray) -> None:

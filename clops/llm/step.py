@@ -183,15 +183,13 @@ def branch_out(cfg: ModelConfig, weights: ModelWeights) -> bool:
 
 @dataclass
 class _Walk:
-    """One build's state: the plan, its rows, the decode span, whether every row is a decode
-    row of its own sequence (``decode``), and where a product left the next pre-norm's float16
-    rows (``ready``: that norm's weights, read from ``xh``), and whether the plan is one row's
-    (``single``)."""
+    """One build's state: the plan, its rows, the decode span, where a product left the next
+    pre-norm's float16 rows (``ready``: that norm's weights, read from ``xh``), and whether the
+    plan is one row's (``single``)."""
 
     step: StepPlan
     m: int
     span: int | None = None
-    decode: bool = False
     ready: dict[str, Buffer] = field(default_factory=dict)
     single: bool = False  # (``rows``' ``single``: products of one row, never resized)
 
@@ -239,7 +237,7 @@ class StepBuilder:
         """(``Paged``) The launches of a step of ``n`` rows with logits for ``nl`` of them
         (or, ``embed``, the final norm of every row into ``xn`` instead), resizable to other
         counts of rows that take the same rows per work-item (``tm``). ``decode``: every row
-        is a decode row, one new position of its own sequence (``fused_decode``). ``lone``
+        is a decode row, one new position of its own sequence (a lone row's plan). ``lone``
         (``lone_row``): a plan for one decode row alone, never resized, whose layers run as
         ``decode_layers`` launches over the paged cache. ``single`` (``single_row``): a plan
         for one decode row alone, never resized, whose products are one row's."""
@@ -250,7 +248,7 @@ class StepBuilder:
             raise ValueError("a single-row plan is one decode row where single_row() holds")
         cfg, dev, w, b = self.cfg, self.dev, self.w, self.b
         dim = cfg.dim
-        walk = self._body(n, None, decode, lone, single)
+        walk = self._body(n, None, lone, single)
         step = walk.step
         step.nl = nl
         if not self.heads:
@@ -320,13 +318,6 @@ class StepBuilder:
         return step
 
     # -- choices a driver asks about ----------------------------------------------------------
-    def fused_decode(self) -> bool:
-        """(``Paged``) Whether a step of decode rows alone has its own plan: rotation, the
-        stores and attention in one launch a layer (``paged.decode_attention``) in place of
-        two or three."""
-        return isinstance(self.cache, Paged) and self.cache.part is not None and \
-            paged.decode_attention_runs(self.dev, self.cfg.head_dim)
-
     def tm(self, m: int) -> int | None:
         """(``Paged``) Rows per work-item of the step's products on CPUs (a compile-time
         constant, so a plan serves the row counts of one value); None on GPUs (one geometry
@@ -428,11 +419,11 @@ class StepBuilder:
             q_norm=ly.q_norm, k_norm=ly.k_norm)
 
     # -- the layers, written once -------------------------------------------------------------
-    def _body(self, m: int, span: int | None, decode: bool = False,
-              lone: bool = False, single: bool = False) -> _Walk:
+    def _body(self, m: int, span: int | None, lone: bool = False,
+              single: bool = False) -> _Walk:
         """A step's embedding and layers for m rows (``lone``, ``single``: ``rows``')."""
         cfg, dev, w, b = self.cfg, self.dev, self.w, self.b
-        walk = _Walk(StepPlan(LaunchPlan(dev), [], m, 0), m, span, decode, single=single)
+        walk = _Walk(StepPlan(LaunchPlan(dev), [], m, 0), m, span, single=single)
         step = walk.step
         # (at every span: H100, 1B Q4_0 after 1024 / 4096 / 16384 positions, 1404 / 1260 / 924
         # tok/s against the per-layer plan's 906 / 894 / 797 in the same run)
@@ -628,10 +619,8 @@ class StepBuilder:
         if ly.q_norm is None or ly.k_norm is None or cfg.desc.qk_norm == "full" or \
                 not attention.folds_qk_norm(cfg.head_dim):
             return None
-        if isinstance(self.cache, OneSequence) or walk.single:
-            ok = walk.m == 1 and self._decode_rope(ly)
-        else:
-            ok = not (walk.decode and self.fused_decode())
+        ok = walk.m == 1 and self._decode_rope(ly) \
+            if isinstance(self.cache, OneSequence) or walk.single else True
         return (ly.q_norm, ly.k_norm, cfg.norm_eps) if ok else None
 
     def _attend_one(self, walk: _Walk, j: int, ly: LayerWeights, half_to: Buffer | None,
@@ -742,18 +731,6 @@ class StepBuilder:
                     window=ly.window, paged=cache.rows):
                 step.add_spanned(ln, attention.decode_rope_follows(dev, ln, context=ctx,
                                                                    n_heads=H))
-            return
-        if walk.decode and self.fused_decode():
-            assert cache.part is not None and cache.count is not None
-            # PERF: a step of decode rows alone rotates, stores and attends in one launch (the
-            # paged attn_decode_rope)
-            for ln in paged.decode_attention(dev, b.attn, cache.part, cache.count, b.qkv, n_qkv,
-                                             kp, vp, cache.rows, ly.inv_freq, m=m, n_heads=H,
-                                             n_kv=KV, head_dim=D, scale=self._scale(),
-                                             neox=cfg.rope_neox, rot_dim=cfg.rotary,
-                                             context=cache.context, kv_half=self.kv_half,
-                                             name=f"attn.{i}", **scores):
-                step.add_rows(ln, axis=2)
             return
         step.add_rows(paged.rope_store(dev, b.q, b.qkv, n_qkv, kp, vp, cache.rows, ly.inv_freq,
                                        m=m, n_heads=H, n_kv=KV, head_dim=D, neox=cfg.rope_neox,

@@ -187,7 +187,7 @@ def test_steps_of_any_logits_row_count_share_a_plan(tiny):
 
     def kind(n, nl, e, d):  # (a lone decode row's plans: StepBuilder.lone_row, single_row)
         return LONE if engine._lone(n, nl, e, d) else SINGLE if engine._single(n, nl, e, d) \
-            else (tm(n), tm(nl) if nl else 0, e, d and engine.builder.fused_decode())
+            else (tm(n), tm(nl) if nl else 0, e)
 
     kinds = {kind(*a) for a in asked}
     assert len(engine._plans) == len(kinds) < len({(tm(n), nl, e, d) for n, nl, e, d in asked})
@@ -216,7 +216,7 @@ def test_attention_split_over_positions_gives_the_models_tokens(tiny, monkeypatc
     assert _run(engine, prompts[:1]) == own[:1]
     chunk, splits = attention.decode_chunk(engine.device, engine.context,
                                            model.config.n_heads)
-    plan = engine._plans[(engine._tm(1), engine._tm(1), False, False)]  # (its last step's)
+    plan = engine._plans[(engine._tm(1), engine._tm(1), False)]  # (its last step's)
     span = len(prompts[0]) + NEW - 1
     want = min(splits, -(-(1 << (span - 1).bit_length()) // chunk))
     assert plan.span == span and want < splits

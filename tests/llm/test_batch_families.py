@@ -141,27 +141,26 @@ def test_windows_across_the_split_attentions_chunks(tmp_path, device, monkeypatc
 
 @pytest.mark.standin
 @pytest.mark.parametrize("name", ["gemma2", "phi3", "qwen3", "gpt_oss"])
-def test_decode_steps_fused_attention_batched_equals_alone(tmp_path, device, monkeypatch, name):
-    """The GPUs' plan for steps of decode rows alone (``paged.decode_attention``: rotation,
-    the stores and attention in one launch), run on this device too: windows and soft caps
-    (gemma2), partial rotary (phi3), QK-norm (qwen3), sinks (gpt-oss); every sequence's tokens
-    those of the prompt alone, and log-probabilities within the bound of transformers'."""
+def test_decode_steps_split_attention_batched_equals_alone(tmp_path, device, monkeypatch, name):
+    """The GPUs' plan for steps of decode rows (``paged.rope_store``, then attention split over
+    chunks of positions, ``paged.attention_split``), run on this device too: windows and soft
+    caps (gemma2), partial rotary (phi3), QK-norm folded into the rotation (qwen3), sinks
+    (gpt-oss); every sequence's tokens those of the prompt alone, and log-probabilities within
+    the bound of transformers'."""
     from clops.kernels import paged
 
     monkeypatch.setattr(paged, "split_attention", lambda dev, head_dim: True)
-    monkeypatch.setattr(paged, "decode_attention_runs", lambda dev, head_dim: True)
     ref, hf, gguf_path = make(name, str(tmp_path))
     model = clops.llm.load(gguf_path if _kind(name) == "gguf" else hf, device=device,
                            max_seq_len=128, progress=False, kv_cache="float32")
     prompts = _prompts(model.config.vocab_size)[::2]
     alone = [list(model.generate_ids(p, max_new_tokens=NEW, stop_ids=[])) for p in prompts]
     engine = BatchEngine(model, max_batch=4, block_size=8, prefill_chunk=64)
-    assert engine.builder.fused_decode()
     tokens, tops = _run(engine, prompts, SamplingParams(logprobs=TOP))
-    # (the decode steps took their own plan, with the fused attention)
-    decode_plans = [p for key, p in engine._plans.items() if key[3]]
-    assert decode_plans and all(not any(ln.name.startswith("rope_store")
-                                        for ln in p.plan.launches) for p in decode_plans)
+    # (every batched plan's attention split over chunks of positions)
+    plans = [p for key, p in engine._plans.items() if isinstance(key, tuple)]
+    assert plans and all(any(ln.kernel.function_name == "paged_attn_wg"
+                             for ln in p.plan.launches) for p in plans)
     assert tokens == alone, f"{name}: batched tokens differ from each prompt alone"
     assert _worst_error(ref, prompts, tokens, tops) < 2 * logit_tolerance(model)
 

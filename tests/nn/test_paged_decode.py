@@ -1,19 +1,18 @@
-"""paged.decode_attention (paged_decode_rope): rotation, the store of k and v and attention of
-a step of decode rows in one launch, against the unfused path (paged.rope_store, then
-paged.attention or paged.attention_split) for its output and the pools it leaves, and against
-numpy in float64: rows at position 0, at both sides of a block's end and over several chunks;
-grouped-query and multi-head, heads of 64 and 128, rotation of whole heads and of a part, both
-pairings, none; sliding windows, soft caps, sinks, pools of float32 and float16 values; the
-partials combined in the same launch and in a second; a step resized to fewer rows."""
+"""The batched engine's decode attention over the paged cache: paged.rope_store (rotation and
+the store of k and v), then paged.attention (paged_attn) or paged.attention_split (chunks of
+positions over work-groups, combined in the same launch or a second): the pools left and the
+output against numpy in float64, and the two attentions against each other; rows at position
+0, at both sides of a block's end and over several chunks; grouped-query and multi-head, heads
+of 64 and 128, rotation of whole heads and of a part, both pairings, none; sliding windows,
+soft caps, sinks, pools of float32 and float16 values."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-import clops.kernels.launch
 from clops.kernels import attention, paged
 
 from .test_attention_choices import _buf, _read
@@ -21,9 +20,8 @@ from .test_attention_choices import _buf, _read
 BS, CONTEXT = 16, 256
 MAXB = CONTEXT // BS
 # a row a sequence: position 0, the last of a block and the first of the next, several chunks
-# of CHUNK, the last position of the context
+# of attention_split's, the last position of the context
 POSITIONS = [0, 15, 16, 47, 130, 255]
-CHUNK = 32
 SLOTS = len(POSITIONS) + 2
 
 
@@ -39,7 +37,6 @@ class Case:
     softcap: float = 0.0
     sinks: bool = False
     rope: bool = True  # False: inv_freq of zeros (a layer without rotary)
-    two: bool = False  # also combined in a second launch (attention.cl's paged_attn_combine)
     split: bool = False  # also against attention_split, with its own chunks
 
 
@@ -53,7 +50,7 @@ CASES = {
     "gqa128-partial-window-softcap-sinks": Case(8, 2, 128, rot=64, window=40, softcap=30.0,
                                                 sinks=True, split=True),
     "gqa64-pairs-window-sinks-f16": Case(8, 2, 64, neox=False, kv_half=True, window=100,
-                                         sinks=True, two=True),
+                                         sinks=True),
     "mha64-norope-softcap-sinks": Case(4, 4, 64, softcap=20.0, sinks=True, rope=False),
 }
 
@@ -123,37 +120,9 @@ def _back(dev, s: Setup, out, kp, vp):
     return _read(dev, out, (len(POSITIONS), c.H, c.D)), ks, vs
 
 
-def _fused_launches(dev, s: Setup, kp, vp, *, chunk, combine):
-    c, m = s.case, len(POSITIONS)
-    splits = -(-CONTEXT // chunk) if chunk else None
-    nfloats = (m * c.H * splits * (c.D + 2) if splits
-               else paged.part_floats(dev, m, c.H, c.D, CONTEXT))
-    out = _buf(dev, np.full(m * c.H * c.D, np.nan, np.float32))
-    part = _buf(dev, np.full(nfloats, np.nan, np.float32))
-    count = _buf(dev, np.zeros(m * c.H, np.int32))
-    lns = paged.decode_attention(dev, out, part, count, s.qkv_b, s.ld, kp, vp, s.rows,
-                                 s.inv_b, **s.kw(), scale=s.scale, neox=c.neox, rot_dim=c.rot,
-                                 context=CONTEXT, chunk=chunk, combine=combine, **s.scores())
-    return lns, out, count
-
-
-def _fused(dev, s: Setup, *, chunk=CHUNK, combine=None):
-    kp, vp = _pools(dev, s)
-    lns, out, count = _fused_launches(dev, s, kp, vp, chunk=chunk, combine=combine)
-    one = attention.decode_combines(dev) if combine is None else combine
-    assert [ln.kernel.function_name for ln in lns][:1] == ["paged_decode_rope"]
-    assert len(lns) == (1 if one else 2)
-    for ln in lns:
-        assert ln.global_size[2] == len(POSITIONS)
-        ln.run(dev)
-    left = np.empty(len(POSITIONS) * s.case.H, np.int32)
-    dev.read(left, count)
-    assert not left.any()  # (left zero for the next launch)
-    return _back(dev, s, out, kp, vp)
-
-
-def _unfused(dev, s: Setup, monkeypatch, *, split=False):
-    """paged.rope_store, then paged.attention (paged_attn) or attention_split."""
+def _unfused(dev, s: Setup, monkeypatch, *, split=False, combine=None):
+    """paged.rope_store, then paged.attention (paged_attn) or attention_split (``combine``:
+    its partials combined in the same launch or a second; None: as the device's default)."""
     c, m = s.case, len(POSITIONS)
     kp, vp = _pools(dev, s)
     q = dev.alloc(m * c.H * c.D * 4)
@@ -164,7 +133,8 @@ def _unfused(dev, s: Setup, monkeypatch, *, split=False):
         part = dev.alloc(paged.part_floats(dev, m, c.H, c.D, CONTEXT) * 4)
         count = _buf(dev, np.zeros(m * c.H, np.int32))
         lns = paged.attention_split(dev, out, part, count, q, kp, vp, s.rows, **s.kw(),
-                                    scale=s.scale, context=CONTEXT, **s.scores())
+                                    scale=s.scale, context=CONTEXT, combine=combine,
+                                    **s.scores())
     else:
         monkeypatch.setattr(attention, "cpu_decode", lambda dev, head_dim: False)
         lns = [paged.attention(dev, out, q, kp, vp, s.rows, **s.kw(), scale=s.scale, lsize=1,
@@ -181,17 +151,15 @@ def _same(got, want):
     assert np.array_equal(k1, k2) and np.array_equal(v1, v2)
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_fused_equals_unfused(device, monkeypatch, name):
-    """The fused launch's output and pools, with chunks of CHUNK positions combined in the
-    same launch (and in a second), against rope_store and attention (and attention_split)."""
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.split])
+def test_split_equals_single(device, monkeypatch, name):
+    """attention_split's output and pools (its partials combined in the same launch, and in a
+    second) against rope_store and paged.attention."""
     dev, case = device, CASES[name]
     s = _setup(dev, case, seed=len(name))
     want = _unfused(dev, s, monkeypatch)
-    for combine in (True, False) if case.two else (True,):
-        _same(_fused(dev, s, combine=combine), want)
-    if case.split:
-        _same(_fused(dev, s), _unfused(dev, s, monkeypatch, split=True))
+    for combine in (True, False):
+        _same(_unfused(dev, s, monkeypatch, split=True, combine=combine), want)
 
 
 def test_split_same_every_run(device, monkeypatch):
@@ -206,15 +174,6 @@ def test_split_same_every_run(device, monkeypatch):
         assert np.array_equal(got[0], runs[0][0])
 
 
-def test_no_device_takes_it_yet(device, monkeypatch):
-    """Slower than rope_store and attention_split where those run (the note at
-    decode_attention_runs): no step takes it, on CPUs or GPUs."""
-    assert not paged.decode_attention_runs(device, 64)
-    monkeypatch.setattr(clops.kernels.launch, "is_cpu", lambda dev: False)
-    assert not paged.decode_attention_runs(device, 64)
-    assert not paged.decode_attention_runs(device, 128)
-
-
 def _rotate(x, pos, inv_freq, rot, neox):
     """x [..., D] rotated at pos (float64): the first rot dimensions, pairs as ROPE_NEOX."""
     x = x.astype(np.float64).copy()
@@ -227,59 +186,38 @@ def _rotate(x, pos, inv_freq, rot, neox):
     return x
 
 
-def test_against_numpy(device):
-    """One case in float64 (grouped-query heads, adjacent pairs rotated, a window, sinks, a
-    float16 pool): the new keys and values in the pools, the attention over the pools left."""
-    dev = device
-    case = CASES["gqa64-pairs-window-sinks-f16"]
+@pytest.mark.parametrize("name", list(CASES))
+def test_against_numpy(device, monkeypatch, name):
+    """Each case in float64: the new keys and values in the pools, the attention over the pools
+    left (paged.attention, and attention_split where the case takes it)."""
+    dev, case = device, CASES[name]
     s = _setup(dev, case, seed=7)
-    out, kp, vp = _fused(dev, s)
+    runs = [_unfused(dev, s, monkeypatch)]
+    if case.split:
+        runs.append(_unfused(dev, s, monkeypatch, split=True))
     H, KV, D, rot = case.H, case.KV, case.D, case.rot or case.D
-    for r, pos in enumerate(POSITIONS):
-        row = s.qkv[r, :(H + 2 * KV) * D].reshape(H + 2 * KV, D)
-        q = _rotate(row[:H], pos, s.inv_freq, rot, case.neox)
-        k_new = _rotate(row[H:H + KV], pos, s.inv_freq, rot, case.neox)
-        blocks = s.table[s.slots[r]]
-        keys = kp[blocks].transpose(1, 0, 2, 3).reshape(KV, CONTEXT, D).astype(np.float64)
-        vals = vp[blocks].transpose(1, 0, 2, 3).reshape(KV, CONTEXT, D).astype(np.float64)
-        np.testing.assert_allclose(keys[:, pos], k_new, rtol=1e-3, atol=1e-3)  # (float16)
-        np.testing.assert_array_equal(vals[:, pos], row[H + KV:].astype(np.float16))
-        lo = max(0, pos - case.window + 1)
-        for h in range(H):
-            kk, vv = keys[h // (H // KV), lo:pos + 1], vals[h // (H // KV), lo:pos + 1]
-            sc = (kk @ q[h]) * s.scale
-            top = max(sc.max(), s.sinks[h])
-            e = np.exp(sc - top)
-            want = (e @ vv) / (e.sum() + np.exp(s.sinks[h] - top))
-            np.testing.assert_allclose(out[r, h], want, rtol=1e-4, atol=2e-5)
-
-
-@pytest.mark.parametrize("combine", [True, False], ids=["one-launch", "two-launches"])
-def test_resized_to_fewer_rows(device, combine):
-    """Launches made for every row, resized along axis 2 to the first three (as a step's
-    plan resizes them), give those rows as before and store those rows' keys and values
-    alone."""
-    dev = device
-    case = CASES["gqa64-pairs-window-sinks-f16"]
-    s = _setup(dev, case, seed=3)
-    full = _fused(dev, s, combine=combine)
-    kp, vp = _pools(dev, s)
-    lns, out, _ = _fused_launches(dev, s, kp, vp, chunk=CHUNK, combine=combine)
-    n = 3
-    for ln in lns:
-        g = ln.global_size
-        replace(ln, global_size=(g[0], g[1], n)).run(dev)
-    got, ks, vs = _back(dev, s, out, kp, vp)
-    np.testing.assert_array_equal(got[:n], full[0][:n])
-    assert np.isnan(got[n:]).all()  # (rows past the resize untouched)
-    for r, pos in enumerate(POSITIONS):
-        blk, at = s.table[s.slots[r], pos // BS], pos % BS
-        pool = (full[1], full[2]) if r < n else (s.kp, s.vp)
-        np.testing.assert_array_equal(ks[blk, :, at], pool[0][blk, :, at])
-        np.testing.assert_array_equal(vs[blk, :, at], pool[1][blk, :, at])
-    # (everything else in the pools as it was)
-    touched = np.zeros(ks.shape[:3], bool)
-    for r, pos in enumerate(POSITIONS[:n]):
-        touched[s.table[s.slots[r], pos // BS], :, pos % BS] = True
-    np.testing.assert_array_equal(ks[~touched], s.kp[~touched])
-    np.testing.assert_array_equal(vs[~touched], s.vp[~touched])
+    ct = np.float16 if case.kv_half else np.float32
+    # (keys: float16 pools round them; float32's rotation at position 255 is off by its angle's
+    # rounding, 255 * 2^-24 radians)
+    tol = 1e-3 if case.kv_half else 1e-4
+    for out, kp, vp in runs:
+        for r, pos in enumerate(POSITIONS):
+            row = s.qkv[r, :(H + 2 * KV) * D].reshape(H + 2 * KV, D)
+            q = _rotate(row[:H], pos, s.inv_freq, rot, case.neox)
+            k_new = _rotate(row[H:H + KV], pos, s.inv_freq, rot, case.neox)
+            blocks = s.table[s.slots[r]]
+            keys = kp[blocks].transpose(1, 0, 2, 3).reshape(KV, CONTEXT, D).astype(np.float64)
+            vals = vp[blocks].transpose(1, 0, 2, 3).reshape(KV, CONTEXT, D).astype(np.float64)
+            np.testing.assert_allclose(keys[:, pos], k_new, rtol=tol, atol=tol)
+            np.testing.assert_array_equal(vals[:, pos], row[H + KV:].astype(ct))
+            lo = max(0, pos - case.window + 1) if case.window else 0
+            for h in range(H):
+                kk, vv = keys[h // (H // KV), lo:pos + 1], vals[h // (H // KV), lo:pos + 1]
+                sc = (kk @ q[h]) * s.scale
+                if case.softcap:
+                    sc = case.softcap * np.tanh(sc / case.softcap)
+                sink = s.sinks[h] if s.sinks is not None else -np.inf
+                top = max(sc.max(), sink)
+                e = np.exp(sc - top)
+                want = (e @ vv) / (e.sum() + np.exp(sink - top))
+                np.testing.assert_allclose(out[r, h], want, rtol=1e-4, atol=2e-5)
