@@ -69,6 +69,7 @@ class TinyShape:
         ("Q8_0", "Q4_0", "Q4_1", "F16"), ("BF16", "F32", "Q8_0", "Q4_1"))
     rope_freqs: bool = True
     qkv_bias: bool = False
+    qk_norm: bool = False  # per-head QK-norm weights (Qwen3's attn_q_norm, attn_k_norm)
     alignment: int | None = None
     context: int = 256
 
@@ -86,15 +87,6 @@ LLAMA = TinyShape()
 QWEN2 = TinyShape(embed_type="F32", output_type=None, rope_freqs=False, qkv_bias=True,
                   alignment=64, layer_types=(("F32", "F16", "F32", "F16"),
                                              ("F16", "F32", "F16", "F32")))
-
-
-def qk_norms(shape: TinyShape, seed: int = 3) -> dict[str, np.ndarray]:
-    """QK-norm's weights of each layer of ``shape``, a head's (Qwen3's; ``write_gguf``'s
-    ``extra`` for arch "qwen3")."""
-    rng = np.random.default_rng(seed)
-    return {f"blk.{i}.attn_{n}_norm.weight":
-            (1.0 + 0.3 * rng.standard_normal(shape.head_dim)).astype(np.float32)
-            for i in range(shape.layers) for n in "qk"}
 
 
 def write_gguf(path: str, arch: str = "llama", seed: int = 0,
@@ -192,6 +184,10 @@ def write_gguf(path: str, arch: str = "llama", seed: int = 0,
             add(p + "attn_q.bias", (q_rows,), "F32")
             add(p + "attn_k.bias", (kv_rows,), "F32")
             add(p + "attn_v.bias", (kv_rows,), "F32")
+        if sh.qk_norm:  # (weights far from 1, so that a norm without them shows)
+            for n in "qk":
+                w.add_tensor(p + f"attn_{n}_norm.weight",
+                             (1.0 + 0.3 * rng.standard_normal(sh.head_dim)).astype(np.float32))
         add(p + "attn_output.weight", (sh.dim, q_rows), o)
         add(p + "ffn_norm.weight", (sh.dim,), "F32")
         add(p + "ffn_gate.weight", (sh.ffn, sh.dim), gate_up)

@@ -12,7 +12,7 @@ import pytest
 import clops.llm
 from clops.kernels import layer
 
-from ..fuzz.tiny_files import TinyShape, qk_norms, write_gguf
+from ..fuzz.tiny_files import TinyShape, write_gguf
 
 # every layer matrix 4- or 8-bit (what decode_layers takes: half scales, and Q4_K's float
 # ones; and float16); heads of 64
@@ -61,15 +61,9 @@ DEEP = TinyShape(dim=128, layers=10, heads=4, kv_heads=2, head_dim=32, ffn=256,
 # heads a key-value head, 8-bit layers and a float16 embedding
 QK = TinyShape(dim=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
                embed_type="F16", output_type="Q8_0", context=1024, rope_freqs=False,
-               layer_types=(("Q8_0", "Q8_0", "Q8_0", "Q8_0"),))
+               qk_norm=True, layer_types=(("Q8_0", "Q8_0", "Q8_0", "Q8_0"),))
 SHAPES = {"mixed": SHAPE, "same": SAME, "f16": F16, "deep": DEEP, "qk": QK}
 
-
-def write_shape(path: str, which: str, shape: TinyShape) -> str:
-    """A tiny model of ``shape`` (``which`` "qk": Qwen3's, with QK-norm's weights)."""
-    if which == "qk":
-        return write_gguf(path, arch="qwen3", shape=shape, extra=qk_norms(shape))
-    return write_gguf(path, shape=shape)
 # float16 rows of 1024 packed into 16 work-groups of output rows: of an FFN of 2016, an H100's
 # 132 work-groups take 1056 pairs a round, and the 960 after it go to the 116 early loaders (928)
 # and, spread over their warps, to the output phase's (GU_DEAL)
@@ -81,7 +75,8 @@ SPREAD = TinyShape(dim=1024, layers=1, heads=16, kv_heads=4, head_dim=64, ffn=20
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("layer")
-    return {k: write_shape(str(d / f"{k}.gguf"), k, v)
+    return {k: write_gguf(str(d / f"{k}.gguf"), arch="qwen3" if v.qk_norm else "llama",
+                          shape=v)
             for k, v in {**SHAPES, **REFUSED, "spread": SPREAD}.items()}
 
 

@@ -16,7 +16,7 @@ import clops.llm
 from clops.kernels import layer
 from clops.llm.batch import LONE, BatchEngine, SamplingParams
 
-from ..fuzz.tiny_files import TinyShape, qk_norms, write_gguf
+from ..fuzz.tiny_files import TinyShape, write_gguf
 
 # 4- and 8-bit layers (the kernel's int8 inputs), and float16 ones; heads of 64 and of 32; and
 # Qwen3's heads of 128 with QK-norm
@@ -30,16 +30,15 @@ SHAPES = {
                      layer_types=(("F16", "F16", "F16", "F16"),)),
     "qk": TinyShape(dim=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
                     embed_type="Q8_0", output_type="Q8_0", context=1024, rope_freqs=False,
-                    layer_types=(("Q8_0", "Q8_0", "Q8_0", "Q8_0"),)),
+                    qk_norm=True, layer_types=(("Q8_0", "Q8_0", "Q8_0", "Q8_0"),)),
 }
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, str]:
     d = tmp_path_factory.mktemp("lone")
-    return {k: write_gguf(str(d / f"{k}.gguf"), shape=v) if k != "qk" else
-            write_gguf(str(d / f"{k}.gguf"), arch="qwen3", shape=v, extra=qk_norms(v))
-            for k, v in SHAPES.items()}
+    return {k: write_gguf(str(d / f"{k}.gguf"), arch="qwen3" if v.qk_norm else "llama",
+                          shape=v) for k, v in SHAPES.items()}
 
 
 def _kernel_runs(device, monkeypatch) -> None:
