@@ -619,8 +619,8 @@ class StepBuilder:
         if ly.q_norm is None or ly.k_norm is None or cfg.desc.qk_norm == "full" or \
                 not attention.folds_qk_norm(cfg.head_dim):
             return None
-        ok = walk.m == 1 and self._decode_rope(ly) \
-            if isinstance(self.cache, OneSequence) or walk.single else True
+        batched = isinstance(self.cache, Paged) and not walk.single  # (paged.rope_store's rows)
+        ok = batched or walk.m == 1 and self._decode_rope(ly)
         return (ly.q_norm, ly.k_norm, cfg.norm_eps) if ok else None
 
     def _attend_one(self, walk: _Walk, j: int, ly: LayerWeights, half_to: Buffer | None,

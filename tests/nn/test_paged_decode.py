@@ -120,7 +120,7 @@ def _back(dev, s: Setup, out, kp, vp):
     return _read(dev, out, (len(POSITIONS), c.H, c.D)), ks, vs
 
 
-def _unfused(dev, s: Setup, monkeypatch, *, split=False, combine=None):
+def _step(dev, s: Setup, monkeypatch, *, split=False, combine=None):
     """paged.rope_store, then paged.attention (paged_attn) or attention_split (``combine``:
     its partials combined in the same launch or a second; None: as the device's default)."""
     c, m = s.case, len(POSITIONS)
@@ -157,9 +157,9 @@ def test_split_equals_single(device, monkeypatch, name):
     second) against rope_store and paged.attention."""
     dev, case = device, CASES[name]
     s = _setup(dev, case, seed=len(name))
-    want = _unfused(dev, s, monkeypatch)
+    want = _step(dev, s, monkeypatch)
     for combine in (True, False):
-        _same(_unfused(dev, s, monkeypatch, split=True, combine=combine), want)
+        _same(_step(dev, s, monkeypatch, split=True, combine=combine), want)
 
 
 def test_split_same_every_run(device, monkeypatch):
@@ -167,8 +167,8 @@ def test_split_same_every_run(device, monkeypatch):
     to paged.attention's, at heads of 64 (each work-group's tiles of 64 key rows)."""
     dev = device
     s = _setup(dev, CASES["gqa64-neox-f32"], seed=3)
-    want = _unfused(dev, s, monkeypatch)
-    runs = [_unfused(dev, s, monkeypatch, split=True) for _ in range(4)]
+    want = _step(dev, s, monkeypatch)
+    runs = [_step(dev, s, monkeypatch, split=True) for _ in range(4)]
     for got in runs:
         _same(got, want)
         assert np.array_equal(got[0], runs[0][0])
@@ -192,9 +192,9 @@ def test_against_numpy(device, monkeypatch, name):
     left (paged.attention, and attention_split where the case takes it)."""
     dev, case = device, CASES[name]
     s = _setup(dev, case, seed=7)
-    runs = [_unfused(dev, s, monkeypatch)]
+    runs = [_step(dev, s, monkeypatch)]
     if case.split:
-        runs.append(_unfused(dev, s, monkeypatch, split=True))
+        runs.append(_step(dev, s, monkeypatch, split=True))
     H, KV, D, rot = case.H, case.KV, case.D, case.rot or case.D
     ct = np.float16 if case.kv_half else np.float32
     # (keys: float16 pools round them; float32's rotation at position 255 is off by its angle's
