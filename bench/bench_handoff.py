@@ -6,7 +6,9 @@ the second, and a hand-over back (the next step's first kernel waits for the las
 the host enqueueing each step before it waits for the one before (as ``Model.generate_ids``
 does). Each way of handing over is timed against the same launches all on one device:
 
-- ``one``: every launch on the first device (no hand-over; the floor).
+- ``solo``: every launch on the first device in a context of its own (no hand-over, and no
+  second device in the context).
+- ``one``: every launch on the first device of the two-device context.
 - ``barrier``: the second queue waits on a marker of the first (``enqueue_barrier``), then
   copies the rows (``--rows-bytes``) device to device; the first queue waits on the second
   the same way at the next step (``placement.Chain``).
@@ -95,16 +97,20 @@ class Relay:
         return user
 
 
-def run(way: str, s0: Side, s1: Side, steps: int, count: int, n: int, rows: int) -> float:
-    """Seconds a step, the median over 3 runs of ``steps`` steps after 3 warm-up steps."""
+def run(way: str, s0: Side, s1: Side, steps: int, count: int, n: int,
+        rows: int) -> tuple[float, float]:
+    """Seconds a step and the host's seconds of enqueueing a step, medians over 3 runs of
+    ``steps`` steps after 3 warm-up steps."""
     token = np.empty(1, np.int32)
-    times = []
+    times, enq = [], []
     relay = Relay(s0.dev.context) if way == "relay" else None
     for todo in (3, steps, steps, steps):  # (the first run warms up)
         before = None
         t0 = time.perf_counter()
+        spent = 0.0
         for _s in range(todo):
-            if way == "one":
+            t1 = time.perf_counter()
+            if way in ("one", "solo"):
                 s0.launches(2 * count, n, s0.st, True)
                 ev = cl.enqueue_copy(s0.q, token, s0.st, is_blocking=False)
             else:
@@ -123,15 +129,16 @@ def run(way: str, s0: Side, s1: Side, steps: int, count: int, n: int, rows: int)
                 s1.launches(count, n, s1.st, True)
                 ev = cl.enqueue_copy(s1.q, token, s1.st, is_blocking=False)
                 s1.q.flush()
+            spent += time.perf_counter() - t1
             if before is not None:
                 before.wait()
             before = ev
         before.wait()
         times.append((time.perf_counter() - t0) / todo)
-    times = times[1:]
+        enq.append(spent / todo)
     s0.q.finish()
     s1.q.finish()
-    return statistics.median(times)
+    return statistics.median(times[1:]), statistics.median(enq[1:])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,18 +157,26 @@ def main(argv: list[str] | None = None) -> int:
             if args.device.endswith(":halves") else clops.context(args.device))
     if len(devs) != 2:
         raise SystemExit("--device names two devices of one platform")
-    s0, s1 = (Side(d, args.floats, args.rows_bytes) for d in devs)
+    alone = devs[0].parent if args.device.endswith(":halves") else \
+        clops.device(args.device.split(",")[0])
+    s0, s1, solo = (Side(d, args.floats, args.rows_bytes) for d in (*devs, alone))
     out: dict = {"devices": [d.name for d in devs], "launches": args.launches,
-                 "floats4": args.floats, "rows_bytes": args.rows_bytes, "ms_a_step": {}}
+                 "floats4": args.floats, "rows_bytes": args.rows_bytes, "ms_a_step": {},
+                 "enqueue_ms_a_step": {}}
     for rnd in range(2):
-        for way in ("one", "barrier", "shared", "own", "relay"):
-            ms = run(way, s0, s1, args.steps, args.launches, args.floats, args.rows_bytes) * 1e3
+        for way in ("solo", "one", "barrier", "shared", "own", "relay"):
+            first = solo if way == "solo" else s0
+            ms, enq = (v * 1e3 for v in run(way, first, s1, args.steps, args.launches,
+                                             args.floats, args.rows_bytes))
             out["ms_a_step"].setdefault(way, []).append(ms)
-            print(f"round {rnd} {way:8s} {ms:8.3f} ms a step", flush=True)
-    base = statistics.median(out["ms_a_step"]["one"])
+            out["enqueue_ms_a_step"].setdefault(way, []).append(enq)
+            print(f"round {rnd} {way:8s} {ms:8.3f} ms a step, enqueued in {enq:8.3f}", flush=True)
+    base = statistics.median(out["ms_a_step"]["solo"])
     for way, v in out["ms_a_step"].items():
         m = statistics.median(v)
-        print(f"{way:8s} median {m:8.3f} ms a step, hand-overs {m - base:+7.3f} ms", flush=True)
+        e = statistics.median(out["enqueue_ms_a_step"][way])
+        print(f"{way:8s} median {m:8.3f} ms a step ({m - base:+7.3f} against solo), "
+              f"enqueued in {e:8.3f} ms", flush=True)
     write_json(args.json, out)
     return 0
 

@@ -44,6 +44,32 @@ def _model_tokens(model, ids: list[int], new: int, skip: int = -1,
     return times
 
 
+class _Timed:
+    """A plan whose ``replay`` adds the host's seconds of enqueueing it to ``spent[0]``."""
+
+    def __init__(self, plan, spent: list[float]) -> None:
+        self.plan, self.spent = plan, spent
+
+    def replay(self) -> None:
+        t = time.perf_counter()
+        self.plan.replay()
+        self.spent[0] += time.perf_counter() - t
+
+
+def _enqueue_ms(model, ids: list[int], new: int) -> float:
+    """The host's milliseconds of enqueueing a decode step of ``Model.generate_ids`` (the
+    mean over a generation of ``new`` tokens)."""
+    spent = [0.0]
+    plan_of = model._plan
+    model._plan = lambda m, *a, **k: (_Timed(plan_of(m, *a, **k), spent) if m == 1
+                                      else plan_of(m, *a, **k))
+    try:
+        n = len(_model_tokens(model, ids, new))
+    finally:
+        del model._plan
+    return spent[0] * 1e3 / max(n - 1, 1)
+
+
 def _engine_tokens(model, ids: list[int], new: int, skip: int = -1,
                    prof: Profiler | None = None) -> list[float]:
     """Arrival times of each new token of one sequence through the batched engine."""
@@ -103,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     print("mean ms a token after the first: " + ", ".join(f"{v:.3f}" for v in means)
           + "; gaps ms of the first run: " + " ".join(f"{v:.2f}" for v in gaps[0]), flush=True)
 
+    enq = None
+    if a.engine == "model":
+        enq = _enqueue_ms(model, ids, a.new)
+        print(f"host enqueue a token: {enq:.3f} ms", flush=True)
+
     prof = clops.profile()
     times = run(model, ids, a.new, a.skip, prof)
     prof.__exit__(None, None, None)
@@ -115,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"model": os.path.basename(a.model), "device": a.device, "engine": a.engine,
                  "prompt": a.prompt, "new": a.new, "wall_ms": wall * 1e3,
                  "wall_runs_ms": [w * 1e3 for w in walls], "mean_ms": means, "gaps_ms": gaps,
+                 "enqueue_ms": enq,
                  "profiled_wall_ms": prof_wall * 1e3,
                  "steps_profiled": steps, "devices": {}}
     print(f"wall a token, profiled: {prof_wall * 1e3:.3f} ms ({steps} steps profiled)",
