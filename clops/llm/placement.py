@@ -228,20 +228,20 @@ class Chain:
     its device's default queue, in turn, each after the one before, with the rows of the
     residual stream (``nbytes`` from the start of each part's ``x``) moved from part to part.
 
-    Parts in one OpenCL context: the next one's queue waits on a marker of the one before
-    (a barrier), then copies the rows device to device; nothing waits on the host. The first
-    part waits for the last part's queue too: the host's copies for a step, and the step before,
-    go there. Parts in different contexts (devices of different platforms: a GPU and a CPU
+    Parts in one OpenCL context: the host waits for a marker of the part before, then the next
+    part's queue copies the rows device to device and its launches are enqueued (the host
+    waiting costs less than a queue waiting on another device's event: see ``replay``). The
+    first part waits for the last part's queue too: the host's copies for a step, and the step
+    before, go there. Parts in different contexts (devices of different platforms: a GPU and a CPU
     runtime) meet through the host: the rows are read once the part before is done and written
     to the next (a few KiB a row).
 
     ``copies`` (``Copies``): each part reads token ids and positions of its own, copies of the
     last part's (where the host and the sampler write them), brought over before the part's
-    launches: device to device in one context (the whole token buffer and the positions, after
-    the part's barrier), else through the host (the positions, and the token ids of the step's
-    ``rows`` from the position on). No buffer is used by two devices: a buffer one device
-    writes and another reads leaves it to the driver to move it, and NVIDIA's driver made each
-    step of a 70B model split over two H200s about 3 ms slower that way."""
+    launches: device to device in one context (the whole token buffer and the positions, once
+    the host has waited), else through the host (the positions, and the token ids of the step's
+    ``rows`` from the position on). No buffer is used by two devices (one device writing a
+    buffer that another reads would leave its moving to the driver, step by step)."""
 
     def __init__(self, parts: list[tuple[CLDevice, Buffer, Any]], nbytes: int,
                  copies: Copies | None = None, rows: int = 0) -> None:
@@ -265,11 +265,17 @@ class Chain:
                     dev.write(st, state, queue=dev.queue, blocking=True)
                     dev.write(tokens, ids, pos * 4, queue=dev.queue, blocking=True)
         done = last.queue.marker()
+        last.queue.flush()
         for k, (dev, x, plan) in enumerate(parts):
             q = dev.queue
             before = parts[k - 1][0] if k else last
             if dev.shares_context(before):
-                q.barrier([done])
+                # PERF (two H200s, NVIDIA's driver 580): the host waits for the part before,
+                # then enqueues this one's. A queue told to wait on another device's event
+                # (a barrier) made the host's enqueues of the part after it about four times
+                # slower: an 8B body's decode step took 5.26 ms split over two GPUs in one
+                # context (the host enqueueing for 5.2 of them), 2.78 on one GPU.
+                done.wait()
                 if k and self.nbytes:
                     dev.copy(x, parts[k - 1][1], self.nbytes, queue=q)
             elif k and self.nbytes:
@@ -283,4 +289,4 @@ class Chain:
             plan.replay()
             if k + 1 < len(parts):
                 done = q.marker()
-            q.flush()  # (the next part's queue waits on this one's work)
+            q.flush()  # (the host waits for this part's work next)
