@@ -20,7 +20,6 @@ import numpy as np
 
 from ..kernels import attention
 from ..runtime import CLDevice, meminfo
-from ..runtime.device import context as _context
 from ..runtime.device import device as _one_device
 from ..runtime.pool import Buffer
 from .config import ModelConfig
@@ -62,10 +61,10 @@ def shown(dev: CLDevice) -> str:
 def devices(device: CLDevice | str | Sequence[CLDevice | str] | None) -> list[CLDevice]:
     """The devices a model is loaded on: one device (a selector, a device, None for the
     default), or several: a comma-separated selector list such as ``"gpu:0,gpu:1"`` or
-    ``"gpu,cpu"`` (the devices of each platform made into one OpenCL context by
-    ``clops.context``, so that rows move between them device to device), or a list of devices
-    (``clops.context``'s, a device's ``create_sub_devices``, or any others: devices of
-    different contexts meet through the host)."""
+    ``"gpu,cpu"`` (each device in a context of its own: the parts meet through the host), or
+    a list of devices (``clops.context``'s and a device's ``create_sub_devices`` share a
+    context, where the rows move device to device; devices of different contexts meet through
+    the host)."""
     if isinstance(device, str) and "," in device:
         from ..runtime import discovery
 
@@ -77,18 +76,12 @@ def devices(device: CLDevice | str | Sequence[CLDevice | str] | None) -> list[CL
         raise ValueError("device: the list of devices is empty")
     if len(items) == 1:
         return [_one_device(items[0])]
-    if all(isinstance(d, CLDevice) for d in items):
-        out = [d for d in items if isinstance(d, CLDevice)]
-    else:  # selectors: one context for the devices of each platform
-        bases = [_one_device(d) for d in items]
-        by_platform: dict[int, list[int]] = {}
-        for j, b in enumerate(bases):
-            by_platform.setdefault(b.entry.platform.int_ptr, []).append(j)
-        out = list(bases)
-        for idx in by_platform.values():
-            if len({bases[j].cl_device.int_ptr for j in idx}) == len(idx) and len(idx) > 1:
-                for j, d in zip(idx, _context([bases[j] for j in idx])):
-                    out[j] = d
+    # PERF (two H200s, NVIDIA's driver 580): selectors give each device a context of its own,
+    # the parts meeting through the host. Two GPUs of one context ran each launch slower
+    # whenever both were in use (an 8B body's split decode 5.26 ms a token, the host
+    # enqueueing for 5.2 of them, against 3.15 in two contexts and 2.75 on one GPU; a 70B body
+    # Q8_0 36.8 -> 50.6 tok/s).
+    out = [d if isinstance(d, CLDevice) else _one_device(d) for d in items]
     if len({d.cl_device.int_ptr for d in out}) != len(out):
         raise ValueError(f"device: a device is named twice in {[d.selector for d in out]}")
     return out
@@ -228,18 +221,17 @@ class Chain:
     its device's default queue, in turn, each after the one before, with the rows of the
     residual stream (``nbytes`` from the start of each part's ``x``) moved from part to part.
 
-    Parts in one OpenCL context: the host waits for a marker of the part before, then the next
-    part's queue copies the rows device to device and its launches are enqueued (the host
-    waiting costs less than a queue waiting on another device's event: see ``replay``). The
-    first part waits for the last part's queue too: the host's copies for a step, and the step
-    before, go there. Parts in different contexts (devices of different platforms: a GPU and a CPU
-    runtime) meet through the host: the rows are read once the part before is done and written
+    Parts in one OpenCL context: the next one's queue waits on a marker of the one before
+    (a barrier), then copies the rows device to device; nothing waits on the host. The first
+    part waits for the last part's queue too: the host's copies for a step, and the step before,
+    go there. Parts in different contexts (devices named by selectors, or of different
+    platforms: a GPU and a CPU runtime) meet through the host: the rows are read once the part before is done and written
     to the next (a few KiB a row).
 
     ``copies`` (``Copies``): each part reads token ids and positions of its own, copies of the
     last part's (where the host and the sampler write them), brought over before the part's
-    launches: device to device in one context (the whole token buffer and the positions, once
-    the host has waited), else through the host (the positions, and the token ids of the step's
+    launches: device to device in one context (the whole token buffer and the positions, after
+    the part's barrier), else through the host (the positions, and the token ids of the step's
     ``rows`` from the position on). No buffer is used by two devices (one device writing a
     buffer that another reads would leave its moving to the driver, step by step)."""
 
@@ -265,17 +257,15 @@ class Chain:
                     dev.write(st, state, queue=dev.queue, blocking=True)
                     dev.write(tokens, ids, pos * 4, queue=dev.queue, blocking=True)
         done = last.queue.marker()
-        last.queue.flush()
         for k, (dev, x, plan) in enumerate(parts):
             q = dev.queue
             before = parts[k - 1][0] if k else last
             if dev.shares_context(before):
-                # PERF (two H200s, NVIDIA's driver 580): the host waits for the part before,
-                # then enqueues this one's. A queue told to wait on another device's event
-                # (a barrier) made the host's enqueues of the part after it about four times
-                # slower: an 8B body's decode step took 5.26 ms split over two GPUs in one
-                # context (the host enqueueing for 5.2 of them), 2.78 on one GPU.
-                done.wait()
+                # PERF (two H200s in one context, NVIDIA's driver 580): the host waiting for
+                # ``done`` in place of this barrier made an 8B body's split decode slower
+                # (6.39 ms a token against 5.26); selectors put GPUs in contexts of their own
+                # (``devices``), which took 3.15
+                q.barrier([done])
                 if k and self.nbytes:
                     dev.copy(x, parts[k - 1][1], self.nbytes, queue=q)
             elif k and self.nbytes:
@@ -289,4 +279,4 @@ class Chain:
             plan.replay()
             if k + 1 < len(parts):
                 done = q.marker()
-            q.flush()  # (the host waits for this part's work next)
+            q.flush()  # (the next part's queue waits on this one's work)
