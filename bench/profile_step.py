@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("model")
     ap.add_argument("--device", default="gpu")
+    ap.add_argument("--one-context", action="store_true",
+                    help="the devices of a list in one OpenCL context (clops.context), not each "
+                         "in its own as a selector list puts them")
     ap.add_argument("--engine", choices=("model", "batch"), default="model")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=32)
@@ -110,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     t = time.perf_counter()
-    model = clops.llm.load(a.model, device=a.device, max_seq_len=a.prompt + a.new + 64,
+    device = clops.context(a.device) if a.one_context else a.device
+    model = clops.llm.load(a.model, device=device, max_seq_len=a.prompt + a.new + 64,
                            progress=False)
     print(f"loaded in {time.perf_counter() - t:.1f} s: {model.where}", flush=True)
     ids = np.random.default_rng(0).integers(100, model.config.vocab_size - 1,

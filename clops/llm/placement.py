@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import attention
-from ..runtime import CLDevice, meminfo
+from ..runtime import CLDevice, meminfo, staging
 from ..runtime.device import device as _one_device
 from ..runtime.pool import Buffer
 from .config import ModelConfig
@@ -225,8 +225,8 @@ class Chain:
     (a barrier), then copies the rows device to device; nothing waits on the host. The first
     part waits for the last part's queue too: the host's copies for a step, and the step before,
     go there. Parts in different contexts (devices named by selectors, or of different
-    platforms: a GPU and a CPU runtime) meet through the host: the rows are read once the part before is done and written
-    to the next (a few KiB a row).
+    platforms: a GPU and a CPU runtime) meet through the host: the rows are read into pinned
+    memory once the part before is done and written to the next (a few KiB a row).
 
     ``copies`` (``Copies``): each part reads token ids and positions of its own, copies of the
     last part's (where the host and the sampler write them), brought over before the part's
@@ -269,9 +269,12 @@ class Chain:
                 if k and self.nbytes:
                     dev.copy(x, parts[k - 1][1], self.nbytes, queue=q)
             elif k and self.nbytes:
-                rows = np.empty(self.nbytes, np.uint8)
-                before.read(rows, parts[k - 1][1], queue=before.queue)
-                dev.write(x, rows, queue=q, blocking=True)
+                # (through pinned memory of the part before: its copy a DMA, not a bounce)
+                ev, blk = staging.download(before, parts[k - 1][1], self.nbytes,
+                                           queue=before.queue)
+                ev.wait()
+                dev.write(x, blk.host[:self.nbytes], queue=q, blocking=True)
+                staging.staging_pool(before).release(blk)
             own = near.get(id(dev))
             if own is not None and c is not None:
                 dev.copy(own[1], c.state, c.state.nbytes, queue=q)
