@@ -167,22 +167,31 @@ class Model:
                 if progress:
                     print("clops: " + "; ".join(st.describe(cfg.n_layers) for st in self.stages),
                           file=sys.stderr)
-                # token ids and positions: a pair of buffers for each part (the first part's
-                # embedding reads the token the last part's sampler chose); the last part's are
-                # the ones the host and the sampler write, the others' copies of them
-                # (placement.Chain: no buffer is used by two devices)
-                own = [dict(tokens=upload(d, np.zeros(self.max_seq + 2, np.int32)),
-                            state=upload(d, np.zeros(4, np.int32))) for d in devs]
+                # token ids and positions: one pair of buffers in each OpenCL context of the
+                # parts (the first part's embedding reads the token the last part's sampler
+                # chose); the last part's are the ones the host and the sampler write, the
+                # others' copies of them (placement.Chain)
+                shared: dict[int, dict[str, Buffer]] = {}
+                for d in devs:
+                    key = d.context.int_ptr
+                    if key not in shared:
+                        shared[key] = dict(
+                            tokens=upload(d, np.zeros(self.max_seq + 2, np.int32)),
+                            state=upload(d, np.zeros(4, np.int32)))
                 kv = "float16" if self.kv_half else "float32"
-                for st, bufs in zip(self.stages[:-1], own):
+                for st in self.stages[:-1]:
                     self._prev.append(Model(
                         cfg, source, tokenizer, st.device, self.max_seq, self.chunk, progress,
                         float16_copies, int8_activations, kv,
-                        _part=_Part(st.first, st.stop, **bufs)))
-                _part = _Part(self.stages[-1].first, cfg.n_layers, **own[-1])
-                self._copies = placement.Copies(
-                    own[-1]["tokens"], own[-1]["state"],
-                    [(d, bufs["tokens"], bufs["state"]) for d, bufs in zip(devs, own[:-1])])
+                        _part=_Part(st.first, st.stop, **shared[st.device.context.int_ptr])))
+                ours = shared.pop(self.device.context.int_ptr)
+                _part = _Part(self.stages[-1].first, cfg.n_layers, **ours)
+                first = {d.context.int_ptr: d for d in reversed(devs)}
+                if shared:
+                    self._copies = placement.Copies(
+                        ours["tokens"], ours["state"],
+                        [(first[key], bufs["tokens"], bufs["state"])
+                         for key, bufs in shared.items()])
         self._part = _part
         self._load_weights(source, progress)
         ends = ([self.embed] if self._embeds else []) + ([self.output] if self._heads else [])

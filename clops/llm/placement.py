@@ -208,8 +208,8 @@ def check(stages: Sequence[Stage], free: Sequence[int], n_layers: int) -> None:
 
 @dataclass(frozen=True)
 class Copies:
-    """The last part's token ids and positions (``tokens``, ``state``), and each other part's
-    copies of them (its device and its two buffers)."""
+    """The last part's token ids and positions (``tokens``, ``state``), and each other OpenCL
+    context's copies of them (a device of that context and its two buffers)."""
 
     tokens: Buffer
     state: Buffer
@@ -226,14 +226,9 @@ class Chain:
     part waits for the last part's queue too: the host's copies for a step, and the step before,
     go there. Parts in different contexts (devices named by selectors, or of different
     platforms: a GPU and a CPU runtime) meet through the host: the rows are read into pinned
-    memory once the part before is done and written to the next (a few KiB a row).
-
-    ``copies`` (``Copies``): each part reads token ids and positions of its own, copies of the
-    last part's (where the host and the sampler write them), brought over before the part's
-    launches: device to device in one context (the whole token buffer and the positions, after
-    the part's barrier), else through the host (the positions, and the token ids of the step's
-    ``rows`` from the position on). No buffer is used by two devices (one device writing a
-    buffer that another reads would leave its moving to the driver, step by step)."""
+    memory once the part before is done and written to the next (a few KiB a row), and
+    ``copies`` (``Copies``: the positions, and the token ids of the step's ``rows`` from the
+    position on) are brought to the other contexts before the step."""
 
     def __init__(self, parts: list[tuple[CLDevice, Buffer, Any]], nbytes: int,
                  copies: Copies | None = None, rows: int = 0) -> None:
@@ -243,19 +238,15 @@ class Chain:
         parts = self.parts
         last = parts[-1][0]
         c = self.copies
-        near: dict[int, tuple[Buffer, Buffer]] = {}  # a part's own buffers, by its device
         if c is not None:
-            far = [o for o in c.others if not o[0].shares_context(last)]
-            near = {id(o[0]): (o[1], o[2]) for o in c.others if o[0].shares_context(last)}
-            if far:
-                state = np.empty(4, np.int32)
-                last.read(state, c.state, queue=last.queue)  # (after every command before it)
-                pos = int(state[0])
-                ids = np.empty(max(0, min(self.rows, c.tokens.nbytes // 4 - pos)), np.int32)
-                last.read(ids, c.tokens, pos * 4, queue=last.queue)
-                for dev, tokens, st in far:
-                    dev.write(st, state, queue=dev.queue, blocking=True)
-                    dev.write(tokens, ids, pos * 4, queue=dev.queue, blocking=True)
+            state = np.empty(4, np.int32)
+            last.read(state, c.state, queue=last.queue)  # (after every command before it)
+            pos = int(state[0])
+            ids = np.empty(max(0, min(self.rows, c.tokens.nbytes // 4 - pos)), np.int32)
+            last.read(ids, c.tokens, pos * 4, queue=last.queue)
+            for dev, tokens, st in c.others:
+                dev.write(st, state, queue=dev.queue, blocking=True)
+                dev.write(tokens, ids, pos * 4, queue=dev.queue, blocking=True)
         done = last.queue.marker()
         for k, (dev, x, plan) in enumerate(parts):
             q = dev.queue
@@ -275,10 +266,6 @@ class Chain:
                 ev.wait()
                 dev.write(x, blk.host[:self.nbytes], queue=q, blocking=True)
                 staging.staging_pool(before).release(blk)
-            own = near.get(id(dev))
-            if own is not None and c is not None:
-                dev.copy(own[1], c.state, c.state.nbytes, queue=q)
-                dev.copy(own[0], c.tokens, c.tokens.nbytes, queue=q)
             plan.replay()
             if k + 1 < len(parts):
                 done = q.marker()
