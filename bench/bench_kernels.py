@@ -245,7 +245,9 @@ def bench_rows(dev, n: int, k: int, kind: str, m: int, ceiling: float, repeat: i
     ms, wall = device_ms(dev, lambda: [ln.run(dev) for ln in lns], repeat)
     label = f"rows {kind} {n}x{k} m{m}" + (" int8" if route == "int8" else "")
     if route == "int8":
-        label += " qrows " + ",".join(map(str, matmul.qrows_geometry(dev, w)))
+        mma = matmul.qmma_geometry(dev, w)
+        label += (" qmma " + ",".join(map(str, mma)) if mma is not None
+                  else " qrows " + ",".join(map(str, matmul.qrows_geometry(dev, w))))
     return {"kernel": label, "ms": ms, "wall_ms": wall,
             "gbps": w.nbytes / ms / 1e6, "of_copy": w.nbytes / ms / 1e6 / ceiling,
             "tflops": 2 * m * n * k / ms / 1e9, "global_size": list(lns[-1].global_size)}
@@ -544,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--qrows", default="", metavar="LS,NCOL,CPT,TM,UNR;...",
                     help="also time the rows group's int8 route with each of these geometries "
                     "of matmul_qrows (GPUs where it runs)")
+    ap.add_argument("--qmma", default="", metavar="KS,RT;...",
+                    help="also time the rows group's int8 route on the tensor cores "
+                    "(matmul_qmma) with each of these geometries (GPUs where it runs)")
     ap.add_argument("--rows-m", default="1,2,16,64",
                     help="the rows group's batch rows (default: %(default)s)")
     ap.add_argument("--positions", default="176,1024,4096,16384",
@@ -609,9 +614,13 @@ def main(argv: list[str] | None = None) -> int:
                         routes = ["float"]
                         if matmul.int8_batch(dev, _weight(dev, kind, 32, k)):
                             routes += [None] + [g for g in a.qrows.split(";") if g]
+                            routes += ["mma:" + g for g in a.qmma.split(";") if g]
                         for r in routes:
-                            matmul.QROWS_OVERRIDE = tuple(int(v) for v in r.split(",")) \
-                                if r not in ("float", None) else None  # type: ignore
+                            mma = r is not None and r.startswith("mma:")
+                            geo = tuple(int(v) for v in r.removeprefix("mma:").split(",")) \
+                                if r not in ("float", None) else None
+                            matmul.QROWS_OVERRIDE = None if mma else geo  # type: ignore
+                            matmul.QMMA_OVERRIDE = geo if mma else None  # type: ignore
                             try:
                                 rows.append(bench_rows(dev, n, k, kind, m, ceil["gbps"],
                                                        a.repeat, "float" if r == "float"
@@ -622,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
                                 print(rows[-1], flush=True)
                                 continue
                             finally:
-                                matmul.QROWS_OVERRIDE = None
+                                matmul.QROWS_OVERRIDE = matmul.QMMA_OVERRIDE = None
                             print(rows[-1]["kernel"], f"{rows[-1]['of_copy']:.2f} of copy",
                                   f"{rows[-1]['tflops']:.1f} TFLOP/s", flush=True)
     if "attention" in only:

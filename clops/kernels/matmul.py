@@ -263,6 +263,26 @@ def qrows_geometry(dev: CLDevice, w: Weight) -> tuple[int, int, int, int, int]:
     return 32, 2, 4, 8, 1
 
 
+# matmul_qmma's (KS, RT) in place of the choice below (tests force the path on any device)
+QMMA_OVERRIDE: tuple[int, int] | None = None
+
+
+def qmma_geometry(dev: CLDevice, w: Weight) -> tuple[int, int] | None:
+    """(KS, RT) of ``matmul_qmma`` (warps a work-group splitting k, tiles of 8 rows a warp)
+    where ``matmul_qrows``' product of ``w`` takes NVIDIA's int8 tensor cores, else None (its
+    dp4a kernel)."""
+    if QMMA_OVERRIDE is not None:
+        return QMMA_OVERRIDE
+    return None
+
+
+def qrows_rows(dev: CLDevice, w: Weight) -> int:
+    """The rows a work-group of ``matmul_qrows``' product takes (axis 1 of its global size is
+    the row count over it)."""
+    g = qmma_geometry(dev, w)
+    return 8 * g[1] if g is not None else qrows_geometry(dev, w)[3]
+
+
 def qrows_tile(dev: CLDevice, w: Weight) -> int:
     """The rows of a grouped product's tile where ``matmul_qrows`` takes it (its TM)."""
     return qrows_geometry(dev, w)[3]
@@ -308,15 +328,25 @@ def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_of
                    UNR=unr, USE_SHFL=int(use_shfl(dev, ls)), HAS_BIAS=int(bias is not None),
                    ACCUM=int(accum), DP4A=int(dev.probe("nvidia_ptx")), **w.defines,
                    **({"EXPERTS": 1} if experts is not None else {}))
+    # (the tensor cores' kernel where it takes the product: its program holds quantize_rows too)
+    mma = qmma_geometry(dev, w) if experts is None else None
+    if mma is not None:
+        defines.update(QMMA=1, KS=mma[0], RT=mma[1], MMA_PTX=int(dev.probe("nvidia_ptx")))
     qk = kernel(dev, "matmul", "quantize_rows", **defines)
     nw = norm[0] if norm is not None else ss
     quant = Launch(qk, (QROWS_LOCAL, m), (QROWS_LOCAL, 1),
                    [x, i32(x_off), i32(ldx), i32(m), nw, xq, xs, ss],
                    [x] + ([norm[0]] if norm is not None else []), [xq, xs, ss],
                    "quantize_rows." + name)
-    pk = kernel(dev, "matmul", "matmul_qrows", **defines)
-    cols = math.ceil(n_out / (ncol * cpt)) * ncol
-    prod = Launch(pk, (cols * ls, math.ceil(m / tm)), (ls * ncol, 1),
+    if mma is not None:
+        pk = kernel(dev, "matmul", "matmul_qmma", **defines)
+        grid = (math.ceil(n_out / 16) * 32 * mma[0], math.ceil(m / (8 * mma[1])))
+        local = (32 * mma[0], 1)
+    else:
+        pk = kernel(dev, "matmul", "matmul_qrows", **defines)
+        cols = math.ceil(n_out / (ncol * cpt)) * ncol
+        grid, local = (cols * ls, math.ceil(m / tm)), (ls * ncol, 1)
+    prod = Launch(pk, grid, local,
                   [y, i32(y_off), i32(ldy), xq, xs, ss, w.data, w.scales,
                    bias if bias is not None else w.scales, i32(m), i32(n_out), i32(k),
                    f32(norm[1] if norm is not None else 0.0)] + extra,

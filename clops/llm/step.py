@@ -798,7 +798,7 @@ class StepBuilder:
             quant, prod = matmul.matmul_qrows(dev, y, y_off, ldy, x, x_off, ldx, w, m,
                                               self.b.xq, **kw)
             gq, gp = quant.global_size, prod.global_size
-            qtm = matmul.qrows_geometry(dev, w)[3]
+            qtm = matmul.qrows_rows(dev, w)
             return [(quant, lambda rows: ([(3, i32(rows))], (gq[0], rows))),
                     (prod, lambda rows: ([(9, i32(rows))], (gp[0], -(-rows // qtm))))]
         tm = self.tm(m) if not self.one else None

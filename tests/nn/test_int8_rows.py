@@ -21,7 +21,8 @@ pytestmark = pytest.mark.standin
 RNG = np.random.default_rng(11)
 
 
-@pytest.fixture(autouse=True, params=["default", "wide-teams", "one-row-tiles"])
+@pytest.fixture(autouse=True, params=["default", "wide-teams", "one-row-tiles", "mma",
+                                      "mma-split"])
 def _gpu_rows(monkeypatch, request):
     monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")  # row-major weights
@@ -30,8 +31,12 @@ def _gpu_rows(monkeypatch, request):
     # (LSIZE, NCOL, CPT, TM, UNR): the default; teams of 64 (their warps' sums meet in local
     # memory on NVIDIA), one column each, several chunks in flight; a row a work-item
     geometry = {"default": None, "wide-teams": (64, 2, 1, 4, 3),
-                "one-row-tiles": (16, 8, 4, 1, 1)}[request.param]
+                "one-row-tiles": (16, 8, 4, 1, 1)}.get(request.param)
     monkeypatch.setattr(matmul, "QROWS_OVERRIDE", geometry)
+    # the tensor cores' product (matmul_qmma, its instruction emulated where the device has no
+    # NVIDIA PTX), (KS, RT): one warp a group and a tile of 8 rows; 2 warps splitting k, 16 rows
+    mma = {"mma": (1, 1), "mma-split": (2, 2)}.get(request.param)
+    monkeypatch.setattr(matmul, "QMMA_OVERRIDE", mma)
 
 
 def _weight(dev, kind, n, k):
@@ -57,7 +62,8 @@ def _run(dev, w, x, *, ldx=None, norm=None, glu=False, bias=None, accum=None, ro
     lns = matmul.matmul_qrows(dev, yb, 0, n, _buf(dev, x), 0, ldx or x.shape[1], w, m, scratch,
                               bias=_buf(dev, bias) if bias is not None else None,
                               accum=accum is not None, norm=nb, glu=glu, act=act)
-    assert [ln.kernel.function_name for ln in lns] == ["quantize_rows", "matmul_qrows"]
+    product = "matmul_qrows" if matmul.QMMA_OVERRIDE is None else "matmul_qmma"
+    assert [ln.kernel.function_name for ln in lns] == ["quantize_rows", product]
     for ln in lns:
         ln.run(dev)
     out = np.empty((m, n), np.float32)
