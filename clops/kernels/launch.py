@@ -29,9 +29,10 @@ HEADERS = ("philox.cl",)  # the Philox counter-based generator (clops.random doc
 # headers of clops' own kernels only: NVIDIA PTX helpers (included where the PTX probe passed),
 # the KV cache's element type, split partials' combine, the fence before a partial's count and
 # the token choice's reductions, a mixture of experts' grouped products, horizontal sums and the
-# 4-byte dot product, the weight formats' storage types, the rotary pairs, the radix sorts' keys
+# 4-byte dot product, the weight formats' storage types, the rotary pairs, the radix sorts' keys;
+# and the matrix-vector kernels, which the tensor cores' int8 rows product (qmma.cl) extends
 INTERNAL_HEADERS = ("ptx.cl", "kv.cl", "partials.cl", "fence.cl", "choose.cl", "experts.cl",
-                    "vec.cl", "formats.cl", "rope.cl", "sortkey.cl")
+                    "vec.cl", "formats.cl", "rope.cl", "sortkey.cl", "matmul.cl")
 
 
 def expand_includes(source: str, internal: bool = False) -> str:
@@ -42,7 +43,9 @@ def expand_includes(source: str, internal: bool = False) -> str:
         if m.group(1) not in HEADERS + (INTERNAL_HEADERS if internal else ()):
             raise FileNotFoundError(f"#include: clops has no {m.group(1)}; available: "
                                     f"{list(HEADERS)}")
-        return resources.files(__package__).joinpath(m.group(1)).read_text()
+        # (a header's own includes too: qmma.cl includes matmul.cl, which includes headers)
+        return expand_includes(resources.files(__package__).joinpath(m.group(1)).read_text(),
+                               internal)
 
     return _INCLUDE.sub(sub, source)
 

@@ -328,18 +328,19 @@ def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_of
                    UNR=unr, USE_SHFL=int(use_shfl(dev, ls)), HAS_BIAS=int(bias is not None),
                    ACCUM=int(accum), DP4A=int(dev.probe("nvidia_ptx")), **w.defines,
                    **({"EXPERTS": 1} if experts is not None else {}))
-    # (the tensor cores' kernel where it takes the product: its program holds quantize_rows too)
+    # (the tensor cores' kernel where it takes the product, qmma.cl: its program holds
+    # quantize_rows too)
     mma = qmma_geometry(dev, w) if experts is None else None
     if mma is not None:
         defines.update(QMMA=1, KS=mma[0], RT=mma[1], MMA_PTX=int(dev.probe("nvidia_ptx")))
-    qk = kernel(dev, "matmul", "quantize_rows", **defines)
+    qk = kernel(dev, "matmul" if mma is None else "qmma", "quantize_rows", **defines)
     nw = norm[0] if norm is not None else ss
     quant = Launch(qk, (QROWS_LOCAL, m), (QROWS_LOCAL, 1),
                    [x, i32(x_off), i32(ldx), i32(m), nw, xq, xs, ss],
                    [x] + ([norm[0]] if norm is not None else []), [xq, xs, ss],
                    "quantize_rows." + name)
     if mma is not None:
-        pk = kernel(dev, "matmul", "matmul_qmma", **defines)
+        pk = kernel(dev, "qmma", "matmul_qmma", **defines)
         grid = (math.ceil(n_out / 16) * 32 * mma[0], math.ceil(m / (8 * mma[1])))
         local = (32 * mma[0], 1)
     else:
