@@ -475,18 +475,20 @@ class Model:
             copies_fraction=HALF_COPIES_FRACTION)
 
     # -- plans -------------------------------------------------------------------------------
-    def _plan(self, m: int, logits: str, sample: bool,
-              span: int | None = None) -> LaunchPlan | placement.Chain:
+    def _plan(self, m: int, logits: str, sample: bool, span: int | None = None,
+              placed: bool = False) -> LaunchPlan | placement.Chain:
         """Launches for m rows at positions state[0].. : logits "last", "all" or "none". The
         family's choices (``config.desc`` and the config's settings) pick the launches.
         ``span`` (a decode row, ``_decode_span``): the row attends to at most that many
-        positions. A split model's step is each part's launches in turn (``placement.Chain``)."""
+        positions. A split model's step is each part's launches in turn (``placement.Chain``);
+        ``placed``: the host has written the rows' tokens and position to every part (a
+        prompt's chunk), none are brought from the last part."""
         own = self._part_plan(m, logits, sample, span)
         if not self._prev:
             return own
         return placement.Chain([(p.device, p.x, p._part_plan(m, "none", False, span))
                                 for p in self._prev] + [(self.device, self.x, own)],
-                               m * self.config.dim * 4, self._copies, m)
+                               m * self.config.dim * 4, None if placed else self._copies, m)
 
     def _part_plan(self, m: int, logits: str, sample: bool,
                    span: int | None = None) -> LaunchPlan:
@@ -553,6 +555,10 @@ class Model:
         # nothing else waits for them)
         dev = self.device
         dev.write(self.tokens, ids_arr.astype(np.int32), queue=dev.queue)
+        # (and the other OpenCL contexts' copies: a prompt's chunks then need nothing from the
+        # last part, so that a part takes the next chunk while the parts after it finish this)
+        for d, tokens, _ in self._copies.others if self._copies is not None else ():
+            d.write(tokens, ids_arr.astype(np.int32), queue=d.queue)
         # (only a repetition penalty reads them: without one the copy of a vocabulary's bytes
         # is left out, 1.98-2.03 -> 1.92-1.93 ms to the first token of a 1B F16 body's
         # 128-token prompt on an H100; the sampling kernels' marks of chosen tokens stay
@@ -563,8 +569,12 @@ class Model:
             dev.write(self.seen, marks, queue=dev.queue)
 
     def _set_pos(self, pos: int) -> None:
-        """Position ``pos`` for the next launches (a copy queued on the plans' queue)."""
-        self.device.write(self.state, np.array([pos, 0, 0, 0], np.int32), queue=self.device.queue)
+        """Position ``pos`` for the next launches (a copy queued on the plans' queue; on a
+        model split over contexts, on each context's part)."""
+        state = np.array([pos, 0, 0, 0], np.int32)
+        self.device.write(self.state, state, queue=self.device.queue)
+        for d, _, st in self._copies.others if self._copies is not None else ():
+            d.write(st, state, queue=d.queue)
 
     def _prefill(self, n: int, logits: str, sample: bool) -> Iterator[tuple[int, int]]:
         """Run the prompt (already in the tokens buffer) in chunks; yields (start, rows) after
@@ -574,7 +584,7 @@ class Model:
             last = s + m == n
             self._set_pos(s)
             self._plan(m, logits if (last or logits == "all") else "none",
-                       sample and last).replay()
+                       sample and last, placed=True).replay()
             yield s, m
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:

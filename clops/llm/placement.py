@@ -228,7 +228,9 @@ class Chain:
     platforms: a GPU and a CPU runtime) meet through the host: the rows are read into pinned
     memory once the part before is done and written to the next (a few KiB a row), and
     ``copies`` (``Copies``: the positions, and the token ids of the step's ``rows`` from the
-    position on) are brought to the other contexts before the step."""
+    position on) are brought to the other contexts before the step; None where the host has
+    written them to every part (a prompt's chunks: nothing then waits for the last part, so
+    the first part takes the next chunk while the later ones finish this one)."""
 
     def __init__(self, parts: list[tuple[CLDevice, Buffer, Any]], nbytes: int,
                  copies: Copies | None = None, rows: int = 0) -> None:
@@ -260,12 +262,14 @@ class Chain:
                 if k and self.nbytes:
                     dev.copy(x, parts[k - 1][1], self.nbytes, queue=q)
             elif k and self.nbytes:
-                # (through pinned memory of the part before: its copy a DMA, not a bounce)
+                # (through pinned memory of the part before: its copy a DMA, not a bounce; the
+                # write is not waited for, so that the host goes on to the next step's first
+                # part while this one works: the block is kept until the write is done)
                 ev, blk = staging.download(before, parts[k - 1][1], self.nbytes,
                                            queue=before.queue)
                 ev.wait()
-                dev.write(x, blk.host[:self.nbytes], queue=q, blocking=True)
-                staging.staging_pool(before).release(blk)
+                wrote = dev.write(x, blk.host[:self.nbytes], queue=q)
+                staging.staging_pool(before).release(blk, wrote)
             plan.replay()
             if k + 1 < len(parts):
                 done = q.marker()

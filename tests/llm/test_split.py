@@ -195,6 +195,19 @@ def test_parts_in_two_contexts_meet_through_the_host(family, device, halves, tmp
     _same_as_alone(gguf_path if family == "qwen3" else hf, [halves[0], other[1]])
 
 
+def test_a_prompt_in_chunks_over_two_contexts(device, halves, tmp_path, monkeypatch):
+    # a prompt of three chunks over parts in two contexts: the host writes each chunk's
+    # position and the prompt's tokens to every part, and the next chunk's first part is
+    # enqueued while the last part still works on this one (the rows written to it unwaited)
+    from clops.llm import model as model_mod
+
+    monkeypatch.setattr(model_mod, "PROMPT_CHUNK_CPU", 4)
+    other = device.create_sub_devices(2)
+    _, _, gguf_path = make("llama", str(tmp_path))
+    both = _same_as_alone(gguf_path, [halves[0], other[1]])
+    assert both.chunk == 4 and not halves[0].shares_context(other[1])
+
+
 def test_two_platforms_split_a_model(device, tmp_path):
     # the test device and a device of another platform (a GPU and a CPU runtime; Intel's CPU
     # runtime and PoCL): two contexts, the rows through the host
