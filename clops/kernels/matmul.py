@@ -302,9 +302,11 @@ def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_of
     """``matmul``'s product (``norm=``, ``glu=``, ``act=``, ``experts=`` as there) for
     ``int8_batch`` weights as two launches: the rows quantized to int8 (a scale per 32
     values, as the decode row's int8 path quantizes one) into ``scratch``
-    (``qrows_scratch``), then every weight chunk read once for TM rows, int8 dot products.
-    Both take the row count as argument 3 (quantize_rows) and 9 (matmul_qrows) and on axis 1
-    of their global size, so a plan resizes them. ``experts``: row tiles of
+    (``qrows_scratch``), then every weight chunk read once for TM rows, int8 dot products
+    (dp4a; or, where ``qmma_geometry`` gives a geometry, ``matmul_qmma`` of ``qmma.cl`` on the
+    int8 tensor cores, ``qrows_rows(dev, w)`` rows a work-group). Both take the row count as
+    argument 3 (quantize_rows) and 9 (the product) and on axis 1 of their global size, so a
+    plan resizes them. ``experts``: row tiles of
     ``qrows_tile(dev, w)`` rows (m a multiple of it), the product's arguments 13 .. 15 tile_e
     and the strides."""
     if not int8_batch(dev, w):

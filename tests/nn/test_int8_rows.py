@@ -1,7 +1,8 @@
 """The batched engine's int8 rows (``matmul.matmul_qrows``: a batch's rows quantized to int8,
-then every weight chunk read once for several rows), forced on whatever device the tests use
-(the plain-C dot product where the device has no NVIDIA PTX): against numpy through the int8
-activations it computes, and a row's values the same whatever the batch around it."""
+then every weight chunk read once for several rows, by dp4a or by the int8 tensor cores'
+``matmul_qmma``), forced on whatever device the tests use (the plain-C dot product, and the
+tensor cores' instruction emulated, where the device has no NVIDIA PTX): against numpy through
+the int8 activations it computes, and a row's values the same whatever the batch around it."""
 
 from __future__ import annotations
 
