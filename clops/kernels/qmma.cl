@@ -82,7 +82,8 @@ void matmul_qmma(__global float *y, int y_off, int ldy, __global const uint *xq,
         a0l = ua & m4; a1l = ub & m4; a0h = (ua >> 4) & m4; a1h = (ub >> 4) & m4;
         const WS_T sa = LOAD_WS(na, bb), sb = LOAD_WS(nb, bb);
 #else
-        a0l = wa[bb * 8 + t]; a1l = wb[bb * 8 + t]; a0h = wa[bb * 8 + 4 + t]; a1h = wb[bb * 8 + 4 + t];
+        a0l = wa[bb * 8 + t]; a1l = wb[bb * 8 + t];
+        a0h = wa[bb * 8 + 4 + t]; a1h = wb[bb * 8 + 4 + t];
 #if QGROUP == 16
         const float sal = LOAD_SCALE(S, ((size_t)na * QK + bb * 32) / 16);
         const float sah = LOAD_SCALE(S, ((size_t)na * QK + bb * 32) / 16 + 1);
@@ -114,7 +115,8 @@ void matmul_qmma(__global float *y, int y_off, int ldy, __global const uint *xq,
             mma_s8(d, a0h, a1h, bh, sc);
 #endif
             if (!live) continue;
-            const float2 x0 = xs[(size_t)mh[r][0] * NB + bb], x1 = xs[(size_t)mh[r][1] * NB + bb];
+            const float2 x0 = xs[(size_t)mh[r][0] * NB + bb];
+            const float2 x1 = xs[(size_t)mh[r][1] * NB + bb];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const float2 xd = (i & 1) ? x1 : x0;
@@ -123,7 +125,8 @@ void matmul_qmma(__global float *y, int y_off, int ldy, __global const uint *xq,
                 acc[r][i] = fma(w.x * xd.x, (float)d[i], fma(w.y, xd.y, acc[r][i]));
 #elif QGROUP == 16
                 const float wl = i < 2 ? sal : sbl, wh = i < 2 ? sah : sbh;
-                acc[r][i] = fma(wh * xd.x, (float)dh[i], fma(wl * xd.x, (float)dl[i], acc[r][i]));
+                acc[r][i] = fma(wh * xd.x, (float)dh[i],
+                                fma(wl * xd.x, (float)dl[i], acc[r][i]));
 #else
                 const float w = i < 2 ? sa : sb;
                 acc[r][i] = fma(w * xd.x, (float)d[i], acc[r][i]);
@@ -134,12 +137,14 @@ void matmul_qmma(__global float *y, int y_off, int ldy, __global const uint *xq,
 #if KS > 1
     if (warp > 0)
         for (int r = 0; r < RT; ++r)
-            for (int i = 0; i < 4; ++i) red[(((warp - 1) * RT + r) * 4 + i) * 32 + lane] = acc[r][i];
+            for (int i = 0; i < 4; ++i)
+                red[(((warp - 1) * RT + r) * 4 + i) * 32 + lane] = acc[r][i];
     barrier(CLK_LOCAL_MEM_FENCE);
     if (warp > 0) return;
     for (int w = 1; w < KS; ++w)
         for (int r = 0; r < RT; ++r)
-            for (int i = 0; i < 4; ++i) acc[r][i] += red[(((w - 1) * RT + r) * 4 + i) * 32 + lane];
+            for (int i = 0; i < 4; ++i)
+                acc[r][i] += red[(((w - 1) * RT + r) * 4 + i) * 32 + lane];
 #endif
     for (int r = 0; r < RT; ++r)
         for (int i = 0; i < 4; ++i) {
