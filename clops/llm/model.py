@@ -158,6 +158,12 @@ class Model:
         # (a model split over several OpenCL contexts: the token ids and positions the other
         # contexts copy, placement.Chain's ``copies``)
         self._copies: placement.Copies | None = None
+        # (a model split over contexts, each part in one of its own: a prompt's tokens and its
+        # chunks' positions go from the host to every part, and a part takes the next chunk
+        # while the parts after it finish this one; where two parts share a context they share
+        # these buffers, and a write for the next chunk could meet the later part's reads of
+        # this one, so the chunks go one after another there)
+        self._pipelined = len({d.context.int_ptr for d in devs}) == len(devs) > 1
         if _part is None:
             # every device's bytes checked before any upload
             self.stages = placement.place(cfg, source, devs, self.max_seq, self.kv_half,
@@ -555,9 +561,9 @@ class Model:
         # nothing else waits for them)
         dev = self.device
         dev.write(self.tokens, ids_arr.astype(np.int32), queue=dev.queue)
-        # (and the other OpenCL contexts' copies: a prompt's chunks then need nothing from the
-        # last part, so that a part takes the next chunk while the parts after it finish this)
-        for d, tokens, _ in self._copies.others if self._copies is not None else ():
+        # (and the other parts' copies, ``_pipelined``: a prompt's chunks then need nothing
+        # from the last part)
+        for d, tokens, _ in self._copies.others if self._pipelined and self._copies else ():
             d.write(tokens, ids_arr.astype(np.int32), queue=d.queue)
         # (only a repetition penalty reads them: without one the copy of a vocabulary's bytes
         # is left out, 1.98-2.03 -> 1.92-1.93 ms to the first token of a 1B F16 body's
@@ -569,11 +575,11 @@ class Model:
             dev.write(self.seen, marks, queue=dev.queue)
 
     def _set_pos(self, pos: int) -> None:
-        """Position ``pos`` for the next launches (a copy queued on the plans' queue; on a
-        model split over contexts, on each context's part)."""
+        """Position ``pos`` for the next launches (a copy queued on the plans' queue; with
+        ``_pipelined`` parts, on every part's)."""
         state = np.array([pos, 0, 0, 0], np.int32)
         self.device.write(self.state, state, queue=self.device.queue)
-        for d, _, st in self._copies.others if self._copies is not None else ():
+        for d, _, st in self._copies.others if self._pipelined and self._copies else ():
             d.write(st, state, queue=d.queue)
 
     def _prefill(self, n: int, logits: str, sample: bool) -> Iterator[tuple[int, int]]:
@@ -584,7 +590,7 @@ class Model:
             last = s + m == n
             self._set_pos(s)
             self._plan(m, logits if (last or logits == "all") else "none",
-                       sample and last, placed=True).replay()
+                       sample and last, placed=self._pipelined).replay()
             yield s, m
 
     def logits(self, ids: Sequence[int]) -> np.ndarray:

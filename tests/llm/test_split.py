@@ -67,8 +67,8 @@ def _batched(model, prompts: list[list[int]]):
 def _same_as_alone(path, halves, split=(1, 1)):
     alone = _load(path, halves[0])
     both = _load(path, halves, split=list(split))
-    assert both.devices == list(halves) and len(both.stages) == 2
-    assert both.stages[0].stop == both.stages[1].first
+    assert both.devices == list(halves) and len(both.stages) == len(halves)
+    assert all(a.stop == b.first for a, b in zip(both.stages, both.stages[1:]))
     vocab = alone.config.vocab_size
     rng = np.random.default_rng(3)
     ids = rng.integers(0, vocab, 11).tolist()
@@ -203,9 +203,12 @@ def test_a_prompt_in_chunks_over_two_contexts(device, halves, tmp_path, monkeypa
 
     monkeypatch.setattr(model_mod, "PROMPT_CHUNK_CPU", 4)
     other = device.create_sub_devices(2)
-    _, _, gguf_path = make("llama", str(tmp_path))
-    both = _same_as_alone(gguf_path, [halves[0], other[1]])
-    assert both.chunk == 4 and not halves[0].shares_context(other[1])
+    _, hf, _ = make("gemma3", str(tmp_path))  # six layers
+    both = _same_as_alone(hf, [halves[0], other[1]])
+    assert both.chunk == 4 and not halves[0].shares_context(other[1]) and both._pipelined
+    # two parts in one context and one in another: the chunks one after another
+    three = _same_as_alone(hf, [halves[0], halves[1], other[1]], split=(1, 1, 1))
+    assert not three._pipelined
 
 
 def test_two_platforms_split_a_model(device, tmp_path):
