@@ -393,7 +393,7 @@ class BatchEngine:
             # the single-sequence kernel, not 185 launches (2.15 ms of enqueues a step)
             got = self._plans.get(LONE)
             if got is None:
-                got = self._plans[LONE] = self.builder.rows(1, 1, decode=True, lone=True)
+                got = self._plans[LONE] = self.builder.rows(1, 1, lone=True)
             return got.plan
         if self._single(n, nl, embed, decode):
             # PERF (H200, Qwen3-0.6B body Q8_0, one stream): one row's products, a launch each,

@@ -232,17 +232,17 @@ class StepBuilder:
         self.down_cols: dict[int, Buffer | None] = {}
 
     # -- the two drivers' entries -------------------------------------------------------------
-    def rows(self, n: int, nl: int, embed: bool = False, decode: bool = False,
-             lone: bool = False, single: bool = False) -> StepPlan:
+    def rows(self, n: int, nl: int, embed: bool = False, lone: bool = False,
+             single: bool = False) -> StepPlan:
         """(``Paged``) The launches of a step of ``n`` rows with logits for ``nl`` of them
         (or, ``embed``, the final norm of every row into ``xn`` instead), resizable to other
-        counts of rows that take the same rows per work-item (``tm``). ``decode``: every row
-        is a decode row, one new position of its own sequence (a lone row's plan). ``lone``
-        (``lone_row``): a plan for one decode row alone, never resized, whose layers run as
-        ``decode_layers`` launches over the paged cache. ``single`` (``single_row``): a plan
-        for one decode row alone, never resized, whose products are one row's."""
+        counts of rows that take the same rows per work-item (``tm``). ``lone``
+        (``lone_row``): a plan for one decode row alone (one new position of its own
+        sequence), never resized, whose layers run as ``decode_layers`` launches over the paged
+        cache. ``single`` (``single_row``): a plan for one decode row alone, never resized,
+        whose products are one row's."""
         assert isinstance(self.cache, Paged)
-        if lone and not (n == 1 and decode and self.lone_row()):
+        if lone and not (n == 1 and self.lone_row()):
             raise ValueError("a lone-row plan is one decode row where lone_row() holds")
         if single and not (n == 1 and nl <= 1 and self.single_row()):
             raise ValueError("a single-row plan is one decode row where single_row() holds")
