@@ -8,9 +8,10 @@ the README quotes, with whether each runtime passes the CPU product probe and wh
 ``clops.device()`` picks.
 
 With ``--llama-bench PATH`` (``scripts/llama_cpp.sh build TARBALL DIR cpu``) llama.cpp's CPU
-backend runs the same GGUF files with as many threads as the machine has cores, beside each
-runtime in the same run, and the LLM rows give the ratios; ``--models`` adds GGUF files (the 1B
-bodies ``bench/models.py write`` makes), run on the runtimes that pass the product probe. Each
+backend runs the same GGUF files with as many threads as this process has cores (``taskset -c``
+gives it fewer), beside each runtime in the same run, and the LLM rows give the ratios;
+``--models`` adds GGUF files (the 1B bodies ``bench/models.py write`` makes), run on the runtimes
+that pass the product probe. Each
 decode figure comes with the fraction of the machine's copy bandwidth its bytes per token take
 (a copy kernel on the same device, ``bench_llm.py``). ``--rounds N`` (default 3) runs the two
 engines in turn N times on each model and quotes the medians of the rounds: this VM's memory
@@ -33,8 +34,9 @@ was built with CPU variants, as distributions build it, ``POCL_LLVM_CPU_NAME`` w
 built for one CPU). PoCL 3.0 of the ``pocl-binary-distribution`` wheel reads neither, and runs
 the machine's own level whatever is asked. llama-bench is a built binary, which none of these
 reach: for a fair peer, build llama.cpp for AVX2 itself (``scripts/llama_cpp.sh build ... cpu``
-configures ``-DGGML_NATIVE=ON``; an AVX2 build configures ``-DGGML_NATIVE=OFF -DGGML_AVX2=ON
--DGGML_FMA=ON -DGGML_F16C=ON``) and pass that one as ``--llama-bench``. On a machine whose
+configures ``-DGGML_NATIVE=ON``; ``scripts/llama_cpp.sh build ... avx2`` configures
+``-DGGML_NATIVE=OFF`` with AVX2, FMA and F16C and no AVX-512) and pass that one as
+``--llama-bench``. On a machine whose
 level is AVX2 already, ``--isa avx2`` changes nothing but the record.
 
     python bench/bench_cpu_runtimes.py [--devices opencl:cpu:0,opencl:cpu:1] [--repeat 10]
@@ -109,8 +111,18 @@ def machine(isa_run: str | None = None) -> dict:
                     flags = set(value.split())
     except OSError:
         pass
-    return {"cpu": model or "unknown CPU", "cores": os.cpu_count(), "isa": _isa_level(flags),
+    return {"cpu": model or "unknown CPU", "cores": _cores(), "isa": _isa_level(flags),
             "isa_run": isa_run}
+
+
+def _cores() -> int:
+    """The cores this process may run on (``taskset -c 0,1 python ...`` measures two cores of a
+    larger machine: llama-bench gets as many threads, and Intel's runtime, whose thread pool
+    takes the process's affinity, as many workers)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def _child(args: list[str], isa: str | None = None) -> bool:
@@ -140,7 +152,8 @@ out = []
 for sel in sys.argv[1:]:
     d = clops.device(sel)
     out.append({"selector": sel, "device": d.name, "platform": d.platform_version,
-                "driver": d.driver_version, "products": gemm.cpu_kernel_works(d, "float32"),
+                "driver": d.driver_version, "compute_units": d.caps.compute_units,
+                "products": gemm.cpu_kernel_works(d, "float32"),
                 "native_isa": native_cpu.isa(), "native_why_not": native_cpu.why_not(d)})
 default = clops.device()
 print(json.dumps({"devices": out, "default": default.selector}))
@@ -165,7 +178,7 @@ def _cpu_selectors(isa: str | None = None) -> list[str]:
 def _llm(sel: str, model: str | None, path: str, llama_bench: str | None,
          rounds: int = 1, isa: str | None = None) -> dict | None:
     peer = ["--llama-bench", llama_bench, "--llama-bench-args",
-            f"-t {os.cpu_count() or 1} -ngl 0", "--rounds", str(rounds)] if llama_bench else []
+            f"-t {_cores()} -ngl 0", "--rounds", str(rounds)] if llama_bench else []
     _child([os.path.join(HERE, "bench_llm.py"), "--device", sel, "--no-peers",
             "--prompt-tokens", "64", "--new-tokens", "32", "--pp", "", *peer, "--json", path,
             *(["-m", model] if model else [])], isa)

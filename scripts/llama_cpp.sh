@@ -6,9 +6,13 @@
 #   scripts/llama_cpp.sh pack [DIR]          here: download the source distribution, strip it
 #                                            to what llama-bench and llama-server need, write
 #                                            DIR/llama.cpp.tar.gz (about 8 MB; DIR: .whl)
-#   scripts/llama_cpp.sh build TARBALL BUILD [cuda|cpu] [targets...]
+#   scripts/llama_cpp.sh build TARBALL BUILD [cuda|cpu|avx2] [targets...]
 #                                            there: unpack and build (default targets:
-#                                            llama-bench); prints the binaries' paths
+#                                            llama-bench); prints the binaries' paths. cpu:
+#                                            for this machine's CPU (-DGGML_NATIVE=ON); avx2:
+#                                            for AVX2 with FMA and F16C and no wider, the peer
+#                                            of bench_cpu_runtimes.py --isa avx2 on a CPU with
+#                                            AVX-512
 #
 # On the H100 machine the CUDA build (`cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90`) of
 # llama-bench takes 5-6 minutes with 16 jobs; the CPU build (`-DGGML_NATIVE=ON`) about 6 minutes
@@ -52,6 +56,9 @@ case "$cmd" in
           -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DCMAKE_BUILD_TYPE=Release)
     if [ "$kind" = cuda ]; then
       opts+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DGGML_NATIVE=OFF)
+    elif [ "$kind" = avx2 ]; then
+      opts+=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON
+             -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF)
     else
       opts+=(-DGGML_NATIVE=ON)
     fi

@@ -270,6 +270,13 @@ class _BuildNote:
 BUILD_NOTE = _BuildNote()
 
 
+# Settings under which a CPU runtime compiles for another CPU than the one it runs on, without
+# the device it reports changing (Intel's runtime keeps its device name under
+# CL_CONFIG_CPU_TARGET_ARCH=core-avx2): a cached binary is tied to them where they are set, so
+# that a binary made for AVX-512 is never loaded by a process asking for AVX2 (nor the reverse).
+TARGET_ENV = ("CL_CONFIG_CPU_TARGET_ARCH", "POCL_KERNELLIB_NAME", "POCL_LLVM_CPU_NAME")
+
+
 class ProgramCache:
     """Per-device cache of built programs: memory first, then disk binaries. Threads may share
     it: each program is built once, different programs at the same time."""
@@ -281,9 +288,14 @@ class ProgramCache:
         self._filling = KeyedLocks()
 
     def _identity(self) -> dict[str, str]:
-        """What a binary is tied to besides its source: device, platform and driver."""
+        """What a binary is tied to besides its source: device, platform and driver, and the
+        target CPU a CPU runtime was told to compile for, where it was (``TARGET_ENV``)."""
         d = self.device
-        return {"device": d.name, "platform": d.platform_version, "driver": d.driver_version}
+        ident = {"device": d.name, "platform": d.platform_version, "driver": d.driver_version}
+        target = ";".join(f"{k}={os.environ[k]}" for k in TARGET_ENV if os.environ.get(k))
+        if target:
+            ident["target"] = target
+        return ident
 
     def _key(self, source: str, options: tuple[str, ...]) -> str:
         h = hashlib.sha256()

@@ -102,6 +102,28 @@ def test_disk_cache(device: CLDevice, clops_env, tmp_path) -> None:
     assert len(os.listdir(folder)) == 2
 
 
+@pytest.mark.parametrize("var", program_module.TARGET_ENV)
+def test_disk_cache_keeps_another_target_cpus_binary_apart(device: CLDevice, clops_env,
+                                                           tmp_path, var: str) -> None:
+    # A runtime told to compile for another CPU (an AVX2 run on an AVX-512 machine) reports the
+    # same device: its binaries must not be taken for the machine's own, nor the reverse.
+    folder = str(tmp_path / "programs")
+    src = _unique_source()
+    for name in program_module.TARGET_ENV:
+        clops_env(**{name: None})
+    before = Counter(BUILD_STATS)
+    ProgramCache(device, folder).build(src)
+    clops_env(**{var: "core-avx2"})
+    prog = ProgramCache(device, folder).build(src)
+    assert _stats_delta(before) == {"builds": 2, "disk_hits": 0, "memory_hits": 0}
+    assert len(os.listdir(folder)) == 2
+    _runs(device, prog, src)
+    ProgramCache(device, folder).build(src)  # the same setting again: its own entry
+    clops_env(**{var: None})
+    ProgramCache(device, folder).build(src)  # and without it, the first one
+    assert _stats_delta(before) == {"builds": 2, "disk_hits": 2, "memory_hits": 0}
+
+
 def test_disk_cache_survives_a_corrupt_binary(device: CLDevice, tmp_path) -> None:
     folder = str(tmp_path / "programs")
     src = _unique_source()
