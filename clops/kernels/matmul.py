@@ -269,10 +269,28 @@ QMMA_OVERRIDE: tuple[int, int] | None = None
 
 def qmma_geometry(dev: CLDevice, w: Weight) -> tuple[int, int] | None:
     """(KS, RT) of ``matmul_qmma`` (warps a work-group splitting k, tiles of 8 rows a warp)
-    where ``matmul_qrows``' product of ``w`` takes NVIDIA's int8 tensor cores, else None (its
-    dp4a kernel)."""
+    where ``matmul_qrows``' product of ``w`` takes NVIDIA's int8 tensor cores (8-bit weights
+    with a scale per 32), else None (its dp4a kernel)."""
     if QMMA_OVERRIDE is not None:
         return QMMA_OVERRIDE
+    # PERF (H200, 8B shapes, bench_kernels.py --only rows --qmma; the product of M rows with
+    # their quantization, ms, dp4a -> qmma 8,2): Q8_0 6144x4096 M=2 0.025 -> 0.026, 8 0.034 ->
+    # 0.027, 16 0.036 -> 0.031, 64 0.096 -> 0.079; 14336x4096 2 0.036 -> 0.046, 8 0.044 ->
+    # 0.049, 16 0.073 -> 0.055, 64 0.214 -> 0.163; 4096x14336 2 0.062 -> 0.063, 8 0.102 ->
+    # 0.064, 16 0.106 -> 0.067, 64 0.330 -> 0.160. A layer's products (qkv, gate and up, down)
+    # of 2 rows 13% slower, of 4 4% slower, of 8 15% faster, of 16 27%, of 64 34%; one geometry
+    # for every M keeps a row's sums in one order whatever the batch. 4-bit rows stay on dp4a
+    # (qmma up to 1.5x slower: each block's nibbles unpacked for the instruction), so do Q6_K's
+    # scales per 16 (not measured).
+    if launch.is_cpu(dev) or not dev.probe("nvidia_ptx"):
+        return None
+    return qmma_takes(w)
+
+
+def qmma_takes(w: Weight) -> tuple[int, int] | None:
+    """``qmma_geometry``'s choice for ``w`` on a GPU with NVIDIA's PTX (tests run it on any)."""
+    if w.fmt == "q8" and int(w.defines.get("QGROUP", 32)) == 32 and not w.defines.get("QMIN"):
+        return (8, 2)
     return None
 
 

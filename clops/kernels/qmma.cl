@@ -73,62 +73,105 @@ void matmul_qmma(__global float *y, int y_off, int ldy, __global const uint *xq,
     float acc[RT][4];
     for (int r = 0; r < RT; ++r)
         for (int i = 0; i < 4; ++i) acc[r][i] = 0.0f;
-    for (int b = warp; b < QM_NBP; b += KS) {
-        const int live = b < NB, bb = live ? b : 0;
-        uint a0l, a1l, a0h, a1h;
+    // A block's operands are loaded one round ahead (QM_LOAD into nxt while cur is summed), so
+    // that a warp has two blocks' loads in flight. Where a block has one scale (QM_PAIR), a lane
+    // takes k-slots 4t..4t+3 of both mma from words 2t and 2t + 1 of the block (one 8-byte load
+    // a row, the batch rows' words the same): the int sum over the block is the same whatever
+    // k's order, as long as A and B take the same one.
+#if WFMT != 3 && QGROUP != 16
+#define QM_PAIR 1
+#else
+#define QM_PAIR 0
+#endif
+    uint c_a0l, c_a1l, c_a0h, c_a1h, n_a0l, n_a1l, n_a0h, n_a1h;
+    uint c_bl[RT], c_bh[RT], n_bl[RT], n_bh[RT];
+    float2 c_x0[RT], c_x1[RT], n_x0[RT], n_x1[RT];
 #if WFMT == 3
-        // q4: byte j of a block holds value j (low nibble) and j + 16 (high)
-        const uint m4 = 0x0F0F0F0Fu, ua = wa[bb * 4 + t], ub = wb[bb * 4 + t];
-        a0l = ua & m4; a1l = ub & m4; a0h = (ua >> 4) & m4; a1h = (ub >> 4) & m4;
-        const WS_T sa = LOAD_WS(na, bb), sb = LOAD_WS(nb, bb);
+    WS_T c_sa, c_sb, n_sa, n_sb;
+#elif QGROUP == 16
+    float c_sal, c_sah, c_sbl, c_sbh, n_sal, n_sah, n_sbl, n_sbh;
 #else
-        a0l = wa[bb * 8 + t]; a1l = wb[bb * 8 + t];
-        a0h = wa[bb * 8 + 4 + t]; a1h = wb[bb * 8 + 4 + t];
-#if QGROUP == 16
-        const float sal = LOAD_SCALE(S, ((size_t)na * QK + bb * 32) / 16);
-        const float sah = LOAD_SCALE(S, ((size_t)na * QK + bb * 32) / 16 + 1);
-        const float sbl = LOAD_SCALE(S, ((size_t)nb * QK + bb * 32) / 16);
-        const float sbh = LOAD_SCALE(S, ((size_t)nb * QK + bb * 32) / 16 + 1);
+    float c_sa, c_sb, n_sa, n_sb;
+#endif
+#if WFMT == 3
+    // q4: byte j of a block holds value j (low nibble) and j + 16 (high); the batch rows in two
+    // planes (values 0..15 of every block, then 16..31)
+#define QM_LOAD_W(bb) do { \
+        const uint m4 = 0x0F0F0F0Fu, ua = wa[(bb) * 4 + t], ub = wb[(bb) * 4 + t]; \
+        n_a0l = ua & m4; n_a1l = ub & m4; n_a0h = (ua >> 4) & m4; n_a1h = (ub >> 4) & m4; \
+        n_sa = LOAD_WS(na, bb); n_sb = LOAD_WS(nb, bb); } while (0)
+#define QM_LOAD_X(r, xr, bb) do { \
+        n_bl[r] = xr[(bb) * 4 + t]; n_bh[r] = xr[(NB + (bb)) * 4 + t]; } while (0)
+#elif QM_PAIR
+#define QM_LOAD_W(bb) do { \
+        const uint2 ua = *(__global const uint2 *)(wa + (bb) * 8 + 2 * t); \
+        const uint2 ub = *(__global const uint2 *)(wb + (bb) * 8 + 2 * t); \
+        n_a0l = ua.x; n_a0h = ua.y; n_a1l = ub.x; n_a1h = ub.y; \
+        n_sa = LOAD_SCALE(S, ((size_t)na * QK + (bb) * 32) / QGROUP); \
+        n_sb = LOAD_SCALE(S, ((size_t)nb * QK + (bb) * 32) / QGROUP); } while (0)
+#define QM_LOAD_X(r, xr, bb) do { \
+        const uint2 ux = *(__global const uint2 *)(xr + (bb) * 8 + 2 * t); \
+        n_bl[r] = ux.x; n_bh[r] = ux.y; } while (0)
 #else
-        const float sa = LOAD_SCALE(S, ((size_t)na * QK + bb * 32) / QGROUP);
-        const float sb = LOAD_SCALE(S, ((size_t)nb * QK + bb * 32) / QGROUP);
+    // scales per 16 values: the first mma takes values 0..15 of the block, the second 16..31
+#define QM_LOAD_W(bb) do { \
+        n_a0l = wa[(bb) * 8 + t]; n_a1l = wb[(bb) * 8 + t]; \
+        n_a0h = wa[(bb) * 8 + 4 + t]; n_a1h = wb[(bb) * 8 + 4 + t]; \
+        n_sal = LOAD_SCALE(S, ((size_t)na * QK + (bb) * 32) / 16); \
+        n_sah = LOAD_SCALE(S, ((size_t)na * QK + (bb) * 32) / 16 + 1); \
+        n_sbl = LOAD_SCALE(S, ((size_t)nb * QK + (bb) * 32) / 16); \
+        n_sbh = LOAD_SCALE(S, ((size_t)nb * QK + (bb) * 32) / 16 + 1); } while (0)
+#define QM_LOAD_X(r, xr, bb) do { \
+        n_bl[r] = xr[(bb) * 8 + t]; n_bh[r] = xr[(bb) * 8 + 4 + t]; } while (0)
 #endif
+#define QM_LOAD(b) do { \
+        const int bb_ = (b) < NB ? (b) : 0; \
+        QM_LOAD_W(bb_); \
+        _Pragma("unroll") for (int r = 0; r < RT; ++r) { \
+            __global const uint *xr = xq + (size_t)ml[r] * (QK / 4); \
+            QM_LOAD_X(r, xr, bb_); \
+            n_x0[r] = xs[(size_t)mh[r][0] * NB + bb_]; \
+            n_x1[r] = xs[(size_t)mh[r][1] * NB + bb_]; \
+        } } while (0)
+    QM_LOAD(warp);
+    for (int b = warp; b < QM_NBP; b += KS) {
+        const int live = b < NB;
+        c_a0l = live ? n_a0l : 0u; c_a1l = live ? n_a1l : 0u;
+        c_a0h = live ? n_a0h : 0u; c_a1h = live ? n_a1h : 0u;
+#if WFMT == 3 || QGROUP != 16
+        c_sa = n_sa; c_sb = n_sb;
+#else
+        c_sal = n_sal; c_sah = n_sah; c_sbl = n_sbl; c_sbh = n_sbh;
 #endif
-        if (!live) a0l = a1l = a0h = a1h = 0u;
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
-            // the 32 int8 values of batch row ml[r]'s block: q4 rows in two planes (values
-            // 0..15 of every block, then 16..31), q8 rows in order
-            __global const uint *xr = xq + (size_t)ml[r] * (QK / 4);
-#if WFMT == 3
-            const uint bl = xr[bb * 4 + t], bh = xr[(NB + bb) * 4 + t];
-#else
-            const uint bl = xr[bb * 8 + t], bh = xr[bb * 8 + 4 + t];
-#endif
+            c_bl[r] = n_bl[r]; c_bh[r] = n_bh[r]; c_x0[r] = n_x0[r]; c_x1[r] = n_x1[r];
+        }
+        QM_LOAD(b + KS);  // the next round's block (block 0 again past the end: unused)
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
 #if WFMT == 4 && QGROUP == 16
             int dl[4] = {0, 0, 0, 0}, dh[4] = {0, 0, 0, 0};
-            mma_s8(dl, a0l, a1l, bl, sc);
-            mma_s8(dh, a0h, a1h, bh, sc);
+            mma_s8(dl, c_a0l, c_a1l, c_bl[r], sc);
+            mma_s8(dh, c_a0h, c_a1h, c_bh[r], sc);
 #else
             int d[4] = {0, 0, 0, 0};
-            mma_s8(d, a0l, a1l, bl, sc);
-            mma_s8(d, a0h, a1h, bh, sc);
+            mma_s8(d, c_a0l, c_a1l, c_bl[r], sc);
+            mma_s8(d, c_a0h, c_a1h, c_bh[r], sc);
 #endif
             if (!live) continue;
-            const float2 x0 = xs[(size_t)mh[r][0] * NB + bb];
-            const float2 x1 = xs[(size_t)mh[r][1] * NB + bb];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const float2 xd = (i & 1) ? x1 : x0;
+                const float2 xd = (i & 1) ? c_x1[r] : c_x0[r];
 #if WFMT == 3
-                const WS_T w = i < 2 ? sa : sb;
+                const WS_T w = i < 2 ? c_sa : c_sb;
                 acc[r][i] = fma(w.x * xd.x, (float)d[i], fma(w.y, xd.y, acc[r][i]));
 #elif QGROUP == 16
-                const float wl = i < 2 ? sal : sbl, wh = i < 2 ? sah : sbh;
+                const float wl = i < 2 ? c_sal : c_sbl, wh = i < 2 ? c_sah : c_sbh;
                 acc[r][i] = fma(wh * xd.x, (float)dh[i],
                                 fma(wl * xd.x, (float)dl[i], acc[r][i]));
 #else
-                const float w = i < 2 ? sa : sb;
+                const float w = i < 2 ? c_sa : c_sb;
                 acc[r][i] = fma(w * xd.x, (float)d[i], acc[r][i]);
 #endif
             }

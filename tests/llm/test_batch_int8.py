@@ -30,10 +30,15 @@ def _run(engine: BatchEngine, prompts, new: int = 8, **params):
     return [out[i] for i in ids]
 
 
-def test_int8_rows_batched_equals_alone(device, monkeypatch, tmp_path):
+@pytest.mark.parametrize("tensor_cores", [False, True], ids=["dp4a", "tensor-cores"])
+def test_int8_rows_batched_equals_alone(device, monkeypatch, tmp_path, tensor_cores):
     monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
     monkeypatch.setattr(matmul, "int8_batch", lambda dev, w: w.int8 and w.fmt in ("q4", "q8")
                         and w.layout == "rows" and not w.defines.get("QMIN"))
+    # tensor-cores: the 8-bit layers on matmul_qmma as on NVIDIA GPUs (its instruction emulated
+    # where the device has no PTX), the 4-bit ones on matmul_qrows; dp4a: every layer on it
+    monkeypatch.setattr(matmul, "qmma_geometry",
+                        lambda dev, w: matmul.qmma_takes(w) if tensor_cores else None)
     path = write_gguf(str(tmp_path / "mixed.gguf"), shape=SHAPE)
     model = clops.llm.load(path, device=device, max_seq_len=256, progress=False,
                            kv_cache="float32")
@@ -45,6 +50,7 @@ def test_int8_rows_batched_equals_alone(device, monkeypatch, tmp_path):
     names = {ln.kernel.function_name for plan in engine._plans.values()
              for ln in plan.plan.launches}
     assert {"quantize_rows", "matmul_qrows"} <= names
+    assert ("matmul_qmma" in names) == tensor_cores
     together = [[o.token for o in seq] for seq in _run(BatchEngine(model, **kw), prompts)]
     assert together == alone
     assert [[o.token for o in seq] for seq in _run(engine, prompts[::-1])] == alone[::-1]

@@ -63,7 +63,7 @@ def _run(dev, w, x, *, ldx=None, norm=None, glu=False, bias=None, accum=None, ro
     lns = matmul.matmul_qrows(dev, yb, 0, n, _buf(dev, x), 0, ldx or x.shape[1], w, m, scratch,
                               bias=_buf(dev, bias) if bias is not None else None,
                               accum=accum is not None, norm=nb, glu=glu, act=act)
-    product = "matmul_qrows" if matmul.QMMA_OVERRIDE is None else "matmul_qmma"
+    product = "matmul_qrows" if matmul.qmma_geometry(dev, w) is None else "matmul_qmma"
     assert [ln.kernel.function_name for ln in lns] == ["quantize_rows", product]
     for ln in lns:
         ln.run(dev)
@@ -188,3 +188,22 @@ def test_int8_rows_grouped_by_expert(device, kind, n_e=4, n=32, k=128):
     with pytest.raises(ValueError, match="tm="):  # rows no multiple of the tile
         matmul.matmul_qrows(dev, yb, 0, n, yb, 0, k, w, m - 1, matmul.qrows_scratch(dev, m, k),
                             experts=(yb, n_e))
+
+
+@pytest.mark.parametrize("kind, ptx, chosen", [("Q8_0", True, (8, 2)), ("Q8_0", False, None),
+                                               ("Q4_0", True, None), ("Q6_K", True, None)])
+def test_int8_rows_take_the_tensor_cores_for_8_bit_weights(device, monkeypatch, kind, ptx,
+                                                           chosen):
+    # The engine's choice (no override): 8-bit weights with a scale per 32 on NVIDIA's int8
+    # tensor cores, one geometry for every row count; 4-bit weights and Q6_K's scales per 16 on
+    # the dp4a kernel; nothing where the device has no NVIDIA PTX.
+    monkeypatch.setattr(matmul, "QMMA_OVERRIDE", None)
+    w, _ = _weight(device, kind, 32, 256)
+    probe = device.probe
+
+    def fake(name, *a, **kw):
+        return ptx if name == "nvidia_ptx" else probe(name, *a, **kw)
+
+    monkeypatch.setattr(device, "probe", fake)
+    assert matmul.qmma_geometry(device, w) == chosen
+    assert matmul.qrows_rows(device, w) == (16 if chosen else matmul.qrows_geometry(device, w)[3])
