@@ -26,7 +26,7 @@ from .caps import PROBED, DeviceCaps, static_caps
 from .events import Event
 from .launch import PreparedLaunches
 from .pool import Buffer, BufferPool
-from .program import KernelObjects, ProgramCache
+from .program import KernelObjects, ProgramCache, target_setting
 
 __all__ = [
     "CPU_RUNTIME_ORDER", "CPU_RUNTIME_WHY", "DEFAULT_WHY", "CLDevice", "CLQueue", "DeviceCaps",
@@ -150,7 +150,11 @@ class CLDevice:
 
     @property
     def key(self) -> str:
-        return f"{self.name}|{self.platform_version}|{self.driver_version}"
+        """What the remembered probe results are tied to: device, platform, driver and a CPU
+        runtime's target setting where one is set (``program.TARGET_ENV``)."""
+        key = f"{self.name}|{self.platform_version}|{self.driver_version}"
+        target = target_setting()
+        return f"{key}|{target}" if target else key
 
     def probe(self, what: str) -> bool:
         """Run (once per device and driver, remembered on disk) a compile-and-run probe:

@@ -272,9 +272,16 @@ BUILD_NOTE = _BuildNote()
 
 # Settings under which a CPU runtime compiles for another CPU than the one it runs on, without
 # the device it reports changing (Intel's runtime keeps its device name under
-# CL_CONFIG_CPU_TARGET_ARCH=core-avx2): a cached binary is tied to them where they are set, so
-# that a binary made for AVX-512 is never loaded by a process asking for AVX2 (nor the reverse).
+# CL_CONFIG_CPU_TARGET_ARCH=core-avx2): a cached binary and a remembered probe result are tied
+# to them where they are set, so that a binary made for AVX-512, or a verdict on its code, is
+# never taken by a process asking for AVX2 (nor the reverse).
 TARGET_ENV = ("CL_CONFIG_CPU_TARGET_ARCH", "POCL_KERNELLIB_NAME", "POCL_LLVM_CPU_NAME")
+
+
+def target_setting() -> str:
+    """The ``TARGET_ENV`` settings of this process ("" where none is set), as part of what a
+    cached binary or a remembered probe result is tied to."""
+    return ";".join(f"{k}={os.environ[k]}" for k in TARGET_ENV if os.environ.get(k))
 
 
 class ProgramCache:
@@ -292,7 +299,7 @@ class ProgramCache:
         target CPU a CPU runtime was told to compile for, where it was (``TARGET_ENV``)."""
         d = self.device
         ident = {"device": d.name, "platform": d.platform_version, "driver": d.driver_version}
-        target = ";".join(f"{k}={os.environ[k]}" for k in TARGET_ENV if os.environ.get(k))
+        target = target_setting()
         if target:
             ident["target"] = target
         return ident
