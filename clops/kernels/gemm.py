@@ -21,6 +21,7 @@ from ..runtime import CLDevice, Event, probes, tma
 from ..runtime.device import add_cpu_default_check
 from ..runtime.pool import Buffer
 from ..runtime.program import new_kernel, rebuilt_from_binary, sm90a_ptx
+from . import native_cpu
 from .launch import eager_kernel, kernel, narrow_cpu, program
 
 TILE = 128
@@ -627,7 +628,7 @@ def _cpu_check(dev: CLDevice, dtype: str) -> bool:
         dev.write(bufs[0], a, blocking=True)
         dev.write(bufs[1], b, blocking=True)
         gemm_cpu(dev, bufs[2], 0, 2 * w, bufs[0], 0, k, bufs[1], 0, 2 * w, m, 2 * w, k,
-                 dtype=dtype)
+                 dtype=dtype, native=False)
         c = np.empty((m, 2 * w), np_dt)
         dev.read(c, bufs[2])
         if not np.allclose(c, a @ b, rtol=1e-4, atol=1e-4):
@@ -648,14 +649,19 @@ def _row_tile(dev: CLDevice, m: int) -> int:
 def gemm_cpu(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, lda: int,
              b: Buffer, b_off: int, ldb: int, m: int, n: int, k: int, batch: int = 1,
              strides: tuple[int, int, int] = (0, 0, 0), dtype: str = "float32",
-             a_trans: bool = False) -> Event:
+             a_trans: bool = False, native: bool = True) -> Event:
     """``gemm`` on a CPU (``gemm_cpu.cl``; float32 with n % 16 == 0, float64 with n % 8).
-    ``a_trans``: A is stored transposed, element (i, k) at a_off + k * lda + i."""
+    ``a_trans``: A is stored transposed, element (i, k) at a_off + k * lda + i. float32 runs
+    natively where the device runs the native products (``native_cpu.takes_gemm``; ``native``
+    False: the OpenCL C kernels all the same; PERF there)."""
     if dtype not in CPU_COLS:
         raise ValueError(f"gemm_cpu: {dtype} is not float32 or float64")
     w = CPU_COLS[dtype]
     if n % w:
         raise ValueError(f"gemm_cpu: n = {n} is not a multiple of {w} ({dtype})")
+    if native and native_cpu.takes_gemm(dev, dtype, n):
+        return native_cpu.gemm(dev, c, c_off, ldc, a, a_off, lda, b, b_off, ldb, m, n, k, batch,
+                               strides, a_trans).run(dev)
     dt = int(dtype == "float64")
     i32, i64 = np.int32, np.int64
     sb = strides[2]
@@ -775,8 +781,10 @@ def matmul(x1: Any, x2: Any, dtype: Any, empty: Any) -> Any | None:
         out = empty((*x1.shape[:-2], m, wide), dtype, dev)
         strides = (m * wide, m * k, k * wide)
         # rows in tiles of 8 (gemm_cpu's widest), the rest in a launch of their own (m = 257
-        # would otherwise take one row a work-item throughout); packed A tiles take any rows
-        whole = m <= 8 or packs_a(dev, dtype.name, m, k)
+        # would otherwise take one row a work-item throughout); packed A tiles and the native
+        # product take any rows
+        whole = m <= 8 or packs_a(dev, dtype.name, m, k) or \
+            native_cpu.takes_gemm(dev, dtype.name, wide)
         for r0, rows in ((0, m),) if whole else ((0, m - m % 8), (m - m % 8, m % 8)):
             if rows:
                 gemm_cpu(dev, out.buffer, out.offset + r0 * wide, wide, a.buffer,

@@ -30,7 +30,8 @@
 // Work is split over a small pool of threads (the device's cores): blocks of 16 output columns,
 // after the rows of x are quantized or normalized (split by rows).
 //
-// Also the attention of a decode row or a prompt's rows (clops_native_attention, at the end).
+// Also the attention of a decode row or a prompt's rows (clops_native_attention), and float32
+// products of arrays (clops_native_gemm, at the end).
 
 #define _GNU_SOURCE
 #include <math.h>
@@ -53,7 +54,7 @@
 #include <immintrin.h>
 #endif
 
-#define CLOPS_NATIVE_VERSION 4
+#define CLOPS_NATIVE_VERSION 5
 
 // Where no scratch memory can be had, a product or attention has no way to report it (a native
 // kernel returns nothing), and its output would be left as it was: a silent wrong value. The
@@ -1256,4 +1257,246 @@ void clops_native_chain(void *args) {
             clops_native_attention(blk);
         p += 16 + size;
     }
+}
+
+
+// ---- float32 products of arrays: C = A @ B (clops_native_gemm) ----
+// C [m][n] (row stride ldc) = A [m][k] (lda; or stored transposed, a_trans: element (i, k) at
+// k * lda + i) @ B [k][n] (ldb), for each of `batch` products (the operands sc, sa, sb elements
+// apart). k in steps of G_KC: each step's B packed into panels of 16 columns ([n / 16][kc][16],
+// contiguous: a tile reads its panel in order), A in blocks of G_MC rows packed into tiles of
+// G_TM rows ([kc][G_TM]: a k's values of the tile's rows side by side, zero rows past m), every
+// tile of a block meeting every panel in turn (the block stays in the second-level cache). A
+// tile's G_TM x 16 sums are G_TM vectors of 16 (ISA 1: 2 x 6 of its 16 registers), one chain of
+// k each; a step's sums are added to C after the first. Threads take (block of rows, range of
+// panels) tasks as they come free; a batch of small products takes one product a task.
+typedef struct {
+    float *c;
+    const float *a;
+    const float *b;
+    int64_t c_off, ldc, a_off, lda, b_off, ldb, sc, sa, sb;
+    int32_t m, n, k, batch, a_trans, threads;
+} clops_gemm_args;
+
+int clops_native_gemm_args_size(void) { return (int)sizeof(clops_gemm_args); }
+
+#if ISA
+#define G_TM F16_TILE_ROWS
+#ifndef G_KC
+#define G_KC 256
+#endif
+#define G_MC (16 * G_TM)
+
+// B's rows k0 .. k0 + kc - 1, panels p0 .. p1 - 1, into bp ([panel][kc][16])
+static void gemm_pack_b(const float *b, int64_t ldb, int k0, int kc, int p0, int p1, float *bp) {
+    for (int p = p0; p < p1; ++p) {
+        float *dst = bp + (int64_t)p * kc * 16;
+        const float *src = b + (int64_t)k0 * ldb + 16 * p;
+        for (int kk = 0; kk < kc; ++kk) vf_store(dst + 16 * kk, vf_load(src + kk * ldb));
+    }
+}
+
+// A's rows i0 .. i0 + rows - 1 over k0 .. k0 + kc - 1 into tiles of G_TM rows ([tile][kc][G_TM]),
+// rows past `rows` zero
+static void gemm_pack_a(const clops_gemm_args *g, const float *a, int i0, int rows, int k0,
+                        int kc, float *ap) {
+    const int tiles = (rows + G_TM - 1) / G_TM;
+    for (int t = 0; t < tiles; ++t) {
+        float *dst = ap + (int64_t)t * kc * G_TM;
+        for (int r = 0; r < G_TM; ++r) {
+            const int i = t * G_TM + r;
+            if (i >= rows) {
+                for (int kk = 0; kk < kc; ++kk) dst[kk * G_TM + r] = 0.0f;
+            } else if (g->a_trans) {
+                const float *src = a + (int64_t)k0 * g->lda + i0 + i;
+                for (int kk = 0; kk < kc; ++kk) dst[kk * G_TM + r] = src[kk * g->lda];
+            } else {
+                const float *src = a + (int64_t)(i0 + i) * g->lda + k0;
+                for (int kk = 0; kk < kc; ++kk) dst[kk * G_TM + r] = src[kk];
+            }
+        }
+    }
+}
+
+// rows (at most G_TM) x 16 of C (+)= a tile of packed A with a panel of packed B
+static inline __attribute__((always_inline)) void gemm_tile(const float *ap, const float *bp,
+                                                            int kc, float *c, int64_t ldc,
+                                                            int rows, int add) {
+    vf acc[G_TM];
+    // (C's rows are far apart: their lines are asked for now, to be there when the sums are)
+    for (int t = 0; t < rows; ++t) {
+        __builtin_prefetch(c + t * ldc, 1);
+        __builtin_prefetch(c + t * ldc + 15, 1);
+    }
+    for (int t = 0; t < G_TM; ++t) acc[t] = vf_zero();
+#pragma GCC unroll 4
+    for (int kk = 0; kk < kc; ++kk) {
+        const vf bv = vf_load(bp + 16 * kk);
+        const float *av = ap + G_TM * kk;
+        for (int t = 0; t < G_TM; ++t) acc[t] = vf_fmadd(bv, vf_set1(av[t]), acc[t]);
+    }
+    for (int t = 0; t < rows; ++t) {
+        float *cr = c + t * ldc;
+        vf_store(cr, add ? vf_add(vf_load(cr), acc[t]) : acc[t]);
+    }
+}
+
+// C's rows i0 .. i0 + rows - 1, panels p0 .. p1 - 1, for one step of k (packed A and B)
+static void gemm_block(const clops_gemm_args *g, float *c, const float *ap, const float *bp,
+                       int i0, int rows, int kc, int p0, int p1, int add) {
+    const int tiles = (rows + G_TM - 1) / G_TM;
+    for (int p = p0; p < p1; ++p)
+        for (int t = 0; t < tiles; ++t) {
+            const int r = rows - t * G_TM < G_TM ? rows - t * G_TM : G_TM;
+            gemm_tile(ap + (int64_t)t * kc * G_TM, bp + (int64_t)p * kc * 16, kc,
+                      c + (int64_t)(i0 + t * G_TM) * g->ldc + 16 * p, g->ldc, r, add);
+        }
+}
+
+typedef struct {
+    const clops_gemm_args *g;
+    int64_t bi;     // the product (batch) of a step
+    int k0, kc;     // the step
+    float *bp;      // its packed B (one step, every panel)
+    int mblocks, chunks, per;  // tasks: mblocks x chunks ranges of `per` panels
+    int next;       // the next task
+    int failed;     // a thread had no memory for its packed A
+    int caller_cpu; // the CPU of the thread that called (-1: not known)
+} gemm_ctx;
+
+// A worker (tid > 0) kept off the calling thread's CPU: the runtime's threads are pinned to a
+// core each, and a worker woken there would share it with the caller until the system moved it
+static void gemm_away(int tid, int caller_cpu) {
+    if (tid == 0 || caller_cpu < 0 || !have_cpus || !CPU_ISSET(caller_cpu, &process_cpus))
+        return;
+    cpu_set_t set = process_cpus;
+    CPU_CLR(caller_cpu, &set);
+    if (CPU_COUNT(&set) > 0) pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+// and given every CPU again after the task (as the pool's other callers expect)
+static void gemm_back(int tid, int caller_cpu) {
+    if (tid == 0 || caller_cpu < 0 || !have_cpus || !CPU_ISSET(caller_cpu, &process_cpus))
+        return;
+    pthread_setaffinity_np(pthread_self(), sizeof process_cpus, &process_cpus);
+}
+
+static void gemm_pack_b_task(void *p, int tid, int nt) {
+    gemm_ctx *x = p;
+    const clops_gemm_args *g = x->g;
+    const int np = g->n / 16, per = (np + nt - 1) / nt;
+    const int p0 = tid * per, p1 = p0 + per < np ? p0 + per : np;
+    if (p0 < p1)
+        gemm_pack_b(g->b + g->b_off + x->bi * g->sb, g->ldb, x->k0, x->kc, p0, p1, x->bp);
+}
+
+static void gemm_step_task(void *p, int tid, int nt) {
+    gemm_ctx *x = p;
+    const clops_gemm_args *g = x->g;
+    (void)nt;
+    gemm_away(tid, x->caller_cpu);
+    float *ap = aligned_alloc(64, sizeof(float) * G_MC * G_KC);
+    if (!ap) {
+        __atomic_store_n(&x->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    const float *a = g->a + g->a_off + x->bi * g->sa;
+    float *c = g->c + g->c_off + x->bi * g->sc;
+    const int np = g->n / 16;
+    int packed = -1;  // the block of rows in ap
+    for (;;) {
+        const int task = __atomic_fetch_add(&x->next, 1, __ATOMIC_RELAXED);
+        if (task >= x->mblocks * x->chunks) break;
+        const int blk = task / x->chunks, ch = task % x->chunks;
+        const int i0 = blk * G_MC, rows = g->m - i0 < G_MC ? g->m - i0 : G_MC;
+        if (packed != blk) {
+            gemm_pack_a(g, a, i0, rows, x->k0, x->kc, ap);
+            packed = blk;
+        }
+        const int p0 = ch * x->per, p1 = p0 + x->per < np ? p0 + x->per : np;
+        gemm_block(g, c, ap, x->bp, i0, rows, x->kc, p0, p1, x->k0 > 0);
+    }
+    free(ap);
+    gemm_back(tid, x->caller_cpu);
+}
+
+// One whole product on this thread (a batch of small ones: a product a task)
+typedef struct {
+    const clops_gemm_args *g;
+    int next, failed, caller_cpu;
+} gemm_batch_ctx;
+
+static void gemm_batch_task(void *p, int tid, int nt) {
+    gemm_batch_ctx *x = p;
+    const clops_gemm_args *g = x->g;
+    (void)nt;
+    const int np = g->n / 16;
+    float *ap = aligned_alloc(64, sizeof(float) * G_MC * G_KC);
+    float *bp = aligned_alloc(64, sizeof(float) * (size_t)g->n * G_KC);
+    if (!ap || !bp) {
+        free(ap);
+        free(bp);
+        __atomic_store_n(&x->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    gemm_away(tid, x->caller_cpu);
+    for (;;) {
+        const int64_t bi = __atomic_fetch_add(&x->next, 1, __ATOMIC_RELAXED);
+        if (bi >= g->batch) break;
+        const float *a = g->a + g->a_off + bi * g->sa;
+        float *c = g->c + g->c_off + bi * g->sc;
+        for (int k0 = 0; k0 < g->k; k0 += G_KC) {
+            const int kc = g->k - k0 < G_KC ? g->k - k0 : G_KC;
+            gemm_pack_b(g->b + g->b_off + bi * g->sb, g->ldb, k0, kc, 0, np, bp);
+            for (int i0 = 0; i0 < g->m; i0 += G_MC) {
+                const int rows = g->m - i0 < G_MC ? g->m - i0 : G_MC;
+                gemm_pack_a(g, a, i0, rows, k0, kc, ap);
+                gemm_block(g, c, ap, bp, i0, rows, kc, 0, np, k0 > 0);
+            }
+        }
+    }
+    free(ap);
+    free(bp);
+    gemm_back(tid, x->caller_cpu);
+}
+#endif
+
+// The entry of the native kernel: the runtime's copy of a clops_gemm_args. n is a multiple of
+// 16, m, k and batch at least 1.
+void clops_native_gemm(void *args) {
+#if ISA
+    const clops_gemm_args *g = args;
+    const int nt = g->threads > 0 ? g->threads : 1, np = g->n / 16;
+    pthread_mutex_lock(&P.call);
+    const int mblocks = (g->m + G_MC - 1) / G_MC;
+    // (a product of up to 2^24 multiply-adds takes one thread a fraction of a millisecond: a
+    // batch of them a product a thread, no steps shared)
+    if (g->batch >= 2 * nt &&
+        ((int64_t)mblocks * np < 8 * nt || (int64_t)g->m * g->n * g->k <= (1 << 24))) {
+        gemm_batch_ctx x = {g, 0, 0, sched_getcpu()};
+        run_all(gemm_batch_task, &x, nt);
+        if (x.failed) out_of_memory("float32 product", sizeof(float) * (size_t)g->n * G_KC);
+        pthread_mutex_unlock(&P.call);
+        return;
+    }
+    float *bp = aligned_alloc(64, sizeof(float) * (size_t)g->n * G_KC);
+    if (!bp) out_of_memory("float32 product", sizeof(float) * (size_t)g->n * G_KC);
+    // enough tasks for every thread: the panels cut into chunks where there are few blocks
+    int chunks = (4 * nt + mblocks - 1) / mblocks;
+    if (chunks > np) chunks = np;
+    const int per = (np + chunks - 1) / chunks;
+    chunks = (np + per - 1) / per;
+    for (int64_t bi = 0; bi < g->batch; ++bi)
+        for (int k0 = 0; k0 < g->k; k0 += G_KC) {
+            gemm_ctx x = {g, bi, k0, g->k - k0 < G_KC ? g->k - k0 : G_KC, bp, mblocks, chunks,
+                          per, 0, 0, sched_getcpu()};
+            run_all(gemm_pack_b_task, &x, nt);
+            run_all(gemm_step_task, &x, nt);
+            if (x.failed) out_of_memory("float32 product", sizeof(float) * G_MC * G_KC);
+        }
+    free(bp);
+    pthread_mutex_unlock(&P.call);
+#else
+    (void)args;
+#endif
 }

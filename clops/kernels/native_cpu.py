@@ -57,7 +57,7 @@ RUNTIMES = ("intel",)
 # holding the handle, and crashed writing through it): native kernels in a row go to their
 # queues as one command (nativekernel.Chain) there
 CHAIN_RUNTIMES = ("intel",)
-_VERSION = 4  # CLOPS_NATIVE_VERSION of native_cpu.c
+_VERSION = 5  # CLOPS_NATIVE_VERSION of native_cpu.c
 # clops_native_isa() of native_cpu.c
 ISAS = {1: "avx2", 2: "avx512-vnni"}
 
@@ -85,6 +85,15 @@ class _AttnArgs(ctypes.Structure):
                 ("n_rep", ctypes.c_int32), ("H", ctypes.c_int32), ("KV", ctypes.c_int32),
                 ("D", ctypes.c_int32), ("neox", ctypes.c_int32), ("threads", ctypes.c_int32),
                 ("scale", ctypes.c_float), ("m", ctypes.c_int32)]
+
+
+class _GemmArgs(ctypes.Structure):
+    """``clops_gemm_args`` of native_cpu.c."""
+
+    _fields_ = [("c", ctypes.c_void_p), ("a", ctypes.c_void_p), ("b", ctypes.c_void_p),
+                *[(f, ctypes.c_int64) for f in ("c_off", "ldc", "a_off", "lda", "b_off", "ldb",
+                                                 "sc", "sa", "sb")],
+                *[(f, ctypes.c_int32) for f in ("m", "n", "k", "batch", "a_trans", "threads")]]
 
 
 def _compiler() -> str | None:
@@ -169,7 +178,8 @@ def library() -> Any | None:
         return None
     if (lib.clops_native_version() != _VERSION or lib.clops_native_isa() not in ISAS
             or lib.clops_native_args_size() != ctypes.sizeof(_Args)
-            or lib.clops_native_attn_args_size() != ctypes.sizeof(_AttnArgs)):
+            or lib.clops_native_attn_args_size() != ctypes.sizeof(_AttnArgs)
+            or lib.clops_native_gemm_args_size() != ctypes.sizeof(_GemmArgs)):
         return None
     return lib
 
@@ -377,6 +387,63 @@ def matmul(dev: CLDevice, args: list[Any], reads: list[Buffer], y: Buffer, w: An
                        threads=dev.caps.compute_units, chain_fn=_chain_fn(lib, dev),
                        ksplit=ks is not None)
     return Launch(knl, (1,), None, args, reads, [y], name)
+
+
+class GemmKernel(nativekernel.NativeKernel):
+    """``clops_native_gemm`` with ``gemm.gemm_cpu``'s arguments (c, c_off, ldc, a, a_off, lda,
+    b, b_off, ldb, m, n, k, batch, sc, sa, sb) and whether A is stored transposed."""
+
+    def __init__(self, lib: Any, *, a_trans: bool, threads: int) -> None:
+        fn = ctypes.cast(lib.clops_native_gemm, ctypes.c_void_p).value
+        assert fn is not None
+        super().__init__(fn, "native_gemm", 16)
+        self.fixed = dict(a_trans=int(a_trans), threads=threads)
+
+    def block(self) -> tuple[ctypes.Structure, list[tuple[str | int, Any]]]:
+        (c, c_off, ldc, a, a_off, lda, b, b_off, ldb, m, n, k, batch, sc, sa, sb) = self.args
+        mems: list[tuple[str | int, Any]] = [("c", c), ("a", a), ("b", b)]
+        blk = _GemmArgs(c_off=int(c_off), ldc=int(ldc), a_off=int(a_off), lda=int(lda),
+                        b_off=int(b_off), ldb=int(ldb), sc=int(sc), sa=int(sa), sb=int(sb),
+                        m=int(m), n=int(n), k=int(k), batch=int(batch), **self.fixed)
+        for name, mem in mems:
+            setattr(blk, str(name), mem.int_ptr)
+        return blk, mems
+
+
+def takes_gemm(dev: CLDevice, dtype: str, n: int) -> bool:
+    """Whether a float32 product of arrays on ``dev`` runs natively (``gemm``): float32, n a
+    multiple of 16, on a device that runs the native products, built for AVX2 (8-wide
+    vectors; where AVX-512 runs, gemm_cpu.cl's kernels stay: 1.5x numpy on a Zen 5, and this
+    product's 16-wide form was not measured there).
+
+    PERF (2-core EPYC with AVX2, Intel's runtime, bench_array_ops.py --groups matmul, each
+    beside numpy in turns; ranges of 2-3 runs on a noisy VM): (8192, 64) @ (64, 64) 0.40-0.47x
+    numpy -> 0.66-1.00x, (262144, 64) 0.87-0.97x -> 1.0-1.4x, batches of (64, 64) x 128
+    0.42-0.52x -> 1.0-1.16x and (128, 128) x 1024 0.72-0.89x -> 1.24-1.32x (a product a
+    thread); 2048^3 the same (123-128 ms a product through the queue alone, as gemm_cpu.cl's
+    packed kernels; 151 GFLOP/s in a C harness, 112 before its worker was kept off the calling
+    thread's core); 512^3 3.4 against 3.7-3.9 ms alone, slower beside numpy (whose threads
+    spin after each call)."""
+    return dtype == "float32" and n % 16 == 0 and available(dev) and isa() == "avx2"
+
+
+def gemm(dev: CLDevice, c: Buffer, c_off: int, ldc: int, a: Buffer, a_off: int, lda: int,
+         b: Buffer, b_off: int, ldb: int, m: int, n: int, k: int, batch: int = 1,
+         strides: tuple[int, int, int] = (0, 0, 0), a_trans: bool = False) -> Launch:
+    """``gemm.gemm_cpu``'s product of float32 arrays natively (``takes_gemm``): C = A @ B for
+    each of ``batch`` products, ``strides`` (C's, A's, B's) elements apart; ``a_trans``: A's
+    element (i, k) at a_off + k * lda + i. Sums in steps of 256 k, each step's added to C."""
+    lib = library()
+    assert lib is not None
+    if n % 16 or min(m, n, k, batch) < 1:
+        raise ValueError(f"native gemm: m={m}, n={n}, k={k}, batch={batch}: n must be a "
+                         "multiple of 16 and every size at least 1")
+    knl = GemmKernel(lib, a_trans=a_trans, threads=dev.caps.compute_units)
+    i64 = np.int64
+    args = [c, i64(c_off), i64(ldc), a, i64(a_off), i64(lda), b, i64(b_off), i64(ldb),
+            np.int32(m), np.int32(n), np.int32(k), np.int32(batch), i64(strides[0]),
+            i64(strides[1]), i64(strides[2])]
+    return Launch(knl, (1,), None, args, [a, b], [c], "gemm_cpu.native")
 
 
 def takes_attention(dev: CLDevice, head_dim: int) -> bool:

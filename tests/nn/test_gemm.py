@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import clops
-from clops.kernels import gemm
+from clops.kernels import gemm, native_cpu
 
 RNG = np.random.default_rng(1)
 
@@ -227,15 +227,27 @@ def _names(fn):
                                          (258, 32, 1, 1), (33, 16, 4096, 3), (40, 24, 600, 1),
                                          (96, 48, 70, 2), (257, 130, 1000, 1), (9, 70, 500, 2),
                                          (300, 300, 300, 1), (70, 32, 260, 2)])
-def test_gemm_cpu_shapes(device, m, n, k, batch, dtype):
+def test_gemm_cpu_shapes(device, m, n, k, batch, dtype, monkeypatch):
     # every row tile (8, 4, 2, 1), k of one to thousands, batches; strided and offset operands
     # (made contiguous first); n a multiple of 8 but not 16 (float64 only); B packed into
     # column panels (m >= CPU_PACK_ROWS), batched too; row-tile groups past the last tile;
     # n of no multiple, B padded with zero columns (from CPU_PAD_MIN widths); rows past the
     # last tile of 8 in a launch of their own; on CPUs of 8-wide vectors, float32 from
-    # CPU_PA_MIN_K deep: A packed in tiles of 6 (the last one padded), batched too
+    # CPU_PA_MIN_K deep: A packed in tiles of 6 (the last one padded), batched too. Where
+    # float32 runs natively (native_cpu.takes_gemm: steps of 256 k, tiles of 6 or 8 rows, a
+    # batch of small products a product a thread), the same again through the kernels.
     if dtype == "float64" and not device.caps.fp64:
         pytest.skip("no float64 on this device")
+    w = gemm.CPU_COLS[dtype]
+    wide = -(-n // w) * w
+    native = native_cpu.takes_gemm(device, dtype, wide)
+    _gemm_cpu_shape(device, m, n, k, batch, dtype, native)
+    if native:
+        monkeypatch.setattr(native_cpu, "takes_gemm", lambda *a: False)
+        _gemm_cpu_shape(device, m, n, k, batch, dtype, False)
+
+
+def _gemm_cpu_shape(device, m, n, k, batch, dtype, native):
     a = RNG.standard_normal((batch, m + 3, k + 2)).astype(dtype)
     b = RNG.standard_normal((batch, n, k)).astype(dtype)
     ta = clops.asarray(a, device=device)[:, 3:, 2:]
@@ -252,9 +264,13 @@ def test_gemm_cpu_shapes(device, m, n, k, batch, dtype):
     wide = -(-n // w) * w
     pads = n % w == 0 or n >= gemm.CPU_PAD_MIN * w
     taken = pads and gemm.cpu_supports(device, dtype, m, wide, k)
-    assert ("gemm_cpu" in names) == taken
+    assert ("gemm_cpu" in names or "gemm_cpu.native" in names) == taken
     if device.kind == "cpu":
         assert taken == (m * wide * k >= gemm.CPU_MIN_MACS and pads)
+        if native:
+            assert names.count("gemm_cpu.native") == int(taken)
+            assert "gemm_cpu" not in names and "gemm_cpu.pack_b" not in names
+            return
         packed = gemm.packs_a(device, dtype, m, k)
         assert names.count("gemm_cpu") == (1 + (m > 8 and m % 8 != 0 and not packed)) * taken
         assert ("gemm_cpu.pack_a" in names) == (packed and taken)
@@ -273,10 +289,13 @@ def test_gemm_cpu_reads_a_transposed_view_in_place(device, shape):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(k))
     if device.kind == "cpu":
         m = shape[-1]
-        assert "gemm_cpu" in names
         # nothing but gemm_cpu's own launches: no copy of x.T
         assert set(names) <= {"gemm_cpu", "gemm_cpu.pack_b", "gemm_cpu.pack_a",
-                              "gemm_cpu.pad_cols"}, names
+                              "gemm_cpu.pad_cols", "gemm_cpu.native"}, names
+        if native_cpu.takes_gemm(device, "float32", -(-m // 16) * 16):
+            assert names.count("gemm_cpu.native") == 1 and "gemm_cpu" not in names
+            return
+        assert "gemm_cpu" in names
         packed = gemm.packs_a(device, "float32", m, k)
         assert names.count("gemm_cpu") == 1 + (m % 8 != 0 and not packed)
         assert ("gemm_cpu.pack_a" in names) == packed
@@ -293,7 +312,7 @@ def test_gemm_cpu_special_values(device, m, n, k):
     b[2, 11] = -np.inf
     got, names = _names(lambda: np.asarray(clops.matmul(clops.asarray(a, device=device),
                                                         clops.asarray(b, device=device))))
-    assert "gemm_cpu" in names
+    assert "gemm_cpu" in names or "gemm_cpu.native" in names
     with np.errstate(invalid="ignore", over="ignore"):
         want = a @ b
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
