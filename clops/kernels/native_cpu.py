@@ -421,9 +421,9 @@ def takes_gemm(dev: CLDevice, dtype: str, n: int) -> bool:
     numpy -> 0.66-1.00x, (262144, 64) 0.87-0.97x -> 1.0-1.4x, batches of (64, 64) x 128
     0.42-0.52x -> 1.0-1.16x and (128, 128) x 1024 0.72-0.89x -> 1.24-1.32x (a product a
     thread); 2048^3 the same (123-128 ms a product through the queue alone, as gemm_cpu.cl's
-    packed kernels; 151 GFLOP/s in a C harness, 112 before its worker was kept off the calling
-    thread's core); 512^3 3.4 against 3.7-3.9 ms alone, slower beside numpy (whose threads
-    spin after each call)."""
+    packed kernels; 151 GFLOP/s in a C harness, 112 before the pool's workers were kept off
+    the calling thread's core); 512^3 3.4 against 3.7-3.9 ms alone, slower beside numpy (whose
+    threads spin after each call)."""
     return dtype == "float32" and n % 16 == 0 and available(dev) and isa() == "avx2"
 
 
