@@ -187,10 +187,21 @@ def _llm(sel: str, model: str | None, path: str, llama_bench: str | None,
 
 def measure(selectors: list[str], repeat: int, model: str | None,
             llama_bench: str | None = None, models: list[str] | None = None,
-            rounds: int = 1, isa: str | None = None) -> dict:
+            rounds: int = 1, isa: str | None = None, json_path: str | None = None) -> dict:
+    """Every runtime's rows; with ``json_path``, the record so far is written there after each
+    runtime (``"partial": true`` until the last), so a run stopped part way keeps what it
+    measured."""
     runtimes = _describe(selectors, isa)
+
+    def record(done: int) -> dict:
+        return {"bench": "cpu_runtimes", "machine": machine(isa), "repeat": repeat,
+                "rounds": rounds, "runtimes": runtimes[:done],
+                **({"partial": True} if done < len(runtimes) else {})}
+
     with tempfile.TemporaryDirectory() as tmp:
-        for rt in runtimes:
+        for done, rt in enumerate(runtimes):
+            if json_path is not None and done:
+                _write(json_path, record(done))
             sel, tag = rt["selector"], rt["selector"].replace(":", "_")
             comp, kern, llm = (os.path.join(tmp, f"{k}_{tag}.json")
                                for k in ("compiler", "kernels", "llm"))
@@ -211,8 +222,13 @@ def measure(selectors: list[str], repeat: int, model: str | None,
                     name = os.path.basename(path).rsplit(".", 1)[0]
                     rt["models"][name] = _llm(sel, path, os.path.join(tmp, f"m{i}_{tag}.json"),
                                               llama_bench, rounds, isa)
-    return {"bench": "cpu_runtimes", "machine": machine(isa), "repeat": repeat,
-            "rounds": rounds, "runtimes": runtimes}
+    return record(len(runtimes))
+
+
+def _write(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
 
 
 def _runtime_name(rt: dict) -> str:
@@ -324,10 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--isa avx2: this CPU has no AVX2 with FMA (a restriction only lowers)")
     selectors = a.devices.split(",") if a.devices else _cpu_selectors(a.isa)
     data = measure(selectors, a.repeat, a.model, a.llama_bench,
-                   a.models.split(",") if a.models else None, a.rounds, a.isa)
-    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(data, f, indent=1)
+                   a.models.split(",") if a.models else None, a.rounds, a.isa, a.json)
+    _write(a.json, data)
     print(render(data))
     print(f"wrote {a.json}")
     return 0
