@@ -560,11 +560,12 @@ class Model:
         # (the copies go ahead of the prompt's launches on the plans' queue, in its order:
         # nothing else waits for them)
         dev = self.device
-        dev.write(self.tokens, ids_arr.astype(np.int32), queue=dev.queue)
+        ids32 = ids_arr.astype(np.int32)
+        dev.write(self.tokens, ids32, queue=dev.queue)
         # (and the other parts' copies, ``_pipelined``: a prompt's chunks then need nothing
         # from the last part)
-        for d, tokens, _ in self._copies.others if self._pipelined and self._copies else ():
-            d.write(tokens, ids_arr.astype(np.int32), queue=d.queue)
+        for d, tokens, _ in self._host_written():
+            d.write(tokens, ids32, queue=d.queue)
         # (only a repetition penalty reads them: without one the copy of a vocabulary's bytes
         # is left out, 1.98-2.03 -> 1.92-1.93 ms to the first token of a 1B F16 body's
         # 128-token prompt on an H100; the sampling kernels' marks of chosen tokens stay
@@ -579,8 +580,13 @@ class Model:
         ``_pipelined`` parts, on every part's)."""
         state = np.array([pos, 0, 0, 0], np.int32)
         self.device.write(self.state, state, queue=self.device.queue)
-        for d, _, st in self._copies.others if self._pipelined and self._copies else ():
+        for d, _, st in self._host_written():
             d.write(st, state, queue=d.queue)
+
+    def _host_written(self) -> Sequence[tuple[CLDevice, Buffer, Buffer]]:
+        """The other parts' token and position buffers that the host writes itself
+        (``_pipelined``; none otherwise: they are copied from the last part's)."""
+        return self._copies.others if self._pipelined and self._copies else ()
 
     def _prefill(self, n: int, logits: str, sample: bool) -> Iterator[tuple[int, int]]:
         """Run the prompt (already in the tokens buffer) in chunks; yields (start, rows) after
