@@ -1,5 +1,6 @@
 // The weight formats of the matrix-vector kernels (#include "clops/formats.cl": matmul.cl,
-// matmul_cpu.cl), by WFMT (0 float32, 1 float16, 2 bfloat16, 3 q4, 4 q8) and SCALE_HALF (1:
+// matmul_cpu.cl), by WFMT (0 float32, 1 float16, 2 bfloat16, 3 q4, 4 q8, 5 the compact K-quants
+// of the row layout, matmul.cl alone) and SCALE_HALF (1:
 // the q4/q8 scales stored as half, 0: as float):
 //   W_T                a weight's storage type (the 16 bits of a float16 or bfloat16: ushort)
 //   SCALE_T            a scale's storage type
@@ -18,7 +19,7 @@
 #define W_T float
 #elif WFMT == 1 || WFMT == 2
 #define W_T ushort
-#elif WFMT == 3
+#elif WFMT == 3 || WFMT == 5
 #define W_T uchar
 #else
 #define W_T char

@@ -7,6 +7,8 @@
 //   QGROUP 32 or 16 (q8 only: Q6_K has a scale per 16 values)
 //   QMIN   1 (q8): a (scale, min) pair per QGROUP values, value = (q * scale) + min (Q5_1, Q5_K,
 //          Q2_K), rounded twice as GGUF computes it; not with QX
+//   KQB, KQM  (WFMT 5, the compact K-quants, nn/quant.py's k5 and k6) high bits a value (1:
+//          Q5_K, 2: Q6_K) and whether a group has a min (1: Q5_K)
 //   TM     rows of x per work-item: the dequantized weights are reused TM times from registers
 //   LSIZE  work-items that split K for one output column (1 on CPUs; up to 256 on GPUs)
 //   ROWS   output columns per work-item, one after another (CPUs: fewer, longer work-items)
@@ -36,6 +38,9 @@
 //       j+16 (high nibble). sm: (scale, min) pairs per group, value = q * scale + min.
 //   q8: qs char[N][K]; sc: one scale per QGROUP values, value = q * scale; QMIN: (scale, min)
 //       pairs per QGROUP values, value = (q * scale) + min.
+//   kq (WFMT 5): each row one run of KQ_ROW(K) bytes (nn/quant.py spells it out): a group's
+//       16 bytes of low nibbles as q4's, its high bits, its sub-scales, the half super-scales
+//       of each 256 values; S is not read.
 // Work geometry: global (ceil(N / ROWS) * LSIZE, ceil(M / TM)), local (LSIZE, 1); on GPUs
 // global (ceil(N / (NCOL * CPT)) * NCOL * LSIZE, ceil(M / TM)), local (NCOL * LSIZE, 1); QX:
 // global (ceil(N / (CB * NCOL * CPT)) * NCOL * LSIZE, 1).
@@ -139,6 +144,75 @@ inline float qmin_dot(float a, float d, float b, float mn) {
 }
 #endif
 
+#if WFMT == 5
+// ---- the compact K-quants: a group of 32 values read in place ----
+#if !defined(KQB) || !defined(KQM)
+#error "WFMT 5 needs KQB and KQM"
+#endif
+#define KQ_HOFF(K) ((K) / 2)                            // the high bits: 4 KQB bytes a group
+#define KQ_SOFF(K) (KQ_HOFF(K) + (K) / 8 * KQB)         // the sub-scales: 2 bytes a group
+#define KQ_DOFF(K) (KQ_SOFF(K) + (K) / 16)              // the super-scales: a half2 a 256
+#define KQ_ROW(K) ((KQ_DOFF(K) + (K) / 64 + 15) / 16 * 16)
+// group g of row n: (nibbles x4, high bits x2 (KQB 1: the second 0), sub-scales, super-scales)
+inline uint8 kq_load(__global const uchar *W, int K, int n, int g) {
+    __global const uchar *row = W + (size_t)n * KQ_ROW(K);
+    const uint4 q = ((__global const uint4 *)row)[g];
+#if KQB == 1
+    const uint2 h = (uint2)(((__global const uint *)(row + KQ_HOFF(K)))[g], 0u);
+#else
+    const uint2 h = ((__global const uint2 *)(row + KQ_HOFF(K)))[g];
+#endif
+    const uint s = ((__global const ushort *)(row + KQ_SOFF(K)))[g];
+    const uint d = ((__global const uint *)(row + KQ_DOFF(K)))[g / 8];
+    return (uint8)(q, h, s, d);
+}
+// The group's unsigned values as bytes: lo values 0..15, hi values 16..31, 4 a word
+inline void kq_words(uint8 r, uint4 *lo, uint4 *hi) {
+    const uint4 q = r.s0123;
+    uint4 l = q & (uint4)0x0F0F0F0Fu, h = (q >> (uint4)4) & (uint4)0x0F0F0F0Fu;
+#if KQB == 1
+    const uint b = r.s4;
+    l |= ((uint4)(b, b >> 1, b >> 2, b >> 3) & (uint4)0x01010101u) << (uint4)4;
+    h |= ((uint4)(b >> 4, b >> 5, b >> 6, b >> 7) & (uint4)0x01010101u) << (uint4)4;
+#else
+    const uint b0 = r.s4, b1 = r.s5;
+    l |= ((uint4)(b0, b0 >> 2, b0 >> 4, b0 >> 6) & (uint4)0x03030303u) << (uint4)4;
+    h |= ((uint4)(b1, b1 >> 2, b1 >> 4, b1 >> 6) & (uint4)0x03030303u) << (uint4)4;
+#endif
+    *lo = l;
+    *hi = h;
+}
+// (s0, mn0, s1, mn1): the scale and min of values 0..15 and of 16..31 (KQM 0: mn = -32 s)
+inline float4 kq_scales(uint8 r) {
+    const uint dd = r.s7;
+    const float2 d = vload_half2(0, (const __private half *)&dd);
+#if KQM
+    const float s = d.x * (float)(r.s6 & 0xFFu), mn = -(d.y * (float)(r.s6 >> 8));
+    return (float4)(s, mn, s, mn);
+#else
+    const float s0 = d.x * (float)as_char((uchar)(r.s6 & 0xFFu));
+    const float s1 = d.x * (float)as_char((uchar)(r.s6 >> 8));
+    return (float4)(s0, -32.0f * s0, s1, -32.0f * s1);
+#endif
+}
+// The 16 values of bytes q with scale s and min mn as GGUF computes them: q * s + mn (Q5_K's
+// q * s is exact), or (q - 32) * s (Q6_K: -0.0 where s < 0 and q = 32, as GGUF's)
+inline float16 kq_values16(uint4 q, float s, float mn) {
+#if KQM
+    return convert_float16(as_uchar16(q)) * s + mn;
+#else
+    return convert_float16(convert_short16(as_uchar16(q)) - (short16)32) * s;
+#endif
+}
+inline float8 kq_values8(uint2 q, float s, float mn) {
+#if KQM
+    return convert_float8(as_uchar8(q)) * s + mn;
+#else
+    return convert_float8(convert_short8(as_uchar8(q)) - (short8)32) * s;
+#endif
+}
+#endif
+
 // Dequantize the 32 weights of group g of row n into w[0..7].
 inline void load_group(__global const W_T *W, __global const SCALE_T *S, int K, int n, int g,
                        float4 *w) {
@@ -151,6 +225,14 @@ inline void load_group(__global const W_T *W, __global const SCALE_T *S, int K, 
 #elif WFMT == 2
     __global const ushort *p = W + (size_t)n * K + g * 32;
     for (int j = 0; j < 8; ++j) w[j] = bf16x4(vload4(j, p));
+#elif WFMT == 5
+    const uint8 r = kq_load(W, K, n, g);
+    uint4 lo, hi;
+    kq_words(r, &lo, &hi);
+    const float4 sc = kq_scales(r);
+    const float16 a = kq_values16(lo, sc.x, sc.y), b = kq_values16(hi, sc.z, sc.w);
+    w[0] = a.s0123; w[1] = a.s4567; w[2] = a.s89ab; w[3] = a.scdef;
+    w[4] = b.s0123; w[5] = b.s4567; w[6] = b.s89ab; w[7] = b.scdef;
 #elif WFMT == 3
     size_t gi = (size_t)n * (K / 32) + g;
     uchar16 q = vload16(0, W + gi * 16);
@@ -204,7 +286,7 @@ inline float team_sum(float v) {
 #define VPC 4
 #elif WFMT == 1 || WFMT == 2
 #define VPC 8
-#elif WFMT == 3
+#elif WFMT == 3 || WFMT == 5
 #define VPC 32
 #else
 #define VPC 16
@@ -290,6 +372,15 @@ inline float chunk_dot(__global const W_T *W, __global const SCALE_T *S, int K, 
     const float16 a = nib_lo(q) * xl + nib_hi(q) * xh;
     const float sx = hsum16(xl + xh);
     return d * 16.0f * (hsum16(a) - sx) + mn * sx;
+#elif WFMT == 5
+    const uint8 r = kq_load(W, K, n, c);
+    uint4 lo, hi;
+    kq_words(r, &lo, &hi);
+    const float4 sc = kq_scales(r);
+    const float16 xl = X16(xr, 2 * c), xh = X16(xr, 2 * c + 1);
+    // sum (q s + mn) x = s sum q x + mn sum x, for each half
+    return (sc.x * hsum16(convert_float16(as_uchar16(lo)) * xl) + sc.y * hsum16(xl)) +
+           (sc.z * hsum16(convert_float16(as_uchar16(hi)) * xh) + sc.w * hsum16(xh));
 #else
     const size_t base = (size_t)n * K + c * 16;
     // bytes become f = 1 + (q + 128) / 256 (placed in the mantissa): sum q x = 256 sum f x
@@ -432,7 +523,7 @@ inline void matmul_column(__global float *y, int y_off, int ldy,
 // nibbles) and half 1 (values 16..31, the high nibbles) of their block, kept in two planes so
 // that a warp's 16-byte reads of consecutive blocks hit consecutive banks; q8 chunks (16
 // values) meet the 16 values in the same place of the row.
-#if WFMT == 3
+#if WFMT == 3 || WFMT == 5
 #define XQI(b, h) ((h) * NB + (b))
 #else
 #define XQI(b, h) (2 * (b) + (h))
@@ -446,11 +537,20 @@ inline void matmul_column(__global float *y, int y_off, int ldy,
 #else
 #define LOAD_WS(n, c) vload2((size_t)(n) * NB + (c), S)
 #endif
+#elif WFMT == 5
+#define WS_T float  // (the scales come with the values, kq_load)
+#define LOAD_WS(n, c) 0.0f
 #else
 #define WS_T float
 #define LOAD_WS(n, c) LOAD_SCALE(S, ((size_t)(n) * QK + (c) * 16) / QGROUP)
 #endif
+#if WFMT == 5
+#define WQ_T uint8
+#define LOAD_WQ(n, c) kq_load(W, QK, n, c)
+#else
+#define WQ_T uint4
 #define LOAD_WQ(n, c) (*((__global const uint4 *)W + (size_t)(n) * (QK / VPC) + (c)))
+#endif
 
 #define NCH (QK / VPC)                                 // chunks per row
 
@@ -490,12 +590,29 @@ inline int q8_dot(uint4 q, uint4 xv) {
     s = dot4(q.z, xv.z, s);
     return dot4(q.w, xv.w, s);
 }
+#if WFMT == 5
+// acc + a kq group (r) against int8 x: xl values 0..15, xh 16..31, xd (dx, dx * sum xq)
+inline float kq_dot(WQ_T r, uint4 xl, uint4 xh, float2 xd, float acc) {
+    uint4 lo, hi;
+    kq_words(r, &lo, &hi);
+    const float4 sc = kq_scales(r);
+#if KQM
+    // sum (q s + mn) (xq dx) = s dx sum q xq + mn dx sum xq
+    return fma(sc.x * xd.x, (float)q8_dot(lo, xl) + (float)q8_dot(hi, xh), fma(sc.y, xd.y, acc));
+#else
+    // sum (q - 32) xq = sum q xq + sum (-32) xq, each half (0xE0: -32 a byte)
+    const int s0 = q8_dot(lo, xl) + q8_dot((uint4)0xE0E0E0E0u, xl);
+    const int s1 = q8_dot(hi, xh) + q8_dot((uint4)0xE0E0E0E0u, xh);
+    return fma(sc.x * xd.x, (float)s0, fma(sc.z * xd.x, (float)s1, acc));
+#endif
+}
+#endif
 
 #define STEPS ((NCH + LSIZE * UNR - 1) / (LSIZE * UNR))  // per column block
 // Load step t (of the team's CB * STEPS; QROWS: of STEPS) of work-item lid: UNR chunks of CPT
 // columns.
 inline void load_step(int t, int lid, int n_first, int N, __global const W_T *W,
-                      __global const SCALE_T *S, uint4 wq[UNR][CPT], WS_T ws[UNR][CPT]) {
+                      __global const SCALE_T *S, WQ_T wq[UNR][CPT], WS_T ws[UNR][CPT]) {
     const int c0 = lid + (t % STEPS) * LSIZE * UNR, n0 = n_first + (t / STEPS) * (NCOL * CPT);
 #pragma unroll
     for (int u = 0; u < UNR; ++u) {
@@ -596,7 +713,7 @@ inline void gemv_q(__global float *y, int y_off, __global const float *x, int x_
                    __global const float *nw, float eps, __local uint4 *xq, __local float2 *xs,
                    __local float *ssq) {
     __global const float *xr = x + x_off;
-    uint4 wq[UNR][CPT];
+    WQ_T wq[UNR][CPT];
     WS_T ws[UNR][CPT];
     // PERF: the first weights are on their way while the work-group quantizes x
     load_step(0, lid, n_first, N, W, S, wq, ws);
@@ -613,7 +730,7 @@ inline void gemv_q(__global float *y, int y_off, __global const float *x, int x_
     for (int i = 0; i < RN; ++i) r[i] = 0.0f;
     for (int t = 0; t < CB * STEPS; ++t) {
 #if PIPE
-        uint4 wn[UNR][CPT];
+        WQ_T wn[UNR][CPT];
         WS_T sn[UNR][CPT];
         if (t + 1 < CB * STEPS) load_step(t + 1, lid, n_first, N, W, S, wn, sn);
 #endif
@@ -622,7 +739,12 @@ inline void gemv_q(__global float *y, int y_off, __global const float *x, int x_
         for (int u = 0; u < UNR; ++u) {
             const int c = c0 + u * LSIZE;
             if (c >= NCH) break;
-#if WFMT == 3
+#if WFMT == 5
+            const uint4 xl = xq[XQI(c, 0)], xh = xq[XQI(c, 1)];
+            const float2 xd = xs[c];
+#pragma unroll
+            for (int j = 0; j < CPT; ++j) r[j] = kq_dot(wq[u][j], xl, xh, xd, r[j]);
+#elif WFMT == 3
             const uint4 xl = xq[XQI(c, 0)], xh = xq[XQI(c, 1)];
             const float2 xd = xs[c];
 #pragma unroll
@@ -785,6 +907,15 @@ __kernel void dequant_half(__global half *out, __global const W_T *W, __global c
     return;
 #elif WFMT == 2
     float8 v = as_float8(convert_uint8(vload8(0, W + base)) << 16);
+#elif WFMT == 5
+    // (c % 4: values 0..7, 8..15 (low nibbles), 16..23, 24..31 of group c / 4)
+    const uint8 r = kq_load(W, K, n, c / 4);
+    uint4 lo, hi;
+    kq_words(r, &lo, &hi);
+    const float4 sc = kq_scales(r);
+    const uint4 wv = (c & 2) ? hi : lo;
+    const float2 sm = (c & 2) ? sc.zw : sc.xy;
+    float8 v = kq_values8((c & 1) ? wv.zw : wv.xy, sm.x, sm.y);
 #elif WFMT == 3
     const size_t gi = base / 32;  // the group; c % 4: which 8 bytes and which nibbles
     uchar8 q = as_uchar8(((__global const uint2 *)W)[2 * gi + (c & 1)]);
@@ -875,7 +1006,7 @@ void matmul_qrows(__global float *y, int y_off, int ldy, __global const uint4 *x
     for (int i = 0; i < RN; ++i) r[i] = 0.0f;
     for (int t = 0; t < STEPS; ++t) {
         const int c0 = lid + t * LSIZE * UNR;
-        uint4 wq[UNR][CPT];
+        WQ_T wq[UNR][CPT];
         WS_T ws[UNR][CPT];
         load_step(t, lid, n, N, W, S, wq, ws);
 #pragma unroll
@@ -885,7 +1016,13 @@ void matmul_qrows(__global float *y, int y_off, int ldy, __global const uint4 *x
 #pragma unroll
             for (int i = 0; i < TM; ++i) {
                 __global const uint4 *xr = xq + (size_t)mi[i] * (QK / 16);
-#if WFMT == 3
+#if WFMT == 5
+                const uint4 xl = xr[XQI(c, 0)], xh = xr[XQI(c, 1)];
+                const float2 xd = xs[(size_t)mi[i] * NB + c];
+#pragma unroll
+                for (int j = 0; j < CPT; ++j)
+                    r[i * CPT + j] = kq_dot(wq[u][j], xl, xh, xd, r[i * CPT + j]);
+#elif WFMT == 3
                 const uint4 xl = xr[XQI(c, 0)], xh = xr[XQI(c, 1)];
                 const float2 xd = xs[(size_t)mi[i] * NB + c];
 #pragma unroll

@@ -41,7 +41,12 @@ class Weight(Protocol):
 
 
 # values per 16-byte chunk of a weight row, by format (matmul.cl CHUNKED)
-CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16, "q8m": 16}
+CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16, "q8m": 16, "k5": 32, "k6": 32}
+# the formats whose rows the int8 paths take (QX, QROWS)
+INT8_FORMATS = ("q4", "q8", "k5", "k6")
+# the format whose int8 geometry each takes (the compact K-quants: q4's, a group of 32 values
+# a chunk; not measured on their own)
+GEOMETRY_FORMAT = {"k5": "q4", "k6": "q4"}
 
 
 def matmul_geometry(dev: CLDevice, m: int, k: int, fmt: str = "q4") -> tuple[int, int]:
@@ -125,7 +130,7 @@ def int8_activations(dev: CLDevice, m: int, fmt: str, k: int) -> bool:
     keep the float path until measured (the kernel's plain-C dot4 runs anywhere), CPUs too
     (PoCL's float path is vectorized; the int8 path is not faster there)."""
     # (q8m, values with mins, keeps the float path: not written for int8 activations)
-    if m != 1 or fmt not in ("q4", "q8") or launch.is_cpu(dev):
+    if m != 1 or fmt not in INT8_FORMATS or launch.is_cpu(dev):
         return False
     # int8 x, (dx, dx * sum q) per 32 and the reduction scratch in local memory (qx_geometry's
     # groups of 2 * GPU_GROUP; its wider ones check for themselves)
@@ -156,6 +161,7 @@ def qx_geometry(dev: CLDevice, n: int, k: int,
     """(LSIZE, NCOL, CPT, UNR, CB, PIPE) of the int8 decode path (matmul.cl QX)."""
     if QX_OVERRIDE is not None:
         return QX_OVERRIDE
+    fmt = GEOMETRY_FORMAT.get(fmt, fmt)
     nch = max(1, k // CHUNK_VALUES[fmt])
     most = pow2_at_most(min(1024, dev.caps.max_work_group))
     if 16 * dev.caps.compute_units < n < 32 * dev.caps.compute_units and most >= 1024 and \
@@ -226,7 +232,7 @@ def qx_slot_geometry(dev: CLDevice, n: int, k: int,
     if QX_OVERRIDE is not None or n >= 8192 or \
             pow2_at_most(min(1024, dev.caps.max_work_group)) < 512:
         return g
-    nch = max(1, k // CHUNK_VALUES[fmt])
+    nch = max(1, k // CHUNK_VALUES[GEOMETRY_FORMAT.get(fmt, fmt)])
     ls, ncol, cpt = (16, 16, 2) if k >= 2048 else (8, 64, 1)
     if _qx_local_bytes(k, ls, ncol, cpt) > dev.caps.local_mem:
         return g
@@ -247,7 +253,7 @@ def int8_batch(dev: CLDevice, w: Weight) -> bool:
     (``matmul`` with 4 rows a work-item, a weight made float for each tile of rows) ran at 7-8
     TFLOP/s, ten times one row's time for 16 rows: the arithmetic, not the weights' bytes,
     bounded it."""
-    return w.int8 and w.layout == "rows" and w.fmt in ("q4", "q8") and \
+    return w.int8 and w.layout == "rows" and w.fmt in INT8_FORMATS and \
         not w.defines.get("QMIN") and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
 
 
@@ -271,6 +277,8 @@ def qmma_geometry(dev: CLDevice, w: Weight) -> tuple[int, int] | None:
     """(KS, RT) of ``matmul_qmma`` (warps a work-group splitting k, tiles of 8 rows a warp)
     where ``matmul_qrows``' product of ``w`` takes NVIDIA's int8 tensor cores (8-bit weights
     with a scale per 32), else None (its dp4a kernel)."""
+    if w.fmt in GEOMETRY_FORMAT:  # (qmma.cl does not read the compact K-quants)
+        return None
     if QMMA_OVERRIDE is not None:
         return QMMA_OVERRIDE
     # PERF (H200, 8B shapes, bench_kernels.py --only rows --qmma; the product of M rows with
@@ -328,8 +336,8 @@ def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_of
     ``qrows_tile(dev, w)`` rows (m a multiple of it), the product's arguments 13 .. 15 tile_e
     and the strides."""
     if not int8_batch(dev, w):
-        raise ValueError(f"matmul_qrows takes q4/q8 row-layout weights on an NVIDIA GPU, not "
-                         f"{w.fmt} ({w.layout})")
+        raise ValueError(f"matmul_qrows takes {', '.join(INT8_FORMATS)} row-layout weights "
+                         f"on an NVIDIA GPU, not {w.fmt} ({w.layout})")
     if norm is not None and glu:
         raise ValueError("matmul: norm= and glu= do not go together")
     xq, xs, ss = scratch
@@ -405,6 +413,9 @@ def expert_strides(w: Weight, n_experts: int) -> tuple[int, int]:
                          "multiple of 16 rows")
     d = w.defines
     n = w.n // n_experts
+    if w.fmt in GEOMETRY_FORMAT:
+        raise ValueError(f"matmul: experts' weights take the q8 and q8m forms, not {w.fmt} "
+                         "(PackedWeight.expanded)")
     if w.fmt in FLOAT_FORMATS:
         return n * w.k, 0
     if w.fmt == "q4":

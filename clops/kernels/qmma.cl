@@ -6,6 +6,9 @@
 
 #if QROWS
 #if QMMA
+#if WFMT == 5
+#error "matmul_qmma reads q4 and q8 weights, not the compact K-quants"
+#endif
 // ---- int8 rows on tensor cores: matmul_qmma ----
 // The same product as matmul_qrows from the same int8 rows (quantize_rows), each 32-value block
 // of a weight row met by 8 rows at once through mma m16n8k16 (s8 inputs, s32 sums: a block's

@@ -13,9 +13,11 @@ import numpy as np
 from ..nn.quant import (
     DEVICE_BYTES,
     GGML_MXFP4,
+    KQ_FORMATS,
     SUPPORTED,
     SUPPORTED_NAMES,
     PackedWeight,
+    kq_scales,
     pack_float,
     pack_ggml,
 )
@@ -131,12 +133,21 @@ def _check_values(where: str, p: PackedWeight) -> None:
                     f"{_as_float(p.fmt, bits[bad])}, outside (-{MAX_WEIGHT:g}, "
                     f"{MAX_WEIGHT:g}) (corrupt data)")
         return
+    if p.fmt in KQ_FORMATS:  # (the scale and min of each group of the compact K-quants)
+        scale, mn = kq_scales(p)
+        _check_bound(where, p, np.abs(scale) * (31 if p.fmt == "k5" else 32) + np.abs(mn))
+        return
     assert p.scales is not None
     sc = np.abs(p.scales.astype(np.float32))
     # q4: value = q * scale + min with q in 0..15; q8: value = q * scale with q in -128..127;
     # q8m: q * scale + min with q in -128..127
     bound = (sc[..., 0] * 15 + sc[..., 1] if p.fmt == "q4"
              else sc[..., 0] * 128 + sc[..., 1] if p.fmt == "q8m" else sc * 128)
+    _check_bound(where, p, bound)
+
+
+def _check_bound(where: str, p: PackedWeight, bound: np.ndarray) -> None:
+    """Raise unless every group's bound on its values' magnitudes is below MAX_WEIGHT."""
     worst = float(bound.max()) if bound.size else 0.0
     if not worst < MAX_WEIGHT:
         bad = int(np.argmax(~(bound < MAX_WEIGHT).reshape(-1)))

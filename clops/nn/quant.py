@@ -19,6 +19,22 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
   bytes a value, not float32's 4. The kernels see ``WFMT`` 4 with ``QMIN`` 1; products that
   quantize their rows to int8 (the GPU decode row, the native CPU kernels) and the fused decode
   layers do not take it, the float paths do.
+- ``k5``, ``k6``: Q5_K and Q6_K as compactly as in the file (0.70 and 0.82 bytes a value against
+  ``q8m``'s and ``q8``'s 1.25), for the row layout (GPUs); the CPU layout takes their ``q8m`` and
+  ``q8`` forms (``PackedWeight.expanded``). Each row of K values is one run of bytes
+  (``kq_row_bytes``): the 4-bit low parts as ``q4`` packs them (16 bytes a group of 32), the
+  high bits (4 bytes a group for Q5_K's one bit a value, 8 for Q6_K's two), the sub-scales (2
+  bytes a group: Q5_K's 6-bit scale and min, Q6_K's two int8 scales of 16 values), then the
+  half super-scales of each 256 values (Q5_K's d and dmin, Q6_K's d and a zero), padded to 16
+  bytes. With q unsigned (0..31, 0..63), a value is q * s + mn for Q5_K (s = d * scale, mn =
+  -(dmin * min)) and (q - 32) * s for Q6_K (s = d * sub-scale), as GGUF computes them: each
+  product of halves and small whole numbers exact in float32. The high bits of a group are
+  laid out for the int8 products: the bit of the value in byte b of the group's 4-byte word w
+  (words 0..3 the low nibbles of bytes 4w..4w+3, values 4w..4w+3; words 4..7 their high
+  nibbles, values 16+4(w-4)..) is bit 8b + w of the group's word (Q5_K), or bits 8b + 2(w mod
+  4) and the next of word w // 4 (Q6_K), so that a shift and a mask place them beside the
+  nibbles, 4 values at a time. The kernels see ``WFMT`` 5 with ``KQB`` (high bits a value)
+  and ``KQM`` (1: Q5_K's mins).
 
 Every value a device reads equals ``gguf.quants.dequantize`` of the file bit for bit.
 
@@ -66,7 +82,15 @@ DEVICE_BYTES: dict[int, float] = {
     GGML_Q5_0: 1 + 2 / 32, GGML_IQ4_NL: 1 + 2 / 32, GGML_MXFP4: 1 + 4 / 32, GGML_Q3_K: 1 + 4 / 16,
     GGML_IQ4_XS: 1 + 4 / 32, GGML_Q5_1: 1 + 4 / 32, GGML_Q5_K: 1 + 8 / 32, GGML_Q2_K: 1 + 8 / 16,
 }
-WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4}
+WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k5": 5, "k6": 5}
+# the compact K-quant formats: (high bits a value, mins), the GGML type each holds
+KQ_FORMATS: dict[str, tuple[int, int]] = {"k5": (1, 1), "k6": (2, 0)}
+
+
+def kq_row_bytes(fmt: str, k: int) -> int:
+    """Bytes of a row of k values in the compact format ``fmt`` (``k5``, ``k6``)."""
+    hb = KQ_FORMATS[fmt][0]
+    return -(-(k // 2 + hb * k // 8 + k // 16 + k // 64) // 16) * 16
 
 
 class UnsupportedFormatError(ValueError):
@@ -97,6 +121,12 @@ class PackedWeight:
 
     def dequantize(self) -> np.ndarray:
         """The float32 values ``[n, k]`` (for tests and host-side references)."""
+        if self.fmt in KQ_FORMATS:
+            q, s, mn = _kq_decode(self)
+            g = q.reshape(self.n, -1, self.group).astype(np.float32)
+            if self.fmt == "k6":  # (q - 32) * s: GGUF's -0.0 where s < 0 and q = 32
+                return ((g - 32) * s[..., None]).reshape(self.n, self.k)
+            return (g * s[..., None] + mn[..., None]).reshape(self.n, self.k)
         if self.fmt == "f32":
             return self.data.astype(np.float32)
         if self.fmt == "f16":
@@ -113,6 +143,23 @@ class PackedWeight:
         if self.fmt == "q8m":
             return (q * sc[..., :1] + sc[..., 1:]).reshape(self.n, self.k)
         return (q * sc[..., None]).reshape(self.n, self.k)
+
+    def expanded(self) -> PackedWeight:
+        """A compact K-quant weight (``k5``, ``k6``) in the form the CPU layout and the
+        grouped expert products read (``q8m``, ``q8``); any other weight as it is."""
+        if self.fmt not in KQ_FORMATS:
+            return self
+        q, s, mn = _kq_decode(self)
+        n, k = self.n, self.k
+        if self.fmt == "k5":
+            return _q8m(n, k, q, s, mn, 32)
+        rows = self.data.reshape(n, -1)
+        sub = np.ascontiguousarray(rows[:, _kq_sub_offset(self.fmt, k):][:, :k // 16])
+        sup = np.ascontiguousarray(rows[:, _kq_sup_offset(self.fmt, k):][:, :k // 64])
+        split = Split(sup.view(np.float16).reshape(n, k // 256, 2)[..., :1].copy(),
+                      sub.view(np.int8).reshape(n, k // 16, 1))
+        q8 = (q.astype(np.int16) - 32).astype(np.int8)
+        return PackedWeight("q8", n, k, q8, s, 16, split)
 
 
 @dataclass
@@ -211,19 +258,17 @@ def _pack_q4_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
 
 
 def _pack_q6_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # block: ql[128], qh[64], int8 scales[16] (one a 16 values), d (half); value = (d * sc) *
+    # (q - 32), q 6-bit
     nb = k // 256
     ql = b[..., 0:128].reshape(n, nb, 2, 64)
     qh = b[..., 128:192].reshape(n, nb, 2, 32)
-    sc = b[..., 192:208].view(np.int8).astype(np.float32)  # [n, nb, 16]
-    d = _f16(b[..., 208:210]).astype(np.float32)  # [n, nb, 1]
     lo = np.concatenate([ql[..., :32] & 15, ql[..., 32:] & 15, ql[..., :32] >> 4,
                          ql[..., 32:] >> 4], axis=-1)  # [n, nb, 2, 128]
     hi = np.concatenate([qh & 3, (qh >> 2) & 3, (qh >> 4) & 3, (qh >> 6) & 3], axis=-1)
-    q = (lo | (hi << 4)).astype(np.int16) - 32
-    scales = (d * sc).reshape(n, k // 16).astype(np.float32)
-    split = Split(_f16(b[..., 208:210]).reshape(n, nb, 1),
-                  b[..., 192:208].view(np.int8).reshape(n, k // 16, 1))
-    return PackedWeight("q8", n, k, q.astype(np.int8).reshape(n, k), scales, 16, split)
+    q = (lo | (hi << 4)).reshape(n, k)
+    sup = np.concatenate([b[..., 208:210], np.zeros_like(b[..., 208:210])], axis=-1)
+    return _kq_pack("k6", q, b[..., 192:208].reshape(n, k // 16), sup.reshape(n, nb * 4))
 
 
 def _low_high_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -325,17 +370,92 @@ def _pack_q5_1(b: np.ndarray, n: int, k: int) -> PackedWeight:
 
 def _pack_q5_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # block: d, dmin (half), 12 bytes of scales and mins, qh[32], qs[128].
-    # value = (d * sc) * q - (dmin * m), a (sc, m) per 32, q 5-bit: the scale d * sc and the
-    # min -(dmin * m) in float32, as GGUF rounds them (a - b is a + -b exactly)
+    # value = (d * sc) * q - (dmin * m), a (sc, m) per 32, q 5-bit
     nb = k // 256
-    d = _f16(b[..., 0:2]).astype(np.float32)  # [n, nb, 1]
-    dmin = _f16(b[..., 2:4]).astype(np.float32)
     sc, mn = _k_scales_mins(b[..., 4:16])
     qs = b[..., 48:176].reshape(n, nb, 4, 1, 32)
     low = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(n, nb, 8, 32)
     high = _bits(b[..., 16:48].reshape(n, nb, 32, 1), 8).transpose(0, 1, 3, 2)  # [n, nb, 8, 32]
-    q = low | (high << 4)
-    return _q8m(n, k, q, d * sc.astype(np.float32), -(dmin * mn.astype(np.float32)), 32)
+    q = (low | (high << 4)).reshape(n, k)
+    sub = np.stack([sc, mn], axis=-1).reshape(n, k // 16)
+    return _kq_pack("k5", q, sub, np.ascontiguousarray(b[..., 0:4]).reshape(n, nb * 4))
+
+
+# the bit of the high-bits word each value of a group of 32 takes (``k5``: bit 8b + w of one
+# word; ``k6``: bits 8b + 2 (w mod 4) and the next of word w // 4), b and w as the format says
+_KQ_V = np.arange(32)
+_KQ_W = np.where(_KQ_V < 16, _KQ_V // 4, 4 + (_KQ_V - 16) // 4)
+_KQ_B = _KQ_V % 4
+_KQ_SHIFT = {"k5": (8 * _KQ_B + _KQ_W).astype(np.uint32),
+             "k6": (8 * _KQ_B + 2 * (_KQ_W % 4)).astype(np.uint32)}
+
+
+def _kq_sub_offset(fmt: str, k: int) -> int:
+    return k // 2 + KQ_FORMATS[fmt][0] * k // 8
+
+
+def _kq_sup_offset(fmt: str, k: int) -> int:
+    return _kq_sub_offset(fmt, k) + k // 16
+
+
+def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> PackedWeight:
+    """The compact rows of unsigned values ``q`` [n, k], sub-scale bytes ``sub`` [n, k / 16]
+    and super-scale bytes ``sup`` [n, k / 64] (two halves a 256 values)."""
+    n, k = q.shape
+    g = q.reshape(n, k // 32, 32)
+    row = np.zeros((n, kq_row_bytes(fmt, k)), np.uint8)
+    row[:, :k // 2] = _nibbles_to_q4(g & 15).reshape(n, k // 2)
+    high = (g >> 4).astype(np.uint32) << _KQ_SHIFT[fmt]
+    if fmt == "k5":
+        words = np.bitwise_or.reduce(high, axis=-1)  # [n, groups]
+    else:
+        words = np.stack([np.bitwise_or.reduce(high[..., :16], axis=-1),
+                          np.bitwise_or.reduce(high[..., 16:], axis=-1)], axis=-1)
+    so = _kq_sub_offset(fmt, k)
+    row[:, k // 2:so] = np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(n, -1)
+    row[:, so:so + k // 16] = sub
+    po = _kq_sup_offset(fmt, k)
+    row[:, po:po + k // 64] = sup
+    return PackedWeight(fmt, n, k, row, None, 32 if fmt == "k5" else 16)
+
+
+def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A compact weight's unsigned values [n, k] (uint8) and each group's float32 scale and
+    min [n, k / group] (value = q * s + mn, exact in float32)."""
+    fmt, n, k = p.fmt, p.n, p.k
+    rows = p.data.reshape(n, -1)
+    g = _low_high_nibbles(rows[:, :k // 2].reshape(n, k // 32, 16))  # [n, groups, 32]
+    so = _kq_sub_offset(fmt, k)
+    words = np.ascontiguousarray(rows[:, k // 2:so]).view(np.uint32)
+    if fmt == "k5":
+        w = words.reshape(n, k // 32, 1)
+        high = (w >> _KQ_SHIFT[fmt]) & 1
+    else:
+        w = words.reshape(n, k // 32, 2)
+        w = np.concatenate([np.repeat(w[..., :1], 16, -1), np.repeat(w[..., 1:], 16, -1)], -1)
+        high = (w >> _KQ_SHIFT[fmt]) & 3
+    q = (g | (high.astype(np.uint8) << 4)).reshape(n, k)
+    return (q, *kq_scales(p))
+
+
+def kq_scales(p: PackedWeight) -> tuple[np.ndarray, np.ndarray]:
+    """A compact weight's scale and min of each group, float32 [n, k / group] (Q6_K's min
+    -32 s)."""
+    fmt, n, k = p.fmt, p.n, p.k
+    rows = p.data.reshape(n, -1)
+    so, po = _kq_sub_offset(fmt, k), _kq_sup_offset(fmt, k)
+    sub = np.ascontiguousarray(rows[:, so:so + k // 16])
+    sup = np.ascontiguousarray(rows[:, po:po + k // 64]).view(np.float16).astype(np.float32)
+    sup = sup.reshape(n, k // 256, 2)
+    if fmt == "k5":
+        sm = sub.reshape(n, k // 256, 8, 2).astype(np.float32)
+        s = (sup[..., None, 0] * sm[..., 0]).reshape(n, k // 32)
+        mn = (-(sup[..., None, 1] * sm[..., 1])).reshape(n, k // 32)
+    else:
+        sc = sub.view(np.int8).reshape(n, k // 256, 16).astype(np.float32)
+        s = (sup[..., None, 0] * sc).reshape(n, k // 16)
+        mn = np.float32(-32.0) * s
+    return s.astype(np.float32), mn.astype(np.float32)
 
 
 def _pack_q2_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
@@ -375,6 +495,7 @@ def concat(parts: list[PackedWeight]) -> PackedWeight | None:
 def concat_experts(gate: PackedWeight, up: PackedWeight, n_experts: int) -> PackedWeight | None:
     """Each expert's gate rows, then its up rows: [E * F, k] twice -> [E * 2F, k] (a mixture of
     experts' [gate | up] product in one launch), where the two share one format; else None."""
+    gate, up = gate.expanded(), up.expanded()
     if (up.fmt, up.k, up.group, up.scale_half, up.data.dtype, up.n) != (
             gate.fmt, gate.k, gate.group, gate.scale_half, gate.data.dtype, gate.n) or \
             gate.n % n_experts:
@@ -480,11 +601,13 @@ class DeviceWeight:
 
     def __init__(self, device: CLDevice, packed: PackedWeight, layout: str | None = None) -> None:
         self.device = device
-        self.fmt, self.n, self.k, self.group = packed.fmt, packed.n, packed.k, packed.group
-        self.scale_half = packed.scale_half
         self.layout = layout_for(device) if layout is None else layout
         if self.layout not in ("rows", "rb16"):
             raise ValueError(f"unknown weight layout {self.layout!r} (rows or rb16)")
+        if self.layout != "rows":
+            packed = packed.expanded()  # (the compact K-quants are row-layout formats)
+        self.fmt, self.n, self.k, self.group = packed.fmt, packed.n, packed.k, packed.group
+        self.scale_half = packed.scale_half
         # PERF (2-core EPYC, Intel's runtime, a Llama-3.2-1B body in Q4_0): a decode step
         # streams its weights; Q4_0's implied mins left out are 10% fewer bytes
         self.q4_sym = self.layout == "rb16" and q4_symmetric(packed)
@@ -537,6 +660,8 @@ class DeviceWeight:
              "Q4_SYM": int(self.q4_sym)}
         if self.fmt == "q8m":
             d["QMIN"] = 1
+        if self.fmt in KQ_FORMATS:
+            d["KQB"], d["KQM"] = KQ_FORMATS[self.fmt]
         return d
 
     def __repr__(self) -> str:

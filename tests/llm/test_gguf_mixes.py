@@ -71,3 +71,17 @@ def test_unsupported_types_are_refused_before_upload(device, tmp_path, monkeypat
     msg = str(e.value)
     assert "blk.0.ffn_gate.weight" in msg and "is IQ2_XS" in msg, msg
     assert ", ".join(SUPPORTED_NAMES) in msg, msg
+
+
+def test_k_mix_in_the_row_layout(device, tmp_path, monkeypatch):
+    """The GPUs' row layout on whatever device: Q5_K and Q6_K stay in their compact forms (read
+    in place, as the file packs them) and the model's logits and tokens are the reference's."""
+    from clops.nn import quant
+
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    path = write_gguf(str(tmp_path / "k.gguf"), shape=MIXES["k"], seed=63)
+    model = clops.llm.load(path, device=device, max_seq_len=256, progress=False)
+    ly = model.weights.layers[0]
+    assert [p[0].fmt for p in ly.qkv.parts] == ["k5"] and ly.down.fmt == "k6"
+    assert model.weights.embed.fmt == "k5"
+    test_mix_logits_equal_a_float32_reference(device, tmp_path, "k")

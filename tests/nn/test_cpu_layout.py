@@ -39,7 +39,9 @@ def _packed(kind: str, n: int, k: int):
     t = Q[kind]
     raw = _random_k_quant(t, n, k) if t in (Q.Q4_K, Q.Q6_K) else \
         quants.quantize(RNG.standard_normal((n, k)).astype(np.float32), t)
-    return pack_ggml(raw, int(t), n, k), quants.dequantize(raw, t).reshape(n, k).astype(np.float64)
+    # (the form the CPU layout reads: Q6_K's int8 values, not the row layout's compact one)
+    return (pack_ggml(raw, int(t), n, k).expanded(),
+            quants.dequantize(raw, t).reshape(n, k).astype(np.float64))
 
 
 def _up(dev, a):

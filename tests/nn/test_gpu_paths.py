@@ -25,14 +25,14 @@ def gpu_geometry(monkeypatch, request):
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")  # row-major weights
     if request.param.endswith("cpt4"):  # several output columns per team, as for large layers
         monkeypatch.setattr(matmul, "matmul_cpt",
-                            lambda dev, m, n, fmt: (4 if fmt in ("q4", "q8") else 2)
+                            lambda dev, m, n, fmt: (4 if fmt in matmul.INT8_FORMATS else 2)
                             if m == 1 else 1)
     if request.param.startswith("int8"):
         # the int8-activation decode path (matmul.cl QX), with the plain-C dot product where
         # the device has no NVIDIA PTX; one or several chunks per column in flight (UNR),
         # loads a step ahead (PIPE), several column blocks per work-group (CB)
         monkeypatch.setattr(matmul, "int8_activations",
-                            lambda dev, m, fmt, k: m == 1 and fmt in ("q4", "q8"))
+                            lambda dev, m, fmt, k: m == 1 and fmt in matmul.INT8_FORMATS)
         geom = matmul.qx_geometry
         if request.param == "int8-wide":
             # teams of more than a warp (their warps' sums meet in local memory on NVIDIA),
@@ -52,7 +52,7 @@ def gpu_geometry(monkeypatch, request):
                             lambda dev, n, k, fmt: geom(dev, n, k, fmt)[:3] + (unr, cb, pipe))
 
 
-@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"])
 @pytest.mark.parametrize("m", [1, 5])
 def test_linear_quantized_gpu_geometry(device, gpu_geometry, kind, m):
     tf.test_linear_quantized(device, kind, m)

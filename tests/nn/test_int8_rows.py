@@ -28,7 +28,7 @@ def _gpu_rows(monkeypatch, request):
     monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")  # row-major weights
     monkeypatch.setattr(matmul, "int8_batch",
-                        lambda dev, w: w.fmt in ("q4", "q8") and not w.defines.get("QMIN"))
+                        lambda dev, w: w.fmt in matmul.INT8_FORMATS and not w.defines.get("QMIN"))
     # (LSIZE, NCOL, CPT, TM, UNR): the default; teams of 64 (their warps' sums meet in local
     # memory on NVIDIA), one column each, several chunks in flight; a row a work-item
     geometry = {"default": None, "wide-teams": (64, 2, 1, 4, 3),
@@ -79,7 +79,7 @@ def _check(got, xin, w_ref, add=0.0):
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 3e-2
 
 
-@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"])
 @pytest.mark.parametrize("m", [1, 5, 19])
 def test_int8_rows_against_numpy(device, kind, m, n=48, k=512):
     dev = clops.device(device)
@@ -150,7 +150,7 @@ def test_int8_rows_refuse_what_they_cannot_do(device):
     with pytest.raises(ValueError, match="fewer than 4 rows"):
         matmul.matmul_qrows(dev, x, 0, 32, x, 0, 64, w, 4, matmul.qrows_scratch(dev, 3, 64))
     f = nn.quantized(np.zeros((32, 64), np.float32), "bf16", device=dev)
-    with pytest.raises(ValueError, match="q4/q8"):
+    with pytest.raises(ValueError, match="takes q4, q8"):
         matmul.matmul_qrows(dev, x, 0, 32, x, 0, 64, f, 4, matmul.qrows_scratch(dev, 4, 64))
     with pytest.raises(ValueError, match="do not go together"):
         matmul.matmul_qrows(dev, x, 0, 32, x, 0, 64, w, 4, matmul.qrows_scratch(dev, 4, 64),
