@@ -64,7 +64,9 @@ import clops.nn as nn  # noqa: E402
 from clops.kernels import attention, gemm, matmul  # noqa: E402
 from clops.kernels.launch import LaunchPlan  # noqa: E402
 
-GGML = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8}
+GGML = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
+# the K-quants' blocks of 256 values: bytes, and where their half (d, dmin) scales lie
+K_QUANTS = {"Q4_K": (144, 0, 2), "Q5_K": (176, 0, 2), "Q6_K": (210, 208, None)}
 
 
 def rel_err(got: np.ndarray, want: np.ndarray) -> float:
@@ -155,6 +157,14 @@ def _weight(dev, kind: str, n: int, k: int):
     if kind in ("f16", "f32"):
         return nn.quantized(rng.standard_normal((n, k)).astype(np.float32) * 0.05, fmt=kind,
                             device=dev)
+    if kind in K_QUANTS:  # random blocks, sane super-block scales
+        bb, d_at, dmin_at = K_QUANTS[kind]
+        kr = rng.integers(0, 256, (n, k // 256, bb), dtype=np.uint8)
+        kr[..., d_at:d_at + 2] = np.full((n, k // 256, 1), 0.001, np.float16).view(np.uint8)
+        if dmin_at is not None:
+            kr[..., dmin_at:dmin_at + 2] = np.full((n, k // 256, 1), 0.002,
+                                                   np.float16).view(np.uint8)
+        return nn.quantized(kr.reshape(n, -1), ggml_type=GGML[kind], shape=(n, k), device=dev)
     bsize = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[kind]
     raw = np.frombuffer(_random_blocks(kind, n * k // 32 * bsize, rng), np.uint8)
     return nn.quantized(raw.reshape(n, -1), ggml_type=GGML[kind], shape=(n, k), device=dev)

@@ -170,14 +170,15 @@ inline uint8 kq_load(__global const uchar *W, int K, int n, int g) {
 inline void kq_words(uint8 r, uint4 *lo, uint4 *hi) {
     const uint4 q = r.s0123;
     uint4 l = q & (uint4)0x0F0F0F0Fu, h = (q >> (uint4)4) & (uint4)0x0F0F0F0Fu;
+    // (a shift and an and-or a word: word w's bits moved to bit 4 (and 5) of each byte)
 #if KQB == 1
     const uint b = r.s4;
-    l |= ((uint4)(b, b >> 1, b >> 2, b >> 3) & (uint4)0x01010101u) << (uint4)4;
-    h |= ((uint4)(b >> 4, b >> 5, b >> 6, b >> 7) & (uint4)0x01010101u) << (uint4)4;
+    l |= (uint4)(b << 4, b << 3, b << 2, b << 1) & (uint4)0x10101010u;
+    h |= (uint4)(b, b >> 1, b >> 2, b >> 3) & (uint4)0x10101010u;
 #else
     const uint b0 = r.s4, b1 = r.s5;
-    l |= ((uint4)(b0, b0 >> 2, b0 >> 4, b0 >> 6) & (uint4)0x03030303u) << (uint4)4;
-    h |= ((uint4)(b1, b1 >> 2, b1 >> 4, b1 >> 6) & (uint4)0x03030303u) << (uint4)4;
+    l |= (uint4)(b0 << 4, b0 << 2, b0, b0 >> 2) & (uint4)0x30303030u;
+    h |= (uint4)(b1 << 4, b1 << 2, b1, b1 >> 2) & (uint4)0x30303030u;
 #endif
     *lo = l;
     *hi = h;
@@ -598,7 +599,12 @@ inline float kq_dot(WQ_T r, uint4 xl, uint4 xh, float2 xd, float acc) {
     const float4 sc = kq_scales(r);
 #if KQM
     // sum (q s + mn) (xq dx) = s dx sum q xq + mn dx sum xq
-    return fma(sc.x * xd.x, (float)q8_dot(lo, xl) + (float)q8_dot(hi, xh), fma(sc.y, xd.y, acc));
+    int s = q8_dot(lo, xl);
+    s = dot4(hi.x, xh.x, s);
+    s = dot4(hi.y, xh.y, s);
+    s = dot4(hi.z, xh.z, s);
+    s = dot4(hi.w, xh.w, s);
+    return fma(sc.x * xd.x, (float)s, fma(sc.y, xd.y, acc));
 #else
     // sum (q - 32) xq = sum q xq + sum (-32) xq, each half (0xE0: -32 a byte)
     const int s0 = q8_dot(lo, xl) + q8_dot((uint4)0xE0E0E0E0u, xl);

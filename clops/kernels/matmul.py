@@ -161,7 +161,7 @@ def qx_geometry(dev: CLDevice, n: int, k: int,
     """(LSIZE, NCOL, CPT, UNR, CB, PIPE) of the int8 decode path (matmul.cl QX)."""
     if QX_OVERRIDE is not None:
         return QX_OVERRIDE
-    fmt = GEOMETRY_FORMAT.get(fmt, fmt)
+    compact, fmt = fmt in GEOMETRY_FORMAT, GEOMETRY_FORMAT.get(fmt, fmt)
     nch = max(1, k // CHUNK_VALUES[fmt])
     most = pow2_at_most(min(1024, dev.caps.max_work_group))
     if 16 * dev.caps.compute_units < n < 32 * dev.caps.compute_units and most >= 1024 and \
@@ -205,6 +205,14 @@ def qx_geometry(dev: CLDevice, n: int, k: int,
     # with 4 blocks (0.80 with one); q8 measured best with one block of 16 teams.
     _, ls = matmul_geometry(dev, 1, k, fmt)
     ls = min(ls, 16)
+    if compact and ls == 16:
+        # PERF (H200, 8B shapes, back to back over weight copies, of the copy bandwidth;
+        # bench/results/qx_kquants_h200_1201.json): the compact K-quants (four loads a chunk,
+        # their bits unpacked) want no column blocks and no loads a step ahead: Q6_K
+        # 28672x4096 0.70 -> 0.86 and 6144x4096 0.46 -> 0.57 with 32 teams of 16 a group, one
+        # block, 4 chunks in flight (Q5_K 0.66 -> 0.83, 0.49 -> 0.53) against q4's choice
+        # below, best of 7
+        return ls, max(1, min(2 * GPU_GROUP, dev.caps.max_work_group) // ls), 1, 4, 1, 0
     group = 2 * GPU_GROUP if fmt == "q4" and n >= 8192 else GPU_GROUP
     ncol = max(1, min(group, dev.caps.max_work_group) // ls)
     cb = min(4, pow2_at_most(max(1, n // 8192))) if fmt == "q4" else 1
