@@ -7,8 +7,8 @@
 //   QGROUP 32 or 16 (q8 only: Q6_K has a scale per 16 values)
 //   QMIN   1 (q8): a (scale, min) pair per QGROUP values, value = (q * scale) + min (Q5_1, Q5_K,
 //          Q2_K), rounded twice as GGUF computes it; not with QX
-//   KQB, KQM  (WFMT 5, the compact K-quants, nn/quant.py's k5 and k6) high bits a value (1:
-//          Q5_K, 2: Q6_K) and whether a group has a min (1: Q5_K)
+//   KQB, KQM  (WFMT 5, the compact K-quants, nn/quant.py's k4, k5 and k6) high bits a value
+//          (0: Q4_K, 1: Q5_K, 2: Q6_K) and whether a group has a min (1: Q4_K, Q5_K)
 //   TM     rows of x per work-item: the dequantized weights are reused TM times from registers
 //   LSIZE  work-items that split K for one output column (1 on CPUs; up to 256 on GPUs)
 //   ROWS   output columns per work-item, one after another (CPUs: fewer, longer work-items)
@@ -157,7 +157,9 @@ inline float qmin_dot(float a, float d, float b, float mn) {
 inline uint8 kq_load(__global const uchar *W, int K, int n, int g) {
     __global const uchar *row = W + (size_t)n * KQ_ROW(K);
     const uint4 q = ((__global const uint4 *)row)[g];
-#if KQB == 1
+#if KQB == 0
+    const uint2 h = (uint2)(0u);
+#elif KQB == 1
     const uint2 h = (uint2)(((__global const uint *)(row + KQ_HOFF(K)))[g], 0u);
 #else
     const uint2 h = ((__global const uint2 *)(row + KQ_HOFF(K)))[g];
@@ -175,10 +177,12 @@ inline void kq_words(uint8 r, uint4 *lo, uint4 *hi) {
     const uint b = r.s4;
     l |= (uint4)(b << 4, b << 3, b << 2, b << 1) & (uint4)0x10101010u;
     h |= (uint4)(b, b >> 1, b >> 2, b >> 3) & (uint4)0x10101010u;
-#else
+#elif KQB == 2
     const uint b0 = r.s4, b1 = r.s5;
     l |= (uint4)(b0 << 4, b0 << 2, b0, b0 >> 2) & (uint4)0x30303030u;
     h |= (uint4)(b1 << 4, b1 << 2, b1, b1 >> 2) & (uint4)0x30303030u;
+#elif KQB != 0
+#error "KQB: 0, 1 or 2 high bits a value"
 #endif
     *lo = l;
     *hi = h;
@@ -196,8 +200,8 @@ inline float4 kq_scales(uint8 r) {
     return (float4)(s0, -32.0f * s0, s1, -32.0f * s1);
 #endif
 }
-// The 16 values of bytes q with scale s and min mn as GGUF computes them: q * s + mn (Q5_K's
-// q * s is exact), or (q - 32) * s (Q6_K: -0.0 where s < 0 and q = 32, as GGUF's)
+// The 16 values of bytes q with scale s and min mn as GGUF computes them: q * s + mn (Q4_K's and
+// Q5_K's q * s is exact), or (q - 32) * s (Q6_K: -0.0 where s < 0 and q = 32, as GGUF's)
 inline float16 kq_values16(uint4 q, float s, float mn) {
 #if KQM
     return convert_float16(as_uchar16(q)) * s + mn;

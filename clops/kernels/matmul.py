@@ -41,12 +41,13 @@ class Weight(Protocol):
 
 
 # values per 16-byte chunk of a weight row, by format (matmul.cl CHUNKED)
-CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16, "q8m": 16, "k5": 32, "k6": 32}
+CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16, "q8m": 16, "k4": 32, "k5": 32,
+                "k6": 32}
 # the formats whose rows the int8 paths take (QX, QROWS)
-INT8_FORMATS = ("q4", "q8", "k5", "k6")
+INT8_FORMATS = ("q4", "q8", "k4", "k5", "k6")
 # the format whose int8 geometry each takes (the compact K-quants: q4's, a group of 32 values
 # a chunk; not measured on their own)
-GEOMETRY_FORMAT = {"k5": "q4", "k6": "q4"}
+GEOMETRY_FORMAT = {"k4": "q4", "k5": "q4", "k6": "q4"}
 
 
 def matmul_geometry(dev: CLDevice, m: int, k: int, fmt: str = "q4") -> tuple[int, int]:

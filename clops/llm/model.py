@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import _config
-from ..kernels import Launch, LaunchPlan, attention, matmul
+from ..kernels import Launch, LaunchPlan, attention, layer, matmul
 from ..kernels import sample as sample_kernel
 from ..nn.quant import DeviceWeight, PackedWeight, concat, concat_experts, upload
 from ..runtime import CLDevice, CLQueue
@@ -260,10 +260,15 @@ class Model:
         total = sum(src.nbytes(n) for n in names)
         bar = _progress(total, f"weights -> {dev.name[:40]}", progress)
 
+        # the fused decode layers (kernels.layer) read Q4_K's layers in q4, not in their
+        # compact form: models small enough for them keep q4 there
+        q4_layers = cfg.dim <= layer.MAX_DIM and cfg.ffn_dim <= layer.MAX_FFN
+
         def mat(name: str) -> PackedWeight:
             p = src.matrix(name)
             bar.update(src.nbytes(name))
-            return p
+            return p.expanded() if p.fmt == "k4" and q4_layers and name.startswith("blk.") \
+                else p
 
         def vec(name: str) -> Buffer:
             v = src.vector(name).astype(np.float32)

@@ -6,7 +6,8 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
 
 - ``f32``, ``f16``, ``bf16``: row-major ``[N, K]``.
 - ``q4``: 4-bit values, a (scale, min) pair per 32; from Q4_0, Q4_1 (half scales, exact) and
-  Q4_K (float scales: the 6-bit sub-scales times the super-block scale, exact).
+  Q4_K's ``k4`` (``PackedWeight.expanded``: float scales, the 6-bit sub-scales times the
+  super-block scale, exact).
 - ``q8``: int8 values, a scale per 32 or per 16, half where the file's scale is one (Q8_0, Q5_0
   less 16, IQ4_NL's table values), else float, the file's scale times its sub-scale computed as
   GGUF does (Q6_K less 32 and Q3_K per 16; IQ4_XS, and MXFP4's doubled E2M1 values times its
@@ -19,22 +20,26 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
   bytes a value, not float32's 4. The kernels see ``WFMT`` 4 with ``QMIN`` 1; products that
   quantize their rows to int8 (the GPU decode row, the native CPU kernels) and the fused decode
   layers do not take it, the float paths do.
-- ``k5``, ``k6``: Q5_K and Q6_K as compactly as in the file (0.70 and 0.82 bytes a value against
-  ``q8m``'s and ``q8``'s 1.25), for the row layout (GPUs); the CPU layout takes their ``q8m`` and
-  ``q8`` forms (``PackedWeight.expanded``). Each row of K values is one run of bytes
+- ``k4``, ``k5``, ``k6``: Q4_K, Q5_K and Q6_K as compactly as in the file (0.58, 0.70 and 0.82
+  bytes a value against ``q4``'s 0.75 and ``q8m``'s and ``q8``'s 1.25), for the row layout
+  (GPUs); the CPU layout and the grouped expert products take their ``q4``, ``q8m`` and ``q8``
+  forms (``PackedWeight.expanded``). Each row of K values is one run of bytes
   (``kq_row_bytes``): the 4-bit low parts as ``q4`` packs them (16 bytes a group of 32), the
-  high bits (4 bytes a group for Q5_K's one bit a value, 8 for Q6_K's two), the sub-scales (2
-  bytes a group: Q5_K's 6-bit scale and min, Q6_K's two int8 scales of 16 values), then the
-  half super-scales of each 256 values (Q5_K's d and dmin, Q6_K's d and a zero), padded to 16
-  bytes. With q unsigned (0..31, 0..63), a value is q * s + mn for Q5_K (s = d * scale, mn =
-  -(dmin * min)) and (q - 32) * s for Q6_K (s = d * sub-scale), as GGUF computes them: each
+  high bits (none for Q4_K, 4 bytes a group for Q5_K's one bit a value, 8 for Q6_K's two), the
+  sub-scales (2 bytes a group: Q4_K's and Q5_K's 6-bit scale and min, Q6_K's two int8 scales
+  of 16 values), then the half super-scales of each 256 values (d and dmin; Q6_K's d and a
+  zero), padded to 16 bytes. With q unsigned (0..15, 0..31, 0..63), a value is q * s + mn for
+  Q4_K and Q5_K (s = d * scale, mn = -(dmin * min)) and (q - 32) * s for Q6_K (s = d *
+  sub-scale), as GGUF computes them: each
   product of halves and small whole numbers exact in float32. The high bits of a group are
   laid out for the int8 products: the bit of the value in byte b of the group's 4-byte word w
   (words 0..3 the low nibbles of bytes 4w..4w+3, values 4w..4w+3; words 4..7 their high
   nibbles, values 16+4(w-4)..) is bit 8b + w of the group's word (Q5_K), or bits 8b + 2(w mod
   4) and the next of word w // 4 (Q6_K), so that a shift and a mask place them beside the
   nibbles, 4 values at a time. The kernels see ``WFMT`` 5 with ``KQB`` (high bits a value)
-  and ``KQM`` (1: Q5_K's mins).
+  and ``KQM`` (1: the mins of Q4_K and Q5_K). The fused decode layers (``kernels.layer``) do
+  not read them: the models small enough for those keep Q4_K's layers in ``q4``
+  (``llm.model``).
 
 Every value a device reads equals ``gguf.quants.dequantize`` of the file bit for bit.
 
@@ -82,13 +87,13 @@ DEVICE_BYTES: dict[int, float] = {
     GGML_Q5_0: 1 + 2 / 32, GGML_IQ4_NL: 1 + 2 / 32, GGML_MXFP4: 1 + 4 / 32, GGML_Q3_K: 1 + 4 / 16,
     GGML_IQ4_XS: 1 + 4 / 32, GGML_Q5_1: 1 + 4 / 32, GGML_Q5_K: 1 + 8 / 32, GGML_Q2_K: 1 + 8 / 16,
 }
-WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k5": 5, "k6": 5}
+WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k4": 5, "k5": 5, "k6": 5}
 # the compact K-quant formats: (high bits a value, mins), the GGML type each holds
-KQ_FORMATS: dict[str, tuple[int, int]] = {"k5": (1, 1), "k6": (2, 0)}
+KQ_FORMATS: dict[str, tuple[int, int]] = {"k4": (0, 1), "k5": (1, 1), "k6": (2, 0)}
 
 
 def kq_row_bytes(fmt: str, k: int) -> int:
-    """Bytes of a row of k values in the compact format ``fmt`` (``k5``, ``k6``)."""
+    """Bytes of a row of k values in the compact format ``fmt`` (``k4``, ``k5``, ``k6``)."""
     hb = KQ_FORMATS[fmt][0]
     return -(-(k // 2 + hb * k // 8 + k // 16 + k // 64) // 16) * 16
 
@@ -145,8 +150,9 @@ class PackedWeight:
         return (q * sc[..., None]).reshape(self.n, self.k)
 
     def expanded(self) -> PackedWeight:
-        """A compact K-quant weight (``k5``, ``k6``) in the form the CPU layout and the
-        grouped expert products read (``q8m``, ``q8``); any other weight as it is."""
+        """A compact K-quant weight (``k4``, ``k5``, ``k6``) in the form the CPU layout and
+        the grouped expert products read (``q4``, ``q8m``, ``q8``); any other weight as it
+        is."""
         if self.fmt not in KQ_FORMATS:
             return self
         q, s, mn = _kq_decode(self)
@@ -154,6 +160,14 @@ class PackedWeight:
         if self.fmt == "k5":
             return _q8m(n, k, q, s, mn, 32)
         rows = self.data.reshape(n, -1)
+        if self.fmt == "k4":
+            so, po = _kq_sub_offset("k4", k), _kq_sup_offset("k4", k)
+            split = Split(np.ascontiguousarray(rows[:, po:po + k // 64]).view(np.float16)
+                          .reshape(n, k // 256, 2),
+                          np.ascontiguousarray(rows[:, so:so + k // 16]).reshape(n, k // 32, 2))
+            sm = np.stack([s, mn], axis=-1)
+            return PackedWeight("q4", n, k, np.ascontiguousarray(rows[:, :k // 2]), sm, 32,
+                                split)
         sub = np.ascontiguousarray(rows[:, _kq_sub_offset(self.fmt, k):][:, :k // 16])
         sup = np.ascontiguousarray(rows[:, _kq_sup_offset(self.fmt, k):][:, :k // 64])
         split = Split(sup.view(np.float16).reshape(n, k // 256, 2)[..., :1].copy(),
@@ -236,25 +250,14 @@ def pack_ggml(raw: np.ndarray, ggml_type: int, n: int, k: int) -> PackedWeight:
 
 
 def _pack_q4_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # block: d, dmin (half), 12 bytes of packed 6-bit scales and mins, qs[128] (4 chunks of 64
+    # values: low nibbles, then high). value = (d * sc) * q - (dmin * m), a (sc, m) per 32
     nb = k // 256
-    d = _f16(b[..., 0:2]).astype(np.float32)  # [n, nb, 1]
-    dmin = _f16(b[..., 2:4]).astype(np.float32)
-    s = b[..., 4:16].astype(np.uint8)  # 12 bytes of packed 6-bit scales and mins
-    sc = np.empty((n, nb, 8), np.uint8)
-    mn = np.empty((n, nb, 8), np.uint8)
-    sc[..., :4] = s[..., 0:4] & 63
-    mn[..., :4] = s[..., 4:8] & 63
-    sc[..., 4:] = (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)
-    mn[..., 4:] = (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)
-    qs = b[..., 16:].reshape(n, nb, 4, 32)  # 4 chunks of 64 values: low nibbles, then high
-    vals = np.stack([qs & 15, qs >> 4], axis=3).reshape(n, nb, 8, 32)
-    packed = _nibbles_to_q4(vals).reshape(n, k // 2)
-    scale = d * sc.astype(np.float32)
-    mins = -(dmin * mn.astype(np.float32))
-    sm = np.stack([scale, mins], axis=-1).reshape(n, k // 32, 2).astype(np.float32)
-    split = Split(np.concatenate([_f16(b[..., 0:2]), _f16(b[..., 2:4])], axis=-1),
-                  np.stack([sc, mn], axis=-1).reshape(n, k // 32, 2))
-    return PackedWeight("q4", n, k, np.ascontiguousarray(packed), sm, 32, split)
+    sc, mn = _k_scales_mins(b[..., 4:16])
+    qs = b[..., 16:].reshape(n, nb, 4, 1, 32)
+    q = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(n, k)
+    sub = np.stack([sc, mn], axis=-1).reshape(n, k // 16)
+    return _kq_pack("k4", q, sub, np.ascontiguousarray(b[..., 0:4]).reshape(n, nb * 4))
 
 
 def _pack_q6_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
@@ -405,18 +408,19 @@ def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> Packe
     g = q.reshape(n, k // 32, 32)
     row = np.zeros((n, kq_row_bytes(fmt, k)), np.uint8)
     row[:, :k // 2] = _nibbles_to_q4(g & 15).reshape(n, k // 2)
-    high = (g >> 4).astype(np.uint32) << _KQ_SHIFT[fmt]
-    if fmt == "k5":
-        words = np.bitwise_or.reduce(high, axis=-1)  # [n, groups]
-    else:
-        words = np.stack([np.bitwise_or.reduce(high[..., :16], axis=-1),
-                          np.bitwise_or.reduce(high[..., 16:], axis=-1)], axis=-1)
     so = _kq_sub_offset(fmt, k)
-    row[:, k // 2:so] = np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(n, -1)
+    if fmt != "k4":
+        high = (g >> 4).astype(np.uint32) << _KQ_SHIFT[fmt]
+        if fmt == "k5":
+            words = np.bitwise_or.reduce(high, axis=-1)  # [n, groups]
+        else:
+            words = np.stack([np.bitwise_or.reduce(high[..., :16], axis=-1),
+                              np.bitwise_or.reduce(high[..., 16:], axis=-1)], axis=-1)
+        row[:, k // 2:so] = np.ascontiguousarray(words, np.uint32).view(np.uint8).reshape(n, -1)
     row[:, so:so + k // 16] = sub
     po = _kq_sup_offset(fmt, k)
     row[:, po:po + k // 64] = sup
-    return PackedWeight(fmt, n, k, row, None, 32 if fmt == "k5" else 16)
+    return PackedWeight(fmt, n, k, row, None, 16 if fmt == "k6" else 32)
 
 
 def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -427,6 +431,8 @@ def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     g = _low_high_nibbles(rows[:, :k // 2].reshape(n, k // 32, 16))  # [n, groups, 32]
     so = _kq_sub_offset(fmt, k)
     words = np.ascontiguousarray(rows[:, k // 2:so]).view(np.uint32)
+    if fmt == "k4":
+        return (g.reshape(n, k), *kq_scales(p))
     if fmt == "k5":
         w = words.reshape(n, k // 32, 1)
         high = (w >> _KQ_SHIFT[fmt]) & 1
@@ -447,7 +453,7 @@ def kq_scales(p: PackedWeight) -> tuple[np.ndarray, np.ndarray]:
     sub = np.ascontiguousarray(rows[:, so:so + k // 16])
     sup = np.ascontiguousarray(rows[:, po:po + k // 64]).view(np.float16).astype(np.float32)
     sup = sup.reshape(n, k // 256, 2)
-    if fmt == "k5":
+    if fmt in ("k4", "k5"):
         sm = sub.reshape(n, k // 256, 8, 2).astype(np.float32)
         s = (sup[..., None, 0] * sm[..., 0]).reshape(n, k // 32)
         mn = (-(sup[..., None, 1] * sm[..., 1])).reshape(n, k // 32)

@@ -25,7 +25,7 @@ NEW = ["Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS", "MXFP4"]
 WITH_MIN = {"Q5_1": (32, 1.5), "Q5_K": (32, 1.82), "Q2_K": (16, 4.58)}
 # byte offsets of each block's half scales (MXFP4: its exponent byte, at 0)
 HALVES = {"Q5_0": (0,), "Q5_1": (0, 2), "Q2_K": (80, 82), "Q3_K": (108,), "Q5_K": (0, 2),
-          "IQ4_NL": (0,), "IQ4_XS": (0,), "Q6_K": (208,)}
+          "IQ4_NL": (0,), "IQ4_XS": (0,), "Q4_K": (0, 2), "Q6_K": (208,)}
 # scales of the random rows: normal, negative, zero, half subnormals, large
 SPECIAL_HALVES = np.array([0.0, -0.0, 1.0, -1.0, 6e-8, -3e-5, 2.0**-14, 1000.0, -65504.0],
                           np.float16)
@@ -121,20 +121,20 @@ def check_device_values(device, table, want):
             np.testing.assert_array_equal(bits(got), bits(want[:, cols].T + 0.0))
 
 
-@pytest.mark.parametrize("kind", ["Q5_K", "Q6_K"])
+@pytest.mark.parametrize("kind", ["Q4_K", "Q5_K", "Q6_K"])
 def test_compact_k_quants(device, kind, n=20, k=512):
-    """Q5_K and Q6_K in the row layout keep the file's size (k5, k6: values, sub-scales and
+    """The K-quants in the row layout keep the file's size (k4, k5, k6: values, sub-scales and
     super-scales as the file packs them, rows padded to 16 bytes) with GGUF's values bit for
     bit, special values included, on the host and through the device's kernels; the CPU layout
     takes their int8 forms with the same values."""
     raw = blocks(kind, n, k)
     want = quants.dequantize(raw, Q[kind]).reshape(n, k)
     p = pack_ggml(raw, int(Q[kind]), n, k)
-    assert p.fmt == {"Q5_K": "k5", "Q6_K": "k6"}[kind]
-    assert raw.nbytes < p.nbytes <= 1.05 * raw.nbytes
+    assert p.fmt == {"Q4_K": "k4", "Q5_K": "k5", "Q6_K": "k6"}[kind]
+    assert raw.nbytes < p.nbytes <= 1.06 * raw.nbytes  # (rows padded to 16 bytes)
     np.testing.assert_array_equal(bits(p.dequantize()), bits(want))
     e = p.expanded()
-    assert e.fmt == {"Q5_K": "q8m", "Q6_K": "q8"}[kind]
+    assert e.fmt == {"Q4_K": "q4", "Q5_K": "q8m", "Q6_K": "q8"}[kind]
     np.testing.assert_array_equal(bits(e.dequantize()), bits(want))
     dev = clops.device(device)
     assert DeviceWeight(dev, p, layout="rb16").fmt == e.fmt

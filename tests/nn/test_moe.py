@@ -78,7 +78,8 @@ def test_each_experts_weights_start_a_whole_stride_apart(device, kind, layout, n
             t = Q[kind]
             raw = _random_k_quant(t, 16, k) if kind in ("Q4_K", "Q6_K") else \
                 gguf_blocks(kind, 16, k)
-            parts.append(pack_ggml(raw, int(t), 16, k))
+            # (experts take the K-quants' expanded forms, as the model loads them)
+            parts.append(pack_ggml(raw, int(t), 16, k).expanded())
         else:
             parts.append(_packed(kind, 16, k)[0])
     stacked = concat(parts)
