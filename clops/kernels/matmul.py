@@ -416,15 +416,15 @@ def expert_strides(w: Weight, n_experts: int) -> tuple[int, int]:
     ``n_experts`` experts' rows stacked (expert e's rows e * N .. e * N + N - 1, N = w.n /
     n_experts a multiple of 16, so that the CPU layout's blocks of 16 rows never straddle two
     experts): N * k values (q4: N * k / 2 bytes) and N * k / group scales (q4: a (scale, min)
-    pair per 32, Q4_SYM the scale alone; q8m a pair per group; float formats none)."""
+    pair per 32, Q4_SYM the scale alone; q8m a pair per group; float formats and the compact
+    K-quants, whose rows hold their scales, none)."""
     if n_experts < 1 or w.n % n_experts or (w.n // n_experts) % 16:
         raise ValueError(f"matmul: {w.n} rows do not split into {n_experts} experts of a "
                          "multiple of 16 rows")
     d = w.defines
     n = w.n // n_experts
-    if w.fmt in GEOMETRY_FORMAT:
-        raise ValueError(f"matmul: experts' weights take the q8 and q8m forms, not {w.fmt} "
-                         "(PackedWeight.expanded)")
+    if w.fmt in GEOMETRY_FORMAT:  # (the compact K-quants: whole rows, their scales inside)
+        return n * (w.data.nbytes // w.n), 0
     if w.fmt in FLOAT_FORMATS:
         return n * w.k, 0
     if w.fmt == "q4":

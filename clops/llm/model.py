@@ -336,8 +336,7 @@ class Model:
         cfg, dev, E = self.config, self.device, self.config.n_experts
         ebias = {f"{w}_bias": vec(f"{p}{w}_exps_bias") if w != "router" else
                  vec(p + "router_bias") for w in ("router", "down")} if biases else {}
-        # (the grouped expert products read the q8 and q8m forms of the compact K-quants)
-        gate, up = mat(p + "gate_exps").expanded(), mat(p + "up_exps").expanded()
+        gate, up = mat(p + "gate_exps"), mat(p + "up_exps")
         fused = concat_experts(gate, up, E)
         if fused is None:
             if biases:
@@ -351,7 +350,7 @@ class Model:
                      for w in ("gate", "up")]
                 ebias["gate_up_bias"] = upload(dev, np.concatenate(b, axis=1).reshape(-1))
         return Experts(router=DeviceWeight(dev, mat(p + "router")),
-                       down=DeviceWeight(dev, mat(p + "down_exps").expanded()), n=E,
+                       down=DeviceWeight(dev, mat(p + "down_exps")), n=E,
                        k=cfg.n_experts_used, ffn=cfg.expert_ffn_dim, norm=cfg.experts_norm,
                        **parts, **ebias)
 

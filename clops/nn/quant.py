@@ -22,8 +22,8 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
   layers do not take it, the float paths do.
 - ``k4``, ``k5``, ``k6``: Q4_K, Q5_K and Q6_K as compactly as in the file (0.58, 0.70 and 0.82
   bytes a value against ``q4``'s 0.75 and ``q8m``'s and ``q8``'s 1.25), for the row layout
-  (GPUs); the CPU layout and the grouped expert products take their ``q4``, ``q8m`` and ``q8``
-  forms (``PackedWeight.expanded``). Each row of K values is one run of bytes
+  (GPUs); the CPU layout takes their ``q4``, ``q8m`` and ``q8`` forms
+  (``PackedWeight.expanded``). Each row of K values is one run of bytes
   (``kq_row_bytes``): the 4-bit low parts as ``q4`` packs them (16 bytes a group of 32), the
   high bits (none for Q4_K, 4 bytes a group for Q5_K's one bit a value, 8 for Q6_K's two), the
   sub-scales (2 bytes a group: Q4_K's and Q5_K's 6-bit scale and min, Q6_K's two int8 scales
@@ -501,7 +501,6 @@ def concat(parts: list[PackedWeight]) -> PackedWeight | None:
 def concat_experts(gate: PackedWeight, up: PackedWeight, n_experts: int) -> PackedWeight | None:
     """Each expert's gate rows, then its up rows: [E * F, k] twice -> [E * 2F, k] (a mixture of
     experts' [gate | up] product in one launch), where the two share one format; else None."""
-    gate, up = gate.expanded(), up.expanded()
     if (up.fmt, up.k, up.group, up.scale_half, up.data.dtype, up.n) != (
             gate.fmt, gate.k, gate.group, gate.scale_half, gate.data.dtype, gate.n) or \
             gate.n % n_experts:

@@ -78,10 +78,11 @@ def test_each_experts_weights_start_a_whole_stride_apart(device, kind, layout, n
             t = Q[kind]
             raw = _random_k_quant(t, 16, k) if kind in ("Q4_K", "Q6_K") else \
                 gguf_blocks(kind, 16, k)
-            # (experts take the K-quants' expanded forms, as the model loads them)
-            parts.append(pack_ggml(raw, int(t), 16, k).expanded())
+            parts.append(pack_ggml(raw, int(t), 16, k))
         else:
             parts.append(_packed(kind, 16, k)[0])
+    if layout == "rb16":  # (the CPU layout's forms of the compact K-quants)
+        parts = [p.expanded() for p in parts]
     stacked = concat(parts)
     assert stacked is not None
     w = DeviceWeight(device, stacked, layout=layout)
@@ -105,6 +106,52 @@ def test_each_experts_weights_start_a_whole_stride_apart(device, kind, layout, n
         if stacked.scales is not None:
             np.testing.assert_array_equal(whole[1].reshape(-1)[e * ss:(e + 1) * ss],
                                           own[e][1].reshape(-1))
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("route", ["rows", pytest.param("float-gpu", marks=pytest.mark.standin),
+                                   pytest.param("int8-gpu", marks=pytest.mark.standin),
+                                   pytest.param("int8-rows", marks=pytest.mark.standin)])
+def test_compact_k_quant_experts(device, monkeypatch, kind, route, n_e=4, n=32, k=256):
+    """Experts in the compact K-quants of the row layout (k4, k5, k6): each row tile meets its
+    own expert's rows, whole rows apart (their scales inside), on the row-major kernels, the
+    GPU geometry's float and int8 decode paths (a lone row's slots) and the batch's int8
+    rows."""
+    from .test_functional import q8_1_activations
+
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    if route != "rows":
+        monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(matmul, "int8_activations", lambda dev, m, fmt, k: route == "int8-gpu"
+                        and m == 1 and fmt in matmul.INT8_FORMATS)
+    t = Q[kind]
+    parts = [pack_ggml(_random_k_quant(t, n, k), int(t), n, k) for _ in range(n_e)]
+    refs = [p.dequantize().astype(np.float64) for p in parts]
+    w = DeviceWeight(device, concat(parts))
+    assert w.fmt == parts[0].fmt == {"Q4_K": "k4", "Q5_K": "k5", "Q6_K": "k6"}[kind]
+    ws, ss = matmul.expert_strides(w, n_e)
+    assert ss == 0 and ws * n_e == w.data.nbytes
+    tm = matmul.qrows_tile(device, w) if route == "int8-rows" else 1
+    tiles = [3, 0, 2, 3, 1]
+    m = tm * len(tiles)
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    tile_e = _up(device, np.array(tiles, np.int32))
+    y = device.alloc(m * n * 4)
+    if route == "int8-rows":
+        monkeypatch.setattr(matmul, "int8_batch", lambda dev, w: True)
+        lns = matmul.matmul_qrows(device, y, 0, n, _up(device, x), 0, k, w, m,
+                                  matmul.qrows_scratch(device, m, k), experts=(tile_e, n_e))
+    else:
+        lns = [matmul.matmul(device, y, 0, n, _up(device, x), 0, k, w, m, tm=1,
+                             experts=(tile_e, n_e), row_invariant=route != "int8-gpu")]
+    for ln in lns:
+        ln.run(device)
+    got = _read(device, y, (m, n))
+    int8 = route.startswith("int8")
+    for r in range(m):
+        ref = refs[tiles[r // tm]]
+        want = (q8_1_activations(x[r:r + 1]) if int8 else x[r:r + 1].astype(np.float64)) @ ref.T
+        np.testing.assert_allclose(got[r:r + 1], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 def test_experts_of_rows_not_in_blocks_of_16_are_refused(device):
