@@ -64,9 +64,10 @@ import clops.nn as nn  # noqa: E402
 from clops.kernels import attention, gemm, matmul  # noqa: E402
 from clops.kernels.launch import LaunchPlan  # noqa: E402
 
-GGML = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
-# the K-quants' blocks of 256 values: bytes, and where their half (d, dmin) scales lie
-K_QUANTS = {"Q4_K": (144, 0, 2), "Q5_K": (176, 0, 2), "Q6_K": (210, 208, None)}
+GGML = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_XS": 23}
+# the blocks of 256 values: bytes, and where their half (d, dmin) scales lie
+K_QUANTS = {"Q4_K": (144, 0, 2), "Q5_K": (176, 0, 2), "Q6_K": (210, 208, None),
+            "IQ4_XS": (136, 0, None)}
 
 
 def rel_err(got: np.ndarray, want: np.ndarray) -> float:

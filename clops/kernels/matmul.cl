@@ -7,8 +7,10 @@
 //   QGROUP 32 or 16 (q8 only: Q6_K has a scale per 16 values)
 //   QMIN   1 (q8): a (scale, min) pair per QGROUP values, value = (q * scale) + min (Q5_1, Q5_K,
 //          Q2_K), rounded twice as GGUF computes it; not with QX
-//   KQB, KQM  (WFMT 5, the compact K-quants, nn/quant.py's k4, k5 and k6) high bits a value
-//          (0: Q4_K, 1: Q5_K, 2: Q6_K) and whether a group has a min (1: Q4_K, Q5_K)
+//   KQB, KQM, KQT  (WFMT 5, the compact K-quants, nn/quant.py's k4, k5, k6 and i4) high bits
+//          a value (0: Q4_K, 1: Q5_K, 2: Q6_K), whether a group has a min (1: Q4_K, Q5_K), and
+//          whether the 4-bit values index IQ4's table (1: IQ4_XS, its nibbles in the order of
+//          iq4_words)
 //   TM     rows of x per work-item: the dequantized weights are reused TM times from registers
 //   LSIZE  work-items that split K for one output column (1 on CPUs; up to 256 on GPUs)
 //   ROWS   output columns per work-item, one after another (CPUs: fewer, longer work-items)
@@ -149,6 +151,9 @@ inline float qmin_dot(float a, float d, float b, float mn) {
 #if !defined(KQB) || !defined(KQM)
 #error "WFMT 5 needs KQB and KQM"
 #endif
+#ifndef KQT
+#define KQT 0
+#endif
 #define KQ_HOFF(K) ((K) / 2)                            // the high bits: 4 KQB bytes a group
 #define KQ_SOFF(K) (KQ_HOFF(K) + (K) / 8 * KQB)         // the sub-scales: 2 bytes a group
 #define KQ_DOFF(K) (KQ_SOFF(K) + (K) / 16)              // the super-scales: a half2 a 256
@@ -168,9 +173,45 @@ inline uint8 kq_load(__global const uchar *W, int K, int n, int g) {
     const uint d = ((__global const uint *)(row + KQ_DOFF(K)))[g / 8];
     return (uint8)(q, h, s, d);
 }
-// The group's unsigned values as bytes: lo values 0..15, hi values 16..31, 4 a word
+#if KQT
+// IQ4_NL's and IQ4_XS's 16 values (nn/quant.py IQ4_VALUES), 4 int8 a word
+#define IQ4_T0 0xBFAD9881u
+#define IQ4_T1 0xF6EADDCFu
+#define IQ4_T2 0x26190D01u
+#define IQ4_T3 0x71594535u
+// The table's values of the 4 nibbles of s (bits 0..15), as 4 int8 bytes
+#if DP4A
+// (NVIDIA: byte permutes; a selector's bit 3 would replicate a sign, so each half of the table
+// is picked with 3 bits and bit 3 chooses between the halves)
+inline uint iq4_4(uint s) {
+    uint a, b, d;
+    const uint sel = s & 0x7777u, pick = 0x3210u | ((s & 0x8888u) >> 1);
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(IQ4_T0), "r"(IQ4_T1), "r"(sel));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(b) : "r"(IQ4_T2), "r"(IQ4_T3), "r"(sel));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(pick));
+    return d;
+}
+#else
+__constant uint IQ4_TABLE[4] = {IQ4_T0, IQ4_T1, IQ4_T2, IQ4_T3};
+inline uint iq4_4(uint s) {
+    uint d = 0u;
+    for (int i = 0; i < 4; ++i) {
+        const uint q = (s >> (4 * i)) & 15u;
+        d |= ((IQ4_TABLE[q >> 2] >> (8 * (q & 3))) & 0xFFu) << (8 * i);
+    }
+    return d;
+}
+#endif
+#endif
+// The group's values as bytes: lo values 0..15, hi values 16..31, 4 a word (KQT: int8, the
+// table's; else unsigned). KQT: word i of the group holds values 4i..4i+3 in its low 16 bits
+// and 16+4i..16+4i+3 in its high 16 bits, a nibble each.
 inline void kq_words(uint8 r, uint4 *lo, uint4 *hi) {
     const uint4 q = r.s0123;
+#if KQT
+    *lo = (uint4)(iq4_4(q.x), iq4_4(q.y), iq4_4(q.z), iq4_4(q.w));
+    *hi = (uint4)(iq4_4(q.x >> 16), iq4_4(q.y >> 16), iq4_4(q.z >> 16), iq4_4(q.w >> 16));
+#else
     uint4 l = q & (uint4)0x0F0F0F0Fu, h = (q >> (uint4)4) & (uint4)0x0F0F0F0Fu;
     // (a shift and an and-or a word: word w's bits moved to bit 4 (and 5) of each byte)
 #if KQB == 1
@@ -186,12 +227,17 @@ inline void kq_words(uint8 r, uint4 *lo, uint4 *hi) {
 #endif
     *lo = l;
     *hi = h;
+#endif
 }
-// (s0, mn0, s1, mn1): the scale and min of values 0..15 and of 16..31 (KQM 0: mn = -32 s)
+// (s0, mn0, s1, mn1): the scale and min of values 0..15 and of 16..31 (KQM 0: mn = -32 s;
+// KQT: no min)
 inline float4 kq_scales(uint8 r) {
     const uint dd = r.s7;
     const float2 d = vload_half2(0, (const __private half *)&dd);
-#if KQM
+#if KQT
+    const float s = d.x * (float)as_char((uchar)(r.s6 & 0xFFu));
+    return (float4)(s, 0.0f, s, 0.0f);
+#elif KQM
     const float s = d.x * (float)(r.s6 & 0xFFu), mn = -(d.y * (float)(r.s6 >> 8));
     return (float4)(s, mn, s, mn);
 #else
@@ -203,14 +249,18 @@ inline float4 kq_scales(uint8 r) {
 // The 16 values of bytes q with scale s and min mn as GGUF computes them: q * s + mn (Q4_K's and
 // Q5_K's q * s is exact), or (q - 32) * s (Q6_K: -0.0 where s < 0 and q = 32, as GGUF's)
 inline float16 kq_values16(uint4 q, float s, float mn) {
-#if KQM
+#if KQT
+    return convert_float16(as_char16(q)) * s;
+#elif KQM
     return convert_float16(as_uchar16(q)) * s + mn;
 #else
     return convert_float16(convert_short16(as_uchar16(q)) - (short16)32) * s;
 #endif
 }
 inline float8 kq_values8(uint2 q, float s, float mn) {
-#if KQM
+#if KQT
+    return convert_float8(as_char8(q)) * s;
+#elif KQM
     return convert_float8(as_uchar8(q)) * s + mn;
 #else
     return convert_float8(convert_short8(as_uchar8(q)) - (short8)32) * s;
@@ -384,8 +434,13 @@ inline float chunk_dot(__global const W_T *W, __global const SCALE_T *S, int K, 
     const float4 sc = kq_scales(r);
     const float16 xl = X16(xr, 2 * c), xh = X16(xr, 2 * c + 1);
     // sum (q s + mn) x = s sum q x + mn sum x, for each half
+#if KQT
+    return (sc.x * hsum16(convert_float16(as_char16(lo)) * xl)) +
+           (sc.z * hsum16(convert_float16(as_char16(hi)) * xh));
+#else
     return (sc.x * hsum16(convert_float16(as_uchar16(lo)) * xl) + sc.y * hsum16(xl)) +
            (sc.z * hsum16(convert_float16(as_uchar16(hi)) * xh) + sc.w * hsum16(xh));
+#endif
 #else
     const size_t base = (size_t)n * K + c * 16;
     // bytes become f = 1 + (q + 128) / 256 (placed in the mantissa): sum q x = 256 sum f x
@@ -601,7 +656,15 @@ inline float kq_dot(WQ_T r, uint4 xl, uint4 xh, float2 xd, float acc) {
     uint4 lo, hi;
     kq_words(r, &lo, &hi);
     const float4 sc = kq_scales(r);
-#if KQM
+#if KQT
+    // sum (table[q] s) (xq dx) = s dx sum table[q] xq
+    int s = q8_dot(lo, xl);
+    s = dot4(hi.x, xh.x, s);
+    s = dot4(hi.y, xh.y, s);
+    s = dot4(hi.z, xh.z, s);
+    s = dot4(hi.w, xh.w, s);
+    return fma(sc.x * xd.x, (float)s, acc);
+#elif KQM
     // sum (q s + mn) (xq dx) = s dx sum q xq + mn dx sum xq
     int s = q8_dot(lo, xl);
     s = dot4(hi.x, xh.x, s);

@@ -42,12 +42,12 @@ class Weight(Protocol):
 
 # values per 16-byte chunk of a weight row, by format (matmul.cl CHUNKED)
 CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16, "q8m": 16, "k4": 32, "k5": 32,
-                "k6": 32}
+                "k6": 32, "i4": 32}
 # the formats whose rows the int8 paths take (QX, QROWS)
-INT8_FORMATS = ("q4", "q8", "k4", "k5", "k6")
+INT8_FORMATS = ("q4", "q8", "k4", "k5", "k6", "i4")
 # the format whose int8 geometry each takes (the compact K-quants: q4's, a group of 32 values
 # a chunk; not measured on their own)
-GEOMETRY_FORMAT = {"k4": "q4", "k5": "q4", "k6": "q4"}
+GEOMETRY_FORMAT = {"k4": "q4", "k5": "q4", "k6": "q4", "i4": "q4"}
 
 
 def matmul_geometry(dev: CLDevice, m: int, k: int, fmt: str = "q4") -> tuple[int, int]:
@@ -761,7 +761,9 @@ def dequant_half(dev: CLDevice, out: Buffer, w: Weight) -> Launch:
     """out [n][k] = w as float16 (any format, row-major layout)."""
     if w.layout != "rows":
         raise ValueError(f"dequant_half reads row-major weights, not {w.layout!r}")
-    knl = kernel(dev, "matmul", "dequant_half", **w.defines)
+    # (DP4A: NVIDIA's PTX, for IQ4's table)
+    knl = kernel(dev, "matmul", "dequant_half", **w.defines,
+                 **({"DP4A": int(dev.probe("nvidia_ptx"))} if w.defines.get("KQT") else {}))
     return Launch(knl, (w.k // 8, w.n), None, [out, w.data, w.scales, i32(w.k)],
                   [w.data, w.scales], [out], "dequant_half")
 

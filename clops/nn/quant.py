@@ -37,7 +37,13 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
   nibbles, values 16+4(w-4)..) is bit 8b + w of the group's word (Q5_K), or bits 8b + 2(w mod
   4) and the next of word w // 4 (Q6_K), so that a shift and a mask place them beside the
   nibbles, 4 values at a time. The kernels see ``WFMT`` 5 with ``KQB`` (high bits a value)
-  and ``KQM`` (1: the mins of Q4_K and Q5_K). The fused decode layers (``kernels.layer``) do
+  and ``KQM`` (1: the mins of Q4_K and Q5_K).
+- ``i4``: IQ4_XS the same way (0.58 bytes a value against ``q8``'s 1.125; the file's 0.53):
+  the 4-bit indices into IQ4's table, a group's int8 sub-scale (less 32) twice, d and a zero
+  a 256; value = (d * sub-scale) * table[q]. A group's 16 bytes of indices are four words,
+  word i holding values 4i..4i+3 in its low 16 bits and 16+4i..16+4i+3 in its high 16 bits, a
+  nibble each, so that NVIDIA's byte permute looks up 4 values at once (``KQT`` 1). The CPU
+  layout takes its ``q8`` form. The fused decode layers (``kernels.layer``) do
   not read them: the models small enough for those keep Q4_K's layers in ``q4``
   (``llm.model``).
 
@@ -87,9 +93,11 @@ DEVICE_BYTES: dict[int, float] = {
     GGML_Q5_0: 1 + 2 / 32, GGML_IQ4_NL: 1 + 2 / 32, GGML_MXFP4: 1 + 4 / 32, GGML_Q3_K: 1 + 4 / 16,
     GGML_IQ4_XS: 1 + 4 / 32, GGML_Q5_1: 1 + 4 / 32, GGML_Q5_K: 1 + 8 / 32, GGML_Q2_K: 1 + 8 / 16,
 }
-WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k4": 5, "k5": 5, "k6": 5}
+WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k4": 5, "k5": 5, "k6": 5,
+        "i4": 5}
 # the compact K-quant formats: (high bits a value, mins), the GGML type each holds
-KQ_FORMATS: dict[str, tuple[int, int]] = {"k4": (0, 1), "k5": (1, 1), "k6": (2, 0)}
+KQ_FORMATS: dict[str, tuple[int, int, int]] = {"k4": (0, 1, 0), "k5": (1, 1, 0), "k6": (2, 0, 0),
+                                               "i4": (0, 0, 1)}
 
 
 def kq_row_bytes(fmt: str, k: int) -> int:
@@ -129,6 +137,9 @@ class PackedWeight:
         if self.fmt in KQ_FORMATS:
             q, s, mn = _kq_decode(self)
             g = q.reshape(self.n, -1, self.group).astype(np.float32)
+            if self.fmt == "i4":
+                return (IQ4_VALUES[q.reshape(g.shape)].astype(np.float32)
+                        * s[..., None]).reshape(self.n, self.k)
             if self.fmt == "k6":  # (q - 32) * s: GGUF's -0.0 where s < 0 and q = 32
                 return ((g - 32) * s[..., None]).reshape(self.n, self.k)
             return (g * s[..., None] + mn[..., None]).reshape(self.n, self.k)
@@ -159,6 +170,8 @@ class PackedWeight:
         n, k = self.n, self.k
         if self.fmt == "k5":
             return _q8m(n, k, q, s, mn, 32)
+        if self.fmt == "i4":
+            return PackedWeight("q8", n, k, IQ4_VALUES[q], s, 32)
         rows = self.data.reshape(n, -1)
         if self.fmt == "k4":
             so, po = _kq_sub_offset("k4", k), _kq_sup_offset("k4", k)
@@ -337,15 +350,15 @@ def _pack_iq4_xs(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # block: d (half), scales_h (uint16: 2 bits a group), scales_l[4] (4 bits a group),
     # qs[128]. value = (d * (sub-scale - 32)) * table[q], a sub-scale per 32
     nb = k // 256
-    d = _f16(b[..., 0:2]).astype(np.float32)  # [n, nb, 1]
     sh = b[..., 2].astype(np.uint16) | (b[..., 3].astype(np.uint16) << 8)  # [n, nb]
     sl = b[..., 4:8]
     lo = np.stack([sl & 15, sl >> 4], axis=-1).reshape(n, nb, 8)
     hi = (sh[..., None] >> (2 * np.arange(8, dtype=np.uint16))) & 3
-    sub = (lo.astype(np.int16) | (hi.astype(np.int16) << 4)) - 32
-    scales = (d * sub.astype(np.float32)).reshape(n, k // 32).astype(np.float32)
-    q8 = IQ4_VALUES[_low_high_nibbles(b[..., 8:136].reshape(n, nb, 8, 16))]
-    return PackedWeight("q8", n, k, q8.reshape(n, k), scales, 32)
+    sub = ((lo.astype(np.int16) | (hi.astype(np.int16) << 4)) - 32).astype(np.int8)
+    q = _low_high_nibbles(b[..., 8:136].reshape(n, nb, 8, 16)).reshape(n, k)
+    sup = np.concatenate([b[..., 0:2], np.zeros_like(b[..., 0:2])], axis=-1)
+    return _kq_pack("i4", q, np.repeat(sub.view(np.uint8), 2, axis=-1).reshape(n, k // 16),
+                    sup.reshape(n, nb * 4))
 
 
 def _k_scales_mins(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -407,9 +420,14 @@ def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> Packe
     n, k = q.shape
     g = q.reshape(n, k // 32, 32)
     row = np.zeros((n, kq_row_bytes(fmt, k)), np.uint8)
-    row[:, :k // 2] = _nibbles_to_q4(g & 15).reshape(n, k // 2)
+    if fmt == "i4":  # (a word's low half values 4i..4i+3, its high half 16+4i..16+4i+3)
+        pairs = (g[..., 0::2] | (g[..., 1::2] << 4)).astype(np.uint8)  # [n, groups, 16]
+        row[:, :k // 2] = np.stack([pairs[..., :8].reshape(n, -1, 4, 2),
+                                    pairs[..., 8:].reshape(n, -1, 4, 2)], axis=3).reshape(n, -1)
+    else:
+        row[:, :k // 2] = _nibbles_to_q4(g & 15).reshape(n, k // 2)
     so = _kq_sub_offset(fmt, k)
-    if fmt != "k4":
+    if fmt in _KQ_SHIFT:
         high = (g >> 4).astype(np.uint32) << _KQ_SHIFT[fmt]
         if fmt == "k5":
             words = np.bitwise_or.reduce(high, axis=-1)  # [n, groups]
@@ -428,6 +446,11 @@ def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     min [n, k / group] (value = q * s + mn, exact in float32)."""
     fmt, n, k = p.fmt, p.n, p.k
     rows = p.data.reshape(n, -1)
+    if fmt == "i4":
+        pairs = rows[:, :k // 2].reshape(n, k // 32, 4, 2, 2)  # [.., word, lo/hi half, pair]
+        nib = np.stack([pairs & 15, pairs >> 4], axis=-1)  # [.., word, half, pair, member]
+        q = nib.transpose(0, 1, 3, 2, 4, 5).reshape(n, k)
+        return (q, *kq_scales(p))
     g = _low_high_nibbles(rows[:, :k // 2].reshape(n, k // 32, 16))  # [n, groups, 32]
     so = _kq_sub_offset(fmt, k)
     words = np.ascontiguousarray(rows[:, k // 2:so]).view(np.uint32)
@@ -453,6 +476,10 @@ def kq_scales(p: PackedWeight) -> tuple[np.ndarray, np.ndarray]:
     sub = np.ascontiguousarray(rows[:, so:so + k // 16])
     sup = np.ascontiguousarray(rows[:, po:po + k // 64]).view(np.float16).astype(np.float32)
     sup = sup.reshape(n, k // 256, 2)
+    if fmt == "i4":  # (a group's sub-scale twice, no min)
+        sc = sub.view(np.int8).reshape(n, k // 256, 8, 2)[..., 0].astype(np.float32)
+        s = (sup[..., None, 0] * sc).reshape(n, k // 32)
+        return s.astype(np.float32), np.zeros_like(s, np.float32)
     if fmt in ("k4", "k5"):
         sm = sub.reshape(n, k // 256, 8, 2).astype(np.float32)
         s = (sup[..., None, 0] * sm[..., 0]).reshape(n, k // 32)
@@ -666,7 +693,7 @@ class DeviceWeight:
         if self.fmt == "q8m":
             d["QMIN"] = 1
         if self.fmt in KQ_FORMATS:
-            d["KQB"], d["KQM"] = KQ_FORMATS[self.fmt]
+            d["KQB"], d["KQM"], d["KQT"] = KQ_FORMATS[self.fmt]
         return d
 
     def __repr__(self) -> str:

@@ -73,15 +73,20 @@ def test_unsupported_types_are_refused_before_upload(device, tmp_path, monkeypat
     assert ", ".join(SUPPORTED_NAMES) in msg, msg
 
 
-def test_k_mix_in_the_row_layout(device, tmp_path, monkeypatch):
-    """The GPUs' row layout on whatever device: Q5_K and Q6_K stay in their compact forms (read
-    in place, as the file packs them) and the model's logits and tokens are the reference's."""
+@pytest.mark.parametrize("mix", sorted(MIXES))
+def test_mixes_in_the_row_layout(device, tmp_path, monkeypatch, mix):
+    """The GPUs' row layout on whatever device: Q5_K, Q6_K and IQ4_XS stay in their compact
+    forms (read in place, as the file packs them) and the model's logits and tokens are the
+    reference's."""
     from clops.nn import quant
 
     monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
-    path = write_gguf(str(tmp_path / "k.gguf"), shape=MIXES["k"], seed=63)
+    path = write_gguf(str(tmp_path / f"{mix}.gguf"), shape=MIXES[mix], seed=63)
     model = clops.llm.load(path, device=device, max_seq_len=256, progress=False)
     ly = model.weights.layers[0]
-    assert [p[0].fmt for p in ly.qkv.parts] == ["k5"] and ly.down.fmt == "k6"
-    assert model.weights.embed.fmt == "k5"
-    test_mix_logits_equal_a_float32_reference(device, tmp_path, "k")
+    if mix == "k":
+        assert [p[0].fmt for p in ly.qkv.parts] == ["k5"] and ly.down.fmt == "k6"
+        assert model.weights.embed.fmt == "k5"
+    else:
+        assert ly.qkv.parts[0][0].fmt == "i4" and ly.down.fmt == "i4"
+    test_mix_logits_equal_a_float32_reference(device, tmp_path, mix)

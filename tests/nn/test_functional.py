@@ -18,12 +18,16 @@ def _t(a, device):
 
 
 def _random_k_quant(t: Q, n: int, k: int) -> np.ndarray:
-    """Random bytes of a K-quant tensor with sane super-block scales (no quantizer in gguf)."""
-    bs, bb = {Q.Q4_K: (256, 144), Q.Q5_K: (256, 176), Q.Q6_K: (256, 210)}[t]
+    """Random bytes of a K-quant (or IQ4_XS) tensor with sane super-block scales (no quantizer
+    in gguf)."""
+    bs, bb = {Q.Q4_K: (256, 144), Q.Q5_K: (256, 176), Q.Q6_K: (256, 210),
+              Q.IQ4_XS: (256, 136)}[t]
     raw = RNG.integers(0, 256, (n, k // bs, bb), dtype=np.uint8)
     scale = np.frombuffer(np.full(n * k // bs * 2, 0.01, np.float16).tobytes(), np.uint8)
     if t in (Q.Q4_K, Q.Q5_K):  # (d and dmin)
         raw[..., 0:4] = scale.reshape(n, k // bs, 4)
+    elif t == Q.IQ4_XS:  # (d; 0.01 * 31 * 127 at most)
+        raw[..., 0:2] = scale[: n * k // bs * 2].reshape(n, k // bs, 2)
     else:
         raw[..., 208:210] = scale[: n * k // bs * 2].reshape(n, k // bs, 2)
     return raw.reshape(n, -1)
@@ -33,7 +37,7 @@ def ggml_weight(dev, kind: str, n: int, k: int, rng: np.random.Generator):
     """A weight [n, k] of GGML type ``kind`` on dev (K-quants as random blocks, others
     quantized from rng's normal values), and its float32 values."""
     t = Q[kind]
-    if t in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+    if t in (Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS):
         raw = _random_k_quant(t, n, k)
     else:
         raw = quants.quantize(rng.standard_normal((n, k)).astype(np.float32), t)
@@ -72,7 +76,7 @@ def check_quantized_matmul(device, got, x, w_ref, b, w):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"])
 @pytest.mark.parametrize("m", [1, 5, 19])
 def test_linear_quantized(device, kind, m, n=48, k=512):
     w, w_ref = ggml_weight(device, kind, n, k, RNG)
