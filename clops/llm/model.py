@@ -19,7 +19,7 @@ import numpy as np
 from .. import _config
 from ..kernels import Launch, LaunchPlan, attention, layer, matmul
 from ..kernels import sample as sample_kernel
-from ..nn.quant import DeviceWeight, PackedWeight, concat, concat_experts, upload
+from ..nn.quant import DeviceWeight, PackedWeight, concat, concat_experts, fusable, upload
 from ..runtime import CLDevice, CLQueue
 from ..runtime.pool import Buffer
 from . import batch, experts, placement, step
@@ -405,11 +405,19 @@ class Model:
         if fused is not None:
             b = upload(dev, np.concatenate(biases).astype(np.float32)) if biases else None
             return Projection([(DeviceWeight(dev, fused), 0, b)], n)
-        out, off = [], 0
-        for j, p in enumerate(parts):
-            b = upload(dev, biases[j].astype(np.float32)) if biases else None
-            out.append((DeviceWeight(dev, p), off, b))
-            off += p.n
+        # (parts in two formats, as a mix's Q4_K q and k beside its Q6_K v: each run of
+        # neighbours in one format stacked, one launch each)
+        out, off, j = [], 0, 0
+        while j < len(parts):
+            e = j + 1
+            while e < len(parts) and fusable(parts[j], parts[e]):
+                e += 1
+            w = parts[j] if e == j + 1 else concat(parts[j:e])
+            assert w is not None
+            b = upload(dev, np.concatenate(biases[j:e]).astype(np.float32)) if biases else None
+            out.append((DeviceWeight(dev, w), off, b))
+            off += w.n
+            j = e
         return Projection(out, n)
 
     def _alloc(self, float16_copies: bool | None = None) -> None:

@@ -504,14 +504,18 @@ def _pack_q2_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
                 -(dmin * (s >> 4).astype(np.float32)), 16)
 
 
+def fusable(a: PackedWeight, b: PackedWeight) -> bool:
+    """Whether two weights share one format, so that ``concat`` stacks them."""
+    return (a.fmt, a.k, a.group, a.scale_half, a.data.dtype) == (
+        b.fmt, b.k, b.group, b.scale_half, b.data.dtype)
+
+
 def concat(parts: list[PackedWeight]) -> PackedWeight | None:
     """Stack weights along the output axis (fused QKV, gate/up) when they share one format;
     None when they do not (the caller then launches them separately into one output)."""
     first = parts[0]
-    for p in parts[1:]:
-        if (p.fmt, p.k, p.group, p.scale_half, p.data.dtype) != (
-                first.fmt, first.k, first.group, first.scale_half, first.data.dtype):
-            return None
+    if not all(fusable(first, p) for p in parts[1:]):
+        return None
     data = np.concatenate([p.data for p in parts], axis=0)
     scales = None
     if first.scales is not None:

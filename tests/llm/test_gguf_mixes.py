@@ -90,3 +90,36 @@ def test_mixes_in_the_row_layout(device, tmp_path, monkeypatch, mix):
     else:
         assert ly.qkv.parts[0][0].fmt == "i4" and ly.down.fmt == "i4"
     test_mix_logits_equal_a_float32_reference(device, tmp_path, mix)
+
+
+def test_a_projection_of_two_formats_stacks_each_run(device):
+    """A QKV whose q and k share a format and whose v has another (llama.cpp's mixes give v
+    more bits in some layers): q and k stacked into one weight, v on its own, each writing its
+    columns of the one output: two launches, not three."""
+    from types import SimpleNamespace
+
+    from gguf import GGMLQuantizationType as Q
+
+    from clops.llm.model import Model
+    from clops.nn.quant import pack_ggml
+
+    from ..nn.test_functional import _random_k_quant
+
+    kinds, rows = (Q.Q4_K, Q.Q4_K, Q.Q6_K), (64, 32, 32)
+    parts = [pack_ggml(_random_k_quant(t, n, 256), int(t), n, 256) for t, n in zip(kinds, rows)]
+    biases = [np.arange(n, dtype=np.float32) + i * 100 for i, n in enumerate(rows)]
+    proj = Model._fuse(SimpleNamespace(device=clops.device(device)), parts, biases)
+    assert proj.n == 128 and [(off, w.n) for w, off, _ in proj.parts] == [(0, 96), (96, 32)]
+    x = np.random.default_rng(3).standard_normal((1, 256)).astype(np.float32)
+    want = np.concatenate([x.astype(np.float64) @ p.dequantize().T + b
+                           for p, b in zip(parts, biases)], axis=1)
+    got = np.concatenate([np.asarray(clops.nn.linear(clops.asarray(x, device=device), w,
+                                                     clops.asarray(_read_bias(device, b, w.n))))
+                          for w, _, b in proj.parts], axis=1)
+    np.testing.assert_allclose(got, want, rtol=3e-2, atol=3e-2 * np.abs(want).max())
+
+
+def _read_bias(device, buf, n):
+    out = np.empty(n, np.float32)
+    clops.device(device).read(out, buf)
+    return out
