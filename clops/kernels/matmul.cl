@@ -9,8 +9,8 @@
 //          Q2_K), rounded twice as GGUF computes it; not with QX
 //   KQB, KQM, KQT  (WFMT 5, the compact K-quants, nn/quant.py's k4, k5, k6 and i4) high bits
 //          a value (0: Q4_K, 1: Q5_K, 2: Q6_K), whether a group has a min (1: Q4_K, Q5_K), and
-//          whether the 4-bit values index IQ4's table (1: IQ4_XS, its nibbles in the order of
-//          iq4_words)
+//          whether the 4-bit values index IQ4's table (1: IQ4_XS, its nibbles in the order
+//          kq_words reads them)
 //   TM     rows of x per work-item: the dequantized weights are reused TM times from registers
 //   LSIZE  work-items that split K for one output column (1 on CPUs; up to 256 on GPUs)
 //   ROWS   output columns per work-item, one after another (CPUs: fewer, longer work-items)
@@ -246,24 +246,21 @@ inline float4 kq_scales(uint8 r) {
     return (float4)(s0, -32.0f * s0, s1, -32.0f * s1);
 #endif
 }
+// bytes as floats: the table's int8 values (KQT), else unsigned
+#if KQT
+#define KQ_FLOAT16(q) convert_float16(as_char16(q))
+#else
+#define KQ_FLOAT16(q) convert_float16(as_uchar16(q))
+#endif
 // The 16 values of bytes q with scale s and min mn as GGUF computes them: q * s + mn (Q4_K's and
 // Q5_K's q * s is exact), or (q - 32) * s (Q6_K: -0.0 where s < 0 and q = 32, as GGUF's)
 inline float16 kq_values16(uint4 q, float s, float mn) {
 #if KQT
-    return convert_float16(as_char16(q)) * s;
+    return KQ_FLOAT16(q) * s;  // (no + 0: GGUF's -0.0 where s is -0.0)
 #elif KQM
-    return convert_float16(as_uchar16(q)) * s + mn;
+    return KQ_FLOAT16(q) * s + mn;
 #else
     return convert_float16(convert_short16(as_uchar16(q)) - (short16)32) * s;
-#endif
-}
-inline float8 kq_values8(uint2 q, float s, float mn) {
-#if KQT
-    return convert_float8(as_char8(q)) * s;
-#elif KQM
-    return convert_float8(as_uchar8(q)) * s + mn;
-#else
-    return convert_float8(convert_short8(as_uchar8(q)) - (short8)32) * s;
 #endif
 }
 #endif
@@ -434,13 +431,8 @@ inline float chunk_dot(__global const W_T *W, __global const SCALE_T *S, int K, 
     const float4 sc = kq_scales(r);
     const float16 xl = X16(xr, 2 * c), xh = X16(xr, 2 * c + 1);
     // sum (q s + mn) x = s sum q x + mn sum x, for each half
-#if KQT
-    return (sc.x * hsum16(convert_float16(as_char16(lo)) * xl)) +
-           (sc.z * hsum16(convert_float16(as_char16(hi)) * xh));
-#else
-    return (sc.x * hsum16(convert_float16(as_uchar16(lo)) * xl) + sc.y * hsum16(xl)) +
-           (sc.z * hsum16(convert_float16(as_uchar16(hi)) * xh) + sc.w * hsum16(xh));
-#endif
+    return (sc.x * hsum16(KQ_FLOAT16(lo) * xl) + sc.y * hsum16(xl)) +
+           (sc.z * hsum16(KQ_FLOAT16(hi) * xh) + sc.w * hsum16(xh));
 #else
     const size_t base = (size_t)n * K + c * 16;
     // bytes become f = 1 + (q + 128) / 256 (placed in the mantissa): sum q x = 256 sum f x
@@ -656,16 +648,8 @@ inline float kq_dot(WQ_T r, uint4 xl, uint4 xh, float2 xd, float acc) {
     uint4 lo, hi;
     kq_words(r, &lo, &hi);
     const float4 sc = kq_scales(r);
-#if KQT
-    // sum (table[q] s) (xq dx) = s dx sum table[q] xq
-    int s = q8_dot(lo, xl);
-    s = dot4(hi.x, xh.x, s);
-    s = dot4(hi.y, xh.y, s);
-    s = dot4(hi.z, xh.z, s);
-    s = dot4(hi.w, xh.w, s);
-    return fma(sc.x * xd.x, (float)s, acc);
-#elif KQM
-    // sum (q s + mn) (xq dx) = s dx sum q xq + mn dx sum xq
+#if KQT || KQM
+    // sum (q s + mn) (xq dx) = s dx sum q xq + mn dx sum xq (KQT: q the table's, mn 0)
     int s = q8_dot(lo, xl);
     s = dot4(hi.x, xh.x, s);
     s = dot4(hi.y, xh.y, s);
@@ -986,9 +970,9 @@ __kernel void dequant_half(__global half *out, __global const W_T *W, __global c
     uint4 lo, hi;
     kq_words(r, &lo, &hi);
     const float4 sc = kq_scales(r);
-    const uint4 wv = (c & 2) ? hi : lo;
     const float2 sm = (c & 2) ? sc.zw : sc.xy;
-    float8 v = kq_values8((c & 1) ? wv.zw : wv.xy, sm.x, sm.y);
+    const float16 v16 = kq_values16((c & 2) ? hi : lo, sm.x, sm.y);
+    float8 v = (c & 1) ? v16.hi : v16.lo;
 #elif WFMT == 3
     const size_t gi = base / 32;  // the group; c % 4: which 8 bytes and which nibbles
     uchar8 q = as_uchar8(((__global const uint2 *)W)[2 * gi + (c & 1)]);

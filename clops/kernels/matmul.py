@@ -45,8 +45,8 @@ CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16, "q8m": 16, "k
                 "k6": 32, "i4": 32}
 # the formats whose rows the int8 paths take (QX, QROWS)
 INT8_FORMATS = ("q4", "q8", "k4", "k5", "k6", "i4")
-# the format whose int8 geometry each takes (the compact K-quants: q4's, a group of 32 values
-# a chunk; not measured on their own)
+# the format whose int8 geometry each takes (the compact formats: q4's, a group of 32 values a
+# chunk, but for qx_geometry's branch of their own)
 GEOMETRY_FORMAT = {"k4": "q4", "k5": "q4", "k6": "q4", "i4": "q4"}
 
 

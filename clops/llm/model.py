@@ -261,8 +261,9 @@ class Model:
         bar = _progress(total, f"weights -> {dev.name[:40]}", progress)
 
         # the fused decode layers (kernels.layer) read Q4_K's layers in q4, not in their
-        # compact form: models small enough for them keep q4 there
-        q4_layers = cfg.dim <= layer.MAX_DIM and cfg.ffn_dim <= layer.MAX_FFN
+        # compact form: models small enough for them (and without experts) keep q4 there
+        q4_layers = not cfg.n_experts and cfg.dim <= layer.MAX_DIM and \
+            cfg.ffn_dim <= layer.MAX_FFN
 
         def mat(name: str) -> PackedWeight:
             p = src.matrix(name)

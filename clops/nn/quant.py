@@ -30,8 +30,8 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
   of 16 values), then the half super-scales of each 256 values (d and dmin; Q6_K's d and a
   zero), padded to 16 bytes. With q unsigned (0..15, 0..31, 0..63), a value is q * s + mn for
   Q4_K and Q5_K (s = d * scale, mn = -(dmin * min)) and (q - 32) * s for Q6_K (s = d *
-  sub-scale), as GGUF computes them: each
-  product of halves and small whole numbers exact in float32. The high bits of a group are
+  sub-scale), as GGUF computes them: each product of halves and small whole numbers exact in
+  float32. The high bits of a group are
   laid out for the int8 products: the bit of the value in byte b of the group's 4-byte word w
   (words 0..3 the low nibbles of bytes 4w..4w+3, values 4w..4w+3; words 4..7 their high
   nibbles, values 16+4(w-4)..) is bit 8b + w of the group's word (Q5_K), or bits 8b + 2(w mod
@@ -43,9 +43,10 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
   a 256; value = (d * sub-scale) * table[q]. A group's 16 bytes of indices are four words,
   word i holding values 4i..4i+3 in its low 16 bits and 16+4i..16+4i+3 in its high 16 bits, a
   nibble each, so that NVIDIA's byte permute looks up 4 values at once (``KQT`` 1). The CPU
-  layout takes its ``q8`` form. The fused decode layers (``kernels.layer``) do
-  not read them: the models small enough for those keep Q4_K's layers in ``q4``
-  (``llm.model``).
+  layout takes its ``q8`` form.
+
+The fused decode layers (``kernels.layer``) read none of the compact formats: the models small
+enough for those keep Q4_K's layers in ``q4`` (``llm.model``).
 
 Every value a device reads equals ``gguf.quants.dequantize`` of the file bit for bit.
 
@@ -95,13 +96,14 @@ DEVICE_BYTES: dict[int, float] = {
 }
 WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k4": 5, "k5": 5, "k6": 5,
         "i4": 5}
-# the compact K-quant formats: (high bits a value, mins), the GGML type each holds
+# the compact formats of the row layout: (KQB high bits a value, KQM mins, KQT IQ4's table)
 KQ_FORMATS: dict[str, tuple[int, int, int]] = {"k4": (0, 1, 0), "k5": (1, 1, 0), "k6": (2, 0, 0),
                                                "i4": (0, 0, 1)}
 
 
 def kq_row_bytes(fmt: str, k: int) -> int:
-    """Bytes of a row of k values in the compact format ``fmt`` (``k4``, ``k5``, ``k6``)."""
+    """Bytes of a row of k values in the compact format ``fmt`` (``k4``, ``k5``, ``k6``,
+    ``i4``)."""
     hb = KQ_FORMATS[fmt][0]
     return -(-(k // 2 + hb * k // 8 + k // 16 + k // 64) // 16) * 16
 
@@ -161,9 +163,9 @@ class PackedWeight:
         return (q * sc[..., None]).reshape(self.n, self.k)
 
     def expanded(self) -> PackedWeight:
-        """A compact K-quant weight (``k4``, ``k5``, ``k6``) in the form the CPU layout and
-        the grouped expert products read (``q4``, ``q8m``, ``q8``); any other weight as it
-        is."""
+        """A weight in a compact format (``k4``, ``k5``, ``k6``, ``i4``) in the form the CPU
+        layout reads (``q4``, ``q8m``, ``q8``, ``q8``: the same values); any other weight as
+        it is."""
         if self.fmt not in KQ_FORMATS:
             return self
         q, s, mn = _kq_decode(self)
@@ -415,8 +417,9 @@ def _kq_sup_offset(fmt: str, k: int) -> int:
 
 
 def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> PackedWeight:
-    """The compact rows of unsigned values ``q`` [n, k], sub-scale bytes ``sub`` [n, k / 16]
-    and super-scale bytes ``sup`` [n, k / 64] (two halves a 256 values)."""
+    """The compact rows of unsigned values ``q`` [n, k] (``i4``: the table's indices),
+    sub-scale bytes ``sub`` [n, k / 16] and super-scale bytes ``sup`` [n, k / 64] (two halves a
+    256 values)."""
     n, k = q.shape
     g = q.reshape(n, k // 32, 32)
     row = np.zeros((n, kq_row_bytes(fmt, k)), np.uint8)
@@ -442,8 +445,9 @@ def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> Packe
 
 
 def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A compact weight's unsigned values [n, k] (uint8) and each group's float32 scale and
-    min [n, k / group] (value = q * s + mn, exact in float32)."""
+    """A compact weight's unsigned values [n, k] (uint8; ``i4``: the table's indices) and each
+    group's float32 scale and min [n, k / group] (``kq_scales``; ``PackedWeight.dequantize``
+    makes the values of them)."""
     fmt, n, k = p.fmt, p.n, p.k
     rows = p.data.reshape(n, -1)
     if fmt == "i4":
@@ -469,7 +473,7 @@ def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def kq_scales(p: PackedWeight) -> tuple[np.ndarray, np.ndarray]:
     """A compact weight's scale and min of each group, float32 [n, k / group] (Q6_K's min
-    -32 s)."""
+    -32 s; IQ4_XS's 0)."""
     fmt, n, k = p.fmt, p.n, p.k
     rows = p.data.reshape(n, -1)
     so, po = _kq_sub_offset(fmt, k), _kq_sup_offset(fmt, k)
