@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import attention
+from ..nn import quant
 from ..runtime import CLDevice, meminfo, staging
 from ..runtime.device import device as _one_device
 from ..runtime.pool import Buffer
@@ -117,11 +118,12 @@ def _gib(n: float) -> str:
 
 
 def layer_nbytes(cfg: ModelConfig, src: WeightSource, max_seq: int,
-                 kv_half: bool) -> list[int]:
-    """The device bytes of each layer: its weights and its key and value caches."""
+                 kv_half: bool, layout: str = "rb16") -> list[int]:
+    """The device bytes of each layer: its weights (in ``layout``) and its key and value
+    caches."""
     kv = 2 * attention.kv_nbytes(cfg.n_kv_heads, max_seq, cfg.head_dim, kv_half)
     keys = cfg.layer_keys()
-    return [sum(src.device_nbytes(f"blk.{i}.{k}") for k in keys) + kv
+    return [sum(src.device_nbytes(f"blk.{i}.{k}", layout) for k in keys) + kv
             for i in range(cfg.n_layers)]
 
 
@@ -144,10 +146,14 @@ def place(cfg: ModelConfig, src: WeightSource, devs: Sequence[CLDevice], max_seq
     if n > L:
         raise ValueError(f"{n} devices for {L} layers: each device takes at least one layer")
     free = [free_bytes(d) for d in devs]
-    layers = layer_nbytes(cfg, src, max_seq, kv_half)
+    # (the weights' layout: the CPU layout's larger forms where any device takes it)
+    layout = "rows" if all(quant.layout_for(d) == "rows" for d in devs) else "rb16"
+    layers = layer_nbytes(cfg, src, max_seq, kv_half, layout)
     head_bytes = src.device_nbytes("out_norm") + (
-        src.device_nbytes("output") if src.has("output") else src.device_nbytes("embed"))
-    fixed = [(src.device_nbytes("embed") if k == 0 else 0) + (head_bytes if k == n - 1 else 0)
+        src.device_nbytes("output", layout) if src.has("output")
+        else src.device_nbytes("embed", layout))
+    fixed = [(src.device_nbytes("embed", layout) if k == 0 else 0)
+             + (head_bytes if k == n - 1 else 0)
              + scratch_nbytes(cfg, chunk[k], k == n - 1) for k in range(n)]
     if split is not None:
         shares = [float(s) for s in split]

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..nn.quant import (
     DEVICE_BYTES,
+    DEVICE_BYTES_ROWS,
     GGML_MXFP4,
     KQ_FORMATS,
     SUPPORTED,
@@ -195,8 +196,9 @@ class WeightSource:
     def nbytes(self, name: str) -> int:
         raise NotImplementedError
 
-    def device_nbytes(self, name: str) -> int:
-        """The bytes the tensor takes on a device (vectors as float32; 0 where it is absent)."""
+    def device_nbytes(self, name: str, layout: str = "rb16") -> int:
+        """The bytes the tensor takes on a device whose weights take ``layout`` (vectors as
+        float32; 0 where it is absent)."""
         if not self.has(name):
             return 0
         shape = self.shape(name)
@@ -310,14 +312,15 @@ class GGUFSource(WeightSource):
     def shape(self, name: str) -> tuple[int, ...]:
         return self.f.tensors[self.file_name(name)].shape
 
-    def device_nbytes(self, name: str) -> int:
+    def device_nbytes(self, name: str, layout: str = "rb16") -> int:
         if not self.has(name):
             return 0
         t = self.f.tensors[self.file_name(name)]
         values = int(np.prod(t.shape))
         if len(t.shape) == 1:
             return 4 * values
-        return int(values * DEVICE_BYTES.get(t.ggml_type, 4))
+        table = DEVICE_BYTES_ROWS if layout == "rows" else DEVICE_BYTES
+        return int(values * table.get(t.ggml_type, 4))
 
     def type_error(self, name: str) -> str | None:
         t = self.f.tensors[self.file_name(name)]
@@ -366,10 +369,10 @@ class SafetensorsSource(WeightSource):
         return self._mxfp4(name) is not None or all(fn in self.tensors
                                                     for fn in self._names(name))
 
-    def device_nbytes(self, name: str) -> int:
+    def device_nbytes(self, name: str, layout: str = "rb16") -> int:
         if self.has(name) and self._mxfp4(name):  # (MXFP4 blocks become int8 values)
             return int(np.prod(self.shape(name)) * DEVICE_BYTES[GGML_MXFP4])
-        return super().device_nbytes(name)
+        return super().device_nbytes(name, layout)
 
     def _mxfp4(self, name: str) -> tuple[str, str] | None:
         """The (blocks, scales) tensors of a fused experts' weight stored in MXFP4, as gpt-oss's

@@ -86,13 +86,19 @@ SUPPORTED_NAMES = ("F32", "F16", "BF16", "Q8_0", "Q6_K", "Q5_0", "Q5_1", "Q5_K",
 IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
                       np.int8)
 E2M1_DOUBLED = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
-# the bytes a value of each GGML type takes on the device once repacked (the packers below):
-# placement's estimate of a model's memory before it is uploaded
+# the bytes a value of each GGML type takes on the device once repacked (the packers below), in
+# the CPU layout: placement's estimate of a model's memory before it is uploaded
 DEVICE_BYTES: dict[int, float] = {
     GGML_F32: 4, GGML_F16: 2, GGML_BF16: 2, GGML_Q8_0: 1 + 2 / 32, GGML_Q4_0: 0.5 + 4 / 32,
     GGML_Q4_1: 0.5 + 4 / 32, GGML_Q4_K: 0.5 + 8 / 32, GGML_Q6_K: 1 + 4 / 16,
     GGML_Q5_0: 1 + 2 / 32, GGML_IQ4_NL: 1 + 2 / 32, GGML_MXFP4: 1 + 4 / 32, GGML_Q3_K: 1 + 4 / 16,
     GGML_IQ4_XS: 1 + 4 / 32, GGML_Q5_1: 1 + 4 / 32, GGML_Q5_K: 1 + 8 / 32, GGML_Q2_K: 1 + 8 / 16,
+}
+# ... and in the row layout, where the compact formats keep Q4_K, Q5_K, Q6_K and IQ4_XS about
+# as the file does (kq_row_bytes, less a row's padding)
+DEVICE_BYTES_ROWS: dict[int, float] = {
+    **DEVICE_BYTES, GGML_Q4_K: 0.5 + 2 / 32 + 4 / 256, GGML_Q5_K: 0.5 + 6 / 32 + 4 / 256,
+    GGML_Q6_K: 0.5 + 10 / 32 + 4 / 256, GGML_IQ4_XS: 0.5 + 2 / 32 + 4 / 256,
 }
 WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k4": 5, "k5": 5, "k6": 5,
         "i4": 5}

@@ -123,3 +123,29 @@ def _read_bias(device, buf, n):
     out = np.empty(n, np.float32)
     clops.device(device).read(out, buf)
     return out
+
+
+@pytest.mark.parametrize("mix", sorted(MIXES))
+def test_placements_estimate_is_the_layouts_bytes(device, tmp_path, monkeypatch, mix):
+    """What placement counts for each matrix before the upload is what the weight then takes
+    on the device, in either layout (the row layout's compact formats at about the file's
+    size: a GPU holding a model of Q5_K or IQ4_XS is not told it does not fit), within a
+    row's padding."""
+    from clops.llm.gguf_file import GGUFFile
+    from clops.llm.weights import GGUFSource
+    from clops.nn import quant
+    from clops.nn.quant import DeviceWeight
+
+    path = write_gguf(str(tmp_path / f"{mix}.gguf"), shape=MIXES[mix], seed=63)
+    src = GGUFSource(GGUFFile(path))
+    dev = clops.device(device)
+    for name in ["embed", "output"] + [f"blk.{i}.{k}" for i in range(2)
+                                       for k in ("q", "k", "v", "o", "gate", "up", "down")]:
+        p = src.matrix(name)
+        for layout in ("rows", "rb16"):
+            if layout == "rb16" and quant.layout_for(dev) != "rb16":
+                continue  # (the CPU layout's kernels do not run on this device)
+            got = DeviceWeight(dev, p, layout=layout).nbytes
+            want = src.device_nbytes(name, layout)
+            assert want <= got <= want + 16 * p.n + 8 * p.n * (layout == "rb16"), \
+                (name, layout, p.fmt, got, want)
