@@ -126,7 +126,7 @@ def _read_bias(device, buf, n):
 
 
 @pytest.mark.parametrize("mix", sorted(MIXES))
-def test_placements_estimate_is_the_layouts_bytes(device, tmp_path, monkeypatch, mix):
+def test_placements_estimate_is_the_layouts_bytes(device, tmp_path, mix):
     """What placement counts for each matrix before the upload is what the weight then takes
     on the device, in either layout (the row layout's compact formats at about the file's
     size: a GPU holding a model of Q5_K or IQ4_XS is not told it does not fit), within a

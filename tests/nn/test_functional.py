@@ -26,7 +26,7 @@ def _random_k_quant(t: Q, n: int, k: int) -> np.ndarray:
     scale = np.frombuffer(np.full(n * k // bs * 2, 0.01, np.float16).tobytes(), np.uint8)
     if t in (Q.Q4_K, Q.Q5_K):  # (d and dmin)
         raw[..., 0:4] = scale.reshape(n, k // bs, 4)
-    elif t == Q.IQ4_XS:  # (d; 0.01 * 31 * 127 at most)
+    elif t == Q.IQ4_XS:  # (d: values at most 0.01 * 32 * 127)
         raw[..., 0:2] = scale[: n * k // bs * 2].reshape(n, k // bs, 2)
     else:
         raw[..., 208:210] = scale[: n * k // bs * 2].reshape(n, k // bs, 2)
