@@ -12,8 +12,9 @@ read per second as a fraction of the device's copy bandwidth, measured in the sa
 The bytes a token are counted twice. "file": what the file's matrices hold (every matrix once,
 the embedding whole where it is also the output, else one row; the KV cache up to the middle of
 the new tokens), the same for both engines, so that both fractions compare. "clops": what clops
-keeps on the device (the types it repacks, e.g. IQ4_XS and Q5_K into 8-bit values, take more
-than the file). A mix's file is deleted after its row unless ``--keep``.
+keeps on the device (the types it repacks into 8-bit values, e.g. Q3_K and IQ4_NL, take more
+than the file; on GPUs the K-quants and IQ4_XS about the file's bytes). A mix's file is deleted
+after its row unless ``--keep``.
 """
 
 from __future__ import annotations
