@@ -558,7 +558,9 @@ inline void matmul_column(__global float *y, int y_off, int ldy,
         for (int i = 0; i < TM; ++i) {
             __global const float *xp = xr[i] + g * 32;
             float4 a = acc[i];
-            for (int j = 0; j < 8; ++j) a = mad(vload4(j, xp), w[j], a);
+            // (fma, not mad: a runtime may contract mad or not as it vectorizes each TM
+            // apart (Intel's on AVX-512), and a row's sums would then depend on its tile)
+            for (int j = 0; j < 8; ++j) a = fma(vload4(j, xp), w[j], a);
             acc[i] = a;
         }
     }
