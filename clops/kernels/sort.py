@@ -64,13 +64,29 @@ RADIX_CHUNKS_PER_CU = 4
 # vectors (rows with a NaN or a -0.0 go on to the radix sort): on Intel's runtime by its
 # vectorization across work-items (bsort_rows_lanes), elsewhere by explicit vectors (bsort_rows8).
 # PERF (2 cores, kernel time, minimum of 12): Intel's runtime 512x1024 float32 1.6 ms against
-# 2.6-3.0 by radix, 2048x256 1.4 against 2.4-3.3, 64x8192 even (2.5-2.7, so not past 4096); 16
-# lanes no faster; explicit vectors 1.9 there. PoCL 3.1 ran the lanes form 3x slower than its
+# 2.6-3.0 by radix, 2048x256 1.4 against 2.4-3.3, 64x8192 even (2.5-2.7, so not past 4096); on
+# that AVX2 CPU 16 lanes no faster, on AVX-512 ones 7x faster (``bitonic_lanes``); explicit
+# vectors 1.9 there. PoCL 3.1 ran the lanes form 3x slower than its
 # radix sort (no vectors), the explicit one 2.0-2.9 ms against 2.7-5.7 by radix. Keys of 1 or 2
 # bytes (1 or 2 radix passes) stay with the radix sort (uint8 512x1024 1.4 ms against 3.4);
 # float64 512x1024 3.3-5.4 against 6.2-6.4, 2048x256 2.0-3.5 against 8.8-11.6.
 BITONIC_MAX = 4096
 BITONIC_MIN_ROWS = 8
+
+
+def bitonic_lanes(dev: CLDevice) -> int:
+    """The bitonic network's form on ``dev``: rows a work-group of ``bsort_rows_lanes`` (a
+    work-item a row) on Intel's runtime, the device's native float vector width and 8 at least;
+    0 elsewhere (``bsort_rows8``). Intel's runtime vectorizes the network across a group's
+    work-items only where the group fills its vectors: PERF (2-core EPYC with AVX-512, 16-wide,
+    wall ms a call, float32 rows): groups of 8 512x1024 8.7, 2048x256 6.1, 64x4096 6.4; groups
+    of 16 1.24 / 0.57 / 0.76 (32: 1.28 / 0.59 / 0.81; numpy 0.65 / 0.30 for the first two);
+    keys of int32, float64 and uint64 alike (float64 512x1024 10.5 -> 1.7)."""
+    if dev.backend != "intel":
+        return 0
+    return max(8, dev.caps.native_vector_width_float)
+
+
 # a scalar argument's numpy type in the radix kernels (None: a buffer)
 _ROWS_ARGS = [None, I64, None, None, None, None, None, None, I64, I64]
 _HIST_ARGS = [None, I64, None, I64, np.int32, I64, I64]
@@ -139,12 +155,14 @@ def radix_sort(dev: CLDevice, dtype: DType, x: Buffer, x_off: int, rows: int, n:
                 rows >= BITONIC_MIN_ROWS and size >= 4:
             todo, only = dev.alloc(rows), 1
             P = 1 << (n - 1).bit_length()
-            groups = -(-rows // 8)
-            tb = dev.alloc(groups * 8 * P * size)
-            lanes = dev.backend == "intel"
+            W = bitonic_lanes(dev)
+            lanes = W > 0
+            W = W or 8
+            groups = -(-rows // W)
+            tb = dev.alloc(groups * W * P * size)
             kb = eager_kernel(dev, "sort_cpu", "bsort_rows_lanes" if lanes else "bsort_rows8",
                               [None, I64, None, None, None, I64, I64, np.int32, I64, U], **opts)
-            dev.launch(kb, (groups * 8,) if lanes else (groups,), (8,) if lanes else (1,),
+            dev.launch(kb, (groups * W,) if lanes else (groups,), (W,) if lanes else (1,),
                        [x, I64(x_off), ov, tb, todo, I64(n), I64(P),
                         np.int32(P.bit_length() - 1), I64(rows), flip],
                        reads=[x], writes=[ov, tb, todo], name="bsort_rows")

@@ -100,8 +100,8 @@ def test_sort_argsort_long_rows(device: xp.CLDevice, shape: tuple[int, ...], dty
         _check(device, a, descending)
 
 
-# many short rows: sorted values by the bitonic network on Intel's runtime (rows with a NaN or a
-# -0.0, where the order of equal keys shows, by the radix sort)
+# many short rows: sorted values by a bitonic network (rows with a NaN or a -0.0, where the order
+# of equal keys shows, by the radix sort)
 @pytest.mark.parametrize("shape", [(8, 33), (9, 100), (16, 1000), (300, 64), (20, 4096)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint64, np.int8])
 @pytest.mark.parametrize("pool", ["special", "ties", "wide"])
@@ -115,6 +115,32 @@ def test_sort_many_short_rows(device: xp.CLDevice, shape: tuple[int, ...], dtype
                      a)
     for descending in (False, True):
         _check(device, a, descending)
+
+
+# the network's two forms on every CPU device: explicit vectors (0) and the lanes form in groups
+# of 8, 16 and 32 rows (Intel's runtime takes its native vector width, 16 on AVX-512)
+@pytest.mark.parametrize("form", [0, 8, 16, 32])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.uint64])
+def test_bitonic_forms(device: xp.CLDevice, monkeypatch: pytest.MonkeyPatch, form: int,
+                       dtype: type) -> None:
+    from clops import profile
+
+    if device.kind != "cpu":
+        pytest.skip("the CPU devices' sort (GPUs sort in sort_gpu.cl)")
+    _skip_fp64(device, dtype)
+    monkeypatch.setattr(sort_kernels, "bitonic_lanes", lambda dev: form)
+    rng = np.random.default_rng(form)
+    for shape in ((37, 100), (16, 1000), (9, 4096)):
+        a = _values(dtype, "wide", int(np.prod(shape)), rng).reshape(shape)
+        if dtype != np.uint64:  # a row with a NaN and one with a -0.0: the radix sort's
+            a[3, 7], a[5, 1] = np.nan, -0.0
+        t = xp.asarray(a, device=device)
+        for descending in (False, True):
+            with profile() as prof:
+                got = xp.sort(t, descending=descending).to_numpy()
+            assert "bsort_rows" in [r.name for r in prof.kernels()]
+            want = np.take_along_axis(a, _reference(a, descending), axis=-1)
+            np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
 def test_long_rows_are_cut_into_chunks(device: xp.CLDevice) -> None:
