@@ -59,6 +59,39 @@ __kernel void softmax(__global float *y, __global const float *x, int x_off, int
     for (int k = 0; k < K; ++k) yr[k] *= inv;
 }
 
+// The same over float16 vectors along each row (CPUs whose vector exp gives the scalar one's
+// values, ``probes.vector_math_agrees``): a work-item's row in 16-wide loads, the rest of a row
+// past a multiple of 16 as scalars; the max and the sum kept in 16 lanes, folded in halves.
+// (The row kernel above, a work-item a row, leaves vectors to the runtime, which makes them
+// across work-items: 16 rows a vector, each lane its own row's stream.)
+// Work geometry: global (M).
+__kernel __attribute__((vec_type_hint(float16)))
+void softmax_v16(__global float *y, __global const float *x, int x_off, int K) {
+    const int m = get_global_id(0);
+    __global const float *xr = x + x_off + (size_t)m * K;
+    __global float *yr = y + (size_t)m * K;
+    const int K16 = K / 16;
+    float16 mv = (float16)(-INFINITY);
+    for (int k = 0; k < K16; ++k) mv = fmax(mv, vload16(k, xr));
+    const float8 m8 = fmax(mv.lo, mv.hi);
+    const float4 m4 = fmax(m8.lo, m8.hi);
+    float mx = fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w));
+    for (int k = K16 * 16; k < K; ++k) mx = fmax(mx, xr[k]);
+    float16 sv = (float16)(0.0f);
+    for (int k = 0; k < K16; ++k) {
+        const float16 e = exp(vload16(k, xr) - mx);
+        vstore16(e, k, yr);
+        sv += e;
+    }
+    const float8 s8 = sv.lo + sv.hi;
+    const float4 s4 = s8.lo + s8.hi;
+    float s = (s4.x + s4.y) + (s4.z + s4.w);
+    for (int k = K16 * 16; k < K; ++k) { float e = exp(xr[k] - mx); yr[k] = e; s += e; }
+    const float inv = 1.0f / s;
+    for (int k = 0; k < K16; ++k) vstore16(vload16(k, yr) * inv, k, yr);
+    for (int k = K16 * 16; k < K; ++k) yr[k] *= inv;
+}
+
 // Softmax over the middle axis of contiguous (outer, K, inner): each work-item walks one column
 // K long with the row kernel's arithmetic, in its order; neighbours in dim 0 are neighbouring
 // columns, so a CPU runtime's vector lanes load contiguous memory (no transposes around it).
@@ -79,4 +112,37 @@ __kernel void softmax_cols(__global float *y, __global const float *x, int x_off
     }
     float inv = 1.0f / s;
     for (int k = 0; k < K; ++k) yc[(size_t)k * inner] *= inv;
+}
+
+// softmax_cols over 16 * NV adjacent columns a work-item as NV float16 vectors (inner a
+// multiple of 16 * NV; CPUs as softmax_v16). A strip of 64 columns (NV 4) reads 256 bytes of
+// each row it visits, against the 64 of one vector: rows far apart cost a page walk each.
+// Work geometry: global (inner / (16 * NV), outer).
+#ifndef NV
+#define NV 1
+#endif
+__kernel __attribute__((vec_type_hint(float16)))
+void softmax_cols_v16(__global float *y, __global const float *x, int x_off, int K,
+                      int inner) {
+    const size_t j = get_global_id(0), o = get_global_id(1);
+    const size_t base = o * (size_t)K * inner + j * (16 * NV);
+    __global const float *xc = x + x_off + base;
+    __global float *yc = y + base;
+    float16 mx[NV], s[NV];
+    for (int v = 0; v < NV; ++v) {
+        mx[v] = (float16)(-INFINITY);
+        s[v] = (float16)(0.0f);
+    }
+    for (int k = 0; k < K; ++k)
+        for (int v = 0; v < NV; ++v) mx[v] = fmax(mx[v], vload16(v, xc + (size_t)k * inner));
+    for (int k = 0; k < K; ++k)
+        for (int v = 0; v < NV; ++v) {
+            const float16 e = exp(vload16(v, xc + (size_t)k * inner) - mx[v]);
+            vstore16(e, v, yc + (size_t)k * inner);
+            s[v] += e;
+        }
+    for (int v = 0; v < NV; ++v) s[v] = 1.0f / s[v];
+    for (int k = 0; k < K; ++k)
+        for (int v = 0; v < NV; ++v)
+            vstore16(vload16(v, yc + (size_t)k * inner) * s[v], v, yc + (size_t)k * inner);
 }

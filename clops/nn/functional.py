@@ -13,7 +13,7 @@ from .. import array as _array  # noqa: F401 - makes sure the Tensor layer is lo
 from ..array.tensor import Tensor
 from ..graph import ir
 from ..kernels import activation, attention, matmul, norm
-from ..runtime import CLDevice
+from ..runtime import CLDevice, probes
 from ..runtime import plan as _plan
 from . import rotary
 from .quant import DeviceWeight, PackedWeight, pack_float, pack_ggml
@@ -214,12 +214,24 @@ def _hand_kernels_pay(dev: CLDevice) -> bool:
     return dev.kind == "cpu" and "portable computing" not in str(dev.caps.platform).lower()
 
 
+def _vector_kernels(dev: CLDevice) -> bool:
+    """Whether softmax takes its hand kernels on float16 vectors (a row in 16-wide loads; 16
+    adjacent columns a work-item) on ``dev``: CPUs whose vector exp gives the scalar one's
+    values (``probes.vector_math_agrees``), both CPU runtimes here. PERF (2-core EPYC with
+    AVX-512, float32, wall ms a call with the read): 4096x4096 over axis 1 on Intel's runtime,
+    scalar row kernel (a work-item a row, vectorized by the runtime across rows) 59.5 -> 4.2
+    (numpy 30.0), over axis 0 24.5 -> 7.9; on PoCL 3.1, the compiler's expression 12.9 -> 8.2
+    and 73.0 -> 14.1 (RESULTS.md, "softmax on float16 vectors")."""
+    return dev.kind == "cpu" and probes.vector_math_agrees(dev, "exp")
+
+
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
     """Softmax over ``axis`` (computed over the last axis; others are moved there)."""
     xp = _api()
     nd = x.ndim
     axis = axis % nd
-    if not _hand_kernels_pay(x.device):
+    vectors = _vector_kernels(x.device)
+    if not vectors and not _hand_kernels_pay(x.device):
         # GPUs (and PoCL): the compiler's softmax, one fused kernel of a work-group a row (or a
         # column layout) and split rows where they are few. PERF (H200, float32, device time):
         # the row kernel below (a work-item a row) 3.16 ms for 4096x4096 against PyTorch's 0.064
@@ -227,7 +239,9 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
         e = xp.exp(xf - xp.max(xf, axis=axis, keepdims=True))
         return e / xp.sum(e, axis=axis, keepdims=True)
     inner = int(np.prod(x.shape[axis + 1:]))
-    if axis != nd - 1 and inner >= _COLUMN_SOFTMAX_MIN:
+    cols16 = vectors and inner % 16 == 0
+    if axis != nd - 1 and (cols16 or inner >= _COLUMN_SOFTMAX_MIN and
+                           _hand_kernels_pay(x.device)):
         # PERF: over a leading axis, one kernel down the columns instead of a transpose, the
         # row kernel and a transpose back (Intel's CPU runtime, axis 0 of 1024x512 float32:
         # kernels 1.3 + 2 x 1.06 ms -> 0.53 ms; wall 3.9 -> 1.4 ms)
@@ -236,7 +250,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
         if x.size:
             activation.softmax_cols(x.device, out.buffer, x.buffer, x.offset,
                                     outer=int(np.prod(x.shape[:axis])), k=x.shape[axis],
-                                    inner=inner).run_once(x.device)
+                                    inner=inner, vectors=cols16).run_once(x.device)
         return out
     if axis != nd - 1:
         perm = [i for i in range(nd) if i != axis] + [axis]
@@ -246,7 +260,8 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     m, k = _rows(x)
     out = _empty(x.shape, x.device)
     if m:
-        activation.softmax(x.device, out.buffer, x.buffer, x.offset, m=m, k=k).run_once(x.device)
+        activation.softmax(x.device, out.buffer, x.buffer, x.offset, m=m, k=k,
+                           vectors=vectors).run_once(x.device)
     return out
 
 

@@ -272,16 +272,22 @@ def test_eager_ops_reuse_their_kernel_objects(device, launched_kernels):
     assert norms[3] is norms[0] and norms[4] is not norms[0]
 
 
+# the paths, forced on every device: (float16 vector kernels, scalar hand kernels). CPUs whose
+# vector exp agrees with the scalar one take the vector kernels (a row in 16-wide loads; 64 or 16
+# adjacent columns a work-item where they divide the columns), Intel's runtime the scalar
+# column kernel where they do not (8 or more side by side), fewer move the axis last for the
+# row kernel; GPUs take the compiler's fused expression (neither).
+SOFTMAX_PATHS = [(False, False), (False, True), (True, False), (True, True)]
+
+
 @pytest.mark.parametrize("shape,axis", [((1024, 512), 0), ((7, 9), 0), ((3, 33, 8), 1),
                                         ((5, 4, 3, 16), 1), ((6, 10, 7), 0), ((2, 300, 40), 0)])
-@pytest.mark.parametrize("hand", [False, True])
-def test_softmax_over_leading_axes(device, shape, axis, hand, monkeypatch):
-    # Intel's CPU runtime takes the hand kernels: it walks the columns in place (8 or more side
-    # by side), fewer move the axis last for the row kernel; PoCL and GPUs take the compiler's
-    # fused expression. ``hand`` forces either on every device.
+@pytest.mark.parametrize("vectors,hand", SOFTMAX_PATHS)
+def test_softmax_over_leading_axes(device, shape, axis, vectors, hand, monkeypatch):
     import clops.nn.functional as functional
 
     monkeypatch.setattr(functional, "_hand_kernels_pay", lambda dev: hand)
+    monkeypatch.setattr(functional, "_vector_kernels", lambda dev: vectors)
     x = np.random.default_rng(3).standard_normal(shape).astype(np.float32) * 4
     x.flat[::11] = -np.inf
     x.flat[5::13] = 60.0
@@ -296,6 +302,30 @@ def test_softmax_over_leading_axes(device, shape, axis, hand, monkeypatch):
     flipped = np.asarray(nn.softmax(xt[::-1], axis=axis))
     e2 = np.exp(x[::-1] - x[::-1].max(axis, keepdims=True))
     np.testing.assert_allclose(flipped, e2 / e2.sum(axis, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (4, 16), (7, 97), (2, 4096), (2, 3, 50)])
+@pytest.mark.parametrize("vectors,hand", SOFTMAX_PATHS)
+def test_softmax_over_the_last_axis(device, shape, vectors, hand, monkeypatch):
+    """Rows shorter than a vector, of whole vectors and of vectors and a rest, with -inf,
+    large values and a row of -inf alone (NaN, as numpy), from a view too."""
+    import clops.nn.functional as functional
+
+    monkeypatch.setattr(functional, "_hand_kernels_pay", lambda dev: hand)
+    monkeypatch.setattr(functional, "_vector_kernels", lambda dev: vectors)
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32) * 4
+    x.flat[::7] = -np.inf
+    x.flat[2::11] = 80.0
+    x.reshape(-1, shape[-1])[1] = -np.inf
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+        want = e / e.sum(-1, keepdims=True)
+    got = np.asarray(nn.softmax(_t(x, device)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    half = np.asarray(nn.softmax(_t(x, device)[..., 1:]))
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x[..., 1:].astype(np.float64) - x[..., 1:].max(-1, keepdims=True))
+    np.testing.assert_allclose(half, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("shape,axis", [((64, 512), -1), ((3, 40000), -1), ((1024, 16), 0),
