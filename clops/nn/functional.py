@@ -215,13 +215,13 @@ def _hand_kernels_pay(dev: CLDevice) -> bool:
 
 
 def _vector_kernels(dev: CLDevice) -> bool:
-    """Whether softmax takes its hand kernels on float16 vectors (a row in 16-wide loads; 16
-    adjacent columns a work-item) on ``dev``: CPUs whose vector exp gives the scalar one's
+    """Whether softmax takes its hand kernels on float16 vectors (a row in 16-wide loads; 64
+    or 16 adjacent columns a work-item) on ``dev``: CPUs whose vector exp gives the scalar one's
     values (``probes.vector_math_agrees``), both CPU runtimes here. PERF (2-core EPYC with
     AVX-512, float32, wall ms a call with the read): 4096x4096 over axis 1 on Intel's runtime,
     scalar row kernel (a work-item a row, vectorized by the runtime across rows) 59.5 -> 4.2
     (numpy 30.0), over axis 0 24.5 -> 7.9; on PoCL 3.1, the compiler's expression 12.9 -> 8.2
-    and 73.0 -> 14.1 (RESULTS.md, "softmax on float16 vectors")."""
+    and 73.0 -> 14.1 (RESULTS.md, "softmax, row sorts and logsumexp on a CPU with AVX-512")."""
     return dev.kind == "cpu" and probes.vector_math_agrees(dev, "exp")
 
 
