@@ -132,7 +132,7 @@ def test_bitonic_forms(device: xp.CLDevice, monkeypatch: pytest.MonkeyPatch, for
     rng = np.random.default_rng(form)
     for shape in ((37, 100), (16, 1000), (9, 4096)):
         a = _values(dtype, "wide", int(np.prod(shape)), rng).reshape(shape)
-        if dtype != np.uint64:  # a row with a NaN and one with a -0.0: the radix sort's
+        if dtype != np.uint64:  # a row with a NaN and one with a -0.0 (the radix sort takes them)
             a[3, 7], a[5, 1] = np.nan, -0.0
         t = xp.asarray(a, device=device)
         for descending in (False, True):
