@@ -351,6 +351,12 @@ STRIP_EW = VECTOR_ARITHMETIC | {"divide"}
 STRIP_MATH = frozenset({"exp", "log"})
 
 
+def _strip_math(device: Device) -> Callable[[str], bool]:
+    """Whether a function runs on the vectors of a strip or a serial row on ``device``: one of
+    ``STRIP_MATH`` whose vector form there agrees with its scalar one."""
+    return lambda fn: fn in STRIP_MATH and vector_math_agrees(device, fn)
+
+
 def column_strip(item: KernelItem, lw: _Lowerer, out_instrs: tuple[Instr, ...],
                  device: Device) -> int:
     """Outputs per work-item of a column layout on a CPU (0: one, the group in lockstep): a
@@ -368,10 +374,7 @@ def column_strip(item: KernelItem, lw: _Lowerer, out_instrs: tuple[Instr, ...],
             any(o.node.dtype.name != out_dtype or not _unit_last(o.view)
                 for o in item.outputs):
         return 0
-
-    def math(fn: str) -> bool:
-        return fn in STRIP_MATH and vector_math_agrees(device, fn)
-
+    math = _strip_math(device)
     for r in lw.reduce_regions:
         if r.op not in STRIP_REDUCTIONS | ARG_REDUCTIONS or r.acc != "float32" or \
                 r.src != "float32" or \
@@ -445,10 +448,7 @@ def serial_vector(item: KernelItem, lw: _Lowerer, device: Device) -> int:
     0.107, ``sum`` 0.145 -> 0.066 and 0.139 -> 0.057."""
     if not serial_rows(device) or (len(item.full) - 1) not in item.raxes or not lw.reduce_regions:
         return 0
-
-    def math(fn: str) -> bool:
-        return fn in STRIP_MATH and vector_math_agrees(device, fn)
-
+    math = _strip_math(device)
     for r in lw.reduce_regions:
         if (r.op not in STRIP_REDUCTIONS and r.op not in ARG_REDUCTIONS) or \
                 r.acc != "float32" or r.src != "float32":
