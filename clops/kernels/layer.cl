@@ -21,7 +21,8 @@
 // values in local memory (normalized first where a norm leads the phase), summed in float32
 // (NVIDIA: on tensor cores). Compile-time: NL (1 to 16), DIM, HEADS, KV_HEADS, HEAD_DIM, FFN,
 // QKMAX (the longest input: max of DIM, HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4
-// q8, 5 f16), SH_QKV, SH_O, SH_GU, SH_D (1: half scales, 0: float), R_QKV, R_O, R_GU (pairs of a
+// q8, 5 f16), SH_QKV, SH_O, SH_GU, SH_D (1: half scales, 0: float; q4: 2, a half scale alone, the min -8
+// times it: Q4_0), R_QKV, R_O, R_GU (pairs of a
 // gate and an up row), R_D (rows a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX
 // (NVIDIA: dp4a, shfl.sync, mma.sync, fences and atomics of the PTX memory model), SPIN_LIMIT,
 // PHASES (a bitmask of the phases A..E that run, for timing them apart: default all), SPLITS_MAX
@@ -492,8 +493,10 @@ inline float stage(const int fmt, __global const float *src, __global const half
 // lane + 32, ...; f16: as many, of two chunks each, as fetch deals them).
 #define NB(fmt, K) ((K) / ((fmt) == F16 ? 16 : 32))
 #define KB(fmt, K) ((NB(fmt, K) + 31) / 32)
-// bytes of a block's scales: q4 a (scale, min) pair, q8 a scale; half (sh) or float; f16 none
-#define SCALE_BYTES(fmt, sh) ((fmt) == F16 ? 0 : ((fmt) == 3 ? 2 : 1) * ((sh) ? 2 : 4))
+// bytes of a block's scales: q4 a (scale, min) pair (sh 2: the scale alone), q8 a scale; half
+// (sh) or float; f16 none
+#define SCALE_BYTES(fmt, sh) \
+    ((fmt) == F16 ? 0 : ((fmt) == 3 && (sh) != 2 ? 2 : 1) * ((sh) ? 2 : 4))
 // f16 rows: the first of the two 16-byte chunks (8 values) of a row in a lane's slot i, the
 // second 32 chunks further on (a warp's load reads 512 consecutive bytes)
 #define F16_CHUNK(lane, i) ((lane) + 64 * (i))
@@ -586,8 +589,13 @@ inline void fetch(const int fmt, const int sh, __global const uchar *W,
             if (blk < nb) {
                 if (fmt == 3) {
                     a[s] = wload(wr + blk);
-                    d[s] = sh ? vload_half2(n * nb + blk, S)
-                              : vload2(n * nb + blk, (__global const float *)S);
+                    if (sh == 2) {  // (Q4_0: the min is -8 times the scale, exactly)
+                        d[s].x = vload_half(n * nb + blk, S);
+                        d[s].y = -8.0f * d[s].x;
+                    } else {
+                        d[s] = sh ? vload_half2(n * nb + blk, S)
+                                  : vload2(n * nb + blk, (__global const float *)S);
+                    }
                 } else {
                     a[s] = wr[2 * blk];
                     b[s] = wr[2 * blk + 1];

@@ -180,7 +180,7 @@ def takes(dev: CLDevice, weights: list[Weight], head_dim: int) -> bool:
     return all(w.layout == "rows" and w.k % 32 == 0 and (
         w.fmt == "f16" and float16_weights()
         or w.fmt in ("q4", "q8") and w.int8 and w.defines.get("SCALE_HALF") in (0, 1)
-        and w.defines.get("QGROUP") == 32 and not w.defines.get("Q4_SYM")) for w in weights)
+        and w.defines.get("QGROUP") == 32) for w in weights)
 
 
 # The largest layers the kernel takes: its phases' rows are dealt for small layers, and the
@@ -247,7 +247,9 @@ def rows_per_task(fmt: str, k: int, n: int, groups: int, rows_an_item: int = 1,
 
 
 def _half(w: Weight) -> int:
-    return int(w.defines.get("SCALE_HALF") == 1)
+    """layer.cl's SH_*: 1 half scales, 0 float; 2 a q4 weight's half scales alone (Q4_SYM)."""
+    d = w.defines
+    return 2 if d.get("Q4_SYM") else int(d.get("SCALE_HALF") == 1)
 
 
 def splits_max(dev: CLDevice, n_kv: int) -> int:

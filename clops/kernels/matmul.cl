@@ -105,6 +105,20 @@
 #error "QROWS needs CHUNKED and q4/q8 weights (no mins), not QX"
 #endif
 #include "clops/formats.cl"  // QGROUP, QMIN; W_T, SCALE_T, LOAD_SCALE
+// Q4_DM(S, gi): q4's (scale, min) of group gi, a pair of S; Q4_SYM 1 (Q4_0, whose every min is
+// -8 times its scale): S holds the scales alone and the min is made here (exact: a power of two
+// times the scale), the file's 18 bytes a 32 values where the pairs take 20
+#ifndef Q4_SYM
+#define Q4_SYM 0
+#endif
+#if Q4_SYM
+inline float2 q4_sym_pair(float d) { return (float2)(d, -8.0f * d); }
+#define Q4_DM(S, gi) q4_sym_pair(LOAD_SCALE((S), (gi)))
+#elif SCALE_HALF
+#define Q4_DM(S, gi) vload_half2((gi), (S))
+#else
+#define Q4_DM(S, gi) vload2((gi), (S))
+#endif
 #if QMIN && (QX || WFMT != 4)
 #error "QMIN takes q8 weights and no QX"
 #endif
@@ -288,7 +302,8 @@ inline void load_group(__global const W_T *W, __global const SCALE_T *S, int K, 
 #elif WFMT == 3
     size_t gi = (size_t)n * (K / 32) + g;
     uchar16 q = vload16(0, W + gi * 16);
-    float d = LOAD_SCALE(S, 2 * gi), mn = LOAD_SCALE(S, 2 * gi + 1);
+    const float2 dm = Q4_DM(S, gi);
+    const float d = dm.x, mn = dm.y;
     float16 lo = convert_float16(q & (uchar16)15) * d + mn;
     float16 hi = convert_float16(q >> (uchar16)4) * d + mn;
     w[0] = lo.s0123; w[1] = lo.s4567; w[2] = lo.s89ab; w[3] = lo.scdef;
@@ -412,11 +427,7 @@ inline float chunk_dot(__global const W_T *W, __global const SCALE_T *S, int K, 
 #elif WFMT == 3
     const size_t gi = (size_t)n * (K / 32) + c;
     const uint4 q = *((__global const uint4 *)W + gi);
-#if SCALE_HALF
-    const float2 dm = vload_half2(gi, S);
-#else
-    const float2 dm = vload2(gi, S);
-#endif
+    const float2 dm = Q4_DM(S, gi);
     const float d = dm.x, mn = dm.y;
     const float16 xl = X16(xr, 2 * c), xh = X16(xr, 2 * c + 1);
     // value j (low nibble of byte j) meets xl[j], value j + 16 (high nibble) meets xh[j];
@@ -586,11 +597,7 @@ inline void matmul_column(__global float *y, int y_off, int ldy,
 // The 16-byte chunk c of row n of W (wq) and its scales (ws: q4 (scale, min); q8 scale).
 #if WFMT == 3
 #define WS_T float2
-#if SCALE_HALF
-#define LOAD_WS(n, c) vload_half2((size_t)(n) * NB + (c), S)
-#else
-#define LOAD_WS(n, c) vload2((size_t)(n) * NB + (c), S)
-#endif
+#define LOAD_WS(n, c) Q4_DM(S, (size_t)(n) * NB + (c))
 #elif WFMT == 5
 #define WS_T float  // (the scales come with the values, kq_load)
 #define LOAD_WS(n, c) 0.0f
@@ -979,7 +986,8 @@ __kernel void dequant_half(__global half *out, __global const W_T *W, __global c
     const size_t gi = base / 32;  // the group; c % 4: which 8 bytes and which nibbles
     uchar8 q = as_uchar8(((__global const uint2 *)W)[2 * gi + (c & 1)]);
     q = (c & 2) ? q >> (uchar8)4 : q & (uchar8)15;
-    float8 v = convert_float8(q) * LOAD_SCALE(S, 2 * gi) + LOAD_SCALE(S, 2 * gi + 1);
+    const float2 dm = Q4_DM(S, gi);
+    float8 v = convert_float8(q) * dm.x + dm.y;
 #else
     float8 v = convert_float8(as_char8(((__global const uint2 *)W)[base / 8]));
 #if QMIN

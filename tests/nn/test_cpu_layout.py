@@ -195,15 +195,21 @@ def test_a_runtime_failing_the_product_probe_keeps_row_major_kernels(device, mon
     _close(_run(device, w, x, 16), x @ ref.T)
 
 
-def test_q4_0_keeps_its_scales_alone(device, n=48, k=64):
-    """Q4_0's mins are -8 x its scales: the CPU layout stores the scales only (18 bytes per
-    32 values, as the file), Q4_1's keeps both; a min that differs anywhere keeps both."""
-    p0, _ = _packed("Q4_0", n, k)
+@pytest.mark.parametrize("layout", ["rb16", "rows"])
+def test_q4_0_keeps_its_scales_alone(device, layout, n=48, k=64):
+    """Q4_0's mins are -8 x its scales: both layouts store the scales only (18 bytes per 32
+    values, as the file), Q4_1's keeps both; a min that differs anywhere keeps both. The
+    products of the row layout's kernels (GPUs) make the mins themselves: the same values."""
+    p0, ref = _packed("Q4_0", n, k)
     p1, _ = _packed("Q4_1", n, k)
     assert q4_symmetric(p0) and not q4_symmetric(p1)
-    w0 = DeviceWeight(device, p0, layout="rb16")
+    w0 = DeviceWeight(device, p0, layout=layout)
     assert w0.q4_sym and w0.nbytes == n * k // 32 * 18
-    assert not DeviceWeight(device, p1, layout="rb16").q4_sym
+    assert w0.defines["Q4_SYM"] == 1
+    assert not DeviceWeight(device, p1, layout=layout).q4_sym
+    if layout == "rows":
+        x = RNG.standard_normal((3, k)).astype(np.float32)
+        _close(_run(device, w0, x, n), x @ ref.T)
     sc = p0.scales.copy()
     sc[3, 1, 1] += np.float16(0.5)
     assert not q4_symmetric(type(p0)(p0.fmt, n, k, p0.data, sc, p0.group))
