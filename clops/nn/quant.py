@@ -569,8 +569,8 @@ RB = 16
 
 
 def q4_symmetric(packed: PackedWeight) -> bool:
-    """Whether every min of a ``q4`` weight is -8 times its scale, as Q4_0's are: the CPU
-    layout then keeps the scales alone (``Q4_SYM``), the file's 18 bytes per 32 values."""
+    """Whether every min of a ``q4`` weight is -8 times its scale, as Q4_0's are: both
+    layouts then keep the scales alone (``Q4_SYM``), the file's 18 bytes per 32 values."""
     if packed.fmt != "q4" or packed.scales is None or not packed.scale_half:
         return False
     sc = packed.scales
