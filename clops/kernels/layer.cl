@@ -21,9 +21,9 @@
 // values in local memory (normalized first where a norm leads the phase), summed in float32
 // (NVIDIA: on tensor cores). Compile-time: NL (1 to 16), DIM, HEADS, KV_HEADS, HEAD_DIM, FFN,
 // QKMAX (the longest input: max of DIM, HEADS * HEAD_DIM, FFN), WF_QKV, WF_O, WF_GU, WF_D (3 q4, 4
-// q8, 5 f16), SH_QKV, SH_O, SH_GU, SH_D (1: half scales, 0: float; q4: 2, a half scale alone, the min -8
-// times it: Q4_0), R_QKV, R_O, R_GU (pairs of a
-// gate and an up row), R_D (rows a task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX
+// q8, 5 f16), SH_QKV, SH_O, SH_GU, SH_D (1: half scales, 0: float; q4 2: a half scale alone,
+// the min -8 times it, Q4_0), R_QKV, R_O, R_GU (pairs of a gate and an up row), R_D (rows a
+// task, kernels/layer.py's rows_per_task), ROPE_NEOX, PTX
 // (NVIDIA: dp4a, shfl.sync, mma.sync, fences and atomics of the PTX memory model), SPIN_LIMIT,
 // PHASES (a bitmask of the phases A..E that run, for timing them apart: default all), SPLITS_MAX
 // (B's splits of a key-value head's positions at most), SPLIT_MIN (positions a split takes at
