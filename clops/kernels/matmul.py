@@ -40,14 +40,17 @@ class Weight(Protocol):
     def defines(self) -> dict[str, Any]: ...
 
 
+# the compact formats of the row layout (matmul.cl WFMT 5; nn/quant.py's KQ_FORMATS gives each
+# one's bits): a group of 32 values a 16-byte chunk, as q4
+COMPACT_FORMATS = ("k4", "k5", "k6", "i4")
 # values per 16-byte chunk of a weight row, by format (matmul.cl CHUNKED)
-CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16, "q8m": 16, "k4": 32, "k5": 32,
-                "k6": 32, "i4": 32}
+CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16, "q8m": 16,
+                **{f: 32 for f in COMPACT_FORMATS}}
 # the formats whose rows the int8 paths take (QX, QROWS)
-INT8_FORMATS = ("q4", "q8", "k4", "k5", "k6", "i4")
-# the format whose int8 geometry each takes (the compact formats: q4's, a group of 32 values a
-# chunk, but for qx_geometry's branch of their own)
-GEOMETRY_FORMAT = {"k4": "q4", "k5": "q4", "k6": "q4", "i4": "q4"}
+INT8_FORMATS = ("q4", "q8", *COMPACT_FORMATS)
+# the format whose int8 geometry each takes (the compact formats: q4's, but for qx_geometry's
+# branch of their own)
+GEOMETRY_FORMAT = {f: "q4" for f in COMPACT_FORMATS}
 
 
 def matmul_geometry(dev: CLDevice, m: int, k: int, fmt: str = "q4") -> tuple[int, int]:

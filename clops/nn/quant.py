@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import gemm
+from ..kernels import gemm, matmul
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 
@@ -105,6 +105,7 @@ WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k4": 5, "k5"
 # the compact formats of the row layout: (KQB high bits a value, KQM mins, KQT IQ4's table)
 KQ_FORMATS: dict[str, tuple[int, int, int]] = {"k4": (0, 1, 0), "k5": (1, 1, 0), "k6": (2, 0, 0),
                                                "i4": (0, 0, 1)}
+assert tuple(KQ_FORMATS) == matmul.COMPACT_FORMATS  # (the kernels' list of them)
 
 
 def kq_row_bytes(fmt: str, k: int) -> int:
