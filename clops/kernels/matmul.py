@@ -396,6 +396,50 @@ def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_of
     return [quant, prod]
 
 
+# matmul_xmma (xmma.cl): the rows of a tile (its XT) and the columns of a work-group (XN)
+XMMA_TILE = 32
+XMMA_COLS = 128
+# Tests force xmma_takes' answer on any device (the instruction emulated where it has no PTX)
+XMMA_OVERRIDE: bool | None = None
+
+
+def xmma_takes(dev: CLDevice, w: Weight) -> bool:
+    """Whether a mixture of experts' grouped products of many rows of one sequence (a
+    prompt's) take ``matmul_xmma``: weights of any format in the row layout on a GPU with
+    NVIDIA's PTX (its float16 tensor cores)."""
+    if XMMA_OVERRIDE is not None:
+        return XMMA_OVERRIDE and w.layout == "rows"
+    return w.layout == "rows" and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
+
+
+def matmul_xmma(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int,
+                ldx: int, w: Weight, m: int, order: Buffer, experts: tuple[Buffer, int], *,
+                gather: int = 0, bias: Buffer | None = None, glu: bool = False,
+                act: str = "silu", name: str = "matmul") -> Launch:
+    """A mixture of experts' grouped product of m rows (``moe.align``'s slots, m a multiple
+    of ``XMMA_TILE``, tile t meeting expert ``experts[0][t]`` of the ``experts[1]`` stacked in
+    w, -1: not stored) on the float16 tensor cores (``xmma.cl``): y[s, :N] = a[s, :] . w_e
+    (+ bias_e), the rows and the weights rounded to float16 on the way (as the dense prompt's
+    tensor-core products round them), float32 sums. ``order``: align's pair of each slot (-1:
+    padding, read as zeros); ``gather`` k > 0: row s is row order[s] // k of x (the gathered
+    rows without moe.gather), 0: row s of x. ``glu``: act(x[s, :K]) * x[s, K:2K] in place of
+    x (``act`` a key of ``GLU_ACTS``). The row count is argument 9, the tiles axis 1 of the
+    global size."""
+    if w.layout != "rows":
+        raise ValueError(f"matmul_xmma takes row-layout weights, not {w.layout}")
+    tm, extra = _experts_args(w, m, XMMA_TILE, experts, {})
+    n_out = w.n // experts[1]
+    knl = kernel(dev, "xmma", "matmul_xmma", XMMA=1, EXPERTS=1, CHUNKED=1, XG=int(gather > 0),
+                 KP=max(gather, 1), XMODE=2 if glu else 0, **_glu_act(glu, act),
+                 HAS_BIAS=int(bias is not None), MMA_PTX=int(dev.probe("nvidia_ptx")),
+                 **w.defines)
+    args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
+            bias if bias is not None else w.scales, i32(m), i32(n_out), i32(w.k), order] + extra
+    reads = [x, w.data, w.scales, order, extra[0]] + ([bias] if bias is not None else [])
+    return Launch(knl, (math.ceil(n_out / XMMA_COLS) * 128, m // tm), (128, 1), args, reads,
+                  [y], name)
+
+
 QROWS_LOCAL = 128  # quantize_rows' work-group (matmul.cl QR_LOCAL)
 
 GLU_ACTS = {"silu": 0, "gelu_tanh": 1}  # the gates' activations ``glu=`` takes (GLU_ACT)

@@ -1,0 +1,139 @@
+"""A mixture of experts' grouped products of a prompt's rows on the float16 tensor cores
+(``matmul.matmul_xmma``, ``xmma.cl``), forced on whatever device the tests use (the
+instruction emulated by its fragment layout where the device has no NVIDIA PTX): against
+numpy's product of the same float16-rounded rows and weights, for every weight format, with
+the gathered rows (``order``), the GLU folded in, biases, padding slots and tiles, and column
+counts that are not multiples of a work-group's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clops.kernels import launch, matmul
+from clops.nn import quant
+from clops.nn.quant import DeviceWeight
+
+from .test_moe import _packed, _read, _up
+
+# (a GPU path run on the CPU device: .ci/run's second pass leaves it out)
+pytestmark = pytest.mark.standin
+
+RNG = np.random.default_rng(7)
+T = matmul.XMMA_TILE
+
+
+@pytest.fixture(autouse=True)
+def _gpu(monkeypatch):
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    monkeypatch.setattr(quant, "layout_for", lambda dev: "rows")
+    monkeypatch.setattr(matmul, "XMMA_OVERRIDE", True)
+
+
+def _half(a):
+    return np.asarray(a, np.float32).astype(np.float16).astype(np.float64)
+
+
+def _slots(counts):
+    """order and tile_e for experts with ``counts`` rows (pairs numbered in slot order, each
+    expert's pairs then padding to whole tiles; an expert of no rows has no tile), and a
+    padding tile at the end."""
+    order, tile_e, v = [], [], 0
+    for e, c in enumerate(counts):
+        if c == 0:
+            continue
+        span = -(-c // T) * T
+        order += list(range(v, v + c)) + [-1] * (span - c)
+        tile_e += [e] * (span // T)
+        v += c
+    order += [-1] * T
+    tile_e += [-1]
+    return np.array(order, np.int32), np.array(tile_e, np.int32), v
+
+
+def _product(dev, w, wv, n_e, x, order, tile_e, *, gather=0, glu=False, bias=None):
+    """matmul_xmma's y [p, N] and numpy's, the padding slots' rows left out."""
+    p, n = len(order), w.n // n_e
+    k = w.k
+    if glu:
+        a = x[:, :k] / (1 + np.exp(-x[:, :k].astype(np.float64))) * x[:, k:]
+    else:
+        a = x.astype(np.float64)
+    yb = _up(dev, np.full((p, n), np.nan, np.float32))
+    ob, tb = _up(dev, order), _up(dev, tile_e)
+    bb = _up(dev, bias) if bias is not None else None
+    ln = matmul.matmul_xmma(dev, yb, 0, n, _up(dev, x), 0, x.shape[1], w, p, ob, (tb, n_e),
+                            gather=gather, glu=glu, bias=bb, name="experts")
+    assert ln.kernel.function_name == "matmul_xmma"
+    ln.run(dev)
+    got = _read(dev, yb, (p, n))
+    want = np.zeros((p, n))
+    live = order >= 0
+    for s in np.nonzero(live)[0]:
+        e = tile_e[s // T]
+        row = a[order[s] // gather] if gather else a[s]
+        want[s] = _half(wv[e * n:(e + 1) * n]) @ _half(row)
+        if bias is not None:
+            want[s] += bias[e * n:(e + 1) * n]
+    return got[live], want[live], got[~live & (np.repeat(tile_e, T) >= 0)]
+
+
+def _close(got, want):
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+KINDS = ["f32", "f16", "bf16", "Q4_0", "Q4_1", "Q8_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
+         "IQ4_XS", "MXFP4"]
+
+
+def _weight(dev, kind, rows, k):
+    if kind in ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS"):
+        from .test_functional import ggml_weight
+
+        w, ref = ggml_weight(dev, kind, rows, k, RNG)
+        return w, ref.astype(np.float64)
+    packed, ref = _packed(kind, rows, k)
+    return DeviceWeight(dev, packed), ref
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_experts_rows_against_numpy(device, kind, n_e=3, n=48, k=256):
+    w, wv = _weight(device, kind, n_e * n, k)
+    assert w.layout == "rows"
+    # expert 0: two tiles (the second with rows in its first half alone), 1: none, 2: a
+    # tile whose upper half holds rows
+    order, tile_e, pairs = _slots([T + 5, 0, 20])
+    x = RNG.standard_normal((len(order), k)).astype(np.float32)
+    got, want, pad = _product(device, w, wv, n_e, x, order, tile_e)
+    _close(got, want)
+    assert np.isfinite(pad).all()
+
+
+@pytest.mark.parametrize("kind", ["Q8_0", "Q4_K", "f16"])
+@pytest.mark.parametrize("n", [16, 160, 256])
+def test_experts_rows_gathered_with_bias(device, kind, n, n_e=2, k=256, top=2):
+    """Rows gathered through order (a pair v is row v // top of x), biases per expert, and
+    column counts under, over and at whole work-groups."""
+    w, wv = _weight(device, kind, n_e * n, k)
+    order, tile_e, pairs = _slots([17, T])
+    x = RNG.standard_normal((-(-pairs // top), k)).astype(np.float32)
+    bias = RNG.standard_normal(n_e * n).astype(np.float32)
+    got, want, _ = _product(device, w, wv, n_e, x, order, tile_e, gather=top, bias=bias)
+    _close(got, want)
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "MXFP4"])
+def test_experts_rows_take_the_glu(device, kind, n_e=2, n=32, k=128):
+    w, wv = _weight(device, kind, n_e * n, k)
+    order, tile_e, _ = _slots([3, 40])
+    x = RNG.standard_normal((len(order), 2 * k)).astype(np.float32)
+    got, want, _ = _product(device, w, wv, n_e, x, order, tile_e, glu=True)
+    _close(got, want)
+
+
+def test_experts_rows_need_whole_tiles(device):
+    w, _ = _weight(device, "Q8_0", 2 * 16, 64)
+    buf = device.alloc(4096)
+    with pytest.raises(ValueError, match="tm="):
+        matmul.matmul_xmma(device, buf, 0, 16, buf, 0, 64, w, T + 1, buf, (buf, 2))
+
