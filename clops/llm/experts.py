@@ -67,25 +67,47 @@ def int8_rows(dev: CLDevice, layers: list[Experts]) -> bool:
     return all(matmul.int8_batch(dev, w) for ex in layers for w in ex.products())
 
 
-def tile(dev: CLDevice, layers: list[Experts], m: int) -> int:
-    """The rows of a tile of the experts' products for ``m`` rows (one for a decode row; the
-    int8 rows' TM where they take them)."""
+# The fewest rows of one sequence whose experts' products take the float16 tensor cores
+# (``tensor_rows``). NOTE: prompts of 128 and 512 rows measured (RESULTS); fewer not yet
+XMMA_ROWS = 32
+
+
+def tensor_rows(dev: CLDevice, layers: list[Experts], m: int, one: bool) -> bool:
+    """Whether the experts' products of ``m`` rows of one sequence's plan (``one``: a
+    ``Model``'s, whose products need not be row-invariant) take ``matmul.matmul_xmma``: at
+    least ``XMMA_ROWS`` rows, every expert weight ``matmul.xmma_takes``. Rows of the batched
+    engine's plans keep the int8 rows, so that a sequence's tokens do not depend on the
+    batch."""
+    return one and m >= XMMA_ROWS and all(matmul.xmma_takes(dev, w) for ex in layers
+                                          for w in ex.products())
+
+
+def tile(dev: CLDevice, layers: list[Experts], m: int, one: bool = False) -> int:
+    """The rows of a tile of the experts' products for ``m`` rows (one for a decode row;
+    ``matmul.XMMA_TILE`` where they take the tensor cores, ``tensor_rows``; the int8 rows' TM
+    where they take them)."""
+    if tensor_rows(dev, layers, m, one):
+        return matmul.XMMA_TILE
     if m > 1 and int8_rows(dev, layers):
         return matmul.qrows_tile(dev, layers[0].products()[0])
     fmts = sorted({w.fmt for ex in layers for w in ex.products()})
     return moe.tile_rows(dev, fmts, m, layers[0].k)
 
 
-def buffers(dev: CLDevice, cfg: ModelConfig, layers: list[Experts], rows: int) -> ExpertBuffers:
-    """Scratch for blocks of up to ``rows`` rows (every smaller count pads to fewer rows)."""
+def buffers(dev: CLDevice, cfg: ModelConfig, layers: list[Experts], rows: int,
+            one: bool = False) -> ExpertBuffers:
+    """Scratch for blocks of up to ``rows`` rows (every smaller count pads to fewer rows in
+    its tiles; ``one``: one sequence's plans, ``tile``'s)."""
     E, k, F, dim = cfg.n_experts, cfg.n_experts_used, cfg.expert_ffn_dim, cfg.dim
-    t = tile(dev, layers, rows)
-    p = moe.padded_rows(rows, k, E, t)
+    # (the tiles of the most rows, and of fewer where those take the int8 rows)
+    t = tile(dev, layers, min(rows, XMMA_ROWS - 1), one)
+    p = max(moe.padded_rows(rows, k, E, tile(dev, layers, rows, one)),
+            moe.padded_rows(rows, k, E, t))
     f4 = 4
     return ExpertBuffers(
         logits=dev.alloc(rows * E * f4), ids=dev.alloc(rows * k * f4),
         wts=dev.alloc(rows * k * f4), order=dev.alloc(p * f4),
-        tile_e=dev.alloc(max(1, p // t) * f4),
+        tile_e=dev.alloc(max(1, p // min(t, matmul.XMMA_TILE)) * f4),
         pos=dev.alloc(rows * k * f4), xg=dev.alloc(p * dim * f4), gu=dev.alloc(p * 2 * F * f4),
         h=dev.alloc(p * F * f4), yd=dev.alloc(p * dim * f4),
         slots=upload(dev, np.arange(k, dtype=np.int32)),
@@ -208,15 +230,45 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
                                       accum=accum)]),
         ]
         return [_follows(make, m) for make in lone]
-    makers: list[Callable[[int], Launch]] = [
+    routing: list[Callable[[int], Launch]] = [
         lambda m: moe.route(dev, b.ids, b.wts, b.logits, m=m, n_experts=E, k=k, norm=ex.norm),
         lambda m: moe.align(dev, b.order, b.tile_e, b.pos, b.ids, m=m, k=k, n_experts=E,
-                            tile=t, p=rows(m)),
+                            tile=t, p=rows(m))]
+
+    def combine(m: int) -> Launch:
+        return moe.combine(dev, out, b.yd, b.pos, b.wts, m=m, k=k, dim=dim, accum=accum)
+
+    if not invariant and t == matmul.XMMA_TILE and tensor_rows(dev, [ex], m, True):
+        # PERF: the prompt's rows on the float16 tensor cores; the [gate | up] products read
+        # the rows through the slots' order (no gathered copy) and the down products take the
+        # plain GLU (no launch of its own)
+        glu_in = cfg.act in matmul.GLU_ACTS and not cfg.glu_limit
+
+        def xmma(y: Buffer, y_off: int, ldy: int, x: Buffer, ldx: int, w: Any,
+                 bias: Buffer | None, what: str, gather: int = 0,
+                 glu: bool = False) -> Callable[[int], Launch]:
+            return lambda m: matmul.matmul_xmma(
+                dev, y, y_off, ldy, x, 0, ldx, w, rows(m), b.order, (b.tile_e, E),
+                gather=gather, bias=bias, glu=glu, act=cfg.act, name=f"{what}.{name}")
+
+        if ex.gate_up is not None:
+            gu = [xmma(b.gu, 0, 2 * F, xn, dim, ex.gate_up, ex.gate_up_bias, "gate_up_exps", k)]
+        else:
+            gu = [xmma(b.gu, 0, 2 * F, xn, dim, ex.gate, ex.gate_bias, "gate_exps", k),
+                  xmma(b.gu, F, 2 * F, xn, dim, ex.up, ex.up_bias, "up_exps", k)]
+        tensor = [*routing, *gu, *([] if glu_in else [
+            lambda m: activation.glu(dev, b.h, b.gu, m=rows(m), f=F, act=cfg.act,
+                                     limit=cfg.glu_limit, alpha=cfg.glu_alpha)]),
+            xmma(b.yd, 0, dim, b.gu if glu_in else b.h, 2 * F if glu_in else F, ex.down,
+                 ex.down_bias, "down_exps", glu=glu_in), combine]
+        return [_follows(make, m) for make in tensor]
+    makers: list[Callable[[int], Launch]] = [
+        *routing,
         lambda m: moe.gather(dev, b.xg, xn, b.order, p=rows(m), k=k, dim=dim),
         *gate_up(b.xg, dim),
         lambda m: activation.glu(dev, b.h, b.gu, m=rows(m), f=F, act=cfg.act,
                                  limit=cfg.glu_limit, alpha=cfg.glu_alpha),
         *product(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps"),
-        lambda m: moe.combine(dev, out, b.yd, b.pos, b.wts, m=m, k=k, dim=dim, accum=accum),
+        combine,
     ]
     return [_follows(make, m) for make in makers]

@@ -475,7 +475,7 @@ class Model:
             upload(dev, np.zeros(self.max_seq + 2, np.int32))
         self.seen = upload(dev, np.zeros(V, np.uint8))
         moe = [ly.experts for ly in self.layers if ly.experts is not None]
-        self.ex = experts.buffers(dev, cfg, moe, C) if moe else None
+        self.ex = experts.buffers(dev, cfg, moe, C, one=True) if moe else None
         cache = attention.kv_nbytes(KV, self.max_seq, D, self.kv_half)
         for ly in self.layers:
             ly.k_cache = dev.alloc(cache)

@@ -567,7 +567,7 @@ class StepBuilder:
         rows = m if self.one or launch.is_cpu(self.dev) else max(m, 2)
         # (over every layer's experts, as the buffers were sized: one tile for all of them)
         t = experts.tile(self.dev, [ly.experts for ly in self.w.layers
-                                    if ly.experts is not None], rows)
+                                    if ly.experts is not None], rows, self.one)
         xn, pre = b.x, None
         if ly.ffn_norm is not None and experts.folds(self.dev, ex, m, t):
             # PERF: a lone decode row's router and [gate | up] products take the pre-norm

@@ -176,3 +176,34 @@ def test_gpu_plan_of_each_choice_matches_transformers(name, tmp_path, device, mo
     prompt = ids[:6]
     assert list(model.generate_ids(prompt, max_new_tokens=16, stop_ids=[])) == \
         hf_greedy(ref, prompt, 16)
+
+
+@pytest.mark.parametrize("name", ["qwen3moe", "mixtral", "olmoe", "gpt_oss"])
+@pytest.mark.standin
+def test_a_prompts_experts_on_the_tensor_cores_match_transformers(name, tmp_path, device,
+                                                                    monkeypatch):
+    """A prompt's experts as NVIDIA GPUs run them (``matmul.matmul_xmma``: float16 rows and
+    weights on the tensor cores, the rows read through the slots' order, the plain GLU folded
+    into the down products; gpt-oss's clamped one a launch of its own), forced on the test
+    device: within the float16 rows' bound of transformers' logits, and the same logits bits
+    again from the plan's replay."""
+    from clops.kernels import launch, matmul
+
+    monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
+    monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
+    monkeypatch.setattr(matmul, "XMMA_OVERRIDE", True)
+    ref, hf, gguf_path = make(name, str(tmp_path))
+    # (70 rows of 2 experts each over 8: experts of fewer than 16, of 16 to 32 and of more
+    # than 32 rows, so that every tile shape meets the kernel)
+    ids = np.random.default_rng(5).integers(0, ref.config.vocab_size, 70).tolist()
+    model = clops.llm.load(gguf_path, device=device, max_seq_len=128, progress=False,
+                           kv_cache="float32")
+    got = model.logits(ids)
+    plan = model._plans[next(key for key in model._plans if key[0] == len(ids))]
+    names = [ln.kernel.function_name for ln in plan.launches]
+    assert "matmul_xmma" in names and "moe_gather" not in names
+    assert ({"glu", "glu_clamp"} & set(names) != set()) == (name == "gpt_oss")
+    want = hf_logits(ref, ids)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < logit_tolerance(model) == 6e-3, f"{name}: {err:.2e}"
+    np.testing.assert_array_equal(model.logits(ids), got)
