@@ -397,7 +397,7 @@ def matmul_qrows(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_of
 
 
 # matmul_xmma (xmma.cl): the rows of a tile (its XT) and the columns of a work-group (XN)
-XMMA_TILE = 32
+XMMA_TILE = 64
 XMMA_COLS = 128
 # Tests force xmma_takes' answer on any device (the instruction emulated where it has no PTX)
 XMMA_OVERRIDE: bool | None = None
@@ -436,7 +436,7 @@ def matmul_xmma(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off
     args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
             bias if bias is not None else w.scales, i32(m), i32(n_out), i32(w.k), order] + extra
     reads = [x, w.data, w.scales, order, extra[0]] + ([bias] if bias is not None else [])
-    return Launch(knl, (math.ceil(n_out / XMMA_COLS) * 128, m // tm), (128, 1), args, reads,
+    return Launch(knl, (math.ceil(n_out / XMMA_COLS) * 256, m // tm), (256, 1), args, reads,
                   [y], name)
 
 

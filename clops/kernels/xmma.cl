@@ -10,36 +10,69 @@
 #endif
 // ---- experts' rows on tensor cores: matmul_xmma ----
 // y[s, n] = sum_k a[s, k] W_e[n, k] (+ bias_e[n]) for the M rows s of moe.align's slots, each
-// tile of XT rows meeting the weights of its expert e (tile_e, experts.cl). A work-group of 4
+// tile of XT rows meeting the weights of its expert e (tile_e, experts.cl). A work-group of 8
 // warps takes a tile's XT rows and XN weight rows (columns of y), XK values of k a step: the
-// rows and the weights are rounded to float16 into local memory (the weights as load_group
-// dequantizes them, as dequant_half makes the dense prompt's), and mma.sync m16n8k16 (float32
-// sums) meets them, each warp 32 of the columns. A row's sums are added in one order whatever
-// its place: steps of XK in order, each step's products in the instruction's.
+// rows and the weights are rounded to float16 into local memory (the weights dequantized on
+// the way to the values dequant_half makes for the dense prompt's products), and mma.sync
+// m16n8k16 (float32 sums) meets them, each warp 32 rows by 32 columns. Two buffers of local
+// memory: a step's loads are in flight while the step before is summed. A row's sums are added
+// in one order whatever its place: steps of XK in order, each step's products in the
+// instruction's.
 //   XG 1: row s is row order[s] / KP of x (the gathered rows: moe.gather folded in); 0: row s
 //         of x. Slots with order[s] < 0 (padding) read zeros.
 //   XMODE 2: act(x[s, k]) * x[s, K + k] (the GLU of [gate | up] rows, ldx >= 2K) in place of x.
-// align puts an expert's pairs before its padding, so a tile whose slot 16 is padding holds
-// rows in its first 16 slots alone: it skips the second half's instructions (and stores zeros
-// there). MMA_PTX 0 (CPUs, tests): the instruction emulated through local memory, by its
-// fragment layout.
+// align puts an expert's pairs before its padding, so where slot 16 i of a tile is padding, so
+// is every slot after it: a warp skips the instructions of its 16-row halves that hold no row
+// (and stores zeros there). MMA_PTX 0 (CPUs, tests): the instruction emulated through local
+// memory, by its fragment layout.
 // Arguments: y, y_off, ldy, x, x_off, ldx, W, S, bias, M (a multiple of XT), N, K, order, then
-// EXPERT_ARGS. Work geometry: global (ceil(N / XN) * 128, M / XT), local (128, 1).
+// EXPERT_ARGS. Work geometry: global (ceil(N / XN) * 256, M / XT), local (256, 1).
 #ifndef XG
 #define XG 0
 #endif
 #ifndef KP
 #define KP 1
 #endif
-#define XT 32        // rows of a tile (moe.align's tile)
-#define XN 128       // weight rows (columns of y) a work-group: one a work-item
+#define XT 64        // rows of a tile (moe.align's tile)
+#define XN 128       // weight rows (columns of y) a work-group: two work-items a row
 #define XK 32        // values of k a step: one 32-value group of a weight row
 #define XR (XK + 8)  // halves a row of local memory: 80 bytes, so fragment reads hit all banks
+
+// The weights' way into local memory: XQ 1, Q4_0 (half scales, the min -8 scales): a
+// work-item's 8 bytes of a group, values j and j + 16 of its 8 j; XQ 2, Q8_0 (half scales):
+// its 16 bytes; XQ 0, any other format, by load_group (each work-item of a row's two the whole
+// group, its half kept). XQ 1 and 2 make (q - 8) d and q d rounded once to float16, as
+// load_group's float values rounded to float16 are.
+#if WFMT == 3 && Q4_SYM && SCALE_HALF
+#define XQ 1
+#elif WFMT == 4 && QGROUP == 32 && !QMIN && SCALE_HALF
+#define XQ 2
+#else
+#define XQ 0
+#endif
 
 #if MMA_PTX
 #include "clops/ptx.cl"  // mma16816, half2_bits
 #define XH2(a, b) half2_bits((a), (b))
 #define XMMA_OP(d, a, b0, b1) mma16816((d), (a), (b0), (b1))
+// bytes 2p and 2p + 1 of w (p 0, 1) as integers o + byte in float16, packed: (0x64 << 8 | byte)
+// is 1024 + byte
+inline uint xbytes_h2(uint w, int p) {
+    uint r;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "r"(p ? 0x4342 : 0x4140));
+    return r | 0x64006400u;
+}
+// (h - o) * d of two float16 (o, d as float16 pairs' bits): the subtraction exact (integers
+// under 2048), the product rounded once
+inline uint xsub_mul(uint h, uint o, uint d) {
+    uint r;
+    asm("{sub.rn.f16x2 %0, %1, %2;\n\tmul.rn.f16x2 %0, %0, %3;}"
+        : "=&r"(r) : "r"(h), "r"(o), "r"(d));
+    return r;
+}
+// four values (bytes of w, less off) times the float16 scale bits d: two float16 pairs
+#define XQ4(w, o, d) (uint2)(xsub_mul(xbytes_h2((w), 0), (o), (d)), \
+                             xsub_mul(xbytes_h2((w), 1), (o), (d)))
 #else
 // a and b rounded to float16 (to nearest, as cvt.rn), packed (a in the low half)
 inline uint xh2(float a, float b) {
@@ -71,6 +104,12 @@ inline void xmma_emulated(float *d, const uint *a, uint b0, uint b1, __local uin
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 #define XMMA_OP(d, a, b0, b1) xmma_emulated((d), (a), (b0), (b1), sc)
+// (the same values as the instructions above: (byte - o) d rounded once to float16)
+inline uint xq2(uint w, int b, float o, float d) {
+    return xh2(((float)((w >> (8 * b)) & 0xFFu) - o) * d,
+               ((float)((w >> (8 * b + 8)) & 0xFFu) - o) * d);
+}
+#define XQ4(w, o, d) (uint2)(xq2((w), 0, (o), (d)), xq2((w), 2, (o), (d)))
 #endif
 
 // The A fragment of mma16816 from a local [row][k] tile (rows XR halves apart), p at row g and
@@ -86,24 +125,30 @@ inline uint4 xh8(float4 a, float4 b) {
     return (uint4)(XH2(a.x, a.y), XH2(a.z, a.w), XH2(b.x, b.y), XH2(b.z, b.w));
 }
 
-__kernel __attribute__((reqd_work_group_size(128, 1, 1)))
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
 void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x, int x_off,
                  int ldx, __global const W_T *W, __global const SCALE_T *S,
                  __global const float *bias, int M, int N, int K, __global const int *order
                  EXPERT_ARGS) {
-    __local ushort As[XT * XR] __attribute__((aligned(16)));  // As[s][k]
-    __local ushort Bs[XN * XR] __attribute__((aligned(16)));  // Bs[n][k]
+    __local ushort As[2][XT * XR] __attribute__((aligned(16)));  // As[buffer][s][k]
+    __local ushort Bs[2][XN * XR] __attribute__((aligned(16)));  // Bs[buffer][n][k]
     const int tid = get_local_id(0), lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
+    const int wm = (warp >> 2) * 32, wn = (warp & 3) * 32;  // the warp's rows and columns
     const int m0 = get_group_id(1) * XT, n0 = get_group_id(0) * XN;
 #if !MMA_PTX
-    __local uint sc_all[4 * 192];
+    __local uint sc_all[8 * 192];
     __local uint *sc = sc_all + warp * 192;
 #endif
     TAKE_EXPERT(get_group_id(1));
-    const int upper = order[m0 + 16] >= 0;  // (tile-uniform) slots 16 .. 31 hold rows
-    // this work-item's 8 values of a row of the tile a step (row tid / 4, k (tid % 4) * 8 ..),
-    // and its weight row (one 32-value group a step)
+    // (warp-uniform) the warp's 16-row halves that hold rows (emulated: every half, so that
+    // the emulation's barriers meet; a padding row's zeros add nothing)
+#if MMA_PTX
+    const int live0 = order[m0 + wm] >= 0, live1 = order[m0 + wm + 16] >= 0;
+#else
+    const int live0 = 1, live1 = 1;
+#endif
+    // this work-item's 8 values of a row of the tile a step (row tid / 4, k (tid % 4) * 8 ..)
     const int ar = tid >> 2, ac = (tid & 3) * 8;
     const int slot = order[m0 + ar];
     const int live = slot >= 0;
@@ -112,8 +157,10 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
 #else
     __global const float *xr = x + x_off + (size_t)(m0 + ar) * ldx + ac;
 #endif
-    const int nb = min(n0 + tid, N - 1);
-    float4 xa0 = (float4)(0.0f), xa1 = (float4)(0.0f), wv[8];
+    // and its half of a weight row's group a step (row tid / 2, half tid % 2)
+    const int br = tid >> 1, bh = tid & 1;
+    const int nb = min(n0 + br, N - 1);
+    float4 xa0 = (float4)(0.0f), xa1 = (float4)(0.0f);
 #if XMODE == 2
 #define XLOAD(k0) do { if (live) { \
         xa0 = glu_act4(vload4(0, xr + (k0))) * vload4(0, xr + K + (k0)); \
@@ -122,45 +169,99 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
 #define XLOAD(k0) do { if (live) { xa0 = vload4(0, xr + (k0)); xa1 = vload4(1, xr + (k0)); } \
     } while (0)
 #endif
-    XLOAD(0);
-    load_group(W, S, K, nb, 0, wv);
+#if XQ == 1
+    __global const uint2 *wq = (__global const uint2 *)(W + (size_t)nb * (K / 2)) + bh;
+    __global const ushort *sq = (__global const ushort *)S + (size_t)nb * (K / 32);
+    uint2 wr;
+    ushort wd;
+#define WLOAD(gi) do { wr = wq[2 * (gi)]; wd = sq[gi]; } while (0)
+#elif XQ == 2
+    __global const uint4 *wq = (__global const uint4 *)(W + (size_t)nb * K) + bh;
+    __global const ushort *sq = (__global const ushort *)S + (size_t)nb * (K / 32);
+    uint4 wr;
+    ushort wd;
+#define WLOAD(gi) do { wr = wq[2 * (gi)]; wd = sq[gi]; } while (0)
+#else
+    float4 wv[8];
+#define WLOAD(gi) load_group(W, S, K, nb, (gi), wv)
+#endif
+    // the loads in registers into buffer b of local memory
+#if MMA_PTX
+#define XD ((uint)wd * 0x10001u)
+#define XO4 0x64086408u  // 1024 + 8
+#define XO8 0x64806480u  // 1024 + 128
+#else
+#define XD vload_half(0, (__private const half *)&wd)
+#define XO4 8.0f
+#define XO8 128.0f
+#endif
+#if XQ == 1
+    // byte j of the 8: value 8 bh + j (low nibble) and 16 + 8 bh + j (high)
+#define WSTORE(b) do { \
+        const uint m4 = 0x0F0F0F0Fu; \
+        __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 8 * bh]; \
+        const uint2 l0 = XQ4(wr.x & m4, XO4, XD), l1 = XQ4(wr.y & m4, XO4, XD); \
+        const uint2 h0 = XQ4((wr.x >> 4) & m4, XO4, XD), h1 = XQ4((wr.y >> 4) & m4, XO4, XD); \
+        bp[0] = (uint4)(l0, l1); bp[2] = (uint4)(h0, h1); } while (0)
+#elif XQ == 2
+#if MMA_PTX
+#define XS8(w) ((w) ^ 0x80808080u)  // int8 as 128 + byte
+#else
+#define XS8(w) ((w) ^ 0x80808080u)
+#endif
+#define WSTORE(b) do { \
+        __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
+        bp[0] = (uint4)(XQ4(XS8(wr.x), XO8, XD), XQ4(XS8(wr.y), XO8, XD)); \
+        bp[1] = (uint4)(XQ4(XS8(wr.z), XO8, XD), XQ4(XS8(wr.w), XO8, XD)); } while (0)
+#else
+#define WSTORE(b) do { \
+        __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
+        bp[0] = xh8(wv[4 * bh], wv[4 * bh + 1]); bp[1] = xh8(wv[4 * bh + 2], wv[4 * bh + 3]); \
+    } while (0)
+#endif
+#define XSTORE(b) do { \
+        *(__local uint4 *)&As[b][ar * XR + ac] = xh8(xa0, xa1); WSTORE(b); } while (0)
     float acc[2][4][4];
     for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 4; ++j)
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += XK) {
-        *(__local uint4 *)&As[ar * XR + ac] = xh8(xa0, xa1);
-        __local uint4 *bp = (__local uint4 *)&Bs[tid * XR];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) bp[j] = xh8(wv[2 * j], wv[2 * j + 1]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (k0 + XK < K) {  // the next step's loads, in flight during this step's arithmetic
-            XLOAD(k0 + XK);
-            load_group(W, S, K, nb, (k0 + XK) / 32, wv);
+    XLOAD(0);
+    WLOAD(0);
+    XSTORE(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int steps = K / XK;
+    for (int s = 0; s < steps; ++s) {
+        const int cur = s & 1;
+        if (s + 1 < steps) {  // the next step's loads, in flight during this step's sums
+            XLOAD((s + 1) * XK);
+            WLOAD(s + 1);
         }
 #pragma unroll
         for (int kk = 0; kk < XK; kk += 16) {
             uint a[2][4], b[4][2];
-            xfrag_a(a[0], As + g * XR + kk + 2 * t);
-            xfrag_a(a[1], As + (16 + g) * XR + kk + 2 * t);
+            xfrag_a(a[0], &As[cur][(wm + g) * XR + kk + 2 * t]);
+            xfrag_a(a[1], &As[cur][(wm + 16 + g) * XR + kk + 2 * t]);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {  // k-pairs 2t and 2t + 8 of weight row j * 8 + g
-                __local const ushort *r = &Bs[(warp * 32 + j * 8 + g) * XR + kk + 2 * t];
+            for (int j = 0; j < 4; ++j) {  // k-pairs 2t and 2t + 8 of weight row wn + 8 j + g
+                __local const ushort *r = &Bs[cur][(wn + j * 8 + g) * XR + kk + 2 * t];
                 b[j][0] = *(__local const uint *)r;
                 b[j][1] = *(__local const uint *)(r + 8);
             }
+            if (live0) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) XMMA_OP(acc[0][j], a[0], b[j][0], b[j][1]);
-            if (upper) {
+                for (int j = 0; j < 4; ++j) XMMA_OP(acc[0][j], a[0], b[j][0], b[j][1]);
+            }
+            if (live1) {
 #pragma unroll
                 for (int j = 0; j < 4; ++j) XMMA_OP(acc[1][j], a[1], b[j][0], b[j][1]);
             }
         }
+        if (s + 1 < steps) XSTORE(cur ^ 1);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        const int col = n0 + warp * 32 + j * 8 + 2 * t;  // (N is even: col + 1 < N too)
+        const int col = n0 + wn + j * 8 + 2 * t;  // (N is even: col + 1 < N too)
         if (col >= N) continue;
 #if HAS_BIAS
         const float2 bv = vload2(0, bias + col);
@@ -171,7 +272,7 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
         for (int i = 0; i < 2; ++i)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int row = m0 + 16 * i + 8 * h + g;
+                const int row = m0 + wm + 16 * i + 8 * h + g;
                 vstore2((float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]) + bv, 0,
                         y + y_off + (size_t)row * ldy + col);
             }

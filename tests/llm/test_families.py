@@ -193,8 +193,7 @@ def test_a_prompts_experts_on_the_tensor_cores_match_transformers(name, tmp_path
     monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
     monkeypatch.setattr(matmul, "XMMA_OVERRIDE", True)
     ref, hf, gguf_path = make(name, str(tmp_path))
-    # (70 rows of 2 experts each over 8: experts of fewer than 16, of 16 to 32 and of more
-    # than 32 rows, so that every tile shape meets the kernel)
+    # (70 rows of 2 experts each over 8: tiles whose 16-slot parts hold rows or padding)
     ids = np.random.default_rng(5).integers(0, ref.config.vocab_size, 70).tolist()
     model = clops.llm.load(gguf_path, device=device, max_seq_len=128, progress=False,
                            kv_cache="float32")

@@ -75,8 +75,9 @@ def logit_tolerance(model) -> float:
     in float16 on tensor cores (``kernels.matmul.tensor_core_rows``; the prompt's attention then
     rounds to float16 as well), whose rounding (2^-11 of each value) grew to 3e-3 of the largest
     logit through the layers of the tiny models on an H100 (transformers on the GPU in float16
-    does the same), as do a prompt's experts there (``experts.tensor_rows``); a KV cache of float16 values (the default on GPUs) rounds the same way
-    (1.2e-3 to 2e-3 on the tiny models, on CPUs)."""
+    does the same), as do a prompt's experts there (``experts.tensor_rows``); a KV cache of
+    float16 values (the default on GPUs) rounds the same way (1.2e-3 to 2e-3 on the tiny
+    models, on CPUs)."""
     from clops.kernels import matmul
     from clops.llm import experts
 

@@ -100,8 +100,8 @@ def _weight(dev, kind, rows, k):
 def test_experts_rows_against_numpy(device, kind, n_e=3, n=48, k=256):
     w, wv = _weight(device, kind, n_e * n, k)
     assert w.layout == "rows"
-    # expert 0: two tiles (the second with rows in its first half alone), 1: none, 2: a
-    # tile whose upper half holds rows
+    # expert 0: two tiles (the second with rows in its first 16 slots alone), 1: none, 2: a
+    # tile with rows in its first 32 slots
     order, tile_e, pairs = _slots([T + 5, 0, 20])
     x = RNG.standard_normal((len(order), k)).astype(np.float32)
     got, want, pad = _product(device, w, wv, n_e, x, order, tile_e)
