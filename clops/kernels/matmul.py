@@ -415,7 +415,8 @@ def xmma_takes(dev: CLDevice, w: Weight) -> bool:
 def matmul_xmma(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int,
                 ldx: int, w: Weight, m: int, order: Buffer, experts: tuple[Buffer, int], *,
                 gather: int = 0, bias: Buffer | None = None, glu: bool = False,
-                act: str = "silu", name: str = "matmul") -> Launch:
+                act: str = "silu", half_in: bool = False, glu_out: bool = False,
+                name: str = "matmul") -> Launch:
     """A mixture of experts' grouped product of m rows (``moe.align``'s slots, m a multiple
     of ``XMMA_TILE``, tile t meeting expert ``experts[0][t]`` of the ``experts[1]`` stacked in
     w, -1: not stored) on the float16 tensor cores (``xmma.cl``): y[s, :N] = a[s, :] . w_e
@@ -423,14 +424,19 @@ def matmul_xmma(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off
     tensor-core products round them), float32 sums. ``order``: align's pair of each slot (-1:
     padding, read as zeros); ``gather`` k > 0: row s is row order[s] // k of x (the gathered
     rows without moe.gather), 0: row s of x. ``glu``: act(x[s, :K]) * x[s, K:2K] in place of
-    x (``act`` a key of ``GLU_ACTS``). The row count is argument 9, the tiles axis 1 of the
-    global size."""
+    x (``act`` a key of ``GLU_ACTS``). ``half_in``: x holds float16 rows (x_off, ldx in
+    halves), without ``gather`` or ``glu``. ``glu_out``: w_e holds [gate | up] rows (N = 2F)
+    and y gets float16 rows act(gate) * up [m][F] (y_off, ldy in halves): the GLU in the
+    product's epilogue. The row count is argument 9, the tiles axis 1 of the global size."""
     if w.layout != "rows":
         raise ValueError(f"matmul_xmma takes row-layout weights, not {w.layout}")
+    if half_in and (gather or glu):
+        raise ValueError("matmul_xmma: half_in= takes neither gather= nor glu=")
     tm, extra = _experts_args(w, m, XMMA_TILE, experts, {})
     n_out = w.n // experts[1]
     knl = kernel(dev, "xmma", "matmul_xmma", XMMA=1, EXPERTS=1, CHUNKED=1, XG=int(gather > 0),
-                 KP=max(gather, 1), XMODE=2 if glu else 0, **_glu_act(glu, act),
+                 KP=max(gather, 1), XMODE=2 if glu else 0, XH=int(half_in),
+                 XGLU=int(glu_out), **_glu_act(glu or glu_out, act),
                  HAS_BIAS=int(bias is not None), MMA_PTX=int(dev.probe("nvidia_ptx")),
                  **w.defines)
     args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,

@@ -21,6 +21,11 @@
 //   XG 1: row s is row order[s] / KP of x (the gathered rows: moe.gather folded in); 0: row s
 //         of x. Slots with order[s] < 0 (padding) read zeros.
 //   XMODE 2: act(x[s, k]) * x[s, K + k] (the GLU of [gate | up] rows, ldx >= 2K) in place of x.
+//   XH 1: x holds float16 rows (x_off, ldx in halves), read as they are.
+//   XGLU 1: W_e holds [gate | up] rows (N = 2F) and y gets the float16 rows act(gate) * up
+//           [M][F] (y_off, ldy in halves): a work-group takes 64 gate rows and the 64 up rows
+//           F after them, interleaved in local memory, so that each accumulator pair is a gate
+//           and its up (bias: bias_e's gate and up values).
 // align puts an expert's pairs before its padding, so where slot 16 i of a tile is padding, so
 // is every slot after it: a warp skips the instructions of its 16-row halves that hold no row
 // (and stores zeros there). MMA_PTX 0 (CPUs, tests): the instruction emulated through local
@@ -32,6 +37,15 @@
 #endif
 #ifndef KP
 #define KP 1
+#endif
+#ifndef XH
+#define XH 0
+#endif
+#ifndef XGLU
+#define XGLU 0
+#endif
+#if XH && (XMODE || XG)
+#error "XH takes neither XMODE nor XG"
 #endif
 #define XT 64        // rows of a tile (moe.align's tile)
 #define XN 128       // weight rows (columns of y) a work-group: two work-items a row
@@ -152,16 +166,34 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
     const int ar = tid >> 2, ac = (tid & 3) * 8;
     const int slot = order[m0 + ar];
     const int live = slot >= 0;
-#if XG
+#if XH
+    __global const uint4 *xr =
+        (__global const uint4 *)((__global const ushort *)x + x_off + (size_t)(m0 + ar) * ldx +
+                                 ac);
+#elif XG
     __global const float *xr = x + x_off + (size_t)(live ? slot / KP : 0) * ldx + ac;
 #else
     __global const float *xr = x + x_off + (size_t)(m0 + ar) * ldx + ac;
 #endif
     // and its half of a weight row's group a step (row tid / 2, half tid % 2)
     const int br = tid >> 1, bh = tid & 1;
+#if XGLU
+    // local row 2 i: gate row j0 + i; 2 i + 1: up row F + j0 + i
+    const int F = N / 2, j0 = get_group_id(0) * (XN / 2);
+    const int nb = (br & 1) * F + min(j0 + br / 2, F - 1);
+#else
     const int nb = min(n0 + br, N - 1);
+#endif
+#if XH
+    uint4 xa = (uint4)(0u);
+#define XLOAD(k0) do { if (live) xa = xr[(k0) / 8]; } while (0)
+#define XA_STORE(b) (*(__local uint4 *)&As[b][ar * XR + ac] = xa)
+#else
+#define XA_STORE(b) (*(__local uint4 *)&As[b][ar * XR + ac] = xh8(xa0, xa1))
+#endif
     float4 xa0 = (float4)(0.0f), xa1 = (float4)(0.0f);
-#if XMODE == 2
+#if XH
+#elif XMODE == 2
 #define XLOAD(k0) do { if (live) { \
         xa0 = glu_act4(vload4(0, xr + (k0))) * vload4(0, xr + K + (k0)); \
         xa1 = glu_act4(vload4(1, xr + (k0))) * vload4(1, xr + K + (k0)); } } while (0)
@@ -219,8 +251,7 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
         bp[0] = xh8(wv[4 * bh], wv[4 * bh + 1]); bp[1] = xh8(wv[4 * bh + 2], wv[4 * bh + 3]); \
     } while (0)
 #endif
-#define XSTORE(b) do { \
-        *(__local uint4 *)&As[b][ar * XR + ac] = xh8(xa0, xa1); WSTORE(b); } while (0)
+#define XSTORE(b) do { XA_STORE(b); WSTORE(b); } while (0)
     float acc[2][4][4];
     for (int i = 0; i < 2; ++i)
         for (int j = 0; j < 4; ++j)
@@ -259,6 +290,30 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
         if (s + 1 < steps) XSTORE(cur ^ 1);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+#if XGLU
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        // (columns 2 i and 2 i + 1 of the work-group: gate and up row j0 + i)
+        const int col = j0 + (wn + j * 8) / 2 + t;
+        if (col >= F) continue;
+#if HAS_BIAS
+        const float2 bv = (float2)(bias[col], bias[F + col]);
+#else
+        const float2 bv = (float2)(0.0f);
+#endif
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = m0 + wm + 16 * i + 8 * h + g;
+                const float4 gu = (float4)(acc[i][j][2 * h] + bv.x, acc[i][j][2 * h + 1] + bv.y,
+                                           0.0f, 0.0f);
+                vstore_half_rte(glu_act4(gu).x * gu.y, 0,
+                                (__global half *)y + y_off + (size_t)row * ldy + col);
+            }
+    }
+    return;
+#endif
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const int col = n0 + wn + j * 8 + 2 * t;  // (N is even: col + 1 < N too)

@@ -246,11 +246,22 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
 
         def xmma(y: Buffer, y_off: int, ldy: int, x: Buffer, ldx: int, w: Any,
                  bias: Buffer | None, what: str, gather: int = 0,
-                 glu: bool = False) -> Callable[[int], Launch]:
+                 **fold: bool) -> Callable[[int], Launch]:
             return lambda m: matmul.matmul_xmma(
                 dev, y, y_off, ldy, x, 0, ldx, w, rows(m), b.order, (b.tile_e, E),
-                gather=gather, bias=bias, glu=glu, act=cfg.act, name=f"{what}.{name}")
+                gather=gather, bias=bias, name=f"{what}.{name}",
+                act=cfg.act if fold.get("glu") or fold.get("glu_out") else "silu", **fold)
 
+        if ex.gate_up is not None and glu_in:
+            # PERF: one [gate | up] product whose epilogue takes the GLU, its float16 rows the
+            # down products' input as they are (4 bytes a value fewer to read than [gate | up]
+            # in float32, each GLU made once, not once for each block of down's columns)
+            tensor = [*routing,
+                      xmma(b.h, 0, F, xn, dim, ex.gate_up, ex.gate_up_bias, "gate_up_exps", k,
+                           glu_out=True),
+                      xmma(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps",
+                           half_in=True), combine]
+            return [_follows(make, m) for make in tensor]
         if ex.gate_up is not None:
             gu = [xmma(b.gu, 0, 2 * F, xn, dim, ex.gate_up, ex.gate_up_bias, "gate_up_exps", k)]
         else:

@@ -137,3 +137,48 @@ def test_experts_rows_need_whole_tiles(device):
     with pytest.raises(ValueError, match="tm="):
         matmul.matmul_xmma(device, buf, 0, 16, buf, 0, 64, w, T + 1, buf, (buf, 2))
 
+
+
+@pytest.mark.parametrize("kind,f", [("Q4_0", 32), ("Q4_0", 96), ("Q8_0", 128), ("Q5_1", 96),
+                                    ("MXFP4", 32), ("Q4_K", 256)])
+def test_experts_rows_glu_out_then_half_in(device, kind, f, n_e=3, dim=64, top=2):
+    """The [gate | up] product with the GLU in its epilogue (float16 rows act(gate) * up),
+    biases per expert, then the down product reading those float16 rows as they are: the two
+    products of a prompt's experts, against numpy."""
+    k = 256 if kind == "Q4_K" else dim
+    gu, guv = _weight(device, kind, n_e * 2 * f, k)
+    down, downv = _weight(device, kind, n_e * k, f)
+    order, tile_e, pairs = _slots([20, 0, T + 3])
+    x = RNG.standard_normal((-(-pairs // top), k)).astype(np.float32)
+    bias = RNG.standard_normal(n_e * 2 * f).astype(np.float32)
+    p = len(order)
+    hb = _up(device, np.full((p, f), np.nan, np.float16))
+    ob, tb = _up(device, order), _up(device, tile_e)
+    matmul.matmul_xmma(device, hb, 0, f, _up(device, x), 0, k, gu, p, ob, (tb, n_e),
+                       gather=top, bias=_up(device, bias), glu_out=True).run(device)
+    h = _read(device, hb, (p, f), np.float16).astype(np.float64)
+    yb = _up(device, np.full((p, k), np.nan, np.float32))
+    matmul.matmul_xmma(device, yb, 0, k, hb, 0, f, down, p, ob, (tb, n_e),
+                       half_in=True).run(device)
+    y = _read(device, yb, (p, k))
+    live = np.nonzero(order >= 0)[0]
+    want_h = np.zeros((p, f))
+    for s in live:
+        e = tile_e[s // T]
+        rows = guv[e * 2 * f:(e + 1) * 2 * f]
+        v = _half(rows) @ _half(x[order[s] // top]) + bias[e * 2 * f:(e + 1) * 2 * f]
+        want_h[s] = v[:f] / (1 + np.exp(-v[:f])) * v[f:]
+    # (h rounded to float16 once: within one float16 step of numpy's value)
+    np.testing.assert_allclose(h[live], want_h[live], rtol=2.0 ** -10,
+                               atol=1e-6 * np.abs(want_h).max())
+    want_y = np.stack([_half(downv[tile_e[s // T] * k:(tile_e[s // T] + 1) * k]) @ h[s]
+                       for s in live])
+    _close(y[live], want_y)
+
+
+def test_experts_rows_half_in_refuses_a_gather(device):
+    w, _ = _weight(device, "Q8_0", 2 * 16, 64)
+    buf = device.alloc(1 << 16)
+    with pytest.raises(ValueError, match="half_in"):
+        matmul.matmul_xmma(device, buf, 0, 16, buf, 0, 64, w, T, buf, (buf, 2), gather=2,
+                           half_in=True)
