@@ -425,13 +425,14 @@ def matmul_xmma(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off
     padding, read as zeros); ``gather`` k > 0: row s is row order[s] // k of x (the gathered
     rows without moe.gather), 0: row s of x. ``glu``: act(x[s, :K]) * x[s, K:2K] in place of
     x (``act`` a key of ``GLU_ACTS``). ``half_in``: x holds float16 rows (x_off, ldx in
-    halves), without ``gather`` or ``glu``. ``glu_out``: w_e holds [gate | up] rows (N = 2F)
+    halves, multiples of 8), without ``glu``. ``glu_out``: w_e holds [gate | up] rows (N = 2F)
     and y gets float16 rows act(gate) * up [m][F] (y_off, ldy in halves): the GLU in the
     product's epilogue. The row count is argument 9, the tiles axis 1 of the global size."""
     if w.layout != "rows":
         raise ValueError(f"matmul_xmma takes row-layout weights, not {w.layout}")
-    if half_in and (gather or glu):
-        raise ValueError("matmul_xmma: half_in= takes neither gather= nor glu=")
+    if half_in and (glu or x_off % 8 or ldx % 8):
+        raise ValueError("matmul_xmma: half_in= takes rows of float16 at multiples of 8 "
+                         "values, without glu=")
     tm, extra = _experts_args(w, m, XMMA_TILE, experts, {})
     n_out = w.n // experts[1]
     knl = kernel(dev, "xmma", "matmul_xmma", XMMA=1, EXPERTS=1, CHUNKED=1, XG=int(gather > 0),

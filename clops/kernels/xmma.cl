@@ -21,7 +21,7 @@
 //   XG 1: row s is row order[s] / KP of x (the gathered rows: moe.gather folded in); 0: row s
 //         of x. Slots with order[s] < 0 (padding) read zeros.
 //   XMODE 2: act(x[s, k]) * x[s, K + k] (the GLU of [gate | up] rows, ldx >= 2K) in place of x.
-//   XH 1: x holds float16 rows (x_off, ldx in halves), read as they are.
+//   XH 1: x holds float16 rows (x_off, ldx in halves, 16-byte aligned), read as they are.
 //   XGLU 1: W_e holds [gate | up] rows (N = 2F) and y gets the float16 rows act(gate) * up
 //           [M][F] (y_off, ldy in halves): a work-group takes 64 gate rows and the 64 up rows
 //           F after them, interleaved in local memory, so that each accumulator pair is a gate
@@ -44,8 +44,8 @@
 #ifndef XGLU
 #define XGLU 0
 #endif
-#if XH && (XMODE || XG)
-#error "XH takes neither XMODE nor XG"
+#if XH && XMODE
+#error "XH does not take XMODE"
 #endif
 #define XT 64        // rows of a tile (moe.align's tile)
 #define XN 128       // weight rows (columns of y) a work-group: two work-items a row
@@ -168,8 +168,8 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
     const int live = slot >= 0;
 #if XH
     __global const uint4 *xr =
-        (__global const uint4 *)((__global const ushort *)x + x_off + (size_t)(m0 + ar) * ldx +
-                                 ac);
+        (__global const uint4 *)((__global const ushort *)x + x_off +
+                                 (size_t)(XG ? (live ? slot / KP : 0) : m0 + ar) * ldx + ac);
 #elif XG
     __global const float *xr = x + x_off + (size_t)(live ? slot / KP : 0) * ldx + ac;
 #else

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import Launch, activation, matmul, moe
+from ..kernels import norm as norm_kernels
 from ..nn.quant import upload
 from ..runtime import CLDevice
 from ..runtime.pool import Buffer
@@ -256,9 +257,12 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
             # PERF: one [gate | up] product whose epilogue takes the GLU, its float16 rows the
             # down products' input as they are (4 bytes a value fewer to read than [gate | up]
             # in float32, each GLU made once, not once for each block of down's columns)
+            # (and the rows it gathers in float16 too, made once: half the bytes each block
+            # of its columns reads)
             tensor = [*routing,
-                      xmma(b.h, 0, F, xn, dim, ex.gate_up, ex.gate_up_bias, "gate_up_exps", k,
-                           glu_out=True),
+                      lambda m: norm_kernels.half_rows(dev, b.xg, xn, 0, dim, k=dim, m=m),
+                      xmma(b.h, 0, F, b.xg, dim, ex.gate_up, ex.gate_up_bias, "gate_up_exps",
+                           k, glu_out=True, half_in=True),
                       xmma(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps",
                            half_in=True), combine]
             return [_follows(make, m) for make in tensor]

@@ -142,9 +142,10 @@ def test_experts_rows_need_whole_tiles(device):
 @pytest.mark.parametrize("kind,f", [("Q4_0", 32), ("Q4_0", 96), ("Q8_0", 128), ("Q5_1", 96),
                                     ("MXFP4", 32), ("Q4_K", 256)])
 def test_experts_rows_glu_out_then_half_in(device, kind, f, n_e=3, dim=64, top=2):
-    """The [gate | up] product with the GLU in its epilogue (float16 rows act(gate) * up),
-    biases per expert, then the down product reading those float16 rows as they are: the two
-    products of a prompt's experts, against numpy."""
+    """The [gate | up] product of float16 rows gathered through the slots' order, with the
+    GLU in its epilogue (float16 rows act(gate) * up) and biases per expert, then the down
+    product reading those float16 rows as they are: the two products of a prompt's experts,
+    against numpy."""
     k = 256 if kind == "Q4_K" else dim
     gu, guv = _weight(device, kind, n_e * 2 * f, k)
     down, downv = _weight(device, kind, n_e * k, f)
@@ -154,8 +155,10 @@ def test_experts_rows_glu_out_then_half_in(device, kind, f, n_e=3, dim=64, top=2
     p = len(order)
     hb = _up(device, np.full((p, f), np.nan, np.float16))
     ob, tb = _up(device, order), _up(device, tile_e)
-    matmul.matmul_xmma(device, hb, 0, f, _up(device, x), 0, k, gu, p, ob, (tb, n_e),
-                       gather=top, bias=_up(device, bias), glu_out=True).run(device)
+    # (the gathered rows as float16, as the prompt's [gate | up] products read them)
+    matmul.matmul_xmma(device, hb, 0, f, _up(device, x.astype(np.float16)), 0, k, gu, p, ob,
+                       (tb, n_e), gather=top, bias=_up(device, bias), glu_out=True,
+                       half_in=True).run(device)
     h = _read(device, hb, (p, f), np.float16).astype(np.float64)
     yb = _up(device, np.full((p, k), np.nan, np.float32))
     matmul.matmul_xmma(device, yb, 0, k, hb, 0, f, down, p, ob, (tb, n_e),
@@ -176,9 +179,10 @@ def test_experts_rows_glu_out_then_half_in(device, kind, f, n_e=3, dim=64, top=2
     _close(y[live], want_y)
 
 
-def test_experts_rows_half_in_refuses_a_gather(device):
+def test_experts_rows_half_in_refuses_the_glu_and_unaligned_rows(device):
     w, _ = _weight(device, "Q8_0", 2 * 16, 64)
     buf = device.alloc(1 << 16)
-    with pytest.raises(ValueError, match="half_in"):
-        matmul.matmul_xmma(device, buf, 0, 16, buf, 0, 64, w, T, buf, (buf, 2), gather=2,
-                           half_in=True)
+    for bad in (dict(glu=True), dict(ldx=68)):
+        with pytest.raises(ValueError, match="half_in"):
+            matmul.matmul_xmma(device, buf, 0, 16, buf, 0, bad.pop("ldx", 64), w, T, buf,
+                               (buf, 2), half_in=True, **bad)
