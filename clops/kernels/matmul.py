@@ -405,11 +405,13 @@ XMMA_OVERRIDE: bool | None = None
 
 def xmma_takes(dev: CLDevice, w: Weight) -> bool:
     """Whether a mixture of experts' grouped products of many rows of one sequence (a
-    prompt's) take ``matmul_xmma``: weights of any format in the row layout on a GPU with
-    NVIDIA's PTX (its float16 tensor cores)."""
+    prompt's) take ``matmul_xmma``: weights in the row layout of any format but float32 (which
+    keeps its precision, as in ``tensor_core_rows``) on a GPU with NVIDIA's PTX (its float16
+    tensor cores). ``XMMA_OVERRIDE`` (tests): the row layout, any format, any device."""
     if XMMA_OVERRIDE is not None:
         return XMMA_OVERRIDE and w.layout == "rows"
-    return w.layout == "rows" and not launch.is_cpu(dev) and dev.probe("nvidia_ptx")
+    return w.layout == "rows" and w.fmt != "f32" and not launch.is_cpu(dev) and \
+        dev.probe("nvidia_ptx")
 
 
 def matmul_xmma(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int,
