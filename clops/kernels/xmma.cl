@@ -1,7 +1,7 @@
 // A mixture of experts' grouped products of many rows (a prompt's) on NVIDIA's tensor cores:
 // matmul.cl (its weight formats: load_group) with matmul_xmma after it, so that the matmul
-// programs do not change with this kernel. Defines as matmul's with EXPERTS 1, XMMA 1, XG, KP
-// and MMA_PTX (below).
+// programs do not change with this kernel. Defines as matmul's with EXPERTS 1, XMMA 1, XG, KP,
+// XH, XGLU and MMA_PTX (below).
 #include "clops/matmul.cl"
 
 #if XMMA
@@ -236,11 +236,7 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
         const uint2 h0 = XQ4((wr.x >> 4) & m4, XO4, XD), h1 = XQ4((wr.y >> 4) & m4, XO4, XD); \
         bp[0] = (uint4)(l0, l1); bp[2] = (uint4)(h0, h1); } while (0)
 #elif XQ == 2
-#if MMA_PTX
 #define XS8(w) ((w) ^ 0x80808080u)  // int8 as 128 + byte
-#else
-#define XS8(w) ((w) ^ 0x80808080u)
-#endif
 #define WSTORE(b) do { \
         __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
         bp[0] = (uint4)(XQ4(XS8(wr.x), XO8, XD), XQ4(XS8(wr.y), XO8, XD)); \
@@ -290,36 +286,20 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
         if (s + 1 < steps) XSTORE(cur ^ 1);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-#if XGLU
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
+#if XGLU
         // (columns 2 i and 2 i + 1 of the work-group: gate and up row j0 + i)
         const int col = j0 + (wn + j * 8) / 2 + t;
         if (col >= F) continue;
-#if HAS_BIAS
-        const float2 bv = (float2)(bias[col], bias[F + col]);
+#define XBIAS (float2)(bias[col], bias[F + col])
 #else
-        const float2 bv = (float2)(0.0f);
-#endif
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = m0 + wm + 16 * i + 8 * h + g;
-                const float4 gu = (float4)(acc[i][j][2 * h] + bv.x, acc[i][j][2 * h + 1] + bv.y,
-                                           0.0f, 0.0f);
-                vstore_half_rte(glu_act4(gu).x * gu.y, 0,
-                                (__global half *)y + y_off + (size_t)row * ldy + col);
-            }
-    }
-    return;
-#endif
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
         const int col = n0 + wn + j * 8 + 2 * t;  // (N is even: col + 1 < N too)
         if (col >= N) continue;
+#define XBIAS vload2(0, bias + col)
+#endif
 #if HAS_BIAS
-        const float2 bv = vload2(0, bias + col);
+        const float2 bv = XBIAS;
 #else
         const float2 bv = (float2)(0.0f);
 #endif
@@ -328,8 +308,13 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int row = m0 + wm + 16 * i + 8 * h + g;
-                vstore2((float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]) + bv, 0,
-                        y + y_off + (size_t)row * ldy + col);
+                const float2 v = (float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]) + bv;
+#if XGLU
+                vstore_half_rte(glu_act4((float4)(v, 0.0f, 0.0f)).x * v.y, 0,
+                                (__global half *)y + y_off + (size_t)row * ldy + col);
+#else
+                vstore2(v, 0, y + y_off + (size_t)row * ldy + col);
+#endif
             }
     }
 }

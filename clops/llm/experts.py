@@ -10,7 +10,10 @@ copies each pair's row into its place; the gate, up and down products run over t
 each tile reading only its expert's weights; ``combine`` adds each row's k outputs, weighted, to
 the residual stream (or writes them where a post-norm follows). A lone decode row (one row,
 tiles of one) needs no sorting: its k products read the row itself, each tile the expert of
-its slot, and the sum takes the slots in order.
+its slot, and the sum takes the slots in order. A prompt's rows of one sequence
+(``tensor_rows``: NVIDIA GPUs) take the float16 tensor cores (``matmul.matmul_xmma``) in tiles
+of 64: the [gate | up] product gathers the rows itself, in float16, and takes the GLU in its
+epilogue, the down product reading its float16 rows (no gather or GLU launch).
 
 A row's result depends on that row alone: its experts, its weights and its products' sums do
 not change with the other rows of the batch (the products take the row-invariant geometry).
@@ -253,7 +256,7 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
                 gather=gather, bias=bias, name=f"{what}.{name}",
                 act=cfg.act if fold.get("glu") or fold.get("glu_out") else "silu", **fold)
 
-        if ex.gate_up is not None and glu_in:
+        if ex.gate_up is not None and glu_in and F % 8 == 0 and dim % 8 == 0:
             # PERF: one [gate | up] product whose epilogue takes the GLU, its float16 rows the
             # down products' input as they are (4 bytes a value fewer to read than [gate | up]
             # in float32, each GLU made once, not once for each block of down's columns)
