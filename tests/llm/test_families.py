@@ -183,8 +183,8 @@ def test_gpu_plan_of_each_choice_matches_transformers(name, tmp_path, device, mo
 def test_a_prompts_experts_on_the_tensor_cores_match_transformers(name, tmp_path, device,
                                                                     monkeypatch):
     """A prompt's experts as NVIDIA GPUs run them (``matmul.matmul_xmma``: float16 rows and
-    weights on the tensor cores, the rows read through the slots' order, the plain GLU folded
-    into the down products; gpt-oss's clamped one a launch of its own), forced on the test
+    weights on the tensor cores, the rows read through the slots' order, the plain GLU in the
+    [gate | up] product's epilogue; gpt-oss's clamped one a launch of its own), forced on the test
     device: within the float16 rows' bound of transformers' logits, and the same logits bits
     again from the plan's replay."""
     from clops.kernels import launch, matmul
