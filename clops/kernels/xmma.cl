@@ -166,14 +166,25 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
     const int ar = tid >> 2, ac = (tid & 3) * 8;
     const int slot = order[m0 + ar];
     const int live = slot >= 0;
+    const size_t xrow = XG ? (live ? slot / KP : 0) : m0 + ar;  // (its row of x)
 #if XH
     __global const uint4 *xr =
-        (__global const uint4 *)((__global const ushort *)x + x_off +
-                                 (size_t)(XG ? (live ? slot / KP : 0) : m0 + ar) * ldx + ac);
-#elif XG
-    __global const float *xr = x + x_off + (size_t)(live ? slot / KP : 0) * ldx + ac;
+        (__global const uint4 *)((__global const ushort *)x + x_off + xrow * ldx + ac);
+    uint4 xa = (uint4)(0u);
+#define XLOAD(k0) do { if (live) xa = xr[(k0) / 8]; } while (0)
+#define XA_STORE(b) (*(__local uint4 *)&As[b][ar * XR + ac] = xa)
 #else
-    __global const float *xr = x + x_off + (size_t)(m0 + ar) * ldx + ac;
+    __global const float *xr = x + x_off + xrow * ldx + ac;
+    float4 xa0 = (float4)(0.0f), xa1 = (float4)(0.0f);
+#if XMODE == 2
+#define XLOAD(k0) do { if (live) { \
+        xa0 = glu_act4(vload4(0, xr + (k0))) * vload4(0, xr + K + (k0)); \
+        xa1 = glu_act4(vload4(1, xr + (k0))) * vload4(1, xr + K + (k0)); } } while (0)
+#else
+#define XLOAD(k0) do { if (live) { xa0 = vload4(0, xr + (k0)); xa1 = vload4(1, xr + (k0)); } \
+    } while (0)
+#endif
+#define XA_STORE(b) (*(__local uint4 *)&As[b][ar * XR + ac] = xh8(xa0, xa1))
 #endif
     // and its half of a weight row's group a step (row tid / 2, half tid % 2)
     const int br = tid >> 1, bh = tid & 1;
@@ -184,33 +195,16 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
 #else
     const int nb = min(n0 + br, N - 1);
 #endif
-#if XH
-    uint4 xa = (uint4)(0u);
-#define XLOAD(k0) do { if (live) xa = xr[(k0) / 8]; } while (0)
-#define XA_STORE(b) (*(__local uint4 *)&As[b][ar * XR + ac] = xa)
-#else
-#define XA_STORE(b) (*(__local uint4 *)&As[b][ar * XR + ac] = xh8(xa0, xa1))
-#endif
-    float4 xa0 = (float4)(0.0f), xa1 = (float4)(0.0f);
-#if XH
-#elif XMODE == 2
-#define XLOAD(k0) do { if (live) { \
-        xa0 = glu_act4(vload4(0, xr + (k0))) * vload4(0, xr + K + (k0)); \
-        xa1 = glu_act4(vload4(1, xr + (k0))) * vload4(1, xr + K + (k0)); } } while (0)
-#else
-#define XLOAD(k0) do { if (live) { xa0 = vload4(0, xr + (k0)); xa1 = vload4(1, xr + (k0)); } \
-    } while (0)
-#endif
+#if XQ
+    // (its 8 or 16 bytes of each group, and the group's half scale as bits)
 #if XQ == 1
     __global const uint2 *wq = (__global const uint2 *)(W + (size_t)nb * (K / 2)) + bh;
-    __global const ushort *sq = (__global const ushort *)S + (size_t)nb * (K / 32);
     uint2 wr;
-    ushort wd;
-#define WLOAD(gi) do { wr = wq[2 * (gi)]; wd = sq[gi]; } while (0)
-#elif XQ == 2
+#else
     __global const uint4 *wq = (__global const uint4 *)(W + (size_t)nb * K) + bh;
-    __global const ushort *sq = (__global const ushort *)S + (size_t)nb * (K / 32);
     uint4 wr;
+#endif
+    __global const ushort *sq = (__global const ushort *)S + (size_t)nb * (K / 32);
     ushort wd;
 #define WLOAD(gi) do { wr = wq[2 * (gi)]; wd = sq[gi]; } while (0)
 #else

@@ -111,7 +111,7 @@ def buffers(dev: CLDevice, cfg: ModelConfig, layers: list[Experts], rows: int,
     return ExpertBuffers(
         logits=dev.alloc(rows * E * f4), ids=dev.alloc(rows * k * f4),
         wts=dev.alloc(rows * k * f4), order=dev.alloc(p * f4),
-        tile_e=dev.alloc(max(1, p // min(t, matmul.XMMA_TILE)) * f4),
+        tile_e=dev.alloc(max(1, p // t) * f4),  # (t: the smaller tile, the more tiles)
         pos=dev.alloc(rows * k * f4), xg=dev.alloc(p * dim * f4), gu=dev.alloc(p * 2 * F * f4),
         h=dev.alloc(p * F * f4), yd=dev.alloc(p * dim * f4),
         slots=upload(dev, np.arange(k, dtype=np.int32)),
