@@ -21,7 +21,14 @@ Models (NAME):
                  for profiling (bench/profile_step.py)
   qwen3moe-a3b-q4_0  a Qwen3-30B-A3B body (hidden 2048, 48 layers, 32/4 heads of 128 with QK-norm,
                  128 experts of FFN 768, 8 a token; 17 GB) with SmolLM2's tokenizer, Q4_0
-                 layers and experts, a float32 router
+                 layers and experts, a float32 router (the file ``llama-quantize
+                 --allow-requantize`` makes its Q4_K_M from: the mix depends on the tensors'
+                 names and shapes, not on their values)
+  gptoss20b-mxfp4  a gpt-oss-20b body (arch gpt-oss: hidden 2880, 24 layers, 64/8 heads of 64
+                 with biases and attention sinks, a window of 128 on even layers, YaRN x32 of
+                 4096, 32 experts of FFN 2880 with biases, 4 a token; 12 GB) with SmolLM2's
+                 tokenizer, MXFP4 experts, Q8_0 attention, embedding and (untied) output,
+                 float32 router, norms, sinks and biases, as the published MXFP4 file
   qwen3-0.6b-q8_0  a Qwen3-0.6B body (arch qwen3: hidden 1024, 28 layers, 16/8 heads of 128, so
                  queries of 2048, QK-norm, FFN 3072, rope base 1e6, context 40960; 0.5 GB)
   gemma3-1b-q8_0   a Gemma-3-1B body (arch gemma3: hidden 1152, 26 layers, 4/1 heads of 256,
@@ -53,8 +60,13 @@ BODY_8B = dict(dim=4096, layers=32, heads=32, kv_heads=8, head_dim=128, ffn=1433
                rope_base=500000.0, eps=1e-5, context=131072)
 BODY_70B = dict(dim=8192, layers=80, heads=64, kv_heads=8, head_dim=128, ffn=28672,
                 rope_base=500000.0, eps=1e-5, context=131072)
-BODY_A3B = dict(dim=2048, layers=48, heads=32, kv_heads=4, head_dim=128, ffn=6144,
-                rope_base=1e6, eps=1e-6, context=40960, experts=128, used=8, expert_ffn=768)
+BODY_A3B = dict(arch="qwen3moe", dim=2048, layers=48, heads=32, kv_heads=4, head_dim=128,
+                ffn=6144, rope_base=1e6, eps=1e-6, context=40960, experts=128, used=8,
+                expert_ffn=768, qk_norm=True)
+BODY_GPTOSS20B = dict(arch="gpt-oss", dim=2880, layers=24, heads=64, kv_heads=8, head_dim=64,
+                      ffn=2880, rope_base=150000.0, eps=1e-5, context=131072, experts=32, used=4,
+                      expert_ffn=2880, sliding_window=128, yarn=(32.0, 4096, 32.0, 1.0),
+                      biases=True, sinks=True, untied=True)
 # dense bodies of other families (``arch``: the GGUF architecture; ``qk_norm``: a norm weight per
 # head size on queries and keys; ``sandwich``: norms after attention and after the FFN too;
 # ``sliding_window``: llama.cpp's gemma3 loader derives its pattern, 5 sliding layers of 6,
@@ -69,15 +81,16 @@ MODELS = {"smollm2-q4_1": None, "llama1b-f16": ("F16", "F16"), "llama1b-q8_0": (
           "llama8b-f16": ("F16", "F16"), "llama8b-q8_0": ("Q8_0", "Q8_0"),
           "llama8b-q4_0": ("Q4_0", "Q4_0"),
           "llama70b-q8_0": ("Q8_0", "Q8_0"), "llama70b20-q8_0": ("Q8_0", "Q8_0"),
-          "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0"),
+          "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0"), "gptoss20b-mxfp4": ("Q8_0", "Q8_0", "MXFP4"),
           "qwen3-0.6b-q8_0": ("Q8_0", "Q8_0"), "gemma3-1b-q8_0": ("Q8_0", "Q8_0")}
 # a model's body is its name less the last "-" part
 BODIES = {"llama1b": BODY_1B, "llama8b": BODY_8B, "llama70b": BODY_70B,
-          "llama70b20": {**BODY_70B, "layers": 20},
+          "llama70b20": {**BODY_70B, "layers": 20}, "qwen3moe-a3b": BODY_A3B,
+          "gptoss20b": BODY_GPTOSS20B,
           "qwen3-0.6b": BODY_QWEN3_06B, "gemma3-1b": BODY_GEMMA3_1B}
 # (bytes, values) per block of each weight type this writer makes
 _BLOCK = {"F16": (2, 1), "Q8_0": (34, 32), "Q4_0": (18, 32), "Q4_K": (144, 256),
-          "Q6_K": (210, 256)}
+          "Q6_K": (210, 256), "MXFP4": (17, 32)}
 
 
 def prepare(src: str, out: str) -> None:
@@ -136,18 +149,22 @@ def random_rows(kind: str, n: int, k: int, rng: np.random.Generator) -> np.ndarr
         half(2, 1e-3)
     elif kind == "Q6_K":  # 128 + 64 bytes of 6-bit values, 16 int8 scales, d
         half(208, 2e-5)
+    elif kind == "MXFP4":  # a power-of-two scale (E8M0, 2^(e-127) halved), 32 4-bit values
+        raw[:, :, 0] = 121  # FP4 values up to 6: weights up to about 0.05
     return raw.reshape(n, -1)
 
 
 def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: int = 0,
-               moe: bool = False, body: str = "llama1b") -> None:
-    """A Llama-3.2-1B-bodied model (``body``: another of ``BODIES``; ``moe``: a Qwen3-30B-A3B
-    body) with the tokenizer of ``tok_path`` at ``dst``. Metadata keys and tensor names are
-    those llama.cpp's loader reads for the body's architecture."""
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
+               body: str = "llama1b", expert_kind: str | None = None) -> None:
+    """The body ``body`` (one of ``BODIES``) with the tokenizer of ``tok_path`` at ``dst``:
+    matrices in ``layer_kind``, the embedding (and an untied output) in ``embed_kind``, the
+    experts of a mixture in ``expert_kind`` (default ``layer_kind``). Metadata keys and tensor
+    names are those llama.cpp's loader reads for the body's architecture."""
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, RopeScalingType
 
-    b = BODY_A3B if moe else BODIES[body]
-    arch = "qwen3moe" if moe else b.get("arch", "llama")
+    b = BODIES[body]
+    arch = b.get("arch", "llama")
+    expert_kind = expert_kind or layer_kind
     # the 70B body's layers share one layer's random values (generating 73 GB of them would
     # take longer than writing them)
     reuse = body.startswith("llama70b")
@@ -155,8 +172,8 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
     tok = GGUFReader(tok_path)
     vocab = len(tok.fields["tokenizer.ggml.tokens"].data)
     w = GGUFWriter(dst, arch)
-    w.add_name(f"{'qwen3moe-a3b' if moe else body}-body {layer_kind}")
-    if moe:
+    w.add_name(f"{body}-body {layer_kind}")
+    if b.get("experts"):
         w.add_expert_count(b["experts"])
         w.add_expert_used_count(b["used"])
         w.add_expert_feed_forward_length(b["expert_ffn"])
@@ -165,7 +182,15 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
         w.add_value_length(b["head_dim"])
     if b.get("sliding_window"):
         w.add_sliding_window(b["sliding_window"])
-        w.add_rope_freq_base_swa(b["rope_base_swa"])
+        if "rope_base_swa" in b:
+            w.add_rope_freq_base_swa(b["rope_base_swa"])
+    if b.get("yarn"):
+        factor, orig, beta_fast, beta_slow = b["yarn"]
+        w.add_rope_scaling_type(RopeScalingType.YARN)
+        w.add_rope_scaling_factor(factor)
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_rope_scaling_yarn_beta_fast(beta_fast)
+        w.add_rope_scaling_yarn_beta_slow(beta_slow)
     w.add_block_count(b["layers"])
     w.add_context_length(b["context"])
     w.add_embedding_length(b["dim"])
@@ -200,10 +225,15 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
     def norm(name: str, n: int = b["dim"]) -> None:
         w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
 
+    def small(name: str, *shape: int) -> None:  # biases, sinks and the router: float32
+        w.add_tensor(name, (0.05 * rng.standard_normal(shape)).astype(np.float32))
+
     D, H, KV, F = b["dim"], b["heads"], b["kv_heads"], b["ffn"]
     hd = b["head_dim"]
     mat("token_embd.weight", embed_kind, vocab, D)
     norm("output_norm.weight")
+    if b.get("untied"):
+        mat("output.weight", embed_kind, vocab, D)
     for i in range(b["layers"]):
         p = f"blk.{i}."
         norm(p + "attn_norm.weight")
@@ -211,21 +241,30 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
         mat(p + "attn_k.weight", layer_kind, KV * hd, D)
         mat(p + "attn_v.weight", layer_kind, KV * hd, D)
         mat(p + "attn_output.weight", layer_kind, D, H * hd)
+        if b.get("biases"):
+            for role, n in (("attn_q", H * hd), ("attn_k", KV * hd), ("attn_v", KV * hd),
+                            ("attn_output", D)):
+                small(p + role + ".bias", n)
+        if b.get("sinks"):
+            small(p + "attn_sinks.weight", H)
         if b.get("qk_norm"):
             norm(p + "attn_q_norm.weight", hd)
             norm(p + "attn_k_norm.weight", hd)
         if b.get("sandwich"):
             norm(p + "post_attention_norm.weight")
-        norm(p + "ffn_norm.weight")
-        if moe:
+        # gpt-oss names its pre-FFN norm post_attention_norm
+        norm(p + ("post_attention_norm.weight" if arch == "gpt-oss" else "ffn_norm.weight"))
+        if b.get("experts"):
             E, FE = b["experts"], b["expert_ffn"]
-            norm(p + "attn_q_norm.weight", hd)
-            norm(p + "attn_k_norm.weight", hd)
-            w.add_tensor(p + "ffn_gate_inp.weight",
-                         (0.05 * rng.standard_normal((E, D))).astype(np.float32))
-            mat(p + "ffn_gate_exps.weight", layer_kind, FE, D, experts=E)
-            mat(p + "ffn_up_exps.weight", layer_kind, FE, D, experts=E)
-            mat(p + "ffn_down_exps.weight", layer_kind, D, FE, experts=E)
+            small(p + "ffn_gate_inp.weight", E, D)
+            mat(p + "ffn_gate_exps.weight", expert_kind, FE, D, experts=E)
+            mat(p + "ffn_up_exps.weight", expert_kind, FE, D, experts=E)
+            mat(p + "ffn_down_exps.weight", expert_kind, D, FE, experts=E)
+            if b.get("biases"):
+                small(p + "ffn_gate_inp.bias", E)
+                small(p + "ffn_gate_exps.bias", E, FE)
+                small(p + "ffn_up_exps.bias", E, FE)
+                small(p + "ffn_down_exps.bias", E, D)
             continue
         mat(p + "ffn_gate.weight", layer_kind, F, D)
         mat(p + "ffn_up.weight", layer_kind, F, D)
@@ -252,8 +291,9 @@ def write(prep: str, out: str, only: list[str] | None = None) -> list[str]:
         if kinds is None:
             standin_gguf.fill(os.path.join(prep, "smollm2.skel.npz"), dst)
         else:
-            write_body(os.path.join(prep, "tokenizer.gguf"), dst, *kinds,
-                       moe=name.startswith("qwen3moe"), body=name.rsplit("-", 1)[0])
+            write_body(os.path.join(prep, "tokenizer.gguf"), dst, kinds[0], kinds[1],
+                       body=name.rsplit("-", 1)[0],
+                       expert_kind=kinds[2] if len(kinds) > 2 else None)
         print(f"{dst} ({os.path.getsize(dst) / 1e6:.0f} MB)", flush=True)
         paths.append(dst)
     return paths
