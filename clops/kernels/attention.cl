@@ -570,7 +570,7 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
 #if QKNORM
                       , __global const float *wq, __global const float *wk, float eps
 #endif
-                      ) {
+                      SINKS_ARG) {
     __local float qs[NREP * HEAD_DIM] __attribute__((aligned(16)));
     __local float kn[HEAD_DIM] __attribute__((aligned(16))), p[NREP * CHUNK], red[NREP * HEAD_DIM];
     __local float kt[TJ * KROW] __attribute__((aligned(16)));
@@ -627,11 +627,14 @@ void attn_decode_rope(__global float *out, __global float *part, __global int *c
     __global const kv_t *kb = kc + kv0, *vb = vc + kv0;
     const int nc = tail ? n - 1 : n;  // positions read from the cache
     float mx = chunk_scores(ph, qh, kt, kb, kn, n, nc, t, lid, blocks, j0, bs, KV, kvh);
-    const float2 ms = chunk_softmax(ph, red + hr * HEAD_DIM, t, n, mx);
-    mx = ms.x;
-    const float l = ms.y;
+    float2 ms = chunk_softmax(ph, red + hr * HEAD_DIM, t, n, mx);
     float acc = value_sum(ph, kt, vb, nc, t, lid, blocks, j0, bs, KV, kvh);
     if (tail) acc = mad(ph[n - 1], vn, acc);
+#if SINKS
+    if (s == s0) sink_fold(&ms, &acc, sinks[h]);  // (the head's first chunk that takes part)
+#endif
+    mx = ms.x;
+    const float l = ms.y;
 #if COMBINE
     if (active == 1) {
         out[h * HEAD_DIM + t] = acc / l;
@@ -860,7 +863,8 @@ void attn_prefill_wg(__global float *out, __global const float *q, int q_off, in
 #define FROW (HEAD_DIM + 8)  // halves a row in local memory: fragment reads hit all banks
 #define FND (HEAD_DIM / 8)   // 8-column tiles of a warp's output
 #define FKD (HEAD_DIM / 16)  // 16-deep steps of a score
-// Picked by attention.attn_prefill for half, uncapped, unwindowed rows where prefill_mma holds
+// Picked by attention.attn_prefill for half, uncapped rows (windowed ones causal) where
+// prefill_mma holds
 __kernel __attribute__((reqd_work_group_size(128, 1, 1)))
 void attn_prefill_mma(__global float *out, __global const float *q, int q_off, int ld_q,
                       __global const kv_t *kc, __global const kv_t *vc, int k_off, int v_off,
@@ -878,6 +882,10 @@ void attn_prefill_mma(__global float *out, __global const float *q, int q_off, i
     const int l1 = r1 >= M ? 0 : causal ? min(n_keys, base + r1 + 1) : n_keys;
     const int lw = causal ? min(n_keys, base + min(m0 + 16 * warp + 16, M)) : n_keys;
     const int lmax = causal ? min(n_keys, base + min(m0 + FQ, M)) : n_keys;
+    // (WINDOW, causal rows only: keys [f0, l0) for r0, [f1, l1) for r1; the warp's first row's
+    // first key fw, the group's fg: tiles wholly before them skipped)
+    const int f0 = first_key(base + r0), f1 = first_key(base + r1);
+    const int fw = first_key(base + m0 + 16 * warp), fg = first_key(base + m0);
     const float qscale = scale * 1.44269504088896f;
     __global const float *q0 = q + q_off + (size_t)min(r0, M - 1) * ld_q + h * HEAD_DIM + 2 * t;
     __global const float *q1 = q + q_off + (size_t)min(r1, M - 1) * ld_q + h * HEAD_DIM + 2 * t;
@@ -904,7 +912,7 @@ void attn_prefill_mma(__global float *out, __global const float *q, int q_off, i
     mx0 = mx1 = sinks[h] * 1.44269504088896f;
     s0 = s1 = t == 0 ? 1.0f : 0.0f;
 #endif
-    for (int j0 = 0; j0 < lmax; j0 += FK) {
+    for (int j0 = fg / FK * FK; j0 < lmax; j0 += FK) {
         barrier(CLK_LOCAL_MEM_FENCE);  // the last tile is used up
         // (every load of the tile issued before any is stored: one memory latency a tile)
         // PERF (H100, 1B F16 body, a prompt chunk of 128 rows, device time of its 16 layers'
@@ -932,7 +940,7 @@ void attn_prefill_mma(__global float *out, __global const float *q, int q_off, i
 #endif
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (j0 >= lw) continue;  // the warp's rows attend to none of these keys
+        if (j0 >= lw || j0 + FK <= fw) continue;  // the warp's rows attend to none of these
         float p[FK / 8][4];
 #pragma unroll
         for (int n = 0; n < FK / 8; ++n) {
@@ -949,8 +957,8 @@ void attn_prefill_mma(__global float *out, __global const float *q, int q_off, i
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int j = j0 + 8 * n + 2 * t + e;
-                if (j >= l0) p[n][e] = -INFINITY;
-                if (j >= l1) p[n][2 + e] = -INFINITY;
+                if (j >= l0 || j < f0) p[n][e] = -INFINITY;
+                if (j >= l1 || j < f1) p[n][2 + e] = -INFINITY;
                 t0 = fmax(t0, p[n][e]);
                 t1 = fmax(t1, p[n][2 + e]);
             }

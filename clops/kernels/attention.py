@@ -220,7 +220,7 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
                      positions: int | None = None, kv_half: bool = False,
                      qk_norm: tuple[Buffer, Buffer, float] | None = None,
                      softcap: float = 0.0, window: int = 0,
-                     paged: Any = None) -> list[Launch]:
+                     paged: Any = None, sinks: Buffer | None = None) -> list[Launch]:
     """Decode attention of one row straight from the QKV projection ``qkv`` ([q | k | v] of
     the row at position state[0], before rotation): rotates q and k, stores k and v in the
     cache and attends, in one launch where ``decode_combines`` (``count``: n_heads int32,
@@ -234,9 +234,10 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     itself. ``paged`` (a ``paged.PagedRows``, which imports this module): kc and vc are a
     paged cache's pools (``paged.cl``), the row the first of ``paged`` (its slot's blocks,
     its position ``paged.positions[0]``, which ``state`` must be), ``max_seq`` the most
-    positions it may reach (a batched engine's row alone). Picked by
-    ``Model._attention`` for a decode row of whole-head rotary and no sinks where
-    ``fused_decode`` holds, and by ``BatchEngine``'s plan of a decode row alone."""
+    positions it may reach (a batched engine's row alone). ``sinks`` as ``attn_decode``
+    takes them (folded into the head's first chunk that takes part). Picked by
+    ``Model._attention`` for a decode row of whole-head rotary where ``fused_decode`` holds,
+    and by ``BatchEngine``'s plan of a decode row alone."""
     if qk_norm is not None and not folds_qk_norm(head_dim):
         raise ValueError(f"attn_decode_rope: the QK-norm folds into heads of a power of two "
                          f"dimensions, not {head_dim}")
@@ -268,7 +269,7 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
                 ROPE_NEOX=int(neox), COMBINE=int(combine), PTX_FENCE=int(ptx), NREP=nrep,
                 **({"QKNORM": 1} if qk_norm is not None else {}),
                 **({"PAGED": 1} if paged is not None else {}), **_score_defines(softcap, window),
-                **kv_defines(kv_half), **tile_defines(dev))
+                **kv_defines(kv_half), **tile_defines(dev), **sink_defines(sinks))
     a1 = [out, part, count, qkv, kc, vc, state, inv_freq, i32(max_seq),
           i32(n_rep), i32(n_heads), i32(n_kv), f32(scale)]
     reads: list[Buffer] = []
@@ -278,6 +279,8 @@ def attn_decode_rope(dev: CLDevice, out: Buffer, part: Buffer, count: Buffer, qk
     if qk_norm is not None:
         a1 += [qk_norm[0], qk_norm[1], f32(qk_norm[2])]
         reads += [qk_norm[0], qk_norm[1]]
+    a1 += sink_args(sinks)
+    reads += sink_args(sinks)
     launches = [Launch(k1, (splits * head_dim * nrep, n_heads // nrep), (head_dim * nrep, 1), a1,
                        [qkv, kc, vc, state, inv_freq, count, *reads],
                        [out, part, kc, vc, count], "attn_decode")]
@@ -386,15 +389,19 @@ def attn_prefill(dev: CLDevice, out: Buffer, q: Buffer, q_off: int, ld_q: int, k
     defs = {**kv_defines(kv_half), **sink_defines(sinks)}
     # (the sinks, where given, are every kernel's last argument: after M where it has one)
     sink = sink_args(sinks)
-    if softcap or window:
-        # PERF: capped or windowed scores take the work-item-per-row kernel on GPUs too
+    mma = half and prefill_mma(dev, head_dim) and not softcap and (causal or not window)
+    if softcap or window and not mma:
+        # PERF: capped scores (and windowed ones off the tensor cores) take the
+        # work-item-per-row kernel on GPUs too
         knl = kernel(dev, "attention", "attn_prefill", HEAD_DIM=head_dim,
                      **_score_defines(softcap, window), **defs)
         return Launch(knl, (m, n_heads), None, args + sink, reads, [out], "attn_prefill")
-    if half and prefill_mma(dev, head_dim):
-        # PERF (H200, Llama-3.2-1B body, a prompt of 512 rows): 198 -> 32 us a layer
+    if mma:
+        # PERF (H200, Llama-3.2-1B body, a prompt of 512 rows): 198 -> 32 us a layer; (gpt-oss's
+        # windowed layers too: the tiles before a row group's window skipped)
         knl = kernel(dev, "attention", "attn_prefill_mma", HEAD_DIM=head_dim, PREFILL_MMA=1,
-                     **({"HALF_OUT": 1} if half_out else {}), **defs)
+                     **({"HALF_OUT": 1} if half_out else {}), **_score_defines(0.0, window),
+                     **defs)
         return Launch(knl, (math.ceil(m / 64) * 128, n_heads), (128, 1),
                       args + [i32(m), *sink], reads, [out], "attn_prefill")
     if not launch.is_cpu(dev) and head_dim % 8 == 0:

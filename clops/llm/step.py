@@ -598,10 +598,10 @@ class StepBuilder:
         """Whether a decode row of layer ``ly`` takes ``attn_decode_rope`` (rotation, the
         cache's stores and attention in one launch): GPUs (``OneSequence``: where the CPU
         kernel does not run; ``Paged``: a single-row plan's row, where attention is split
-        over positions), whole-head rotary and no sinks; a window where the launch combines
-        its partials."""
+        over positions), whole-head rotary; a window where the launch combines its
+        partials."""
         cfg, dev, D, cache = self.cfg, self.dev, self.cfg.head_dim, self.cache
-        if cfg.rotary != D or ly.sinks is not None or not attention.fused_decode(dev, D) or \
+        if cfg.rotary != D or not attention.fused_decode(dev, D) or \
                 ly.window and not attention.decode_combines(dev):
             return False
         if isinstance(cache, Paged):
@@ -660,7 +660,7 @@ class StepBuilder:
                                                  neox=cfg.rope_neox, positions=walk.span,
                                                  qk_norm=self._qk_norm_in(walk, ly),
                                                  softcap=cfg.attn_softcap, window=ly.window,
-                                                 **common):
+                                                 sinks=ly.sinks, **common):
                 step.add(ln)
             return False
         if m > 1 and plain and qkv_slices == 1 and not kv_half and \
@@ -728,7 +728,7 @@ class StepBuilder:
                     ly.inv_freq, n_heads=H, n_kv=KV, head_dim=D, max_seq=ctx,
                     scale=self._scale(), neox=cfg.rope_neox, kv_half=self.kv_half,
                     qk_norm=self._qk_norm_in(walk, ly), softcap=cfg.attn_softcap,
-                    window=ly.window, paged=cache.rows):
+                    window=ly.window, paged=cache.rows, sinks=ly.sinks):
                 step.add_spanned(ln, attention.decode_rope_follows(dev, ln, context=ctx,
                                                                    n_heads=H))
             return

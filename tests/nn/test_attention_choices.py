@@ -212,6 +212,42 @@ def test_prefill_tensor_cores(device, dh, p0, m, causal, kv_half):
     np.testing.assert_array_equal(halves, got.astype(np.float16))
 
 
+@pytest.mark.parametrize("p0,m,window", [(0, 150, 37), (200, 70, 100), (5, 9, 64)])
+def test_prefill_tensor_cores_window_sinks(device, p0, m, window):
+    """gpt-oss's windowed layers on tensor cores (attn_prefill_mma with WINDOW, a sink logit a
+    head): each row the last ``window`` keys up to its own, the tiles wholly before a row
+    group's window skipped, against float64 from float16-rounded q, k, v."""
+    dev = device
+    dh, h, kv, cap = 64, 8, 2, 320
+    if not attention.prefill_mma(dev, dh):
+        pytest.skip(f"{dev.name}: no tensor-core prefill attention (needs NVIDIA mma.sync)")
+    rng = np.random.default_rng(p0 + m + window)
+    kc = rng.standard_normal((kv, cap, dh)).astype(np.float32) * 1.5
+    vc = rng.standard_normal((kv, cap, dh)).astype(np.float32)
+    q = rng.standard_normal((m, h, dh)).astype(np.float32) * 1.5
+    sinks = rng.standard_normal(h).astype(np.float32) + 2.0
+    scale = dh ** -0.5
+    state = _buf(dev, np.array([p0, 0, 0, 0], np.int32))
+    out = dev.alloc(q.nbytes)
+    ln = attention.attn_prefill(dev, out, _buf(dev, q), 0, h * dh, _buf(dev, kc), _buf(dev, vc),
+                                0, 0, cap * dh, state, pos_add=0, causal=True, n_keys=cap, m=m,
+                                n_heads=h, n_kv=kv, head_dim=dh, scale=scale, half=True,
+                                window=window, sinks=_buf(dev, sinks))
+    assert ln.kernel.function_name == "attn_prefill_mma"
+    ln.run(dev)
+    f16 = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
+    qh, kh, vh = f16(q), f16(kc), f16(vc)
+    want = np.zeros(q.shape)
+    for i in range(m):
+        lo, hi = max(0, p0 + i - window + 1), p0 + i + 1
+        for j in range(h):
+            sc = (kh[j // (h // kv), lo:hi] @ qh[i, j]) * scale
+            top = max(sc.max(), sinks[j])
+            e = np.exp(sc - top)
+            want[i, j] = (e @ vh[j // (h // kv), lo:hi]) / (e.sum() + np.exp(sinks[j] - top))
+    np.testing.assert_allclose(_read(dev, out, q.shape), want, rtol=0, atol=4e-3)
+
+
 def test_prefill_half_out_is_refused_off_tensor_cores(device):
     """Float16 output rows come from the tensor-core kernel alone: elsewhere, or with a cap,
     attn_prefill refuses them."""

@@ -284,3 +284,56 @@ def test_attn_decode_rope_steps(device, monkeypatch, combine, neox, per_kv_head,
         left = np.empty(h, np.int32)
         dev.read(left, count, blocking=True)
         assert not left.any(), "the head counters must be zero after each step"
+
+
+@pytest.mark.parametrize("window, nrep", [(0, 3), (37, 1)], ids=["whole", "window-37"])
+def test_attn_decode_rope_sinks(device, monkeypatch, window, nrep):
+    # gpt-oss's decode row in the one launch: a sink logit a query head folded into the
+    # head's first chunk that takes part (chunk 0, or with a window the first one holding a
+    # position of it), its combine counting it once; heads of one work-group each their own
+    # sink. Sinks of the scores' size (the result far from attention without them)
+    monkeypatch.setattr(attention, "DECODE_NREP_OVERRIDE", nrep)
+    h, kv, d, max_seq, chunk = 6, 2, 32, 96, 16
+    sinks = np.array([0.5, -1.0, 2.0, 1.2, 3.0, -0.5], np.float32)
+    rng = np.random.default_rng(9)
+    inv_freq = (1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
+    dev = device
+    kc, vc = (dev.alloc(attention.kv_nbytes(kv, max_seq, d, False)) for _ in range(2))
+    out, count = dev.alloc(h * d * 4), dev.alloc(h * 4)
+    part = dev.alloc(h * -(-max_seq // chunk) * (d + 2) * 4)
+    dev.write(count, np.zeros(h, np.int32), blocking=True)
+    state, qkv, ifq, sb = dev.alloc(16), dev.alloc((h + 2 * kv) * d * 4), \
+        dev.alloc(inv_freq.nbytes), dev.alloc(sinks.nbytes)
+    dev.write(ifq, inv_freq, blocking=True)
+    dev.write(sb, sinks, blocking=True)
+    keys = np.zeros((max_seq, kv, d), np.float32)
+    vals = np.zeros((max_seq, kv, d), np.float32)
+    scale = 1 / np.sqrt(d)
+    for pos in [0, 15, 16, 40, 95]:
+        row = rng.standard_normal((h + 2 * kv) * d).astype(np.float32)
+        q = _rope_ref(row[:h * d].reshape(h, d), pos, inv_freq, True)
+        keys[pos] = _rope_ref(row[h * d:(h + kv) * d].reshape(kv, d), pos, inv_freq, True)
+        vals[pos] = row[(h + kv) * d:].reshape(kv, d)
+        dev.write(qkv, row, blocking=True)
+        dev.write(state, np.array([pos, 0, 0, 0], np.int32), blocking=True)
+        for ln in attention.attn_decode_rope(dev, out, part, count, qkv, kc, vc, state, ifq,
+                                             n_heads=h, n_kv=kv, head_dim=d, max_seq=max_seq,
+                                             scale=float(scale), neox=True, chunk=chunk,
+                                             combine=True, window=window, sinks=sb):
+            ln.run(dev)
+        got = np.empty((h, d), np.float32)
+        dev.read(got, out, blocking=True)
+        first = max(0, pos - window + 1) if window else 0
+        kr = np.repeat(keys[first:pos + 1], h // kv, axis=1).astype(np.float64)
+        vr = np.repeat(vals[first:pos + 1], h // kv, axis=1).astype(np.float64)
+        s = np.einsum("hd,lhd->hl", q.astype(np.float64), kr) * scale
+        top = np.maximum(s.max(1), sinks)
+        e = np.exp(s - top[:, None])
+        den = e.sum(1) + np.exp(sinks - top)
+        want = np.einsum("hl,lhd->hd", e, vr) / den[:, None]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"pos {pos}")
+        plain = np.einsum("hl,lhd->hd", e, vr) / e.sum(1)[:, None]
+        assert np.abs(got - plain).max() > 1e-2, f"pos {pos}: the sinks did not count"
+        left = np.empty(h, np.int32)
+        dev.read(left, count, blocking=True)
+        assert not left.any(), "the head counters must be zero after each step"
