@@ -16,7 +16,7 @@ from ..runtime import CLDevice
 from ..runtime.pool import Buffer
 from . import gemm as _gemm
 from . import launch, native_cpu
-from .launch import Launch, f32, i32, kernel, pow2_at_most
+from .launch import Launch, f32, float_define, i32, kernel, pow2_at_most
 from .norm import half_rows, split_norm_half
 
 
@@ -418,7 +418,7 @@ def matmul_xmma(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off
                 ldx: int, w: Weight, m: int, order: Buffer, experts: tuple[Buffer, int], *,
                 gather: int = 0, bias: Buffer | None = None, glu: bool = False,
                 act: str = "silu", half_in: bool = False, glu_out: bool = False,
-                name: str = "matmul") -> Launch:
+                limit: float = 0.0, alpha: float = 0.0, name: str = "matmul") -> Launch:
     """A mixture of experts' grouped product of m rows (``moe.align``'s slots, m a multiple
     of ``XMMA_TILE``, tile t meeting expert ``experts[0][t]`` of the ``experts[1]`` stacked in
     w, -1: not stored) on the float16 tensor cores (``xmma.cl``): y[s, :N] = a[s, :] . w_e
@@ -429,17 +429,23 @@ def matmul_xmma(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off
     x (``act`` a key of ``GLU_ACTS``). ``half_in``: x holds float16 rows (x_off, ldx in
     halves, multiples of 8), without ``glu``. ``glu_out``: w_e holds [gate | up] rows (N = 2F)
     and y gets float16 rows act(gate) * up [m][F] (y_off, ldy in halves): the GLU in the
-    product's epilogue. The row count is argument 9, the tiles axis 1 of the global size."""
+    product's epilogue; ``limit`` > 0 with it: gpt-oss's clamped GLU of that limit and
+    ``alpha`` (as ``activation.glu`` takes them) in place of act. The row count is argument 9,
+    the tiles axis 1 of the global size."""
     if w.layout != "rows":
         raise ValueError(f"matmul_xmma takes row-layout weights, not {w.layout}")
     if half_in and (glu or x_off % 8 or ldx % 8):
         raise ValueError("matmul_xmma: half_in= takes rows of float16 at multiples of 8 "
                          "values, without glu=")
+    if limit and not glu_out:
+        raise ValueError("matmul_xmma: limit= (a clamped GLU) goes with glu_out= only")
+    clamp = {"GLU_LIMIT": float_define(limit), "GLU_ALPHA": float_define(alpha)} if limit \
+        else {}
     tm, extra = _experts_args(w, m, XMMA_TILE, experts, {})
     n_out = w.n // experts[1]
     knl = kernel(dev, "xmma", "matmul_xmma", XMMA=1, EXPERTS=1, CHUNKED=1, XG=int(gather > 0),
                  KP=max(gather, 1), XMODE=2 if glu else 0, XH=int(half_in),
-                 XGLU=int(glu_out), **_glu_act(glu or glu_out, act),
+                 XGLU=int(glu_out), **_glu_act(glu or glu_out, act), **clamp,
                  HAS_BIAS=int(bias is not None), MMA_PTX=int(dev.probe("nvidia_ptx")),
                  **w.defines)
     args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,

@@ -25,7 +25,8 @@
 //   XGLU 1: W_e holds [gate | up] rows (N = 2F) and y gets the float16 rows act(gate) * up
 //           [M][F] (y_off, ldy in halves): a work-group takes 64 gate rows and the 64 up rows
 //           F after them, interleaved in local memory, so that each accumulator pair is a gate
-//           and its up (bias: bias_e's gate and up values).
+//           and its up (bias: bias_e's gate and up values). GLU_LIMIT, GLU_ALPHA (float
+//           literals): gpt-oss's clamped GLU in place of act (activation.cl's glu_clamp).
 // align puts an expert's pairs before its padding, so where slot 16 i of a tile is padding, so
 // is every slot after it: a warp skips the instructions of its 16-row halves that hold no row
 // (and stores zeros there). MMA_PTX 0 (CPUs, tests): the instruction emulated through local
@@ -54,13 +55,17 @@
 
 // The weights' way into local memory: XQ 1, Q4_0 (half scales, the min -8 scales): a
 // work-item's 8 bytes of a group, values j and j + 16 of its 8 j; XQ 2, Q8_0 (half scales):
-// its 16 bytes; XQ 0, any other format, by load_group (each work-item of a row's two the whole
+// its 16 bytes; XQ 3, int8 values with a float scale per 32 (MXFP4's doubled E2M1 values and
+// power-of-two scales): its 16 bytes, q d in float32 as load_group makes it, then rounded to
+// float16; XQ 0, any other format, by load_group (each work-item of a row's two the whole
 // group, its half kept). XQ 1 and 2 make (q - 8) d and q d rounded once to float16, as
 // load_group's float values rounded to float16 are.
 #if WFMT == 3 && Q4_SYM && SCALE_HALF
 #define XQ 1
 #elif WFMT == 4 && QGROUP == 32 && !QMIN && SCALE_HALF
 #define XQ 2
+#elif WFMT == 4 && QGROUP == 32 && !QMIN
+#define XQ 3
 #else
 #define XQ 0
 #endif
@@ -135,6 +140,12 @@ inline void xfrag_a(uint *a, __local const ushort *p) {
     a[3] = *(__local const uint *)(p + 8 * XR + 8);
 }
 
+// four int8 values (the bytes of w) times d, rounded to float16: two float16 pairs
+inline uint2 xq4f(uint w, float d) {
+    const float4 v = convert_float4(as_char4(w)) * d;
+    return (uint2)(XH2(v.x, v.y), XH2(v.z, v.w));
+}
+
 inline uint4 xh8(float4 a, float4 b) {
     return (uint4)(XH2(a.x, a.y), XH2(a.z, a.w), XH2(b.x, b.y), XH2(b.z, b.w));
 }
@@ -204,8 +215,13 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
     __global const uint4 *wq = (__global const uint4 *)(W + (size_t)nb * K) + bh;
     uint4 wr;
 #endif
+#if XQ == 3
+    __global const float *sq = (__global const float *)S + (size_t)nb * (K / 32);
+    float wd;
+#else
     __global const ushort *sq = (__global const ushort *)S + (size_t)nb * (K / 32);
     ushort wd;
+#endif
 #define WLOAD(gi) do { wr = wq[2 * (gi)]; wd = sq[gi]; } while (0)
 #else
     float4 wv[8];
@@ -235,6 +251,11 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
         __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
         bp[0] = (uint4)(XQ4(XS8(wr.x), XO8, XD), XQ4(XS8(wr.y), XO8, XD)); \
         bp[1] = (uint4)(XQ4(XS8(wr.z), XO8, XD), XQ4(XS8(wr.w), XO8, XD)); } while (0)
+#elif XQ == 3
+#define WSTORE(b) do { \
+        __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
+        bp[0] = (uint4)(xq4f(wr.x, wd), xq4f(wr.y, wd)); \
+        bp[1] = (uint4)(xq4f(wr.z, wd), xq4f(wr.w, wd)); } while (0)
 #else
 #define WSTORE(b) do { \
         __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
@@ -303,7 +324,12 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
             for (int h = 0; h < 2; ++h) {
                 const int row = m0 + wm + 16 * i + 8 * h + g;
                 const float2 v = (float2)(acc[i][j][2 * h], acc[i][j][2 * h + 1]) + bv;
-#if XGLU
+#if XGLU && defined(GLU_LIMIT)
+                // (gpt-oss's clamped GLU, as activation.cl's glu_clamp makes it)
+                const float gc = fmin(v.x, GLU_LIMIT), uc = clamp(v.y, -GLU_LIMIT, GLU_LIMIT);
+                vstore_half_rte((uc + 1.0f) * (gc / (1.0f + exp(-GLU_ALPHA * gc))), 0,
+                                (__global half *)y + y_off + (size_t)row * ldy + col);
+#elif XGLU
                 vstore_half_rte(glu_act4((float4)(v, 0.0f, 0.0f)).x * v.y, 0,
                                 (__global half *)y + y_off + (size_t)row * ldy + col);
 #else

@@ -247,25 +247,28 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         # the rows through the slots' order (no gathered copy) and the down products take the
         # plain GLU (no launch of its own)
         glu_in = cfg.act in matmul.GLU_ACTS and not cfg.glu_limit
+        clamp = {"limit": cfg.glu_limit, "alpha": cfg.glu_alpha} if cfg.glu_limit else {}
 
         def xmma(y: Buffer, y_off: int, ldy: int, x: Buffer, ldx: int, w: Any,
                  bias: Buffer | None, what: str, gather: int = 0,
-                 **fold: bool) -> Callable[[int], Launch]:
+                 **fold: Any) -> Callable[[int], Launch]:
             return lambda m: matmul.matmul_xmma(
                 dev, y, y_off, ldy, x, 0, ldx, w, rows(m), b.order, (b.tile_e, E),
                 gather=gather, bias=bias, name=f"{what}.{name}",
                 act=cfg.act if fold.get("glu") or fold.get("glu_out") else "silu", **fold)
 
-        if ex.gate_up is not None and glu_in and F % 8 == 0 and dim % 8 == 0:
-            # PERF: one [gate | up] product whose epilogue takes the GLU, its float16 rows the
-            # down products' input as they are (4 bytes a value fewer to read than [gate | up]
-            # in float32, each GLU made once, not once for each block of down's columns)
+        if ex.gate_up is not None and (glu_in or clamp) and cfg.act in matmul.GLU_ACTS and \
+                F % 8 == 0 and dim % 8 == 0:
+            # PERF: one [gate | up] product whose epilogue takes the GLU (gpt-oss's clamped
+            # one too), its float16 rows the down products' input as they are (4 bytes a
+            # value fewer to read than [gate | up] in float32, each GLU made once, not once for
+            # each block of down's columns, no GLU launch)
             # (and the rows it gathers in float16 too, made once: half the bytes each block
             # of its columns reads)
             tensor = [*routing,
                       lambda m: norm_kernels.half_rows(dev, b.xg, xn, 0, dim, k=dim, m=m),
                       xmma(b.h, 0, F, b.xg, dim, ex.gate_up, ex.gate_up_bias, "gate_up_exps",
-                           k, glu_out=True, half_in=True),
+                           k, glu_out=True, half_in=True, **clamp),
                       xmma(b.yd, 0, dim, b.h, F, ex.down, ex.down_bias, "down_exps",
                            half_in=True), combine]
             return [_follows(make, m) for make in tensor]

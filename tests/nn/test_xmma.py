@@ -139,13 +139,14 @@ def test_experts_rows_need_whole_tiles(device):
 
 
 
-@pytest.mark.parametrize("kind,f", [("Q4_0", 32), ("Q4_0", 96), ("Q8_0", 128), ("Q5_1", 96),
-                                    ("MXFP4", 32), ("Q4_K", 256)])
-def test_experts_rows_glu_out_then_half_in(device, kind, f, n_e=3, dim=64, top=2):
+@pytest.mark.parametrize("kind,f,limit", [
+    ("Q4_0", 32, 0.0), ("Q4_0", 96, 0.0), ("Q8_0", 128, 0.0), ("Q5_1", 96, 0.0),
+    ("MXFP4", 32, 0.0), ("Q4_K", 256, 0.0), ("MXFP4", 64, 0.5)])
+def test_experts_rows_glu_out_then_half_in(device, kind, f, limit, n_e=3, dim=64, top=2):
     """The [gate | up] product of float16 rows gathered through the slots' order, with the
-    GLU in its epilogue (float16 rows act(gate) * up) and biases per expert, then the down
-    product reading those float16 rows as they are: the two products of a prompt's experts,
-    against numpy."""
+    GLU in its epilogue (float16 rows act(gate) * up; ``limit``: gpt-oss's clamped GLU, a
+    limit that most values cross) and biases per expert, then the down product reading those
+    float16 rows as they are: the two products of a prompt's experts, against numpy."""
     k = 256 if kind == "Q4_K" else dim
     gu, guv = _weight(device, kind, n_e * 2 * f, k)
     down, downv = _weight(device, kind, n_e * k, f)
@@ -158,7 +159,7 @@ def test_experts_rows_glu_out_then_half_in(device, kind, f, n_e=3, dim=64, top=2
     # (the gathered rows as float16, as the prompt's [gate | up] products read them)
     matmul.matmul_xmma(device, hb, 0, f, _up(device, x.astype(np.float16)), 0, k, gu, p, ob,
                        (tb, n_e), gather=top, bias=_up(device, bias), glu_out=True,
-                       half_in=True).run(device)
+                       half_in=True, limit=limit, alpha=1.702).run(device)
     h = _read(device, hb, (p, f), np.float16).astype(np.float64)
     yb = _up(device, np.full((p, k), np.nan, np.float32))
     matmul.matmul_xmma(device, yb, 0, k, hb, 0, f, down, p, ob, (tb, n_e),
@@ -170,13 +171,26 @@ def test_experts_rows_glu_out_then_half_in(device, kind, f, n_e=3, dim=64, top=2
         e = tile_e[s // T]
         rows = guv[e * 2 * f:(e + 1) * 2 * f]
         v = _half(rows) @ _half(x[order[s] // top]) + bias[e * 2 * f:(e + 1) * 2 * f]
-        want_h[s] = v[:f] / (1 + np.exp(-v[:f])) * v[f:]
+        if limit:  # (as activation.glu's glu_clamp)
+            g, u = np.minimum(v[:f], limit), np.clip(v[f:], -limit, limit)
+            want_h[s] = (u + 1) * g / (1 + np.exp(-1.702 * g))
+            assert (np.abs(v) > limit).mean() > 0.5  # (the clamp matters)
+        else:
+            want_h[s] = v[:f] / (1 + np.exp(-v[:f])) * v[f:]
     # (h rounded to float16 once: within one float16 step of numpy's value)
     np.testing.assert_allclose(h[live], want_h[live], rtol=2.0 ** -10,
                                atol=1e-6 * np.abs(want_h).max())
     want_y = np.stack([_half(downv[tile_e[s // T] * k:(tile_e[s // T] + 1) * k]) @ h[s]
                        for s in live])
     _close(y[live], want_y)
+
+
+def test_experts_rows_clamp_goes_with_glu_out(device):
+    w, _ = _weight(device, "MXFP4", 2 * 32, 64)
+    buf = device.alloc(1 << 16)
+    with pytest.raises(ValueError, match="limit"):
+        matmul.matmul_xmma(device, buf, 0, 32, buf, 0, 64, w, T, buf, (buf, 2), limit=7.0,
+                           alpha=1.702)
 
 
 def test_experts_rows_half_in_refuses_the_glu_and_unaligned_rows(device):
