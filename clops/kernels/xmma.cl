@@ -57,7 +57,9 @@
 // work-item's 8 bytes of a group, values j and j + 16 of its 8 j; XQ 2, Q8_0 (half scales):
 // its 16 bytes; XQ 3, int8 values with a float scale per 32 (MXFP4's doubled E2M1 values and
 // power-of-two scales): its 16 bytes, q d in float32 as load_group makes it, then rounded to
-// float16; XQ 0, any other format, by load_group (each work-item of a row's two the whole
+// float16; XQ 4, the compact K-quants and IQ4_XS (WFMT 5): a work-item its half of the group
+// (low or high nibbles) as load_group makes them, the other half not computed; XQ 0, any
+// other format, by load_group (each work-item of a row's two the whole
 // group, its half kept). XQ 1 and 2 make (q - 8) d and q d rounded once to float16, as
 // load_group's float values rounded to float16 are.
 #if WFMT == 3 && Q4_SYM && SCALE_HALF
@@ -66,6 +68,8 @@
 #define XQ 2
 #elif WFMT == 4 && QGROUP == 32 && !QMIN
 #define XQ 3
+#elif WFMT == 5
+#define XQ 4
 #else
 #define XQ 0
 #endif
@@ -206,7 +210,16 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
 #else
     const int nb = min(n0 + br, N - 1);
 #endif
-#if XQ
+#if XQ == 4
+    // (the group read in place; the values of its own half of them, selected, not branched)
+    float16 wh;
+#define WLOAD(gi) do { \
+        const uint8 r_ = kq_load(W, K, nb, (gi)); \
+        uint4 lo_, hi_; \
+        kq_words(r_, &lo_, &hi_); \
+        const float4 sc_ = kq_scales(r_); \
+        wh = kq_values16(bh ? hi_ : lo_, bh ? sc_.z : sc_.x, bh ? sc_.w : sc_.y); } while (0)
+#elif XQ
     // (its 8 or 16 bytes of each group, and the group's half scale as bits)
 #if XQ == 1
     __global const uint2 *wq = (__global const uint2 *)(W + (size_t)nb * (K / 2)) + bh;
@@ -256,6 +269,10 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
         __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
         bp[0] = (uint4)(xq4f(wr.x, wd), xq4f(wr.y, wd)); \
         bp[1] = (uint4)(xq4f(wr.z, wd), xq4f(wr.w, wd)); } while (0)
+#elif XQ == 4
+#define WSTORE(b) do { \
+        __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
+        bp[0] = xh8(wh.s0123, wh.s4567); bp[1] = xh8(wh.s89ab, wh.scdef); } while (0)
 #else
 #define WSTORE(b) do { \
         __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \

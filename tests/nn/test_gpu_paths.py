@@ -299,6 +299,8 @@ def test_attn_decode_rope_sinks(device, monkeypatch, window, nrep):
     inv_freq = (1.0 / 10000 ** (np.arange(0, d, 2) / d)).astype(np.float32)
     dev = device
     kc, vc = (dev.alloc(attention.kv_nbytes(kv, max_seq, d, False)) for _ in range(2))
+    for c in (kc, vc):  # positions the steps skip hold zeros, as in the reference
+        dev.write(c, np.zeros(kv * max_seq * d, np.float32), blocking=True)
     out, count = dev.alloc(h * d * 4), dev.alloc(h * 4)
     part = dev.alloc(h * -(-max_seq // chunk) * (d + 2) * 4)
     dev.write(count, np.zeros(h, np.int32), blocking=True)
