@@ -166,15 +166,16 @@ def test_decode_steps_split_attention_batched_equals_alone(tmp_path, device, mon
 
 
 @pytest.mark.standin
-@pytest.mark.parametrize("name", ["llama", "qwen3", "gemma2", "gemma3"])
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gemma2", "gemma3", "gpt_oss"])
 def test_a_decode_row_alone_takes_the_single_sequence_kernel(tmp_path, device, monkeypatch,
                                                              name):
     """The GPUs' plan for a decode row alone (``single_row``) attends through the single
     sequence's decode kernel over the row's blocks (``attn_decode_rope`` with ``paged``:
     rotation, the stores and attention in one launch), run on this device too: QK-norm
     (qwen3), soft caps and windows that leave the first chunks of long rows out (gemma2,
-    gemma3); each sequence's tokens those of ``Model`` alone, and log-probabilities within the
-    bound of transformers'."""
+    gemma3), attention sinks in the first chunk that takes part (gpt-oss); each sequence's
+    tokens those of ``Model`` alone, and log-probabilities within the bound of
+    transformers'."""
     from clops.kernels import attention, paged
     from clops.llm.batch import SINGLE
     from clops.llm.step import StepBuilder
