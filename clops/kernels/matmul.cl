@@ -7,10 +7,11 @@
 //   QGROUP 32 or 16 (q8 only: Q6_K has a scale per 16 values)
 //   QMIN   1 (q8): a (scale, min) pair per QGROUP values, value = (q * scale) + min (Q5_1, Q5_K,
 //          Q2_K), rounded twice as GGUF computes it; not with QX
-//   KQB, KQM, KQT  (WFMT 5, the compact K-quants, nn/quant.py's k4, k5, k6 and i4) high bits
-//          a value (0: Q4_K, 1: Q5_K, 2: Q6_K), whether a group has a min (1: Q4_K, Q5_K), and
-//          whether the 4-bit values index IQ4's table (1: IQ4_XS, its nibbles in the order
-//          kq_words reads them)
+//   KQB, KQM, KQT  (WFMT 5, the compact K-quants, nn/quant.py's k4, k5, k6, i4 and m4) high
+//          bits a value (0: Q4_K, 1: Q5_K, 2: Q6_K), whether a group has a min (1: Q4_K, Q5_K),
+//          and whether the 4-bit values index a table (1: IQ4's, IQ4_XS; 2: MXFP4's doubled
+//          E2M1 values, a group's scale 2^(e - 128) of its exponent byte e; their nibbles in
+//          the order kq_words reads them)
 //   TM     rows of x per work-item: the dequantized weights are reused TM times from registers
 //   LSIZE  work-items that split K for one output column (1 on CPUs; up to 256 on GPUs)
 //   ROWS   output columns per work-item, one after another (CPUs: fewer, longer work-items)
@@ -184,15 +185,27 @@ inline uint8 kq_load(__global const uchar *W, int K, int n, int g) {
     const uint2 h = ((__global const uint2 *)(row + KQ_HOFF(K)))[g];
 #endif
     const uint s = ((__global const ushort *)(row + KQ_SOFF(K)))[g];
+#if KQT == 2
+    const uint d = 0u;  // (MXFP4: no super-scales; K need not be a multiple of 256)
+#else
     const uint d = ((__global const uint *)(row + KQ_DOFF(K)))[g / 8];
+#endif
     return (uint8)(q, h, s, d);
 }
-#if KQT
+#if KQT == 2
+// MXFP4's doubled E2M1 values (nn/quant.py E2M1_DOUBLED), 4 int8 a word
+#define IQ4_T0 0x03020100u
+#define IQ4_T1 0x0C080604u
+#define IQ4_T2 0xFDFEFF00u
+#define IQ4_T3 0xF4F8FAFCu
+#elif KQT
 // IQ4_NL's and IQ4_XS's 16 values (nn/quant.py IQ4_VALUES), 4 int8 a word
 #define IQ4_T0 0xBFAD9881u
 #define IQ4_T1 0xF6EADDCFu
 #define IQ4_T2 0x26190D01u
 #define IQ4_T3 0x71594535u
+#endif
+#if KQT
 // The table's values of the 4 nibbles of s (bits 0..15), as 4 int8 bytes
 #if DP4A
 // (NVIDIA: byte permutes; a selector's bit 3 would replicate a sign, so each half of the table
@@ -248,7 +261,11 @@ inline void kq_words(uint8 r, uint4 *lo, uint4 *hi) {
 inline float4 kq_scales(uint8 r) {
     const uint dd = r.s7;
     const float2 d = vload_half2(0, (const __private half *)&dd);
-#if KQT
+#if KQT == 2
+    // (2^(e - 128), e >= 2: a normal float32)
+    const float s = as_float(((r.s6 & 0xFFu) - 1u) << 23);
+    return (float4)(s, 0.0f, s, 0.0f);
+#elif KQT
     const float s = d.x * (float)as_char((uchar)(r.s6 & 0xFFu));
     return (float4)(s, 0.0f, s, 0.0f);
 #elif KQM

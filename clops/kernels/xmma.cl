@@ -55,19 +55,15 @@
 
 // The weights' way into local memory: XQ 1, Q4_0 (half scales, the min -8 scales): a
 // work-item's 8 bytes of a group, values j and j + 16 of its 8 j; XQ 2, Q8_0 (half scales):
-// its 16 bytes; XQ 3, int8 values with a float scale per 32 (MXFP4's doubled E2M1 values and
-// power-of-two scales): its 16 bytes, q d in float32 as load_group makes it, then rounded to
-// float16; XQ 4, the compact K-quants and IQ4_XS (WFMT 5): a work-item its half of the group
-// (low or high nibbles) as load_group makes them, the other half not computed; XQ 0, any
-// other format, by load_group (each work-item of a row's two the whole
-// group, its half kept). XQ 1 and 2 make (q - 8) d and q d rounded once to float16, as
-// load_group's float values rounded to float16 are.
+// its 16 bytes; XQ 4, the compact K-quants, IQ4_XS and MXFP4 (WFMT 5): a work-item its half of
+// the group (low or high nibbles) as load_group makes them, the other half not computed; XQ 0,
+// any other format, by load_group (each work-item of a row's two the whole group, its half
+// kept). XQ 1 and 2 make (q - 8) d and q d rounded once to float16, as load_group's float
+// values rounded to float16 are.
 #if WFMT == 3 && Q4_SYM && SCALE_HALF
 #define XQ 1
 #elif WFMT == 4 && QGROUP == 32 && !QMIN && SCALE_HALF
 #define XQ 2
-#elif WFMT == 4 && QGROUP == 32 && !QMIN
-#define XQ 3
 #elif WFMT == 5
 #define XQ 4
 #else
@@ -142,12 +138,6 @@ inline void xfrag_a(uint *a, __local const ushort *p) {
     a[1] = *(__local const uint *)(p + 8 * XR);
     a[2] = *(__local const uint *)(p + 8);
     a[3] = *(__local const uint *)(p + 8 * XR + 8);
-}
-
-// four int8 values (the bytes of w) times d, rounded to float16: two float16 pairs
-inline uint2 xq4f(uint w, float d) {
-    const float4 v = convert_float4(as_char4(w)) * d;
-    return (uint2)(XH2(v.x, v.y), XH2(v.z, v.w));
 }
 
 inline uint4 xh8(float4 a, float4 b) {
@@ -228,13 +218,8 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
     __global const uint4 *wq = (__global const uint4 *)(W + (size_t)nb * K) + bh;
     uint4 wr;
 #endif
-#if XQ == 3
-    __global const float *sq = (__global const float *)S + (size_t)nb * (K / 32);
-    float wd;
-#else
     __global const ushort *sq = (__global const ushort *)S + (size_t)nb * (K / 32);
     ushort wd;
-#endif
 #define WLOAD(gi) do { wr = wq[2 * (gi)]; wd = sq[gi]; } while (0)
 #else
     float4 wv[8];
@@ -264,11 +249,6 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
         __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
         bp[0] = (uint4)(XQ4(XS8(wr.x), XO8, XD), XQ4(XS8(wr.y), XO8, XD)); \
         bp[1] = (uint4)(XQ4(XS8(wr.z), XO8, XD), XQ4(XS8(wr.w), XO8, XD)); } while (0)
-#elif XQ == 3
-#define WSTORE(b) do { \
-        __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
-        bp[0] = (uint4)(xq4f(wr.x, wd), xq4f(wr.y, wd)); \
-        bp[1] = (uint4)(xq4f(wr.z, wd), xq4f(wr.w, wd)); } while (0)
 #elif XQ == 4
 #define WSTORE(b) do { \
         __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \

@@ -136,8 +136,9 @@ def _check_values(where: str, p: PackedWeight) -> None:
         return
     if p.fmt in KQ_FORMATS:  # (the scale and min of each group of the compact K-quants)
         scale, mn = kq_scales(p)
-        # (k6: |q - 32| <= 32, mn = -32 s; i4: IQ4's table values, at most 127)
-        most = {"k4": 15, "k5": 31, "k6": 32, "i4": 127}[p.fmt]
+        # (k6: |q - 32| <= 32, mn = -32 s; i4: IQ4's table values, at most 127; m4: MXFP4's
+        # doubled E2M1 values, at most 12)
+        most = {"k4": 15, "k5": 31, "k6": 32, "i4": 127, "m4": 12}[p.fmt]
         _check_bound(where, p, np.abs(scale) * most + (np.abs(mn) if p.fmt != "k6" else 0))
         return
     assert p.scales is not None
@@ -370,8 +371,9 @@ class SafetensorsSource(WeightSource):
                                                     for fn in self._names(name))
 
     def device_nbytes(self, name: str, layout: str = "rb16") -> int:
-        if self.has(name) and self._mxfp4(name):  # (MXFP4 blocks become int8 values)
-            return int(np.prod(self.shape(name)) * DEVICE_BYTES[GGML_MXFP4])
+        if self.has(name) and self._mxfp4(name):  # (as a GGUF file's MXFP4 blocks)
+            table = DEVICE_BYTES_ROWS if layout == "rows" else DEVICE_BYTES
+            return int(np.prod(self.shape(name)) * table[GGML_MXFP4])
         return super().device_nbytes(name, layout)
 
     def _mxfp4(self, name: str) -> tuple[str, str] | None:

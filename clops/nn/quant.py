@@ -44,6 +44,11 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
   word i holding values 4i..4i+3 in its low 16 bits and 16+4i..16+4i+3 in its high 16 bits, a
   nibble each, so that NVIDIA's byte permute looks up 4 values at once (``KQT`` 1). The CPU
   layout takes its ``q8`` form.
+- ``m4``: MXFP4 the same way (0.58 bytes a value against ``q8``'s 1.125; the file's 0.53): the
+  4-bit indices into the doubled E2M1 values as ``i4`` orders them, a group's E8M0 exponent
+  byte e twice, no super-scales (zeros); value = 2^(e - 128) * table[q] (``KQT`` 2; e >= 2:
+  the packer refuses subnormal scales and gives an all-zero group e = 2). The CPU layout takes
+  its ``q8`` form.
 
 The fused decode layers (``kernels.layer``) read none of the compact formats: the models small
 enough for those keep Q4_K's layers in ``q4`` (``llm.model``).
@@ -99,18 +104,22 @@ DEVICE_BYTES: dict[int, float] = {
 DEVICE_BYTES_ROWS: dict[int, float] = {
     **DEVICE_BYTES, GGML_Q4_K: 0.5 + 2 / 32 + 4 / 256, GGML_Q5_K: 0.5 + 6 / 32 + 4 / 256,
     GGML_Q6_K: 0.5 + 10 / 32 + 4 / 256, GGML_IQ4_XS: 0.5 + 2 / 32 + 4 / 256,
+    GGML_MXFP4: 0.5 + 2 / 32 + 4 / 256,
 }
 WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k4": 5, "k5": 5, "k6": 5,
-        "i4": 5}
-# the compact formats of the row layout: (KQB high bits a value, KQM mins, KQT IQ4's table)
+        "i4": 5, "m4": 5}
+# the compact formats of the row layout: (KQB high bits a value, KQM mins, KQT the 4-bit
+# values' table: 1 IQ4's, 2 MXFP4's doubled E2M1 values)
 KQ_FORMATS: dict[str, tuple[int, int, int]] = {"k4": (0, 1, 0), "k5": (1, 1, 0), "k6": (2, 0, 0),
-                                               "i4": (0, 0, 1)}
+                                               "i4": (0, 0, 1), "m4": (0, 0, 2)}
+# the table of each format whose 4-bit values index one
+KQ_TABLES = {"i4": IQ4_VALUES, "m4": E2M1_DOUBLED}
 assert tuple(KQ_FORMATS) == matmul.COMPACT_FORMATS  # (the kernels' list of them)
 
 
 def kq_row_bytes(fmt: str, k: int) -> int:
     """Bytes of a row of k values in the compact format ``fmt`` (``k4``, ``k5``, ``k6``,
-    ``i4``)."""
+    ``i4``, ``m4``)."""
     hb = KQ_FORMATS[fmt][0]
     return -(-(k // 2 + hb * k // 8 + k // 16 + k // 64) // 16) * 16
 
@@ -146,8 +155,8 @@ class PackedWeight:
         if self.fmt in KQ_FORMATS:
             q, s, mn = _kq_decode(self)
             g = q.reshape(self.n, -1, self.group).astype(np.float32)
-            if self.fmt == "i4":
-                return (IQ4_VALUES[q.reshape(g.shape)].astype(np.float32)
+            if self.fmt in KQ_TABLES:
+                return (KQ_TABLES[self.fmt][q.reshape(g.shape)].astype(np.float32)
                         * s[..., None]).reshape(self.n, self.k)
             if self.fmt == "k6":  # (q - 32) * s: GGUF's -0.0 where s < 0 and q = 32
                 return ((g - 32) * s[..., None]).reshape(self.n, self.k)
@@ -170,17 +179,17 @@ class PackedWeight:
         return (q * sc[..., None]).reshape(self.n, self.k)
 
     def expanded(self) -> PackedWeight:
-        """A weight in a compact format (``k4``, ``k5``, ``k6``, ``i4``) in the form the CPU
-        layout reads (``q4``, ``q8m``, ``q8``, ``q8``: the same values); any other weight as
-        it is."""
+        """A weight in a compact format (``k4``, ``k5``, ``k6``, ``i4``, ``m4``) in the form
+        the CPU layout reads (``q4``, ``q8m``, ``q8``, ``q8``, ``q8``: the same values); any
+        other weight as it is."""
         if self.fmt not in KQ_FORMATS:
             return self
         q, s, mn = _kq_decode(self)
         n, k = self.n, self.k
         if self.fmt == "k5":
             return _q8m(n, k, q, s, mn, 32)
-        if self.fmt == "i4":
-            return PackedWeight("q8", n, k, IQ4_VALUES[q], s, 32)
+        if self.fmt in KQ_TABLES:
+            return PackedWeight("q8", n, k, KQ_TABLES[self.fmt][q], s, 32)
         rows = self.data.reshape(n, -1)
         if self.fmt == "k4":
             so, po = _kq_sub_offset("k4", k), _kq_sup_offset("k4", k)
@@ -324,18 +333,21 @@ def _pack_iq4_nl(b: np.ndarray, n: int, k: int) -> PackedWeight:
 
 def _pack_mxfp4(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # value = 2^(e - 128) * doubled E2M1 value: the scale is the float32 of exponent e - 128
-    # (GGUF's half of the E8M0 scale), exact as a float scale
-    e = b[..., 0].astype(np.uint32)  # [n, k/32]
-    q8 = E2M1_DOUBLED[_low_high_nibbles(b[..., 1:17])]  # [n, k/32, 32]
-    tiny = (e < 2) & (q8 != 0).any(axis=-1)
+    # (GGUF's half of the E8M0 scale), exact as a float scale; kept as the file has it (m4)
+    e = b[..., 0]  # [n, k/32]
+    q = _low_high_nibbles(b[..., 1:17])  # [n, k/32, 32]: the table's indices
+    nonzero = (E2M1_DOUBLED[q] != 0).any(axis=-1)
+    tiny = (e < 2) & nonzero
     if tiny.any():
         row, blk = (int(i[0]) for i in np.nonzero(tiny))
         raise UnsupportedFormatError(
             f"MXFP4 block {blk} of row {row} has scale exponent byte {int(e[row, blk])}: its "
             "values are float32 subnormals (below 2^-126), which not every device computes "
             "exactly; clops refuses such blocks")
-    scale = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << np.uint32(23))
-    return PackedWeight("q8", n, k, q8.reshape(n, k), scale.view(np.float32), 32)
+    # (a group of zeros under a subnormal scale: zeros under any other)
+    e = np.where(e < 2, np.uint8(2), e).astype(np.uint8)
+    return _kq_pack("m4", q.reshape(n, k), np.repeat(e, 2, axis=-1),
+                    np.zeros((n, k // 64), np.uint8))
 
 
 def _pack_q3_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
@@ -424,13 +436,13 @@ def _kq_sup_offset(fmt: str, k: int) -> int:
 
 
 def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> PackedWeight:
-    """The compact rows of unsigned values ``q`` [n, k] (``i4``: the table's indices),
+    """The compact rows of unsigned values ``q`` [n, k] (``i4``, ``m4``: the table's indices),
     sub-scale bytes ``sub`` [n, k / 16] and super-scale bytes ``sup`` [n, k / 64] (two halves a
     256 values)."""
     n, k = q.shape
     g = q.reshape(n, k // 32, 32)
     row = np.zeros((n, kq_row_bytes(fmt, k)), np.uint8)
-    if fmt == "i4":  # (a word's low half values 4i..4i+3, its high half 16+4i..16+4i+3)
+    if fmt in KQ_TABLES:  # (a word's low half values 4i..4i+3, its high half 16+4i..16+4i+3)
         pairs = (g[..., 0::2] | (g[..., 1::2] << 4)).astype(np.uint8)  # [n, groups, 16]
         row[:, :k // 2] = np.stack([pairs[..., :8].reshape(n, -1, 4, 2),
                                     pairs[..., 8:].reshape(n, -1, 4, 2)], axis=3).reshape(n, -1)
@@ -452,12 +464,12 @@ def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> Packe
 
 
 def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A compact weight's unsigned values [n, k] (uint8; ``i4``: the table's indices) and each
-    group's float32 scale and min [n, k / group] (``kq_scales``; ``PackedWeight.dequantize``
-    makes the values of them)."""
+    """A compact weight's unsigned values [n, k] (uint8; ``i4``, ``m4``: the table's indices)
+    and each group's float32 scale and min [n, k / group] (``kq_scales``;
+    ``PackedWeight.dequantize`` makes the values of them)."""
     fmt, n, k = p.fmt, p.n, p.k
     rows = p.data.reshape(n, -1)
-    if fmt == "i4":
+    if fmt in KQ_TABLES:
         pairs = rows[:, :k // 2].reshape(n, k // 32, 4, 2, 2)  # [.., word, lo/hi half, pair]
         nib = np.stack([pairs & 15, pairs >> 4], axis=-1)  # [.., word, half, pair, member]
         q = nib.transpose(0, 1, 3, 2, 4, 5).reshape(n, k)
@@ -480,11 +492,15 @@ def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def kq_scales(p: PackedWeight) -> tuple[np.ndarray, np.ndarray]:
     """A compact weight's scale and min of each group, float32 [n, k / group] (Q6_K's min
-    -32 s; IQ4_XS's 0)."""
+    -32 s; IQ4_XS's and MXFP4's 0)."""
     fmt, n, k = p.fmt, p.n, p.k
     rows = p.data.reshape(n, -1)
     so, po = _kq_sub_offset(fmt, k), _kq_sup_offset(fmt, k)
     sub = np.ascontiguousarray(rows[:, so:so + k // 16])
+    if fmt == "m4":  # (a group's exponent byte twice, e >= 2: 2^(e - 128))
+        e = sub.reshape(n, k // 32, 2)[..., 0].astype(np.uint32)
+        s = ((e - 1) << np.uint32(23)).view(np.float32)
+        return s, np.zeros_like(s)
     sup = np.ascontiguousarray(rows[:, po:po + k // 64]).view(np.float16).astype(np.float32)
     sup = sup.reshape(n, k // 256, 2)
     if fmt == "i4":  # (a group's sub-scale twice, no min)

@@ -85,16 +85,19 @@ def test_mxfp4_experts_match_transformers_dequantized(mxfp4_model, device):
     # 8-bit experts quantize their rows, checked at the end): the exact weights' float32 sums
     model = clops.llm.load(path, device=device, max_seq_len=64, progress=False,
                            kv_cache="float32", int8_activations=False)
-    # the placement's estimate of the experts' device bytes: the repacked format's, not the file's
+    # the placement's estimate of the experts' device bytes: the repacked format's, not the
+    # file's (the row layout's within its rows' padding)
     src = _source(path)
     src.validate(model.config)
     fused = model.layers[0].experts.gate_up
     assert fused is not None
-    assert src.device_nbytes("blk.0.gate_exps") + src.device_nbytes("blk.0.up_exps") == \
-        fused.nbytes
+    want = sum(src.device_nbytes(f"blk.0.{k}_exps", fused.layout) for k in ("gate", "up"))
+    assert want <= fused.nbytes <= want + 16 * fused.n
     ex = model.layers[0].experts
-    # (MXFP4 values as int8 and a scale; gate and up one weight)
-    assert ex.gate_up is not None and ex.gate_up.fmt == "q8"
+    # (MXFP4 as the file has it in the row layout (GPUs), else its values as int8 and a scale;
+    # gate and up one weight)
+    assert ex.gate_up is not None
+    assert ex.gate_up.fmt == ("m4" if fused.layout == "rows" else "q8")
     # (int8_activations=False reaches the experts' products too, which no other layer reads)
     assert not any(w.int8 for ly in model.layers if ly.experts is not None
                    for w in [ly.experts.router, *ly.experts.products()])
@@ -143,7 +146,7 @@ def test_a_lone_decode_rows_experts_on_the_int8_path(mxfp4_model, device, monkey
     monkeypatch.setattr(launch, "is_cpu", lambda dev: False)
     monkeypatch.setattr("clops.nn.quant.layout_for", lambda dev: "rows")
     monkeypatch.setattr(matmul, "int8_activations",
-                        lambda dev, m, fmt, k: m == 1 and fmt in ("q4", "q8"))
+                        lambda dev, m, fmt, k: m == 1 and fmt in matmul.INT8_FORMATS)
     combines: list[int] = []
     real = moe.combine
 
@@ -156,7 +159,7 @@ def test_a_lone_decode_rows_experts_on_the_int8_path(mxfp4_model, device, monkey
     runs = []
     for sums in (True, False):
         monkeypatch.setattr(matmul, "int8_slots",
-                            lambda dev, w, on=sums: on and w.fmt in ("q4", "q8"))
+                            lambda dev, w, on=sums: on and w.fmt in matmul.INT8_FORMATS)
         combines.clear()
         model = clops.llm.load(path, device=device, max_seq_len=64, progress=False,
                                kv_cache="float32")
