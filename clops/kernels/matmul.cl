@@ -75,8 +75,8 @@
 #ifndef XMODE
 #define XMODE 0
 #endif
-#ifndef GLU_ACT  // (XMODE 2) the gate's activation: 0 SiLU, 1 GELU (tanh form)
-#define GLU_ACT 0
+#ifndef GLU_ACT  // (XMODE 2) the gate's activation: 0 SiLU, 1 GELU (tanh form); GLU_LIMIT and
+#define GLU_ACT 0  // GLU_ALPHA (float literals): gpt-oss's clamped GLU in its place
 #endif
 #if XMODE && !CHUNKED
 #error "XMODE needs CHUNKED"
@@ -392,10 +392,19 @@ inline float4 glu_act4(float4 v) {
     return v / (1.0f + exp(-v));
 #endif
 }
+// act(g) * u, or (GLU_LIMIT) gpt-oss's clamped GLU, as activation.cl's glu_clamp computes it
+inline float4 glu4(float4 g, float4 u) {
+#ifdef GLU_LIMIT
+    const float4 gc = fmin(g, GLU_LIMIT), uc = clamp(u, -GLU_LIMIT, GLU_LIMIT);
+    return (uc + 1.0f) * (gc / (1.0f + exp(-GLU_ALPHA * gc)));
+#else
+    return glu_act4(g) * u;
+#endif
+}
 #if XMODE == 1
 #define XC4(p, i) (X4(p, i) * X4(nw, i))
 #elif XMODE == 2
-#define XC4(p, i) (glu_act4(X4(p, i)) * X4((p) + K, i))
+#define XC4(p, i) glu4(X4(p, i), X4((p) + K, i))
 #else
 #define XC4(p, i) X4(p, i)
 #endif
@@ -1046,7 +1055,7 @@ void quantize_rows(__global const float *x, int x_off, int ldx, int M,
             ssq += dot(raw, raw);
             v[j] = raw * vload4(b * 8 + j, nw);
 #elif XMODE == 2
-            v[j] = glu_act4(raw) * vload4(b * 8 + j, xr + QK);
+            v[j] = glu4(raw, vload4(b * 8 + j, xr + QK));
 #else
             v[j] = raw;
 #endif

@@ -439,8 +439,7 @@ def matmul_xmma(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off
                          "values, without glu=")
     if limit and not glu_out:
         raise ValueError("matmul_xmma: limit= (a clamped GLU) goes with glu_out= only")
-    clamp = {"GLU_LIMIT": float_define(limit), "GLU_ALPHA": float_define(alpha)} if limit \
-        else {}
+    clamp = _glu_clamp(limit, alpha)
     tm, extra = _experts_args(w, m, XMMA_TILE, experts, {})
     n_out = w.n // experts[1]
     knl = kernel(dev, "xmma", "matmul_xmma", XMMA=1, EXPERTS=1, CHUNKED=1, XG=int(gather > 0),
@@ -465,6 +464,12 @@ def _glu_act(glu: bool, act: str) -> dict[str, int]:
     if act not in GLU_ACTS:
         raise ValueError(f"matmul: glu= takes the activations {sorted(GLU_ACTS)}, not {act!r}")
     return {"GLU_ACT": GLU_ACTS[act]} if glu and act != "silu" else {}
+
+
+def _glu_clamp(limit: float, alpha: float) -> dict[str, str]:
+    """The defines of gpt-oss's clamped GLU (none where ``limit`` is 0)."""
+    return {"GLU_LIMIT": float_define(limit), "GLU_ALPHA": float_define(alpha)} if limit \
+        else {}
 
 
 def fused_prologues(dev: CLDevice) -> bool:
@@ -519,7 +524,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
            glu: bool = False, tm: int | None = None, row_invariant: bool = False,
            glu_out: bool = False, experts: tuple[Buffer, int] | None = None,
            slot_sum: tuple[Buffer, Buffer, Buffer, bool] | None = None,
-           route: tuple[Buffer, Buffer, bool] | None = None, act: str = "silu") -> Launch:
+           route: tuple[Buffer, Buffer, bool] | None = None, act: str = "silu",
+           limit: float = 0.0, alpha: float = 0.0) -> Launch:
     """y[i, j] (+)= x[i, :] . w[j, :] (+ bias[j]) for i < m, j < w.n.
 
     ``tm`` (rows of x per work-item) overrides the geometry's choice for m > 1.
@@ -532,7 +538,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     Where ``fused_prologues(dev)``: ``norm=(weight, eps)`` puts RMSNorm(x) * weight in place
     of x, and ``glu=True`` puts act(x[i, :k]) * x[i, k:2k] (rows [gate | up]; ``act`` a key
     of ``GLU_ACTS``, SiLU by default) in place of x, saving the launch (and the round trip
-    through memory) of the norm or the GLU.
+    through memory) of the norm or the GLU; ``limit`` > 0 with ``glu``: gpt-oss's clamped
+    GLU of that limit and ``alpha`` (as ``activation.glu`` takes them) in place of act's.
 
     ``experts=(tile_e, E)``: a mixture of experts' grouped product. w holds E experts' weights
     stacked (w.n = E * N rows, N a multiple of 16; ``bias``, where given, E * N values), y gets
@@ -559,6 +566,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
     the launches after it: the top-k without a launch of its own."""
     if norm is not None and glu:
         raise ValueError("matmul: norm= and glu= do not go together")
+    if limit and not glu:
+        raise ValueError("matmul: limit= (a clamped GLU) goes with glu= only")
     if experts is not None:
         _experts_args(w, m, tm, experts, {
             "glu_out=": glu_out, "norm= (the CPU layout)": norm is not None and
@@ -618,7 +627,8 @@ def matmul(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
                  USE_SHFL=int(shfl), CHUNKED=int(not launch.is_cpu(dev)),
                  X_ALIGNED=int(not launch.is_cpu(dev) and x_off % 4 == 0 and ldx % 4 == 0),
                  CPT=cpt, XMODE=1 if norm is not None else 2 if glu else 0,
-                 **_glu_act(glu, act), HAS_BIAS=int(bias is not None), ACCUM=int(accum),
+                 **_glu_act(glu and not limit, act), **_glu_clamp(limit, alpha),
+                 HAS_BIAS=int(bias is not None), ACCUM=int(accum),
                  **w.defines,
                  **({"EXPERTS": 1} if experts is not None else {}))
     args, reads = _matmul_args(y, y_off, ldy, x, x_off, ldx, w, m, bias, accum, norm, n_out)

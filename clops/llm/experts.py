@@ -156,9 +156,10 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
     with how to resize it to another row count that takes the same tile. ``norm`` (where
     ``folds``): xn is the residual stream itself, and the [gate | up] products take the
     pre-norm ``(weight, eps)``; the down products then take the GLU too, where it is the plain
-    SiLU one. ``invariant``: a row's sums are added in the same order whatever the rows (the
-    batched engine's plans); else (one sequence's plan) a lone decode row's products may take
-    the int8 decode path (``matmul``'s experts with tiles of one row, on NVIDIA)."""
+    SiLU one or gpt-oss's clamped one. ``invariant``: a row's sums are added in the same order
+    whatever the rows (the batched engine's plans); else (one sequence's plan) a lone decode
+    row's products may take the int8 decode path (``matmul``'s experts with tiles of one row,
+    on NVIDIA)."""
     E, k, F, dim = ex.n, ex.k, ex.ffn, cfg.dim
     if norm is not None and not folds(dev, ex, m, t):
         raise ValueError("experts: the norm folds into the products of a lone decode row on "
@@ -204,12 +205,15 @@ def ffn(dev: CLDevice, cfg: ModelConfig, ex: Experts, xn: Buffer, m: int, b: Exp
         # PERF: a lone decode row: its k slots in the router's order, each its own tile (the
         # chosen experts themselves), the gate and up products reading the row itself (ldx
         # 0); no alignment, no gathered copy: two launches fewer a layer. Where the norm folds
-        # (``folds``), the plain SiLU GLU folds into the down products too
-        glu_in = norm is not None and cfg.act == "silu" and not cfg.glu_limit
+        # (``folds``), the plain SiLU GLU (or gpt-oss's clamped one) folds into the down
+        # products too
+        glu_in = norm is not None and (cfg.act == "silu" or bool(cfg.glu_limit))
         # PERF: where the down products take the int8 decode path, their last work-groups
         # add up the slots' rows into out (the weighted sum without a launch of its own)
         sums = not invariant and matmul.int8_slots(dev, ex.down)
         down_fold: dict[str, Any] = {"glu": True} if glu_in else {}
+        if glu_in and cfg.glu_limit:
+            down_fold.update(limit=cfg.glu_limit, alpha=cfg.glu_alpha)
         if sums:
             down_fold["slot_sum"] = (out, b.wts, b.count, accum)
         # and where the one [gate | up] product does, its work-groups pick their slots'

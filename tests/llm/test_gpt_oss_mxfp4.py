@@ -138,7 +138,8 @@ def test_a_lone_decode_rows_experts_on_the_int8_path(mxfp4_model, device, monkey
     """A lone decode row's experts on the int8 decode path (matmul.cl QX with EXPERTS; forced
     here with the GPU plan, as NVIDIA GPUs take it): each slot its expert's product with its
     biases, and the down products' last work-groups adding up the slots into the residual
-    stream (``matmul``'s ``slot_sum=``), with no weighted-sum launch: the greedy tokens of the
+    stream (``matmul``'s ``slot_sum=``), with no weighted-sum launch, and the clamped GLU
+    folded into the down products: the greedy tokens of the
     same plan with the weighted sum as a launch of its own, and near transformers' logits."""
     from clops.kernels import launch, matmul, moe
 
@@ -167,6 +168,9 @@ def test_a_lone_decode_rows_experts_on_the_int8_path(mxfp4_model, device, monkey
         # (the prompt's plan keeps its weighted sums; a decode row's go into the products
         # where they take the slots' sum)
         assert (1 in combines) != sums, combines
+        # (and its clamped GLU in the down products' prologue: no launch of its own)
+        decode = model._plans[next(key for key in model._plans if key[0] == 1)]
+        assert "glu_clamp" not in [ln.kernel.function_name for ln in decode.launches]
         one = model.logits(prompt[:1])[-1]
         want = hf_logits(ref, prompt[:1])[-1]
         assert np.abs(one - want).max() / np.abs(want).max() < 5e-2

@@ -157,7 +157,7 @@ def test_matmul_fused_norm_and_glu(device, gpu_geometry, fmt, m):
     x = rng.standard_normal((m, 2 * k)).astype(np.float32)
     g = (1 + 0.1 * rng.standard_normal(k)).astype(np.float32)
     tx, tg = tf._t(x, device).realize(), tf._t(g, device).realize()
-    for mode in ("norm", "glu", "gelu_tanh"):
+    for mode in ("norm", "glu", "gelu_tanh", "clamp"):
         y = clops.empty((m, n), dtype=clops.float32, device=device).realize()
         if mode == "norm":
             ln = matmul.matmul(device, y.buffer, 0, n, tx.buffer, 0, 2 * k, dw, m,
@@ -168,6 +168,13 @@ def test_matmul_fused_norm_and_glu(device, gpu_geometry, fmt, m):
             ln = matmul.matmul(device, y.buffer, 0, n, tx.buffer, 0, 2 * k, dw, m, glu=True)
             gate, up = x[:, :k], x[:, k:]
             xin = gate / (1 + np.exp(-gate)) * up
+        elif mode == "clamp":  # (gpt-oss's GLU, a limit that most values cross)
+            ln = matmul.matmul(device, y.buffer, 0, n, tx.buffer, 0, 2 * k, dw, m, glu=True,
+                               limit=0.5, alpha=1.702)
+            gate, up = np.minimum(x[:, :k], 0.5), np.clip(x[:, k:], -0.5, 0.5)
+            assert (np.abs(x) > 0.5).mean() > 0.5
+            xin = ((up + 1) * gate / (1 + np.exp(-1.702 * gate.astype(np.float64)))
+                   ).astype(np.float32)
         else:  # (Gemma's GLU)
             ln = matmul.matmul(device, y.buffer, 0, n, tx.buffer, 0, 2 * k, dw, m, glu=True,
                                act=mode)
