@@ -105,6 +105,13 @@ def raw_enqueue() -> bool:
     return os.environ.get("CLOPS_RAW_ENQUEUE", "1") not in ("0", "false", "no")
 
 
+def native_replay() -> bool:
+    """``CLOPS_NATIVE_REPLAY`` (default on): a launch plan's event-free enqueues go to the driver
+    from one call into a small C loop built with the system's C compiler (where one is found),
+    not one Python call a launch."""
+    return os.environ.get("CLOPS_NATIVE_REPLAY", "1") not in ("0", "false", "no", "off")
+
+
 def native_cpu() -> bool:
     """``CLOPS_NATIVE_CPU`` (default on): CPU devices run the LLM's products and decode attention
     as native kernels compiled with the system's C compiler, where it is found and the CPU has

@@ -20,16 +20,10 @@ PERF (2-core AMD EPYC Zen 5, 64 rows, 2 threads): q4 2048x8192 about 1100 GOP/s 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
-import hashlib
-import os
 import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import types
 import weakref
@@ -39,8 +33,7 @@ from typing import Any
 import numpy as np
 
 from .. import _config
-from ..runtime import CLDevice, nativekernel, plan
-from ..runtime.device import cache_dir
+from ..runtime import CLDevice, cbuild, nativekernel, plan
 from ..runtime.plan import Launch
 from ..runtime.pool import Buffer
 
@@ -96,17 +89,6 @@ class _GemmArgs(ctypes.Structure):
                 *[(f, ctypes.c_int32) for f in ("m", "n", "k", "batch", "a_trans", "threads")]]
 
 
-def _compiler() -> str | None:
-    cc = os.environ.get("CC")
-    if cc:
-        return shutil.which(cc)
-    for name in ("cc", "gcc", "clang"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
 def _cpu_identity() -> str:
     """The CPU's model and flags (a library built with -march=native runs on that CPU)."""
     try:
@@ -127,9 +109,6 @@ def library() -> Any | None:
         return None
     if not sys.platform.startswith("linux"):
         return None
-    cc = _compiler()
-    if cc is None:
-        return None
     try:
         src = resources.files(__package__).joinpath("native_cpu.c").read_text()
     except OSError:  # (an installation without the source)
@@ -137,44 +116,8 @@ def library() -> Any | None:
     flags = ["-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-std=gnu11"]
     if _config.native_cpu_avx2():
         flags.append("-mno-avx512f")  # (and with it every AVX-512 extension)
-    try:
-        version = subprocess.run([cc, "--version"], capture_output=True, text=True,
-                                 timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    key = hashlib.sha256("\0".join([src, cc, version, " ".join(flags), _cpu_identity()])
-                         .encode()).hexdigest()[:20]
-    folder = os.path.join(cache_dir(), "native")
-    path = os.path.join(folder, f"native_cpu-{key}.so")
-    if not os.path.exists(path):
-        try:
-            os.makedirs(folder, exist_ok=True)
-            fd, out = tempfile.mkstemp(suffix=".so", dir=folder)  # beside it: atomic rename
-        except OSError:  # (a cache folder that cannot be written: build for this process)
-            folder = _process_folder().name
-            path = os.path.join(folder, f"native_cpu-{key}.so")
-            fd, out = tempfile.mkstemp(suffix=".so", dir=folder)
-        os.close(fd)
-        c_file = out[:-3] + ".c"
-        try:
-            with open(c_file, "w") as f:
-                f.write(src)
-            done = subprocess.run([cc, *flags, "-o", out, c_file, "-lm"],
-                                  capture_output=True, text=True, timeout=300)
-            if done.returncode != 0:
-                if _config.debug_level():
-                    print(f"clops: native CPU kernels not built:\n{done.stderr}")
-                return None
-            os.replace(out, path)  # (another process may be building it too)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        finally:
-            for leftover in (c_file, out):
-                with contextlib.suppress(OSError):
-                    os.remove(leftover)
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError:
+    lib = cbuild.build("native_cpu", src, flags, _cpu_identity(), bool(_config.debug_level()))
+    if lib is None:
         return None
     if (lib.clops_native_version() != _VERSION or lib.clops_native_isa() not in ISAS
             or lib.clops_native_args_size() != ctypes.sizeof(_Args)
@@ -189,12 +132,6 @@ def isa() -> str | None:
     None where they are not built."""
     lib = library()
     return None if lib is None else ISAS[lib.clops_native_isa()]
-
-
-@functools.cache
-def _process_folder() -> tempfile.TemporaryDirectory[str]:
-    """A folder of this process's own (removed at exit), where the cache cannot be written."""
-    return tempfile.TemporaryDirectory(prefix="clops-native-")
 
 
 _CHECKED: weakref.WeakKeyDictionary[CLDevice, bool] = weakref.WeakKeyDictionary()

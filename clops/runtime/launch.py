@@ -145,7 +145,7 @@ class PreparedLaunches:
     buffers, the recording (on the device's default queue)."""
 
     items: list[tuple[cl.Kernel, tuple[int, ...], tuple[int, ...] | None, str]]
-    raw: list[Any] | None
+    raw: rawenqueue.RawLaunches | None
     recorded: cmdbuf.CommandBuffer | None = None
     # where there are native kernels: how the items replay (nativekernel.chain_items)
     chained: list[Any] | None = None
@@ -156,7 +156,7 @@ class PreparedLaunches:
         kernel, _, local, name = self.items[index]
         self.items[index] = (kernel, tuple(global_size), local, name)
         if self.raw is not None:
-            self.raw[index] = rawenqueue.resized(self.raw[index], global_size)
+            self.raw.resize(index, global_size)
 
 
 def prepare_launches(dev: Device, launches: Sequence[LaunchItem],
