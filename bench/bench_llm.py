@@ -427,8 +427,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.shape:
         stream = [int(i) for i in rng.integers(0, LLAMA_1B["vocab_size"] - 3,
                                                max([args.prompt_tokens, *pps, *depths]))]
+    def save(rows: list[dict], final: bool = False) -> None:
+        # (after each engine, so that a run stopped by a time limit keeps what it measured)
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"bench": "llm", "model": label, "prompt_tokens": len(ids),
+                       "new_tokens": args.new_tokens, "complete": final, "rows": rows}, f,
+                      indent=1)
+
+    def measured(rows: list[dict]) -> None:
+        r = rows[-1]
+        pp = ", ".join(f"pp{n} {v:.1f}" for n, v in r.get("pp", {}).items() if v)
+        print(f"measured {r['name']}: prefill {r['prefill_tps']:.1f} tok/s, decode "
+              f"{r['decode_tps']:.1f} tok/s{', ' + pp if pp else ''}", flush=True)
+        save(rows)
+
     rows = [bench_clops(path, args.device, ids, args.new_tokens,
                         {n: stream[:n] for n in pps})]
+    measured(rows)
     if depths:
         rows[0]["decode_at"] = bench_clops_depths(path, args.device, stream, depths,
                                                   args.new_tokens)
@@ -440,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                                           args.new_tokens, depths,
                                           args.llama_bench_args.split()))
         rows[-1]["gpu_clocks"] = clocks
+        measured(rows)
         if args.rounds > 1:
             rounds_with_llama_bench(rows, path, args.device, ids, args.new_tokens,
                                     {n: stream[:n] for n in pps}, args.rounds,
@@ -492,10 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"clops vs {peer['name']}: " + ", ".join(ratios))
     for d, v in c.get("decode_at", {}).items():
         print(f"clops decode after {d} tokens of context: {v:.1f} tok/s")
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump({"bench": "llm", "model": label, "prompt_tokens": len(ids),
-                   "new_tokens": args.new_tokens, "rows": rows}, f, indent=1)
+    save(rows, final=True)
     print(f"wrote {args.json}")
     if tmp is not None:
         tmp.cleanup()
