@@ -16,6 +16,8 @@ import sys
 import tempfile
 from typing import Any
 
+from . import cachefiles
+
 
 def compiler() -> str | None:
     """The C compiler: ``CC``, else ``cc``, ``gcc`` or ``clang`` (None where none is found)."""
@@ -49,11 +51,9 @@ def build(stem: str, src: str, flags: list[str], identity: str = "",
                                  timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    from .device import cache_dir  # (the device module imports the launch paths, and those this)
-
     key = hashlib.sha256("\0".join([src, cc, version, " ".join(flags), identity])
                          .encode()).hexdigest()[:20]
-    folder = os.path.join(cache_dir(), "native")
+    folder = os.path.join(cachefiles.root(), "native")
     path = os.path.join(folder, f"{stem}-{key}.so")
     if not os.path.exists(path):
         try:
