@@ -422,6 +422,11 @@ class ProgramCache:
         return prog
 
     def _store(self, path: str, meta: dict[str, str], prog: cl.Program) -> None:
+        if "PoCL 3.0-rc" in self.device.cl_device.platform.version:
+            # (PoCL 3.0-rc2, pip's pocl-binary-distribution: reading a program's binaries was
+            # seen to crash the process after some builds, 2026-12-02; its programs are built
+            # each run instead)
+            return
         try:
             built = device_binary(prog, self.device.cl_device)
         except cl.Error:
