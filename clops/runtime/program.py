@@ -328,7 +328,11 @@ class ProgramCache:
 
     def _load_or_build(self, source: str, options: tuple[str, ...]) -> cl.Program:
         path = expect = None
-        if self.disk_dir is not None:
+        # (PoCL 3.0-rc2, pip's pocl-binary-distribution: reading a program's binaries was seen
+        # to crash the process after some builds, and a binary it wrote to lack a kernel of its
+        # source, 2026-12-02; its programs are built each run instead, none read or written)
+        if self.disk_dir is not None and \
+                "PoCL 3.0-rc" not in self.device.cl_device.platform.version:
             key = self._key(source, options)
             path = os.path.join(self.disk_dir, key[:40] + ".bin")
             expect = dict(self._identity(), key=key)
@@ -422,11 +426,6 @@ class ProgramCache:
         return prog
 
     def _store(self, path: str, meta: dict[str, str], prog: cl.Program) -> None:
-        if "PoCL 3.0-rc" in self.device.cl_device.platform.version:
-            # (PoCL 3.0-rc2, pip's pocl-binary-distribution: reading a program's binaries was
-            # seen to crash the process after some builds, 2026-12-02; its programs are built
-            # each run instead)
-            return
         try:
             built = device_binary(prog, self.device.cl_device)
         except cl.Error:
