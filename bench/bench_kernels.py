@@ -64,7 +64,8 @@ import clops.nn as nn  # noqa: E402
 from clops.kernels import attention, gemm, matmul  # noqa: E402
 from clops.kernels.launch import LaunchPlan  # noqa: E402
 
-GGML = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_XS": 23}
+GGML = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_XS": 23,
+        "MXFP4": 39}
 # the blocks of 256 values: bytes, and where their half (d, dmin) scales lie
 K_QUANTS = {"Q4_K": (144, 0, 2), "Q5_K": (176, 0, 2), "Q6_K": (210, 208, None),
             "IQ4_XS": (136, 0, None)}
@@ -166,6 +167,10 @@ def _weight(dev, kind: str, n: int, k: int):
             kr[..., dmin_at:dmin_at + 2] = np.full((n, k // 256, 1), 0.002,
                                                    np.float16).view(np.uint8)
         return nn.quantized(kr.reshape(n, -1), ggml_type=GGML[kind], shape=(n, k), device=dev)
+    if kind == "MXFP4":  # random values, exponents of gpt-oss's weights (2^-10 .. 2^-4)
+        raw = rng.integers(0, 256, (n * k // 32, 17), dtype=np.uint8)
+        raw[:, 0] = rng.integers(118, 125, n * k // 32)
+        return nn.quantized(raw.reshape(n, -1), ggml_type=GGML[kind], shape=(n, k), device=dev)
     bsize = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[kind]
     raw = np.frombuffer(_random_blocks(kind, n * k // 32 * bsize, rng), np.uint8)
     return nn.quantized(raw.reshape(n, -1), ggml_type=GGML[kind], shape=(n, k), device=dev)
@@ -463,6 +468,71 @@ def bench_experts(dev, repeat: int, geometries: list[tuple[int, ...]], kind: str
     return rows
 
 
+# a mixture of experts' layer: (label, experts, FFN width, hidden, experts a row)
+XMMA_SHAPES = {"qwen3moe-a3b": (128, 768, 2048, 8), "gptoss20b": (32, 2880, 2880, 4)}
+
+
+def bench_xmma(dev, repeat: int, kinds: list[str], shapes: list[str], m: int = 512,
+               variants: list[dict[str, int]] | None = None) -> list[dict]:
+    """A prompt chunk's expert products on the float16 tensor cores (``matmul.matmul_xmma``)
+    as ``experts.ffn`` launches them for ``m`` rows routed at random: the [gate | up] product
+    of the gathered float16 rows with the GLU in its epilogue, then the down product of its
+    float16 rows; TFLOP/s of the live rows' products (padding slots not counted). Each of
+    ``variants`` (more defines of xmma.cl, ``matmul.XMMA_DEFINES``) measured beside."""
+    from clops.kernels import moe
+
+    rows = []
+    for shape in shapes:
+        E, F, dim, top = XMMA_SHAPES[shape]
+        rng = np.random.default_rng(3)
+        ids = np.argsort(rng.random((m, E)), axis=1)[:, :top].astype(np.int32)
+        t = matmul.XMMA_TILE
+        p = moe.padded_rows(m, top, E, t)
+        order, tile_e = np.full(p, -1, np.int32), np.full(p // t, -1, np.int32)
+        at = 0
+        for e in range(E):
+            pairs = np.nonzero(ids.reshape(-1) == e)[0].astype(np.int32)
+            if not len(pairs):
+                continue
+            order[at:at + len(pairs)] = pairs
+            span = -(-len(pairs) // t) * t
+            tile_e[at // t:(at + span) // t] = e
+            at += span
+        ob, tb = _put(dev, order), _put(dev, tile_e)
+        xh = _put(dev, rng.standard_normal((m, dim)).astype(np.float16))
+        h = dev.alloc(2 * p * F)
+        yd = dev.alloc(4 * p * dim)
+        flops = {"gate_up": 2.0 * m * top * 2 * F * dim, "down": 2.0 * m * top * F * dim}
+        for kind, extra in ((kd, v) for kd in kinds for v in [{}, *(variants or [])]):
+            label = f"xmma {shape} {kind} m{m}" + "".join(f" {d}={v}" for d, v in extra.items())
+            matmul.XMMA_DEFINES = extra
+            try:
+                gu, down = _weight(dev, kind, E * 2 * F, dim), _weight(dev, kind, E * dim, F)
+                lns = {"gate_up": matmul.matmul_xmma(dev, h, 0, F, xh.buffer, 0, dim, gu, p,
+                                                     ob.buffer, (tb.buffer, E), gather=top,
+                                                     glu_out=True, half_in=True),
+                       "down": matmul.matmul_xmma(dev, yd, 0, dim, h, 0, F, down, p, ob.buffer,
+                                                  (tb.buffer, E), half_in=True)}
+            except Exception as e:  # noqa: BLE001 - a format the path does not take
+                rows.append({"kernel": label, "error": str(e)[:300]})
+                print(label, "error", str(e)[:120], flush=True)
+                continue
+            finally:
+                matmul.XMMA_DEFINES = {}
+            row: dict = {"kernel": label, "padded_rows": p}
+            for what, ln in lns.items():
+                ms = back_to_back_ms(dev, [lambda ln=ln: ln.run(dev)], count=16)
+                row[f"{what}_us"] = ms * 1e3
+                row[f"{what}_tflops"] = flops[what] / ms / 1e9
+            row["ms"] = (row["gate_up_us"] + row["down_us"]) / 1e3
+            row["tflops"] = sum(flops.values()) / row["ms"] / 1e9
+            rows.append(row)
+            print(label, f"gate_up {row['gate_up_us']:.0f} us ({row['gate_up_tflops']:.0f} "
+                  f"TFLOP/s), down {row['down_us']:.0f} us ({row['down_tflops']:.0f})",
+                  flush=True)
+    return rows
+
+
 # products gemm.cl's tiled kernels do not take, for gemm_any: (m, n, k, dtype, A transposed view)
 ANY_SHAPES = [(64, 64, 500_000, "float32", True), (1000, 1000, 1000, "float32", False),
               (3000, 3000, 3000, "float32", False), (100, 4096, 4096, "float32", False),
@@ -562,6 +632,10 @@ def main(argv: list[str] | None = None) -> int:
                     "(matmul_qmma) with each of these geometries (GPUs where it runs)")
     ap.add_argument("--rows-m", default="1,2,16,64",
                     help="the rows group's batch rows (default: %(default)s)")
+    ap.add_argument("--xmma-shapes", default="qwen3moe-a3b,gptoss20b",
+                    help=f"--only xmma: layers of {', '.join(XMMA_SHAPES)}")
+    ap.add_argument("--xmma-defines", default="", metavar="NAME=V,...;...",
+                    help="--only xmma: each set of xmma.cl defines measured beside")
     ap.add_argument("--positions", default="176,1024,4096,16384",
                     help="the decode_rope group's row positions (default: %(default)s)")
     ap.add_argument("--nrep", default="0,1,2,4,8",
@@ -652,6 +726,11 @@ def main(argv: list[str] | None = None) -> int:
             if kind in ("Q4_0", "Q8_0"):
                 rows += bench_experts(dev, a.repeat, [tuple(int(v) for v in g.split(","))
                                                       for g in a.qx.split(";") if g], kind)
+    if "xmma" in only:
+        rows += bench_xmma(dev, a.repeat, a.gemv_kinds.split(","), a.xmma_shapes.split(","),
+                           variants=[{d: int(v) for d, v in (kv.split("=") for kv in
+                                                             g.split(","))}
+                                     for g in a.xmma_defines.split(";") if g])
     if "decode_rope" in only:
         rows += bench_decode_rope(dev, a.repeat, [int(v) for v in a.positions.split(",")],
                                   [int(v) for v in a.nrep.split(",")])

@@ -401,6 +401,8 @@ XMMA_TILE = 64
 XMMA_COLS = 128
 # Tests force xmma_takes' answer on any device (the instruction emulated where it has no PTX)
 XMMA_OVERRIDE: bool | None = None
+# Tuning hook for bench A/B runs: more defines of xmma.cl (XMMA_M4 0: MXFP4 by XQ 4's path)
+XMMA_DEFINES: dict[str, int] = {}
 
 
 def xmma_takes(dev: CLDevice, w: Weight) -> bool:
@@ -446,7 +448,7 @@ def matmul_xmma(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off
                  KP=max(gather, 1), XMODE=2 if glu else 0, XH=int(half_in),
                  XGLU=int(glu_out), **_glu_act(glu or glu_out, act), **clamp,
                  HAS_BIAS=int(bias is not None), MMA_PTX=int(dev.probe("nvidia_ptx")),
-                 **w.defines)
+                 **w.defines, **XMMA_DEFINES)
     args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
             bias if bias is not None else w.scales, i32(m), i32(n_out), i32(w.k), order] + extra
     reads = [x, w.data, w.scales, order, extra[0]] + ([bias] if bias is not None else [])

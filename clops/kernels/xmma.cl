@@ -45,6 +45,9 @@
 #ifndef XGLU
 #define XGLU 0
 #endif
+#ifndef XMMA_M4  // (bench A/B: 0 takes MXFP4 by XQ 4)
+#define XMMA_M4 1
+#endif
 #if XH && XMODE
 #error "XH does not take XMODE"
 #endif
@@ -56,14 +59,18 @@
 // The weights' way into local memory: XQ 1, Q4_0 (half scales, the min -8 scales): a
 // work-item's 8 bytes of a group, values j and j + 16 of its 8 j; XQ 2, Q8_0 (half scales):
 // its 16 bytes; XQ 4, the compact K-quants, IQ4_XS and MXFP4 (WFMT 5): a work-item its half of
-// the group (low or high nibbles) as load_group makes them, the other half not computed; XQ 0,
+// the group (low or high nibbles) as load_group makes them, the other half not computed; XQ 5,
+// MXFP4 (WFMT 5, KQT 2): its half of the group's 4-bit values straight to float16 (their
+// table's float16 bits by byte permutes, times the group's power of two in float16); XQ 0,
 // any other format, by load_group (each work-item of a row's two the whole group, its half
-// kept). XQ 1 and 2 make (q - 8) d and q d rounded once to float16, as load_group's float
-// values rounded to float16 are.
+// kept). XQ 1 and 2 make (q - 8) d and q d rounded once to float16, XQ 5 table[q] 2^p, as
+// load_group's float values rounded to float16 are.
 #if WFMT == 3 && Q4_SYM && SCALE_HALF
 #define XQ 1
 #elif WFMT == 4 && QGROUP == 32 && !QMIN && SCALE_HALF
 #define XQ 2
+#elif WFMT == 5 && KQT == 2 && XMMA_M4
+#define XQ 5
 #elif WFMT == 5
 #define XQ 4
 #else
@@ -92,6 +99,41 @@ inline uint xsub_mul(uint h, uint o, uint d) {
 // four values (bytes of w, less off) times the float16 scale bits d: two float16 pairs
 #define XQ4(w, o, d) (uint2)(xsub_mul(xbytes_h2((w), 0), (o), (d)), \
                              xsub_mul(xbytes_h2((w), 1), (o), (d)))
+#if XQ == 5
+// MXFP4's doubled E2M1 values (nn/quant.py E2M1_DOUBLED, +0 for its -0) in float16 are 0xHH00:
+// their high bytes, 4 a word in the table's order
+#define XM4_T0 0x42403C00u
+#define XM4_T1 0x4A484644u
+#define XM4_T2 0xC2C0BC00u
+#define XM4_T3 0xCAC8C6C4u
+// float16 bits of 2^q, q in [-24, 15] (subnormal under -14), twice
+inline uint xpow2_h2(int q) {
+    return (q >= -14 ? (uint)(q + 15) << 10 : 1u << (q + 24)) * 0x10001u;
+}
+// a group's scale 2^(e - 128) as two float16 powers of two s1 s2 (each in float16's range, s2
+// 1 but where 2^(e - 128) is not): table[q] s1 is exact (q's values have two significant bits
+// at most), and times s2 rounded once, as the float product rounded to float16 is
+#define XM4_SCALES(e) \
+    const int p_ = (int)(e) - 128, p1_ = clamp(p_, -24, 15); \
+    const uint s1_ = xpow2_h2(p1_), s2_ = xpow2_h2(clamp(p_ - p1_, -24, 15))
+// the 4 values of nibbles s (bits 0..15) as two float16 pairs: the table's bytes picked as
+// iq4_4 picks them (bit 3 of a nibble chooses the half of the table), spread to the high byte
+// of each half, then scaled
+inline uint2 xm4_h4(uint s, uint s1, uint s2) {
+    uint a, b, t, lo, hi;
+    const uint sel = s & 0x7777u, pick = 0x3210u | ((s & 0x8888u) >> 1);
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(a) : "r"(XM4_T0), "r"(XM4_T1), "r"(sel));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(b) : "r"(XM4_T2), "r"(XM4_T3), "r"(sel));
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(t) : "r"(a), "r"(b), "r"(pick));
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(lo) : "r"(t), "r"(0x1404));
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(hi) : "r"(t), "r"(0x3424));
+    asm("{mul.rn.f16x2 %0, %0, %2;\n\tmul.rn.f16x2 %0, %0, %3;\n\t"
+        "mul.rn.f16x2 %1, %1, %2;\n\tmul.rn.f16x2 %1, %1, %3;}"
+        : "+r"(lo), "+r"(hi) : "r"(s1), "r"(s2));
+    return (uint2)(lo, hi);
+}
+#define XM4(s) xm4_h4((s), s1_, s2_)
+#endif
 #else
 // a and b rounded to float16 (to nearest, as cvt.rn), packed (a in the low half)
 inline uint xh2(float a, float b) {
@@ -129,6 +171,16 @@ inline uint xq2(uint w, int b, float o, float d) {
                ((float)((w >> (8 * b + 8)) & 0xFFu) - o) * d);
 }
 #define XQ4(w, o, d) (uint2)(xq2((w), 0, (o), (d)), xq2((w), 2, (o), (d)))
+#if XQ == 5
+// (the same values as the instructions above: table[q] 2^(e - 128) rounded once to float16)
+__constant float XM4_TABLE[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+#define XM4_SCALES(e) const float s_ = as_float(((uint)(e) - 1u) << 23)
+inline uint2 xm4_h4(uint s, float sc) {
+    return (uint2)(xh2(XM4_TABLE[s & 15u] * sc, XM4_TABLE[(s >> 4) & 15u] * sc),
+                   xh2(XM4_TABLE[(s >> 8) & 15u] * sc, XM4_TABLE[(s >> 12) & 15u] * sc));
+}
+#define XM4(s) xm4_h4((s), s_)
+#endif
 #endif
 
 // The A fragment of mma16816 from a local [row][k] tile (rows XR halves apart), p at row g and
@@ -209,6 +261,13 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
         kq_words(r_, &lo_, &hi_); \
         const float4 sc_ = kq_scales(r_); \
         wh = kq_values16(bh ? hi_ : lo_, bh ? sc_.z : sc_.x, bh ? sc_.w : sc_.y); } while (0)
+#elif XQ == 5
+    // (the group's 16 bytes of values, its half picked as they are stored, and its exponent)
+    __global const uchar *wrow = W + (size_t)nb * KQ_ROW(K);
+    uint4 wr;
+    uint we;
+#define WLOAD(gi) do { wr = ((__global const uint4 *)wrow)[gi]; \
+        we = wrow[KQ_SOFF(K) + 2 * (gi)]; } while (0)
 #elif XQ
     // (its 8 or 16 bytes of each group, and the group's half scale as bits)
 #if XQ == 1
@@ -249,6 +308,14 @@ void matmul_xmma(__global float *y, int y_off, int ldy, __global const float *x,
         __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
         bp[0] = (uint4)(XQ4(XS8(wr.x), XO8, XD), XQ4(XS8(wr.y), XO8, XD)); \
         bp[1] = (uint4)(XQ4(XS8(wr.z), XO8, XD), XQ4(XS8(wr.w), XO8, XD)); } while (0)
+#elif XQ == 5
+// (word i of the group: values 4 i .. 4 i + 3 in its low 16 bits, 16 + 4 i .. in its high)
+#define WSTORE(b) do { \
+        __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \
+        const uint sh = 16 * bh; \
+        XM4_SCALES(we); \
+        bp[0] = (uint4)(XM4(wr.x >> sh), XM4(wr.y >> sh)); \
+        bp[1] = (uint4)(XM4(wr.z >> sh), XM4(wr.w >> sh)); } while (0)
 #elif XQ == 4
 #define WSTORE(b) do { \
         __local uint4 *bp = (__local uint4 *)&Bs[b][br * XR + 16 * bh]; \

@@ -807,7 +807,12 @@ class StepBuilder:
             # of tm, so the plan's key still holds it
             tm = matmul.rb_rows(tm, w.fmt, dev)
         if self.one:
-            ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, row_invariant=True, **kw)
+            # PERF: a lone row of float weights (a decode row's router) takes the one-row
+            # geometry, a work-group a column, not teams of a warp walking the whole row (H200,
+            # float32 routers 2048x128 and 2880x32: ~10 and ~13 us a layer, latency-bound);
+            # quantized weights keep float rows (not the int8 decode path: a router's choice)
+            inv = m > 1 or w.int8
+            ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, m, row_invariant=inv, **kw)
             return [(ln, lambda rows: ([], tuple(ln.global_size)))]
         ln = matmul.matmul(dev, y, y_off, ldy, x, x_off, ldx, w, max(m, 2), tm=tm,
                            row_invariant=True, **kw)

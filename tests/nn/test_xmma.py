@@ -203,3 +203,34 @@ def test_experts_rows_half_in_refuses_the_glu_and_unaligned_rows(device):
         with pytest.raises(ValueError, match="half_in"):
             matmul.matmul_xmma(device, buf, 0, 16, buf, 0, bad.pop("ldx", 64), w, T, buf,
                                (buf, 2), half_in=True, **bad)
+
+
+def test_mxfp4_values_reach_the_tensor_cores_rounded_once(device, n=32, k=64):
+    """MXFP4's values become float16 in the kernel (straight from their table where the
+    instruction runs, XQ 5) as the float values rounded once to float16 are, through
+    float16's subnormals and below them: one-hot rows read each weight back exactly."""
+    from gguf import GGMLQuantizationType as Q
+    from gguf import quants
+
+    from clops.nn.quant import pack_ggml
+
+    rng = np.random.default_rng(11)
+    raw = rng.integers(0, 256, (n * k // 32, 17), dtype=np.uint8)
+    # exponents 2^-31 .. 2^12 (float16's subnormals start at 2^-14, end at 2^-24), each row's
+    # groups spread over them; no group so large that a value overflows float16
+    raw[:, 0] = 128 + np.tile(np.arange(-31, 13), -(-len(raw) // 44))[:len(raw)]
+    w = DeviceWeight(device, pack_ggml(raw.reshape(n, -1), int(Q.MXFP4), n, k))
+    ref = quants.dequantize(raw.reshape(n, -1), Q.MXFP4).reshape(n, k)
+    order = np.arange(T, dtype=np.int32)
+    order[k:] = -1
+    tile_e = np.array([0], np.int32)
+    x = np.zeros((T, k), np.float32)
+    x[np.arange(k), np.arange(k)] = 1.0
+    yb = _up(device, np.full((T, n), np.nan, np.float32))
+    ln = matmul.matmul_xmma(device, yb, 0, n, _up(device, x), 0, k, w, T, _up(device, order),
+                            (_up(device, tile_e), 1))
+    ln.run(device)
+    got = _read(device, yb, (T, n))[:k]
+    want = ref.T.astype(np.float16).astype(np.float32)
+    assert (want != 0).any() and (np.abs(want[want != 0]) < 2.0 ** -14).any()
+    np.testing.assert_array_equal(got, want)
