@@ -1,13 +1,15 @@
 // A mixture of experts' routing on the device: each row's top-k experts and their weights
-// (moe_route), the (row, slot) pairs grouped by expert into tiles of TILE rows (moe_align), the
-// grouped rows of x (moe_gather), and each row's weighted sum of its experts' outputs
-// (moe_combine). The grouped products between them are matmul.cl's / matmul_cpu.cl's with
-// EXPERTS 1. Every kernel takes the row count M as an argument (a plan resizes it).
+// (moe_route), the (row, slot) pairs grouped by expert into tiles of TILE rows (moe_align;
+// moe_align_e on GPUs), the grouped rows of x (moe_gather), and each row's weighted sum of its
+// experts' outputs (moe_combine). The grouped products between them are matmul.cl's /
+// matmul_cpu.cl's with EXPERTS 1. Every kernel takes the row count M as an argument (a plan
+// resizes it).
 //
 // Compile-time parameters (one program holds the four kernels; each reads its own):
 //   TOPK, NORM  moe_route, moe_route_wg: experts a row; 1: weights renormalized over them
 //   RL          moe_route_wg: the work-items of a row's work-group (a power of two)
-//   NE, LS      moe_align: the experts; the work-items of its one work-group
+//   NE, LS      moe_align, moe_align_e: the experts; the work-items of a work-group (a power
+//               of two)
 //   ACCUM       moe_combine: 1: add into out
 
 #ifndef TOPK
@@ -131,11 +133,26 @@ void moe_route_wg(__global int *ids, __global float *wts, __global const float *
 }
 #endif
 
+// The sum over the work-group of each work-item's v, to all of them (buf: LS ints).
+inline int group_sum(int v, __local int *buf) {
+    const int t = get_local_id(0);
+    buf[t] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = LS / 2; h > 0; h >>= 1) {
+        if (t < h) buf[t] += buf[t + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const int s = buf[0];
+    barrier(CLK_LOCAL_MEM_FENCE);  // (before buf's next use)
+    return s;
+}
+
 // From ids [M * K] (pair v = r * K + j: row r's j-th expert): the P slots of the grouped rows,
 // experts in ascending order, each expert's pairs in ascending v, each expert's group padded to
 // a multiple of TILE. order[s]: the pair of slot s, -1 for padding; tile_e[t]: the expert of
 // tile t (slots t * TILE ..), -1 past the last group; pos[v]: the slot of pair v. NE: the
-// experts (a local count each). Work geometry: global (LS), local (LS): one work-group.
+// experts (a local count each). Work geometry: global (LS), local (LS): one work-group (CPUs:
+// moe_align_e's work-groups, each counting every pair, took 30 times as long on PoCL).
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
 void moe_align(__global int *order, __global int *tile_e, __global int *pos,
                __global const int *ids, int M, int P, int K, int TILE) {
@@ -186,6 +203,58 @@ void moe_align(__global int *order, __global int *tile_e, __global int *pos,
         if (e >= 0 && last) cursor[e] += rank + 1;  // (the chunk's last pair of its expert)
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+}
+
+// moe_align's slots (the same values) on GPUs. Work geometry: global (NE * LS), local (LS):
+// work-group e places expert e's pairs
+// (every group counts every expert's pairs, for its group's start), work-item t those of
+// pairs t * ceil(V / LS) .. (each its count's exclusive prefix sum over the work-group after
+// the ones before it); work-group 0 also the tail past the last group.
+__kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
+void moe_align_e(__global int *order, __global int *tile_e, __global int *pos,
+               __global const int *ids, int M, int P, int K, int TILE) {
+    __local int count[NE], buf[LS];
+    const int t = get_local_id(0), e = get_group_id(0), V = M * K;
+    for (int i = t; i < NE; i += LS) count[i] = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int v = t; v < V; v += LS) atomic_inc(&count[clamp(ids[v], 0, NE - 1)]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    // the start of e's group: the padded groups of the experts before it
+    int before = 0, all = 0;
+    for (int i = t; i < NE; i += LS) {
+        const int padded = (count[i] + TILE - 1) / TILE * TILE;
+        all += padded;
+        before += i < e ? padded : 0;
+    }
+    const int start = group_sum(before, buf), total = group_sum(all, buf);
+    const int c = count[e], end = start + (c + TILE - 1) / TILE * TILE;
+    // the group's padding slots and tiles; work-group 0: the unused tail (slots none of the
+    // pairs take: these stores race with nothing below)
+    for (int s = start + c + t; s < end; s += LS) order[s] = -1;
+    for (int q = start / TILE + t; q < end / TILE; q += LS) tile_e[q] = e;
+    if (e == 0) {
+        for (int s = total + t; s < P; s += LS) order[s] = -1;
+        for (int q = total / TILE + t; q < P / TILE; q += LS) tile_e[q] = -1;
+    }
+    // the work-item's pairs of expert e, and the count of those before them (an exclusive
+    // prefix sum over the work-group, Hillis-Steele)
+    const int per = (V + LS - 1) / LS, v0 = min(t * per, V), v1 = min(v0 + per, V);
+    int mine = 0;
+    for (int v = v0; v < v1; ++v) mine += clamp(ids[v], 0, NE - 1) == e;
+    buf[t] = mine;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = 1; h < LS; h <<= 1) {
+        const int add = t >= h ? buf[t - h] : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        buf[t] += add;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    int s = start + buf[t] - mine;
+    for (int v = v0; v < v1; ++v)
+        if (clamp(ids[v], 0, NE - 1) == e) {
+            order[s] = v;
+            pos[v] = s++;
+        }
 }
 
 // xg[s, :] = x[order[s] / K, :] for s < P (zeros where order[s] < 0), rows of D floats.
