@@ -1169,10 +1169,11 @@ void gemm_wgmma(__global half *C, int c_off, int ldc, long c_bstride,
 // gemm_nt_wgmma: gemm_nt_mma's product (float32 C (+)= A B^T (+ bias[n]), B a linear layer's
 // [N][K] weight as stored; SPLIT slices of K as there) on wgmma. B is K-major like A, so both
 // local tiles take A's 128-byte-swizzled layout above (B's BN rows in one descriptor, 8-row
-// groups 1024 bytes apart) and wgmma reads B untransposed. Rows of A past M read row M - 1
-// (their sums are not stored). Needs N % BN == 0, (K / SPLIT) % BK == 0, 16-byte rows. GLU
-// (SPLIT 1, no bias or ACCUM): C takes float16 silu(gate) * up of [gate | up] rows B (glu_store).
-// Work geometry: global (N / BN * NTW, ceil(M / BM), SPLIT), local (NTW, 1, 1).
+// groups 1024 bytes apart) and wgmma reads B untransposed. Rows of A past M read row M - 1,
+// rows of B past N row N - 1 (their sums are not stored). Needs N % 8 == 0 (WS, GLU:
+// N % BN == 0), (K / SPLIT) % BK == 0, 16-byte rows. GLU (SPLIT 1, no bias or ACCUM): C takes
+// float16 silu(gate) * up of [gate | up] rows B (glu_store).
+// Work geometry: global (ceil(N / BN) * NTW, ceil(M / BM), SPLIT), local (NTW, 1, 1).
 #if GLU && WS
 #error "gemm_nt_wgmma: GLU takes the form without producer warps"
 #endif
@@ -1221,7 +1222,7 @@ void gemm_nt_wgmma(__global float *C, int c_off, int ldc, __global const half *A
 #if GLU  // the tile's gate rows, then their up rows
         const int nr = r < BN / 2 ? n0 / 2 + r : N / 2 + n0 / 2 + r - BN / 2;
 #else
-        const int nr = n0 + r;
+        const int nr = min(n0 + r, N - 1);
 #endif
         gb[l] = (size_t)nr * ldb + k8 * 8;
         db[l] = (uint)(r * 128 + ((k8 ^ (r & 7)) << 4));
@@ -1239,7 +1240,9 @@ void gemm_nt_wgmma(__global float *C, int c_off, int ldc, __global const half *A
     C += c_off;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
-        nt_store(C, ldc, M, m0 + 64 * wg + 16 * w + g, n0 + 8 * j + 2 * t, acc + 4 * j, bias);
+        if (n0 + 8 * j < N)  // (a last tile past N: its columns there not stored)
+            nt_store(C, ldc, M, m0 + 64 * wg + 16 * w + g, n0 + 8 * j + 2 * t, acc + 4 * j,
+                     bias);
 #endif
 }
 #endif

@@ -261,15 +261,20 @@ def nt_wgmma_kernel(dev: CLDevice, cfg: dict[str, int], split: int, has_bias: bo
 def nt_config(dev: CLDevice, m: int, n: int, k: int) -> dict[str, int] | None:
     """The gemm_nt_wgmma tile shape for m rows of an [n][k] weight: the first of
     NT_WGMMA_CONFIGS whose tiles divide n and k and make at least one tile a compute unit
-    (else the one making most tiles), None where none divides or ``use_nt_wgmma`` fails."""
+    (else the one making most tiles); where none divides n, those whose last tile's columns
+    past n (which it computes and does not store) are at most an eighth of n, n a multiple of
+    8 (gpt-oss's 2880 columns: its output product in 23 tiles of 128); None where none fits
+    or ``use_nt_wgmma`` fails."""
     if not use_nt_wgmma(dev):
         return None
     configs = NT_WGMMA_CONFIGS_SMALL if m <= NT_SMALL_M else NT_WGMMA_CONFIGS
-    fits = [c for c in configs if n % c["BN"] == 0 and k % c["BK"] == 0]
+    fits = [c for c in configs if n % c["BN"] == 0 and k % c["BK"] == 0] or [
+        c for c in configs if k % c["BK"] == 0 and n % 8 == 0 and not c.get("WS")
+        and 8 * (-n % c["BN"]) <= n]
     for cfg in fits:
-        if -(-m // cfg["BM"]) * (n // cfg["BN"]) >= dev.caps.compute_units:
+        if -(-m // cfg["BM"]) * -(-n // cfg["BN"]) >= dev.caps.compute_units:
             return cfg
-    return max(fits, key=lambda c: -(-m // c["BM"]) * (n // c["BN"]), default=None)
+    return max(fits, key=lambda c: -(-m // c["BM"]) * -(-n // c["BN"]), default=None)
 
 
 def use_nt_wgmma(dev: CLDevice) -> bool:
@@ -283,7 +288,7 @@ def run_nt_wgmma(dev: CLDevice, knl: Any, cfg: dict[str, int], split: int, c: Bu
     """Run ``nt_wgmma_kernel``'s ``knl`` (tile shape ``cfg``, ``split`` slices of K) once on
     whole buffers: c (float32 [split][m][n]) = a [m][k] . b [n][k]^T (+ bias where built in)."""
     group = wg_threads(cfg)
-    dev.launch(knl, (n // cfg["BN"] * group, -(-m // cfg["BM"]), split), (group, 1, 1),
+    dev.launch(knl, (-(-n // cfg["BN"]) * group, -(-m // cfg["BM"]), split), (group, 1, 1),
                [c, np.int32(0), np.int32(n), a, np.int32(k), b, np.int32(k), bias, np.int32(m),
                 np.int32(n), np.int32(k), np.int64(m * n)],
                reads=[a, b, bias], writes=[c], name="gemm_nt_wgmma")
@@ -294,7 +299,7 @@ def _nt_wgmma_works(dev: CLDevice) -> bool:
     if dev.backend != "nvidia":
         return False
     rng = np.random.default_rng(0)
-    m, n, k = 200, 256, 256  # rows past a tile's end; two slices of k
+    m, n, k = 200, 320, 256  # rows past a tile's end, columns past the last one; two slices
     a = rng.standard_normal((m, k)).astype(np.float16)
     b = rng.standard_normal((n, k)).astype(np.float16)
     bias = rng.standard_normal(n).astype(np.float32)

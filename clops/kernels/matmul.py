@@ -861,7 +861,7 @@ def tensor_core_split(dev: CLDevice, m: int, n: int, k: int) -> int:
     cfg = _gemm.nt_config(dev, m, n, k)
     bm, bn, depth = (cfg["BM"], cfg["BN"], cfg["BK"]) if cfg else (64, 64, 32)
     fill = SPLIT_GROUPS_PER_CU_WGMMA if cfg else SPLIT_GROUPS_PER_CU
-    tiles = math.ceil(m / bm) * (n // bn)
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
     # (small prompts on wgmma: at most one wave, gemm.NT_SMALL_M)
     wave = cfg is not None and m <= _gemm.NT_SMALL_M
     split = 1
@@ -989,7 +989,8 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         c, c_off, ldc = pscratch, 0, w.n
     else:
         c, c_off, ldc = y, y_off, ldy
-    # PERF (Hopper): wgmma tiles of 128 (or 64) x 128, where they divide the product
+    # PERF (Hopper): wgmma tiles of 128 (or 64) x 128, where they divide the product or leave
+    # little past its columns (gemm.nt_config)
     cfg = _gemm.nt_config(dev, m, w.n, k)
     knl = _gemm.nt_wgmma_kernel(dev, cfg, split, bias is not None, accum,
                                 glu_half) if cfg else None
@@ -1002,7 +1003,8 @@ def linear(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off: int
         bm, bn, group = 64, 64, 128
     reads = [scratch, b_half] + ([bias] if bias is not None else []) + (
         [y] if accum and split == 1 else [])
-    out.append(Launch(knl, (w.n // bn * group, math.ceil(m / bm), split), (group, 1, 1),
+    out.append(Launch(knl, (math.ceil(w.n / bn) * group, math.ceil(m / bm), split),
+                      (group, 1, 1),
                       [c, i32(c_off), i32(ldc), scratch, i32(lda), b_half, i32(k), bias_arg,
                        i32(m), i32(w.n), i32(k), np.int64(m * w.n)], reads, [c], name))
     if split > 1 and norm_after is not None:

@@ -188,13 +188,15 @@ def _tensor_cores(dev):
 
 @pytest.mark.parametrize("m,n,k", [(16, 64, 32), (37, 192, 96), (64, 128, 256),
                                    (130, 64, 512), (128, 320, 64), (37, 128, 2048),
-                                   (100, 64, 1024), (200, 384, 512), (513, 256, 1024)])
+                                   (100, 64, 1024), (200, 384, 512), (513, 256, 1024),
+                                   (37, 576, 512), (130, 2880, 256)])
 @pytest.mark.parametrize("mode", ["plain", "bias", "accum", "norm", "glu"])
 def test_linear_tensor_cores(device, m, n, k, mode):
     """y (+)= f16(prologue(x)) @ w.T (+ b) against numpy from the same float16 values; rows past
     a tile of 64, outputs at an offset with a wider row stride, and k split into slices added up
-    by split_sum (the last two shapes on an H100); on Hopper, wgmma's tiles where they divide
-    n and k (its two tile shapes, rows past them, split or not)."""
+    by split_sum (two shapes on an H100); on Hopper, wgmma's tiles where they divide n and k
+    (its two tile shapes, rows past them, split or not), or leave a last tile's columns past n
+    (576 and 2880 columns)."""
     dev = clops.device(device)
     _tensor_cores(dev)
     width = 2 * k if mode == "glu" else k
