@@ -24,6 +24,11 @@ Models (NAME):
                  layers and experts, a float32 router (the file ``llama-quantize
                  --allow-requantize`` makes its Q4_K_M from: the mix depends on the tensors'
                  names and shapes, not on their values)
+  qwen3moe-a3b-q4_k_m  the same body in the types llama-quantize's Q4_K_M gives it, written
+                 directly (no llama.cpp build needed: a quick body for clops' own runs): Q4_K
+                 but a Q6_K embedding (the tied output) and Q6_K attn_v and ffn_down_exps in
+                 the layers llama.cpp gives more bits (the first and last eighth, and every third
+                 between: 24 of 48)
   gptoss20b-mxfp4  a gpt-oss-20b body (arch gpt-oss: hidden 2880, 24 layers, 64/8 heads of 64
                  with biases and attention sinks, a window of 128 on even layers, YaRN x32 of
                  4096, 32 experts of FFN 2880 with biases, 4 a token; 12 GB) with SmolLM2's
@@ -81,7 +86,8 @@ MODELS = {"smollm2-q4_1": None, "llama1b-f16": ("F16", "F16"), "llama1b-q8_0": (
           "llama8b-f16": ("F16", "F16"), "llama8b-q8_0": ("Q8_0", "Q8_0"),
           "llama8b-q4_0": ("Q4_0", "Q4_0"),
           "llama70b-q8_0": ("Q8_0", "Q8_0"), "llama70b20-q8_0": ("Q8_0", "Q8_0"),
-          "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0"), "gptoss20b-mxfp4": ("Q8_0", "Q8_0", "MXFP4"),
+          "qwen3moe-a3b-q4_0": ("Q4_0", "Q4_0"), "qwen3moe-a3b-q4_k_m": ("Q4_K", "Q6_K"),
+          "gptoss20b-mxfp4": ("Q8_0", "Q8_0", "MXFP4"),
           "qwen3-0.6b-q8_0": ("Q8_0", "Q8_0"), "gemma3-1b-q8_0": ("Q8_0", "Q8_0")}
 # a model's body is its name less the last "-" part
 BODIES = {"llama1b": BODY_1B, "llama8b": BODY_8B, "llama70b": BODY_70B,
@@ -154,12 +160,21 @@ def random_rows(kind: str, n: int, k: int, rng: np.random.Generator) -> np.ndarr
     return raw.reshape(n, -1)
 
 
+def more_bits(i: int, layers: int) -> bool:
+    """Whether llama-quantize's K-quant mixes give layer i of ``layers`` more bits (its
+    attn_v and ffn_down in Q6_K under Q4_K_M): the first and last eighth of the layers, and
+    every third layer between."""
+    return i < layers // 8 or i >= 7 * layers // 8 or (i - layers // 8) % 3 == 2
+
+
 def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: int = 0,
-               body: str = "llama1b", expert_kind: str | None = None) -> None:
+               body: str = "llama1b", expert_kind: str | None = None,
+               more: str | None = None) -> None:
     """The body ``body`` (one of ``BODIES``) with the tokenizer of ``tok_path`` at ``dst``:
     matrices in ``layer_kind``, the embedding (and an untied output) in ``embed_kind``, the
-    experts of a mixture in ``expert_kind`` (default ``layer_kind``). Metadata keys and tensor
-    names are those llama.cpp's loader reads for the body's architecture."""
+    experts of a mixture in ``expert_kind`` (default ``layer_kind``); ``more``: attn_v and
+    ffn_down (experts' too) in that type in the layers ``more_bits`` names. Metadata keys and
+    tensor names are those llama.cpp's loader reads for the body's architecture."""
     from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, RopeScalingType
 
     b = BODIES[body]
@@ -236,10 +251,11 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
         mat("output.weight", embed_kind, vocab, D)
     for i in range(b["layers"]):
         p = f"blk.{i}."
+        wide = more if more and more_bits(i, b["layers"]) else None
         norm(p + "attn_norm.weight")
         mat(p + "attn_q.weight", layer_kind, H * hd, D)
         mat(p + "attn_k.weight", layer_kind, KV * hd, D)
-        mat(p + "attn_v.weight", layer_kind, KV * hd, D)
+        mat(p + "attn_v.weight", wide or layer_kind, KV * hd, D)
         mat(p + "attn_output.weight", layer_kind, D, H * hd)
         if b.get("biases"):
             for role, n in (("attn_q", H * hd), ("attn_k", KV * hd), ("attn_v", KV * hd),
@@ -259,7 +275,7 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
             small(p + "ffn_gate_inp.weight", E, D)
             mat(p + "ffn_gate_exps.weight", expert_kind, FE, D, experts=E)
             mat(p + "ffn_up_exps.weight", expert_kind, FE, D, experts=E)
-            mat(p + "ffn_down_exps.weight", expert_kind, D, FE, experts=E)
+            mat(p + "ffn_down_exps.weight", wide or expert_kind, D, FE, experts=E)
             if b.get("biases"):
                 small(p + "ffn_gate_inp.bias", E)
                 small(p + "ffn_gate_exps.bias", E, FE)
@@ -268,7 +284,7 @@ def write_body(tok_path: str, dst: str, layer_kind: str, embed_kind: str, seed: 
             continue
         mat(p + "ffn_gate.weight", layer_kind, F, D)
         mat(p + "ffn_up.weight", layer_kind, F, D)
-        mat(p + "ffn_down.weight", layer_kind, D, F)
+        mat(p + "ffn_down.weight", wide or layer_kind, D, F)
         if b.get("sandwich"):
             norm(p + "post_ffw_norm.weight")
     w.write_header_to_file()
@@ -293,7 +309,8 @@ def write(prep: str, out: str, only: list[str] | None = None) -> list[str]:
         else:
             write_body(os.path.join(prep, "tokenizer.gguf"), dst, kinds[0], kinds[1],
                        body=name.rsplit("-", 1)[0],
-                       expert_kind=kinds[2] if len(kinds) > 2 else None)
+                       expert_kind=kinds[2] if len(kinds) > 2 else None,
+                       more="Q6_K" if name.endswith("-q4_k_m") else None)
         print(f"{dst} ({os.path.getsize(dst) / 1e6:.0f} MB)", flush=True)
         paths.append(dst)
     return paths
