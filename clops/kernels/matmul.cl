@@ -7,11 +7,12 @@
 //   QGROUP 32 or 16 (q8 only: Q6_K has a scale per 16 values)
 //   QMIN   1 (q8): a (scale, min) pair per QGROUP values, value = (q * scale) + min (Q5_1, Q5_K,
 //          Q2_K), rounded twice as GGUF computes it; not with QX
-//   KQB, KQM, KQT  (WFMT 5, the compact K-quants, nn/quant.py's k4, k5, k6, i4 and m4) high
-//          bits a value (0: Q4_K, 1: Q5_K, 2: Q6_K), whether a group has a min (1: Q4_K, Q5_K),
-//          and whether the 4-bit values index a table (1: IQ4's, IQ4_XS; 2: MXFP4's doubled
-//          E2M1 values, a group's scale 2^(e - 128) of its exponent byte e; their nibbles in
-//          the order kq_words reads them)
+//   KQB, KQM, KQT  (WFMT 5, the compact K-quants, nn/quant.py's k4, k5, k6, i4, m4 and n4)
+//          high bits a value (0: Q4_K, 1: Q5_K, 2: Q6_K), whether a group has a min (1: Q4_K,
+//          Q5_K), and whether the 4-bit values index a table (1: IQ4's, IQ4_XS; 2: MXFP4's
+//          doubled E2M1 values, a group's scale 2^(e - 128) of its exponent byte e; 3: IQ4's,
+//          IQ4_NL, a group's half scale in its sub-scale bytes; their nibbles in the order
+//          kq_words reads them; 2 and 3 without super-scales)
 //   TM     rows of x per work-item: the dequantized weights are reused TM times from registers
 //   LSIZE  work-items that split K for one output column (1 on CPUs; up to 256 on GPUs)
 //   ROWS   output columns per work-item, one after another (CPUs: fewer, longer work-items)
@@ -185,8 +186,8 @@ inline uint8 kq_load(__global const uchar *W, int K, int n, int g) {
     const uint2 h = ((__global const uint2 *)(row + KQ_HOFF(K)))[g];
 #endif
     const uint s = ((__global const ushort *)(row + KQ_SOFF(K)))[g];
-#if KQT == 2
-    const uint d = 0u;  // (MXFP4: no super-scales; K need not be a multiple of 256)
+#if KQT >= 2
+    const uint d = 0u;  // (MXFP4, IQ4_NL: no super-scales; K need not be a multiple of 256)
 #else
     const uint d = ((__global const uint *)(row + KQ_DOFF(K)))[g / 8];
 #endif
@@ -264,6 +265,10 @@ inline float4 kq_scales(uint8 r) {
 #if KQT == 2
     // (2^(e - 128), e >= 2: a normal float32)
     const float s = as_float(((r.s6 & 0xFFu) - 1u) << 23);
+    return (float4)(s, 0.0f, s, 0.0f);
+#elif KQT == 3
+    const ushort sh = (ushort)r.s6;  // (the group's half scale)
+    const float s = vload_half(0, (const __private half *)&sh);
     return (float4)(s, 0.0f, s, 0.0f);
 #elif KQT
     const float s = d.x * (float)as_char((uchar)(r.s6 & 0xFFu));

@@ -49,6 +49,9 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
   byte e twice, no super-scales (zeros); value = 2^(e - 128) * table[q] (``KQT`` 2; e >= 2:
   the packer refuses subnormal scales and gives an all-zero group e = 2). The CPU layout takes
   its ``q8`` form.
+- ``n4``: IQ4_NL the same way (0.58 bytes a value against ``q8``'s 1.125; the file's 0.56):
+  ``i4``'s indices, a group's half scale d in its two sub-scale bytes, no super-scales (zeros);
+  value = d * table[q] (``KQT`` 3). The CPU layout takes its ``q8`` form.
 
 The fused decode layers (``kernels.layer``) read none of the compact formats: the models small
 enough for those keep Q4_K's layers in ``q4`` (``llm.model``).
@@ -104,22 +107,22 @@ DEVICE_BYTES: dict[int, float] = {
 DEVICE_BYTES_ROWS: dict[int, float] = {
     **DEVICE_BYTES, GGML_Q4_K: 0.5 + 2 / 32 + 4 / 256, GGML_Q5_K: 0.5 + 6 / 32 + 4 / 256,
     GGML_Q6_K: 0.5 + 10 / 32 + 4 / 256, GGML_IQ4_XS: 0.5 + 2 / 32 + 4 / 256,
-    GGML_MXFP4: 0.5 + 2 / 32 + 4 / 256,
+    GGML_MXFP4: 0.5 + 2 / 32 + 4 / 256, GGML_IQ4_NL: 0.5 + 2 / 32 + 4 / 256,
 }
 WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k4": 5, "k5": 5, "k6": 5,
-        "i4": 5, "m4": 5}
+        "i4": 5, "m4": 5, "n4": 5}
 # the compact formats of the row layout: (KQB high bits a value, KQM mins, KQT the 4-bit
-# values' table: 1 IQ4's, 2 MXFP4's doubled E2M1 values)
+# values' table: 1 IQ4's, 2 MXFP4's doubled E2M1 values, 3 IQ4's under a half scale a group)
 KQ_FORMATS: dict[str, tuple[int, int, int]] = {"k4": (0, 1, 0), "k5": (1, 1, 0), "k6": (2, 0, 0),
-                                               "i4": (0, 0, 1), "m4": (0, 0, 2)}
+                                               "i4": (0, 0, 1), "m4": (0, 0, 2), "n4": (0, 0, 3)}
 # the table of each format whose 4-bit values index one
-KQ_TABLES = {"i4": IQ4_VALUES, "m4": E2M1_DOUBLED}
+KQ_TABLES = {"i4": IQ4_VALUES, "m4": E2M1_DOUBLED, "n4": IQ4_VALUES}
 assert tuple(KQ_FORMATS) == matmul.COMPACT_FORMATS  # (the kernels' list of them)
 
 
 def kq_row_bytes(fmt: str, k: int) -> int:
     """Bytes of a row of k values in the compact format ``fmt`` (``k4``, ``k5``, ``k6``,
-    ``i4``, ``m4``)."""
+    ``i4``, ``m4``, ``n4``)."""
     hb = KQ_FORMATS[fmt][0]
     return -(-(k // 2 + hb * k // 8 + k // 16 + k // 64) // 16) * 16
 
@@ -179,9 +182,9 @@ class PackedWeight:
         return (q * sc[..., None]).reshape(self.n, self.k)
 
     def expanded(self) -> PackedWeight:
-        """A weight in a compact format (``k4``, ``k5``, ``k6``, ``i4``, ``m4``) in the form
-        the CPU layout reads (``q4``, ``q8m``, ``q8``, ``q8``, ``q8``: the same values); any
-        other weight as it is."""
+        """A weight in a compact format (``k4``, ``k5``, ``k6``, ``i4``, ``m4``, ``n4``) in the
+        form the CPU layout reads (``q4``, ``q8m``, ``q8``, ``q8``, ``q8``, ``q8``: the same
+        values); any other weight as it is."""
         if self.fmt not in KQ_FORMATS:
             return self
         q, s, mn = _kq_decode(self)
@@ -325,10 +328,10 @@ def _pack_q5_0(b: np.ndarray, n: int, k: int) -> PackedWeight:
 
 
 def _pack_iq4_nl(b: np.ndarray, n: int, k: int) -> PackedWeight:
-    # value = d * table[q]: the table's values are int8
-    d = _f16(b[..., 0:2]).reshape(n, k // 32)
-    q8 = IQ4_VALUES[_low_high_nibbles(b[..., 2:18])].reshape(n, k)
-    return PackedWeight("q8", n, k, q8, d.copy(), 32)
+    # value = d * table[q]: a group's half d kept as the file has it, in its sub-scale bytes
+    q = _low_high_nibbles(b[..., 2:18]).reshape(n, k)
+    return _kq_pack("n4", q, np.ascontiguousarray(b[..., 0:2]).reshape(n, k // 16),
+                    np.zeros((n, k // 64), np.uint8))
 
 
 def _pack_mxfp4(b: np.ndarray, n: int, k: int) -> PackedWeight:
@@ -436,7 +439,8 @@ def _kq_sup_offset(fmt: str, k: int) -> int:
 
 
 def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> PackedWeight:
-    """The compact rows of unsigned values ``q`` [n, k] (``i4``, ``m4``: the table's indices),
+    """The compact rows of unsigned values ``q`` [n, k] (``i4``, ``m4``, ``n4``: the table's
+    indices),
     sub-scale bytes ``sub`` [n, k / 16] and super-scale bytes ``sup`` [n, k / 64] (two halves a
     256 values)."""
     n, k = q.shape
@@ -464,7 +468,8 @@ def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> Packe
 
 
 def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A compact weight's unsigned values [n, k] (uint8; ``i4``, ``m4``: the table's indices)
+    """A compact weight's unsigned values [n, k] (uint8; ``i4``, ``m4``, ``n4``: the table's
+    indices)
     and each group's float32 scale and min [n, k / group] (``kq_scales``;
     ``PackedWeight.dequantize`` makes the values of them)."""
     fmt, n, k = p.fmt, p.n, p.k
@@ -492,7 +497,7 @@ def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def kq_scales(p: PackedWeight) -> tuple[np.ndarray, np.ndarray]:
     """A compact weight's scale and min of each group, float32 [n, k / group] (Q6_K's min
-    -32 s; IQ4_XS's and MXFP4's 0)."""
+    -32 s; IQ4_XS's, MXFP4's and IQ4_NL's 0)."""
     fmt, n, k = p.fmt, p.n, p.k
     rows = p.data.reshape(n, -1)
     so, po = _kq_sub_offset(fmt, k), _kq_sup_offset(fmt, k)
@@ -500,6 +505,9 @@ def kq_scales(p: PackedWeight) -> tuple[np.ndarray, np.ndarray]:
     if fmt == "m4":  # (a group's exponent byte twice, e >= 2: 2^(e - 128))
         e = sub.reshape(n, k // 32, 2)[..., 0].astype(np.uint32)
         s = ((e - 1) << np.uint32(23)).view(np.float32)
+        return s, np.zeros_like(s)
+    if fmt == "n4":  # (a group's half scale)
+        s = sub.view(np.float16).reshape(n, k // 32).astype(np.float32)
         return s, np.zeros_like(s)
     sup = np.ascontiguousarray(rows[:, po:po + k // 64]).view(np.float16).astype(np.float32)
     sup = sup.reshape(n, k // 256, 2)

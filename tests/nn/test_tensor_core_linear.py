@@ -346,7 +346,7 @@ def _weight(dev, kind, n, k):
     return w, (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-KINDS = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4"]
+KINDS = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4", "IQ4_NL"]
 
 
 @pytest.mark.parametrize("kind", KINDS + ["Q5_1", "Q5_0", "F32", "F16", "bf16"])
