@@ -206,13 +206,13 @@ void moe_align(__global int *order, __global int *tile_e, __global int *pos,
 }
 
 // moe_align's slots (the same values) on GPUs. Work geometry: global (NE * LS), local (LS):
-// work-group e places expert e's pairs
-// (every group counts every expert's pairs, for its group's start), work-item t those of
-// pairs t * ceil(V / LS) .. (each its count's exclusive prefix sum over the work-group after
-// the ones before it); work-group 0 also the tail past the last group.
+// work-group e places expert e's pairs (every group counts every expert's pairs, for its
+// group's start), work-item t those of pairs t * ceil(V / LS) .. (after the ones before it:
+// an exclusive prefix sum of the counts over the work-group); work-group 0 also the tail past
+// the last group.
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
 void moe_align_e(__global int *order, __global int *tile_e, __global int *pos,
-               __global const int *ids, int M, int P, int K, int TILE) {
+                 __global const int *ids, int M, int P, int K, int TILE) {
     __local int count[NE], buf[LS];
     const int t = get_local_id(0), e = get_group_id(0), V = M * K;
     for (int i = t; i < NE; i += LS) count[i] = 0;

@@ -191,8 +191,9 @@ class PackedWeight:
         n, k = self.n, self.k
         if self.fmt == "k5":
             return _q8m(n, k, q, s, mn, 32)
-        if self.fmt in KQ_TABLES:
-            return PackedWeight("q8", n, k, KQ_TABLES[self.fmt][q], s, 32)
+        if self.fmt in KQ_TABLES:  # (n4: its half scales as the file has them)
+            return PackedWeight("q8", n, k, KQ_TABLES[self.fmt][q],
+                                s.astype(np.float16) if self.fmt == "n4" else s, 32)
         rows = self.data.reshape(n, -1)
         if self.fmt == "k4":
             so, po = _kq_sub_offset("k4", k), _kq_sup_offset("k4", k)
@@ -440,9 +441,8 @@ def _kq_sup_offset(fmt: str, k: int) -> int:
 
 def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> PackedWeight:
     """The compact rows of unsigned values ``q`` [n, k] (``i4``, ``m4``, ``n4``: the table's
-    indices),
-    sub-scale bytes ``sub`` [n, k / 16] and super-scale bytes ``sup`` [n, k / 64] (two halves a
-    256 values)."""
+    indices), sub-scale bytes ``sub`` [n, k / 16] and super-scale bytes ``sup`` [n, k / 64]
+    (two halves a 256 values)."""
     n, k = q.shape
     g = q.reshape(n, k // 32, 32)
     row = np.zeros((n, kq_row_bytes(fmt, k)), np.uint8)
@@ -469,8 +469,7 @@ def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> Packe
 
 def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A compact weight's unsigned values [n, k] (uint8; ``i4``, ``m4``, ``n4``: the table's
-    indices)
-    and each group's float32 scale and min [n, k / group] (``kq_scales``;
+    indices) and each group's float32 scale and min [n, k / group] (``kq_scales``;
     ``PackedWeight.dequantize`` makes the values of them)."""
     fmt, n, k = p.fmt, p.n, p.k
     rows = p.data.reshape(n, -1)
