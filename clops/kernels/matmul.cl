@@ -13,6 +13,8 @@
 //          doubled E2M1 values, a group's scale 2^(e - 128) of its exponent byte e; 3: IQ4's,
 //          IQ4_NL, a group's half scale in its sub-scale bytes; their nibbles in the order
 //          kq_words reads them; 2 and 3 without super-scales)
+//   KQH    (WFMT 5, KQB 1: h5) Q5_0: a group's half scale in its sub-scale bytes, no
+//          super-scales, value (q - 16) * scale
 //   TM     rows of x per work-item: the dequantized weights are reused TM times from registers
 //   LSIZE  work-items that split K for one output column (1 on CPUs; up to 256 on GPUs)
 //   ROWS   output columns per work-item, one after another (CPUs: fewer, longer work-items)
@@ -170,6 +172,10 @@ inline float qmin_dot(float a, float d, float b, float mn) {
 #ifndef KQT
 #define KQT 0
 #endif
+#ifndef KQH
+#define KQH 0
+#endif
+#define KQ_OFF (KQH ? 16 : 32)  // (KQM 0: the offset of the values, Q6_K's or Q5_0's)
 #define KQ_HOFF(K) ((K) / 2)                            // the high bits: 4 KQB bytes a group
 #define KQ_SOFF(K) (KQ_HOFF(K) + (K) / 8 * KQB)         // the sub-scales: 2 bytes a group
 #define KQ_DOFF(K) (KQ_SOFF(K) + (K) / 16)              // the super-scales: a half2 a 256
@@ -186,8 +192,9 @@ inline uint8 kq_load(__global const uchar *W, int K, int n, int g) {
     const uint2 h = ((__global const uint2 *)(row + KQ_HOFF(K)))[g];
 #endif
     const uint s = ((__global const ushort *)(row + KQ_SOFF(K)))[g];
-#if KQT >= 2
-    const uint d = 0u;  // (MXFP4, IQ4_NL: no super-scales; K need not be a multiple of 256)
+#if KQT >= 2 || KQH
+    // (MXFP4, IQ4_NL, Q5_0: no super-scales; K need not be a multiple of 256)
+    const uint d = 0u;
 #else
     const uint d = ((__global const uint *)(row + KQ_DOFF(K)))[g / 8];
 #endif
@@ -257,8 +264,8 @@ inline void kq_words(uint8 r, uint4 *lo, uint4 *hi) {
     *hi = h;
 #endif
 }
-// (s0, mn0, s1, mn1): the scale and min of values 0..15 and of 16..31 (KQM 0: mn = -32 s;
-// KQT: no min)
+// (s0, mn0, s1, mn1): the scale and min of values 0..15 and of 16..31 (KQM 0: mn = -32 s,
+// KQH -16 s; KQT: no min)
 inline float4 kq_scales(uint8 r) {
     const uint dd = r.s7;
     const float2 d = vload_half2(0, (const __private half *)&dd);
@@ -266,10 +273,10 @@ inline float4 kq_scales(uint8 r) {
     // (2^(e - 128), e >= 2: a normal float32)
     const float s = as_float(((r.s6 & 0xFFu) - 1u) << 23);
     return (float4)(s, 0.0f, s, 0.0f);
-#elif KQT == 3
+#elif KQT == 3 || KQH
     const ushort sh = (ushort)r.s6;  // (the group's half scale)
     const float s = vload_half(0, (const __private half *)&sh);
-    return (float4)(s, 0.0f, s, 0.0f);
+    return KQH ? (float4)(s, -16.0f * s, s, -16.0f * s) : (float4)(s, 0.0f, s, 0.0f);
 #elif KQT
     const float s = d.x * (float)as_char((uchar)(r.s6 & 0xFFu));
     return (float4)(s, 0.0f, s, 0.0f);
@@ -289,14 +296,15 @@ inline float4 kq_scales(uint8 r) {
 #define KQ_FLOAT16(q) convert_float16(as_uchar16(q))
 #endif
 // The 16 values of bytes q with scale s and min mn as GGUF computes them: q * s + mn (Q4_K's and
-// Q5_K's q * s is exact), or (q - 32) * s (Q6_K: -0.0 where s < 0 and q = 32, as GGUF's)
+// Q5_K's q * s is exact), or (q - 32) * s (Q6_K; Q5_0 (q - 16) * s: -0.0 where s < 0 and q is
+// the offset, as GGUF's)
 inline float16 kq_values16(uint4 q, float s, float mn) {
 #if KQT
     return KQ_FLOAT16(q) * s;  // (no + 0: GGUF's -0.0 where s is -0.0)
 #elif KQM
     return KQ_FLOAT16(q) * s + mn;
 #else
-    return convert_float16(convert_short16(as_uchar16(q)) - (short16)32) * s;
+    return convert_float16(convert_short16(as_uchar16(q)) - (short16)KQ_OFF) * s;
 #endif
 }
 #endif
@@ -697,9 +705,10 @@ inline float kq_dot(WQ_T r, uint4 xl, uint4 xh, float2 xd, float acc) {
     s = dot4(hi.w, xh.w, s);
     return fma(sc.x * xd.x, (float)s, fma(sc.y, xd.y, acc));
 #else
-    // sum (q - 32) xq = sum q xq + sum (-32) xq, each half (0xE0: -32 a byte)
-    const int s0 = q8_dot(lo, xl) + q8_dot((uint4)0xE0E0E0E0u, xl);
-    const int s1 = q8_dot(hi, xh) + q8_dot((uint4)0xE0E0E0E0u, xh);
+    // sum (q - off) xq = sum q xq + sum (-off) xq, each half (0xE0: -32 a byte, 0xF0: -16)
+    const uint4 off = (uint4)(KQH ? 0xF0F0F0F0u : 0xE0E0E0E0u);
+    const int s0 = q8_dot(lo, xl) + q8_dot(off, xl);
+    const int s1 = q8_dot(hi, xh) + q8_dot(off, xh);
     return fma(sc.x * xd.x, (float)s0, fma(sc.z * xd.x, (float)s1, acc));
 #endif
 }

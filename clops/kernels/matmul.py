@@ -42,7 +42,7 @@ class Weight(Protocol):
 
 # the compact formats of the row layout (matmul.cl WFMT 5; nn/quant.py's KQ_FORMATS gives each
 # one's bits): a group of 32 values a 16-byte chunk, as q4
-COMPACT_FORMATS = ("k4", "k5", "k6", "i4", "m4", "n4")
+COMPACT_FORMATS = ("k4", "k5", "k6", "i4", "m4", "n4", "h5")
 # values per 16-byte chunk of a weight row, by format (matmul.cl CHUNKED)
 CHUNK_VALUES = {"f32": 4, "f16": 8, "bf16": 8, "q4": 32, "q8": 16, "q8m": 16,
                 **{f: 32 for f in COMPACT_FORMATS}}

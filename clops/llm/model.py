@@ -260,9 +260,9 @@ class Model:
         total = sum(src.nbytes(n) for n in names)
         bar = _progress(total, f"weights -> {dev.name[:40]}", progress)
 
-        # the fused decode layers (kernels.layer) read Q4_K's layers in q4 and MXFP4's and
-        # IQ4_NL's in q8, not in their compact forms: models small enough for them (and
-        # without experts) keep those there
+        # the fused decode layers (kernels.layer) read Q4_K's layers in q4 and MXFP4's,
+        # IQ4_NL's and Q5_0's in q8, not in their compact forms: models small enough for them
+        # (and without experts) keep those there
         q4_layers = not cfg.n_experts and cfg.dim <= layer.MAX_DIM and \
             cfg.ffn_dim <= layer.MAX_FFN
 
@@ -270,7 +270,7 @@ class Model:
             p = src.matrix(name)
             bar.update(src.nbytes(name))
             small = q4_layers and name.startswith("blk.")
-            return p.expanded() if small and p.fmt in ("k4", "m4", "n4") else p
+            return p.expanded() if small and p.fmt in ("k4", "m4", "n4", "h5") else p
 
         def vec(name: str) -> Buffer:
             v = src.vector(name).astype(np.float32)

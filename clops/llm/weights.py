@@ -136,10 +136,11 @@ def _check_values(where: str, p: PackedWeight) -> None:
         return
     if p.fmt in KQ_FORMATS:  # (the scale and min of each group of the compact K-quants)
         scale, mn = kq_scales(p)
-        # (k6: |q - 32| <= 32, mn = -32 s; i4, n4: IQ4's table values, at most 127; m4:
-        # MXFP4's doubled E2M1 values, at most 12)
-        most = {"k4": 15, "k5": 31, "k6": 32, "i4": 127, "m4": 12, "n4": 127}[p.fmt]
-        _check_bound(where, p, np.abs(scale) * most + (np.abs(mn) if p.fmt != "k6" else 0))
+        # (k6: |q - 32| <= 32, mn = -32 s; h5: |q - 16| <= 16, mn = -16 s; i4, n4: IQ4's
+        # table values, at most 127; m4: MXFP4's doubled E2M1 values, at most 12)
+        most = {"k4": 15, "k5": 31, "k6": 32, "i4": 127, "m4": 12, "n4": 127, "h5": 16}[p.fmt]
+        _check_bound(where, p, np.abs(scale) * most + (np.abs(mn) if p.fmt not in ("k6", "h5")
+                                                        else 0))
         return
     assert p.scales is not None
     sc = np.abs(p.scales.astype(np.float32))

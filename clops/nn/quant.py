@@ -52,6 +52,9 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
 - ``n4``: IQ4_NL the same way (0.58 bytes a value against ``q8``'s 1.125; the file's 0.56):
   ``i4``'s indices, a group's half scale d in its two sub-scale bytes, no super-scales (zeros);
   value = d * table[q] (``KQT`` 3). The CPU layout takes its ``q8`` form.
+- ``h5``: Q5_0 the same way (0.70 bytes a value against ``q8``'s 1.0625; the file's 0.69):
+  ``k5``'s low nibbles and high bits, a group's half scale d in its two sub-scale bytes, no
+  super-scales; value = (q - 16) * d (``KQH`` 1). The CPU layout takes its ``q8`` form.
 
 The fused decode layers (``kernels.layer``) read none of the compact formats: the models small
 enough for those keep Q4_K's layers in ``q4`` (``llm.model``).
@@ -108,13 +111,17 @@ DEVICE_BYTES_ROWS: dict[int, float] = {
     **DEVICE_BYTES, GGML_Q4_K: 0.5 + 2 / 32 + 4 / 256, GGML_Q5_K: 0.5 + 6 / 32 + 4 / 256,
     GGML_Q6_K: 0.5 + 10 / 32 + 4 / 256, GGML_IQ4_XS: 0.5 + 2 / 32 + 4 / 256,
     GGML_MXFP4: 0.5 + 2 / 32 + 4 / 256, GGML_IQ4_NL: 0.5 + 2 / 32 + 4 / 256,
+    GGML_Q5_0: 0.5 + 6 / 32 + 4 / 256,
 }
 WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k4": 5, "k5": 5, "k6": 5,
-        "i4": 5, "m4": 5, "n4": 5}
+        "i4": 5, "m4": 5, "n4": 5, "h5": 5}
 # the compact formats of the row layout: (KQB high bits a value, KQM mins, KQT the 4-bit
 # values' table: 1 IQ4's, 2 MXFP4's doubled E2M1 values, 3 IQ4's under a half scale a group)
 KQ_FORMATS: dict[str, tuple[int, int, int]] = {"k4": (0, 1, 0), "k5": (1, 1, 0), "k6": (2, 0, 0),
-                                               "i4": (0, 0, 1), "m4": (0, 0, 2), "n4": (0, 0, 3)}
+                                               "i4": (0, 0, 1), "m4": (0, 0, 2), "n4": (0, 0, 3),
+                                               "h5": (1, 0, 0)}
+# ... and those whose groups hold a half scale and no min, value (q - 16) * d (KQH 1)
+KQ_HALF = ("h5",)
 # the table of each format whose 4-bit values index one
 KQ_TABLES = {"i4": IQ4_VALUES, "m4": E2M1_DOUBLED, "n4": IQ4_VALUES}
 assert tuple(KQ_FORMATS) == matmul.COMPACT_FORMATS  # (the kernels' list of them)
@@ -122,7 +129,7 @@ assert tuple(KQ_FORMATS) == matmul.COMPACT_FORMATS  # (the kernels' list of them
 
 def kq_row_bytes(fmt: str, k: int) -> int:
     """Bytes of a row of k values in the compact format ``fmt`` (``k4``, ``k5``, ``k6``,
-    ``i4``, ``m4``, ``n4``)."""
+    ``i4``, ``m4``, ``n4``, ``h5``)."""
     hb = KQ_FORMATS[fmt][0]
     return -(-(k // 2 + hb * k // 8 + k // 16 + k // 64) // 16) * 16
 
@@ -161,8 +168,9 @@ class PackedWeight:
             if self.fmt in KQ_TABLES:
                 return (KQ_TABLES[self.fmt][q.reshape(g.shape)].astype(np.float32)
                         * s[..., None]).reshape(self.n, self.k)
-            if self.fmt == "k6":  # (q - 32) * s: GGUF's -0.0 where s < 0 and q = 32
-                return ((g - 32) * s[..., None]).reshape(self.n, self.k)
+            if self.fmt in ("k6", "h5"):  # (q - 32) s, (q - 16) s: GGUF's -0.0 where s < 0
+                off = 32 if self.fmt == "k6" else 16
+                return ((g - off) * s[..., None]).reshape(self.n, self.k)
             return (g * s[..., None] + mn[..., None]).reshape(self.n, self.k)
         if self.fmt == "f32":
             return self.data.astype(np.float32)
@@ -182,15 +190,18 @@ class PackedWeight:
         return (q * sc[..., None]).reshape(self.n, self.k)
 
     def expanded(self) -> PackedWeight:
-        """A weight in a compact format (``k4``, ``k5``, ``k6``, ``i4``, ``m4``, ``n4``) in the
-        form the CPU layout reads (``q4``, ``q8m``, ``q8``, ``q8``, ``q8``, ``q8``: the same
-        values); any other weight as it is."""
+        """A weight in a compact format (``k4``, ``k5``, ``k6``, ``i4``, ``m4``, ``n4``, ``h5``)
+        in the form the CPU layout reads (``q4``, ``q8m``, then ``q8``: the same values); any
+        other weight as it is."""
         if self.fmt not in KQ_FORMATS:
             return self
         q, s, mn = _kq_decode(self)
         n, k = self.n, self.k
         if self.fmt == "k5":
             return _q8m(n, k, q, s, mn, 32)
+        if self.fmt == "h5":  # (q - 16 as int8, the file's half scales)
+            return PackedWeight("q8", n, k, (q.astype(np.int16) - 16).astype(np.int8),
+                                s.astype(np.float16), 32)
         if self.fmt in KQ_TABLES:  # (n4: its half scales as the file has them)
             return PackedWeight("q8", n, k, KQ_TABLES[self.fmt][q],
                                 s.astype(np.float16) if self.fmt == "n4" else s, 32)
@@ -321,11 +332,10 @@ def _bits(raw: np.ndarray, count: int) -> np.ndarray:
 
 
 def _pack_q5_0(b: np.ndarray, n: int, k: int) -> PackedWeight:
-    # value = d * (q - 16): q less 16 fits int8; d stays half (the kernels widen it exactly)
-    d = _f16(b[..., 0:2]).reshape(n, k // 32)
+    # value = d * (q - 16): a group's half d kept as the file has it, in its sub-scale bytes
     q = _low_high_nibbles(b[..., 6:22]) | (_bits(b[..., 2:6], 32) << 4)
-    q8 = (q.astype(np.int16) - 16).astype(np.int8).reshape(n, k)
-    return PackedWeight("q8", n, k, q8, d.copy(), 32)
+    return _kq_pack("h5", q.reshape(n, k), np.ascontiguousarray(b[..., 0:2]).reshape(n, k // 16),
+                    np.zeros((n, k // 64), np.uint8))
 
 
 def _pack_iq4_nl(b: np.ndarray, n: int, k: int) -> PackedWeight:
@@ -429,6 +439,7 @@ _KQ_W = np.where(_KQ_V < 16, _KQ_V // 4, 4 + (_KQ_V - 16) // 4)
 _KQ_B = _KQ_V % 4
 _KQ_SHIFT = {"k5": (8 * _KQ_B + _KQ_W).astype(np.uint32),
              "k6": (8 * _KQ_B + 2 * (_KQ_W % 4)).astype(np.uint32)}
+_KQ_SHIFT["h5"] = _KQ_SHIFT["k5"]
 
 
 def _kq_sub_offset(fmt: str, k: int) -> int:
@@ -455,7 +466,7 @@ def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> Packe
     so = _kq_sub_offset(fmt, k)
     if fmt in _KQ_SHIFT:
         high = (g >> 4).astype(np.uint32) << _KQ_SHIFT[fmt]
-        if fmt == "k5":
+        if KQ_FORMATS[fmt][0] == 1:
             words = np.bitwise_or.reduce(high, axis=-1)  # [n, groups]
         else:
             words = np.stack([np.bitwise_or.reduce(high[..., :16], axis=-1),
@@ -483,7 +494,7 @@ def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     words = np.ascontiguousarray(rows[:, k // 2:so]).view(np.uint32)
     if fmt == "k4":
         return (g.reshape(n, k), *kq_scales(p))
-    if fmt == "k5":
+    if KQ_FORMATS[fmt][0] == 1:
         w = words.reshape(n, k // 32, 1)
         high = (w >> _KQ_SHIFT[fmt]) & 1
     else:
@@ -496,7 +507,7 @@ def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def kq_scales(p: PackedWeight) -> tuple[np.ndarray, np.ndarray]:
     """A compact weight's scale and min of each group, float32 [n, k / group] (Q6_K's min
-    -32 s; IQ4_XS's, MXFP4's and IQ4_NL's 0)."""
+    -32 s, Q5_0's -16 s; IQ4_XS's, MXFP4's and IQ4_NL's 0)."""
     fmt, n, k = p.fmt, p.n, p.k
     rows = p.data.reshape(n, -1)
     so, po = _kq_sub_offset(fmt, k), _kq_sup_offset(fmt, k)
@@ -505,9 +516,9 @@ def kq_scales(p: PackedWeight) -> tuple[np.ndarray, np.ndarray]:
         e = sub.reshape(n, k // 32, 2)[..., 0].astype(np.uint32)
         s = ((e - 1) << np.uint32(23)).view(np.float32)
         return s, np.zeros_like(s)
-    if fmt == "n4":  # (a group's half scale)
+    if fmt in ("n4", "h5"):  # (a group's half scale; h5's min -16 s)
         s = sub.view(np.float16).reshape(n, k // 32).astype(np.float32)
-        return s, np.zeros_like(s)
+        return s, (np.float32(-16.0) * s if fmt == "h5" else np.zeros_like(s))
     sup = np.ascontiguousarray(rows[:, po:po + k // 64]).view(np.float16).astype(np.float32)
     sup = sup.reshape(n, k // 256, 2)
     if fmt == "i4":  # (a group's sub-scale twice, no min)
@@ -739,6 +750,8 @@ class DeviceWeight:
             d["QMIN"] = 1
         if self.fmt in KQ_FORMATS:
             d["KQB"], d["KQM"], d["KQT"] = KQ_FORMATS[self.fmt]
+            if self.fmt in KQ_HALF:
+                d["KQH"] = 1
         return d
 
     def __repr__(self) -> str:

@@ -124,15 +124,16 @@ def check_device_values(device, table, want):
 @pytest.mark.parametrize("kind, fmt, most, k", [
     ("Q4_K", "k4", 1.06, 512), ("Q5_K", "k5", 1.06, 512), ("Q6_K", "k6", 1.06, 512),
     ("IQ4_XS", "i4", 1.12, 512), ("MXFP4", "m4", 1.12, 512), ("MXFP4", "m4", 1.12, 2880),
-    ("IQ4_NL", "n4", 1.12, 512), ("IQ4_NL", "n4", 1.12, 2880)])
+    ("IQ4_NL", "n4", 1.12, 512), ("IQ4_NL", "n4", 1.12, 2880), ("Q5_0", "h5", 1.06, 512),
+    ("Q5_0", "h5", 1.06, 2880)])
 def test_compact_k_quants(device, kind, fmt, most, k, n=20):
-    """The K-quants, IQ4_XS, MXFP4 and IQ4_NL in the row layout keep about the file's size
-    (k4, k5, k6, i4, m4, n4: values, sub-scales and super-scales as the file packs them, rows
-    padded to 16 bytes; i4's sub-scale byte and m4's exponent byte twice a group, n4's half
-    scale in a group's two sub-scale bytes) with GGUF's values bit for bit, special values
-    included, on the host and through the device's kernels (m4, n4: rows of any multiple of 32
-    values, as gpt-oss's 2880); the CPU layout takes their earlier forms with the same
-    values."""
+    """The K-quants, IQ4_XS, MXFP4, IQ4_NL and Q5_0 in the row layout keep about the file's
+    size (k4, k5, k6, i4, m4, n4, h5: values, sub-scales and super-scales as the file packs
+    them, rows padded to 16 bytes; i4's sub-scale byte and m4's exponent byte twice a group,
+    n4's and h5's half scale in a group's two sub-scale bytes) with GGUF's values bit for bit,
+    special values included, on the host and through the device's kernels (m4, n4, h5: rows of
+    any multiple of 32 values, as gpt-oss's 2880); the CPU layout takes their earlier forms
+    with the same values."""
     raw = blocks(kind, n, k)
     want = quants.dequantize(raw, Q[kind]).reshape(n, k)
     p = pack_ggml(raw, int(Q[kind]), n, k)
@@ -141,7 +142,7 @@ def test_compact_k_quants(device, kind, fmt, most, k, n=20):
     np.testing.assert_array_equal(bits(p.dequantize()), bits(want))
     e = p.expanded()
     assert e.fmt == {"Q4_K": "q4", "Q5_K": "q8m", "Q6_K": "q8", "IQ4_XS": "q8",
-                     "MXFP4": "q8", "IQ4_NL": "q8"}[kind]
+                     "MXFP4": "q8", "IQ4_NL": "q8", "Q5_0": "q8"}[kind]
     np.testing.assert_array_equal(bits(e.dequantize()), bits(want))
     dev = clops.device(device)
     assert DeviceWeight(dev, p, layout="rb16").fmt == e.fmt

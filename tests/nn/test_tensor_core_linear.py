@@ -346,10 +346,10 @@ def _weight(dev, kind, n, k):
     return w, (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-KINDS = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4", "IQ4_NL"]
+KINDS = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4", "IQ4_NL", "Q5_0"]
 
 
-@pytest.mark.parametrize("kind", KINDS + ["Q5_1", "Q5_0", "F32", "F16", "bf16"])
+@pytest.mark.parametrize("kind", KINDS + ["Q5_1", "F32", "F16", "bf16"])
 def test_dequant_half(device, kind, n=24, k=512):
     """The float16 copy of a weight that a prompt's tensor-core product reads (every format of
     the row layout: (scale, min) pairs in Q5_1's, float16 copied as it is)."""

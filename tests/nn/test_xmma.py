@@ -83,7 +83,7 @@ def _close(got, want):
 
 
 KINDS = ["f32", "f16", "bf16", "Q4_0", "Q4_1", "Q8_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
-         "IQ4_XS", "MXFP4", "IQ4_NL"]
+         "IQ4_XS", "MXFP4", "IQ4_NL", "Q5_0"]
 
 
 def _weight(dev, kind, rows, k):
