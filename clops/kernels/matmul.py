@@ -448,6 +448,8 @@ def matmul_xmma(dev: CLDevice, y: Buffer, y_off: int, ldy: int, x: Buffer, x_off
                  KP=max(gather, 1), XMODE=2 if glu else 0, XH=int(half_in),
                  XGLU=int(glu_out), **_glu_act(glu or glu_out, act), **clamp,
                  HAS_BIAS=int(bias is not None), MMA_PTX=int(dev.probe("nvidia_ptx")),
+                 # (DP4A: NVIDIA's byte permutes for IQ4's table in XQ 4, as dequant_half)
+                 **({"DP4A": int(dev.probe("nvidia_ptx"))} if w.defines.get("KQT") else {}),
                  **w.defines, **XMMA_DEFINES)
     args = [y, i32(y_off), i32(ldy), x, i32(x_off), i32(ldx), w.data, w.scales,
             bias if bias is not None else w.scales, i32(m), i32(n_out), i32(w.k), order] + extra
