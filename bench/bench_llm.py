@@ -131,13 +131,25 @@ def rounds_with_llama_bench(rows: list[dict], path: str, device: str | None, ids
         peer["decode_tps_empty"] = statistics.median(p_empty)
 
 
+_T0 = time.perf_counter()
+
+
+def progress(what: str) -> None:
+    """A line on stderr as each phase ends (so that a run stopped by a time limit shows where
+    it was)."""
+    print(f"[{time.perf_counter() - _T0:7.1f} s] {what}", file=sys.stderr, flush=True)
+
+
 def bench_clops(path: str, device: str | None, ids: list[int], new: int,
                 prompts: dict[int, list[int]] | None = None) -> dict:
     model = clops.llm.load(path, device=device, max_seq_len=1024, progress=False)
+    progress("clops: loaded")
     list(model.generate_ids(ids, max_new_tokens=4, stop_ids=[]))  # builds kernels once
+    progress("clops: kernels built (a first generation)")
     dev = model.device
     with gpu_clocks(nvidia_smi_id(dev)) as clocks:
         prefill_tps, decode_tps, pp, pp_samples = measure_clops(model, ids, new, prompts)
+    progress(f"clops: prefill {prefill_tps:.1f} tok/s, decode {decode_tps:.1f} tok/s")
     moved = bytes_per_token(model, len(ids) + new // 2)
     ceiling = copy_ceiling(dev)
     # how long the host takes to enqueue one decode step, and the device time of one step
