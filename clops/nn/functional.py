@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import array as _array  # noqa: F401 - makes sure the Tensor layer is loaded
-from ..array.tensor import Tensor
+from ..array.tensor import Tensor, same_device
 from ..graph import ir
 from ..kernels import activation, attention, matmul, norm
 from ..runtime import CLDevice, probes
@@ -36,6 +36,24 @@ def _f32(x: Tensor) -> Tensor:
 def _empty(shape: tuple[int, ...], device: CLDevice, dtype: Any = None) -> Tensor:
     xp = _api()
     return xp.empty(shape, dtype=dtype or xp.float32, device=device)
+
+
+def _one_device(what: str, *operands: Any) -> CLDevice:
+    """The one device of ``operands`` (Tensors, ``DeviceWeight``s, None), or a ValueError
+    naming both where two differ: a kernel given another context's buffers does not fail
+    cleanly (a crash in the runtime, or a launch that never completes)."""
+    dev = same_device(what, *operands)
+    for w in operands:
+        if isinstance(w, DeviceWeight):
+            if dev is None:
+                dev = w.device
+            elif w.device is not dev:
+                raise ValueError(f"{what}: operands are on different devices (the weight on "
+                                 f"{w.device}, the tensors on {dev}); make the weight on the "
+                                 "tensors' device (quantized(..., device=...)) or move the "
+                                 "tensors with .to_device()")
+    assert dev is not None
+    return dev
 
 
 def _rows(x: Tensor) -> tuple[int, int]:
@@ -105,6 +123,7 @@ def linear(x: Tensor, weight: DeviceWeight | Tensor, bias: Tensor | None = None)
                 y = y + xp.reshape(bv, (n,))
             return y.realize()
         weight = dw
+    _one_device("linear", x, weight, bias)
     x = _f32(x)
     m, k = _rows(x)
     if k != weight.k:
@@ -129,7 +148,7 @@ def linear(x: Tensor, weight: DeviceWeight | Tensor, bias: Tensor | None = None)
 def embedding(ids: Tensor, weight: DeviceWeight) -> Tensor:
     """Rows ``weight[ids]`` as float32 ``[*ids.shape, k]`` (quantized tables dequantized)."""
     xp = _api()
-    dev = weight.device
+    dev = _one_device("embedding", ids, weight)
     flat = xp.astype(ids, xp.int32).contiguous().realize() if ids.dtype.name != "int32" \
         else ids.contiguous().realize()
     m = flat.size
@@ -143,6 +162,7 @@ def embedding(ids: Tensor, weight: DeviceWeight) -> Tensor:
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     """``x / sqrt(mean(x**2, -1) + eps) * weight``."""
+    _one_device("rms_norm", x, weight)
     x, w = _f32(x), _f32(weight)
     m, k = _rows(x)
     _check_norm_params("rms_norm", k, weight=w)
@@ -154,6 +174,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last axis."""
+    _one_device("layer_norm", x, weight, bias)
     x, w, b = _f32(x), _f32(weight), _f32(bias)
     m, k = _rows(x)
     _check_norm_params("layer_norm", k, weight=w, bias=b)
@@ -281,7 +302,7 @@ def rope(x: Tensor, positions: Tensor | np.ndarray | list[int], theta: float = 1
     if layout not in ("split", "adjacent"):
         raise ValueError(f"rope layout {layout!r}: 'split' or 'adjacent'")
     xp = _api()
-    dev = x.device
+    dev = _one_device("rope", x, positions)
     m, heads, d = x.shape
     # a fresh copy: the kernel rotates in place
     out = _at0(xp.astype(x, xp.float32, copy=True).contiguous().realize())
@@ -304,7 +325,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool =
     lk, kv, _ = k.shape
     if h % kv:
         raise ValueError(f"{h} query heads do not group over {kv} key/value heads")
-    dev = q.device
+    dev = _one_device("scaled_dot_product_attention", q, k, v)
     qf = _f32(q)
     kt = _f32(xp.permute_dims(k, (1, 0, 2)))  # the kernel walks [KV][Lk][D]
     vt = _f32(xp.permute_dims(v, (1, 0, 2)))
@@ -345,8 +366,11 @@ class KVCache:
         m = k.shape[0]
         if self.length + m > self.max_seq:
             raise ValueError(f"KV cache full: {self.length} + {m} > {self.max_seq}")
-        kf, vf = _f32(k), _f32(v)
         dev = self.device
+        if _one_device("KVCache.append", k, v) is not dev:
+            raise ValueError(f"KVCache.append: operands are on different devices (k and v on "
+                             f"{k.device}, the cache on {dev})")
+        kf, vf = _f32(k), _f32(v)
         attention.kv_store(dev, self.k.buffer, self.v.buffer, kf.buffer, kf.offset, vf.buffer,
                            vf.offset, pos=self.length, m=m, n_kv=self.kv_heads,
                            head_dim=self.head_dim, max_seq=self.max_seq).run_once(dev)
@@ -356,6 +380,9 @@ class KVCache:
         """Append ``k, v`` then attend causally with ``q [M, H, D]``: one row takes the
         split-KV decode path, several the prefill path."""
         xp = _api()
+        if q.device is not self.device:
+            raise ValueError(f"KVCache.attend: operands are on different devices (q on "
+                             f"{q.device}, the cache on {self.device})")
         self.append(k, v)
         dev = self.device
         m, h, d = q.shape

@@ -114,7 +114,8 @@ def test_a_projection_of_two_formats_stacks_each_run(device):
     want = np.concatenate([x.astype(np.float64) @ p.dequantize().T + b
                            for p, b in zip(parts, biases)], axis=1)
     got = np.concatenate([np.asarray(clops.nn.linear(clops.asarray(x, device=device), w,
-                                                     clops.asarray(_read_bias(device, b, w.n))))
+                                                     clops.asarray(_read_bias(device, b, w.n),
+                                                                   device=device)))
                           for w, _, b in proj.parts], axis=1)
     np.testing.assert_allclose(got, want, rtol=3e-2, atol=3e-2 * np.abs(want).max())
 
