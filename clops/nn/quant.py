@@ -10,7 +10,7 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
   super-block scale, exact).
 - ``q8``: int8 values, a scale per 32 or per 16, half where the file's scale is one (Q8_0, Q5_0
   less 16, IQ4_NL's table values), else float, the file's scale times its sub-scale computed as
-  GGUF does (Q6_K less 32 and Q3_K per 16; IQ4_XS, and MXFP4's doubled E2M1 values times its
+  GGUF does (Q6_K less 32 and Q3_K, per 16; IQ4_XS, and MXFP4's doubled E2M1 values times its
   power-of-two scale, per 32).
 - ``q8m``: the values of a type with a min term, int8, and a (scale, min) pair per 32 or per
   16, value = (q * scale) + min rounded twice as GGUF computes it (q * scale is exact in
@@ -23,7 +23,9 @@ Device formats (``kernels/matmul.cl`` spells out the layouts):
 - ``k4``, ``k5``, ``k6``: Q4_K, Q5_K and Q6_K as compactly as in the file (0.58, 0.70 and 0.82
   bytes a value against ``q4``'s 0.75 and ``q8m``'s and ``q8``'s 1.25), for the row layout
   (GPUs); the CPU layout takes their ``q4``, ``q8m`` and ``q8`` forms
-  (``PackedWeight.expanded``). Each row of K values is one run of bytes
+  (``PackedWeight.expanded``). Q3_K takes ``k6`` too (its value (d * (sc - 32)) * q, q in
+  -4..3, is Q6_K's with sub-scale sc - 32 and 6-bit value q + 32: 0.82 bytes a value against
+  the file's 0.43 and ``q8``'s 1.25). Each row of K values is one run of bytes
   (``kq_row_bytes``): the 4-bit low parts as ``q4`` packs them (16 bytes a group of 32), the
   high bits (none for Q4_K, 4 bytes a group for Q5_K's one bit a value, 8 for Q6_K's two), the
   sub-scales (2 bytes a group: Q4_K's and Q5_K's 6-bit scale and min, Q6_K's two int8 scales
@@ -111,7 +113,7 @@ DEVICE_BYTES_ROWS: dict[int, float] = {
     **DEVICE_BYTES, GGML_Q4_K: 0.5 + 2 / 32 + 4 / 256, GGML_Q5_K: 0.5 + 6 / 32 + 4 / 256,
     GGML_Q6_K: 0.5 + 10 / 32 + 4 / 256, GGML_IQ4_XS: 0.5 + 2 / 32 + 4 / 256,
     GGML_MXFP4: 0.5 + 2 / 32 + 4 / 256, GGML_IQ4_NL: 0.5 + 2 / 32 + 4 / 256,
-    GGML_Q5_0: 0.5 + 6 / 32 + 4 / 256,
+    GGML_Q5_0: 0.5 + 6 / 32 + 4 / 256, GGML_Q3_K: 0.5 + 10 / 32 + 4 / 256,
 }
 WFMT = {"f32": 0, "f16": 1, "bf16": 2, "q4": 3, "q8": 4, "q8m": 4, "k4": 5, "k5": 5, "k6": 5,
         "i4": 5, "m4": 5, "n4": 5, "h5": 5}
@@ -366,19 +368,21 @@ def _pack_mxfp4(b: np.ndarray, n: int, k: int) -> PackedWeight:
 
 def _pack_q3_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # block: hmask[32], qs[64], 12 bytes of 6-bit signed sub-scales, d (half).
-    # value = (d * (sub-scale - 32)) * q, q = 2-bit low part less 4 where the hmask bit is 0
+    # value = (d * (sub-scale - 32)) * q, q = 2-bit low part less 4 where the hmask bit is 0:
+    # Q6_K's value (d * sc) * (q6 - 32) with sc = sub-scale - 32 (int8) and q6 = q + 32, so it
+    # takes k6 (0.82 bytes a value; its CPU form q8 with the file's scales, as Q6_K's)
     nb = k // 256
-    d = _f16(b[..., 108:110]).astype(np.float32)  # [n, nb, 1]
     s = b[..., 96:108]
     lo = np.concatenate([s[..., 0:8] & 15, s[..., 0:8] >> 4], axis=-1)  # sub-scale i, low 4 bits
     hi = np.concatenate([(s[..., 8:12] >> sh) & 3 for sh in (0, 2, 4, 6)], axis=-1)
-    sub = ((lo | (hi << 4)).astype(np.int16) - 32).astype(np.float32)  # [n, nb, 16]
+    sub = ((lo | (hi << 4)).astype(np.int16) - 32).astype(np.int8)  # [n, nb, 16]
     qs = b[..., 32:96].reshape(n, nb, 2, 1, 32)
     low = (qs >> np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)) & 3  # [n, nb, 2, 4, 32]
     hbit = _bits(b[..., 0:32].reshape(n, nb, 32, 1), 8).transpose(0, 1, 3, 2)  # [n, nb, 8, 32]
-    q = low.reshape(n, nb, 8, 32).astype(np.int8) - ((1 - hbit.astype(np.int8)) << 2)
-    scales = (d * sub).reshape(n, k // 16).astype(np.float32)
-    return PackedWeight("q8", n, k, q.reshape(n, k), scales, 16)
+    q6 = low.reshape(n, nb, 8, 32) + (hbit << 2) + 28  # (q + 32: 28..35)
+    sup = np.concatenate([b[..., 108:110], np.zeros_like(b[..., 108:110])], axis=-1)
+    return _kq_pack("k6", q6.reshape(n, k).astype(np.uint8), sub.view(np.uint8).reshape(n, k // 16),
+                    sup.reshape(n, nb * 4))
 
 
 def _pack_iq4_xs(b: np.ndarray, n: int, k: int) -> PackedWeight:

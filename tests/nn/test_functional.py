@@ -21,15 +21,16 @@ def _random_k_quant(t: Q, n: int, k: int) -> np.ndarray:
     """Random bytes of a K-quant (or IQ4_XS, IQ4_NL) tensor with sane super-block scales (no
     quantizer in gguf)."""
     bs, bb = {Q.Q4_K: (256, 144), Q.Q5_K: (256, 176), Q.Q6_K: (256, 210),
-              Q.IQ4_XS: (256, 136), Q.IQ4_NL: (32, 18)}[t]
+              Q.IQ4_XS: (256, 136), Q.IQ4_NL: (32, 18), Q.Q3_K: (256, 110)}[t]
     raw = RNG.integers(0, 256, (n, k // bs, bb), dtype=np.uint8)
     scale = np.frombuffer(np.full(n * k // bs * 2, 0.01, np.float16).tobytes(), np.uint8)
     if t in (Q.Q4_K, Q.Q5_K):  # (d and dmin)
         raw[..., 0:4] = scale.reshape(n, k // bs, 4)
     elif t in (Q.IQ4_XS, Q.IQ4_NL):  # (d: values at most 0.01 * 32 * 127; IQ4_NL's 0.01 * 127)
         raw[..., 0:2] = scale[: n * k // bs * 2].reshape(n, k // bs, 2)
-    else:
-        raw[..., 208:210] = scale[: n * k // bs * 2].reshape(n, k // bs, 2)
+    else:  # (d: Q6_K's at 208, Q3_K's at 108)
+        at = 208 if t == Q.Q6_K else 108
+        raw[..., at:at + 2] = scale[: n * k // bs * 2].reshape(n, k // bs, 2)
     return raw.reshape(n, -1)
 
 
@@ -37,7 +38,7 @@ def ggml_weight(dev, kind: str, n: int, k: int, rng: np.random.Generator):
     """A weight [n, k] of GGML type ``kind`` on dev (K-quants as random blocks, others
     quantized from rng's normal values), and its float32 values."""
     t = Q[kind]
-    if t in (Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, Q.IQ4_NL):
+    if t in (Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, Q.IQ4_NL, Q.Q3_K):
         raw = _random_k_quant(t, n, k)
     else:
         raw = quants.quantize(rng.standard_normal((n, k)).astype(np.float32), t)

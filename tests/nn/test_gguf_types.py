@@ -125,7 +125,7 @@ def check_device_values(device, table, want):
     ("Q4_K", "k4", 1.06, 512), ("Q5_K", "k5", 1.06, 512), ("Q6_K", "k6", 1.06, 512),
     ("IQ4_XS", "i4", 1.12, 512), ("MXFP4", "m4", 1.12, 512), ("MXFP4", "m4", 1.12, 2880),
     ("IQ4_NL", "n4", 1.12, 512), ("IQ4_NL", "n4", 1.12, 2880), ("Q5_0", "h5", 1.06, 512),
-    ("Q5_0", "h5", 1.06, 2880)])
+    ("Q5_0", "h5", 1.06, 2880), ("Q3_K", "k6", 1.97, 512)])
 def test_compact_k_quants(device, kind, fmt, most, k, n=20):
     """The K-quants, IQ4_XS, MXFP4, IQ4_NL and Q5_0 in the row layout keep about the file's
     size (k4, k5, k6, i4, m4, n4, h5: values, sub-scales and super-scales as the file packs
@@ -142,7 +142,7 @@ def test_compact_k_quants(device, kind, fmt, most, k, n=20):
     np.testing.assert_array_equal(bits(p.dequantize()), bits(want))
     e = p.expanded()
     assert e.fmt == {"Q4_K": "q4", "Q5_K": "q8m", "Q6_K": "q8", "IQ4_XS": "q8",
-                     "MXFP4": "q8", "IQ4_NL": "q8", "Q5_0": "q8"}[kind]
+                     "MXFP4": "q8", "IQ4_NL": "q8", "Q5_0": "q8", "Q3_K": "q8"}[kind]
     np.testing.assert_array_equal(bits(e.dequantize()), bits(want))
     dev = clops.device(device)
     assert DeviceWeight(dev, p, layout="rb16").fmt == e.fmt

@@ -53,7 +53,7 @@ def gpu_geometry(monkeypatch, request):
 
 
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS",
-                                  "MXFP4", "IQ4_NL", "Q5_0"])
+                                  "MXFP4", "IQ4_NL", "Q5_0", "Q3_K"])
 @pytest.mark.parametrize("m", [1, 5])
 def test_linear_quantized_gpu_geometry(device, gpu_geometry, kind, m):
     tf.test_linear_quantized(device, kind, m)

@@ -92,7 +92,7 @@ def _check(got, xin, w_ref, add=0.0):
 
 
 @pytest.mark.parametrize("kind", ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS",
-                                  "MXFP4", "IQ4_NL", "Q5_0"])
+                                  "MXFP4", "IQ4_NL", "Q5_0", "Q3_K"])
 @pytest.mark.parametrize("m", [1, 5, 19])
 def test_int8_rows_against_numpy(device, kind, m, n=48, k=512):
     dev = clops.device(device)

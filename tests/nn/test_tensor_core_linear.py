@@ -346,7 +346,8 @@ def _weight(dev, kind, n, k):
     return w, (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-KINDS = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4", "IQ4_NL", "Q5_0"]
+KINDS = ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "MXFP4", "IQ4_NL", "Q5_0",
+         "Q3_K"]
 
 
 @pytest.mark.parametrize("kind", KINDS + ["Q5_1", "F32", "F16", "bf16"])

@@ -83,11 +83,11 @@ def _close(got, want):
 
 
 KINDS = ["f32", "f16", "bf16", "Q4_0", "Q4_1", "Q8_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
-         "IQ4_XS", "MXFP4", "IQ4_NL", "Q5_0"]
+         "IQ4_XS", "MXFP4", "IQ4_NL", "Q5_0", "Q3_K"]
 
 
 def _weight(dev, kind, rows, k):
-    if kind in ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL"):
+    if kind in ("Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ4_NL", "Q3_K"):
         from .test_functional import ggml_weight
 
         w, ref = ggml_weight(dev, kind, rows, k, RNG)
