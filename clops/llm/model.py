@@ -6,10 +6,12 @@ runs on the device so that only the chosen token id comes back."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any
@@ -23,7 +25,7 @@ from ..nn.quant import DeviceWeight, PackedWeight, concat, concat_experts, fusab
 from ..runtime import CLDevice, CLQueue
 from ..runtime.pool import Buffer
 from . import batch, experts, placement, step
-from .arch import NORMS
+from .arch import DENSE_FFN, EXPERTS, NORMS
 from .batch import SamplingParams, choose, shape_logits
 from .completion import (
     Finished,
@@ -266,8 +268,12 @@ class Model:
         q4_layers = not cfg.n_experts and cfg.dim <= layer.MAX_DIM and \
             cfg.ffn_dim <= layer.MAX_FFN
 
+        # the matrices, packed (and checked) on a few threads ahead of their uploads
+        ahead = _Ahead(src.matrix, [n for n in names if n.rsplit(".", 1)[-1] in _MATRICES
+                                    and src.has(n)])
+
         def mat(name: str) -> PackedWeight:
-            p = src.matrix(name)
+            p = ahead.get(name)
             bar.update(src.nbytes(name))
             small = q4_layers and name.startswith("blk.")
             return p.expanded() if small and p.fmt in ("k4", "m4", "n4", "h5") else p
@@ -277,6 +283,15 @@ class Model:
             bar.update(src.nbytes(name))
             return upload(dev, v)
 
+        try:
+            self._load_layers(src, cfg, dev, ends, keys, first, stop, tied, mat, vec)
+        finally:
+            ahead.close()
+        bar.close()
+
+    def _load_layers(self, src: WeightSource, cfg: ModelConfig, dev: CLDevice,
+                     ends: list[str], keys: tuple[str, ...], first: int, stop: int, tied: bool,
+                     mat: Any, vec: Any) -> None:
         if "embed" in ends:
             emb = mat("embed")
             if emb.n != cfg.vocab_size or emb.k != cfg.dim:
@@ -329,7 +344,6 @@ class Model:
             ly.inv_freq = nope if i < len(cfg.nope) and cfg.nope[i] else rotary[cfg.sliding(i)]
             self.layers.append(ly)
         self.inv_freq = rotary[False]
-        bar.close()
 
     def _experts_of(self, src: WeightSource, p: str, mat: Any, vec: Any,
                     biases: bool) -> Experts:
@@ -1152,6 +1166,46 @@ class _NoBar:
 
     def close(self) -> None:
         pass
+
+
+# the tensors a model's loader reads as matrices (``WeightSource.matrix``)
+_MATRICES = frozenset(("embed", "output", "qkv", "q", "k", "v", "o") + DENSE_FFN + EXPERTS)
+# PERF (2-core EPYC, 4 tensors of 5760 x 3072: MXFP4, Q4_K, Q6_K, Q4_K): packing them on two
+# threads took 663 ms against 863 one after another, with another job on both cores; numpy's
+# loops run without the interpreter's lock, so a host of more cores packs a large model's
+# tensors (minutes for a 20-30B mixture of experts on one) about that many times faster
+LOAD_THREADS = max(1, min(8, (os.cpu_count() or 1)))
+
+
+class _Ahead:
+    """``fn(name)`` for the names of ``names``, in that order, on ``LOAD_THREADS`` threads: at
+    most ``LOAD_THREADS + 1`` ahead of the one asked for (the packed weights wait in host
+    memory for their uploads). ``get`` gives one's result (or raises its error); a name not in
+    the list is computed on the spot."""
+
+    def __init__(self, fn: Any, names: list[str]) -> None:
+        self._fn, self._names = fn, names
+        self._at = {n: i for i, n in enumerate(names)}
+        self._pool = ThreadPoolExecutor(LOAD_THREADS, "clops-load") if LOAD_THREADS > 1 \
+            else None
+        self._futures: dict[str, Future] = {}
+        self._next = 0
+
+    def get(self, name: str) -> Any:
+        i = self._at.get(name)
+        if self._pool is None or i is None:
+            return self._fn(name)
+        while self._next < len(self._names) and self._next <= i + LOAD_THREADS:
+            n = self._names[self._next]
+            self._futures[n] = self._pool.submit(self._fn, n)
+            self._next += 1
+        fut = self._futures.pop(name, None)
+        return self._fn(name) if fut is None else fut.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._futures.clear()
 
 
 def _progress(total: int, desc: str, enabled: bool) -> Any:

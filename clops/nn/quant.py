@@ -294,7 +294,21 @@ def pack_ggml(raw: np.ndarray, ggml_type: int, n: int, k: int) -> PackedWeight:
             qs = b[..., 4:]
         sm = np.stack([d, m], axis=-1)
         return PackedWeight("q4", n, k, np.ascontiguousarray(qs).reshape(n, k // 2), sm, 32)
-    return _PACKERS[ggml_type](b, n, k)
+    if ggml_type == GGML_MXFP4:
+        _check_mxfp4(b)
+    # (in runs of rows of about PACK_CHUNK bytes, so that the packers' passes stay in the caches)
+    rows = max(1, PACK_CHUNK // (bb * (k // bs)))
+    if n <= rows:
+        return _PACKERS[ggml_type](b, n, k)
+    parts = [_PACKERS[ggml_type](b[i:i + rows], min(rows, n - i), k) for i in range(0, n, rows)]
+    out = concat(parts)
+    assert out is not None
+    return out
+
+
+# PERF (2-core EPYC, a gpt-oss layer's 32 x 2880 x 2880 MXFP4 experts): the packers' passes
+# over runs of 1 MB of the file's rows, not over the whole tensor at once
+PACK_CHUNK = 1 << 20
 
 
 def _pack_q4_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
@@ -302,10 +316,9 @@ def _pack_q4_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # values: low nibbles, then high). value = (d * sc) * q - (dmin * m), a (sc, m) per 32
     nb = k // 256
     sc, mn = _k_scales_mins(b[..., 4:16])
-    qs = b[..., 16:].reshape(n, nb, 4, 1, 32)
-    q = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(n, k)
     sub = np.stack([sc, mn], axis=-1).reshape(n, k // 16)
-    return _kq_pack("k4", q, sub, np.ascontiguousarray(b[..., 0:4]).reshape(n, nb * 4))
+    return _kq_rows("k4", n, k, _chunks_to_q4(b[..., 16:144]), None, sub,
+                    b[..., 0:4].reshape(n, nb * 4))
 
 
 def _pack_q6_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
@@ -317,9 +330,9 @@ def _pack_q6_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     lo = np.concatenate([ql[..., :32] & 15, ql[..., 32:] & 15, ql[..., :32] >> 4,
                          ql[..., 32:] >> 4], axis=-1)  # [n, nb, 2, 128]
     hi = np.concatenate([qh & 3, (qh >> 2) & 3, (qh >> 4) & 3, (qh >> 6) & 3], axis=-1)
-    q = (lo | (hi << 4)).reshape(n, k)
     sup = np.concatenate([b[..., 208:210], np.zeros_like(b[..., 208:210])], axis=-1)
-    return _kq_pack("k6", q, b[..., 192:208].reshape(n, k // 16), sup.reshape(n, nb * 4))
+    return _kq_rows("k6", n, k, _values_to_q4(lo), _high2_words(hi),
+                    b[..., 192:208].reshape(n, k // 16), sup.reshape(n, nb * 4))
 
 
 def _low_high_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -335,34 +348,41 @@ def _bits(raw: np.ndarray, count: int) -> np.ndarray:
 
 def _pack_q5_0(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # value = d * (q - 16): a group's half d kept as the file has it, in its sub-scale bytes
-    q = _low_high_nibbles(b[..., 6:22]) | (_bits(b[..., 2:6], 32) << 4)
-    return _kq_pack("h5", q.reshape(n, k), np.ascontiguousarray(b[..., 0:2]).reshape(n, k // 16),
-                    np.zeros((n, k // 64), np.uint8))
+    # (its 16 bytes of low nibbles are q4's; its high bits, bit v of a group's word for value
+    # v, go where k5 puts them)
+    return _kq_rows("h5", n, k, b[..., 6:22], _high1_words(_bits(b[..., 2:6], 32)),
+                    b[..., 0:2].reshape(n, k // 16), np.zeros((n, k // 64), np.uint8))
 
 
 def _pack_iq4_nl(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # value = d * table[q]: a group's half d kept as the file has it, in its sub-scale bytes
-    q = _low_high_nibbles(b[..., 2:18]).reshape(n, k)
-    return _kq_pack("n4", q, np.ascontiguousarray(b[..., 0:2]).reshape(n, k // 16),
-                    np.zeros((n, k // 64), np.uint8))
+    return _kq_rows("n4", n, k, _table_order(b[..., 2:18]), None,
+                    b[..., 0:2].reshape(n, k // 16), np.zeros((n, k // 64), np.uint8))
 
 
-def _pack_mxfp4(b: np.ndarray, n: int, k: int) -> PackedWeight:
-    # value = 2^(e - 128) * doubled E2M1 value: the scale is the float32 of exponent e - 128
-    # (GGUF's half of the E8M0 scale), exact as a float scale; kept as the file has it (m4)
+def _check_mxfp4(b: np.ndarray) -> None:
+    """Refuse MXFP4 blocks [n, k/32, 17] whose nonzero values are float32 subnormals."""
     e = b[..., 0]  # [n, k/32]
-    q = _low_high_nibbles(b[..., 1:17])  # [n, k/32, 32]: the table's indices
-    nonzero = (E2M1_DOUBLED[q] != 0).any(axis=-1)
-    tiny = (e < 2) & nonzero
+    qs = b[..., 1:17]  # [n, k/32, 16]: the table's indices, two a byte
+    tiny = np.zeros(e.shape, bool)
+    low = e < 2
+    if low.any():  # (an index of 0 or 8 is a zero: +0 or -0)
+        tiny[low] = (qs[low] & 0x77 != 0).any(axis=-1)
     if tiny.any():
         row, blk = (int(i[0]) for i in np.nonzero(tiny))
         raise UnsupportedFormatError(
             f"MXFP4 block {blk} of row {row} has scale exponent byte {int(e[row, blk])}: its "
             "values are float32 subnormals (below 2^-126), which not every device computes "
             "exactly; clops refuses such blocks")
+
+
+def _pack_mxfp4(b: np.ndarray, n: int, k: int) -> PackedWeight:
+    # value = 2^(e - 128) * doubled E2M1 value: the scale is the float32 of exponent e - 128
+    # (GGUF's half of the E8M0 scale), exact as a float scale; kept as the file has it (m4).
+    # (pack_ggml has refused subnormal scales over nonzero values: _check_mxfp4)
     # (a group of zeros under a subnormal scale: zeros under any other)
-    e = np.where(e < 2, np.uint8(2), e).astype(np.uint8)
-    return _kq_pack("m4", q.reshape(n, k), np.repeat(e, 2, axis=-1),
+    e = np.maximum(b[..., 0], np.uint8(2))
+    return _kq_rows("m4", n, k, _table_order(b[..., 1:17]), None, np.repeat(e, 2, axis=-1),
                     np.zeros((n, k // 64), np.uint8))
 
 
@@ -381,8 +401,8 @@ def _pack_q3_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     hbit = _bits(b[..., 0:32].reshape(n, nb, 32, 1), 8).transpose(0, 1, 3, 2)  # [n, nb, 8, 32]
     q6 = low.reshape(n, nb, 8, 32) + (hbit << 2) + 28  # (q + 32: 28..35)
     sup = np.concatenate([b[..., 108:110], np.zeros_like(b[..., 108:110])], axis=-1)
-    return _kq_pack("k6", q6.reshape(n, k).astype(np.uint8), sub.view(np.uint8).reshape(n, k // 16),
-                    sup.reshape(n, nb * 4))
+    return _kq_rows("k6", n, k, _values_to_q4(q6 & 15), _high2_words(q6 >> 4),
+                    sub.view(np.uint8).reshape(n, k // 16), sup.reshape(n, nb * 4))
 
 
 def _pack_iq4_xs(b: np.ndarray, n: int, k: int) -> PackedWeight:
@@ -394,9 +414,9 @@ def _pack_iq4_xs(b: np.ndarray, n: int, k: int) -> PackedWeight:
     lo = np.stack([sl & 15, sl >> 4], axis=-1).reshape(n, nb, 8)
     hi = (sh[..., None] >> (2 * np.arange(8, dtype=np.uint16))) & 3
     sub = ((lo.astype(np.int16) | (hi.astype(np.int16) << 4)) - 32).astype(np.int8)
-    q = _low_high_nibbles(b[..., 8:136].reshape(n, nb, 8, 16)).reshape(n, k)
     sup = np.concatenate([b[..., 0:2], np.zeros_like(b[..., 0:2])], axis=-1)
-    return _kq_pack("i4", q, np.repeat(sub.view(np.uint8), 2, axis=-1).reshape(n, k // 16),
+    return _kq_rows("i4", n, k, _table_order(b[..., 8:136].reshape(n, nb, 8, 16)), None,
+                    np.repeat(sub.view(np.uint8), 2, axis=-1).reshape(n, k // 16),
                     sup.reshape(n, nb * 4))
 
 
@@ -428,12 +448,10 @@ def _pack_q5_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # value = (d * sc) * q - (dmin * m), a (sc, m) per 32, q 5-bit
     nb = k // 256
     sc, mn = _k_scales_mins(b[..., 4:16])
-    qs = b[..., 48:176].reshape(n, nb, 4, 1, 32)
-    low = np.concatenate([qs & 15, qs >> 4], axis=3).reshape(n, nb, 8, 32)
     high = _bits(b[..., 16:48].reshape(n, nb, 32, 1), 8).transpose(0, 1, 3, 2)  # [n, nb, 8, 32]
-    q = (low | (high << 4)).reshape(n, k)
     sub = np.stack([sc, mn], axis=-1).reshape(n, k // 16)
-    return _kq_pack("k5", q, sub, np.ascontiguousarray(b[..., 0:4]).reshape(n, nb * 4))
+    return _kq_rows("k5", n, k, _chunks_to_q4(b[..., 48:176]), _high1_words(high), sub,
+                    b[..., 0:4].reshape(n, nb * 4))
 
 
 # the bit of the high-bits word each value of a group of 32 takes (``k5``: bit 8b + w of one
@@ -452,6 +470,73 @@ def _kq_sub_offset(fmt: str, k: int) -> int:
 
 def _kq_sup_offset(fmt: str, k: int) -> int:
     return _kq_sub_offset(fmt, k) + k // 16
+
+
+# The packers above hand ``_kq_rows`` the parts of the compact rows made straight from the
+# file's bytes, a few passes over them (PERF: 2-core EPYC, 5760 x 3072 values: MXFP4 and Q6_K
+# 0.06-0.10 Gvalues/s through the values one a byte and ``_kq_pack``'s reductions); tests
+# check them against ``_kq_pack`` of the same values.
+def _chunks_to_q4(qs: np.ndarray) -> np.ndarray:
+    """Q4_K's and Q5_K's 128 bytes of low nibbles a 256 values (4 chunks of 32 bytes: values
+    64c + j in the low, 64c + 32 + j in the high nibble of byte j) -> q4's bytes [..., 128]
+    (8 groups of 16: value j of a group in the low, j + 16 in the high nibble of byte j)."""
+    c = qs.reshape(*qs.shape[:-1], 4, 2, 16)  # [.., chunk, first/second 16 bytes, j]
+    even = (c[..., 0, :] & 15) | (c[..., 1, :] << 4)  # group 2c: the low nibbles
+    odd = (c[..., 0, :] >> 4) | (c[..., 1, :] & 0xF0)  # group 2c + 1: the high ones
+    return np.stack([even, odd], axis=-2).reshape(qs.shape)
+
+
+def _values_to_q4(v: np.ndarray) -> np.ndarray:
+    """4-bit values [..., 32 g] (uint8 0..15) -> q4's bytes [..., 16 g]."""
+    g = v.reshape(*v.shape[:-1], -1, 2, 16)
+    return (g[..., 0, :] | (g[..., 1, :] << 4)).reshape(*v.shape[:-1], -1)
+
+
+def _table_order(qs: np.ndarray) -> np.ndarray:
+    """A group's 16 bytes of 4-bit indices as the file holds them (value j in the low, j + 16
+    in the high nibble of byte j) -> the table formats' order (word i: values 4i..4i+3 in its
+    low 16 bits, 16 + 4i..16 + 4i + 3 in its high 16 bits, a nibble each), [..., 16]."""
+    w = np.ascontiguousarray(qs).view("<u4")  # word i: bytes 4i..4i+3, values 4i + b, 16 + ..
+
+    def pairs(x: np.ndarray) -> np.ndarray:  # nibbles in bytes 0..3 -> bits 0..15
+        x = (x | (x >> 4)) & np.uint32(0x00FF00FF)
+        return (x | (x >> 8)) & np.uint32(0xFFFF)
+
+    lo = pairs(w & np.uint32(0x0F0F0F0F))
+    hi = pairs((w >> np.uint32(4)) & np.uint32(0x0F0F0F0F))
+    return (lo | (hi << np.uint32(16))).astype("<u4").view(np.uint8).reshape(qs.shape)
+
+
+def _high1_words(h: np.ndarray) -> np.ndarray:
+    """One high bit a value [..., 32 g] (uint8 0/1) -> k5's words, 4 bytes a group of 32
+    (value v = 16 half + 4 wq + b at bit 8 b + 4 half + wq)."""
+    t = h.reshape(*h.shape[:-1], -1, 2, 4, 4).swapaxes(-1, -3).swapaxes(-1, -2)  # [b, half, wq]
+    return np.packbits(np.ascontiguousarray(t).reshape(*h.shape[:-1], -1), axis=-1,
+                       bitorder="little")
+
+
+def _high2_words(h: np.ndarray) -> np.ndarray:
+    """Two high bits a value [..., 32 g] (uint8 0..3) -> k6's words, 8 bytes a group of 32
+    (value v = 16 half + 4 wq + b at bits 8 b + 2 wq of word half)."""
+    t = h.reshape(*h.shape[:-1], -1, 2, 4, 4)  # [.., group, half, wq, b]
+    out = t[..., 0, :] | (t[..., 1, :] << 2) | (t[..., 2, :] << 4) | (t[..., 3, :] << 6)
+    return out.reshape(*h.shape[:-1], -1)
+
+
+def _kq_rows(fmt: str, n: int, k: int, low: np.ndarray, high: np.ndarray | None,
+             sub: np.ndarray, sup: np.ndarray) -> PackedWeight:
+    """A compact weight of its rows' parts, bytes each: ``low`` [n, k / 2] (q4's order, or the
+    table formats'), ``high`` [n, hb * k / 8] (the high bits' words), ``sub`` [n, k / 16] and
+    ``sup`` [n, k / 64]."""
+    row = np.zeros((n, kq_row_bytes(fmt, k)), np.uint8)
+    row[:, :k // 2] = low.reshape(n, k // 2)
+    so = _kq_sub_offset(fmt, k)
+    if high is not None:
+        row[:, k // 2:so] = high.reshape(n, so - k // 2)
+    row[:, so:so + k // 16] = sub.reshape(n, k // 16)
+    po = _kq_sup_offset(fmt, k)
+    row[:, po:po + k // 64] = sup.reshape(n, k // 64)
+    return PackedWeight(fmt, n, k, row, None, 16 if fmt == "k6" else 32)
 
 
 def _kq_pack(fmt: str, q: np.ndarray, sub: np.ndarray, sup: np.ndarray) -> PackedWeight:

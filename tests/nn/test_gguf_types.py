@@ -211,3 +211,42 @@ def test_min_types_huge_values_are_refused(kind, n=12, k=256):
     assert np.abs(quants.dequantize(raw, Q[kind])).max() >= MAX_WEIGHT
     with pytest.raises(ModelFileError, match="the scales of row 2"):
         _check_values("w", pack_ggml(raw, int(Q[kind]), n, k))
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q5_K", "Q6_K", "Q3_K", "IQ4_XS", "MXFP4", "IQ4_NL",
+                                  "Q5_0"])
+def test_compact_rows_are_the_reference_packers(kind, n=12, k=512):
+    """The packers build the compact rows straight from the file's bytes; the same rows come
+    out of the plain packer (``_kq_pack``) given their values, sub-scale and super-scale bytes
+    one by one, byte for byte (the layout ``matmul.cl`` reads)."""
+    from clops.nn import quant
+
+    p = pack_ggml(blocks(kind, n, k), int(Q[kind]), n, k)
+    q = quant._kq_decode(p)[0]
+    rows = p.data.reshape(n, -1)
+    so, po = quant._kq_sub_offset(p.fmt, k), quant._kq_sup_offset(p.fmt, k)
+    ref = quant._kq_pack(p.fmt, q, rows[:, so:so + k // 16], rows[:, po:po + k // 64])
+    np.testing.assert_array_equal(ref.data, p.data)
+    assert (ref.fmt, ref.group) == (p.fmt, p.group)
+
+
+@pytest.mark.parametrize("kind", NEW + ["Q4_K", "Q6_K"])
+def test_packing_in_runs_of_rows_gives_the_whole_tensors_rows(kind, monkeypatch, n=14, k=512):
+    """``pack_ggml`` packs a large tensor in runs of rows (``PACK_CHUNK`` bytes): the same
+    weight, byte for byte, as one run (here runs of 3 rows and a last one of 2)."""
+    from clops.nn import quant
+
+    raw = blocks(kind, n, k)
+    whole = pack_ggml(raw, int(Q[kind]), n, k)
+    bs, bb = BLOCKS[int(Q[kind])]
+    monkeypatch.setattr(quant, "PACK_CHUNK", 3 * bb * (k // bs))
+    runs = pack_ggml(raw, int(Q[kind]), n, k)
+    assert (runs.fmt, runs.n, runs.k, runs.group) == (whole.fmt, whole.n, whole.k, whole.group)
+    np.testing.assert_array_equal(runs.data, whole.data)
+    if whole.scales is not None:
+        np.testing.assert_array_equal(runs.scales, whole.scales)
+    if kind == "MXFP4":  # (a refused block's row counts from the tensor's start)
+        raw[11, 17] = 1
+        raw[11, 18:34] = 0x77
+        with pytest.raises(UnsupportedFormatError, match="MXFP4 block 1 of row 11"):
+            pack_ggml(raw, int(Q[kind]), n, k)
