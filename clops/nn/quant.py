@@ -323,16 +323,31 @@ def _pack_q4_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
 
 def _pack_q6_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # block: ql[128], qh[64], int8 scales[16] (one a 16 values), d (half); value = (d * sc) *
-    # (q - 32), q 6-bit
+    # (q - 32), q 6-bit. Each half of 128 values: ql's 64 bytes A (0..31) and B (32..63) hold
+    # the low nibbles of values l (A[l] & 15), 32 + l (B[l] & 15), 64 + l (A[l] >> 4) and
+    # 96 + l (B[l] >> 4), and qh[l] their 2 high bits at bits 0, 2, 4 and 6: group G (of 32)
+    # of a half takes qh's bits 2G.
     nb = k // 256
-    ql = b[..., 0:128].reshape(n, nb, 2, 64)
-    qh = b[..., 128:192].reshape(n, nb, 2, 32)
-    lo = np.concatenate([ql[..., :32] & 15, ql[..., 32:] & 15, ql[..., :32] >> 4,
-                         ql[..., 32:] >> 4], axis=-1)  # [n, nb, 2, 128]
-    hi = np.concatenate([qh & 3, (qh >> 2) & 3, (qh >> 4) & 3, (qh >> 6) & 3], axis=-1)
+    x = b[..., 0:128].reshape(n, nb, 2, 2, 2, 16)  # [.., half, A/B, j < 16 or not, j % 16]
+    low = (x[..., 0, :] & 15) | (x[..., 1, :] << 4)  # groups 0, 1 of a half (q4's bytes)
+    high = (x[..., 0, :] >> 4) | (x[..., 1, :] & 0xF0)  # groups 2, 3
+    q4 = np.stack([low, high], axis=-3)  # [.., half, group // 2, group % 2, 16]
+    # k6's word of group G and half hf (16 values) holds value 16 hf + 4 wq + b's 2 bits at bits
+    # 8 b + 2 wq: of qh's words (bytes 16 hf + 4 wq + b, b = 0..3), the fields at bits 2G of
+    # each byte, the wq-th word's shifted by 2 wq (in the long axis last: PERF, 12x the
+    # per-byte form)
+    w = np.ascontiguousarray(b[..., 128:192]).view("<u4").reshape(-1, 4)  # [(.., half, hf), wq]
+    w = np.ascontiguousarray(w.T)
+    m3 = np.uint32(0x03030303)
+    words = np.stack([((w[0] >> np.uint32(2 * g)) & m3) |
+                      (((w[1] >> np.uint32(2 * g)) & m3) << np.uint32(2)) |
+                      (((w[2] >> np.uint32(2 * g)) & m3) << np.uint32(4)) |
+                      (((w[3] >> np.uint32(2 * g)) & m3) << np.uint32(6)) for g in range(4)],
+                     axis=-1).reshape(n, nb, 2, 2, 4).swapaxes(-1, -2)  # [.., half, G, hf]
+    words = np.ascontiguousarray(words).astype("<u4").view(np.uint8)
     sup = np.concatenate([b[..., 208:210], np.zeros_like(b[..., 208:210])], axis=-1)
-    return _kq_rows("k6", n, k, _values_to_q4(lo), _high2_words(hi),
-                    b[..., 192:208].reshape(n, k // 16), sup.reshape(n, nb * 4))
+    return _kq_rows("k6", n, k, q4, words, b[..., 192:208].reshape(n, k // 16),
+                    sup.reshape(n, nb * 4))
 
 
 def _low_high_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -480,10 +495,12 @@ def _chunks_to_q4(qs: np.ndarray) -> np.ndarray:
     """Q4_K's and Q5_K's 128 bytes of low nibbles a 256 values (4 chunks of 32 bytes: values
     64c + j in the low, 64c + 32 + j in the high nibble of byte j) -> q4's bytes [..., 128]
     (8 groups of 16: value j of a group in the low, j + 16 in the high nibble of byte j)."""
-    c = qs.reshape(*qs.shape[:-1], 4, 2, 16)  # [.., chunk, first/second 16 bytes, j]
-    even = (c[..., 0, :] & 15) | (c[..., 1, :] << 4)  # group 2c: the low nibbles
-    odd = (c[..., 0, :] >> 4) | (c[..., 1, :] & 0xF0)  # group 2c + 1: the high ones
-    return np.stack([even, odd], axis=-2).reshape(qs.shape)
+    w = np.ascontiguousarray(qs).view("<u4").reshape(-1, 2, 4)  # [.., chunk, 16 bytes, word]
+    lo, hi = np.uint32(0x0F0F0F0F), np.uint32(0xF0F0F0F0)
+    c0, c1 = w[:, 0, :], w[:, 1, :]
+    even = (c0 & lo) | ((c1 << np.uint32(4)) & hi)  # group 2c: the low nibbles
+    odd = ((c0 >> np.uint32(4)) & lo) | (c1 & hi)  # group 2c + 1: the high ones
+    return np.stack([even, odd], axis=1).astype("<u4").view(np.uint8).reshape(qs.shape)
 
 
 def _values_to_q4(v: np.ndarray) -> np.ndarray:
