@@ -365,8 +365,11 @@ def _pack_q5_0(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # value = d * (q - 16): a group's half d kept as the file has it, in its sub-scale bytes
     # (its 16 bytes of low nibbles are q4's; its high bits, bit v of a group's word for value
     # v, go where k5 puts them)
-    return _kq_rows("h5", n, k, b[..., 6:22], _high1_words(_bits(b[..., 2:6], 32)),
-                    b[..., 0:2].reshape(n, k // 16), np.zeros((n, k // 64), np.uint8))
+    qh = b[..., 2:6]
+    high = (_H5_BITS[0][qh[..., 0]] | _H5_BITS[1][qh[..., 1]] | _H5_BITS[2][qh[..., 2]] |
+            _H5_BITS[3][qh[..., 3]]).astype("<u4").view(np.uint8)
+    return _kq_rows("h5", n, k, b[..., 6:22], high, b[..., 0:2].reshape(n, k // 16),
+                    np.zeros((n, k // 64), np.uint8))
 
 
 def _pack_iq4_nl(b: np.ndarray, n: int, k: int) -> PackedWeight:
@@ -463,9 +466,20 @@ def _pack_q5_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # value = (d * sc) * q - (dmin * m), a (sc, m) per 32, q 5-bit
     nb = k // 256
     sc, mn = _k_scales_mins(b[..., 4:16])
-    high = _bits(b[..., 16:48].reshape(n, nb, 32, 1), 8).transpose(0, 1, 3, 2)  # [n, nb, 8, 32]
+    # qh[l] bit g: value 32 g + l's high bit; k5's word of group g holds value 16 half + 4 wq +
+    # b's at bit 8 b + 4 half + wq: of qh's word j = 4 half + wq (bytes 16 half + 4 wq + b),
+    # bit g of each byte, shifted by j (in the long axis last)
+    w = np.ascontiguousarray(np.ascontiguousarray(b[..., 16:48]).view("<u4").reshape(-1, 8).T)
+    one = np.uint32(0x01010101)
+    words = np.empty((8, w.shape[1]), np.uint32)
+    for g in range(8):
+        acc = (w[0] >> np.uint32(g)) & one
+        for j in range(1, 8):
+            acc |= ((w[j] >> np.uint32(g)) & one) << np.uint32(j)
+        words[g] = acc
+    high = np.ascontiguousarray(words.T).astype("<u4").view(np.uint8)
     sub = np.stack([sc, mn], axis=-1).reshape(n, k // 16)
-    return _kq_rows("k5", n, k, _chunks_to_q4(b[..., 48:176]), _high1_words(high), sub,
+    return _kq_rows("k5", n, k, _chunks_to_q4(b[..., 48:176]), high, sub,
                     b[..., 0:4].reshape(n, nb * 4))
 
 
@@ -477,6 +491,10 @@ _KQ_B = _KQ_V % 4
 _KQ_SHIFT = {"k5": (8 * _KQ_B + _KQ_W).astype(np.uint32),
              "k6": (8 * _KQ_B + 2 * (_KQ_W % 4)).astype(np.uint32)}
 _KQ_SHIFT["h5"] = _KQ_SHIFT["k5"]
+# Q5_0's high-bit word (bit v: value v's) as h5's, byte by byte: _H5_BITS[i][x] is byte i = x's
+# bits where h5 puts values 8i..8i+7
+_H5_BITS = np.array([[sum(1 << int(_KQ_SHIFT["h5"][8 * i + j]) for j in range(8) if x >> j & 1)
+                      for x in range(256)] for i in range(4)], np.uint32)
 
 
 def _kq_sub_offset(fmt: str, k: int) -> int:
@@ -522,14 +540,6 @@ def _table_order(qs: np.ndarray) -> np.ndarray:
     lo = pairs(w & np.uint32(0x0F0F0F0F))
     hi = pairs((w >> np.uint32(4)) & np.uint32(0x0F0F0F0F))
     return (lo | (hi << np.uint32(16))).astype("<u4").view(np.uint8).reshape(qs.shape)
-
-
-def _high1_words(h: np.ndarray) -> np.ndarray:
-    """One high bit a value [..., 32 g] (uint8 0/1) -> k5's words, 4 bytes a group of 32
-    (value v = 16 half + 4 wq + b at bit 8 b + 4 half + wq)."""
-    t = h.reshape(*h.shape[:-1], -1, 2, 4, 4).swapaxes(-1, -3).swapaxes(-1, -2)  # [b, half, wq]
-    return np.packbits(np.ascontiguousarray(t).reshape(*h.shape[:-1], -1), axis=-1,
-                       bitorder="little")
 
 
 def _high2_words(h: np.ndarray) -> np.ndarray:
