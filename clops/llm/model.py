@@ -21,6 +21,7 @@ import numpy as np
 from .. import _config
 from ..kernels import Launch, LaunchPlan, attention, layer, matmul
 from ..kernels import sample as sample_kernel
+from ..nn import quant as _quant
 from ..nn.quant import DeviceWeight, PackedWeight, concat, concat_experts, fusable, upload
 from ..runtime import CLDevice, CLQueue
 from ..runtime.pool import Buffer
@@ -268,15 +269,23 @@ class Model:
         q4_layers = not cfg.n_experts and cfg.dim <= layer.MAX_DIM and \
             cfg.ffn_dim <= layer.MAX_FFN
 
-        # the matrices, packed (and checked) on a few threads ahead of their uploads
-        ahead = _Ahead(src.matrix, [n for n in names if n.rsplit(".", 1)[-1] in _MATRICES
-                                    and src.has(n)])
+        # the CPU layout takes the compact formats' expanded forms
+        expand = _quant.layout_for(dev) != "rows"
+
+        def packed(name: str) -> PackedWeight:
+            p = src.matrix(name)
+            small = q4_layers and name.startswith("blk.")
+            return p.expanded() if expand or (small and p.fmt in ("k4", "m4", "n4", "h5")) \
+                else p
+
+        # the matrices, packed (checked, expanded) on a few threads ahead of their uploads
+        ahead = _Ahead(packed, [n for n in names if n.rsplit(".", 1)[-1] in _MATRICES
+                                and src.has(n)])
 
         def mat(name: str) -> PackedWeight:
             p = ahead.get(name)
             bar.update(src.nbytes(name))
-            small = q4_layers and name.startswith("blk.")
-            return p.expanded() if small and p.fmt in ("k4", "m4", "n4", "h5") else p
+            return p
 
         def vec(name: str) -> Buffer:
             v = src.vector(name).astype(np.float32)

@@ -197,8 +197,18 @@ class PackedWeight:
         other weight as it is."""
         if self.fmt not in KQ_FORMATS:
             return self
-        q, s, mn = _kq_decode(self)
         n, k = self.n, self.k
+        rows = self.data.reshape(n, -1)
+        if self.fmt == "k4":  # (its 4-bit values are q4's bytes already: the scales alone)
+            s, mn = kq_scales(self)
+            so, po = _kq_sub_offset("k4", k), _kq_sup_offset("k4", k)
+            split = Split(np.ascontiguousarray(rows[:, po:po + k // 64]).view(np.float16)
+                          .reshape(n, k // 256, 2),
+                          np.ascontiguousarray(rows[:, so:so + k // 16]).reshape(n, k // 32, 2))
+            sm = np.stack([s, mn], axis=-1)
+            return PackedWeight("q4", n, k, np.ascontiguousarray(rows[:, :k // 2]), sm, 32,
+                                split)
+        q, s, mn = _kq_decode(self)
         if self.fmt == "k5":
             return _q8m(n, k, q, s, mn, 32)
         if self.fmt == "h5":  # (q - 16 as int8, the file's half scales)
@@ -207,15 +217,6 @@ class PackedWeight:
         if self.fmt in KQ_TABLES:  # (n4: its half scales as the file has them)
             return PackedWeight("q8", n, k, KQ_TABLES[self.fmt][q],
                                 s.astype(np.float16) if self.fmt == "n4" else s, 32)
-        rows = self.data.reshape(n, -1)
-        if self.fmt == "k4":
-            so, po = _kq_sub_offset("k4", k), _kq_sup_offset("k4", k)
-            split = Split(np.ascontiguousarray(rows[:, po:po + k // 64]).view(np.float16)
-                          .reshape(n, k // 256, 2),
-                          np.ascontiguousarray(rows[:, so:so + k // 16]).reshape(n, k // 32, 2))
-            sm = np.stack([s, mn], axis=-1)
-            return PackedWeight("q4", n, k, np.ascontiguousarray(rows[:, :k // 2]), sm, 32,
-                                split)
         sub = np.ascontiguousarray(rows[:, _kq_sub_offset(self.fmt, k):][:, :k // 16])
         sup = np.ascontiguousarray(rows[:, _kq_sup_offset(self.fmt, k):][:, :k // 64])
         split = Split(sup.view(np.float16).reshape(n, k // 256, 2)[..., :1].copy(),
@@ -704,8 +705,13 @@ def concat_experts(gate: PackedWeight, up: PackedWeight, n_experts: int) -> Pack
                               axis=1).reshape(-1, *a.shape[1:])
 
     scales = None if gate.scales is None else per_expert(gate.scales, up.scales)  # type: ignore[arg-type]
+    split = None  # (the file's scales, where both carry them: the native CPU products')
+    if gate.split is not None and up.split is not None and \
+            gate.split.sub.dtype == up.split.sub.dtype:
+        split = Split(per_expert(gate.split.sup, up.split.sup),
+                      per_expert(gate.split.sub, up.split.sub))
     return PackedWeight(gate.fmt, 2 * gate.n, gate.k, per_expert(gate.data, up.data), scales,
-                        gate.group)
+                        gate.group, split)
 
 
 _PACKERS = {

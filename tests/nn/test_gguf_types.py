@@ -250,3 +250,26 @@ def test_packing_in_runs_of_rows_gives_the_whole_tensors_rows(kind, monkeypatch,
         raw[11, 18:34] = 0x77
         with pytest.raises(UnsupportedFormatError, match="MXFP4 block 1 of row 11"):
             pack_ggml(raw, int(Q[kind]), n, k)
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K", "Q3_K"])
+def test_fused_experts_keep_the_files_scales(kind, e=4, f=4, k=512):
+    """A mixture of experts' [gate | up] weight made of the CPU forms (as a CPU device loads
+    them) keeps the file's scales beside the float ones (the native products read those), each
+    expert's gate rows then its up rows."""
+    from clops.nn.quant import concat_experts
+
+    raw = blocks(kind, 2 * e * f, k)
+    gate = pack_ggml(raw[:e * f], int(Q[kind]), e * f, k).expanded()
+    up = pack_ggml(raw[e * f:], int(Q[kind]), e * f, k).expanded()
+    fused = concat_experts(gate, up, e)
+    assert fused is not None and fused.split is not None
+    want = np.concatenate([gate.dequantize().reshape(e, f, k), up.dequantize().reshape(e, f, k)],
+                          axis=1).reshape(-1, k)
+    np.testing.assert_array_equal(bits(fused.dequantize()), bits(want))
+    sp = fused.split
+    for name in ("sup", "sub"):
+        a, b = getattr(gate.split, name), getattr(up.split, name)
+        np.testing.assert_array_equal(getattr(sp, name), np.concatenate(
+            [a.reshape(e, f, *a.shape[1:]), b.reshape(e, f, *b.shape[1:])], axis=1
+        ).reshape(-1, *a.shape[1:]))
