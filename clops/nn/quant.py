@@ -221,7 +221,7 @@ class PackedWeight:
         sup = np.ascontiguousarray(rows[:, _kq_sup_offset(self.fmt, k):][:, :k // 64])
         split = Split(sup.view(np.float16).reshape(n, k // 256, 2)[..., :1].copy(),
                       sub.view(np.int8).reshape(n, k // 16, 1))
-        q8 = (q.astype(np.int16) - 32).astype(np.int8)
+        q8 = (q - np.uint8(32)).view(np.int8)  # (q - 32, in -32..31)
         return PackedWeight("q8", n, k, q8, s, 16, split)
 
 
@@ -611,14 +611,19 @@ def _kq_decode(p: PackedWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     words = np.ascontiguousarray(rows[:, k // 2:so]).view(np.uint32)
     if fmt == "k4":
         return (g.reshape(n, k), *kq_scales(p))
+    # value v = 16 half + 4 wq + b: k5's bit 8 b + 4 half + wq of the group's word, k6's bits
+    # 8 b + 2 wq of word half; each shift and mask of the words gives 4 values' bits, one a
+    # byte, in the values' order
     if KQ_FORMATS[fmt][0] == 1:
-        w = words.reshape(n, k // 32, 1)
-        high = (w >> _KQ_SHIFT[fmt]) & 1
+        w = words.reshape(-1)
+        high = np.stack([(w >> np.uint32(j)) & np.uint32(0x01010101) for j in range(8)],
+                        axis=-1)  # [(n, group), 4 half + wq]
     else:
-        w = words.reshape(n, k // 32, 2)
-        w = np.concatenate([np.repeat(w[..., :1], 16, -1), np.repeat(w[..., 1:], 16, -1)], -1)
-        high = (w >> _KQ_SHIFT[fmt]) & 3
-    q = (g | (high.astype(np.uint8) << 4)).reshape(n, k)
+        w = words.reshape(-1)  # [(n, group, half)]
+        high = np.stack([(w >> np.uint32(2 * wq)) & np.uint32(0x03030303) for wq in range(4)],
+                        axis=-1)
+    high = high.astype("<u4").view(np.uint8).reshape(n, k // 32, 32)
+    q = (g | (high << 4)).reshape(n, k)
     return (q, *kq_scales(p))
 
 
