@@ -7,6 +7,8 @@ counts that are not multiples of a work-group's."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ from clops.kernels import launch, matmul
 from clops.nn import quant
 from clops.nn.quant import DeviceWeight
 
+from . import test_functional, test_moe
 from .test_moe import _packed, _read, _up
 
 # (a GPU path run on the CPU device: .ci/run's second pass leaves it out)
@@ -21,6 +24,18 @@ pytestmark = pytest.mark.standin
 
 RNG = np.random.default_rng(7)
 T = matmul.XMMA_TILE
+
+
+@pytest.fixture(autouse=True)
+def _seeded(request, monkeypatch):
+    """Each test's random values from a seed of its own id (the weights' helpers of test_moe and
+    test_functional draw from their modules' generators): the same values alone as in a run
+    of the whole module."""
+    seed = zlib.crc32(request.node.nodeid.encode())
+    monkeypatch.setattr(test_moe, "RNG", np.random.default_rng(seed + 1))
+    monkeypatch.setattr(test_functional, "RNG", np.random.default_rng(seed + 2))
+    global RNG
+    RNG = np.random.default_rng(seed)
 
 
 @pytest.fixture(autouse=True)
