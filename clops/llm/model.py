@@ -1179,10 +1179,9 @@ class _NoBar:
 
 # the tensors a model's loader reads as matrices (``WeightSource.matrix``)
 _MATRICES = frozenset(("embed", "output", "qkv", "q", "k", "v", "o") + DENSE_FFN + EXPERTS)
-# PERF (2-core EPYC, 4 tensors of 5760 x 3072: MXFP4, Q4_K, Q6_K, Q4_K): packing them on two
-# threads took 663 ms against 863 one after another, with another job on both cores; numpy's
-# loops run without the interpreter's lock, so a host of more cores packs a large model's
-# tensors (minutes for a 20-30B mixture of experts on one) about that many times faster
+# PERF (2-core EPYC, Intel's CPU runtime, bench_load.py): an 8-layer Qwen3-30B-A3B Q4_K_M body
+# loaded in 12.5 s on two threads against 18.7 on one (numpy's loops run without the
+# interpreter's lock); hosts of more cores not measured yet
 LOAD_THREADS = max(1, min(8, (os.cpu_count() or 1)))
 
 
