@@ -415,10 +415,19 @@ def _pack_q3_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     lo = np.concatenate([s[..., 0:8] & 15, s[..., 0:8] >> 4], axis=-1)  # sub-scale i, low 4 bits
     hi = np.concatenate([(s[..., 8:12] >> sh) & 3 for sh in (0, 2, 4, 6)], axis=-1)
     sub = ((lo | (hi << 4)).astype(np.int16) - 32).astype(np.int8)  # [n, nb, 16]
-    qs = b[..., 32:96].reshape(n, nb, 2, 1, 32)
-    low = (qs >> np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)) & 3  # [n, nb, 2, 4, 32]
-    hbit = _bits(b[..., 0:32].reshape(n, nb, 32, 1), 8).transpose(0, 1, 3, 2)  # [n, nb, 8, 32]
-    q6 = low.reshape(n, nb, 8, 32) + (hbit << 2) + 28  # (q + 32: 28..35)
+    # value 128 h + 32 s + l (group g = 4 h + s of the block): its low 2 bits at bits 2 s of
+    # qs[32 h + l], its high bit at bit g of hmask[l]; q + 32 = low + 4 high + 28 (28..35),
+    # 4 values a 32-bit word operation (the long axis last)
+    m = n * nb
+    qw = np.ascontiguousarray(np.ascontiguousarray(b[..., 32:96]).view("<u4").reshape(m, 16).T)
+    hw = np.ascontiguousarray(np.ascontiguousarray(b[..., 0:32]).view("<u4").reshape(m, 8).T)
+    m3, m1, c = np.uint32(0x03030303), np.uint32(0x01010101), np.uint32(0x1C1C1C1C)
+    words = np.empty((64, m), np.uint32)
+    for g in range(8):
+        h, sh = divmod(g, 4)
+        words[8 * g:8 * g + 8] = (((qw[8 * h:8 * h + 8] >> np.uint32(2 * sh)) & m3) +
+                                  (((hw >> np.uint32(g)) & m1) << np.uint32(2)) + c)
+    q6 = np.ascontiguousarray(words.T).astype("<u4").view(np.uint8).reshape(n, nb, 8, 32)
     sup = np.concatenate([b[..., 108:110], np.zeros_like(b[..., 108:110])], axis=-1)
     return _kq_rows("k6", n, k, _values_to_q4(q6 & 15), _high2_words(q6 >> 4),
                     sub.view(np.uint8).reshape(n, k // 16), sup.reshape(n, nb * 4))
