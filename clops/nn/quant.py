@@ -329,10 +329,9 @@ def _pack_q6_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
     # 96 + l (B[l] >> 4), and qh[l] their 2 high bits at bits 0, 2, 4 and 6: group G (of 32)
     # of a half takes qh's bits 2G.
     nb = k // 256
-    x = b[..., 0:128].reshape(n, nb, 2, 2, 2, 16)  # [.., half, A/B, j < 16 or not, j % 16]
-    low = (x[..., 0, :] & 15) | (x[..., 1, :] << 4)  # groups 0, 1 of a half (q4's bytes)
-    high = (x[..., 0, :] >> 4) | (x[..., 1, :] & 0xF0)  # groups 2, 3
-    q4 = np.stack([low, high], axis=-3)  # [.., half, group // 2, group % 2, 16]
+    # (ql's 32-byte chunks as Q4_K's: each gives the q4 bytes of its low nibbles' group, then
+    # its high nibbles'; a half's groups are A's low, B's low, A's high, B's high)
+    q4 = _chunks_to_q4(b[..., 0:128]).reshape(n, nb, 2, 2, 2, 16).swapaxes(-2, -3)
     # k6's word of group G and half hf (16 values) holds value 16 hf + 4 wq + b's 2 bits at bits
     # 8 b + 2 wq: of qh's words (bytes 16 hf + 4 wq + b, b = 0..3), the fields at bits 2G of
     # each byte, the wq-th word's shifted by 2 wq (in the long axis last: PERF, 12x the
@@ -429,7 +428,7 @@ def _pack_q3_k(b: np.ndarray, n: int, k: int) -> PackedWeight:
                                   (((hw >> np.uint32(g)) & m1) << np.uint32(2)) + c)
     q6 = np.ascontiguousarray(words.T).astype("<u4").view(np.uint8).reshape(n, nb, 8, 32)
     sup = np.concatenate([b[..., 108:110], np.zeros_like(b[..., 108:110])], axis=-1)
-    return _kq_rows("k6", n, k, _values_to_q4(q6 & 15), _high2_words(q6 >> 4),
+    return _kq_rows("k6", n, k, _nibbles_to_q4(q6 & 15), _high2_words(q6 >> 4),
                     sub.view(np.uint8).reshape(n, k // 16), sup.reshape(n, nb * 4))
 
 
@@ -529,12 +528,6 @@ def _chunks_to_q4(qs: np.ndarray) -> np.ndarray:
     even = (c0 & lo) | ((c1 << np.uint32(4)) & hi)  # group 2c: the low nibbles
     odd = ((c0 >> np.uint32(4)) & lo) | (c1 & hi)  # group 2c + 1: the high ones
     return np.stack([even, odd], axis=1).astype("<u4").view(np.uint8).reshape(qs.shape)
-
-
-def _values_to_q4(v: np.ndarray) -> np.ndarray:
-    """4-bit values [..., 32 g] (uint8 0..15) -> q4's bytes [..., 16 g]."""
-    g = v.reshape(*v.shape[:-1], -1, 2, 16)
-    return (g[..., 0, :] | (g[..., 1, :] << 4)).reshape(*v.shape[:-1], -1)
 
 
 def _table_order(qs: np.ndarray) -> np.ndarray:
